@@ -1,0 +1,38 @@
+# Quick start: `make demo` and `make test`. Both create the local virtual
+# environment `.venv` on first use and refresh it when pyproject.toml changes.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-fast docs figures bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m attention_cluster
+
+test: $(STAMP)
+	$(PY) -m pytest -n 2 -q
+	$(MAKE) docs
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -n 2 -q -m "not slow"
+
+docs: $(STAMP)
+	@if [ -f docs/conf.py ]; then $(PY) -m sphinx -W --keep-going -b html docs docs/_build/html; else echo "docs: no docs/conf.py yet"; fi
+
+figures: $(STAMP)
+	$(PY) -m examples.make_figures
+
+bench: $(STAMP)
+	$(PY) benchmarks/run.py
+
+clean:
+	rm -rf $(VENV) docs/_build docs/auto_examples docs/generated .pytest_cache .hypothesis

@@ -1,0 +1,13 @@
+"""Attention layers as clustering estimators.
+
+Reference implementation of "Attention-based clustering" (NeurIPS 2025):
+a linear attention layer whose heads, trained without labels on the unit
+sphere, learn the centroids of a mixture, and a parameter-free attention
+layer that quantises each prompt in context.
+"""
+
+from . import datasets, metrics, theory
+
+__version__ = "0.1.0"
+
+__all__ = ["datasets", "metrics", "theory", "__version__"]

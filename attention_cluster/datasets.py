@@ -1,0 +1,204 @@
+"""Data models of the paper: Gaussian mixtures with centroids on the sphere.
+
+The mixture ``(P_sigma)`` of ``math.md`` section 1 (paper, section 2):
+
+    Z ~ Categorical(weights),   X | Z = c  ~  N(mu*_c, sigma^2 I_d),
+
+with unit-norm centroids ``mu*_c``, mutually orthogonal by default
+(``K <= d``). ``sigma = 0`` is the Dirac mixture ``(P_0)``.
+"""
+
+import numbers
+
+import numpy as np
+from sklearn.utils import check_random_state
+
+__all__ = ["make_centroids", "make_mixture", "make_sequences"]
+
+
+def _check_positive_int(value, name, minimum=1):
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
+    return int(value)
+
+
+def make_centroids(n_clusters, n_features, *, kind="orthogonal", random_state=None):
+    """Draw ``n_clusters`` unit-norm centroids in ``R^n_features``.
+
+    Parameters
+    ----------
+    n_clusters : int
+        Number of centroids K.
+    n_features : int
+        Dimension d.
+    kind : {"orthogonal", "random"}, default="orthogonal"
+        ``"orthogonal"``: a uniformly random orthonormal K-frame (the paper's
+        assumption, requires ``K <= d``), obtained from the QR decomposition
+        of a Gaussian matrix with the signs of R's diagonal fixed (Haar
+        measure). ``"random"``: i.i.d. uniform points on the sphere
+        ``S^{d-1}``, nearly orthogonal when d is large (rebuttal, W2-iii).
+    random_state : int, RandomState instance or None, default=None
+        Seed or generator.
+
+    Returns
+    -------
+    centroids : ndarray of shape (n_clusters, n_features)
+        Unit rows.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attention_cluster.datasets import make_centroids
+    >>> C = make_centroids(3, 5, random_state=0)
+    >>> bool(np.allclose(C @ C.T, np.eye(3)))
+    True
+    """
+    n_clusters = _check_positive_int(n_clusters, "n_clusters")
+    n_features = _check_positive_int(n_features, "n_features")
+    rng = check_random_state(random_state)
+    if kind == "orthogonal":
+        if n_clusters > n_features:
+            raise ValueError(
+                f"Orthogonal centroids need n_clusters <= n_features, got "
+                f"n_clusters={n_clusters} > n_features={n_features}."
+            )
+        G = rng.standard_normal((n_features, n_clusters))
+        Q, R = np.linalg.qr(G)
+        signs = np.sign(np.diag(R))
+        signs[signs == 0] = 1.0
+        return np.ascontiguousarray((Q * signs).T)
+    if kind == "random":
+        G = rng.standard_normal((n_clusters, n_features))
+        return G / np.linalg.norm(G, axis=1, keepdims=True)
+    raise ValueError(f"kind must be 'orthogonal' or 'random', got {kind!r}.")
+
+
+def _resolve_mixture(n_clusters, n_features, centroids, weights, rng):
+    if isinstance(centroids, str):
+        centroids = make_centroids(n_clusters, n_features, kind=centroids, random_state=rng)
+    else:
+        centroids = np.array(centroids, dtype=np.float64)
+        if centroids.shape != (n_clusters, n_features):
+            raise ValueError(
+                f"centroids must have shape ({n_clusters}, {n_features}), got {centroids.shape}."
+            )
+    if weights is None:
+        weights = np.full(n_clusters, 1.0 / n_clusters)
+    else:
+        weights = np.asarray(weights, dtype=np.float64)
+        if weights.shape != (n_clusters,) or np.any(weights < 0) or not np.isclose(weights.sum(), 1.0):
+            raise ValueError("weights must be n_clusters non-negative numbers summing to 1.")
+    return centroids, weights
+
+
+def make_mixture(
+    n_samples=1000,
+    n_features=10,
+    n_clusters=2,
+    *,
+    noise=0.3,
+    centroids="orthogonal",
+    weights=None,
+    random_state=None,
+):
+    """Draw i.i.d. samples of the Gaussian mixture ``(P_sigma)``.
+
+    ``x = mu*_z + noise * eps`` with ``z ~ Categorical(weights)`` and
+    ``eps ~ N(0, I_d)`` (``math.md`` section 1; paper, section 2).
+
+    Parameters
+    ----------
+    n_samples : int, default=1000
+        Number of points n.
+    n_features : int, default=10
+        Dimension d.
+    n_clusters : int, default=2
+        Number of components K.
+    noise : float, default=0.3
+        Standard deviation sigma >= 0 of each component; 0 gives the Dirac
+        mixture ``(P_0)``.
+    centroids : {"orthogonal", "random"} or array-like of shape (K, d), default="orthogonal"
+        How to draw the centroids (see :func:`make_centroids`), or the
+        centroids themselves.
+    weights : array-like of shape (K,), default=None
+        Mixture weights; uniform when None (the paper's balanced case).
+    random_state : int, RandomState instance or None, default=None
+        Seed or generator.
+
+    Returns
+    -------
+    X : ndarray of shape (n_samples, n_features)
+    labels : ndarray of shape (n_samples,)
+        Latent component Z of each sample.
+    centroids : ndarray of shape (n_clusters, n_features)
+
+    Examples
+    --------
+    >>> from attention_cluster.datasets import make_mixture
+    >>> X, y, C = make_mixture(500, 10, 2, noise=0.3, random_state=0)
+    >>> X.shape, y.shape, C.shape
+    ((500, 10), (500,), (2, 10))
+    """
+    n_samples = _check_positive_int(n_samples, "n_samples")
+    n_features = _check_positive_int(n_features, "n_features")
+    n_clusters = _check_positive_int(n_clusters, "n_clusters")
+    if not np.isfinite(noise) or noise < 0:
+        raise ValueError(f"noise must be a finite number >= 0, got {noise!r}.")
+    rng = check_random_state(random_state)
+    centroids, weights = _resolve_mixture(n_clusters, n_features, centroids, weights, rng)
+    labels = rng.choice(n_clusters, size=n_samples, p=weights)
+    X = centroids[labels] + noise * rng.standard_normal((n_samples, n_features))
+    return X, labels, centroids
+
+
+def make_sequences(
+    n_sequences,
+    sequence_length,
+    n_features=10,
+    n_clusters=2,
+    *,
+    noise=0.3,
+    centroids="orthogonal",
+    weights=None,
+    random_state=None,
+):
+    """Draw a batch of sequences of ``L`` i.i.d. tokens from ``(P_sigma)``.
+
+    All sequences share the same centroids (the paper's sections 2-4); each
+    token is drawn as in :func:`make_mixture`.
+
+    Parameters
+    ----------
+    n_sequences : int
+        Batch size.
+    sequence_length : int
+        Number of tokens L of each sequence.
+    n_features, n_clusters, noise, centroids, weights, random_state
+        As in :func:`make_mixture`.
+
+    Returns
+    -------
+    X : ndarray of shape (n_sequences, sequence_length, n_features)
+    labels : ndarray of shape (n_sequences, sequence_length)
+    centroids : ndarray of shape (n_clusters, n_features)
+
+    Examples
+    --------
+    >>> from attention_cluster.datasets import make_sequences
+    >>> X, y, C = make_sequences(4, 50, 10, 2, random_state=0)
+    >>> X.shape, y.shape
+    ((4, 50, 10), (4, 50))
+    """
+    n_sequences = _check_positive_int(n_sequences, "n_sequences")
+    sequence_length = _check_positive_int(sequence_length, "sequence_length")
+    X, labels, centroids = make_mixture(
+        n_sequences * sequence_length,
+        n_features,
+        n_clusters,
+        noise=noise,
+        centroids=centroids,
+        weights=weights,
+        random_state=random_state,
+    )
+    shape = (n_sequences, sequence_length)
+    return X.reshape(*shape, -1), labels.reshape(shape), centroids

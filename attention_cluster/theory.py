@@ -21,13 +21,20 @@ def _noise_array(noise):
     return noise
 
 
-def unbiased_temperature(noise, sequence_length=np.inf):
+def unbiased_temperature(noise, sequence_length=np.inf, n_clusters=2):
     """Temperature that makes the oracle linear layer unbiased (Prop. 4.1).
 
-    ``lambda = L / ((L + 1) + 2 (L + 3) sigma^2)``, which tends to
-    ``1 / (1 + 2 sigma^2)`` as ``L -> infinity`` (``math.md`` section 4).
-    With it, ``E[T(X)_1 | Z_1 = c] = mu*_c`` for the two-head layer with
-    heads at the centroids.
+    For K equal-weight clusters with orthonormal centroids and K heads at the
+    centroids, ``E[T(X)_1 | Z_1 = c] = (lambda K / L) [(1 + (K + 2) sigma^2)
+    + (L - 1)(1/K + sigma^2)] mu*_c``, so the unbiased temperature is
+
+        lambda = L / (K (1 + (K + 2) sigma^2) + (L - 1)(1 + K sigma^2)),
+
+    which for the paper's K = 2 is ``L / ((L + 1) + 2 (L + 3) sigma^2)``
+    (Prop. 4.1, ``math.md`` section 4) and tends to ``1 / (1 + K sigma^2)``
+    as ``L -> infinity``. The K-cluster form is derived the same way
+    (Isserlis: ``E[||P X||^2 X | Z = c] = (1 + (K + 2) sigma^2) mu*_c`` for
+    the projection P onto the centroids' span).
 
     Parameters
     ----------
@@ -35,6 +42,8 @@ def unbiased_temperature(noise, sequence_length=np.inf):
         sigma >= 0.
     sequence_length : float, default=inf
         L >= 1, or ``np.inf`` for the limit.
+    n_clusters : int, default=2
+        K, the number of clusters and heads.
 
     Returns
     -------
@@ -48,9 +57,10 @@ def unbiased_temperature(noise, sequence_length=np.inf):
     """
     s2 = _noise_array(noise) ** 2
     L = float(sequence_length)
+    K = float(n_clusters)
     if np.isinf(L):
-        return 1.0 / (1.0 + 2.0 * s2)
-    return L / ((L + 1.0) + 2.0 * (L + 3.0) * s2)
+        return 1.0 / (1.0 + K * s2)
+    return L / (K * (1.0 + (K + 2.0) * s2) + (L - 1.0) * (1.0 + K * s2))
 
 
 def in_context_unbiased_temperature(noise, sequence_length, n_features):

@@ -7,7 +7,8 @@ layer that quantises each prompt in context.
 """
 
 from . import datasets, metrics, theory
+from ._clustering import AttentionClustering
 
 __version__ = "0.1.0"
 
-__all__ = ["datasets", "metrics", "theory", "__version__"]
+__all__ = ["AttentionClustering", "datasets", "metrics", "theory", "__version__"]

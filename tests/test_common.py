@@ -1,0 +1,26 @@
+"""scikit-learn's estimator checks on every public estimator."""
+
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from attention_cluster import AttentionClustering
+
+
+def _expected_failed_checks(estimator):
+    """Checks that fail by design, each with its reason."""
+    if isinstance(estimator, AttentionClustering) and estimator.solver == "psgd":
+        return {
+            "check_sample_weight_equivalence_on_dense_data": (
+                "PSGD draws rows with probability proportional to their weight: "
+                "integer weights equal repeated rows in distribution, but the "
+                "check shuffles the rows, so the random draws differ."
+            )
+        }
+    return {}
+
+
+@parametrize_with_checks(
+    [AttentionClustering(random_state=0)],
+    expected_failed_checks=_expected_failed_checks,
+)
+def test_sklearn_compatible_estimator(estimator, check):
+    check(estimator)

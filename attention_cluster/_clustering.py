@@ -12,6 +12,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from . import _kernels
 from ._scale import estimate_spectrum
 from ._validation import (
+    atomic_fit,
     check_n_samples,
     check_options,
     check_positive,
@@ -48,8 +49,8 @@ def auto_reg_strength(noise, temperature, n_clusters):
     section 3) gains ``f(m) = a m^2 (2 - a m)`` for a head on a direction of
     second moment m: ``m_s = 1/K + sigma^2`` on the span, ``sigma^2`` off it.
     The pairwise regulariser costs ``(K - 1) sigma^2 / K`` more per head on
-    the span than off it. rho is a fifth of the ratio of the two, capped at
-    0.5, so the span stays the minimiser with a wide margin while the
+    the span than off it. rho is a tenth of the ratio of the two, capped at
+    0.25, so the span stays the minimiser with a wide margin while the
     regulariser still breaks the rotation symmetry inside it.
     """
     a = temperature * n_clusters
@@ -58,8 +59,8 @@ def auto_reg_strength(noise, temperature, n_clusters):
     gain = a * m_s**2 * (2.0 - a * m_s) - a * s2**2 * (2.0 - a * s2)
     penalty = (n_clusters - 1.0) * s2 / n_clusters
     if penalty <= 0.0:
-        return 0.5
-    return float(min(0.5, 0.2 * max(gain, 0.0) / penalty))
+        return 0.25
+    return float(min(0.25, 0.1 * max(gain, 0.0) / penalty))
 
 
 def _tail_average(chunk_sums, fallback):
@@ -121,9 +122,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         (paper, section 3.3) or ``E[prod_k <mu_k,X>^2]`` (rebuttal). Without
         it, a random start only partially aligns with the centroids.
     reg_strength : "auto" or float, default="auto"
-        rho >= 0. ``"auto"`` takes a fifth of the largest rho for which the
+        rho >= 0. ``"auto"`` takes a tenth of the largest rho for which the
         centroids' span keeps its advantage over the noise directions,
-        capped at 0.5 (see ``reg_strength_``).
+        capped at 0.25 (see ``reg_strength_``).
     solver : {"psgd"}, default="psgd"
         ``"psgd"``: projected stochastic gradient descent (paper, Appendix
         F.1), cost independent of n.
@@ -268,6 +269,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             raise ValueError("init must have finite, non-zero rows.")
         return (init / norms[:, None]).T
 
+    @atomic_fit
     def fit(self, X, y=None, sample_weight=None):
         """Learn the heads from X.
 
@@ -316,7 +318,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
         rng = check_random_state(self.random_state)
         cum_weights = np.cumsum(weights) if weights is not None else np.arange(1.0, n + 1.0)
-        curvature = max(temperature * K * float(np.trace(spectrum.moment)), np.finfo(np.float64).tiny)
+        # Curvature scale of the risk; an all-zero X has none (and no gradient).
+        curvature = temperature * K * float(np.trace(spectrum.moment)) or 1.0
         best = None
         for run in range(self.n_init):
             U0 = init.copy() if init is not None else _random_heads(rng, d, K)

@@ -135,15 +135,17 @@ def token_regularizer(a, kind, coef):
     """
     K = a.shape[0]
     if kind == REG_PAIRWISE:
+        # sum_{j<k} q_j q_k as sum_k q_k (q_0 + ... + q_{k-1}): non-negative
+        # terms only, no cancellation.
         S = 0.0
-        S2 = 0.0
+        r = 0.0
         for k in range(K):
             q = a[k] * a[k]
+            r += q * S
             S += q
-            S2 += q * q
         for k in range(K):
             coef[k] = 2.0 * a[k] * (S - a[k] * a[k])
-        return 0.5 * (S * S - S2)
+        return r
     if kind == REG_PRODUCT:
         # prod_{k != j} a_k^2 from prefix and suffix products: no division.
         prefix = 1.0
@@ -225,7 +227,9 @@ def psgd_chunk(
     grad = np.empty((d, K))
     coef = np.empty(K)
     inv_batch = 1.0 / batch_size
-    reg_scale = reg_strength * inv_batch / L
+    # The whole gradient is divided by batch_size below: the regulariser's
+    # part becomes its mean over the batch_size * L tokens.
+    reg_scale = reg_strength / L
     for t in range(steps.shape[0]):
         for j in range(d):
             for k in range(K):

@@ -4,6 +4,7 @@ Built on scikit-learn's public helpers only (``check_scalar``,
 ``validate_data``): its private constraint classes change between releases.
 """
 
+import functools
 import numbers
 
 import numpy as np
@@ -65,3 +66,24 @@ def check_sample_weight(sample_weight, X):
     if not np.sum(w) > 0:
         raise ValueError("sample_weight must not sum to zero: at least one weight must be positive.")
     return w
+
+
+def atomic_fit(fit):
+    """Decorate ``fit`` so that a failure leaves the estimator as it was.
+
+    ``validate_data`` records ``n_features_in_`` before later checks can
+    fail; restoring the instance dictionary on error means a bad call never
+    leaves a half-fitted estimator (nor spoils an earlier fit).
+    """
+
+    @functools.wraps(fit)
+    def wrapper(self, *args, **kwargs):
+        saved = dict(self.__dict__)
+        try:
+            return fit(self, *args, **kwargs)
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(saved)
+            raise
+
+    return wrapper

@@ -291,6 +291,39 @@ def test_lambda_star_long_sequence_limit(noise):
     assert theory.lambda_star(noise, 1e9, n_features=10) == pytest.approx(limit, rel=1e-7)
 
 
+@settings(max_examples=50, deadline=None)
+@given(noise=st.floats(0, 3), L=st.integers(1, 10_000), d=st.integers(2, 100))
+def test_lambda_star_explicit_two_cluster_form(noise, L, d):
+    # The rational form written out in docs/theory.md.
+    s, k = noise**2, 1 + d * noise**2
+    num = L * (2 * k + 8 * s + (L - 1) * (1 + 4 * s))
+    den = (
+        4 * k * (1 + 4 * s) + 32 * s + 96 * s**2
+        + (L - 1) * (4 + 2 * k + 40 * s + 60 * s**2 + 4 * s * k)
+        + (L - 1) * (L - 2) * (1 + 5 * s + 6 * s**2)
+    )
+    assert theory.lambda_star(noise, L, 2, d) == pytest.approx(num / den, rel=1e-12)
+
+
+@pytest.mark.parametrize("n_clusters", [2, 3])
+def test_manifold_optimal_alignment_is_the_argmin_on_the_manifold(n_clusters):
+    noise, L, d = 0.3, 100, 10
+    lam_star = theory.lambda_star(noise, L, n_clusters, d)
+    ratio = np.array([0.5, 1.0, 1.2, 1.5, 2.0, 3.0])
+    kappa = theory.manifold_optimal_alignment(noise, ratio * lam_star, L, n_clusters, d)
+    np.testing.assert_allclose(kappa[:2], 1.0, rtol=1e-12)
+    assert np.all(np.diff(kappa[1:]) < 0)
+    # Independent check by grid search over equal alignments, and one unequal
+    # alignment cannot do better (convexity and symmetry).
+    grid = np.linspace(0, 1, 20_001)
+    for lam, best in zip(ratio * lam_star, kappa):
+        risk = theory.manifold_risk(np.repeat(grid[:, None], n_clusters, 1), noise, lam, L, d)
+        assert grid[np.argmin(risk)] == pytest.approx(best, abs=1e-4)
+        uneven = np.full(n_clusters, best)
+        uneven[0] = 0.5 * best
+        assert theory.manifold_risk(uneven, noise, lam, L, d) > risk.min()
+
+
 def test_lambda_star_closed_forms_for_k_clusters():
     L, K, s2 = np.arange(1, 50), 5, 0.49
     dirac = L * (L + K - 1) / (K**2 + 3 * K * (L - 1) + (L - 1) * (L - 2))

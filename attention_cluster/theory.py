@@ -19,6 +19,7 @@ of Gaussian quadratic forms), written out in ``docs/theory.md``.
 from dataclasses import dataclass
 
 import numpy as np
+from sklearn.utils import check_random_state
 
 from .metrics import _check_count, _check_noise, _check_weights, centroid_distance
 
@@ -175,7 +176,7 @@ def _reduce(*arrays):
     """
     stacked = np.vstack(arrays)
     _, sv, vt = np.linalg.svd(stacked, full_matrices=False)
-    tol = sv[0] * max(stacked.shape) * np.finfo(np.float64).eps if sv.size else 0.0
+    tol = sv[0] * max(stacked.shape) * np.finfo(np.float64).eps
     basis = vt[: max(int(np.sum(sv > tol)), 1)]
     return basis, [a @ basis.T for a in arrays]
 
@@ -207,37 +208,29 @@ class _LayerMoments:
         E||X_1 - T(X)_1||^2 = a0 - 2 tau a1 + tau^2 a2,
 
     ``a0 = E||X_1||^2``, ``tau a1 = E<X_1, T(X)_1>``, ``tau^2 a2 = E||T(X)_1||^2``
-    (``docs/theory.md``, "General closed form"). The means are in orthonormal
-    coordinates of a subspace containing the heads and the centroids;
-    ``n_features`` is the ambient d, which enters only through
-    ``E||x||^2``. ``x_weights`` is the law of the latent ``Z_1`` of the
-    first token (default: the mixture's weights; a one-hot vector conditions
-    on ``Z_1 = c``). What does not depend on the heads is computed once.
+    (``docs/theory.md``, "General closed form", with ``M_x = M``). The means
+    are in orthonormal coordinates of a subspace containing the heads and the
+    centroids; ``n_features`` is the ambient d, which enters only through
+    ``E||x||^2``. What does not depend on the heads is computed once.
     """
 
-    def __init__(self, means, weights, s, n_features, L, x_weights=None):
-        r = means.shape[1]
-        eye = np.eye(r)
-        xw = weights if x_weights is None else x_weights
-        self.means, self.s, self.eye, self.xw = means, s, eye, xw
+    def __init__(self, means, weights, s, n_features, L):
+        eye = np.eye(means.shape[1])
+        self.means, self.weights, self.s, self.eye = means, weights, s, eye
         self.w1, self.w2 = _length_weights(L)
         self.outer = means[:, :, None] * means[:, None, :]
         self.k_id = s * n_features + np.sum(means**2, axis=1)  # E_c||x||^2, ambient trace
         self.M = _average(weights, self.outer) + s * eye
-        self.Mx = _average(xw, self.outer) + s * eye
-        n1_id = _n1(self.k_id, eye, means, means, s, eye)
-        self.M4 = _average(weights, n1_id)
-        self.M4x = _average(xw, n1_id)
+        self.M4 = _average(weights, _n1(self.k_id, eye, means, means, s, eye))
         self.M2 = self.M @ self.M
-        self.a0 = xw @ self.k_id
-        self.dT2 = _sym(self.Mx @ self.M)
+        self.a0 = weights @ self.k_id
         self.d_id = 2.0 * s**2 * eye + 4.0 * s * self.outer
 
     def __call__(self, P, gradient=False):
         """``(a0, a1, a2)`` for ``P = U U^T``, and with ``gradient=True`` also
         the symmetric matrices ``(g1, g2)``, the gradients of a1, a2 in P."""
-        means, s, eye, xw, k_id = self.means, self.s, self.eye, self.xw, self.k_id
-        M, Mx, M4, M2 = self.M, self.Mx, self.M4, self.M2
+        means, s, eye, w, k_id = self.means, self.s, self.eye, self.weights, self.k_id
+        M, M4, M2 = self.M, self.M4, self.M2
         w1, w2 = self.w1, self.w2
         Pm = means @ P
         p = np.sum(means * Pm, axis=1)
@@ -251,12 +244,12 @@ class _LayerMoments:
         k_ppi = 8.0 * s**3 * trP2 + 24.0 * s**2 * q
         n1_p = _n1(k_p, P, Pm, means, s, eye)
         PM = P @ M
-        T1 = xw @ (k_p * k_id + k_pi)
-        T2 = np.sum(PM.T * Mx)
-        T3 = xw @ (k_p**2 * k_id + k_pp * k_id + 2.0 * k_pi * k_p + k_ppi)
-        T4 = xw @ np.sum(PM[None] * n1_p, axis=(1, 2))
-        T5 = np.sum((P @ M4 @ P) * Mx)
-        T6 = np.sum((P @ M2 @ P) * Mx)
+        T1 = w @ (k_p * k_id + k_pi)
+        T2 = np.sum(P * M2)
+        T3 = w @ (k_p**2 * k_id + k_pp * k_id + 2.0 * k_pi * k_p + k_ppi)
+        T4 = w @ np.sum(PM[None] * n1_p, axis=(1, 2))
+        T5 = np.sum((P @ M4 @ P) * M)
+        T6 = np.sum((P @ M2 @ P) * M)
         a1 = w1[0] * T1 + w1[1] * T2
         a2 = w2[0] * T3 + w2[1] * T4 + w2[2] * T5 + w2[3] * T6
         if not gradient:
@@ -273,25 +266,21 @@ class _LayerMoments:
         S = _sym(PM)
         Sm = means @ S
         k_s = s * np.trace(S) + np.sum(means * Sm, axis=1)
-        dT3 = 2.0 * _average(xw, n2)
-        dT4 = _average(xw, _n1(k_s, S, Sm, means, s, eye)) + _sym(_average(xw, n1_p) @ M)
-        dT5 = M4 @ P @ Mx
-        dT6 = M2 @ P @ Mx
-        g1 = w1[0] * self.M4x + w1[1] * self.dT2
+        dT3 = 2.0 * _average(w, n2)
+        dT4 = _average(w, _n1(k_s, S, Sm, means, s, eye)) + _sym(_average(w, n1_p) @ M)
+        dT5 = M4 @ P @ M
+        dT6 = M2 @ P @ M
+        g1 = w1[0] * M4 + w1[1] * M2
         g2 = w2[0] * dT3 + w2[1] * dT4 + w2[2] * (dT5 + dT5.T) + w2[3] * (dT6 + dT6.T)
         return self.a0, a1, a2, g1, g2
 
 
-def _mixture(centroids, weights):
+def _problem(heads, centroids, noise, temperature, sequence_length, weights):
+    heads = np.asarray(heads, dtype=np.float64)
     centroids = np.asarray(centroids, dtype=np.float64)
     if centroids.ndim != 2:
         raise ValueError(f"centroids must be a 2-D array, got shape {centroids.shape}.")
-    return centroids, _check_weights(weights, centroids.shape[0])
-
-
-def _problem(heads, centroids, noise, temperature, sequence_length, weights):
-    heads = np.asarray(heads, dtype=np.float64)
-    centroids, weights = _mixture(centroids, weights)
+    weights = _check_weights(weights, centroids.shape[0])
     if heads.ndim != 2 or heads.shape[1] != centroids.shape[1]:
         raise ValueError(
             f"heads must have shape (n_heads, {centroids.shape[1]}), got {heads.shape}."
@@ -302,10 +291,10 @@ def _problem(heads, centroids, noise, temperature, sequence_length, weights):
 
 
 def _risk_and_gradient(moments, U, tau):
-    """Risk and its Euclidean gradient in the heads ``U`` (columns)."""
+    """Risk and the symmetric H with ``grad_U R = H U`` (heads as columns)."""
     a0, a1, a2, g1, g2 = moments(U @ U.T, gradient=True)
     risk = a0 - 2.0 * tau * a1 + tau**2 * a2
-    return risk, 2.0 * (tau**2 * g2 - 2.0 * tau * g1) @ U
+    return risk, 2.0 * (tau**2 * g2 - 2.0 * tau * g1)
 
 
 def population_risk(heads, centroids, noise, temperature, sequence_length=np.inf, weights=None):
@@ -401,7 +390,8 @@ def population_risk_gradient(
     )
     basis, (U, means) = _reduce(heads, centroids)
     moments = _LayerMoments(means, weights, s, heads.shape[1], L)
-    return _risk_and_gradient(moments, U.T, tau)[1].T @ basis
+    H = _risk_and_gradient(moments, U.T, tau)[1]
+    return U @ H @ basis
 
 
 def risk_from_overlaps(
@@ -830,8 +820,6 @@ def manifold_heads(centroids, alignment, random_state=None):
     >>> np.round(H @ C.T, 12).tolist(), round(float(H[0] @ H[1]), 12)
     ([[0.6, 0.0], [0.0, 0.8]], 0.0)
     """
-    from sklearn.utils import check_random_state
-
     centroids = np.asarray(centroids, dtype=np.float64)
     K, d = centroids.shape
     if not np.allclose(centroids @ centroids.T, np.eye(K), atol=1e-10):
@@ -1222,22 +1210,22 @@ def population_pgd(
     moments = _LayerMoments(means, weights, s, heads0.shape[1], L)
 
     def objective(U):
-        risk, grad = _risk_and_gradient(moments, U, tau)
+        risk, H = _risk_and_gradient(moments, U, tau)
+        grad = H @ U
         if reg_strength:
             reg, reg_grad = _pairwise_terms(U, means, weights, s)
             risk, grad = risk + reg_strength * reg, grad + reg_strength * reg_grad
         return risk, grad
 
     if step_size is None:
-        P = U @ U.T
-        _, _, _, g1, g2 = moments(P, gradient=True)
-        scale = np.linalg.norm(2.0 * (tau**2 * g2 - 2.0 * tau * g1), 2)
+        scale = np.linalg.norm(_risk_and_gradient(moments, U, tau)[1], 2)
         if reg_strength:
+            P = U @ U.T
             Pm = means @ P
             k_p = s * np.trace(P) + np.sum(means * Pm, axis=1)
             N = _average(weights, _n1(k_p, P, Pm, means, s, moments.eye))
             scale += 2.0 * reg_strength * np.linalg.norm(N, 2)
-        step_size = 0.5 / scale
+        step_size = 0.5 / scale if scale > 0 else 1.0  # scale 0: lambda = rho = 0
     values = []
     distances = [centroid_distance(U.T, means)]
     converged = False

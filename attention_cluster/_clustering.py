@@ -18,7 +18,7 @@ from ._validation import (
     check_positive,
     check_sample_weight,
 )
-from .theory import unbiased_temperature
+from .theory import lambda_star, unbiased_temperature
 
 _REGULARIZERS = {None: _kernels.REG_NONE, "pairwise": _kernels.REG_PAIRWISE, "product": _kernels.REG_PRODUCT}
 # PSGD bookkeeping: the driver checks convergence every _CHUNK steps, and the
@@ -27,18 +27,22 @@ _CHUNK = 100
 _DECAY = 200.0
 
 
-def auto_temperature(noise, sequence_length, n_clusters):
-    """Default temperature for data of estimated noise ``sigma``.
+def auto_temperature(noise, sequence_length, n_clusters, n_features):
+    """Default temperature for unit-scale data of estimated noise ``sigma``.
 
     The unbiased temperature of Prop. 4.1 (generalised to K clusters in
-    :func:`attention_cluster.theory.unbiased_temperature`), shrunk by
-    ``(L + 1) / (L + 3)`` so that it stays below ``lambda*(sigma, L)`` at both
-    of its known limits: ``(L + 1) / (L + 3)`` at ``sigma = 0`` and
-    ``(1 + 4 sigma^2) / (1 + 5 sigma^2 + 6 sigma^4) >= 1 / (1 + 2 sigma^2)``
-    as ``L -> infinity`` (Prop. 3.3, ``math.md`` section 4).
+    :func:`attention_cluster.theory.unbiased_temperature`), so that the
+    layer's output is centred on each point's centroid, capped at
+    ``0.95 lambda*(sigma, L, d)`` (Prop. 3.3,
+    :func:`attention_cluster.theory.lambda_star`) so that the centroids
+    stay the risk's minimisers with a margin for the error of the estimated
+    sigma.
     """
-    L = sequence_length
-    return float(unbiased_temperature(noise, L, n_clusters)) * (L + 1.0) / (L + 3.0)
+    unbiased = float(unbiased_temperature(noise, sequence_length, n_clusters))
+    cap = float(lambda_star(noise, sequence_length, n_clusters, n_features))
+    if not np.isfinite(cap) or cap <= 0:
+        return unbiased
+    return min(unbiased, 0.95 * cap)
 
 
 def auto_reg_strength(noise, temperature, n_clusters):
@@ -109,10 +113,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     temperature : "auto" or float, default="auto"
         lambda > 0, applied to data divided by ``scale_``. ``"auto"``
         estimates the noise sigma from the second-moment spectrum and takes
-        the unbiased temperature of Prop. 4.1 (generalised to K clusters)
-        times ``(L + 1) / (L + 3)``, which keeps it below ``lambda*(sigma,
-        L)``, the largest temperature at which the centroids minimise the
-        risk (Prop. 3.3).
+        the unbiased temperature of Prop. 4.1 (generalised to K clusters),
+        capped at ``0.95 lambda*(sigma, L, d)``, the largest temperature at
+        which the centroids minimise the risk (Prop. 3.3).
     sequence_length : int, default=50
         L, the number of rows in each sampled sequence. Short sequences
         keep the finite-L terms that single out the centroids inside their
@@ -306,7 +309,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         spectrum = estimate_spectrum(X, K, weights)
         L = self.sequence_length
         if isinstance(self.temperature, str):
-            temperature = auto_temperature(spectrum.noise, L, K)
+            temperature = auto_temperature(spectrum.noise, L, K, d)
         else:
             temperature = float(self.temperature)
         if isinstance(self.reg_strength, str):

@@ -1,0 +1,326 @@
+"""InContextQuantizer and make_prompts: formulas, Monte Carlo, symmetries, bad input."""
+
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from scipy.stats import norm
+from sklearn.cluster import KMeans
+from sklearn.pipeline import make_pipeline
+
+from attention_cluster import InContextQuantizer
+from attention_cluster._quantizer import _in_context_temperature
+from attention_cluster._scale import estimate_spectrum
+from attention_cluster.datasets import make_prompts
+from attention_cluster.layers import in_context_attention
+from attention_cluster.theory import in_context_unbiased_temperature
+
+# ---------------------------------------------------------------------------
+# make_prompts
+
+
+def test_make_prompts_draws_one_orthonormal_frame_per_prompt():
+    X, labels, C = make_prompts(300, 40, 6, 3, noise=0.5, random_state=0)
+    assert X.shape == (300, 40, 6) and labels.shape == (300, 40) and C.shape == (300, 3, 6)
+    np.testing.assert_allclose(C @ np.swapaxes(C, 1, 2), np.broadcast_to(np.eye(3), (300, 3, 3)), atol=1e-12)
+    # Prompts have different centroids, isotropic on average: E[mu mu^T] = I / d.
+    np.testing.assert_allclose(np.einsum("nkd,nke->de", C, C) / (300 * 3), np.eye(6) / 6, atol=0.03)
+    assert set(np.unique(labels)) == {0, 1, 2}
+    residual = X - np.take_along_axis(C, labels[..., None], axis=1)
+    assert residual.std() == pytest.approx(0.5, rel=0.02)
+
+
+def test_make_prompts_is_reproducible_and_noise_free_at_zero():
+    a = make_prompts(3, 5, 4, random_state=7)
+    b = make_prompts(3, 5, 4, random_state=np.random.RandomState(7))
+    for u, v in zip(a, b):
+        np.testing.assert_array_equal(u, v)
+    X, labels, C = make_prompts(3, 5, 4, noise=0.0, random_state=1)
+    np.testing.assert_array_equal(X, np.take_along_axis(C, labels[..., None], axis=1))
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"n_prompts": 0}, "n_prompts must be an integer >= 1"),
+        ({"sequence_length": 2.5}, "sequence_length must be an integer >= 1"),
+        ({"n_clusters": 5, "n_features": 3}, "n_clusters <= n_features"),
+        ({"noise": -0.1}, "noise must be a finite number >= 0"),
+        ({"noise": np.nan}, "noise must be a finite number >= 0"),
+    ],
+)
+def test_make_prompts_rejects_bad_arguments(kwargs, match):
+    args = {"n_prompts": 2, "sequence_length": 3, "n_features": 4} | kwargs
+    with pytest.raises(ValueError, match=match):
+        make_prompts(**args)
+
+
+# ---------------------------------------------------------------------------
+# The transform against direct formulas
+
+
+def test_k_cluster_temperature_reduces_to_prop_5_1():
+    noise = np.array([0.0, 0.3, 1.0, 2.5])
+    for L in [1, 7, 500]:
+        for d in [2, 10]:
+            np.testing.assert_allclose(
+                _in_context_temperature(noise, L, d, 2), in_context_unbiased_temperature(noise, L, d), rtol=1e-14
+            )
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+def test_auto_transform_is_the_layer_on_the_unit_scale_prompt(dtype):
+    rng = np.random.default_rng(0)
+    X = (40.0 * rng.standard_normal((60, 5))).astype(dtype)
+    X64 = X.astype(np.float64)
+    spectrum = estimate_spectrum(X64, 3)
+    temperature = _in_context_temperature(spectrum.noise, 60, 5, 3)
+    Xs = X64 / spectrum.scale
+    expected = spectrum.scale * (temperature * 3 / 60) * np.einsum("lk,kd->ld", Xs @ Xs.T, Xs)
+    out = InContextQuantizer(3).fit(X).transform(X)
+    assert out.dtype == dtype
+    np.testing.assert_allclose(out, expected, rtol=1e-4 if dtype == np.float32 else 1e-11)
+
+
+def test_numeric_temperature_is_the_layer_on_x():
+    X = np.random.default_rng(1).standard_normal((30, 4))
+    out = InContextQuantizer(3, temperature=0.4).fit_transform(X)
+    np.testing.assert_allclose(out, in_context_attention(X, temperature=0.4, n_clusters=3), rtol=1e-14)
+    np.testing.assert_allclose(
+        InContextQuantizer(3, temperature=0.4).fit_transform(2.0 * X), 8.0 * out, rtol=1e-12
+    )
+
+
+# ---------------------------------------------------------------------------
+# Monte Carlo (d = 10, sigma = 0.3, L = 500; many prompts)
+
+D, SIGMA, L = 10, 0.3, 500
+
+
+def _frame_statistics(T, labels, C):
+    """Mean projections of each output on its token's centroid and on the others.
+
+    The centroids differ between prompts, so outputs are averaged in each
+    prompt's own frame; per-prompt means are independent, which gives the
+    standard errors.
+    """
+    K = C.shape[1]
+    proj = np.einsum("nld,nkd->nlk", T, C)
+    own_mask = labels[..., None] == np.arange(K)
+    own = np.sum(proj * own_mask, axis=-1)
+    other = np.sum(proj * ~own_mask, axis=-1) / (K - 1)
+    n = T.shape[0]
+    own_p, other_p = own.mean(axis=1), other.mean(axis=1)
+    return own_p.mean(), own_p.std() / np.sqrt(n), other_p.mean(), other_p.std() / np.sqrt(n)
+
+
+def _own_centroid(labels, C):
+    return np.take_along_axis(C, labels[..., None], axis=1)
+
+
+@pytest.mark.parametrize("n_clusters", [2, 3])
+def test_prop_5_1_temperature_is_exactly_unbiased(n_clusters):
+    # Prop. 5.1 holds at every L: with the true sigma the only error is
+    # Monte Carlo error.
+    X, labels, C = make_prompts(400, L, D, n_clusters, noise=SIGMA, random_state=10 + n_clusters)
+    temperature = _in_context_temperature(SIGMA, L, D, n_clusters)
+    T = in_context_attention(X, temperature=temperature, n_clusters=n_clusters)
+    own, own_se, other, other_se = _frame_statistics(T, labels, C)
+    assert abs(own - 1.0) < 5 * own_se
+    assert abs(other) < 5 * other_se
+
+
+def test_auto_temperature_is_unbiased_up_to_plug_in_error():
+    # With sigma and s estimated from the prompt, the output is unbiased up
+    # to the plug-in error, O(1/L) (about 0.003 at L = 500), plus Monte Carlo
+    # error (standard error about 0.001): tolerance 0.01.
+    X, labels, C = make_prompts(400, L, D, 2, noise=SIGMA, random_state=20)
+    quantizer = InContextQuantizer(2)
+    T = np.stack([quantizer.fit_transform(prompt) for prompt in X])
+    own, own_se, other, other_se = _frame_statistics(T, labels, C)
+    assert own_se < 0.002 and other_se < 0.003
+    assert abs(own - 1.0) < 0.01
+    assert abs(other) < 0.01
+
+
+def _limit_risk(temperature, noise, d, K):
+    """E||X_1 - T^ctx(X)_1||^2 as L -> infinity (checked by Monte Carlo below).
+
+    As L -> infinity, T^ctx(X)_1 = lambda K M X_1 with M = E[X X^T] = P / K +
+    sigma^2 I, P the projection on the centroids' span, so X_1 - T_1 =
+    (1 - lambda (1 + K sigma^2)) P X_1 + (1 - lambda K sigma^2)(I - P) X_1,
+    with E||P X||^2 = 1 + K sigma^2 and E||(I - P) X||^2 = (d - K) sigma^2.
+    """
+    s2 = noise**2
+    return (1 - temperature * (1 + K * s2)) ** 2 * (1 + K * s2) + (1 - temperature * K * s2) ** 2 * (d - K) * s2
+
+
+def test_risk_is_below_the_optimal_quantizer_risk_prop_5_2():
+    # Prop. 5.2: for large L the risk of T^ctx falls below d sigma^2, the
+    # risk of the optimal quantizer T*(X)_l = mu*_{Z_l}. The risk-optimal
+    # temperature of the limit, ((1 + 2 s^2)^2 + 2 (d - 2) s^4) /
+    # ((1 + 2 s^2)^3 + 4 (d - 2) s^6), is the paper's Prop. 5.2 choice.
+    X, labels, C = make_prompts(400, L, D, 2, noise=SIGMA, random_state=30)
+    s2 = SIGMA**2
+    optimal = ((1 + 2 * s2) ** 2 + 2 * (D - 2) * s2**2) / ((1 + 2 * s2) ** 3 + 4 * (D - 2) * s2**3)
+    quantizer_risk = np.mean(np.sum((X - _own_centroid(labels, C)) ** 2, axis=-1))
+    assert quantizer_risk == pytest.approx(D * s2, rel=0.02)
+    risks = {}
+    for name, temperature in [
+        ("unbiased", _in_context_temperature(SIGMA, L, D, 2)),
+        ("optimal", optimal),
+        ("half", 0.5),
+    ]:
+        errors = np.sum((X - in_context_attention(X, temperature=temperature)) ** 2, axis=-1)
+        per_prompt = errors.mean(axis=1)
+        risks[name] = per_prompt.mean()
+        se = per_prompt.std() / np.sqrt(len(per_prompt))
+        # Monte Carlo error plus the O(d / L) finite-L correction.
+        limit = _limit_risk(temperature, SIGMA, D, 2)
+        assert abs(risks[name] - limit) < 5 * se + D / L
+    assert risks["optimal"] <= risks["unbiased"] < 0.7 * D * s2
+
+
+@pytest.mark.parametrize("attention", ["linear", "softmax"])
+def test_conditional_variance_is_below_the_inputs(attention):
+    # Var[T_1 | Z_1 = c] = E||T_1 - E[T_1 | Z_1]||^2, with the conditional mean
+    # taken in each prompt's frame (its components along the centroids;
+    # the rest vanishes by symmetry).
+    n_prompts = 200 if attention == "linear" else 40
+    X, labels, C = make_prompts(n_prompts, L, D, 2, noise=SIGMA, random_state=40)
+    quantizer = InContextQuantizer(2, attention=attention)
+    T = np.stack([quantizer.fit_transform(prompt) for prompt in X])
+    own, _, other, _ = _frame_statistics(T, labels, C)
+    mse = np.mean(np.sum((T - _own_centroid(labels, C)) ** 2, axis=-1))
+    variance = mse - (own - 1.0) ** 2 - other**2
+    input_variance = np.mean(np.sum((X - _own_centroid(labels, C)) ** 2, axis=-1))
+    assert variance < 0.5 * input_variance
+    if attention == "linear":
+        # As L -> infinity, T_1 - mu*_c = sigma P eps + (K s^2 / (1 + K s^2)) sigma (I - P) eps.
+        shrink = 2 * SIGMA**2 / (1 + 2 * SIGMA**2)
+        limit = 2 * SIGMA**2 + shrink**2 * (D - 2) * SIGMA**2
+        assert variance == pytest.approx(limit, abs=D / L)
+
+
+def test_pipeline_recipe_labels_tokens_as_well_as_the_oracle_rule():
+    # The recipe of the Notes: KMeans on the quantised tokens. Its error is
+    # compared with the oracle rule argmax_c <x, mu*_c> (Bayes error I(sigma),
+    # math.md section 1) on the same tokens.
+    X, labels, C = make_prompts(20, L, D, 2, noise=SIGMA, random_state=50)
+    errors, oracle = [], []
+    for prompt, y, centroids in zip(X, labels, C):
+        model = make_pipeline(InContextQuantizer(2), KMeans(2, n_init=3, random_state=0))
+        wrong = np.mean(model.fit_predict(prompt) != y)
+        errors.append(min(wrong, 1 - wrong))
+        oracle.append(np.mean(np.argmax(prompt @ centroids.T, axis=1) != y))
+    assert np.mean(oracle) == pytest.approx(norm.cdf(-1 / (np.sqrt(2) * SIGMA)), abs=0.004)
+    assert np.mean(errors) < np.mean(oracle) + 0.005
+
+
+# ---------------------------------------------------------------------------
+# Symmetries of the auto temperature, by Hypothesis
+
+prompts = st.tuples(st.integers(1, 12), st.integers(1, 5)).flatmap(
+    lambda shape: hnp.arrays(np.float64, shape, elements=st.floats(-3.0, 3.0, allow_subnormal=False))
+)
+
+
+def _close(actual, expected):
+    atol = 1e-9 * max(1e-300, float(np.abs(expected).max()))
+    np.testing.assert_allclose(actual, expected, rtol=1e-8, atol=atol)
+
+
+@settings(max_examples=40, deadline=None)
+@given(X=prompts, exponent=st.integers(-140, 140), mantissa=st.floats(1.0, 10.0), attention=st.sampled_from(["linear", "softmax"]))
+def test_auto_is_scale_equivariant(X, exponent, mantissa, attention):
+    c = mantissa * 10.0**exponent
+    quantizer = InContextQuantizer(2, attention=attention).fit(X)
+    _close(quantizer.transform(c * X), c * quantizer.transform(X))
+
+
+@settings(max_examples=40, deadline=None)
+@given(X=prompts, seed=st.integers(0, 2**32 - 1), attention=st.sampled_from(["linear", "softmax"]))
+def test_auto_is_rotation_and_permutation_equivariant(X, seed, attention):
+    rng = np.random.default_rng(seed)
+    R = np.linalg.qr(rng.standard_normal((X.shape[1], X.shape[1])))[0]
+    perm = rng.permutation(X.shape[0])
+    quantizer = InContextQuantizer(2, attention=attention).fit(X)
+    out = quantizer.transform(X)
+    _close(quantizer.transform(X @ R), out @ R)
+    _close(quantizer.transform(X[perm]), out[perm])
+
+
+# ---------------------------------------------------------------------------
+# Extreme scales and bad input
+
+
+@pytest.mark.parametrize("attention", ["linear", "softmax"])
+@pytest.mark.parametrize(
+    "scale, dtype",
+    [(1e-150, np.float64), (1e150, np.float64), (1e-300, np.float64), (1e-15, np.float32), (1e15, np.float32)],
+)
+def test_extreme_scales_and_zero_rows_stay_finite(scale, dtype, attention):
+    X = np.random.default_rng(2).standard_normal((50, 4))
+    X[::7] = 0.0
+    quantizer = InContextQuantizer(2, attention=attention).fit(X)
+    reference = quantizer.transform(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = quantizer.transform((scale * X).astype(dtype))
+    assert out.dtype == dtype
+    assert np.all(np.isfinite(out))
+    np.testing.assert_allclose(out / scale, reference, rtol=1e-4 if dtype == np.float32 else 1e-9, atol=1e-12)
+    if attention == "linear":  # T^ctx(X)_l = lambda K M X_l vanishes with X_l
+        assert np.all(out[::7] == 0.0)
+
+
+@pytest.mark.parametrize("attention", ["linear", "softmax"])
+def test_all_zero_prompt_maps_to_zero(attention):
+    X = np.zeros((5, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = InContextQuantizer(attention=attention).fit_transform(X)
+    np.testing.assert_array_equal(out, X)
+
+
+def test_numeric_temperature_overflow_is_an_error_not_nan():
+    X = np.full((3, 2), 1e150)
+    quantizer = InContextQuantizer(temperature=1.0).fit(X)
+    with pytest.raises(FloatingPointError, match="overflowed"):
+        quantizer.transform(X)
+
+
+@pytest.mark.parametrize(
+    "X, match",
+    [
+        (np.array([[1.0, np.nan], [0.0, 1.0]]), "NaN"),
+        (np.array([[1.0, np.inf], [0.0, 1.0]]), "infinity"),
+        (np.zeros((0, 2)), "0 sample"),
+        (np.zeros((3, 0)), "0 feature"),
+        (np.ones(2), "Expected 2D array"),
+        (np.ones((3, 2), dtype=complex), "Complex data not supported"),
+    ],
+    ids=["nan", "inf", "no-token", "no-feature", "1d", "complex"],
+)
+@pytest.mark.parametrize("method", ["fit", "transform"])
+def test_bad_input_raises(X, match, method):
+    quantizer = InContextQuantizer().fit(np.ones((4, 2)))
+    with pytest.raises(ValueError, match=match):
+        getattr(quantizer, method)(X)
+
+
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        ({"n_clusters": 0}, "n_clusters"),
+        ({"temperature": 0.0}, "temperature"),
+        ({"temperature": "cold"}, "temperature"),
+        ({"attention": "quadratic"}, "attention"),
+    ],
+)
+def test_bad_parameters_raise_at_fit(params, match):
+    with pytest.raises(ValueError, match=match):
+        InContextQuantizer(**params).fit(np.ones((4, 3)))

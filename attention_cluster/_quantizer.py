@@ -172,22 +172,28 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         """
         check_is_fitted(self)
         X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
-        layer = in_context_attention if self.attention == "linear" else in_context_softmax_attention
-        extra = {"n_clusters": self.n_clusters} if self.attention == "linear" else {}
         if self.temperature != "auto":
-            return layer(X, temperature=self.temperature, **extra)
-        # Divide by the largest entry first so that the spectrum and the
-        # unit-scale prompt are computed without overflow or underflow.
+            if self.attention == "linear":
+                return in_context_attention(X, temperature=self.temperature, n_clusters=self.n_clusters)
+            return in_context_softmax_attention(X, temperature=self.temperature)
+        spectrum = estimate_spectrum(X, self.n_clusters)
+        L, d = X.shape
+        temperature = _in_context_temperature(spectrum.noise, L, d, self.n_clusters)
+        if self.attention == "linear":
+            # s T^ctx(X / s)_l = lambda K (X^T X / (L s^2)) X_l, and X^T X / (L s^2)
+            # is the spectrum's unit-scale moment, accumulated without overflow:
+            # one product with a d x d matrix, at the magnitude of X.
+            return X @ (temperature * self.n_clusters * spectrum.moment).astype(X.dtype)
+        # Divide by the largest entry first, then by the remaining unit-scale
+        # factor of s, so that X / s neither overflows nor underflows.
         peak = float(np.max(np.abs(X)))
         if peak == 0.0:
             return np.zeros_like(X)
+        unit_scale = spectrum.scale / peak
         X_unit = X / peak
-        spectrum = estimate_spectrum(X_unit, self.n_clusters)
-        X_unit /= spectrum.scale
-        L, d = X.shape
-        temperature = _in_context_temperature(spectrum.noise, L, d, self.n_clusters)
-        out = layer(X_unit, temperature=temperature, **extra)
-        out *= spectrum.scale
+        X_unit /= unit_scale
+        out = in_context_softmax_attention(X_unit, temperature=temperature)
+        out *= unit_scale
         out *= peak
         return out
 

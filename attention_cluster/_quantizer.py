@@ -43,8 +43,9 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
     queries and values are the identity: no parameter is learned, and each
     token is moved towards the centroid of its cluster within the prompt.
     Since ``T^ctx(X)_l = lambda K M X_l`` with ``M`` the prompt's second
-    moment, the layer keeps the span of the centroids and shrinks the other
-    directions by ``K sigma^2 / (1 + K sigma^2)`` when L is large.
+    moment, it is one linear map per prompt: with ``temperature="auto"`` and
+    L large it keeps the span of the centroids and shrinks the other
+    directions by ``K sigma^2 / (1 + K sigma^2)``.
 
     Parameters
     ----------
@@ -99,6 +100,9 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
     the centroids: ``make_pipeline(InContextQuantizer(K), KMeans(K))``.
     KMeans' centres then play the heads, and its nearest-centre assignment
     is the ``argmax_h <x, mu_h>`` rule when the centres have equal norms.
+    This labels as well as KMeans alone on the paper's mixtures, not better:
+    the noise inside the centroids' span, which limits the labels, is left
+    as it is (``benchmarks/quantizer_pipeline.py``).
 
     Examples
     --------

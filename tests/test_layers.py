@@ -223,7 +223,9 @@ BAD_PROMPTS = [
 
 
 @pytest.mark.parametrize("name", list(LAYERS))
-@pytest.mark.parametrize("X, match", BAD_PROMPTS, ids=["nan", "inf", "no-token", "no-feature", "no-prompt-token", "1d", "4d", "complex", "str"])
+@pytest.mark.parametrize(
+    "X, match", BAD_PROMPTS, ids=["nan", "inf", "no-token", "no-feature", "no-prompt-token", "1d", "4d", "complex", "str"]
+)
 def test_bad_prompts_raise(name, X, match):
     layer, _ = LAYERS[name]
     with pytest.raises(ValueError, match=match):
@@ -262,3 +264,13 @@ def test_overflow_raises_instead_of_returning_nan(name):
     X = np.array([[1e160, 0.0, 1e160], [0.0, -1e160, 1e160]])
     with pytest.raises(FloatingPointError, match="overflowed"):
         layer(X, np.ones((1, 3)), 1.0)
+
+
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_strided_read_only_batch_matches_contiguous(name):
+    layer, _ = LAYERS[name]
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((6, 9, 8))[::2, :, ::2]
+    X.setflags(write=False)
+    heads = rng.standard_normal((2, 4))
+    np.testing.assert_allclose(layer(X, heads, 0.6), layer(np.ascontiguousarray(X), heads, 0.6), rtol=1e-12)

@@ -234,7 +234,12 @@ def _close(actual, expected):
 
 
 @settings(max_examples=40, deadline=None)
-@given(X=prompts, exponent=st.integers(-140, 140), mantissa=st.floats(1.0, 10.0), attention=st.sampled_from(["linear", "softmax"]))
+@given(
+    X=prompts,
+    exponent=st.integers(-140, 140),
+    mantissa=st.floats(1.0, 10.0),
+    attention=st.sampled_from(["linear", "softmax"]),
+)
 def test_auto_is_scale_equivariant(X, exponent, mantissa, attention):
     c = mantissa * 10.0**exponent
     quantizer = InContextQuantizer(2, attention=attention).fit(X)
@@ -324,3 +329,18 @@ def test_bad_input_raises(X, match, method):
 def test_bad_parameters_raise_at_fit(params, match):
     with pytest.raises(ValueError, match=match):
         InContextQuantizer(**params).fit(np.ones((4, 3)))
+
+
+@pytest.mark.parametrize("attention", ["linear", "softmax"])
+@pytest.mark.parametrize("layout", ["fortran", "read-only-memmap", "strided"])
+def test_memory_layout_does_not_change_the_output(tmp_path, layout, attention):
+    X = np.random.default_rng(3).standard_normal((40, 8))
+    expected = InContextQuantizer(attention=attention).fit_transform(X[:, ::2])
+    if layout == "fortran":
+        Y = np.asfortranarray(X[:, ::2])
+    elif layout == "read-only-memmap":
+        np.save(tmp_path / "X.npy", X[:, ::2])
+        Y = np.load(tmp_path / "X.npy", mmap_mode="r")
+    else:
+        Y = X[:, ::2]
+    np.testing.assert_allclose(InContextQuantizer(attention=attention).fit_transform(Y), expected, rtol=1e-12)

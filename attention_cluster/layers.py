@@ -29,6 +29,8 @@ import numbers
 
 import numpy as np
 
+from .datasets import _check_positive_int
+
 __all__ = [
     "linear_attention",
     "softmax_attention",
@@ -88,12 +90,6 @@ def _check_temperature(temperature):
     return float(temperature)
 
 
-def _check_n_clusters(n_clusters):
-    if not isinstance(n_clusters, numbers.Integral) or isinstance(n_clusters, bool) or n_clusters < 1:
-        raise ValueError(f"n_clusters must be an integer >= 1, got {n_clusters!r}.")
-    return int(n_clusters)
-
-
 def _finish(out, original_ndim):
     """Refuse overflowed output rather than return inf or NaN."""
     if not np.all(np.isfinite(out)):
@@ -148,7 +144,7 @@ def linear_attention(X, heads, *, temperature=1.0, n_clusters=None):
     X3 = _check_prompts(X)
     heads = _check_heads(heads, X3.shape[2], X3.dtype)
     temperature = _check_temperature(temperature)
-    n_clusters = heads.shape[0] if n_clusters is None else _check_n_clusters(n_clusters)
+    n_clusters = heads.shape[0] if n_clusters is None else _check_positive_int(n_clusters, "n_clusters")
     L = X3.shape[1]
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused by _finish
         A = X3 @ heads.T  # (n, L, K): <X_l, mu_h>
@@ -201,7 +197,7 @@ def in_context_attention(X, *, temperature=1.0, n_clusters=2):
     """
     X3 = _check_prompts(X)
     temperature = _check_temperature(temperature)
-    n_clusters = _check_n_clusters(n_clusters)
+    n_clusters = _check_positive_int(n_clusters, "n_clusters")
     L = X3.shape[1]
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused by _finish
         gram = np.swapaxes(X3, 1, 2) @ X3  # (n, d, d), symmetric

@@ -19,11 +19,11 @@ demo: $(STAMP)
 	$(PY) -m attention_cluster
 
 test: $(STAMP)
-	$(PY) -m pytest -n 2 -q
+	$(PY) -m pytest -n 2 -q --doctest-modules attention_cluster tests
 	$(MAKE) docs
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -n 2 -q -m "not slow"
+	$(PY) -m pytest -n 2 -q --doctest-modules -m "not slow" attention_cluster tests
 
 docs: $(STAMP)
 	@if [ -f docs/conf.py ]; then $(PY) -m sphinx -W --keep-going -b html docs docs/_build/html; else echo "docs: no docs/conf.py yet"; fi

@@ -7,8 +7,9 @@ layer that quantises each prompt in context.
 """
 
 from . import datasets, layers, metrics, theory
+from ._clustering import AttentionClustering
 from ._quantizer import InContextQuantizer
 
 __version__ = "0.1.0"
 
-__all__ = ["InContextQuantizer", "datasets", "layers", "metrics", "theory", "__version__"]
+__all__ = ["AttentionClustering", "InContextQuantizer", "datasets", "layers", "metrics", "theory", "__version__"]

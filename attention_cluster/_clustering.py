@@ -1,0 +1,506 @@
+"""AttentionClustering: K linear attention heads trained on the unit sphere."""
+
+import numbers
+import warnings
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClusterMixin, OneToOneFeatureMixin, TransformerMixin
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from . import _kernels
+from ._scale import estimate_spectrum
+from ._validation import (
+    atomic_fit,
+    check_n_samples,
+    check_options,
+    check_positive,
+    check_sample_weight,
+)
+from .theory import unbiased_temperature
+
+_REGULARIZERS = {None: _kernels.REG_NONE, "pairwise": _kernels.REG_PAIRWISE, "product": _kernels.REG_PRODUCT}
+# PSGD bookkeeping: the driver checks convergence every _CHUNK steps, and the
+# step size decays as 1 / (1 + t / _DECAY).
+_CHUNK = 100
+_DECAY = 200.0
+
+
+def auto_temperature(noise, sequence_length, n_clusters):
+    """Default temperature for data of estimated noise ``sigma``.
+
+    The unbiased temperature of Prop. 4.1 (generalised to K clusters in
+    :func:`attention_cluster.theory.unbiased_temperature`), shrunk by
+    ``(L + 1) / (L + 3)`` so that it stays below ``lambda*(sigma, L)`` at both
+    of its known limits: ``(L + 1) / (L + 3)`` at ``sigma = 0`` and
+    ``(1 + 4 sigma^2) / (1 + 5 sigma^2 + 6 sigma^4) >= 1 / (1 + 2 sigma^2)``
+    as ``L -> infinity`` (Prop. 3.3, ``math.md`` section 4).
+    """
+    L = sequence_length
+    return float(unbiased_temperature(noise, L, n_clusters)) * (L + 1.0) / (L + 3.0)
+
+
+def auto_reg_strength(noise, temperature, n_clusters):
+    """Default regularisation strength rho for unit-scale data.
+
+    Too much rho pulls heads off the centroids' span (paper, Fig. 2a). With
+    ``a = lambda K``, the population risk (L -> infinity, ``math.md``
+    section 3) gains ``f(m) = a m^2 (2 - a m)`` for a head on a direction of
+    second moment m: ``m_s = 1/K + sigma^2`` on the span, ``sigma^2`` off it.
+    The pairwise regulariser costs ``(K - 1) sigma^2 / K`` more per head on
+    the span than off it. rho is a tenth of the ratio of the two, capped at
+    0.25, so the span stays the minimiser with a wide margin while the
+    regulariser still breaks the rotation symmetry inside it.
+    """
+    a = temperature * n_clusters
+    s2 = noise**2
+    m_s = 1.0 / n_clusters + s2
+    gain = a * m_s**2 * (2.0 - a * m_s) - a * s2**2 * (2.0 - a * s2)
+    penalty = (n_clusters - 1.0) * s2 / n_clusters
+    if penalty <= 0.0:
+        return 0.25
+    return float(min(0.25, 0.1 * max(gain, 0.0) / penalty))
+
+
+def _tail_average(chunk_sums, fallback):
+    """Polyak-Ruppert average of the iterates over the second half of the run.
+
+    Averaging removes most of the stochastic-gradient jitter around the
+    minimiser; the first half is dropped as the transient.
+    """
+    avg = np.sum(chunk_sums[len(chunk_sums) // 2 :], axis=0)
+    norms = np.linalg.norm(avg, axis=0)
+    ok = norms > 0
+    return np.where(ok, avg / np.where(ok, norms, 1.0), fallback)
+
+
+def _random_heads(rng, n_features, n_clusters):
+    """Heads drawn uniformly on the sphere (columns of a d x K array)."""
+    U = rng.standard_normal((n_features, n_clusters))
+    return U / np.linalg.norm(U, axis=0)
+
+
+class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, BaseEstimator):
+    """Clustering with K linear attention heads learned on the unit sphere.
+
+    The estimator of "Attention-based clustering" (NeurIPS 2025). Each head
+    ``mu_h`` is a unit vector; the layer maps a sequence of L tokens to
+
+        T(X)_l = (lambda K / L) sum_h sum_k <X_l, mu_h> <mu_h, X_k> X_k
+
+    (``math.md`` section 2). The heads minimise, without labels, the risk
+    ``E ||X_1 - T(X)_1||^2`` over sequences of L rows drawn from the data,
+    plus ``reg_strength`` times an orthogonality regulariser (``math.md``
+    section 3; paper, section 3.3), by projected stochastic gradient
+    descent on the sphere. At a minimiser the heads are the cluster
+    directions, and a point's cluster is ``argmax_h <x, mu_h>`` (the
+    rebuttal's post-hoc rule).
+
+    Data are divided by an estimated overall scale ``scale_`` before
+    fitting, so that the centroids are near the unit sphere as the paper
+    assumes; labels are unchanged when X is multiplied by a positive
+    constant.
+
+    Parameters
+    ----------
+    n_clusters : int, default=2
+        Number of clusters K, and of attention heads.
+    temperature : "auto" or float, default="auto"
+        lambda > 0, applied to data divided by ``scale_``. ``"auto"``
+        estimates the noise sigma from the second-moment spectrum and takes
+        the unbiased temperature of Prop. 4.1 (generalised to K clusters)
+        times ``(L + 1) / (L + 3)``, which keeps it below ``lambda*(sigma,
+        L)``, the largest temperature at which the centroids minimise the
+        risk (Prop. 3.3).
+    sequence_length : int, default=50
+        L, the number of rows in each sampled sequence. Short sequences
+        keep the finite-L terms that single out the centroids inside their
+        span; 50 balances that against gradient noise (see the user guide).
+    regularization : {"pairwise", "product"} or None, default="pairwise"
+        Orthogonality regulariser: ``sum_{j<k} E[<mu_j,X>^2 <mu_k,X>^2]``
+        (paper, section 3.3) or ``E[prod_k <mu_k,X>^2]`` (rebuttal). Without
+        it, a random start only partially aligns with the centroids.
+    reg_strength : "auto" or float, default="auto"
+        rho >= 0. ``"auto"`` takes a tenth of the largest rho for which the
+        centroids' span keeps its advantage over the noise directions,
+        capped at 0.25 (see ``reg_strength_``).
+    solver : {"psgd"}, default="psgd"
+        ``"psgd"``: projected stochastic gradient descent (paper, Appendix
+        F.1), cost independent of n.
+    learning_rate : float, default=1.0
+        Base step size, relative to the curvature scale
+        ``lambda K tr(M)`` of the risk (M the unit-scale second moment).
+        Step t is ``learning_rate / (lambda K tr(M) (1 + t / 200))``.
+    batch_size : int, default=2
+        Number of sequences averaged in each stochastic gradient.
+    max_iter : int, default=5000
+        Maximum number of PSGD steps per run.
+    tol : float, default=1e-4
+        Every 100 steps the heads averaged over the second half of the run
+        so far (Polyak-Ruppert averaging) are compared with their previous
+        value; the run stops when ``sum_h ||mu_h - mu_h^prev||^2 < tol``,
+        the squared distance of ``math.md`` section 5.
+    n_init : int, default=1
+        Number of runs from different starts; the run with the lowest final
+        objective is kept.
+    init : {"random"} or array-like of shape (n_clusters, n_features), default="random"
+        ``"random"``: heads drawn uniformly on the sphere. An array gives
+        the starting heads (rows, normalised to unit norm).
+    gradient : {"riemannian", "euclidean"}, default="riemannian"
+        ``"riemannian"`` projects each head's gradient on the sphere's
+        tangent space before the step (``math.md`` section 3);
+        ``"euclidean"`` steps along the plain gradient, then normalises
+        (paper, Appendix G.3).
+    random_state : int, RandomState instance or None, default=None
+        Seeds the starts and the sampling of sequences.
+    verbose : int, default=0
+        Print the objective every 100 steps when positive.
+
+    Attributes
+    ----------
+    cluster_centers_ : ndarray of shape (n_clusters, n_features)
+        The heads, unit rows, each signed so that the points of its cluster
+        project positively on it.
+    labels_ : ndarray of shape (n_samples,)
+        ``argmax_h <x_i, mu_h>`` for the training data.
+    n_iter_ : int
+        PSGD steps of the kept run.
+    loss_curve_ : ndarray of shape (n_iter_,)
+        Mini-batch objective at each step of the kept run.
+    temperature_ : float
+        The temperature lambda used.
+    reg_strength_ : float
+        The regularisation strength rho used.
+    noise_scale_ : float
+        Estimated sigma (noise relative to the centroid norm).
+    scale_ : float
+        Estimated overall scale: the data are divided by it.
+    n_features_in_ : int
+        Number of features seen during fit.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Names of features seen during fit, when X has string column names.
+
+    See Also
+    --------
+    InContextQuantizer : the parameter-free in-context attention layer.
+    sklearn.cluster.KMeans : Lloyd's algorithm.
+
+    Examples
+    --------
+    >>> from attention_cluster import AttentionClustering
+    >>> from attention_cluster.datasets import make_mixture
+    >>> X, y, centroids = make_mixture(2000, 10, 2, noise=0.3, random_state=0)
+    >>> model = AttentionClustering(n_clusters=2, random_state=0).fit(X)
+    >>> model.cluster_centers_.shape
+    (2, 10)
+    >>> from sklearn.metrics import adjusted_rand_score
+    >>> adjusted_rand_score(y, model.labels_) > 0.9
+    True
+    """
+
+    def __init__(
+        self,
+        n_clusters=2,
+        *,
+        temperature="auto",
+        sequence_length=50,
+        regularization="pairwise",
+        reg_strength="auto",
+        solver="psgd",
+        learning_rate=1.0,
+        batch_size=2,
+        max_iter=5000,
+        tol=1e-4,
+        n_init=1,
+        init="random",
+        gradient="riemannian",
+        random_state=None,
+        verbose=0,
+    ):
+        self.n_clusters = n_clusters
+        self.temperature = temperature
+        self.sequence_length = sequence_length
+        self.regularization = regularization
+        self.reg_strength = reg_strength
+        self.solver = solver
+        self.learning_rate = learning_rate
+        self.batch_size = batch_size
+        self.max_iter = max_iter
+        self.tol = tol
+        self.n_init = n_init
+        self.init = init
+        self.gradient = gradient
+        self.random_state = random_state
+        self.verbose = verbose
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        return tags
+
+    def _check_params(self, X):
+        check_positive(self.n_clusters, "n_clusters", numbers.Integral, min_val=1, strict=False)
+        if not (isinstance(self.temperature, str) and self.temperature == "auto"):
+            check_positive(self.temperature, "temperature")
+        check_positive(self.sequence_length, "sequence_length", numbers.Integral, min_val=1, strict=False)
+        check_options(self.regularization, "regularization", ["pairwise", "product", None])
+        if not (isinstance(self.reg_strength, str) and self.reg_strength == "auto"):
+            check_positive(self.reg_strength, "reg_strength", strict=False)
+        check_options(self.solver, "solver", ["psgd"])
+        check_positive(self.learning_rate, "learning_rate")
+        check_positive(self.batch_size, "batch_size", numbers.Integral, min_val=1, strict=False)
+        check_positive(self.max_iter, "max_iter", numbers.Integral, min_val=1, strict=False)
+        check_positive(self.tol, "tol", strict=False)
+        check_positive(self.n_init, "n_init", numbers.Integral, min_val=1, strict=False)
+        check_options(self.gradient, "gradient", ["riemannian", "euclidean"])
+        check_positive(self.verbose, "verbose", numbers.Integral, strict=False)
+        if isinstance(self.init, str):
+            check_options(self.init, "init", ["random"])
+            return None
+        init = np.array(self.init, dtype=np.float64)
+        if init.shape != (self.n_clusters, X.shape[1]):
+            raise ValueError(
+                f"init must have shape (n_clusters, n_features) = "
+                f"({self.n_clusters}, {X.shape[1]}), got {init.shape}."
+            )
+        norms = np.linalg.norm(init, axis=1)
+        if not np.all(np.isfinite(init)) or np.any(norms == 0):
+            raise ValueError("init must have finite, non-zero rows.")
+        return (init / norms[:, None]).T
+
+    @atomic_fit
+    def fit(self, X, y=None, sample_weight=None):
+        """Learn the heads from X.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training data.
+        y : Ignored
+            Not used, present for API consistency.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative weights: rows are drawn with probability
+            proportional to their weight, so an integer weight acts as
+            repeated rows.
+
+        Returns
+        -------
+        self : AttentionClustering
+            Fitted estimator.
+        """
+        X = validate_data(self, X, dtype=[np.float64, np.float32], order="C")
+        init = self._check_params(X)
+        K = self.n_clusters
+        check_n_samples(X, K)
+        weights = check_sample_weight(sample_weight, X)
+        n, d = X.shape
+        if K > d:
+            warnings.warn(
+                f"n_clusters={K} > n_features={d}: the heads cannot be mutually "
+                "orthogonal, so the clusters are separated by direction only "
+                "approximately.",
+                UserWarning,
+                stacklevel=2,
+            )
+        spectrum = estimate_spectrum(X, K, weights)
+        L = self.sequence_length
+        if isinstance(self.temperature, str):
+            temperature = auto_temperature(spectrum.noise, L, K)
+        else:
+            temperature = float(self.temperature)
+        if isinstance(self.reg_strength, str):
+            reg_strength = auto_reg_strength(spectrum.noise, temperature, K)
+        else:
+            reg_strength = float(self.reg_strength)
+        if self.regularization is None:
+            reg_strength = 0.0
+
+        rng = check_random_state(self.random_state)
+        cum_weights = np.cumsum(weights) if weights is not None else np.arange(1.0, n + 1.0)
+        # Curvature scale of the risk; an all-zero X has none (and no gradient).
+        curvature = temperature * K * float(np.trace(spectrum.moment)) or 1.0
+        best = None
+        for run in range(self.n_init):
+            U0 = init.copy() if init is not None else _random_heads(rng, d, K)
+            result = self._psgd(
+                X, cum_weights, U0, spectrum.scale, temperature, reg_strength, curvature, rng, run
+            )
+            if best is None or result[3] < best[3]:
+                best = result
+        heads, losses, converged, _ = best
+        if not converged:
+            warnings.warn(
+                f"PSGD did not reach tol={self.tol} in max_iter={self.max_iter} "
+                "steps; increase max_iter or tol.",
+                ConvergenceWarning,
+                stacklevel=2,
+            )
+
+        centers = self._sign_fix(X, heads.T, weights)
+        self.cluster_centers_ = centers.astype(X.dtype, copy=False)
+        self.temperature_ = temperature
+        self.reg_strength_ = reg_strength
+        self.noise_scale_ = spectrum.noise
+        self.scale_ = spectrum.scale
+        self.n_iter_ = losses.shape[0]
+        self.loss_curve_ = losses
+        # T(x) = lambda K (M / s^2) U U^T x with the training data as context
+        # (math.md section 2, L -> n): stored as the row operator U U^T M^T.
+        U = centers.T
+        self._operator = temperature * K * (U @ (U.T @ spectrum.moment.T))
+        self.labels_ = self.predict(X)
+        return self
+
+    def _psgd(self, X, cum_weights, U, scale, temperature, reg_strength, curvature, rng, run):
+        """One PSGD run; returns (heads, losses, converged, final objective)."""
+        L = self.sequence_length
+        state = np.array([rng.randint(1, np.iinfo(np.int64).max)], dtype=np.uint64)
+        reg_kind = _REGULARIZERS[self.regularization]
+        riemannian = self.gradient == "riemannian"
+        t = np.arange(self.max_iter, dtype=np.float64)
+        steps = self.learning_rate / (curvature * (1.0 + t / _DECAY))
+        losses = np.empty(self.max_iter)
+        chunk_sums = []
+        previous = None
+        converged = False
+        done = 0
+        while done < self.max_iter:
+            start, stop = done, min(done + _CHUNK, self.max_iter)
+            heads_sum = np.zeros_like(U)
+            _kernels.psgd_chunk(
+                X,
+                cum_weights,
+                U,
+                1.0 / scale,
+                temperature,
+                L,
+                self.batch_size,
+                steps[start:stop],
+                reg_kind,
+                reg_strength,
+                riemannian,
+                state,
+                losses[start:stop],
+                heads_sum,
+            )
+            done = stop
+            chunk_sums.append(heads_sum)
+            current = _tail_average(chunk_sums, U)
+            change = np.inf if previous is None else float(np.sum((current - previous) ** 2))
+            previous = current
+            if self.verbose:
+                print(
+                    f"[AttentionClustering] init {run}, step {done}: "
+                    f"objective {np.mean(losses[start:done]):.6g}, "
+                    f"change of the averaged heads {change:.3g}"
+                )
+            if change < self.tol:
+                converged = True
+                break
+        heads = previous
+        losses = losses[:done].copy()
+        objective = float(np.mean(losses[done // 2 :]))
+        return heads, losses, converged, objective
+
+    @staticmethod
+    def _sign_fix(X, heads, weights):
+        """Sign each head so that the points it wins project positively.
+
+        Points are first assigned by ``argmax_h |<x, mu_h>|`` (sign-free),
+        then head h is multiplied by the sign of the (weighted) sum of its
+        points' projections (``math.md`` section 5, post-hoc labels).
+        """
+        proj = X @ heads.T.astype(X.dtype)
+        owner = np.argmax(np.abs(proj), axis=1)
+        K = heads.shape[0]
+        signed = heads.copy()
+        for h in range(K):
+            mask = owner == h
+            p = proj[mask, h].astype(np.float64)
+            total = np.sum(p if weights is None else p * weights[mask])
+            if total < 0:
+                signed[h] = -signed[h]
+        return signed
+
+    def predict(self, X):
+        """Cluster of each row: ``argmax_h <x, mu_h>``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            New data.
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+        """
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=[np.float64, np.float32], order="C", reset=False)
+        return np.argmax(X @ self.cluster_centers_.T.astype(X.dtype, copy=False), axis=1)
+
+    def fit_predict(self, X, y=None, sample_weight=None):
+        """Fit, then return ``labels_``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training data.
+        y : Ignored
+            Not used, present for API consistency.
+        sample_weight : array-like of shape (n_samples,), default=None
+            As in :meth:`fit`.
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+        """
+        return self.fit(X, sample_weight=sample_weight).labels_
+
+    def transform(self, X):
+        """The attention layer's output for each row, in context of the training data.
+
+        ``T(x) = lambda K (M / s^2) U U^T x`` where ``M`` is the training
+        data's second-moment matrix, ``s = scale_``, ``lambda =
+        temperature_`` and U the heads: the layer of ``math.md`` section 2
+        with the n training rows as its context (``L = n``). Row-wise,
+        linear and deterministic: ``transform(c X) = c transform(X)``.
+        Near the centroids the output is the point's centroid direction,
+        scaled (approximate quantisation, paper section 4).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            New data.
+
+        Returns
+        -------
+        X_new : ndarray of shape (n_samples, n_features)
+            Same dtype as X.
+        """
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=[np.float64, np.float32], order="C", reset=False)
+        return X @ self._operator.astype(X.dtype, copy=False)
+
+    def score(self, X, y=None, sample_weight=None):
+        """Negative mean squared reconstruction error ``-mean ||x - T(x)||^2``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            New data.
+        y : Ignored
+            Not used, present for API consistency.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Weights of the mean.
+
+        Returns
+        -------
+        score : float
+            Higher is better.
+        """
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=[np.float64, np.float32], order="C", reset=False)
+        weights = check_sample_weight(sample_weight, X)
+        residual = np.sum((X - self.transform(X)).astype(np.float64) ** 2, axis=1)
+        return -float(np.average(residual, weights=weights))

@@ -1,0 +1,259 @@
+"""Numba kernels of projected stochastic gradient descent (PSGD).
+
+Every kernel is a module-level ``@njit`` function (nothing jitted is stored on
+an estimator, so estimators pickle). The Python driver in ``_clustering.py``
+owns the loop over chunks of steps, the step-size schedule, the stopping rule
+and the verbose output; a kernel call runs one chunk of steps into buffers the
+caller owns. Their NumPy reference twins live in ``tests/reference.py``.
+
+Notation (``math.md`` sections 2-3): a sequence is ``X`` (L x d), the heads
+are the columns of ``U`` (d x K), ``c = lambda K / L``, ``A = X U``,
+``G = X^T A``, ``T = c A G^T``, ``E = T - X``; the loss of one sequence is
+``(1/L) ||E||_F^2`` and its gradient is
+``(2c / L) X^T (E G + X (E^T A))``.
+"""
+
+import numpy as np
+from numba import njit
+
+# Flags that keep NaN and Inf semantics (no "nnan"/"ninf"): results stay
+# comparable to the NumPy reference while allowing vectorised reductions.
+FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}
+
+REG_NONE = 0
+REG_PAIRWISE = 1
+REG_PRODUCT = 2
+
+_MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+@njit(cache=True)
+def _next_uint(state):
+    """xorshift64* step on ``state[0]``; returns 53 random bits."""
+    x = state[0]
+    x ^= x >> np.uint64(12)
+    x ^= x << np.uint64(25)
+    x ^= x >> np.uint64(27)
+    state[0] = x
+    return (x * np.uint64(0x2545F4914F6CDD1D)) >> np.uint64(11)
+
+
+@njit(cache=True)
+def _uniform(state):
+    return _next_uint(state) * (1.0 / 9007199254740992.0)
+
+
+@njit(cache=True)
+def _draw_index(state, cum_weights):
+    """Index i with probability w_i / sum(w) (binary search on cumulative weights)."""
+    n = cum_weights.shape[0]
+    u = _uniform(state) * cum_weights[n - 1]
+    lo = 0
+    hi = n - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if cum_weights[mid] > u:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+@njit(cache=True, fastmath=FASTMATH)
+def sequence_loss_grad(Xs, U, c, grad, A, G, E, W):
+    """Loss ``(1/L)||T(X) - X||_F^2`` of one sequence; adds its gradient to ``grad``.
+
+    ``math.md`` section 3: ``grad_U = (2c/L) X^T (E G + X (E^T A))`` with
+    ``A = X U``, ``G = X^T A``, ``E = c A G^T - X``. O(L d K), no L x L
+    matrix. ``A`` (L x K), ``G`` (d x K), ``E`` (L x d) and ``W`` (L x K)
+    are scratch buffers.
+    """
+    L, d = Xs.shape
+    K = U.shape[1]
+    for l in range(L):
+        for k in range(K):
+            s = 0.0
+            for j in range(d):
+                s += Xs[l, j] * U[j, k]
+            A[l, k] = s
+    for j in range(d):
+        for k in range(K):
+            G[j, k] = 0.0
+    for l in range(L):
+        for j in range(d):
+            x = Xs[l, j]
+            for k in range(K):
+                G[j, k] += x * A[l, k]
+    loss = 0.0
+    for l in range(L):
+        for j in range(d):
+            t = 0.0
+            for k in range(K):
+                t += A[l, k] * G[j, k]
+            e = c * t - Xs[l, j]
+            E[l, j] = e
+            loss += e * e
+    # H = E^T A (d x K) reuses G's role after W = E G is formed.
+    for l in range(L):
+        for k in range(K):
+            s = 0.0
+            for j in range(d):
+                s += E[l, j] * G[j, k]
+            W[l, k] = s
+    for j in range(d):
+        for k in range(K):
+            G[j, k] = 0.0
+    for l in range(L):
+        for j in range(d):
+            e = E[l, j]
+            for k in range(K):
+                G[j, k] += e * A[l, k]
+    for l in range(L):
+        for k in range(K):
+            s = 0.0
+            for j in range(d):
+                s += Xs[l, j] * G[j, k]
+            W[l, k] += s
+    scale = 2.0 * c / L
+    for l in range(L):
+        for j in range(d):
+            x = scale * Xs[l, j]
+            for k in range(K):
+                grad[j, k] += x * W[l, k]
+    return loss / L
+
+
+@njit(cache=True, fastmath=FASTMATH)
+def token_regularizer(a, kind, coef):
+    """Regulariser of one token and the coefficients of its gradient.
+
+    With ``a = U^T x`` (``math.md`` section 3):
+    pairwise ``r = sum_{j<k} a_j^2 a_k^2``, ``dr/dmu_j = 2 a_j (S - a_j^2) x``
+    with ``S = sum_k a_k^2``; product ``r = prod_k a_k^2``,
+    ``dr/dmu_j = 2 a_j prod_{k != j} a_k^2 x``. Writes the factors of ``x``
+    into ``coef`` (length K) and returns r.
+    """
+    K = a.shape[0]
+    if kind == REG_PAIRWISE:
+        # sum_{j<k} q_j q_k as sum_k q_k (q_0 + ... + q_{k-1}): non-negative
+        # terms only, no cancellation.
+        S = 0.0
+        r = 0.0
+        for k in range(K):
+            q = a[k] * a[k]
+            r += q * S
+            S += q
+        for k in range(K):
+            coef[k] = 2.0 * a[k] * (S - a[k] * a[k])
+        return r
+    if kind == REG_PRODUCT:
+        # prod_{k != j} a_k^2 from prefix and suffix products: no division.
+        prefix = 1.0
+        for k in range(K):
+            coef[k] = prefix
+            prefix *= a[k] * a[k]
+        suffix = 1.0
+        for k in range(K - 1, -1, -1):
+            coef[k] *= 2.0 * a[k] * suffix
+            suffix *= a[k] * a[k]
+        return prefix
+    for k in range(K):
+        coef[k] = 0.0
+    return 0.0
+
+
+@njit(cache=True, fastmath=FASTMATH)
+def sphere_step(U, grad, step, riemannian):
+    """One step per head, then retraction onto the unit sphere.
+
+    Riemannian (``math.md`` section 3): ``g = (I - mu mu^T) grad``,
+    ``mu <- (mu - step g) / ||mu - step g||``. Euclidean (paper, Appendix
+    G.3): ``mu <- (mu - step grad) / ||mu - step grad||``. A head whose
+    update vanishes keeps its previous value.
+    """
+    d, K = U.shape
+    for k in range(K):
+        p = 0.0
+        if riemannian:
+            for j in range(d):
+                p += U[j, k] * grad[j, k]
+        nrm = 0.0
+        for j in range(d):
+            v = U[j, k] - step * (grad[j, k] - p * U[j, k])
+            grad[j, k] = v
+            nrm += v * v
+        if nrm > 0.0 and np.isfinite(nrm):
+            inv = 1.0 / np.sqrt(nrm)
+            for j in range(d):
+                U[j, k] = grad[j, k] * inv
+
+
+@njit(cache=True, fastmath=FASTMATH)
+def psgd_chunk(
+    X,
+    cum_weights,
+    U,
+    inv_scale,
+    temperature,
+    sequence_length,
+    batch_size,
+    steps,
+    reg_kind,
+    reg_strength,
+    riemannian,
+    state,
+    losses,
+    heads_sum,
+):
+    """Run ``len(steps)`` PSGD steps in place on ``U`` (d x K).
+
+    Each step draws ``batch_size`` sequences of ``sequence_length`` rows of
+    ``X * inv_scale`` with replacement (row i with probability proportional to its weight),
+    averages the per-sequence gradients of the risk (``math.md`` section 3)
+    and of ``reg_strength`` times the regulariser evaluated on the same
+    tokens, and takes one step of size ``steps[t]`` on each head, projected
+    or not (``riemannian``). ``losses[t]`` receives the mini-batch objective.
+    ``state`` is the caller's one-element uint64 generator state.
+    ``heads_sum`` accumulates U after every step, for iterate averaging.
+    """
+    d, K = U.shape
+    L = sequence_length
+    c = temperature * K / L
+    Xs = np.empty((L, d))
+    A = np.empty((L, K))
+    G = np.empty((d, K))
+    E = np.empty((L, d))
+    W = np.empty((L, K))
+    grad = np.empty((d, K))
+    coef = np.empty(K)
+    inv_batch = 1.0 / batch_size
+    # The whole gradient is divided by batch_size below: the regulariser's
+    # part becomes its mean over the batch_size * L tokens.
+    reg_scale = reg_strength / L
+    for t in range(steps.shape[0]):
+        for j in range(d):
+            for k in range(K):
+                grad[j, k] = 0.0
+        loss = 0.0
+        reg = 0.0
+        for b in range(batch_size):
+            for l in range(L):
+                i = _draw_index(state, cum_weights)
+                for j in range(d):
+                    Xs[l, j] = X[i, j] * inv_scale
+            loss += sequence_loss_grad(Xs, U, c, grad, A, G, E, W)
+            if reg_kind != REG_NONE:
+                for l in range(L):
+                    reg += token_regularizer(A[l], reg_kind, coef)
+                    for j in range(d):
+                        x = reg_scale * Xs[l, j]
+                        for k in range(K):
+                            grad[j, k] += x * coef[k]
+        for j in range(d):
+            for k in range(K):
+                grad[j, k] *= inv_batch
+        losses[t] = loss * inv_batch + reg_strength * reg * inv_batch / L
+        sphere_step(U, grad, steps[t], riemannian)
+        for j in range(d):
+            for k in range(K):
+                heads_sum[j, k] += U[j, k]

@@ -1,0 +1,89 @@
+"""Input and parameter checks shared by the estimators.
+
+Built on scikit-learn's public helpers only (``check_scalar``,
+``validate_data``): its private constraint classes change between releases.
+"""
+
+import functools
+import numbers
+
+import numpy as np
+from sklearn.utils import check_scalar
+
+
+def check_options(value, name, options):
+    """Raise a ValueError unless ``value`` is one of ``options``."""
+    if not any(value is o or (isinstance(value, str) and value == o) for o in options):
+        shown = ", ".join(repr(o) for o in options)
+        raise ValueError(f"{name} must be one of {shown}; got {value!r}.")
+    return value
+
+
+def check_positive(value, name, target_type=numbers.Real, *, min_val=0, strict=True):
+    """Check the type of a scalar parameter and its lower bound; return it.
+
+    ``strict`` makes the bound open (``value > min_val``).
+    """
+    check_scalar(value, name, target_type)
+    if isinstance(value, numbers.Real) and not np.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}.")
+    if value < min_val or (strict and value == min_val):
+        sign = ">" if strict else ">="
+        raise ValueError(f"{name} must be {sign} {min_val}, got {value!r}.")
+    return value
+
+
+def check_n_samples(X, n_clusters):
+    """A clustering needs at least ``n_clusters`` samples."""
+    if X.shape[0] < n_clusters:
+        raise ValueError(
+            f"n_samples={X.shape[0]} should be >= n_clusters={n_clusters}."
+        )
+
+
+def check_sample_weight(sample_weight, X):
+    """Validate weights: 1-D, one per row, finite, non-negative, positive sum.
+
+    Returns float64 weights, or None for unit weights (so callers can take
+    fast unweighted paths).
+    """
+    if sample_weight is None:
+        return None
+    w = np.asarray(sample_weight)
+    if np.iscomplexobj(w):
+        raise ValueError("Complex data not supported for sample_weight.")
+    if w.ndim == 0:
+        w = np.full(X.shape[0], float(w))
+    w = np.asarray(w, dtype=np.float64)
+    if w.shape != (X.shape[0],):
+        raise ValueError(
+            f"sample_weight.shape == {w.shape}, expected {(X.shape[0],)}."
+        )
+    if not np.all(np.isfinite(w)):
+        raise ValueError("sample_weight must be finite (no NaN or inf).")
+    if np.any(w < 0):
+        raise ValueError("sample_weight must be non-negative: weights are sampling probabilities.")
+    if not np.sum(w) > 0:
+        raise ValueError("sample_weight must not sum to zero: at least one weight must be positive.")
+    return w
+
+
+def atomic_fit(fit):
+    """Decorate ``fit`` so that a failure leaves the estimator as it was.
+
+    ``validate_data`` records ``n_features_in_`` before later checks can
+    fail; restoring the instance dictionary on error means a bad call never
+    leaves a half-fitted estimator (nor spoils an earlier fit).
+    """
+
+    @functools.wraps(fit)
+    def wrapper(self, *args, **kwargs):
+        saved = dict(self.__dict__)
+        try:
+            return fit(self, *args, **kwargs)
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(saved)
+            raise
+
+    return wrapper

@@ -1,0 +1,25 @@
+import os
+
+import numpy as np
+import pytest
+from hypothesis import settings
+
+settings.register_profile("default", max_examples=20, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+_SEED = os.environ.get("ATTENTION_CLUSTER_TEST_SEED", "0")
+GLOBAL_SEED = int(np.random.SeedSequence().entropy % 2**31) if _SEED == "random" else int(_SEED)
+
+
+def pytest_report_header(config):
+    return f"attention_cluster global_random_seed={GLOBAL_SEED} (ATTENTION_CLUSTER_TEST_SEED=<int>|random)"
+
+
+@pytest.fixture
+def global_random_seed():
+    """Seed for tests whose numbers must hold for any seed.
+
+    Set ATTENTION_CLUSTER_TEST_SEED to an integer, or to "random", to run the
+    suite under another seed.
+    """
+    return GLOBAL_SEED

@@ -1,0 +1,98 @@
+"""Slow, obviously correct NumPy twins of the Numba kernels.
+
+Each function is written from ``math.md`` directly, with the L x L
+attention matrix spelled out where that is the plainest form.
+"""
+
+import numpy as np
+
+MASK = (1 << 64) - 1
+
+
+def linear_layer(X, U, temperature):
+    """T(X)_l = (lambda K / L) sum_h sum_k <X_l, mu_h><mu_h, X_k> X_k (math.md section 2)."""
+    L = X.shape[0]
+    K = U.shape[1]
+    scores = sum(np.outer(X @ U[:, h], X @ U[:, h]) for h in range(K))  # L x L
+    return (temperature * K / L) * scores @ X
+
+
+def sequence_loss(X, U, temperature):
+    """(1/L) ||X - T(X)||_F^2."""
+    return np.sum((X - linear_layer(X, U, temperature)) ** 2) / X.shape[0]
+
+
+def sequence_grad(X, U, temperature):
+    """(2c/L) X^T (E G + X (E^T A)) (math.md section 3)."""
+    L = X.shape[0]
+    c = temperature * U.shape[1] / L
+    A = X @ U
+    G = X.T @ A
+    E = c * A @ G.T - X
+    return (2 * c / L) * X.T @ (E @ G + X @ (E.T @ A))
+
+
+def regularizer(X, U, kind):
+    """Pairwise sum_{j<k} mean <mu_j,x>^2 <mu_k,x>^2, or product mean prod_k <mu_k,x>^2."""
+    A2 = (X @ U) ** 2
+    K = U.shape[1]
+    if kind == "pairwise":
+        return sum(np.mean(A2[:, j] * A2[:, k]) for j in range(K) for k in range(j + 1, K))
+    return np.mean(np.prod(A2, axis=1))
+
+
+def finite_difference(f, U, eps=1e-6):
+    """Central finite-difference gradient of a scalar function of U."""
+    G = np.zeros_like(U)
+    for idx in np.ndindex(U.shape):
+        E = np.zeros_like(U)
+        E[idx] = eps
+        G[idx] = (f(U + E) - f(U - E)) / (2 * eps)
+    return G
+
+
+class XorShift:
+    """Python twin of the kernels' xorshift64* generator."""
+
+    def __init__(self, state):
+        self.state = int(state)
+
+    def next_uint(self):
+        x = self.state
+        x ^= x >> 12
+        x ^= (x << 25) & MASK
+        x ^= x >> 27
+        self.state = x
+        return ((x * 0x2545F4914F6CDD1D) & MASK) >> 11
+
+    def draw_index(self, cum_weights):
+        u = self.next_uint() * (1.0 / 9007199254740992.0) * cum_weights[-1]
+        return int(np.searchsorted(cum_weights, u, side="right"))
+
+
+def psgd_steps(X, cum_weights, U, inv_scale, temperature, L, batch, steps, kind, rho, riemannian, state):
+    """PSGD of math.md section 3 with explicit L x L attention, step by step."""
+    rng = XorShift(state)
+    U = U.copy()
+    losses = []
+    for step in steps:
+        grad = np.zeros_like(U)
+        loss = 0.0
+        tokens = []
+        for _ in range(batch):
+            idx = [rng.draw_index(cum_weights) for _ in range(L)]
+            Xs = X[idx].astype(np.float64) * inv_scale
+            tokens.append(Xs)
+            loss += sequence_loss(Xs, U, temperature)
+            grad += sequence_grad(Xs, U, temperature)
+        T = np.vstack(tokens)
+        if kind is not None:
+            loss += rho * batch * regularizer(T, U, kind)
+            grad += rho * batch * finite_difference(lambda V: regularizer(T, V, kind), U)
+        grad /= batch
+        losses.append(loss / batch)
+        if riemannian:
+            grad = grad - U * np.sum(U * grad, axis=0)
+        V = U - step * grad
+        U = V / np.linalg.norm(V, axis=0)
+    return U, np.array(losses)

@@ -1,0 +1,146 @@
+"""Numba kernels against their NumPy twins in tests/reference.py."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from attention_cluster import _kernels as kern
+from reference import (
+    XorShift,
+    finite_difference,
+    psgd_steps,
+    regularizer,
+    sequence_grad,
+    sequence_loss,
+)
+
+REG_KINDS = {"pairwise": kern.REG_PAIRWISE, "product": kern.REG_PRODUCT}
+
+
+def _unit_columns(rng, d, K):
+    U = rng.standard_normal((d, K))
+    return U / np.linalg.norm(U, axis=0)
+
+
+def _buffers(L, d, K):
+    return np.empty((L, K)), np.empty((d, K)), np.empty((L, d)), np.empty((L, K))
+
+
+@pytest.mark.parametrize("L, d, K", [(1, 1, 1), (7, 3, 2), (20, 10, 3), (5, 4, 6)], ids=str)
+def test_sequence_loss_grad_matches_reference(L, d, K, global_random_seed):
+    rng = np.random.default_rng(global_random_seed)
+    X = rng.standard_normal((L, d))
+    U = _unit_columns(rng, d, K)
+    lam = 0.7
+    grad = np.zeros((d, K))
+    loss = kern.sequence_loss_grad(X, U, lam * K / L, grad, *_buffers(L, d, K))
+    np.testing.assert_allclose(loss, sequence_loss(X, U, lam), rtol=1e-10)
+    np.testing.assert_allclose(grad, sequence_grad(X, U, lam), rtol=1e-9, atol=1e-12)
+
+
+def test_sequence_gradient_is_the_derivative_of_the_loss(global_random_seed):
+    # The closed-form gradient of math.md section 3 against finite differences
+    # of the loss itself (U off the sphere: the formula is Euclidean).
+    rng = np.random.default_rng(global_random_seed)
+    X = rng.standard_normal((12, 5))
+    U = rng.standard_normal((5, 3))
+    fd = finite_difference(lambda V: sequence_loss(X, V, 0.8), U)
+    np.testing.assert_allclose(sequence_grad(X, U, 0.8), fd, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("kind", ["pairwise", "product"])
+@pytest.mark.parametrize("K", [1, 2, 3, 5])
+def test_token_regularizer_value_and_gradient(kind, K, global_random_seed):
+    rng = np.random.default_rng(global_random_seed)
+    d = 6
+    x = rng.standard_normal(d)
+    U = rng.standard_normal((d, K))
+    coef = np.empty(K)
+    value = kern.token_regularizer(U.T @ x, REG_KINDS[kind], coef)
+    if kind == "pairwise" and K == 1:
+        expected = 0.0
+    else:
+        expected = regularizer(x[None, :], U, kind)
+    np.testing.assert_allclose(value, expected, rtol=1e-12, atol=1e-300)
+    fd = finite_difference(lambda V: regularizer(x[None, :], V, kind) if K > 1 or kind == "product" else 0.0, U)
+    np.testing.assert_allclose(np.outer(x, coef), fd, rtol=1e-6, atol=1e-8)
+
+
+def test_token_regularizer_none_is_zero():
+    coef = np.ones(3)
+    assert kern.token_regularizer(np.array([1.0, 2.0, 3.0]), kern.REG_NONE, coef) == 0.0
+    assert np.all(coef == 0)
+
+
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    step=st.floats(1e-6, 1e3),
+    riemannian=st.booleans(),
+    scale=st.floats(1e-6, 1e6),
+)
+def test_sphere_step_lands_on_the_sphere(seed, step, riemannian, scale):
+    rng = np.random.default_rng(seed)
+    U = _unit_columns(rng, 5, 3)
+    grad = scale * rng.standard_normal((5, 3))
+    kern.sphere_step(U, grad, step, riemannian)
+    np.testing.assert_allclose(np.linalg.norm(U, axis=0), 1.0, rtol=1e-12)
+
+
+@given(seed=st.integers(0, 2**32 - 1), step=st.floats(1e-3, 10.0))
+def test_riemannian_step_ignores_the_radial_gradient(seed, step):
+    # (I - mu mu^T) mu = 0: a gradient along the head is projected away.
+    rng = np.random.default_rng(seed)
+    U = _unit_columns(rng, 4, 2)
+    before = U.copy()
+    kern.sphere_step(U, 3.0 * U.copy(), step, True)
+    np.testing.assert_allclose(U, before, atol=1e-12)
+
+
+def test_sphere_step_keeps_a_head_whose_update_vanishes():
+    U = np.array([[1.0], [0.0]])
+    kern.sphere_step(U, np.array([[1.0], [0.0]]), 1.0, False)
+    np.testing.assert_array_equal(U, [[1.0], [0.0]])
+
+
+def test_generator_matches_its_python_twin():
+    state = np.array([123456789], dtype=np.uint64)
+    cum = np.cumsum([0.5, 0.0, 2.0, 1.5])
+    twin = XorShift(123456789)
+    drawn = [kern._draw_index(state, cum) for _ in range(200)]
+    assert drawn == [twin.draw_index(cum) for _ in range(200)]
+    assert 1 not in drawn  # zero weight is never drawn
+
+
+@pytest.mark.parametrize("kind", [None, "pairwise", "product"])
+@pytest.mark.parametrize("riemannian", [True, False])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_psgd_chunk_matches_reference(kind, riemannian, dtype, global_random_seed):
+    rng = np.random.default_rng(global_random_seed)
+    X = rng.standard_normal((30, 4)).astype(dtype)
+    cum = np.cumsum(rng.integers(0, 3, size=30) + 0.5)
+    U0 = _unit_columns(rng, 4, 3)
+    steps = np.array([0.05, 0.02, 0.01])
+    seed = 987654321
+    U = U0.copy()
+    losses = np.empty(3)
+    heads_sum = np.zeros_like(U)
+    reg_kind = kern.REG_NONE if kind is None else REG_KINDS[kind]
+    kern.psgd_chunk(X, cum, U, 0.5, 0.9, 6, 2, steps, reg_kind, 0.3, riemannian,
+                    np.array([seed], dtype=np.uint64), losses, heads_sum)
+    U_ref, losses_ref = psgd_steps(X, cum, U0, 0.5, 0.9, 6, 2, steps, kind, 0.3, riemannian, seed)
+    np.testing.assert_allclose(U, U_ref, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(losses, losses_ref, rtol=1e-6)
+
+
+@given(seed=st.integers(0, 2**32 - 1), step=st.floats(1e-4, 1e2), riemannian=st.booleans())
+def test_heads_stay_unit_norm_after_every_step(seed, step, riemannian):
+    rng = np.random.default_rng(seed)
+    X = 3.0 * rng.standard_normal((40, 5))
+    U = _unit_columns(rng, 5, 2)
+    cum = np.arange(1.0, 41.0)
+    state = np.array([seed + 1], dtype=np.uint64)
+    for _ in range(10):
+        kern.psgd_chunk(X, cum, U, 1.0, 0.8, 5, 2, np.array([step]), kern.REG_PAIRWISE, 0.1,
+                        riemannian, state, np.empty(1), np.zeros_like(U))
+        np.testing.assert_allclose(np.linalg.norm(U, axis=0), 1.0, rtol=1e-12)

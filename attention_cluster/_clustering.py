@@ -166,7 +166,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         ``argmax_h <x_i, mu_h>`` for the training data.
     n_iter_ : int
         PSGD steps of the kept run.
-    loss_curve_ : ndarray of shape (n_iter_,)
+    loss_curve_ : ndarray of shape (``n_iter_``,)
         Mini-batch objective at each step of the kept run.
     temperature_ : float
         The temperature lambda used.
@@ -178,7 +178,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         Estimated overall scale: the data are divided by it.
     n_features_in_ : int
         Number of features seen during fit.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (``n_features_in_``,)
         Names of features seen during fit, when X has string column names.
 
     See Also

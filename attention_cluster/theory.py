@@ -1,24 +1,86 @@
 """Closed forms of the paper's theory: temperatures, risks, population PGD.
 
 Every function cites the proposition of the paper (or the section of
-``math.md``) it implements and is tested against a Monte Carlo estimate in
-``tests/test_theory.py``. ``noise`` is the mixture's sigma, ``sequence_length``
-its L, for the two-cluster model with orthogonal unit centroids unless stated.
+``math.md``) it implements and is tested against a Monte Carlo estimate or an
+exact enumeration in ``tests/test_theory.py``; ``docs/theory.md`` gives the
+derivations. ``noise`` is the mixture's sigma, ``sequence_length`` its L
+(``np.inf`` for the limit), ``temperature`` the lambda of the layer. Unless
+stated otherwise, the mixture has ``n_clusters`` equal-weight orthonormal
+centroids (``math.md`` section 1) and the linear layer with K heads
+``U = [mu_1 ... mu_K]`` is (``math.md`` section 2)::
+
+    T(X)_l = (lambda K / L) * sum_k X_k X_k^T U U^T X_l.
+
+All the risks below are exact: they come from one computation, the Gaussian
+moments of ``E||X_1 - T(X)_1||^2`` (Isserlis' theorem, through the cumulants
+of Gaussian quadratic forms), written out in ``docs/theory.md``.
 """
 
+from dataclasses import dataclass
+
 import numpy as np
+from sklearn.utils import check_random_state
+
+from .metrics import _check_count, _check_noise, _check_weights, centroid_distance
 
 __all__ = [
     "unbiased_temperature",
     "in_context_unbiased_temperature",
+    "population_risk",
+    "population_risk_gradient",
+    "risk_from_overlaps",
+    "pairwise_regularizer",
+    "pairwise_regularizer_gradient",
+    "manifold_heads",
+    "manifold_risk_coefficients",
+    "manifold_risk",
+    "manifold_optimal_alignment",
+    "lambda_star",
+    "quantizer_risk",
+    "oracle_risk",
+    "oracle_conditional_variance",
+    "oracle_optimal_temperature",
+    "in_context_risk",
+    "in_context_conditional_variance",
+    "in_context_optimal_temperature",
+    "PGDResult",
+    "population_pgd",
 ]
 
 
-def _noise_array(noise):
-    noise = np.asarray(noise, dtype=np.float64)
-    if np.any(~np.isfinite(noise)) or np.any(noise < 0):
-        raise ValueError("noise must be finite and >= 0.")
-    return noise
+def _check_length(sequence_length):
+    L = np.asarray(sequence_length, dtype=np.float64)
+    if not np.all(L >= 1):
+        raise ValueError(f"sequence_length must be >= 1 or np.inf, got {sequence_length!r}.")
+    return L
+
+
+def _check_temperature(temperature):
+    temperature = np.asarray(temperature, dtype=np.float64)
+    if np.any(~np.isfinite(temperature)) or np.any(temperature < 0):
+        raise ValueError("temperature must be finite and >= 0.")
+    return temperature
+
+
+def _length_weights(L):
+    """Weights of the self and cross terms, divided by L (first) and L^2 (second).
+
+    ``a1 / L = w1 . (T1, T2)`` and ``a2 / L^2 = w2 . (T3, T4, T5, T6)`` in the
+    notation of ``docs/theory.md``; the ``L -> infinity`` limit keeps the
+    cross terms ``T2`` and ``T6`` only.
+    """
+    inf = np.isinf(L)
+    Lf = np.where(inf, 1.0, L)
+    w1 = np.array([np.where(inf, 0.0, 1.0 / Lf), np.where(inf, 1.0, (Lf - 1.0) / Lf)])
+    w2 = np.array(
+        [
+            np.where(inf, 0.0, 1.0 / Lf**2),
+            np.where(inf, 0.0, 2.0 * (Lf - 1.0) / Lf**2),
+            np.where(inf, 0.0, (Lf - 1.0) / Lf**2),
+            np.where(inf, 1.0, (Lf - 1.0) * (Lf - 2.0) / Lf**2),
+        ]
+    )
+    return w1, w2
 
 
 def unbiased_temperature(noise, sequence_length=np.inf, n_clusters=2):
@@ -55,7 +117,7 @@ def unbiased_temperature(noise, sequence_length=np.inf, n_clusters=2):
     >>> round(float(unbiased_temperature(0.0, 9)), 6)
     0.9
     """
-    s2 = _noise_array(noise) ** 2
+    s2 = _check_noise(noise) ** 2
     L = float(sequence_length)
     K = float(n_clusters)
     if np.isinf(L):
@@ -89,8 +151,1102 @@ def in_context_unbiased_temperature(noise, sequence_length, n_features):
     >>> round(float(in_context_unbiased_temperature(0.0, 3, 10)), 6)
     0.75
     """
-    s2 = _noise_array(noise) ** 2
+    s2 = _check_noise(noise) ** 2
     L = float(sequence_length)
     if np.isinf(L):
         return 1.0 / (1.0 + 2.0 * s2)
     return (L / 2.0) / (1.0 + (n_features + 2.0) * s2 + (L - 1.0) * (0.5 + s2))
+
+
+# ---------------------------------------------------------------------------
+# The general closed form: any heads, any centroids and weights.
+# ---------------------------------------------------------------------------
+
+
+def _sym(A):
+    return 0.5 * (A + A.T)
+
+
+def _reduce(*arrays):
+    """Orthonormal coordinates of the span of the rows of ``arrays``.
+
+    The risk of heads ``U`` for centroids ``C`` only involves the span of
+    their rows (plus the ambient dimension d through ``tr I_d``), so every
+    computation runs in r <= n_heads + n_clusters dimensions.
+    """
+    stacked = np.vstack(arrays)
+    _, sv, vt = np.linalg.svd(stacked, full_matrices=False)
+    tol = sv[0] * max(stacked.shape) * np.finfo(np.float64).eps
+    basis = vt[: max(int(np.sum(sv > tol)), 1)]
+    return basis, [a @ basis.T for a in arrays]
+
+
+def _n1(kappa, A, Am, means, s, eye):
+    """``E_c[(x^T A x) x x^T]`` for each component, x ~ N(m_c, s I).
+
+    ``kappa[c] = s tr A + m_c^T A m_c`` and ``Am[c] = A m_c``.
+    """
+    outer = means[:, :, None] * means[:, None, :]
+    cross = Am[:, :, None] * means[:, None, :]
+    return (
+        kappa[:, None, None] * (s * eye + outer)
+        + 2.0 * s**2 * A
+        + 2.0 * s * (cross + cross.transpose(0, 2, 1))
+    )
+
+
+def _average(weights, arrays):
+    """``sum_c weights[c] arrays[c]``, faster than tensordot for small arrays."""
+    return (weights @ arrays.reshape(len(weights), -1)).reshape(arrays.shape[1:])
+
+
+class _LayerMoments:
+    """Exact moments of the linear layer, normalised by the temperature.
+
+    With ``tau = lambda K`` (so that ``c = tau / L``),
+
+        E||X_1 - T(X)_1||^2 = a0 - 2 tau a1 + tau^2 a2,
+
+    ``a0 = E||X_1||^2``, ``tau a1 = E<X_1, T(X)_1>``, ``tau^2 a2 = E||T(X)_1||^2``
+    (``docs/theory.md``, "General closed form", with ``M_x = M``). The means
+    are in orthonormal coordinates of a subspace containing the heads and the
+    centroids; ``n_features`` is the ambient d, which enters only through
+    ``E||x||^2``. What does not depend on the heads is computed once.
+    """
+
+    def __init__(self, means, weights, s, n_features, L):
+        eye = np.eye(means.shape[1])
+        self.means, self.weights, self.s, self.eye = means, weights, s, eye
+        self.w1, self.w2 = _length_weights(L)
+        self.outer = means[:, :, None] * means[:, None, :]
+        self.k_id = s * n_features + np.sum(means**2, axis=1)  # E_c||x||^2, ambient trace
+        self.M = _average(weights, self.outer) + s * eye
+        self.M4 = _average(weights, _n1(self.k_id, eye, means, means, s, eye))
+        self.M2 = self.M @ self.M
+        self.a0 = weights @ self.k_id
+        self.d_id = 2.0 * s**2 * eye + 4.0 * s * self.outer
+
+    def __call__(self, P, gradient=False):
+        """``(a0, a1, a2)`` for ``P = U U^T``, and with ``gradient=True`` also
+        the symmetric matrices ``(g1, g2)``, the gradients of a1, a2 in P."""
+        means, s, eye, w, k_id = self.means, self.s, self.eye, self.weights, self.k_id
+        M, M4, M2 = self.M, self.M4, self.M2
+        w1, w2 = self.w1, self.w2
+        Pm = means @ P
+        p = np.sum(means * Pm, axis=1)
+        q = np.sum(Pm * Pm, axis=1)
+        trP = np.trace(P)
+        trP2 = np.sum(P * P)
+        # Cumulants of the quadratic forms x^T P x and ||x||^2 (docs/theory.md).
+        k_p = s * trP + p
+        k_pi = 2.0 * s**2 * trP + 4.0 * s * p
+        k_pp = 2.0 * s**2 * trP2 + 4.0 * s * q
+        k_ppi = 8.0 * s**3 * trP2 + 24.0 * s**2 * q
+        n1_p = _n1(k_p, P, Pm, means, s, eye)
+        PM = P @ M
+        T1 = w @ (k_p * k_id + k_pi)
+        T2 = np.sum(P * M2)
+        T3 = w @ (k_p**2 * k_id + k_pp * k_id + 2.0 * k_pi * k_p + k_ppi)
+        T4 = w @ np.sum(PM[None] * n1_p, axis=(1, 2))
+        T5 = np.sum((P @ M4 @ P) * M)
+        T6 = np.sum((P @ M2 @ P) * M)
+        a1 = w1[0] * T1 + w1[1] * T2
+        a2 = w2[0] * T3 + w2[1] * T4 + w2[2] * T5 + w2[3] * T6
+        if not gradient:
+            return self.a0, a1, a2
+        # d/dP of each term (docs/theory.md, "Gradient").
+        mPm = Pm[:, :, None] * means[:, None, :]
+        mPm = mPm + mPm.transpose(0, 2, 1)
+        n2 = (
+            (k_p * k_id + k_pi)[:, None, None] * (s * eye + self.outer)
+            + k_p[:, None, None] * self.d_id
+            + k_id[:, None, None] * (2.0 * s**2 * P + 2.0 * s * mPm)
+            + (8.0 * s**3 * P + 12.0 * s**2 * mPm)
+        )
+        S = _sym(PM)
+        Sm = means @ S
+        k_s = s * np.trace(S) + np.sum(means * Sm, axis=1)
+        dT3 = 2.0 * _average(w, n2)
+        dT4 = _average(w, _n1(k_s, S, Sm, means, s, eye)) + _sym(_average(w, n1_p) @ M)
+        dT5 = M4 @ P @ M
+        dT6 = M2 @ P @ M
+        g1 = w1[0] * M4 + w1[1] * M2
+        g2 = w2[0] * dT3 + w2[1] * dT4 + w2[2] * (dT5 + dT5.T) + w2[3] * (dT6 + dT6.T)
+        return self.a0, a1, a2, g1, g2
+
+
+def _problem(heads, centroids, noise, temperature, sequence_length, weights):
+    heads = np.asarray(heads, dtype=np.float64)
+    centroids = np.asarray(centroids, dtype=np.float64)
+    if centroids.ndim != 2:
+        raise ValueError(f"centroids must be a 2-D array, got shape {centroids.shape}.")
+    weights = _check_weights(weights, centroids.shape[0])
+    if heads.ndim != 2 or heads.shape[1] != centroids.shape[1]:
+        raise ValueError(
+            f"heads must have shape (n_heads, {centroids.shape[1]}), got {heads.shape}."
+        )
+    s = float(_check_noise(noise)) ** 2
+    tau = float(_check_temperature(temperature)) * heads.shape[0]
+    return heads, centroids, weights, s, tau, float(_check_length(sequence_length))
+
+
+def _risk_and_gradient(moments, U, tau):
+    """Risk and the symmetric H with ``grad_U R = H U`` (heads as columns)."""
+    a0, a1, a2, g1, g2 = moments(U @ U.T, gradient=True)
+    risk = a0 - 2.0 * tau * a1 + tau**2 * a2
+    return risk, 2.0 * (tau**2 * g2 - 2.0 * tau * g1)
+
+
+def population_risk(heads, centroids, noise, temperature, sequence_length=np.inf, weights=None):
+    """Exact population risk of the linear attention layer (Prop. 3.1).
+
+    ``R(U) = E[(1/L) sum_l ||X_l - T(X)_l||^2] = E||X_1 - T(X)_1||^2`` for the
+    layer ``T(X)_l = (lambda K / L) sum_k X_k X_k^T U U^T X_l`` with K heads
+    (``math.md`` sections 2-3) and i.i.d. tokens from the Gaussian mixture
+    with the given centroids, weights and noise (``math.md`` section 1).
+
+    The paper gives this risk as a polynomial in the overlaps of the heads
+    with the centroids (Prop. 3.1; its Appendix C.1 is not available). Here it
+    is computed for arbitrary heads, centroids and weights from the Gaussian
+    moments of the mixture (Isserlis' theorem)::
+
+        R = E||X_1||^2 - 2c [T1 + (L-1) T2]
+            + c^2 [T3 + 2(L-1) T4 + (L-1) T5 + (L-1)(L-2) T6],   c = lambda K / L,
+
+    where ``T1, T3`` come from the token attending to itself and the others
+    from pairs and triples of distinct tokens (derivation in
+    ``docs/theory.md``). The heads need not be unit vectors.
+
+    Parameters
+    ----------
+    heads : array-like of shape (n_heads, n_features)
+        One head ``mu_h`` per row.
+    centroids : array-like of shape (n_clusters, n_features)
+        Centroids ``mu*_c`` (any norms, not necessarily orthogonal).
+    noise : float
+        sigma >= 0.
+    temperature : float
+        lambda >= 0.
+    sequence_length : float, default=inf
+        L >= 1, or ``np.inf`` for the limit ``E||X_1 - lambda K M U U^T X_1||^2``
+        with ``M = E[X X^T]``.
+    weights : array-like of shape (n_clusters,), default=None
+        Mixture weights, uniform when None.
+
+    Returns
+    -------
+    risk : float
+
+    See Also
+    --------
+    population_risk_gradient, manifold_risk, risk_from_overlaps
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attention_cluster.theory import population_risk
+    >>> C = np.eye(2, 6)
+    >>> round(population_risk(C, C, 0.0, 1.0, 1), 6)  # X_1 = mu*: T_1 = 2 X_1
+    1.0
+    """
+    heads, centroids, weights, s, tau, L = _problem(
+        heads, centroids, noise, temperature, sequence_length, weights
+    )
+    _, (U, means) = _reduce(heads, centroids)
+    a0, a1, a2 = _LayerMoments(means, weights, s, heads.shape[1], L)(U.T @ U)
+    return float(a0 - 2.0 * tau * a1 + tau**2 * a2)
+
+
+def population_risk_gradient(
+    heads, centroids, noise, temperature, sequence_length=np.inf, weights=None
+):
+    """Euclidean gradient of :func:`population_risk` in the heads.
+
+    ``R`` depends on the heads through ``P = U U^T`` only, so
+    ``grad_U R = 2 G U`` with ``G = dR/dP`` (``docs/theory.md``, "Gradient").
+    The Riemannian gradient on the sphere used by PGD (``math.md``
+    section 3) is its projection ``(I - mu_h mu_h^T) grad_{mu_h}``.
+
+    Parameters
+    ----------
+    heads, centroids, noise, temperature, sequence_length, weights
+        As in :func:`population_risk`.
+
+    Returns
+    -------
+    gradient : ndarray of shape (n_heads, n_features)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attention_cluster.theory import population_risk_gradient
+    >>> C = np.eye(2, 6)
+    >>> g = population_risk_gradient(C, C, 0.3, 0.5, 10)
+    >>> bool(np.allclose(g - np.diag(np.diag(g @ C.T)) @ C, 0))  # radial at the centroids
+    True
+    """
+    heads, centroids, weights, s, tau, L = _problem(
+        heads, centroids, noise, temperature, sequence_length, weights
+    )
+    basis, (U, means) = _reduce(heads, centroids)
+    moments = _LayerMoments(means, weights, s, heads.shape[1], L)
+    H = _risk_and_gradient(moments, U.T, tau)[1]
+    return U @ H @ basis
+
+
+def risk_from_overlaps(
+    kappa0, kappa1, eta0, eta1, xi, noise, temperature, sequence_length, n_features
+):
+    """Risk of two unit heads as a function of their five overlaps (Prop. 3.1).
+
+    Prop. 3.1: for two orthogonal unit centroids with equal weights, the risk
+    of two unit heads only depends on ``kappa_i = <mu_i, mu*_i>``,
+    ``eta_0 = <mu_0, mu*_1>``, ``eta_1 = <mu_1, mu*_0>`` and
+    ``xi = <mu_0, mu_1>``. The heads are realised from the Gram matrix of
+    ``(mu*_0, mu*_1, mu_0, mu_1)`` and the risk evaluated exactly with
+    :func:`population_risk`. On the manifold M (``eta = xi = 0``) this is
+    :func:`manifold_risk`.
+
+    Parameters
+    ----------
+    kappa0, kappa1, eta0, eta1, xi : float
+        Overlaps; the Gram matrix they define must be positive semi-definite
+        with rank at most ``n_features``.
+    noise, temperature, sequence_length : float
+        sigma, lambda and L.
+    n_features : int
+        Dimension d.
+
+    Returns
+    -------
+    risk : float
+
+    Examples
+    --------
+    >>> from attention_cluster.theory import risk_from_overlaps, manifold_risk
+    >>> r = risk_from_overlaps(0.6, 0.8, 0.0, 0.0, 0.0, 0.3, 0.9, 10, 5)
+    >>> bool(abs(r - manifold_risk([0.6, 0.8], 0.3, 0.9, 10, 5)) < 1e-12)
+    True
+    """
+    n_features = _check_count(n_features, "n_features", 2)
+    gram = np.array(
+        [
+            [1.0, 0.0, kappa0, eta1],
+            [0.0, 1.0, eta0, kappa1],
+            [kappa0, eta0, 1.0, xi],
+            [eta1, kappa1, xi, 1.0],
+        ]
+    )
+    vals, vecs = np.linalg.eigh(gram)
+    tol = 1e-10
+    if vals[0] < -tol or np.sum(vals > tol) > n_features:
+        raise ValueError("The overlaps are not realisable by unit vectors in R^n_features.")
+    coords = vecs * np.sqrt(np.clip(vals, 0.0, None))
+    centroids, heads = coords[:2], coords[2:]
+    _, _, weights, s, tau, L = _problem(heads, centroids, noise, temperature, sequence_length, None)
+    a0, a1, a2 = _LayerMoments(centroids, weights, s, n_features, L)(heads.T @ heads)
+    return float(a0 - 2.0 * tau * a1 + tau**2 * a2)
+
+
+# ---------------------------------------------------------------------------
+# The pairwise regularizer.
+# ---------------------------------------------------------------------------
+
+
+def _pairwise_terms(U, centroids, weights, s):
+    """Value and gradient of ``sum_{j<k} E[<u_j, x>^2 <u_k, x>^2]``.
+
+    For one component, ``y = U^T x ~ N(alpha, s G)`` with ``alpha = U^T m``,
+    ``G = U^T U``, and Isserlis gives ``E[y_j^2 y_k^2] = v_j v_k
+    + 2 s^2 G_jk^2 + 4 s alpha_j alpha_k G_jk`` with ``v = alpha^2 + s diag G``.
+    The gradient in ``u_j`` is ``2 sum_{k != j} E[<u_k, x>^2 x x^T] u_j``.
+    """
+    G = U.T @ U
+    off = 1.0 - np.eye(G.shape[0])
+    value = 0.0
+    grad = np.zeros_like(U)
+    for m, w in zip(centroids, weights):
+        alpha = U.T @ m
+        v = alpha**2 + s * np.diag(G)
+        pair = np.outer(v, v) + 2.0 * s**2 * G**2 + 4.0 * s * np.outer(alpha, alpha) * G
+        value += w * 0.5 * np.sum(pair * off)
+        others = off @ v  # sum_{k != j} E<u_k, x>^2
+        grad += w * (
+            s * U * others
+            + np.outer(m, alpha * others)
+            + 2.0 * s**2 * U @ (G * off)
+            + 2.0 * s * U @ (np.outer(alpha, alpha) * off)
+            + 2.0 * s * np.outer(m, alpha @ (G * off))
+        )
+    return value, 2.0 * grad
+
+
+def pairwise_regularizer(heads, centroids, noise, weights=None):
+    """Population value of the pairwise regularizer (``math.md`` section 3).
+
+    ``r(U) = sum_{j<k} E[<mu_j, X>^2 <mu_k, X>^2]`` for X drawn from the
+    mixture (paper, section 3.3: ``r(mu_0, mu_1) = E[<mu_0, X_1>^2
+    <mu_1, X_1>^2]``, and its K-head version of section 3.3 "More
+    clusters"). Closed form from Isserlis' theorem: with ``alpha = U^T m``,
+    ``G = U^T U`` and ``v = alpha^2 + sigma^2 diag G`` for a component of
+    mean m, ``E[<u_j,X>^2 <u_k,X>^2] = v_j v_k + 2 sigma^4 G_jk^2
+    + 4 sigma^2 alpha_j alpha_k G_jk``.
+
+    Parameters
+    ----------
+    heads : array-like of shape (n_heads, n_features)
+    centroids : array-like of shape (n_clusters, n_features)
+    noise : float
+        sigma >= 0.
+    weights : array-like of shape (n_clusters,), default=None
+        Mixture weights, uniform when None.
+
+    Returns
+    -------
+    value : float
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attention_cluster.theory import pairwise_regularizer
+    >>> C = np.eye(2, 4)
+    >>> pairwise_regularizer(C, C, 0.0)  # orthogonal heads at the centroids
+    0.0
+    """
+    heads, centroids, weights, s, _, _ = _problem(heads, centroids, noise, 0.0, 1, weights)
+    return float(_pairwise_terms(heads.T, centroids, weights, s)[0])
+
+
+def pairwise_regularizer_gradient(heads, centroids, noise, weights=None):
+    """Euclidean gradient of :func:`pairwise_regularizer` in the heads.
+
+    ``grad_{mu_j} r = 2 sum_{k != j} E[<mu_k, X>^2 X X^T] mu_j``
+    (``math.md`` section 3; closed form in ``docs/theory.md``).
+
+    Parameters
+    ----------
+    heads, centroids, noise, weights
+        As in :func:`pairwise_regularizer`.
+
+    Returns
+    -------
+    gradient : ndarray of shape (n_heads, n_features)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attention_cluster.theory import pairwise_regularizer_gradient
+    >>> C = np.eye(2, 4)
+    >>> pairwise_regularizer_gradient(C, C, 0.0).tolist()
+    [[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]]
+    """
+    heads, centroids, weights, s, _, _ = _problem(heads, centroids, noise, 0.0, 1, weights)
+    return _pairwise_terms(heads.T, centroids, weights, s)[1].T
+
+
+# ---------------------------------------------------------------------------
+# The manifold M, lambda*(sigma, L) and the oracle layer (Lemma 3.2, Prop. 3.3,
+# Prop. 4.2), for K orthonormal equal-weight centroids and K heads.
+# ---------------------------------------------------------------------------
+
+
+def _manifold_moments(s, n_features, K, L):
+    """Coefficients of ``a0, a1, a2`` as polynomials in the alignments.
+
+    On the manifold M (head h orthogonal to the other centroids and to the
+    other heads), with ``u_h = kappa_h^2``, ``S1 = sum u`` and
+    ``S2 = sum u^2``, each term of :class:`_LayerMoments` is
+    ``t0 + t1 S1 + t2 S2 + t3 S1^2``; the rows below are ``(t0, t1, t2, t3)``
+    for ``T1 ... T6`` (derivation in ``docs/theory.md``, "The manifold"); the
+    returned ``a0, a1, a2`` carry them on their last axis.
+    ``k = 1 + d sigma^2`` is the cumulant of ``||X||^2``.
+    """
+    s = np.asarray(s, dtype=np.float64)
+    k = 1.0 + n_features * s
+    zero = np.zeros_like(s)
+    one = np.ones_like(s)
+    T = np.stack(
+        [
+            [s * K * k + 2 * s**2 * K, (k + 4 * s) / K, zero, zero],
+            [s**2 * K, (1 + 2 * K * s) / K**2 * one, zero, zero],
+            [
+                s**2 * K * (K + 2) * (k + 4 * s),
+                2 * s * (K + 2) * (k + 6 * s) / K,
+                (k + 8 * s) / K,
+                zero,
+            ],
+            [
+                s**3 * K * (K + 2),
+                (3 * K * s**2 + s + 6 * s**2 + 2 * s / K) / K,
+                (1 + K * s + 2 * s) / K**2,
+                s / K**2,
+            ],
+            [s**2 * K * (k + 2 * s), 2 * s * (k + 3 * s) / K, (k + 4 * s) / K**2, zero],
+            [s**3 * K, s * (1 + 3 * K * s) / K**2, (1 + 2 * K * s) / K**3, zero],
+        ]
+    )
+    T = np.moveaxis(T, 1, -1)  # (6, ..., 4): coefficients last, to broadcast with L
+    w1, w2 = (w[..., None] for w in _length_weights(L))
+    a0 = np.stack([k, zero, zero, zero], axis=-1)
+    a1 = w1[0] * T[0] + w1[1] * T[1]
+    a2 = w2[0] * T[2] + w2[1] * T[3] + w2[2] * T[4] + w2[3] * T[5]
+    return a0, a1, a2
+
+
+def _needs_dimension(s, L, n_features):
+    if n_features is None:
+        if np.all(np.isinf(L)) or not np.any(s > 0):
+            return 0
+        raise ValueError(
+            "n_features is required for a finite sequence_length and noise > 0: the "
+            "token attending to itself brings E||X||^2 = 1 + d sigma^2 into the risk."
+        )
+    return _check_count(n_features, "n_features")
+
+
+def manifold_risk_coefficients(
+    noise, temperature, sequence_length=np.inf, n_clusters=2, n_features=None
+):
+    """Constants of the risk restricted to the manifold M (Lemma 3.2).
+
+    On ``M = {heads with <mu_h, mu*_j> = 0 and <mu_h, mu_j> = 0 for j != h}``
+    the risk only depends on the alignments ``kappa_h = <mu_h, mu*_h>``::
+
+        R(kappa) = D - B sum_h kappa_h^2 + A sum_h kappa_h^4
+                   + C (sum_h kappa_h^2)^2
+
+    (Lemma 3.2 for K = 2; the paper's explicit constants, Lemma C.1, are not
+    available and were re-derived, see ``docs/theory.md``). ``A, C >= 0``,
+    so R is convex in ``(kappa_h^2)_h``. For finite L and sigma > 0 the
+    constants depend on d through ``E||X||^2 = 1 + d sigma^2``.
+
+    Parameters
+    ----------
+    noise : float or array-like
+        sigma >= 0.
+    temperature : float or array-like
+        lambda >= 0.
+    sequence_length : float, default=inf
+        L >= 1 or ``np.inf``.
+    n_clusters : int, default=2
+        K, the number of orthonormal equal-weight centroids and of heads.
+    n_features : int, default=None
+        d; required when L is finite and sigma > 0.
+
+    Returns
+    -------
+    A, B, C, D : float or ndarray
+
+    Examples
+    --------
+    >>> from attention_cluster.theory import manifold_risk_coefficients
+    >>> A, B, C, D = manifold_risk_coefficients(0.0, 1.0)
+    >>> float(A), float(B), float(C), float(D)
+    (0.5, 1.0, 0.0, 1.0)
+    """
+    s = _check_noise(noise) ** 2
+    L = _check_length(sequence_length)
+    K = _check_count(n_clusters, "n_clusters")
+    d = _needs_dimension(s, L, n_features)
+    tau = _check_temperature(temperature) * K
+    a0, a1, a2 = _manifold_moments(s, d, K, L)
+    tau = tau[..., None]
+    coef = a0 - 2.0 * tau * a1 + tau**2 * a2
+    return coef[..., 2], -coef[..., 1], coef[..., 3], coef[..., 0]
+
+
+def manifold_risk(alignment, noise, temperature, sequence_length=np.inf, n_features=None):
+    """Risk on the manifold M as a function of the alignments (Lemma 3.2).
+
+    ``R(kappa) = D - B sum kappa_h^2 + A sum kappa_h^4 + C (sum kappa_h^2)^2``
+    with the constants of :func:`manifold_risk_coefficients`; equal to
+    :func:`population_risk` for heads ``mu_h = kappa_h mu*_h +
+    sqrt(1 - kappa_h^2) v_h`` with orthonormal ``v_h`` orthogonal to the
+    centroids (see :func:`manifold_heads`).
+
+    Parameters
+    ----------
+    alignment : array-like of shape (..., n_clusters)
+        ``kappa_h = <mu_h, mu*_h>`` in [-1, 1], one per head (the paper's
+        ``(kappa_0, kappa_1)`` for K = 2); leading axes broadcast.
+    noise, temperature, sequence_length, n_features
+        As in :func:`manifold_risk_coefficients`.
+
+    Returns
+    -------
+    risk : float or ndarray of shape (...)
+
+    Examples
+    --------
+    >>> from attention_cluster.theory import manifold_risk
+    >>> float(manifold_risk([1.0, 1.0], 0.0, 1.0))  # L = inf, sigma = 0: T = X
+    0.0
+    """
+    u = np.asarray(alignment, dtype=np.float64) ** 2
+    A, B, C, D = manifold_risk_coefficients(
+        noise, temperature, sequence_length, u.shape[-1], n_features
+    )
+    S1 = np.sum(u, axis=-1)
+    return D - B * S1 + A * np.sum(u**2, axis=-1) + C * S1**2
+
+
+def manifold_optimal_alignment(
+    noise, temperature, sequence_length=np.inf, n_clusters=2, n_features=None
+):
+    """Alignment ``|kappa|`` of the minimiser of the risk on M (Prop. 3.3).
+
+    R is convex in ``u = (kappa_h^2)_h`` on ``[0, 1]^K`` and symmetric, so its
+    minimiser has equal coordinates, ``u* = B / (2 (A + K C))`` clipped to
+    ``[0, 1]`` (constants of :func:`manifold_risk_coefficients`). It is 1
+    (heads at the centroids) exactly when ``lambda <= lambda*``
+    (:func:`lambda_star`); above, the heads tilt out of the centroids' span
+    towards their orthogonal directions ``v_h``, to ``kappa* = sqrt(u*)``.
+    Plotting ``kappa*`` against ``lambda / lambda*`` shows this transition;
+    :func:`population_pgd` started on M converges to it.
+
+    Parameters
+    ----------
+    noise, temperature, sequence_length, n_clusters, n_features
+        As in :func:`manifold_risk_coefficients`.
+
+    Returns
+    -------
+    alignment : float or ndarray
+        ``kappa* in [0, 1]``.
+
+    Examples
+    --------
+    >>> from attention_cluster.theory import lambda_star, manifold_optimal_alignment
+    >>> lam = float(lambda_star(0.3, 100, n_features=10))
+    >>> float(manifold_optimal_alignment(0.3, lam, 100, n_features=10))
+    1.0
+    >>> round(float(manifold_optimal_alignment(0.3, 1.5 * lam, 100, n_features=10)), 4)
+    0.7942
+    """
+    A, B, C, _ = manifold_risk_coefficients(
+        noise, temperature, sequence_length, n_clusters, n_features
+    )
+    K = _check_count(n_clusters, "n_clusters")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        u = np.where(A + K * C > 0, B / (2.0 * (A + K * C)), 1.0)
+    return np.sqrt(np.clip(u, 0.0, 1.0))
+
+
+def lambda_star(noise, sequence_length=np.inf, n_clusters=2, n_features=None):
+    """Largest temperature with the heads at the centroids as minimisers on M.
+
+    Prop. 3.3 (explicit form in the paper's Prop. C.2, not available,
+    re-derived here): on the manifold M the risk is convex in
+    ``u = (kappa_h^2)_h`` (:func:`manifold_risk_coefficients`), so the
+    corners ``kappa_h = +-1`` are its global minimisers iff
+    ``dR/du_h <= 0`` at ``u = 1``, i.e. iff ``lambda <= lambda*`` with::
+
+        lambda* = (2 / K) a1' / (a2' + 2 a2'' + 2 K a2'''),
+
+    where ``a1'`` and ``a2', a2'', a2'''`` are the coefficients of
+    ``S1 = sum u``, ``S2 = sum u^2`` and ``S1^2`` in the two moments of the
+    layer (``docs/theory.md``, "lambda*"). This is a closed form, exact for
+    any K (orthonormal equal-weight centroids, K heads, factor
+    ``c = lambda K / L``). Special cases::
+
+        sigma = 0:       lambda* = L (L + K - 1) / (K^2 + 3K(L-1) + (L-1)(L-2))
+                                 = (L + 1) / (L + 3)                  (K = 2)
+        L -> infinity:   lambda* = 2 (1 + 2K sigma^2) / (2 + 5K sigma^2 + 3K^2 sigma^4)
+                                 = (1 + 4 sigma^2) / (1 + 5 sigma^2 + 6 sigma^4)  (K = 2)
+
+    For finite L and sigma > 0, lambda* also depends on d (the paper writes
+    ``lambda*(sigma, L)``): the token attending to itself brings
+    ``E||X||^2 = 1 + d sigma^2`` into the risk.
+
+    Parameters
+    ----------
+    noise : float or array-like
+        sigma >= 0.
+    sequence_length : float, default=inf
+        L >= 1 or ``np.inf``.
+    n_clusters : int, default=2
+        K.
+    n_features : int, default=None
+        d; required when L is finite and sigma > 0.
+
+    Returns
+    -------
+    temperature : float or ndarray
+
+    Examples
+    --------
+    >>> from attention_cluster.theory import lambda_star
+    >>> round(float(lambda_star(0.0, 9)), 6)  # (L + 1) / (L + 3)
+    0.833333
+    >>> round(float(lambda_star(1.0)), 6)  # (1 + 4) / (1 + 5 + 6)
+    0.416667
+    """
+    s = _check_noise(noise) ** 2
+    L = _check_length(sequence_length)
+    K = _check_count(n_clusters, "n_clusters")
+    d = _needs_dimension(s, L, n_features)
+    _, a1, a2 = _manifold_moments(s, d, K, L)
+    return 2.0 * a1[..., 1] / (K * (a2[..., 1] + 2.0 * a2[..., 2] + 2.0 * K * a2[..., 3]))
+
+
+def manifold_heads(centroids, alignment, random_state=None):
+    """Heads on the manifold M with the given alignments (section 3.1).
+
+    ``mu_h = kappa_h mu*_h + sqrt(1 - kappa_h^2) v_h`` with ``v_h`` a random
+    orthonormal family orthogonal to the centroids, so that
+    ``<mu_h, mu*_j> = 0`` and ``<mu_h, mu_j> = 0`` for ``j != h`` (the
+    paper's M: ``eta_0 = eta_1 = xi = 0``). A start of PGD on M (Thm. 3.4,
+    Fig. 1).
+
+    Parameters
+    ----------
+    centroids : array-like of shape (n_clusters, n_features)
+        Orthonormal centroids, ``n_features >= 2 n_clusters``.
+    alignment : float or array-like of shape (n_clusters,)
+        ``kappa_h`` in [-1, 1].
+    random_state : int, RandomState instance or None, default=None
+        Seed or generator for the directions ``v_h``.
+
+    Returns
+    -------
+    heads : ndarray of shape (n_clusters, n_features)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attention_cluster.theory import manifold_heads
+    >>> C = np.eye(2, 5)
+    >>> H = manifold_heads(C, [0.6, 0.8], random_state=0)
+    >>> np.round(H @ C.T, 12).tolist(), round(float(H[0] @ H[1]), 12)
+    ([[0.6, 0.0], [0.0, 0.8]], 0.0)
+    """
+    centroids = np.asarray(centroids, dtype=np.float64)
+    K, d = centroids.shape
+    if not np.allclose(centroids @ centroids.T, np.eye(K), atol=1e-10):
+        raise ValueError("centroids must be orthonormal rows.")
+    if d < 2 * K:
+        raise ValueError(f"The manifold needs n_features >= 2 n_clusters, got {d} < {2 * K}.")
+    kappa = np.broadcast_to(np.asarray(alignment, dtype=np.float64), (K,))
+    if np.any(np.abs(kappa) > 1):
+        raise ValueError("alignment must lie in [-1, 1].")
+    rng = check_random_state(random_state)
+    G = rng.standard_normal((d, K))
+    G -= centroids.T @ (centroids @ G)
+    V = np.linalg.qr(G)[0].T
+    V -= (V @ centroids.T) @ centroids
+    V /= np.linalg.norm(V, axis=1, keepdims=True)
+    return kappa[:, None] * centroids + np.sqrt(1.0 - kappa**2)[:, None] * V
+
+
+def quantizer_risk(noise, n_features):
+    """Risk of the optimal quantizer ``T*(X)_l = mu*_{Z_l}`` (section 4).
+
+    ``E||X_1 - mu*_{Z_1}||^2 = d sigma^2``, the benchmark of Prop. 4.2 and
+    Prop. 5.2.
+
+    Parameters
+    ----------
+    noise : float or array-like
+        sigma >= 0.
+    n_features : int
+        d.
+
+    Returns
+    -------
+    risk : float or ndarray
+
+    Examples
+    --------
+    >>> from attention_cluster.theory import quantizer_risk
+    >>> round(float(quantizer_risk(0.3, 10)), 6)
+    0.9
+    """
+    return _check_count(n_features, "n_features") * _check_noise(noise) ** 2
+
+
+def _oracle(noise, temperature, sequence_length, n_features, n_clusters):
+    s = _check_noise(noise) ** 2
+    L = _check_length(sequence_length)
+    K = _check_count(n_clusters, "n_clusters")
+    d = _check_count(n_features, "n_features", K)
+    at_one = np.array([1.0, K, K, K**2])  # (1, S1, S2, S1^2) at kappa = 1
+    a0, a1, a2 = (a @ at_one for a in _manifold_moments(s, d, K, L))
+    return a0, a1, a2, s, L, K, _check_temperature(temperature) * K
+
+
+def oracle_risk(noise, temperature, sequence_length, n_features, n_clusters=2):
+    """Risk of the oracle linear layer, heads at the centroids (Prop. 4.2).
+
+    ``R = a0 - 2 lambda K a1 + (lambda K)^2 a2``: the manifold risk
+    (:func:`manifold_risk`) at ``kappa = 1``, for any temperature and finite
+    or infinite L (``docs/theory.md``, "Oracle layer"). As L -> infinity,
+    with ``s = sigma^2``::
+
+        R_inf(lambda) = 1 + d s - 2 lambda (1 + K s)^2 + lambda^2 (1 + K s)^3,
+
+    minimal at ``lambda = 1 / (1 + K s)`` (Prop. 4.2's
+    ``(1 + 4s + 4s^2) / (1 + 6s + 12s^2 + 8s^3)`` for K = 2) where it equals
+    ``(d - K) sigma^2 < d sigma^2``, the optimal quantizer's risk.
+
+    Parameters
+    ----------
+    noise : float or array-like
+        sigma >= 0.
+    temperature : float or array-like
+        lambda >= 0.
+    sequence_length : float
+        L >= 1 or ``np.inf``.
+    n_features : int
+        d >= K.
+    n_clusters : int, default=2
+        K.
+
+    Returns
+    -------
+    risk : float or ndarray
+
+    Examples
+    --------
+    >>> from attention_cluster.theory import oracle_risk
+    >>> round(float(oracle_risk(0.3, 1 / (1 + 2 * 0.09), float("inf"), 10)), 6)  # (d-2) s
+    0.72
+    """
+    a0, a1, a2, _, _, _, tau = _oracle(noise, temperature, sequence_length, n_features, n_clusters)
+    return a0 - 2.0 * tau * a1 + tau**2 * a2
+
+
+def oracle_conditional_variance(noise, temperature, sequence_length, n_features, n_clusters=2):
+    """Conditional variance of the oracle layer's output (Prop. 4.2).
+
+    ``E[||T(X)_1 - E[T(X)_1 | Z_1 = c]||^2 | Z_1 = c]``, the same for every
+    c, equal to ``(lambda K)^2 a2 - b^2`` with ``b mu*_c = E[T(X)_1 | Z_1 = c]``
+    (Prop. 4.1, :func:`unbiased_temperature`). As L -> infinity it tends to
+    ``lambda^2 (1 + K sigma^2)^2 K sigma^2``, i.e. ``K sigma^2`` (2 sigma^2
+    in the paper) at ``lambda = 1 / (1 + K sigma^2)``, independent of d.
+
+    Parameters
+    ----------
+    noise, temperature, sequence_length, n_features, n_clusters
+        As in :func:`oracle_risk`.
+
+    Returns
+    -------
+    variance : float or ndarray
+
+    Examples
+    --------
+    >>> from attention_cluster.theory import oracle_conditional_variance
+    >>> round(float(oracle_conditional_variance(0.3, 1 / 1.18, float("inf"), 10)), 6)
+    0.18
+    """
+    _, _, a2, s, L, K, tau = _oracle(noise, temperature, sequence_length, n_features, n_clusters)
+    w1, _ = _length_weights(L)
+    bias = tau * (w1[0] * (1.0 + (K + 2.0) * s) + w1[1] * (1.0 / K + s))
+    return tau**2 * a2 - bias**2
+
+
+def oracle_optimal_temperature(noise, sequence_length, n_features, n_clusters=2):
+    """Temperature minimising :func:`oracle_risk` (Prop. 4.2).
+
+    The risk is quadratic in ``tau = lambda K``, minimal at
+    ``tau = a1 / a2``; as L -> infinity, ``lambda = 1 / (1 + K sigma^2)``,
+    the unbiased temperature of Prop. 4.1.
+
+    Parameters
+    ----------
+    noise, sequence_length, n_features, n_clusters
+        As in :func:`oracle_risk`.
+
+    Returns
+    -------
+    temperature : float or ndarray
+
+    Examples
+    --------
+    >>> from attention_cluster.theory import oracle_optimal_temperature
+    >>> round(float(oracle_optimal_temperature(1.0, float("inf"), 10)), 6)
+    0.333333
+    """
+    _, a1, a2, _, _, K, _ = _oracle(noise, 0.0, sequence_length, n_features, n_clusters)
+    return a1 / (K * a2)
+
+
+# ---------------------------------------------------------------------------
+# The in-context layer T^ctx(X)_l = (lambda K / L) (X^T X) X_l (section 5).
+# ---------------------------------------------------------------------------
+
+
+def _in_context(noise, temperature, sequence_length, n_features, n_clusters):
+    """Moments ``a0, a1, a2`` of the in-context layer (``P = I_d``).
+
+    The terms of :class:`_LayerMoments` with ``P = I``, K orthonormal
+    equal-weight centroids, ``M = E/K + s I`` (E the projection on the
+    centroids), ``k = 1 + d s`` (``docs/theory.md``, "In-context layer").
+    """
+    s = _check_noise(noise) ** 2
+    L = _check_length(sequence_length)
+    K = _check_count(n_clusters, "n_clusters")
+    d = _check_count(n_features, "n_features", K)
+    k = 1.0 + d * s
+    trM = 1.0 + d * s
+    T1 = k**2 + 2 * s**2 * d + 4 * s
+    T2 = K * (1 / K + s) ** 2 + (d - K) * s**2
+    T3 = k**3 + 3 * k * (2 * s**2 * d + 4 * s) + 8 * s**3 * d + 24 * s**2
+    T4 = k * (s * trM + 1 / K + s) + 2 * s**2 * trM + 4 * s * (1 / K + s)
+    T5 = (s * k + 2 * s**2) * trM + (k + 4 * s) / K * (1 + K * s)
+    T6 = K * (1 / K + s) ** 3 + (d - K) * s**3
+    w1, w2 = _length_weights(L)
+    a1 = w1[0] * T1 + w1[1] * T2
+    a2 = w2[0] * T3 + w2[1] * T4 + w2[2] * T5 + w2[3] * T6
+    return k, a1, a2, s, L, K, d, _check_temperature(temperature) * K
+
+
+def in_context_risk(noise, temperature, sequence_length, n_features, n_clusters=2):
+    """Risk of the parameter-free in-context layer (Prop. 5.2).
+
+    ``T^ctx(X)_l = (lambda K / L) (X^T X) X_l`` (``math.md`` section 2, the
+    sum of d orthonormal heads, K = 2 in the paper) on prompts whose
+    orthonormal centroids are drawn afresh for each prompt. The layer is
+    rotation invariant, so the risk is that of any fixed centroids:
+    ``a0 - 2 lambda K a1 + (lambda K)^2 a2`` for finite or infinite L and any
+    temperature (``docs/theory.md``, "In-context layer"). As L -> infinity,
+    with ``s = sigma^2``::
+
+        R_inf = 1 + d s - 2 lambda K [K (1/K + s)^2 + (d - K) s^2]
+                + (lambda K)^2 [K (1/K + s)^3 + (d - K) s^3],
+
+    below ``d sigma^2`` for a range of temperatures around
+    :func:`in_context_optimal_temperature`.
+
+    Parameters
+    ----------
+    noise, temperature, sequence_length, n_features, n_clusters
+        As in :func:`oracle_risk`.
+
+    Returns
+    -------
+    risk : float or ndarray
+
+    Examples
+    --------
+    >>> from attention_cluster.theory import in_context_risk, quantizer_risk
+    >>> bool(in_context_risk(1.0, 0.35, float("inf"), 10) < quantizer_risk(1.0, 10))
+    True
+    """
+    a0, a1, a2, *_, tau = _in_context(noise, temperature, sequence_length, n_features, n_clusters)
+    return a0 - 2.0 * tau * a1 + tau**2 * a2
+
+
+def in_context_conditional_variance(noise, temperature, sequence_length, n_features, n_clusters=2):
+    """Conditional variance of the in-context layer's output (Prop. 5.2).
+
+    ``E[||T^ctx(X)_1 - E[T^ctx(X)_1 | mu*, Z_1]||^2 | mu*, Z_1 = c]``, given
+    the prompt's centroids and the first token's cluster (the same for all
+    draws, by rotation invariance); ``E[T^ctx(X)_1 | mu*, Z_1 = c] =
+    b mu*_c`` with b of Prop. 5.1. As L -> infinity it tends to
+    ``(lambda K)^2 sigma^2 [K (1/K + s)^2 + (d - K) s^2]``, i.e. for K = 2 and
+    ``lambda = 1 / (1 + 2 sigma^2)``: ``2 sigma^2 + 4 (d - 2) sigma^6 /
+    (1 + 2 sigma^2)^2 < d sigma^2``.
+
+    Parameters
+    ----------
+    noise, temperature, sequence_length, n_features, n_clusters
+        As in :func:`in_context_risk`.
+
+    Returns
+    -------
+    variance : float or ndarray
+
+    Examples
+    --------
+    >>> from attention_cluster.theory import in_context_conditional_variance
+    >>> # Dirac mixture: only the cluster counts vary, (4 / L^2) * (L - 1) / 4
+    >>> round(float(in_context_conditional_variance(0.0, 1.0, 50, 10)), 12)
+    0.0196
+    """
+    _, _, a2, s, L, K, d, tau = _in_context(noise, temperature, sequence_length, n_features, n_clusters)
+    w1, _ = _length_weights(L)
+    bias = tau * (w1[0] * (1.0 + (d + 2.0) * s) + w1[1] * (1.0 / K + s))
+    return tau**2 * a2 - bias**2
+
+
+def in_context_optimal_temperature(noise, n_features, sequence_length=np.inf, n_clusters=2):
+    """Temperature minimising :func:`in_context_risk` (Prop. 5.2).
+
+    ``lambda K = a1 / a2``; as L -> infinity, for K = 2::
+
+        lambda = [2 (sigma^2 + 1/2)^2 + (d - 2) sigma^4]
+                 / (2 [2 (sigma^2 + 1/2)^3 + (d - 2) sigma^6]),
+
+    the temperature of Prop. 5.2.
+
+    Parameters
+    ----------
+    noise : float or array-like
+        sigma >= 0.
+    n_features : int
+        d >= K.
+    sequence_length : float, default=inf
+        L >= 1 or ``np.inf``.
+    n_clusters : int, default=2
+        K.
+
+    Returns
+    -------
+    temperature : float or ndarray
+
+    Examples
+    --------
+    >>> from attention_cluster.theory import in_context_optimal_temperature
+    >>> round(float(in_context_optimal_temperature(0.0, 10)), 6)
+    1.0
+    """
+    _, a1, a2, _, _, K, _, _ = _in_context(noise, 0.0, sequence_length, n_features, n_clusters)
+    return a1 / (K * a2)
+
+
+# ---------------------------------------------------------------------------
+# Population projected gradient descent (Thm. 3.4, Fig. 5).
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PGDResult:
+    """Outcome of :func:`population_pgd`."""
+
+    heads: np.ndarray  #: final heads, shape (n_heads, n_features), unit rows
+    distance: np.ndarray  #: centroid_distance to the centroids, per iterate
+    objective: np.ndarray  #: R + reg_strength * r, per iterate
+    n_iter: int  #: number of steps taken
+    converged: bool  #: whether the Riemannian gradient fell below tol
+
+
+def population_pgd(
+    heads0,
+    centroids,
+    noise,
+    temperature,
+    sequence_length=np.inf,
+    *,
+    reg_strength=0.0,
+    step_size=None,
+    max_iter=10000,
+    tol=1e-10,
+    weights=None,
+):
+    """Projected (Riemannian) gradient descent on the exact population risk.
+
+    The paper's (PGD) iterates (section 2; ``math.md`` section 3) on the
+    closed-form objective ``R(U) + rho r(U)`` (:func:`population_risk`,
+    :func:`pairwise_regularizer`), with no sampling::
+
+        g_h  = (I - mu_h mu_h^T) grad_{mu_h},
+        mu_h <- (mu_h - gamma g_h) / ||mu_h - gamma g_h||.
+
+    Started on the manifold M with ``lambda <= lambda*`` (Thm. 3.4) the
+    heads converge to the centroids up to sign; with ``sigma = 0`` this is
+    the Dirac case of Fig. 5. The gradient maps the span of the centroids and
+    the heads into itself, so the iterates never leave the span of
+    ``centroids`` and ``heads0``; the descent runs in orthonormal coordinates
+    of that span (dimension at most ``n_heads + n_clusters``), at a cost
+    independent of d.
+
+    Parameters
+    ----------
+    heads0 : array-like of shape (n_heads, n_features)
+        Starting heads; each row is normalised onto the sphere.
+    centroids : array-like of shape (n_clusters, n_features)
+        Centroids of the mixture.
+    noise : float
+        sigma >= 0.
+    temperature : float
+        lambda >= 0.
+    sequence_length : float, default=inf
+        L >= 1 or ``np.inf``.
+    reg_strength : float, default=0.0
+        rho >= 0, weight of the pairwise regularizer.
+    step_size : float, default=None
+        gamma > 0. None takes ``gamma = 0.5 / (||H||_2 + 2 rho ||N||_2)`` at
+        the start, where ``grad_U R = H U`` and ``N = E[(X^T U U^T X) X X^T]``
+        bounds the regularizer's ``grad_{mu_j} r = 2 sum_{k != j}
+        E[<mu_k, X>^2 X X^T] mu_j``: a scale-free step, stable in the tests
+        (the iteration diverged for ``gamma ||H||_2`` above about 1).
+    max_iter : int, default=10000
+        Maximum number of steps.
+    tol : float, default=1e-10
+        Stop when the Frobenius norm of the Riemannian gradient is below tol.
+    weights : array-like of shape (n_clusters,), default=None
+        Mixture weights, uniform when None.
+
+    Returns
+    -------
+    result : PGDResult
+        Final heads, and ``distance`` / ``objective`` of every iterate
+        (``n_iter + 1`` values, the first for ``heads0``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attention_cluster.theory import lambda_star, manifold_heads, population_pgd
+    >>> C = np.eye(2, 6)
+    >>> H0 = manifold_heads(C, [0.3, -0.5], random_state=0)
+    >>> lam = 0.9 * float(lambda_star(0.3, 10, n_features=6))
+    >>> res = population_pgd(H0, C, 0.3, lam, 10, max_iter=5000)
+    >>> res.converged, bool(res.distance[-1] < 1e-8)
+    (True, True)
+    """
+    heads0 = np.asarray(heads0, dtype=np.float64)
+    heads0 = heads0 / np.linalg.norm(heads0, axis=1, keepdims=True)
+    heads0, centroids, weights, s, tau, L = _problem(
+        heads0, centroids, noise, temperature, sequence_length, weights
+    )
+    if not reg_strength >= 0:
+        raise ValueError(f"reg_strength must be >= 0, got {reg_strength!r}.")
+    if step_size is not None and not step_size > 0:
+        raise ValueError(f"step_size must be > 0, got {step_size!r}.")
+    max_iter = _check_count(max_iter, "max_iter", 0)
+    basis, (H, means) = _reduce(heads0, centroids)
+    U = H.T
+    moments = _LayerMoments(means, weights, s, heads0.shape[1], L)
+
+    def objective(U):
+        risk, H = _risk_and_gradient(moments, U, tau)
+        grad = H @ U
+        if reg_strength:
+            reg, reg_grad = _pairwise_terms(U, means, weights, s)
+            risk, grad = risk + reg_strength * reg, grad + reg_strength * reg_grad
+        return risk, grad
+
+    if step_size is None:
+        scale = np.linalg.norm(_risk_and_gradient(moments, U, tau)[1], 2)
+        if reg_strength:
+            P = U @ U.T
+            Pm = means @ P
+            k_p = s * np.trace(P) + np.sum(means * Pm, axis=1)
+            N = _average(weights, _n1(k_p, P, Pm, means, s, moments.eye))
+            scale += 2.0 * reg_strength * np.linalg.norm(N, 2)
+        step_size = 0.5 / scale if scale > 0 else 1.0  # scale 0: lambda = rho = 0
+    values = []
+    distances = [centroid_distance(U.T, means)]
+    converged = False
+    n_iter = 0
+    while True:
+        value, grad = objective(U)
+        values.append(value)
+        riem = grad - U * np.sum(U * grad, axis=0)
+        if np.linalg.norm(riem) <= tol:
+            converged = True
+            break
+        if n_iter == max_iter:
+            break
+        U = U - step_size * riem
+        U /= np.linalg.norm(U, axis=0)
+        n_iter += 1
+        distances.append(centroid_distance(U.T, means))
+    return PGDResult(
+        heads=U.T @ basis,
+        distance=np.array(distances),
+        objective=np.array(values),
+        n_iter=n_iter,
+        converged=converged,
+    )

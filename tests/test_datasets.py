@@ -1,0 +1,102 @@
+"""Tests of attention_cluster.datasets: the mixture (P_sigma) of math.md
+section 1 and its generators.
+
+Statistical checks use fixed seeds and 5 standard errors (false alarm below
+1e-6 each).
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attention_cluster.datasets import make_centroids, make_mixture, make_sequences
+
+seeds = st.integers(0, 2**32 - 1)
+
+
+@settings(max_examples=50, deadline=None)
+@given(d=st.integers(1, 12), data=st.data(), seed=seeds)
+def test_orthogonal_centroids_are_orthonormal(d, data, seed):
+    K = data.draw(st.integers(1, d))
+    C = make_centroids(K, d, random_state=seed)
+    assert C.shape == (K, d)
+    np.testing.assert_allclose(C @ C.T, np.eye(K), atol=1e-12)
+
+
+@settings(max_examples=50, deadline=None)
+@given(K=st.integers(1, 8), d=st.integers(1, 8), seed=seeds)
+def test_random_centroids_are_unit_vectors(K, d, seed):
+    C = make_centroids(K, d, kind="random", random_state=seed)
+    np.testing.assert_allclose(np.linalg.norm(C, axis=1), 1.0, atol=1e-12)
+
+
+def test_orthogonal_centroids_are_uniform_on_the_sphere():
+    # Haar frames: each row is uniform on S^{d-1}, so E[mu] = 0 and
+    # E[mu mu^T] = I / d. Entry variance of mu_i mu_j is at most 3 / d^2.
+    rng = np.random.RandomState(0)
+    d, n = 4, 20_000
+    rows = np.concatenate([make_centroids(2, d, random_state=rng) for _ in range(n)])
+    se = np.sqrt(3.0 / d**2 / rows.shape[0])
+    np.testing.assert_allclose(rows.mean(0), 0.0, atol=5 * np.sqrt(1 / d / rows.shape[0]))
+    np.testing.assert_allclose(rows.T @ rows / rows.shape[0], np.eye(d) / d, atol=5 * se)
+
+
+@pytest.mark.parametrize("weights", [None, [0.2, 0.3, 0.5]])
+def test_labels_follow_the_weights(weights):
+    n = 200_000
+    _, y, _ = make_mixture(n, 5, 3, weights=weights, random_state=1)
+    p = np.full(3, 1 / 3) if weights is None else np.asarray(weights)
+    freq = np.bincount(y, minlength=3) / n
+    assert np.all(np.abs(freq - p) <= 5 * np.sqrt(p * (1 - p) / n))
+
+
+@settings(max_examples=20, deadline=None)
+@given(K=st.integers(1, 4), seed=seeds)
+def test_dirac_mixture_puts_every_point_on_its_centroid(K, seed):
+    X, y, C = make_mixture(50, 6, K, noise=0.0, random_state=seed)
+    np.testing.assert_array_equal(X, C[y])
+
+
+def test_noise_is_isotropic_with_variance_sigma_squared():
+    n, d, sigma = 100_000, 5, 0.7
+    X, y, C = make_mixture(n, d, 2, noise=sigma, random_state=2)
+    eps = (X - C[y]) / sigma
+    np.testing.assert_allclose(eps.mean(0), 0.0, atol=5 / np.sqrt(n))
+    # Var of eps_i eps_j is 1 off the diagonal, 2 on it.
+    np.testing.assert_allclose(eps.T @ eps / n, np.eye(d), atol=5 * np.sqrt(2 / n))
+
+
+def test_given_centroids_are_used_as_is():
+    C = np.array([[3.0, 0.0], [0.0, -2.0]])
+    X, y, C_out = make_mixture(10, 2, 2, noise=0.0, centroids=C, random_state=0)
+    np.testing.assert_array_equal(C_out, C)
+    np.testing.assert_array_equal(X, C[y])
+
+
+def test_sequences_share_centroids_and_are_reproducible():
+    X, y, C = make_sequences(30, 7, 4, 2, noise=0.0, random_state=3)
+    assert X.shape == (30, 7, 4) and y.shape == (30, 7)
+    np.testing.assert_array_equal(X, C[y])
+    X2, y2, C2 = make_sequences(30, 7, 4, 2, noise=0.0, random_state=3)
+    np.testing.assert_array_equal(X, X2)
+    X3, _, _ = make_sequences(30, 7, 4, 2, random_state=4)
+    assert not np.array_equal(X, X3)
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: make_centroids(3, 2), "n_clusters <= n_features"),
+        (lambda: make_centroids(2, 3, kind="nope"), "kind"),
+        (lambda: make_centroids(0, 3), "n_clusters"),
+        (lambda: make_mixture(10, 3, 2, noise=-1.0), "noise"),
+        (lambda: make_mixture(10, 3, 2, weights=[0.5, 0.6]), "weights"),
+        (lambda: make_mixture(10, 3, 2, centroids=np.eye(3)), "centroids must have shape"),
+        (lambda: make_sequences(0, 5), "n_sequences"),
+        (lambda: make_sequences(2, 1.5), "sequence_length"),
+    ],
+)
+def test_generators_reject_invalid_parameters(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()

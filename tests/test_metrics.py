@@ -1,0 +1,199 @@
+"""Tests of attention_cluster.metrics: the centroid distance (properties and
+exhaustive search) and the error of the labelling rule (Monte Carlo).
+
+Monte Carlo error rates are checked within 5 binomial standard errors (false
+alarm below 1e-6), with enough samples that 5 standard errors are at most
+2.5% of the checked rate: a formula off by 5% fails.
+"""
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from scipy.stats import norm
+
+from attention_cluster import metrics
+from attention_cluster.metrics import bayes_error, centroid_distance, interference, match_centroids
+
+# ---------------------------------------------------------------------------
+# centroid_distance
+# ---------------------------------------------------------------------------
+
+
+def brute_force_distance(estimated, true):
+    """min over all injective assignments and signs, by enumeration."""
+    K = true.shape[0]
+    best = np.inf
+    for perm in itertools.permutations(range(estimated.shape[0]), K):
+        chosen = estimated[list(perm)]
+        cost = sum(min(np.sum((chosen[h] - true[h]) ** 2), np.sum((chosen[h] + true[h]) ** 2)) for h in range(K))
+        best = min(best, cost)
+    return best
+
+
+def signed_permutation(data, a):
+    """Apply a random permutation and random signs, drawn by Hypothesis."""
+    K = a.shape[0]
+    perm = data.draw(st.permutations(range(K)))
+    signs = np.array(data.draw(st.lists(st.sampled_from([-1.0, 1.0]), min_size=K, max_size=K)))
+    return a[list(perm)] * signs[:, None]
+
+
+def canonical(a):
+    """Rows up to sign (first nonzero entry positive), sorted."""
+    rows = []
+    for row in a:
+        nz = np.flatnonzero(row)
+        rows.append(tuple(row * (np.sign(row[nz[0]]) if nz.size else 1.0)))
+    return sorted(rows)
+
+
+# Small integer entries make every distance exact in floating point.
+small_ints = hnp.arrays(np.float64, st.tuples(st.integers(1, 4), st.integers(1, 4)), elements=st.integers(-2, 2))
+
+
+@settings(max_examples=200, deadline=None)
+@given(U=small_ints, data=st.data())
+def test_distance_is_zero_iff_equal_up_to_sign_and_permutation(U, data):
+    V = signed_permutation(data, U)
+    if data.draw(st.booleans()):  # sometimes change one entry
+        i = data.draw(st.integers(0, V.shape[0] - 1))
+        j = data.draw(st.integers(0, V.shape[1] - 1))
+        V[i, j] += data.draw(st.sampled_from([-1.0, 1.0]))
+    assert (centroid_distance(V, U) == 0.0) == (canonical(V) == canonical(U))
+
+
+@settings(max_examples=200, deadline=None)
+@given(U=small_ints, data=st.data())
+def test_distance_invariances_and_symmetry(U, data):
+    V = data.draw(hnp.arrays(np.float64, U.shape, elements=st.integers(-2, 2)))
+    d = centroid_distance(V, U)
+    assert d >= 0.0
+    assert centroid_distance(signed_permutation(data, V), U) == d
+    assert centroid_distance(V, signed_permutation(data, U)) == d
+    assert centroid_distance(U, V) == d  # symmetric for equal numbers of rows
+    assert d == brute_force_distance(V, U)
+
+
+@settings(max_examples=100, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), extra=st.integers(0, 2))
+def test_distance_matches_exhaustive_search_with_extra_heads(seed, extra):
+    rng = np.random.default_rng(seed)
+    true = rng.standard_normal((3, 4))
+    estimated = rng.standard_normal((3 + extra, 4))
+    assert centroid_distance(estimated, true) == pytest.approx(brute_force_distance(estimated, true), abs=1e-12)
+
+
+def test_match_centroids_reports_the_optimal_assignment():
+    true = np.eye(3, 5)
+    estimated = np.array([[0, 0, -1.1, 0, 0], [0.9, 0, 0, 0, 0], [0, 1, 0, 0, 0.1], [0, 0, 0, 1, 0]])
+    perm, signs, cost = match_centroids(estimated, true)
+    assert perm.tolist() == [1, 2, 0] and signs.tolist() == [1.0, 1.0, -1.0]
+    np.testing.assert_allclose(cost, [0.01, 0.01, 0.01])
+    with pytest.raises(ValueError, match="at least as many"):
+        match_centroids(estimated[:2], true)
+    with pytest.raises(ValueError, match="same number of features"):
+        match_centroids(estimated[:, :4], true)
+    with pytest.raises(ValueError, match="2-D"):
+        centroid_distance(np.zeros(3), true)
+
+
+# ---------------------------------------------------------------------------
+# Error of the labelling rule argmax_c <x, mu_c>
+# ---------------------------------------------------------------------------
+
+
+def monte_carlo_error(centroids, heads, noise, weights, n, seed):
+    rng = np.random.default_rng(seed)
+    K, d = centroids.shape
+    z = rng.choice(K, size=n, p=weights)
+    X = centroids[z] + noise * rng.standard_normal((n, d))
+    return np.mean(np.argmax(X @ heads.T, axis=1) != z)
+
+
+def assert_rate(rate, n, exact):
+    se = np.sqrt(exact * (1 - exact) / n)
+    assert 5 * se <= 0.025 * exact, "Monte Carlo too small"
+    assert abs(rate - exact) <= 5 * se
+
+
+def test_interference_matches_the_paper():
+    # math.md section 1: I(0.3) ~ 0.0092, I(1) ~ 0.240.
+    assert interference(0.3) == pytest.approx(0.0092, abs=5e-5)
+    assert interference(1.0) == pytest.approx(0.2398, abs=5e-5)
+    sigma = np.array([0.1, 0.3, 1.0, 3.0])
+    np.testing.assert_allclose(interference(sigma), norm.cdf(-1 / (np.sqrt(2) * sigma)), rtol=1e-14)
+    assert interference(0.0) == 0.0
+
+
+@pytest.mark.parametrize("sigma", [0.05, 0.1, 0.3, 1.0, 5.0])
+def test_quadrature_reproduces_the_two_cluster_closed_form(sigma):
+    # The 1-D integral used for K > 2, run with K = 2 (one competitor), keeps
+    # its relative accuracy down to error rates of 1e-45.
+    value = metrics._error_independent(np.array([1.0]), sigma, np.array([sigma]))
+    assert value == pytest.approx(norm.cdf(-1 / (np.sqrt(2) * sigma)), rel=1e-8)
+
+
+@pytest.mark.parametrize("K, sigma", [(3, 0.5), (3, 1.0), (5, 0.7)])
+def test_interference_k_clusters_against_monte_carlo(K, sigma):
+    exact = interference(sigma, K)
+    rate = monte_carlo_error(np.eye(K, K + 1), np.eye(K, K + 1), sigma, None, 400_000, K)
+    assert_rate(rate, 400_000, exact)
+    assert bayes_error(np.eye(K, K + 2), sigma) == pytest.approx(exact, rel=1e-12)
+
+
+@settings(max_examples=30, deadline=None)
+@given(K=st.integers(2, 6), sigma=st.floats(0.05, 20.0))
+def test_interference_grows_with_noise_to_chance_level(K, sigma):
+    low, high = interference(np.array([sigma, 1.1 * sigma]), K)
+    assert 0.0 < low < high < (K - 1) / K
+    # For small sigma a union bound over the K - 1 competitors is tight.
+    assert interference(0.1, K) == pytest.approx((K - 1) * interference(0.1), rel=1e-6)
+
+
+def test_bayes_error_with_estimated_heads_rebuttal_formula():
+    # Authors' answer W3: Phi(mu*_1 . kappa / s) + Phi(-mu*_0 . kappa / s),
+    # kappa = (mu_0 - mu_1) / ||mu_0 - mu_1||, the sum of the conditional errors.
+    rng = np.random.default_rng(1)
+    C = np.eye(2, 6)
+    heads = C + 0.4 * rng.standard_normal((2, 6))
+    sigma = 0.6
+    kappa = (heads[0] - heads[1]) / np.linalg.norm(heads[0] - heads[1])
+    rebuttal = norm.cdf(C[1] @ kappa / sigma) + norm.cdf(-(C[0] @ kappa) / sigma)
+    assert bayes_error(C, sigma, heads=heads) == pytest.approx(rebuttal / 2, rel=1e-12)
+    w = np.array([0.3, 0.7])
+    exact = bayes_error(C, sigma, w, heads)
+    assert_rate(monte_carlo_error(C, heads, sigma, w, 400_000, 2), 400_000, exact)
+
+
+def test_bayes_error_correlated_heads_against_monte_carlo():
+    # K = 3 with non-orthogonal heads: the multivariate normal orthant path.
+    rng = np.random.default_rng(3)
+    C = np.eye(3, 5)
+    heads = C + 0.3 * rng.standard_normal((3, 5))
+    w = np.array([0.2, 0.3, 0.5])
+    exact = bayes_error(C, 0.7, w, heads)
+    assert_rate(monte_carlo_error(C, heads, 0.7, w, 400_000, 4), 400_000, exact)
+    assert bayes_error(C, 0.7, w, heads) == exact  # reproducible
+
+
+def test_bayes_error_degenerate_cases():
+    C = np.eye(3, 4)
+    assert bayes_error(C, 0.0) == 0.0
+    # sigma = 0: a cluster whose centroid scores higher on another head is lost.
+    heads = np.array([[1.0, 0, 0, 0], [1.0, 0.5, 0, 0], [0, 0, 1.0, 0]])
+    assert bayes_error(C, 0.0, heads=heads) == pytest.approx(1 / 3)
+    # Two equal heads tie forever: both clusters are always wrong.
+    assert bayes_error(C, 0.5, heads=np.array([C[0], C[0], C[2]])) >= 2 / 3
+    assert bayes_error(C[:1], 1.0) == 0.0
+    with pytest.raises(ValueError, match="heads must have the shape"):
+        bayes_error(C, 0.3, heads=C[:2])
+    with pytest.raises(ValueError, match="weights"):
+        bayes_error(C, 0.3, weights=[0.5, 0.5, 0.5])
+    with pytest.raises(ValueError, match="noise"):
+        bayes_error(C, -1.0)
+    with pytest.raises(ValueError, match="n_clusters"):
+        interference(0.3, 0)

@@ -1,0 +1,558 @@
+"""Tests of attention_cluster.theory: every closed form against Monte Carlo or
+exact enumeration, and the population PGD of Theorem 3.4.
+
+Monte Carlo checks use fixed seeds and a tolerance of 5 standard errors
+(two-sided false alarm rate below 1e-6); each also asserts that 5 standard
+errors are at most 2.5% of the checked value, so that a constant wrong by 5%
+would move the closed form out of the tolerance and fail the test.
+"""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attention_cluster import theory
+from attention_cluster.datasets import make_centroids
+from attention_cluster.metrics import centroid_distance
+
+N_SE = 5.0
+POWER = 0.025
+
+
+def layer(X, heads, tau):
+    """Reference linear layer of ``math.md`` section 2 on a batch of sequences.
+
+    ``T = c A G^T`` with ``A = X U``, ``G = X^T A``, ``c = tau / L``; with
+    ``heads = I_d`` it is the in-context layer.
+    """
+    c = tau / X.shape[1]
+    A = X @ heads.T
+    G = np.einsum("nld,nlk->ndk", X, A)
+    return c * np.einsum("nlk,ndk->nld", A, G)
+
+
+def sample(rng, n_sequences, L, centroids, noise, weights=None):
+    K, d = centroids.shape
+    z = rng.choice(K, size=(n_sequences, L), p=weights)
+    return centroids[z] + noise * rng.standard_normal((n_sequences, L, d)), z
+
+
+def assert_mc(per_sequence, exact, power=True):
+    """Mean of i.i.d. per-sequence values vs a closed form (module docstring)."""
+    mean = float(np.mean(per_sequence))
+    se = float(np.std(per_sequence) / np.sqrt(per_sequence.size))
+    if power:
+        assert N_SE * se <= POWER * abs(exact), f"Monte Carlo too small: se={se:.3g}"
+    assert abs(mean - exact) <= N_SE * se, f"MC {mean:.6g} +- {se:.2g} vs exact {exact:.6g}"
+
+
+def random_problem(rng, n_heads=3, n_clusters=2, d=4):
+    """Non-orthogonal centroids of unequal norms, unequal weights, free heads."""
+    C = rng.standard_normal((n_clusters, d))
+    C *= rng.uniform(0.7, 1.3, (n_clusters, 1)) / np.linalg.norm(C, axis=1, keepdims=True)
+    w = rng.dirichlet(np.full(n_clusters, 3.0))
+    return rng.standard_normal((n_heads, d)), C, w
+
+
+# ---------------------------------------------------------------------------
+# The general closed form (Prop. 3.1) and its gradient.
+# ---------------------------------------------------------------------------
+
+
+def dirac_risk_by_enumeration(heads, C, w, temperature, L):
+    """E||X_1 - T(X)_1||^2 for sigma = 0 by enumerating the cluster counts."""
+    K = C.shape[0]
+    P = heads.T @ heads
+    c = temperature * heads.shape[0] / L
+    total = 0.0
+    for a in range(K):
+        for counts in itertools.product(range(L), repeat=K):
+            if sum(counts) != L - 1:
+                continue
+            prob = math.factorial(L - 1) * np.prod(
+                [w[k] ** n / math.factorial(n) for k, n in enumerate(counts)]
+            )
+            S = np.outer(C[a], C[a]) + sum(n * np.outer(C[k], C[k]) for k, n in enumerate(counts))
+            total += w[a] * prob * np.sum((C[a] - c * S @ P @ C[a]) ** 2)
+    return total
+
+
+@pytest.mark.parametrize("L", [1, 2, 3, 6])
+@pytest.mark.parametrize("n_clusters", [2, 3])
+def test_population_risk_exact_for_dirac_mixture(L, n_clusters):
+    rng = np.random.default_rng(10 * L + n_clusters)
+    heads, C, w = random_problem(rng, n_heads=3, n_clusters=n_clusters, d=5)
+    exact = dirac_risk_by_enumeration(heads, C, w, 0.4, L)
+    assert theory.population_risk(heads, C, 0.0, 0.4, L, w) == pytest.approx(exact, rel=1e-12)
+
+
+@pytest.mark.parametrize("L", [1, 2, 5])
+def test_layer_moments_against_monte_carlo(L):
+    # Checks a0 = E||X_1||^2, tau a1 = E<X_1, T_1>, tau^2 a2 = E||T_1||^2 one
+    # by one; L = 1 isolates the self terms T1, T3, L = 2 adds the pair terms
+    # T2, T4, T5 and L = 5 the triple term T6. d = 7 exceeds the dimension 5
+    # of the span of heads and centroids, where the computation runs.
+    rng = np.random.default_rng(L)
+    d = 7
+    heads, C, w = random_problem(rng, n_heads=3, n_clusters=2, d=d)
+    noise, temperature = 0.5, 0.3
+    tau = temperature * heads.shape[0]
+    _, (U, means) = theory._reduce(heads, C)
+    assert U.shape[1] == 5
+    a0, a1, a2 = theory._LayerMoments(means, w, noise**2, d, float(L))(U.T @ U)
+    # Same number of tokens for every L; L = 1 has the heaviest tails.
+    X, _ = sample(rng, 1_000_000 // L, L, C, noise, w)
+    T = layer(X, heads, tau)
+    assert_mc(np.mean(np.sum(X * X, -1), 1), a0)
+    assert_mc(np.mean(np.sum(X * T, -1), 1), tau * a1)
+    assert_mc(np.mean(np.sum(T * T, -1), 1), tau**2 * a2)
+    risk = theory.population_risk(heads, C, noise, temperature, L, w)
+    assert_mc(np.mean(np.sum((X - T) ** 2, -1), 1), risk)
+
+
+def finite_difference(f, x, eps=1e-6):
+    grad = np.zeros_like(x)
+    for idx in np.ndindex(x.shape):
+        step = np.zeros_like(x)
+        step[idx] = eps
+        grad[idx] = (f(x + step) - f(x - step)) / (2 * eps)
+    return grad
+
+
+@pytest.mark.parametrize("L", [1, 4, np.inf])
+def test_population_risk_gradient_matches_finite_differences(L):
+    rng = np.random.default_rng(7)
+    heads, C, w = random_problem(rng, n_heads=3, n_clusters=2, d=7)
+    args = (C, 0.6, 0.35, L, w)
+    exact = theory.population_risk_gradient(heads, *args)
+    numeric = finite_difference(lambda H: theory.population_risk(H, *args), heads)
+    # Central differences with eps = 1e-6 on a polynomial: error ~ 1e-9.
+    np.testing.assert_allclose(exact, numeric, rtol=1e-6, atol=1e-7 * np.abs(exact).max())
+
+
+def test_population_risk_limit_in_sequence_length():
+    rng = np.random.default_rng(3)
+    heads, C, w = random_problem(rng)
+    far = theory.population_risk(heads, C, 0.4, 0.5, 1e9, w)
+    assert far == pytest.approx(theory.population_risk(heads, C, 0.4, 0.5, np.inf, w), rel=1e-7)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), L=st.sampled_from([1, 3, 20, np.inf]))
+def test_population_risk_invariances(seed, L):
+    # R depends on the heads through U U^T, and the model is rotation invariant.
+    rng = np.random.default_rng(seed)
+    heads, C, w = random_problem(rng, n_heads=3, n_clusters=2, d=4)
+    risk = theory.population_risk(heads, C, 0.5, 0.4, L, w)
+    Q = np.linalg.qr(rng.standard_normal((4, 4)))[0]
+    flipped = heads[rng.permutation(3)] * rng.choice([-1.0, 1.0], size=(3, 1))
+    assert theory.population_risk(heads @ Q, C @ Q, 0.5, 0.4, L, w) == pytest.approx(risk, rel=1e-10)
+    assert theory.population_risk(flipped, C, 0.5, 0.4, L, w) == pytest.approx(risk, rel=1e-10)
+    assert risk >= 0.0
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), L=st.sampled_from([2, 10, np.inf]))
+def test_risk_from_overlaps_is_the_risk_of_any_such_heads(seed, L):
+    # Prop. 3.1: the risk of two unit heads depends on (kappa, eta, xi) only.
+    rng = np.random.default_rng(seed)
+    d = 6
+    C = make_centroids(2, d, random_state=seed)
+    heads = rng.standard_normal((2, d))
+    heads /= np.linalg.norm(heads, axis=1, keepdims=True)
+    (k0, e0), (e1, k1) = heads @ C.T
+    xi = heads[0] @ heads[1]
+    value = theory.risk_from_overlaps(k0, k1, e0, e1, xi, 0.4, 0.7, L, d)
+    assert value == pytest.approx(theory.population_risk(heads, C, 0.4, 0.7, L), rel=1e-10)
+
+
+def test_risk_from_overlaps_rejects_impossible_overlaps():
+    with pytest.raises(ValueError, match="not realisable"):
+        theory.risk_from_overlaps(0.9, 0.9, 0.9, 0.0, 0.0, 0.3, 1.0, 10, 5)
+
+
+# ---------------------------------------------------------------------------
+# The pairwise regularizer.
+# ---------------------------------------------------------------------------
+
+
+def test_pairwise_regularizer_against_monte_carlo():
+    rng = np.random.default_rng(11)
+    heads, C, w = random_problem(rng, n_heads=3, n_clusters=2, d=4)
+    X, _ = sample(rng, 400_000, 1, C, 0.5, w)
+    Y = (X[:, 0] @ heads.T) ** 2
+    pairs = Y[:, 0] * Y[:, 1] + Y[:, 0] * Y[:, 2] + Y[:, 1] * Y[:, 2]
+    assert_mc(pairs, theory.pairwise_regularizer(heads, C, 0.5, w))
+
+
+def test_pairwise_regularizer_gradient_matches_finite_differences():
+    rng = np.random.default_rng(12)
+    heads, C, w = random_problem(rng, n_heads=3, n_clusters=3, d=5)
+    exact = theory.pairwise_regularizer_gradient(heads, C, 0.7, w)
+    numeric = finite_difference(lambda H: theory.pairwise_regularizer(H, C, 0.7, w), heads)
+    np.testing.assert_allclose(exact, numeric, rtol=1e-6, atol=1e-7 * np.abs(exact).max())
+
+
+# ---------------------------------------------------------------------------
+# Unbiased temperatures (Prop. 4.1, 5.1).
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n_clusters", [2, 3])
+def test_unbiased_temperature_against_monte_carlo(n_clusters):
+    rng = np.random.default_rng(20 + n_clusters)
+    d, L, noise = 6, 5, 0.5
+    C = make_centroids(n_clusters, d, random_state=n_clusters)
+    lam = theory.unbiased_temperature(noise, L, n_clusters)
+    X, z = sample(rng, 40_000, L, C, noise)
+    T = layer(X, C, lam * n_clusters)
+    coords = T @ C.T  # coords[n, l, j] = <T_l, mu*_j>
+    own = np.take_along_axis(coords, z[..., None], -1)[..., 0]
+    assert_mc(own.mean(1), 1.0)  # E[<T_1, mu*_c> | Z_1 = c] = 1
+    other = (coords.sum(-1) - own) / (n_clusters - 1)
+    assert_mc(other.mean(1), 0.0, power=False)  # and no component on the others
+    # The orthogonal complement of the centroids is left at zero mean by symmetry.
+
+
+def test_in_context_unbiased_temperature_against_monte_carlo():
+    rng = np.random.default_rng(30)
+    n, d, L, noise = 40_000, 5, 5, 0.5
+    # Each prompt has its own orthonormal pair of centroids (section 5.1).
+    C = np.linalg.qr(rng.standard_normal((n, d, 2)))[0].transpose(0, 2, 1)
+    z = rng.integers(2, size=(n, L))
+    X = np.take_along_axis(C, z[..., None], 1) + noise * rng.standard_normal((n, L, d))
+    lam = theory.in_context_unbiased_temperature(noise, L, d)
+    T = layer(X, np.eye(d), 2 * lam)
+    coords = np.einsum("nld,njd->nlj", T, C)
+    own = np.take_along_axis(coords, z[..., None], -1)[..., 0]
+    assert_mc(own.mean(1), 1.0)
+    assert_mc((coords.sum(-1) - own).mean(1), 0.0, power=False)
+
+
+def test_unbiased_temperature_limits():
+    s = np.array([0.0, 0.3, 1.0])
+    np.testing.assert_allclose(theory.unbiased_temperature(s, 1e12), 1 / (1 + 2 * s**2))
+    np.testing.assert_allclose(theory.unbiased_temperature(s, np.inf, 3), 1 / (1 + 3 * s**2))
+    np.testing.assert_allclose(
+        theory.unbiased_temperature(s, 10), 10 / (11 + 2 * 13 * s**2)
+    )
+    np.testing.assert_allclose(theory.in_context_unbiased_temperature(s, np.inf, 7), 1 / (1 + 2 * s**2))
+
+
+# ---------------------------------------------------------------------------
+# The manifold, Lemma 3.2 and lambda* (Prop. 3.3).
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n_clusters", [2, 3])
+@pytest.mark.parametrize("noise, L", [(0.0, 7), (0.3, 10), (1.0, 3), (0.7, np.inf)])
+def test_manifold_risk_is_the_population_risk_on_the_manifold(n_clusters, noise, L):
+    rng = np.random.default_rng(40)
+    d = 2 * n_clusters + 1
+    C = make_centroids(n_clusters, d, random_state=n_clusters)
+    kappa = rng.uniform(-1, 1, n_clusters)
+    heads = theory.manifold_heads(C, kappa, random_state=4)
+    np.testing.assert_allclose(heads @ C.T, np.diag(kappa), atol=1e-12)
+    np.testing.assert_allclose(heads @ heads.T, np.eye(n_clusters), atol=1e-12)
+    exact = theory.population_risk(heads, C, noise, 0.8, L)
+    assert theory.manifold_risk(kappa, noise, 0.8, L, d) == pytest.approx(exact, rel=1e-12)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    noise=st.floats(0, 2),
+    temperature=st.floats(0, 3),
+    L=st.one_of(st.integers(1, 1000), st.just(np.inf)),
+    d=st.integers(4, 50),
+    K=st.integers(2, 4),
+)
+def test_manifold_risk_is_convex_in_squared_alignments(noise, temperature, L, d, K):
+    A, B, C, D = theory.manifold_risk_coefficients(noise, temperature, L, K, d)
+    assert A >= 0 and C >= 0  # so (+-1, ..., +-1) is optimal iff dR/du <= 0 there
+    assert D >= 0
+
+
+@pytest.mark.parametrize("L", [1, 2, 5, 10, 100, 1000])
+def test_lambda_star_dirac_limit(L):
+    # Paper, after Prop. 3.3: lambda*(0, L) = (L + 1) / (L + 3).
+    assert theory.lambda_star(0.0, L) == pytest.approx((L + 1) / (L + 3), rel=1e-14)
+
+
+@pytest.mark.parametrize("noise", [0.1, 0.3, 1.0, 2.0])
+def test_lambda_star_long_sequence_limit(noise):
+    # Paper, after Prop. 3.3: lambda*(sigma, inf) = (1+4s^2)/(1+5s^2+6s^4).
+    s2 = noise**2
+    limit = (1 + 4 * s2) / (1 + 5 * s2 + 6 * s2**2)
+    assert theory.lambda_star(noise) == pytest.approx(limit, rel=1e-14)
+    assert theory.lambda_star(noise, 1e9, n_features=10) == pytest.approx(limit, rel=1e-7)
+
+
+@settings(max_examples=50, deadline=None)
+@given(noise=st.floats(0, 3), L=st.integers(1, 10_000), d=st.integers(2, 100))
+def test_lambda_star_explicit_two_cluster_form(noise, L, d):
+    # The rational form written out in docs/theory.md.
+    s, k = noise**2, 1 + d * noise**2
+    num = L * (2 * k + 8 * s + (L - 1) * (1 + 4 * s))
+    den = (
+        4 * k * (1 + 4 * s) + 32 * s + 96 * s**2
+        + (L - 1) * (4 + 2 * k + 40 * s + 60 * s**2 + 4 * s * k)
+        + (L - 1) * (L - 2) * (1 + 5 * s + 6 * s**2)
+    )
+    assert theory.lambda_star(noise, L, 2, d) == pytest.approx(num / den, rel=1e-12)
+
+
+@pytest.mark.parametrize("n_clusters", [2, 3])
+def test_manifold_optimal_alignment_is_the_argmin_on_the_manifold(n_clusters):
+    noise, L, d = 0.3, 100, 10
+    lam_star = theory.lambda_star(noise, L, n_clusters, d)
+    ratio = np.array([0.5, 1.0, 1.2, 1.5, 2.0, 3.0])
+    kappa = theory.manifold_optimal_alignment(noise, ratio * lam_star, L, n_clusters, d)
+    np.testing.assert_allclose(kappa[:2], 1.0, rtol=1e-12)
+    assert np.all(np.diff(kappa[1:]) < 0)
+    # Independent check by grid search over equal alignments, and one unequal
+    # alignment cannot do better (convexity and symmetry).
+    grid = np.linspace(0, 1, 20_001)
+    for lam, best in zip(ratio * lam_star, kappa):
+        risk = theory.manifold_risk(np.repeat(grid[:, None], n_clusters, 1), noise, lam, L, d)
+        assert grid[np.argmin(risk)] == pytest.approx(best, abs=1e-4)
+        uneven = np.full(n_clusters, best)
+        uneven[0] = 0.5 * best
+        assert theory.manifold_risk(uneven, noise, lam, L, d) > risk.min()
+
+
+def test_lambda_star_closed_forms_for_k_clusters():
+    L, K, s2 = np.arange(1, 50), 5, 0.49
+    dirac = L * (L + K - 1) / (K**2 + 3 * K * (L - 1) + (L - 1) * (L - 2))
+    np.testing.assert_allclose(theory.lambda_star(0.0, L, K), dirac, rtol=1e-14)
+    limit = 2 * (1 + 2 * K * s2) / (2 + 5 * K * s2 + 3 * K**2 * s2**2)
+    assert theory.lambda_star(0.7, np.inf, K) == pytest.approx(limit, rel=1e-14)
+
+
+@pytest.mark.parametrize("n_clusters", [2, 3])
+@pytest.mark.parametrize("noise, L", [(0.0, 10), (0.3, 10), (1.0, 100), (0.5, 3)])
+def test_lambda_star_is_where_the_centroids_stop_being_optimal(n_clusters, noise, L):
+    # Independent of the manifold algebra: evaluate the general risk along
+    # heads tilted by a small angle out of the centroids inside M.
+    d = 2 * n_clusters + 2
+    C = make_centroids(n_clusters, d, random_state=0)
+    lam_star = theory.lambda_star(noise, L, n_clusters, d)
+    tilted = theory.manifold_heads(C, np.sqrt(1 - 1e-4), random_state=1)
+    for factor, corner_wins in [(0.98, True), (1.02, False)]:
+        lam = factor * lam_star
+        at_centroids = theory.population_risk(C, C, noise, lam, L)
+        assert (at_centroids < theory.population_risk(tilted, C, noise, lam, L)) == corner_wins
+
+
+@pytest.mark.parametrize("noise, L", [(0.0, 5), (0.3, 10), (1.0, 100)])
+def test_centroids_are_global_minimisers_on_the_manifold_at_lambda_star(noise, L):
+    d = 10
+    lam = theory.lambda_star(noise, L, 2, d)
+    grid = np.stack(np.meshgrid(*2 * [np.linspace(-1, 1, 81)]), -1)
+    risk = theory.manifold_risk(grid, noise, lam, L, d)
+    assert risk.min() >= theory.manifold_risk([1.0, 1.0], noise, lam, L, d) - 1e-12
+    above = theory.manifold_risk(grid, noise, 1.1 * lam, L, d)
+    assert above.min() < theory.manifold_risk([1.0, 1.0], noise, 1.1 * lam, L, d) - 1e-6
+
+
+def test_lambda_star_depends_on_dimension_for_finite_sequences():
+    # Not in the paper's notation lambda*(sigma, L): E||X||^2 = 1 + d sigma^2
+    # enters through the token attending to itself.
+    assert theory.lambda_star(0.3, 10, n_features=2) != pytest.approx(
+        theory.lambda_star(0.3, 10, n_features=100), rel=1e-3
+    )
+    with pytest.raises(ValueError, match="n_features is required"):
+        theory.lambda_star(0.3, 10)
+
+
+# ---------------------------------------------------------------------------
+# Oracle layer (Prop. 4.2) and in-context layer (Prop. 5.2).
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n_clusters", [2, 3])
+def test_oracle_risk_and_variance_against_monte_carlo(n_clusters):
+    rng = np.random.default_rng(50 + n_clusters)
+    d, L, noise = 5, 8, 0.5
+    lam = 1 / (1 + n_clusters * noise**2)
+    C = make_centroids(n_clusters, d, random_state=n_clusters)
+    X, z = sample(rng, 80_000, L, C, noise)
+    T = layer(X, C, lam * n_clusters)
+    risk = theory.oracle_risk(noise, lam, L, d, n_clusters)
+    assert_mc(np.mean(np.sum((X - T) ** 2, -1), 1), risk)
+    # E[T_1 | Z_1 = c] = b mu*_c with b of Prop. 4.1.
+    bias = lam / theory.unbiased_temperature(noise, L, n_clusters)
+    spread = np.sum((T - bias * C[z]) ** 2, -1)
+    assert_mc(spread.mean(1), theory.oracle_conditional_variance(noise, lam, L, d, n_clusters))
+
+
+def test_oracle_limits_prop_4_2():
+    s = np.array([0.1, 0.3, 1.0])
+    d, lam = 10, 1 / (1 + 2 * s**2)
+    # Prop. 4.2's temperature is 1 / (1 + 2 sigma^2) in disguise.
+    paper = (1 + 4 * s**2 + 4 * s**4) / (1 + 6 * s**2 + 12 * s**4 + 8 * s**6)
+    np.testing.assert_allclose(paper, lam)
+    np.testing.assert_allclose(theory.oracle_optimal_temperature(s, np.inf, d), lam)
+    np.testing.assert_allclose(theory.oracle_risk(s, lam, np.inf, d), (d - 2) * s**2)
+    np.testing.assert_allclose(theory.oracle_conditional_variance(s, lam, np.inf, d), 2 * s**2)
+    for L in [10, 100]:
+        assert theory.oracle_risk(0.3, 0.8, L, d) == pytest.approx(
+            theory.population_risk(np.eye(2, d), np.eye(2, d), 0.3, 0.8, L), rel=1e-12
+        )
+
+
+@pytest.mark.parametrize("d", [3, 10, 50])
+@pytest.mark.parametrize("noise", [0.3, 1.0])
+def test_oracle_risk_falls_below_the_quantizer_as_l_grows(noise, d):
+    # Prop. 4.2 at its temperature 1 / (1 + 2 sigma^2): far above d sigma^2
+    # for L = 1, below it for long sequences, tending to (d - 2) sigma^2.
+    lam = 1 / (1 + 2 * noise**2)
+    quantizer = theory.quantizer_risk(noise, d)
+    assert theory.oracle_risk(noise, lam, 1, d) > quantizer
+    long = theory.oracle_risk(noise, lam, np.array([200, 10**3, 10**4, 10**6]), d)
+    assert np.all(long < quantizer)
+    assert long[-1] == pytest.approx((d - 2) * noise**2, rel=1e-4)
+
+
+def test_oracle_risk_is_not_monotone_in_l():
+    # The paper says the risk decreases with L (after Prop. 4.2); at its
+    # temperature this fails when d sigma^2 is large: for sigma = 1, d = 10
+    # the risk dips below its limit 8 sigma^2 around L = 20, then rises.
+    risk = theory.oracle_risk(1.0, 1 / 3, np.array([10, 20, 100, np.inf]), 10)
+    assert risk[1] < risk[0] and risk[1] < risk[2] < risk[3] == pytest.approx(8.0)
+
+
+def test_in_context_risk_and_variance_against_monte_carlo():
+    rng = np.random.default_rng(60)
+    n, d, L, noise, lam = 100_000, 4, 8, 0.5, 0.6
+    C = np.linalg.qr(rng.standard_normal((n, d, 2)))[0].transpose(0, 2, 1)
+    z = rng.integers(2, size=(n, L))
+    means = np.take_along_axis(C, z[..., None], 1)
+    X = means + noise * rng.standard_normal((n, L, d))
+    T = layer(X, np.eye(d), 2 * lam)
+    assert_mc(np.mean(np.sum((X - T) ** 2, -1), 1), theory.in_context_risk(noise, lam, L, d))
+    bias = lam / theory.in_context_unbiased_temperature(noise, L, d)
+    spread = np.sum((T - bias * means) ** 2, -1)
+    assert_mc(spread.mean(1), theory.in_context_conditional_variance(noise, lam, L, d))
+
+
+@pytest.mark.parametrize("L", [1, 5, np.inf])
+def test_in_context_risk_is_the_general_risk_with_identity_heads(L):
+    d, K = 6, 3
+    C = make_centroids(K, d, random_state=1)
+    a0, a1, a2 = theory._LayerMoments(C, np.full(K, 1 / K), 0.49, d, float(L))(np.eye(d))
+    tau = 0.7 * K
+    assert theory.in_context_risk(0.7, 0.7, L, d, K) == pytest.approx(
+        a0 - 2 * tau * a1 + tau**2 * a2, rel=1e-12
+    )
+
+
+def test_in_context_limits_prop_5_2():
+    s, d = np.array([0.1, 0.3, 1.0]), 10
+    s2 = s**2
+    paper = (2 * (s2 + 0.5) ** 2 + (d - 2) * s2**2) / (2 * (2 * (s2 + 0.5) ** 3 + (d - 2) * s2**3))
+    np.testing.assert_allclose(theory.in_context_optimal_temperature(s, d), paper)
+    lam = 1 / (1 + 2 * s2)
+    variance = theory.in_context_conditional_variance(s, lam, np.inf, d)
+    np.testing.assert_allclose(variance, 2 * s2 + 4 * (d - 2) * s2**3 / (1 + 2 * s2) ** 2)
+    assert np.all(variance < theory.quantizer_risk(s, d))
+    best = theory.in_context_risk(s, paper, np.inf, d)
+    assert np.all(best < theory.quantizer_risk(s, d))
+    far = theory.in_context_risk(s, paper, 1e9, d)
+    np.testing.assert_allclose(far, best, rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------
+# Population PGD (Thm. 3.4, Fig. 5).
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("L", [10, 100])
+@pytest.mark.parametrize("noise", [0.0, 0.3, 1.0])
+def test_pgd_from_the_manifold_reaches_the_centroids(noise, L):
+    d = 6
+    C = make_centroids(2, d, random_state=0)
+    heads0 = theory.manifold_heads(C, [0.3, -0.6], random_state=1)
+    lam = 0.9 * theory.lambda_star(noise, L, n_features=d)
+    result = theory.population_pgd(heads0, C, noise, lam, L, max_iter=5000)
+    assert result.converged
+    assert result.distance[-1] < 1e-8
+    assert centroid_distance(result.heads, C) < 1e-8
+    # A descent method: the objective never increases (up to rounding).
+    assert np.all(np.diff(result.objective) <= 1e-13 * result.objective[0])
+
+
+def test_pgd_three_clusters_from_the_manifold():
+    d = 7
+    C = make_centroids(3, d, random_state=2)
+    heads0 = theory.manifold_heads(C, [0.2, -0.5, 0.7], random_state=3)
+    lam = 0.9 * theory.lambda_star(0.3, 20, 3, d)
+    result = theory.population_pgd(heads0, C, 0.3, lam, 20, max_iter=5000)
+    assert result.distance[-1] < 1e-8
+
+
+@pytest.mark.parametrize("noise, L", [(0.0, 10), (0.3, 10), (1.0, 100), (0.3, np.inf)])
+def test_pgd_above_lambda_star_tilts_out_of_the_centroid_span(noise, L):
+    d = 6
+    C = make_centroids(2, d, random_state=0)
+    heads0 = theory.manifold_heads(C, [0.3, -0.6], random_state=1)
+    lam = 1.3 * theory.lambda_star(noise, L, n_features=d)
+    kappa = theory.manifold_optimal_alignment(noise, lam, L, n_features=d)
+    assert kappa < 0.95
+    result = theory.population_pgd(heads0, C, noise, lam, L, max_iter=5000)
+    assert result.converged
+    # The iterates stay on M and stop at |kappa| = kappa*: the heads leave the
+    # span of the centroids, at distance 2 * 2 (1 - kappa*) from them.
+    np.testing.assert_allclose(np.abs(result.heads @ C.T), kappa * np.eye(2), atol=1e-7)
+    assert result.distance[-1] == pytest.approx(4 * (1 - kappa), rel=1e-6)
+    assert result.objective[-1] < theory.population_risk(C, C, noise, lam, L)
+
+
+def test_pgd_from_a_random_start_finds_the_span_but_not_the_centroids():
+    # R depends on U only through U U^T: every orthonormal frame of the
+    # centroids' span is a global minimiser, hence the regularizer.
+    d, noise, L = 6, 0.3, 10
+    C = make_centroids(2, d, random_state=0)
+    heads0 = np.random.default_rng(5).standard_normal((2, d))
+    lam = 0.9 * theory.lambda_star(noise, L, n_features=d)
+    plain = theory.population_pgd(heads0, C, noise, lam, L, max_iter=5000)
+    np.testing.assert_allclose(plain.heads.T @ plain.heads, C.T @ C, atol=1e-6)
+    assert plain.distance[-1] > 1e-3  # this seed lands on a rotated frame
+    assert plain.objective[-1] == pytest.approx(theory.population_risk(C, C, noise, lam, L), rel=1e-10)
+    regularised = theory.population_pgd(
+        heads0, C, noise, lam, L, reg_strength=0.1, max_iter=5000
+    )
+    assert regularised.distance[-1] < 1e-8
+
+
+def test_pgd_too_much_regularisation_hurts_at_high_noise():
+    # Fig. 2a: a strong regularizer overrides the risk, more so at sigma = 1.
+    # With rho = 1 the centroids are reached at sigma = 0.3, but at sigma = 1
+    # the descent converges elsewhere.
+    d, L = 6, 100
+    C = make_centroids(2, d, random_state=0)
+    heads0 = np.random.default_rng(3).standard_normal((2, d))
+    runs = {
+        noise: theory.population_pgd(
+            heads0, C, noise, 0.9 * theory.lambda_star(noise, L, n_features=d), L,
+            reg_strength=1.0, max_iter=10_000, tol=1e-6,
+        )
+        for noise in (0.3, 1.0)
+    }
+    assert runs[0.3].distance[-1] < 1e-8
+    assert runs[1.0].converged and runs[1.0].distance[-1] > 0.1
+
+
+def test_pgd_validates_its_parameters():
+    C = np.eye(2, 4)
+    with pytest.raises(ValueError, match="step_size"):
+        theory.population_pgd(C, C, 0.3, 0.5, 10, step_size=0.0)
+    with pytest.raises(ValueError, match="reg_strength"):
+        theory.population_pgd(C, C, 0.3, 0.5, 10, reg_strength=-1.0)
+    with pytest.raises(ValueError, match="sequence_length"):
+        theory.population_pgd(C, C, 0.3, 0.5, 0)
+    with pytest.raises(ValueError, match="noise"):
+        theory.population_risk(C, C, -0.3, 0.5, 10)

@@ -7,7 +7,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from scipy.stats import norm
 from sklearn.cluster import KMeans
 from sklearn.pipeline import make_pipeline
 
@@ -16,7 +15,14 @@ from attention_cluster._quantizer import _in_context_temperature
 from attention_cluster._scale import estimate_spectrum
 from attention_cluster.datasets import make_prompts
 from attention_cluster.layers import in_context_attention
-from attention_cluster.theory import in_context_unbiased_temperature
+from attention_cluster.metrics import interference
+from attention_cluster.theory import (
+    in_context_conditional_variance,
+    in_context_optimal_temperature,
+    in_context_risk,
+    in_context_unbiased_temperature,
+    quantizer_risk,
+)
 
 # ---------------------------------------------------------------------------
 # make_prompts
@@ -146,63 +152,61 @@ def test_auto_temperature_is_unbiased_up_to_plug_in_error(global_random_seed):
     assert abs(other) < 0.01
 
 
-def _limit_risk(temperature, noise, d, K):
-    """E||X_1 - T^ctx(X)_1||^2 as L -> infinity (checked by Monte Carlo below).
-
-    As L -> infinity, T^ctx(X)_1 = lambda K M X_1 with M = E[X X^T] = P / K +
-    sigma^2 I, P the projection on the centroids' span, so X_1 - T_1 =
-    (1 - lambda (1 + K sigma^2)) P X_1 + (1 - lambda K sigma^2)(I - P) X_1,
-    with E||P X||^2 = 1 + K sigma^2 and E||(I - P) X||^2 = (d - K) sigma^2.
-    """
-    s2 = noise**2
-    return (1 - temperature * (1 + K * s2)) ** 2 * (1 + K * s2) + (1 - temperature * K * s2) ** 2 * (d - K) * s2
-
-
-def test_risk_is_below_the_optimal_quantizer_risk_prop_5_2(global_random_seed):
-    # Prop. 5.2: for large L the risk of T^ctx falls below d sigma^2, the
-    # risk of the optimal quantizer T*(X)_l = mu*_{Z_l}. The risk-optimal
-    # temperature of the limit, ((1 + 2 s^2)^2 + 2 (d - 2) s^4) /
-    # ((1 + 2 s^2)^3 + 4 (d - 2) s^6), is the paper's Prop. 5.2 choice.
-    X, labels, C = make_prompts(400, L, D, 2, noise=SIGMA, random_state=global_random_seed + 30)
-    s2 = SIGMA**2
-    optimal = ((1 + 2 * s2) ** 2 + 2 * (D - 2) * s2**2) / ((1 + 2 * s2) ** 3 + 4 * (D - 2) * s2**3)
-    quantizer_risk = np.mean(np.sum((X - _own_centroid(labels, C)) ** 2, axis=-1))
-    assert quantizer_risk == pytest.approx(D * s2, rel=0.02)
-    risks = {}
-    for name, temperature in [
-        ("unbiased", _in_context_temperature(SIGMA, L, D, 2)),
-        ("optimal", optimal),
-        ("half", 0.5),
+@pytest.mark.parametrize("sequence_length", [5, 20, L])
+def test_risk_matches_prop_5_2_and_falls_below_the_optimal_quantizer(sequence_length, global_random_seed):
+    # Prop. 5.2: the risk E||X_1 - T^ctx(X)_1||^2 (theory.in_context_risk,
+    # exact at every L) against d sigma^2, the risk of the optimal quantizer
+    # T*(X)_l = mu*_{Z_l}; at the unbiased temperature of Prop. 5.1 and at
+    # the risk-optimal one of Prop. 5.2.
+    n_prompts = 100_000 // sequence_length
+    X, labels, C = make_prompts(n_prompts, sequence_length, D, 2, noise=SIGMA, random_state=global_random_seed + 30)
+    empirical_quantizer_risk = np.mean(np.sum((X - _own_centroid(labels, C)) ** 2, axis=-1))
+    assert empirical_quantizer_risk == pytest.approx(quantizer_risk(SIGMA, D), rel=0.02)
+    for temperature in [
+        _in_context_temperature(SIGMA, sequence_length, D, 2),
+        in_context_optimal_temperature(SIGMA, D, sequence_length),
     ]:
         errors = np.sum((X - in_context_attention(X, temperature=temperature)) ** 2, axis=-1)
         per_prompt = errors.mean(axis=1)
-        risks[name] = per_prompt.mean()
-        se = per_prompt.std() / np.sqrt(len(per_prompt))
-        # Monte Carlo error plus the O(d / L) finite-L correction.
-        limit = _limit_risk(temperature, SIGMA, D, 2)
-        assert abs(risks[name] - limit) < 5 * se + D / L
-    assert risks["optimal"] <= risks["unbiased"] < 0.7 * D * s2
+        se = per_prompt.std() / np.sqrt(n_prompts)
+        assert abs(per_prompt.mean() - in_context_risk(SIGMA, temperature, sequence_length, D)) < 5 * se
+        assert per_prompt.mean() < 0.7 * quantizer_risk(SIGMA, D)
+
+
+def _conditional_variance(T, labels, C):
+    """E||T_1 - E[T_1 | mu*, Z_1]||^2, the conditional mean in each prompt's frame.
+
+    The mean has components along the centroids only (the rest vanishes by
+    symmetry), estimated by :func:`_frame_statistics`.
+    """
+    own, _, other, _ = _frame_statistics(T, labels, C)
+    mse = np.mean(np.sum((T - _own_centroid(labels, C)) ** 2, axis=-1))
+    return mse - (own - 1.0) ** 2 - other**2
+
+
+def test_conditional_variance_matches_prop_5_2(global_random_seed):
+    X, labels, C = make_prompts(400, L, D, 2, noise=SIGMA, random_state=global_random_seed + 40)
+    temperature = _in_context_temperature(SIGMA, L, D, 2)
+    T = in_context_attention(X, temperature=temperature)
+    per_prompt = np.sum((T - _own_centroid(labels, C)) ** 2, axis=-1).mean(axis=1)
+    se = per_prompt.std() / np.sqrt(len(per_prompt))
+    expected = in_context_conditional_variance(SIGMA, temperature, L, D)
+    assert abs(_conditional_variance(T, labels, C) - expected) < 5 * se
+    assert expected < 0.25 * quantizer_risk(SIGMA, D)
 
 
 @pytest.mark.parametrize("attention", ["linear", "softmax"])
-def test_conditional_variance_is_below_the_inputs(attention, global_random_seed):
-    # Var[T_1 | Z_1 = c] = E||T_1 - E[T_1 | Z_1]||^2, with the conditional mean
-    # taken in each prompt's frame (its components along the centroids;
-    # the rest vanishes by symmetry).
+def test_auto_output_has_less_conditional_variance_than_the_input(attention, global_random_seed):
     n_prompts = 200 if attention == "linear" else 40
-    X, labels, C = make_prompts(n_prompts, L, D, 2, noise=SIGMA, random_state=global_random_seed + 40)
+    X, labels, C = make_prompts(n_prompts, L, D, 2, noise=SIGMA, random_state=global_random_seed + 45)
     quantizer = InContextQuantizer(2, attention=attention)
     T = np.stack([quantizer.fit_transform(prompt) for prompt in X])
-    own, _, other, _ = _frame_statistics(T, labels, C)
-    mse = np.mean(np.sum((T - _own_centroid(labels, C)) ** 2, axis=-1))
-    variance = mse - (own - 1.0) ** 2 - other**2
-    input_variance = np.mean(np.sum((X - _own_centroid(labels, C)) ** 2, axis=-1))
-    assert variance < 0.5 * input_variance
+    variance = _conditional_variance(T, labels, C)
+    assert variance < 0.5 * _conditional_variance(X, labels, C)
     if attention == "linear":
-        # As L -> infinity, T_1 - mu*_c = sigma P eps + (K s^2 / (1 + K s^2)) sigma (I - P) eps.
-        shrink = 2 * SIGMA**2 / (1 + 2 * SIGMA**2)
-        limit = 2 * SIGMA**2 + shrink**2 * (D - 2) * SIGMA**2
-        assert variance == pytest.approx(limit, abs=D / L)
+        # The plug-in temperature moves it by O(1/L) from Prop. 5.2's value.
+        expected = in_context_conditional_variance(SIGMA, _in_context_temperature(SIGMA, L, D, 2), L, D)
+        assert variance == pytest.approx(expected, abs=0.01)
 
 
 def test_pipeline_recipe_labels_tokens_as_well_as_the_oracle_rule(global_random_seed):
@@ -216,7 +220,7 @@ def test_pipeline_recipe_labels_tokens_as_well_as_the_oracle_rule(global_random_
         wrong = np.mean(model.fit_predict(prompt) != y)
         errors.append(min(wrong, 1 - wrong))
         oracle.append(np.mean(np.argmax(prompt @ centroids.T, axis=1) != y))
-    assert np.mean(oracle) == pytest.approx(norm.cdf(-1 / (np.sqrt(2) * SIGMA)), abs=0.004)
+    assert np.mean(oracle) == pytest.approx(interference(SIGMA), abs=0.004)
     assert np.mean(errors) < np.mean(oracle) + 0.005
 
 

@@ -13,6 +13,7 @@ from . import _kernels
 from ._scale import estimate_spectrum
 from ._validation import (
     atomic_fit,
+    check_auto_or_positive,
     check_n_samples,
     check_options,
     check_positive,
@@ -244,12 +245,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
     def _check_params(self, X):
         check_positive(self.n_clusters, "n_clusters", numbers.Integral, min_val=1, strict=False)
-        if not (isinstance(self.temperature, str) and self.temperature == "auto"):
-            check_positive(self.temperature, "temperature")
+        check_auto_or_positive(self.temperature, "temperature")
         check_positive(self.sequence_length, "sequence_length", numbers.Integral, min_val=1, strict=False)
         check_options(self.regularization, "regularization", ["pairwise", "product", None])
-        if not (isinstance(self.reg_strength, str) and self.reg_strength == "auto"):
-            check_positive(self.reg_strength, "reg_strength", strict=False)
+        check_auto_or_positive(self.reg_strength, "reg_strength", strict=False)
         check_options(self.solver, "solver", ["psgd"])
         check_positive(self.learning_rate, "learning_rate")
         check_positive(self.batch_size, "batch_size", numbers.Integral, min_val=1, strict=False)

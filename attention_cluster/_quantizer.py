@@ -1,36 +1,17 @@
 """In-context quantisation of a prompt by a parameter-free attention layer."""
 
-from numbers import Integral, Real
+from numbers import Integral
 
 import numpy as np
-from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin, _fit_context
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._scale import estimate_spectrum
+from ._validation import atomic_fit, check_auto_or_positive, check_options, check_positive
 from .layers import in_context_attention, in_context_softmax_attention
+from .theory import in_context_unbiased_temperature
 
 __all__ = ["InContextQuantizer"]
-
-
-def _in_context_temperature(noise, sequence_length, n_features, n_clusters):
-    """Temperature that centres the in-context layer on the centroids (Prop. 5.1).
-
-    For K equal-weight clusters with orthonormal unit centroids,
-    ``E[T^ctx(X)_1 | Z_1 = c] = (lambda K / L) [(1 + (d + 2) sigma^2)
-    + (L - 1)(1/K + sigma^2)] mu*_c``: the first term is
-    ``E[||X_1||^2 X_1 | Z_1 = c]`` (Isserlis), the second ``(L - 1)
-    E[X X^T] mu*_c``. Hence
-
-        lambda = (L / K) / (1 + (d + 2) sigma^2 + (L - 1)(1/K + sigma^2)),
-
-    the paper's Prop. 5.1 for K = 2 (``math.md`` section 4, and
-    :func:`attention_cluster.theory.in_context_unbiased_temperature`).
-    """
-    s2 = noise**2
-    L = sequence_length
-    K = n_clusters
-    return (L / K) / (1.0 + (n_features + 2.0) * s2 + (L - 1.0) * (1.0 / K + s2))
 
 
 class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
@@ -129,18 +110,12 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
     True
     """
 
-    _parameter_constraints: dict = {
-        "n_clusters": [Interval(Integral, 1, None, closed="left")],
-        "temperature": [StrOptions({"auto"}), Interval(Real, 0, None, closed="neither")],
-        "attention": [StrOptions({"linear", "softmax"})],
-    }
-
     def __init__(self, n_clusters=2, *, temperature="auto", attention="linear"):
         self.n_clusters = n_clusters
         self.temperature = temperature
         self.attention = attention
 
-    @_fit_context(prefer_skip_nested_validation=True)
+    @atomic_fit
     def fit(self, X, y=None):
         """Validate the parameters and record the number of features.
 
@@ -160,6 +135,9 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
             Fitted estimator.
         """
         validate_data(self, X, dtype=[np.float64, np.float32])
+        check_positive(self.n_clusters, "n_clusters", Integral, min_val=1, strict=False)
+        check_auto_or_positive(self.temperature, "temperature")
+        check_options(self.attention, "attention", ["linear", "softmax"])
         return self
 
     def transform(self, X):
@@ -183,7 +161,7 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
             return in_context_softmax_attention(X, temperature=self.temperature)
         spectrum = estimate_spectrum(X, self.n_clusters)
         L, d = X.shape
-        temperature = _in_context_temperature(spectrum.noise, L, d, self.n_clusters)
+        temperature = float(in_context_unbiased_temperature(spectrum.noise, L, d, self.n_clusters))
         if self.attention == "linear":
             # s T^ctx(X / s)_l = lambda K (X^T X / (L s^2)) X_l, and X^T X / (L s^2)
             # is the spectrum's unit-scale moment, accumulated without overflow:

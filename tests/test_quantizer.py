@@ -11,7 +11,6 @@ from sklearn.cluster import KMeans
 from sklearn.pipeline import make_pipeline
 
 from attention_cluster import InContextQuantizer
-from attention_cluster._quantizer import _in_context_temperature
 from attention_cluster._scale import estimate_spectrum
 from attention_cluster.datasets import make_prompts
 from attention_cluster.layers import in_context_attention
@@ -72,9 +71,8 @@ def test_k_cluster_temperature_reduces_to_prop_5_1():
     noise = np.array([0.0, 0.3, 1.0, 2.5])
     for L in [1, 7, 500]:
         for d in [2, 10]:
-            np.testing.assert_allclose(
-                _in_context_temperature(noise, L, d, 2), in_context_unbiased_temperature(noise, L, d), rtol=1e-14
-            )
+            paper = (L / 2) / (1 + (d + 2) * noise**2 + (L - 1) * (0.5 + noise**2))
+            np.testing.assert_allclose(in_context_unbiased_temperature(noise, L, d, 2), paper, rtol=1e-14)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
@@ -83,7 +81,7 @@ def test_auto_transform_is_the_layer_on_the_unit_scale_prompt(dtype, global_rand
     X = (40.0 * rng.standard_normal((60, 5))).astype(dtype)
     X64 = X.astype(np.float64)
     spectrum = estimate_spectrum(X64, 3)
-    temperature = _in_context_temperature(spectrum.noise, 60, 5, 3)
+    temperature = in_context_unbiased_temperature(spectrum.noise, 60, 5, 3)
     Xs = X64 / spectrum.scale
     expected = spectrum.scale * (temperature * 3 / 60) * np.einsum("lk,kd->ld", Xs @ Xs.T, Xs)
     out = InContextQuantizer(3).fit(X).transform(X)
@@ -132,7 +130,7 @@ def test_prop_5_1_temperature_is_exactly_unbiased(n_clusters, global_random_seed
     # Prop. 5.1 holds at every L: with the true sigma the only error is
     # Monte Carlo error.
     X, labels, C = make_prompts(400, L, D, n_clusters, noise=SIGMA, random_state=global_random_seed + 10 + n_clusters)
-    temperature = _in_context_temperature(SIGMA, L, D, n_clusters)
+    temperature = in_context_unbiased_temperature(SIGMA, L, D, n_clusters)
     T = in_context_attention(X, temperature=temperature, n_clusters=n_clusters)
     own, own_se, other, other_se = _frame_statistics(T, labels, C)
     assert abs(own - 1.0) < 5 * own_se
@@ -163,7 +161,7 @@ def test_risk_matches_prop_5_2_and_falls_below_the_optimal_quantizer(sequence_le
     empirical_quantizer_risk = np.mean(np.sum((X - _own_centroid(labels, C)) ** 2, axis=-1))
     assert empirical_quantizer_risk == pytest.approx(quantizer_risk(SIGMA, D), rel=0.02)
     for temperature in [
-        _in_context_temperature(SIGMA, sequence_length, D, 2),
+        in_context_unbiased_temperature(SIGMA, sequence_length, D, 2),
         in_context_optimal_temperature(SIGMA, D, sequence_length),
     ]:
         errors = np.sum((X - in_context_attention(X, temperature=temperature)) ** 2, axis=-1)
@@ -186,7 +184,7 @@ def _conditional_variance(T, labels, C):
 
 def test_conditional_variance_matches_prop_5_2(global_random_seed):
     X, labels, C = make_prompts(400, L, D, 2, noise=SIGMA, random_state=global_random_seed + 40)
-    temperature = _in_context_temperature(SIGMA, L, D, 2)
+    temperature = in_context_unbiased_temperature(SIGMA, L, D, 2)
     T = in_context_attention(X, temperature=temperature)
     per_prompt = np.sum((T - _own_centroid(labels, C)) ** 2, axis=-1).mean(axis=1)
     se = per_prompt.std() / np.sqrt(len(per_prompt))
@@ -205,7 +203,7 @@ def test_auto_output_has_less_conditional_variance_than_the_input(attention, glo
     assert variance < 0.5 * _conditional_variance(X, labels, C)
     if attention == "linear":
         # The plug-in temperature moves it by O(1/L) from Prop. 5.2's value.
-        expected = in_context_conditional_variance(SIGMA, _in_context_temperature(SIGMA, L, D, 2), L, D)
+        expected = in_context_conditional_variance(SIGMA, in_context_unbiased_temperature(SIGMA, L, D, 2), L, D)
         assert variance == pytest.approx(expected, abs=0.01)
 
 

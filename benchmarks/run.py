@@ -4,13 +4,13 @@ Runs every method of ``_methods.candidates`` (AttentionClustering with each
 solver the installed version accepts, InContextQuantizer -> KMeans when it
 exists, KMeans, MiniBatchKMeans, GaussianMixture spherical and full,
 SpectralClustering for n <= 3000) on the same data in the same process, and
-writes ``results/comparison.{json,csv}`` and the page ``docs/benchmarks.md``
+writes ``results/comparison.{json,csv}`` and the page ``docs/comparison.md``
 with its figures in ``docs/_static/benchmarks/``. Three sections:
 
-- ``synthetic``: the paper's mixture over sigma, d and K, in two designs
-  (orthogonal centroids with equal weights; random centroids with unequal
-  weights): ARI, NMI, misclassification error against the Bayes error, and
-  distance to the true centroids;
+- ``synthetic``: the paper's mixture over sigma, d and K, in a 2 x 2 design
+  (orthogonal or random centroids, equal or unequal weights): ARI, NMI,
+  misclassification error against the Bayes error, and distance to the
+  true centroids;
 - ``scaling``: fit time and peak memory as n, d and K grow, with log-log
   slopes, against one pass over the data (``X @ W``);
 - ``real``: the labelled data sets shipped with scikit-learn, raw and
@@ -421,9 +421,9 @@ def output_paths(out):
     """(results dir, page, figures dir): the repository's, or all under ``out``."""
     if out is None:
         docs = ROOT / "docs"
-        return RESULTS, docs / "benchmarks.md", docs / "_static" / "benchmarks"
+        return RESULTS, docs / "comparison.md", docs / "_static" / "benchmarks"
     out = Path(out)
-    return out / "results", out / "benchmarks.md", out / "_static" / "benchmarks"
+    return out / "results", out / "comparison.md", out / "_static" / "benchmarks"
 
 
 def command_line(args):

@@ -5,6 +5,7 @@ rows that ``run.py`` measured; the only fixed prose describes the methods
 and the model's assumptions.
 """
 
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -101,7 +102,7 @@ def group(rows, keys):
 
 
 def slug(text):
-    return "".join(c if c.isalnum() else "_" for c in text.lower()).strip("_")
+    return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
 
 
 def best_other(by_method, key="ari"):
@@ -338,7 +339,7 @@ def scaling_section(rows, figures, lines):
         "extrapolated from the previous sizes, exceeds the time budget.\n"
     )
     sweeps = list(dict.fromkeys(r["sweep"] for r in rows))
-    for key, what, unit in (("fit_s", "time", "fit time"), ("peak_mb", "memory", "peak memory (MB)")):
+    for key, what, unit in (("fit_s", "time", "fit time (s)"), ("peak_mb", "memory", "peak memory (MB)")):
         name = f"scaling_{what}.png"
         plot_scaling(rows, sweeps, key, unit, figures / name)
         lines.append(f"![{unit} against n, d and K](_static/benchmarks/{name})\n")

@@ -371,7 +371,10 @@ def scaling_section(rows, figures, lines):
             header = ["method"] + [f"{var}={fmt_size(s)}" for s in sizes] + (["slope"] if key != "ari" else [])
             lines.append(f"{label}:\n")
             lines.append(table(header, body) + "\n")
-        skipped = {r["method"]: r["skipped"] for r in s_rows if r.get("skipped")}
+        skipped = {}  # the first reason, at the smallest size skipped
+        for r in sorted(s_rows, key=lambda r: r["size"]):
+            if r.get("skipped"):
+                skipped.setdefault(r["method"], r["skipped"])
         for m, why in skipped.items():
             lines.append(f"- {short(m)} skipped: {why}.")
         if skipped:

@@ -293,8 +293,8 @@ def run_scaling(cfg, ctx, bar):
                 guess = predicted_time(history.get(name, []), value)
                 if guess > ctx["budget"]:
                     skipped[name] = skipped_from[name] = (
-                        f"predicted fit time {guess:.0f} s at {SIZE_KEYS[vary]}={value} "
-                        f"> budget {ctx['budget']:.0f} s"
+                        f"predicted fit time {guess:.3g} s at {SIZE_KEYS[vary]}={value} "
+                        f"> budget {ctx['budget']:g} s"
                     )
                     del methods[name]
             X, y, C, _ = M.make_data(cfg["design"], n, d, K, cfg["noise"], 0)

@@ -267,7 +267,7 @@ def test_polish_with_the_exact_hessian_is_newton():
 
     start = minimize_on_spheres(full, np.eye(6)[:, :2] + 0.3, tol=1e-3, max_iter=200)
     reference = minimize_on_spheres(full, start.heads, tol=1e-11, max_iter=200)
-    newton = polish_on_spheres(full, full, start.heads, tol=1e-11, max_iter=20)
+    newton = polish_on_spheres(full, full, start.heads, tol=1e-10, max_iter=20, cg_tol=1e-6)
     assert newton.converged and newton.n_iter <= 4
     np.testing.assert_allclose(np.sum(newton.heads * reference.heads, axis=0), 1.0, atol=1e-12)
     # A poor Hessian model (60 rows) is given up early, not iterated on.
@@ -355,7 +355,7 @@ def test_solve_with_a_subsample(n):
     temperature, L, rho = _defaults(2, 0.3)
     sol = solve_exact(X, None, 2, temperature, L, reg_strength=rho, random_state=0)
     assert sol.converged and sol.n_iter_warm > 0
-    assert sol.n_iter <= (4 if n > 16 * _full._SUBSAMPLE else 20)
+    assert sol.n_iter <= (6 if n > 16 * _full._SUBSAMPLE else 20)
     assert centroid_distance(sol.heads.T, C) < 2 * floor
 
 

@@ -435,6 +435,20 @@ def _truncated_cg(hvp, g, rtol, max_iter):
     return p, False
 
 
+def _hessian_product(fun, U):
+    """``xi -> Hess f(U)[xi]``: forward difference of the Riemannian gradient
+    along the retraction, moved back to the tangent space at U by projection
+    (the projection of the difference adds the sphere's Weingarten term)."""
+    base = project_tangent(U, fun(U)[1])
+
+    def product(xi):
+        h = 1e-7 / _norm(xi)
+        U_h = retract(U, h * xi)
+        return (project_tangent(U, project_tangent(U_h, fun(U_h)[1])) - base) / h
+
+    return product
+
+
 def polish_on_spheres(fun, hessian_fun, U0, *, tol, max_iter, cg_tol=0.1, max_cg=50):
     """Riemannian Newton-CG whose Hessian comes from a cheaper objective.
 
@@ -442,8 +456,7 @@ def polish_on_spheres(fun, hessian_fun, U0, *, tol, max_iter, cg_tol=0.1, max_cg
     gradient, solves ``H p = -grad`` by truncated CG where ``H`` is the
     Riemannian Hessian of ``hessian_fun`` (the same objective on a
     subsample), applied by finite differences of its Riemannian gradient
-    along the retraction (the projection of the difference adds the
-    sphere's Weingarten term), then does an Armijo step on ``fun``. When the
+    (:func:`_hessian_product`), then does an Armijo step on ``fun``. When the
     subsample's Hessian is within a few percent of the full one, each step
     divides the gradient norm by about that factor, for one pass over the
     data (a subsampled Newton method; Byrd, Chin, Neveitt and Nocedal, SIAM
@@ -464,15 +477,7 @@ def polish_on_spheres(fun, hessian_fun, U0, *, tol, max_iter, cg_tol=0.1, max_cg
         gnorm = _norm(g)
         if gnorm <= tol:
             return SphereResult(U, np.asarray(curve), n_iter, True)
-        base = project_tangent(U, hessian_fun(U)[1])
-
-        def hvp(xi):
-            h = 1e-7 / _norm(xi)
-            U_h = retract(U, h * xi)
-            moved = project_tangent(U, project_tangent(U_h, hessian_fun(U_h)[1]))
-            return (moved - base) / h
-
-        p, reliable = _truncated_cg(hvp, g, cg_tol, max_cg)
+        p, reliable = _truncated_cg(_hessian_product(hessian_fun, U), g, cg_tol, max_cg)
         if not reliable:
             break
         step = _armijo(fun, U, f, g, p, max_halvings=1)
@@ -573,7 +578,9 @@ def _spectral_heads(rows, weight, moment, n_clusters, regularization, rng):
     return V
 
 
-def spectral_init(X, sample_weight, moment, n_clusters, regularization="pairwise", random_state=None):
+def spectral_init(
+    X, sample_weight, moment, n_clusters, regularization="pairwise", random_state=None
+):
     """Spectral start: top eigenvectors of M, rotated by the regulariser.
 
     As L grows the risk depends on the heads through ``U U^T`` only and its
@@ -675,7 +682,8 @@ def solve_exact(
     def objective(data, data_weight, data_moment):
         def fun(U):
             return exact_objective(
-                data, data_weight, data_moment, U, temperature, sequence_length, regularization, reg_strength
+                data, data_weight, data_moment, U, temperature, sequence_length,
+                regularization, reg_strength,
             )
 
         return fun
@@ -683,7 +691,9 @@ def solve_exact(
     full = objective(X, sample_weight, moment)
     if n <= 4 * _SUBSAMPLE:
         result = minimize_on_spheres(full, U0, tol=tol_abs, max_iter=max_iter)
-        return ExactSolution(result.heads, result.objective_curve, result.n_iter, 0, result.converged)
+        return ExactSolution(
+            result.heads, result.objective_curve, result.n_iter, 0, result.converged
+        )
     # The subsample keeps its own moment: the full data's would break the
     # rotation symmetry of the L -> infinity risk at order one (not 1/L) and
     # send the warm start astray inside the span.
@@ -696,6 +706,9 @@ def solve_exact(
         return ExactSolution(polish.heads, polish.objective_curve, polish.n_iter, warm.n_iter, True)
     # The subsample's Hessian is a poor model here: L-BFGS on the full data.
     memory = () if polish.n_iter else warm.memory
-    result = minimize_on_spheres(full, polish.heads, tol=tol_abs, max_iter=max_iter - polish.n_iter, memory=memory)
+    result = minimize_on_spheres(
+        full, polish.heads, tol=tol_abs, max_iter=max_iter - polish.n_iter, memory=memory
+    )
     curve = np.concatenate([polish.objective_curve[:-1], result.objective_curve])
-    return ExactSolution(result.heads, curve, polish.n_iter + result.n_iter, warm.n_iter, result.converged)
+    n_iter = polish.n_iter + result.n_iter
+    return ExactSolution(result.heads, curve, n_iter, warm.n_iter, result.converged)

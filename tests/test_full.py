@@ -74,7 +74,8 @@ def sequence_losses(X, p, U, temperature, L, n_sequences, rng):
 
 
 def objective_args(X, sample_weight, U, temperature=0.7, L=10, regularization="pairwise", rho=0.3):
-    return (X, sample_weight, second_moment(X, sample_weight), U, temperature, L, regularization, rho)
+    moment = second_moment(X, sample_weight)
+    return (X, sample_weight, moment, U, temperature, L, regularization, rho)
 
 
 @pytest.fixture
@@ -109,7 +110,8 @@ def test_objective_matches_monte_carlo(L):
     w = rng.integers(1, 5, size=12).astype(float)
     U = rng.standard_normal((4, 2))
     losses = sequence_losses(X, w / w.sum(), U, 0.6, L, 200_000, rng)
-    value, _ = exact_objective(*objective_args(X, w, U, temperature=0.6, L=L, regularization="none", rho=0.0))
+    args = objective_args(X, w, U, temperature=0.6, L=L, regularization="none", rho=0.0)
+    value, _ = exact_objective(*args)
     standard_error = losses.std() / np.sqrt(losses.size)
     assert abs(value - losses.mean()) < 5 * standard_error
     assert standard_error < 1e-2 * value
@@ -437,3 +439,14 @@ def test_centroids_lose_stability_at_the_derived_strength(noise):
     assert _tilt_curvature(X, heads, temperature, L, 1.3 * rho_max, out) < 0
     rho = auto_reg_strength(temperature, 2, "pairwise", noise)
     assert 0 < rho < 0.25 * rho_max
+
+
+def test_reg_strength_special_cases():
+    assert auto_reg_strength(0.8, 3, "none", 0.3) == 0.0
+    assert auto_reg_strength(0.8, 1, "pairwise", 0.3) == 0.0
+    # For two heads the product is the pairwise regulariser.
+    assert auto_reg_strength(0.8, 2, "product", 0.05) == auto_reg_strength(0.8, 2, "pairwise")
+    # Its curvatures carry sigma^(2(K-2)): less noise, more strength.
+    assert auto_reg_strength(0.8, 3, "product", 0.1) > auto_reg_strength(0.8, 3, "product", 0.5)
+    with pytest.raises(ValueError, match="regularization must be one of"):
+        auto_reg_strength(0.8, 2, "ridge")

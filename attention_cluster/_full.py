@@ -578,6 +578,7 @@ def _spectral_heads(rows, weight, moment, n_clusters, regularization, rng):
     return V
 
 
+@threadpool_limits.wrap(limits=1, user_api="blas")  # see solve_exact
 def spectral_init(
     X, sample_weight, moment, n_clusters, regularization="pairwise", random_state=None
 ):

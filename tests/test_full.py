@@ -1,0 +1,452 @@
+"""Tests of the exact full-batch solver (``attention_cluster._full``).
+
+Every closed form is compared with a slow, obviously correct NumPy twin and
+with a Monte Carlo average over sequences drawn with replacement
+(``math.md`` sections 2 and 3).
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from attention_cluster import _full
+from attention_cluster._full import (
+    auto_reg_strength,
+    exact_objective,
+    minimize_on_spheres,
+    polish_on_spheres,
+    project_tangent,
+    retract,
+    solve_exact,
+    spectral_init,
+)
+from attention_cluster._scale import second_moment
+from attention_cluster.datasets import make_mixture
+from attention_cluster.metrics import centroid_distance
+from attention_cluster.theory import unbiased_temperature
+
+REGULARIZATIONS = ["none", "pairwise", "product"]
+
+
+# --- NumPy twins -------------------------------------------------------------
+
+
+def reference_objective(X, sample_weight, U, temperature, L, regularization, rho):
+    """``math.md`` section 3, term by term, with M4 and Q formed explicitly."""
+    X = np.asarray(X, dtype=np.float64)
+    w = np.ones(len(X)) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+    w = w / w.sum()
+    K = U.shape[1]
+    c = temperature * K / L
+    sq = np.sum(X**2, axis=1)
+    M = (X * w[:, None]).T @ X
+    M4 = (X * (w * sq)[:, None]).T @ X
+    Q = (L - 1) * M4 + (L - 1) * (L - 2) * M @ M
+    A = X @ U
+    s = np.sum(A**2, axis=1)
+    h = np.sum((X @ M @ U) * A, axis=1)
+    risk = (
+        w @ ((1 - c * s) ** 2 * sq)
+        - 2 * c * (L - 1) * (w @ ((1 - c * s) * h))
+        + c**2 * np.trace(U.T @ Q @ U @ U.T @ M @ U)
+    )
+    if regularization == "pairwise":
+        r = sum(w @ (A[:, j] ** 2 * A[:, k] ** 2) for j in range(K) for k in range(j + 1, K))
+    elif regularization == "product":
+        r = w @ np.prod(A**2, axis=1)
+    else:
+        r = 0.0
+    return risk + rho * r
+
+
+def sequence_losses(X, p, U, temperature, L, n_sequences, rng):
+    """Per-sequence loss ``(1/L) ||S - T(S)||_F^2`` of ``math.md`` section 2,
+    for sequences S of L rows of X drawn with replacement with probabilities p."""
+    K = U.shape[1]
+    c = temperature * K / L
+    S = X[rng.choice(len(X), size=(n_sequences, L), p=p)]
+    A = S @ U
+    G = np.einsum("bld,blk->bdk", S, A)
+    T = c * np.einsum("blk,bdk->bld", A, G)
+    return np.sum((S - T) ** 2, axis=(1, 2)) / L
+
+
+def objective_args(X, sample_weight, U, temperature=0.7, L=10, regularization="pairwise", rho=0.3):
+    moment = second_moment(X, sample_weight)
+    return (X, sample_weight, moment, U, temperature, L, regularization, rho)
+
+
+@pytest.fixture
+def problem():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((300, 5))
+    U = rng.standard_normal((5, 3))
+    return X, U / np.linalg.norm(U, axis=0), rng
+
+
+# --- The exact objective -------------------------------------------------------
+
+
+@pytest.mark.parametrize("regularization", REGULARIZATIONS)
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_objective_matches_reference(problem, regularization, weighted, dtype):
+    X, U, rng = problem
+    X = X.astype(dtype)
+    w = rng.random(len(X)) if weighted else None
+    value, _ = exact_objective(*objective_args(X, w, U, regularization=regularization))
+    expected = reference_objective(X, w, U, 0.7, 10, regularization, 0.3)
+    assert value == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("L", [1, 2, 7])
+def test_objective_matches_monte_carlo(L):
+    # Few distinct rows, unequal weights and heads off the sphere: every term
+    # of the closed form matters. Tolerance: 5 standard errors of the mean.
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((12, 4))
+    w = rng.integers(1, 5, size=12).astype(float)
+    U = rng.standard_normal((4, 2))
+    losses = sequence_losses(X, w / w.sum(), U, 0.6, L, 200_000, rng)
+    args = objective_args(X, w, U, temperature=0.6, L=L, regularization="none", rho=0.0)
+    value, _ = exact_objective(*args)
+    standard_error = losses.std() / np.sqrt(losses.size)
+    assert abs(value - losses.mean()) < 5 * standard_error
+    assert standard_error < 1e-2 * value
+
+
+@pytest.mark.parametrize("regularization", REGULARIZATIONS)
+def test_gradient_matches_finite_differences(problem, regularization):
+    X, U, rng = problem
+    U = U * rng.uniform(0.5, 1.5, size=U.shape[1])  # the formula holds off the sphere
+    args = list(objective_args(X, None, U, regularization=regularization))
+    _, grad = exact_objective(*args)
+    numeric = np.zeros_like(U)
+    eps = 1e-6
+    for idx in np.ndindex(*U.shape):
+        E = np.zeros_like(U)
+        E[idx] = eps
+        args[3] = U + E
+        up = exact_objective(*args)[0]
+        args[3] = U - E
+        down = exact_objective(*args)[0]
+        numeric[idx] = (up - down) / (2 * eps)
+    np.testing.assert_allclose(grad, numeric, rtol=1e-6, atol=1e-7 * np.abs(numeric).max())
+
+
+@pytest.mark.parametrize("regularization", ["pairwise", "product"])
+def test_regularizer_gradient_alone(problem, regularization):
+    # The regulariser's part is linear in rho: difference of two strengths.
+    X, U, _ = problem
+    v1, g1 = exact_objective(*objective_args(X, None, U, regularization=regularization, rho=1.0))
+    v0, g0 = exact_objective(*objective_args(X, None, U, regularization=regularization, rho=0.0))
+    A = X @ U
+    if regularization == "pairwise":
+        r = np.mean(np.sum(A**2, axis=1) ** 2 - np.sum(A**4, axis=1)) / 2
+        grad = 2 * X.T @ (A * (np.sum(A**2, axis=1, keepdims=True) - A**2)) / len(X)
+    else:
+        prod = np.prod(A**2, axis=1)
+        grad = np.column_stack(
+            [2 * X.T @ (A[:, k] * np.prod(np.delete(A, k, axis=1) ** 2, axis=1)) for k in range(3)]
+        ) / len(X)
+        r = prod.mean()
+    assert v1 - v0 == pytest.approx(r, rel=1e-10)
+    np.testing.assert_allclose(g1 - g0, grad, rtol=1e-9, atol=1e-12)
+
+
+def test_product_gradient_with_a_zero_projection(problem):
+    # Prefix/suffix products, not division: a head orthogonal to a row is fine.
+    X, U, _ = problem
+    X = X.copy()
+    X[0] -= U[:, 0] * (X[0] @ U[:, 0])
+    _, grad = exact_objective(*objective_args(X, None, U, regularization="product", rho=1.0))
+    assert np.all(np.isfinite(grad))
+
+
+def test_kernel_python_twin_matches_jit(problem):
+    # Runs the kernel's Python body, so coverage reaches it.
+    X, U, rng = problem
+    AG = np.hstack([X @ U, X @ rng.standard_normal(U.shape)])
+    w = rng.random(len(X))
+    for reg in (0, 1, 2):
+        C_jit, C_py = np.empty((len(X), 9)), np.empty((len(X), 9))
+        v_jit = _full._row_terms(AG, X, w, 0, 0.2, 9.0, reg, 0.3, C_jit)
+        v_py = _full._row_terms.py_func(AG, X, w, 0, 0.2, 9.0, reg, 0.3, C_py)
+        assert v_jit == pytest.approx(v_py, rel=1e-12)
+        np.testing.assert_allclose(C_jit, C_py, rtol=1e-12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(counts=arrays(np.int64, 40, elements=st.integers(0, 3)), seed=st.integers(0, 2**16))
+def test_integer_weights_equal_repeated_rows(counts, seed):
+    rng = np.random.default_rng(seed)
+    counts[0] = max(counts[0], 1)
+    X = rng.standard_normal((40, 4))
+    U = rng.standard_normal((4, 2))
+    weighted = exact_objective(*objective_args(X, counts, U))
+    repeated = exact_objective(*objective_args(np.repeat(X, counts, axis=0), None, U))
+    assert weighted[0] == pytest.approx(repeated[0], rel=1e-12)
+    np.testing.assert_allclose(weighted[1], repeated[1], rtol=1e-10, atol=1e-12)
+
+
+def test_integer_weights_equal_repeated_rows_in_the_solve():
+    X, _, _ = make_mixture(500, 6, 2, noise=0.3, random_state=0)
+    counts = np.random.default_rng(0).integers(1, 4, size=len(X))
+    kwargs = dict(reg_strength=0.1, random_state=0)
+    weighted = solve_exact(X, counts, 2, 0.8, 50, **kwargs)
+    repeated = solve_exact(np.repeat(X, counts, axis=0), None, 2, 0.8, 50, **kwargs)
+    np.testing.assert_allclose(weighted.heads, repeated.heads, atol=1e-8)
+
+
+def test_unknown_regularization_raises(problem):
+    X, U, _ = problem
+    with pytest.raises(ValueError, match="regularization must be one of"):
+        exact_objective(*objective_args(X, None, U, regularization="l2"))
+
+
+# --- Geometry and optimisers ---------------------------------------------------
+
+
+unit_heads = arrays(np.float64, (4, 3), elements=st.floats(-1, 1)).filter(
+    lambda U: np.all(np.linalg.norm(U, axis=0) > 1e-3)
+).map(lambda U: U / np.linalg.norm(U, axis=0))
+tangent_like = arrays(np.float64, (4, 3), elements=st.floats(-10, 10))
+
+
+@given(U=unit_heads, Z=tangent_like)
+def test_projection_is_idempotent_and_tangent(U, Z):
+    P = project_tangent(U, Z)
+    np.testing.assert_allclose(np.sum(U * P, axis=0), 0.0, atol=1e-12 * (1 + np.abs(Z).max()))
+    np.testing.assert_allclose(project_tangent(U, P), P, atol=1e-12 * (1 + np.abs(Z).max()))
+
+
+@given(U=unit_heads, Z=tangent_like)
+def test_retraction_lands_on_the_spheres(U, Z):
+    V = retract(U, project_tangent(U, Z))
+    np.testing.assert_allclose(np.linalg.norm(V, axis=0), 1.0, atol=1e-12)
+
+
+def _recording(fun, visited):
+    def wrapped(U):
+        visited.append(U.copy())
+        return fun(U)
+
+    return wrapped
+
+
+def test_riemannian_steps_keep_unit_heads():
+    X, _, _ = make_mixture(2000, 6, 3, noise=0.3, random_state=0)
+    args = list(objective_args(X, None, None, temperature=0.7, L=50, rho=0.1))
+
+    def fun(U):
+        args[3] = U
+        return exact_objective(*args)
+
+    visited = []
+    U0 = np.random.default_rng(0).standard_normal((6, 3)) * 5.0
+    result = minimize_on_spheres(_recording(fun, visited), U0, tol=1e-8, max_iter=200)
+    assert result.converged
+    assert len(visited) > result.n_iter > 5
+    for U in visited + [result.heads]:
+        np.testing.assert_allclose(np.linalg.norm(U, axis=0), 1.0, atol=1e-12)
+    assert np.all(np.diff(result.objective_curve) <= 0)
+
+
+def test_polish_with_the_exact_hessian_is_newton():
+    X, _, _ = make_mixture(3000, 6, 2, noise=0.3, random_state=1)
+    moment = second_moment(X)
+
+    def full(U):
+        return exact_objective(X, None, moment, U, 0.8, 50, "pairwise", 0.1)
+
+    cheap_rows = X[::50]
+    cheap_moment = second_moment(cheap_rows)
+
+    def cheap(U):
+        return exact_objective(cheap_rows, None, cheap_moment, U, 0.8, 50, "pairwise", 0.1)
+
+    start = minimize_on_spheres(full, np.eye(6)[:, :2] + 0.3, tol=1e-3, max_iter=200)
+    reference = minimize_on_spheres(full, start.heads, tol=1e-11, max_iter=200)
+    newton = polish_on_spheres(full, full, start.heads, tol=1e-10, max_iter=20, cg_tol=1e-6)
+    assert newton.converged and newton.n_iter <= 4
+    np.testing.assert_allclose(np.sum(newton.heads * reference.heads, axis=0), 1.0, atol=1e-12)
+    # A poor Hessian model (60 rows) is given up early, not iterated on.
+    poor = polish_on_spheres(full, cheap, start.heads, tol=1e-11, max_iter=20)
+    assert poor.n_iter < 4 and not poor.converged
+
+
+def test_minimize_reports_non_convergence():
+    X, _, _ = make_mixture(500, 5, 2, noise=0.3, random_state=0)
+    args = objective_args(X, None, np.eye(5)[:, :2])
+
+    def fun(U):
+        return exact_objective(*args[:3], U, *args[4:])
+
+    result = minimize_on_spheres(fun, np.ones((5, 2)) + np.eye(5)[:, :2], tol=0.0, max_iter=3)
+    assert not result.converged and result.n_iter == 3 and result.objective_curve.size == 4
+
+
+# --- Initialisation --------------------------------------------------------------
+
+
+@settings(max_examples=30, deadline=None)
+@given(theta=st.floats(-np.pi, np.pi), seed=st.integers(0, 2**16))
+def test_pair_angle_finds_the_exact_minimiser(theta, seed):
+    rng = np.random.default_rng(seed)
+    Y = rng.standard_normal((200, 2)) * [1.0, 0.5] + rng.standard_normal(2)
+    weight = rng.random(200)
+    best = _full._pair_angle(Y[:, 0], Y[:, 1], weight)
+
+    def criterion(t):
+        a = Y @ np.array([[np.cos(t), -np.sin(t)], [np.sin(t), np.cos(t)]])
+        return weight @ (a[:, 0] * a[:, 1]) ** 2
+
+    assert abs(best) <= np.pi / 4 + 1e-12
+    assert criterion(best) <= criterion(theta) + 1e-9 * criterion(theta)
+
+
+@pytest.mark.parametrize("regularization", REGULARIZATIONS)
+def test_spectral_init_finds_dirac_centroids(regularization):
+    # sigma = 0: the top-K eigenspace is the centroids' span and the rotation
+    # that minimises the regulariser puts a head on each centroid.
+    X, _, C = make_mixture(3000, 8, 3, noise=0.0, random_state=0)
+    heads = spectral_init(X, None, second_moment(X), 3, regularization, random_state=0)
+    np.testing.assert_allclose(heads.T @ heads, np.eye(3), atol=1e-12)
+    if regularization != "product":  # the product is blind to rotations at sigma = 0, K = 3
+        assert centroid_distance(heads.T, C) < 1e-20
+
+
+def test_spectral_init_is_close_at_moderate_noise():
+    X, _, C = make_mixture(20000, 10, 4, noise=0.3, random_state=0)
+    heads = spectral_init(X, None, second_moment(X), 4, "pairwise", random_state=0)
+    assert centroid_distance(heads.T, C) < 0.01
+
+
+# --- The whole solve -------------------------------------------------------------
+
+
+def _scaled_mixture(n, d, K, noise, seed, dtype=np.float64):
+    X, y, C = make_mixture(n, d, K, noise=noise, random_state=seed)
+    means = np.array([X[y == k].mean(axis=0) for k in range(K)])
+    floor = centroid_distance(means / np.linalg.norm(means, axis=1, keepdims=True), C)
+    return X.astype(dtype), C, floor
+
+
+def _defaults(K, noise, L=100):
+    temperature = unbiased_temperature(noise, L, K) * (L + 1) / (L + 3)
+    return temperature, L, auto_reg_strength(temperature, K, "pairwise", noise)
+
+
+@pytest.mark.parametrize("init", ["spectral", "random"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_solve_reaches_the_statistical_floor(init, seed):
+    X, C, floor = _scaled_mixture(20000, 10, 2, 0.3, seed)
+    temperature, L, rho = _defaults(2, 0.3)
+    sol = solve_exact(X, None, 2, temperature, L, reg_strength=rho, init=init, random_state=seed)
+    assert sol.converged
+    assert centroid_distance(sol.heads.T, C) < 2 * floor
+
+
+@pytest.mark.parametrize("n", [70_000, 300_000], ids=["warm-start", "polish"])
+def test_solve_with_a_subsample(n):
+    # Above 4 x 16384 rows L-BFGS starts on a subsample; above 16 x 16384 the
+    # full data only sees Newton steps, a few passes.
+    X, C, floor = _scaled_mixture(n, 5, 2, 0.3, 0)
+    temperature, L, rho = _defaults(2, 0.3)
+    sol = solve_exact(X, None, 2, temperature, L, reg_strength=rho, random_state=0)
+    assert sol.converged and sol.n_iter_warm > 0
+    assert sol.n_iter <= (6 if n > 16 * _full._SUBSAMPLE else 20)
+    assert centroid_distance(sol.heads.T, C) < 2 * floor
+
+
+def test_solve_is_deterministic():
+    X, _, _ = _scaled_mixture(70000, 5, 2, 0.5, 0)
+    first = solve_exact(X, None, 2, 0.6, 100, reg_strength=0.05, init="random", random_state=3)
+    second = solve_exact(X, None, 2, 0.6, 100, reg_strength=0.05, init="random", random_state=3)
+    np.testing.assert_array_equal(first.heads, second.heads)
+    np.testing.assert_array_equal(first.objective_curve, second.objective_curve)
+
+
+def test_float32_matches_float64():
+    X, _, _ = _scaled_mixture(5000, 6, 2, 0.3, 0)
+    X32 = X.astype(np.float32)
+    kwargs = dict(reg_strength=0.1, random_state=0)
+    sol32 = solve_exact(X32, None, 2, 0.8, 100, **kwargs)
+    sol64 = solve_exact(X32.astype(np.float64), None, 2, 0.8, 100, **kwargs)
+    np.testing.assert_allclose(sol32.heads, sol64.heads, atol=1e-9)
+
+
+@pytest.mark.parametrize("init", ["spectral", "random"])
+def test_more_heads_than_features(init):
+    X, _, _ = _scaled_mixture(2000, 3, 3, 0.3, 0)
+    sol = solve_exact(X, None, 5, 0.5, 20, reg_strength=0.1, init=init, random_state=0)
+    assert sol.heads.shape == (3, 5)
+    np.testing.assert_allclose(np.linalg.norm(sol.heads, axis=0), 1.0, atol=1e-12)
+    assert np.all(np.isfinite(sol.objective_curve))
+
+
+def test_zero_rows_and_zero_data():
+    X, C, _ = _scaled_mixture(4000, 6, 2, 0.2, 0)
+    with_zeros = np.vstack([X, np.zeros((1000, 6))])
+    sol = solve_exact(with_zeros, None, 2, 0.8, 100, reg_strength=0.1, random_state=0)
+    assert sol.converged and centroid_distance(sol.heads.T, C) < 1e-2
+    zero = solve_exact(np.zeros((50, 4)), None, 2, 0.8, 100, reg_strength=0.1, random_state=0)
+    assert zero.converged and zero.n_iter == 0
+    np.testing.assert_allclose(np.linalg.norm(zero.heads, axis=0), 1.0)
+
+
+def test_single_distinct_point():
+    point = np.array([3.0, 4.0, 0.0, 0.0]) / 5.0
+    sol = solve_exact(np.tile(point, (100, 1)), None, 2, 0.8, 100, reg_strength=0.1, random_state=0)
+    assert np.all(np.isfinite(sol.heads))
+    assert np.max(np.abs(point @ sol.heads)) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_init_shape_is_checked():
+    X, _, _ = _scaled_mixture(500, 4, 2, 0.3, 0)
+    with pytest.raises(ValueError, match=r"init must have shape \(4, 2\)"):
+        solve_exact(X, None, 2, 0.8, 10, init=np.ones((2, 4)))
+
+
+# --- The default regularisation strength ----------------------------------------
+
+
+def _tilt_curvature(X, heads, temperature, L, rho, direction, h=1e-3):
+    """Second derivative of the objective when head 0 turns towards ``direction``."""
+    moment = second_moment(X)
+
+    def at(angle):
+        U = heads.copy()
+        U[:, 0] = np.cos(angle) * heads[:, 0] + np.sin(angle) * direction
+        return exact_objective(X, None, moment, U, temperature, L, "pairwise", rho)[0]
+
+    return (at(h) - 2 * at(0.0) + at(-h)) / h**2
+
+
+@pytest.mark.parametrize("noise", [0.5, 1.0])
+def test_centroids_lose_stability_at_the_derived_strength(noise):
+    # auto_reg_strength is a fraction of rho_max = lambda K / (K - 1), where the
+    # regulariser's negative curvature out of the centroids' span cancels the
+    # risk's (L -> infinity). Check the sign change around rho_max.
+    X, _, C = make_mixture(200_000, 3, 2, noise=noise, random_state=0)
+    L = 1000
+    temperature = float(unbiased_temperature(noise, L, 2))
+    rho_max = temperature * 2
+    heads, out = C.T, np.cross(C[0], C[1])
+    assert _tilt_curvature(X, heads, temperature, L, 0.7 * rho_max, out) > 0
+    assert _tilt_curvature(X, heads, temperature, L, 1.3 * rho_max, out) < 0
+    rho = auto_reg_strength(temperature, 2, "pairwise", noise)
+    assert 0 < rho < 0.25 * rho_max
+
+
+def test_reg_strength_special_cases():
+    assert auto_reg_strength(0.8, 3, "none", 0.3) == 0.0
+    assert auto_reg_strength(0.8, 1, "pairwise", 0.3) == 0.0
+    # For two heads the product is the pairwise regulariser.
+    assert auto_reg_strength(0.8, 2, "product", 0.05) == auto_reg_strength(0.8, 2, "pairwise")
+    # Its curvatures carry sigma^(2(K-2)): less noise, more strength.
+    assert auto_reg_strength(0.8, 3, "product", 0.1) > auto_reg_strength(0.8, 3, "product", 0.5)
+    with pytest.raises(ValueError, match="regularization must be one of"):
+        auto_reg_strength(0.8, 2, "ridge")

@@ -9,7 +9,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from . import _kernels
+from . import _full, _kernels
 from ._scale import estimate_spectrum
 from ._validation import (
     atomic_fit,
@@ -26,6 +26,15 @@ _REGULARIZERS = {None: _kernels.REG_NONE, "pairwise": _kernels.REG_PAIRWISE, "pr
 # step size decays as 1 / (1 + t / _DECAY).
 _CHUNK = 100
 _DECAY = 200.0
+_DEFAULT_TOL = {"psgd": 1e-4, "full": 1e-6}
+_DEFAULT_MAX_ITER = {"psgd": 5000, "full": 500}
+# solver="auto" takes the exact solver up to this many rows (benchmarks/solvers.py).
+_AUTO_FULL_MAX_N = 10**7
+
+
+def _unit_scale(X, scale):
+    """X divided by its estimated scale, in X's dtype (the exact solver's input)."""
+    return X / float(scale) if scale != 1.0 else X
 
 
 def auto_temperature(noise, sequence_length, n_clusters, n_features, eigenvalues=None):
@@ -147,27 +156,44 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         rho >= 0. ``"auto"`` takes a tenth of the largest rho for which the
         centroids' span keeps its advantage over the noise directions,
         capped at 0.25 (see ``reg_strength_``).
-    solver : {"psgd"}, default="psgd"
-        ``"psgd"``: projected stochastic gradient descent (paper, Appendix
-        F.1), cost independent of n.
+    solver : {"auto", "full", "psgd"}, default="auto"
+        ``"full"``: the exact solver. For data held in memory the expected
+        risk over sampled sequences has a closed form (``math.md`` section
+        3), minimised deterministically by Riemannian L-BFGS on the product
+        of spheres (on a subsample of 16384 rows first when n is larger,
+        then Newton steps on all rows), at O(n d K) per iteration after
+        O(n d^2) moments. It reaches the statistical limit where PSGD
+        plateaus. ``"psgd"``: projected stochastic gradient descent (paper,
+        Appendix F.1), whose cost does not depend on n. ``"auto"`` picks
+        ``"full"`` up to 10^7 rows, where the benchmarks
+        (``benchmarks/solvers.py``) find it at least as fast, and
+        ``"psgd"`` beyond (see ``solver_``).
     learning_rate : float, default=1.0
         Base step size, relative to the curvature scale
         ``lambda K tr(M)`` of the risk (M the unit-scale second moment).
         Step t is ``learning_rate / (lambda K tr(M) (1 + t / 200))``.
     batch_size : int, default=2
         Number of sequences averaged in each stochastic gradient.
-    max_iter : int, default=5000
-        Maximum number of PSGD steps per run.
-    tol : float, default=1e-4
-        Every 100 steps the heads averaged over the second half of the run
-        so far (Polyak-Ruppert averaging) are compared with their previous
-        value; the run stops when ``sum_h ||mu_h - mu_h^prev||^2 < tol``,
-        the squared distance of ``math.md`` section 5.
+    max_iter : "auto" or int, default="auto"
+        Maximum number of PSGD steps (``"auto"``: 5000), or of iterations
+        of each stage of the exact solver (``"auto"``: 500).
+    tol : "auto" or float, default="auto"
+        PSGD (``"auto"``: 1e-4): every 100 steps the heads averaged over the
+        second half of the run so far (Polyak-Ruppert averaging) are
+        compared with their previous value, and the run stops when ``sum_h
+        ||mu_h - mu_h^prev||^2 < tol``, the squared distance of ``math.md``
+        section 5. Exact solver (``"auto"``: 1e-6): stop when the norm of
+        the Riemannian gradient is below ``tol`` times the objective's
+        scale ``mean ||x||^2``.
     n_init : int, default=1
         Number of runs from different starts; the run with the lowest final
         objective is kept.
-    init : {"random"} or array-like of shape (n_clusters, n_features), default="random"
-        ``"random"``: heads drawn uniformly on the sphere. An array gives
+    init : {"spectral", "random"} or array-like of shape (n_clusters, n_features), default="spectral"
+        ``"spectral"``: the top-K eigenvectors of the second-moment matrix
+        (where the risk's minimisers lie as L grows, ``math.md`` section 3),
+        rotated inside their span to minimise the regulariser (Jacobi
+        sweeps, as in kurtosis-based ICA). ``"random"``: heads drawn
+        uniformly on the sphere, the paper's random start. An array gives
         the starting heads (rows, normalised to unit norm).
     gradient : {"riemannian", "euclidean"}, default="riemannian"
         ``"riemannian"`` projects each head's gradient on the sphere's
@@ -187,9 +213,13 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     labels_ : ndarray of shape (n_samples,)
         ``argmax_h <x_i, mu_h>`` for the training data.
     n_iter_ : int
-        PSGD steps of the kept run.
-    loss_curve_ : ndarray of shape (``n_iter_``,)
-        Mini-batch objective at each step of the kept run.
+        PSGD steps, or iterations of the exact solver on all rows, of the
+        kept run.
+    loss_curve_ : ndarray
+        PSGD: the mini-batch objective at each step. Exact solver: the
+        objective on all rows at the start and after each iteration.
+    solver_ : str
+        The solver used (``"auto"`` resolved).
     temperature_ : float
         The temperature lambda used.
     reg_strength_ : float
@@ -229,13 +259,13 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         sequence_length=50,
         regularization="pairwise",
         reg_strength="auto",
-        solver="psgd",
+        solver="auto",
         learning_rate=1.0,
         batch_size=2,
-        max_iter=5000,
-        tol=1e-4,
+        max_iter="auto",
+        tol="auto",
         n_init=1,
-        init="random",
+        init="spectral",
         gradient="riemannian",
         random_state=None,
         verbose=0,
@@ -267,16 +297,17 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         check_positive(self.sequence_length, "sequence_length", numbers.Integral, min_val=1, strict=False)
         check_options(self.regularization, "regularization", ["pairwise", "product", None])
         check_auto_or_positive(self.reg_strength, "reg_strength", strict=False)
-        check_options(self.solver, "solver", ["psgd"])
+        check_options(self.solver, "solver", ["auto", "psgd", "full"])
         check_positive(self.learning_rate, "learning_rate")
         check_positive(self.batch_size, "batch_size", numbers.Integral, min_val=1, strict=False)
-        check_positive(self.max_iter, "max_iter", numbers.Integral, min_val=1, strict=False)
-        check_positive(self.tol, "tol", strict=False)
+        if not (isinstance(self.max_iter, str) and self.max_iter == "auto"):
+            check_positive(self.max_iter, "max_iter", numbers.Integral, min_val=1, strict=False)
+        check_auto_or_positive(self.tol, "tol", strict=False)
         check_positive(self.n_init, "n_init", numbers.Integral, min_val=1, strict=False)
         check_options(self.gradient, "gradient", ["riemannian", "euclidean"])
         check_positive(self.verbose, "verbose", numbers.Integral, strict=False)
         if isinstance(self.init, str):
-            check_options(self.init, "init", ["random"])
+            check_options(self.init, "init", ["spectral", "random"])
             return None
         init = np.array(self.init, dtype=np.float64)
         if init.shape != (self.n_clusters, X.shape[1]):
@@ -339,22 +370,33 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             reg_strength = 0.0
 
         rng = check_random_state(self.random_state)
-        cum_weights = np.cumsum(weights) if weights is not None else np.arange(1.0, n + 1.0)
-        # Curvature scale of the risk; an all-zero X has none (and no gradient).
-        curvature = temperature * K * float(np.trace(spectrum.moment)) or 1.0
+        solver = self._resolve_solver(n)
+        Xs = None if solver == "psgd" and self.n_init == 1 else _unit_scale(X, spectrum.scale)
         best = None
         for run in range(self.n_init):
-            U0 = init.copy() if init is not None else _random_heads(rng, d, K)
-            result = self._psgd(
-                X, cum_weights, U0, spectrum.scale, temperature, reg_strength, curvature, rng, run
-            )
+            if solver == "full":
+                result = self._full(Xs, weights, init, spectrum, temperature, reg_strength, rng, run)
+            else:
+                U0 = init
+                if U0 is None:
+                    U0 = self._start(X, weights, spectrum, rng)
+                result = self._psgd(X, weights, U0.copy(), spectrum, temperature, reg_strength, rng, run)
+            if self.n_init > 1:
+                objective = _full.exact_objective(
+                    Xs, weights, spectrum.moment, result[0], temperature, L,
+                    self.regularization or "none", reg_strength,
+                )[0]
+                if self.verbose:
+                    print(f"[AttentionClustering] init {run}: exact objective {objective:.6g}")
+                result = (*result[:3], objective)
             if best is None or result[3] < best[3]:
                 best = result
         heads, losses, converged, _ = best
         if not converged:
+            what = "steps" if solver == "psgd" else "iterations"
             warnings.warn(
-                f"PSGD did not reach tol={self.tol} in max_iter={self.max_iter} "
-                "steps; increase max_iter or tol.",
+                f"The {solver} solver did not reach tol={self._tol(solver)} in "
+                f"max_iter={self._max_iter(solver)} {what}; increase max_iter or tol.",
                 ConvergenceWarning,
                 stacklevel=2,
             )
@@ -365,7 +407,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         self.reg_strength_ = reg_strength
         self.noise_scale_ = spectrum.noise
         self.scale_ = spectrum.scale
-        self.n_iter_ = losses.shape[0]
+        self.solver_ = solver
+        self.n_iter_ = int(losses.shape[0] if solver == "psgd" else losses.shape[0] - 1)
         self.loss_curve_ = losses
         # T(x) = lambda K (M / s^2) U U^T x with the training data as context
         # (math.md section 2, L -> n): stored as the row operator U U^T M^T.
@@ -374,21 +417,74 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         self.labels_ = self.predict(X)
         return self
 
-    def _psgd(self, X, cum_weights, U, scale, temperature, reg_strength, curvature, rng, run):
+    def _resolve_solver(self, n_samples):
+        """``solver="auto"``: the exact solver up to _AUTO_FULL_MAX_N rows, else PSGD."""
+        if self.solver != "auto":
+            return self.solver
+        return "full" if n_samples <= _AUTO_FULL_MAX_N else "psgd"
+
+    def _tol(self, solver):
+        return _DEFAULT_TOL[solver] if isinstance(self.tol, str) else self.tol
+
+    def _max_iter(self, solver):
+        return _DEFAULT_MAX_ITER[solver] if isinstance(self.max_iter, str) else self.max_iter
+
+    def _start(self, X, weights, spectrum, rng):
+        """Starting heads (d x K) for ``init="spectral"`` or ``"random"``."""
+        d, K = X.shape[1], self.n_clusters
+        if self.init == "random":
+            return _random_heads(rng, d, K)
+        return _full.spectral_init(
+            X, weights, spectrum.moment, K, self.regularization or "none", random_state=rng
+        )
+
+    def _full(self, Xs, weights, init, spectrum, temperature, reg_strength, rng, run):
+        """One run of the exact solver; returns (heads, objective curve, converged, objective)."""
+        start = init if init is not None else self.init
+        solution = _full.solve_exact(
+            Xs,
+            weights,
+            self.n_clusters,
+            temperature,
+            self.sequence_length,
+            regularization=self.regularization or "none",
+            reg_strength=reg_strength,
+            init=start,
+            tol=self._tol("full"),
+            max_iter=self._max_iter("full"),
+            moment=spectrum.moment,
+            random_state=rng,
+        )
+        curve = solution.objective_curve
+        if self.verbose:
+            print(
+                f"[AttentionClustering] init {run}: exact solver, {solution.n_iter} iterations "
+                f"({solution.n_iter_warm} on a subsample), objective {curve[-1]:.6g}"
+            )
+        return solution.heads, curve, solution.converged, float(curve[-1])
+
+    def _psgd(self, X, weights, U, spectrum, temperature, reg_strength, rng, run):
         """One PSGD run; returns (heads, losses, converged, final objective)."""
+        n = X.shape[0]
+        cum_weights = np.cumsum(weights) if weights is not None else np.arange(1.0, n + 1.0)
+        # Curvature scale of the risk; an all-zero X has none (and no gradient).
+        curvature = temperature * self.n_clusters * float(np.trace(spectrum.moment)) or 1.0
+        scale = spectrum.scale
+        max_iter = self._max_iter("psgd")
+        tol = self._tol("psgd")
         L = self.sequence_length
         state = np.array([rng.randint(1, np.iinfo(np.int64).max)], dtype=np.uint64)
         reg_kind = _REGULARIZERS[self.regularization]
         riemannian = self.gradient == "riemannian"
-        t = np.arange(self.max_iter, dtype=np.float64)
+        t = np.arange(max_iter, dtype=np.float64)
         steps = self.learning_rate / (curvature * (1.0 + t / _DECAY))
-        losses = np.empty(self.max_iter)
+        losses = np.empty(max_iter)
         chunk_sums = []
         previous = None
         converged = False
         done = 0
-        while done < self.max_iter:
-            start, stop = done, min(done + _CHUNK, self.max_iter)
+        while done < max_iter:
+            start, stop = done, min(done + _CHUNK, max_iter)
             heads_sum = np.zeros_like(U)
             _kernels.psgd_chunk(
                 X,
@@ -417,7 +513,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                     f"objective {np.mean(losses[start:done]):.6g}, "
                     f"change of the averaged heads {change:.3g}"
                 )
-            if change < self.tol:
+            if change < tol:
                 converged = True
                 break
         heads = previous

@@ -218,7 +218,9 @@ def experiment(
         ``pgd_heads``.
     """
     n_runs = N_RUNS if n_runs is None else n_runs
-    population_runs = n_runs if population_runs is None else min(population_runs, n_runs)
+    if population_runs is None:
+        population_runs = 1 if QUICK else n_runs
+    population_runs = min(population_runs, n_runs)
     n_heads = n_clusters if n_heads is None else n_heads
     record = record_points(n_iter) if record is None else record
     lam = temperature(noise, SEQUENCE_LENGTH, n_clusters, n_features)

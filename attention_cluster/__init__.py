@@ -6,9 +6,10 @@ sphere, learn the centroids of a mixture, and a parameter-free attention
 layer that quantises each prompt in context.
 """
 
-from . import datasets, metrics, theory
+from . import datasets, layers, metrics, theory
 from ._clustering import AttentionClustering
+from ._quantizer import InContextQuantizer
 
 __version__ = "0.1.0"
 
-__all__ = ["AttentionClustering", "datasets", "metrics", "theory", "__version__"]
+__all__ = ["AttentionClustering", "InContextQuantizer", "datasets", "layers", "metrics", "theory", "__version__"]

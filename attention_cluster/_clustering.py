@@ -13,6 +13,7 @@ from . import _kernels
 from ._scale import estimate_spectrum
 from ._validation import (
     atomic_fit,
+    check_auto_or_positive,
     check_n_samples,
     check_options,
     check_positive,
@@ -27,39 +28,54 @@ _CHUNK = 100
 _DECAY = 200.0
 
 
-def auto_temperature(noise, sequence_length, n_clusters, n_features):
+def auto_temperature(noise, sequence_length, n_clusters, n_features, eigenvalues=None):
     """Default temperature for unit-scale data of estimated noise ``sigma``.
 
     The unbiased temperature of Prop. 4.1 (generalised to K clusters in
     :func:`attention_cluster.theory.unbiased_temperature`), so that the
-    layer's output is centred on each point's centroid, capped at
-    ``0.95 lambda*(sigma, L, d)`` (Prop. 3.3,
-    :func:`attention_cluster.theory.lambda_star`) so that the centroids
-    stay the risk's minimisers with a margin for the error of the estimated
-    sigma.
+    layer's output is centred on each point's centroid, capped twice:
+
+    - at ``0.95 lambda*(sigma, L, d)`` (Prop. 3.3,
+      :func:`attention_cluster.theory.lambda_star`), so that the centroids
+      stay the risk's minimisers with a margin for the error of sigma;
+    - at ``0.9 / (K (m_1 + tr(M) / L))``, with ``m_1`` the largest
+      eigenvalue of the unit-scale second moment M (``eigenvalues``, in
+      descending order). For large L a head on a direction of second moment
+      m lowers the risk by ``f(m) = a m^2 (2 - a m)``, ``a = lambda K``
+      (``math.md`` section 3), which grows with m only while ``a m < 4/3``;
+      the token's attention to itself adds about ``tr(M) / L`` to m. With
+      equal weights the cap is near the unbiased temperature; with unequal
+      weights the heaviest cluster has the largest m and, without the cap,
+      the risk pushes its head off its centroid. The factor 0.9 is the
+      margin found with :func:`attention_cluster.theory.population_pgd`
+      (weights up to 9:1, sigma up to 1).
     """
     unbiased = float(unbiased_temperature(noise, sequence_length, n_clusters))
-    cap = float(lambda_star(noise, sequence_length, n_clusters, n_features))
-    if not np.isfinite(cap) or cap <= 0:
-        return unbiased
-    return min(unbiased, 0.95 * cap)
+    caps = [0.95 * float(lambda_star(noise, sequence_length, n_clusters, n_features))]
+    if eigenvalues is not None and eigenvalues[0] > 0:
+        effective = eigenvalues[0] + float(np.sum(eigenvalues)) / sequence_length
+        caps.append(0.9 / (n_clusters * effective))
+    return min([unbiased, *[c for c in caps if np.isfinite(c) and c > 0]])
 
 
-def auto_reg_strength(noise, temperature, n_clusters):
+def auto_reg_strength(noise, temperature, n_clusters, weakest_signal=None):
     """Default regularisation strength rho for unit-scale data.
 
     Too much rho pulls heads off the centroids' span (paper, Fig. 2a). With
     ``a = lambda K``, the population risk (L -> infinity, ``math.md``
     section 3) gains ``f(m) = a m^2 (2 - a m)`` for a head on a direction of
-    second moment m: ``m_s = 1/K + sigma^2`` on the span, ``sigma^2`` off it.
-    The pairwise regulariser costs ``(K - 1) sigma^2 / K`` more per head on
-    the span than off it. rho is a tenth of the ratio of the two, capped at
-    0.25, so the span stays the minimiser with a wide margin while the
-    regulariser still breaks the rotation symmetry inside it.
+    second moment m: ``m_s`` on the span (``1/K + sigma^2`` for equal
+    weights; in general the K-th eigenvalue of the unit-scale second
+    moment, ``weakest_signal``, the direction of the lightest cluster),
+    ``sigma^2`` off it. The pairwise regulariser costs ``(K - 1) sigma^2 /
+    K`` more per head on the span than off it. rho is a tenth of the ratio
+    of the two, capped at 0.25, so the span stays the minimiser with a wide
+    margin while the regulariser still breaks the rotation symmetry inside
+    it.
     """
     a = temperature * n_clusters
     s2 = noise**2
-    m_s = 1.0 / n_clusters + s2
+    m_s = 1.0 / n_clusters + s2 if weakest_signal is None else weakest_signal
     gain = a * m_s**2 * (2.0 - a * m_s) - a * s2**2 * (2.0 - a * s2)
     penalty = (n_clusters - 1.0) * s2 / n_clusters
     if penalty <= 0.0:
@@ -115,7 +131,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         estimates the noise sigma from the second-moment spectrum and takes
         the unbiased temperature of Prop. 4.1 (generalised to K clusters),
         capped at ``0.95 lambda*(sigma, L, d)``, the largest temperature at
-        which the centroids minimise the risk (Prop. 3.3).
+        which the centroids minimise the risk (Prop. 3.3), and at
+        ``0.9 / (K (m_1 + tr(M) / L))`` with ``m_1`` the top eigenvalue of
+        the unit-scale second moment M, which keeps the heaviest of unequal
+        clusters a minimiser (see the user guide).
     sequence_length : int, default=50
         L, the number of rows in each sampled sequence. Short sequences
         keep the finite-L terms that single out the centroids inside their
@@ -244,12 +263,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
     def _check_params(self, X):
         check_positive(self.n_clusters, "n_clusters", numbers.Integral, min_val=1, strict=False)
-        if not (isinstance(self.temperature, str) and self.temperature == "auto"):
-            check_positive(self.temperature, "temperature")
+        check_auto_or_positive(self.temperature, "temperature")
         check_positive(self.sequence_length, "sequence_length", numbers.Integral, min_val=1, strict=False)
         check_options(self.regularization, "regularization", ["pairwise", "product", None])
-        if not (isinstance(self.reg_strength, str) and self.reg_strength == "auto"):
-            check_positive(self.reg_strength, "reg_strength", strict=False)
+        check_auto_or_positive(self.reg_strength, "reg_strength", strict=False)
         check_options(self.solver, "solver", ["psgd"])
         check_positive(self.learning_rate, "learning_rate")
         check_positive(self.batch_size, "batch_size", numbers.Integral, min_val=1, strict=False)
@@ -309,11 +326,13 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         spectrum = estimate_spectrum(X, K, weights)
         L = self.sequence_length
         if isinstance(self.temperature, str):
-            temperature = auto_temperature(spectrum.noise, L, K, d)
+            temperature = auto_temperature(spectrum.noise, L, K, d, spectrum.eigenvalues)
         else:
             temperature = float(self.temperature)
         if isinstance(self.reg_strength, str):
-            reg_strength = auto_reg_strength(spectrum.noise, temperature, K)
+            reg_strength = auto_reg_strength(
+                spectrum.noise, temperature, K, spectrum.eigenvalues[min(K, d) - 1]
+            )
         else:
             reg_strength = float(self.reg_strength)
         if self.regularization is None:

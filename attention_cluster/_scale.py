@@ -22,6 +22,7 @@ class Spectrum:
     scale: float  #: s, the overall scale (centroid norm)
     noise: float  #: sigma, the noise level relative to s
     moment: np.ndarray  #: M / s^2 in float64, shape (d, d)
+    eigenvalues: np.ndarray  #: eigenvalues of ``moment``, descending
 
 
 def second_moment(X, sample_weight=None, prescale=1.0):
@@ -56,10 +57,11 @@ def estimate_spectrum(X, n_clusters, sample_weight=None):
     -------
     Spectrum
     """
-    peak = float(np.max(np.abs(X))) if X.size else 0.0
+    # max and -min rather than max(abs(X)): no temporary copy of X.
+    peak = max(float(np.max(X)), -float(np.min(X))) if X.size else 0.0
     if peak == 0.0:
         d = X.shape[1]
-        return Spectrum(scale=1.0, noise=0.0, moment=np.zeros((d, d)))
+        return Spectrum(scale=1.0, noise=0.0, moment=np.zeros((d, d)), eigenvalues=np.zeros(d))
     M = second_moment(X, sample_weight, prescale=peak)
     eig = np.clip(np.linalg.eigvalsh(M)[::-1], 0.0, None)
     d = eig.size
@@ -69,4 +71,9 @@ def estimate_spectrum(X, n_clusters, sample_weight=None):
     signal = max(float(np.sum(eig[:k])) - k * noise_var, 1e-12 * trace)
     scale_unit = np.sqrt(signal)
     noise = np.sqrt(noise_var) / scale_unit
-    return Spectrum(scale=peak * scale_unit, noise=float(noise), moment=M / signal)
+    return Spectrum(
+        scale=peak * scale_unit,
+        noise=float(noise),
+        moment=M / signal,
+        eigenvalues=eig / signal,
+    )

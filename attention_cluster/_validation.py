@@ -87,3 +87,12 @@ def atomic_fit(fit):
             raise
 
     return wrapper
+
+
+def check_auto_or_positive(value, name, *, strict=True):
+    """``"auto"``, or a finite number above 0 (at least 0 if not ``strict``)."""
+    if isinstance(value, str):
+        if value != "auto":
+            raise ValueError(f'{name} must be "auto" or a number, got {value!r}.')
+        return value
+    return check_positive(value, name, strict=strict)

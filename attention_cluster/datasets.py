@@ -13,7 +13,7 @@ import numbers
 import numpy as np
 from sklearn.utils import check_random_state
 
-__all__ = ["make_centroids", "make_mixture", "make_sequences"]
+__all__ = ["make_centroids", "make_mixture", "make_sequences", "make_prompts"]
 
 
 def _check_positive_int(value, name, minimum=1):
@@ -202,3 +202,59 @@ def make_sequences(
     )
     shape = (n_sequences, sequence_length)
     return X.reshape(*shape, -1), labels.reshape(shape), centroids
+
+
+def make_prompts(n_prompts, sequence_length, n_features=10, n_clusters=2, *, noise=0.3, random_state=None):
+    """Draw in-context prompts, each with its own random orthogonal centroids.
+
+    The in-context model of the paper's section 5 (``math.md`` section 1):
+    prompt i has centroids ``mu*_i0, ..., mu*_i(K-1)``, a uniformly random
+    orthonormal K-frame of ``R^d`` (:func:`make_centroids`), and L i.i.d.
+    tokens ``X_il = mu*_{i Z_il} + noise * eps_il`` with
+    ``Z_il ~ Uniform{0..K-1}`` and ``eps_il ~ N(0, I_d)``.
+
+    Parameters
+    ----------
+    n_prompts : int
+        Number of prompts n.
+    sequence_length : int
+        Number of tokens L of each prompt.
+    n_features : int, default=10
+        Dimension d, at least ``n_clusters``.
+    n_clusters : int, default=2
+        Number of components K of each prompt's mixture.
+    noise : float, default=0.3
+        Standard deviation sigma >= 0 of each component.
+    random_state : int, RandomState instance or None, default=None
+        Seed or generator.
+
+    Returns
+    -------
+    X : ndarray of shape (n_prompts, sequence_length, n_features)
+    labels : ndarray of shape (n_prompts, sequence_length)
+        Latent component Z of each token.
+    centroids : ndarray of shape (n_prompts, n_clusters, n_features)
+        Unit, mutually orthogonal rows for each prompt.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attention_cluster.datasets import make_prompts
+    >>> X, y, C = make_prompts(3, 50, 10, 2, random_state=0)
+    >>> X.shape, y.shape, C.shape
+    ((3, 50, 10), (3, 50), (3, 2, 10))
+    >>> bool(np.allclose(C[1] @ C[1].T, np.eye(2)))
+    True
+    """
+    n_prompts = _check_positive_int(n_prompts, "n_prompts")
+    sequence_length = _check_positive_int(sequence_length, "sequence_length")
+    n_features = _check_positive_int(n_features, "n_features")
+    n_clusters = _check_positive_int(n_clusters, "n_clusters")
+    if not np.isfinite(noise) or noise < 0:
+        raise ValueError(f"noise must be a finite number >= 0, got {noise!r}.")
+    rng = check_random_state(random_state)
+    centroids = np.stack([make_centroids(n_clusters, n_features, random_state=rng) for _ in range(n_prompts)])
+    labels = rng.randint(n_clusters, size=(n_prompts, sequence_length))
+    X = np.take_along_axis(centroids, labels[..., None], axis=1)
+    X += noise * rng.standard_normal(X.shape)
+    return X, labels, centroids

@@ -125,12 +125,21 @@ def unbiased_temperature(noise, sequence_length=np.inf, n_clusters=2):
     return L / (K * (1.0 + (K + 2.0) * s2) + (L - 1.0) * (1.0 + K * s2))
 
 
-def in_context_unbiased_temperature(noise, sequence_length, n_features):
+def in_context_unbiased_temperature(noise, sequence_length, n_features, n_clusters=2):
     """Temperature that makes the in-context layer unbiased (Prop. 5.1).
 
-    ``lambda = (L / 2) / (1 + (d + 2) sigma^2 + (L - 1)(1/2 + sigma^2))``,
-    tending to ``1 / (1 + 2 sigma^2)`` as ``L -> infinity`` (``math.md``
-    section 4). With it, ``E[T^ctx(X)_1 | Z_1 = c] = mu*_c``.
+    For K equal-weight clusters with orthonormal unit centroids,
+    ``E[T^ctx(X)_1 | Z_1 = c] = (lambda K / L) [(1 + (d + 2) sigma^2)
+    + (L - 1)(1/K + sigma^2)] mu*_c``: the first term is
+    ``E[||X_1||^2 X_1 | Z_1 = c]`` (Isserlis), the second ``(L - 1)
+    E[X X^T] mu*_c``. Hence
+
+        lambda = (L / K) / (1 + (d + 2) sigma^2 + (L - 1)(1/K + sigma^2)),
+
+    which for the paper's K = 2 is Prop. 5.1, ``(L / 2) / (1 + (d + 2)
+    sigma^2 + (L - 1)(1/2 + sigma^2))`` (``math.md`` section 4), and tends
+    to ``1 / (1 + K sigma^2)`` as ``L -> infinity``. With it,
+    ``E[T^ctx(X)_1 | Z_1 = c] = mu*_c``.
 
     Parameters
     ----------
@@ -140,6 +149,8 @@ def in_context_unbiased_temperature(noise, sequence_length, n_features):
         L >= 1, or ``np.inf``.
     n_features : int
         Dimension d.
+    n_clusters : int, default=2
+        K, the number of clusters of the prompt.
 
     Returns
     -------
@@ -153,9 +164,10 @@ def in_context_unbiased_temperature(noise, sequence_length, n_features):
     """
     s2 = _check_noise(noise) ** 2
     L = float(sequence_length)
+    K = float(n_clusters)
     if np.isinf(L):
-        return 1.0 / (1.0 + 2.0 * s2)
-    return (L / 2.0) / (1.0 + (n_features + 2.0) * s2 + (L - 1.0) * (0.5 + s2))
+        return 1.0 / (1.0 + K * s2)
+    return (L / K) / (1.0 + (n_features + 2.0) * s2 + (L - 1.0) * (1.0 / K + s2))
 
 
 # ---------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -21,15 +22,17 @@ def timed(fn):
     return time.perf_counter() - start, out
 
 
-def side_by_side(candidates, repeats=7):
+def side_by_side(candidates, repeats=7, warmup=True):
     """Median wall time of each callable, interleaved round by round.
 
     The machine is shared and noisy: interleaving the candidates in every
     round exposes them to the same load, so their ratio is meaningful even
-    when absolute times drift. Each callable is run once first (warm-up).
+    when absolute times drift. Each callable is run once first (warm-up)
+    unless ``warmup`` is False, for callers that have just run them.
     """
-    for fn in candidates.values():
-        fn()
+    if warmup:
+        for fn in candidates.values():
+            fn()
     times = {name: [] for name in candidates}
     for _ in range(repeats):
         for name, fn in candidates.items():
@@ -59,9 +62,56 @@ def cold_start_times(snippet):
     return {"import_s": float(out[0]), "first_call_s": float(out[1])}
 
 
-def save(name, payload):
-    """Write ``results/<name>.json`` and return its path."""
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"{name}.json"
+def peak_memory(fn):
+    """Run ``fn()`` under tracemalloc; return (peak bytes allocated, result).
+
+    The peak is counted from the memory traced when ``fn`` starts, so
+    arrays that already exist (the data) are not included. tracemalloc sees
+    the allocations that go through Python's and NumPy's allocators; see
+    :func:`numba_allocations_traced` for Numba's.
+    """
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        out = fn()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return max(peak - base, 0), out
+
+
+def numba_allocations_traced(n_bytes=8_000_000):
+    """Whether an array allocated inside an ``@njit`` function shows in tracemalloc.
+
+    Numba's runtime (NRT) allocates arrays itself rather than through
+    NumPy, so the benchmark checks whether tracemalloc sees them instead of
+    assuming it either way.
+    """
+    import numba
+
+    @numba.njit
+    def scratch(n):
+        return np.ones(n).sum()
+
+    scratch(1)
+    peak, _ = peak_memory(lambda: scratch(n_bytes // 8))
+    return bool(peak >= n_bytes // 2)
+
+
+def loglog_slope(sizes, values):
+    """Least-squares slope of log(values) against log(sizes); None if under 2 points."""
+    x = np.log(np.asarray(sizes, dtype=float))
+    y = np.log(np.asarray(values, dtype=float))
+    if x.size < 2 or np.ptp(x) == 0:
+        return None
+    return float(np.polyfit(x, y, 1)[0])
+
+
+def save(name, payload, directory=RESULTS):
+    """Write ``<directory>/<name>.json`` (default ``results/``) and return its path."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.json"
     path.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
     return path

@@ -287,3 +287,27 @@ def test_bad_parameters(paper_data, params, match):
     X, _, _ = paper_data
     with pytest.raises((ValueError, TypeError), match=match):
         AttentionClustering(**params).fit(X[:100])
+
+
+@pytest.mark.parametrize("weights", [(0.75, 0.25), (0.9, 0.1)], ids=["3:1", "9:1"])
+def test_unequal_weights_keep_the_heads_on_the_centroids(weights, global_random_seed):
+    # The temperature cap 0.9 / (K (m_1 + tr(M) / L)) of auto_temperature:
+    # without it the heaviest cluster's head is pushed off its centroid.
+    X, y, C = make_mixture(6000, 10, 2, noise=0.3, weights=weights, random_state=global_random_seed)
+    model = AttentionClustering(random_state=global_random_seed).fit(X)
+    assert centroid_distance(model.cluster_centers_, C) < 2e-2
+    assert adjusted_rand_score(y, model.labels_) > 0.9
+
+
+def test_auto_temperature_is_the_smallest_of_its_three_bounds():
+    from attention_cluster._clustering import auto_temperature
+    from attention_cluster.theory import lambda_star, unbiased_temperature
+
+    # Equal weights, sigma = 0.3, d = 10: eigenvalues 0.59, 0.59, then 0.09.
+    eig = np.r_[0.59, 0.59, np.full(8, 0.09)]
+    lam = auto_temperature(0.3, 50, 2, 10, eig)
+    expected = min(unbiased_temperature(0.3, 50, 2), 0.95 * lambda_star(0.3, 50, 2, 10),
+                   0.9 / (2 * (0.59 + eig.sum() / 50)))
+    assert lam == pytest.approx(expected)
+    # sigma = 0: lambda* binds (the unbiased temperature exceeds it).
+    assert auto_temperature(0.0, 10, 2, 10) == pytest.approx(0.95 * lambda_star(0.0, 10, 2, 10))

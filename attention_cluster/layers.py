@@ -1,0 +1,328 @@
+"""Attention layers of the paper as functions of one prompt or a batch of prompts.
+
+A prompt is an ``(L, d)`` array of tokens ``X = (X_1, ..., X_L)``; a batch is
+an ``(n_prompts, L, d)`` array. Every function returns an array of the same
+shape and dtype (float32 stays float32, other real input becomes float64).
+Heads are given one per row, ``heads[h] = mu_h`` (shape ``(n_heads, d)``), as
+in ``cluster_centers_`` of the estimators.
+
+The layers (``math.md`` section 2; paper, sections 2 and 5), with temperature
+``lambda`` and ``K`` clusters:
+
+- :func:`linear_attention`, the predictor with linear heads ``mu_h``,
+  ``T(X)_l = (lambda K / L) sum_h sum_k <X_l, mu_h><mu_h, X_k> X_k``;
+- :func:`softmax_attention`, the same heads with softmax scores,
+  ``sum_h sum_k softmax_k(lambda <X_l, mu_h><mu_h, X_k>) X_k``;
+- :func:`in_context_attention`, ``d`` orthonormal linear heads, i.e. keys,
+  queries and values equal to the identity (section 5),
+  ``T^ctx(X)_l = (lambda K / L) (X^T X) X_l``;
+- :func:`in_context_softmax_attention`, its softmax counterpart,
+  ``sum_k softmax_k(lambda <X_l, X_k>) X_k``.
+
+The linear layers cost ``O(L d K)`` and ``O(L d^2)`` per prompt and never form
+the ``L x L`` attention matrix. The softmax layers must form attention scores;
+they do so by blocks of rows (bounded memory) with the log-sum-exp shift, so
+``L = 10000`` neither overflows nor exhausts memory.
+"""
+
+import numbers
+
+import numpy as np
+
+from .datasets import _check_positive_int
+
+__all__ = [
+    "linear_attention",
+    "softmax_attention",
+    "in_context_attention",
+    "in_context_softmax_attention",
+]
+
+# Largest number of attention scores held at once by the softmax layers
+# (32 MiB in float64).
+_SCORE_BUDGET = 1 << 22
+
+
+def _check_prompts(X):
+    """Validate one prompt (L, d) or a batch (n, L, d); return a 3-D view."""
+    X = np.asarray(X)
+    if np.iscomplexobj(X):
+        raise ValueError("Complex data not supported: X must be real.")
+    if X.dtype.kind not in "biuf":
+        raise ValueError(f"X must be a real numeric array, got dtype {X.dtype}.")
+    if X.ndim not in (2, 3):
+        raise ValueError(
+            f"X must be one prompt of shape (L, d) or a batch of shape "
+            f"(n_prompts, L, d), got an array of shape {X.shape}."
+        )
+    if X.size == 0:
+        raise ValueError(f"X is empty (shape {X.shape}): need at least one token and one feature.")
+    if X.dtype != np.float32:
+        X = X.astype(np.float64, copy=False)
+    if not np.all(np.isfinite(X)):
+        raise ValueError("X contains NaN or infinity.")
+    return X if X.ndim == 3 else X[None]
+
+
+def _check_heads(heads, n_features, dtype):
+    heads = np.asarray(heads)
+    if np.iscomplexobj(heads) or heads.dtype.kind not in "biuf":
+        raise ValueError("heads must be a real numeric array.")
+    if heads.ndim != 2 or heads.shape[0] == 0 or heads.shape[1] != n_features:
+        raise ValueError(
+            f"heads must have shape (n_heads, {n_features}) with n_heads >= 1 "
+            f"(one head per row), got {heads.shape}."
+        )
+    if not np.all(np.isfinite(heads)):
+        raise ValueError("heads contains NaN or infinity.")
+    return heads.astype(dtype, copy=False)
+
+
+def _check_temperature(temperature):
+    if (
+        not isinstance(temperature, numbers.Real)
+        or isinstance(temperature, bool)
+        or not np.isfinite(temperature)
+        or temperature <= 0
+    ):
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}.")
+    # A Python float keeps float32 arrays in float32 (NEP 50).
+    return float(temperature)
+
+
+def _finish(out, original_ndim):
+    """Refuse overflowed output rather than return inf or NaN."""
+    if not np.all(np.isfinite(out)):
+        raise FloatingPointError(
+            "The attention layer overflowed the floating-point range; rescale X "
+            "or lower the temperature."
+        )
+    return out if original_ndim == 3 else out[0]
+
+
+def linear_attention(X, heads, *, temperature=1.0, n_clusters=None):
+    """Predictor with linear attention heads, on one prompt or a batch.
+
+    ``T(X)_l = (lambda K / L) sum_h sum_k <X_l, mu_h><mu_h, X_k> X_k``
+    (``math.md`` section 2; paper, section 2, where ``K = 2`` gives the
+    factor ``2 / L``). With ``U = heads.T`` it is computed as ``A = X U``,
+    ``G = X^T A``, ``T = (lambda K / L) A G^T``: ``O(L d K)`` per prompt, no
+    ``L x L`` matrix.
+
+    Parameters
+    ----------
+    X : array-like of shape (L, d) or (n_prompts, L, d)
+        One prompt of L tokens, or a batch of prompts.
+    heads : array-like of shape (n_heads, d)
+        The head parameters ``mu_h``, one per row (unit norm in the paper).
+    temperature : float, default=1.0
+        lambda > 0.
+    n_clusters : int, default=None
+        K in the factor ``lambda K / L``; the number of heads when None.
+
+    Returns
+    -------
+    T : ndarray of the shape of X
+        float32 if X is float32, float64 otherwise.
+
+    Raises
+    ------
+    ValueError
+        If X or heads is empty, complex, not finite or of the wrong shape.
+    FloatingPointError
+        If the output overflows.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attention_cluster.layers import linear_attention
+    >>> X = np.array([[1.0, 0.0], [0.0, 1.0]])
+    >>> linear_attention(X, np.eye(2), temperature=0.5)
+    array([[0.5, 0. ],
+           [0. , 0.5]])
+    """
+    X3 = _check_prompts(X)
+    heads = _check_heads(heads, X3.shape[2], X3.dtype)
+    temperature = _check_temperature(temperature)
+    n_clusters = heads.shape[0] if n_clusters is None else _check_positive_int(n_clusters, "n_clusters")
+    L = X3.shape[1]
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused by _finish
+        A = X3 @ heads.T  # (n, L, K): <X_l, mu_h>
+        G = np.swapaxes(X3, 1, 2) @ A  # (n, d, K): sum_k <mu_h, X_k> X_k
+        # Scaling the small d x K factor spares a pass over the output.
+        out = A @ ((temperature * n_clusters / L) * np.swapaxes(G, 1, 2))
+    return _finish(out, np.ndim(X))
+
+
+def in_context_attention(X, *, temperature=1.0, n_clusters=2):
+    """In-context linear attention layer, without any learned parameter.
+
+    ``T^ctx(X)_l = (lambda K / L) sum_k <X_l, X_k> X_k = (lambda K / L)
+    (X^T X) X_l`` (``math.md`` section 2; paper, section 5): the sum of
+    ``d`` orthonormal linear heads, i.e. keys, queries and values equal to
+    the identity. It is computed as ``X (X^T X)``, ``O(L d^2)`` per prompt.
+    At a fixed temperature it is cubic in X: ``T^ctx(c X) = c^3 T^ctx(X)``.
+    Prop. 5.1 gives the temperature that centres ``T^ctx(X)_l`` on the
+    centroid of token l (see :class:`attention_cluster.InContextQuantizer`).
+
+    Parameters
+    ----------
+    X : array-like of shape (L, d) or (n_prompts, L, d)
+        One prompt of L tokens, or a batch of prompts.
+    temperature : float, default=1.0
+        lambda > 0.
+    n_clusters : int, default=2
+        K in the factor ``lambda K / L`` (the paper's K = 2).
+
+    Returns
+    -------
+    T : ndarray of the shape of X
+        float32 if X is float32, float64 otherwise.
+
+    Raises
+    ------
+    ValueError
+        If X is empty, complex, not finite or not 2-D or 3-D.
+    FloatingPointError
+        If the output overflows.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attention_cluster.layers import in_context_attention
+    >>> X = np.array([[1.0, 0.0], [0.0, 1.0]])
+    >>> in_context_attention(X, temperature=0.5)
+    array([[0.5, 0. ],
+           [0. , 0.5]])
+    """
+    X3 = _check_prompts(X)
+    temperature = _check_temperature(temperature)
+    n_clusters = _check_positive_int(n_clusters, "n_clusters")
+    L = X3.shape[1]
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused by _finish
+        gram = np.swapaxes(X3, 1, 2) @ X3  # (n, d, d), symmetric
+        out = X3 @ ((temperature * n_clusters / L) * gram)  # scale the small factor
+    return _finish(out, np.ndim(X))
+
+
+def _softmax_aggregate(queries, keys, values, temperature):
+    """``sum_k softmax_k(lambda <q_l, k_k>) v_k``, summed over the head axis.
+
+    ``queries`` and ``keys`` have shape (n, H, L, r), ``values`` (n, 1, L, d);
+    returns (n, L, d). Scores are formed by blocks of prompts and rows holding
+    at most ``_SCORE_BUDGET`` numbers, shifted by their row maximum before
+    ``exp`` (log-sum-exp), so no score overflows.
+    """
+    n, H, L, _ = queries.shape
+    out = np.empty((n, L, values.shape[-1]), dtype=values.dtype)
+    if H * L * L <= _SCORE_BUDGET:
+        prompt_step, row_step = max(1, _SCORE_BUDGET // (H * L * L)), L
+    else:
+        prompt_step, row_step = 1, max(1, _SCORE_BUDGET // (H * L))
+    keys_t = np.swapaxes(keys, -1, -2)
+    for p in range(0, n, prompt_step):
+        P = slice(p, p + prompt_step)
+        for r in range(0, L, row_step):
+            R = slice(r, r + row_step)
+            with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused by _finish
+                scores = temperature * (queries[P, :, R] @ keys_t[P])  # (np, H, nr, L)
+                scores -= np.max(scores, axis=-1, keepdims=True)
+                np.exp(scores, out=scores)
+                weighted = scores @ values[P]  # (np, H, nr, d)
+                weighted /= np.sum(scores, axis=-1, keepdims=True)
+            out[P, R] = np.sum(weighted, axis=1)
+    return out
+
+
+def softmax_attention(X, heads, *, temperature=1.0):
+    """Softmax attention heads, summed over the heads, on one prompt or a batch.
+
+    ``T^soft(X)_l = sum_h sum_k softmax_k(lambda <X_l, mu_h><mu_h, X_k>) X_k``
+    (``math.md`` section 2: the practical head ``H^soft_mu`` that the paper
+    simplifies into a linear head, summed over heads like the linear
+    predictor). The softmax normalises each head, so no ``K / L`` factor
+    appears. The ``L x L`` scores of each head are formed by blocks of rows
+    with the log-sum-exp shift: ``O(L^2 K)`` time, bounded memory.
+
+    Parameters
+    ----------
+    X : array-like of shape (L, d) or (n_prompts, L, d)
+        One prompt of L tokens, or a batch of prompts.
+    heads : array-like of shape (n_heads, d)
+        The head parameters ``mu_h``, one per row.
+    temperature : float, default=1.0
+        lambda > 0.
+
+    Returns
+    -------
+    T : ndarray of the shape of X
+        float32 if X is float32, float64 otherwise.
+
+    Raises
+    ------
+    ValueError
+        If X or heads is empty, complex, not finite or of the wrong shape.
+    FloatingPointError
+        If the scores overflow.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attention_cluster.layers import softmax_attention
+    >>> X = np.array([[1.0, 0.0], [0.0, 1.0]])
+    >>> softmax_attention(X, [[1.0, 0.0]], temperature=np.log(3.0)).round(6)
+    array([[0.75, 0.25],
+           [0.5 , 0.5 ]])
+    """
+    X3 = _check_prompts(X)
+    heads = _check_heads(heads, X3.shape[2], X3.dtype)
+    temperature = _check_temperature(temperature)
+    projections = np.swapaxes(X3 @ heads.T, 1, 2)[..., None]  # (n, K, L, 1)
+    out = _softmax_aggregate(projections, projections, X3[:, None], temperature)
+    return _finish(out, np.ndim(X))
+
+
+def in_context_softmax_attention(X, *, temperature=1.0):
+    """Softmax attention with keys, queries and values equal to the identity.
+
+    ``T^soft,ctx(X)_l = sum_k softmax_k(lambda <X_l, X_k>) X_k``: the softmax
+    counterpart of :func:`in_context_attention` (paper, section 5, before the
+    linear simplification). Unlike the linear layer it is not a sum of
+    ``d`` one-dimensional heads; it is one head whose query-key matrix is the
+    identity, so it is equivariant to rotations of the features. Scores are
+    formed by blocks of rows with the log-sum-exp shift: ``O(L^2 d)`` time,
+    bounded memory.
+
+    Parameters
+    ----------
+    X : array-like of shape (L, d) or (n_prompts, L, d)
+        One prompt of L tokens, or a batch of prompts.
+    temperature : float, default=1.0
+        lambda > 0.
+
+    Returns
+    -------
+    T : ndarray of the shape of X
+        float32 if X is float32, float64 otherwise.
+
+    Raises
+    ------
+    ValueError
+        If X is empty, complex, not finite or not 2-D or 3-D.
+    FloatingPointError
+        If the scores overflow.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attention_cluster.layers import in_context_softmax_attention
+    >>> X = np.array([[1.0, 0.0], [0.0, 1.0]])
+    >>> in_context_softmax_attention(X, temperature=np.log(3.0)).round(6)
+    array([[0.75, 0.25],
+           [0.25, 0.75]])
+    """
+    X3 = _check_prompts(X)
+    temperature = _check_temperature(temperature)
+    tokens = X3[:, None]
+    out = _softmax_aggregate(tokens, tokens, tokens, temperature)
+    return _finish(out, np.ndim(X))

@@ -1,0 +1,130 @@
+"""The benchmark harness: its quick mode runs and writes well-formed outputs.
+
+``benchmarks/run.py --quick`` runs in a subprocess into a temporary
+directory (``--out``), so the committed results are left alone.
+"""
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture
+def bench_modules(monkeypatch):
+    """The benchmark helpers, importable as the scripts import them."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    import _methods
+    import _report
+    import run
+
+    return _methods, _report, run
+
+
+def test_bayes_error_matches_the_two_cluster_formula(bench_modules):
+    # math.md section 1: I(sigma) = Phi(-1 / (sqrt(2) sigma)) for two
+    # orthogonal unit centroids with equal weights.
+    _methods, _, _ = bench_modules
+    C = np.eye(10)[:2]
+    for noise in (0.3, 1.0):
+        p, se, source = _methods.bayes_error(C, np.array([0.5, 0.5]), noise, 200_000, seed=0)
+        if source == "monte carlo":
+            assert abs(p - norm.cdf(-1 / (math.sqrt(2) * noise))) < 5 * se
+
+
+@pytest.mark.parametrize(
+    "pred, expected",
+    [([1, 1, 0, 0], 0.0), ([0, 1, 1, 1], 0.25), ([2, 2, 2, 2], 0.5)],
+    ids=["relabelled", "one-wrong", "one-cluster"],
+)
+def test_matched_error(bench_modules, pred, expected):
+    _methods, _, _ = bench_modules
+    assert _methods.matched_error([0, 0, 1, 1], pred) == pytest.approx(expected)
+
+
+def test_predicted_time_is_at_least_linear(bench_modules):
+    _, _, run = bench_modules
+    assert run.predicted_time([], 10) == 0.0
+    assert run.predicted_time([(1e3, 1.0), (1e4, 2.0)], 1e5) == pytest.approx(20.0)
+    assert run.predicted_time([(1e3, 1.0), (1e4, 100.0)], 1e5) == pytest.approx(1e4)
+
+
+def _rows_ok(rows):
+    for r in rows:
+        if r.get("skipped") or r["method"].startswith("floor"):
+            continue
+        assert r["fit_s"] > 0 and math.isfinite(r["fit_s"]), r
+        assert r["peak_mb"] >= 0, r
+        assert -1 <= r["ari"] <= 1 and 0 <= r["nmi"] <= 1 + 1e-12 and 0 <= r["error"] <= 1, r
+
+
+@pytest.mark.slow
+def test_quick_run_writes_results_and_page(tmp_path, bench_modules):
+    _methods, _report, _ = bench_modules
+    committed = BENCH / "results" / "comparison.json"
+    before = committed.read_bytes() if committed.exists() else None
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    subprocess.run(
+        [sys.executable, str(BENCH / "run.py"), "--quick", "--out", str(tmp_path)],
+        check=True,
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=300,
+    )
+    assert (committed.read_bytes() if committed.exists() else None) == before
+
+    payload = json.loads((tmp_path / "results" / "comparison.json").read_text())
+    assert payload["meta"]["mode"] == "quick"
+    assert set(payload["meta"]["sections"]) == {"synthetic", "scaling", "real", "cold_start"}
+    rows = payload["rows"]
+    by_section = {s: [r for r in rows if r["section"] == s] for s in payload["meta"]["sections"]}
+    assert all(by_section.values())
+
+    synthetic = by_section["synthetic"]
+    methods = {r["method"] for r in synthetic}
+    assert {"KMeans", "MiniBatchKMeans", "GaussianMixture(spherical)", "GaussianMixture(full)", "SpectralClustering"} <= methods
+    assert {f"AttentionClustering(solver={s!r})" for s in payload["meta"]["solvers"]} <= methods
+    _rows_ok(synthetic + by_section["scaling"] + by_section["real"])
+    for r in synthetic:
+        assert 0 <= r["bayes_error"] <= 1
+        if r["method"].startswith("AttentionClustering"):
+            assert r["distance"] >= 0
+    assert _methods.FLOOR in {r["method"] for r in by_section["scaling"]}
+    assert {r["dataset"] for r in by_section["real"]} and {r["view"] for r in by_section["real"]} == set(_methods.VIEWS)
+    assert all(r["compile_s"] >= 0 for r in by_section["cold_start"])
+
+    csv_lines = (tmp_path / "results" / "comparison.csv").read_text().strip().splitlines()
+    assert len(csv_lines) == len(rows) + 1
+
+    page = (tmp_path / "comparison.md").read_text()
+    for heading in ("## Synthetic mixtures", "## Scaling with n, d and K", "## Compile time", "## Real data"):
+        assert heading in page
+    assert str(tmp_path) not in page
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", page)
+    assert images
+    for image in images:
+        assert (tmp_path / image).read_bytes()[:8] == PNG_MAGIC
+
+    # The page is a function of the numbers: re-rendered, it is the same;
+    # with AttentionClustering's ARIs changed, its verdicts change.
+    again = tmp_path / "again"
+    _report.render(payload, again / "comparison.md", again / "_static" / "benchmarks")
+    assert (again / "comparison.md").read_text() == page
+    for ari, verdict in ((1.0, "No loss of more than"), (-0.5, "Measured losses of more than")):
+        for r in rows:
+            if r["method"].startswith("AttentionClustering") and r.get("ari") is not None:
+                r["ari"] = ari
+        _report.render(payload, again / "comparison.md", again / "_static" / "benchmarks")
+        assert verdict in (again / "comparison.md").read_text()

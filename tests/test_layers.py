@@ -1,0 +1,271 @@
+"""The attention layers against direct O(L^2) NumPy formulas, and their symmetries."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from scipy.special import logsumexp, softmax
+
+from attention_cluster import layers
+from attention_cluster.layers import (
+    in_context_attention,
+    in_context_softmax_attention,
+    linear_attention,
+    softmax_attention,
+)
+
+# ---------------------------------------------------------------------------
+# Slow, obviously correct references (math.md section 2), with the L x L
+# attention matrix written out.
+
+
+def ref_linear(X, heads, temperature, n_clusters):
+    L = X.shape[-2]
+    scores = np.einsum("...li,hi,hj,...kj->...lk", X, heads, heads, X)
+    return (temperature * n_clusters / L) * np.einsum("...lk,...kd->...ld", scores, X)
+
+
+def ref_in_context(X, temperature, n_clusters):
+    L = X.shape[-2]
+    scores = np.einsum("...li,...ki->...lk", X, X)
+    return (temperature * n_clusters / L) * np.einsum("...lk,...kd->...ld", scores, X)
+
+
+def ref_softmax(X, heads, temperature):
+    out = np.zeros_like(X)
+    for mu in heads:
+        a = X @ mu
+        weights = softmax(temperature * a[..., :, None] * a[..., None, :], axis=-1)
+        out += np.einsum("...lk,...kd->...ld", weights, X)
+    return out
+
+
+def ref_in_context_softmax(X, temperature):
+    weights = softmax(temperature * np.einsum("...li,...ki->...lk", X, X), axis=-1)
+    return np.einsum("...lk,...kd->...ld", weights, X)
+
+
+LAYERS = {
+    "linear": (
+        lambda X, H, t: linear_attention(X, H, temperature=t, n_clusters=3),
+        lambda X, H, t: ref_linear(X, H, t, 3),
+    ),
+    "softmax": (
+        lambda X, H, t: softmax_attention(X, H, temperature=t),
+        ref_softmax,
+    ),
+    "in_context": (
+        lambda X, H, t: in_context_attention(X, temperature=t, n_clusters=3),
+        lambda X, H, t: ref_in_context(X, t, 3),
+    ),
+    "in_context_softmax": (
+        lambda X, H, t: in_context_softmax_attention(X, temperature=t),
+        lambda X, H, t: ref_in_context_softmax(X, t),
+    ),
+}
+TOLERANCE = {np.float32: 2e-5, np.float64: 1e-11}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("shape", [(17, 5), (4, 17, 5)], ids=["prompt", "batch"])
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_layers_match_direct_formulas(name, shape, dtype, global_random_seed):
+    rng = np.random.default_rng([global_random_seed, 0])
+    X = rng.standard_normal(shape).astype(dtype)
+    heads = rng.standard_normal((2, shape[-1])).astype(dtype)
+    layer, reference = LAYERS[name]
+    out = layer(X, heads, 0.7)
+    expected = reference(X.astype(np.float64), heads.astype(np.float64), 0.7)
+    assert out.dtype == dtype
+    assert out.shape == X.shape
+    np.testing.assert_allclose(out, expected, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype] * np.abs(expected).max())
+
+
+def test_linear_attention_counts_heads_by_default(global_random_seed):
+    rng = np.random.default_rng([global_random_seed, 1])
+    X = rng.standard_normal((9, 4))
+    heads = rng.standard_normal((3, 4))
+    np.testing.assert_allclose(linear_attention(X, heads, temperature=0.4), ref_linear(X, heads, 0.4, 3), rtol=1e-12)
+
+
+def test_in_context_attention_is_the_sum_of_d_orthonormal_heads(global_random_seed):
+    # Paper, section 5: d orthonormal linear heads add up to the identity.
+    rng = np.random.default_rng([global_random_seed, 2])
+    X = rng.standard_normal((3, 11, 4))
+    basis = np.linalg.qr(rng.standard_normal((4, 4)))[0].T
+    np.testing.assert_allclose(
+        in_context_attention(X, temperature=0.3, n_clusters=2),
+        linear_attention(X, basis, temperature=0.3, n_clusters=2),
+        rtol=1e-12,
+    )
+
+
+def test_toy_prompt_by_hand():
+    # Orthogonal tokens: T^ctx(X)_l = (lambda K / L) ||X_l||^2 X_l, here with
+    # lambda K / L = 1: (2, 0) -> 4 (2, 0) and (0, 1) -> (0, 1).
+    X = np.array([[2.0, 0.0], [0.0, 1.0]])
+    np.testing.assert_allclose(in_context_attention(X, temperature=1.0), [[8.0, 0.0], [0.0, 1.0]])
+
+
+@pytest.mark.parametrize(
+    "budget, shape",
+    [(50, (3, 6, 2)), (7, (2, 6, 2)), (1, (1, 5, 3))],
+    ids=["prompt-chunks", "row-blocks", "one-row"],
+)
+def test_softmax_blocks_match_reference(monkeypatch, budget, shape, global_random_seed):
+    monkeypatch.setattr(layers, "_SCORE_BUDGET", budget)
+    rng = np.random.default_rng([global_random_seed, 3])
+    X = rng.standard_normal(shape)
+    heads = rng.standard_normal((2, shape[-1]))
+    np.testing.assert_allclose(softmax_attention(X, heads, temperature=1.3), ref_softmax(X, heads, 1.3), rtol=1e-12)
+    np.testing.assert_allclose(
+        in_context_softmax_attention(X, temperature=1.3), ref_in_context_softmax(X, 1.3), rtol=1e-12
+    )
+
+
+def test_softmax_long_prompt_does_not_overflow(global_random_seed):
+    # L = 10000 tokens and scores up to ~1e4: exp would overflow without the
+    # log-sum-exp shift, and the L x L scores would take 800 MB at once.
+    rng = np.random.default_rng([global_random_seed, 4])
+    X = 3.0 * rng.standard_normal((10_000, 3))
+    temperature = 300.0
+    out = in_context_softmax_attention(X, temperature=temperature)
+    assert np.all(np.isfinite(out))
+    rows = [0, 4321, 9999]
+    for l in rows:
+        log_w = temperature * (X @ X[l])
+        expected = np.exp(log_w - logsumexp(log_w)) @ X
+        np.testing.assert_allclose(out[l], expected, rtol=1e-9, atol=1e-9)
+    out_heads = softmax_attention(X, [[1.0, 0.0, 0.0]], temperature=temperature)
+    log_w = temperature * X[rows, 0, None] * X[None, :, 0]
+    expected = np.exp(log_w - logsumexp(log_w, axis=1, keepdims=True)) @ X
+    np.testing.assert_allclose(out_heads[rows], expected, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_integer_input_gives_float64(name):
+    layer, _ = LAYERS[name]
+    X = np.arange(12).reshape(4, 3) % 5
+    assert layer(X, np.eye(3)[:2], 0.5).dtype == np.float64
+
+
+# ---------------------------------------------------------------------------
+# Symmetries, by Hypothesis.
+
+finite = st.floats(-3.0, 3.0, allow_nan=False, allow_subnormal=False)
+prompts = st.tuples(st.integers(1, 3), st.integers(1, 9), st.integers(1, 5)).flatmap(
+    lambda shape: hnp.arrays(np.float64, shape, elements=finite)
+)
+
+
+def _close(actual, expected):
+    atol = 1e-10 * max(1.0, float(np.abs(expected).max()))
+    np.testing.assert_allclose(actual, expected, rtol=1e-9, atol=atol)
+
+
+def _orthogonal(d, seed):
+    return np.linalg.qr(np.random.default_rng(seed).standard_normal((d, d)))[0]
+
+
+@given(X=prompts, seed=st.integers(0, 2**32 - 1), name=st.sampled_from(list(LAYERS)))
+def test_permuting_tokens_permutes_outputs(X, seed, name):
+    layer, _ = LAYERS[name]
+    rng = np.random.default_rng(seed)
+    heads = rng.standard_normal((2, X.shape[-1]))
+    perm = rng.permutation(X.shape[1])
+    _close(layer(X[:, perm], heads, 0.8), layer(X, heads, 0.8)[:, perm])
+
+
+@given(X=prompts, seed=st.integers(0, 2**32 - 1), name=st.sampled_from(list(LAYERS)))
+def test_rotating_features_rotates_outputs(X, seed, name):
+    # Heads rotate with the features; the in-context layers have none.
+    layer, _ = LAYERS[name]
+    R = _orthogonal(X.shape[-1], seed)
+    heads = np.random.default_rng(seed).standard_normal((2, X.shape[-1]))
+    _close(layer(X @ R, heads @ R, 0.8), layer(X, heads, 0.8) @ R)
+
+
+@given(X=prompts, c=st.floats(0.01, 100.0), name=st.sampled_from(["linear", "in_context"]))
+def test_linear_layers_are_cubic_at_fixed_temperature(X, c, name):
+    layer, _ = LAYERS[name]
+    heads = np.eye(X.shape[-1])[:1]
+    _close(layer(c * X, heads, 0.8), c**3 * layer(X, heads, 0.8))
+
+
+@given(X=prompts, name=st.sampled_from(["softmax", "in_context_softmax"]))
+def test_softmax_outputs_are_convex_combinations_of_tokens(X, name):
+    layer, _ = LAYERS[name]
+    out = layer(X, np.ones((1, X.shape[-1])), 5.0)  # one head
+    slack = 1e-12 * max(1.0, float(np.abs(X).max()))
+    assert np.all(out <= X.max(axis=1, keepdims=True) + slack)
+    assert np.all(out >= X.min(axis=1, keepdims=True) - slack)
+
+
+# ---------------------------------------------------------------------------
+# Bad input: a clear error, never NaN.
+
+BAD_PROMPTS = [
+    (np.array([[1.0, np.nan]]), "NaN or infinity"),
+    (np.array([[1.0, np.inf]]), "NaN or infinity"),
+    (np.zeros((0, 3)), "empty"),
+    (np.zeros((2, 0)), "empty"),
+    (np.zeros((0, 4, 3)), "empty"),
+    (np.ones(3), r"shape \(L, d\)"),
+    (np.ones((1, 2, 3, 4)), r"shape \(L, d\)"),
+    (np.ones((2, 3), dtype=complex), "Complex"),
+    (np.array([["a", "b"]]), "real numeric"),
+]
+BAD_PROMPT_IDS = ["nan", "inf", "no-token", "no-feature", "no-prompt-token", "1d", "4d", "complex", "str"]
+
+
+@pytest.mark.parametrize("name", list(LAYERS))
+@pytest.mark.parametrize("X, match", BAD_PROMPTS, ids=BAD_PROMPT_IDS)
+def test_bad_prompts_raise(name, X, match):
+    layer, _ = LAYERS[name]
+    with pytest.raises(ValueError, match=match):
+        layer(X, np.ones((1, 3)), 1.0)
+
+
+@pytest.mark.parametrize("temperature", [0.0, -1.0, np.inf, np.nan, True, "auto"])
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_bad_temperature_raises(name, temperature):
+    layer, _ = LAYERS[name]
+    with pytest.raises(ValueError, match="temperature must be a finite number > 0"):
+        layer(np.ones((2, 3)), np.ones((1, 3)), temperature)
+
+
+@pytest.mark.parametrize(
+    "heads, match",
+    [(np.ones((1, 4)), "shape"), (np.ones((0, 3)), "shape"), (np.ones(3), "shape"), ([[np.nan, 1.0, 1.0]], "NaN")],
+    ids=["wrong-d", "no-head", "1d", "nan"],
+)
+@pytest.mark.parametrize("layer", [linear_attention, softmax_attention])
+def test_bad_heads_raise(layer, heads, match):
+    with pytest.raises(ValueError, match=match):
+        layer(np.ones((2, 3)), heads)
+
+
+@pytest.mark.parametrize("n_clusters", [0, 1.5, True])
+@pytest.mark.parametrize("layer", [in_context_attention, lambda X, **kw: linear_attention(X, np.eye(3), **kw)])
+def test_bad_n_clusters_raises(layer, n_clusters):
+    with pytest.raises(ValueError, match="n_clusters must be an integer >= 1"):
+        layer(np.ones((2, 3)), n_clusters=n_clusters)
+
+
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_overflow_raises_instead_of_returning_nan(name):
+    layer, _ = LAYERS[name]
+    X = np.array([[1e160, 0.0, 1e160], [0.0, -1e160, 1e160]])
+    with pytest.raises(FloatingPointError, match="overflowed"):
+        layer(X, np.ones((1, 3)), 1.0)
+
+
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_strided_read_only_batch_matches_contiguous(name, global_random_seed):
+    layer, _ = LAYERS[name]
+    rng = np.random.default_rng([global_random_seed, 5])
+    X = rng.standard_normal((6, 9, 8))[::2, :, ::2]
+    X.setflags(write=False)
+    heads = rng.standard_normal((2, 4))
+    np.testing.assert_allclose(layer(X, heads, 0.6), layer(np.ascontiguousarray(X), heads, 0.6), rtol=1e-12)

@@ -1,0 +1,346 @@
+"""InContextQuantizer and make_prompts: formulas, Monte Carlo, symmetries, bad input."""
+
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from sklearn.cluster import KMeans
+from sklearn.pipeline import make_pipeline
+
+from attention_cluster import InContextQuantizer
+from attention_cluster._scale import estimate_spectrum
+from attention_cluster.datasets import make_prompts
+from attention_cluster.layers import in_context_attention
+from attention_cluster.metrics import interference
+from attention_cluster.theory import (
+    in_context_conditional_variance,
+    in_context_optimal_temperature,
+    in_context_risk,
+    in_context_unbiased_temperature,
+    quantizer_risk,
+)
+
+# ---------------------------------------------------------------------------
+# make_prompts
+
+
+def test_make_prompts_draws_one_orthonormal_frame_per_prompt(global_random_seed):
+    X, labels, C = make_prompts(300, 40, 6, 3, noise=0.5, random_state=global_random_seed)
+    assert X.shape == (300, 40, 6) and labels.shape == (300, 40) and C.shape == (300, 3, 6)
+    np.testing.assert_allclose(C @ np.swapaxes(C, 1, 2), np.broadcast_to(np.eye(3), (300, 3, 3)), atol=1e-12)
+    # Prompts have different centroids, isotropic on average: E[mu mu^T] = I / d.
+    np.testing.assert_allclose(np.einsum("nkd,nke->de", C, C) / (300 * 3), np.eye(6) / 6, atol=0.03)
+    assert set(np.unique(labels)) == {0, 1, 2}
+    residual = X - np.take_along_axis(C, labels[..., None], axis=1)
+    assert residual.std() == pytest.approx(0.5, rel=0.02)
+
+
+def test_make_prompts_is_reproducible_and_noise_free_at_zero():
+    a = make_prompts(3, 5, 4, random_state=7)
+    b = make_prompts(3, 5, 4, random_state=np.random.RandomState(7))
+    for u, v in zip(a, b):
+        np.testing.assert_array_equal(u, v)
+    X, labels, C = make_prompts(3, 5, 4, noise=0.0, random_state=1)
+    np.testing.assert_array_equal(X, np.take_along_axis(C, labels[..., None], axis=1))
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"n_prompts": 0}, "n_prompts must be an integer >= 1"),
+        ({"sequence_length": 2.5}, "sequence_length must be an integer >= 1"),
+        ({"n_clusters": 5, "n_features": 3}, "n_clusters <= n_features"),
+        ({"noise": -0.1}, "noise must be a finite number >= 0"),
+        ({"noise": np.nan}, "noise must be a finite number >= 0"),
+    ],
+)
+def test_make_prompts_rejects_bad_arguments(kwargs, match):
+    args = {"n_prompts": 2, "sequence_length": 3, "n_features": 4} | kwargs
+    with pytest.raises(ValueError, match=match):
+        make_prompts(**args)
+
+
+# ---------------------------------------------------------------------------
+# The transform against direct formulas
+
+
+def test_k_cluster_temperature_reduces_to_prop_5_1():
+    noise = np.array([0.0, 0.3, 1.0, 2.5])
+    for L in [1, 7, 500]:
+        for d in [2, 10]:
+            paper = (L / 2) / (1 + (d + 2) * noise**2 + (L - 1) * (0.5 + noise**2))
+            np.testing.assert_allclose(in_context_unbiased_temperature(noise, L, d, 2), paper, rtol=1e-14)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+def test_auto_transform_is_the_layer_on_the_unit_scale_prompt(dtype, global_random_seed):
+    rng = np.random.default_rng([global_random_seed, 0])
+    X = (40.0 * rng.standard_normal((60, 5))).astype(dtype)
+    X64 = X.astype(np.float64)
+    spectrum = estimate_spectrum(X64, 3)
+    temperature = in_context_unbiased_temperature(spectrum.noise, 60, 5, 3)
+    Xs = X64 / spectrum.scale
+    expected = spectrum.scale * (temperature * 3 / 60) * np.einsum("lk,kd->ld", Xs @ Xs.T, Xs)
+    out = InContextQuantizer(3).fit(X).transform(X)
+    assert out.dtype == dtype
+    np.testing.assert_allclose(out, expected, rtol=1e-4 if dtype == np.float32 else 1e-11)
+
+
+def test_numeric_temperature_is_the_layer_on_x(global_random_seed):
+    X = np.random.default_rng([global_random_seed, 1]).standard_normal((30, 4))
+    out = InContextQuantizer(3, temperature=0.4).fit_transform(X)
+    np.testing.assert_allclose(out, in_context_attention(X, temperature=0.4, n_clusters=3), rtol=1e-14)
+    np.testing.assert_allclose(
+        InContextQuantizer(3, temperature=0.4).fit_transform(2.0 * X), 8.0 * out, rtol=1e-12
+    )
+
+
+# ---------------------------------------------------------------------------
+# Monte Carlo (d = 10, sigma = 0.3, L = 500; many prompts)
+
+D, SIGMA, L = 10, 0.3, 500
+
+
+def _frame_statistics(T, labels, C):
+    """Mean projections of each output on its token's centroid and on the others.
+
+    The centroids differ between prompts, so outputs are averaged in each
+    prompt's own frame; per-prompt means are independent, which gives the
+    standard errors.
+    """
+    K = C.shape[1]
+    proj = np.einsum("nld,nkd->nlk", T, C)
+    own_mask = labels[..., None] == np.arange(K)
+    own = np.sum(proj * own_mask, axis=-1)
+    other = np.sum(proj * ~own_mask, axis=-1) / (K - 1)
+    n = T.shape[0]
+    own_p, other_p = own.mean(axis=1), other.mean(axis=1)
+    return own_p.mean(), own_p.std() / np.sqrt(n), other_p.mean(), other_p.std() / np.sqrt(n)
+
+
+def _own_centroid(labels, C):
+    return np.take_along_axis(C, labels[..., None], axis=1)
+
+
+@pytest.mark.parametrize("n_clusters", [2, 3])
+def test_prop_5_1_temperature_is_exactly_unbiased(n_clusters, global_random_seed):
+    # Prop. 5.1 holds at every L: with the true sigma the only error is
+    # Monte Carlo error.
+    X, labels, C = make_prompts(400, L, D, n_clusters, noise=SIGMA, random_state=global_random_seed + 10 + n_clusters)
+    temperature = in_context_unbiased_temperature(SIGMA, L, D, n_clusters)
+    T = in_context_attention(X, temperature=temperature, n_clusters=n_clusters)
+    own, own_se, other, other_se = _frame_statistics(T, labels, C)
+    assert abs(own - 1.0) < 5 * own_se
+    assert abs(other) < 5 * other_se
+
+
+def test_auto_temperature_is_unbiased_up_to_plug_in_error(global_random_seed):
+    # With sigma and s estimated from the prompt, the output is unbiased up
+    # to the plug-in error, O(1/L) (about 0.003 at L = 500), plus Monte Carlo
+    # error (standard error about 0.001): tolerance 0.01.
+    X, labels, C = make_prompts(400, L, D, 2, noise=SIGMA, random_state=global_random_seed + 20)
+    quantizer = InContextQuantizer(2)
+    T = np.stack([quantizer.fit_transform(prompt) for prompt in X])
+    own, own_se, other, other_se = _frame_statistics(T, labels, C)
+    assert own_se < 0.002 and other_se < 0.003
+    assert abs(own - 1.0) < 0.01
+    assert abs(other) < 0.01
+
+
+@pytest.mark.parametrize("sequence_length", [5, 20, L])
+def test_risk_matches_prop_5_2_and_falls_below_the_optimal_quantizer(sequence_length, global_random_seed):
+    # Prop. 5.2: the risk E||X_1 - T^ctx(X)_1||^2 (theory.in_context_risk,
+    # exact at every L) against d sigma^2, the risk of the optimal quantizer
+    # T*(X)_l = mu*_{Z_l}; at the unbiased temperature of Prop. 5.1 and at
+    # the risk-optimal one of Prop. 5.2.
+    n_prompts = 100_000 // sequence_length
+    X, labels, C = make_prompts(n_prompts, sequence_length, D, 2, noise=SIGMA, random_state=global_random_seed + 30)
+    empirical_quantizer_risk = np.mean(np.sum((X - _own_centroid(labels, C)) ** 2, axis=-1))
+    assert empirical_quantizer_risk == pytest.approx(quantizer_risk(SIGMA, D), rel=0.02)
+    for temperature in [
+        in_context_unbiased_temperature(SIGMA, sequence_length, D, 2),
+        in_context_optimal_temperature(SIGMA, D, sequence_length),
+    ]:
+        errors = np.sum((X - in_context_attention(X, temperature=temperature)) ** 2, axis=-1)
+        per_prompt = errors.mean(axis=1)
+        se = per_prompt.std() / np.sqrt(n_prompts)
+        assert abs(per_prompt.mean() - in_context_risk(SIGMA, temperature, sequence_length, D)) < 5 * se
+        assert per_prompt.mean() < 0.7 * quantizer_risk(SIGMA, D)
+
+
+def _conditional_variance(T, labels, C):
+    """E||T_1 - E[T_1 | mu*, Z_1]||^2, the conditional mean in each prompt's frame.
+
+    The mean has components along the centroids only (the rest vanishes by
+    symmetry), estimated by :func:`_frame_statistics`.
+    """
+    own, _, other, _ = _frame_statistics(T, labels, C)
+    mse = np.mean(np.sum((T - _own_centroid(labels, C)) ** 2, axis=-1))
+    return mse - (own - 1.0) ** 2 - other**2
+
+
+def test_conditional_variance_matches_prop_5_2(global_random_seed):
+    X, labels, C = make_prompts(400, L, D, 2, noise=SIGMA, random_state=global_random_seed + 40)
+    temperature = in_context_unbiased_temperature(SIGMA, L, D, 2)
+    T = in_context_attention(X, temperature=temperature)
+    per_prompt = np.sum((T - _own_centroid(labels, C)) ** 2, axis=-1).mean(axis=1)
+    se = per_prompt.std() / np.sqrt(len(per_prompt))
+    expected = in_context_conditional_variance(SIGMA, temperature, L, D)
+    assert abs(_conditional_variance(T, labels, C) - expected) < 5 * se
+    assert expected < 0.25 * quantizer_risk(SIGMA, D)
+
+
+@pytest.mark.parametrize("attention", ["linear", "softmax"])
+def test_auto_output_has_less_conditional_variance_than_the_input(attention, global_random_seed):
+    n_prompts = 200 if attention == "linear" else 40
+    X, labels, C = make_prompts(n_prompts, L, D, 2, noise=SIGMA, random_state=global_random_seed + 45)
+    quantizer = InContextQuantizer(2, attention=attention)
+    T = np.stack([quantizer.fit_transform(prompt) for prompt in X])
+    variance = _conditional_variance(T, labels, C)
+    assert variance < 0.5 * _conditional_variance(X, labels, C)
+    if attention == "linear":
+        # The plug-in temperature moves it by O(1/L) from Prop. 5.2's value.
+        expected = in_context_conditional_variance(SIGMA, in_context_unbiased_temperature(SIGMA, L, D, 2), L, D)
+        assert variance == pytest.approx(expected, abs=0.01)
+
+
+def test_pipeline_recipe_labels_tokens_as_well_as_the_oracle_rule(global_random_seed):
+    # The recipe of the Notes: KMeans on the quantised tokens. Its error is
+    # compared with the oracle rule argmax_c <x, mu*_c> (Bayes error I(sigma),
+    # math.md section 1) on the same tokens.
+    X, labels, C = make_prompts(20, L, D, 2, noise=SIGMA, random_state=global_random_seed + 50)
+    errors, oracle = [], []
+    for prompt, y, centroids in zip(X, labels, C):
+        model = make_pipeline(InContextQuantizer(2), KMeans(2, n_init=3, random_state=global_random_seed))
+        wrong = np.mean(model.fit_predict(prompt) != y)
+        errors.append(min(wrong, 1 - wrong))
+        oracle.append(np.mean(np.argmax(prompt @ centroids.T, axis=1) != y))
+    assert np.mean(oracle) == pytest.approx(interference(SIGMA), abs=0.004)
+    assert np.mean(errors) < np.mean(oracle) + 0.005
+
+
+# ---------------------------------------------------------------------------
+# Symmetries of the auto temperature, by Hypothesis
+
+prompts = st.tuples(st.integers(1, 12), st.integers(1, 5)).flatmap(
+    lambda shape: hnp.arrays(np.float64, shape, elements=st.floats(-3.0, 3.0, allow_subnormal=False))
+)
+
+
+def _close(actual, expected):
+    atol = 1e-9 * max(1e-300, float(np.abs(expected).max()))
+    np.testing.assert_allclose(actual, expected, rtol=1e-8, atol=atol)
+
+
+@given(
+    X=prompts,
+    exponent=st.integers(-140, 140),
+    mantissa=st.floats(1.0, 10.0),
+    attention=st.sampled_from(["linear", "softmax"]),
+)
+def test_auto_is_scale_equivariant(X, exponent, mantissa, attention):
+    c = mantissa * 10.0**exponent
+    quantizer = InContextQuantizer(2, attention=attention).fit(X)
+    _close(quantizer.transform(c * X), c * quantizer.transform(X))
+
+
+@given(X=prompts, seed=st.integers(0, 2**32 - 1), attention=st.sampled_from(["linear", "softmax"]))
+def test_auto_is_rotation_and_permutation_equivariant(X, seed, attention):
+    rng = np.random.default_rng(seed)
+    R = np.linalg.qr(rng.standard_normal((X.shape[1], X.shape[1])))[0]
+    perm = rng.permutation(X.shape[0])
+    quantizer = InContextQuantizer(2, attention=attention).fit(X)
+    out = quantizer.transform(X)
+    _close(quantizer.transform(X @ R), out @ R)
+    _close(quantizer.transform(X[perm]), out[perm])
+
+
+# ---------------------------------------------------------------------------
+# Extreme scales and bad input
+
+
+@pytest.mark.parametrize("attention", ["linear", "softmax"])
+@pytest.mark.parametrize(
+    "scale, dtype",
+    [(1e-150, np.float64), (1e150, np.float64), (1e-300, np.float64), (1e-15, np.float32), (1e15, np.float32)],
+)
+def test_extreme_scales_and_zero_rows_stay_finite(scale, dtype, attention, global_random_seed):
+    X = np.random.default_rng([global_random_seed, 2]).standard_normal((50, 4))
+    X[::7] = 0.0
+    quantizer = InContextQuantizer(2, attention=attention).fit(X)
+    reference = quantizer.transform(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = quantizer.transform((scale * X).astype(dtype))
+    assert out.dtype == dtype
+    assert np.all(np.isfinite(out))
+    np.testing.assert_allclose(out / scale, reference, rtol=1e-4 if dtype == np.float32 else 1e-9, atol=1e-12)
+    if attention == "linear":  # T^ctx(X)_l = lambda K M X_l vanishes with X_l
+        assert np.all(out[::7] == 0.0)
+
+
+@pytest.mark.parametrize("attention", ["linear", "softmax"])
+def test_all_zero_prompt_maps_to_zero(attention):
+    X = np.zeros((5, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = InContextQuantizer(attention=attention).fit_transform(X)
+    np.testing.assert_array_equal(out, X)
+
+
+def test_numeric_temperature_overflow_is_an_error_not_nan():
+    X = np.full((3, 2), 1e150)
+    quantizer = InContextQuantizer(temperature=1.0).fit(X)
+    with pytest.raises(FloatingPointError, match="overflowed"):
+        quantizer.transform(X)
+
+
+@pytest.mark.parametrize(
+    "X, match",
+    [
+        (np.array([[1.0, np.nan], [0.0, 1.0]]), "NaN"),
+        (np.array([[1.0, np.inf], [0.0, 1.0]]), "infinity"),
+        (np.zeros((0, 2)), "0 sample"),
+        (np.zeros((3, 0)), "0 feature"),
+        (np.ones(2), "Expected 2D array"),
+        (np.ones((3, 2), dtype=complex), "Complex data not supported"),
+    ],
+    ids=["nan", "inf", "no-token", "no-feature", "1d", "complex"],
+)
+@pytest.mark.parametrize("method", ["fit", "transform"])
+def test_bad_input_raises(X, match, method):
+    quantizer = InContextQuantizer().fit(np.ones((4, 2)))
+    with pytest.raises(ValueError, match=match):
+        getattr(quantizer, method)(X)
+
+
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        ({"n_clusters": 0}, "n_clusters"),
+        ({"temperature": 0.0}, "temperature"),
+        ({"temperature": "cold"}, "temperature"),
+        ({"attention": "quadratic"}, "attention"),
+    ],
+)
+def test_bad_parameters_raise_at_fit(params, match):
+    with pytest.raises(ValueError, match=match):
+        InContextQuantizer(**params).fit(np.ones((4, 3)))
+
+
+@pytest.mark.parametrize("attention", ["linear", "softmax"])
+@pytest.mark.parametrize("layout", ["fortran", "read-only-memmap", "strided"])
+def test_memory_layout_does_not_change_the_output(tmp_path, layout, attention, global_random_seed):
+    X = np.random.default_rng([global_random_seed, 3]).standard_normal((40, 8))
+    expected = InContextQuantizer(attention=attention).fit_transform(X[:, ::2])
+    if layout == "fortran":
+        Y = np.asfortranarray(X[:, ::2])
+    elif layout == "read-only-memmap":
+        np.save(tmp_path / "X.npy", X[:, ::2])
+        Y = np.load(tmp_path / "X.npy", mmap_mode="r")
+    else:
+        Y = X[:, ::2]
+    np.testing.assert_allclose(InContextQuantizer(attention=attention).fit_transform(Y), expected, rtol=1e-12)

@@ -253,6 +253,61 @@ def experiment(
     return {k: np.array(v) for k, v in out.items()} | {"temperature": lam, "step": gamma}
 
 
+def layer_monte_carlo(layer, X, labels, centroids):
+    """Monte Carlo risk, bias and conditional variance of an attention layer.
+
+    ``X`` holds prompts (n, L, d), ``labels`` their tokens' components and
+    ``centroids`` the centroids, shared (K, d) or one set per prompt
+    (n, K, d). ``layer(X)`` returns the outputs T. With ``m = mu*_{Z}`` the
+    centroid of each token:
+
+    - ``risk``: ``E||X_l - T_l||^2`` (the paper's risk, section 2);
+    - ``scale``: b in ``E[T_l | mu*, Z_l] = b m`` (Props. 4.1, 5.1; by
+      symmetry the mean has no other component), estimated as the mean of
+      ``<T_l, m>``; the layer is unbiased when b = 1;
+    - ``conditional_variance``: ``E||T_l - b m||^2`` (Props. 4.2, 5.2).
+
+    Each comes with its standard error over prompts (tokens of one prompt
+    are dependent, prompts are independent).
+    """
+    T = layer(X)
+    m = centroids[labels] if centroids.ndim == 2 else np.take_along_axis(
+        centroids, labels[:, :, None], axis=1)
+    risk = np.mean(np.sum((X - T) ** 2, axis=2), axis=1)
+    inner = np.mean(np.sum(T * m, axis=2), axis=1)
+    b = float(np.mean(inner))
+    var = np.mean(np.sum((T - b * m) ** 2, axis=2), axis=1)
+    n = X.shape[0]
+
+    def est(v):
+        return {"mean": float(np.mean(v)), "se": float(np.std(v, ddof=1) / np.sqrt(n))}
+
+    return {"risk": est(risk), "scale": est(inner), "conditional_variance": est(var), "outputs": T}
+
+
+def pca_comparison(ax, X, T, labels, centroids, title):
+    """Inputs and outputs in the plane of the inputs' two principal axes.
+
+    The PCA is fitted on the input tokens only (the paper's Figures 3-4)
+    and projects inputs, outputs and centroids.
+    """
+    from sklearn.decomposition import PCA
+
+    pca = PCA(n_components=2).fit(X)
+    Zx, Zt, Zc = pca.transform(X), pca.transform(T), pca.transform(centroids)
+    for c, color in zip(range(len(centroids)), ("tab:blue", "tab:red", "tab:green")):
+        ax.scatter(*Zx[labels == c].T, s=6, color=color, alpha=0.25, label=f"inputs, cluster {c}")
+        ax.scatter(*Zt[labels == c].T, s=6, color=color, marker="x", alpha=0.9,
+                   label=f"outputs, cluster {c}")
+    ax.scatter(*Zc.T, s=150, facecolors="none", edgecolors="k", linewidths=1.5, label="centroids", zorder=3)
+    ax.set_xlabel("PC 1 (of the inputs)")
+    ax.set_ylabel("PC 2 (of the inputs)")
+    ax.set_aspect("equal", adjustable="datalim")
+    ax.set_title(title)
+    ax.legend(fontsize="x-small", loc="best")
+    return pca
+
+
 def summary(values):
     """Median, 2.5 % and 97.5 % percentiles, min and max of a set of runs."""
     v = np.asarray(values, dtype=np.float64)

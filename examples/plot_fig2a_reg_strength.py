@@ -71,27 +71,36 @@ ax.set_title("Fig. 2a: random start, regularised risk")
 # %%
 # Claims
 # ------
-# ``rho_break`` is the smallest ``rho`` beyond the best one at which the
-# median final distance is more than ten times the best median.
+# The alignment is "impaired" when the median final distance exceeds 0.1
+# (about 13 degrees for each of the two heads); ``rho_fail`` is the
+# smallest ``rho`` beyond the best one where that happens.
 
-summaries, breaks, best = {}, {}, {}
+RECOVERED = 0.1
+
+
+def first_failure(medians, start):
+    worse = [i for i in range(start + 1, len(medians)) if medians[i] > RECOVERED]
+    return REG_STRENGTHS[worse[0]] if worse else np.inf
+
+
+summaries, fail, fail_pgd, best = {}, {}, {}, {}
 for noise in F.NOISES:
     med = np.array([np.median(final[noise, rho]["psgd"]) for rho in REG_STRENGTHS])
+    med_pgd = np.array([np.median(final[noise, rho]["pgd"]) for rho in REG_STRENGTHS])
     i_best = int(np.argmin(med))
-    worse = [i for i in range(i_best, len(med)) if med[i] > 10 * med[i_best]]
     best[noise] = (REG_STRENGTHS[i_best], float(med[i_best]))
-    breaks[noise] = REG_STRENGTHS[worse[0]] if worse else np.inf
+    fail[noise] = first_failure(med, i_best)
+    fail_pgd[noise] = first_failure(med_pgd, int(np.argmin(med_pgd)))
     summaries[noise] = {str(rho): dict(psgd=F.summary(final[noise, rho]["psgd"]),
                                        pgd=F.summary(final[noise, rho]["pgd"]),
                                        floor=F.summary(final[noise, rho]["floor"]))
                         for rho in REG_STRENGTHS}
-    print(f"sigma={noise}: best rho {best[noise][0]} ({F.fmt(best[noise][1])}), rho_break {breaks[noise]}")
+    print(f"sigma={noise}: best rho {best[noise][0]} ({F.fmt(best[noise][1])}), rho_fail {fail[noise]} "
+          f"(population PGD: {fail_pgd[noise]})")
     for rho in REG_STRENGTHS:
         s = summaries[noise][str(rho)]
         print(f"  rho={rho:<5}: PSGD {F.fmt_summary(s['psgd'])}, population PGD {F.fmt(s['pgd']['median'])}")
 
-largest = REG_STRENGTHS[-1]
-hurt = {noise: np.median(final[noise, largest]["psgd"]) > 10 * best[noise][1] for noise in F.NOISES}
 claims = [
     F.claim(
         "fig2a-recovery", "2a",
@@ -99,27 +108,26 @@ claims = [
         "centroids recovered with an appropriate level of regularisation",
         "; ".join(f"sigma = {noise}: best rho {best[noise][0]:g}, median {F.fmt(best[noise][1])}"
                   for noise in F.NOISES),
-        all(best[noise][1] < 10 * np.median(final[noise, best[noise][0]]["floor"]) + 0.05
-            for noise in F.NOISES),
-        "best median final distance below 10x the floor + 0.05",
+        all(best[noise][1] < RECOVERED for noise in F.NOISES),
+        f"best median final distance below {RECOVERED}",
     ),
     F.claim(
         "fig2a-too-much", "2a",
         "Too much regularisation impairs the alignment",
         "as rho grows the regulariser overrides the risk",
-        "; ".join(f"sigma = {noise}: rho = {largest:g} gives {F.fmt(np.median(final[noise, largest]['psgd']))}"
+        "; ".join(f"sigma = {noise}: from rho = {fail[noise]:g} on (population PGD: {fail_pgd[noise]:g})"
                   for noise in F.NOISES),
-        all(hurt.values()),
-        f"median at rho = {largest:g} above 10x the best median, for both noise levels",
-        "Population PGD shows the same threshold: the regularised minimiser leaves the centroids.",
+        all(np.isfinite(list(fail.values()))),
+        f"for both noise levels some rho above the best gives a median above {RECOVERED}",
+        "Population PGD fails at the same rho: the regularised minimiser itself leaves the centroids.",
     ),
     F.claim(
         "fig2a-noise", "2a",
         "The damage starts at a smaller rho when the noise is larger",
         "more pronounced at higher noise levels",
-        "; ".join(f"sigma = {noise}: rho_break = {breaks[noise]:g}" for noise in F.NOISES),
-        breaks[1.0] < breaks[0.3],
-        "rho_break(sigma = 1) < rho_break(sigma = 0.3)",
+        "; ".join(f"sigma = {noise}: rho_fail = {fail[noise]:g}" for noise in F.NOISES),
+        fail[1.0] < fail[0.3],
+        "rho_fail(sigma = 1) < rho_fail(sigma = 0.3)",
     ),
 ]
 
@@ -135,7 +143,8 @@ F.finish(
         ),
         "claims": claims,
         "data": {"by_noise": {str(k): v for k, v in summaries.items()},
-                 "rho_break": {str(k): v for k, v in breaks.items()},
+                 "rho_fail": {str(k): v for k, v in fail.items()},
+                 "rho_fail_population": {str(k): v for k, v in fail_pgd.items()},
                  "best": {str(k): v for k, v in best.items()}},
     },
     timer,

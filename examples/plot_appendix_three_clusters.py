@@ -60,7 +60,7 @@ for ax, noise in zip(axes, F.NOISES):
         rho = best[noise, reg]
         r = runs[noise, reg, rho]
         F.band(ax, record, r["psgd"], f"PSGD, {reg}, rho = {rho:g}", color)
-        if reg == "pairwise":
+        if reg == "pairwise" and len(r["pgd"]):
             ax.plot(record, np.maximum(r["pgd"][0], 1e-16), "--", color=color, alpha=0.7,
                     label=f"population PGD, {reg}")
     F.hline(ax, np.median(r["floor"]), "statistical floor", "k")

@@ -150,7 +150,7 @@ def write_page(results, run_info, page=PAGE):
     if s:
         lines += [
             f"- $d = {s['n_features']}$, $K = {s['n_clusters']}$, a new sample of $n = {s['n_samples']}$ "
-            "points per run, 10 runs per curve, bands from the 2.5 % to the 97.5 % percentile;",
+            f"points per run, {s['n_runs']} runs per curve, bands from the 2.5 % to the 97.5 % percentile;",
             f"- PSGD draws sequences of $L = {s['sequence_length']}$ tokens with replacement from the sample, "
             f"{s['batch_size']} sequence(s) per step, with a constant step "
             f"${s['learning_rate']} / (\\lambda K\\, \\mathbb{{E}}\\|X\\|^2)$ (the paper's curves, linear "

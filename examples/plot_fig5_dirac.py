@@ -71,10 +71,11 @@ claims, data = [], {}
 half = record >= N_ITER // 2
 for key, (name, r) in zip(("manifold", "random"), runs.items()):
     pgd, psgd = F.summary(r["pgd"][:, -1]), F.summary(r["psgd"][:, -1])
-    # Still converging at the end: a straight descending line (log scale)
-    # over the second half of every run, no plateau.
-    fits = [F.linear_phase(record[half], curve[half], 0.0) for curve in r["pgd"]]
-    steady = all(rate > 0 and r2 > 0.9 for _, rate, r2 in fits)
+    # Converged: at machine precision, or still on a straight descending line
+    # (log scale) over the second half of the run, with no plateau.
+    fits = [F.linear_phase(record[half], np.maximum(curve[half], 1e-16), 0.0) for curve in r["pgd"]]
+    steady = all(final < 1e-12 or (rate > 0 and r2 > 0.9)
+                 for final, (_, rate, r2) in zip(r["pgd"][:, -1], fits))
     slowest = min(rate for _, rate, _ in fits)
     data[key] = dict(pgd_final=pgd, psgd_final=psgd, slowest_rate=slowest)
     print(f"{name}: population PGD {F.fmt_summary(pgd)}, PSGD {F.fmt_summary(psgd)}, "
@@ -84,10 +85,11 @@ for key, (name, r) in zip(("manifold", "random"), runs.items()):
         f"Dirac mixture: PGD converges to the centroids, {name}",
         "PGD converges to the centroids" + (" (Thm. 3.4, Appendix A)" if key == "manifold" else
                                             " with the regulariser (Appendix A)"),
-        f"population PGD after {N_ITER} iterations: {F.fmt_summary(pgd)}, every run still descending "
-        f"linearly (slowest {slowest:.2f} decades per 1000 iterations); PSGD: {F.fmt_summary(psgd)}",
+        f"population PGD after {N_ITER} iterations: {F.fmt_summary(pgd)} (slowest second-half "
+        f"descent {slowest:.2f} decades per 1000 iterations); PSGD: {F.fmt_summary(psgd)}",
         pgd["median"] < 1e-8 and steady,
-        "median below 1e-8, and over the second half of every run a log-linear descent (R^2 > 0.9)",
+        "median below 1e-8; every run below 1e-12 or still on a log-linear descent (R^2 > 0.9) "
+        "over its second half",
         "PSGD converges too: at sigma = 0 its stochastic gradient vanishes at the centroids, so it "
         "has no noise floor. lambda close to lambda* makes the descent slow (the curvature at the "
         "centroids vanishes at lambda*).",

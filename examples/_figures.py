@@ -388,6 +388,47 @@ def claim(key, figure, statement, paper, measured, agrees, criterion, explanatio
     }
 
 
+def curve_claims(key, figure, name, r, paper_level, paper_phase, max_phase, plateau_note=""):
+    """The plateau and linear-phase claims of a set of PSGD curves.
+
+    ``r`` is an :func:`experiment`; it receives ``plateau``,
+    ``floor_summary``, ``t_hit``, ``rate``, ``r2`` and ``pgd_final``. The
+    plateau agrees when its median is within a factor 3 of
+    ``paper_level``; the descent is linear when the median curve, up to 3x
+    the plateau, is a straight line in log scale (R^2 >= 0.9) reached within
+    ``max_phase`` iterations.
+    """
+    record = r["record"]
+    plat = summary(plateau(r["psgd"]))
+    t_hit, rate, r2 = linear_phase(record, np.median(r["psgd"], axis=0), 3 * plat["median"])
+    r.update(plateau=plat, floor_summary=summary(r["floor"]), t_hit=t_hit, rate=rate, r2=r2,
+             pgd_final=summary(r["pgd"][:, -1]) if len(r["pgd"]) else None)
+    agrees = within_factor(plat["median"], paper_level)
+    return [
+        claim(
+            f"{key}-plateau", figure, f"PSGD plateau, {name}", f"plateau near {paper_level:.0e}",
+            fmt_summary(plat), agrees, "median within a factor 3 of the paper's value",
+            ("" if agrees else
+             f"{paper_level / plat['median']:.2g}x {'below' if plat['median'] < paper_level else 'above'} "
+             "the paper's level. The plateau of a constant-step PSGD scales with the step over the "
+             "number of tokens per step; the paper's step, batch and L are lost, and ours were set "
+             "by the time scale of the descent, not by the plateau. ")
+            + f"Median over the last 20 % of {int(record[-1])} iterations; floor of the samples "
+            f"{fmt(r['floor_summary']['median'])}. " + plateau_note,
+        ),
+        claim(
+            f"{key}-linear", figure, f"PSGD converges linearly at first, {name}", paper_phase,
+            f"log-linear until iteration {t_hit:.0f} ({rate:.2f} decades per 1000 iterations, R^2 = {r2:.3f})",
+            r2 >= 0.9 and t_hit <= max_phase,
+            f"R^2 >= 0.9 for a straight line in log scale up to 3x the plateau, reached within {max_phase} "
+            "iterations",
+            "The time scale is that of the chosen step size."
+            + ("" if r2 >= 0.9 else " The median curve bends: a fast descent, then a slower approach "
+               "to the plateau, so one straight line fits it poorly."),
+        ),
+    ]
+
+
 def progress(iterable, **kwargs):
     """tqdm progress bar on stderr, off in quick mode."""
     from tqdm.auto import tqdm
@@ -405,6 +446,46 @@ def band(ax, x, curves, label, color, linestyle="-"):
 
 def hline(ax, value, label, color, linestyle=":"):
     ax.axhline(value, color=color, linestyle=linestyle, linewidth=1.2, label=label)
+
+
+def draw_runs(ax, r, label, color, linestyle="-", population="band", population_label="population PGD, same step",
+              floor_label="statistical floor (class means)", floor_color="k"):
+    """PSGD band of an :func:`experiment`, its population PGD and its floor.
+
+    ``population`` is ``"band"`` (median and band, in orange), ``"median"``
+    (a dashed median in the run's colour) or None.
+    """
+    record = r["record"]
+    band(ax, record, r["psgd"], label, color, linestyle)
+    if population == "band" and len(r["pgd"]):
+        band(ax, record, np.maximum(r["pgd"], 1e-16), population_label, "tab:orange", "--")
+    elif population == "median" and len(r["pgd"]):
+        ax.plot(record, np.maximum(np.median(r["pgd"], axis=0), 1e-16), "--", color=color, alpha=0.7,
+                label=population_label)
+    if floor_color is not None:
+        hline(ax, np.median(r["floor"]), floor_label, floor_color)
+
+
+def distance_panels(title, n_panels=len(NOISES), width=10.0):
+    """A row of panels sharing a log-scale distance axis."""
+    fig, axes = plt.subplots(1, n_panels, figsize=(width, 4), sharey=True, layout="constrained", squeeze=False)
+    fig.suptitle(title)
+    return fig, axes[0]
+
+
+def finish_distance_axes(axes, ylim=(1e-9, 10), legend_size="small", legend_loc="lower left"):
+    for ax in axes:
+        ax.set_yscale("log")
+        ax.set_ylim(*ylim)
+        ax.set_xlabel("iteration")
+    axes[0].set_ylabel("distance to the centroids")
+    axes[0].legend(loc=legend_loc, fontsize=legend_size)
+
+
+def psgd_settings(**extra):
+    """The shared PSGD settings, plus the script's own, for its results file."""
+    return dict(n_samples=N_SAMPLES, n_features=N_FEATURES, n_clusters=N_CLUSTERS, sequence_length=SEQUENCE_LENGTH,
+                batch_size=BATCH_SIZE, learning_rate=LEARNING_RATE, n_runs=N_RUNS) | extra
 
 
 class Timer:

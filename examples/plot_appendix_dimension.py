@@ -22,7 +22,6 @@ step shrinks with ``E||X||^2``.
 # Runs
 # ----
 
-import matplotlib.pyplot as plt
 import numpy as np
 
 import _figures as F
@@ -40,19 +39,13 @@ runs = {d: F.experiment(NOISE, n_iter=N_ITER, record=record, n_features=d, regul
 # Distance to the centroids against iterations
 # --------------------------------------------
 
-fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
+fig, axes = F.distance_panels(f"G.1: random start, rho = {REG_STRENGTH}, sigma = {NOISE} (dotted: floors)",
+                              n_panels=1, width=7.0)
 colors = dict(zip(DIMENSIONS, ("tab:blue", "tab:orange", "tab:red")))
 for d, r in runs.items():
-    F.band(ax, record, r["psgd"], f"PSGD, d = {d}", colors[d])
-    ax.plot(record, np.maximum(np.median(r["pgd"], axis=0), 1e-16), "--", color=colors[d], alpha=0.7,
-            label=f"population PGD, d = {d}")
-    F.hline(ax, np.median(r["floor"]), None, colors[d])
-ax.set_yscale("log")
-ax.set_ylim(1e-9, 10)
-ax.set_xlabel("iteration")
-ax.set_ylabel("distance to the centroids")
-ax.set_title(f"G.1: random start, rho = {REG_STRENGTH}, sigma = {NOISE} (dotted: floors)")
-ax.legend(fontsize="x-small", ncol=2)
+    F.draw_runs(axes[0], r, f"PSGD, d = {d}", colors[d], population="median",
+                population_label=f"population PGD, d = {d}", floor_label=None, floor_color=colors[d])
+F.finish_distance_axes(axes, legend_size="x-small")
 
 # %%
 # Claims
@@ -91,9 +84,8 @@ F.finish(
     fig,
     {
         "title": "Appendix G.1: higher dimensions",
-        "settings": dict(n_samples=F.N_SAMPLES, dimensions=DIMENSIONS, noise=NOISE, reg_strength=REG_STRENGTH,
-                         sequence_length=F.SEQUENCE_LENGTH, batch_size=F.BATCH_SIZE,
-                         learning_rate=F.LEARNING_RATE, n_iter=N_ITER, n_runs=F.N_RUNS),
+        "settings": F.psgd_settings(dimensions=DIMENSIONS, noise=NOISE, reg_strength=REG_STRENGTH,
+                                    n_iter=N_ITER),
         "claims": claims,
         "data": {str(k): v for k, v in data.items()},
     },

@@ -23,7 +23,6 @@ one sequence per step, constant step ``0.06 / (lambda K E||X||^2)``,
 # Runs
 # ----
 
-import matplotlib.pyplot as plt
 import numpy as np
 
 import _figures as F
@@ -81,19 +80,14 @@ for noise in F.NOISES:
 # Distance to the centroids against iterations
 # --------------------------------------------
 
-fig, axes = plt.subplots(1, len(F.NOISES), figsize=(10, 4), sharey=True, layout="constrained")
+fig, axes = F.distance_panels("G.3: Riemannian against Euclidean steps")
 for ax, noise in zip(axes, F.NOISES):
     for g, color, ls in zip(GRADIENTS, ("tab:blue", "tab:green"), ("-", "--")):
-        F.band(ax, record, runs[noise, g]["psgd"], f"PSGD, {g} step", color, ls)
+        F.draw_runs(ax, runs[noise, g], f"PSGD, {g} step", color, ls, population=None,
+                    floor_color="k" if g == GRADIENTS[0] else None)
     F.band(ax, record, plain[noise]["psgd"], "plain SGD, no projection", "tab:purple", ":")
-    F.hline(ax, np.median(runs[noise, GRADIENTS[0]]["floor"]), "statistical floor", "k")
-    ax.set_yscale("log")
-    ax.set_ylim(1e-5, 10)
-    ax.set_xlabel("iteration")
     ax.set_title(f"sigma = {noise}, rho = {REG_STRENGTH}")
-axes[0].set_ylabel("distance to the centroids")
-axes[0].legend(fontsize="small", loc="lower left")
-fig.suptitle("G.3: Riemannian against Euclidean steps")
+F.finish_distance_axes(axes, ylim=(1e-5, 10))
 
 # %%
 # Claims
@@ -140,9 +134,7 @@ F.finish(
     fig,
     {
         "title": "Appendix G.3: Euclidean against Riemannian steps",
-        "settings": dict(n_samples=F.N_SAMPLES, n_features=F.N_FEATURES, reg_strength=REG_STRENGTH,
-                         sequence_length=F.SEQUENCE_LENGTH, batch_size=F.BATCH_SIZE,
-                         learning_rate=F.LEARNING_RATE, n_iter=N_ITER, n_runs=F.N_RUNS),
+        "settings": F.psgd_settings(n_iter=N_ITER, reg_strength=REG_STRENGTH),
         "claims": claims,
         "data": data,
     },

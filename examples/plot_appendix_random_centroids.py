@@ -25,7 +25,6 @@ orthogonal model).
 # Runs
 # ----
 
-import matplotlib.pyplot as plt
 import numpy as np
 
 import _figures as F
@@ -57,21 +56,13 @@ for (noise, kind), r in runs.items():
 # Distance to the centroids against iterations
 # --------------------------------------------
 
-fig, axes = plt.subplots(1, len(F.NOISES), figsize=(10, 4), sharey=True, layout="constrained")
+fig, axes = F.distance_panels("G.2: orthogonal against random centroids (d = 10)")
 for ax, noise in zip(axes, F.NOISES):
     for kind, color in zip(KINDS, ("tab:blue", "tab:red")):
-        r = runs[noise, kind]
-        F.band(ax, record, r["psgd"], f"PSGD, {kind} centroids", color)
-        ax.plot(record, np.maximum(np.median(r["pgd"], axis=0), 1e-16), "--", color=color, alpha=0.7,
-                label=f"population PGD, {kind}")
-        F.hline(ax, np.median(r["floor"]), None, color)
-    ax.set_yscale("log")
-    ax.set_ylim(1e-9, 10)
-    ax.set_xlabel("iteration")
+        F.draw_runs(ax, runs[noise, kind], f"PSGD, {kind} centroids", color, population="median",
+                    population_label=f"population PGD, {kind}", floor_label=None, floor_color=color)
     ax.set_title(f"sigma = {noise}, rho = {REG_STRENGTH} (dotted: floors)")
-axes[0].set_ylabel("distance to the centroids")
-axes[0].legend(fontsize="x-small", loc="lower left")
-fig.suptitle("G.2: orthogonal against random centroids (d = 10)")
+F.finish_distance_axes(axes, legend_size="x-small")
 
 # %%
 # Claims
@@ -122,9 +113,7 @@ F.finish(
     fig,
     {
         "title": "Appendix G.2: random, non-orthogonal centroids",
-        "settings": dict(n_samples=F.N_SAMPLES, n_features=F.N_FEATURES, reg_strength=REG_STRENGTH,
-                         sequence_length=F.SEQUENCE_LENGTH, batch_size=F.BATCH_SIZE,
-                         learning_rate=F.LEARNING_RATE, n_iter=N_ITER, n_runs=F.N_RUNS),
+        "settings": F.psgd_settings(n_iter=N_ITER, reg_strength=REG_STRENGTH),
         "claims": claims,
         "data": data,
     },

@@ -150,10 +150,7 @@ F.finish(
     fig,
     {
         "title": "Three heads on two clusters",
-        "settings": dict(n_samples=F.N_SAMPLES, n_features=F.N_FEATURES, n_heads=3, n_clusters=2,
-                         noises=NOISES, settings=list(SETTINGS), sequence_length=F.SEQUENCE_LENGTH,
-                         batch_size=F.BATCH_SIZE, learning_rate=F.LEARNING_RATE, n_iter=N_ITER,
-                         n_runs=F.N_RUNS),
+        "settings": F.psgd_settings(n_heads=3, noises=NOISES, settings=list(SETTINGS), n_iter=N_ITER),
         "claims": claims,
         "data": data,
     },

@@ -25,7 +25,6 @@ the unbiased temperature.
 # Runs
 # ----
 
-import matplotlib.pyplot as plt
 import numpy as np
 
 import _figures as F
@@ -54,23 +53,15 @@ for noise in F.NOISES:
         med = {rho: np.median(F.plateau(runs[noise, reg, rho]["psgd"])) for rho in REG_STRENGTHS}
         best[noise, reg] = min(med, key=med.get)
 
-fig, axes = plt.subplots(1, len(F.NOISES), figsize=(10, 4), sharey=True, layout="constrained")
+fig, axes = F.distance_panels("G.4: three clusters, pairwise against product regulariser (each at its best rho)")
 for ax, noise in zip(axes, F.NOISES):
     for reg, color in zip(REGULARIZERS, ("tab:blue", "tab:red")):
         rho = best[noise, reg]
-        r = runs[noise, reg, rho]
-        F.band(ax, record, r["psgd"], f"PSGD, {reg}, rho = {rho:g}", color)
-        if reg == "pairwise" and len(r["pgd"]):
-            ax.plot(record, np.maximum(r["pgd"][0], 1e-16), "--", color=color, alpha=0.7,
-                    label=f"population PGD, {reg}")
-    F.hline(ax, np.median(r["floor"]), "statistical floor", "k")
-    ax.set_yscale("log")
-    ax.set_ylim(1e-9, 10)
-    ax.set_xlabel("iteration")
+        F.draw_runs(ax, runs[noise, reg, rho], f"PSGD, {reg}, rho = {rho:g}", color, population="median",
+                    population_label=f"population PGD, {reg}",
+                    floor_color="k" if reg == "pairwise" else None)
     ax.set_title(f"K = 3, sigma = {noise}")
-axes[0].set_ylabel("distance to the centroids")
-axes[0].legend(fontsize="x-small", loc="lower left")
-fig.suptitle("G.4: three clusters, pairwise against product regulariser (each at its best rho)")
+F.finish_distance_axes(axes, legend_size="x-small")
 
 # %%
 # Claims
@@ -113,10 +104,7 @@ F.finish(
     fig,
     {
         "title": "Appendix G.4: three clusters, pairwise against product",
-        "settings": dict(n_samples=F.N_SAMPLES, n_features=F.N_FEATURES, n_clusters=K,
-                         reg_strengths=REG_STRENGTHS, sequence_length=F.SEQUENCE_LENGTH,
-                         batch_size=F.BATCH_SIZE, learning_rate=F.LEARNING_RATE, n_iter=N_ITER,
-                         n_runs=F.N_RUNS),
+        "settings": F.psgd_settings(n_clusters=K, reg_strengths=REG_STRENGTHS, n_iter=N_ITER),
         "claims": claims,
         "data": data,
     },

@@ -30,7 +30,6 @@ with alignments ``kappa_h`` uniform in ``(-1, 1)``.
 # heads are recorded on a regular grid of iterations (see
 # ``examples/_figures.py`` for the PSGD driver).
 
-import matplotlib.pyplot as plt
 import numpy as np
 
 import _figures as F
@@ -60,20 +59,12 @@ for noise in F.NOISES:
 # Median and 95 % percentile band over the runs (log scale). The grey line
 # is the plateau the paper reports.
 
-fig, axes = plt.subplots(1, len(F.NOISES), figsize=(10, 4), sharey=True, layout="constrained")
+fig, axes = F.distance_panels("Fig. 1: PSGD from the manifold M, no regulariser")
 for ax, noise in zip(axes, F.NOISES):
-    r = runs[noise]
-    F.band(ax, record, r["psgd"], "PSGD", "tab:blue")
-    F.band(ax, record, np.maximum(r["pgd"], 1e-16), "population PGD, same step", "tab:orange", "--")
-    F.hline(ax, np.median(r["floor"]), "statistical floor (class means)", "k")
+    F.draw_runs(ax, runs[noise], "PSGD", "tab:blue")
     F.hline(ax, PAPER_PLATEAU[noise], "paper's plateau", "0.6", "-")
-    ax.set_yscale("log")
-    ax.set_ylim(1e-9, 10)
-    ax.set_xlabel("iteration")
-    ax.set_title(f"sigma = {noise}, lambda = {r['temperature']:.3f}")
-axes[0].set_ylabel("distance to the centroids")
-axes[0].legend(loc="lower left", fontsize="small")
-fig.suptitle("Fig. 1: PSGD from the manifold M, no regulariser")
+    ax.set_title(f"sigma = {noise}, lambda = {runs[noise]['temperature']:.3f}")
+F.finish_distance_axes(axes)
 
 # %%
 # What the runs show
@@ -90,50 +81,23 @@ fig.suptitle("Fig. 1: PSGD from the manifold M, no regulariser")
 claims = []
 for noise in F.NOISES:
     r = runs[noise]
-    plat = F.plateau(r["psgd"])
-    s_plat, s_floor = F.summary(plat), F.summary(r["floor"])
-    median_curve = np.median(r["psgd"], axis=0)
-    t_hit, rate, r2 = F.linear_phase(record, median_curve, 3 * s_plat["median"])
     half = np.median(r["psgd"][:, np.searchsorted(record, N_ITER // 2)])
-    drift = np.median(r["psgd"][:, -1]) / half
-    rot = F.summary(r["rotation_share"])
-    pgd_final = F.summary(r["pgd"][:, -1])
-    r.update(plateau=s_plat, floor_summary=s_floor, t_hit=t_hit, rate=rate, r2=r2,
-             drift=drift, rotation=rot, pgd_final=pgd_final)
+    r.update(drift=np.median(r["psgd"][:, -1]) / half, rotation=F.summary(r["rotation_share"]))
+    claims += F.curve_claims(
+        f"fig1-{noise}", "1", f"from M, no regulariser, sigma = {noise}", r, PAPER_PLATEAU[noise],
+        "linear convergence over the first ~1e3 iterations", 3000,
+        f"Over the second half of the run it changes by x{r['drift']:.2f}: "
+        f"{100 * r['rotation']['median']:.0f} % of the final distance is a rotation of the heads "
+        "inside the centroids' plane, along which the risk is flat (it depends on U U^T only), so "
+        "PSGD's noise moves the heads there freely.",
+    )
+    s_plat, s_floor, pgd_final = r["plateau"], r["floor_summary"], r["pgd_final"]
     print(
         f"sigma={noise}: plateau {F.fmt_summary(s_plat)}, floor {F.fmt_summary(s_floor)}, "
-        f"linear phase to {t_hit:.0f} it ({rate:.2f} decades / 1000 it, R2 {r2:.3f}), "
-        f"drift x{drift:.2f} over the second half, rotation share {rot['median']:.2f}, "
+        f"linear phase to {r['t_hit']:.0f} it ({r['rate']:.2f} decades / 1000 it, R2 {r['r2']:.3f}), "
+        f"drift x{r['drift']:.2f} over the second half, rotation share {r['rotation']['median']:.2f}, "
         f"population PGD {F.fmt(pgd_final['median'])}"
     )
-    paper = PAPER_PLATEAU[noise]
-    agrees = F.within_factor(s_plat["median"], paper)
-    claims.append(F.claim(
-        f"fig1-plateau-{noise}", "1",
-        f"PSGD plateau from M, no regulariser, sigma = {noise}",
-        f"plateau near {paper:.0e}",
-        F.fmt_summary(s_plat),
-        agrees,
-        "median within a factor 3 of the paper's value",
-        ("" if agrees else
-         f"{paper / s_plat['median']:.2g}x below the paper's level. The level of a constant-step "
-         "PSGD plateau scales with the step over the number of tokens per step, and the paper's "
-         "step, batch and L are lost; ours were set by the time scale of the descent, not by the "
-         "plateau. ")
-        + f"Median over the last 20 % of {N_ITER} iterations. Over the second half of the run "
-        f"it changes by x{drift:.2f}: {100 * rot['median']:.0f} % of the final distance is a "
-        "rotation of the heads inside the centroids' plane, along which the risk is flat (it "
-        "depends on U U^T only), so PSGD's noise moves the heads there freely.",
-    ))
-    claims.append(F.claim(
-        f"fig1-linear-{noise}", "1",
-        f"PSGD from M converges linearly at first, sigma = {noise}",
-        "linear convergence over the first ~1e3 iterations",
-        f"log-linear until iteration {t_hit:.0f} ({rate:.2f} decades per 1000 iterations, R^2 = {r2:.3f})",
-        r2 >= 0.9 and t_hit <= 3000,
-        "R^2 >= 0.9 for a straight line in log scale up to 3x the plateau, reached within 3000 iterations",
-        "The time scale is that of the chosen step size.",
-    ))
     claims.append(F.claim(
         f"fig1-saturation-{noise}", "1",
         f"The plateau comes from PSGD's noise, not from the data, sigma = {noise}",
@@ -163,10 +127,8 @@ F.finish(
     fig,
     {
         "title": "Figure 1: PSGD from the manifold, no regulariser",
-        "settings": dict(
-            n_samples=F.N_SAMPLES, n_features=F.N_FEATURES, n_clusters=F.N_CLUSTERS,
-            sequence_length=F.SEQUENCE_LENGTH, batch_size=F.BATCH_SIZE, learning_rate=F.LEARNING_RATE,
-            n_iter=N_ITER, n_runs=F.N_RUNS,
+        "settings": F.psgd_settings(
+            n_iter=N_ITER,
             temperature={str(k): v["temperature"] for k, v in runs.items()},
             step={str(k): v["step"] for k, v in runs.items()},
         ),

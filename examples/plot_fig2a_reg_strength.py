@@ -136,11 +136,7 @@ F.finish(
     fig,
     {
         "title": "Figure 2a: final distance against rho",
-        "settings": dict(
-            n_samples=F.N_SAMPLES, n_features=F.N_FEATURES, n_clusters=F.N_CLUSTERS,
-            sequence_length=F.SEQUENCE_LENGTH, batch_size=F.BATCH_SIZE, learning_rate=F.LEARNING_RATE,
-            n_iter=N_ITER, n_runs=N_RUNS, reg_strengths=REG_STRENGTHS,
-        ),
+        "settings": F.psgd_settings(n_iter=N_ITER, n_runs=N_RUNS, reg_strengths=REG_STRENGTHS),
         "claims": claims,
         "data": {"by_noise": {str(k): v for k, v in summaries.items()},
                  "rho_fail": {str(k): v for k, v in fail.items()},

@@ -24,7 +24,6 @@ staying at the centroids up to ``rho = 1`` (sigma = 0.3) and ``rho = 0.3``
 # Runs
 # ----
 
-import matplotlib.pyplot as plt
 import numpy as np
 
 import _figures as F
@@ -45,20 +44,12 @@ runs = {
 # Distance to the centroids against iterations
 # --------------------------------------------
 
-fig, axes = plt.subplots(1, len(F.NOISES), figsize=(10, 4), sharey=True, layout="constrained")
+fig, axes = F.distance_panels("Fig. 2b: PSGD from a random start, pairwise regulariser")
 for ax, noise in zip(axes, F.NOISES):
-    r = runs[noise]
-    F.band(ax, record, r["psgd"], "PSGD", "tab:blue")
-    F.band(ax, record, np.maximum(r["pgd"], 1e-16), "population PGD, same step", "tab:orange", "--")
-    F.hline(ax, np.median(r["floor"]), "statistical floor (class means)", "k")
+    F.draw_runs(ax, runs[noise], "PSGD", "tab:blue")
     F.hline(ax, PAPER_PLATEAU[noise], "paper's plateau", "0.6", "-")
-    ax.set_yscale("log")
-    ax.set_ylim(1e-9, 10)
-    ax.set_xlabel("iteration")
-    ax.set_title(f"sigma = {noise}, lambda = {r['temperature']:.3f}, rho = {REG_STRENGTH}")
-axes[0].set_ylabel("distance to the centroids")
-axes[0].legend(loc="lower left", fontsize="small")
-fig.suptitle("Fig. 2b: PSGD from a random start, pairwise regulariser")
+    ax.set_title(f"sigma = {noise}, lambda = {runs[noise]['temperature']:.3f}, rho = {REG_STRENGTH}")
+F.finish_distance_axes(axes)
 
 # %%
 # Claims
@@ -70,36 +61,9 @@ fig.suptitle("Fig. 2b: PSGD from a random start, pairwise regulariser")
 claims = []
 for noise in F.NOISES:
     r = runs[noise]
-    s_plat, s_floor = F.summary(F.plateau(r["psgd"])), F.summary(r["floor"])
-    t_hit, rate, r2 = F.linear_phase(record, np.median(r["psgd"], axis=0), 3 * s_plat["median"])
-    pgd_final = F.summary(r["pgd"][:, -1])
-    r.update(plateau=s_plat, floor_summary=s_floor, t_hit=t_hit, rate=rate, r2=r2, pgd_final=pgd_final)
-    paper = PAPER_PLATEAU[noise]
-    agrees = F.within_factor(s_plat["median"], paper)
-    claims.append(F.claim(
-        f"fig2b-plateau-{noise}", "2b",
-        f"PSGD plateau from a random start, rho = {REG_STRENGTH}, sigma = {noise}",
-        f"plateau near {paper:.0e}",
-        F.fmt_summary(s_plat),
-        agrees,
-        "median within a factor 3 of the paper's value",
-        ("" if agrees else
-         f"{paper / s_plat['median']:.2g}x below the paper's level: the plateau of a constant step "
-         "scales with the step over the tokens per step, whose values in the paper are lost. ")
-        + f"Floor of the samples {F.fmt(s_floor['median'])}.",
-    ))
-    claims.append(F.claim(
-        f"fig2b-linear-{noise}", "2b",
-        f"PSGD from a random start converges linearly, sigma = {noise}",
-        "linear convergence over ~4e3 iterations",
-        f"log-linear until iteration {t_hit:.0f} ({rate:.2f} decades per 1000 iterations, "
-        f"R^2 = {r2:.3f})",
-        r2 >= 0.9 and t_hit <= 3 * 4000,
-        "R^2 >= 0.9 for a straight line in log scale up to 3x the plateau, reached within 12000 iterations",
-        "The time scale is that of the chosen step size."
-        + ("" if r2 >= 0.9 else " The median curve bends: a fast descent, then a slower approach "
-           "to the plateau, so one straight line fits it poorly."),
-    ))
+    claims += F.curve_claims(f"fig2b-{noise}", "2b", f"random start, rho = {REG_STRENGTH}, sigma = {noise}",
+                             r, PAPER_PLATEAU[noise], "linear convergence over ~4e3 iterations", 3 * 4000)
+    pgd_final = r["pgd_final"]
     progress_ratio = r["pgd"][:, -1] / r["pgd"][:, 0]
     claims.append(F.claim(
         f"fig2b-population-{noise}", "2b",
@@ -121,10 +85,8 @@ F.finish(
     fig,
     {
         "title": "Figure 2b: PSGD from a random start, pairwise regulariser",
-        "settings": dict(
-            n_samples=F.N_SAMPLES, n_features=F.N_FEATURES, n_clusters=F.N_CLUSTERS,
-            sequence_length=F.SEQUENCE_LENGTH, batch_size=F.BATCH_SIZE, learning_rate=F.LEARNING_RATE,
-            n_iter=N_ITER, n_runs=F.N_RUNS, reg_strength=REG_STRENGTH,
+        "settings": F.psgd_settings(
+            n_iter=N_ITER, reg_strength=REG_STRENGTH,
             temperature={str(k): v["temperature"] for k, v in runs.items()},
             step={str(k): v["step"] for k, v in runs.items()},
         ),

@@ -100,12 +100,8 @@ F.finish(
     fig,
     {
         "title": "Figure 5: the Dirac mixture",
-        "settings": dict(
-            n_samples=F.N_SAMPLES, n_features=F.N_FEATURES, n_clusters=F.N_CLUSTERS,
-            sequence_length=F.SEQUENCE_LENGTH, batch_size=F.BATCH_SIZE, learning_rate=F.LEARNING_RATE,
-            n_iter=N_ITER, n_runs=F.N_RUNS, reg_strength=REG_STRENGTH, temperature=lam,
-            lambda_star=lam_star,
-        ),
+        "settings": F.psgd_settings(n_iter=N_ITER, reg_strength=REG_STRENGTH, temperature=lam,
+                                    lambda_star=lam_star),
         "claims": claims,
         "data": data,
     },

@@ -61,9 +61,11 @@ def test_example_runs_in_quick_mode(script, quick_env):
 
 
 def test_every_figure_script_is_listed():
+    # The figure scripts are those built on the shared module; make figures
+    # must run every one of them.
     from examples.make_figures import SCRIPTS as listed
 
-    figures = {s[len("plot_"):-len(".py")] for s in SCRIPTS} - {"quickstart", "model_assumptions"}
+    figures = {s[len("plot_"):-len(".py")] for s in SCRIPTS if "import _figures" in (EXAMPLES / s).read_text()}
     assert set(listed) == figures
 
 

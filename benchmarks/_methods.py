@@ -2,8 +2,7 @@
 
 Every method is a scikit-learn estimator (or Pipeline) with the library's
 default settings, so the comparison is of what a user gets without tuning.
-Estimators that live on other development branches (``solver="full"`` and
-``"auto"``, :class:`InContextQuantizer`) are picked up when they exist.
+Every solver the installed AttentionClustering accepts is compared.
 """
 
 import warnings
@@ -19,19 +18,10 @@ from sklearn.decomposition import PCA
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import Normalizer, StandardScaler
 
-from attention_cluster import AttentionClustering
+from attention_cluster import AttentionClustering, InContextQuantizer
 from attention_cluster.datasets import make_centroids, make_mixture
+from attention_cluster.metrics import bayes_error as rule_error
 from attention_cluster.metrics import centroid_distance
-
-try:
-    from attention_cluster import InContextQuantizer
-except ImportError:
-    InContextQuantizer = None
-
-try:
-    from attention_cluster.metrics import bayes_error as _bayes_error_formula
-except ImportError:
-    _bayes_error_formula = None
 
 # Every solver AttentionClustering has had or is getting; available_solvers()
 # keeps those the installed version accepts.
@@ -73,10 +63,9 @@ def candidates(n_clusters, n_samples, solvers, seed=0):
         )
         for s in solvers
     }
-    if InContextQuantizer is not None:
-        out["InContextQuantizer -> KMeans"] = lambda: make_pipeline(
-            InContextQuantizer(K), KMeans(K, random_state=seed)
-        )
+    out["InContextQuantizer -> KMeans"] = lambda: make_pipeline(
+        InContextQuantizer(K), KMeans(K, random_state=seed)
+    )
     out["KMeans"] = lambda: KMeans(K, random_state=seed)
     out["MiniBatchKMeans"] = lambda: MiniBatchKMeans(K, random_state=seed)
     out["GaussianMixture(spherical)"] = lambda: GaussianMixture(
@@ -143,16 +132,14 @@ def bayes_labels(X, centroids, weights, noise):
 def bayes_error(centroids, weights, noise, n_draws, seed, chunk=100_000):
     """Error rate of the Bayes rule and its standard error.
 
-    Uses ``attention_cluster.metrics.bayes_error`` when it exists and accepts
-    these parameters; otherwise a Monte Carlo estimate over ``n_draws`` fresh
-    samples of the same mixture (the definition itself, with no assumption
-    on the centroids or the weights). Returns (error, standard error, source).
+    With equal weights and unit centroids the Bayes rule is ``argmax_c <x,
+    mu_c>``, whose error :func:`attention_cluster.metrics.bayes_error`
+    computes exactly. Otherwise (unequal weights shift the rule by ``sigma^2
+    log w_c``) a Monte Carlo estimate over ``n_draws`` fresh samples of the
+    same mixture. Returns (error, standard error, source).
     """
-    if _bayes_error_formula is not None:
-        try:
-            return float(_bayes_error_formula(centroids, noise, weights=weights)), 0.0, "formula"
-        except (TypeError, ValueError):
-            pass
+    if np.allclose(weights, weights[0]):
+        return float(rule_error(centroids, noise)), 0.0, "formula"
     K, d = centroids.shape
     wrong = 0
     for i, start in enumerate(range(0, n_draws, chunk)):

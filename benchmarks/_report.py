@@ -641,7 +641,7 @@ def render(payload, page, figures):
         f"scikit-learn {env['scikit-learn']}, Numba {env['numba']}, attention_cluster "
         f"{env['attention_cluster']}; {env['cpus']} CPUs ({env['machine']}); thread pools: {pools}. "
         f"AttentionClustering solvers: {', '.join(meta['solvers'])}"
-        + ("; InContextQuantizer -> KMeans included." if meta["in_context_quantizer"] else "."),
+        + "; InContextQuantizer -> KMeans included.",
         "",
         "Methods: " + ", ".join(f"{short(m)} = ``{m}``" for m in methods_in(rows) if short(m) != m) + ".",
         "",

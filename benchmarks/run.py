@@ -486,7 +486,6 @@ def run(args, config, ctx, payload):
         mode=args.mode,
         environment=environment(),
         solvers=ctx["solvers"],
-        in_context_quantizer=M.InContextQuantizer is not None,
         numba_allocations_traced=numba_allocations_traced(),
         spectral_max_n=M.SPECTRAL_MAX_N,
     )

@@ -1,0 +1,85 @@
+"""The example scripts run in quick mode and write their figure and results.
+
+Every ``examples/plot_*.py`` script runs in this process (``runpy``), with
+``ATTENTION_CLUSTER_QUICK`` set and its outputs sent to a temporary
+directory, so the suite keeps the examples and the reproduction pipeline
+alive. Running in-process pays the imports (Numba, scikit-learn,
+matplotlib) once rather than once per script.
+"""
+
+import importlib
+import json
+import os
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+SCRIPTS = sorted(p.name for p in EXAMPLES.glob("plot_*.py"))
+
+
+@pytest.fixture(scope="module")
+def quick_env(tmp_path_factory):
+    """Quick mode, outputs in a temporary directory, ``examples/`` importable."""
+    out = tmp_path_factory.mktemp("figures")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ATTENTION_CLUSTER_QUICK", "1")
+    mp.setenv("ATTENTION_CLUSTER_OUTPUT", str(out))
+    mp.setenv("MPLBACKEND", "Agg")
+    mp.syspath_prepend(str(EXAMPLES))
+    mp.chdir(out)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    # The shared module reads the environment when imported.
+    if "_figures" in sys.modules:
+        importlib.reload(sys.modules["_figures"])
+    yield out
+    mp.undo()
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_example_runs_in_quick_mode(script, quick_env):
+    import matplotlib.pyplot as plt
+
+    try:
+        runpy.run_path(str(EXAMPLES / script), run_name="__main__")
+    finally:
+        plt.close("all")
+    name = script[len("plot_"):-len(".py")]
+    results = quick_env / f"{name}.json"
+    if not results.exists():  # an example that is not a figure of the paper
+        return
+    assert (quick_env / f"{name}.png").stat().st_size > 0
+    data = json.loads(results.read_text())
+    assert data["quick"] is True and data["claims"]
+    for claim in data["claims"]:
+        assert claim["verdict"] in {"agrees", "differs"}
+        assert claim["paper"] and claim["measured"] and claim["criterion"]
+
+
+def test_every_figure_script_is_listed():
+    # The figure scripts are those built on the shared module; make figures
+    # must run every one of them.
+    from examples.make_figures import SCRIPTS as listed
+
+    figures = {s[len("plot_"):-len(".py")] for s in SCRIPTS if "import _figures" in (EXAMPLES / s).read_text()}
+    assert set(listed) == figures
+
+
+def test_page_has_one_row_per_claim(tmp_path):
+    from examples.make_figures import write_page
+
+    claim = dict(key="k", figure="1", statement="a | b", paper="near 1e-2", measured="mu*_0 <x>",
+                 verdict="differs", criterion="within x3", explanation="why")
+    results = {"fig1_psgd_manifold": dict(title="Figure 1", seconds=1.0, quick=False, claims=[claim] * 2)}
+    page = tmp_path / "page.md"
+    write_page(results, {"wall_seconds": 1.0, "jobs": 1, "cpu_count": 2}, page)
+    text = page.read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| 1 |")]
+    assert len(rows) == 2
+    assert "a \\| b" in rows[0] and "mu\\*\\_0 \\<x\\>" in rows[0]
+    assert "**differs** (note 1)" in rows[0] and "0 of 2 claims agree" in text
+    assert os.path.basename("_static/figures/fig1_psgd_manifold.png") in text

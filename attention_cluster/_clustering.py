@@ -401,7 +401,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 stacklevel=2,
             )
 
-        centers = self._sign_fix(X, heads.T, weights)
+        centers, labels = self._sign_fix(X, heads.T, weights)
         self.cluster_centers_ = centers.astype(X.dtype, copy=False)
         self.temperature_ = temperature
         self.reg_strength_ = reg_strength
@@ -414,7 +414,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         # (math.md section 2, L -> n): stored as the row operator U U^T M^T.
         U = centers.T
         self._operator = temperature * K * (U @ (U.T @ spectrum.moment.T))
-        self.labels_ = self.predict(X)
+        self.labels_ = labels
         return self
 
     def _resolve_solver(self, n_samples):
@@ -528,18 +528,17 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         Points are first assigned by ``argmax_h |<x, mu_h>|`` (sign-free),
         then head h is multiplied by the sign of the (weighted) sum of its
         points' projections (``math.md`` section 5, post-hoc labels).
+        Returns the signed heads and the labels ``argmax_h <x, mu_h>`` they
+        give, from the one product ``X U``.
         """
         proj = X @ heads.T.astype(X.dtype)
         owner = np.argmax(np.abs(proj), axis=1)
         K = heads.shape[0]
-        signed = heads.copy()
-        for h in range(K):
-            mask = owner == h
-            p = proj[mask, h].astype(np.float64)
-            total = np.sum(p if weights is None else p * weights[mask])
-            if total < 0:
-                signed[h] = -signed[h]
-        return signed
+        w = np.ones(X.shape[0]) if weights is None else weights
+        totals = np.bincount(owner, weights=w * proj[np.arange(X.shape[0]), owner], minlength=K)
+        signs = np.where(totals < 0, -1.0, 1.0)
+        labels = np.argmax(proj * signs.astype(proj.dtype), axis=1)
+        return heads * signs[:, None], labels
 
     def predict(self, X):
         """Cluster of each row: ``argmax_h <x, mu_h>``.

@@ -28,8 +28,10 @@ _CHUNK = 100
 _DECAY = 200.0
 _DEFAULT_TOL = {"psgd": 1e-4, "full": 1e-6}
 _DEFAULT_MAX_ITER = {"psgd": 5000, "full": 500}
-# solver="auto" takes the exact solver up to this many rows (benchmarks/solvers.py).
-_AUTO_FULL_MAX_N = 10**7
+# solver="auto" takes the exact solver up to this many rows: benchmarks/solvers.py
+# finds it faster than PSGD up to about 1e5 rows (d=10, K=2) and PSGD two to
+# three times faster at 1e6, since PSGD's cost does not grow with n.
+_AUTO_FULL_MAX_N = 200_000
 
 
 def _unit_scale(X, scale):
@@ -67,29 +69,35 @@ def auto_temperature(noise, sequence_length, n_clusters, n_features, eigenvalues
     return min([unbiased, *[c for c in caps if np.isfinite(c) and c > 0]])
 
 
-def auto_reg_strength(noise, temperature, n_clusters, weakest_signal=None):
+def auto_reg_strength(noise, temperature, n_clusters, regularization="pairwise", weakest_signal=None):
     """Default regularisation strength rho for unit-scale data.
 
-    Too much rho pulls heads off the centroids' span (paper, Fig. 2a). With
-    ``a = lambda K``, the population risk (L -> infinity, ``math.md``
-    section 3) gains ``f(m) = a m^2 (2 - a m)`` for a head on a direction of
-    second moment m: ``m_s`` on the span (``1/K + sigma^2`` for equal
-    weights; in general the K-th eigenvalue of the unit-scale second
-    moment, ``weakest_signal``, the direction of the lightest cluster),
-    ``sigma^2`` off it. The pairwise regulariser costs ``(K - 1) sigma^2 /
-    K`` more per head on the span than off it. rho is a tenth of the ratio
-    of the two, capped at 0.25, so the span stays the minimiser with a wide
-    margin while the regulariser still breaks the rotation symmetry inside
-    it.
+    Too much rho pulls heads off the centroids' span (paper, Fig. 2a). Two
+    limits, each derived for large L (``math.md`` section 3), and rho is the
+    smaller of the two:
+
+    - locally, the centroids stop being a minimum at ``rho_max = lambda K /
+      (K - 1)`` (pairwise), where the regulariser's negative curvature out
+      of the span cancels the risk's; :func:`attention_cluster._full.
+      auto_reg_strength` takes a tenth of it (scaled for the product
+      regulariser);
+    - globally, a head on a direction of second moment m lowers the risk by
+      ``f(m) = a m^2 (2 - a m)`` with ``a = lambda K``: ``m_s`` on the span
+      (``1/K + sigma^2`` for equal weights; in general the K-th eigenvalue
+      of the unit-scale second moment, ``weakest_signal``, the lightest
+      cluster's direction), ``sigma^2`` off it, while the pairwise
+      regulariser costs ``(K - 1) sigma^2 / K`` more on the span. A tenth
+      of the ratio of the two, capped at 0.25, keeps the span the minimiser
+      when unequal weights make its weakest direction weak.
     """
+    local = _full.auto_reg_strength(temperature, n_clusters, regularization or "none", noise)
     a = temperature * n_clusters
     s2 = noise**2
     m_s = 1.0 / n_clusters + s2 if weakest_signal is None else weakest_signal
     gain = a * m_s**2 * (2.0 - a * m_s) - a * s2**2 * (2.0 - a * s2)
     penalty = (n_clusters - 1.0) * s2 / n_clusters
-    if penalty <= 0.0:
-        return 0.25
-    return float(min(0.25, 0.1 * max(gain, 0.0) / penalty))
+    glob = 0.25 if penalty <= 0.0 else min(0.25, 0.1 * max(gain, 0.0) / penalty)
+    return float(min(local, glob))
 
 
 def _tail_average(chunk_sums, fallback):
@@ -153,9 +161,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         (paper, section 3.3) or ``E[prod_k <mu_k,X>^2]`` (rebuttal). Without
         it, a random start only partially aligns with the centroids.
     reg_strength : "auto" or float, default="auto"
-        rho >= 0. ``"auto"`` takes a tenth of the largest rho for which the
-        centroids' span keeps its advantage over the noise directions,
-        capped at 0.25 (see ``reg_strength_``).
+        rho >= 0. ``"auto"`` takes a tenth of the smaller of two limits:
+        the rho at which the centroids stop being a local minimum
+        (``lambda K / (K - 1)`` for the pairwise regulariser) and the rho
+        at which the centroids' span loses its advantage over the noise
+        directions (see ``reg_strength_`` and the user guide).
     solver : {"auto", "full", "psgd"}, default="auto"
         ``"full"``: the exact solver. For data held in memory the expected
         risk over sampled sequences has a closed form (``math.md`` section
@@ -165,9 +175,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         O(n d^2) moments. It reaches the statistical limit where PSGD
         plateaus. ``"psgd"``: projected stochastic gradient descent (paper,
         Appendix F.1), whose cost does not depend on n. ``"auto"`` picks
-        ``"full"`` up to 10^7 rows, where the benchmarks
-        (``benchmarks/solvers.py``) find it at least as fast, and
-        ``"psgd"`` beyond (see ``solver_``).
+        the faster of the two as measured by ``benchmarks/solvers.py``:
+        ``"full"`` up to 200000 rows, ``"psgd"`` beyond (see
+        ``solver_``). The exact solver is the more accurate at every n.
     learning_rate : float, default=1.0
         Base step size, relative to the curvature scale
         ``lambda K tr(M)`` of the risk (M the unit-scale second moment).
@@ -362,7 +372,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             temperature = float(self.temperature)
         if isinstance(self.reg_strength, str):
             reg_strength = auto_reg_strength(
-                spectrum.noise, temperature, K, spectrum.eigenvalues[min(K, d) - 1]
+                spectrum.noise, temperature, K, self.regularization,
+                spectrum.eigenvalues[min(K, d) - 1],
             )
         else:
             reg_strength = float(self.reg_strength)
@@ -418,7 +429,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         return self
 
     def _resolve_solver(self, n_samples):
-        """``solver="auto"``: the exact solver up to _AUTO_FULL_MAX_N rows, else PSGD."""
+        """``solver="auto"``: the faster solver for n rows (see _AUTO_FULL_MAX_N)."""
         if self.solver != "auto":
             return self.solver
         return "full" if n_samples <= _AUTO_FULL_MAX_N else "psgd"

@@ -17,7 +17,7 @@ from _common import cold_start_times, save, side_by_side
 from attention_cluster import AttentionClustering
 from attention_cluster.datasets import make_mixture
 
-SOLVERS = ["psgd"]
+SOLVERS = ["psgd", "full"]
 
 
 def main(n=100000, d=10, K=2, repeats=7):

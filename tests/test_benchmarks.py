@@ -128,3 +128,23 @@ def test_quick_run_writes_results_and_page(tmp_path, bench_modules):
                 r["ari"] = ari
         _report.render(payload, again / "comparison.md", again / "_static" / "benchmarks")
         assert verdict in (again / "comparison.md").read_text()
+
+
+def test_solvers_benchmark_quick_mode(tmp_path):
+    # benchmarks/solvers.py (issue figures of the exact solver) in quick mode:
+    # the page and its figure are written and the targets table is filled.
+    import runpy
+
+    env_path = list(sys.path)
+    sys.path.insert(0, str(BENCH))
+    try:
+        module = runpy.run_path(str(BENCH / "solvers.py"))
+        payload = module["main"](quick=True, out=str(tmp_path))
+    finally:
+        sys.path[:] = env_path
+    assert {r["noise"] for r in payload["rows"]} == {0.3, 1.0}
+    for r in payload["rows"]:
+        assert 0 <= r["floor"] and 0 <= r["full"] and set(r["seconds"]) == {"psgd", "full", "kmeans"}
+    page = (tmp_path / "solvers.md").read_text()
+    assert "## Against the targets" in page and page.count("| yes |") + page.count("| **no** |") >= 6
+    assert (tmp_path / "_static" / "benchmarks" / "solvers.png").stat().st_size > 0

@@ -437,7 +437,7 @@ def test_centroids_lose_stability_at_the_derived_strength(noise):
     heads, out = C.T, np.cross(C[0], C[1])
     assert _tilt_curvature(X, heads, temperature, L, 0.7 * rho_max, out) > 0
     assert _tilt_curvature(X, heads, temperature, L, 1.3 * rho_max, out) < 0
-    rho = auto_reg_strength(temperature, 2, "pairwise", noise)
+    rho = auto_reg_strength(temperature, 2, "pairwise", noise)  # the local limit of the default
     assert 0 < rho < 0.25 * rho_max
 
 

@@ -22,13 +22,14 @@ import json
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 from sklearn.utils import check_random_state
 
-from attention_cluster import _kernels, theory
+from attention_cluster import AttentionClustering, _kernels, theory
 from attention_cluster.datasets import make_mixture
 from attention_cluster.metrics import centroid_distance
 
@@ -181,6 +182,25 @@ def class_mean_floor(X, labels, centroids):
     return centroid_distance(means / np.linalg.norm(means, axis=1, keepdims=True), centroids)
 
 
+def exact_solution(X, heads0, centroids, lam, regularization, reg_strength):
+    """Distance reached by the exact full-batch solver from the same start.
+
+    ``AttentionClustering(solver="full")`` minimises, to tolerance, the
+    expected risk of the sampled sequences that PSGD estimates (``math.md``
+    section 3), with the same temperature, regulariser and sequence length:
+    the gap between it and PSGD's plateau is sampling noise alone.
+    """
+    model = AttentionClustering(
+        len(heads0), solver="full", init=heads0, temperature=lam, sequence_length=SEQUENCE_LENGTH,
+        regularization=regularization, reg_strength=reg_strength if regularization else 0.0,
+        random_state=0,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.fit(X)
+    return centroid_distance(model.cluster_centers_, centroids)
+
+
 def experiment(
     noise,
     *,
@@ -214,8 +234,8 @@ def experiment(
     dict
         ``temperature``, ``step``, ``record``, ``psgd`` (runs x records
         distances), ``heads`` (final heads of each run), ``centroids``,
-        ``floor`` (per run), ``pgd`` (population runs x records) and
-        ``pgd_heads``.
+        ``floor`` (per run), ``full`` (the exact solver's distance, per
+        run), ``pgd`` (population runs x records) and ``pgd_heads``.
     """
     n_runs = N_RUNS if n_runs is None else n_runs
     if population_runs is None:
@@ -228,7 +248,7 @@ def experiment(
     if regularization == "product":
         population_runs = 0
     out = dict(temperature=lam, step=gamma, record=record, psgd=[], heads=[], centroids=[], floor=[],
-               pgd=[], pgd_heads=[])
+               pgd=[], pgd_heads=[], full=[])
     for run in progress(range(n_runs), desc=desc or f"sigma={noise}", leave=False):
         X, y, C = make_mixture(N_SAMPLES, n_features, n_clusters, noise=noise, centroids=centroids,
                                random_state=seed + run)
@@ -244,6 +264,7 @@ def experiment(
         out["heads"].append(path[-1])
         out["centroids"].append(C)
         out["floor"].append(class_mean_floor(X, y, C))
+        out["full"].append(exact_solution(X, H0, C, lam, regularization, reg_strength))
         if run < population_runs:
             # population_pgd's factor is lambda * n_heads / L: keep lambda K / L.
             dist, res = population_path(H0, C, noise, lam * n_clusters / n_heads, gamma, record,
@@ -464,6 +485,8 @@ def draw_runs(ax, r, label, color, linestyle="-", population="band", population_
                 label=population_label)
     if floor_color is not None:
         hline(ax, np.median(r["floor"]), floor_label, floor_color)
+        if len(r.get("full", ())):
+            hline(ax, np.median(r["full"]), "exact full-batch solver", "tab:green", "-.")
 
 
 def distance_panels(title, n_panels=len(NOISES), width=10.0):

@@ -60,6 +60,32 @@ def _draw_index(state, cum_weights):
 
 
 @njit(cache=True, fastmath=FASTMATH)
+def _product(P, Q, out, accumulate):
+    """``out = P Q`` (or ``out += P Q``) for small matrices, into a buffer."""
+    m, r = P.shape
+    c = Q.shape[1]
+    for i in range(m):
+        for k in range(c):
+            s = out[i, k] if accumulate else 0.0
+            for j in range(r):
+                s += P[i, j] * Q[j, k]
+            out[i, k] = s
+
+
+@njit(cache=True, fastmath=FASTMATH)
+def _product_tn(P, Q, out):
+    """``out = P^T Q`` into a buffer, reading P and Q row by row."""
+    for j in range(out.shape[0]):
+        for k in range(out.shape[1]):
+            out[j, k] = 0.0
+    for i in range(P.shape[0]):
+        for j in range(P.shape[1]):
+            p = P[i, j]
+            for k in range(Q.shape[1]):
+                out[j, k] += p * Q[i, k]
+
+
+@njit(cache=True, fastmath=FASTMATH)
 def sequence_loss_grad(Xs, U, c, grad, A, G, E, W):
     """Loss ``(1/L)||T(X) - X||_F^2`` of one sequence; adds its gradient to ``grad``.
 
@@ -70,20 +96,8 @@ def sequence_loss_grad(Xs, U, c, grad, A, G, E, W):
     """
     L, d = Xs.shape
     K = U.shape[1]
-    for l in range(L):
-        for k in range(K):
-            s = 0.0
-            for j in range(d):
-                s += Xs[l, j] * U[j, k]
-            A[l, k] = s
-    for j in range(d):
-        for k in range(K):
-            G[j, k] = 0.0
-    for l in range(L):
-        for j in range(d):
-            x = Xs[l, j]
-            for k in range(K):
-                G[j, k] += x * A[l, k]
+    _product(Xs, U, A, False)
+    _product_tn(Xs, A, G)
     loss = 0.0
     for l in range(L):
         for j in range(d):
@@ -93,27 +107,10 @@ def sequence_loss_grad(Xs, U, c, grad, A, G, E, W):
             e = c * t - Xs[l, j]
             E[l, j] = e
             loss += e * e
-    # H = E^T A (d x K) reuses G's role after W = E G is formed.
-    for l in range(L):
-        for k in range(K):
-            s = 0.0
-            for j in range(d):
-                s += E[l, j] * G[j, k]
-            W[l, k] = s
-    for j in range(d):
-        for k in range(K):
-            G[j, k] = 0.0
-    for l in range(L):
-        for j in range(d):
-            e = E[l, j]
-            for k in range(K):
-                G[j, k] += e * A[l, k]
-    for l in range(L):
-        for k in range(K):
-            s = 0.0
-            for j in range(d):
-                s += Xs[l, j] * G[j, k]
-            W[l, k] += s
+    # W = E G + X (E^T A); G is reused for E^T A once E G is formed.
+    _product(E, G, W, False)
+    _product_tn(E, A, G)
+    _product(Xs, G, W, True)
     scale = 2.0 * c / L
     for l in range(L):
         for j in range(d):

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from attention_cluster import theory
 from attention_cluster.datasets import make_centroids
 from attention_cluster.metrics import centroid_distance
+from reference import finite_difference
 
 N_SE = 5.0
 POWER = 0.025
@@ -114,13 +115,6 @@ def test_layer_moments_against_monte_carlo(L):
     assert_mc(np.mean(np.sum((X - T) ** 2, -1), 1), risk)
 
 
-def finite_difference(f, x, eps=1e-6):
-    grad = np.zeros_like(x)
-    for idx in np.ndindex(x.shape):
-        step = np.zeros_like(x)
-        step[idx] = eps
-        grad[idx] = (f(x + step) - f(x - step)) / (2 * eps)
-    return grad
 
 
 @pytest.mark.parametrize("L", [1, 4, np.inf])

@@ -68,5 +68,5 @@ def run(n_samples=20000, random_state=0, out=print):
             dist_s = "-" if np.isnan(dist) else f"{dist:.2e}"
             bayes_s = "-" if bayes is None else f"{bayes:.4f}"
             out(f"{name:36s} {label:20s} {seconds:8.3f} {ari:6.3f} {dist_s:>9s} {bayes_s:>9s}")
-    out(f"\nFirst AttentionClustering fit of the session (Numba compile or cache load): {compile_s:.2f} s, not counted above.")
+    out(f"\nFirst AttentionClustering fit of this process (Numba compile or cache load): {compile_s:.2f} s, not counted above.")
     return rows

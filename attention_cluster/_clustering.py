@@ -540,15 +540,12 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         then head h is multiplied by the sign of the (weighted) sum of its
         points' projections (``math.md`` section 5, post-hoc labels).
         Returns the signed heads and the labels ``argmax_h <x, mu_h>`` they
-        give, from the one product ``X U``.
+        give (one compiled kernel, two passes over X, no n x K temporary).
         """
-        proj = X @ heads.T.astype(X.dtype)
-        owner = np.argmax(np.abs(proj), axis=1)
-        K = heads.shape[0]
-        w = np.ones(X.shape[0]) if weights is None else weights
-        totals = np.bincount(owner, weights=w * proj[np.arange(X.shape[0]), owner], minlength=K)
-        signs = np.where(totals < 0, -1.0, 1.0)
-        labels = np.argmax(proj * signs.astype(proj.dtype), axis=1)
+        labels = np.empty(X.shape[0], dtype=np.intp)
+        w = np.empty(0) if weights is None else weights
+        U = np.ascontiguousarray(heads.T, dtype=np.float64)
+        signs = _kernels.sign_and_label(X, U, w, labels)
         return heads * signs[:, None], labels
 
     def predict(self, X):

@@ -254,3 +254,47 @@ def psgd_chunk(
         for j in range(d):
             for k in range(K):
                 heads_sum[j, k] += U[j, k]
+
+
+@njit(cache=True, fastmath=FASTMATH)
+def sign_and_label(X, U, weights, labels):
+    """Signs of the heads and the labels they give, in two passes over X.
+
+    First pass: each row goes to ``argmax_h |<x, mu_h>|`` (sign-free) and
+    adds its (weighted) projection to that head's total; a head whose total
+    is negative is flipped (``math.md`` section 5, post-hoc labels). Second
+    pass: ``labels[i] = argmax_h s_h <x_i, mu_h>``. Ties go to the first
+    head. ``weights`` of length 0 means unit weights. Returns the signs.
+    """
+    n, d = X.shape
+    K = U.shape[1]
+    totals = np.zeros(K)
+    proj = np.empty(K)
+    for i in range(n):
+        best = 0
+        for k in range(K):
+            s = 0.0
+            for j in range(d):
+                s += X[i, j] * U[j, k]
+            proj[k] = s
+            if abs(s) > abs(proj[best]):
+                best = k
+        w = 1.0 if weights.shape[0] == 0 else weights[i]
+        totals[best] += w * proj[best]
+    signs = np.ones(K)
+    for k in range(K):
+        if totals[k] < 0:
+            signs[k] = -1.0
+    for i in range(n):
+        best = 0
+        top = -np.inf
+        for k in range(K):
+            s = 0.0
+            for j in range(d):
+                s += X[i, j] * U[j, k]
+            s *= signs[k]
+            if s > top:
+                top = s
+                best = k
+        labels[i] = best
+    return signs

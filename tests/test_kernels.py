@@ -13,6 +13,7 @@ from reference import (
     regularizer,
     sequence_grad,
     sequence_loss,
+    sign_and_label,
 )
 
 REG_KINDS = {"pairwise": kern.REG_PAIRWISE, "product": kern.REG_PRODUCT}
@@ -144,3 +145,17 @@ def test_heads_stay_unit_norm_after_every_step(seed, step, riemannian):
         kern.psgd_chunk(X, cum, U, 1.0, 0.8, 5, 2, np.array([step]), kern.REG_PAIRWISE, 0.1,
                         riemannian, state, np.empty(1), np.zeros_like(U))
         np.testing.assert_allclose(np.linalg.norm(U, axis=0), 1.0, rtol=1e-12)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_sign_and_label_matches_reference(weighted, dtype, global_random_seed):
+    rng = np.random.default_rng(global_random_seed)
+    X = (rng.standard_normal((300, 5)) + np.r_[2.0, 0, 0, 0, 0]).astype(dtype)
+    heads = rng.standard_normal((3, 5))
+    weights = rng.uniform(0, 2, 300) if weighted else None
+    labels = np.empty(300, dtype=np.intp)
+    signs = kern.sign_and_label(X, np.ascontiguousarray(heads.T), np.empty(0) if weights is None else weights, labels)
+    ref_signs, ref_labels = sign_and_label(X.astype(np.float64), heads, weights)
+    np.testing.assert_array_equal(signs, ref_signs)
+    np.testing.assert_array_equal(labels, ref_labels)

@@ -45,13 +45,48 @@ def second_moment(X, sample_weight=None, prescale=1.0):
     return M / total
 
 
+def _noise_from_norms(X, sample_weight, prescale, mean_sq, d):
+    """sigma^2 from the kurtosis of the norms, for unit centroids (K >= d).
+
+    With ``x = s (mu + sigma g)``, ``||mu|| = 1``: ``E||x||^2 = s^2 (1 + d
+    sigma^2)`` and ``E||x||^4 = s^4 (1 + (2d + 4) sigma^2 + (d^2 + 2d)
+    sigma^4)`` (Gaussian moments), so ``r = E||x||^4 / (E||x||^2)^2``, which
+    does not depend on s, solves ``a t^2 + b t + c = 0`` in ``t = sigma^2``
+    with ``a = d^2 (r - 1) - 2d``, ``b = 2d (r - 1) - 4``, ``c = r - 1``.
+    ``r`` grows from 1 (sigma = 0) to ``1 + 2/d`` (sigma -> infinity); a
+    value outside that range is clipped to its ends.
+    """
+    total = 0.0
+    weight = 0.0
+    for start in range(0, X.shape[0], _CHUNK):
+        sq = np.sum((np.asarray(X[start : start + _CHUNK], dtype=np.float64) / prescale) ** 2, axis=1)
+        w = 1.0 if sample_weight is None else np.asarray(sample_weight[start : start + _CHUNK], dtype=np.float64)
+        total += float(np.sum(w * sq * sq))
+        weight += float(np.sum(w * np.ones_like(sq)))
+    if mean_sq <= 0.0:
+        return 0.0
+    r = total / weight / mean_sq**2 - 1.0  # r - 1
+    if r <= 0.0:
+        return 0.0
+    if r >= 2.0 / d:
+        return np.inf
+    a, b, c = d * d * r - 2.0 * d, 2.0 * d * r - 4.0, r
+    if a == 0.0:
+        return -c / b
+    disc = max(b * b - 4.0 * a * c, 0.0)
+    roots = [(-b - np.sqrt(disc)) / (2.0 * a), (-b + np.sqrt(disc)) / (2.0 * a)]
+    positive = [t for t in roots if t >= 0.0]
+    return min(positive) if positive else 0.0
+
+
 def estimate_spectrum(X, n_clusters, sample_weight=None):
     """Estimate the scale s and the noise sigma of X (see the module docstring).
 
     X is first divided by its largest absolute entry, so the estimate neither
     overflows nor underflows for finite data of any magnitude. When
     ``n_clusters >= n_features`` the spectrum cannot separate signal from
-    noise and sigma is reported as 0. An all-zero X gets ``scale = 1``.
+    noise, and sigma comes from the spread of the squared norms instead
+    (:func:`_noise_from_norms`). An all-zero X gets ``scale = 1``.
 
     Returns
     -------
@@ -66,8 +101,13 @@ def estimate_spectrum(X, n_clusters, sample_weight=None):
     eig = np.clip(np.linalg.eigvalsh(M)[::-1], 0.0, None)
     d = eig.size
     k = min(n_clusters, d)
-    noise_var = float(np.mean(eig[k:])) if k < d else 0.0
     trace = float(np.sum(eig))
+    if k < d:
+        noise_var = float(np.mean(eig[k:]))
+    else:
+        # trace = s^2 (1 + d sigma^2) gives s^2 sigma^2 once sigma is known.
+        sigma2 = _noise_from_norms(X, sample_weight, peak, trace, d)
+        noise_var = trace / d if np.isinf(sigma2) else trace * sigma2 / (1.0 + d * sigma2)
     signal = max(float(np.sum(eig[:k])) - k * noise_var, 1e-12 * trace)
     scale_unit = np.sqrt(signal)
     noise = np.sqrt(noise_var) / scale_unit

@@ -318,3 +318,16 @@ def test_auto_temperature_is_the_smallest_of_its_three_bounds():
     assert lam == pytest.approx(expected)
     # sigma = 0: lambda* binds (the unbiased temperature exceeds it).
     assert auto_temperature(0.0, 10, 2, 10) == pytest.approx(0.95 * lambda_star(0.0, 10, 2, 10))
+
+
+@pytest.mark.parametrize("d", [3, 10])
+def test_as_many_clusters_as_features(d, global_random_seed):
+    # K = d: the spectrum has no noise-only eigenvalue, so sigma comes from
+    # the kurtosis of the norms (_scale._noise_from_norms); with it the
+    # temperature is right and the labels match KMeans'.
+    X, y, C = make_mixture(6000, d, d, noise=0.3, random_state=global_random_seed)
+    model = AttentionClustering(d, random_state=global_random_seed).fit(3.0 * X)
+    assert abs(model.noise_scale_ - 0.3) < 0.03
+    assert abs(model.scale_ - 3.0) < 0.15
+    kmeans = KMeans(d, n_init=3, random_state=global_random_seed).fit(X)
+    assert adjusted_rand_score(y, model.labels_) >= adjusted_rand_score(y, kmeans.labels_) - 0.02

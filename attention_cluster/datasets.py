@@ -22,6 +22,11 @@ def _check_positive_int(value, name, minimum=1):
     return int(value)
 
 
+def _check_noise(noise):
+    if not np.isfinite(noise) or noise < 0:
+        raise ValueError(f"noise must be a finite number >= 0, got {noise!r}.")
+
+
 def make_centroids(n_clusters, n_features, *, kind="orthogonal", random_state=None):
     """Draw ``n_clusters`` unit-norm centroids in ``R^n_features``.
 
@@ -142,8 +147,7 @@ def make_mixture(
     n_samples = _check_positive_int(n_samples, "n_samples")
     n_features = _check_positive_int(n_features, "n_features")
     n_clusters = _check_positive_int(n_clusters, "n_clusters")
-    if not np.isfinite(noise) or noise < 0:
-        raise ValueError(f"noise must be a finite number >= 0, got {noise!r}.")
+    _check_noise(noise)
     rng = check_random_state(random_state)
     centroids, weights = _resolve_mixture(n_clusters, n_features, centroids, weights, rng)
     labels = rng.choice(n_clusters, size=n_samples, p=weights)
@@ -250,8 +254,7 @@ def make_prompts(n_prompts, sequence_length, n_features=10, n_clusters=2, *, noi
     sequence_length = _check_positive_int(sequence_length, "sequence_length")
     n_features = _check_positive_int(n_features, "n_features")
     n_clusters = _check_positive_int(n_clusters, "n_clusters")
-    if not np.isfinite(noise) or noise < 0:
-        raise ValueError(f"noise must be a finite number >= 0, got {noise!r}.")
+    _check_noise(noise)
     rng = check_random_state(random_state)
     centroids = np.stack([make_centroids(n_clusters, n_features, random_state=rng) for _ in range(n_prompts)])
     labels = rng.randint(n_clusters, size=(n_prompts, sequence_length))

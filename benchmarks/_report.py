@@ -1,4 +1,4 @@
-"""The page ``docs/comparison.md`` and its figures, generated from the results.
+"""The page ``docs/benchmarks.md`` and its figures, generated from the results.
 
 Every number and every comparison on the page is computed here from the
 rows that ``run.py`` measured; the only fixed prose describes the methods

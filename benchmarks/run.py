@@ -4,7 +4,7 @@ Runs every method of ``_methods.candidates`` (AttentionClustering with each
 solver the installed version accepts, InContextQuantizer -> KMeans when it
 exists, KMeans, MiniBatchKMeans, GaussianMixture spherical and full,
 SpectralClustering for n <= 3000) on the same data in the same process, and
-writes ``results/comparison.{json,csv}`` and the page ``docs/comparison.md``
+writes ``results/comparison.{json,csv}`` and the page ``docs/benchmarks.md``
 with its figures in ``docs/_static/benchmarks/``. Three sections:
 
 - ``synthetic``: the paper's mixture over sigma, d and K, in a 2 x 2 design
@@ -421,9 +421,9 @@ def output_paths(out):
     """(results dir, page, figures dir): the repository's, or all under ``out``."""
     if out is None:
         docs = ROOT / "docs"
-        return RESULTS, docs / "comparison.md", docs / "_static" / "benchmarks"
+        return RESULTS, docs / "benchmarks.md", docs / "_static" / "benchmarks"
     out = Path(out)
-    return out / "results", out / "comparison.md", out / "_static" / "benchmarks"
+    return out / "results", out / "benchmarks.md", out / "_static" / "benchmarks"
 
 
 def command_line(args):

@@ -108,7 +108,7 @@ def test_quick_run_writes_results_and_page(tmp_path, bench_modules):
     csv_lines = (tmp_path / "results" / "comparison.csv").read_text().strip().splitlines()
     assert len(csv_lines) == len(rows) + 1
 
-    page = (tmp_path / "comparison.md").read_text()
+    page = (tmp_path / "benchmarks.md").read_text()
     for heading in ("## Synthetic mixtures", "## Scaling with n, d and K", "## Compile time", "## Real data"):
         assert heading in page
     assert str(tmp_path) not in page
@@ -120,14 +120,14 @@ def test_quick_run_writes_results_and_page(tmp_path, bench_modules):
     # The page is a function of the numbers: re-rendered, it is the same;
     # with AttentionClustering's ARIs changed, its verdicts change.
     again = tmp_path / "again"
-    _report.render(payload, again / "comparison.md", again / "_static" / "benchmarks")
-    assert (again / "comparison.md").read_text() == page
+    _report.render(payload, again / "benchmarks.md", again / "_static" / "benchmarks")
+    assert (again / "benchmarks.md").read_text() == page
     for ari, verdict in ((1.0, "No loss of more than"), (-0.5, "Measured losses of more than")):
         for r in rows:
             if r["method"].startswith("AttentionClustering") and r.get("ari") is not None:
                 r["ari"] = ari
-        _report.render(payload, again / "comparison.md", again / "_static" / "benchmarks")
-        assert verdict in (again / "comparison.md").read_text()
+        _report.render(payload, again / "benchmarks.md", again / "_static" / "benchmarks")
+        assert verdict in (again / "benchmarks.md").read_text()
 
 
 def test_solvers_benchmark_quick_mode(tmp_path):

@@ -21,7 +21,6 @@ from ._validation import (
 )
 from .theory import lambda_star, unbiased_temperature
 
-_REGULARIZERS = {None: _kernels.REG_NONE, "pairwise": _kernels.REG_PAIRWISE, "product": _kernels.REG_PRODUCT}
 # PSGD bookkeeping: the driver checks convergence every _CHUNK steps, and the
 # step size decays as 1 / (1 + t / _DECAY).
 _CHUNK = 100
@@ -395,7 +394,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             if self.n_init > 1:
                 objective = _full.exact_objective(
                     Xs, weights, spectrum.moment, result[0], temperature, L,
-                    self.regularization or "none", reg_strength,
+                    self._regularization_name(), reg_strength,
                 )[0]
                 if self.verbose:
                     print(f"[AttentionClustering] init {run}: exact objective {objective:.6g}")
@@ -428,6 +427,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         self.labels_ = labels
         return self
 
+    def _regularization_name(self):
+        """The regulariser as the solvers name it (``None`` is ``"none"``)."""
+        return self.regularization or "none"
+
     def _resolve_solver(self, n_samples):
         """``solver="auto"``: the faster solver for n rows (see _AUTO_FULL_MAX_N)."""
         if self.solver != "auto":
@@ -446,7 +449,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         if self.init == "random":
             return _random_heads(rng, d, K)
         return _full.spectral_init(
-            X, weights, spectrum.moment, K, self.regularization or "none", random_state=rng
+            X, weights, spectrum.moment, K, self._regularization_name(), random_state=rng
         )
 
     def _full(self, Xs, weights, init, spectrum, temperature, reg_strength, rng, run):
@@ -458,7 +461,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             self.n_clusters,
             temperature,
             self.sequence_length,
-            regularization=self.regularization or "none",
+            regularization=self._regularization_name(),
             reg_strength=reg_strength,
             init=start,
             tol=self._tol("full"),
@@ -485,7 +488,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         tol = self._tol("psgd")
         L = self.sequence_length
         state = np.array([rng.randint(1, np.iinfo(np.int64).max)], dtype=np.uint64)
-        reg_kind = _REGULARIZERS[self.regularization]
+        reg_kind = _full._check_regularization(self._regularization_name())
         riemannian = self.gradient == "riemannian"
         t = np.arange(max_iter, dtype=np.float64)
         steps = self.learning_rate / (curvature * (1.0 + t / _DECAY))

@@ -20,10 +20,10 @@ are weighted by ``sample_weight``. X must already be divided by its scale
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 from sklearn.utils import check_random_state
 from threadpoolctl import threadpool_limits
 
+from . import _kernels
 from ._scale import second_moment
 
 __all__ = [
@@ -36,7 +36,11 @@ __all__ = [
 ]
 
 _CHUNK_BYTES = 1 << 20
-_REGULARIZERS = {"none": 0, "pairwise": 1, "product": 2}
+_REGULARIZERS = {
+    "none": _kernels.REG_NONE,
+    "pairwise": _kernels.REG_PAIRWISE,
+    "product": _kernels.REG_PRODUCT,
+}
 _SUBSAMPLE = 16384
 
 
@@ -46,65 +50,6 @@ def _check_regularization(regularization):
             f"regularization must be one of {sorted(_REGULARIZERS)}, got {regularization!r}."
         )
     return _REGULARIZERS[regularization]
-
-
-@njit(cache=True)
-def _row_terms(AG, X, w, offset, c, lm1, reg, rho, C):
-    """Per-row part of the exact risk and of its gradient, for one chunk.
-
-    ``AG = [X U, X M U]`` holds ``a_i`` and ``g_i = U^T M x_i`` for the rows
-    of the chunk (``w`` the weights of all rows, empty for unit weights,
-    ``offset`` the chunk's first row, ``lm1 = L - 1``). Returns the weighted
-    sum over the chunk of ``(1 - c s)^2 n - 2c(L-1)(1 - c s) h + rho r_i``
-    (``math.md`` section 3) and fills ``C`` (rows x 3K) so that ``X^T C``
-    holds, by blocks of K columns, ``sum_i x_i (alpha_i a_i + beta_i g_i +
-    rho grad r_i)^T``, ``sum_i x_i (beta_i a_i)^T`` and ``sum_i n_i x_i
-    a_i^T = n M4 U`` (see :func:`exact_objective`). ``reg`` is 0 (none), 1
-    (pairwise: ``r_i = sum_{j<k} a_ij^2 a_ik^2``) or 2 (product:
-    ``r_i = prod_k a_ik^2``).
-    """
-    m, d = X.shape
-    K = AG.shape[1] // 2
-    pre = np.empty(K + 1)
-    total = 0.0
-    for i in range(m):
-        wi = 1.0 if w.size == 0 else w[offset + i]
-        nrm = 0.0
-        for j in range(d):
-            nrm += X[i, j] * X[i, j]
-        s = 0.0
-        h = 0.0
-        for k in range(K):
-            s += AG[i, k] * AG[i, k]
-            h += AG[i, k] * AG[i, K + k]
-        e = 1.0 - c * s
-        value = e * e * nrm - 2.0 * c * lm1 * e * h
-        alpha = wi * (-4.0 * c * e * nrm + 4.0 * c * c * lm1 * h)
-        beta = wi * (-2.0 * c * lm1 * e)
-        for k in range(K):
-            C[i, k] = alpha * AG[i, k] + beta * AG[i, K + k]
-            C[i, K + k] = beta * AG[i, k]
-            C[i, 2 * K + k] = wi * nrm * AG[i, k]
-        if reg == 1:
-            r = 0.0
-            for k in range(K):
-                a2 = AG[i, k] * AG[i, k]
-                r += a2 * (s - a2)
-                C[i, k] += wi * rho * 2.0 * AG[i, k] * (s - a2)
-            value += rho * 0.5 * r
-        elif reg == 2:
-            # prod_{j != k} a_j^2 from prefix and suffix products: no division,
-            # so a zero projection is handled exactly.
-            pre[0] = 1.0
-            for k in range(K):
-                pre[k + 1] = pre[k] * AG[i, k] * AG[i, k]
-            suf = 1.0
-            for k in range(K - 1, -1, -1):
-                C[i, k] += wi * rho * 2.0 * AG[i, k] * pre[k] * suf
-                suf *= AG[i, k] * AG[i, k]
-            value += rho * pre[K]
-        total += wi * value
-    return total
 
 
 def exact_objective(
@@ -187,7 +132,7 @@ def exact_objective(
             block64[:m] = block
             block = block64[:m]
         np.dot(block, UM, out=AG[:m])
-        value += _row_terms(AG[:m], block, w, start, c, lm1, reg, reg_strength, C[:m])
+        value += _kernels.exact_row_terms(AG[:m], block, w, start, c, lm1, reg, reg_strength, C[:m])
         P += C[:m].T @ block
     if total > 0:
         value /= total

@@ -120,7 +120,7 @@ def sequence_loss_grad(Xs, U, c, grad, A, G, E, W):
     return loss / L
 
 
-@njit(cache=True, fastmath=FASTMATH)
+@njit(cache=True)
 def token_regularizer(a, kind, coef):
     """Regulariser of one token and the coefficients of its gradient.
 
@@ -298,3 +298,47 @@ def sign_and_label(X, U, weights, labels):
                 best = k
         labels[i] = best
     return signs
+
+
+@njit(cache=True)
+def exact_row_terms(AG, X, w, offset, c, lm1, reg, rho, C):
+    """Per-row part of the exact risk and of its gradient, for one chunk.
+
+    ``AG = [X U, X M U]`` holds ``a_i`` and ``g_i = U^T M x_i`` for the rows
+    of the chunk (``w`` the weights of all rows, empty for unit weights,
+    ``offset`` the chunk's first row, ``lm1 = L - 1``). Returns the weighted
+    sum over the chunk of ``(1 - c s)^2 n - 2c(L-1)(1 - c s) h + rho r_i``
+    (``math.md`` section 3) and fills ``C`` (rows x 3K) so that ``X^T C``
+    holds, by blocks of K columns, ``sum_i x_i (alpha_i a_i + beta_i g_i +
+    rho grad r_i)^T``, ``sum_i x_i (beta_i a_i)^T`` and ``sum_i n_i x_i
+    a_i^T = n M4 U`` (see :func:`attention_cluster._full.exact_objective`).
+    The regulariser ``r_i`` of each row is :func:`token_regularizer`'s.
+    """
+    m, d = X.shape
+    K = AG.shape[1] // 2
+    coef = np.empty(K)
+    total = 0.0
+    for i in range(m):
+        wi = 1.0 if w.size == 0 else w[offset + i]
+        nrm = 0.0
+        for j in range(d):
+            nrm += X[i, j] * X[i, j]
+        s = 0.0
+        h = 0.0
+        for k in range(K):
+            s += AG[i, k] * AG[i, k]
+            h += AG[i, k] * AG[i, K + k]
+        e = 1.0 - c * s
+        value = e * e * nrm - 2.0 * c * lm1 * e * h
+        alpha = wi * (-4.0 * c * e * nrm + 4.0 * c * c * lm1 * h)
+        beta = wi * (-2.0 * c * lm1 * e)
+        for k in range(K):
+            C[i, k] = alpha * AG[i, k] + beta * AG[i, K + k]
+            C[i, K + k] = beta * AG[i, k]
+            C[i, 2 * K + k] = wi * nrm * AG[i, k]
+        if reg != REG_NONE:
+            value += rho * token_regularizer(AG[i, :K], reg, coef)
+            for k in range(K):
+                C[i, k] += wi * rho * coef[k]
+        total += wi * value
+    return total

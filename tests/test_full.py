@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from attention_cluster import _full
+from attention_cluster import _full, _kernels
 from attention_cluster._full import (
     auto_reg_strength,
     exact_objective,
@@ -172,8 +172,8 @@ def test_kernel_python_twin_matches_jit(problem):
     w = rng.random(len(X))
     for reg in (0, 1, 2):
         C_jit, C_py = np.empty((len(X), 9)), np.empty((len(X), 9))
-        v_jit = _full._row_terms(AG, X, w, 0, 0.2, 9.0, reg, 0.3, C_jit)
-        v_py = _full._row_terms.py_func(AG, X, w, 0, 0.2, 9.0, reg, 0.3, C_py)
+        v_jit = _kernels.exact_row_terms(AG, X, w, 0, 0.2, 9.0, reg, 0.3, C_jit)
+        v_py = _kernels.exact_row_terms.py_func(AG, X, w, 0, 0.2, 9.0, reg, 0.3, C_py)
         assert v_jit == pytest.approx(v_py, rel=1e-12)
         np.testing.assert_allclose(C_jit, C_py, rtol=1e-12)
 

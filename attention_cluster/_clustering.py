@@ -391,7 +391,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 if U0 is None:
                     U0 = self._start(X, weights, spectrum, rng)
                 result = self._psgd(X, weights, U0.copy(), spectrum, temperature, reg_strength, rng, run)
-            if self.n_init > 1:
+            if self.n_init > 1 and solver == "psgd":
+                # Rank PSGD runs by the exact objective (the exact solver
+                # already returns it).
                 objective = _full.exact_objective(
                     Xs, weights, spectrum.moment, result[0], temperature, L,
                     self._regularization_name(), reg_strength,

@@ -1,4 +1,5 @@
-"""Numba kernels of projected stochastic gradient descent (PSGD).
+"""Numba kernels: projected stochastic gradient descent (PSGD), the exact
+objective's per-row terms, and the post-hoc signs and labels.
 
 Every kernel is a module-level ``@njit`` function (nothing jitted is stored on
 an estimator, so estimators pickle). The Python driver in ``_clustering.py``

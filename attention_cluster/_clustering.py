@@ -9,7 +9,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from . import _full, _kernels
+from . import _full, _kernels, _mixture
 from ._scale import estimate_spectrum
 from ._validation import (
     atomic_fit,
@@ -27,6 +27,10 @@ _CHUNK = 100
 _DECAY = 200.0
 _DEFAULT_TOL = {"psgd": 1e-4, "full": 1e-6}
 _DEFAULT_MAX_ITER = {"psgd": 5000, "full": 500}
+# The EM refinement stops when a plain EM step moves the heads by less than
+# this squared distance (math.md section 5): far below the statistical error
+# of the heads up to n ~ 1e7 at sigma ~ 1 (benchmarks/solvers.py).
+_REFINE_TOL = 1e-8
 # solver="auto" takes the exact solver up to this many rows: benchmarks/solvers.py
 # finds it faster than PSGD up to about 1e5 rows (d=10, K=2) and PSGD two to
 # three times faster at 1e6, since PSGD's cost does not grow with n.
@@ -129,9 +133,13 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     ``E ||X_1 - T(X)_1||^2`` over sequences of L rows drawn from the data,
     plus ``reg_strength`` times an orthogonality regulariser (``math.md``
     section 3; paper, section 3.3), by projected stochastic gradient
-    descent on the sphere. At a minimiser the heads are the cluster
-    directions, and a point's cluster is ``argmax_h <x, mu_h>`` (the
-    rebuttal's post-hoc rule).
+    descent on the sphere or by the exact solver (``solver``). At a
+    minimiser the heads are the cluster directions, and a point's cluster
+    is ``argmax_h <x, mu_h>`` (the rebuttal's post-hoc rule). By default
+    the exact solver's heads are then refined to the maximum-likelihood
+    centroid directions of the paper's mixture, by EM whose E step is a
+    softmax attention of the points over the heads (``refine``,
+    ``math.md`` section 7).
 
     Data are divided by an estimated overall scale ``scale_`` before
     fitting, so that the centroids are near the unit sphere as the paper
@@ -171,12 +179,26 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         3), minimised deterministically by Riemannian L-BFGS on the product
         of spheres (on a subsample of 16384 rows first when n is larger,
         then Newton steps on all rows), at O(n d K) per iteration after
-        O(n d^2) moments. It reaches the statistical limit where PSGD
-        plateaus. ``"psgd"``: projected stochastic gradient descent (paper,
-        Appendix F.1), whose cost does not depend on n. ``"auto"`` picks
-        the faster of the two as measured by ``benchmarks/solvers.py``:
-        ``"full"`` up to 200000 rows, ``"psgd"`` beyond (see
-        ``solver_``). The exact solver is the more accurate at every n.
+        O(n d^2) moments: no sampling plateau, unlike PSGD. ``"psgd"``:
+        projected stochastic gradient descent (paper, Appendix F.1), whose
+        cost does not depend on n. ``"auto"`` picks the faster of the two
+        as measured by ``benchmarks/solvers.py``: ``"full"`` up to 200000
+        rows, ``"psgd"`` beyond (see ``solver_``). The exact solver is the
+        more accurate at every n.
+    refine : {"auto", "em"} or None, default="auto"
+        ``"em"``: after the attention solver, maximise the likelihood of the
+        paper's mixture (K centroids of equal norm, isotropic noise, free
+        weights; ``math.md`` section 7) by expectation-maximisation started
+        at the heads. Its E step is a softmax attention of each point over
+        the heads. The heads of the attention risk span the principal
+        subspace of the second moment, about ``1 + K sigma^2`` times
+        farther from the centroids than the class means at high noise; the
+        refined heads are the maximum-likelihood centroid directions, within
+        2x of the class means in ``benchmarks/solvers.py``. Each iteration
+        is one pass over the data. When it follows the exact solver, that
+        solver stops after its subsample stage. ``None``: the attention
+        heads as they are, the paper's estimator. ``"auto"``: ``"em"`` after
+        the exact solver, None after PSGD (whose cost does not grow with n).
     learning_rate : float, default=1.0
         Base step size, relative to the curvature scale
         ``lambda K tr(M)`` of the risk (M the unit-scale second moment).
@@ -220,15 +242,24 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         The heads, unit rows, each signed so that the points of its cluster
         project positively on it.
     labels_ : ndarray of shape (n_samples,)
-        ``argmax_h <x_i, mu_h>`` for the training data.
+        :meth:`predict` on the training data.
     n_iter_ : int
-        PSGD steps, or iterations of the exact solver on all rows, of the
+        PSGD steps, or iterations of the exact solver's last stage, of the
         kept run.
     loss_curve_ : ndarray
         PSGD: the mini-batch objective at each step. Exact solver: the
-        objective on all rows at the start and after each iteration.
+        objective of its last stage (on all rows, or on the subsample when
+        the refinement follows) at the start and after each iteration.
     solver_ : str
         The solver used (``"auto"`` resolved).
+    refine_ : str or None
+        The refinement used (``"auto"`` resolved).
+    refine_n_iter_ : int
+        Passes over the data of the EM refinement (0 without it).
+    weights_ : ndarray of shape (n_clusters,)
+        Mixture weights: the refinement's maximum-likelihood weights, or
+        the (sample-weighted) fractions of points in each cluster without
+        it.
     temperature_ : float
         The temperature lambda used.
     reg_strength_ : float
@@ -269,6 +300,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         regularization="pairwise",
         reg_strength="auto",
         solver="auto",
+        refine="auto",
         learning_rate=1.0,
         batch_size=2,
         max_iter="auto",
@@ -285,6 +317,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         self.regularization = regularization
         self.reg_strength = reg_strength
         self.solver = solver
+        self.refine = refine
         self.learning_rate = learning_rate
         self.batch_size = batch_size
         self.max_iter = max_iter
@@ -307,6 +340,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         check_options(self.regularization, "regularization", ["pairwise", "product", None])
         check_auto_or_positive(self.reg_strength, "reg_strength", strict=False)
         check_options(self.solver, "solver", ["auto", "psgd", "full"])
+        check_options(self.refine, "refine", ["auto", "em", None])
         check_positive(self.learning_rate, "learning_rate")
         check_positive(self.batch_size, "batch_size", numbers.Integral, min_val=1, strict=False)
         if not (isinstance(self.max_iter, str) and self.max_iter == "auto"):
@@ -381,19 +415,23 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
         rng = check_random_state(self.random_state)
         solver = self._resolve_solver(n)
+        refine = self._resolve_refine(solver)
+        # The exact solver's last stage is on all rows unless a refinement
+        # follows, which makes its own passes over all rows.
+        polish = refine is None
         Xs = None if solver == "psgd" and self.n_init == 1 else _unit_scale(X, spectrum.scale)
         best = None
         for run in range(self.n_init):
             if solver == "full":
-                result = self._full(Xs, weights, init, spectrum, temperature, reg_strength, rng, run)
+                result = self._full(Xs, weights, init, spectrum, temperature, reg_strength, rng, run, polish)
             else:
                 U0 = init
                 if U0 is None:
                     U0 = self._start(X, weights, spectrum, rng)
                 result = self._psgd(X, weights, U0.copy(), spectrum, temperature, reg_strength, rng, run)
-            if self.n_init > 1 and solver == "psgd":
-                # Rank PSGD runs by the exact objective (the exact solver
-                # already returns it).
+            if self.n_init > 1 and (solver == "psgd" or not polish):
+                # Rank the runs by the exact objective on all rows (the exact
+                # solver returns it when its last stage is on all rows).
                 objective = _full.exact_objective(
                     Xs, weights, spectrum.moment, result[0], temperature, L,
                     self._regularization_name(), reg_strength,
@@ -414,7 +452,40 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             )
 
         centers, labels = self._sign_fix(X, heads.T, weights)
+        self.refine_n_iter_ = 0
+        if refine == "em":
+            fit = _mixture.refine_heads(
+                X, weights, centers.T, 1.0 / spectrum.scale, float(np.trace(spectrum.moment)),
+                spectrum.noise, tol=_REFINE_TOL, max_iter=self._max_iter("full"),
+            )
+            if not fit.converged:
+                warnings.warn(
+                    f"The EM refinement did not converge in max_iter={self._max_iter('full')} "
+                    "passes; increase max_iter.",
+                    ConvergenceWarning,
+                    stacklevel=2,
+                )
+            if self.verbose:
+                print(
+                    f"[AttentionClustering] EM refinement: {fit.n_iter} passes, "
+                    f"mean log-likelihood {fit.log_likelihood[-1]:.6g}"
+                )
+            self.refine_n_iter_ = fit.n_iter
+            centers = fit.heads.T
+            self.weights_ = fit.weights
+            # Labels: the fitted mixture's posterior mode, argmax_h log pi_h
+            # + beta <mu_h, x / s> (math.md section 7).
+            with np.errstate(divide="ignore"):
+                self._label_bias = np.log(fit.weights)
+            self._label_gain = fit.beta / spectrum.scale
+            labels = self._labels(X, centers)
+        else:
+            counts = np.bincount(labels, weights=weights, minlength=K)
+            self.weights_ = counts / np.sum(counts)
+            self._label_bias = np.zeros(K)
+            self._label_gain = 1.0
         self.cluster_centers_ = centers.astype(X.dtype, copy=False)
+        self.refine_ = refine
         self.temperature_ = temperature
         self.reg_strength_ = reg_strength
         self.noise_scale_ = spectrum.noise
@@ -439,6 +510,12 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             return self.solver
         return "full" if n_samples <= _AUTO_FULL_MAX_N else "psgd"
 
+    def _resolve_refine(self, solver):
+        """``refine="auto"``: EM after the exact solver, none after PSGD."""
+        if self.refine != "auto":
+            return self.refine
+        return "em" if solver == "full" else None
+
     def _tol(self, solver):
         return _DEFAULT_TOL[solver] if isinstance(self.tol, str) else self.tol
 
@@ -454,7 +531,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             X, weights, spectrum.moment, K, self._regularization_name(), random_state=rng
         )
 
-    def _full(self, Xs, weights, init, spectrum, temperature, reg_strength, rng, run):
+    def _full(self, Xs, weights, init, spectrum, temperature, reg_strength, rng, run, polish):
         """One run of the exact solver; returns (heads, objective curve, converged, objective)."""
         start = init if init is not None else self.init
         solution = _full.solve_exact(
@@ -470,6 +547,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             max_iter=self._max_iter("full"),
             moment=spectrum.moment,
             random_state=rng,
+            polish=polish,
         )
         curve = solution.objective_curve
         if self.verbose:
@@ -553,8 +631,22 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         signs = _kernels.sign_and_label(X, U, w, labels)
         return heads * signs[:, None], labels
 
+    def _labels(self, X, centers):
+        """``argmax_h gain <x, mu_h> + bias_h``, by chunks of rows."""
+        C = np.asarray(centers, dtype=np.float64).T
+        labels = np.empty(X.shape[0], dtype=np.intp)
+        for start in range(0, X.shape[0], 65536):
+            scores = (X[start : start + 65536] @ C) * self._label_gain + self._label_bias
+            labels[start : start + 65536] = np.argmax(scores, axis=1)
+        return labels
+
     def predict(self, X):
-        """Cluster of each row: ``argmax_h <x, mu_h>``.
+        """Cluster of each row: ``argmax_h <x, mu_h>``, or the posterior mode.
+
+        Without the refinement the rule is the rebuttal's ``argmax_h <x,
+        mu_h>``; after the EM refinement it is the fitted mixture's posterior
+        mode ``argmax_h log pi_h + beta <mu_h, x / s>`` (``math.md`` section
+        7), which differs only when the weights ``weights_`` differ.
 
         Parameters
         ----------
@@ -567,7 +659,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         """
         check_is_fitted(self)
         X = validate_data(self, X, dtype=[np.float64, np.float32], order="C", reset=False)
-        return np.argmax(X @ self.cluster_centers_.T.astype(X.dtype, copy=False), axis=1)
+        return self._labels(X, self.cluster_centers_)
 
     def fit_predict(self, X, y=None, sample_weight=None):
         """Fit, then return ``labels_``.

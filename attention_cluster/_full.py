@@ -567,7 +567,9 @@ class ExactSolution:
     """Outcome of :func:`solve_exact`."""
 
     heads: np.ndarray  #: (d, K) unit columns
-    objective_curve: np.ndarray  #: full-data objective, start then each iteration
+    #: objective of the last stage, start then each iteration: on the full
+    #: data, or on the subsample when ``polish=False`` stopped there
+    objective_curve: np.ndarray
     n_iter: int  #: iterations on the full data
     n_iter_warm: int  #: iterations on the subsample (warm start), 0 if none
     converged: bool
@@ -590,6 +592,7 @@ def solve_exact(
     max_iter=500,
     moment=None,
     random_state=None,
+    polish=True,
 ):
     """Minimise the exact regularised risk over K unit heads.
 
@@ -599,7 +602,8 @@ def solve_exact(
     4 x 16384, L-BFGS runs on about 16384 rows drawn with ``random_state``
     (with their own moment), and the full data only sees the few steps of
     :func:`polish_on_spheres`, whose Newton systems use the Hessian of that
-    subsample.
+    subsample. ``polish=False`` stops after the subsample (for a caller that
+    refines the heads on all rows by other means).
 
     ``tol`` is relative: each stage stops when the norm of the Riemannian
     gradient is at most ``tol * mean ||x_i||^2``, the objective's scale (the
@@ -647,6 +651,8 @@ def solve_exact(
     # Its optimum is off the full data's by the subsample's sampling error,
     # far above tol: a looser tolerance loses nothing.
     warm = minimize_on_spheres(sub, U0, tol=100 * tol_abs, max_iter=max_iter)
+    if not polish:
+        return ExactSolution(warm.heads, warm.objective_curve, 0, warm.n_iter, warm.converged)
     polish = polish_on_spheres(full, sub, warm.heads, tol=tol_abs, max_iter=max_iter)
     if polish.converged:
         return ExactSolution(polish.heads, polish.objective_curve, polish.n_iter, warm.n_iter, True)

@@ -15,7 +15,7 @@ are the columns of ``U`` (d x K), ``c = lambda K / L``, ``A = X U``,
 """
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 # Flags that keep NaN and Inf semantics (no "nnan"/"ninf"): results stay
 # comparable to the NumPy reference while allowing vectorised reductions.
@@ -342,4 +342,100 @@ def exact_row_terms(AG, X, w, offset, c, lm1, reg, rho, C):
             for k in range(K):
                 C[i, k] += wi * rho * coef[k]
         total += wi * value
+    return total
+
+
+
+# Rows per block of the mixture E step (the block's scores stay in cache), and
+# rows per parallel chunk: chunk boundaries depend on n only, so the sums, and
+# the fit, do not depend on the number of threads.
+_E_BLOCK = 256
+_E_CHUNK = 16384
+
+
+@njit(cache=True, fastmath=FASTMATH)
+def _e_step_rows(X, start, stop, UT, log_weights, b, weights, S, counts):
+    """Rows ``start:stop`` of :func:`mixture_e_step` (``b = beta / s``), added to S, counts."""
+    d = X.shape[1]
+    K = UT.shape[0]
+    P = np.empty((_E_BLOCK, K))
+    total = 0.0
+    for lo in range(start, stop, _E_BLOCK):
+        hi = min(lo + _E_BLOCK, stop)
+        for i in range(lo, hi):
+            for k in range(K):
+                s = 0.0
+                for j in range(d):
+                    s += X[i, j] * UT[k, j]
+                P[i - lo, k] = log_weights[k] + b * s
+        for i in range(lo, hi):
+            w = 1.0 if weights.shape[0] == 0 else weights[i]
+            top = 0
+            for k in range(1, K):
+                if P[i - lo, k] > P[i - lo, top]:
+                    top = k
+            m = P[i - lo, top]
+            z = 1.0
+            for k in range(K):
+                if k == top:
+                    P[i - lo, k] = 1.0
+                else:
+                    e = np.exp(P[i - lo, k] - m)
+                    P[i - lo, k] = e
+                    z += e
+            if w == 0.0 or m == -np.inf:
+                # A zero-weight row, or a row no head can take: it adds nothing.
+                for k in range(K):
+                    P[i - lo, k] = 0.0
+                continue
+            total += w * (m + np.log(z))
+            inv = w / z
+            for k in range(K):
+                P[i - lo, k] *= inv
+                counts[k] += P[i - lo, k]
+        for i in range(lo, hi):
+            for k in range(K):
+                r = P[i - lo, k]
+                if r != 0.0:
+                    for j in range(d):
+                        S[k, j] += r * X[i, j]
+    return total
+
+
+@njit(cache=True, parallel=True)
+def mixture_e_step(X, U, log_weights, beta, inv_scale, weights, S, counts):
+    """One E step of the equal-norm spherical mixture, accumulated over X.
+
+    ``math.md`` section 7: the responsibility of head k for row x is
+    ``softmax_k(log pi_k + beta <mu_k, x / s>)``, a softmax attention of the
+    point over the heads. Fills ``S[k] = sum_i w_i r_ik x_i / s`` (K x d) and
+    ``counts[k] = sum_i w_i r_ik``, and returns ``sum_i w_i logsumexp_k(log pi_k
+    + beta <mu_k, x_i / s>)``, the part of the log-likelihood that depends on
+    the heads. ``U`` is d x K, ``s = 1 / inv_scale``; ``weights`` of length 0
+    means unit weights. Sums are in float64 whatever X's dtype; chunks of
+    rows run in parallel and are summed in a fixed order.
+    """
+    n, d = X.shape
+    K = U.shape[1]
+    UT = np.ascontiguousarray(U.T)
+    n_chunks = max(1, (n + _E_CHUNK - 1) // _E_CHUNK)
+    S_parts = np.zeros((n_chunks, K, d))
+    count_parts = np.zeros((n_chunks, K))
+    totals = np.zeros(n_chunks)
+    b = beta * inv_scale
+    for c in prange(n_chunks):
+        start = c * _E_CHUNK
+        stop = min(start + _E_CHUNK, n)
+        totals[c] = _e_step_rows(X, start, stop, UT, log_weights, b, weights, S_parts[c], count_parts[c])
+    total = 0.0
+    for k in range(K):
+        counts[k] = 0.0
+        for j in range(d):
+            S[k, j] = 0.0
+    for c in range(n_chunks):
+        total += totals[c]
+        for k in range(K):
+            counts[k] += count_parts[c, k]
+            for j in range(d):
+                S[k, j] += inv_scale * S_parts[c, k, j]
     return total

@@ -106,3 +106,44 @@ def sign_and_label(X, heads, weights=None):
     totals = np.array([np.sum(w[owner == h] * proj[owner == h, h]) for h in range(len(heads))])
     signs = np.where(totals < 0, -1.0, 1.0)
     return signs, np.argmax(proj * signs, axis=1)
+
+
+def mixture_log_likelihood(X, weights, U, pi, radius, tau):
+    """Weighted mean of log sum_k pi_k N(x; r mu_k, tau^2 I), by scipy (math.md section 7)."""
+    from scipy.special import logsumexp
+    from scipy.stats import multivariate_normal
+
+    d = X.shape[1]
+    logs = np.column_stack([
+        np.log(pi[k]) + multivariate_normal(radius * U[:, k], tau**2 * np.eye(d)).logpdf(X)
+        for k in range(U.shape[1])
+    ])
+    w = np.ones(len(X)) if weights is None else weights
+    return float(np.sum(w * logsumexp(logs, axis=1)) / np.sum(w))
+
+
+def mixture_e_step(X, U, log_pi, beta, weights=None):
+    """Responsibilities softmax_k(log pi_k + beta <mu_k, x>); (S, counts, partial)."""
+    from scipy.special import logsumexp
+
+    logits = log_pi + beta * (X @ U)
+    norm = logsumexp(logits, axis=1)
+    gamma = np.exp(logits - norm[:, None])
+    w = np.ones(len(X)) if weights is None else weights
+    return (gamma * w[:, None]).T @ X, gamma.T @ w, float(np.sum(w * norm))
+
+
+def mixture_em_step(X, weights, U, pi, radius, tau):
+    """One EM step written as the maximiser of the expected complete log-likelihood."""
+    w = np.ones(len(X)) if weights is None else weights
+    N = np.sum(w)
+    S, counts, _ = mixture_e_step(X, U, np.log(pi), radius / tau**2, w)
+    new_U = (S / np.linalg.norm(S, axis=1, keepdims=True)).T
+    from scipy.special import softmax
+
+    gamma_w = softmax(np.log(pi) + (radius / tau**2) * (X @ U), axis=1) * w[:, None]
+    # r maximises sum_ik g_ik (r <mu_k, x_i> - r^2 / 2).
+    new_r = np.sum(gamma_w * (X @ new_U)) / N
+    sq = np.stack([np.sum((X - new_r * new_U[:, k]) ** 2, axis=1) for k in range(U.shape[1])], axis=1)
+    new_tau2 = np.sum(gamma_w * sq) / (N * X.shape[1])
+    return new_U, counts / N, new_r, np.sqrt(new_tau2)

@@ -144,7 +144,8 @@ def test_solvers_benchmark_quick_mode(tmp_path):
         sys.path[:] = env_path
     assert {r["noise"] for r in payload["rows"]} == {0.3, 1.0}
     for r in payload["rows"]:
-        assert 0 <= r["floor"] and 0 <= r["full"] and set(r["seconds"]) == {"psgd", "full", "kmeans"}
+        assert 0 <= r["floor"] and 0 <= r["full"] and 0 <= r["attention"]
+        assert set(r["seconds"]) == {"psgd", "full", "attention", "kmeans"}
     page = (tmp_path / "solvers.md").read_text()
-    assert "## Against the targets" in page and page.count("| yes |") + page.count("| **no** |") >= 6
+    assert "## Against the targets" in page and page.count("| yes |") + page.count("| **no** |") >= 7
     assert (tmp_path / "_static" / "benchmarks" / "solvers.png").stat().st_size > 0

@@ -70,10 +70,28 @@ def test_fit_predict_equals_labels(paper_data):
     np.testing.assert_array_equal(model.predict(X), model.labels_)
 
 
-@given(c=st.floats(1e-100, 1e100))
-def test_labels_invariant_to_positive_rescaling(fitted, paper_data, c):
+@pytest.fixture(scope="module")
+def fitted_unrefined(paper_data):
     X, _, _ = paper_data
-    np.testing.assert_array_equal(fitted.predict(c * X), fitted.labels_)
+    return AttentionClustering(refine=None, random_state=0).fit(X)
+
+
+@given(c=st.floats(1e-100, 1e100))
+def test_direction_labels_invariant_to_positive_rescaling(fitted_unrefined, paper_data, c):
+    # Without the refinement a point's label is argmax_h <x, mu_h>: its
+    # direction's alone.
+    X, _, _ = paper_data
+    np.testing.assert_array_equal(fitted_unrefined.predict(c * X), fitted_unrefined.labels_)
+
+
+@given(c=st.floats(1e-3, 1e3))
+def test_refined_labels_are_the_posterior_mode(fitted, paper_data, c):
+    # After the refinement a label is the fitted mixture's posterior mode,
+    # argmax_h log pi_h + beta <mu_h, x / s> (math.md section 7), which
+    # depends on the norm of x as a Gaussian mixture's does.
+    X, _, _ = paper_data
+    scores = (c * X) @ fitted.cluster_centers_.T * fitted._label_gain + np.log(fitted.weights_)
+    np.testing.assert_array_equal(fitted.predict(c * X), np.argmax(scores, axis=1))
 
 
 @given(c=st.floats(1e-6, 1e6))

@@ -29,6 +29,8 @@ def _expected_failed_checks(estimator):
 @parametrize_with_checks(
     [
         AttentionClustering(random_state=0),
+        AttentionClustering(solver="full", random_state=0),
+        AttentionClustering(solver="full", refine=None, random_state=0),
         AttentionClustering(solver="psgd", random_state=0),
         InContextQuantizer(),
         InContextQuantizer(attention="softmax"),

@@ -1,0 +1,192 @@
+"""Maximum-likelihood refinement of the heads: EM for the paper's mixture.
+
+The heads that minimise the attention risk span the principal subspace of the
+second moment, which at high noise estimates the centroids' span less
+efficiently than the mixture's likelihood does (``math.md`` section 7).
+Started at the heads, expectation-maximisation for the data model of
+``math.md`` section 1 (K centroids of equal norm, isotropic noise) moves them
+to the maximum-likelihood centroids. Its E step is a softmax attention of
+each point over the heads; its M step normalises the attention-weighted sums.
+Plain EM crawls along the mixture weights when the clusters overlap, so the
+iterations are accelerated by SQUAREM (Varadhan and Roland, Scand. J. Stat.
+2008), which keeps EM's monotone likelihood.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _kernels
+
+# Smallest noise variance, relative to the mean squared norm m2 / d: keeps the
+# inverse temperature beta = r / tau^2 finite when the clusters are points.
+_MIN_VARIANCE = 1e-12
+
+
+@dataclass(frozen=True)
+class MixtureFit:
+    """Result of :func:`refine_heads` (parameters of the data divided by s)."""
+
+    heads: np.ndarray  #: d x K unit heads mu_k
+    weights: np.ndarray  #: mixture weights pi, shape (K,)
+    radius: float  #: common centroid norm r
+    noise: float  #: noise standard deviation relative to the radius, tau / r
+    beta: float  #: inverse temperature r / tau^2 of the posterior (E step)
+    log_likelihood: np.ndarray  #: mean log-likelihood of each accepted iterate
+    n_iter: int  #: E steps (passes over the data)
+    converged: bool
+
+
+@dataclass(frozen=True)
+class _Params:
+    U: np.ndarray  # d x K
+    radius: float
+    variance: float
+    log_pi: np.ndarray  # K
+
+    def vector(self):
+        return np.concatenate([self.U.ravel(), [self.radius, np.log(self.variance)], self.log_pi])
+
+    @classmethod
+    def from_vector(cls, v, d, K, floor):
+        """Map an extrapolated vector back to valid parameters."""
+        U = v[: d * K].reshape(d, K)
+        norms = np.linalg.norm(U, axis=0)
+        radius = float(v[d * K])
+        if np.any(norms == 0.0) or not np.all(np.isfinite(v)) or radius <= 0.0:
+            return None
+        log_pi = v[d * K + 2 :] - np.logaddexp.reduce(v[d * K + 2 :])
+        return cls(U / norms, radius, max(float(np.exp(v[d * K + 1])), floor), log_pi)
+
+
+def mixture_log_likelihood(partial, mean_sq, radius, variance, d):
+    """Mean log-likelihood from the E step's ``partial`` (``math.md`` section 7).
+
+    ``l = partial - (m2 + r^2) / (2 tau^2) - (d / 2) log(2 pi tau^2)`` with
+    ``partial = mean_i logsumexp_k(log pi_k + (r / tau^2) <mu_k, x_i>)``.
+    """
+    return partial - (mean_sq + radius**2) / (2.0 * variance) - 0.5 * d * np.log(2.0 * np.pi * variance)
+
+
+class _EM:
+    """The E and M steps on one data set (``math.md`` section 7)."""
+
+    def __init__(self, X, sample_weight, inv_scale, mean_sq):
+        self.X = X
+        self.w = np.empty(0) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        self.total = float(X.shape[0]) if sample_weight is None else float(np.sum(self.w))
+        self.inv_scale = inv_scale
+        self.mean_sq = mean_sq
+        self.d = X.shape[1]
+        self.floor = _MIN_VARIANCE * mean_sq / self.d
+        self.passes = 0
+
+    def expect(self, p):
+        """E step at ``p``: (S, counts, mean log-likelihood of p)."""
+        K = p.U.shape[1]
+        S = np.empty((K, self.d))
+        counts = np.empty(K)
+        partial = _kernels.mixture_e_step(
+            self.X, p.U, p.log_pi, p.radius / p.variance, self.inv_scale, self.w, S, counts
+        )
+        self.passes += 1
+        ll = mixture_log_likelihood(partial / self.total, self.mean_sq, p.radius, p.variance, self.d)
+        return S, counts, ll
+
+    def maximize(self, S, counts, previous):
+        """M step: ``mu_k = S_k / ||S_k||``, ``r = sum_k ||S_k|| / N``,
+        ``pi_k = counts_k / N``, ``tau^2 = (m2 - r^2) / d``. A head that no
+        point takes keeps its direction."""
+        norms = np.linalg.norm(S, axis=1)
+        alive = norms > 0.0
+        U = previous.U.copy()
+        U[:, alive] = (S[alive] / norms[alive, None]).T
+        radius = float(np.sum(norms)) / self.total
+        variance = max((self.mean_sq - radius**2) / self.d, self.floor)
+        with np.errstate(divide="ignore"):
+            log_pi = np.log(counts / self.total)
+        return _Params(U, radius, variance, log_pi)
+
+
+def refine_heads(X, sample_weight, heads, inv_scale, mean_sq, noise, *, tol=1e-8, max_iter=500):
+    """EM for the equal-norm spherical mixture, started at ``heads``.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, d)
+        Data (float32 or float64), divided by ``s = 1 / inv_scale`` on the fly.
+    sample_weight : ndarray of shape (n,) or None
+    heads : ndarray of shape (d, K)
+        Unit starting heads, signed so that their clusters project
+        positively on them.
+    inv_scale : float
+        ``1 / s``: the model is fitted to ``x / s``.
+    mean_sq : float
+        ``m2``, the weighted mean of ``||x / s||^2``.
+    noise : float
+        Starting noise level (the centroids' norm starts at 1, the weights
+        equal).
+    tol : float
+        Stop when a plain EM step moves the heads by ``sum_k ||mu_k -
+        mu_k^prev||^2 < tol``.
+    max_iter : int
+        Maximum number of E steps (passes over the data).
+
+    Returns
+    -------
+    MixtureFit
+    """
+    d, K = heads.shape
+    if not mean_sq > 0.0:
+        # All-zero data: no likelihood to maximise; the heads stay.
+        return MixtureFit(np.array(heads, dtype=np.float64), np.full(K, 1.0 / K), 0.0, 0.0, 1.0,
+                          np.empty(0), 0, True)
+    em = _EM(X, sample_weight, inv_scale, mean_sq)
+    p0 = _Params(
+        np.array(heads, dtype=np.float64), 1.0, max(float(noise) ** 2, em.floor), np.full(K, -np.log(K))
+    )
+    S0, c0, ll0 = em.expect(p0)
+    curve = [ll0]
+    converged = False
+    while em.passes < max_iter:
+        p1 = em.maximize(S0, c0, p0)
+        if float(np.sum((p1.U - p0.U) ** 2)) < tol or p1.radius == 0.0:
+            p0, converged = p1, True
+            break
+        S1, c1, ll1 = em.expect(p1)
+        p2 = em.maximize(S1, c1, p1)
+        # SQUAREM step (Varadhan and Roland's SqS3): extrapolate along the
+        # two EM steps, then take one EM step from there; fall back to the
+        # second EM iterate if that loses likelihood.
+        v0, v1, v2 = p0.vector(), p1.vector(), p2.vector()
+        with np.errstate(invalid="ignore"):
+            # A head that no point takes has log pi = -inf: no extrapolation.
+            r, v = v1 - v0, v2 - 2.0 * v1 + v0
+        nr, nv = np.linalg.norm(r), np.linalg.norm(v)
+        candidate = None
+        if np.isfinite(nr) and np.isfinite(nv) and nv > 0.0:
+            alpha = min(-nr / nv, -1.0)
+            candidate = _Params.from_vector(v0 - 2.0 * alpha * r + alpha**2 * v, d, K, em.floor)
+        if candidate is not None and em.passes < max_iter:
+            Sc, cc, llc = em.expect(candidate)
+            if llc >= ll1:
+                p0, S0, c0, ll0 = candidate, Sc, cc, llc
+                curve.append(ll0)
+                continue
+        if em.passes >= max_iter:
+            p0 = p2
+            break
+        p0 = p2
+        S0, c0, ll0 = em.expect(p2)
+        curve.append(ll0)
+    radius = p0.radius
+    return MixtureFit(
+        heads=p0.U,
+        weights=np.exp(p0.log_pi),
+        radius=radius,
+        noise=float(np.sqrt(p0.variance)) / radius if radius > 0 else np.inf,
+        beta=radius / p0.variance,
+        log_likelihood=np.array(curve),
+        n_iter=em.passes,
+        converged=converged,
+    )

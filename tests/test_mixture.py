@@ -1,0 +1,253 @@
+"""The EM refinement (math.md section 7) against NumPy/scipy references and Monte Carlo."""
+
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from scipy.stats import ortho_group
+from sklearn.exceptions import ConvergenceWarning
+
+from attention_cluster import AttentionClustering
+from attention_cluster import _kernels as kern
+from attention_cluster._mixture import _EM, _Params, mixture_log_likelihood, refine_heads
+from attention_cluster.datasets import make_mixture
+from attention_cluster.metrics import centroid_distance
+from reference import mixture_e_step, mixture_em_step
+from reference import mixture_log_likelihood as reference_log_likelihood
+
+
+def _problem(seed, n=600, d=5, K=3, noise=0.6, weights=None):
+    X, y, C = make_mixture(n, d, K, noise=noise, weights=weights, random_state=seed)
+    return X, y, C
+
+
+def _kernel_e_step(X, U, log_pi, beta, inv_scale=1.0, weights=None):
+    K, d = U.shape[1], X.shape[1]
+    S, counts = np.empty((K, d)), np.empty(K)
+    w = np.empty(0) if weights is None else weights
+    partial = kern.mixture_e_step(X, U, log_pi, beta, inv_scale, w, S, counts)
+    return S, counts, partial
+
+
+@pytest.mark.parametrize("n, d, K", [(1, 1, 1), (50, 3, 2), (300, 10, 4), (40000, 4, 3)], ids=str)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_e_step_matches_reference(n, d, K, dtype, weighted, global_random_seed):
+    # n = 40000 spans several parallel chunks of rows.
+    rng = np.random.default_rng(global_random_seed)
+    X = (2.0 * rng.standard_normal((n, d))).astype(dtype)
+    U = rng.standard_normal((d, K))
+    U /= np.linalg.norm(U, axis=0)
+    log_pi = np.log(rng.dirichlet(np.ones(K)))
+    weights = None
+    if weighted:
+        weights = rng.integers(0, 4, size=n).astype(float)
+        weights[0] = 1.0
+    inv_scale = 0.5
+    S, counts, partial = _kernel_e_step(X, U, log_pi, 1.7, inv_scale, weights)
+    S_ref, counts_ref, partial_ref = mixture_e_step(X.astype(np.float64) * inv_scale, U, log_pi, 1.7, weights)
+    rtol = 1e-9 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(S, S_ref, rtol=rtol, atol=rtol * n)
+    np.testing.assert_allclose(counts, counts_ref, rtol=rtol)
+    np.testing.assert_allclose(partial, partial_ref, rtol=rtol)
+
+
+def test_log_likelihood_matches_scipy(global_random_seed):
+    X, _, _ = _problem(global_random_seed)
+    rng = np.random.default_rng(global_random_seed)
+    d, K = X.shape[1], 3
+    U = rng.standard_normal((d, K))
+    U /= np.linalg.norm(U, axis=0)
+    pi, radius, tau = rng.dirichlet(np.ones(K)), 0.9, 0.7
+    _, _, partial = _kernel_e_step(X, U, np.log(pi), radius / tau**2)
+    mean_sq = float(np.mean(np.sum(X**2, axis=1)))
+    ours = mixture_log_likelihood(partial / len(X), mean_sq, radius, tau**2, d)
+    assert ours == pytest.approx(reference_log_likelihood(X, None, U, pi, radius, tau), rel=1e-10)
+
+
+def test_posterior_is_calibrated_monte_carlo(global_random_seed):
+    # Bayes: for x drawn from the model, E[gamma_k(x)] = pi_k and
+    # E[gamma_k(x) | z = k] > E[gamma_k(x) | z != k]; Monte Carlo over 2e5 draws.
+    weights = np.array([0.2, 0.3, 0.5])
+    noise = 0.8
+    X, y, C = make_mixture(200_000, 4, 3, noise=noise, weights=weights, random_state=global_random_seed)
+    S, counts, _ = _kernel_e_step(X, np.ascontiguousarray(C.T), np.log(weights), 1.0 / noise**2)
+    share = counts / len(X)
+    # The responsibilities are bounded by 1: standard error <= 0.5 / sqrt(n).
+    np.testing.assert_allclose(share, weights, atol=5 * 0.5 / np.sqrt(len(X)))
+    # And the responsibility-weighted sums are the posterior means: S_k / N =
+    # E[gamma_k x] = pi_k mu_k by the tower rule (noise has mean zero).
+    np.testing.assert_allclose(S / len(X), weights[:, None] * C, atol=5 * 2 * noise / np.sqrt(len(X)))
+
+
+def test_m_step_matches_reference(global_random_seed):
+    # The code's closed forms (tau^2 = (m2 - r^2) / d, r = sum ||S_k|| / N)
+    # against the maximiser of the expected complete log-likelihood written out.
+    X, _, C = _problem(global_random_seed)
+    rng = np.random.default_rng(global_random_seed + 1)
+    w = rng.uniform(0.5, 2.0, size=len(X))
+    U = C.T + 0.3 * rng.standard_normal(C.T.shape)
+    U /= np.linalg.norm(U, axis=0)
+    pi, radius, tau = np.array([0.5, 0.3, 0.2]), 1.1, 0.5
+    em = _EM(X, w, 1.0, float(np.average(np.sum(X**2, axis=1), weights=w)))
+    p = _Params(U, radius, tau**2, np.log(pi))
+    S, counts, _ = em.expect(p)
+    new = em.maximize(S, counts, p)
+    U_ref, pi_ref, r_ref, tau_ref = mixture_em_step(X, w, U, pi, radius, tau)
+    np.testing.assert_allclose(new.U, U_ref, rtol=1e-10)
+    np.testing.assert_allclose(np.exp(new.log_pi), pi_ref, rtol=1e-10)
+    assert new.radius == pytest.approx(r_ref, rel=1e-10)
+    assert new.variance == pytest.approx(tau_ref**2, rel=1e-9)
+
+
+def _refined(X, C, weights=None, noise=0.6, **kwargs):
+    mean_sq = float(np.average(np.sum(X**2, axis=1), weights=weights))
+    return refine_heads(X, weights, np.ascontiguousarray(C.T), 1.0, mean_sq, noise, **kwargs)
+
+
+def test_fixed_point_is_the_likelihood_maximum(global_random_seed):
+    # At convergence every derivative of the likelihood (scipy reference) in the
+    # heads (tangent to the spheres), r, tau and the weights vanishes; at the
+    # starting point they do not.
+    X, _, C = _problem(global_random_seed, n=2000)
+    rng = np.random.default_rng(global_random_seed)
+    start = C + 0.15 * rng.standard_normal(C.shape)
+    start /= np.linalg.norm(start, axis=1, keepdims=True)
+    fit = _refined(X, start, tol=1e-20, max_iter=2000)
+    assert fit.converged
+
+    def derivatives(U, pi, radius, tau, eps=1e-5):
+        ll = lambda *p: reference_log_likelihood(X, None, *p)  # noqa: E731
+        out = []
+        for k in range(U.shape[1]):
+            v = rng.standard_normal(U.shape[0])
+            v -= U[:, k] * (U[:, k] @ v)
+            v /= np.linalg.norm(v)
+            moved = [U.copy(), U.copy()]
+            for sign, V in zip((1, -1), moved):
+                V[:, k] = np.cos(eps) * U[:, k] + sign * np.sin(eps) * v
+            out.append((ll(moved[0], pi, radius, tau) - ll(moved[1], pi, radius, tau)) / (2 * eps))
+        out.append((ll(U, pi, radius + eps, tau) - ll(U, pi, radius - eps, tau)) / (2 * eps))
+        out.append((ll(U, pi, radius, tau + eps) - ll(U, pi, radius, tau - eps)) / (2 * eps))
+        shift = np.array([eps, -eps, 0.0])
+        out.append((ll(U, pi + shift, radius, tau) - ll(U, pi - shift, radius, tau)) / (2 * eps))
+        return np.abs(out)
+
+    radius = fit.radius
+    at_fit = derivatives(fit.heads, fit.weights, radius, fit.noise * radius)
+    at_start = derivatives(np.ascontiguousarray(start.T), np.full(3, 1 / 3), 1.0, 0.6)
+    assert np.max(at_fit) < 1e-6
+    assert np.max(at_start) > 1e-3
+
+
+@given(seed=st.integers(0, 2**31 - 1), noise=st.floats(0.05, 1.5), K=st.integers(1, 4))
+def test_log_likelihood_never_decreases(seed, noise, K):
+    rng = np.random.default_rng(seed)
+    X, _, _ = make_mixture(300, 4, K, noise=noise, centroids="random", random_state=seed)
+    start = rng.standard_normal((K, 4))
+    start /= np.linalg.norm(start, axis=1, keepdims=True)
+    fit = _refined(X, start, noise=noise, tol=1e-12, max_iter=60)
+    assert np.all(np.diff(fit.log_likelihood) >= -1e-12 * np.abs(fit.log_likelihood[:-1]))
+    np.testing.assert_allclose(np.linalg.norm(fit.heads, axis=0), 1.0, rtol=1e-12)
+    assert fit.weights.sum() == pytest.approx(1.0) and fit.radius >= 0 and fit.noise > 0
+
+
+@given(seed=st.integers(0, 2**31 - 1), scale=st.floats(1e-3, 1e3))
+def test_equivariances(seed, scale):
+    # Rotating the data rotates the fitted heads; permuting the starting heads
+    # permutes them; the fit of (c X, s = c) equals that of (X, s = 1).
+    X, _, C = make_mixture(400, 4, 3, noise=0.5, random_state=seed)
+    Q = ortho_group.rvs(4, random_state=seed)
+    fit = _refined(X, C, tol=1e-14)
+    rotated = _refined(X @ Q.T, C @ Q.T, tol=1e-14)
+    np.testing.assert_allclose(rotated.heads, Q @ fit.heads, atol=1e-7)
+    perm = np.array([2, 0, 1])
+    permuted = _refined(X, C[perm], tol=1e-14)
+    np.testing.assert_allclose(permuted.heads, fit.heads[:, perm], atol=1e-7)
+    mean_sq = float(np.mean(np.sum(X**2, axis=1)))
+    scaled = refine_heads(scale * X, None, np.ascontiguousarray(C.T), 1.0 / scale, mean_sq, 0.5, tol=1e-14)
+    np.testing.assert_allclose(scaled.heads, fit.heads, atol=1e-7)
+
+
+def test_integer_weights_equal_repeated_rows(global_random_seed):
+    X, _, C = _problem(global_random_seed, n=300)
+    counts = np.random.default_rng(global_random_seed).integers(0, 4, size=len(X))
+    weighted = _refined(X, C, weights=counts.astype(float), tol=1e-14)
+    repeated = _refined(np.repeat(X, counts, axis=0), C, tol=1e-14)
+    np.testing.assert_allclose(weighted.heads, repeated.heads, atol=1e-9)
+    np.testing.assert_allclose(weighted.weights, repeated.weights, atol=1e-9)
+
+
+def test_point_clusters_are_recovered_exactly():
+    # sigma = 0: the variance hits its floor and the E step is a hard argmax.
+    X, _, C = make_mixture(200, 6, 3, noise=0.0, random_state=0)
+    start = C + 0.05
+    start /= np.linalg.norm(start, axis=1, keepdims=True)
+    fit = _refined(X, start, noise=0.0)
+    assert fit.converged and np.all(np.isfinite(fit.heads))
+    assert centroid_distance(fit.heads.T, C) < 1e-20
+
+
+# --- The estimator's refine option ------------------------------------------
+
+
+def test_refine_resolution_and_attributes():
+    X, _, _ = make_mixture(500, 5, 2, noise=0.3, random_state=0)
+    full = AttentionClustering(2, solver="full", random_state=0).fit(X)
+    assert full.refine_ == "em" and full.refine_n_iter_ > 0
+    assert full.weights_.shape == (2,) and full.weights_.sum() == pytest.approx(1.0)
+    psgd = AttentionClustering(2, solver="psgd", random_state=0).fit(X)
+    assert psgd.refine_ is None and psgd.refine_n_iter_ == 0
+    np.testing.assert_allclose(psgd.weights_, np.bincount(psgd.labels_, minlength=2) / len(X))
+    both = AttentionClustering(2, solver="psgd", refine="em", random_state=0).fit(X)
+    assert both.refine_ == "em" and both.refine_n_iter_ > 0
+
+
+def test_refine_rejects_unknown_values():
+    with pytest.raises(ValueError, match="refine"):
+        AttentionClustering(refine="newton").fit(np.eye(4))
+
+
+def test_refine_warns_when_it_does_not_converge():
+    X, _, _ = make_mixture(500, 5, 2, noise=1.0, random_state=0)
+    with pytest.warns(ConvergenceWarning, match="EM refinement"):
+        AttentionClustering(2, solver="full", max_iter=2, tol=1.0, random_state=0).fit(X)
+
+
+def test_refine_finds_unequal_weights(global_random_seed):
+    X, y, C = make_mixture(20_000, 6, 2, noise=0.5, weights=[0.25, 0.75], random_state=global_random_seed)
+    model = AttentionClustering(2, solver="full", random_state=global_random_seed).fit(X)
+    # weights_ follows the heads' order: match the heads to the centroids.
+    order = np.argmax(np.abs(model.cluster_centers_ @ C.T), axis=1)
+    np.testing.assert_allclose(model.weights_, np.array([0.25, 0.75])[order], atol=0.03)
+
+
+def test_refine_beats_the_attention_heads_at_high_noise(global_random_seed):
+    # sigma = 1, K = 2: the attention heads are about 3x the class means'
+    # distance (1 + K sigma^2), the refined ones within 2x (math.md section 7).
+    ratios = []
+    for seed in range(global_random_seed, global_random_seed + 5):
+        X, y, C = make_mixture(20_000, 10, 2, noise=1.0, random_state=seed)
+        means = np.array([X[y == k].mean(axis=0) for k in range(2)])
+        floor = centroid_distance(means / np.linalg.norm(means, axis=1, keepdims=True), C)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            refined = AttentionClustering(2, solver="full", random_state=seed).fit(X)
+            plain = AttentionClustering(2, solver="full", refine=None, random_state=seed).fit(X)
+        ratios.append((centroid_distance(refined.cluster_centers_, C) / floor,
+                       centroid_distance(plain.cluster_centers_, C) / floor))
+    refined_ratio, plain_ratio = np.median(ratios, axis=0)
+    assert refined_ratio < 2.0 < plain_ratio
+
+
+def test_posterior_labels_beat_the_direction_rule_with_unequal_weights(global_random_seed):
+    # With weights 1:3 the Bayes rule shifts the boundary towards the light
+    # cluster; the refined model's posterior mode follows it.
+    X, y, C = make_mixture(20_000, 6, 2, noise=0.6, weights=[0.25, 0.75], random_state=global_random_seed)
+    model = AttentionClustering(2, solver="full", random_state=global_random_seed).fit(X)
+    order = np.argmax(np.abs(model.cluster_centers_ @ C.T), axis=1)  # head -> cluster
+    posterior = np.mean(order[model.labels_] == y)
+    direction = np.mean(order[np.argmax(X @ model.cluster_centers_.T, axis=1)] == y)
+    assert posterior > direction + 0.01

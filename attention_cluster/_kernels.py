@@ -1,5 +1,6 @@
 """Numba kernels: projected stochastic gradient descent (PSGD), the exact
-objective's per-row terms, and the post-hoc signs and labels.
+objective's per-row terms, the post-hoc signs and labels, and the E step of
+the EM refinement.
 
 Every kernel is a module-level ``@njit`` function (nothing jitted is stored on
 an estimator, so estimators pickle). The Python driver in ``_clustering.py``
@@ -15,7 +16,7 @@ are the columns of ``U`` (d x K), ``c = lambda K / L``, ``A = X U``,
 """
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 # Flags that keep NaN and Inf semantics (no "nnan"/"ninf"): results stay
 # comparable to the NumPy reference while allowing vectorised reductions.
@@ -346,11 +347,8 @@ def exact_row_terms(AG, X, w, offset, c, lm1, reg, rho, C):
 
 
 
-# Rows per block of the mixture E step (the block's scores stay in cache), and
-# rows per parallel chunk: chunk boundaries depend on n only, so the sums, and
-# the fit, do not depend on the number of threads.
+# Rows per block of the mixture E step: the block's scores stay in cache.
 _E_BLOCK = 256
-_E_CHUNK = 16384
 
 
 @njit(cache=True, fastmath=FASTMATH)
@@ -402,7 +400,7 @@ def _e_step_rows(X, start, stop, UT, log_weights, b, weights, S, counts):
     return total
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True)
 def mixture_e_step(X, U, log_weights, beta, inv_scale, weights, S, counts):
     """One E step of the equal-norm spherical mixture, accumulated over X.
 
@@ -412,30 +410,18 @@ def mixture_e_step(X, U, log_weights, beta, inv_scale, weights, S, counts):
     ``counts[k] = sum_i w_i r_ik``, and returns ``sum_i w_i logsumexp_k(log pi_k
     + beta <mu_k, x_i / s>)``, the part of the log-likelihood that depends on
     the heads. ``U`` is d x K, ``s = 1 / inv_scale``; ``weights`` of length 0
-    means unit weights. Sums are in float64 whatever X's dtype; chunks of
-    rows run in parallel and are summed in a fixed order.
+    means unit weights. Sums are in float64 whatever X's dtype. Serial, like
+    every kernel here: no threading layer, so fits are safe in threads and
+    in forked processes.
     """
-    n, d = X.shape
-    K = U.shape[1]
+    K, d = U.shape[1], U.shape[0]
     UT = np.ascontiguousarray(U.T)
-    n_chunks = max(1, (n + _E_CHUNK - 1) // _E_CHUNK)
-    S_parts = np.zeros((n_chunks, K, d))
-    count_parts = np.zeros((n_chunks, K))
-    totals = np.zeros(n_chunks)
-    b = beta * inv_scale
-    for c in prange(n_chunks):
-        start = c * _E_CHUNK
-        stop = min(start + _E_CHUNK, n)
-        totals[c] = _e_step_rows(X, start, stop, UT, log_weights, b, weights, S_parts[c], count_parts[c])
-    total = 0.0
     for k in range(K):
         counts[k] = 0.0
         for j in range(d):
             S[k, j] = 0.0
-    for c in range(n_chunks):
-        total += totals[c]
-        for k in range(K):
-            counts[k] += count_parts[c, k]
-            for j in range(d):
-                S[k, j] += inv_scale * S_parts[c, k, j]
+    total = _e_step_rows(X, 0, X.shape[0], UT, log_weights, beta * inv_scale, weights, S, counts)
+    for k in range(K):
+        for j in range(d):
+            S[k, j] *= inv_scale
     return total

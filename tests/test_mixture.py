@@ -35,7 +35,7 @@ def _kernel_e_step(X, U, log_pi, beta, inv_scale=1.0, weights=None):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("weighted", [False, True])
 def test_e_step_matches_reference(n, d, K, dtype, weighted, global_random_seed):
-    # n = 40000 spans several parallel chunks of rows.
+    # n = 40000 spans many blocks of rows.
     rng = np.random.default_rng(global_random_seed)
     X = (2.0 * rng.standard_normal((n, d))).astype(dtype)
     U = rng.standard_normal((d, K))

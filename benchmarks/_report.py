@@ -643,7 +643,9 @@ def render(payload, page, figures):
         f"AttentionClustering solvers: {', '.join(meta['solvers'])}"
         + "; InContextQuantizer -> KMeans included.",
         "",
-        "Methods: " + ", ".join(f"{short(m)} = ``{m}``" for m in methods_in(rows) if short(m) != m) + ".",
+        "Methods: " + ", ".join(f"{short(m)} = ``{m}``" for m in methods_in(rows) if short(m) != m) + ". "
+        "At its default ``refine=\"auto\"`` AttentionClustering follows the exact solver (AC full) "
+        "with the EM refinement of math.md section 7 and leaves PSGD's heads (AC psgd) as they are.",
         "",
     ]
     losses = []

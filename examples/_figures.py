@@ -188,10 +188,12 @@ def exact_solution(X, heads0, centroids, lam, regularization, reg_strength):
     ``AttentionClustering(solver="full")`` minimises, to tolerance, the
     expected risk of the sampled sequences that PSGD estimates (``math.md``
     section 3), with the same temperature, regulariser and sequence length:
-    the gap between it and PSGD's plateau is sampling noise alone.
+    the gap between it and PSGD's plateau is sampling noise alone. Without
+    the EM refinement (``refine=None``), which would change the objective.
     """
     model = AttentionClustering(
-        len(heads0), solver="full", init=heads0, temperature=lam, sequence_length=SEQUENCE_LENGTH,
+        len(heads0), solver="full", refine=None, init=heads0, temperature=lam,
+        sequence_length=SEQUENCE_LENGTH,
         regularization=regularization, reg_strength=reg_strength if regularization else 0.0,
         random_state=0,
     )

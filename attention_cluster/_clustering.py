@@ -552,8 +552,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         curve = solution.objective_curve
         if self.verbose:
             print(
-                f"[AttentionClustering] init {run}: exact solver, {solution.n_iter} iterations "
-                f"({solution.n_iter_warm} on a subsample), objective {curve[-1]:.6g}"
+                f"[AttentionClustering] init {run}: exact solver, {solution.n_iter_warm} "
+                f"iterations on a subsample, {solution.n_iter} on all rows, objective of "
+                f"the last stage {curve[-1]:.6g}"
             )
         return solution.heads, curve, solution.converged, float(curve[-1])
 

@@ -503,11 +503,17 @@ def real_sentences(dataset, rows, views, methods, by, losses):
         if raw is not None and "raw" in aris:
             km_raw = mean_of(by[("raw",)].get("KMeans", []), "ari")
             text += f" on the raw data ARI {aris['raw']:.2f} (KMeans {fmt(km_raw)})"
-            if raw["mean_share"] > 0.5:
+            if raw["mean_share"] > 0.5 and aris["raw"] < 0.1:
                 text += (
                     f"; the common mean carries {raw['mean_share']:.0%} of the second moment, so "
                     "every point lies near one direction and the heads, which only see "
                     "directions through the origin, cannot tell the classes apart"
+                )
+            elif raw["mean_share"] > 0.5:
+                text += (
+                    f"; the common mean carries {raw['mean_share']:.0%} of the second moment, "
+                    "yet the classes still differ in direction enough for the heads to "
+                    "separate some of them"
                 )
             elif raw["max_cos"] > 0.5:
                 text += (

@@ -31,9 +31,11 @@ _DEFAULT_MAX_ITER = {"psgd": 5000, "full": 500}
 # this squared distance (math.md section 5): far below the statistical error
 # of the heads up to n ~ 1e7 at sigma ~ 1 (benchmarks/solvers.py).
 _REFINE_TOL = 1e-8
-# solver="auto" takes the exact solver up to this many rows: benchmarks/solvers.py
-# finds it faster than PSGD up to about 1e5 rows (d=10, K=2) and PSGD two to
-# three times faster at 1e6, since PSGD's cost does not grow with n.
+# solver="auto" takes the exact solver (with its EM refinement) up to this many
+# rows. benchmarks/solvers.py (d=10, K=2) finds it faster than PSGD up to 1e4
+# rows and at most about 1.6x PSGD's time at 1e5, for 4 to 5 times PSGD's
+# accuracy there; at 1e6 PSGD, whose cost does not grow with n, is 2.5 to 4
+# times faster.
 _AUTO_FULL_MAX_N = 200_000
 
 
@@ -181,10 +183,12 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         then Newton steps on all rows), at O(n d K) per iteration after
         O(n d^2) moments: no sampling plateau, unlike PSGD. ``"psgd"``:
         projected stochastic gradient descent (paper, Appendix F.1), whose
-        cost does not depend on n. ``"auto"`` picks the faster of the two
-        as measured by ``benchmarks/solvers.py``: ``"full"`` up to 200000
-        rows, ``"psgd"`` beyond (see ``solver_``). The exact solver is the
-        more accurate at every n.
+        cost does not depend on n. ``"auto"``: ``"full"`` up to 200000
+        rows, ``"psgd"`` beyond (see ``solver_``). In ``benchmarks/solvers.py``
+        the exact solver with its refinement is the faster up to 1e4 rows
+        and within about 1.6x of PSGD's time at 1e5, for 4 to 5 times its
+        accuracy; at 1e6 PSGD is 2.5 to 4 times faster. The exact solver is
+        the more accurate at every n.
     refine : {"auto", "em"} or None, default="auto"
         ``"em"``: after the attention solver, maximise the likelihood of the
         paper's mixture (K centroids of equal norm, isotropic noise, free
@@ -234,7 +238,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     random_state : int, RandomState instance or None, default=None
         Seeds the starts and the sampling of sequences.
     verbose : int, default=0
-        Print the objective every 100 steps when positive.
+        When positive, print the objective every 100 PSGD steps, each exact
+        solver run's outcome, and the log-likelihood of each accepted EM
+        iterate.
 
     Attributes
     ----------
@@ -457,6 +463,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             fit = _mixture.refine_heads(
                 X, weights, centers.T, 1.0 / spectrum.scale, float(np.trace(spectrum.moment)),
                 spectrum.noise, tol=_REFINE_TOL, max_iter=self._max_iter("full"),
+                verbose=self.verbose,
             )
             if not fit.converged:
                 warnings.warn(

@@ -108,7 +108,7 @@ class _EM:
         return _Params(U, radius, variance, log_pi)
 
 
-def refine_heads(X, sample_weight, heads, inv_scale, mean_sq, noise, *, tol=1e-8, max_iter=500):
+def refine_heads(X, sample_weight, heads, inv_scale, mean_sq, noise, *, tol=1e-8, max_iter=500, verbose=0):
     """EM for the equal-norm spherical mixture, started at ``heads``.
 
     Parameters
@@ -131,6 +131,8 @@ def refine_heads(X, sample_weight, heads, inv_scale, mean_sq, noise, *, tol=1e-8
         mu_k^prev||^2 < tol``.
     max_iter : int
         Maximum number of E steps (passes over the data).
+    verbose : int
+        Print the log-likelihood of each accepted iterate when positive.
 
     Returns
     -------
@@ -148,6 +150,12 @@ def refine_heads(X, sample_weight, heads, inv_scale, mean_sq, noise, *, tol=1e-8
     S0, c0, ll0 = em.expect(p0)
     curve = [ll0]
     converged = False
+
+    def report(ll):
+        curve.append(ll)
+        if verbose:
+            print(f"[AttentionClustering] EM, pass {em.passes}: mean log-likelihood {ll:.8g}")
+
     while em.passes < max_iter:
         p1 = em.maximize(S0, c0, p0)
         if float(np.sum((p1.U - p0.U) ** 2)) < tol or p1.radius == 0.0:
@@ -171,14 +179,14 @@ def refine_heads(X, sample_weight, heads, inv_scale, mean_sq, noise, *, tol=1e-8
             Sc, cc, llc = em.expect(candidate)
             if llc >= ll1:
                 p0, S0, c0, ll0 = candidate, Sc, cc, llc
-                curve.append(ll0)
+                report(ll0)
                 continue
         if em.passes >= max_iter:
             p0 = p2
             break
         p0 = p2
         S0, c0, ll0 = em.expect(p2)
-        curve.append(ll0)
+        report(ll0)
     radius = p0.radius
     return MixtureFit(
         heads=p0.U,

@@ -149,3 +149,26 @@ def test_solvers_benchmark_quick_mode(tmp_path):
     page = (tmp_path / "solvers.md").read_text()
     assert "## Against the targets" in page and page.count("| yes |") + page.count("| **no** |") >= 9
     assert (tmp_path / "_static" / "benchmarks" / "solvers.png").stat().st_size > 0
+
+
+def test_defaults_benchmark_quick_mode(tmp_path):
+    # benchmarks/defaults.py (the defaults across sigma, d, K and n) in quick
+    # mode: every cell is measured and judged, and the page lists the failures.
+    import runpy
+
+    env_path = list(sys.path)
+    sys.path.insert(0, str(BENCH))
+    try:
+        module = runpy.run_path(str(BENCH / "defaults.py"))
+        payload = module["main"](quick=True, out=str(tmp_path))
+    finally:
+        sys.path[:] = env_path
+    rows = payload["grid"] + payload["sweep"]
+    assert len(rows) == 8
+    for r in rows:
+        assert r["ac"] >= 0 and r["floor"] >= 0 and -1 <= r["ac_ari"] <= 1
+        assert r["works"] == module["works"](r)
+    page = (tmp_path / "defaults.md").read_text()
+    n_works = sum(r["works"] for r in rows)
+    assert f"**{n_works} of {len(rows)} cells work.**" in page
+    assert page.count("| **no** |") == len(rows) - n_works

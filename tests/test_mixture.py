@@ -254,3 +254,11 @@ def test_posterior_labels_beat_the_direction_rule_with_unequal_weights(global_ra
     posterior = np.mean(order[model.labels_] == y)
     direction = np.mean(order[np.argmax(X @ model.cluster_centers_.T, axis=1)] == y)
     assert posterior > direction + 0.01
+
+
+def test_refine_reports_progress_when_verbose(capsys):
+    X, _, _ = make_mixture(500, 5, 2, noise=1.0, random_state=0)
+    model = AttentionClustering(2, solver="full", verbose=1, random_state=0).fit(X)
+    out = capsys.readouterr().out
+    assert out.count("[AttentionClustering] EM, pass") >= 1
+    assert f"EM refinement: {model.refine_n_iter_} passes" in out

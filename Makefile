@@ -32,6 +32,12 @@ figures: $(STAMP)
 	$(PY) -m examples.make_figures
 
 bench: $(STAMP)
+	$(PY) benchmarks/fit_time.py
+	$(PY) benchmarks/psgd_accuracy.py
+	$(PY) benchmarks/solvers.py
+	$(PY) benchmarks/defaults.py
+	$(PY) benchmarks/quantizer_speed.py
+	$(PY) benchmarks/quantizer_pipeline.py
 	$(PY) benchmarks/run.py
 
 clean:

@@ -1,5 +1,6 @@
 """Shared helpers of the benchmark scripts: side-by-side timing and output."""
 
+import argparse
 import json
 import os
 import subprocess
@@ -7,6 +8,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -115,3 +117,18 @@ def save(name, payload, directory=RESULTS):
     path = directory / f"{name}.json"
     path.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
     return path
+
+
+def quick_cli(doc, main):
+    """Command line of a script with ``main(quick, out)``: ``[--quick] [--out DIR]``.
+
+    UserWarnings of the fits (e.g. more clusters than features) are silenced:
+    the scripts report what they measure, not the estimator's advice.
+    """
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", default=None, help="directory for the results and the page")
+    args = parser.parse_args()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        main(args.quick, args.out)

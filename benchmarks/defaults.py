@@ -20,7 +20,6 @@ docs/defaults.md.
     python benchmarks/defaults.py [--quick]
 """
 
-import argparse
 import time
 import warnings
 from pathlib import Path
@@ -31,7 +30,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import adjusted_rand_score
 from sklearn.mixture import GaussianMixture
 
-from _common import ROOT, save
+from _common import ROOT, quick_cli, save
 from attention_cluster import AttentionClustering
 from attention_cluster.datasets import make_mixture
 from attention_cluster.metrics import centroid_distance
@@ -227,10 +226,4 @@ def write_page(payload, out=None):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out", default=None, help="directory for the results and the page")
-    args = parser.parse_args()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        main(args.quick, args.out)
+    quick_cli(__doc__, main)

@@ -19,8 +19,6 @@ docs/solvers.md and docs/_static/benchmarks/solvers.png.
     python benchmarks/solvers.py [--quick]
 """
 
-import argparse
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +26,7 @@ from sklearn.cluster import KMeans
 from sklearn.mixture import GaussianMixture
 from threadpoolctl import threadpool_limits
 
-from _common import ROOT, save, side_by_side
+from _common import ROOT, quick_cli, save, side_by_side
 from attention_cluster import AttentionClustering
 from attention_cluster.datasets import make_mixture
 from attention_cluster.metrics import centroid_distance
@@ -256,10 +254,4 @@ def plot(rows, path):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out", default=None, help="directory for the results and the page")
-    args = parser.parse_args()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        main(args.quick, args.out)
+    quick_cli(__doc__, main)

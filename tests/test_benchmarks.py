@@ -130,18 +130,24 @@ def test_quick_run_writes_results_and_page(tmp_path, bench_modules):
         assert verdict in (again / "benchmarks.md").read_text()
 
 
-def test_solvers_benchmark_quick_mode(tmp_path):
-    # benchmarks/solvers.py (issue figures of the exact solver) in quick mode:
-    # the page and its figure are written and the targets table is filled.
+def _run_quick(script, out):
+    """Run ``benchmarks/<script>``'s ``main(quick=True, out=out)`` in this
+    process; returns (the script's namespace, its payload)."""
     import runpy
 
     env_path = list(sys.path)
     sys.path.insert(0, str(BENCH))
     try:
-        module = runpy.run_path(str(BENCH / "solvers.py"))
-        payload = module["main"](quick=True, out=str(tmp_path))
+        module = runpy.run_path(str(BENCH / script))
+        return module, module["main"](quick=True, out=str(out))
     finally:
         sys.path[:] = env_path
+
+
+def test_solvers_benchmark_quick_mode(tmp_path):
+    # benchmarks/solvers.py (issue figures of the exact solver) in quick mode:
+    # the page and its figure are written and the targets table is filled.
+    _, payload = _run_quick("solvers.py", tmp_path)
     assert {r["noise"] for r in payload["rows"]} == {0.3, 1.0}
     for r in payload["rows"]:
         assert 0 <= r["floor"] and 0 <= r["full"] and 0 <= r["attention"]
@@ -154,15 +160,7 @@ def test_solvers_benchmark_quick_mode(tmp_path):
 def test_defaults_benchmark_quick_mode(tmp_path):
     # benchmarks/defaults.py (the defaults across sigma, d, K and n) in quick
     # mode: every cell is measured and judged, and the page lists the failures.
-    import runpy
-
-    env_path = list(sys.path)
-    sys.path.insert(0, str(BENCH))
-    try:
-        module = runpy.run_path(str(BENCH / "defaults.py"))
-        payload = module["main"](quick=True, out=str(tmp_path))
-    finally:
-        sys.path[:] = env_path
+    module, payload = _run_quick("defaults.py", tmp_path)
     rows = payload["grid"] + payload["sweep"]
     assert len(rows) == 8
     for r in rows:

@@ -210,8 +210,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     batch_size : int, default=2
         Number of sequences averaged in each stochastic gradient.
     max_iter : "auto" or int, default="auto"
-        Maximum number of PSGD steps (``"auto"``: 5000), or of iterations
-        of each stage of the exact solver (``"auto"``: 500).
+        Maximum number of PSGD steps (``"auto"``: 5000), of iterations of
+        each stage of the exact solver (``"auto"``: 500), and of passes of
+        the EM refinement (``"auto"``: 500), which stops when a plain EM step
+        moves the heads by less than 1e-8 (squared distance of ``math.md``
+        section 5).
     tol : "auto" or float, default="auto"
         PSGD (``"auto"``: 1e-4): every 100 steps the heads averaged over the
         second half of the run so far (Polyak-Ruppert averaging) are

@@ -346,20 +346,37 @@ def exact_row_terms(AG, X, w, offset, c, lm1, reg, rho, C):
     return total
 
 
-
 # Rows per block of the mixture E step: the block's scores stay in cache.
 _E_BLOCK = 256
 
 
 @njit(cache=True, fastmath=FASTMATH)
-def _e_step_rows(X, start, stop, UT, log_weights, b, weights, S, counts):
-    """Rows ``start:stop`` of :func:`mixture_e_step` (``b = beta / s``), added to S, counts."""
-    d = X.shape[1]
-    K = UT.shape[0]
+def mixture_e_step(X, U, log_weights, beta, inv_scale, weights, S, counts):
+    """One E step of the equal-norm spherical mixture, accumulated over X.
+
+    ``math.md`` section 7: the responsibility of head k for row x is
+    ``softmax_k(log pi_k + beta <mu_k, x / s>)``, a softmax attention of the
+    point over the heads. Fills ``S[k] = sum_i w_i r_ik x_i / s`` (K x d) and
+    ``counts[k] = sum_i w_i r_ik``, and returns ``sum_i w_i logsumexp_k(log pi_k
+    + beta <mu_k, x_i / s>)``, the part of the log-likelihood that depends on
+    the heads. ``U`` is d x K, ``s = 1 / inv_scale``; ``weights`` of length 0
+    means unit weights. Sums are in float64 whatever X's dtype. Serial, like
+    every kernel here: no threading layer, so fits are safe in threads and
+    in forked processes. Rows go by blocks: scores, then responsibilities,
+    then the weighted sums.
+    """
+    n, d = X.shape
+    K = U.shape[1]
+    UT = np.ascontiguousarray(U.T)
+    b = beta * inv_scale
+    for k in range(K):
+        counts[k] = 0.0
+        for j in range(d):
+            S[k, j] = 0.0
     P = np.empty((_E_BLOCK, K))
     total = 0.0
-    for lo in range(start, stop, _E_BLOCK):
-        hi = min(lo + _E_BLOCK, stop)
+    for lo in range(0, n, _E_BLOCK):
+        hi = min(lo + _E_BLOCK, n)
         for i in range(lo, hi):
             for k in range(K):
                 s = 0.0
@@ -397,30 +414,6 @@ def _e_step_rows(X, start, stop, UT, log_weights, b, weights, S, counts):
                 if r != 0.0:
                     for j in range(d):
                         S[k, j] += r * X[i, j]
-    return total
-
-
-@njit(cache=True)
-def mixture_e_step(X, U, log_weights, beta, inv_scale, weights, S, counts):
-    """One E step of the equal-norm spherical mixture, accumulated over X.
-
-    ``math.md`` section 7: the responsibility of head k for row x is
-    ``softmax_k(log pi_k + beta <mu_k, x / s>)``, a softmax attention of the
-    point over the heads. Fills ``S[k] = sum_i w_i r_ik x_i / s`` (K x d) and
-    ``counts[k] = sum_i w_i r_ik``, and returns ``sum_i w_i logsumexp_k(log pi_k
-    + beta <mu_k, x_i / s>)``, the part of the log-likelihood that depends on
-    the heads. ``U`` is d x K, ``s = 1 / inv_scale``; ``weights`` of length 0
-    means unit weights. Sums are in float64 whatever X's dtype. Serial, like
-    every kernel here: no threading layer, so fits are safe in threads and
-    in forked processes.
-    """
-    K, d = U.shape[1], U.shape[0]
-    UT = np.ascontiguousarray(U.T)
-    for k in range(K):
-        counts[k] = 0.0
-        for j in range(d):
-            S[k, j] = 0.0
-    total = _e_step_rows(X, 0, X.shape[0], UT, log_weights, beta * inv_scale, weights, S, counts)
     for k in range(K):
         for j in range(d):
             S[k, j] *= inv_scale

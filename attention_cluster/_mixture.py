@@ -181,11 +181,10 @@ def refine_heads(X, sample_weight, heads, inv_scale, mean_sq, noise, *, tol=1e-8
                 p0, S0, c0, ll0 = candidate, Sc, cc, llc
                 report(ll0)
                 continue
-        if em.passes >= max_iter:
-            p0 = p2
-            break
         p0 = p2
-        S0, c0, ll0 = em.expect(p2)
+        if em.passes >= max_iter:
+            break
+        S0, c0, ll0 = em.expect(p0)
         report(ll0)
     radius = p0.radius
     return MixtureFit(

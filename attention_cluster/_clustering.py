@@ -460,7 +460,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 stacklevel=2,
             )
 
-        centers, labels = self._sign_fix(X, heads.T, weights)
+        centers = self._sign_fix(X, heads.T, weights)
         self.refine_n_iter_ = 0
         if refine == "em":
             fit = _mixture.refine_heads(
@@ -488,13 +488,15 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             with np.errstate(divide="ignore"):
                 self._label_bias = np.log(fit.weights)
             self._label_gain = fit.beta / spectrum.scale
-            labels = self._labels(X, centers)
         else:
-            counts = np.bincount(labels, weights=weights, minlength=K)
-            self.weights_ = counts / np.sum(counts)
             self._label_bias = np.zeros(K)
             self._label_gain = 1.0
         self.cluster_centers_ = centers.astype(X.dtype, copy=False)
+        # The training labels are predict's, from the stored centres.
+        labels = self._labels(X, self.cluster_centers_)
+        if refine != "em":
+            counts = np.bincount(labels, weights=weights, minlength=K)
+            self.weights_ = counts / np.sum(counts)
         self.refine_ = refine
         self.temperature_ = temperature
         self.reg_strength_ = reg_strength
@@ -633,14 +635,12 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         Points are first assigned by ``argmax_h |<x, mu_h>|`` (sign-free),
         then head h is multiplied by the sign of the (weighted) sum of its
         points' projections (``math.md`` section 5, post-hoc labels).
-        Returns the signed heads and the labels ``argmax_h <x, mu_h>`` they
-        give (one compiled kernel, two passes over X, no n x K temporary).
+        Returns the signed heads (one compiled pass over X, no n x K
+        temporary).
         """
-        labels = np.empty(X.shape[0], dtype=np.intp)
         w = np.empty(0) if weights is None else weights
         U = np.ascontiguousarray(heads.T, dtype=np.float64)
-        signs = _kernels.sign_and_label(X, U, w, labels)
-        return heads * signs[:, None], labels
+        return heads * _kernels.head_signs(X, U, w)[:, None]
 
     def _labels(self, X, centers):
         """``argmax_h gain <x, mu_h> + bias_h``, by chunks of rows."""

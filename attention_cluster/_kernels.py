@@ -259,14 +259,13 @@ def psgd_chunk(
 
 
 @njit(cache=True, fastmath=FASTMATH)
-def sign_and_label(X, U, weights, labels):
-    """Signs of the heads and the labels they give, in two passes over X.
+def head_signs(X, U, weights):
+    """Signs that turn each head towards the points it wins, in one pass over X.
 
-    First pass: each row goes to ``argmax_h |<x, mu_h>|`` (sign-free) and
-    adds its (weighted) projection to that head's total; a head whose total
-    is negative is flipped (``math.md`` section 5, post-hoc labels). Second
-    pass: ``labels[i] = argmax_h s_h <x_i, mu_h>``. Ties go to the first
-    head. ``weights`` of length 0 means unit weights. Returns the signs.
+    Each row goes to ``argmax_h |<x, mu_h>|`` (sign-free, ties to the first
+    head) and adds its (weighted) projection to that head's total; a head
+    whose total is negative is flipped (``math.md`` section 5, post-hoc
+    labels). ``weights`` of length 0 means unit weights. Returns the signs.
     """
     n, d = X.shape
     K = U.shape[1]
@@ -287,18 +286,6 @@ def sign_and_label(X, U, weights, labels):
     for k in range(K):
         if totals[k] < 0:
             signs[k] = -1.0
-    for i in range(n):
-        best = 0
-        top = -np.inf
-        for k in range(K):
-            s = 0.0
-            for j in range(d):
-                s += X[i, j] * U[j, k]
-            s *= signs[k]
-            if s > top:
-                top = s
-                best = k
-        labels[i] = best
     return signs
 
 

@@ -98,14 +98,13 @@ def psgd_steps(X, cum_weights, U, inv_scale, temperature, L, batch, steps, kind,
     return U, np.array(losses)
 
 
-def sign_and_label(X, heads, weights=None):
-    """Signs of the heads (the points each wins project positively) and the labels."""
+def head_signs(X, heads, weights=None):
+    """Signs of the heads: the points each wins (sign-free) project positively."""
     proj = X @ heads.T
     owner = np.argmax(np.abs(proj), axis=1)
     w = np.ones(len(X)) if weights is None else weights
     totals = np.array([np.sum(w[owner == h] * proj[owner == h, h]) for h in range(len(heads))])
-    signs = np.where(totals < 0, -1.0, 1.0)
-    return signs, np.argmax(proj * signs, axis=1)
+    return np.where(totals < 0, -1.0, 1.0)
 
 
 def mixture_log_likelihood(X, weights, U, pi, radius, tau):

@@ -76,6 +76,14 @@ def fitted_unrefined(paper_data):
     return AttentionClustering(refine=None, random_state=0).fit(X)
 
 
+def test_direction_labels_are_the_signed_argmax(fitted_unrefined, paper_data):
+    # Without the refinement, labels_ is argmax_h <x, mu_h> over the signed
+    # heads (math.md section 5), the rule tests/reference.py spells out.
+    X, _, _ = paper_data
+    expected = np.argmax(X @ fitted_unrefined.cluster_centers_.T, axis=1)
+    np.testing.assert_array_equal(fitted_unrefined.labels_, expected)
+
+
 @given(c=st.floats(1e-100, 1e100))
 def test_direction_labels_invariant_to_positive_rescaling(fitted_unrefined, paper_data, c):
     # Without the refinement a point's label is argmax_h <x, mu_h>: its

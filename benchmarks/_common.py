@@ -12,6 +12,9 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from threadpoolctl import threadpool_limits
+
+from attention_cluster.metrics import centroid_distance
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,6 +25,26 @@ def timed(fn):
     start = time.perf_counter()
     out = fn()
     return time.perf_counter() - start, out
+
+
+def one_thread(fn, *args):
+    """``fn(*args)`` with OpenMP and BLAS limited to one thread, as
+    AttentionClustering's kernels run: on a shared machine KMeans' default
+    threads can be the slower (a thread waits for a descheduled one)."""
+    with threadpool_limits(limits=1):
+        return fn(*args)
+
+
+def unit_rows(A):
+    """Rows of A scaled to unit norm (zero rows left as they are)."""
+    norms = np.linalg.norm(A, axis=1, keepdims=True)
+    return A / np.where(norms > 0, norms, 1.0)
+
+
+def floor_distance(X, y, C):
+    """Distance of the normalised true-label class means: the statistical floor."""
+    means = np.array([X[y == k].mean(axis=0) for k in range(len(C))])
+    return centroid_distance(unit_rows(means), C)
 
 
 def side_by_side(candidates, repeats=7, warmup=True):

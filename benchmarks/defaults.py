@@ -20,7 +20,6 @@ docs/defaults.md.
     python benchmarks/defaults.py [--quick]
 """
 
-import time
 import warnings
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import adjusted_rand_score
 from sklearn.mixture import GaussianMixture
 
-from _common import ROOT, quick_cli, save
+from _common import ROOT, floor_distance, quick_cli, save, timed, unit_rows
 from attention_cluster import AttentionClustering
 from attention_cluster.datasets import make_mixture
 from attention_cluster.metrics import centroid_distance
@@ -43,27 +42,15 @@ SIZES = (10**3, 10**4, 10**5, 10**6, 10**7)
 GMM_MAX_N = 10**6
 
 
-def unit_rows(A):
-    norms = np.linalg.norm(A, axis=1, keepdims=True)
-    return A / np.where(norms > 0, norms, 1.0)
-
-
 def bayes_labels(X, C):
     """The Bayes rule of the equal-weight mixture: argmax_c <x, mu_c> (equal norms)."""
     return np.argmax(X @ C.T, axis=1)
 
 
-def timed(fn):
-    start = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - start, out
-
-
 def cell(n, d, K, noise, seed):
     X, y, C = make_mixture(n, d, K, noise=noise, random_state=seed)
-    means = np.array([X[y == k].mean(axis=0) for k in range(K)])
     row = {"n": n, "d": d, "K": K, "noise": noise, "seed": seed}
-    row["floor"] = centroid_distance(unit_rows(means), C)
+    row["floor"] = floor_distance(X, y, C)
     row["bayes_ari"] = adjusted_rand_score(y, bayes_labels(X, C))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -12,18 +12,12 @@ fresh process.
 import argparse
 
 from sklearn.cluster import KMeans
-from threadpoolctl import threadpool_limits
 
-from _common import cold_start_times, save, side_by_side
+from _common import cold_start_times, one_thread, save, side_by_side
 from attention_cluster import AttentionClustering
 from attention_cluster.datasets import make_mixture
 
 SOLVERS = ["psgd", "full"]
-
-
-def _one_thread(fn, *args):
-    with threadpool_limits(limits=1):
-        return fn(*args)
 
 
 def main(n=100000, d=10, K=2, repeats=7):
@@ -37,9 +31,8 @@ def main(n=100000, d=10, K=2, repeats=7):
             for s in SOLVERS
         }
         candidates["KMeans(n_init=1)"] = lambda: KMeans(K, n_init=1, random_state=0).fit(X)
-        # AttentionClustering's kernels are single-threaded; KMeans' OpenMP
-        # threads can be slower than one on a shared machine: both are timed.
-        candidates["KMeans(n_init=1), 1 thread"] = lambda: _one_thread(KMeans(K, n_init=1, random_state=0).fit, X)
+        # KMeans at its default threads and on one (see _common.one_thread).
+        candidates["KMeans(n_init=1), 1 thread"] = lambda: one_thread(KMeans(K, n_init=1, random_state=0).fit, X)
         times = side_by_side(candidates, repeats)
         base = times["KMeans(n_init=1)"]
         for name, t in times.items():

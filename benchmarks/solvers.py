@@ -24,9 +24,8 @@ from pathlib import Path
 import numpy as np
 from sklearn.cluster import KMeans
 from sklearn.mixture import GaussianMixture
-from threadpoolctl import threadpool_limits
 
-from _common import ROOT, quick_cli, save, side_by_side
+from _common import ROOT, floor_distance, one_thread, quick_cli, save, side_by_side, unit_rows
 from attention_cluster import AttentionClustering
 from attention_cluster.datasets import make_mixture
 from attention_cluster.metrics import centroid_distance
@@ -37,16 +36,6 @@ CONFIGS = {
     "full": {"solver": "full"},
     "attention": {"solver": "full", "refine": None},
 }
-
-
-def unit_rows(A):
-    return A / np.linalg.norm(A, axis=1, keepdims=True)
-
-
-def floor_distance(X, y, C):
-    """Distance of the normalised true-label class means: the statistical floor."""
-    means = np.array([X[y == k].mean(axis=0) for k in range(len(C))])
-    return centroid_distance(unit_rows(means), C)
 
 
 def accuracy(n, d, K, noise, seeds, with_gmm):
@@ -72,16 +61,8 @@ def timing(n, d, K, noise, repeats):
         for name, kwargs in CONFIGS.items()
     }
     candidates["kmeans"] = lambda: KMeans(K, n_init=1, random_state=0).fit(X)
-    candidates["kmeans_1thread"] = lambda: _single_threaded(KMeans(K, n_init=1, random_state=0).fit, X)
+    candidates["kmeans_1thread"] = lambda: one_thread(KMeans(K, n_init=1, random_state=0).fit, X)
     return side_by_side(candidates, repeats)
-
-
-def _single_threaded(fn, *args):
-    """``fn(*args)`` with KMeans' OpenMP (and BLAS) limited to one thread, as
-    AttentionClustering's kernels run: on a shared machine KMeans' default
-    threads can be the slower (a thread waits for a descheduled one)."""
-    with threadpool_limits(limits=1):
-        return fn(*args)
 
 
 def main(quick=False, out=None):

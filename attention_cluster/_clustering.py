@@ -1,7 +1,6 @@
 """AttentionClustering: K linear attention heads trained on the unit sphere."""
 
 import numbers
-import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin, OneToOneFeatureMixin, TransformerMixin
@@ -18,6 +17,7 @@ from ._validation import (
     check_options,
     check_positive,
     check_sample_weight,
+    warn,
 )
 from .theory import lambda_star, unbiased_temperature
 
@@ -225,7 +225,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         scale ``mean ||x||^2``.
     n_init : int, default=1
         Number of runs from different starts; the run with the lowest final
-        objective is kept.
+        objective is kept. Runs differ only by what they draw at random (a
+        random start, PSGD's sequences, the exact solver's subsample of more
+        than 16384 rows): where they cannot differ (the exact solver from
+        ``init="spectral"`` or an array on fewer rows) one run is made, with
+        a warning, as KMeans does for an explicit start.
     init : {"spectral", "random"} or array-like of shape (n_clusters, n_features), default="spectral"
         ``"spectral"``: the top-K eigenvectors of the second-moment matrix
         (where the risk's minimisers lie as L grows, ``math.md`` section 3),
@@ -399,12 +403,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         weights = check_sample_weight(sample_weight, X)
         n, d = X.shape
         if K > d:
-            warnings.warn(
+            warn(
                 f"n_clusters={K} > n_features={d}: the heads cannot be mutually "
                 "orthogonal, so the clusters are separated by direction only "
-                "approximately.",
-                UserWarning,
-                stacklevel=2,
+                "approximately."
             )
         spectrum = estimate_spectrum(X, K, weights)
         L = self.sequence_length
@@ -428,9 +430,19 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         # The exact solver's last stage is on all rows unless a refinement
         # follows, which makes its own passes over all rows.
         polish = refine is None
-        Xs = None if solver == "psgd" and self.n_init == 1 else _unit_scale(X, spectrum.scale)
+        n_init = self.n_init
+        if n_init > 1 and solver == "full" and not _full.uses_random_state(n, d, K, self.init):
+            # As KMeans does with an explicit start: one run, and say why.
+            warn(
+                f"n_init={n_init} would repeat one identical run: on data of this "
+                "size the exact solver from a deterministic start (init='spectral' "
+                "or an array) draws nothing at random. Performing one run; pass "
+                "init='random' for different starts."
+            )
+            n_init = 1
+        Xs = None if solver == "psgd" and n_init == 1 else _unit_scale(X, spectrum.scale)
         best = None
-        for run in range(self.n_init):
+        for run in range(n_init):
             if solver == "full":
                 result = self._full(Xs, weights, init, spectrum, temperature, reg_strength, rng, run, polish)
             else:
@@ -438,7 +450,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 if U0 is None:
                     U0 = self._start(X, weights, spectrum, rng)
                 result = self._psgd(X, weights, U0.copy(), spectrum, temperature, reg_strength, rng, run)
-            if self.n_init > 1 and (solver == "psgd" or not polish):
+            if n_init > 1 and (solver == "psgd" or not polish):
                 # Rank the runs by the exact objective on all rows (the exact
                 # solver returns it when its last stage is on all rows).
                 objective = _full.exact_objective(
@@ -453,11 +465,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         heads, losses, converged, _ = best
         if not converged:
             what = "steps" if solver == "psgd" else "iterations"
-            warnings.warn(
+            warn(
                 f"The {solver} solver did not reach tol={self._tol(solver)} in "
                 f"max_iter={self._max_iter(solver)} {what}; increase max_iter or tol.",
                 ConvergenceWarning,
-                stacklevel=2,
             )
 
         centers = self._sign_fix(X, heads.T, weights)
@@ -469,11 +480,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 verbose=self.verbose,
             )
             if not fit.converged:
-                warnings.warn(
+                warn(
                     f"The EM refinement did not converge in max_iter={self._max_iter('full')} "
                     "passes; increase max_iter.",
                     ConvergenceWarning,
-                    stacklevel=2,
                 )
             if self.verbose:
                 print(

@@ -575,6 +575,17 @@ class ExactSolution:
     converged: bool
 
 
+def uses_random_state(n_samples, n_features, n_clusters, init):
+    """Whether :func:`solve_exact` draws anything from its ``random_state``.
+
+    It does for a random start, for the subsample of more than 16384 rows
+    (the spectral start's rows and the L-BFGS stage) and for the heads beyond
+    d; otherwise two runs are identical.
+    """
+    random_start = isinstance(init, str) and init == "random"
+    return random_start or n_samples > _SUBSAMPLE or n_clusters > n_features
+
+
 # The GEMMs have few columns (K to 3K): BLAS threads do not pay, and they slow
 # down badly when the cores are shared (a thread waits for a descheduled one).
 @threadpool_limits.wrap(limits=1, user_api="blas")

@@ -6,9 +6,18 @@ Built on scikit-learn's public helpers only (``check_scalar``,
 
 import functools
 import numbers
+import os
+import sys
+import warnings
 
 import numpy as np
+import sklearn
 from sklearn.utils import check_scalar
+
+# Frames in these directories are library code, not the user's call.
+_LIBRARY_DIRS = tuple(
+    os.path.dirname(os.path.abspath(path)) + os.sep for path in (__file__, sklearn.__file__)
+)
 
 
 def check_options(value, name, options):
@@ -87,6 +96,21 @@ def atomic_fit(fit):
             raise
 
     return wrapper
+
+
+def warn(message, category=UserWarning):
+    """``warnings.warn``, attributed to the first caller outside the library.
+
+    A warning from ``fit`` then names the user's line, whether it was called
+    directly, through ``fit_predict``, a Pipeline or a search (scikit-learn's
+    frames are skipped too), instead of a line of this package.
+    """
+    frame = sys._getframe(1)
+    level = 2
+    while frame is not None and frame.f_code.co_filename.startswith(_LIBRARY_DIRS):
+        frame = frame.f_back
+        level += 1
+    warnings.warn(message, category, stacklevel=level if frame is not None else 2)
 
 
 def check_auto_or_positive(value, name, *, strict=True):

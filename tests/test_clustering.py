@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 from sklearn.cluster import KMeans
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
 from sklearn.metrics import adjusted_rand_score
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import Normalizer
 
 from attention_cluster import AttentionClustering
 from attention_cluster.datasets import make_mixture
@@ -203,8 +205,30 @@ def test_n_init_keeps_the_lowest_objective(paper_data):
     X, _, _ = paper_data
     single = [AttentionClustering(random_state=s).fit(X) for s in range(3)]
     assert all(m.n_iter_ > 0 for m in single)
-    multi = AttentionClustering(n_init=3, random_state=0).fit(X)
+    multi = AttentionClustering(n_init=3, init="random", random_state=0).fit(X)
     assert np.all(np.isfinite(multi.cluster_centers_))
+
+
+def test_n_init_warns_when_the_runs_cannot_differ(paper_data):
+    X, _, _ = paper_data
+    # The premise: with the exact solver from the spectral start on 3000 rows
+    # the seed changes nothing.
+    single = AttentionClustering(random_state=0).fit(X)
+    other_seed = AttentionClustering(random_state=1).fit(X)
+    np.testing.assert_array_equal(single.cluster_centers_, other_seed.cluster_centers_)
+    with pytest.warns(UserWarning, match="one identical run") as record:
+        multi = AttentionClustering(n_init=3, random_state=0).fit(X)
+    assert [w.filename for w in record] == [__file__]
+    np.testing.assert_array_equal(multi.cluster_centers_, single.cluster_centers_)
+
+
+@pytest.mark.parametrize("params", [{"init": "random"}, {"solver": "psgd"}], ids=["random", "psgd"])
+def test_n_init_with_random_draws_does_not_warn(paper_data, params):
+    X, _, _ = paper_data
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        AttentionClustering(n_init=2, random_state=0, **params).fit(X)
+    assert not [w for w in record if "identical run" in str(w.message)]
 
 
 def test_zero_weight_rows_are_ignored(global_random_seed):
@@ -223,14 +247,32 @@ def test_convergence_warning_and_verbose(paper_data, capsys):
     assert "objective" in capsys.readouterr().out
 
 
+_CALLS = {
+    "fit": lambda model, X: model.fit(X),
+    "fit_predict": lambda model, X: model.fit_predict(X),
+    "fit_transform": lambda model, X: model.fit_transform(X),
+    "pipeline": lambda model, X: make_pipeline(Normalizer(), model).fit(X),
+}
+
+
+@pytest.mark.parametrize("call", list(_CALLS))
+def test_warnings_point_at_the_callers_line(paper_data, call):
+    X, _, _ = paper_data
+    model = AttentionClustering(max_iter=2, tol=0.0, random_state=0)
+    with pytest.warns(ConvergenceWarning) as record:
+        _CALLS[call](model, X)
+    assert record and {w.filename for w in record} == {__file__}
+
+
 def test_more_clusters_than_features_warns_and_labels(global_random_seed):
     rng = np.random.default_rng(global_random_seed)
     angles = np.array([0.0, 2.1, 4.2])
     centers = np.c_[np.cos(angles), np.sin(angles)]
     y = rng.integers(0, 3, 600)
     X = centers[y] + 0.1 * rng.standard_normal((600, 2))
-    with pytest.warns(UserWarning, match="cannot be mutually orthogonal"):
+    with pytest.warns(UserWarning, match="cannot be mutually orthogonal") as record:
         model = AttentionClustering(3, random_state=global_random_seed).fit(X)
+    assert record[0].filename == __file__
     assert adjusted_rand_score(y, model.labels_) > 0.4
 
 

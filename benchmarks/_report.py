@@ -282,12 +282,23 @@ def synthetic_sentences(rows, methods, losses):
     return out
 
 
+# Font sizes of the figures, in points: read on a laptop screen at the
+# page's width (docs/screenshots.py).
+FONT = {"title": 13, "label": 12, "tick": 11, "legend": 11}
+
+
+def legend_outside(fig, ax):
+    """One legend for the figure, right of the panels, off the data."""
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=FONT["legend"], frameon=False)
+
+
 def plot_synthetic(rows, methods, path, design):
     n_max = max(r["n_samples"] for r in rows)
     rows = [r for r in rows if r["n_samples"] == n_max]
     ds = sorted({r["n_features"] for r in rows})
     Ks = sorted({r["n_clusters"] for r in rows})
-    fig, axes = plt.subplots(len(ds), len(Ks), figsize=(3.2 * len(Ks), 2.6 * len(ds)), squeeze=False, sharex=True)
+    fig, axes = plt.subplots(len(ds), len(Ks), figsize=(4.2 * len(Ks), 3.4 * len(ds)), squeeze=False, sharex=True)
     for i, d in enumerate(ds):
         for j, K in enumerate(Ks):
             ax = axes[i, j]
@@ -297,19 +308,20 @@ def plot_synthetic(rows, methods, path, design):
             for m in methods:
                 ys = [mean_of(by[(s,)].get(m, []), "error") for s in noises]
                 ys = [np.nan if y is None else y for y in ys]
-                ax.plot(noises, ys, marker="o", ms=3, lw=2.5 if is_ac(m) else 1, label=short(m))
+                ax.plot(noises, ys, marker="o", ms=4, lw=2.5 if is_ac(m) else 1, label=short(m))
             bayes = [mean_of(next(iter(by[(s,)].values())), "bayes_error") for s in noises]
             ax.plot(noises, bayes, "k--", lw=1.5, label="Bayes error")
-            ax.set_title(f"d={d}, K={K}", fontsize=9)
+            ax.set_title(f"d={d}, K={K}", fontsize=FONT["title"])
+            ax.tick_params(labelsize=FONT["tick"])
             ax.grid(alpha=0.3)
             if j == 0:
-                ax.set_ylabel("error rate")
+                ax.set_ylabel("error rate", fontsize=FONT["label"])
             if i == len(ds) - 1:
-                ax.set_xlabel("sigma")
-    axes[0, -1].legend(fontsize=7, loc="upper left")
-    fig.suptitle(f"{design}, n={n_max}: misclassification rate after relabelling", fontsize=10)
+                ax.set_xlabel("sigma", fontsize=FONT["label"])
+    fig.suptitle(f"{design}, n={n_max}: misclassification rate after relabelling", fontsize=FONT["title"])
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    legend_outside(fig, axes[0, 0])
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -407,7 +419,7 @@ def scaling_sentences(rows, methods, var):
 
 
 def plot_scaling(rows, sweeps, key, ylabel, path):
-    fig, axes = plt.subplots(1, len(sweeps), figsize=(3.6 * len(sweeps), 3.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(sweeps), figsize=(4.8 * len(sweeps), 5.2), squeeze=False)
     for ax, sweep in zip(axes[0], sweeps):
         s_rows = [r for r in rows if r["sweep"] == sweep]
         for m in methods_in(s_rows):
@@ -421,15 +433,20 @@ def plot_scaling(rows, sweeps, key, ylabel, path):
                 style = dict(marker="o", ms=3, lw=2.5 if is_ac(m) else 1)
             ax.loglog(sizes, values, label=f"{short(m)} ({fmt(slope)})", **style)
         sizes = sorted({r["size"] for r in s_rows})
-        ax.set_xticks(sizes, [fmt_size(s) for s in sizes], fontsize=7)
+        ax.set_xticks(sizes, [fmt_size(s) for s in sizes])
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-        ax.set_title(sweep, fontsize=9)
-        ax.set_xlabel(sweep.split(" ")[0])
-        ax.set_ylabel(ylabel)
+        ax.tick_params(labelsize=FONT["tick"])
+        ax.set_title(sweep, fontsize=FONT["title"])
+        ax.set_xlabel(sweep.split(" ")[0], fontsize=FONT["label"])
+        ax.set_ylabel(ylabel, fontsize=FONT["label"])
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=6, title="method (slope)", title_fontsize=6)
+        # Each panel has its own slopes: its legend goes below it.
+        ax.legend(
+            fontsize=FONT["legend"] - 2, title="method (slope)", title_fontsize=FONT["legend"] - 2,
+            loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False,
+        )
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -559,21 +576,29 @@ def plot_real(rows, path):
     datasets = list(dict.fromkeys(r["dataset"] for r in rows))
     views = list(dict.fromkeys(r["view"] for r in rows))
     methods = methods_in(rows)
-    fig, axes = plt.subplots(1, len(datasets), figsize=(3.6 * len(datasets), 3.6), squeeze=False, sharey=True)
-    for ax, dataset in zip(axes[0], datasets):
+    ncols = min(2, len(datasets))
+    nrows = -(-len(datasets) // ncols)
+    fig, axes = plt.subplots(
+        nrows, ncols, figsize=(6.0 * ncols, 3.2 * nrows + 2.6), squeeze=False, sharex=True, sharey=True
+    )
+    for ax in axes.flat[len(datasets):]:
+        ax.set_visible(False)
+    for ax, dataset in zip(axes.flat, datasets):
         by = group([r for r in rows if r["dataset"] == dataset], ("view", "method"))
         for m in methods:
             ys = [mean_of(by[(v, m)].get(m, []), "ari") if (v, m) in by else None for v in views]
             ys = [np.nan if y is None else y for y in ys]
             ax.plot(range(len(views)), ys, marker="o", ms=4, lw=2.5 if is_ac(m) else 0.8, label=short(m))
         ax.set_xticks(range(len(views)))
-        ax.set_xticklabels([v.replace(", ", "\n") for v in views], fontsize=5, rotation=90)
-        ax.set_title(dataset, fontsize=9)
+        ax.set_xticklabels(views, fontsize=FONT["tick"] - 1, rotation=90)
+        ax.tick_params(axis="y", labelsize=FONT["tick"])
+        ax.set_title(dataset, fontsize=FONT["title"])
         ax.grid(alpha=0.3)
-    axes[0, 0].set_ylabel("ARI")
-    axes[0, -1].legend(fontsize=6)
+    for row in axes:
+        row[0].set_ylabel("ARI", fontsize=FONT["label"])
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    legend_outside(fig, axes[0, 0])
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
 

@@ -32,6 +32,8 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.autosummary",
     "sphinx.ext.mathjax",
+    # Serves MathJax from _static/mathjax: the maths render without network.
+    "sphinx-mathjax-offline",
     "sphinx.ext.viewcode",
     "numpydoc",
     "myst_parser",
@@ -54,7 +56,7 @@ numpydoc_class_members_toctree = False
 # numpydoc turns "See Also" entries into cross-references; an unresolved one
 # is not a warning because nitpicky mode is off.
 
-# MyST: $...$ and $$...$$ math, rendered by MathJax in the browser.
+# MyST: $...$ and $$...$$ math, rendered in the browser by the bundled MathJax.
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence"]
 myst_heading_anchors = 3
 
@@ -83,11 +85,18 @@ html_static_path = ["_static"]
 html_theme_options = {
     "navigation_with_keys": False,
     "show_toc_level": 2,
+    "header_links_before_dropdown": 5,
     "secondary_sidebar_items": ["page-toc"],
     "footer_start": ["copyright"],
     "footer_end": [],
 }
 html_show_sourcelink = False
+html_css_files = ["custom.css"]
+# Every page shows the whole navigation (docs/_templates/sidebar-global.html).
+html_sidebars = {"**": ["sidebar-global"]}
+# The contents panel names methods without their class (fit(), not
+# AttentionClustering.fit()).
+toc_object_entries_show_parents = "hide"
 
 
 def _skip_metadata_request_setters(app, what, name, obj, skip, options):

@@ -126,6 +126,13 @@ def _random_heads(rng, n_features, n_clusters):
 class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, BaseEstimator):
     """Clustering with K linear attention heads learned on the unit sphere.
 
+    Used like KMeans (``fit``, ``predict``, ``labels_``,
+    ``cluster_centers_``), with two differences a KMeans user meets first:
+    ``cluster_centers_`` are unit vectors, the directions of the clusters
+    from the origin, and :meth:`transform` returns the attention layer's
+    output (each point moved towards its cluster's centre, same shape as X),
+    not the distances to the centres that KMeans' ``transform`` returns.
+
     The estimator of "Attention-based clustering" (NeurIPS 2025). Each head
     ``mu_h`` is a unit vector; the layer maps a sequence of L tokens to
 
@@ -137,7 +144,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     section 3; paper, section 3.3), by projected stochastic gradient
     descent on the sphere or by the exact solver (``solver``). At a
     minimiser the heads are the cluster directions, and a point's cluster
-    is ``argmax_h <x, mu_h>`` (the rebuttal's post-hoc rule). By default
+    is ``argmax_h <x, mu_h>`` (user guide, :doc:`/user_guide/model`, "From
+    heads to labels and outputs"). By default
     the exact solver's heads are then refined to the maximum-likelihood
     centroid directions of the paper's mixture, by EM whose E step is a
     softmax attention of the points over the heads (``refine``,
@@ -167,7 +175,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         span; 50 balances that against gradient noise (see the user guide).
     regularization : {"pairwise", "product"} or None, default="pairwise"
         Orthogonality regulariser: ``sum_{j<k} E[<mu_j,X>^2 <mu_k,X>^2]``
-        (paper, section 3.3) or ``E[prod_k <mu_k,X>^2]`` (rebuttal). Without
+        (paper, section 3.3) or ``E[prod_k <mu_k,X>^2]`` (user guide,
+        :doc:`/user_guide/model`, "The regularisers"). Without
         it, a random start only partially aligns with the centroids.
     reg_strength : "auto" or float, default="auto"
         rho >= 0. ``"auto"`` takes a tenth of the smaller of two limits:
@@ -664,10 +673,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     def predict(self, X):
         """Cluster of each row: ``argmax_h <x, mu_h>``, or the posterior mode.
 
-        Without the refinement the rule is the rebuttal's ``argmax_h <x,
-        mu_h>``; after the EM refinement it is the fitted mixture's posterior
-        mode ``argmax_h log pi_h + beta <mu_h, x / s>`` (``math.md`` section
-        7), which differs only when the weights ``weights_`` differ.
+        Without the refinement the rule is ``argmax_h <x, mu_h>`` (user
+        guide, :doc:`/user_guide/model`); after the EM refinement it is the
+        fitted mixture's posterior mode ``argmax_h log pi_h + beta <mu_h, x /
+        s>`` (``math.md`` section 7), which differs only when the weights
+        ``weights_`` differ.
 
         Parameters
         ----------
@@ -703,6 +713,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     def transform(self, X):
         """The attention layer's output for each row, in context of the training data.
 
+        Not distances to the centres, unlike KMeans' ``transform``: the
+        output has the shape of X, each row moved towards its centroid.
         ``T(x) = lambda K (M / s^2) U U^T x`` where ``M`` is the training
         data's second-moment matrix, ``s = scale_``, ``lambda =
         temperature_`` and U the heads: the layer of ``math.md`` section 2

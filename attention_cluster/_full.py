@@ -68,7 +68,7 @@ def exact_objective(
     ``L`` tokens drawn with replacement from the (weighted) rows of X, in
     closed form (``math.md`` section 3; module docstring); ``r`` is the
     pairwise regulariser ``sum_{j<k} mean_i a_ij^2 a_ik^2`` (paper, section
-    3.3), the product ``mean_i prod_k a_ik^2`` (rebuttal, K = 3) or zero.
+    3.3), the product ``mean_i prod_k a_ik^2`` (user guide, "The regularisers") or zero.
 
     The gradient (derived by hand, checked by finite differences in the
     tests) is, with ``e_i = 1 - c s_i``, ``g_i = U^T M x_i``,
@@ -176,7 +176,8 @@ def auto_reg_strength(temperature, n_clusters, regularization="pairwise", noise=
     flat for ``rho / rho_max`` between 0.03 and 0.1 and grows from 0.2 on.
     The product regulariser, whose curvatures both carry an extra
     ``sigma^(2(K-2))``, gets ``rho_pairwise (0.3 / max(sigma, 0.1))^(2(K-2))``,
-    calibrated at K = 3 (rebuttal) for sigma in [0.1, 0.5]. "none" gets 0.
+    calibrated at K = 3 (its setting in the user guide, "The regularisers")
+    for sigma in [0.1, 0.5]. "none" gets 0.
 
     Parameters
     ----------

@@ -41,7 +41,8 @@ def make_centroids(n_clusters, n_features, *, kind="orthogonal", random_state=No
         assumption, requires ``K <= d``), obtained from the QR decomposition
         of a Gaussian matrix with the signs of R's diagonal fixed (Haar
         measure). ``"random"``: i.i.d. uniform points on the sphere
-        ``S^{d-1}``, nearly orthogonal when d is large (rebuttal, W2-iii).
+        ``S^{d-1}``, nearly orthogonal when d is large (paper, Appendix G.2;
+        :doc:`/reproduction`).
     random_state : int, RandomState instance or None, default=None
         Seed or generator.
 

@@ -3,9 +3,8 @@
 Fits AttentionClustering, KMeans and GaussianMixture on the paper's mixture
 (d=10, K=2, sigma in {0.3, 1}, n=20000) and on the wine data set that ships
 with scikit-learn (standardised, then each row L2-normalised, in a
-Pipeline), and prints one table: warm fit time, ARI, distance to the true
-centroids (math.md section 5; KMeans and GaussianMixture centres normalised
-to the unit sphere) and the Bayes error where the mixture is known.
+Pipeline), and prints one table, then one line explaining each column
+(``COLUMNS``).
 """
 
 import time
@@ -22,6 +21,18 @@ from sklearn.preprocessing import Normalizer, StandardScaler
 from ._clustering import AttentionClustering
 from .datasets import make_mixture
 from .metrics import bayes_error, centroid_distance
+
+
+# Each column of the table and the line that explains it.
+COLUMNS = {
+    "fit (s)": "seconds to fit and label the data, after compilation (one run, for scale; "
+    "benchmarks/ times methods side by side)",
+    "ARI": "adjusted Rand index of the labels against the true classes: 1 is perfect, 0 is chance",
+    "distance": "distance of the centres, scaled to unit length, to the true centroids, up to "
+    "relabelling and sign (docs/math.md section 5); '-' when they are unknown",
+    "Bayes error": "error rate of the best possible rule, which knows the true centroids: "
+    "no method can do better",
+}
 
 
 def _centers(model):
@@ -43,7 +54,7 @@ def run(n_samples=20000, random_state=0, out=print):
     start = time.perf_counter()
     AttentionClustering(random_state=0).fit(make_mixture(200, 3, 2, random_state=0)[0])
     compile_s = time.perf_counter() - start
-    header = f"{'data':36s} {'method':20s} {'fit (s)':>8s} {'ARI':>6s} {'distance':>9s} {'Bayes err':>9s}"
+    header = f"{'data':36s} {'method':20s} {'fit (s)':>8s} {'ARI':>6s} {'distance':>9s} {'Bayes error':>11s}"
     out(header)
     out("-" * len(header))
     rows = []
@@ -67,6 +78,10 @@ def run(n_samples=20000, random_state=0, out=print):
             rows.append((name, label, seconds, ari, dist, bayes))
             dist_s = "-" if np.isnan(dist) else f"{dist:.2e}"
             bayes_s = "-" if bayes is None else f"{bayes:.4f}"
-            out(f"{name:36s} {label:20s} {seconds:8.3f} {ari:6.3f} {dist_s:>9s} {bayes_s:>9s}")
-    out(f"\nFirst AttentionClustering fit of this process (Numba compile or cache load): {compile_s:.2f} s, not counted above.")
+            out(f"{name:36s} {label:20s} {seconds:8.3f} {ari:6.3f} {dist_s:>9s} {bayes_s:>11s}")
+    out("")
+    for column, meaning in COLUMNS.items():
+        out(f"{column + ':':12s} {meaning}")
+    out("")
+    out(f"First AttentionClustering fit of this process (Numba compile or cache load): {compile_s:.2f} s, not counted above.")
     return rows

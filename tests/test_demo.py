@@ -2,14 +2,18 @@
 
 import numpy as np
 
-from attention_cluster._demo import run
+from attention_cluster._demo import COLUMNS, run
 
 
 def test_demo_prints_one_row_per_method_and_data_set():
     lines = []
     rows = run(n_samples=2000, out=lines.append)
     assert len(rows) == 9
-    assert "ARI" in lines[0] and "Bayes err" in lines[0]
+    assert "ARI" in lines[0] and "Bayes error" in lines[0]
+    # Every column of the header is explained on a line of its own.
+    for column in COLUMNS:
+        assert column in lines[0]
+        assert sum(line.startswith(column + ":") for line in lines) == 1
     mixture = [r for r in rows if r[0].startswith("mixture") and "sigma=0.3" in r[0]]
     for _, _, seconds, ari, dist, bayes in mixture:
         assert seconds > 0 and ari > 0.8 and dist < 0.05

@@ -18,9 +18,10 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m attention_cluster
 
+# The documentation is built first: tests/test_docs_links.py checks the build.
 test: $(STAMP)
-	$(PY) -m pytest -n 2 -q --doctest-modules attention_cluster tests
 	$(MAKE) docs
+	$(PY) -m pytest -n 2 -q --doctest-modules attention_cluster tests
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -n 2 -q --doctest-modules -m "not slow" attention_cluster tests

@@ -284,12 +284,11 @@ def synthetic_sentences(rows, methods, losses):
 
 # Font sizes of the figures, in points: read on a laptop screen at the
 # page's width (docs/screenshots.py).
-FONT = {"title": 13, "label": 12, "tick": 11, "legend": 11}
+FONT = {"title": 12, "label": 11, "tick": 10, "legend": 10}
 
 
-def legend_outside(fig, ax):
+def legend_outside(fig, handles, labels):
     """One legend for the figure, right of the panels, off the data."""
-    handles, labels = ax.get_legend_handles_labels()
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=FONT["legend"], frameon=False)
 
 
@@ -298,7 +297,7 @@ def plot_synthetic(rows, methods, path, design):
     rows = [r for r in rows if r["n_samples"] == n_max]
     ds = sorted({r["n_features"] for r in rows})
     Ks = sorted({r["n_clusters"] for r in rows})
-    fig, axes = plt.subplots(len(ds), len(Ks), figsize=(4.2 * len(Ks), 3.4 * len(ds)), squeeze=False, sharex=True)
+    fig, axes = plt.subplots(len(ds), len(Ks), figsize=(2.9 * len(Ks), 2.5 * len(ds)), squeeze=False, sharex=True)
     for i, d in enumerate(ds):
         for j, K in enumerate(Ks):
             ax = axes[i, j]
@@ -320,7 +319,7 @@ def plot_synthetic(rows, methods, path, design):
                 ax.set_xlabel("sigma", fontsize=FONT["label"])
     fig.suptitle(f"{design}, n={n_max}: misclassification rate after relabelling", fontsize=FONT["title"])
     fig.tight_layout()
-    legend_outside(fig, axes[0, 0])
+    legend_outside(fig, *axes[0, 0].get_legend_handles_labels())
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
@@ -419,33 +418,32 @@ def scaling_sentences(rows, methods, var):
 
 
 def plot_scaling(rows, sweeps, key, ylabel, path):
-    fig, axes = plt.subplots(1, len(sweeps), figsize=(4.8 * len(sweeps), 5.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(sweeps), figsize=(3.3 * len(sweeps), 3.2), squeeze=False)
+    # One colour per method in every panel, so that one legend serves all;
+    # the slopes are in the page's tables.
+    colours = {m: f"C{i}" for i, m in enumerate(m for m in methods_in(rows) if m != FLOOR)}
+    handles = {}
     for ax, sweep in zip(axes[0], sweeps):
         s_rows = [r for r in rows if r["sweep"] == sweep]
         for m in methods_in(s_rows):
             sizes, values = series(s_rows, m, key)
             if not sizes:
                 continue
-            slope = tail_slope(sizes, values)
             if m == FLOOR:
                 style = dict(color="k", ls="--", lw=2)
             else:
-                style = dict(marker="o", ms=3, lw=2.5 if is_ac(m) else 1)
-            ax.loglog(sizes, values, label=f"{short(m)} ({fmt(slope)})", **style)
+                style = dict(color=colours[m], marker="o", ms=3, lw=2.5 if is_ac(m) else 1)
+            (handles[short(m)],) = ax.loglog(sizes, values, **style)
         sizes = sorted({r["size"] for r in s_rows})
         ax.set_xticks(sizes, [fmt_size(s) for s in sizes])
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.tick_params(labelsize=FONT["tick"])
         ax.set_title(sweep, fontsize=FONT["title"])
         ax.set_xlabel(sweep.split(" ")[0], fontsize=FONT["label"])
-        ax.set_ylabel(ylabel, fontsize=FONT["label"])
         ax.grid(alpha=0.3, which="both")
-        # Each panel has its own slopes: its legend goes below it.
-        ax.legend(
-            fontsize=FONT["legend"] - 2, title="method (slope)", title_fontsize=FONT["legend"] - 2,
-            loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False,
-        )
+    axes[0, 0].set_ylabel(ylabel, fontsize=FONT["label"])
     fig.tight_layout()
+    legend_outside(fig, list(handles.values()), list(handles))
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
@@ -579,7 +577,7 @@ def plot_real(rows, path):
     ncols = min(2, len(datasets))
     nrows = -(-len(datasets) // ncols)
     fig, axes = plt.subplots(
-        nrows, ncols, figsize=(6.0 * ncols, 3.2 * nrows + 2.6), squeeze=False, sharex=True, sharey=True
+        nrows, ncols, figsize=(4.2 * ncols, 2.4 * nrows + 2.2), squeeze=False, sharex=True, sharey=True
     )
     for ax in axes.flat[len(datasets):]:
         ax.set_visible(False)
@@ -590,14 +588,14 @@ def plot_real(rows, path):
             ys = [np.nan if y is None else y for y in ys]
             ax.plot(range(len(views)), ys, marker="o", ms=4, lw=2.5 if is_ac(m) else 0.8, label=short(m))
         ax.set_xticks(range(len(views)))
-        ax.set_xticklabels(views, fontsize=FONT["tick"] - 1, rotation=90)
+        ax.set_xticklabels(views, fontsize=FONT["tick"], rotation=90)
         ax.tick_params(axis="y", labelsize=FONT["tick"])
         ax.set_title(dataset, fontsize=FONT["title"])
         ax.grid(alpha=0.3)
     for row in axes:
         row[0].set_ylabel("ARI", fontsize=FONT["label"])
     fig.tight_layout()
-    legend_outside(fig, axes[0, 0])
+    legend_outside(fig, *axes[0, 0].get_legend_handles_labels())
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 

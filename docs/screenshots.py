@@ -24,6 +24,7 @@ DOCS = Path(__file__).resolve().parent
 PAGES = {
     "index": "index.html",
     "user_guide": "user_guide/model.html",
+    "user_guide_index": "user_guide/index.html",
     "api": "api.html",
     "api_class": "generated/attention_cluster.AttentionClustering.html",
     "gallery": "auto_examples/index.html",
@@ -53,7 +54,6 @@ def screenshot(browser, url, png, size):
             "--disable-component-update",
             "--disable-sync",
             "--no-first-run",
-            "--hide-scrollbars",
             f"--user-data-dir={profile}",
             # Any request off the disk fails: the pages must work offline.
             "--host-resolver-rules=MAP * ~NOTFOUND",

@@ -10,13 +10,16 @@ import os
 import sys
 import warnings
 
+import joblib
 import numpy as np
 import sklearn
 from sklearn.utils import check_scalar
 
-# Frames in these directories are library code, not the user's call.
+# Frames in these directories are library code, not the user's call
+# (joblib runs the fits of scikit-learn's searches).
 _LIBRARY_DIRS = tuple(
-    os.path.dirname(os.path.abspath(path)) + os.sep for path in (__file__, sklearn.__file__)
+    os.path.dirname(os.path.abspath(path)) + os.sep
+    for path in (__file__, sklearn.__file__, joblib.__file__)
 )
 
 
@@ -102,8 +105,9 @@ def warn(message, category=UserWarning):
     """``warnings.warn``, attributed to the first caller outside the library.
 
     A warning from ``fit`` then names the user's line, whether it was called
-    directly, through ``fit_predict``, a Pipeline or a search (scikit-learn's
-    frames are skipped too), instead of a line of this package.
+    directly, through ``fit_predict``, a Pipeline or a search (the frames of
+    scikit-learn and joblib are skipped too), instead of a line of this
+    package.
     """
     frame = sys._getframe(1)
     level = 2

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from sklearn.cluster import KMeans
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
 from sklearn.metrics import adjusted_rand_score
+from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import Normalizer
 
@@ -252,6 +253,7 @@ _CALLS = {
     "fit_predict": lambda model, X: model.fit_predict(X),
     "fit_transform": lambda model, X: model.fit_transform(X),
     "pipeline": lambda model, X: make_pipeline(Normalizer(), model).fit(X),
+    "grid_search": lambda model, X: GridSearchCV(model, {"n_clusters": [2]}, cv=2).fit(X),
 }
 
 

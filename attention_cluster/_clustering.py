@@ -30,16 +30,6 @@ _CHUNK = 100
 _DECAY = 200.0
 _DEFAULT_TOL = {"psgd": 1e-4, "full": 1e-6}
 _DEFAULT_MAX_ITER = {"psgd": 5000, "full": 500}
-# The EM refinement stops when a plain EM step moves the heads by less than
-# this squared distance (math.md section 5): far below the statistical error
-# of the heads up to n ~ 1e7 at sigma ~ 1 (benchmarks/solvers.py).
-_REFINE_TOL = 1e-8
-# solver="auto" takes the exact solver (with its EM refinement) up to this many
-# rows. benchmarks/solvers.py (d=10, K=2) finds it faster than PSGD up to 1e4
-# rows and at most about 1.6x PSGD's time at 1e5, for 4 to 5 times PSGD's
-# accuracy there; at 1e6 PSGD, whose cost does not grow with n, is 2.5 to 4
-# times faster.
-_AUTO_FULL_MAX_N = 200_000
 
 
 def auto_temperature(noise, sequence_length, n_clusters, n_features, eigenvalues=None):
@@ -181,12 +171,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         then Newton steps on all rows), at O(n d K) per iteration after
         O(n d^2) moments: no sampling plateau, unlike PSGD. ``"psgd"``:
         projected stochastic gradient descent (paper, Appendix F.1), whose
-        cost does not depend on n. ``"auto"``: ``"full"`` up to 200000
-        rows, ``"psgd"`` beyond (see ``solver_``). In ``benchmarks/solvers.py``
-        the exact solver with its refinement is the faster up to 1e4 rows
-        and within about 1.6x of PSGD's time at 1e5, for 4 to 5 times its
-        accuracy; at 1e6 PSGD is 2.5 to 4 times faster. The exact solver is
-        the more accurate at every n.
+        cost does not depend on n. ``"auto"``: ``"full"`` at every n (see
+        ``solver_``), the more accurate of the two; its cost at large n is a
+        few passes over the data (see :doc:`/performance`).
     refine : {"auto", "em"} or None, default="auto"
         ``"em"``: after the attention solver, maximise the likelihood of the
         paper's mixture (K centroids of equal norm, isotropic noise, free
@@ -195,12 +182,14 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         the heads. The heads of the attention risk span the principal
         subspace of the second moment, about ``1 + K sigma^2`` times
         farther from the centroids than the class means at high noise; the
-        refined heads are the maximum-likelihood centroid directions, within
-        2x of the class means in ``benchmarks/solvers.py``. Each iteration
-        is one pass over the data. When it follows the exact solver, that
-        solver stops after its subsample stage. ``None``: the attention
-        heads as they are, the paper's estimator. ``"auto"``: ``"em"`` after
-        the exact solver, None after PSGD (whose cost does not grow with n).
+        refined heads are the maximum-likelihood centroid directions. Each
+        E step is one pass over the data; above ``4 x 65536`` rows EM first
+        runs on subsamples, and every stage stops when the heads are
+        estimated to be within a small fraction of their standard error of
+        the fixed point (``math.md`` section 7). When it follows the exact
+        solver, that solver stops after its subsample stage. ``None``: the
+        attention heads as they are, the paper's estimator. ``"auto"``:
+        ``"em"`` after the exact solver, None after PSGD.
     learning_rate : float, default=1.0
         Base step size, relative to the curvature scale
         ``lambda K tr(M)`` of the risk (M the unit-scale second moment).
@@ -209,10 +198,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         Number of sequences averaged in each stochastic gradient.
     max_iter : "auto" or int, default="auto"
         Maximum number of PSGD steps (``"auto"``: 5000), of iterations of
-        each stage of the exact solver (``"auto"``: 500), and of passes of
-        the EM refinement (``"auto"``: 500), which stops when a plain EM step
-        moves the heads by less than 1e-8 (squared distance of ``math.md``
-        section 5).
+        each stage of the exact solver (``"auto"``: 500), and of E steps of
+        each stage of the EM refinement (``"auto"``: 500).
     tol : "auto" or float, default="auto"
         PSGD (``"auto"``: 1e-4): every 100 steps the heads averaged over the
         second half of the run so far (Polyak-Ruppert averaging) are
@@ -268,7 +255,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     refine_ : str or None
         The refinement used (``"auto"`` resolved).
     refine_n_iter_ : int
-        Passes over the data of the EM refinement (0 without it).
+        E steps of the EM refinement on all rows, each one pass over the
+        data (0 without it; E steps on subsamples are not counted).
     weights_ : ndarray of shape (n_clusters,)
         Mixture weights: the refinement's maximum-likelihood weights, or
         the (sample-weighted) fractions of points in each cluster without
@@ -477,12 +465,15 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 stacklevel=2,
             )
 
-        centers = heads.T * np.where(data.head_totals(heads) < 0, -1.0, 1.0)[:, None]
+        # The EM refinement finds each head's sign again from its points: a
+        # subsample is enough to start it on the right side.
+        signer = unit.subsample(rng, _mixture._SUBSAMPLE) if refine == "em" else unit
+        centers = heads.T * np.where(signer.head_totals(heads) < 0, -1.0, 1.0)[:, None]
         self.refine_n_iter_ = 0
         if refine == "em":
             fit = _mixture.refine_heads(
                 unit, centers.T, float(np.trace(spectrum.moment)),
-                spectrum.noise, tol=_REFINE_TOL, max_iter=self._max_iter("full"),
+                spectrum.noise, max_iter=self._max_iter("full"), random_state=rng,
                 verbose=self.verbose,
             )
             if not fit.converged:
@@ -534,10 +525,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         return self.regularization or "none"
 
     def _resolve_solver(self, n_samples):
-        """``solver="auto"``: the faster solver for n rows (see _AUTO_FULL_MAX_N)."""
-        if self.solver != "auto":
-            return self.solver
-        return "full" if n_samples <= _AUTO_FULL_MAX_N else "psgd"
+        """``solver="auto"``: the exact solver, the more accurate at every n."""
+        return "full" if self.solver == "auto" else self.solver
 
     def _resolve_refine(self, solver):
         """``refine="auto"``: EM after the exact solver, none after PSGD."""

@@ -298,28 +298,6 @@ def head_totals(X, U, weights, totals):
 
 
 @njit(cache=True, nogil=True, fastmath=FASTMATH)
-def argmax_labels(X, C, gain, bias, out):
-    """``out[i] = argmax_h gain <x_i, c_h> + bias_h`` (ties to the first head).
-
-    ``C`` is d x K. The scores are summed in float64 whatever X's dtype.
-    """
-    n, d = X.shape
-    K = C.shape[1]
-    for i in range(n):
-        best = 0
-        top = -np.inf
-        for k in range(K):
-            s = 0.0
-            for j in range(d):
-                s += X[i, j] * C[j, k]
-            score = gain * s + bias[k]
-            if k == 0 or score > top:
-                top = score
-                best = k
-        out[i] = best
-
-
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
     """Per-row part of the exact risk and of its gradient, for one chunk.
 

@@ -273,14 +273,18 @@ class DenseRows:
     def labels(self, centers, gain, bias):
         """``argmax_h gain <x, c_h> + bias_h`` for every row (X as it is, not scaled).
 
-        ``centers`` has shape (K, d); ties go to the first head.
+        ``centers`` has shape (K, d); ties go to the first head. Scores are
+        float64, one BLAS product per chunk.
         """
-        C = np.ascontiguousarray(np.asarray(centers, dtype=np.float64).T)
+        C = np.asarray(centers, dtype=np.float64).T
         bias = np.asarray(bias, dtype=np.float64)
         out = np.empty(self.n_samples, dtype=np.intp)
 
         def chunk(B, w, lo, hi):
-            _kernels.argmax_labels(B, C, float(gain), bias, out[lo:hi])
+            scores = B @ C
+            scores *= gain
+            scores += bias
+            np.argmax(scores, axis=1, out=out[lo:hi])
 
         self._map(chunk)
         return out

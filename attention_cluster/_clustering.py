@@ -465,14 +465,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 stacklevel=2,
             )
 
-        # The EM refinement finds each head's sign again from its points: a
-        # subsample is enough to start it on the right side.
-        signer = unit.subsample(rng, _mixture._SUBSAMPLE) if refine == "em" else unit
-        centers = heads.T * np.where(signer.head_totals(heads) < 0, -1.0, 1.0)[:, None]
         self.refine_n_iter_ = 0
         if refine == "em":
             fit = _mixture.refine_heads(
-                unit, centers.T, float(np.trace(spectrum.moment)),
+                unit, heads, float(np.trace(spectrum.moment)),
                 spectrum.noise, max_iter=self._max_iter("full"), random_state=rng,
                 verbose=self.verbose,
             )
@@ -497,6 +493,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 self._label_bias = np.log(fit.weights)
             self._label_gain = fit.beta / spectrum.scale
         else:
+            # Each head turned towards the points it wins (math.md section 5).
+            centers = heads.T * np.where(unit.head_totals(heads) < 0, -1.0, 1.0)[:, None]
             self._label_bias = np.zeros(K)
             self._label_gain = 1.0
         self.cluster_centers_ = centers.astype(data.dtype, copy=False)

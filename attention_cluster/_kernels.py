@@ -297,6 +297,21 @@ def head_totals(X, U, weights, totals):
         totals[best] += w * proj[best]
 
 
+@njit(cache=True, nogil=True)
+def argmax_rows(scores, gain, bias, out):
+    """``out[i] = argmax_h gain scores[i, h] + bias_h``, ties to the first head."""
+    n, K = scores.shape
+    for i in range(n):
+        best = 0
+        top = gain * scores[i, 0] + bias[0]
+        for k in range(1, K):
+            v = gain * scores[i, k] + bias[k]
+            if v > top:
+                top = v
+                best = k
+        out[i] = best
+
+
 @njit(cache=True, nogil=True, fastmath=FASTMATH)
 def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
     """Per-row part of the exact risk and of its gradient, for one chunk.

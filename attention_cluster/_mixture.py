@@ -193,8 +193,7 @@ def refine_heads(data, heads, mean_sq, noise, *, tol=1e-3, max_iter=500, random_
         The rows ``x / s`` (s the data object's scale) and their weights;
         each E step is one pass.
     heads : ndarray of shape (d, K)
-        Unit starting heads, signed so that their clusters project
-        positively on them.
+        Unit starting heads, of either sign.
     mean_sq : float
         ``m2``, the weighted mean of ``||x / s||^2``.
     noise : float
@@ -234,11 +233,15 @@ def refine_heads(data, heads, mean_sq, noise, *, tol=1e-3, max_iter=500, random_
             where = "all rows" if em.data is data else f"{em.data.n_samples} rows"
             print(f"[AttentionClustering] EM on {where}, E step {em.passes}: mean log-likelihood {ll:.8g}")
 
-    p = _Params(np.array(heads, dtype=np.float64), 1.0, max(float(noise) ** 2, mean_sq * _MIN_VARIANCE / d),
-                np.full(K, -np.log(K)))
+    stages = [data.subsample(rng, size) for size in sizes] + [data]
+    # Each head is turned towards the points it wins (math.md section 5),
+    # on the first stage's rows: EM then finds the signs again from its
+    # points at every stage.
+    U = np.array(heads, dtype=np.float64)
+    U *= np.where(stages[0].head_totals(U) < 0, -1.0, 1.0)
+    p = _Params(U, 1.0, max(float(noise) ** 2, mean_sq * _MIN_VARIANCE / d), np.full(K, -np.log(K)))
     rho = 0.9
-    for size in sizes:
-        sub = data.subsample(rng, size)
+    for sub in stages[:-1]:
         em = _EM(sub, float(sub.norm_moments()[0]))
         p, _, rho = _run_em(em, p, tol, max_iter, rho, report)
     em = _EM(data, mean_sq)

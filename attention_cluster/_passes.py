@@ -15,10 +15,10 @@ Attributes ``n_samples``, ``n_features``, ``dtype``, ``scale``,
 
 - :meth:`~DenseRows.rescaled` (the same rows divided by another scale, sharing
   the thread pool);
-- :meth:`~DenseRows.peak` (largest absolute entry, before scaling);
-- :meth:`~DenseRows.second_moment` (``sum_i w_i x_i x_i^T / sum_i w_i``) and
-  :meth:`~DenseRows.moment_action` (the same applied to K vectors, without
-  forming the d x d matrix);
+- :meth:`~DenseRows.second_moment` (``sum_i w_i x_i x_i^T / sum_i w_i``),
+  :meth:`~DenseRows.scaled_second_moment` (the same with a scale that keeps
+  it finite for data of any magnitude) and :meth:`~DenseRows.moment_action`
+  (the same applied to K vectors, without forming the d x d matrix);
 - :meth:`~DenseRows.norm_moments` (weighted means of ``||x||^2`` and
   ``||x||^4``);
 - :meth:`~DenseRows.exact_terms` (the per-row part of the exact risk and of its
@@ -164,27 +164,47 @@ class DenseRows:
 
     # -- passes -------------------------------------------------------------
 
-    def peak(self):
-        """Largest absolute entry of X (not divided by the scale); 0 if X is empty."""
-        if self._X.size == 0:
-            return 0.0
-        # max and -min rather than max(abs(X)): no temporary copy of a chunk.
-        parts = self._map(lambda B, w, lo, hi: max(float(np.max(B)), -float(np.min(B))))
-        return max(parts)
+    def scaled_second_moment(self):
+        """``(c, M / c^2)``: the second moment M (see :meth:`second_moment`) and a scale.
 
-    def second_moment(self):
-        """``M = sum_i w_i x_i x_i^T / sum_i w_i`` (d x d, float64).
-
-        Each chunk is converted to float64 before its product, so float32
-        input loses no precision, and no float64 copy of the whole X is made.
+        ``c > 0`` is the largest root mean square of a column over a chunk of
+        rows (``c = 0`` for all-zero data, with a zero matrix), found in the
+        same pass, so that ``M / c^2`` is computed without overflow or
+        underflow for finite data of any magnitude: a chunk whose product
+        overflows is divided by its largest entry first. float64 chunks are
+        multiplied as they are; float32 chunks are converted to float64
+        first, so float32 input loses no precision.
         """
         inv = 1.0 / self.scale
 
         def chunk(B, w, lo, hi):
-            B = np.asarray(B, dtype=np.float64) * inv
-            return B.T @ (B if w.size == 0 else B * w[:, None])
+            B = np.asarray(B, dtype=np.float64)
+            G = B.T @ (B if w.size == 0 else B * w[:, None])
+            top = float(np.max(np.diag(G))) if G.size else 0.0
+            if not (np.isfinite(top) and top > 1e-250):
+                peak = max(float(np.max(B)), -float(np.min(B))) if B.size else 0.0
+                if peak == 0.0:
+                    return 0.0, G
+                B = B / peak
+                G = B.T @ (B if w.size == 0 else B * w[:, None])
+                top = float(np.max(np.diag(G)))
+                if top == 0.0:  # only zero-weight rows
+                    return 0.0, G
+                return peak * np.sqrt(top), G / top
+            return np.sqrt(top), G / top
 
-        return sum(self._map(chunk), np.zeros((self.n_features, self.n_features))) / self.total_weight
+        parts = self._map(chunk)
+        c = max(p for p, _ in parts)
+        d = self.n_features
+        if c == 0.0:
+            return 0.0, np.zeros((d, d))
+        M = sum(((p / c) ** 2 * G for p, G in parts if p > 0), np.zeros((d, d))) / self.total_weight
+        return c * inv, M
+
+    def second_moment(self):
+        """``M = sum_i w_i x_i x_i^T / sum_i w_i`` (d x d, float64), one pass."""
+        c, M = self.scaled_second_moment()
+        return c * c * M
 
     def moment_action(self, V):
         """``M V = sum_i w_i x_i (x_i^T V) / sum_i w_i`` for V of shape (d, K)."""
@@ -274,17 +294,14 @@ class DenseRows:
         """``argmax_h gain <x, c_h> + bias_h`` for every row (X as it is, not scaled).
 
         ``centers`` has shape (K, d); ties go to the first head. Scores are
-        float64, one BLAS product per chunk.
+        float64: one BLAS product per chunk, then :func:`_kernels.argmax_rows`.
         """
         C = np.asarray(centers, dtype=np.float64).T
         bias = np.asarray(bias, dtype=np.float64)
         out = np.empty(self.n_samples, dtype=np.intp)
 
         def chunk(B, w, lo, hi):
-            scores = B @ C
-            scores *= gain
-            scores += bias
-            np.argmax(scores, axis=1, out=out[lo:hi])
+            _kernels.argmax_rows(B @ C, float(gain), bias, out[lo:hi])
 
         self._map(chunk)
         return out

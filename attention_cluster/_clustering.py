@@ -9,10 +9,8 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from threadpoolctl import threadpool_limits
-
 from . import _full, _kernels, _mixture
-from ._passes import DenseRows
+from ._passes import DenseRows, one_blas_thread
 from ._scale import estimate_spectrum
 from ._validation import (
     atomic_fit,
@@ -402,10 +400,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 UserWarning,
                 stacklevel=2,
             )
-        data = DenseRows(X, weights, n_threads=self.n_threads)
-        # The passes' products have few columns (K to 3K) or run on the
-        # pool's threads already: BLAS threads would only oversubscribe.
-        with data, threadpool_limits(limits=1, user_api="blas"):
+        # The passes run on the pool's threads already: BLAS threads in each
+        # chunk's products would only oversubscribe the cores.
+        with DenseRows(X, weights, n_threads=self.n_threads) as data, one_blas_thread():
             return self._fit(data, init)
 
     def _fit(self, data, init):

@@ -130,7 +130,8 @@ def _run_em(em, p0, tol, max_iter, rho, report):
     error of the heads (:func:`standard_error`): further passes would move
     the heads by much less than their statistical error. ``rho`` is
     estimated from the two EM steps of each SQUAREM iteration (the caller's
-    value, from a previous data set or a cautious 0.9, until then).
+    value, from a previous data set or a cautious 0.9, until then), and the
+    rule is checked after each of the two.
     """
     d, K = p0.U.shape
     S0, c0, ll0 = em.expect(p0)
@@ -143,7 +144,10 @@ def _run_em(em, p0, tol, max_iter, rho, report):
             return p1, True, rho
         S1, c1, ll1 = em.expect(p1)
         p2 = em.maximize(S1, c1, p1)
-        rho = min(float(np.sqrt(np.sum((p2.U - p1.U) ** 2) / delta)), 0.99) if delta > 0 else rho
+        delta2 = float(np.sum((p2.U - p1.U) ** 2))
+        rho = min(float(np.sqrt(delta2 / delta)), 0.99) if delta > 0 else rho
+        if delta2 <= tol * standard_error(p2, em.n_effective) * (1.0 - rho) ** 2:
+            return p2, True, rho
         # SQUAREM step (Varadhan and Roland's SqS3): extrapolate along the
         # two EM steps, then take one EM step from there; fall back to the
         # second EM iterate if that loses likelihood.

@@ -50,14 +50,16 @@ object is a context manager).
 """
 
 import copy
+import functools
 import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from . import _kernels
 
-__all__ = ["DenseRows", "usable_threads"]
+__all__ = ["DenseRows", "one_blas_thread", "usable_threads"]
 
 # Bytes of X per chunk: large enough that a pass has few chunks (each costs a
 # task on the pool), small enough that a float64 copy of a chunk stays small.
@@ -72,6 +74,18 @@ def usable_threads(n_threads=None):
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
+
+
+@functools.cache
+def _threadpool_controller():
+    # Finding the loaded BLAS libraries costs about a millisecond: done once
+    # per process, as scikit-learn does.
+    return ThreadpoolController()
+
+
+def one_blas_thread():
+    """Context in which BLAS runs on one thread (the pool's threads share the cores)."""
+    return _threadpool_controller().limit(limits=1, user_api="blas")
 
 
 def _chunk_rows(n_features):
@@ -145,6 +159,7 @@ class DenseRows:
     @property
     def n_threads(self):
         return self._pool.n_threads
+
 
     def rescaled(self, scale):
         """The same rows seen divided by ``scale``, sharing this object's pool."""

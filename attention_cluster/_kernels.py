@@ -325,7 +325,7 @@ def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
     ``sum_i (alpha_i a_i + beta_i g_i + rho grad r_i) x_i^T``,
     ``sum_i beta_i a_i x_i^T`` and ``sum_i n_i a_i x_i^T = n (M4 U)^T``, with
     ``alpha_i = -4c e_i n_i + 4c^2 (L-1) h_i`` and ``beta_i = -2c(L-1) e_i``
-    (see :func:`attention_cluster._full.exact_objective`). The regulariser
+    (see :func:`attention_cluster._objective.exact_objective`). The regulariser
     ``r_i`` of each row is :func:`token_regularizer`'s. O(d K) per row, in
     float64 whatever X's dtype.
     """

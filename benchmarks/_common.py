@@ -41,12 +41,6 @@ def unit_rows(A):
     return A / np.where(norms > 0, norms, 1.0)
 
 
-def floor_distance(X, y, C):
-    """Distance of the normalised true-label class means: the statistical floor."""
-    means = np.array([X[y == k].mean(axis=0) for k in range(len(C))])
-    return centroid_distance(unit_rows(means), C)
-
-
 def side_by_side(candidates, repeats=7, warmup=True):
     """Median wall time of each callable, interleaved round by round.
 

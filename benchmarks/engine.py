@@ -28,11 +28,11 @@ from pathlib import Path
 import numpy as np
 from sklearn.cluster import KMeans
 
-from _common import ROOT, cold_start_times, floor_distance, one_thread, quick_cli, save, side_by_side
+from _common import ROOT, cold_start_times, one_thread, quick_cli, save, side_by_side
 from attention_cluster import AttentionClustering
 from attention_cluster._passes import DenseRows
 from attention_cluster.datasets import make_mixture
-from attention_cluster.metrics import centroid_distance
+from attention_cluster.metrics import centroid_distance, class_means_distance
 
 
 # One pass is timed as a run of _PASSES products inside one thread limit,
@@ -58,7 +58,7 @@ def accuracy(n, d, K, noise, seeds, **data):
         X, y, C = make_mixture(n, d, K, noise=noise, random_state=seed, **data)
         model = AttentionClustering(K, random_state=seed).fit(X)
         fits.append(centroid_distance(model.cluster_centers_, C))
-        floors.append(floor_distance(X, y, C))
+        floors.append(class_means_distance(X, y, C))
         passes.append(model.refine_n_iter_)
     return {
         "distance": float(np.median(fits)),

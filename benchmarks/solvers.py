@@ -25,10 +25,10 @@ import numpy as np
 from sklearn.cluster import KMeans
 from sklearn.mixture import GaussianMixture
 
-from _common import ROOT, floor_distance, one_thread, quick_cli, save, side_by_side, unit_rows
+from _common import ROOT, one_thread, quick_cli, save, side_by_side, unit_rows
 from attention_cluster import AttentionClustering
 from attention_cluster.datasets import make_mixture
-from attention_cluster.metrics import centroid_distance
+from attention_cluster.metrics import centroid_distance, class_means_distance
 
 # Configurations: name -> AttentionClustering keyword arguments.
 CONFIGS = {
@@ -45,7 +45,7 @@ def accuracy(n, d, K, noise, seeds, with_gmm):
         for name, kwargs in CONFIGS.items():
             model = AttentionClustering(K, init="random", random_state=seed, **kwargs).fit(X)
             out[name].append(centroid_distance(model.cluster_centers_, C))
-        out["floor"].append(floor_distance(X, y, C))
+        out["floor"].append(class_means_distance(X, y, C))
         if with_gmm:
             gmm = GaussianMixture(K, covariance_type="spherical", random_state=seed).fit(X)
             out["gmm"].append(centroid_distance(unit_rows(gmm.means_), C))

@@ -41,6 +41,11 @@ def unit_rows(A):
     return A / np.where(norms > 0, norms, 1.0)
 
 
+def verdict(ok):
+    """A target's cell in a page's table: "yes", or a bold "no"."""
+    return "yes" if ok else "**no**"
+
+
 def side_by_side(candidates, repeats=7, warmup=True):
     """Median wall time of each callable, interleaved round by round.
 

@@ -29,7 +29,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import adjusted_rand_score
 from sklearn.mixture import GaussianMixture
 
-from _common import ROOT, quick_cli, save, timed, unit_rows
+from _common import ROOT, quick_cli, save, timed, unit_rows, verdict
 from attention_cluster import AttentionClustering
 from attention_cluster.datasets import make_mixture
 from attention_cluster.metrics import centroid_distance, class_means_distance
@@ -144,7 +144,7 @@ def _table(rows):
             f"| {r['noise']} | {r['n']:.0e} | {r['d']} | {r['K']} | {r['ac']:.2e} | {r['floor']:.2e} | "
             f"{_ratio(r)} | {gmm} | {r['ac_ari']:.3f} | {gmm_ari} | {r['kmeans_ari']:.3f} | "
             f"{r['bayes_ari']:.3f} | {r['ac_s']:.2f} | {r['kmeans_s']:.2f} | {gmm_s} | {r['solver']} | "
-            f"{passes} | {'yes' if r['works'] else '**no**'} |"
+            f"{passes} | {verdict(r['works'])} |"
         )
     return lines
 

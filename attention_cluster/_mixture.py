@@ -158,9 +158,14 @@ def _run_em(em, p0, tol, max_iter, rho, report):
         rho = min(float(np.sqrt(delta2 / delta)), 0.99) if delta > 0 else rho
         if delta2 <= tol * standard_error(p2, em.n_effective) * (1.0 - rho) ** 2:
             return p2, True, rho
-        if em.n_effective * (ll1 - ll0) < _GAIN_PER_TOL * tol:
-            # The step gained too little total log-likelihood to matter.
-            return p2, True, rho
+        min_gain = _GAIN_PER_TOL * tol
+        # EM does not lose likelihood: a loss is rounding. A threshold below
+        # the likelihood's rounding leaves the stop to the rule on the heads
+        # (near the maximum the likelihood is flat to second order, so its
+        # rounding hides moves of the heads of order sqrt(eps)).
+        if min_gain > 1e-12 * em.n_effective * (1.0 + abs(ll1)):
+            if abs(em.n_effective * (ll1 - ll0)) < min_gain:
+                return p2, True, rho
         # SQUAREM step (Varadhan and Roland's SqS3): extrapolate along the
         # two EM steps, then take one EM step from there; fall back to the
         # second EM iterate if that loses likelihood.

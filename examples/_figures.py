@@ -31,7 +31,7 @@ from sklearn.utils import check_random_state
 
 from attention_cluster import AttentionClustering, _kernels, theory
 from attention_cluster.datasets import make_mixture
-from attention_cluster.metrics import centroid_distance
+from attention_cluster.metrics import centroid_distance, class_means_distance
 
 QUICK = bool(os.environ.get("ATTENTION_CLUSTER_QUICK"))
 OUTPUT = os.environ.get("ATTENTION_CLUSTER_OUTPUT")
@@ -111,7 +111,8 @@ def psgd_path(
 ):
     """PSGD with a constant step; the heads at each iteration of ``record``.
 
-    Calls the estimator's kernel :func:`attention_cluster._kernels.psgd_chunk`
+    Calls the estimator's kernels :func:`attention_cluster._kernels.draw_rows` and
+    :func:`~attention_cluster._kernels.psgd_chunk`
     between two recorded iterations, with the step held constant and no
     rescaling of X (the centroids are known to be unit vectors), so that the
     iterates are the plain PSGD iterates of the paper (``math.md`` section
@@ -140,10 +141,12 @@ def psgd_path(
     for i, stop in enumerate(record):
         if stop > done:
             m = stop - done
+            rows = np.empty((m * batch_size * sequence_length, X.shape[1]))
+            _kernels.draw_rows(X, cum_weights, 1.0, state, rows)
             _kernels.psgd_chunk(
-                X, cum_weights, U, 1.0, lam, sequence_length, batch_size,
+                rows, U, lam, sequence_length, batch_size,
                 np.full(m, float(step_size)), reg_kind, float(reg_strength),
-                gradient == "riemannian", state, np.empty(m), np.zeros_like(U),
+                gradient == "riemannian", np.empty(m), np.zeros_like(U),
             )
             done = stop
         out[i] = U.T
@@ -169,17 +172,6 @@ def population_path(heads0, centroids, noise, temperature, step_size, record, *,
     )
     d = res.distance
     return d[np.minimum(record, len(d) - 1)], res
-
-
-def class_mean_floor(X, labels, centroids):
-    """Statistical floor: distance of the true-label class means, normalised.
-
-    The centroid of each component estimated from its own points (labels
-    known), projected on the sphere: what no estimator of the directions can
-    beat by much on this sample.
-    """
-    means = np.array([X[labels == c].mean(axis=0) for c in range(len(centroids))])
-    return centroid_distance(means / np.linalg.norm(means, axis=1, keepdims=True), centroids)
 
 
 def exact_solution(X, heads0, centroids, lam, regularization, reg_strength):
@@ -265,7 +257,7 @@ def experiment(
         out["psgd"].append(distances(path, C))
         out["heads"].append(path[-1])
         out["centroids"].append(C)
-        out["floor"].append(class_mean_floor(X, y, C))
+        out["floor"].append(class_means_distance(X, y, C))
         out["full"].append(exact_solution(X, H0, C, lam, regularization, reg_strength))
         if run < population_runs:
             # population_pgd's factor is lambda * n_heads / L: keep lambda K / L.

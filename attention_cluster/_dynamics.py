@@ -36,7 +36,7 @@ SPHERE_MODELS = ("sa", "usa")
 # Radius under which the tracers' pass merges coincident active tokens into
 # one key of multiplicity m (bias log m): a logit changes by at most
 # beta |q| radius, far below the clustering radius.
-_KEY_MERGE_RADIUS = 1e-6
+_KEY_MERGE_RADIUS = 1e-4
 
 
 def _weight_matrix(value, name, n_features):

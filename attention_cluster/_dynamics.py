@@ -8,10 +8,13 @@ weights read as a flow in time. Formulas are in ``docs/math.md`` section 8.
 
 ``attention_flow`` integrates the flow and returns the trajectories;
 ``SelfAttentionDynamics`` runs it as a clustering estimator whose number of
-clusters emerges from the data. The O(n^2 d) work of a step is the kernel
-``attention_rows`` of ``_dynamics_kernels.py``, called on chunks of rows.
+clusters emerges from the data. The O(n^2 d) work of a step is the pass
+layer's attention pass (``_passes.DenseRows.attention``): the kernel
+``attention_rows`` of ``_dynamics_kernels.py`` on chunks of query rows, on
+the pass layer's thread pool.
 """
 
+import contextlib
 import math
 import numbers
 import time
@@ -25,7 +28,8 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._dynamics_kernels import attention_rows, group_tokens
+from ._dynamics_kernels import group_tokens
+from ._passes import DenseRows
 from ._validation import atomic_fit, check_options, check_positive
 
 __all__ = ["SelfAttentionDynamics", "attention_flow"]
@@ -64,23 +68,6 @@ def _unit_rows(X):
     return X / np.where(norms > 0, norms, 1)
 
 
-def _attention(queries, keys, values, beta, chunk_size, key_bias=None):
-    """``sum_j P_ij v_j`` and ``log Z_i`` for every query, by chunks of rows."""
-    dtype = queries.dtype
-    n = queries.shape[0]
-    keys_t = np.ascontiguousarray(keys.T, dtype=dtype)
-    values_t = np.ascontiguousarray(values.T, dtype=dtype)
-    bias = np.zeros(keys.shape[0], dtype=dtype) if key_bias is None else key_bias.astype(dtype)
-    queries = np.ascontiguousarray(queries)
-    out = np.empty((n, values.shape[1]), dtype=dtype)
-    log_norm = np.empty(n, dtype=dtype)
-    beta = dtype.type(beta)
-    for start in range(0, n, chunk_size):
-        stop = min(start + chunk_size, n)
-        attention_rows(queries, keys_t, values_t, bias, beta, start, stop, out[start:stop], log_norm[start:stop])
-    return out, log_norm
-
-
 def _merged_keys(X):
     """Coincident tokens as one key each: (points, log multiplicities)."""
     labels = np.empty(X.shape[0], dtype=np.int64)
@@ -102,12 +89,22 @@ class _Flow:
     per-token step ``1 / <x_i, m_i>`` that moves ``x_i`` to ``m_i / |m_i|``.
     """
 
-    def __init__(self, model, beta, step_size, query, key, value, chunk_size):
+    def __init__(self, model, beta, step_size, query, key, value, chunk_size, n_threads):
         self.model = model
         self.beta = float(beta)
         self.step_size = step_size
         self.query, self.key, self.value = query, key, value
         self.chunk_size = chunk_size
+        self._rows = DenseRows(np.empty((0, 1)), n_threads=n_threads)
+
+    def close(self):
+        """Shut down the thread pool."""
+        self._rows.close()
+
+    def attention(self, queries, keys, values, key_bias=None):
+        """``sum_j P_ij v_j`` and ``log Z_i`` for every query, on the pass layer's pool."""
+        rows = self._rows.with_rows(np.ascontiguousarray(queries), self.chunk_size)
+        return rows.attention(keys, values, self.beta, key_bias)
 
     def _embed(self, Z, t):
         """Tokens whose attention is computed: x = exp(tV) z (unnormalised model), else z."""
@@ -139,7 +136,7 @@ class _Flow:
         return moved, moved_tracers, log_norm
 
     def _move(self, Z, queries, keys, values, bias):
-        mean, log_norm = _attention(queries, keys, values, self.beta, self.chunk_size, bias)
+        mean, log_norm = self.attention(queries, keys, values, bias)
         if self.model == "unnormalized":
             # dz_i/dt = sum_j P_ij V (z_j - z_i)
             return Z + self.step_size * _apply(self.value, mean - Z), log_norm
@@ -203,8 +200,8 @@ def attention_flow(X, n_steps, *, model="sa", beta=1.0, step_size=0.1, query=Non
     True
     """
     X = np.asarray(X, dtype=np.float64)
-    flow = _check_flow(X, model, beta, step_size, query, key, value, chunk_size=1024)
     check_positive(n_steps, "n_steps", numbers.Integral, min_val=0, strict=False)
+    flow = _check_flow(X, model, beta, step_size, query, key, value, chunk_size=1024, n_threads=1)
     Z = _unit_rows(X) if model in SPHERE_MODELS else X.copy()
     path = np.empty((n_steps + 1,) + Z.shape)
     path[0] = Z
@@ -215,7 +212,7 @@ def attention_flow(X, n_steps, *, model="sa", beta=1.0, step_size=0.1, query=Non
     return path
 
 
-def _check_flow(X, model, beta, step_size, query, key, value, chunk_size):
+def _check_flow(X, model, beta, step_size, query, key, value, chunk_size, n_threads):
     if X.ndim != 2:
         raise ValueError(f"X must be 2-D (n_tokens, n_features), got shape {X.shape}.")
     check_options(model, "model", MODELS)
@@ -230,7 +227,7 @@ def _check_flow(X, model, beta, step_size, query, key, value, chunk_size):
     return _Flow(
         model, beta, step_size,
         _weight_matrix(query, "query", d), _weight_matrix(key, "key", d), _weight_matrix(value, "value", d),
-        chunk_size,
+        chunk_size, n_threads,
     )
 
 
@@ -297,7 +294,10 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         Size of the subsample whose dynamics is integrated; the other rows
         are passive tracers. ``None`` integrates all rows.
     chunk_size : int, default=1024
-        Rows of queries per kernel call.
+        Rows of queries per kernel call (a task of the thread pool).
+    n_threads : int or None, default=None
+        Threads of the pass layer's pool; None: the cores this process may
+        use. The result does not depend on it.
     random_state : int, RandomState instance or None, default=None
         Draws the subsample.
     verbose : int, default=0
@@ -356,6 +356,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         value=None,
         max_samples=None,
         chunk_size=1024,
+        n_threads=None,
         random_state=None,
         verbose=0,
     ):
@@ -371,6 +372,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         self.value = value
         self.max_samples = max_samples
         self.chunk_size = chunk_size
+        self.n_threads = n_threads
         self.random_state = random_state
         self.verbose = verbose
 
@@ -390,8 +392,11 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             check_positive(self.max_samples, "max_samples", numbers.Integral, min_val=1, strict=False)
         check_positive(self.chunk_size, "chunk_size", numbers.Integral, min_val=1, strict=False)
         check_positive(self.verbose, "verbose", numbers.Integral, strict=False)
+        if self.n_threads is not None:
+            check_positive(self.n_threads, "n_threads", numbers.Integral, min_val=1, strict=False)
         return _check_flow(
-            X, self.model, self.beta, self.step_size, self.query, self.key, self.value, self.chunk_size
+            X, self.model, self.beta, self.step_size, self.query, self.key, self.value, self.chunk_size,
+            self.n_threads,
         )
 
     @atomic_fit
@@ -411,7 +416,10 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             Fitted estimator.
         """
         X = validate_data(self, X, dtype=[np.float64, np.float32], order="C")
-        flow = self._check_params(X)
+        with contextlib.closing(self._check_params(X)) as flow:
+            return self._run(flow, X)
+
+    def _run(self, flow, X):
         on_sphere = self.model in SPHERE_MODELS
         Z0 = _unit_rows(X) if on_sphere else X.copy()
         n = X.shape[0]
@@ -463,7 +471,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
                     f"No tokens met within max_iter={self.max_iter} steps: the final state is clustered. "
                     "Increase max_iter, step_size or beta.",
                     ConvergenceWarning,
-                    stacklevel=3,  # the caller of fit, through atomic_fit
+                    stacklevel=4,  # the caller of fit: _run, fit, atomic_fit, caller
                 )
         elif self.stopping == "plateau" and not settled and self.verbose:
             print(f"[SelfAttentionDynamics] horizon reached; longest plateau ends at step {saved[0]}")
@@ -517,7 +525,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         X = flow._embed(Z, t)
         queries = _apply(flow.query, X)
         keys = _apply(flow.key, X)
-        log_norm = _attention(queries, keys, Z, flow.beta, flow.chunk_size)[1]
+        log_norm = flow.attention(queries, keys, Z)[1]
         self_logit = flow.beta * np.sum(queries.astype(np.float64) * keys, axis=1)
         leaders = np.flatnonzero(self_logit - log_norm > math.log(0.5))
         return leaders if self.subsample_indices_ is None else self.subsample_indices_[leaders]

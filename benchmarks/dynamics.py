@@ -41,7 +41,8 @@ from attention_cluster.datasets import make_centroids, make_mixture
 N_FEATURES = 10
 NOISE = 0.5
 K_RANGE = (2, 3, 4, 5, 6)
-MEANSHIFT_BANDWIDTHS = (0.4, 0.5, 0.6, 0.7, 0.8)
+MEANSHIFT_BANDWIDTHS = (0.7, 0.8, 0.9, 1.0)
+MAX_SAMPLES = 512  # size of the subsample whose dynamics is integrated (passive tracers)
 PEERS = {
     "SelfAttentionDynamics": lambda: SelfAttentionDynamics(),
     "MeanShift": lambda: MeanShift(),
@@ -97,7 +98,7 @@ def speed(n, K, repeats):
     }
     models = {name: fn() for name, fn in candidates.items()}  # warm-up (Numba compiled already)
     times = side_by_side(candidates, repeats=repeats, warmup=False)
-    sub = SelfAttentionDynamics(max_samples=256, random_state=0).fit(X)
+    sub = SelfAttentionDynamics(max_samples=MAX_SAMPLES, random_state=0).fit(X)
     out = dict(n=n, K=K, noise=NOISE, bandwidth_grid={str(k): v for k, v in grid.items()}, bandwidth=best,
                repeats=repeats, seconds=times, ratio=times["SelfAttentionDynamics"] / times["MeanShift"],
                ari={name: adjusted_rand_score(y, m.labels_) for name, m in models.items()},
@@ -163,7 +164,7 @@ def main(quick=False, out=None):
     payload = {"quick": quick, "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     payload["speed"], model = speed(n, 4, repeats=1 if quick else 3)
     payload["staircase"] = staircase(model)
-    payload["large"] = large(10**5 if quick else 10**6, 4, 256)
+    payload["large"] = large(10**5 if quick else 10**6, 4, MAX_SAMPLES)
     payload["k_recovery"] = k_recovery(n, seeds)
     payload["peers"] = peers(1000 if quick else 2000, quick)
     save("dynamics", payload, **({"directory": out} if out else {}))

@@ -263,3 +263,24 @@ def test_horizon_and_plateau_agree_once_settled(mixture):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         SelfAttentionDynamics().fit(X)
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 7, 1000])
+def test_attention_pass_matches_reference_on_any_chunks(chunk_rows, global_random_seed):
+    from attention_cluster._passes import DenseRows
+
+    rng = np.random.default_rng(global_random_seed)
+    Q, K, V = rng.standard_normal((30, 4)), rng.standard_normal((12, 4)), rng.standard_normal((12, 2))
+    with DenseRows(np.empty((0, 4)), n_threads=2) as rows:
+        out, log_norm = rows.with_rows(Q, chunk_rows).attention(K, V, 1.5)
+    ref, ref_log = attention_rows(Q, K, V, np.zeros(12), 1.5)
+    np.testing.assert_allclose(out, ref, rtol=1e-10)
+    np.testing.assert_allclose(log_norm, ref_log, rtol=1e-10)
+
+
+def test_threads_do_not_change_the_fit(mixture):
+    X = mixture[0][:800]
+    one = SelfAttentionDynamics(n_threads=1, chunk_size=64).fit(X)
+    two = SelfAttentionDynamics(n_threads=2, chunk_size=64).fit(X)
+    np.testing.assert_array_equal(one.labels_, two.labels_)
+    np.testing.assert_array_equal(one.energy_path_, two.energy_path_)

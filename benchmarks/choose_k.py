@@ -68,9 +68,9 @@ def run(n, K, seed, candidates):
 
 
 def main(quick=False, out=None):
-    n = 2000 if quick else 10**4
-    seeds = 2 if quick else 10
-    candidates = CANDIDATES[:6] if quick else CANDIDATES
+    n = 1000 if quick else 10**4
+    seeds = 1 if quick else 10
+    candidates = CANDIDATES[:4] if quick else CANDIDATES
     tasks = [(n, K, seed, candidates) for K in K_RANGE for seed in range(seeds)]
     with ProcessPoolExecutor(2) as pool:
         runs = list(pool.map(run, *zip(*tasks)))

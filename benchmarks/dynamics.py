@@ -166,14 +166,14 @@ def staircase(model):
 
 
 def main(quick=False, out=None):
-    n = 2000 if quick else 10**4
-    seeds = 2 if quick else 10
+    n = 1000 if quick else 10**4
+    seeds = 1 if quick else 10
     payload = {"quick": quick, "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     payload["speed"], model = speed(n, 4, repeats=1 if quick else 3)
     payload["staircase"] = staircase(model)
-    payload["large"] = large(10**5 if quick else 10**6, 4, MAX_SAMPLES)
+    payload["large"] = large(2 * 10**4 if quick else 10**6, 4, MAX_SAMPLES)
     payload["k_recovery"] = k_recovery(n, seeds, workers=2)
-    payload["peers"] = peers(1000 if quick else 2000, quick)
+    payload["peers"] = peers(400 if quick else 2000, quick)
     save("dynamics", payload, **({"directory": out} if out else {}))
     write_page(payload, out)
     return payload

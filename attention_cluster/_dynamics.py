@@ -279,8 +279,8 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
     stopping : {"plateau", "horizon"}, default="plateau"
         ``"plateau"``: stop at the end of the longest plateau of the number
         of clusters, not counting the first one (no tokens met yet); the run
-        ends early once the current plateau has lasted as many steps as it
-        took to reach it (it is then the longest so far). ``"horizon"``: run
+        ends early once the current plateau, begun at step s, holds more than
+        s states (it is then the longest so far). ``"horizon"``: run
         ``max_iter`` steps and cluster the final state.
     cluster_tol : float, default=1e-2
         Distance under which tokens are one group.

@@ -84,7 +84,7 @@ def write_page(payload, out=None):
     docs = Path(out) if out else ROOT / "docs"
     docs.mkdir(parents=True, exist_ok=True)
     runs, seeds = payload["runs"], payload["seeds"]
-    rules = {"bic": "BIC", "aic": "AIC", "redundant": f"redundant heads (|cos| < {REDUNDANT_COS})"}
+    rules = {"bic": "BIC", "aic": "AIC", "redundant": f"redundant heads (cosines below {REDUNDANT_COS})"}
     lines = [
         "# Choosing K for AttentionClustering",
         "",

@@ -306,7 +306,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
     Attributes
     ----------
     labels_ : ndarray of shape (n_samples,)
-    cluster_centers_ : ndarray of shape (n_clusters_, n_features)
+    cluster_centers_ : ndarray of shape (``n_clusters_``, n_features)
         The limit points (mean of each cluster's tokens at the stopping
         step; projected on the sphere for the sphere models; rescaled
         tokens z for the unnormalised model).
@@ -316,10 +316,10 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         above 1/2 at the stopping step, the "leaders" at the vertices of the
         limit polytope when V = I (arXiv 2305.05465). Empty for the sphere
         models, where the theory names no leaders.
-    n_clusters_path_ : ndarray of shape (n_iter_ + 1,)
+    n_clusters_path_ : ndarray of shape (``n_iter_ + 1``,)
         Number of clusters (groups of at least ``min_cluster_size`` tokens)
         at each step, from the initial tokens on.
-    energy_path_ : ndarray of shape (n_iter_,)
+    energy_path_ : ndarray of shape (``n_iter_``,)
         ``E_beta`` at the start of each step (the subsample's under
         ``max_samples``); it overflows to ``inf`` in the unnormalised model
         once the tokens have grown.

@@ -720,6 +720,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         scores = self._component_scores(X)
         return np.exp(scores - logsumexp(scores, axis=1, keepdims=True))
 
+    def _deviance(self, X):
+        """``-2 sum_i log p(x_i)`` under the fitted mixture."""
+        return -2 * float(np.sum(self.score_samples(X)))
+
     def _n_parameters(self):
         """Free parameters of the mixture: K (d - 1) directions, r, tau, K - 1 weights = K d + 1."""
         return self.n_clusters * self.n_features_in_ + 1
@@ -742,7 +746,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         -------
         bic : float
         """
-        return -2 * float(np.sum(self.score_samples(X))) + self._n_parameters() * np.log(X.shape[0])
+        return self._deviance(X) + self._n_parameters() * np.log(X.shape[0])
 
     @available_if(_has_mixture)
     def aic(self, X):
@@ -758,7 +762,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         -------
         aic : float
         """
-        return -2 * float(np.sum(self.score_samples(X))) + 2 * self._n_parameters()
+        return self._deviance(X) + 2 * self._n_parameters()
 
     def score(self, X, y=None, sample_weight=None):
         """Negative mean squared reconstruction error ``-mean ||x - T(x)||^2``.

@@ -19,11 +19,10 @@ Writes ``results/choose_k.json`` and ``docs/choose_k.md``. Run
 """
 
 import warnings
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from _common import ROOT, quick_cli, save
+from _common import ROOT, map_runs, quick_cli, save
 from sklearn.exceptions import ConvergenceWarning
 
 from attention_cluster import AttentionClustering
@@ -72,8 +71,7 @@ def main(quick=False, out=None):
     seeds = 1 if quick else 10
     candidates = CANDIDATES[:4] if quick else CANDIDATES
     tasks = [(n, K, seed, candidates) for K in K_RANGE for seed in range(seeds)]
-    with ProcessPoolExecutor(2) as pool:
-        runs = list(pool.map(run, *zip(*tasks)))
+    runs = map_runs(run, tasks, workers=1 if quick else 2)
     payload = {"quick": quick, "n": n, "seeds": seeds, "candidates": list(candidates), "runs": runs}
     save("choose_k", payload, **({"directory": out} if out else {}))
     write_page(payload, out)

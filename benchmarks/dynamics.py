@@ -22,7 +22,6 @@ dynamics' own first step). Run ``python benchmarks/dynamics.py``
 """
 
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import matplotlib
@@ -30,7 +29,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
-from _common import ROOT, cold_start_times, quick_cli, save, side_by_side, timed, unit_rows
+from _common import ROOT, cold_start_times, map_runs, quick_cli, save, side_by_side, timed, unit_rows
 from _methods import REAL_DATASETS, load_real
 from sklearn.cluster import DBSCAN, HDBSCAN, AffinityPropagation, MeanShift
 from sklearn.metrics import adjusted_rand_score
@@ -83,9 +82,7 @@ def recovery_run(n, K, seed):
 
 def k_recovery(n, seeds, workers):
     """The runs on ``workers`` processes (one thread each): times are per fit, not compared."""
-    tasks = [(n, K, seed) for K in K_RANGE for seed in range(seeds)]
-    with ProcessPoolExecutor(workers) as pool:
-        return list(pool.map(recovery_run, *zip(*tasks)))
+    return map_runs(recovery_run, [(n, K, seed) for K in K_RANGE for seed in range(seeds)], workers)
 
 
 def speed(n, K, repeats):
@@ -173,7 +170,7 @@ def main(quick=False, out=None):
     payload["speed"], model = speed(n, 4, repeats=1 if quick else 3)
     payload["staircase"] = staircase(model)
     payload["large"] = large(2 * 10**4 if quick else 10**6, 4, MAX_SAMPLES)
-    payload["k_recovery"] = k_recovery(n, seeds, workers=2)
+    payload["k_recovery"] = k_recovery(n, seeds, workers=1 if quick else 2)
     payload["peers"] = peers(400 if quick else 2000, quick)
     save("dynamics", payload, **({"directory": out} if out else {}))
     write_page(payload, out)

@@ -41,6 +41,8 @@ bench: $(STAMP)
 	$(PY) benchmarks/quantizer_speed.py
 	$(PY) benchmarks/quantizer_pipeline.py
 	$(PY) benchmarks/run.py
+	$(PY) benchmarks/dynamics.py
+	$(PY) benchmarks/choose_k.py
 
 clean:
 	rm -rf $(VENV) docs/_build docs/auto_examples docs/generated .pytest_cache .hypothesis

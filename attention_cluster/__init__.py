@@ -8,8 +8,19 @@ layer that quantises each prompt in context.
 
 from . import datasets, layers, metrics, theory
 from ._clustering import AttentionClustering
+from ._dynamics import SelfAttentionDynamics, attention_flow
 from ._quantizer import InContextQuantizer
 
 __version__ = "0.1.0"
 
-__all__ = ["AttentionClustering", "InContextQuantizer", "datasets", "layers", "metrics", "theory", "__version__"]
+__all__ = [
+    "AttentionClustering",
+    "InContextQuantizer",
+    "SelfAttentionDynamics",
+    "attention_flow", 
+    "datasets",
+    "layers",
+    "metrics",
+    "theory",
+    "__version__",
+]

@@ -6,7 +6,9 @@ from dataclasses import dataclass
 import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin, OneToOneFeatureMixin, TransformerMixin
 from sklearn.exceptions import ConvergenceWarning
+from scipy.special import logsumexp
 from sklearn.utils import check_random_state
+from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from . import _kernels
@@ -239,6 +241,13 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         Mixture weights: the refinement's maximum-likelihood weights, or
         the (sample-weighted) fractions of points in each cluster without
         it.
+    means_ : ndarray of shape (n_clusters, n_features)
+        With the EM refinement: the fitted mixture's means ``s r mu_k``, all
+        of one norm (``math.md`` section 7).
+    covariances_ : ndarray of shape (n_clusters,)
+        With the EM refinement: the variance ``(s tau)^2`` of each
+        component, one value shared by all (spherical, as
+        :class:`~sklearn.mixture.GaussianMixture`'s ``"spherical"``).
     concentration_ : float or None
         After the EM refinement, ``beta / scale_`` with ``beta = r / tau^2``
         the inverse temperature of the fitted mixture's posterior
@@ -564,6 +573,13 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         self.weights_ = fit.weights
         self.concentration_ = fit.beta / spectrum.scale
         self.refine_n_iter_ = fit.n_iter
+        # The fitted mixture in the data's units (math.md section 7):
+        # X | Z = k ~ N(s r mu_k, (s tau)^2 I).
+        scale = spectrum.scale
+        self.means_ = (scale * fit.radius) * fit.heads.T
+        self.covariances_ = np.full(
+            self.n_clusters, max((scale * fit.noise * fit.radius) ** 2, np.finfo(float).tiny)
+        )
 
     def _psgd(self, data, U, spectrum, settings, rng, index):
         """One PSGD run from U (d x K); returns a :class:`_Run`."""
@@ -687,8 +703,117 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         moment_heads = (self.temperature_ * K * self.moment_heads_).astype(X.dtype, copy=False)
         return (X @ heads) @ moment_heads
 
+    def _has_mixture(self):
+        """Whether the fit is (or will be) the EM refinement's mixture."""
+        if hasattr(self, "refine_"):
+            return self.refine_ == "em"
+        return self.refine == "em" or (self.refine == "auto" and self.solver != "psgd")
+
+    def _component_scores(self, X):
+        """``log pi_k + log N(x; m_k, v I)`` for every row and component (float64)."""
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=[np.float64, np.float32], order="C", reset=False)
+        X = np.asarray(X, dtype=np.float64)
+        v = self.covariances_[0]
+        sq = np.sum(X**2, axis=1)[:, None] - 2 * X @ self.means_.T + np.sum(self.means_**2, axis=1)[None, :]
+        with np.errstate(divide="ignore"):
+            log_w = np.log(self.weights_)
+        return log_w[None, :] - sq / (2 * v) - 0.5 * X.shape[1] * np.log(2 * np.pi * v)
+
+    @available_if(_has_mixture)
+    def score_samples(self, X):
+        """Log-likelihood of each row under the fitted mixture.
+
+        ``log p(x) = logsumexp_k(log pi_k + log N(x; s r mu_k, (s tau)^2 I))``:
+        the mixture of ``math.md`` section 7 fitted by the EM refinement
+        (only with it; ``refine=None`` and PSGD without refinement fit no
+        likelihood).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            New data.
+
+        Returns
+        -------
+        log_likelihood : ndarray of shape (n_samples,)
+        """
+        return logsumexp(self._component_scores(X), axis=1)
+
+    @available_if(_has_mixture)
+    def predict_proba(self, X):
+        """Posterior probability of each cluster under the fitted mixture.
+
+        ``gamma_k(x) = softmax_k(log pi_k + beta <mu_k, x / s>)`` with
+        ``beta = r / tau^2`` (``math.md`` section 7): a softmax attention of
+        the point, as query, over the heads, as keys. Its argmax is
+        :meth:`predict`.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            New data.
+
+        Returns
+        -------
+        proba : ndarray of shape (n_samples, n_clusters)
+        """
+        scores = self._component_scores(X)
+        return np.exp(scores - logsumexp(scores, axis=1, keepdims=True))
+
+    def _deviance(self, X):
+        """``-2 sum_i log p(x_i)`` under the fitted mixture."""
+        return -2 * float(np.sum(self.score_samples(X)))
+
+    def _n_parameters(self):
+        """Free parameters of the mixture: K (d - 1) directions, r, tau, K - 1 weights = K d + 1."""
+        return self.n_clusters * self.n_features_in_ + 1
+
+    @available_if(_has_mixture)
+    def bic(self, X):
+        """Bayesian information criterion of the fitted mixture on X (lower is better).
+
+        ``BIC = -2 sum_i log p(x_i) + p log n`` with ``p = K d + 1`` free
+        parameters: K unit directions (d - 1 each), the common norm r, the
+        noise tau and K - 1 weights (``math.md`` section 7). Fit one
+        estimator per candidate K and keep the K of the smallest BIC (see
+        the user guide, "Choosing K").
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        bic : float
+        """
+        return self._deviance(X) + self._n_parameters() * np.log(X.shape[0])
+
+    @available_if(_has_mixture)
+    def aic(self, X):
+        """Akaike information criterion of the fitted mixture on X (lower is better).
+
+        ``AIC = -2 sum_i log p(x_i) + 2 p`` with ``p = K d + 1`` (see :meth:`bic`).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        aic : float
+        """
+        return self._deviance(X) + 2 * self._n_parameters()
+
     def score(self, X, y=None, sample_weight=None):
         """Negative mean squared reconstruction error ``-mean ||x - T(x)||^2``.
+
+        The attention layer's own objective (the paper's risk, with the
+        training data as context; see :meth:`transform`), not a likelihood:
+        it does not penalise a point for being far from every head along
+        the heads' span, and it is not comparable across K as a model
+        selection score. For the mixture's log-likelihood use
+        :meth:`score_samples` (its mean) and, to choose K, :meth:`bic`.
 
         Parameters
         ----------

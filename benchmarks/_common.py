@@ -8,6 +8,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from concurrent.futures import ProcessPoolExecutor
 import warnings
 from pathlib import Path
 
@@ -130,6 +131,19 @@ def loglog_slope(sizes, values):
     if x.size < 2 or np.ptp(x) == 0:
         return None
     return float(np.polyfit(x, y, 1)[0])
+
+
+def map_runs(fn, tasks, workers):
+    """``[fn(*t) for t in tasks]``, on ``workers`` processes when above 1.
+
+    For independent runs whose times are not compared with each other. One
+    worker runs in this process (the quick-mode tests load the scripts with
+    ``runpy``, whose functions other processes cannot import).
+    """
+    if workers <= 1:
+        return [fn(*t) for t in tasks]
+    with ProcessPoolExecutor(workers) as pool:
+        return list(pool.map(fn, *zip(*tasks)))
 
 
 def save(name, payload, directory=RESULTS):

@@ -47,6 +47,7 @@ SCRIPTS = (
     "appendix_three_clusters",
     "appendix_redundant_heads",
     "illustration_2d",
+    "dynamics_claims",
 )
 
 
@@ -123,6 +124,8 @@ def write_page(results, run_info, page=PAGE):
         "{doc}`gallery <auto_examples/index>`, in quick mode). The scripts measure the numbers",
         "behind each claim and compute a verdict from them with the criterion stated in the",
         "table; `make figures` reruns them all at full size and writes this page.",
+        "Rows marked *companion* check the statements of the companion paper on self-attention",
+        "dynamics (Geshkovski et al., NeurIPS 2023; {doc}`math` section 8).",
         "",
         "```console",
         "make figures                                           # all scripts, then this page",

@@ -146,3 +146,35 @@ def mixture_em_step(X, weights, U, pi, radius, tau):
     sq = np.stack([np.sum((X - new_r * new_U[:, k]) ** 2, axis=1) for k in range(U.shape[1])], axis=1)
     new_tau2 = np.sum(gamma_w * sq) / (N * X.shape[1])
     return new_U, counts / N, new_r, np.sqrt(new_tau2)
+
+
+def attention_rows(queries, keys, values, key_bias, beta):
+    """sum_j P_ij v_j and log Z_i, P_ij = exp(b_j + beta <q_i, k_j>) / Z_i (math.md section 8)."""
+    logits = key_bias[None, :] + beta * queries.astype(np.float64) @ keys.astype(np.float64).T
+    weights = np.exp(logits)
+    Z = weights.sum(axis=1)
+    return (weights @ values) / Z[:, None], np.log(Z)
+
+
+def group_tokens(X, radius):
+    """Token i joins the first group whose first token is within radius, else starts one."""
+    firsts, labels = [], []
+    for x in X:
+        for g, f in enumerate(firsts):
+            if np.linalg.norm(x - X[f]) <= radius:
+                labels.append(g)
+                break
+        else:
+            labels.append(len(firsts))
+            firsts.append(len(labels) - 1)
+    return np.array(labels), len(firsts)
+
+
+def sphere_euler_step(X, beta, step_sizes, normalised=True):
+    """x_i + h_i P_perp(x_i) m_i, renormalised; m_i the softmax (SA) or 1/n (USA) mean."""
+    W = np.exp(beta * X @ X.T)
+    Z = W.sum(axis=1) if normalised else np.full(X.shape[0], X.shape[0])
+    M = (W @ X) / Z[:, None]
+    tangent = M - np.sum(M * X, axis=1, keepdims=True) * X
+    Y = X + np.asarray(step_sizes).reshape(-1, 1) * tangent
+    return Y / np.linalg.norm(Y, axis=1, keepdims=True)

@@ -182,3 +182,24 @@ def test_engine_benchmark_quick_mode(tmp_path):
     assert all(payload["threads"]["identical_to_serial"].values())
     page = (tmp_path / "performance.md").read_text()
     assert page.count("| yes |") + page.count("| **no** |") == 7
+
+
+@pytest.mark.slow
+def test_dynamics_benchmark_quick_mode(tmp_path):
+    # benchmarks/dynamics.py (issue 16's figures for SelfAttentionDynamics)
+    # in quick mode: every section filled, the page and its plots written.
+    _, payload = _run_quick("dynamics.py", tmp_path)
+    assert sorted({r["K"] for r in payload["k_recovery"]}) == [2, 3, 4, 5, 6]
+    assert payload["speed"]["ratio"] > 0 and payload["large"]["seconds"] > 0
+    assert {r["method"] for r in payload["peers"]} >= {"SelfAttentionDynamics", "MeanShift", "HDBSCAN"}
+    assert "Target" in (tmp_path / "dynamics.md").read_text()
+    for name in ("dynamics_clusters.png", "dynamics_peers.png"):
+        assert (tmp_path / name).read_bytes()[:8] == PNG_MAGIC
+
+
+@pytest.mark.slow
+def test_choose_k_benchmark_quick_mode(tmp_path):
+    # benchmarks/choose_k.py (BIC, AIC, redundant heads) in quick mode.
+    _, payload = _run_quick("choose_k.py", tmp_path)
+    assert all(set(r["picks"]) == {"bic", "aic", "redundant"} for r in payload["runs"])
+    assert "BIC target" in (tmp_path / "choose_k.md").read_text()

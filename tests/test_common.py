@@ -2,7 +2,7 @@
 
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from attention_cluster import AttentionClustering, InContextQuantizer
+from attention_cluster import AttentionClustering, InContextQuantizer, SelfAttentionDynamics
 
 
 def _expected_failed_checks(estimator):
@@ -35,6 +35,10 @@ def _expected_failed_checks(estimator):
         InContextQuantizer(),
         InContextQuantizer(attention="softmax"),
         InContextQuantizer(temperature=0.5),
+        SelfAttentionDynamics(),
+        SelfAttentionDynamics(model="usa", beta=3.0, step_size=0.5),
+        SelfAttentionDynamics(model="unnormalized", beta=0.5, step_size=0.1),
+        SelfAttentionDynamics(max_samples=10, random_state=0),
     ],
     expected_failed_checks=_expected_failed_checks,
 )

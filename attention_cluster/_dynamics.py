@@ -1,0 +1,577 @@
+"""Self-attention dynamics: tokens moved by attention until clusters emerge.
+
+The companion system of the project's sources (Geshkovski, Letrouit,
+Polyanskiy and Rigollet, "The emergence of clusters in self-attention
+dynamics", NeurIPS 2023; Geshkovski et al., "A mathematical perspective on
+transformers", arXiv 2312.10794): a stack of attention layers with fixed
+weights read as a flow in time. Formulas are in ``docs/math.md`` section 8.
+
+``attention_flow`` integrates the flow and returns the trajectories;
+``SelfAttentionDynamics`` runs it as a clustering estimator whose number of
+clusters emerges from the data. The O(n^2 d) work of a step is the pass
+layer's attention pass (``_passes.DenseRows.attention``): the kernel
+``attention_rows`` of ``_dynamics_kernels.py`` on chunks of query rows, on
+the pass layer's thread pool.
+"""
+
+import contextlib
+import math
+import numbers
+import time
+import warnings
+
+import numpy as np
+from scipy.linalg import expm
+from scipy.special import logsumexp
+from sklearn.base import BaseEstimator, ClusterMixin
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from ._dynamics_kernels import group_tokens
+from ._passes import DenseRows
+from ._validation import atomic_fit, check_options, check_positive
+
+__all__ = ["SelfAttentionDynamics", "attention_flow"]
+
+MODELS = ("sa", "usa", "unnormalized")
+SPHERE_MODELS = ("sa", "usa")
+
+# Radius under which the tracers' pass merges coincident active tokens into
+# one key of multiplicity m (bias log m): a logit changes by at most
+# beta |q| radius, far below the clustering radius.
+_KEY_MERGE_RADIUS = 1e-4
+
+
+def _weight_matrix(value, name, n_features):
+    """``None`` (the identity) or a finite ``(d, d)`` float64 array."""
+    if value is None:
+        return None
+    W = np.asarray(value, dtype=np.float64)
+    if W.shape != (n_features, n_features):
+        raise ValueError(
+            f"{name} must have shape (n_features, n_features) = ({n_features}, {n_features}), got {W.shape}."
+        )
+    if not np.all(np.isfinite(W)):
+        raise ValueError(f"{name} must be finite.")
+    return W
+
+
+def _apply(W, X):
+    """Rows of X mapped by W (``x -> W x``); the identity when W is None."""
+    return X if W is None else X @ W.T.astype(X.dtype, copy=False)
+
+
+def _unit_rows(X):
+    """Rows projected on the unit sphere; a zero row, which has no direction, stays zero."""
+    norms = np.linalg.norm(X, axis=1, keepdims=True)
+    return X / np.where(norms > 0, norms, 1)
+
+
+def _merged_keys(X):
+    """Coincident tokens as one key each: (points, log multiplicities)."""
+    labels = np.empty(X.shape[0], dtype=np.int64)
+    n_groups = group_tokens(X, _KEY_MERGE_RADIUS * max(1.0, float(np.abs(X).max())), labels)
+    if n_groups > X.shape[0] // 2:
+        return X, None
+    counts = np.bincount(labels, minlength=n_groups)
+    points = np.zeros((n_groups, X.shape[1]), dtype=np.float64)
+    np.add.at(points, labels, X)
+    return (points / counts[:, None]).astype(X.dtype), np.log(counts)
+
+
+class _Flow:
+    """One Euler step of the dynamics (``docs/math.md`` section 8).
+
+    ``model`` is ``"sa"`` or ``"usa"`` (tokens on the unit sphere) or
+    ``"unnormalized"`` (the rescaled tokens ``z = exp(-tV) x`` in R^d);
+    ``step_size`` is a time step, or ``"mean-shift"`` for the sphere's
+    per-token step ``1 / <x_i, m_i>`` that moves ``x_i`` to ``m_i / |m_i|``.
+    """
+
+    def __init__(self, model, beta, step_size, query, key, value, chunk_size, n_threads):
+        self.model = model
+        self.beta = float(beta)
+        self.step_size = step_size
+        self.query, self.key, self.value = query, key, value
+        self.chunk_size = chunk_size
+        self._rows = DenseRows(np.empty((0, 1)), n_threads=n_threads)
+
+    def close(self):
+        """Shut down the thread pool."""
+        self._rows.close()
+
+    def attention(self, queries, keys, values, key_bias=None):
+        """``sum_j P_ij v_j`` and ``log Z_i`` for every query, on the pass layer's pool."""
+        rows = self._rows.with_rows(np.ascontiguousarray(queries), self.chunk_size)
+        return rows.attention(keys, values, self.beta, key_bias)
+
+    def _embed(self, Z, t):
+        """Tokens whose attention is computed: x = exp(tV) z (unnormalised model), else z."""
+        if self.model != "unnormalized" or t == 0:
+            return Z
+        growth = np.exp(t) * np.eye(Z.shape[1]) if self.value is None else expm(t * self.value)
+        return Z @ growth.T.astype(Z.dtype, copy=False)
+
+    def step(self, Z, t, tracers=None):
+        """Advance the tokens (and passive tracers) from time t by one step.
+
+        Returns the new tokens, the new tracers and ``log Z_i`` of the tokens
+        at time t (for the energy and the self-attention of each token).
+        """
+        X = self._embed(Z, t)
+        keys = _apply(self.key, X)
+        values = Z if self.model == "unnormalized" else _apply(self.value, X)
+        moved, log_norm = self._move(Z, _apply(self.query, X), keys, values, None)
+        if tracers is None:
+            return moved, None, log_norm
+        if self.model == "unnormalized":
+            point_keys, point_values, bias = keys, values, None
+        else:
+            points, bias = _merged_keys(X)
+            point_keys = _apply(self.key, points)
+            point_values = _apply(self.value, points)
+        Xt = self._embed(tracers, t)
+        moved_tracers, _ = self._move(tracers, _apply(self.query, Xt), point_keys, point_values, bias)
+        return moved, moved_tracers, log_norm
+
+    def _move(self, Z, queries, keys, values, bias):
+        mean, log_norm = self.attention(queries, keys, values, bias)
+        if self.model == "unnormalized":
+            # dz_i/dt = sum_j P_ij V (z_j - z_i)
+            return Z + self.step_size * _apply(self.value, mean - Z), log_norm
+        if isinstance(self.step_size, str):
+            norms = np.linalg.norm(mean, axis=1, keepdims=True)
+            return np.where(norms > 0, mean / np.where(norms > 0, norms, 1), Z), log_norm
+        if self.model == "usa":
+            # Z_i = n instead of sum_j exp(beta <q_i, k_j>)
+            factor = np.exp(log_norm.astype(np.float64) - math.log(keys.shape[0]))
+            mean = mean * factor[:, None].astype(mean.dtype)
+        tangent = mean - np.sum(mean * Z, axis=1, keepdims=True) * Z
+        return _unit_rows(Z + self.step_size * tangent), log_norm
+
+
+def attention_flow(X, n_steps, *, model="sa", beta=1.0, step_size=0.1, query=None, key=None, value=None):
+    """Trajectories of the tokens under the self-attention dynamics.
+
+    Explicit Euler steps of (``docs/math.md`` section 8), the rows of X being
+    the tokens and Q, K, V the identity unless given:
+
+    - ``"sa"``: ``dx_i/dt = P_perp(x_i) sum_j P_ij V x_j`` on the unit sphere,
+      ``P_ij = softmax_j(beta <Q x_i, K x_j>)``; each step is followed by
+      renormalisation (as in the authors' ``sphere.py``);
+    - ``"usa"``: the same with ``Z_i = n`` in place of the softmax's sum;
+    - ``"unnormalized"``: ``dx_i/dt = sum_j P_ij V x_j`` in R^d, returned as
+      the rescaled tokens ``z_i = exp(-tV) x_i``, which follow
+      ``dz_i/dt = sum_j P_ij V (z_j - z_i)`` with P computed from the x's
+      (arXiv 2305.05465).
+
+    Parameters
+    ----------
+    X : array-like of shape (n_tokens, n_features)
+        Initial tokens (projected on the sphere for the sphere models).
+    n_steps : int
+        Number of steps (layers).
+    model : {"sa", "usa", "unnormalized"}, default="sa"
+    beta : float, default=1.0
+        Inverse temperature.
+    step_size : float or "mean-shift", default=0.1
+        Time step; ``"mean-shift"`` (sphere models) moves each token to
+        ``m_i / |m_i|``: the Euler step of size ``1 / <x_i, m_i>`` followed
+        by renormalisation, a blurring mean-shift step.
+    query, key, value : array of shape (n_features, n_features), default=None
+        Q, K, V; ``None`` is the identity.
+
+    Returns
+    -------
+    trajectory : ndarray of shape (n_steps + 1, n_tokens, n_features)
+        The tokens at times ``0, h, ..., n_steps h`` (the rescaled tokens z
+        for the unnormalised model).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attention_cluster import attention_flow
+    >>> X = np.random.default_rng(0).standard_normal((20, 3))
+    >>> path = attention_flow(X, 50, beta=1.0, step_size=0.5)
+    >>> path.shape
+    (51, 20, 3)
+    >>> bool(np.allclose(np.linalg.norm(path, axis=2), 1.0))
+    True
+    """
+    X = np.asarray(X, dtype=np.float64)
+    check_positive(n_steps, "n_steps", numbers.Integral, min_val=0, strict=False)
+    flow = _check_flow(X, model, beta, step_size, query, key, value, chunk_size=1024, n_threads=1)
+    Z = _unit_rows(X) if model in SPHERE_MODELS else X.copy()
+    path = np.empty((n_steps + 1,) + Z.shape)
+    path[0] = Z
+    h = 1.0 if isinstance(step_size, str) else step_size
+    for s in range(n_steps):
+        Z = flow.step(Z, s * h)[0]
+        path[s + 1] = Z
+    return path
+
+
+def _check_flow(X, model, beta, step_size, query, key, value, chunk_size, n_threads):
+    if X.ndim != 2:
+        raise ValueError(f"X must be 2-D (n_tokens, n_features), got shape {X.shape}.")
+    check_options(model, "model", MODELS)
+    check_positive(beta, "beta")
+    if isinstance(step_size, str):
+        check_options(step_size, "step_size", ["mean-shift"])
+        if model not in SPHERE_MODELS:
+            raise ValueError('step_size="mean-shift" is a step on the sphere: use model="sa" or "usa".')
+    else:
+        check_positive(step_size, "step_size")
+    d = X.shape[1]
+    return _Flow(
+        model, beta, step_size,
+        _weight_matrix(query, "query", d), _weight_matrix(key, "key", d), _weight_matrix(value, "value", d),
+        chunk_size, n_threads,
+    )
+
+
+class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
+    """Clustering by self-attention dynamics: the number of clusters emerges.
+
+    The rows of X are tokens that move under attention to each other
+    (:func:`attention_flow`, ``docs/math.md`` section 8) until they gather
+    into clusters; ``beta`` and the number of steps set the resolution. Along
+    the way the estimator records the number of clusters and the interaction
+    energy ``E_beta = (1 / (2 beta n^2)) sum_ij exp(beta <Q x_i, K x_j>)``.
+    The clusters are metastable: they persist for long times before merging
+    (Geshkovski et al., arXiv 2312.10794), so the number of clusters along
+    time is a staircase, and the stopping time is chosen on it: the end of
+    its longest plateau (``stopping="plateau"``).
+
+    Tokens closer than ``cluster_tol`` (Euclidean; relative to the largest
+    initial norm for the unnormalised model) belong to one group; groups of
+    at least ``min_cluster_size`` tokens are the clusters, whose limit
+    points are ``cluster_centers_``. Tokens of smaller groups, and any new
+    point, are assigned by attention to the limit points:
+    ``argmax_k <Q x, K c_k>``.
+
+    With ``max_samples`` below the number of rows, the dynamics of a random
+    subsample of ``max_samples`` tokens is integrated exactly and the other
+    rows are carried along as passive tracers: they attend to the subsample
+    and move with it, without acting on it. A step then costs
+    O(max_samples (n + max_samples) d) instead of O(n^2 d).
+
+    Parameters
+    ----------
+    model : {"sa", "usa", "unnormalized"}, default="sa"
+        ``"sa"``: on the unit sphere with softmax attention (layer
+        normalisation; rows of X are projected on the sphere); ``"usa"``:
+        the same with the normalisation ``Z_i = n``; ``"unnormalized"``: in
+        R^d, through the rescaled tokens ``z = exp(-tV) x`` (arXiv
+        2305.05465).
+    beta : float, default=10.0
+        Inverse temperature: the concentration of the von Mises-Fisher
+        kernel in the mean-shift reading. Larger values resolve more,
+        smaller clusters.
+    step_size : float or "mean-shift", default="mean-shift"
+        Euler time step. ``"mean-shift"`` (sphere models) takes the step
+        ``1 / <x_i, m_i>`` per token, which moves ``x_i`` to ``m_i / |m_i|``:
+        a blurring mean-shift step with a von Mises-Fisher kernel (time is
+        then counted in steps). The unnormalised model needs a number.
+    max_iter : int, default=100
+        Time horizon, in steps (layers).
+    stopping : {"plateau", "horizon"}, default="plateau"
+        ``"plateau"``: stop at the end of the longest plateau of the number
+        of clusters, not counting the first one (no tokens met yet); the run
+        ends early once the current plateau, begun at step s, holds more than
+        s states (it is then the longest so far). ``"horizon"``: run
+        ``max_iter`` steps and cluster the final state.
+    cluster_tol : float, default=1e-2
+        Distance under which tokens are one group.
+    min_cluster_size : int or float, default=0.01
+        Smallest group counted as a cluster: a number of tokens, or a
+        fraction of them (float below 1). When no group is that large, the
+        largest groups count.
+    query, key, value : array of shape (n_features, n_features), default=None
+        Q, K, V of the attention; ``None`` is the identity.
+    max_samples : int, default=None
+        Size of the subsample whose dynamics is integrated; the other rows
+        are passive tracers. ``None`` integrates all rows.
+    chunk_size : int, default=1024
+        Rows of queries per kernel call (a task of the thread pool).
+    n_threads : int or None, default=None
+        Threads of the pass layer's pool; None: the cores this process may
+        use. The result does not depend on it.
+    random_state : int, RandomState instance or None, default=None
+        Draws the subsample.
+    verbose : int, default=0
+        Print the number of clusters and the energy at each step.
+
+    Attributes
+    ----------
+    labels_ : ndarray of shape (n_samples,)
+    cluster_centers_ : ndarray of shape (``n_clusters_``, n_features)
+        The limit points (mean of each cluster's tokens at the stopping
+        step; projected on the sphere for the sphere models; rescaled
+        tokens z for the unnormalised model).
+    n_clusters_ : int
+    leaders_ : ndarray of int
+        Unnormalised model: the tokens that attend to themselves with weight
+        above 1/2 at the stopping step, the "leaders" at the vertices of the
+        limit polytope when V = I (arXiv 2305.05465). Empty for the sphere
+        models, where the theory names no leaders.
+    n_clusters_path_ : ndarray of shape (``n_iter_ + 1``,)
+        Number of clusters (groups of at least ``min_cluster_size`` tokens)
+        at each step, from the initial tokens on.
+    energy_path_ : ndarray of shape (``n_iter_``,)
+        ``E_beta`` at the start of each step (the subsample's under
+        ``max_samples``); it overflows to ``inf`` in the unnormalised model
+        once the tokens have grown.
+    stopping_step_ : int
+        The step whose state is clustered.
+    subsample_indices_ : ndarray of int or None
+        Rows whose dynamics was integrated, when ``max_samples`` applies.
+    n_iter_ : int
+        Steps taken.
+    n_features_in_ : int
+
+    Examples
+    --------
+    >>> from attention_cluster import SelfAttentionDynamics
+    >>> from attention_cluster.datasets import make_mixture
+    >>> X, y, _ = make_mixture(600, n_features=10, n_clusters=3, noise=0.3, random_state=0)
+    >>> model = SelfAttentionDynamics(random_state=0).fit(X)
+    >>> model.n_clusters_
+    3
+    """
+
+    def __init__(
+        self,
+        *,
+        model="sa",
+        beta=10.0,
+        step_size="mean-shift",
+        max_iter=100,
+        stopping="plateau",
+        cluster_tol=1e-2,
+        min_cluster_size=0.01,
+        query=None,
+        key=None,
+        value=None,
+        max_samples=None,
+        chunk_size=1024,
+        n_threads=None,
+        random_state=None,
+        verbose=0,
+    ):
+        self.model = model
+        self.beta = beta
+        self.step_size = step_size
+        self.max_iter = max_iter
+        self.stopping = stopping
+        self.cluster_tol = cluster_tol
+        self.min_cluster_size = min_cluster_size
+        self.query = query
+        self.key = key
+        self.value = value
+        self.max_samples = max_samples
+        self.chunk_size = chunk_size
+        self.n_threads = n_threads
+        self.random_state = random_state
+        self.verbose = verbose
+
+    def _check_params(self, X):
+        check_positive(self.max_iter, "max_iter", numbers.Integral, min_val=1, strict=False)
+        check_options(self.stopping, "stopping", ["plateau", "horizon"])
+        check_positive(self.cluster_tol, "cluster_tol")
+        if isinstance(self.min_cluster_size, numbers.Integral):
+            check_positive(self.min_cluster_size, "min_cluster_size", numbers.Integral, min_val=1, strict=False)
+        else:
+            check_positive(self.min_cluster_size, "min_cluster_size")
+            if self.min_cluster_size >= 1:
+                raise ValueError(
+                    f"min_cluster_size must be an integer or a fraction below 1, got {self.min_cluster_size!r}."
+                )
+        if self.max_samples is not None:
+            check_positive(self.max_samples, "max_samples", numbers.Integral, min_val=1, strict=False)
+        check_positive(self.chunk_size, "chunk_size", numbers.Integral, min_val=1, strict=False)
+        check_positive(self.verbose, "verbose", numbers.Integral, strict=False)
+        if self.n_threads is not None:
+            check_positive(self.n_threads, "n_threads", numbers.Integral, min_val=1, strict=False)
+        return _check_flow(
+            X, self.model, self.beta, self.step_size, self.query, self.key, self.value, self.chunk_size,
+            self.n_threads,
+        )
+
+    @atomic_fit
+    def fit(self, X, y=None):
+        """Run the dynamics from the rows of X and cluster the stopping state.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training data: the initial tokens.
+        y : Ignored
+            Not used, present for API consistency.
+
+        Returns
+        -------
+        self : SelfAttentionDynamics
+            Fitted estimator.
+        """
+        X = validate_data(self, X, dtype=[np.float64, np.float32], order="C")
+        with contextlib.closing(self._check_params(X)) as flow:
+            return self._run(flow, X)
+
+    def _run(self, flow, X):
+        on_sphere = self.model in SPHERE_MODELS
+        Z0 = _unit_rows(X) if on_sphere else X.copy()
+        n = X.shape[0]
+        rng = check_random_state(self.random_state)
+        if self.max_samples is not None and self.max_samples < n:
+            active = np.sort(rng.choice(n, self.max_samples, replace=False))
+            passive = np.setdiff1d(np.arange(n), active)
+            Z, tracers = Z0[active], Z0[passive]
+        else:
+            active = passive = tracers = None
+            Z = Z0
+        m = Z.shape[0]
+        if isinstance(self.min_cluster_size, numbers.Integral):
+            min_size = int(self.min_cluster_size)
+        else:
+            min_size = max(1, math.ceil(self.min_cluster_size * m))
+        radius = self.cluster_tol * (1.0 if on_sphere else max(float(np.linalg.norm(Z, axis=1).max()), 1e-300))
+        h = 1.0 if isinstance(self.step_size, str) else float(self.step_size)
+
+        counts = [self._count(Z, radius, min_size)[0]]
+        energies = []
+        best = _Plateau()
+        saved = (0, Z, tracers)
+        run_start, n_iter, settled = 0, 0, False
+        started = time.perf_counter()
+        for s in range(self.max_iter):
+            Z_next, tracers_next, log_norm = flow.step(Z, s * h, tracers)
+            energies.append(_energy(log_norm, self.beta))
+            count = self._count(Z_next, radius, min_size)[0]
+            n_iter = s + 1
+            if count != counts[-1]:
+                run_start = n_iter
+            counts.append(count)
+            Z, tracers = Z_next, tracers_next
+            if self.verbose:
+                print(
+                    f"[SelfAttentionDynamics] step {n_iter}: {count} clusters, energy {energies[-1]:.6g}, "
+                    f"{time.perf_counter() - started:.1f} s"
+                )
+            if run_start > 0 and count < m and best.offer(run_start, n_iter):
+                saved = (n_iter, Z, tracers)
+            if self.stopping == "plateau" and run_start > 0 and count < m and n_iter - run_start + 1 > run_start:
+                settled = True
+                break
+        if self.stopping == "horizon" or best.length == 0:
+            saved = (n_iter, Z, tracers)
+            if self.stopping == "plateau":
+                warnings.warn(
+                    f"No tokens met within max_iter={self.max_iter} steps: the final state is clustered. "
+                    "Increase max_iter, step_size or beta.",
+                    ConvergenceWarning,
+                    stacklevel=4,  # the caller of fit: _run, fit, atomic_fit, caller
+                )
+        elif self.stopping == "plateau" and not settled and self.verbose:
+            print(f"[SelfAttentionDynamics] horizon reached; longest plateau ends at step {saved[0]}")
+        self.stopping_step_, Z_stop, tracers_stop = saved
+        self.subsample_indices_ = active
+        self._set_clusters(flow, Z_stop, tracers_stop, active, passive, radius, min_size, self.stopping_step_ * h)
+        self.n_clusters_path_ = np.asarray(counts, dtype=np.intp)
+        self.energy_path_ = np.asarray(energies, dtype=np.float64)
+        self.n_iter_ = n_iter
+        return self
+
+    @staticmethod
+    def _count(Z, radius, min_size):
+        """(number of clusters, group labels, group sizes) of a state."""
+        labels = np.empty(Z.shape[0], dtype=np.int64)
+        n_groups = group_tokens(Z, radius, labels)
+        sizes = np.bincount(labels, minlength=n_groups)
+        return int(np.sum(sizes >= min(min_size, sizes.max()))), labels, sizes
+
+    def _set_clusters(self, flow, Z, tracers, active, passive, radius, min_size, t):
+        _, groups, sizes = self._count(Z, radius, min_size)
+        kept = np.flatnonzero(sizes >= min(min_size, sizes.max()))
+        kept = kept[np.argsort(-sizes[kept], kind="stable")]
+        centers = np.stack([Z[groups == g].astype(np.float64).mean(axis=0) for g in kept])
+        if self.model in SPHERE_MODELS:
+            centers /= np.linalg.norm(centers, axis=1, keepdims=True)
+        self.cluster_centers_ = centers.astype(Z.dtype)
+        self.n_clusters_ = len(kept)
+        rank = np.full(len(sizes), -1, dtype=np.intp)
+        rank[kept] = np.arange(len(kept))
+        labels_active = rank[groups]
+        stray = labels_active < 0
+        if np.any(stray):
+            labels_active[stray] = self._nearest(Z[stray])
+        if active is None:
+            self.labels_ = labels_active
+        else:
+            self.labels_ = np.empty(len(active) + len(passive), dtype=np.intp)
+            self.labels_[active] = labels_active
+            self.labels_[passive] = self._nearest(tracers)
+        self.leaders_ = self._leaders(flow, Z, t) if self.model == "unnormalized" else np.empty(0, dtype=np.intp)
+
+    def _nearest(self, Z):
+        """Index of the closest limit point of moved tokens."""
+        C = self.cluster_centers_
+        d2 = np.sum(C**2, axis=1)[None, :] - 2 * Z.astype(np.float64) @ C.T
+        return np.argmin(d2, axis=1).astype(np.intp)
+
+    def _leaders(self, flow, Z, t):
+        """Tokens whose attention on themselves exceeds 1/2 at time t."""
+        X = flow._embed(Z, t)
+        queries = _apply(flow.query, X)
+        keys = _apply(flow.key, X)
+        log_norm = flow.attention(queries, keys, Z)[1]
+        self_logit = flow.beta * np.sum(queries.astype(np.float64) * keys, axis=1)
+        leaders = np.flatnonzero(self_logit - log_norm > math.log(0.5))
+        return leaders if self.subsample_indices_ is None else self.subsample_indices_[leaders]
+
+    def predict(self, X):
+        """Cluster of each row by attention to the limit points.
+
+        ``argmax_k softmax_k(beta <Q x, K c_k>) = argmax_k <Q x, K c_k>`` for
+        the limit points ``c_k = cluster_centers_`` (rows projected on the
+        sphere for the sphere models).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            New data.
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+        """
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=[np.float64, np.float32], order="C", reset=False)
+        if self.model in SPHERE_MODELS:
+            X = _unit_rows(X)
+        query = _weight_matrix(self.query, "query", X.shape[1])
+        key = _weight_matrix(self.key, "key", X.shape[1])
+        scores = _apply(query, X.astype(np.float64)) @ _apply(key, self.cluster_centers_).T
+        return np.argmax(scores, axis=1).astype(np.intp)
+
+
+class _Plateau:
+    """The longest run of a constant number of clusters seen so far."""
+
+    def __init__(self):
+        self.length = 0
+
+    def offer(self, start, end):
+        """Record the run of steps [start, end] if at least as long as the best; say if it was."""
+        if end - start + 1 >= self.length:
+            self.length = end - start + 1
+            return True
+        return False
+
+
+def _energy(log_norm, beta):
+    """E_beta = (1 / (2 beta n^2)) sum_i Z_i from log Z_i (``docs/math.md`` section 8)."""
+    n = log_norm.shape[0]
+    with np.errstate(over="ignore"):  # the unnormalised model's logits grow like e^{2t}
+        return float(np.exp(logsumexp(log_norm.astype(np.float64)) - math.log(2 * beta * n * n)))

@@ -1,0 +1,286 @@
+"""Self-attention dynamics: kernels against NumPy twins, the flow's invariants, the estimator."""
+
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from scipy.stats import special_ortho_group
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.metrics import adjusted_rand_score
+
+from attention_cluster import SelfAttentionDynamics, attention_flow
+from attention_cluster import _dynamics_kernels as kern
+from attention_cluster.datasets import make_mixture
+from reference import attention_rows, group_tokens, sphere_euler_step
+
+
+def _unit(rng, n, d):
+    X = rng.standard_normal((n, d))
+    return X / np.linalg.norm(X, axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("n, d, start, stop", [(1, 1, 0, 1), (7, 3, 2, 6), (40, 10, 0, 40)], ids=str)
+def test_attention_rows_matches_reference(n, d, start, stop, dtype, global_random_seed):
+    rng = np.random.default_rng(global_random_seed)
+    Q, K, V = (rng.standard_normal((n, d)).astype(dtype) for _ in range(3))
+    bias = np.log(rng.integers(1, 5, n)).astype(dtype)
+    out = np.empty((stop - start, d), dtype=dtype)
+    log_norm = np.empty(stop - start, dtype=dtype)
+    kern.attention_rows(Q, np.ascontiguousarray(K.T), np.ascontiguousarray(V.T), bias, dtype(3.0), start, stop, out, log_norm)
+    ref, ref_log = attention_rows(Q[start:stop], K, V, bias, 3.0)
+    rtol = 1e-10 if dtype == np.float64 else 2e-4
+    np.testing.assert_allclose(out, ref, rtol=rtol, atol=rtol)
+    np.testing.assert_allclose(log_norm, ref_log, rtol=rtol)
+
+
+def test_attention_rows_survives_huge_logits():
+    # beta <q, k> of 1e4 overflows exp without the row maximum subtracted.
+    X = np.array([[1.0, 0.0], [0.0, 1.0], [0.8, 0.6]])
+    out = np.empty((3, 2))
+    log_norm = np.empty(3)
+    kern.attention_rows(X, np.ascontiguousarray(X.T), np.ascontiguousarray(X.T), np.zeros(3), 1e4, 0, 3, out, log_norm)
+    assert np.all(np.isfinite(out))
+    np.testing.assert_allclose(out, X, atol=1e-12)
+    np.testing.assert_allclose(log_norm, 1e4, rtol=1e-12)
+
+
+def test_group_tokens_matches_reference(global_random_seed):
+    rng = np.random.default_rng(global_random_seed)
+    X = np.repeat(rng.standard_normal((5, 3)), 4, axis=0) + 1e-4 * rng.standard_normal((20, 3))
+    X = X[rng.permutation(20)]
+    labels = np.empty(20, dtype=np.int64)
+    n_groups = kern.group_tokens(X, 0.05, labels)
+    ref_labels, ref_groups = group_tokens(X, 0.05)
+    assert n_groups == ref_groups == 5
+    np.testing.assert_array_equal(labels, ref_labels)
+
+
+@pytest.mark.parametrize("model", ["sa", "usa"])
+def test_euler_step_matches_reference(model, global_random_seed):
+    X = _unit(np.random.default_rng(global_random_seed), 15, 4)
+    path = attention_flow(X, 1, model=model, beta=2.5, step_size=0.3)
+    np.testing.assert_allclose(path[1], sphere_euler_step(X, 2.5, 0.3, normalised=model == "sa"), rtol=1e-10)
+
+
+def test_mean_shift_step_is_euler_step_of_size_one_over_inner_product(global_random_seed):
+    # dynamics.md: x + h P_perp(x) m = (1 - h <x, m>) x + h m, so h_i = 1 / <x_i, m_i>
+    # lands on m_i / |m_i|: the blurring mean-shift step with a vMF kernel.
+    rng = np.random.default_rng(global_random_seed)
+    X = _unit(rng, 30, 5)
+    X[:, 0] += 3.0  # a cap, so that <x_i, m_i> > 0
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    beta = 4.0
+    W = np.exp(beta * X @ X.T)
+    M = W @ X / W.sum(axis=1, keepdims=True)
+    h = 1.0 / np.sum(X * M, axis=1)
+    assert np.all(h > 0)
+    euler = sphere_euler_step(X, beta, h)
+    vmf_kernel = np.exp(beta * X @ X.T) @ X  # von Mises-Fisher blurring mean shift
+    mean_shift = vmf_kernel / np.linalg.norm(vmf_kernel, axis=1, keepdims=True)
+    flow = attention_flow(X, 1, beta=beta, step_size="mean-shift")[1]
+    np.testing.assert_allclose(euler, mean_shift, atol=1e-12)
+    np.testing.assert_allclose(flow, mean_shift, atol=1e-12)
+
+
+def test_unnormalised_flow_is_rescaled_euler(global_random_seed):
+    # z' = sum_j P_ij V (z_j - z_i), P from x = exp(tV) z: at t = 0, x = z.
+    rng = np.random.default_rng(global_random_seed)
+    Z = rng.standard_normal((8, 3))
+    V = rng.standard_normal((3, 3))
+    step = attention_flow(Z, 1, model="unnormalized", step_size=0.1, value=V)[1]
+    P, _ = attention_rows(Z, Z, np.eye(8), np.zeros(8), 1.0)
+    np.testing.assert_allclose(step, Z + 0.1 * (P @ Z - Z) @ V.T, rtol=1e-10)
+
+
+def test_unnormalised_identity_value_matches_direct_flow():
+    # With V = I, x = e^t z solves dx/dt = sum_j P_ij x_j: compare with small
+    # steps on x directly.
+    rng = np.random.default_rng(0)
+    X0 = rng.uniform(-1, 1, (6, 2))
+    h, steps = 1e-4, 5000
+    X = X0.copy()
+    for _ in range(steps):
+        P, _ = attention_rows(X, X, np.eye(6), np.zeros(6), 1.0)
+        X = X + h * P @ X
+    Z = attention_flow(X0, steps, model="unnormalized", step_size=h)[-1]
+    np.testing.assert_allclose(Z * np.exp(h * steps), X, rtol=1e-3)
+
+
+tokens = st.integers(2, 12).flatmap(
+    lambda n: st.integers(2, 5).flatmap(
+        lambda d: st.tuples(st.just(n), st.just(d), st.integers(0, 2**32 - 1))
+    )
+)
+models = st.sampled_from([("sa", 0.2), ("usa", 0.2), ("sa", "mean-shift"), ("unnormalized", 0.05)])
+
+
+@given(tokens, models, st.floats(0.1, 8.0))
+def test_trajectories_are_rotation_equivariant(shape, model_step, beta):
+    n, d, seed = shape
+    model, step = model_step
+    X = np.random.default_rng(seed).standard_normal((n, d))
+    R = special_ortho_group.rvs(d, random_state=seed) if d > 1 else np.eye(1)
+    path = attention_flow(X, 5, model=model, beta=beta, step_size=step)
+    rotated = attention_flow(X @ R.T, 5, model=model, beta=beta, step_size=step)
+    np.testing.assert_allclose(rotated, path @ R.T, atol=1e-9)
+
+
+@given(tokens, models, st.floats(0.1, 8.0))
+def test_trajectories_ignore_token_order(shape, model_step, beta):
+    n, d, seed = shape
+    model, step = model_step
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    perm = rng.permutation(n)
+    path = attention_flow(X, 5, model=model, beta=beta, step_size=step)
+    permuted = attention_flow(X[perm], 5, model=model, beta=beta, step_size=step)
+    np.testing.assert_allclose(permuted, path[:, perm], atol=1e-10)
+
+
+@given(tokens, st.sampled_from(["sa", "usa"]), st.sampled_from([0.01, 0.5, 3.0, "mean-shift"]), st.floats(0.1, 30.0))
+def test_every_iterate_is_on_the_sphere(shape, model, step, beta):
+    n, d, seed = shape
+    X = 5.0 * np.random.default_rng(seed).standard_normal((n, d))
+    path = attention_flow(X, 8, model=model, beta=beta, step_size=step)
+    np.testing.assert_allclose(np.linalg.norm(path, axis=2), 1.0, atol=1e-12)
+
+
+@pytest.fixture(scope="module")
+def mixture():
+    X, y, _ = make_mixture(1500, n_features=10, n_clusters=4, noise=0.3, random_state=0)
+    return X, y
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
+def test_finds_the_number_of_clusters(mixture, dtype):
+    X, y = mixture
+    model = SelfAttentionDynamics().fit(X.astype(dtype))
+    assert model.n_clusters_ == 4
+    assert adjusted_rand_score(y, model.labels_) > 0.9
+    assert model.cluster_centers_.dtype == dtype
+    np.testing.assert_allclose(np.linalg.norm(model.cluster_centers_, axis=1), 1.0, rtol=1e-5)
+    # The stopping step ends the longest plateau, at the fitted count.
+    path = model.n_clusters_path_
+    assert path[model.stopping_step_] == 4
+    assert len(model.energy_path_) == model.n_iter_ == len(path) - 1
+
+
+def test_predict_attends_to_limit_points(mixture):
+    X, y = mixture
+    model = SelfAttentionDynamics().fit(X)
+    assert adjusted_rand_score(model.labels_, model.predict(X)) > 0.95
+    # predict is the rule argmax_k <x, c_k> on the sphere
+    Xs = X / np.linalg.norm(X, axis=1, keepdims=True)
+    np.testing.assert_array_equal(model.predict(X[:50]), np.argmax(Xs[:50] @ model.cluster_centers_.T, axis=1))
+
+
+def test_energy_rises_along_usa(global_random_seed):
+    # arXiv 2312.10794: E_beta increases along USA (Q = K = V = I).
+    X = np.random.default_rng(global_random_seed).standard_normal((40, 3))
+    model = SelfAttentionDynamics(model="usa", beta=2.0, step_size=0.1, max_iter=60, stopping="horizon").fit(X)
+    assert np.all(np.diff(model.energy_path_) >= -1e-12)
+
+
+def test_subsample_with_tracers_agrees_with_exact(mixture, global_random_seed):
+    X, _ = mixture
+    exact = SelfAttentionDynamics().fit(X)
+    sub = SelfAttentionDynamics(max_samples=400, random_state=global_random_seed).fit(X)
+    assert sub.n_clusters_ == exact.n_clusters_
+    assert adjusted_rand_score(exact.labels_, sub.labels_) > 0.9
+    assert len(sub.subsample_indices_) == 400
+
+
+def test_leaders_of_the_unnormalised_model():
+    # V = I: the rescaled tokens go to the vertices of a polytope; the tokens
+    # that end there attend to themselves (the leaders).
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-5, 5, (20, 2))
+    model = SelfAttentionDynamics(model="unnormalized", step_size=0.1, max_iter=50, stopping="horizon").fit(X)
+    assert len(model.leaders_) >= 2
+    assert model.n_clusters_ == len(model.leaders_)
+    # each leader barely moves: it starts within 1% of the box from its limit
+    # point, the limit points being a box's width apart
+    for i in model.leaders_:
+        assert np.min(np.linalg.norm(model.cluster_centers_ - X[i], axis=1)) < 0.1
+
+
+def test_verbose_reports_steps(mixture, capsys):
+    SelfAttentionDynamics(verbose=1, max_iter=3, stopping="horizon").fit(mixture[0][:100])
+    out = capsys.readouterr().out
+    assert out.count("[SelfAttentionDynamics] step") == 3
+
+
+def test_no_meeting_warns_at_callers_line():
+    X = np.eye(5)
+    with pytest.warns(ConvergenceWarning, match="No tokens met") as record:
+        SelfAttentionDynamics(beta=50.0, max_iter=2).fit(X)
+    assert record[0].filename == __file__
+
+
+def test_fit_is_reproducible_and_pickles(mixture):
+    X = mixture[0]
+    a = SelfAttentionDynamics(max_samples=300, random_state=3).fit(X)
+    b = pickle.loads(pickle.dumps(SelfAttentionDynamics(max_samples=300, random_state=3))).fit(X)
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+
+
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        ({"model": "spin"}, "model must be one of"),
+        ({"beta": 0.0}, "beta must be > 0"),
+        ({"step_size": "big"}, "step_size must be one of"),
+        ({"model": "unnormalized"}, "mean-shift.*is a step on the sphere"),
+        ({"stopping": "never"}, "stopping must be one of"),
+        ({"min_cluster_size": 1.5}, "fraction below 1"),
+        ({"max_iter": 0}, "max_iter must be >= 1"),
+        ({"value": np.eye(2)}, r"value must have shape \(n_features, n_features\)"),
+        ({"query": np.full((3, 3), np.nan)}, "query must be finite"),
+    ],
+)
+def test_bad_parameters_raise(params, match):
+    with pytest.raises(ValueError, match=match):
+        SelfAttentionDynamics(**params).fit(np.eye(3))
+
+
+def test_zero_row_has_no_direction():
+    # A zero token attends to all tokens alike and moves to their mean's direction.
+    X = np.array([[1.0, 0.1], [1.0, -0.1], [0.0, 0.0]])
+    path = attention_flow(X, 1, beta=1.0, step_size="mean-shift")
+    np.testing.assert_allclose(path[0, 2], 0.0)
+    np.testing.assert_allclose(path[1, 2], [1.0, 0.0], atol=1e-12)
+
+
+def test_horizon_and_plateau_agree_once_settled(mixture):
+    X = mixture[0][:600]
+    plateau = SelfAttentionDynamics().fit(X)
+    horizon = SelfAttentionDynamics(stopping="horizon", max_iter=plateau.n_iter_).fit(X)
+    np.testing.assert_array_equal(plateau.labels_, horizon.labels_)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        SelfAttentionDynamics().fit(X)
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 7, 1000])
+def test_attention_pass_matches_reference_on_any_chunks(chunk_rows, global_random_seed):
+    from attention_cluster._passes import DenseRows
+
+    rng = np.random.default_rng(global_random_seed)
+    Q, K, V = rng.standard_normal((30, 4)), rng.standard_normal((12, 4)), rng.standard_normal((12, 2))
+    with DenseRows(np.empty((0, 4)), n_threads=2) as rows:
+        out, log_norm = rows.with_rows(Q, chunk_rows).attention(K, V, 1.5)
+    ref, ref_log = attention_rows(Q, K, V, np.zeros(12), 1.5)
+    np.testing.assert_allclose(out, ref, rtol=1e-10)
+    np.testing.assert_allclose(log_norm, ref_log, rtol=1e-10)
+
+
+def test_threads_do_not_change_the_fit(mixture):
+    X = mixture[0][:800]
+    one = SelfAttentionDynamics(n_threads=1, chunk_size=64).fit(X)
+    two = SelfAttentionDynamics(n_threads=2, chunk_size=64).fit(X)
+    np.testing.assert_array_equal(one.labels_, two.labels_)
+    np.testing.assert_array_equal(one.energy_path_, two.energy_path_)

@@ -279,6 +279,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         Estimated overall scale: the data are divided by it.
     n_features_in_ : int
         Number of features seen during fit.
+    n_steps_ : int
+        Batches seen by :meth:`partial_fit` (absent after :meth:`fit`).
     feature_names_in_ : ndarray of shape (``n_features_in_``,)
         Names of features seen during fit, when X has string column names.
 
@@ -393,6 +395,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             Fitted estimator.
         """
         X = validate_data(self, X, dtype=[np.float64, np.float32], order="C")
+        # A fit starts over: the next partial_fit starts a new stream.
+        self.__dict__.pop("n_steps_", None)
         init = self._check_params(X)
         K = self.n_clusters
         check_n_samples(X, K)
@@ -689,6 +693,64 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         labels : ndarray of shape (n_samples,)
         """
         return self.fit(X, sample_weight=sample_weight).labels_
+
+    @atomic_fit
+    def partial_fit(self, X, y=None, sample_weight=None):
+        """Update the fit with one batch of a stream.
+
+        The contract of :meth:`sklearn.cluster.MiniBatchKMeans.partial_fit`:
+        the first call (or the first after :meth:`fit`) fits the batch as
+        :meth:`fit` does, which fixes the scale ``scale_``, the temperature
+        and the random state's use; each later call is one step of online EM
+        for the mixture of ``math.md`` section 7 (Cappe and Moulines 2009):
+        the E step's sufficient statistics on the batch, at the current
+        parameters, enter running statistics with weight ``gamma_n =
+        min(1, 16 / n)^0.6`` (``n`` the number of batches, counted in units
+        of the batch's weight), and the centres are the M step at their
+        average over the batches. Each call is one
+        pass over the batch; nothing of earlier batches is kept but K x d
+        statistics and the d x d second moment (for :meth:`transform`). The
+        update was chosen against PSGD steps on each batch in
+        ``benchmarks/streaming.py`` (see the "Scaling out" page).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            One batch; at least ``n_clusters`` rows in the first.
+        y : Ignored
+            Not used, present for API consistency.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative weights of the batch's rows.
+
+        Returns
+        -------
+        self : AttentionClustering
+            The updated estimator; ``n_steps_`` counts the calls and
+            ``labels_`` labels the last batch.
+        """
+        if not hasattr(self, "n_steps_"):
+            self.fit(X, sample_weight=sample_weight)
+            self._stream = _mixture.OnlineEM(
+                self.cluster_centers_.T, self.weights_, self.noise_scale_, 1.0 / self.scale_
+            )
+            self.n_steps_ = 0
+        return self._stream_step(X, sample_weight)
+
+    def _stream_step(self, X, sample_weight):
+        """One online EM step on the batch X; sets the fitted attributes."""
+        X = validate_data(self, X, dtype=[np.float64, np.float32], order="C", reset=False)
+        weights = check_sample_weight(sample_weight, X)
+        p = self._stream.update(X, weights)
+        centers = p.U.T
+        self.cluster_centers_ = centers.astype(X.dtype, copy=False)
+        self.weights_ = np.exp(p.log_pi)
+        self._label_bias = p.log_pi
+        self._label_gain = p.radius / p.variance / self.scale_
+        U = centers.T
+        self._operator = self.temperature_ * self.n_clusters * (U @ (U.T @ self._stream.moment.T))
+        self.labels_ = self._labels(X, self.cluster_centers_)
+        self.n_steps_ += 1
+        return self
 
     def transform(self, X):
         """The attention layer's output for each row, in context of the training data.

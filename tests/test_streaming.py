@@ -8,6 +8,7 @@ from sklearn.metrics import adjusted_rand_score
 
 from attention_cluster import AttentionClustering
 from attention_cluster._mixture import OnlineEM
+from attention_cluster._passes import DenseRows
 from attention_cluster.datasets import make_mixture
 from attention_cluster.metrics import centroid_distance
 from reference import online_em
@@ -46,13 +47,13 @@ def test_updates_are_online_em(stream_data, global_random_seed):
     rng = np.random.default_rng(global_random_seed)
     U = C.T + 0.2 * rng.standard_normal(C.T.shape)
     U /= np.linalg.norm(U, axis=0)
-    pi, tau, inv_scale = np.array([0.5, 0.3, 0.2]), 0.5, 0.8
+    pi, tau, scale = np.array([0.5, 0.3, 0.2]), 0.5, 1.25
     batches = _batches(X, 1000)
-    online = OnlineEM(U, pi, tau, inv_scale, alpha=0.7, gain=2.0)
-    # The first M step uses r = 1 and tau, as the reference starts.
+    online = OnlineEM(U, pi, tau, alpha=0.7, gain=2.0)
+    # The first E step is at r = 1 and tau, as the reference starts.
     for batch in batches:
-        params = online.update(batch)
-    expected = online_em(batches, U, pi, 1.0, tau, inv_scale, alpha=0.7, gain=2.0)
+        params = online.update(DenseRows(batch, scale=scale, n_threads=1))
+    expected = online_em(batches, U, pi, 1.0, tau, 1.0 / scale, alpha=0.7, gain=2.0)
     np.testing.assert_allclose(params.U.T, expected, rtol=1e-9, atol=1e-12)
 
 

@@ -12,15 +12,18 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from threadpoolctl import threadpool_limits
 
 from . import _full, _kernels, _mixture
-from ._passes import DenseRows
+from ._passes import DaskRows, DenseRows
 from ._scale import estimate_spectrum
 from ._validation import (
     atomic_fit,
     check_auto_or_positive,
+    check_dask_array,
+    check_dask_sample_weight,
     check_n_samples,
     check_options,
     check_positive,
     check_sample_weight,
+    is_dask_collection,
 )
 from .theory import lambda_star, unbiased_temperature
 
@@ -402,13 +405,21 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         self : AttentionClustering
             Fitted estimator.
         """
-        X = validate_data(self, X, dtype=[np.float64, np.float32], order="C")
+        lazy = is_dask_collection(X)
+        if lazy:
+            X = check_dask_array(self, X, reset=True)
+        else:
+            X = validate_data(self, X, dtype=[np.float64, np.float32], order="C")
         # A fit starts over: the next partial_fit starts a new stream.
         self.__dict__.pop("n_steps_", None)
         init = self._check_params(X)
         K = self.n_clusters
         check_n_samples(X, K)
-        weights = check_sample_weight(sample_weight, X)
+        if lazy:
+            weights, total = check_dask_sample_weight(sample_weight, X)
+            data = DaskRows(X, weights, total_weight=total)
+        else:
+            data = DenseRows(X, check_sample_weight(sample_weight, X), n_threads=self.n_threads)
         n, d = X.shape
         if K > d:
             warnings.warn(
@@ -418,7 +429,6 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 UserWarning,
                 stacklevel=2,
             )
-        data = DenseRows(X, weights, n_threads=self.n_threads)
         # The passes' products have few columns (K to 3K) or run on the
         # pool's threads already: BLAS threads would only oversubscribe.
         with data, threadpool_limits(limits=1, user_api="blas"):
@@ -517,7 +527,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         labels = data.labels(self.cluster_centers_, self._label_gain, self._label_bias)
         if refine != "em":
             counts = np.bincount(labels, weights=data.sample_weight, minlength=K)
-            self.weights_ = counts / np.sum(counts)
+            # np.asarray computes the counts of Dask data's lazy labels.
+            self.weights_ = np.asarray(counts / np.sum(counts))
         self.refine_ = refine
         self.temperature_ = temperature
         self.reg_strength_ = reg_strength
@@ -662,6 +673,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         labels : ndarray of shape (n_samples,)
         """
         check_is_fitted(self)
+        if is_dask_collection(X):
+            data = DaskRows(check_dask_array(self, X, reset=False))
+            return data.labels(self.cluster_centers_, self._label_gain, self._label_bias)
         X = validate_data(self, X, dtype=[np.float64, np.float32], order="C", reset=False)
         with DenseRows(X, n_threads=self.n_threads) as data:
             return data.labels(self.cluster_centers_, self._label_gain, self._label_bias)
@@ -757,6 +771,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             Same dtype as X.
         """
         check_is_fitted(self)
+        if is_dask_collection(X):
+            data = DaskRows(check_dask_array(self, X, reset=False))
+            return data.product(self._operator.astype(data.dtype, copy=False))
         X = validate_data(self, X, dtype=[np.float64, np.float32], order="C", reset=False)
         return X @ self._operator.astype(X.dtype, copy=False)
 

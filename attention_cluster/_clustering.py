@@ -250,7 +250,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     verbose : int, default=0
         When positive, print the objective every 100 PSGD steps, each exact
         solver run's outcome, and the log-likelihood of each accepted EM
-        iterate.
+        iterate; on Dask data also each pass over the data and its time.
 
     Attributes
     ----------
@@ -258,7 +258,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         The heads, unit rows, each signed so that the points of its cluster
         project positively on it.
     labels_ : ndarray of shape (n_samples,)
-        :meth:`predict` on the training data.
+        :meth:`predict` on the training data (a lazy Dask array when X is
+        one; after :meth:`partial_fit`, the last batch's).
     n_iter_ : int
         PSGD steps, or iterations of the exact solver's last stage, of the
         kept run.
@@ -391,8 +392,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Training data.
+        X : array-like, dask array or dask DataFrame of shape (n_samples, n_features)
+            Training data. A Dask array (chunked along rows only) or DataFrame
+            is read by passes, one Dask computation each, and never gathered
+            (see the "Scaling out" page); ``labels_`` is then a lazy Dask array.
         y : Ignored
             Not used, present for API consistency.
         sample_weight : array-like of shape (n_samples,), default=None
@@ -417,7 +420,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         check_n_samples(X, K)
         if lazy:
             weights, total = check_dask_sample_weight(sample_weight, X)
-            data = DaskRows(X, weights, total_weight=total)
+            data = DaskRows(X, weights, total_weight=total, verbose=self.verbose)
         else:
             data = DenseRows(X, check_sample_weight(sample_weight, X), n_threads=self.n_threads)
         n, d = X.shape
@@ -665,12 +668,13 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : array-like, dask array or dask DataFrame of shape (n_samples, n_features)
             New data.
 
         Returns
         -------
         labels : ndarray of shape (n_samples,)
+            A lazy Dask array for Dask input.
         """
         check_is_fitted(self)
         if is_dask_collection(X):
@@ -685,7 +689,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : array-like, dask array or dask DataFrame of shape (n_samples, n_features)
             Training data.
         y : Ignored
             Not used, present for API consistency.
@@ -695,6 +699,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         Returns
         -------
         labels : ndarray of shape (n_samples,)
+            A lazy Dask array for Dask input.
         """
         return self.fit(X, sample_weight=sample_weight).labels_
 
@@ -762,13 +767,13 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : array-like, dask array or dask DataFrame of shape (n_samples, n_features)
             New data.
 
         Returns
         -------
         X_new : ndarray of shape (n_samples, n_features)
-            Same dtype as X.
+            Same dtype as X; a lazy Dask array, chunked as X, for Dask input.
         """
         check_is_fitted(self)
         if is_dask_collection(X):

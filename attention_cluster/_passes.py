@@ -51,6 +51,7 @@ object is a context manager).
 
 import copy
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -388,9 +389,12 @@ class DaskRows:
         ``s``: every pass sees ``x / s``.
     total_weight : float or None
         ``sum_i w_i`` when already known (else one small computation).
+    verbose : int, default=0
+        When positive, print each pass's name and wall time (``n_passes``
+        counts them).
     """
 
-    def __init__(self, X, sample_weight=None, scale=1.0, total_weight=None):
+    def __init__(self, X, sample_weight=None, scale=1.0, total_weight=None, verbose=0):
         self._X = X
         self.sample_weight = sample_weight
         self.n_samples, self.n_features = X.shape
@@ -399,7 +403,8 @@ class DaskRows:
         if total_weight is None:
             total_weight = float(self.n_samples) if sample_weight is None else float(sample_weight.sum().compute())
         self.total_weight = total_weight
-        self.n_passes = 0
+        self._passes = [0]  # shared with rescaled copies
+        self.verbose = verbose
         self._drawn = None
 
     def __enter__(self):
@@ -411,12 +416,17 @@ class DaskRows:
     def close(self):
         """Nothing to release: the scheduler belongs to the caller."""
 
+    @property
+    def n_passes(self):
+        """Dask computations so far, by this object and its rescaled copies."""
+        return self._passes[0]
+
     def rescaled(self, scale):
         other = copy.copy(self)
         other.scale = float(scale)
         return other
 
-    def _blocks(self, fn, *args):
+    def _blocks(self, name, fn, *args):
         """``fn(block, weights, *args)`` on every block, computed at once, in block order."""
         import dask
 
@@ -426,13 +436,26 @@ class DaskRows:
         else:
             weights = self.sample_weight.to_delayed().ravel()
         task = dask.delayed(fn, pure=True)
-        self.n_passes += 1
-        return dask.compute(*[task(b, w, *args) for b, w in zip(blocks, weights)])
+        return self._compute(name, *[task(b, w, *args) for b, w in zip(blocks, weights)])
+
+    def _compute(self, name, *collections):
+        """One Dask computation, counted as a pass and reported under verbose."""
+        import dask
+
+        start = time.perf_counter()
+        out = dask.compute(*collections)
+        self._passes[0] += 1
+        if self.verbose:
+            print(
+                f"[AttentionClustering] Dask pass {self.n_passes} ({name}): "
+                f"{time.perf_counter() - start:.3g} s"
+            )
+        return out
 
     def _pass(self, name, *args):
         """A :class:`DenseRows` pass over every block, combined: sums are added,
         weighted means averaged by the blocks' weights."""
-        parts = self._blocks(_block_pass, self.scale, name, args)
+        parts = self._blocks(name, _block_pass, self.scale, name, args)
         if name in _MEAN_PASSES:
             parts = [(w, r) for w, r in parts if w > 0.0]
             total = sum(w for w, _ in parts)
@@ -450,7 +473,7 @@ class DaskRows:
         The first pass of a fit, so bad values are reported before the
         others; the messages are scikit-learn's.
         """
-        parts = self._blocks(_block_check)
+        parts = self._blocks("peak and finiteness", _block_check)
         if any(nan for _, nan, _ in parts):
             raise ValueError("Input X contains NaN.")
         if any(inf for _, _, inf in parts):
@@ -499,16 +522,13 @@ class DaskRows:
         :class:`DenseRows` (in memory, one thread): all rows when there are
         at most ``size``.
         """
-        import dask
-
         if self.n_samples <= size:
             rows, weight, dtype = self._X, self.sample_weight, self.dtype
         else:
             idx = np.unique(rng.randint(0, self.n_samples, size=size))
             rows, dtype = self._X[idx], np.float64
             weight = None if self.sample_weight is None else self.sample_weight[idx]
-        self.n_passes += 1
-        rows, weight = dask.compute(rows, weight)
+        rows, weight = self._compute("subsample", rows, weight)
         return DenseRows(np.ascontiguousarray(rows, dtype=dtype), weight, self.scale, n_threads=1)
 
     def draw(self, state, out):

@@ -91,6 +91,15 @@ def test_weighted_fit_as_numpy(client, mixture):
     np.testing.assert_allclose(lazy.cluster_centers_, dense.cluster_centers_, atol=ATOL[np.float64])
 
 
+def test_verbose_reports_each_pass(client, mixture, capsys):
+    X = _on_cluster(mixture[0], (10_000, -1))
+    model = AttentionClustering(solver="full", random_state=0, verbose=1).fit(X)
+    passes = [line for line in capsys.readouterr().out.splitlines() if "Dask pass" in line]
+    assert [int(line.split()[3]) for line in passes] == list(range(1, len(passes) + 1))
+    assert "(peak and finiteness)" in passes[0] and "(second_moment)" in passes[1]
+    assert sum("(e_step)" in line for line in passes) == model.refine_n_iter_
+
+
 def test_dataframe(client, mixture):
     pd = pytest.importorskip("pandas")
     X = mixture[0]

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from attention_cluster import AttentionClustering
+from attention_cluster._passes import DaskRows, DenseRows
 from attention_cluster.datasets import make_mixture
 
 da = pytest.importorskip("dask.array")
@@ -42,6 +43,39 @@ def _on_cluster(X, chunks):
 def mixture():
     # More rows than the exact solver's subsample, so the rows are pulled.
     return make_mixture(40_000, 6, 2, noise=0.6, random_state=0)
+
+
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+def test_every_pass_matches_dense_rows(weighted, global_random_seed):
+    # The Dask backend against the NumPy one, pass by pass (local scheduler).
+    import dask
+
+    rng = np.random.default_rng(global_random_seed)
+    X = rng.standard_normal((3000, 5))
+    w = rng.integers(0, 3, size=3000).astype(float) if weighted else None
+    dense = DenseRows(X, w, scale=2.0, n_threads=1)
+    Xd = da.from_array(X, chunks=(700, -1))
+    wd = None if w is None else da.from_array(w, chunks=(Xd.chunks[0],))
+    total = dense.total_weight
+    U = np.linalg.qr(rng.standard_normal((5, 2)))[0]
+    with dask.config.set(scheduler="sync"):
+        lazy = DaskRows(Xd, wd, scale=2.0, total_weight=total)
+        pairs = [
+            (lazy.peak(), dense.peak()),
+            (lazy.second_moment(), dense.second_moment()),
+            (lazy.moment_action(U), dense.moment_action(U)),
+            (lazy.norm_moments(), dense.norm_moments()),
+            (lazy.exact_terms(U, U, 0.1, 9.0, 1, 0.2)[1], dense.exact_terms(U, U, 0.1, 9.0, 1, 0.2)[1]),
+            (lazy.e_step(U, np.log([0.3, 0.7]), 1.5)[0], dense.e_step(U, np.log([0.3, 0.7]), 1.5)[0]),
+            (lazy.head_totals(U), dense.head_totals(U)),
+        ]
+        for a, b in pairs:
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+        np.testing.assert_array_equal(lazy.labels(U.T, 1.0, np.zeros(2)).compute(), dense.labels(U.T, 1.0, np.zeros(2)))
+        sub_lazy = lazy.subsample(np.random.RandomState(0), 500)
+        sub_dense = dense.subsample(np.random.RandomState(0), 500)
+        np.testing.assert_array_equal(sub_lazy.project(U), sub_dense.project(U))
+        assert lazy.n_passes == 8
 
 
 @pytest.mark.parametrize(

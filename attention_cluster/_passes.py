@@ -336,12 +336,17 @@ def _block_pass(block, weights, scale, name, args):
 
 
 def _block_check(block, weights):
-    """``(peak, NaN seen, inf seen)`` of one block: the finiteness check and the peak."""
-    nan = bool(np.isnan(block).any())
-    inf = not nan and not bool(np.isfinite(block).all())
-    if block.size == 0 or nan or inf:
-        return 0.0, nan, inf
-    return max(float(np.max(block)), -float(np.min(block))), False, False
+    """``(peak, NaN seen, inf seen)`` of one block: the finiteness check and the peak.
+
+    NaN propagates through max and min, and an infinity is the max or the
+    min: two scans of the block tell all three.
+    """
+    if block.size == 0:
+        return 0.0, False, False
+    peak = max(float(np.max(block)), -float(np.min(block)))
+    nan = bool(np.isnan(peak))
+    inf = not nan and bool(np.isinf(peak))
+    return (0.0 if nan or inf else peak), nan, inf
 
 
 def _check_finite(block):

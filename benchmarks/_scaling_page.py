@@ -205,7 +205,7 @@ def write_page(results, docs):
     lines.append(DASK)
     if ooc:
         s, dist = ooc["seconds"], ooc["distance"]
-        per_pass = float(np.median(ooc["pass_s"]))
+        per_pass = float(np.median([t for r in ooc.get("round_pass_s", [ooc["pass_s"]]) for t in r]))
         gb = 1024**3
         lines += [
             "## Out of core: measured",
@@ -231,11 +231,16 @@ def write_page(results, docs):
             f"| class-means floor | | {ooc['floor']:.2e} |",
             "",
             f"The Dask fit made {ooc['passes']} passes (one Dask computation each, printed under "
-            f"`verbose`), median {per_pass:.2f} s per pass, {per_pass / s['read once']:.2f} times one "
-            f"read. The client process's resident memory peaked at {ooc['client_rss_peak'] / gb:.2f} GiB "
-            f"during the fit ({ooc['client_rss_before'] / gb:.2f} GiB before it: the interpreter, NumPy, "
-            "Numba, Dask and the compiled kernels). The Dask fit's centres differ from the in-memory "
-            f"fit's by {ooc['same_centres_max_abs']:.1e} at most.",
+            f"`verbose`), median {per_pass:.2f} s per pass over the rounds, "
+            f"{per_pass / s['read once']:.2f} times one read: a pass reads the blocks and runs the "
+            "kernels, the E step's being the slowest. The in-memory fit makes the same passes but the "
+            "subsample's (an index into memory there). The client process's resident memory peaked at "
+            f"{ooc['client_rss_peak'] / gb:.2f} GiB during the fit ({ooc['client_rss_before'] / gb:.2f} "
+            "GiB before it: the interpreter, NumPy, Numba, Dask and the compiled kernels); the blocks "
+            "live in the workers. The Dask fit's centres differ from the in-memory fit's by "
+            f"{ooc['same_centres_max_abs']:.1e} at most. The machine was shared with other jobs "
+            f"(rounds of the Dask fit: {', '.join(f'{t:.0f}' for t in ooc['times']['dask fit'])} s; of "
+            f"loading and fitting: {', '.join(f'{t:.0f}' for t in ooc['times']['load and fit'])} s).",
             "",
         ]
         checks += [

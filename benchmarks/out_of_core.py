@@ -8,8 +8,10 @@ of 2 worker processes with 1 thread each (the machine has 2 cores) measures,
 side by side in interleaved rounds after Numba's compile (medians):
 
 - ``AttentionClustering(solver="full")`` on the Dask array: its passes (each
-  one Dask computation, counted and timed under ``verbose``) and the client
-  process's peak resident memory during the fit (sampled every 5 ms);
+  one Dask computation, counted and timed under ``verbose``, in every round)
+  and the client process's peak resident memory during a first fit (sampled
+  every 5 ms; ``ru_maxrss`` of the whole run also counts writing the file
+  through a memory map);
 - one read of the array (``X.sum(axis=0)``, one pass through the same
   scheduler): the time per pass is compared with it;
 - loading the array into the client's memory (``np.load``) and fitting it
@@ -141,20 +143,23 @@ def main(quick=False, out=None):
                 "dask-ml KMeans": lambda: KMeans(n_clusters=K, random_state=0).fit(X),
             }
             times = {name: [] for name in candidates}
-            results = {}
+            results, round_passes = {}, []
             for r in range(rounds):
                 for name, fn in candidates.items():
                     seconds, results[name] = timed(fn)
                     times[name].append(seconds)
+                    if name == "dask fit":
+                        round_passes.append(results[name][1])
                     print(f"round {r} {name}: {seconds:.1f} s", flush=True)
             seconds = {name: float(np.median(t)) for name, t in times.items()}
+        model = results["dask fit"][0]
         in_memory = results["load and fit"]
         kmeans = results["dask-ml KMeans"]
         payload = {
             "quick": quick, "n": n, "d": D, "K": K, "noise": NOISE, "block_rows": BLOCK_ROWS,
             "gigabytes": n * D * 4 / 1e9, "rounds": rounds, "write_s": seconds_write,
             "seconds": seconds, "times": times,
-            "passes": len(passes), "pass_s": passes,
+            "passes": len(passes), "pass_s": passes, "round_pass_s": round_passes,
             "client_rss_before": memory_before, "client_rss_peak": rss.peak,
             "client_maxrss_after_dask_fit": maxrss_after_dask,
             "floor": floor,

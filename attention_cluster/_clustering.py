@@ -2,6 +2,7 @@
 
 import numbers
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin, OneToOneFeatureMixin, TransformerMixin
@@ -9,11 +10,14 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from threadpoolctl import threadpool_limits
-
-from . import _full, _kernels, _mixture
-from ._passes import DaskRows, DenseRows
+from . import _kernels
+from ._exact import solve_exact
+from ._mixture import OnlineEM, refine_heads
+from ._objective import exact_objective, regularizer_code
+from ._passes import DaskRows, DenseRows, one_blas_thread
 from ._scale import estimate_spectrum
+from ._settings import auto_reg_strength, auto_temperature
+from ._spectral import SUBSAMPLE, spectral_heads
 from ._validation import (
     atomic_fit,
     check_auto_or_positive,
@@ -25,85 +29,36 @@ from ._validation import (
     check_sample_weight,
     is_dask_collection,
 )
-from .theory import lambda_star, unbiased_temperature
 
-# PSGD bookkeeping: the driver checks convergence every _CHUNK steps, and the
-# step size decays as 1 / (1 + t / _DECAY).
-_CHUNK = 100
+# PSGD bookkeeping: the driver checks convergence every _STEPS_PER_CHECK
+# steps, and the step size decays as 1 / (1 + t / _DECAY).
+_STEPS_PER_CHECK = 100
 _DECAY = 200.0
 _DEFAULT_TOL = {"psgd": 1e-4, "full": 1e-6}
 _DEFAULT_MAX_ITER = {"psgd": 5000, "full": 500}
-# The EM refinement stops when a plain EM step moves the heads by less than
-# this squared distance (math.md section 5): far below the statistical error
-# of the heads up to n ~ 1e7 at sigma ~ 1 (benchmarks/solvers.py).
-_REFINE_TOL = 1e-8
-# solver="auto" takes the exact solver (with its EM refinement) up to this many
-# rows. benchmarks/solvers.py (d=10, K=2) finds it faster than PSGD up to 1e4
-# rows and at most about 1.6x PSGD's time at 1e5, for 4 to 5 times PSGD's
-# accuracy there; at 1e6 PSGD, whose cost does not grow with n, is 2.5 to 4
-# times faster.
-_AUTO_FULL_MAX_N = 200_000
 
 
-def auto_temperature(noise, sequence_length, n_clusters, n_features, eigenvalues=None):
-    """Default temperature for unit-scale data of estimated noise ``sigma``.
+@dataclass(frozen=True)
+class _Settings:
+    """The settings of one fit, resolved once from the parameters and the spectrum."""
 
-    The unbiased temperature of Prop. 4.1 (generalised to K clusters in
-    :func:`attention_cluster.theory.unbiased_temperature`), so that the
-    layer's output is centred on each point's centroid, capped twice:
-
-    - at ``0.95 lambda*(sigma, L, d)`` (Prop. 3.3,
-      :func:`attention_cluster.theory.lambda_star`), so that the centroids
-      stay the risk's minimisers with a margin for the error of sigma;
-    - at ``0.9 / (K (m_1 + tr(M) / L))``, with ``m_1`` the largest
-      eigenvalue of the unit-scale second moment M (``eigenvalues``, in
-      descending order). For large L a head on a direction of second moment
-      m lowers the risk by ``f(m) = a m^2 (2 - a m)``, ``a = lambda K``
-      (``math.md`` section 3), which grows with m only while ``a m < 4/3``;
-      the token's attention to itself adds about ``tr(M) / L`` to m. With
-      equal weights the cap is near the unbiased temperature; with unequal
-      weights the heaviest cluster has the largest m and, without the cap,
-      the risk pushes its head off its centroid. The factor 0.9 is the
-      margin found with :func:`attention_cluster.theory.population_pgd`
-      (weights up to 9:1, sigma up to 1).
-    """
-    unbiased = float(unbiased_temperature(noise, sequence_length, n_clusters))
-    caps = [0.95 * float(lambda_star(noise, sequence_length, n_clusters, n_features))]
-    if eigenvalues is not None and eigenvalues[0] > 0:
-        effective = eigenvalues[0] + float(np.sum(eigenvalues)) / sequence_length
-        caps.append(0.9 / (n_clusters * effective))
-    return min([unbiased, *[c for c in caps if np.isfinite(c) and c > 0]])
+    temperature: float
+    reg_strength: float
+    solver: str  #: "full" or "psgd"
+    refine: object  #: "em" or None
+    tol: float
+    max_iter: int
 
 
-def auto_reg_strength(noise, temperature, n_clusters, regularization="pairwise", weakest_signal=None):
-    """Default regularisation strength rho for unit-scale data.
+@dataclass
+class _Run:
+    """Outcome of one run of a solver."""
 
-    Too much rho pulls heads off the centroids' span (paper, Fig. 2a). Two
-    limits, each derived for large L (``math.md`` section 3), and rho is the
-    smaller of the two:
-
-    - locally, the centroids stop being a minimum at ``rho_max = lambda K /
-      (K - 1)`` (pairwise), where the regulariser's negative curvature out
-      of the span cancels the risk's; :func:`attention_cluster._full.
-      auto_reg_strength` takes a tenth of it (scaled for the product
-      regulariser);
-    - globally, a head on a direction of second moment m lowers the risk by
-      ``f(m) = a m^2 (2 - a m)`` with ``a = lambda K``: ``m_s`` on the span
-      (``1/K + sigma^2`` for equal weights; in general the K-th eigenvalue
-      of the unit-scale second moment, ``weakest_signal``, the lightest
-      cluster's direction), ``sigma^2`` off it, while the pairwise
-      regulariser costs ``(K - 1) sigma^2 / K`` more on the span. A tenth
-      of the ratio of the two, capped at 0.25, keeps the span the minimiser
-      when unequal weights make its weakest direction weak.
-    """
-    local = _full.auto_reg_strength(temperature, n_clusters, regularization or "none", noise)
-    a = temperature * n_clusters
-    s2 = noise**2
-    m_s = 1.0 / n_clusters + s2 if weakest_signal is None else weakest_signal
-    gain = a * m_s**2 * (2.0 - a * m_s) - a * s2**2 * (2.0 - a * s2)
-    penalty = (n_clusters - 1.0) * s2 / n_clusters
-    glob = 0.25 if penalty <= 0.0 else min(0.25, 0.1 * max(gain, 0.0) / penalty)
-    return float(min(local, glob))
+    heads: np.ndarray  #: (d, K) unit columns
+    loss_curve: np.ndarray
+    n_iter: int  #: PSGD steps, or iterations of the exact solver (all stages)
+    converged: bool
+    objective: object  #: float used to rank runs, None until computed
 
 
 def _tail_average(chunk_sums, fallback):
@@ -184,12 +139,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         then Newton steps on all rows), at O(n d K) per iteration after
         O(n d^2) moments: no sampling plateau, unlike PSGD. ``"psgd"``:
         projected stochastic gradient descent (paper, Appendix F.1), whose
-        cost does not depend on n. ``"auto"``: ``"full"`` up to 200000
-        rows, ``"psgd"`` beyond (see ``solver_``). In ``benchmarks/solvers.py``
-        the exact solver with its refinement is the faster up to 1e4 rows
-        and within about 1.6x of PSGD's time at 1e5, for 4 to 5 times its
-        accuracy; at 1e6 PSGD is 2.5 to 4 times faster. The exact solver is
-        the more accurate at every n.
+        cost does not depend on n. ``"auto"``: ``"full"`` at every n (see
+        ``solver_``), the more accurate of the two; its cost at large n is a
+        few passes over the data (see :doc:`/performance`).
     refine : {"auto", "em"} or None, default="auto"
         ``"em"``: after the attention solver, maximise the likelihood of the
         paper's mixture (K centroids of equal norm, isotropic noise, free
@@ -198,12 +150,14 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         the heads. The heads of the attention risk span the principal
         subspace of the second moment, about ``1 + K sigma^2`` times
         farther from the centroids than the class means at high noise; the
-        refined heads are the maximum-likelihood centroid directions, within
-        2x of the class means in ``benchmarks/solvers.py``. Each iteration
-        is one pass over the data. When it follows the exact solver, that
-        solver stops after its subsample stage. ``None``: the attention
-        heads as they are, the paper's estimator. ``"auto"``: ``"em"`` after
-        the exact solver, None after PSGD (whose cost does not grow with n).
+        refined heads are the maximum-likelihood centroid directions. Each
+        E step is one pass over the data; above ``4 x 65536`` rows EM first
+        runs on subsamples, and every stage stops when the heads are
+        estimated to be within a small fraction of their standard error of
+        the fixed point (``math.md`` section 7). When it follows the exact
+        solver, that solver stops after its subsample stage. ``None``: the
+        attention heads as they are, the paper's estimator. ``"auto"``:
+        ``"em"`` after the exact solver, None after PSGD.
     learning_rate : float, default=1.0
         Base step size, relative to the curvature scale
         ``lambda K tr(M)`` of the risk (M the unit-scale second moment).
@@ -212,10 +166,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         Number of sequences averaged in each stochastic gradient.
     max_iter : "auto" or int, default="auto"
         Maximum number of PSGD steps (``"auto"``: 5000), of iterations of
-        each stage of the exact solver (``"auto"``: 500), and of passes of
-        the EM refinement (``"auto"``: 500), which stops when a plain EM step
-        moves the heads by less than 1e-8 (squared distance of ``math.md``
-        section 5).
+        each stage of the exact solver (``"auto"``: 500), and of E steps of
+        each stage of the EM refinement (``"auto"``: 500).
     tol : "auto" or float, default="auto"
         PSGD (``"auto"``: 1e-4): every 100 steps the heads averaged over the
         second half of the run so far (Polyak-Ruppert averaging) are
@@ -261,8 +213,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         :meth:`predict` on the training data (a lazy Dask array when X is
         one; after :meth:`partial_fit`, the last batch's).
     n_iter_ : int
-        PSGD steps, or iterations of the exact solver's last stage, of the
-        kept run.
+        PSGD steps, or iterations of the exact solver (all its stages), of
+        the kept run.
     loss_curve_ : ndarray
         PSGD: the mini-batch objective at each step. Exact solver: the
         objective of its last stage (on all rows, or on the subsample when
@@ -272,11 +224,22 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     refine_ : str or None
         The refinement used (``"auto"`` resolved).
     refine_n_iter_ : int
-        Passes over the data of the EM refinement (0 without it).
+        E steps of the EM refinement on all rows, each one pass over the
+        data (0 without it; E steps on subsamples are not counted).
     weights_ : ndarray of shape (n_clusters,)
         Mixture weights: the refinement's maximum-likelihood weights, or
         the (sample-weighted) fractions of points in each cluster without
         it.
+    concentration_ : float or None
+        After the EM refinement, ``beta / scale_`` with ``beta = r / tau^2``
+        the inverse temperature of the fitted mixture's posterior
+        (``math.md`` section 7): :meth:`predict` takes ``argmax_h
+        concentration_ <x, c_h> + log weights_[h]``. None without the
+        refinement, where :meth:`predict` takes ``argmax_h <x, c_h>``.
+    moment_heads_ : ndarray of shape (n_clusters, n_features)
+        ``M c_h`` for each centre ``c_h`` (rows), M the second moment of the
+        training data divided by ``scale_^2``: the context of
+        :meth:`transform`.
     temperature_ : float
         The temperature lambda used.
     reg_strength_ : float
@@ -432,231 +395,204 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 UserWarning,
                 stacklevel=2,
             )
-        # The passes' products have few columns (K to 3K) or run on the
-        # pool's threads already: BLAS threads would only oversubscribe.
-        with data, threadpool_limits(limits=1, user_api="blas"):
+        # The passes run on the pool's threads already: BLAS threads in each
+        # chunk's products would only oversubscribe the cores.
+        with data, one_blas_thread():
             return self._fit(data, init)
 
     def _fit(self, data, init):
-        n, d = data.n_samples, data.n_features
-        K = self.n_clusters
-        spectrum = estimate_spectrum(data, K)
-        L = self.sequence_length
+        """validate -> settings from the spectrum -> runs -> refinement -> attributes."""
+        spectrum = estimate_spectrum(data, self.n_clusters)
+        settings = self._settings(data, spectrum)
+        unit = data.rescaled(spectrum.scale)
+        rng = check_random_state(self.random_state)
+        best = None
+        for index in range(self.n_init):
+            sample = unit.subsample(rng, SUBSAMPLE)
+            run = self._run(unit, sample, spectrum, settings, self._start(sample, spectrum, init, rng), rng, index)
+            if best is None or run.objective < best.objective:
+                best = run
+        if not best.converged:
+            what = "steps" if settings.solver == "psgd" else "iterations"
+            warnings.warn(
+                f"The {settings.solver} solver did not reach tol={settings.tol} in "
+                f"max_iter={settings.max_iter} {what}; increase max_iter or tol.",
+                ConvergenceWarning,
+                stacklevel=4,  # warn <- _fit <- fit <- atomic_fit <- the caller's line
+            )
+        if settings.refine == "em":
+            self._refine(unit, spectrum, best.heads, settings, rng)
+        else:
+            # Each head turned towards the points it wins (math.md section 5).
+            signs = np.where(unit.head_totals(best.heads) < 0, -1.0, 1.0)
+            self.cluster_centers_ = (best.heads * signs).T.astype(data.dtype, copy=False)
+            self.concentration_ = None
+            self.refine_n_iter_ = 0
+        # The training labels are predict's, from the stored attributes.
+        self.labels_ = self._labels(data)
+        if settings.refine is None:
+            counts = np.bincount(self.labels_, weights=data.sample_weight, minlength=self.n_clusters)
+            # np.asarray computes the counts of Dask data's lazy labels.
+            self.weights_ = np.asarray(counts / np.sum(counts))
+        self.temperature_ = settings.temperature
+        self.reg_strength_ = settings.reg_strength
+        self.solver_ = settings.solver
+        self.refine_ = settings.refine
+        self.noise_scale_ = spectrum.noise
+        self.scale_ = spectrum.scale
+        self.n_iter_ = best.n_iter
+        self.loss_curve_ = best.loss_curve
+        self.moment_heads_ = (spectrum.moment @ self.cluster_centers_.T.astype(np.float64)).T
+        return self
+
+    def _settings(self, data, spectrum):
+        """Every data-dependent setting, resolved once from the spectrum."""
+        K, d, L = self.n_clusters, data.n_features, self.sequence_length
         if isinstance(self.temperature, str):
             temperature = auto_temperature(spectrum.noise, L, K, d, spectrum.eigenvalues)
         else:
             temperature = float(self.temperature)
-        if isinstance(self.reg_strength, str):
+        if self.regularization is None:
+            reg_strength = 0.0
+        elif isinstance(self.reg_strength, str):
             reg_strength = auto_reg_strength(
-                spectrum.noise, temperature, K, self.regularization,
-                spectrum.eigenvalues[min(K, d) - 1],
+                spectrum.noise, temperature, K, self.regularization, spectrum.eigenvalues[min(K, d) - 1]
             )
         else:
             reg_strength = float(self.reg_strength)
-        if self.regularization is None:
-            reg_strength = 0.0
-
-        rng = check_random_state(self.random_state)
-        solver = self._resolve_solver(n)
-        refine = self._resolve_refine(solver)
-        # The exact solver's last stage is on all rows unless a refinement
-        # follows, which makes its own passes over all rows.
-        polish = refine is None
-        unit = data.rescaled(spectrum.scale)
-        best = None
-        for run in range(self.n_init):
-            if solver == "full":
-                result = self._full(unit, init, spectrum, temperature, reg_strength, rng, run, polish)
-            else:
-                U0 = init
-                if U0 is None:
-                    U0 = self._start(unit, spectrum, rng)
-                result = self._psgd(unit, U0.copy(), spectrum, temperature, reg_strength, rng, run)
-            if self.n_init > 1 and (solver == "psgd" or not polish):
-                # Rank the runs by the exact objective on all rows (the exact
-                # solver returns it when its last stage is on all rows).
-                objective = _full.exact_objective(
-                    unit, spectrum.moment, result[0], temperature, L,
-                    self._regularization_name(), reg_strength,
-                )[0]
-                if self.verbose:
-                    print(f"[AttentionClustering] init {run}: exact objective {objective:.6g}")
-                result = (*result[:3], objective)
-            if best is None or result[3] < best[3]:
-                best = result
-        heads, losses, converged, _ = best
-        if not converged:
-            what = "steps" if solver == "psgd" else "iterations"
-            warnings.warn(
-                f"The {solver} solver did not reach tol={self._tol(solver)} in "
-                f"max_iter={self._max_iter(solver)} {what}; increase max_iter or tol.",
-                ConvergenceWarning,
-                stacklevel=2,
-            )
-
-        centers = heads.T * np.where(data.head_totals(heads) < 0, -1.0, 1.0)[:, None]
-        self.refine_n_iter_ = 0
-        if refine == "em":
-            fit = _mixture.refine_heads(
-                unit, centers.T, float(np.trace(spectrum.moment)),
-                spectrum.noise, tol=_REFINE_TOL, max_iter=self._max_iter("full"),
-                verbose=self.verbose,
-            )
-            if not fit.converged:
-                warnings.warn(
-                    f"The EM refinement did not converge in max_iter={self._max_iter('full')} "
-                    "passes; increase max_iter.",
-                    ConvergenceWarning,
-                    stacklevel=2,
-                )
-            if self.verbose:
-                print(
-                    f"[AttentionClustering] EM refinement: {fit.n_iter} passes, "
-                    f"mean log-likelihood {fit.log_likelihood[-1]:.6g}"
-                )
-            self.refine_n_iter_ = fit.n_iter
-            centers = fit.heads.T
-            self.weights_ = fit.weights
-            # Labels: the fitted mixture's posterior mode, argmax_h log pi_h
-            # + beta <mu_h, x / s> (math.md section 7).
-            with np.errstate(divide="ignore"):
-                self._label_bias = np.log(fit.weights)
-            self._label_gain = fit.beta / spectrum.scale
-        else:
-            self._label_bias = np.zeros(K)
-            self._label_gain = 1.0
-        self.cluster_centers_ = centers.astype(data.dtype, copy=False)
-        # The training labels are predict's, from the stored centres.
-        labels = data.labels(self.cluster_centers_, self._label_gain, self._label_bias)
-        if refine != "em":
-            counts = np.bincount(labels, weights=data.sample_weight, minlength=K)
-            # np.asarray computes the counts of Dask data's lazy labels.
-            self.weights_ = np.asarray(counts / np.sum(counts))
-        self.refine_ = refine
-        self.temperature_ = temperature
-        self.reg_strength_ = reg_strength
-        self.noise_scale_ = spectrum.noise
-        self.scale_ = spectrum.scale
-        self.solver_ = solver
-        self.n_iter_ = int(losses.shape[0] if solver == "psgd" else losses.shape[0] - 1)
-        self.loss_curve_ = losses
-        # T(x) = lambda K (M / s^2) U U^T x with the training data as context
-        # (math.md section 2, L -> n): stored as the row operator U U^T M^T.
-        U = centers.T
-        self._operator = temperature * K * (U @ (U.T @ spectrum.moment.T))
-        self.labels_ = labels
-        return self
-
-    def _regularization_name(self):
-        """The regulariser as the solvers name it (``None`` is ``"none"``)."""
-        return self.regularization or "none"
-
-    def _resolve_solver(self, n_samples):
-        """``solver="auto"``: the faster solver for n rows (see _AUTO_FULL_MAX_N)."""
-        if self.solver != "auto":
-            return self.solver
-        return "full" if n_samples <= _AUTO_FULL_MAX_N else "psgd"
-
-    def _resolve_refine(self, solver):
-        """``refine="auto"``: EM after the exact solver, none after PSGD."""
-        if self.refine != "auto":
-            return self.refine
-        return "em" if solver == "full" else None
-
-    def _tol(self, solver):
-        return _DEFAULT_TOL[solver] if isinstance(self.tol, str) else self.tol
-
-    def _max_iter(self, solver):
-        return _DEFAULT_MAX_ITER[solver] if isinstance(self.max_iter, str) else self.max_iter
-
-    def _start(self, data, spectrum, rng):
-        """Starting heads (d x K) for ``init="spectral"`` or ``"random"``."""
-        d, K = data.n_features, self.n_clusters
-        if self.init == "random":
-            return _random_heads(rng, d, K)
-        return _full.spectral_init(
-            data, spectrum.moment, K, self._regularization_name(), random_state=rng
-        )
-
-    def _full(self, data, init, spectrum, temperature, reg_strength, rng, run, polish):
-        """One run of the exact solver; returns (heads, objective curve, converged, objective)."""
-        start = init if init is not None else self.init
-        solution = _full.solve_exact(
-            data,
-            self.n_clusters,
-            temperature,
-            self.sequence_length,
-            regularization=self._regularization_name(),
+        # solver="auto" is the exact solver, the more accurate at every n;
+        # refine="auto" adds EM after it, none after PSGD.
+        solver = "full" if self.solver == "auto" else self.solver
+        refine = ("em" if solver == "full" else None) if self.refine == "auto" else self.refine
+        return _Settings(
+            temperature=temperature,
             reg_strength=reg_strength,
-            init=start,
-            tol=self._tol("full"),
-            max_iter=self._max_iter("full"),
-            moment=spectrum.moment,
-            random_state=rng,
-            polish=polish,
+            solver=solver,
+            refine=refine,
+            tol=_DEFAULT_TOL[solver] if isinstance(self.tol, str) else self.tol,
+            max_iter=_DEFAULT_MAX_ITER[solver] if isinstance(self.max_iter, str) else self.max_iter,
         )
-        curve = solution.objective_curve
+
+    def _start(self, sample, spectrum, init, rng):
+        """The starting heads (d x K), for every solver: the one place that chooses them.
+
+        ``init`` is the validated array (unit columns) or None; ``"random"``
+        draws heads uniformly on the spheres; ``"spectral"`` rotates the top
+        eigenvectors of the second moment on the rows of ``sample``.
+        """
+        if init is not None:
+            return init.copy()
+        if self.init == "random":
+            return _random_heads(rng, sample.n_features, self.n_clusters)
+        return spectral_heads(sample, spectrum.moment, self.n_clusters, self.regularization, rng)
+
+    def _run(self, unit, sample, spectrum, settings, start, rng, index):
+        """One run of the chosen solver from ``start``; returns a :class:`_Run`."""
+        if settings.solver == "psgd":
+            run = self._psgd(unit, start, spectrum, settings, rng, index)
+        else:
+            # The exact solver's last stage is on all rows unless the
+            # refinement follows, which makes its own passes over all rows.
+            polish = settings.refine is None
+            solution = solve_exact(
+                unit, start, settings.temperature, self.sequence_length,
+                regularization=self.regularization, reg_strength=settings.reg_strength,
+                tol=settings.tol, max_iter=settings.max_iter, moment=spectrum.moment,
+                sample=sample, polish=polish,
+            )
+            curve = solution.objective_curve
+            if self.verbose:
+                stages = f"{solution.n_iter} iterations on all rows"
+                if solution.n_iter_warm:
+                    stages = f"{solution.n_iter_warm} iterations on {sample.n_samples} rows" + (
+                        f", then {stages}" if polish else ""
+                    )
+                print(f"[AttentionClustering] init {index}: exact solver, {stages}, objective {curve[-1]:.6g}")
+            run = _Run(
+                solution.heads, curve, solution.n_iter + solution.n_iter_warm, solution.converged,
+                float(curve[-1]) if polish or not solution.n_iter_warm else None,
+            )
+        if self.n_init > 1 and run.objective is None:
+            # Rank the runs by the exact objective on all rows.
+            run.objective = exact_objective(
+                unit, spectrum.moment, run.heads, settings.temperature, self.sequence_length,
+                self.regularization, settings.reg_strength,
+            )[0]
+            if self.verbose:
+                print(f"[AttentionClustering] init {index}: exact objective on all rows {run.objective:.6g}")
+        return run
+
+    def _refine(self, unit, spectrum, heads, settings, rng):
+        """The EM refinement (math.md section 7): centres, weights and the posterior's concentration."""
+        fit = refine_heads(
+            unit, heads, float(np.trace(spectrum.moment)), spectrum.noise,
+            max_iter=settings.max_iter, random_state=rng, verbose=self.verbose,
+        )
+        if not fit.converged:
+            warnings.warn(
+                f"The EM refinement did not converge in max_iter={settings.max_iter} "
+                "E steps; increase max_iter.",
+                ConvergenceWarning,
+                stacklevel=5,  # warn <- _refine <- _fit <- fit <- atomic_fit <- the caller
+            )
         if self.verbose:
             print(
-                f"[AttentionClustering] init {run}: exact solver, {solution.n_iter_warm} "
-                f"iterations on a subsample, {solution.n_iter} on all rows, objective of "
-                f"the last stage {curve[-1]:.6g}"
+                f"[AttentionClustering] EM refinement: {fit.n_iter} passes over all rows, "
+                f"mean log-likelihood {fit.log_likelihood[-1]:.6g}"
             )
-        return solution.heads, curve, solution.converged, float(curve[-1])
+        self.cluster_centers_ = fit.heads.T.astype(unit.dtype, copy=False)
+        self.weights_ = fit.weights
+        self.concentration_ = fit.beta / spectrum.scale
+        self.refine_n_iter_ = fit.n_iter
 
-    def _psgd(self, data, U, spectrum, temperature, reg_strength, rng, run):
-        """One PSGD run; returns (heads, losses, converged, final objective)."""
+    def _psgd(self, data, U, spectrum, settings, rng, index):
+        """One PSGD run from U (d x K); returns a :class:`_Run`."""
         # Curvature scale of the risk; an all-zero X has none (and no gradient).
-        curvature = temperature * self.n_clusters * float(np.trace(spectrum.moment)) or 1.0
-        max_iter = self._max_iter("psgd")
-        tol = self._tol("psgd")
+        curvature = settings.temperature * self.n_clusters * float(np.trace(spectrum.moment)) or 1.0
+        max_iter, tol = settings.max_iter, settings.tol
         L = self.sequence_length
         state = np.array([rng.randint(1, np.iinfo(np.int64).max)], dtype=np.uint64)
-        reg_kind = _full._check_regularization(self._regularization_name())
+        reg_kind = regularizer_code(self.regularization)
         riemannian = self.gradient == "riemannian"
         t = np.arange(max_iter, dtype=np.float64)
         steps = self.learning_rate / (curvature * (1.0 + t / _DECAY))
         losses = np.empty(max_iter)
         chunk_sums = []
-        rows = np.empty((_CHUNK * self.batch_size * L, data.n_features))
+        rows = np.empty((_STEPS_PER_CHECK * self.batch_size * L, data.n_features))
         previous = None
         converged = False
         done = 0
         while done < max_iter:
-            start, stop = done, min(done + _CHUNK, max_iter)
+            start, stop = done, min(done + _STEPS_PER_CHECK, max_iter)
             heads_sum = np.zeros_like(U)
             tokens = data.draw(state, rows[: (stop - start) * self.batch_size * L])
             _kernels.psgd_chunk(
-                tokens,
-                U,
-                temperature,
-                L,
-                self.batch_size,
-                steps[start:stop],
-                reg_kind,
-                reg_strength,
-                riemannian,
-                losses[start:stop],
-                heads_sum,
+                tokens, U, settings.temperature, L, self.batch_size, steps[start:stop],
+                reg_kind, settings.reg_strength, riemannian, losses[start:stop], heads_sum,
             )
             done = stop
             chunk_sums.append(heads_sum)
             current = _tail_average(chunk_sums, U)
-            change = np.inf if previous is None else float(np.sum((current - previous) ** 2))
+            change = None if previous is None else float(np.sum((current - previous) ** 2))
             previous = current
             if self.verbose:
+                moved = "" if change is None else f", change of the averaged heads {change:.3g}"
                 print(
-                    f"[AttentionClustering] init {run}, step {done}: "
-                    f"objective {np.mean(losses[start:done]):.6g}, "
-                    f"change of the averaged heads {change:.3g}"
+                    f"[AttentionClustering] init {index}, step {done}: "
+                    f"objective {np.mean(losses[start:done]):.6g}{moved}"
                 )
-            if change < tol:
+            if change is not None and change < tol:
                 converged = True
                 break
-        heads = previous
         losses = losses[:done].copy()
-        objective = float(np.mean(losses[done // 2 :]))
-        return heads, losses, converged, objective
+        return _Run(previous, losses, done, converged, float(np.mean(losses[done // 2 :])))
+
+    def _labels(self, data):
+        """predict's rule on the rows of ``data``: see :meth:`predict`."""
+        if self.concentration_ is None:
+            return data.labels(self.cluster_centers_, 1.0, np.zeros(self.n_clusters))
+        with np.errstate(divide="ignore"):
+            return data.labels(self.cluster_centers_, self.concentration_, np.log(self.weights_))
 
     def predict(self, X):
         """Cluster of each row: ``argmax_h <x, mu_h>``, or the posterior mode.
@@ -664,7 +600,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         Without the refinement the rule is the rebuttal's ``argmax_h <x,
         mu_h>``; after the EM refinement it is the fitted mixture's posterior
         mode ``argmax_h log pi_h + beta <mu_h, x / s>`` (``math.md`` section
-        7), which differs only when the weights ``weights_`` differ.
+        7), that is ``argmax_h concentration_ <x, c_h> + log weights_[h]``
+        from the fitted attributes, which differs only when the weights
+        differ.
 
         Parameters
         ----------
@@ -678,11 +616,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         """
         check_is_fitted(self)
         if is_dask_collection(X):
-            data = DaskRows(check_dask_array(self, X, reset=False))
-            return data.labels(self.cluster_centers_, self._label_gain, self._label_bias)
+            return self._labels(DaskRows(check_dask_array(self, X, reset=False)))
         X = validate_data(self, X, dtype=[np.float64, np.float32], order="C", reset=False)
         with DenseRows(X, n_threads=self.n_threads) as data:
-            return data.labels(self.cluster_centers_, self._label_gain, self._label_bias)
+            return self._labels(data)
 
     def fit_predict(self, X, y=None, sample_weight=None):
         """Fit, then return ``labels_``.
@@ -739,18 +676,17 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         """
         if not hasattr(self, "n_steps_"):
             self.fit(X, sample_weight=sample_weight)
-            self._stream = _mixture.OnlineEM(self.cluster_centers_.T, self.weights_, self.noise_scale_)
+            self._stream = OnlineEM(self.cluster_centers_.T, self.weights_, self.noise_scale_)
             self.n_steps_ = 0
         X = validate_data(self, X, dtype=[np.float64, np.float32], order="C", reset=False)
-        with DenseRows(X, check_sample_weight(sample_weight, X), self.scale_, self.n_threads) as data:
+        weights = check_sample_weight(sample_weight, X)
+        with DenseRows(X, weights, self.scale_, self.n_threads) as data, one_blas_thread():
             p = self._stream.update(data)
-            centers = p.U.T.astype(X.dtype, copy=False)
-            self._label_bias = p.log_pi
-            self._label_gain = p.radius / p.variance / self.scale_
-            self.labels_ = data.labels(centers, self._label_gain, self._label_bias)
-        self.cluster_centers_ = centers
-        self.weights_ = np.exp(p.log_pi)
-        self._operator = self.temperature_ * self.n_clusters * (p.U @ (p.U.T @ self._stream.moment.T))
+            self.cluster_centers_ = p.U.T.astype(X.dtype, copy=False)
+            self.weights_ = np.exp(p.log_pi)
+            self.concentration_ = p.radius / p.variance / self.scale_
+            self.labels_ = self._labels(data)
+        self.moment_heads_ = (self._stream.moment @ p.U).T
         self.n_steps_ += 1
         return self
 
@@ -759,7 +695,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
         ``T(x) = lambda K (M / s^2) U U^T x`` where ``M`` is the training
         data's second-moment matrix, ``s = scale_``, ``lambda =
-        temperature_`` and U the heads: the layer of ``math.md`` section 2
+        temperature_`` and U the heads (computed as ``lambda K (x^T U)
+        moment_heads_``): the layer of ``math.md`` section 2
         with the n training rows as its context (``L = n``). Row-wise,
         linear and deterministic: ``transform(c X) = c transform(X)``.
         Near the centroids the output is the point's centroid direction,
@@ -776,11 +713,17 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             Same dtype as X; a lazy Dask array, chunked as X, for Dask input.
         """
         check_is_fitted(self)
-        if is_dask_collection(X):
-            data = DaskRows(check_dask_array(self, X, reset=False))
-            return data.product(self._operator.astype(data.dtype, copy=False))
-        X = validate_data(self, X, dtype=[np.float64, np.float32], order="C", reset=False)
-        return X @ self._operator.astype(X.dtype, copy=False)
+        lazy = is_dask_collection(X)
+        if lazy:
+            X = check_dask_array(self, X, reset=False)
+        else:
+            X = validate_data(self, X, dtype=[np.float64, np.float32], order="C", reset=False)
+        K = self.n_clusters
+        heads = self.cluster_centers_.T.astype(X.dtype, copy=False)
+        moment_heads = (self.temperature_ * K * self.moment_heads_).astype(X.dtype, copy=False)
+        if lazy:
+            return DaskRows(X).product(heads, moment_heads)
+        return (X @ heads) @ moment_heads
 
     def score(self, X, y=None, sample_weight=None):
         """Negative mean squared reconstruction error ``-mean ||x - T(x)||^2``.

@@ -297,24 +297,17 @@ def head_totals(X, U, weights, totals):
         totals[best] += w * proj[best]
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
-def argmax_labels(X, C, gain, bias, out):
-    """``out[i] = argmax_h gain <x_i, c_h> + bias_h`` (ties to the first head).
-
-    ``C`` is d x K. The scores are summed in float64 whatever X's dtype.
-    """
-    n, d = X.shape
-    K = C.shape[1]
+@njit(cache=True, nogil=True)
+def argmax_rows(scores, gain, bias, out):
+    """``out[i] = argmax_h gain scores[i, h] + bias_h``, ties to the first head."""
+    n, K = scores.shape
     for i in range(n):
         best = 0
-        top = -np.inf
-        for k in range(K):
-            s = 0.0
-            for j in range(d):
-                s += X[i, j] * C[j, k]
-            score = gain * s + bias[k]
-            if k == 0 or score > top:
-                top = score
+        top = gain * scores[i, 0] + bias[0]
+        for k in range(1, K):
+            v = gain * scores[i, k] + bias[k]
+            if v > top:
+                top = v
                 best = k
         out[i] = best
 
@@ -332,12 +325,15 @@ def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
     ``sum_i (alpha_i a_i + beta_i g_i + rho grad r_i) x_i^T``,
     ``sum_i beta_i a_i x_i^T`` and ``sum_i n_i a_i x_i^T = n (M4 U)^T``, with
     ``alpha_i = -4c e_i n_i + 4c^2 (L-1) h_i`` and ``beta_i = -2c(L-1) e_i``
-    (see :func:`attention_cluster._full.exact_objective`). The regulariser
+    (see :func:`attention_cluster._objective.exact_objective`). The regulariser
     ``r_i`` of each row is :func:`token_regularizer`'s. O(d K) per row, in
     float64 whatever X's dtype.
     """
     m, d = X.shape
     K = U.shape[1]
+    # Heads as contiguous rows: the dot products below run along memory.
+    UT = np.ascontiguousarray(U.T)
+    MUT = np.ascontiguousarray(MU.T)
     x = np.empty(d)
     a = np.empty(K)
     g = np.empty(K)
@@ -357,8 +353,8 @@ def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
             ak = 0.0
             gk = 0.0
             for j in range(d):
-                ak += x[j] * U[j, k]
-                gk += x[j] * MU[j, k]
+                ak += x[j] * UT[k, j]
+                gk += x[j] * MUT[k, j]
             a[k] = ak
             g[k] = gk
             s += ak * ak

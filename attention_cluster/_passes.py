@@ -15,10 +15,10 @@ Attributes ``n_samples``, ``n_features``, ``dtype``, ``scale``,
 
 - :meth:`~DenseRows.rescaled` (the same rows divided by another scale, sharing
   the thread pool);
-- :meth:`~DenseRows.peak` (largest absolute entry, before scaling);
-- :meth:`~DenseRows.second_moment` (``sum_i w_i x_i x_i^T / sum_i w_i``) and
-  :meth:`~DenseRows.moment_action` (the same applied to K vectors, without
-  forming the d x d matrix);
+- :meth:`~DenseRows.second_moment` (``sum_i w_i x_i x_i^T / sum_i w_i``),
+  :meth:`~DenseRows.scaled_second_moment` (the same with a scale that keeps
+  it finite for data of any magnitude) and :meth:`~DenseRows.moment_action`
+  (the same applied to K vectors, without forming the d x d matrix);
 - :meth:`~DenseRows.norm_moments` (weighted means of ``||x||^2`` and
   ``||x||^4``);
 - :meth:`~DenseRows.exact_terms` (the per-row part of the exact risk and of its
@@ -50,15 +50,17 @@ object is a context manager).
 """
 
 import copy
+import functools
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from . import _kernels
 
-__all__ = ["DaskRows", "DenseRows", "usable_threads"]
+__all__ = ["DaskRows", "DenseRows", "one_blas_thread", "usable_threads"]
 
 # Bytes of X per chunk: large enough that a pass has few chunks (each costs a
 # task on the pool), small enough that a float64 copy of a chunk stays small.
@@ -73,6 +75,18 @@ def usable_threads(n_threads=None):
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
+
+
+@functools.cache
+def _threadpool_controller():
+    # Finding the loaded BLAS libraries costs about a millisecond: done once
+    # per process, as scikit-learn does.
+    return ThreadpoolController()
+
+
+def one_blas_thread():
+    """Context in which BLAS runs on one thread (the pool's threads share the cores)."""
+    return _threadpool_controller().limit(limits=1, user_api="blas")
 
 
 def _chunk_rows(n_features):
@@ -147,6 +161,7 @@ class DenseRows:
     def n_threads(self):
         return self._pool.n_threads
 
+
     def rescaled(self, scale):
         """The same rows seen divided by ``scale``, sharing this object's pool."""
         other = copy.copy(self)
@@ -165,27 +180,47 @@ class DenseRows:
 
     # -- passes -------------------------------------------------------------
 
-    def peak(self):
-        """Largest absolute entry of X (not divided by the scale); 0 if X is empty."""
-        if self._X.size == 0:
-            return 0.0
-        # max and -min rather than max(abs(X)): no temporary copy of a chunk.
-        parts = self._map(lambda B, w, lo, hi: max(float(np.max(B)), -float(np.min(B))))
-        return max(parts)
+    def scaled_second_moment(self):
+        """``(c, M / c^2)``: the second moment M (see :meth:`second_moment`) and a scale.
 
-    def second_moment(self):
-        """``M = sum_i w_i x_i x_i^T / sum_i w_i`` (d x d, float64).
-
-        Each chunk is converted to float64 before its product, so float32
-        input loses no precision, and no float64 copy of the whole X is made.
+        ``c > 0`` is the largest root mean square of a column over a chunk of
+        rows (``c = 0`` for all-zero data, with a zero matrix), found in the
+        same pass, so that ``M / c^2`` is computed without overflow or
+        underflow for finite data of any magnitude: a chunk whose product
+        overflows is divided by its largest entry first. float64 chunks are
+        multiplied as they are; float32 chunks are converted to float64
+        first, so float32 input loses no precision.
         """
         inv = 1.0 / self.scale
 
         def chunk(B, w, lo, hi):
-            B = np.asarray(B, dtype=np.float64) * inv
-            return B.T @ (B if w.size == 0 else B * w[:, None])
+            B = np.asarray(B, dtype=np.float64)
+            G = B.T @ (B if w.size == 0 else B * w[:, None])
+            top = float(np.max(np.diag(G))) if G.size else 0.0
+            if not (np.isfinite(top) and top > 1e-250):
+                peak = max(float(np.max(B)), -float(np.min(B))) if B.size else 0.0
+                if peak == 0.0:
+                    return 0.0, G
+                B = B / peak
+                G = B.T @ (B if w.size == 0 else B * w[:, None])
+                top = float(np.max(np.diag(G)))
+                if top == 0.0:  # only zero-weight rows
+                    return 0.0, G
+                return peak * np.sqrt(top), G / top
+            return np.sqrt(top), G / top
 
-        return sum(self._map(chunk), np.zeros((self.n_features, self.n_features))) / self.total_weight
+        parts = self._map(chunk)
+        c = max(p for p, _ in parts)
+        d = self.n_features
+        if c == 0.0:
+            return 0.0, np.zeros((d, d))
+        M = sum(((p / c) ** 2 * G for p, G in parts if p > 0), np.zeros((d, d))) / self.total_weight
+        return c * inv, M
+
+    def second_moment(self):
+        """``M = sum_i w_i x_i x_i^T / sum_i w_i`` (d x d, float64), one pass."""
+        c, M = self.scaled_second_moment()
+        return c * c * M
 
     def moment_action(self, V):
         """``M V = sum_i w_i x_i (x_i^T V) / sum_i w_i`` for V of shape (d, K)."""
@@ -274,14 +309,15 @@ class DenseRows:
     def labels(self, centers, gain, bias):
         """``argmax_h gain <x, c_h> + bias_h`` for every row (X as it is, not scaled).
 
-        ``centers`` has shape (K, d); ties go to the first head.
+        ``centers`` has shape (K, d); ties go to the first head. Scores are
+        float64: one BLAS product per chunk, then :func:`_kernels.argmax_rows`.
         """
-        C = np.ascontiguousarray(np.asarray(centers, dtype=np.float64).T)
+        C = np.asarray(centers, dtype=np.float64).T
         bias = np.asarray(bias, dtype=np.float64)
         out = np.empty(self.n_samples, dtype=np.intp)
 
         def chunk(B, w, lo, hi):
-            _kernels.argmax_labels(B, C, float(gain), bias, out[lo:hi])
+            _kernels.argmax_rows(B @ C, float(gain), bias, out[lo:hi])
 
         self._map(chunk)
         return out
@@ -335,18 +371,21 @@ def _block_pass(block, weights, scale, name, args):
     return rows.total_weight, getattr(rows, name)(*args)
 
 
-def _block_check(block, weights):
-    """``(peak, NaN seen, inf seen)`` of one block: the finiteness check and the peak.
+def _block_moment(block, weights, scale):
+    """The first pass on one Dask block: (NaN seen, inf seen, weight,
+    :meth:`DenseRows.scaled_second_moment`).
 
     NaN propagates through max and min, and an infinity is the max or the
-    min: two scans of the block tell all three.
+    min: two scans of the block find both before the moment is computed.
     """
-    if block.size == 0:
-        return 0.0, False, False
-    peak = max(float(np.max(block)), -float(np.min(block)))
-    nan = bool(np.isnan(peak))
-    inf = not nan and bool(np.isinf(peak))
-    return (0.0 if nan or inf else peak), nan, inf
+    if block.size:
+        peak = max(float(np.max(block)), -float(np.min(block)))
+        if not np.isfinite(peak):
+            return bool(np.isnan(peak)), not np.isnan(peak), 0.0, None
+    rows = DenseRows(np.ascontiguousarray(block), weights, scale, n_threads=1)
+    if rows.total_weight == 0.0:
+        return False, False, 0.0, None
+    return False, False, rows.total_weight, rows.scaled_second_moment()
 
 
 def _check_finite(block):
@@ -360,16 +399,16 @@ def _block_labels(block, centers, gain, bias):
     return DenseRows(_check_finite(block), n_threads=1).labels(centers, gain, bias)
 
 
-def _block_product(block, operator):
-    """``block @ operator`` for one Dask block (for ``map_blocks``)."""
-    return _check_finite(block) @ operator
+def _block_product(block, left, right):
+    """``(block @ left) @ right`` for one Dask block (for ``map_blocks``)."""
+    return (_check_finite(block) @ left) @ right
 
 
 # Rows pulled once for PSGD's draws on Dask data (DaskRows.draw).
 _DRAW_ROWS = 1 << 20
 
 # Passes that return weighted means, combined across blocks by their weights.
-_MEAN_PASSES = ("second_moment", "moment_action", "norm_moments")
+_MEAN_PASSES = ("moment_action", "norm_moments")
 
 
 class DaskRows:
@@ -472,21 +511,31 @@ class DaskRows:
             return tuple(sum(r[j] for r in results) for j in range(len(results[0])))
         return sum(results)
 
-    def peak(self):
-        """Largest absolute entry of X; raises ValueError on NaN or infinity.
+    def scaled_second_moment(self):
+        """``(c, M / c^2)`` as :meth:`DenseRows.scaled_second_moment`; raises
+        ValueError on NaN or infinity.
 
         The first pass of a fit, so bad values are reported before the
-        others; the messages are scikit-learn's.
+        others, with scikit-learn's messages. Each block has its own scale
+        ``c_b``; with ``c = max_b c_b`` the blocks' ``M_b / c_b^2`` add up as
+        ``sum_b W_b (c_b / c)^2 (M_b / c_b^2) / sum_b W_b``.
         """
-        parts = self._blocks("peak and finiteness", _block_check)
-        if any(nan for _, nan, _ in parts):
+        parts = self._blocks("second moment and finiteness", _block_moment, self.scale)
+        if any(nan for nan, _, _, _ in parts):
             raise ValueError("Input X contains NaN.")
-        if any(inf for _, _, inf in parts):
+        if any(inf for _, inf, _, _ in parts):
             raise ValueError(f"Input X contains infinity or a value too large for {self.dtype!r}.")
-        return max((p for p, _, _ in parts), default=0.0)
+        parts = [(w, *moment) for _, _, w, moment in parts if w > 0.0]
+        parts = [(w, c, M) for w, c, M in parts if c > 0.0]
+        d = self.n_features
+        if not parts:
+            return 0.0, np.zeros((d, d))
+        c = max(c for _, c, _ in parts)
+        return c, sum(w * (cb / c) ** 2 * M for w, cb, M in parts) / self.total_weight
 
     def second_moment(self):
-        return self._pass("second_moment")
+        c, M = self.scaled_second_moment()
+        return c * c * M
 
     def moment_action(self, V):
         return self._pass("moment_action", np.asarray(V, dtype=np.float64))
@@ -504,9 +553,9 @@ class DaskRows:
     def head_totals(self, U):
         return self._pass("head_totals", U)
 
-    def product(self, operator):
-        """``X @ operator`` (operator d x d) as a lazy Dask array, chunked as X."""
-        return self._X.map_blocks(_block_product, operator, dtype=self.dtype)
+    def product(self, left, right):
+        """``(X @ left) @ right`` (d x K, K x d) as a lazy Dask array, chunked as X."""
+        return self._X.map_blocks(_block_product, left, right, dtype=self.dtype)
 
     def labels(self, centers, gain, bias):
         """Labels as a lazy Dask array (one ``map_blocks``), computed by the caller.

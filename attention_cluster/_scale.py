@@ -53,23 +53,23 @@ def _noise_from_norms(mean_sq, mean_fourth, d):
 def estimate_spectrum(data, n_clusters):
     """Estimate the scale s and the noise sigma of the data (see the module docstring).
 
-    ``data`` is a pass-layer object (``_passes``) seen at scale 1. Its rows
-    are first divided by their largest absolute entry, so the estimate
-    neither overflows nor underflows for finite data of any magnitude. When
-    ``n_clusters >= n_features`` the spectrum cannot separate signal from
-    noise, and sigma comes from the spread of the squared norms instead
+    ``data`` is a pass-layer object (``_passes``) seen at scale 1. Its
+    second moment comes with a scale of the rows found in the same pass
+    (``data.scaled_second_moment()``), so the estimate neither overflows nor
+    underflows for finite data of any magnitude. When ``n_clusters >=
+    n_features`` the spectrum cannot separate signal from noise, and sigma
+    comes from the spread of the squared norms instead
     (:func:`_noise_from_norms`). All-zero data get ``scale = 1``.
 
     Returns
     -------
     Spectrum
     """
-    peak = data.peak()
+    peak, M = data.scaled_second_moment()
     d = data.n_features
     if peak == 0.0:
         return Spectrum(scale=1.0, noise=0.0, moment=np.zeros((d, d)), eigenvalues=np.zeros(d))
     prescaled = data.rescaled(peak)
-    M = prescaled.second_moment()
     eig = np.clip(np.linalg.eigvalsh(M)[::-1], 0.0, None)
     k = min(n_clusters, d)
     trace = float(np.sum(eig))

@@ -8,23 +8,12 @@ with unit-norm centroids ``mu*_c``, mutually orthogonal by default
 (``K <= d``). ``sigma = 0`` is the Dirac mixture ``(P_0)``.
 """
 
-import numbers
-
 import numpy as np
 from sklearn.utils import check_random_state
 
+from ._validation import check_count, check_noise
+
 __all__ = ["make_centroids", "make_mixture", "make_sequences", "make_prompts"]
-
-
-def _check_positive_int(value, name, minimum=1):
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
-    return int(value)
-
-
-def _check_noise(noise):
-    if not np.isfinite(noise) or noise < 0:
-        raise ValueError(f"noise must be a finite number >= 0, got {noise!r}.")
 
 
 def make_centroids(n_clusters, n_features, *, kind="orthogonal", random_state=None):
@@ -58,8 +47,8 @@ def make_centroids(n_clusters, n_features, *, kind="orthogonal", random_state=No
     >>> bool(np.allclose(C @ C.T, np.eye(3)))
     True
     """
-    n_clusters = _check_positive_int(n_clusters, "n_clusters")
-    n_features = _check_positive_int(n_features, "n_features")
+    n_clusters = check_count(n_clusters, "n_clusters")
+    n_features = check_count(n_features, "n_features")
     rng = check_random_state(random_state)
     if kind == "orthogonal":
         if n_clusters > n_features:
@@ -144,10 +133,10 @@ def make_mixture(
     >>> X.shape, y.shape, C.shape
     ((500, 10), (500,), (2, 10))
     """
-    n_samples = _check_positive_int(n_samples, "n_samples")
-    n_features = _check_positive_int(n_features, "n_features")
-    n_clusters = _check_positive_int(n_clusters, "n_clusters")
-    _check_noise(noise)
+    n_samples = check_count(n_samples, "n_samples")
+    n_features = check_count(n_features, "n_features")
+    n_clusters = check_count(n_clusters, "n_clusters")
+    check_noise(noise)
     rng = check_random_state(random_state)
     centroids, weights = _resolve_mixture(n_clusters, n_features, centroids, weights, rng)
     labels = rng.choice(n_clusters, size=n_samples, p=weights)
@@ -193,8 +182,8 @@ def make_sequences(
     >>> X.shape, y.shape
     ((4, 50, 10), (4, 50))
     """
-    n_sequences = _check_positive_int(n_sequences, "n_sequences")
-    sequence_length = _check_positive_int(sequence_length, "sequence_length")
+    n_sequences = check_count(n_sequences, "n_sequences")
+    sequence_length = check_count(sequence_length, "sequence_length")
     X, labels, centroids = make_mixture(
         n_sequences * sequence_length,
         n_features,
@@ -250,11 +239,11 @@ def make_prompts(n_prompts, sequence_length, n_features=10, n_clusters=2, *, noi
     >>> bool(np.allclose(C[1] @ C[1].T, np.eye(2)))
     True
     """
-    n_prompts = _check_positive_int(n_prompts, "n_prompts")
-    sequence_length = _check_positive_int(sequence_length, "sequence_length")
-    n_features = _check_positive_int(n_features, "n_features")
-    n_clusters = _check_positive_int(n_clusters, "n_clusters")
-    _check_noise(noise)
+    n_prompts = check_count(n_prompts, "n_prompts")
+    sequence_length = check_count(sequence_length, "sequence_length")
+    n_features = check_count(n_features, "n_features")
+    n_clusters = check_count(n_clusters, "n_clusters")
+    check_noise(noise)
     rng = check_random_state(random_state)
     centroids = np.stack([make_centroids(n_clusters, n_features, random_state=rng) for _ in range(n_prompts)])
     labels = rng.randint(n_clusters, size=(n_prompts, sequence_length))

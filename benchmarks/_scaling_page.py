@@ -5,16 +5,14 @@ from pathlib import Path
 
 import numpy as np
 
+from _common import verdict
+
 STREAM_KEYS = ("online EM", "Cappe-Moulines", "running mean", "PSGD", "fit in memory")
 
 
 def _load(results, name):
     path = Path(results) / f"{name}.json"
     return json.loads(path.read_text()) if path.exists() else None
-
-
-def _verdict(ok):
-    return "yes" if ok else "**no**"
 
 
 def _stream_summary(stream):
@@ -256,6 +254,6 @@ def write_page(results, docs):
         ]
     if checks:
         lines += ["## Against the targets", "", "| target | measured | met |", "|---|---|---|"]
-        lines += [f"| {t} | {m} | {_verdict(ok)} |" for t, m, ok in checks]
+        lines += [f"| {t} | {m} | {verdict(ok)} |" for t, m, ok in checks]
         lines.append("")
     (docs / "scaling_out.md").write_text("\n".join(lines))

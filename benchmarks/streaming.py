@@ -28,12 +28,12 @@ import warnings
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from _common import floor_distance, quick_cli, save, timed
+from _common import quick_cli, save, timed
 from attention_cluster import AttentionClustering
 from attention_cluster._mixture import OnlineEM
 from attention_cluster._passes import DenseRows
 from attention_cluster.datasets import make_mixture
-from attention_cluster.metrics import centroid_distance
+from attention_cluster.metrics import centroid_distance, class_means_distance
 
 BATCH = 10_000
 VARIANTS = {
@@ -63,7 +63,7 @@ def psgd(first, batches, seed):
 def one_stream(n, noise, seed):
     X, y, C = make_mixture(n, 10, 2, noise=noise, random_state=seed)
     batches = [X[i : i + BATCH] for i in range(0, n, BATCH)]
-    row = {"noise": noise, "n": n, "seed": seed, "floor": floor_distance(X, y, C)}
+    row = {"noise": noise, "n": n, "seed": seed, "floor": class_means_distance(X, y, C)}
     seconds, model = timed(lambda: AttentionClustering(2, random_state=seed).fit(X[:BATCH]))
     for name, kwargs in VARIANTS.items():
         seconds, heads = timed(lambda kw=kwargs: online(model, batches, **kw))

@@ -60,9 +60,10 @@ def test_every_pass_matches_dense_rows(weighted, global_random_seed):
     U = np.linalg.qr(rng.standard_normal((5, 2)))[0]
     with dask.config.set(scheduler="sync"):
         lazy = DaskRows(Xd, wd, scale=2.0, total_weight=total)
+        # The scale c depends on the chunks; c^2 (M / c^2) does not.
+        c, M = lazy.scaled_second_moment()
         pairs = [
-            (lazy.peak(), dense.peak()),
-            (lazy.second_moment(), dense.second_moment()),
+            (c * c * M, dense.second_moment()),
             (lazy.moment_action(U), dense.moment_action(U)),
             (lazy.norm_moments(), dense.norm_moments()),
             (lazy.exact_terms(U, U, 0.1, 9.0, 1, 0.2)[1], dense.exact_terms(U, U, 0.1, 9.0, 1, 0.2)[1]),
@@ -75,7 +76,7 @@ def test_every_pass_matches_dense_rows(weighted, global_random_seed):
         sub_lazy = lazy.subsample(np.random.RandomState(0), 500)
         sub_dense = dense.subsample(np.random.RandomState(0), 500)
         np.testing.assert_array_equal(sub_lazy.project(U), sub_dense.project(U))
-        assert lazy.n_passes == 8
+        assert lazy.n_passes == 7
 
 
 @pytest.mark.parametrize(
@@ -130,7 +131,7 @@ def test_verbose_reports_each_pass(client, mixture, capsys):
     model = AttentionClustering(solver="full", random_state=0, verbose=1).fit(X)
     passes = [line for line in capsys.readouterr().out.splitlines() if "Dask pass" in line]
     assert [int(line.split()[3]) for line in passes] == list(range(1, len(passes) + 1))
-    assert "(peak and finiteness)" in passes[0] and "(second_moment)" in passes[1]
+    assert "(second moment and finiteness)" in passes[0]
     assert sum("(e_step)" in line for line in passes) == model.refine_n_iter_
 
 
@@ -195,7 +196,8 @@ def test_incremental_is_partial_fit_on_the_blocks(client, mixture):
     for start in range(0, len(X), 6000):
         stream.partial_fit(X[start : start + 6000])
     assert wrapped.estimator_.n_steps_ == 4
-    np.testing.assert_array_equal(wrapped.estimator_.cluster_centers_, stream.cluster_centers_)
+    # The workers' BLAS may round the batches' moments differently.
+    np.testing.assert_allclose(wrapped.estimator_.cluster_centers_, stream.cluster_centers_, rtol=1e-12, atol=1e-14)
 
 
 def test_killed_worker_does_not_change_the_fit(client):

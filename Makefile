@@ -40,6 +40,8 @@ bench: $(STAMP)
 	$(PY) benchmarks/defaults.py
 	$(PY) benchmarks/quantizer_speed.py
 	$(PY) benchmarks/quantizer_pipeline.py
+	$(PY) benchmarks/streaming.py
+	$(PY) benchmarks/out_of_core.py
 	$(PY) benchmarks/run.py
 	$(PY) benchmarks/dynamics.py
 	$(PY) benchmarks/choose_k.py

@@ -13,19 +13,22 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from . import _kernels
 from ._exact import solve_exact
-from ._mixture import refine_heads
+from ._mixture import OnlineEM, refine_heads
 from ._objective import exact_objective, regularizer_code
-from ._passes import DenseRows, one_blas_thread
+from ._passes import DaskRows, DenseRows, one_blas_thread
 from ._scale import estimate_spectrum
 from ._settings import auto_reg_strength, auto_temperature
 from ._spectral import SUBSAMPLE, spectral_heads
 from ._validation import (
     atomic_fit,
     check_auto_or_positive,
+    check_dask_array,
+    check_dask_sample_weight,
     check_n_samples,
     check_options,
     check_positive,
     check_sample_weight,
+    is_dask_collection,
     warn,
 )
 
@@ -214,7 +217,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     verbose : int, default=0
         When positive, print the objective every 100 PSGD steps, each exact
         solver run's outcome, and the log-likelihood of each accepted EM
-        iterate.
+        iterate; on Dask data also each pass over the data and its time.
 
     Attributes
     ----------
@@ -222,7 +225,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         The heads, unit rows, each signed so that the points of its cluster
         project positively on it.
     labels_ : ndarray of shape (n_samples,)
-        :meth:`predict` on the training data.
+        :meth:`predict` on the training data (a lazy Dask array when X is
+        one; after :meth:`partial_fit`, the last batch's).
     n_iter_ : int
         PSGD steps, or iterations of the exact solver (all its stages), of
         the kept run.
@@ -268,6 +272,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         Estimated overall scale: the data are divided by it.
     n_features_in_ : int
         Number of features seen during fit.
+    n_steps_ : int
+        Batches seen by :meth:`partial_fit` (absent after :meth:`fit`).
     feature_names_in_ : ndarray of shape (``n_features_in_``,)
         Names of features seen during fit, when X has string column names.
 
@@ -371,8 +377,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Training data.
+        X : array-like, dask array or dask DataFrame of shape (n_samples, n_features)
+            Training data. A Dask array (chunked along rows only) or DataFrame
+            is read by passes, one Dask computation each, and never gathered
+            (see the "Scaling out" page); ``labels_`` is then a lazy Dask array.
         y : Ignored
             Not used, present for API consistency.
         sample_weight : array-like of shape (n_samples,), default=None
@@ -385,11 +393,21 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         self : AttentionClustering
             Fitted estimator.
         """
-        X = validate_data(self, X, dtype=[np.float64, np.float32], order="C")
+        lazy = is_dask_collection(X)
+        if lazy:
+            X = check_dask_array(self, X, reset=True)
+        else:
+            X = validate_data(self, X, dtype=[np.float64, np.float32], order="C")
+        # A fit starts over: the next partial_fit starts a new stream.
+        self.__dict__.pop("n_steps_", None)
         init = self._check_params(X)
         K = self.n_clusters
         check_n_samples(X, K)
-        weights = check_sample_weight(sample_weight, X)
+        if lazy:
+            weights, total = check_dask_sample_weight(sample_weight, X)
+            data = DaskRows(X, weights, total_weight=total, verbose=self.verbose)
+        else:
+            data = DenseRows(X, check_sample_weight(sample_weight, X), n_threads=self.n_threads)
         n, d = X.shape
         if K > d:
             warn(
@@ -399,7 +417,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             )
         # The passes run on the pool's threads already: BLAS threads in each
         # chunk's products would only oversubscribe the cores.
-        with DenseRows(X, weights, n_threads=self.n_threads) as data, one_blas_thread():
+        with data, one_blas_thread():
             return self._fit(data, init)
 
     def _fit(self, data, init):
@@ -444,7 +462,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         self.labels_ = self._labels(data)
         if settings.refine is None:
             counts = np.bincount(self.labels_, weights=data.sample_weight, minlength=self.n_clusters)
-            self.weights_ = counts / np.sum(counts)
+            # np.asarray computes the counts of Dask data's lazy labels.
+            self.weights_ = np.asarray(counts / np.sum(counts))
         self.temperature_ = settings.temperature
         self.reg_strength_ = settings.reg_strength
         self.solver_ = settings.solver
@@ -642,14 +661,17 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : array-like, dask array or dask DataFrame of shape (n_samples, n_features)
             New data.
 
         Returns
         -------
         labels : ndarray of shape (n_samples,)
+            A lazy Dask array for Dask input.
         """
         check_is_fitted(self)
+        if is_dask_collection(X):
+            return self._labels(DaskRows(check_dask_array(self, X, reset=False)))
         X = validate_data(self, X, dtype=[np.float64, np.float32], order="C", reset=False)
         with DenseRows(X, n_threads=self.n_threads) as data:
             return self._labels(data)
@@ -659,7 +681,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : array-like, dask array or dask DataFrame of shape (n_samples, n_features)
             Training data.
         y : Ignored
             Not used, present for API consistency.
@@ -669,8 +691,59 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         Returns
         -------
         labels : ndarray of shape (n_samples,)
+            A lazy Dask array for Dask input.
         """
         return self.fit(X, sample_weight=sample_weight).labels_
+
+    @atomic_fit
+    def partial_fit(self, X, y=None, sample_weight=None):
+        """Update the fit with one batch of a stream.
+
+        The contract of :meth:`sklearn.cluster.MiniBatchKMeans.partial_fit`:
+        the first call (or the first after :meth:`fit`) fits the batch as
+        :meth:`fit` does, which fixes the scale ``scale_``, the temperature
+        and the random state's use; each later call is one step of online EM
+        for the mixture of ``math.md`` section 7 (Cappe and Moulines 2009):
+        the E step's sufficient statistics on the batch, at the current
+        parameters, enter running statistics with weight ``gamma_n =
+        min(1, 16 / n)^0.6`` (``n`` the number of batches, counted in units
+        of the batch's weight), and the centres are the M step at their
+        average over the batches. Each call is one
+        pass over the batch; nothing of earlier batches is kept but K x d
+        statistics and the d x d second moment (for :meth:`transform`). The
+        update was chosen against PSGD steps on each batch in
+        ``benchmarks/streaming.py`` (see the "Scaling out" page).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            One batch; at least ``n_clusters`` rows in the first.
+        y : Ignored
+            Not used, present for API consistency.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative weights of the batch's rows.
+
+        Returns
+        -------
+        self : AttentionClustering
+            The updated estimator; ``n_steps_`` counts the calls and
+            ``labels_`` labels the last batch.
+        """
+        if not hasattr(self, "n_steps_"):
+            self.fit(X, sample_weight=sample_weight)
+            self._stream = OnlineEM(self.cluster_centers_.T, self.weights_, self.noise_scale_)
+            self.n_steps_ = 0
+        X = validate_data(self, X, dtype=[np.float64, np.float32], order="C", reset=False)
+        weights = check_sample_weight(sample_weight, X)
+        with DenseRows(X, weights, self.scale_, self.n_threads) as data, one_blas_thread():
+            p = self._stream.update(data)
+            self.cluster_centers_ = p.U.T.astype(X.dtype, copy=False)
+            self.weights_ = np.exp(p.log_pi)
+            self.concentration_ = p.radius / p.variance / self.scale_
+            self.labels_ = self._labels(data)
+        self.moment_heads_ = (self._stream.moment @ p.U).T
+        self.n_steps_ += 1
+        return self
 
     def transform(self, X):
         """The attention layer's output for each row, in context of the training data.
@@ -688,19 +761,25 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : array-like, dask array or dask DataFrame of shape (n_samples, n_features)
             New data.
 
         Returns
         -------
         X_new : ndarray of shape (n_samples, n_features)
-            Same dtype as X.
+            Same dtype as X; a lazy Dask array, chunked as X, for Dask input.
         """
         check_is_fitted(self)
-        X = validate_data(self, X, dtype=[np.float64, np.float32], order="C", reset=False)
+        lazy = is_dask_collection(X)
+        if lazy:
+            X = check_dask_array(self, X, reset=False)
+        else:
+            X = validate_data(self, X, dtype=[np.float64, np.float32], order="C", reset=False)
         K = self.n_clusters
         heads = self.cluster_centers_.T.astype(X.dtype, copy=False)
         moment_heads = (self.temperature_ * K * self.moment_heads_).astype(X.dtype, copy=False)
+        if lazy:
+            return DaskRows(X).product(heads, moment_heads)
         return (X @ heads) @ moment_heads
 
     def _has_mixture(self):

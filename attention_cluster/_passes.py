@@ -56,6 +56,7 @@ object is a context manager).
 import copy
 import functools
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -63,7 +64,7 @@ from threadpoolctl import ThreadpoolController
 
 from . import _dynamics_kernels, _kernels
 
-__all__ = ["DenseRows", "one_blas_thread", "usable_threads"]
+__all__ = ["DaskRows", "DenseRows", "one_blas_thread", "usable_threads"]
 
 # Bytes of X per chunk: large enough that a pass has few chunks (each costs a
 # task on the pool), small enough that a float64 copy of a chunk stays small.
@@ -395,3 +396,243 @@ class DenseRows:
             )
         _kernels.draw_rows(self._X, self._cum_weights, 1.0 / self.scale, state, out)
         return out
+
+
+def _block_pass(block, weights, scale, name, args):
+    """One pass of :class:`DenseRows` on one Dask block: ``(weight, result)``.
+
+    Module level, so workers unpickle it (and the Numba kernels it calls) by
+    reference. The block's pass runs on one thread: Dask's workers are the
+    parallelism.
+    """
+    rows = DenseRows(np.ascontiguousarray(block), weights, scale, n_threads=1)
+    if rows.total_weight == 0.0 and name in _MEAN_PASSES:
+        return 0.0, None
+    return rows.total_weight, getattr(rows, name)(*args)
+
+
+def _block_moment(block, weights, scale):
+    """The first pass on one Dask block: (NaN seen, inf seen, weight,
+    :meth:`DenseRows.scaled_second_moment`).
+
+    NaN propagates through max and min, and an infinity is the max or the
+    min: two scans of the block find both before the moment is computed.
+    """
+    if block.size:
+        peak = max(float(np.max(block)), -float(np.min(block)))
+        if not np.isfinite(peak):
+            return bool(np.isnan(peak)), not np.isnan(peak), 0.0, None
+    rows = DenseRows(np.ascontiguousarray(block), weights, scale, n_threads=1)
+    if rows.total_weight == 0.0:
+        return False, False, 0.0, None
+    return False, False, rows.total_weight, rows.scaled_second_moment()
+
+
+def _check_finite(block):
+    if not np.isfinite(block).all():
+        raise ValueError("Input X contains NaN or infinity.")
+    return np.ascontiguousarray(block)
+
+
+def _block_labels(block, centers, gain, bias):
+    """:meth:`DenseRows.labels` on one Dask block (for ``map_blocks``)."""
+    return DenseRows(_check_finite(block), n_threads=1).labels(centers, gain, bias)
+
+
+def _block_product(block, left, right):
+    """``(block @ left) @ right`` for one Dask block (for ``map_blocks``)."""
+    return (_check_finite(block) @ left) @ right
+
+
+# Rows pulled once for PSGD's draws on Dask data (DaskRows.draw).
+_DRAW_ROWS = 1 << 20
+
+# Passes that return weighted means, combined across blocks by their weights.
+_MEAN_PASSES = ("moment_action", "norm_moments")
+
+
+class DaskRows:
+    """Rows of a Dask array, possibly larger than memory or spread over a cluster.
+
+    The same interface as :class:`DenseRows`. Each pass is one Dask
+    computation: the :class:`DenseRows` pass runs on every block where the
+    block lives (a worker of a ``distributed`` cluster, or a thread of the
+    local scheduler), and only the blocks' small results (``d x d`` at most)
+    come back to the client, which adds them in the blocks' order. The data
+    are never gathered; :meth:`subsample` pulls the rows of a subsample once.
+
+    Parameters
+    ----------
+    X : dask.array.Array of shape (n_samples, n_features)
+        Float32 or float64, chunked along rows only, with known chunk sizes
+        (``_validation.check_dask_array``).
+    sample_weight : dask.array.Array of shape (n_samples,) or None
+        Validated non-negative weights chunked as X's rows
+        (``_validation.check_dask_sample_weight``); None for unit weights.
+    scale : float, default=1.0
+        ``s``: every pass sees ``x / s``.
+    total_weight : float or None
+        ``sum_i w_i`` when already known (else one small computation).
+    verbose : int, default=0
+        When positive, print each pass's name and wall time (``n_passes``
+        counts them).
+    """
+
+    def __init__(self, X, sample_weight=None, scale=1.0, total_weight=None, verbose=0):
+        self._X = X
+        self.sample_weight = sample_weight
+        self.n_samples, self.n_features = X.shape
+        self.dtype = X.dtype
+        self.scale = float(scale)
+        if total_weight is None:
+            total_weight = float(self.n_samples) if sample_weight is None else float(sample_weight.sum().compute())
+        self.total_weight = total_weight
+        self._passes = [0]  # shared with rescaled copies
+        self.verbose = verbose
+        self._drawn = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        """Nothing to release: the scheduler belongs to the caller."""
+
+    @property
+    def n_passes(self):
+        """Dask computations so far, by this object and its rescaled copies."""
+        return self._passes[0]
+
+    def rescaled(self, scale):
+        other = copy.copy(self)
+        other.scale = float(scale)
+        return other
+
+    def _blocks(self, name, fn, *args):
+        """``fn(block, weights, *args)`` on every block, computed at once, in block order."""
+        import dask
+
+        blocks = self._X.to_delayed().ravel()
+        if self.sample_weight is None:
+            weights = [None] * len(blocks)
+        else:
+            weights = self.sample_weight.to_delayed().ravel()
+        task = dask.delayed(fn, pure=True)
+        return self._compute(name, *[task(b, w, *args) for b, w in zip(blocks, weights)])
+
+    def _compute(self, name, *collections):
+        """One Dask computation, counted as a pass and reported under verbose."""
+        import dask
+
+        start = time.perf_counter()
+        out = dask.compute(*collections)
+        self._passes[0] += 1
+        if self.verbose:
+            print(
+                f"[AttentionClustering] Dask pass {self.n_passes} ({name}): "
+                f"{time.perf_counter() - start:.3g} s"
+            )
+        return out
+
+    def _pass(self, name, *args):
+        """A :class:`DenseRows` pass over every block, combined: sums are added,
+        weighted means averaged by the blocks' weights."""
+        parts = self._blocks(name, _block_pass, self.scale, name, args)
+        if name in _MEAN_PASSES:
+            parts = [(w, r) for w, r in parts if w > 0.0]
+            total = sum(w for w, _ in parts)
+            if isinstance(parts[0][1], tuple):
+                return tuple(sum(w * v[j] for w, v in parts) / total for j in range(len(parts[0][1])))
+            return sum(w * r for w, r in parts) / total
+        results = [r for _, r in parts]
+        if isinstance(results[0], tuple):
+            return tuple(sum(r[j] for r in results) for j in range(len(results[0])))
+        return sum(results)
+
+    def scaled_second_moment(self):
+        """``(c, M / c^2)`` as :meth:`DenseRows.scaled_second_moment`; raises
+        ValueError on NaN or infinity.
+
+        The first pass of a fit, so bad values are reported before the
+        others, with scikit-learn's messages. Each block has its own scale
+        ``c_b``; with ``c = max_b c_b`` the blocks' ``M_b / c_b^2`` add up as
+        ``sum_b W_b (c_b / c)^2 (M_b / c_b^2) / sum_b W_b``.
+        """
+        parts = self._blocks("second moment and finiteness", _block_moment, self.scale)
+        if any(nan for nan, _, _, _ in parts):
+            raise ValueError("Input X contains NaN.")
+        if any(inf for _, inf, _, _ in parts):
+            raise ValueError(f"Input X contains infinity or a value too large for {self.dtype!r}.")
+        parts = [(w, *moment) for _, _, w, moment in parts if w > 0.0]
+        parts = [(w, c, M) for w, c, M in parts if c > 0.0]
+        d = self.n_features
+        if not parts:
+            return 0.0, np.zeros((d, d))
+        c = max(c for _, c, _ in parts)
+        return c, sum(w * (cb / c) ** 2 * M for w, cb, M in parts) / self.total_weight
+
+    def second_moment(self):
+        c, M = self.scaled_second_moment()
+        return c * c * M
+
+    def moment_action(self, V):
+        return self._pass("moment_action", np.asarray(V, dtype=np.float64))
+
+    def norm_moments(self):
+        return self._pass("norm_moments")
+
+    def exact_terms(self, U, MU, c, lm1, reg, rho):
+        return self._pass("exact_terms", U, MU, c, lm1, reg, rho)
+
+    def e_step(self, U, log_weights, beta):
+        S, counts, partial = self._pass("e_step", U, log_weights, beta)
+        return S, counts, float(partial)
+
+    def head_totals(self, U):
+        return self._pass("head_totals", U)
+
+    def product(self, left, right):
+        """``(X @ left) @ right`` (d x K, K x d) as a lazy Dask array, chunked as X."""
+        return self._X.map_blocks(_block_product, left, right, dtype=self.dtype)
+
+    def labels(self, centers, gain, bias):
+        """Labels as a lazy Dask array (one ``map_blocks``), computed by the caller.
+
+        A block with NaN or infinity raises ValueError when computed.
+        """
+        C = np.asarray(centers, dtype=np.float64)
+        return self._X.map_blocks(
+            _block_labels, C, float(gain), np.asarray(bias, dtype=np.float64),
+            dtype=np.intp, drop_axis=1,
+        )
+
+    def subsample(self, rng, size):
+        """About ``size`` distinct rows drawn uniformly, pulled to the client once.
+
+        The indices are drawn as :meth:`DenseRows.subsample` draws them, so
+        the same ``rng`` gives the same rows as the NumPy array. Returns a
+        :class:`DenseRows` (in memory, one thread): all rows when there are
+        at most ``size``.
+        """
+        if self.n_samples <= size:
+            rows, weight, dtype = self._X, self.sample_weight, self.dtype
+        else:
+            idx = np.unique(rng.randint(0, self.n_samples, size=size))
+            rows, dtype = self._X[idx], np.float64
+            weight = None if self.sample_weight is None else self.sample_weight[idx]
+        rows, weight = self._compute("subsample", rows, weight)
+        return DenseRows(np.ascontiguousarray(rows, dtype=dtype), weight, self.scale, n_threads=1)
+
+    def draw(self, state, out):
+        """PSGD's rows, drawn from ``_DRAW_ROWS`` rows pulled once (:meth:`subsample`).
+
+        A sequence's rows cannot be fetched one at a time from a cluster;
+        PSGD's plateau is far above the statistical error of 2^20 rows.
+        The subsample's indices are seeded from ``state``.
+        """
+        if self._drawn is None:
+            rng = np.random.RandomState(int(state[0]) % (2**32))
+            self._drawn = self.subsample(rng, _DRAW_ROWS)
+        return self._drawn.draw(state, out)

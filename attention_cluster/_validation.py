@@ -71,13 +71,18 @@ def check_sample_weight(sample_weight, X):
         raise ValueError(
             f"sample_weight.shape == {w.shape}, expected {(X.shape[0],)}."
         )
-    if not np.all(np.isfinite(w)):
-        raise ValueError("sample_weight must be finite (no NaN or inf).")
-    if np.any(w < 0):
-        raise ValueError("sample_weight must be non-negative: weights are sampling probabilities.")
-    if not np.sum(w) > 0:
-        raise ValueError("sample_weight must not sum to zero: at least one weight must be positive.")
+    _check_weight_summary(bool(np.all(np.isfinite(w))), bool(np.any(w < 0)), float(np.sum(w)))
     return w
+
+
+def _check_weight_summary(finite, negative, total):
+    """The weights' errors, from whether all are finite, any is negative, and their sum."""
+    if not finite:
+        raise ValueError("sample_weight must be finite (no NaN or inf).")
+    if negative:
+        raise ValueError("sample_weight must be non-negative: weights are sampling probabilities.")
+    if not total > 0:
+        raise ValueError("sample_weight must not sum to zero: at least one weight must be positive.")
 
 
 def atomic_fit(fit):
@@ -124,6 +129,89 @@ def check_auto_or_positive(value, name, *, strict=True):
             raise ValueError(f'{name} must be "auto" or a number, got {value!r}.')
         return value
     return check_positive(value, name, strict=strict)
+
+
+def is_dask_collection(X):
+    """Whether X is a Dask array or DataFrame (Dask is not imported for this)."""
+    dask = sys.modules.get("dask")
+    return dask is not None and dask.is_dask_collection(X)
+
+
+def check_dask_array(estimator, X, *, reset):
+    """``validate_data`` for a Dask array or DataFrame, without computing it.
+
+    Checks what the graph's metadata show: two dimensions, known row
+    chunks, whole rows in each block, at least one feature, a numeric dtype
+    (converted lazily to float64 unless float32), and the width against
+    ``n_features_in_`` (recorded when ``reset``, with a DataFrame's string
+    column names as ``feature_names_in_``). NaN and infinity can only be
+    seen in the data: the first pass reports them (``DaskRows.scaled_second_moment``).
+    Returns a ``dask.array.Array``.
+    """
+    import dask.array as da
+    import dask.dataframe as dd
+
+    name = type(estimator).__name__
+    names = None
+    if isinstance(X, dd.DataFrame):
+        columns = list(X.columns)
+        if columns and all(isinstance(c, str) for c in columns):
+            names = np.asarray(columns, dtype=object)
+        # lengths=True counts the partitions' rows (a pass over the index).
+        X = X.to_dask_array(lengths=True)
+    if not isinstance(X, da.Array):
+        raise TypeError(f"{name} takes a dask.array.Array or a dask DataFrame, got {type(X).__name__}.")
+    if X.ndim != 2:
+        raise ValueError(f"Expected a 2D array, got a {X.ndim}D Dask array; reshape your data.")
+    if any(np.isnan(c) for c in X.chunks[0]):
+        raise ValueError("X has unknown chunk sizes along its rows; call X.compute_chunk_sizes() first.")
+    if X.shape[1] == 0:
+        raise ValueError(f"Found array with 0 feature(s) (shape={X.shape}) while a minimum of 1 is required.")
+    if X.numblocks[1] != 1:
+        raise ValueError(
+            f"X is chunked along its columns ({X.numblocks[1]} column blocks): each block "
+            "must hold whole rows. Rechunk with X.rechunk({1: -1})."
+        )
+    if np.iscomplexobj(np.empty(0, dtype=X.dtype)):
+        raise ValueError("Complex data not supported.")
+    if not np.issubdtype(X.dtype, np.number) and X.dtype != bool:
+        raise ValueError(f"dtype={X.dtype} is not a numeric dtype; X must hold numbers.")
+    if X.dtype not in (np.float32, np.float64):
+        X = X.astype(np.float64)
+    if reset:
+        estimator.n_features_in_ = X.shape[1]
+        if names is None:
+            estimator.__dict__.pop("feature_names_in_", None)
+        else:
+            estimator.feature_names_in_ = names
+    else:
+        if X.shape[1] != estimator.n_features_in_:
+            raise ValueError(
+                f"X has {X.shape[1]} features, but {name} is expecting "
+                f"{estimator.n_features_in_} features as input."
+            )
+        fitted = getattr(estimator, "feature_names_in_", None)
+        if names is not None and fitted is not None and not np.array_equal(names, fitted):
+            raise ValueError("The feature names should match those that were passed during fit.")
+    return X
+
+
+def check_dask_sample_weight(sample_weight, X):
+    """Validate weights for a Dask X: returns (weights chunked as X's rows, or
+    None, and their sum). Dask weights are checked in one small computation."""
+    import dask.array as da
+
+    if sample_weight is None:
+        return None, float(X.shape[0])
+    if not isinstance(sample_weight, da.Array):
+        w = check_sample_weight(np.asarray(sample_weight), np.empty((X.shape[0], 0)))
+        return da.from_array(w, chunks=(X.chunks[0],)), float(np.sum(w))
+    if sample_weight.shape != (X.shape[0],):
+        raise ValueError(f"sample_weight.shape == {sample_weight.shape}, expected {(X.shape[0],)}.")
+    w = sample_weight.astype(np.float64).rechunk((X.chunks[0],))
+    finite, negative, total = da.compute(da.isfinite(w).all(), (w < 0).any(), w.sum())
+    _check_weight_summary(bool(finite), bool(negative), float(total))
+    return w, float(total)
 
 
 def check_count(value, name, minimum=1):

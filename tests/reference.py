@@ -178,3 +178,31 @@ def sphere_euler_step(X, beta, step_sizes, normalised=True):
     tangent = M - np.sum(M * X, axis=1, keepdims=True) * X
     Y = X + np.asarray(step_sizes).reshape(-1, 1) * tangent
     return Y / np.linalg.norm(Y, axis=1, keepdims=True)
+
+
+def online_em(batches, U, pi, radius, tau, inv_scale, alpha, gain):
+    """Online EM (Cappe and Moulines 2009) written out, unweighted batches.
+
+    s_n = s_{n-1} + min(1, g |B_n| / N_n)^alpha (sbar_n(theta_{n-1}) - s_{n-1})
+    on s = (S / N, counts / N), theta_n the M step of math.md section 7 at
+    s_n with m2 the exact running mean of ||x / s||^2; returns the heads of
+    the M step at the plain average of the s_n.
+    """
+    d, K = U.shape
+    s = [np.zeros((K, d)), np.zeros(K)]
+    avg = [np.zeros((K, d)), np.zeros(K)]
+    seen, sum_sq = 0, 0.0
+    for n, X in enumerate(batches, start=1):
+        X = np.asarray(X, dtype=np.float64) * inv_scale
+        seen += len(X)
+        sum_sq += float(np.sum(X**2))
+        m2 = sum_sq / seen
+        S, counts, _ = mixture_e_step(X, U, np.log(pi), radius / tau**2)
+        gamma = min(1.0, gain * len(X) / seen) ** alpha
+        s = [s[0] + gamma * (S / len(X) - s[0]), s[1] + gamma * (counts / len(X) - s[1])]
+        avg = [a + (v - a) / n for a, v in zip(avg, s)]
+        U = (s[0] / np.linalg.norm(s[0], axis=1, keepdims=True)).T
+        radius = float(np.sum(np.linalg.norm(s[0], axis=1)))
+        tau = np.sqrt((m2 - radius**2) / d)
+        pi = s[1]
+    return avg[0] / np.linalg.norm(avg[0], axis=1, keepdims=True)

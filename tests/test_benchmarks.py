@@ -172,6 +172,24 @@ def test_defaults_benchmark_quick_mode(tmp_path):
     assert page.count("| **no** |") == len(rows) - n_works
 
 
+@pytest.mark.slow
+def test_scaling_benchmarks_quick_mode(tmp_path):
+    # benchmarks/streaming.py then benchmarks/out_of_core.py (issue 15's
+    # figures) in quick mode: every candidate is measured, the temporary file
+    # is gone, and the page judges every target.
+    pytest.importorskip("dask_ml")
+    stream = _run_quick("streaming.py", tmp_path)[1]
+    for r in stream["rows"]:
+        assert r["floor"] > 0 and r["partial_fit"] > 0 and r["PSGD"] > 0 and r["fit in memory"] > 0
+    ooc = _run_quick("out_of_core.py", tmp_path)[1]
+    assert set(ooc["seconds"]) == {"read once", "dask fit", "load and fit", "dask-ml KMeans"}
+    assert ooc["passes"] >= 4 and len(ooc["pass_s"]) == ooc["passes"]
+    assert ooc["same_centres_max_abs"] < 1e-4
+    page = (tmp_path / "scaling_out.md").read_text()
+    assert "## Against the targets" in page and page.count("| yes |") + page.count("| **no** |") == 6
+    assert (tmp_path / "_static" / "benchmarks" / "scaling_out.png").stat().st_size > 0
+
+
 def test_engine_benchmark_quick_mode(tmp_path):
     # benchmarks/engine.py (the pass engine's figures) in quick mode: every
     # figure is measured and the page judges each target.

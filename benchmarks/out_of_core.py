@@ -1,0 +1,186 @@
+"""Out of core: fit a float32 array on disk through Dask, against loading it and dask-ml.
+
+Writes the paper's mixture (d=10, K=2, sigma=0.5; 2e7 rows, 800 MB of
+float32; ``--quick``: 2e5 rows) to a ``.npy`` file in a temporary directory
+(deleted at the end), opens it lazily as a Dask array whose blocks are read
+from the file by the task that uses them, and on a ``distributed.LocalCluster``
+of 2 worker processes with 1 thread each (the machine has 2 cores) measures,
+side by side in interleaved rounds after Numba's compile (medians):
+
+- ``AttentionClustering(solver="full")`` on the Dask array: its passes (each
+  one Dask computation, counted and timed under ``verbose``, in every round)
+  and the client process's peak resident memory during a first fit (sampled
+  every 5 ms; ``ru_maxrss`` of the whole run also counts writing the file
+  through a memory map);
+- one read of the array (``X.sum(axis=0)``, one pass through the same
+  scheduler): the time per pass is compared with it;
+- loading the array into the client's memory (``np.load``) and fitting it
+  there (``DenseRows`` on the machine's threads);
+- ``dask_ml.cluster.KMeans(n_clusters=2)`` on the same Dask array.
+
+Distances to the centroids (math.md section 5; KMeans' centres normalised)
+are compared with the class-means floor of the whole array. The file is
+written by this process and is then in the operating system's page cache
+(the machine's memory is larger than the file): a "read" is a read of the
+page cache, not of the disk. Writes benchmarks/results/out_of_core.json,
+then docs/scaling_out.md (with benchmarks/results/streaming.json) and its
+figure.
+
+    python benchmarks/out_of_core.py [--quick]
+"""
+
+import contextlib
+import io
+import resource
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+from _common import ROOT, RESULTS, quick_cli, save, timed, unit_rows
+from attention_cluster import AttentionClustering
+from attention_cluster.datasets import make_centroids, make_mixture
+from attention_cluster.metrics import centroid_distance
+
+D, K, NOISE = 10, 2, 0.5
+WRITE_ROWS = 1_000_000
+BLOCK_ROWS = 1_000_000
+
+
+def write(path, n, seed=0):
+    """Write the mixture to ``path`` block by block; return (centroids, floor)."""
+    C = make_centroids(K, D, random_state=seed)
+    out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n, D))
+    sums, counts = np.zeros((K, D)), np.zeros(K)
+    for i, lo in enumerate(range(0, n, WRITE_ROWS)):
+        hi = min(lo + WRITE_ROWS, n)
+        X, y, _ = make_mixture(hi - lo, D, K, noise=NOISE, centroids=C, random_state=seed + 1 + i)
+        out[lo:hi] = X
+        for k in range(K):
+            sums[k] += X[y == k].sum(axis=0)
+            counts[k] += np.sum(y == k)
+    out.flush()
+    del out
+    return C, centroid_distance(unit_rows(sums / counts[:, None]), C)
+
+
+def read_rows(path, lo, hi):
+    """Rows lo:hi of the .npy file, read by the task that needs them."""
+    return np.array(np.load(path, mmap_mode="r")[lo:hi])
+
+
+def lazy_array(path, n):
+    import dask
+    import dask.array as da
+
+    blocks = [
+        da.from_delayed(dask.delayed(read_rows)(path, lo, min(lo + BLOCK_ROWS, n)),
+                        shape=(min(lo + BLOCK_ROWS, n) - lo, D), dtype=np.float32)
+        for lo in range(0, n, BLOCK_ROWS)
+    ]
+    return da.concatenate(blocks)
+
+
+class PeakRSS:
+    """Peak resident memory of this process while the block runs (sampled)."""
+
+    def __enter__(self):
+        self.peak = psutil.Process().memory_info().rss
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self):
+        proc = psutil.Process()
+        while not self._stop.wait(0.005):
+            self.peak = max(self.peak, proc.memory_info().rss)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def fit_dask(X):
+    """The Dask fit, with its verbose lines captured: (model, pass times)."""
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        model = AttentionClustering(K, solver="full", random_state=0, verbose=1).fit(X)
+    passes = [float(line.rsplit(":", 1)[1].split()[0]) for line in buffer.getvalue().splitlines()
+              if "Dask pass" in line]
+    return model, passes
+
+
+def main(quick=False, out=None):
+    import distributed
+    from dask_ml.cluster import KMeans
+
+    n = 200_000 if quick else 20_000_000
+    rounds = 2 if quick else 3
+    tmp = Path(tempfile.mkdtemp(prefix="attention_cluster_ooc_"))
+    try:
+        path = str(tmp / "mixture.npy")
+        seconds_write, (C, floor) = timed(lambda: write(path, n))
+        print(f"wrote {n} x {D} float32 ({n * D * 4 / 1e9:.2f} GB) in {seconds_write:.1f} s", flush=True)
+        with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                      dashboard_address=None) as cluster, distributed.Client(cluster):
+            X = lazy_array(path, n)
+            small = lazy_array(path, min(n, 2 * BLOCK_ROWS))
+            fit_dask(small)  # compile on the workers and in the client
+            AttentionClustering(K, solver="full", random_state=0).fit(small.compute())
+            memory_before = psutil.Process().memory_info().rss
+            with PeakRSS() as rss:
+                model, passes = fit_dask(X)
+            maxrss_after_dask = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+            candidates = {
+                "read once": lambda: X.sum(axis=0).compute(),
+                "dask fit": lambda: fit_dask(X),
+                "load and fit": lambda: AttentionClustering(K, solver="full", random_state=0).fit(np.load(path)),
+                "dask-ml KMeans": lambda: KMeans(n_clusters=K, random_state=0).fit(X),
+            }
+            times = {name: [] for name in candidates}
+            results, round_passes = {}, []
+            for r in range(rounds):
+                for name, fn in candidates.items():
+                    seconds, results[name] = timed(fn)
+                    times[name].append(seconds)
+                    if name == "dask fit":
+                        round_passes.append(results[name][1])
+                    print(f"round {r} {name}: {seconds:.1f} s", flush=True)
+            seconds = {name: float(np.median(t)) for name, t in times.items()}
+        model = results["dask fit"][0]
+        in_memory = results["load and fit"]
+        kmeans = results["dask-ml KMeans"]
+        payload = {
+            "quick": quick, "n": n, "d": D, "K": K, "noise": NOISE, "block_rows": BLOCK_ROWS,
+            "gigabytes": n * D * 4 / 1e9, "rounds": rounds, "write_s": seconds_write,
+            "seconds": seconds, "times": times,
+            "passes": len(passes), "pass_s": passes, "round_pass_s": round_passes,
+            "client_rss_before": memory_before, "client_rss_peak": rss.peak,
+            "client_maxrss_after_dask_fit": maxrss_after_dask,
+            "floor": floor,
+            "distance": {
+                "dask fit": centroid_distance(model.cluster_centers_, C),
+                "load and fit": centroid_distance(in_memory.cluster_centers_, C),
+                "dask-ml KMeans": centroid_distance(unit_rows(np.asarray(kmeans.cluster_centers_)), C),
+            },
+            "same_centres_max_abs": float(np.max(np.abs(model.cluster_centers_ - in_memory.cluster_centers_))),
+            "kmeans_n_iter": int(kmeans.n_iter_),
+        }
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print({k: v for k, v in payload.items() if k not in ("times", "pass_s")}, flush=True)
+    directory = {"directory": out} if out else {}
+    save("out_of_core", payload, **directory)
+    from _scaling_page import write_page
+
+    write_page(Path(out) if out else RESULTS, Path(out) if out else ROOT / "docs")
+    return payload
+
+
+if __name__ == "__main__":
+    quick_cli(__doc__, main)

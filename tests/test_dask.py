@@ -1,0 +1,222 @@
+"""Dask input on a real distributed.LocalCluster: same fit as NumPy, lazy outputs, faults.
+
+The cluster has 2 worker processes of 1 thread each, started once for the
+module and closed at its end. Arrays are persisted on the workers first (as
+a user would data that fit in the cluster's memory), so each pass ships a
+small graph rather than the data.
+"""
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from attention_cluster import AttentionClustering
+from attention_cluster._passes import DaskRows, DenseRows
+from attention_cluster.datasets import make_mixture
+
+da = pytest.importorskip("dask.array")
+dd = pytest.importorskip("dask.dataframe")
+distributed = pytest.importorskip("distributed")
+
+# Blocks add their partial sums in another grouping than the NumPy path's
+# chunks: the centres agree up to rounding (docs/scaling.md).
+ATOL = {np.float64: 1e-7, np.float32: 1e-4}
+
+
+@pytest.fixture(scope="module")
+def client():
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster, distributed.Client(cluster) as client:
+        yield client
+
+
+def _on_cluster(X, chunks):
+    return da.from_array(X, chunks=chunks).persist()
+
+
+@pytest.fixture(scope="module")
+def mixture():
+    # More rows than the exact solver's subsample, so the rows are pulled.
+    return make_mixture(40_000, 6, 2, noise=0.6, random_state=0)
+
+
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+def test_every_pass_matches_dense_rows(weighted, global_random_seed):
+    # The Dask backend against the NumPy one, pass by pass (local scheduler).
+    import dask
+
+    rng = np.random.default_rng(global_random_seed)
+    X = rng.standard_normal((3000, 5))
+    w = rng.integers(0, 3, size=3000).astype(float) if weighted else None
+    dense = DenseRows(X, w, scale=2.0, n_threads=1)
+    Xd = da.from_array(X, chunks=(700, -1))
+    wd = None if w is None else da.from_array(w, chunks=(Xd.chunks[0],))
+    total = dense.total_weight
+    U = np.linalg.qr(rng.standard_normal((5, 2)))[0]
+    with dask.config.set(scheduler="sync"):
+        lazy = DaskRows(Xd, wd, scale=2.0, total_weight=total)
+        # The scale c depends on the chunks; c^2 (M / c^2) does not.
+        c, M = lazy.scaled_second_moment()
+        pairs = [
+            (c * c * M, dense.second_moment()),
+            (lazy.moment_action(U), dense.moment_action(U)),
+            (lazy.norm_moments(), dense.norm_moments()),
+            (lazy.exact_terms(U, U, 0.1, 9.0, 1, 0.2)[1], dense.exact_terms(U, U, 0.1, 9.0, 1, 0.2)[1]),
+            (lazy.e_step(U, np.log([0.3, 0.7]), 1.5)[0], dense.e_step(U, np.log([0.3, 0.7]), 1.5)[0]),
+            (lazy.head_totals(U), dense.head_totals(U)),
+        ]
+        for a, b in pairs:
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+        np.testing.assert_array_equal(lazy.labels(U.T, 1.0, np.zeros(2)).compute(), dense.labels(U.T, 1.0, np.zeros(2)))
+        sub_lazy = lazy.subsample(np.random.RandomState(0), 500)
+        sub_dense = dense.subsample(np.random.RandomState(0), 500)
+        np.testing.assert_array_equal(sub_lazy.project(U), sub_dense.project(U))
+        assert lazy.n_passes == 7
+
+
+@pytest.mark.parametrize(
+    "params, dtype",
+    [
+        ({"solver": "full"}, np.float64),
+        ({"solver": "full"}, np.float32),
+        ({"solver": "full", "refine": None}, np.float64),
+        ({"solver": "psgd"}, np.float64),
+    ],
+    ids=["full-em", "full-em-float32", "full", "psgd"],
+)
+def test_same_fit_as_numpy(client, mixture, params, dtype):
+    X = mixture[0].astype(dtype)
+    dense = AttentionClustering(random_state=0, **params).fit(X)
+    lazy = AttentionClustering(random_state=0, **params).fit(_on_cluster(X, (7000, -1)))
+    assert lazy.cluster_centers_.dtype == dtype
+    np.testing.assert_allclose(lazy.cluster_centers_, dense.cluster_centers_, atol=ATOL[dtype])
+    # labels_ is lazy, as dask-ml's; computed it equals the NumPy fit's.
+    assert isinstance(lazy.labels_, da.Array)
+    np.testing.assert_array_equal(lazy.labels_.compute(), dense.labels_)
+    np.testing.assert_allclose(lazy.weights_, dense.weights_, atol=ATOL[dtype])
+    assert lazy.scale_ == pytest.approx(dense.scale_, rel=1e-12)
+
+
+def test_predict_transform_fit_predict_are_lazy(client, mixture):
+    X = mixture[0]
+    Xd = _on_cluster(X, (9000, -1))
+    model = AttentionClustering(random_state=0).fit(X)
+    labels, out = model.predict(Xd), model.transform(Xd)
+    assert isinstance(labels, da.Array) and isinstance(out, da.Array)
+    assert out.chunks == Xd.chunks
+    np.testing.assert_array_equal(labels.compute(), model.predict(X))
+    np.testing.assert_allclose(out.compute(), model.transform(X), rtol=1e-12)
+    fitted = AttentionClustering(random_state=0).fit_predict(Xd)
+    assert isinstance(fitted, da.Array)
+    np.testing.assert_array_equal(fitted.compute(), model.labels_)
+
+
+def test_weighted_fit_as_numpy(client, mixture):
+    X = mixture[0]
+    w = np.random.default_rng(0).integers(0, 3, size=len(X)).astype(float)
+    dense = AttentionClustering(solver="full", random_state=0).fit(X, sample_weight=w)
+    lazy = AttentionClustering(solver="full", random_state=0).fit(
+        _on_cluster(X, (7000, -1)), sample_weight=_on_cluster(w, 5000)
+    )
+    np.testing.assert_allclose(lazy.cluster_centers_, dense.cluster_centers_, atol=ATOL[np.float64])
+
+
+def test_verbose_reports_each_pass(client, mixture, capsys):
+    X = _on_cluster(mixture[0], (10_000, -1))
+    model = AttentionClustering(solver="full", random_state=0, verbose=1).fit(X)
+    passes = [line for line in capsys.readouterr().out.splitlines() if "Dask pass" in line]
+    assert [int(line.split()[3]) for line in passes] == list(range(1, len(passes) + 1))
+    assert "(second moment and finiteness)" in passes[0]
+    assert sum("(e_step)" in line for line in passes) == model.refine_n_iter_
+
+
+def test_dataframe(client, mixture):
+    pd = pytest.importorskip("pandas")
+    X = mixture[0]
+    columns = [f"f{j}" for j in range(X.shape[1])]
+    frame = dd.from_pandas(pd.DataFrame(X, columns=columns), npartitions=4).persist()
+    dense = AttentionClustering(random_state=0).fit(pd.DataFrame(X, columns=columns))
+    lazy = AttentionClustering(random_state=0).fit(frame)
+    np.testing.assert_array_equal(lazy.feature_names_in_, columns)
+    np.testing.assert_allclose(lazy.cluster_centers_, dense.cluster_centers_, atol=ATOL[np.float64])
+    np.testing.assert_array_equal(lazy.predict(frame).compute(), dense.labels_)
+    with pytest.raises(ValueError, match="feature names should match"):
+        lazy.predict(frame.rename(columns={"f0": "g0"}))
+
+
+def _with(X, row, value):
+    X = X[:2000].copy()
+    X[row, 1] = value
+    return X
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda X: da.from_array(_with(X, 1500, np.nan), chunks=(500, -1)), "contains NaN"),
+        (lambda X: da.from_array(_with(X, 3, np.inf), chunks=(500, -1)), "contains infinity"),
+        (lambda X: da.from_array(X[:2000], chunks=(500, 3)), "chunked along its columns"),
+        (lambda X: da.from_array(X[:2000, 0], chunks=500), "Expected a 2D array"),
+        (lambda X: da.from_array(X[:2000, :0], chunks=(500, -1)), "0 feature"),
+        (lambda X: da.from_array(X[:2000].astype(complex), chunks=(500, -1)), "Complex data"),
+    ],
+    ids=["nan", "inf", "column-chunks", "1d", "no-features", "complex"],
+)
+def test_bad_input_raises_the_numpy_errors_and_leaves_no_state(client, mixture, make, match):
+    model = AttentionClustering(random_state=0)
+    with pytest.raises(ValueError, match=match):
+        model.fit(make(mixture[0]))
+    assert not hasattr(model, "n_features_in_")
+
+
+def test_bad_input_at_predict(client, mixture):
+    X = mixture[0]
+    model = AttentionClustering(random_state=0).fit(X[:2000])
+    with pytest.raises(ValueError, match="X has 5 features, but AttentionClustering is expecting 6"):
+        model.predict(da.from_array(X[:100, :5], chunks=50))
+    with pytest.raises(ValueError, match="NaN or infinity"):
+        model.predict(da.from_array(_with(X, 7, np.nan), chunks=(500, -1))).compute()
+    with pytest.raises(ValueError, match="unknown chunk sizes"):
+        model.predict(da.from_array(X[:100], chunks=50)[da.from_array(X[:100, 0]) > 0])
+    with pytest.raises(ValueError, match="sample_weight must be non-negative"):
+        model.fit(da.from_array(X[:1000], chunks=(500, -1)), sample_weight=da.from_array(-np.ones(1000)))
+
+
+def test_incremental_is_partial_fit_on_the_blocks(client, mixture):
+    wrappers = pytest.importorskip("dask_ml.wrappers")
+    X = mixture[0][:24_000]
+    Xd = _on_cluster(X, (6000, -1))
+    wrapped = wrappers.Incremental(AttentionClustering(random_state=0), shuffle_blocks=False).fit(Xd)
+    stream = AttentionClustering(random_state=0)
+    for start in range(0, len(X), 6000):
+        stream.partial_fit(X[start : start + 6000])
+    assert wrapped.estimator_.n_steps_ == 4
+    # The workers' BLAS may round the batches' moments differently.
+    np.testing.assert_allclose(wrapped.estimator_.cluster_centers_, stream.cluster_centers_, rtol=1e-12, atol=1e-14)
+
+
+def test_killed_worker_does_not_change_the_fit(client):
+    # A fit of several EM passes on many blocks; a worker process is killed
+    # while it runs. Dask recomputes the lost blocks and the fit is the same.
+    X, _, _ = make_mixture(100_000, 6, 2, noise=1.0, random_state=1)
+    Xd = _on_cluster(X, (2500, -1))
+    expected = AttentionClustering(solver="full", random_state=0).fit(X)
+    result = {}
+
+    def fit():
+        result["model"] = AttentionClustering(solver="full", random_state=0).fit(Xd)
+
+    worker = threading.Thread(target=fit)
+    worker.start()
+    pids = list(client.run(os.getpid).values())
+    time.sleep(0.5)
+    assert worker.is_alive(), "the fit ended before the kill: make it longer"
+    os.kill(pids[0], signal.SIGKILL)
+    worker.join()
+    np.testing.assert_allclose(result["model"].cluster_centers_, expected.cluster_centers_, atol=ATOL[np.float64])
+    assert result["model"].refine_n_iter_ == expected.refine_n_iter_

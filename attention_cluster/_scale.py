@@ -23,6 +23,12 @@ class Spectrum:
     eigenvalues: np.ndarray  #: eigenvalues of ``moment``, descending
 
 
+# Relative distance from the kurtosis' upper end under which sigma is infinite
+# (:func:`_noise_from_norms`): a rounding error of eps in r then moves the
+# estimate by at most about eps / sqrt(_NOISE_END) ~ 1e-12 relative.
+_NOISE_END = 1e-8
+
+
 def _noise_from_norms(mean_sq, mean_fourth, d):
     """sigma^2 from the kurtosis of the norms, for unit centroids (K >= d).
 
@@ -32,14 +38,17 @@ def _noise_from_norms(mean_sq, mean_fourth, d):
     does not depend on s, solves ``a t^2 + b t + c = 0`` in ``t = sigma^2``
     with ``a = d^2 (r - 1) - 2d``, ``b = 2d (r - 1) - 4``, ``c = r - 1``.
     ``r`` grows from 1 (sigma = 0) to ``1 + 2/d`` (sigma -> infinity); a
-    value outside that range is clipped to its ends.
+    value outside that range is clipped to its ends. Near the upper end the
+    root moves as ``1 / sqrt(2/d - (r - 1))``, so rounding in ``r`` is
+    amplified without bound there: within a relative ``_NOISE_END`` of the
+    end, sigma is taken as infinite.
     """
     if mean_sq <= 0.0:
         return 0.0
     r = mean_fourth / mean_sq**2 - 1.0  # r - 1
     if r <= 0.0:
         return 0.0
-    if r >= 2.0 / d:
+    if r >= (2.0 / d) * (1.0 - _NOISE_END):
         return np.inf
     a, b, c = d * d * r - 2.0 * d, 2.0 * d * r - 4.0, r
     if a == 0.0:

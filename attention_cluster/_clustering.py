@@ -9,7 +9,10 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from threadpoolctl import threadpool_limits
+
 from . import _full, _kernels, _mixture
+from ._passes import DenseRows
 from ._scale import estimate_spectrum
 from ._validation import (
     atomic_fit,
@@ -37,11 +40,6 @@ _REFINE_TOL = 1e-8
 # accuracy there; at 1e6 PSGD, whose cost does not grow with n, is 2.5 to 4
 # times faster.
 _AUTO_FULL_MAX_N = 200_000
-
-
-def _unit_scale(X, scale):
-    """X divided by its estimated scale, in X's dtype (the exact solver's input)."""
-    return X / float(scale) if scale != 1.0 else X
 
 
 def auto_temperature(noise, sequence_length, n_clusters, n_features, eigenvalues=None):
@@ -240,6 +238,12 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         (paper, Appendix G.3).
     random_state : int, RandomState instance or None, default=None
         Seeds the starts and the sampling of sequences.
+    n_threads : int or None, default=None
+        Threads that share each pass over the data (chunks of rows, see
+        :doc:`/performance`). None: the cores this process may run on, as
+        :class:`~sklearn.cluster.KMeans` uses by default. The result does not
+        depend on it: the chunks and the order in which their sums are added
+        are the same for any number of threads.
     verbose : int, default=0
         When positive, print the objective every 100 PSGD steps, each exact
         solver run's outcome, and the log-likelihood of each accepted EM
@@ -318,6 +322,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         init="spectral",
         gradient="riemannian",
         random_state=None,
+        n_threads=None,
         verbose=0,
     ):
         self.n_clusters = n_clusters
@@ -335,6 +340,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         self.init = init
         self.gradient = gradient
         self.random_state = random_state
+        self.n_threads = n_threads
         self.verbose = verbose
 
     def __sklearn_tags__(self):
@@ -357,6 +363,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         check_auto_or_positive(self.tol, "tol", strict=False)
         check_positive(self.n_init, "n_init", numbers.Integral, min_val=1, strict=False)
         check_options(self.gradient, "gradient", ["riemannian", "euclidean"])
+        if self.n_threads is not None:
+            check_positive(self.n_threads, "n_threads", numbers.Integral, min_val=1, strict=False)
         check_positive(self.verbose, "verbose", numbers.Integral, strict=False)
         if isinstance(self.init, str):
             check_options(self.init, "init", ["spectral", "random"])
@@ -406,7 +414,16 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 UserWarning,
                 stacklevel=2,
             )
-        spectrum = estimate_spectrum(X, K, weights)
+        data = DenseRows(X, weights, n_threads=self.n_threads)
+        # The passes' products have few columns (K to 3K) or run on the
+        # pool's threads already: BLAS threads would only oversubscribe.
+        with data, threadpool_limits(limits=1, user_api="blas"):
+            return self._fit(data, init)
+
+    def _fit(self, data, init):
+        n, d = data.n_samples, data.n_features
+        K = self.n_clusters
+        spectrum = estimate_spectrum(data, K)
         L = self.sequence_length
         if isinstance(self.temperature, str):
             temperature = auto_temperature(spectrum.noise, L, K, d, spectrum.eigenvalues)
@@ -428,21 +445,21 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         # The exact solver's last stage is on all rows unless a refinement
         # follows, which makes its own passes over all rows.
         polish = refine is None
-        Xs = None if solver == "psgd" and self.n_init == 1 else _unit_scale(X, spectrum.scale)
+        unit = data.rescaled(spectrum.scale)
         best = None
         for run in range(self.n_init):
             if solver == "full":
-                result = self._full(Xs, weights, init, spectrum, temperature, reg_strength, rng, run, polish)
+                result = self._full(unit, init, spectrum, temperature, reg_strength, rng, run, polish)
             else:
                 U0 = init
                 if U0 is None:
-                    U0 = self._start(X, weights, spectrum, rng)
-                result = self._psgd(X, weights, U0.copy(), spectrum, temperature, reg_strength, rng, run)
+                    U0 = self._start(unit, spectrum, rng)
+                result = self._psgd(unit, U0.copy(), spectrum, temperature, reg_strength, rng, run)
             if self.n_init > 1 and (solver == "psgd" or not polish):
                 # Rank the runs by the exact objective on all rows (the exact
                 # solver returns it when its last stage is on all rows).
                 objective = _full.exact_objective(
-                    Xs, weights, spectrum.moment, result[0], temperature, L,
+                    unit, spectrum.moment, result[0], temperature, L,
                     self._regularization_name(), reg_strength,
                 )[0]
                 if self.verbose:
@@ -460,11 +477,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 stacklevel=2,
             )
 
-        centers = self._sign_fix(X, heads.T, weights)
+        centers = heads.T * np.where(data.head_totals(heads) < 0, -1.0, 1.0)[:, None]
         self.refine_n_iter_ = 0
         if refine == "em":
             fit = _mixture.refine_heads(
-                X, weights, centers.T, 1.0 / spectrum.scale, float(np.trace(spectrum.moment)),
+                unit, centers.T, float(np.trace(spectrum.moment)),
                 spectrum.noise, tol=_REFINE_TOL, max_iter=self._max_iter("full"),
                 verbose=self.verbose,
             )
@@ -491,11 +508,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         else:
             self._label_bias = np.zeros(K)
             self._label_gain = 1.0
-        self.cluster_centers_ = centers.astype(X.dtype, copy=False)
+        self.cluster_centers_ = centers.astype(data.dtype, copy=False)
         # The training labels are predict's, from the stored centres.
-        labels = self._labels(X, self.cluster_centers_)
+        labels = data.labels(self.cluster_centers_, self._label_gain, self._label_bias)
         if refine != "em":
-            counts = np.bincount(labels, weights=weights, minlength=K)
+            counts = np.bincount(labels, weights=data.sample_weight, minlength=K)
             self.weights_ = counts / np.sum(counts)
         self.refine_ = refine
         self.temperature_ = temperature
@@ -534,21 +551,20 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     def _max_iter(self, solver):
         return _DEFAULT_MAX_ITER[solver] if isinstance(self.max_iter, str) else self.max_iter
 
-    def _start(self, X, weights, spectrum, rng):
+    def _start(self, data, spectrum, rng):
         """Starting heads (d x K) for ``init="spectral"`` or ``"random"``."""
-        d, K = X.shape[1], self.n_clusters
+        d, K = data.n_features, self.n_clusters
         if self.init == "random":
             return _random_heads(rng, d, K)
         return _full.spectral_init(
-            X, weights, spectrum.moment, K, self._regularization_name(), random_state=rng
+            data, spectrum.moment, K, self._regularization_name(), random_state=rng
         )
 
-    def _full(self, Xs, weights, init, spectrum, temperature, reg_strength, rng, run, polish):
+    def _full(self, data, init, spectrum, temperature, reg_strength, rng, run, polish):
         """One run of the exact solver; returns (heads, objective curve, converged, objective)."""
         start = init if init is not None else self.init
         solution = _full.solve_exact(
-            Xs,
-            weights,
+            data,
             self.n_clusters,
             temperature,
             self.sequence_length,
@@ -570,13 +586,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             )
         return solution.heads, curve, solution.converged, float(curve[-1])
 
-    def _psgd(self, X, weights, U, spectrum, temperature, reg_strength, rng, run):
+    def _psgd(self, data, U, spectrum, temperature, reg_strength, rng, run):
         """One PSGD run; returns (heads, losses, converged, final objective)."""
-        n = X.shape[0]
-        cum_weights = np.cumsum(weights) if weights is not None else np.arange(1.0, n + 1.0)
         # Curvature scale of the risk; an all-zero X has none (and no gradient).
         curvature = temperature * self.n_clusters * float(np.trace(spectrum.moment)) or 1.0
-        scale = spectrum.scale
         max_iter = self._max_iter("psgd")
         tol = self._tol("psgd")
         L = self.sequence_length
@@ -587,17 +600,17 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         steps = self.learning_rate / (curvature * (1.0 + t / _DECAY))
         losses = np.empty(max_iter)
         chunk_sums = []
+        rows = np.empty((_CHUNK * self.batch_size * L, data.n_features))
         previous = None
         converged = False
         done = 0
         while done < max_iter:
             start, stop = done, min(done + _CHUNK, max_iter)
             heads_sum = np.zeros_like(U)
+            tokens = data.draw(state, rows[: (stop - start) * self.batch_size * L])
             _kernels.psgd_chunk(
-                X,
-                cum_weights,
+                tokens,
                 U,
-                1.0 / scale,
                 temperature,
                 L,
                 self.batch_size,
@@ -605,7 +618,6 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 reg_kind,
                 reg_strength,
                 riemannian,
-                state,
                 losses[start:stop],
                 heads_sum,
             )
@@ -628,29 +640,6 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         objective = float(np.mean(losses[done // 2 :]))
         return heads, losses, converged, objective
 
-    @staticmethod
-    def _sign_fix(X, heads, weights):
-        """Sign each head so that the points it wins project positively.
-
-        Points are first assigned by ``argmax_h |<x, mu_h>|`` (sign-free),
-        then head h is multiplied by the sign of the (weighted) sum of its
-        points' projections (``math.md`` section 5, post-hoc labels).
-        Returns the signed heads (one compiled pass over X, no n x K
-        temporary).
-        """
-        w = np.empty(0) if weights is None else weights
-        U = np.ascontiguousarray(heads.T, dtype=np.float64)
-        return heads * _kernels.head_signs(X, U, w)[:, None]
-
-    def _labels(self, X, centers):
-        """``argmax_h gain <x, mu_h> + bias_h``, by chunks of rows."""
-        C = np.asarray(centers, dtype=np.float64).T
-        labels = np.empty(X.shape[0], dtype=np.intp)
-        for start in range(0, X.shape[0], 65536):
-            scores = (X[start : start + 65536] @ C) * self._label_gain + self._label_bias
-            labels[start : start + 65536] = np.argmax(scores, axis=1)
-        return labels
-
     def predict(self, X):
         """Cluster of each row: ``argmax_h <x, mu_h>``, or the posterior mode.
 
@@ -670,7 +659,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         """
         check_is_fitted(self)
         X = validate_data(self, X, dtype=[np.float64, np.float32], order="C", reset=False)
-        return self._labels(X, self.cluster_centers_)
+        with DenseRows(X, n_threads=self.n_threads) as data:
+            return data.labels(self.cluster_centers_, self._label_gain, self._label_bias)
 
     def fit_predict(self, X, y=None, sample_weight=None):
         """Fit, then return ``labels_``.

@@ -13,18 +13,17 @@ With ``c = lambda K / L``, ``a_i = U^T x_i``, ``s_i = ||a_i||^2``,
 It is minimised, plus ``rho r(U)``, over the product of unit spheres (one
 sphere per head, the columns of the ``d x K`` matrix U): spectral start,
 Riemannian L-BFGS, and for large n a subsampled Newton polish. All means
-are weighted by ``sample_weight``. X must already be divided by its scale
-(``_scale.estimate_spectrum``, whose ``moment`` is the M needed here).
+are weighted by ``sample_weight``. The solver reads the data only through
+the pass layer (``_passes``), whose data object divides the rows by their
+scale (``_scale.estimate_spectrum``, whose ``moment`` is the M needed here).
 """
 
 from dataclasses import dataclass
 
 import numpy as np
 from sklearn.utils import check_random_state
-from threadpoolctl import threadpool_limits
 
 from . import _kernels
-from ._scale import second_moment
 
 __all__ = [
     "auto_reg_strength",
@@ -35,7 +34,6 @@ __all__ = [
     "spectral_init",
 ]
 
-_CHUNK_BYTES = 1 << 20
 _REGULARIZERS = {
     "none": _kernels.REG_NONE,
     "pairwise": _kernels.REG_PAIRWISE,
@@ -53,8 +51,7 @@ def _check_regularization(regularization):
 
 
 def exact_objective(
-    X,
-    sample_weight,
+    data,
     moment,
     U,
     temperature,
@@ -65,10 +62,11 @@ def exact_objective(
     """Exact regularised risk ``R(U) + rho r(U)`` and its Euclidean gradient.
 
     ``R`` is the expected loss ``(1/L) ||X - T(X)||_F^2`` over sequences of
-    ``L`` tokens drawn with replacement from the (weighted) rows of X, in
-    closed form (``math.md`` section 3; module docstring); ``r`` is the
-    pairwise regulariser ``sum_{j<k} mean_i a_ij^2 a_ik^2`` (paper, section
-    3.3), the product ``mean_i prod_k a_ik^2`` (rebuttal, K = 3) or zero.
+    ``L`` tokens drawn with replacement from the (weighted) rows of the
+    data, in closed form (``math.md`` section 3; module docstring); ``r`` is
+    the pairwise regulariser ``sum_{j<k} mean_i a_ij^2 a_ik^2`` (paper,
+    section 3.3), the product ``mean_i prod_k a_ik^2`` (rebuttal, K = 3) or
+    zero.
 
     The gradient (derived by hand, checked by finite differences in the
     tests) is, with ``e_i = 1 - c s_i``, ``g_i = U^T M x_i``,
@@ -80,15 +78,15 @@ def exact_objective(
 
     ``M4`` only enters through ``M4 U = mean_i n_i x_i a_i^T``, accumulated
     in the same pass, so it is never formed (that would cost O(n d^2)). One
-    pass over X by chunks: two GEMMs (``X [U, MU]`` and ``X^T C``) and a
-    Numba kernel for the per-row coefficients, O(n d K), in float64.
+    pass over the data (:meth:`attention_cluster._passes.DenseRows.exact_terms`),
+    O(n d K), in float64.
 
     Parameters
     ----------
-    X : ndarray of shape (n_samples, n_features), float32 or float64
-    sample_weight : ndarray of shape (n_samples,) or None
+    data : pass-layer data object (``_passes``)
+        The rows ``x_i`` (divided by the data object's scale) and weights.
     moment : ndarray of shape (n_features, n_features)
-        ``M``, the weighted second moment of X (``_scale.second_moment``).
+        ``M``, the weighted second moment of the data (``data.second_moment()``).
     U : ndarray of shape (n_features, n_heads)
         Heads as columns (any norm: the formula holds off the sphere too).
     temperature : float
@@ -105,35 +103,15 @@ def exact_objective(
     grad : ndarray of shape (n_features, n_heads)
     """
     reg = _check_regularization(regularization)
-    n, d = X.shape
     M = moment
     U = np.asarray(U, dtype=np.float64)
     K = U.shape[1]
     L = float(sequence_length)
     c = temperature * K / L
     lm1 = L - 1.0
-    if sample_weight is None:
-        w, total = np.empty(0), float(n)
-    else:
-        w = np.asarray(sample_weight, dtype=np.float64)
-        total = float(np.sum(w))
     MU = M @ U
-    UM = np.hstack([U, MU])
-    step = max(1, min(n, _CHUNK_BYTES // (8 * d)))
-    AG = np.empty((step, 2 * K))
-    C = np.empty((step, 3 * K))
-    block64 = None if X.dtype == np.float64 else np.empty((step, d))
-    P = np.zeros((3 * K, d))
-    value = 0.0
-    for start in range(0, n, step):
-        block = X[start : start + step]
-        m = block.shape[0]
-        if block64 is not None:
-            block64[:m] = block
-            block = block64[:m]
-        np.dot(block, UM, out=AG[:m])
-        value += _kernels.exact_row_terms(AG[:m], block, w, start, c, lm1, reg, reg_strength, C[:m])
-        P += C[:m].T @ block
+    value, P = data.exact_terms(U, MU, c, lm1, reg, reg_strength)
+    total = data.total_weight
     if total > 0:
         value /= total
         P /= total
@@ -440,24 +418,6 @@ def polish_on_spheres(fun, hessian_fun, U0, *, tol, max_iter, cg_tol=0.1, max_cg
 # --- Spectral initialisation -----------------------------------------------
 
 
-def _subsample(n_samples, rng, size=_SUBSAMPLE):
-    """Sorted distinct row indices, about ``size`` of them drawn uniformly
-    (with replacement, duplicates dropped: O(size), unlike a permutation of
-    n), or None when ``n_samples <= size``."""
-    if n_samples <= size:
-        return None
-    return np.unique(rng.randint(0, n_samples, size=size))
-
-
-def _rows(X, sample_weight, idx):
-    """Rows ``idx`` of X (all if None) in float64, and their weights (ones if None)."""
-    rows = X if idx is None else X[idx]
-    if sample_weight is None:
-        return np.asarray(rows, dtype=np.float64), np.ones(rows.shape[0])
-    weight = np.asarray(sample_weight, dtype=np.float64)
-    return np.asarray(rows, dtype=np.float64), (weight if idx is None else weight[idx])
-
-
 def _pair_angle(yj, yk, weight):
     """Angle theta minimising ``sum_i weight_i (a_ij a_ik)^2`` over plane rotations.
 
@@ -511,22 +471,21 @@ def _rotate_frame(Y, weight, regularization, max_sweeps=100, tol=1e-10):
     return R
 
 
-def _spectral_heads(rows, weight, moment, n_clusters, regularization, rng):
+def _spectral_heads(rows, moment, n_clusters, regularization, rng):
+    """Top-K eigenvectors of ``moment``, rotated on ``rows`` (a small data object)."""
     d = moment.shape[0]
     k = min(n_clusters, d)
     V = np.linalg.eigh(moment)[1][:, ::-1][:, :k]
     if k > 1:
-        V = V @ _rotate_frame(rows @ V, weight, regularization)
+        weight = np.ones(rows.n_samples) if rows.sample_weight is None else rows.sample_weight
+        V = V @ _rotate_frame(rows.project(V), weight, regularization)
     if n_clusters > d:
         extra = rng.standard_normal((d, n_clusters - d))
         V = np.hstack([V, extra / np.linalg.norm(extra, axis=0)])
     return V
 
 
-@threadpool_limits.wrap(limits=1, user_api="blas")  # see solve_exact
-def spectral_init(
-    X, sample_weight, moment, n_clusters, regularization="pairwise", random_state=None
-):
+def spectral_init(data, moment, n_clusters, regularization="pairwise", random_state=None):
     """Spectral start: top eigenvectors of M, rotated by the regulariser.
 
     As L grows the risk depends on the heads through ``U U^T`` only and its
@@ -539,10 +498,9 @@ def spectral_init(
 
     Parameters
     ----------
-    X : ndarray of shape (n_samples, n_features)
-    sample_weight : ndarray of shape (n_samples,) or None
+    data : pass-layer data object (``_passes``)
     moment : ndarray of shape (n_features, n_features)
-        M, the weighted second moment of X.
+        M, the weighted second moment of the data.
     n_clusters : int
         Number of heads K.
     regularization : {"pairwise", "product", "none"}, default="pairwise"
@@ -555,8 +513,8 @@ def spectral_init(
     """
     _check_regularization(regularization)
     rng = check_random_state(random_state)
-    rows, weight = _rows(X, sample_weight, _subsample(X.shape[0], rng))
-    return _spectral_heads(rows, weight, moment, n_clusters, regularization, rng)
+    rows = data.subsample(rng, _SUBSAMPLE)
+    return _spectral_heads(rows, moment, n_clusters, regularization, rng)
 
 
 # --- The whole solve --------------------------------------------------------
@@ -575,12 +533,8 @@ class ExactSolution:
     converged: bool
 
 
-# The GEMMs have few columns (K to 3K): BLAS threads do not pay, and they slow
-# down badly when the cores are shared (a thread waits for a descheduled one).
-@threadpool_limits.wrap(limits=1, user_api="blas")
 def solve_exact(
-    X,
-    sample_weight,
+    data,
     n_clusters,
     temperature,
     sequence_length,
@@ -614,14 +568,13 @@ def solve_exact(
     ExactSolution
     """
     rng = check_random_state(random_state)
-    n, d = X.shape
+    n, d = data.n_samples, data.n_features
     if moment is None:
-        moment = second_moment(X, sample_weight)
+        moment = data.second_moment()
     tol_abs = tol * max(float(np.trace(moment)), np.finfo(np.float64).tiny)
-    idx = _subsample(n, rng)
-    rows, weight = _rows(X, sample_weight, idx)
+    rows = data.subsample(rng, _SUBSAMPLE)
     if isinstance(init, str) and init == "spectral":
-        U0 = _spectral_heads(rows, weight, moment, n_clusters, regularization, rng)
+        U0 = _spectral_heads(rows, moment, n_clusters, regularization, rng)
     elif isinstance(init, str) and init == "random":
         U0 = rng.standard_normal((d, n_clusters))
     else:
@@ -629,16 +582,15 @@ def solve_exact(
         if U0.shape != (d, n_clusters):
             raise ValueError(f"init must have shape ({d}, {n_clusters}), got {U0.shape}.")
 
-    def objective(data, data_weight, data_moment):
+    def objective(rows_, moment_):
         def fun(U):
             return exact_objective(
-                data, data_weight, data_moment, U, temperature, sequence_length,
-                regularization, reg_strength,
+                rows_, moment_, U, temperature, sequence_length, regularization, reg_strength
             )
 
         return fun
 
-    full = objective(X, sample_weight, moment)
+    full = objective(data, moment)
     if n <= 4 * _SUBSAMPLE:
         result = minimize_on_spheres(full, U0, tol=tol_abs, max_iter=max_iter)
         return ExactSolution(
@@ -647,7 +599,7 @@ def solve_exact(
     # The subsample keeps its own moment: the full data's would break the
     # rotation symmetry of the L -> infinity risk at order one (not 1/L) and
     # send the warm start astray inside the span.
-    sub = objective(rows, weight, second_moment(rows, weight))
+    sub = objective(rows, rows.second_moment())
     # Its optimum is off the full data's by the subsample's sampling error,
     # far above tol: a looser tolerance loses nothing.
     warm = minimize_on_spheres(sub, U0, tol=100 * tol_abs, max_iter=max_iter)

@@ -1,12 +1,14 @@
 """Numba kernels: projected stochastic gradient descent (PSGD), the exact
-objective's per-row terms, the post-hoc signs and labels, and the E step of
-the EM refinement.
+objective's per-row terms, the post-hoc signs and labels, the E step of the
+EM refinement and the weighted drawing of rows.
 
 Every kernel is a module-level ``@njit`` function (nothing jitted is stored on
-an estimator, so estimators pickle). The Python driver in ``_clustering.py``
-owns the loop over chunks of steps, the step-size schedule, the stopping rule
-and the verbose output; a kernel call runs one chunk of steps into buffers the
-caller owns. Their NumPy reference twins live in ``tests/reference.py``.
+an estimator, so estimators pickle). The kernels that read data rows work on
+one chunk of rows, release the GIL (``nogil``) and write into buffers the
+caller owns: the pass layer (``_passes``) runs them on its thread pool and
+adds up their results, so no kernel uses Numba's threading layer. The Python
+drivers own the loops, the step-size schedule, the stopping rules and the
+verbose output. Their NumPy reference twins live in ``tests/reference.py``.
 
 Notation (``math.md`` sections 2-3): a sequence is ``X`` (L x d), the heads
 are the columns of ``U`` (d x K), ``c = lambda K / L``, ``A = X U``,
@@ -187,12 +189,25 @@ def sphere_step(U, grad, step, riemannian):
                 U[j, k] = grad[j, k] * inv
 
 
-@njit(cache=True, fastmath=FASTMATH)
+@njit(cache=True, nogil=True)
+def draw_rows(X, cum_weights, inv_scale, state, out):
+    """Fill ``out`` with rows of ``X * inv_scale`` drawn with replacement.
+
+    Row i is drawn with probability proportional to its weight (binary
+    search on ``cum_weights``), from the caller's one-element uint64
+    generator state ``state``. Reads and writes ``out.shape[0]`` rows.
+    """
+    d = X.shape[1]
+    for r in range(out.shape[0]):
+        i = _draw_index(state, cum_weights)
+        for j in range(d):
+            out[r, j] = X[i, j] * inv_scale
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def psgd_chunk(
-    X,
-    cum_weights,
+    rows,
     U,
-    inv_scale,
     temperature,
     sequence_length,
     batch_size,
@@ -200,25 +215,24 @@ def psgd_chunk(
     reg_kind,
     reg_strength,
     riemannian,
-    state,
     losses,
     heads_sum,
 ):
     """Run ``len(steps)`` PSGD steps in place on ``U`` (d x K).
 
-    Each step draws ``batch_size`` sequences of ``sequence_length`` rows of
-    ``X * inv_scale`` with replacement (row i with probability proportional to its weight),
-    averages the per-sequence gradients of the risk (``math.md`` section 3)
-    and of ``reg_strength`` times the regulariser evaluated on the same
-    tokens, and takes one step of size ``steps[t]`` on each head, projected
-    or not (``riemannian``). ``losses[t]`` receives the mini-batch objective.
-    ``state`` is the caller's one-element uint64 generator state.
-    ``heads_sum`` accumulates U after every step, for iterate averaging.
+    ``rows`` holds the tokens, ``len(steps) * batch_size * sequence_length``
+    rows drawn by :func:`draw_rows`: step t uses the ``batch_size``
+    sequences of ``sequence_length`` consecutive rows that follow step
+    t - 1's. Each step averages the per-sequence gradients of the risk
+    (``math.md`` section 3) and of ``reg_strength`` times the regulariser
+    evaluated on the same tokens, and takes one step of size ``steps[t]``
+    on each head, projected or not (``riemannian``). ``losses[t]`` receives
+    the mini-batch objective. ``heads_sum`` accumulates U after every step,
+    for iterate averaging.
     """
     d, K = U.shape
     L = sequence_length
     c = temperature * K / L
-    Xs = np.empty((L, d))
     A = np.empty((L, K))
     G = np.empty((d, K))
     E = np.empty((L, d))
@@ -229,6 +243,7 @@ def psgd_chunk(
     # The whole gradient is divided by batch_size below: the regulariser's
     # part becomes its mean over the batch_size * L tokens.
     reg_scale = reg_strength / L
+    first = 0
     for t in range(steps.shape[0]):
         for j in range(d):
             for k in range(K):
@@ -236,10 +251,8 @@ def psgd_chunk(
         loss = 0.0
         reg = 0.0
         for b in range(batch_size):
-            for l in range(L):
-                i = _draw_index(state, cum_weights)
-                for j in range(d):
-                    Xs[l, j] = X[i, j] * inv_scale
+            Xs = rows[first : first + L]
+            first += L
             loss += sequence_loss_grad(Xs, U, c, grad, A, G, E, W)
             if reg_kind != REG_NONE:
                 for l in range(L):
@@ -258,18 +271,18 @@ def psgd_chunk(
                 heads_sum[j, k] += U[j, k]
 
 
-@njit(cache=True, fastmath=FASTMATH)
-def head_signs(X, U, weights):
-    """Signs that turn each head towards the points it wins, in one pass over X.
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def head_totals(X, U, weights, totals):
+    """Adds to ``totals[h]`` the (weighted) projections of the rows head h wins.
 
     Each row goes to ``argmax_h |<x, mu_h>|`` (sign-free, ties to the first
-    head) and adds its (weighted) projection to that head's total; a head
-    whose total is negative is flipped (``math.md`` section 5, post-hoc
-    labels). ``weights`` of length 0 means unit weights. Returns the signs.
+    head) and adds ``w <x, mu_h>`` to that head's total; a head whose total
+    over all rows is negative points away from its points and is flipped
+    (``math.md`` section 5, post-hoc labels). ``weights`` of length 0 means
+    unit weights.
     """
     n, d = X.shape
     K = U.shape[1]
-    totals = np.zeros(K)
     proj = np.empty(K)
     for i in range(n):
         best = 0
@@ -282,54 +295,91 @@ def head_signs(X, U, weights):
                 best = k
         w = 1.0 if weights.shape[0] == 0 else weights[i]
         totals[best] += w * proj[best]
-    signs = np.ones(K)
-    for k in range(K):
-        if totals[k] < 0:
-            signs[k] = -1.0
-    return signs
 
 
-@njit(cache=True)
-def exact_row_terms(AG, X, w, offset, c, lm1, reg, rho, C):
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def argmax_labels(X, C, gain, bias, out):
+    """``out[i] = argmax_h gain <x_i, c_h> + bias_h`` (ties to the first head).
+
+    ``C`` is d x K. The scores are summed in float64 whatever X's dtype.
+    """
+    n, d = X.shape
+    K = C.shape[1]
+    for i in range(n):
+        best = 0
+        top = -np.inf
+        for k in range(K):
+            s = 0.0
+            for j in range(d):
+                s += X[i, j] * C[j, k]
+            score = gain * s + bias[k]
+            if k == 0 or score > top:
+                top = score
+                best = k
+        out[i] = best
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
     """Per-row part of the exact risk and of its gradient, for one chunk.
 
-    ``AG = [X U, X M U]`` holds ``a_i`` and ``g_i = U^T M x_i`` for the rows
-    of the chunk (``w`` the weights of all rows, empty for unit weights,
-    ``offset`` the chunk's first row, ``lm1 = L - 1``). Returns the weighted
-    sum over the chunk of ``(1 - c s)^2 n - 2c(L-1)(1 - c s) h + rho r_i``
-    (``math.md`` section 3) and fills ``C`` (rows x 3K) so that ``X^T C``
-    holds, by blocks of K columns, ``sum_i x_i (alpha_i a_i + beta_i g_i +
-    rho grad r_i)^T``, ``sum_i x_i (beta_i a_i)^T`` and ``sum_i n_i x_i
-    a_i^T = n M4 U`` (see :func:`attention_cluster._full.exact_objective`).
-    The regulariser ``r_i`` of each row is :func:`token_regularizer`'s.
+    For the rows ``x_i = X_i * inv_scale`` of the chunk (``w`` their
+    weights, empty for unit weights), with ``a_i = U^T x_i``, ``g_i = U^T M
+    x_i`` (``MU = M U``), ``s_i = ||a_i||^2``, ``h_i = <a_i, g_i>``,
+    ``n_i = ||x_i||^2``, ``e_i = 1 - c s_i`` and ``lm1 = L - 1``: returns the
+    weighted sum of ``e_i^2 n_i - 2c(L-1) e_i h_i + rho r_i`` (``math.md``
+    section 3) and adds to ``P`` (3K x d), by blocks of K rows,
+    ``sum_i (alpha_i a_i + beta_i g_i + rho grad r_i) x_i^T``,
+    ``sum_i beta_i a_i x_i^T`` and ``sum_i n_i a_i x_i^T = n (M4 U)^T``, with
+    ``alpha_i = -4c e_i n_i + 4c^2 (L-1) h_i`` and ``beta_i = -2c(L-1) e_i``
+    (see :func:`attention_cluster._full.exact_objective`). The regulariser
+    ``r_i`` of each row is :func:`token_regularizer`'s. O(d K) per row, in
+    float64 whatever X's dtype.
     """
     m, d = X.shape
-    K = AG.shape[1] // 2
+    K = U.shape[1]
+    x = np.empty(d)
+    a = np.empty(K)
+    g = np.empty(K)
     coef = np.empty(K)
+    C = np.empty(3 * K)
     total = 0.0
     for i in range(m):
-        wi = 1.0 if w.size == 0 else w[offset + i]
+        wi = 1.0 if w.size == 0 else w[i]
         nrm = 0.0
         for j in range(d):
-            nrm += X[i, j] * X[i, j]
+            v = X[i, j] * inv_scale
+            x[j] = v
+            nrm += v * v
         s = 0.0
         h = 0.0
         for k in range(K):
-            s += AG[i, k] * AG[i, k]
-            h += AG[i, k] * AG[i, K + k]
+            ak = 0.0
+            gk = 0.0
+            for j in range(d):
+                ak += x[j] * U[j, k]
+                gk += x[j] * MU[j, k]
+            a[k] = ak
+            g[k] = gk
+            s += ak * ak
+            h += ak * gk
         e = 1.0 - c * s
         value = e * e * nrm - 2.0 * c * lm1 * e * h
         alpha = wi * (-4.0 * c * e * nrm + 4.0 * c * c * lm1 * h)
         beta = wi * (-2.0 * c * lm1 * e)
         for k in range(K):
-            C[i, k] = alpha * AG[i, k] + beta * AG[i, K + k]
-            C[i, K + k] = beta * AG[i, k]
-            C[i, 2 * K + k] = wi * nrm * AG[i, k]
+            C[k] = alpha * a[k] + beta * g[k]
+            C[K + k] = beta * a[k]
+            C[2 * K + k] = wi * nrm * a[k]
         if reg != REG_NONE:
-            value += rho * token_regularizer(AG[i, :K], reg, coef)
+            value += rho * token_regularizer(a, reg, coef)
             for k in range(K):
-                C[i, k] += wi * rho * coef[k]
+                C[k] += wi * rho * coef[k]
         total += wi * value
+        for r in range(3 * K):
+            cr = C[r]
+            for j in range(d):
+                P[r, j] += cr * x[j]
     return total
 
 
@@ -337,7 +387,7 @@ def exact_row_terms(AG, X, w, offset, c, lm1, reg, rho, C):
 _E_BLOCK = 256
 
 
-@njit(cache=True, fastmath=FASTMATH)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def mixture_e_step(X, U, log_weights, beta, inv_scale, weights, S, counts):
     """One E step of the equal-norm spherical mixture, accumulated over X.
 
@@ -347,9 +397,9 @@ def mixture_e_step(X, U, log_weights, beta, inv_scale, weights, S, counts):
     ``counts[k] = sum_i w_i r_ik``, and returns ``sum_i w_i logsumexp_k(log pi_k
     + beta <mu_k, x_i / s>)``, the part of the log-likelihood that depends on
     the heads. ``U`` is d x K, ``s = 1 / inv_scale``; ``weights`` of length 0
-    means unit weights. Sums are in float64 whatever X's dtype. Serial, like
-    every kernel here: no threading layer, so fits are safe in threads and
-    in forked processes. Rows go by blocks: scores, then responsibilities,
+    means unit weights. Sums are in float64 whatever X's dtype. One chunk
+    of rows: the pass layer (``_passes``) runs chunks on its threads and
+    adds their results. Rows go by blocks: scores, then responsibilities,
     then the weighted sums.
     """
     n, d = X.shape

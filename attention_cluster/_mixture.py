@@ -16,8 +16,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _kernels
-
 # Smallest noise variance, relative to the mean squared norm m2 / d: keeps the
 # inverse temperature beta = r / tau^2 finite when the clusters are points.
 _MIN_VARIANCE = 1e-12
@@ -71,24 +69,17 @@ def mixture_log_likelihood(partial, mean_sq, radius, variance, d):
 class _EM:
     """The E and M steps on one data set (``math.md`` section 7)."""
 
-    def __init__(self, X, sample_weight, inv_scale, mean_sq):
-        self.X = X
-        self.w = np.empty(0) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
-        self.total = float(X.shape[0]) if sample_weight is None else float(np.sum(self.w))
-        self.inv_scale = inv_scale
+    def __init__(self, data, mean_sq):
+        self.data = data
+        self.total = data.total_weight
         self.mean_sq = mean_sq
-        self.d = X.shape[1]
+        self.d = data.n_features
         self.floor = _MIN_VARIANCE * mean_sq / self.d
         self.passes = 0
 
     def expect(self, p):
         """E step at ``p``: (S, counts, mean log-likelihood of p)."""
-        K = p.U.shape[1]
-        S = np.empty((K, self.d))
-        counts = np.empty(K)
-        partial = _kernels.mixture_e_step(
-            self.X, p.U, p.log_pi, p.radius / p.variance, self.inv_scale, self.w, S, counts
-        )
+        S, counts, partial = self.data.e_step(p.U, p.log_pi, p.radius / p.variance)
         self.passes += 1
         ll = mixture_log_likelihood(partial / self.total, self.mean_sq, p.radius, p.variance, self.d)
         return S, counts, ll
@@ -108,19 +99,17 @@ class _EM:
         return _Params(U, radius, variance, log_pi)
 
 
-def refine_heads(X, sample_weight, heads, inv_scale, mean_sq, noise, *, tol=1e-8, max_iter=500, verbose=0):
+def refine_heads(data, heads, mean_sq, noise, *, tol=1e-8, max_iter=500, verbose=0):
     """EM for the equal-norm spherical mixture, started at ``heads``.
 
     Parameters
     ----------
-    X : ndarray of shape (n, d)
-        Data (float32 or float64), divided by ``s = 1 / inv_scale`` on the fly.
-    sample_weight : ndarray of shape (n,) or None
+    data : pass-layer data object (``_passes``)
+        The rows ``x / s`` (s the data object's scale) and their weights;
+        each E step is one pass.
     heads : ndarray of shape (d, K)
         Unit starting heads, signed so that their clusters project
         positively on them.
-    inv_scale : float
-        ``1 / s``: the model is fitted to ``x / s``.
     mean_sq : float
         ``m2``, the weighted mean of ``||x / s||^2``.
     noise : float
@@ -143,7 +132,7 @@ def refine_heads(X, sample_weight, heads, inv_scale, mean_sq, noise, *, tol=1e-8
         # All-zero data: no likelihood to maximise; the heads stay.
         return MixtureFit(np.array(heads, dtype=np.float64), np.full(K, 1.0 / K), 0.0, 0.0, 1.0,
                           np.empty(0), 0, True)
-    em = _EM(X, sample_weight, inv_scale, mean_sq)
+    em = _EM(data, mean_sq)
     p0 = _Params(
         np.array(heads, dtype=np.float64), 1.0, max(float(noise) ** 2, em.floor), np.full(K, -np.log(K))
     )

@@ -6,6 +6,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from ._passes import DenseRows
 from ._scale import estimate_spectrum
 from ._validation import atomic_fit, check_auto_or_positive, check_options, check_positive
 from .layers import in_context_attention, in_context_softmax_attention
@@ -159,7 +160,7 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
             if self.attention == "linear":
                 return in_context_attention(X, temperature=self.temperature, n_clusters=self.n_clusters)
             return in_context_softmax_attention(X, temperature=self.temperature)
-        spectrum = estimate_spectrum(X, self.n_clusters)
+        spectrum = estimate_spectrum(DenseRows(X, n_threads=1), self.n_clusters)
         L, d = X.shape
         temperature = float(in_context_unbiased_temperature(spectrum.noise, L, d, self.n_clusters))
         if self.attention == "linear":

@@ -12,8 +12,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-_CHUNK = 65536
-
 
 @dataclass(frozen=True)
 class Spectrum:
@@ -25,27 +23,7 @@ class Spectrum:
     eigenvalues: np.ndarray  #: eigenvalues of ``moment``, descending
 
 
-def second_moment(X, sample_weight=None, prescale=1.0):
-    """Weighted second-moment matrix ``sum_i w_i x_i x_i^T / sum_i w_i``.
-
-    ``X`` is divided by ``prescale`` and accumulated in float64 by chunks of
-    rows, so float32 input loses no precision and no full float64 copy of X
-    is made.
-    """
-    n, d = X.shape
-    M = np.zeros((d, d))
-    total = float(n) if sample_weight is None else float(np.sum(sample_weight, dtype=np.float64))
-    for start in range(0, n, _CHUNK):
-        block = np.asarray(X[start : start + _CHUNK], dtype=np.float64) / prescale
-        if sample_weight is None:
-            M += block.T @ block
-        else:
-            w = np.asarray(sample_weight[start : start + _CHUNK], dtype=np.float64)
-            M += block.T @ (block * w[:, None])
-    return M / total
-
-
-def _noise_from_norms(X, sample_weight, prescale, mean_sq, d):
+def _noise_from_norms(mean_sq, mean_fourth, d):
     """sigma^2 from the kurtosis of the norms, for unit centroids (K >= d).
 
     With ``x = s (mu + sigma g)``, ``||mu|| = 1``: ``E||x||^2 = s^2 (1 + d
@@ -56,16 +34,9 @@ def _noise_from_norms(X, sample_weight, prescale, mean_sq, d):
     ``r`` grows from 1 (sigma = 0) to ``1 + 2/d`` (sigma -> infinity); a
     value outside that range is clipped to its ends.
     """
-    total = 0.0
-    weight = 0.0
-    for start in range(0, X.shape[0], _CHUNK):
-        sq = np.sum((np.asarray(X[start : start + _CHUNK], dtype=np.float64) / prescale) ** 2, axis=1)
-        w = 1.0 if sample_weight is None else np.asarray(sample_weight[start : start + _CHUNK], dtype=np.float64)
-        total += float(np.sum(w * sq * sq))
-        weight += float(np.sum(w * np.ones_like(sq)))
     if mean_sq <= 0.0:
         return 0.0
-    r = total / weight / mean_sq**2 - 1.0  # r - 1
+    r = mean_fourth / mean_sq**2 - 1.0  # r - 1
     if r <= 0.0:
         return 0.0
     if r >= 2.0 / d:
@@ -79,34 +50,34 @@ def _noise_from_norms(X, sample_weight, prescale, mean_sq, d):
     return min(positive) if positive else 0.0
 
 
-def estimate_spectrum(X, n_clusters, sample_weight=None):
-    """Estimate the scale s and the noise sigma of X (see the module docstring).
+def estimate_spectrum(data, n_clusters):
+    """Estimate the scale s and the noise sigma of the data (see the module docstring).
 
-    X is first divided by its largest absolute entry, so the estimate neither
-    overflows nor underflows for finite data of any magnitude. When
+    ``data`` is a pass-layer object (``_passes``) seen at scale 1. Its rows
+    are first divided by their largest absolute entry, so the estimate
+    neither overflows nor underflows for finite data of any magnitude. When
     ``n_clusters >= n_features`` the spectrum cannot separate signal from
     noise, and sigma comes from the spread of the squared norms instead
-    (:func:`_noise_from_norms`). An all-zero X gets ``scale = 1``.
+    (:func:`_noise_from_norms`). All-zero data get ``scale = 1``.
 
     Returns
     -------
     Spectrum
     """
-    # max and -min rather than max(abs(X)): no temporary copy of X.
-    peak = max(float(np.max(X)), -float(np.min(X))) if X.size else 0.0
+    peak = data.peak()
+    d = data.n_features
     if peak == 0.0:
-        d = X.shape[1]
         return Spectrum(scale=1.0, noise=0.0, moment=np.zeros((d, d)), eigenvalues=np.zeros(d))
-    M = second_moment(X, sample_weight, prescale=peak)
+    prescaled = data.rescaled(peak)
+    M = prescaled.second_moment()
     eig = np.clip(np.linalg.eigvalsh(M)[::-1], 0.0, None)
-    d = eig.size
     k = min(n_clusters, d)
     trace = float(np.sum(eig))
     if k < d:
         noise_var = float(np.mean(eig[k:]))
     else:
         # trace = s^2 (1 + d sigma^2) gives s^2 sigma^2 once sigma is known.
-        sigma2 = _noise_from_norms(X, sample_weight, peak, trace, d)
+        sigma2 = _noise_from_norms(trace, prescaled.norm_moments()[1], d)
         noise_var = trace / d if np.isinf(sigma2) else trace * sigma2 / (1.0 + d * sigma2)
     signal = max(float(np.sum(eig[:k])) - k * noise_var, 1e-12 * trace)
     scale_unit = np.sqrt(signal)

@@ -111,7 +111,8 @@ def psgd_path(
 ):
     """PSGD with a constant step; the heads at each iteration of ``record``.
 
-    Calls the estimator's kernel :func:`attention_cluster._kernels.psgd_chunk`
+    Calls the estimator's kernels :func:`attention_cluster._kernels.draw_rows` and
+    :func:`~attention_cluster._kernels.psgd_chunk`
     between two recorded iterations, with the step held constant and no
     rescaling of X (the centroids are known to be unit vectors), so that the
     iterates are the plain PSGD iterates of the paper (``math.md`` section
@@ -140,10 +141,12 @@ def psgd_path(
     for i, stop in enumerate(record):
         if stop > done:
             m = stop - done
+            rows = np.empty((m * batch_size * sequence_length, X.shape[1]))
+            _kernels.draw_rows(X, cum_weights, 1.0, state, rows)
             _kernels.psgd_chunk(
-                X, cum_weights, U, 1.0, lam, sequence_length, batch_size,
+                rows, U, lam, sequence_length, batch_size,
                 np.full(m, float(step_size)), reg_kind, float(reg_strength),
-                gradient == "riemannian", state, np.empty(m), np.zeros_like(U),
+                gradient == "riemannian", np.empty(m), np.zeros_like(U),
             )
             done = stop
         out[i] = U.T

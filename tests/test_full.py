@@ -22,7 +22,7 @@ from attention_cluster._full import (
     solve_exact,
     spectral_init,
 )
-from attention_cluster._scale import second_moment
+from attention_cluster._passes import DenseRows
 from attention_cluster.datasets import make_mixture
 from attention_cluster.metrics import centroid_distance
 from attention_cluster.theory import unbiased_temperature
@@ -73,9 +73,13 @@ def sequence_losses(X, p, U, temperature, L, n_sequences, rng):
     return np.sum((S - T) ** 2, axis=(1, 2)) / L
 
 
+def second_moment(X, sample_weight=None):
+    return DenseRows(X, sample_weight).second_moment()
+
+
 def objective_args(X, sample_weight, U, temperature=0.7, L=10, regularization="pairwise", rho=0.3):
-    moment = second_moment(X, sample_weight)
-    return (X, sample_weight, moment, U, temperature, L, regularization, rho)
+    data = DenseRows(X, sample_weight)
+    return (data, data.second_moment(), U, temperature, L, regularization, rho)
 
 
 @pytest.fixture
@@ -128,9 +132,9 @@ def test_gradient_matches_finite_differences(problem, regularization):
     for idx in np.ndindex(*U.shape):
         E = np.zeros_like(U)
         E[idx] = eps
-        args[3] = U + E
+        args[2] = U + E
         up = exact_objective(*args)[0]
-        args[3] = U - E
+        args[2] = U - E
         down = exact_objective(*args)[0]
         numeric[idx] = (up - down) / (2 * eps)
     np.testing.assert_allclose(grad, numeric, rtol=1e-6, atol=1e-7 * np.abs(numeric).max())
@@ -168,14 +172,14 @@ def test_product_gradient_with_a_zero_projection(problem):
 def test_kernel_python_twin_matches_jit(problem):
     # Runs the kernel's Python body, so coverage reaches it.
     X, U, rng = problem
-    AG = np.hstack([X @ U, X @ rng.standard_normal(U.shape)])
+    MU = rng.standard_normal(U.shape)
     w = rng.random(len(X))
     for reg in (0, 1, 2):
-        C_jit, C_py = np.empty((len(X), 9)), np.empty((len(X), 9))
-        v_jit = _kernels.exact_row_terms(AG, X, w, 0, 0.2, 9.0, reg, 0.3, C_jit)
-        v_py = _kernels.exact_row_terms.py_func(AG, X, w, 0, 0.2, 9.0, reg, 0.3, C_py)
+        P_jit, P_py = np.zeros((9, X.shape[1])), np.zeros((9, X.shape[1]))
+        v_jit = _kernels.exact_row_terms(X, w, 0.5, U, MU, 0.2, 9.0, reg, 0.3, P_jit)
+        v_py = _kernels.exact_row_terms.py_func(X, w, 0.5, U, MU, 0.2, 9.0, reg, 0.3, P_py)
         assert v_jit == pytest.approx(v_py, rel=1e-12)
-        np.testing.assert_allclose(C_jit, C_py, rtol=1e-12)
+        np.testing.assert_allclose(P_jit, P_py, rtol=1e-11)
 
 
 @settings(max_examples=25, deadline=None)
@@ -195,8 +199,8 @@ def test_integer_weights_equal_repeated_rows_in_the_solve():
     X, _, _ = make_mixture(500, 6, 2, noise=0.3, random_state=0)
     counts = np.random.default_rng(0).integers(1, 4, size=len(X))
     kwargs = dict(reg_strength=0.1, random_state=0)
-    weighted = solve_exact(X, counts, 2, 0.8, 50, **kwargs)
-    repeated = solve_exact(np.repeat(X, counts, axis=0), None, 2, 0.8, 50, **kwargs)
+    weighted = solve_exact(DenseRows(X, counts), 2, 0.8, 50, **kwargs)
+    repeated = solve_exact(DenseRows(np.repeat(X, counts, axis=0)), 2, 0.8, 50, **kwargs)
     np.testing.assert_allclose(weighted.heads, repeated.heads, atol=1e-8)
 
 
@@ -241,7 +245,7 @@ def test_riemannian_steps_keep_unit_heads():
     args = list(objective_args(X, None, None, temperature=0.7, L=50, rho=0.1))
 
     def fun(U):
-        args[3] = U
+        args[2] = U
         return exact_objective(*args)
 
     visited = []
@@ -259,13 +263,13 @@ def test_polish_with_the_exact_hessian_is_newton():
     moment = second_moment(X)
 
     def full(U):
-        return exact_objective(X, None, moment, U, 0.8, 50, "pairwise", 0.1)
+        return exact_objective(DenseRows(X), moment, U, 0.8, 50, "pairwise", 0.1)
 
     cheap_rows = X[::50]
     cheap_moment = second_moment(cheap_rows)
 
     def cheap(U):
-        return exact_objective(cheap_rows, None, cheap_moment, U, 0.8, 50, "pairwise", 0.1)
+        return exact_objective(DenseRows(cheap_rows), cheap_moment, U, 0.8, 50, "pairwise", 0.1)
 
     start = minimize_on_spheres(full, np.eye(6)[:, :2] + 0.3, tol=1e-3, max_iter=200)
     reference = minimize_on_spheres(full, start.heads, tol=1e-11, max_iter=200)
@@ -282,7 +286,7 @@ def test_minimize_reports_non_convergence():
     args = objective_args(X, None, np.eye(5)[:, :2])
 
     def fun(U):
-        return exact_objective(*args[:3], U, *args[4:])
+        return exact_objective(*args[:2], U, *args[3:])
 
     result = minimize_on_spheres(fun, np.ones((5, 2)) + np.eye(5)[:, :2], tol=0.0, max_iter=3)
     assert not result.converged and result.n_iter == 3 and result.objective_curve.size == 4
@@ -312,7 +316,7 @@ def test_spectral_init_finds_dirac_centroids(regularization):
     # sigma = 0: the top-K eigenspace is the centroids' span and the rotation
     # that minimises the regulariser puts a head on each centroid.
     X, _, C = make_mixture(3000, 8, 3, noise=0.0, random_state=0)
-    heads = spectral_init(X, None, second_moment(X), 3, regularization, random_state=0)
+    heads = spectral_init(DenseRows(X), second_moment(X), 3, regularization, random_state=0)
     np.testing.assert_allclose(heads.T @ heads, np.eye(3), atol=1e-12)
     if regularization != "product":  # the product is blind to rotations at sigma = 0, K = 3
         assert centroid_distance(heads.T, C) < 1e-20
@@ -320,7 +324,7 @@ def test_spectral_init_finds_dirac_centroids(regularization):
 
 def test_spectral_init_is_close_at_moderate_noise():
     X, _, C = make_mixture(20000, 10, 4, noise=0.3, random_state=0)
-    heads = spectral_init(X, None, second_moment(X), 4, "pairwise", random_state=0)
+    heads = spectral_init(DenseRows(X), second_moment(X), 4, "pairwise", random_state=0)
     assert centroid_distance(heads.T, C) < 0.01
 
 
@@ -344,7 +348,7 @@ def _defaults(K, noise, L=100):
 def test_solve_reaches_the_statistical_floor(init, seed):
     X, C, floor = _scaled_mixture(20000, 10, 2, 0.3, seed)
     temperature, L, rho = _defaults(2, 0.3)
-    sol = solve_exact(X, None, 2, temperature, L, reg_strength=rho, init=init, random_state=seed)
+    sol = solve_exact(DenseRows(X), 2, temperature, L, reg_strength=rho, init=init, random_state=seed)
     assert sol.converged
     assert centroid_distance(sol.heads.T, C) < 2 * floor
 
@@ -355,7 +359,7 @@ def test_solve_with_a_subsample(n):
     # full data only sees Newton steps, a few passes.
     X, C, floor = _scaled_mixture(n, 5, 2, 0.3, 0)
     temperature, L, rho = _defaults(2, 0.3)
-    sol = solve_exact(X, None, 2, temperature, L, reg_strength=rho, random_state=0)
+    sol = solve_exact(DenseRows(X), 2, temperature, L, reg_strength=rho, random_state=0)
     assert sol.converged and sol.n_iter_warm > 0
     assert sol.n_iter <= (6 if n > 16 * _full._SUBSAMPLE else 20)
     assert centroid_distance(sol.heads.T, C) < 2 * floor
@@ -363,8 +367,8 @@ def test_solve_with_a_subsample(n):
 
 def test_solve_is_deterministic():
     X, _, _ = _scaled_mixture(70000, 5, 2, 0.5, 0)
-    first = solve_exact(X, None, 2, 0.6, 100, reg_strength=0.05, init="random", random_state=3)
-    second = solve_exact(X, None, 2, 0.6, 100, reg_strength=0.05, init="random", random_state=3)
+    first = solve_exact(DenseRows(X), 2, 0.6, 100, reg_strength=0.05, init="random", random_state=3)
+    second = solve_exact(DenseRows(X), 2, 0.6, 100, reg_strength=0.05, init="random", random_state=3)
     np.testing.assert_array_equal(first.heads, second.heads)
     np.testing.assert_array_equal(first.objective_curve, second.objective_curve)
 
@@ -373,15 +377,15 @@ def test_float32_matches_float64():
     X, _, _ = _scaled_mixture(5000, 6, 2, 0.3, 0)
     X32 = X.astype(np.float32)
     kwargs = dict(reg_strength=0.1, random_state=0)
-    sol32 = solve_exact(X32, None, 2, 0.8, 100, **kwargs)
-    sol64 = solve_exact(X32.astype(np.float64), None, 2, 0.8, 100, **kwargs)
+    sol32 = solve_exact(DenseRows(X32), 2, 0.8, 100, **kwargs)
+    sol64 = solve_exact(DenseRows(X32.astype(np.float64)), 2, 0.8, 100, **kwargs)
     np.testing.assert_allclose(sol32.heads, sol64.heads, atol=1e-9)
 
 
 @pytest.mark.parametrize("init", ["spectral", "random"])
 def test_more_heads_than_features(init):
     X, _, _ = _scaled_mixture(2000, 3, 3, 0.3, 0)
-    sol = solve_exact(X, None, 5, 0.5, 20, reg_strength=0.1, init=init, random_state=0)
+    sol = solve_exact(DenseRows(X), 5, 0.5, 20, reg_strength=0.1, init=init, random_state=0)
     assert sol.heads.shape == (3, 5)
     np.testing.assert_allclose(np.linalg.norm(sol.heads, axis=0), 1.0, atol=1e-12)
     assert np.all(np.isfinite(sol.objective_curve))
@@ -390,16 +394,16 @@ def test_more_heads_than_features(init):
 def test_zero_rows_and_zero_data():
     X, C, _ = _scaled_mixture(4000, 6, 2, 0.2, 0)
     with_zeros = np.vstack([X, np.zeros((1000, 6))])
-    sol = solve_exact(with_zeros, None, 2, 0.8, 100, reg_strength=0.1, random_state=0)
+    sol = solve_exact(DenseRows(with_zeros), 2, 0.8, 100, reg_strength=0.1, random_state=0)
     assert sol.converged and centroid_distance(sol.heads.T, C) < 1e-2
-    zero = solve_exact(np.zeros((50, 4)), None, 2, 0.8, 100, reg_strength=0.1, random_state=0)
+    zero = solve_exact(DenseRows(np.zeros((50, 4))), 2, 0.8, 100, reg_strength=0.1, random_state=0)
     assert zero.converged and zero.n_iter == 0
     np.testing.assert_allclose(np.linalg.norm(zero.heads, axis=0), 1.0)
 
 
 def test_single_distinct_point():
     point = np.array([3.0, 4.0, 0.0, 0.0]) / 5.0
-    sol = solve_exact(np.tile(point, (100, 1)), None, 2, 0.8, 100, reg_strength=0.1, random_state=0)
+    sol = solve_exact(DenseRows(np.tile(point, (100, 1))), 2, 0.8, 100, reg_strength=0.1, random_state=0)
     assert np.all(np.isfinite(sol.heads))
     assert np.max(np.abs(point @ sol.heads)) == pytest.approx(1.0, abs=1e-6)
 
@@ -407,7 +411,7 @@ def test_single_distinct_point():
 def test_init_shape_is_checked():
     X, _, _ = _scaled_mixture(500, 4, 2, 0.3, 0)
     with pytest.raises(ValueError, match=r"init must have shape \(4, 2\)"):
-        solve_exact(X, None, 2, 0.8, 10, init=np.ones((2, 4)))
+        solve_exact(DenseRows(X), 2, 0.8, 10, init=np.ones((2, 4)))
 
 
 # --- The default regularisation strength ----------------------------------------
@@ -420,7 +424,7 @@ def _tilt_curvature(X, heads, temperature, L, rho, direction, h=1e-3):
     def at(angle):
         U = heads.copy()
         U[:, 0] = np.cos(angle) * heads[:, 0] + np.sin(angle) * direction
-        return exact_objective(X, None, moment, U, temperature, L, "pairwise", rho)[0]
+        return exact_objective(DenseRows(X), moment, U, temperature, L, "pairwise", rho)[0]
 
     return (at(h) - 2 * at(0.0) + at(-h)) / h**2
 

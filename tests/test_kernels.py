@@ -127,8 +127,9 @@ def test_psgd_chunk_matches_reference(kind, riemannian, dtype, global_random_see
     losses = np.empty(3)
     heads_sum = np.zeros_like(U)
     reg_kind = kern.REG_NONE if kind is None else REG_KINDS[kind]
-    kern.psgd_chunk(X, cum, U, 0.5, 0.9, 6, 2, steps, reg_kind, 0.3, riemannian,
-                    np.array([seed], dtype=np.uint64), losses, heads_sum)
+    rows = np.empty((3 * 2 * 6, 4))
+    kern.draw_rows(X, cum, 0.5, np.array([seed], dtype=np.uint64), rows)
+    kern.psgd_chunk(rows, U, 0.9, 6, 2, steps, reg_kind, 0.3, riemannian, losses, heads_sum)
     U_ref, losses_ref = psgd_steps(X, cum, U0, 0.5, 0.9, 6, 2, steps, kind, 0.3, riemannian, seed)
     np.testing.assert_allclose(U, U_ref, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(losses, losses_ref, rtol=1e-6)
@@ -141,9 +142,11 @@ def test_heads_stay_unit_norm_after_every_step(seed, step, riemannian):
     U = _unit_columns(rng, 5, 2)
     cum = np.arange(1.0, 41.0)
     state = np.array([seed + 1], dtype=np.uint64)
+    rows = np.empty((2 * 5, 5))
     for _ in range(10):
-        kern.psgd_chunk(X, cum, U, 1.0, 0.8, 5, 2, np.array([step]), kern.REG_PAIRWISE, 0.1,
-                        riemannian, state, np.empty(1), np.zeros_like(U))
+        kern.draw_rows(X, cum, 1.0, state, rows)
+        kern.psgd_chunk(rows, U, 0.8, 5, 2, np.array([step]), kern.REG_PAIRWISE, 0.1,
+                        riemannian, np.empty(1), np.zeros_like(U))
         np.testing.assert_allclose(np.linalg.norm(U, axis=0), 1.0, rtol=1e-12)
 
 
@@ -154,5 +157,7 @@ def test_head_signs_match_reference(weighted, dtype, global_random_seed):
     X = (rng.standard_normal((300, 5)) + np.r_[2.0, 0, 0, 0, 0]).astype(dtype)
     heads = rng.standard_normal((3, 5))
     weights = rng.uniform(0, 2, 300) if weighted else None
-    signs = kern.head_signs(X, np.ascontiguousarray(heads.T), np.empty(0) if weights is None else weights)
+    totals = np.zeros(3)
+    kern.head_totals(X, np.ascontiguousarray(heads.T), np.empty(0) if weights is None else weights, totals)
+    signs = np.where(totals < 0, -1.0, 1.0)
     np.testing.assert_array_equal(signs, head_signs(X.astype(np.float64), heads, weights))

@@ -11,6 +11,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from attention_cluster import AttentionClustering
 from attention_cluster import _kernels as kern
+from attention_cluster._passes import DenseRows
 from attention_cluster._mixture import _EM, _Params, mixture_log_likelihood, refine_heads
 from attention_cluster.datasets import make_mixture
 from attention_cluster.metrics import centroid_distance
@@ -91,7 +92,7 @@ def test_m_step_matches_reference(global_random_seed):
     U = C.T + 0.3 * rng.standard_normal(C.T.shape)
     U /= np.linalg.norm(U, axis=0)
     pi, radius, tau = np.array([0.5, 0.3, 0.2]), 1.1, 0.5
-    em = _EM(X, w, 1.0, float(np.average(np.sum(X**2, axis=1), weights=w)))
+    em = _EM(DenseRows(X, w), float(np.average(np.sum(X**2, axis=1), weights=w)))
     p = _Params(U, radius, tau**2, np.log(pi))
     S, counts, _ = em.expect(p)
     new = em.maximize(S, counts, p)
@@ -104,7 +105,7 @@ def test_m_step_matches_reference(global_random_seed):
 
 def _refined(X, C, weights=None, noise=0.6, **kwargs):
     mean_sq = float(np.average(np.sum(X**2, axis=1), weights=weights))
-    return refine_heads(X, weights, np.ascontiguousarray(C.T), 1.0, mean_sq, noise, **kwargs)
+    return refine_heads(DenseRows(X, weights), np.ascontiguousarray(C.T), mean_sq, noise, **kwargs)
 
 
 def test_fixed_point_is_the_likelihood_maximum(global_random_seed):
@@ -170,7 +171,7 @@ def test_equivariances(seed, scale):
     permuted = _refined(X, C[perm], **exact)
     np.testing.assert_allclose(permuted.heads, fit.heads[:, perm], atol=1e-9)
     mean_sq = float(np.mean(np.sum(X**2, axis=1)))
-    scaled = refine_heads(scale * X, None, np.ascontiguousarray(C.T), 1.0 / scale, mean_sq, 0.5, **exact)
+    scaled = refine_heads(DenseRows(scale * X, scale=scale), np.ascontiguousarray(C.T), mean_sq, 0.5, **exact)
     np.testing.assert_allclose(scaled.heads, fit.heads, atol=1e-9)
 
 

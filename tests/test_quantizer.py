@@ -11,6 +11,7 @@ from sklearn.cluster import KMeans
 from sklearn.pipeline import make_pipeline
 
 from attention_cluster import InContextQuantizer
+from attention_cluster._passes import DenseRows
 from attention_cluster._scale import estimate_spectrum
 from attention_cluster.datasets import make_prompts
 from attention_cluster.layers import in_context_attention
@@ -80,7 +81,7 @@ def test_auto_transform_is_the_layer_on_the_unit_scale_prompt(dtype, global_rand
     rng = np.random.default_rng([global_random_seed, 0])
     X = (40.0 * rng.standard_normal((60, 5))).astype(dtype)
     X64 = X.astype(np.float64)
-    spectrum = estimate_spectrum(X64, 3)
+    spectrum = estimate_spectrum(DenseRows(X64), 3)
     temperature = in_context_unbiased_temperature(spectrum.noise, 60, 5, 3)
     Xs = X64 / spectrum.scale
     expected = spectrum.scale * (temperature * 3 / 60) * np.einsum("lk,kd->ld", Xs @ Xs.T, Xs)

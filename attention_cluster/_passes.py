@@ -1,0 +1,321 @@
+"""The pass layer: the only code that reads the rows of the data.
+
+The solvers never index the data array. They ask a *data object* for passes:
+statistics that are a map over chunks of rows followed by a reduction of small
+results (a ``d x d`` matrix at most). The object is built once in ``fit``
+from the validated X, its sample weights and the overall scale ``s``; every
+pass sees the rows ``x_i / s`` and the weights ``w_i``, and returns float64
+results whatever X's dtype.
+
+Interface (what a backend implements)
+-------------------------------------
+Attributes ``n_samples``, ``n_features``, ``dtype``, ``scale``,
+``total_weight`` (``sum_i w_i``, ``n`` for unit weights) and
+``sample_weight`` (float64 array, or None for unit weights), and:
+
+- :meth:`~DenseRows.rescaled` (the same rows divided by another scale, sharing
+  the thread pool);
+- :meth:`~DenseRows.peak` (largest absolute entry, before scaling);
+- :meth:`~DenseRows.second_moment` (``sum_i w_i x_i x_i^T / sum_i w_i``) and
+  :meth:`~DenseRows.moment_action` (the same applied to K vectors, without
+  forming the d x d matrix);
+- :meth:`~DenseRows.norm_moments` (weighted means of ``||x||^2`` and
+  ``||x||^4``);
+- :meth:`~DenseRows.exact_terms` (the per-row part of the exact risk and of its
+  gradient, ``math.md`` section 3);
+- :meth:`~DenseRows.e_step` (the EM refinement's sufficient statistics and
+  log-likelihood, ``math.md`` section 7);
+- :meth:`~DenseRows.head_totals` (the post-hoc signs' sums) and
+  :meth:`~DenseRows.labels`;
+- :meth:`~DenseRows.subsample` (a data object on about ``size`` rows drawn
+  uniformly, held in memory), :meth:`~DenseRows.project` (``X V`` of such a
+  small data object) and :meth:`~DenseRows.draw` (rows drawn with
+  probability proportional to their weight, for PSGD's sequences).
+
+A sparse or a Dask backend implements the same methods (a new class with
+these names), and nothing else changes: this module is the one place where
+dense, sparse and Dask data differ. The chunks' results are added in the
+chunks' order, and the chunks do not depend on the number of threads, so a
+fit gives the same result on one thread or many, in a thread or after
+``fork``.
+
+Threads
+-------
+Chunks run on a :class:`concurrent.futures.ThreadPoolExecutor` whose kernels
+release the GIL (``nogil`` Numba functions in ``_kernels``, or NumPy's BLAS
+calls for the second moment); Numba's own threading layer is not used, so
+fits stay safe in threads and in forked processes. The pool is created at the
+first pass that has more than one chunk and shut down by :meth:`close` (the
+object is a context manager).
+"""
+
+import copy
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from . import _kernels
+
+__all__ = ["DenseRows", "usable_threads"]
+
+# Bytes of X per chunk: large enough that a pass has few chunks (each costs a
+# task on the pool), small enough that a float64 copy of a chunk stays small.
+_CHUNK_BYTES = 1 << 22
+
+
+def usable_threads(n_threads=None):
+    """Threads a pass may use: ``n_threads``, or the cores this process may run on."""
+    if n_threads is not None:
+        return int(n_threads)
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _chunk_rows(n_features):
+    """Rows per chunk: about ``_CHUNK_BYTES`` of float64, a multiple of 256."""
+    rows = _CHUNK_BYTES // (8 * max(n_features, 1))
+    return max(256, rows - rows % 256)
+
+
+class _Pool:
+    """A thread pool created on first use, shared by rescaled copies."""
+
+    def __init__(self, n_threads):
+        self.n_threads = n_threads
+        self.executor = None
+
+    def map(self, fn, tasks):
+        if self.n_threads <= 1 or len(tasks) <= 1:
+            return [fn(*t) for t in tasks]
+        if self.executor is None:
+            self.executor = ThreadPoolExecutor(max_workers=self.n_threads)
+        return list(self.executor.map(lambda t: fn(*t), tasks))
+
+    def close(self):
+        if self.executor is not None:
+            self.executor.shutdown()
+            self.executor = None
+
+
+class DenseRows:
+    """Dense rows in memory (a C-contiguous float32 or float64 array).
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_features)
+        Validated data, float32 or float64. Never copied, never modified.
+    sample_weight : ndarray of shape (n_samples,) or None, default=None
+        Validated non-negative weights (``_validation.check_sample_weight``);
+        None for unit weights.
+    scale : float, default=1.0
+        ``s``: every pass sees ``x / s``.
+    n_threads : int or None, default=None
+        Threads of the pool; None: the cores this process may use.
+    """
+
+    def __init__(self, X, sample_weight=None, scale=1.0, n_threads=None):
+        self._X = X
+        self.sample_weight = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        self.n_samples, self.n_features = X.shape
+        self.dtype = X.dtype
+        self.scale = float(scale)
+        self.total_weight = (
+            float(self.n_samples) if self.sample_weight is None else float(np.sum(self.sample_weight))
+        )
+        self._pool = _Pool(usable_threads(n_threads))
+        step = _chunk_rows(self.n_features)
+        self._bounds = [(lo, min(lo + step, self.n_samples)) for lo in range(0, self.n_samples, step)]
+        self._cum_weights = None
+
+    # -- life cycle ---------------------------------------------------------
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        """Shut down the thread pool (a later pass starts a new one)."""
+        self._pool.close()
+
+    @property
+    def n_threads(self):
+        return self._pool.n_threads
+
+    def rescaled(self, scale):
+        """The same rows seen divided by ``scale``, sharing this object's pool."""
+        other = copy.copy(self)
+        other.scale = float(scale)
+        return other
+
+    # -- helpers ------------------------------------------------------------
+
+    def _weights(self, lo, hi):
+        return np.empty(0) if self.sample_weight is None else self.sample_weight[lo:hi]
+
+    def _map(self, fn):
+        """``fn(rows, weights, lo, hi)`` on every chunk, results in chunk order."""
+        X = self._X
+        return self._pool.map(lambda lo, hi: fn(X[lo:hi], self._weights(lo, hi), lo, hi), self._bounds)
+
+    # -- passes -------------------------------------------------------------
+
+    def peak(self):
+        """Largest absolute entry of X (not divided by the scale); 0 if X is empty."""
+        if self._X.size == 0:
+            return 0.0
+        # max and -min rather than max(abs(X)): no temporary copy of a chunk.
+        parts = self._map(lambda B, w, lo, hi: max(float(np.max(B)), -float(np.min(B))))
+        return max(parts)
+
+    def second_moment(self):
+        """``M = sum_i w_i x_i x_i^T / sum_i w_i`` (d x d, float64).
+
+        Each chunk is converted to float64 before its product, so float32
+        input loses no precision, and no float64 copy of the whole X is made.
+        """
+        inv = 1.0 / self.scale
+
+        def chunk(B, w, lo, hi):
+            B = np.asarray(B, dtype=np.float64) * inv
+            return B.T @ (B if w.size == 0 else B * w[:, None])
+
+        return sum(self._map(chunk), np.zeros((self.n_features, self.n_features))) / self.total_weight
+
+    def moment_action(self, V):
+        """``M V = sum_i w_i x_i (x_i^T V) / sum_i w_i`` for V of shape (d, K)."""
+        V = np.asarray(V, dtype=np.float64)
+        inv = 1.0 / self.scale
+
+        def chunk(B, w, lo, hi):
+            B = np.asarray(B, dtype=np.float64) * inv
+            A = B @ V
+            return B.T @ (A if w.size == 0 else A * w[:, None])
+
+        return sum(self._map(chunk), np.zeros(V.shape)) / self.total_weight
+
+    def norm_moments(self):
+        """Weighted means of ``||x||^2`` and ``||x||^4`` (float64)."""
+        inv = 1.0 / self.scale
+
+        def chunk(B, w, lo, hi):
+            B = np.asarray(B, dtype=np.float64) * inv
+            sq = np.einsum("ij,ij->i", B, B)
+            ww = np.ones_like(sq) if w.size == 0 else w
+            return np.array([ww @ sq, ww @ (sq * sq)])
+
+        total = sum(self._map(chunk), np.zeros(2)) / self.total_weight
+        return float(total[0]), float(total[1])
+
+    def exact_terms(self, U, MU, c, lm1, reg, rho):
+        """Row sums of the exact risk: ``(value, P)``, see :func:`_kernels.exact_row_terms`.
+
+        ``value`` is the weighted sum of the per-row terms and ``P`` (3K x d)
+        the weighted sums of the gradient's outer products, both *not* yet
+        divided by ``total_weight``.
+        """
+        U = np.ascontiguousarray(U, dtype=np.float64)
+        MU = np.ascontiguousarray(MU, dtype=np.float64)
+        K = U.shape[1]
+        inv = 1.0 / self.scale
+
+        def chunk(B, w, lo, hi):
+            P = np.zeros((3 * K, self.n_features))
+            value = _kernels.exact_row_terms(B, w, inv, U, MU, c, lm1, reg, rho, P)
+            return value, P
+
+        parts = self._map(chunk)
+        return sum(v for v, _ in parts), sum((P for _, P in parts), np.zeros((3 * K, self.n_features)))
+
+    def e_step(self, U, log_weights, beta):
+        """E step of the mixture (``math.md`` section 7), see :func:`_kernels.mixture_e_step`.
+
+        Returns ``(S, counts, partial)``: ``S[k] = sum_i w_i r_ik x_i``
+        (K x d), ``counts[k] = sum_i w_i r_ik`` and ``partial = sum_i w_i
+        logsumexp_k(log pi_k + beta <mu_k, x_i>)``.
+        """
+        U = np.ascontiguousarray(U, dtype=np.float64)
+        log_weights = np.asarray(log_weights, dtype=np.float64)
+        K = U.shape[1]
+        inv = 1.0 / self.scale
+
+        def chunk(B, w, lo, hi):
+            S = np.empty((K, self.n_features))
+            counts = np.empty(K)
+            partial = _kernels.mixture_e_step(B, U, log_weights, beta, inv, w, S, counts)
+            return S, counts, partial
+
+        parts = self._map(chunk)
+        S = sum((p[0] for p in parts), np.zeros((K, self.n_features)))
+        counts = sum((p[1] for p in parts), np.zeros(K))
+        return S, counts, float(sum(p[2] for p in parts))
+
+    def head_totals(self, U):
+        """Per head, the weighted sum of ``<x, mu_h>`` over the rows it wins by ``|<x, mu_h>|``.
+
+        See :func:`_kernels.head_totals`; the scale does not change the signs,
+        so the sums are of X's rows as they are.
+        """
+        U = np.ascontiguousarray(U, dtype=np.float64)
+        K = U.shape[1]
+
+        def chunk(B, w, lo, hi):
+            totals = np.zeros(K)
+            _kernels.head_totals(B, U, w, totals)
+            return totals
+
+        return sum(self._map(chunk), np.zeros(K))
+
+    def labels(self, centers, gain, bias):
+        """``argmax_h gain <x, c_h> + bias_h`` for every row (X as it is, not scaled).
+
+        ``centers`` has shape (K, d); ties go to the first head.
+        """
+        C = np.ascontiguousarray(np.asarray(centers, dtype=np.float64).T)
+        bias = np.asarray(bias, dtype=np.float64)
+        out = np.empty(self.n_samples, dtype=np.intp)
+
+        def chunk(B, w, lo, hi):
+            _kernels.argmax_labels(B, C, float(gain), bias, out[lo:hi])
+
+        self._map(chunk)
+        return out
+
+    # -- rows for subsamples and sampled sequences --------------------------
+
+    def subsample(self, rng, size):
+        """About ``size`` distinct rows drawn uniformly, with their weights, or self.
+
+        Indices are drawn with replacement and duplicates dropped (O(size),
+        unlike a permutation of n). Returns ``self`` when ``n_samples <=
+        size``; otherwise a :class:`DenseRows` on the float64 copy of those
+        rows, with the same scale, run on one thread (it is small).
+        """
+        if self.n_samples <= size:
+            return self
+        idx = np.unique(rng.randint(0, self.n_samples, size=size))
+        weight = None if self.sample_weight is None else self.sample_weight[idx]
+        rows = np.asarray(self._X[idx], dtype=np.float64)
+        return DenseRows(rows, weight, self.scale, n_threads=1)
+
+    def project(self, V):
+        """``(X / s) V`` for V of shape (d, K): an (n, K) array, for small data objects."""
+        return (np.asarray(self._X, dtype=np.float64) / self.scale) @ V
+
+    def draw(self, state, out):
+        """Fill ``out`` (m x d, float64) with rows ``x / s`` drawn with replacement.
+
+        Row i is drawn with probability ``w_i / sum w`` from the one-element
+        uint64 generator state ``state`` (see :func:`_kernels.draw_rows`).
+        """
+        if self._cum_weights is None:
+            self._cum_weights = (
+                np.arange(1.0, self.n_samples + 1.0) if self.sample_weight is None
+                else np.cumsum(self.sample_weight)
+            )
+        _kernels.draw_rows(self._X, self._cum_weights, 1.0 / self.scale, state, out)
+        return out

@@ -1,0 +1,114 @@
+"""Tests of the pass layer (``attention_cluster._passes``).
+
+Every pass is compared with its NumPy twin on the whole array, with chunks
+small enough that the data span several of them, and a pass on several
+threads must equal the serial one bit for bit.
+"""
+
+import multiprocessing
+import threading
+
+import numpy as np
+import pytest
+
+from attention_cluster import _passes
+from attention_cluster._passes import DenseRows
+
+from reference import head_signs, mixture_e_step
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    # 256-row chunks at d = 4: a 1000-row array spans four of them.
+    monkeypatch.setattr(_passes, "_CHUNK_BYTES", 256 * 8 * 4)
+
+
+def _data(seed, n=1000, d=4, dtype=np.float64, weighted=True):
+    rng = np.random.default_rng(seed)
+    X = (rng.standard_normal((n, d)) + np.r_[2.0, np.zeros(d - 1)]).astype(dtype)
+    w = rng.uniform(0, 2, n) if weighted else None
+    return X, w, rng
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_passes_match_numpy(small_chunks, weighted, dtype, global_random_seed):
+    X, w, rng = _data(global_random_seed, dtype=dtype, weighted=weighted)
+    scale = 1.7
+    data = DenseRows(X, w, scale=scale, n_threads=2)
+    assert len(data._bounds) == 4
+    Z = X.astype(np.float64) / scale
+    ww = np.ones(len(X)) if w is None else w
+    M = (Z * ww[:, None]).T @ Z / ww.sum()
+    np.testing.assert_allclose(data.second_moment(), M, rtol=1e-12)
+    V = rng.standard_normal((4, 3))
+    np.testing.assert_allclose(data.moment_action(V), M @ V, rtol=1e-10, atol=1e-12)
+    sq = np.sum(Z**2, axis=1)
+    np.testing.assert_allclose(data.norm_moments(), [ww @ sq / ww.sum(), ww @ sq**2 / ww.sum()], rtol=1e-12)
+    assert data.peak() == pytest.approx(np.max(np.abs(X.astype(np.float64))))
+    U = rng.standard_normal((4, 3))
+    U /= np.linalg.norm(U, axis=0)
+    log_pi = np.log([0.2, 0.3, 0.5])
+    S, counts, partial = data.e_step(U, log_pi, 1.3)
+    S_ref, counts_ref, partial_ref = mixture_e_step(Z, U, log_pi, 1.3, w)
+    np.testing.assert_allclose(S, S_ref, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(counts, counts_ref, rtol=1e-9)
+    assert partial == pytest.approx(partial_ref, rel=1e-9)
+    totals = data.head_totals(U)
+    np.testing.assert_array_equal(np.where(totals < 0, -1.0, 1.0), head_signs(X.astype(np.float64), U.T, w))
+    bias = np.log([0.5, 0.2, 0.3])
+    labels = data.labels(U.T, 2.0, bias)
+    np.testing.assert_array_equal(labels, np.argmax(2.0 * (X.astype(np.float64) @ U) + bias, axis=1))
+
+
+def test_threads_give_the_serial_result(small_chunks, global_random_seed):
+    X, w, rng = _data(global_random_seed)
+    U = rng.standard_normal((4, 2))
+    serial = DenseRows(X, w, n_threads=1)
+    threaded = DenseRows(X, w, n_threads=3)
+    for one, many in [
+        (serial.second_moment(), threaded.second_moment()),
+        (serial.exact_terms(U, U, 0.1, 9.0, 1, 0.2)[1], threaded.exact_terms(U, U, 0.1, 9.0, 1, 0.2)[1]),
+        (serial.e_step(U, np.log([0.4, 0.6]), 2.0)[0], threaded.e_step(U, np.log([0.4, 0.6]), 2.0)[0]),
+    ]:
+        np.testing.assert_array_equal(one, many)
+    threaded.close()
+
+
+def test_subsample_and_draw(global_random_seed):
+    X, w, rng = _data(global_random_seed)
+    data = DenseRows(X, w, scale=2.0)
+    assert data.subsample(np.random.RandomState(0), 5000) is data
+    sub = data.subsample(np.random.RandomState(0), 100)
+    assert sub.n_samples <= 100 and sub.scale == 2.0 and sub.sample_weight.shape == (sub.n_samples,)
+    rows = data.draw(np.array([12345], dtype=np.uint64), np.empty((20, 4)))
+    # Each drawn row is a row of X / s.
+    assert all(np.any(np.all(np.isclose(X / 2.0, r), axis=1)) for r in rows)
+
+
+def _fit_labels(queue=None):
+    from attention_cluster import AttentionClustering
+    from attention_cluster.datasets import make_mixture
+
+    X, _, _ = make_mixture(3000, 5, 2, noise=0.5, random_state=0)
+    centers = AttentionClustering(random_state=0, n_threads=2).fit(X).cluster_centers_
+    if queue is not None:
+        queue.put(centers)
+    return centers
+
+
+def test_fits_in_threads_and_after_fork_match_the_serial_fit():
+    serial = _fit_labels()
+    results = []
+    thread = threading.Thread(target=lambda: results.append(_fit_labels()))
+    thread.start()
+    thread.join()
+    np.testing.assert_array_equal(results[0], serial)
+    if "fork" in multiprocessing.get_all_start_methods():
+        ctx = multiprocessing.get_context("fork")
+        queue = ctx.Queue()
+        child = ctx.Process(target=_fit_labels, args=(queue,))
+        child.start()
+        forked = queue.get(timeout=120)
+        child.join()
+        np.testing.assert_array_equal(forked, serial)

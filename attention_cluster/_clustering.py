@@ -4,6 +4,7 @@ import numbers
 import warnings
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClusterMixin, OneToOneFeatureMixin, TransformerMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
@@ -12,8 +13,8 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from threadpoolctl import threadpool_limits
 
 from . import _full, _kernels, _mixture
-from ._passes import DenseRows
-from ._scale import estimate_spectrum
+from ._passes import DenseRows, rows_of
+from ._scale import estimate_spectrum, principal_basis
 from ._validation import (
     atomic_fit,
     check_auto_or_positive,
@@ -21,6 +22,7 @@ from ._validation import (
     check_options,
     check_positive,
     check_sample_weight,
+    warn_caller,
 )
 from .theory import lambda_star, unbiased_temperature
 
@@ -40,6 +42,20 @@ _REFINE_TOL = 1e-8
 # accuracy there; at 1e6 PSGD, whose cost does not grow with n, is 2.5 to 4
 # times faster.
 _AUTO_FULL_MAX_N = 200_000
+# center="auto" centres the data when the squared norm of their mean exceeds
+# this many times the K-th eigenvalue of their second moment. On the paper's
+# mixtures the ratio stays below about 4 (weights up to 3:1; up to 8 for
+# 9:1 weights at low noise); where the common mean makes the fit collapse
+# it is above 12 (benchmarks/user_data.py, docs/user_data.md).
+_CENTER_RATIO = 10.0
+# From this many features on, the fit runs in the principal subspace of
+# dimension K + _SUBSPACE_EXTRA found by subspace iteration, never forming a
+# d x d matrix (switch point measured in benchmarks/user_data.py).
+_SUBSPACE_MIN_FEATURES = 500
+_SUBSPACE_EXTRA = 10
+# A cluster that receives less than this fraction of 1/K of the points
+# counts as lost: the fit warns.
+_LOST_FRACTION = 0.1
 
 
 def auto_temperature(noise, sequence_length, n_clusters, n_features, eigenvalues=None):
@@ -236,6 +252,17 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         tangent space before the step (``math.md`` section 3);
         ``"euclidean"`` steps along the plain gradient, then normalises
         (paper, Appendix G.3).
+    center : {"auto", True, False}, default="auto"
+        Subtract the (weighted) mean of the training data before fitting, and
+        from every row given to ``predict``, ``transform`` and ``score``
+        (``mean_``). The model clusters directions from the origin; when a
+        mean common to all rows dominates the second moment, every head sees
+        it and the fit collapses into one cluster. ``"auto"`` centres when
+        ``||mean||^2`` exceeds 10 times the K-th eigenvalue of the second
+        moment, which the paper's mixtures (mean not zero) stay below, so
+        they are fitted as they are (see the user guide, and
+        ``benchmarks/user_data.py`` for the measurement). Sparse X is
+        centred implicitly, never densified.
     random_state : int, RandomState instance or None, default=None
         Seeds the starts and the sampling of sequences.
     n_threads : int or None, default=None
@@ -321,6 +348,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         n_init=1,
         init="spectral",
         gradient="riemannian",
+        center="auto",
         random_state=None,
         n_threads=None,
         verbose=0,
@@ -339,6 +367,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         self.n_init = n_init
         self.init = init
         self.gradient = gradient
+        self.center = center
         self.random_state = random_state
         self.n_threads = n_threads
         self.verbose = verbose
@@ -346,6 +375,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        tags.input_tags.sparse = True
         return tags
 
     def _check_params(self, X):
@@ -363,6 +393,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         check_auto_or_positive(self.tol, "tol", strict=False)
         check_positive(self.n_init, "n_init", numbers.Integral, min_val=1, strict=False)
         check_options(self.gradient, "gradient", ["riemannian", "euclidean"])
+        check_options(self.center, "center", ["auto", True, False])
         if self.n_threads is not None:
             check_positive(self.n_threads, "n_threads", numbers.Integral, min_val=1, strict=False)
         check_positive(self.verbose, "verbose", numbers.Integral, strict=False)
@@ -400,7 +431,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         self : AttentionClustering
             Fitted estimator.
         """
-        X = validate_data(self, X, dtype=[np.float64, np.float32], order="C")
+        X = validate_data(self, X, accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32], order="C")
         init = self._check_params(X)
         K = self.n_clusters
         check_n_samples(X, K)
@@ -414,16 +445,32 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 UserWarning,
                 stacklevel=2,
             )
-        data = DenseRows(X, weights, n_threads=self.n_threads)
+        data = rows_of(X, weights, n_threads=self.n_threads)
         # The passes' products have few columns (K to 3K) or run on the
         # pool's threads already: BLAS threads would only oversubscribe.
         with data, threadpool_limits(limits=1, user_api="blas"):
             return self._fit(data, init)
 
     def _fit(self, data, init):
-        n, d = data.n_samples, data.n_features
         K = self.n_clusters
+        given = data
+        mean = full_mean = data.mean()
+        basis = None
+        if data.n_features >= _SUBSPACE_MIN_FEATURES and data.n_features > K + _SUBSPACE_EXTRA:
+            # High dimension: the fit runs on the rows' coordinates in the
+            # principal subspace; heads found there are heads in R^d.
+            basis = principal_basis(data, K + _SUBSPACE_EXTRA)
+            data = DenseRows(data.project(basis), data.sample_weight, n_threads=data.n_threads)
+            mean = basis.T @ mean
+            if init is not None:
+                init = basis.T @ init
+                init /= np.maximum(np.linalg.norm(init, axis=0), np.finfo(np.float64).tiny)
         spectrum = estimate_spectrum(data, K)
+        centre, share = self._resolve_center(mean, spectrum)
+        if centre:
+            data = data.centred(mean)
+            spectrum = estimate_spectrum(data, K)
+        n, d = data.n_samples, data.n_features
         L = self.sequence_length
         if isinstance(self.temperature, str):
             temperature = auto_temperature(spectrum.noise, L, K, d, spectrum.eigenvalues)
@@ -508,12 +555,23 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         else:
             self._label_bias = np.zeros(K)
             self._label_gain = 1.0
-        self.cluster_centers_ = centers.astype(data.dtype, copy=False)
+        # T(x) = lambda K (M / s^2) U U^T x with the training data as context
+        # (math.md section 2, L -> n), kept as its two factors: x -> (x U) W^T
+        # with W = lambda K (M / s^2) U (d x K each, never d x d).
+        MU = spectrum.moment @ centers.T
+        if basis is not None:
+            centers = centers @ basis.T
+            MU = basis @ MU
+        self.cluster_centers_ = centers.astype(given.dtype, copy=False)
+        self._layer = (centers.T, temperature * K * MU)
+        self.center_ = centre
+        self.mean_ = full_mean if centre else np.zeros_like(full_mean)
         # The training labels are predict's, from the stored centres.
-        labels = data.labels(self.cluster_centers_, self._label_gain, self._label_bias)
+        labels = self._predict_rows(given)
+        counts = np.bincount(labels, weights=given.sample_weight, minlength=K)
         if refine != "em":
-            counts = np.bincount(labels, weights=data.sample_weight, minlength=K)
             self.weights_ = counts / np.sum(counts)
+        self._warn_lost_clusters(counts / np.sum(counts), spectrum, centre, share)
         self.refine_ = refine
         self.temperature_ = temperature
         self.reg_strength_ = reg_strength
@@ -522,16 +580,58 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         self.solver_ = solver
         self.n_iter_ = int(losses.shape[0] if solver == "psgd" else losses.shape[0] - 1)
         self.loss_curve_ = losses
-        # T(x) = lambda K (M / s^2) U U^T x with the training data as context
-        # (math.md section 2, L -> n): stored as the row operator U U^T M^T.
-        U = centers.T
-        self._operator = temperature * K * (U @ (U.T @ spectrum.moment.T))
         self.labels_ = labels
         return self
 
     def _regularization_name(self):
         """The regulariser as the solvers name it (``None`` is ``"none"``)."""
         return self.regularization or "none"
+
+    def _resolve_center(self, mean, spectrum):
+        """Whether to centre, and the share ``||m||^2 / tr(M)`` of the common mean.
+
+        ``center="auto"`` centres when ``||m||^2 > 10 lambda_K(M)`` (unit
+        scale; see ``_CENTER_RATIO``).
+        """
+        m = mean / spectrum.scale
+        mean_sq = float(m @ m)
+        trace = float(np.sum(spectrum.eigenvalues))
+        share = mean_sq / trace if trace > 0 else 0.0
+        if self.center != "auto":
+            return bool(self.center), share
+        k = min(self.n_clusters, spectrum.eigenvalues.size)
+        return mean_sq > _CENTER_RATIO * spectrum.eigenvalues[k - 1], share
+
+    def _warn_lost_clusters(self, fractions, spectrum, centred, share):
+        """Warn when the fit leaves clusters (nearly) empty: never one cluster in silence."""
+        K = self.n_clusters
+        if K == 1:
+            return
+        if not np.any(spectrum.eigenvalues > 0):
+            warn_caller(
+                "All rows of X are equal"
+                + (" once centred" if centred else " (zero)")
+                + f": there is nothing to cluster, and every point is in one of the "
+                f"n_clusters={K} clusters.",
+                UserWarning,
+            )
+            return
+        lost = int(np.sum(fractions < _LOST_FRACTION / K))
+        if lost == 0:
+            return
+        found = f"{lost} of the n_clusters={K} clusters received fewer than {_LOST_FRACTION / K:.1%} of the points"
+        if not centred and share > 0.05:
+            advice = (
+                f"the data's common mean carries {share:.0%} of their second moment and every "
+                "head sees it: pass center=True, or put a StandardScaler before the estimator"
+            )
+        else:
+            advice = (
+                "the clusters may not be distinct directions from the origin"
+                + (" of the centred data" if centred else "")
+                + ": try fewer clusters, a StandardScaler before the estimator, or KMeans"
+            )
+        warn_caller(f"{found}; {advice} (see the user guide, 'When to use it').", UserWarning)
 
     def _resolve_solver(self, n_samples):
         """``solver="auto"``: the faster solver for n rows (see _AUTO_FULL_MAX_N)."""
@@ -658,9 +758,16 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         labels : ndarray of shape (n_samples,)
         """
         check_is_fitted(self)
-        X = validate_data(self, X, dtype=[np.float64, np.float32], order="C", reset=False)
-        with DenseRows(X, n_threads=self.n_threads) as data:
-            return data.labels(self.cluster_centers_, self._label_gain, self._label_bias)
+        X = validate_data(self, X, accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32], order="C", reset=False)
+        with rows_of(X, n_threads=self.n_threads) as data:
+            return self._predict_rows(data)
+
+    def _predict_rows(self, data):
+        """Labels of a data object's rows (as given, not centred nor scaled)."""
+        # <x - m, c_h> = <x, c_h> - <m, c_h>: the centring goes in the bias.
+        centers = np.asarray(self.cluster_centers_, dtype=np.float64)
+        bias = self._label_bias - self._label_gain * (centers @ self.mean_)
+        return data.labels(centers, self._label_gain, bias)
 
     def fit_predict(self, X, y=None, sample_weight=None):
         """Fit, then return ``labels_``.
@@ -686,14 +793,18 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         ``T(x) = lambda K (M / s^2) U U^T x`` where ``M`` is the training
         data's second-moment matrix, ``s = scale_``, ``lambda =
         temperature_`` and U the heads: the layer of ``math.md`` section 2
-        with the n training rows as its context (``L = n``). Row-wise,
-        linear and deterministic: ``transform(c X) = c transform(X)``.
-        Near the centroids the output is the point's centroid direction,
-        scaled (approximate quantisation, paper section 4).
+        with the n training rows as its context (``L = n``), applied to
+        ``x - mean_`` (``mean_`` is zero unless the data were centred).
+        Row-wise and deterministic, of rank K; without centring linear,
+        ``transform(c X) = c transform(X)``. Near the centroids the output
+        is the point's centroid direction, scaled (approximate
+        quantisation, paper section 4). Computed as ``((x - mean_) U) W^T``
+        with ``W = lambda K (M / s^2) U``: O(d K) per row, and sparse X is
+        not densified (the output is dense).
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
             New data.
 
         Returns
@@ -702,15 +813,24 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             Same dtype as X.
         """
         check_is_fitted(self)
-        X = validate_data(self, X, dtype=[np.float64, np.float32], order="C", reset=False)
-        return X @ self._operator.astype(X.dtype, copy=False)
+        X = validate_data(self, X, accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32], order="C", reset=False)
+        heads, out = self._layer
+        return (self._project(X, heads) @ out.T).astype(X.dtype, copy=False)
+
+    def _project(self, X, V):
+        """``(X - mean_) V`` in float64, for dense or sparse X."""
+        return np.asarray(X @ V, dtype=np.float64) - self.mean_ @ V
 
     def score(self, X, y=None, sample_weight=None):
-        """Negative mean squared reconstruction error ``-mean ||x - T(x)||^2``.
+        """Negative mean squared reconstruction error ``-mean ||y - T(y)||^2``, ``y = x - mean_``.
+
+        Expanded as ``||y||^2 - 2 <y, T(y)> + ||T(y)||^2`` from the rows'
+        products with the 2K columns of the layer's factors, so that sparse
+        X is never densified.
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
             New data.
         y : Ignored
             Not used, present for API consistency.
@@ -723,7 +843,16 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             Higher is better.
         """
         check_is_fitted(self)
-        X = validate_data(self, X, dtype=[np.float64, np.float32], order="C", reset=False)
+        X = validate_data(self, X, accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32], order="C", reset=False)
         weights = check_sample_weight(sample_weight, X)
-        residual = np.sum((X - self.transform(X)).astype(np.float64) ** 2, axis=1)
+        heads, out = self._layer
+        K = heads.shape[1]
+        P = self._project(X, np.hstack([heads, out]))
+        A, B = P[:, :K], P[:, K:]
+        if sp.issparse(X):
+            sq = np.asarray(X.multiply(X).sum(axis=1), dtype=np.float64).ravel()
+        else:
+            sq = np.einsum("ij,ij->i", X, X, dtype=np.float64)
+        sq += -2.0 * np.asarray(X @ self.mean_, dtype=np.float64) + self.mean_ @ self.mean_
+        residual = sq - 2.0 * np.sum(A * B, axis=1) + np.sum((A @ (out.T @ out)) * A, axis=1)
         return -float(np.average(residual, weights=weights))

@@ -15,7 +15,9 @@ Attributes ``n_samples``, ``n_features``, ``dtype``, ``scale``,
 
 - :meth:`~DenseRows.rescaled` (the same rows divided by another scale, sharing
   the thread pool);
-- :meth:`~DenseRows.peak` (largest absolute entry, before scaling);
+- :meth:`~DenseRows.peak` (largest absolute entry, before scaling),
+  :meth:`~DenseRows.mean` and :meth:`~DenseRows.centred` (the rows minus a
+  vector: a centred copy for dense rows, implicit for sparse ones);
 - :meth:`~DenseRows.second_moment` (``sum_i w_i x_i x_i^T / sum_i w_i``) and
   :meth:`~DenseRows.moment_action` (the same applied to K vectors, without
   forming the d x d matrix);
@@ -54,10 +56,11 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import scipy.sparse as sp
 
 from . import _kernels
 
-__all__ = ["DenseRows", "usable_threads"]
+__all__ = ["DenseRows", "SparseRows", "rows_of", "usable_threads"]
 
 # Bytes of X per chunk: large enough that a pass has few chunks (each costs a
 # task on the pool), small enough that a float64 copy of a chunk stays small.
@@ -171,6 +174,23 @@ class DenseRows:
         # max and -min rather than max(abs(X)): no temporary copy of a chunk.
         parts = self._map(lambda B, w, lo, hi: max(float(np.max(B)), -float(np.min(B))))
         return max(parts)
+
+    def mean(self):
+        """Weighted mean of the rows ``x / s`` (float64)."""
+        inv = 1.0 / self.scale
+
+        def chunk(B, w, lo, hi):
+            B = np.asarray(B, dtype=np.float64)
+            return (B.sum(axis=0) if w.size == 0 else w @ B) * inv
+
+        return sum(self._map(chunk), np.zeros(self.n_features)) / self.total_weight
+
+    def centred(self, offset):
+        """The rows ``x - offset`` (``offset`` unscaled), as a centred copy of X."""
+        other = copy.copy(self)
+        other._X = self._X - np.asarray(offset).astype(self.dtype)
+        other._cum_weights = None
+        return other
 
     def second_moment(self):
         """``M = sum_i w_i x_i x_i^T / sum_i w_i`` (d x d, float64).
@@ -319,3 +339,186 @@ class DenseRows:
             )
         _kernels.draw_rows(self._X, self._cum_weights, 1.0 / self.scale, state, out)
         return out
+
+
+class SparseRows:
+    """Sparse rows (CSR), optionally centred, never densified.
+
+    The rows the passes see are ``(x_i - m) / s`` for an ``offset`` m (the
+    mean, when the estimator centres; zero otherwise): the centring is
+    applied inside the products, ``(X - 1 m^T) V = X V - 1 (m^T V)`` and
+    ``(X - 1 m^T)^T A = X^T A - m (1^T A)``, so every pass costs O(nnz K)
+    plus O((n + d) K) and no dense n x d array is formed (only
+    :meth:`second_moment`, for small d, forms a d x d matrix). The passes
+    are whole-matrix sparse products run on the calling thread; their
+    per-row arithmetic is the dense kernels' (``_kernels``), on the rows'
+    projections. Same interface as :class:`DenseRows`.
+
+    Parameters
+    ----------
+    X : scipy.sparse matrix of shape (n_samples, n_features)
+        Validated CSR or CSC data, float32 or float64 (converted to CSR
+        float64 once: a copy of the non-zeros, not of the zeros).
+    sample_weight : ndarray of shape (n_samples,) or None, default=None
+    scale : float, default=1.0
+    offset : ndarray of shape (n_features,) or None, default=None
+        m, subtracted from every row (None: no centring).
+    n_threads : int or None, default=None
+        Kept for the interface; the sparse products run on one thread.
+    """
+
+    def __init__(self, X, sample_weight=None, scale=1.0, offset=None, n_threads=None):
+        self.dtype = X.dtype
+        self._X = sp.csr_matrix(X, dtype=np.float64)
+        self.sample_weight = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        self.n_samples, self.n_features = X.shape
+        self.scale = float(scale)
+        self.offset = np.zeros(self.n_features) if offset is None else np.asarray(offset, dtype=np.float64)
+        self.total_weight = (
+            float(self.n_samples) if self.sample_weight is None else float(np.sum(self.sample_weight))
+        )
+        self.n_threads = 1
+        self._cum_weights = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        """Nothing to release: no thread pool."""
+
+    def rescaled(self, scale):
+        """The same rows seen divided by ``scale``."""
+        other = copy.copy(self)
+        other.scale = float(scale)
+        return other
+
+    # -- helpers ------------------------------------------------------------
+
+    def _w(self):
+        return np.ones(self.n_samples) if self.sample_weight is None else self.sample_weight
+
+    def _project(self, V):
+        """``(X - 1 m^T) V`` (unscaled), V of shape (d, k)."""
+        return self._X @ V - self.offset @ V
+
+    def _transpose_product(self, A):
+        """``(X - 1 m^T)^T A`` (unscaled), A of shape (n, k)."""
+        return self._X.T @ A - np.outer(self.offset, A.sum(axis=0))
+
+    def _squared_norms(self):
+        """``||x_i - m||^2`` (unscaled)."""
+        X = self._X
+        sq = np.asarray(X.multiply(X).sum(axis=1)).ravel()
+        return sq - 2.0 * (X @ self.offset) + self.offset @ self.offset
+
+    # -- passes -------------------------------------------------------------
+
+    def peak(self):
+        """Largest absolute entry of ``X - 1 m^T`` (not divided by the scale)."""
+        X = self._X
+        peak = float(np.max(np.abs(self.offset))) if self.n_features else 0.0
+        if X.nnz:
+            peak = max(peak, float(np.max(np.abs(X.data - self.offset[X.indices]))))
+        return peak
+
+    def mean(self):
+        """Weighted mean of the rows ``(x - m) / s``."""
+        return (self._X.T @ self._w() / self.total_weight - self.offset) / self.scale
+
+    def centred(self, offset):
+        """The same rows with ``offset`` (unscaled) subtracted, implicitly."""
+        other = copy.copy(self)
+        other.offset = self.offset + np.asarray(offset, dtype=np.float64)
+        return other
+
+    def second_moment(self):
+        """``M`` (d x d, float64): ``X^T W X / W - b m^T - m b^T + m m^T``, b the weighted mean."""
+        X, w, m = self._X, self._w(), self.offset
+        S = np.asarray((X.T @ X.multiply(w[:, None]).tocsr()).todense()) / self.total_weight
+        b = X.T @ w / self.total_weight
+        return (S - np.outer(b, m) - np.outer(m, b) + np.outer(m, m)) / self.scale**2
+
+    def moment_action(self, V):
+        """``M V`` for V of shape (d, K), in two sparse products."""
+        V = np.asarray(V, dtype=np.float64)
+        A = self._project(V) * self._w()[:, None]
+        return self._transpose_product(A) / (self.total_weight * self.scale**2)
+
+    def norm_moments(self):
+        """Weighted means of ``||x||^2`` and ``||x||^4``."""
+        sq = self._squared_norms() / self.scale**2
+        w = self._w()
+        return float(w @ sq / self.total_weight), float(w @ (sq * sq) / self.total_weight)
+
+    def exact_terms(self, U, MU, c, lm1, reg, rho):
+        """As :meth:`DenseRows.exact_terms`, with :func:`_kernels.projected_row_terms`."""
+        U = np.asarray(U, dtype=np.float64)
+        K = U.shape[1]
+        AG = self._project(np.hstack([U, np.asarray(MU, dtype=np.float64)])) / self.scale
+        A, G = np.ascontiguousarray(AG[:, :K]), np.ascontiguousarray(AG[:, K:])
+        nrm = self._squared_norms() / self.scale**2
+        w = np.empty(0) if self.sample_weight is None else self.sample_weight
+        C = np.empty((self.n_samples, 3 * K))
+        value = _kernels.projected_row_terms(A, G, nrm, w, c, lm1, reg, rho, C)
+        return value, self._transpose_product(C).T / self.scale
+
+    def e_step(self, U, log_weights, beta):
+        """As :meth:`DenseRows.e_step` (``math.md`` section 7)."""
+        scores = np.asarray(log_weights, dtype=np.float64) + beta * self.project(np.asarray(U, dtype=np.float64))
+        top = np.max(scores, axis=1)
+        # A row no head can take (every score -inf), or of zero weight, adds nothing.
+        live = np.isfinite(top) & (self._w() > 0)
+        shifted = np.exp(scores[live] - top[live, None])
+        z = shifted.sum(axis=1)
+        R = np.zeros(scores.shape)
+        R[live] = shifted / z[:, None] * self._w()[live, None]
+        partial = float(self._w()[live] @ (top[live] + np.log(z)))
+        S = self._transpose_product(R).T / self.scale
+        return S, R.sum(axis=0), partial
+
+    def head_totals(self, U):
+        """As :meth:`DenseRows.head_totals`."""
+        P = self._project(np.asarray(U, dtype=np.float64))
+        best = np.argmax(np.abs(P), axis=1)
+        wins = P[np.arange(self.n_samples), best] * self._w()
+        return np.bincount(best, weights=wins, minlength=P.shape[1])
+
+    def labels(self, centers, gain, bias):
+        """``argmax_h gain <x - m, c_h> + bias_h`` (not scaled; ties to the first head)."""
+        C = np.asarray(centers, dtype=np.float64).T
+        return np.argmax(gain * self._project(C) + np.asarray(bias, dtype=np.float64), axis=1)
+
+    def subsample(self, rng, size):
+        """As :meth:`DenseRows.subsample`: a :class:`SparseRows` on about ``size`` rows."""
+        if self.n_samples <= size:
+            return self
+        idx = np.unique(rng.randint(0, self.n_samples, size=size))
+        weight = None if self.sample_weight is None else self.sample_weight[idx]
+        return SparseRows(self._X[idx], weight, self.scale, self.offset)
+
+    def project(self, V):
+        """``((X - 1 m^T) / s) V``: an (n, K) array."""
+        return self._project(np.asarray(V, dtype=np.float64)) / self.scale
+
+    def draw(self, state, out):
+        """As :meth:`DenseRows.draw`, each drawn row densified into ``out``."""
+        if self._cum_weights is None:
+            self._cum_weights = (
+                np.arange(1.0, self.n_samples + 1.0) if self.sample_weight is None
+                else np.cumsum(self.sample_weight)
+            )
+        X = self._X
+        _kernels.draw_sparse_rows(
+            X.indptr, X.indices, X.data, self._cum_weights, 1.0 / self.scale, self.offset, state, out
+        )
+        return out
+
+
+def rows_of(X, sample_weight=None, n_threads=None):
+    """The data object for validated X: :class:`SparseRows` for a sparse matrix, else :class:`DenseRows`."""
+    if sp.issparse(X):
+        return SparseRows(X, sample_weight, n_threads=n_threads)
+    return DenseRows(X, sample_weight, n_threads=n_threads)

@@ -88,3 +88,26 @@ def estimate_spectrum(data, n_clusters):
         moment=M / signal,
         eigenvalues=eig / signal,
     )
+
+
+def principal_basis(data, n_components, n_iter=4, random_state=0):
+    """Orthonormal basis (d x r) of the top eigenvectors of the second moment.
+
+    Block subspace iteration (the randomised range finder of Halko,
+    Martinsson and Tropp, 2011, Alg. 4.4) on the operator ``V -> M V``
+    (:meth:`~attention_cluster._passes.DenseRows.moment_action`, two products
+    of the data with r vectors, never the d x d matrix), from a Gaussian
+    start, with ``n_iter`` iterations and a final Rayleigh-Ritz step. The
+    columns come in decreasing order of their Rayleigh quotients. The
+    start is seeded (``random_state``) so that the basis does not depend on
+    the estimator's random state.
+    """
+    rng = np.random.RandomState(random_state)
+    peak = data.peak()
+    unit = data.rescaled(peak if peak > 0 else 1.0)
+    Q = np.linalg.qr(rng.standard_normal((data.n_features, n_components)))[0]
+    for _ in range(n_iter):
+        Q = np.linalg.qr(unit.moment_action(Q))[0]
+    B = Q.T @ unit.moment_action(Q)
+    vectors = np.linalg.eigh(0.5 * (B + B.T))[1][:, ::-1]
+    return Q @ vectors

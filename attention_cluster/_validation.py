@@ -6,6 +6,9 @@ Built on scikit-learn's public helpers only (``check_scalar``,
 
 import functools
 import numbers
+import os
+import sys
+import warnings
 
 import numpy as np
 from sklearn.utils import check_scalar
@@ -96,3 +99,20 @@ def check_auto_or_positive(value, name, *, strict=True):
             raise ValueError(f'{name} must be "auto" or a number, got {value!r}.')
         return value
     return check_positive(value, name, strict=strict)
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def warn_caller(message, category=UserWarning):
+    """``warnings.warn`` pointing at the first caller outside this package.
+
+    A fit's warnings are raised a few calls deep (``fit_predict``, ``fit``,
+    its decorator, the solver); the user's line is the one to show.
+    """
+    frame = sys._getframe(1)
+    level = 2
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+        level += 1
+    warnings.warn(message, category, stacklevel=level)

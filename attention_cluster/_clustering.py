@@ -467,6 +467,15 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 init /= np.maximum(np.linalg.norm(init, axis=0), np.finfo(np.float64).tiny)
         spectrum = estimate_spectrum(data, K)
         centre, share = self._resolve_center(mean, spectrum)
+        if centre and self.center == "auto":
+            warn_caller(
+                f"The data's common mean carries {share:.0%} of their second moment, so "
+                "center='auto' centred them: the model clusters directions from the origin, "
+                "and now finds directions from the mean. If the features have different "
+                "units, put a StandardScaler before the estimator (see the user guide, "
+                "'When to use it'); pass center=True to centre without this warning.",
+                UserWarning,
+            )
         if centre:
             data = data.centred(mean)
             spectrum = estimate_spectrum(data, K)

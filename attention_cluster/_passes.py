@@ -323,8 +323,11 @@ class DenseRows:
         return DenseRows(rows, weight, self.scale, n_threads=1)
 
     def project(self, V):
-        """``(X / s) V`` for V of shape (d, K): an (n, K) array, for small data objects."""
-        return (np.asarray(self._X, dtype=np.float64) / self.scale) @ V
+        """``(X / s) V`` for V of shape (d, K): an (n, K) array, by chunks (no float64 copy of X)."""
+        V = np.asarray(V, dtype=np.float64)
+        inv = 1.0 / self.scale
+        parts = self._map(lambda B, w, lo, hi: (np.asarray(B, dtype=np.float64) @ V) * inv)
+        return np.concatenate(parts) if parts else np.empty((0, V.shape[1]))
 
     def draw(self, state, out):
         """Fill ``out`` (m x d, float64) with rows ``x / s`` drawn with replacement.

@@ -90,21 +90,24 @@ def estimate_spectrum(data, n_clusters):
     )
 
 
-def principal_basis(data, n_components, n_iter=4, random_state=0):
+def principal_basis(data, n_components, n_iter=4, n_rows=4096, random_state=0):
     """Orthonormal basis (d x r) of the top eigenvectors of the second moment.
 
     Block subspace iteration (the randomised range finder of Halko,
     Martinsson and Tropp, 2011, Alg. 4.4) on the operator ``V -> M V``
     (:meth:`~attention_cluster._passes.DenseRows.moment_action`, two products
     of the data with r vectors, never the d x d matrix), from a Gaussian
-    start, with ``n_iter`` iterations and a final Rayleigh-Ritz step. The
-    columns come in decreasing order of their Rayleigh quotients. The
-    start is seeded (``random_state``) so that the basis does not depend on
-    the estimator's random state.
+    start, with ``n_iter`` iterations and a final Rayleigh-Ritz step, on
+    about ``n_rows`` rows drawn uniformly (all rows when there are fewer):
+    the subspace, not the spectrum, is what the fit needs, and the rows'
+    coordinates in it are then computed for all rows. The columns come in
+    decreasing order of their Rayleigh quotients. Seeded (``random_state``)
+    so that the basis does not depend on the estimator's random state.
     """
     rng = np.random.RandomState(random_state)
-    peak = data.peak()
-    unit = data.rescaled(peak if peak > 0 else 1.0)
+    rows = data.subsample(rng, n_rows)
+    peak = rows.peak()
+    unit = rows.rescaled(peak if peak > 0 else 1.0)
     Q = np.linalg.qr(rng.standard_normal((data.n_features, n_components)))[0]
     for _ in range(n_iter):
         Q = np.linalg.qr(unit.moment_action(Q))[0]

@@ -32,6 +32,7 @@ figures: $(STAMP)
 	$(PY) -m examples.make_figures
 
 bench: $(STAMP)
+	$(PY) benchmarks/engine.py
 	$(PY) benchmarks/fit_time.py
 	$(PY) benchmarks/psgd_accuracy.py
 	$(PY) benchmarks/solvers.py

@@ -2,6 +2,7 @@
 
 import numbers
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
@@ -10,11 +11,14 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from threadpoolctl import threadpool_limits
-
-from . import _full, _kernels, _mixture
-from ._passes import DenseRows, rows_of
+from . import _kernels
+from ._exact import solve_exact
+from ._mixture import refine_heads
+from ._objective import exact_objective, regularizer_code
+from ._passes import DenseRows, one_blas_thread, rows_of
 from ._scale import estimate_spectrum, principal_basis
+from ._settings import auto_reg_strength, auto_temperature
+from ._spectral import SUBSAMPLE, spectral_heads
 from ._validation import (
     atomic_fit,
     check_auto_or_positive,
@@ -24,29 +28,18 @@ from ._validation import (
     check_sample_weight,
     warn_caller,
 )
-from .theory import lambda_star, unbiased_temperature
 
-# PSGD bookkeeping: the driver checks convergence every _CHUNK steps, and the
-# step size decays as 1 / (1 + t / _DECAY).
-_CHUNK = 100
+# PSGD bookkeeping: the driver checks convergence every _STEPS_PER_CHECK
+# steps, and the step size decays as 1 / (1 + t / _DECAY).
+_STEPS_PER_CHECK = 100
 _DECAY = 200.0
 _DEFAULT_TOL = {"psgd": 1e-4, "full": 1e-6}
 _DEFAULT_MAX_ITER = {"psgd": 5000, "full": 500}
-# The EM refinement stops when a plain EM step moves the heads by less than
-# this squared distance (math.md section 5): far below the statistical error
-# of the heads up to n ~ 1e7 at sigma ~ 1 (benchmarks/solvers.py).
-_REFINE_TOL = 1e-8
-# solver="auto" takes the exact solver (with its EM refinement) up to this many
-# rows. benchmarks/solvers.py (d=10, K=2) finds it faster than PSGD up to 1e4
-# rows and at most about 1.6x PSGD's time at 1e5, for 4 to 5 times PSGD's
-# accuracy there; at 1e6 PSGD, whose cost does not grow with n, is 2.5 to 4
-# times faster.
-_AUTO_FULL_MAX_N = 200_000
 # center="auto" centres the data when the squared norm of their mean exceeds
 # this many times the K-th eigenvalue of their second moment. On the paper's
-# mixtures the ratio stays below about 4 (weights up to 3:1; up to 8 for
-# 9:1 weights at low noise); where the common mean makes the fit collapse
-# it is above 12 (benchmarks/user_data.py, docs/user_data.md).
+# mixtures the ratio stays below 5 (weights up to 9:1, sigma >= 0.1); where
+# the common mean makes the fit collapse it is above 12 (benchmarks/user_data.py,
+# docs/user_data.md).
 _CENTER_RATIO = 10.0
 # From this many features on, the fit runs in the principal subspace of
 # dimension K + _SUBSPACE_EXTRA found by subspace iteration, never forming a
@@ -58,65 +51,27 @@ _SUBSPACE_EXTRA = 10
 _LOST_FRACTION = 0.1
 
 
-def auto_temperature(noise, sequence_length, n_clusters, n_features, eigenvalues=None):
-    """Default temperature for unit-scale data of estimated noise ``sigma``.
+@dataclass(frozen=True)
+class _Settings:
+    """The settings of one fit, resolved once from the parameters and the spectrum."""
 
-    The unbiased temperature of Prop. 4.1 (generalised to K clusters in
-    :func:`attention_cluster.theory.unbiased_temperature`), so that the
-    layer's output is centred on each point's centroid, capped twice:
-
-    - at ``0.95 lambda*(sigma, L, d)`` (Prop. 3.3,
-      :func:`attention_cluster.theory.lambda_star`), so that the centroids
-      stay the risk's minimisers with a margin for the error of sigma;
-    - at ``0.9 / (K (m_1 + tr(M) / L))``, with ``m_1`` the largest
-      eigenvalue of the unit-scale second moment M (``eigenvalues``, in
-      descending order). For large L a head on a direction of second moment
-      m lowers the risk by ``f(m) = a m^2 (2 - a m)``, ``a = lambda K``
-      (``math.md`` section 3), which grows with m only while ``a m < 4/3``;
-      the token's attention to itself adds about ``tr(M) / L`` to m. With
-      equal weights the cap is near the unbiased temperature; with unequal
-      weights the heaviest cluster has the largest m and, without the cap,
-      the risk pushes its head off its centroid. The factor 0.9 is the
-      margin found with :func:`attention_cluster.theory.population_pgd`
-      (weights up to 9:1, sigma up to 1).
-    """
-    unbiased = float(unbiased_temperature(noise, sequence_length, n_clusters))
-    caps = [0.95 * float(lambda_star(noise, sequence_length, n_clusters, n_features))]
-    if eigenvalues is not None and eigenvalues[0] > 0:
-        effective = eigenvalues[0] + float(np.sum(eigenvalues)) / sequence_length
-        caps.append(0.9 / (n_clusters * effective))
-    return min([unbiased, *[c for c in caps if np.isfinite(c) and c > 0]])
+    temperature: float
+    reg_strength: float
+    solver: str  #: "full" or "psgd"
+    refine: object  #: "em" or None
+    tol: float
+    max_iter: int
 
 
-def auto_reg_strength(noise, temperature, n_clusters, regularization="pairwise", weakest_signal=None):
-    """Default regularisation strength rho for unit-scale data.
+@dataclass
+class _Run:
+    """Outcome of one run of a solver."""
 
-    Too much rho pulls heads off the centroids' span (paper, Fig. 2a). Two
-    limits, each derived for large L (``math.md`` section 3), and rho is the
-    smaller of the two:
-
-    - locally, the centroids stop being a minimum at ``rho_max = lambda K /
-      (K - 1)`` (pairwise), where the regulariser's negative curvature out
-      of the span cancels the risk's; :func:`attention_cluster._full.
-      auto_reg_strength` takes a tenth of it (scaled for the product
-      regulariser);
-    - globally, a head on a direction of second moment m lowers the risk by
-      ``f(m) = a m^2 (2 - a m)`` with ``a = lambda K``: ``m_s`` on the span
-      (``1/K + sigma^2`` for equal weights; in general the K-th eigenvalue
-      of the unit-scale second moment, ``weakest_signal``, the lightest
-      cluster's direction), ``sigma^2`` off it, while the pairwise
-      regulariser costs ``(K - 1) sigma^2 / K`` more on the span. A tenth
-      of the ratio of the two, capped at 0.25, keeps the span the minimiser
-      when unequal weights make its weakest direction weak.
-    """
-    local = _full.auto_reg_strength(temperature, n_clusters, regularization or "none", noise)
-    a = temperature * n_clusters
-    s2 = noise**2
-    m_s = 1.0 / n_clusters + s2 if weakest_signal is None else weakest_signal
-    gain = a * m_s**2 * (2.0 - a * m_s) - a * s2**2 * (2.0 - a * s2)
-    penalty = (n_clusters - 1.0) * s2 / n_clusters
-    glob = 0.25 if penalty <= 0.0 else min(0.25, 0.1 * max(gain, 0.0) / penalty)
-    return float(min(local, glob))
+    heads: np.ndarray  #: (d, K) unit columns
+    loss_curve: np.ndarray
+    n_iter: int  #: PSGD steps, or iterations of the exact solver (all stages)
+    converged: bool
+    objective: object  #: float used to rank runs, None until computed
 
 
 def _tail_average(chunk_sums, fallback):
@@ -162,6 +117,19 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     assumes; labels are unchanged when X is multiplied by a positive
     constant.
 
+    Input and preprocessing: X may be dense or sparse (CSR/CSC, never
+    densified). A mean common to all rows is subtracted when it dominates
+    (``center``), with a warning; a fit that leaves clusters nearly empty
+    warns and names the fix. With d >= 500 features the fit runs in the
+    principal subspace of dimension K + 10, found by subspace iteration
+    without a d x d matrix. Rows that are measurements in different units
+    (scikit-learn's tabular data sets) suit the model after a
+    :class:`~sklearn.preprocessing.StandardScaler`; TF-IDF rows and
+    embeddings need none (see the user guide, "When to use it", and
+    :doc:`/user_data`). A row with no direction (all zeros, or equal to
+    ``mean_``) gets the label with the largest bias: the heaviest cluster
+    after the EM refinement, cluster 0 without it.
+
     Parameters
     ----------
     n_clusters : int, default=2
@@ -197,12 +165,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         then Newton steps on all rows), at O(n d K) per iteration after
         O(n d^2) moments: no sampling plateau, unlike PSGD. ``"psgd"``:
         projected stochastic gradient descent (paper, Appendix F.1), whose
-        cost does not depend on n. ``"auto"``: ``"full"`` up to 200000
-        rows, ``"psgd"`` beyond (see ``solver_``). In ``benchmarks/solvers.py``
-        the exact solver with its refinement is the faster up to 1e4 rows
-        and within about 1.6x of PSGD's time at 1e5, for 4 to 5 times its
-        accuracy; at 1e6 PSGD is 2.5 to 4 times faster. The exact solver is
-        the more accurate at every n.
+        cost does not depend on n. ``"auto"``: ``"full"`` at every n (see
+        ``solver_``), the more accurate of the two; its cost at large n is a
+        few passes over the data (see :doc:`/performance`).
     refine : {"auto", "em"} or None, default="auto"
         ``"em"``: after the attention solver, maximise the likelihood of the
         paper's mixture (K centroids of equal norm, isotropic noise, free
@@ -211,12 +176,14 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         the heads. The heads of the attention risk span the principal
         subspace of the second moment, about ``1 + K sigma^2`` times
         farther from the centroids than the class means at high noise; the
-        refined heads are the maximum-likelihood centroid directions, within
-        2x of the class means in ``benchmarks/solvers.py``. Each iteration
-        is one pass over the data. When it follows the exact solver, that
-        solver stops after its subsample stage. ``None``: the attention
-        heads as they are, the paper's estimator. ``"auto"``: ``"em"`` after
-        the exact solver, None after PSGD (whose cost does not grow with n).
+        refined heads are the maximum-likelihood centroid directions. Each
+        E step is one pass over the data; above ``4 x 65536`` rows EM first
+        runs on subsamples, and every stage stops when the heads are
+        estimated to be within a small fraction of their standard error of
+        the fixed point (``math.md`` section 7). When it follows the exact
+        solver, that solver stops after its subsample stage. ``None``: the
+        attention heads as they are, the paper's estimator. ``"auto"``:
+        ``"em"`` after the exact solver, None after PSGD.
     learning_rate : float, default=1.0
         Base step size, relative to the curvature scale
         ``lambda K tr(M)`` of the risk (M the unit-scale second moment).
@@ -225,10 +192,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         Number of sequences averaged in each stochastic gradient.
     max_iter : "auto" or int, default="auto"
         Maximum number of PSGD steps (``"auto"``: 5000), of iterations of
-        each stage of the exact solver (``"auto"``: 500), and of passes of
-        the EM refinement (``"auto"``: 500), which stops when a plain EM step
-        moves the heads by less than 1e-8 (squared distance of ``math.md``
-        section 5).
+        each stage of the exact solver (``"auto"``: 500), and of E steps of
+        each stage of the EM refinement (``"auto"``: 500).
     tol : "auto" or float, default="auto"
         PSGD (``"auto"``: 1e-4): every 100 steps the heads averaged over the
         second half of the run so far (Polyak-Ruppert averaging) are
@@ -253,16 +218,17 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         ``"euclidean"`` steps along the plain gradient, then normalises
         (paper, Appendix G.3).
     center : {"auto", True, False}, default="auto"
-        Subtract the (weighted) mean of the training data before fitting, and
-        from every row given to ``predict``, ``transform`` and ``score``
-        (``mean_``). The model clusters directions from the origin; when a
-        mean common to all rows dominates the second moment, every head sees
-        it and the fit collapses into one cluster. ``"auto"`` centres when
-        ``||mean||^2`` exceeds 10 times the K-th eigenvalue of the second
-        moment, which the paper's mixtures (mean not zero) stay below, so
-        they are fitted as they are (see the user guide, and
-        ``benchmarks/user_data.py`` for the measurement). Sparse X is
-        centred implicitly, never densified.
+        Subtract the (weighted) mean of the training data before fitting,
+        and ``mean_`` from every row given to :meth:`predict`,
+        :meth:`transform` and :meth:`score`. The model clusters directions
+        from the origin; when a mean common to all rows dominates the second
+        moment every head sees it and the fit collapses into one cluster.
+        ``"auto"`` centres, with a warning, when ``||mean||^2`` exceeds 10
+        times the K-th eigenvalue of the second moment (at unit scale),
+        which the paper's mixtures (whose mean is not zero) stay below: they
+        are fitted as they are. Sparse X is centred implicitly, never
+        densified. See :doc:`/user_data` for the measurement and the user
+        guide for the advice on preprocessing.
     random_state : int, RandomState instance or None, default=None
         Seeds the starts and the sampling of sequences.
     n_threads : int or None, default=None
@@ -284,8 +250,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     labels_ : ndarray of shape (n_samples,)
         :meth:`predict` on the training data.
     n_iter_ : int
-        PSGD steps, or iterations of the exact solver's last stage, of the
-        kept run.
+        PSGD steps, or iterations of the exact solver (all its stages), of
+        the kept run.
     loss_curve_ : ndarray
         PSGD: the mini-batch objective at each step. Exact solver: the
         objective of its last stage (on all rows, or on the subsample when
@@ -295,11 +261,27 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     refine_ : str or None
         The refinement used (``"auto"`` resolved).
     refine_n_iter_ : int
-        Passes over the data of the EM refinement (0 without it).
+        E steps of the EM refinement on all rows, each one pass over the
+        data (0 without it; E steps on subsamples are not counted).
     weights_ : ndarray of shape (n_clusters,)
         Mixture weights: the refinement's maximum-likelihood weights, or
         the (sample-weighted) fractions of points in each cluster without
         it.
+    concentration_ : float or None
+        After the EM refinement, ``beta / scale_`` with ``beta = r / tau^2``
+        the inverse temperature of the fitted mixture's posterior
+        (``math.md`` section 7): :meth:`predict` takes ``argmax_h
+        concentration_ <x, c_h> + log weights_[h]``. None without the
+        refinement, where :meth:`predict` takes ``argmax_h <x, c_h>``.
+    center_ : bool
+        Whether the data were centred (``center="auto"`` resolved).
+    mean_ : ndarray of shape (n_features,)
+        The (weighted) mean subtracted from every row; zeros when the data
+        were not centred.
+    moment_heads_ : ndarray of shape (n_clusters, n_features)
+        ``M c_h`` for each centre ``c_h`` (rows), M the second moment of the
+        training data divided by ``scale_^2``: the context of
+        :meth:`transform`.
     temperature_ : float
         The temperature lambda used.
     reg_strength_ : float
@@ -375,7 +357,6 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
-        tags.input_tags.sparse = True
         return tags
 
     def _check_params(self, X):
@@ -445,171 +426,109 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 UserWarning,
                 stacklevel=2,
             )
-        data = rows_of(X, weights, n_threads=self.n_threads)
-        # The passes' products have few columns (K to 3K) or run on the
-        # pool's threads already: BLAS threads would only oversubscribe.
-        with data, threadpool_limits(limits=1, user_api="blas"):
+        # The passes run on the pool's threads already: BLAS threads in each
+        # chunk's products would only oversubscribe the cores.
+        with rows_of(X, weights, n_threads=self.n_threads) as data, one_blas_thread():
             return self._fit(data, init)
 
     def _fit(self, data, init):
-        K = self.n_clusters
+        """validate -> centring and subspace -> settings from the spectrum -> runs -> refinement -> attributes."""
         given = data
-        mean = full_mean = data.mean()
+        data, basis, full_mean, spectrum, centre, share = self._prepare(data, init)
+        if basis is not None and init is not None:
+            init = basis.T @ init
+            init /= np.maximum(np.linalg.norm(init, axis=0), np.finfo(np.float64).tiny)
+        settings = self._settings(data, spectrum)
+        unit = data.rescaled(spectrum.scale)
+        rng = check_random_state(self.random_state)
+        best = None
+        for index in range(self.n_init):
+            sample = unit.subsample(rng, SUBSAMPLE)
+            run = self._run(unit, sample, spectrum, settings, self._start(sample, spectrum, init, rng), rng, index)
+            if best is None or run.objective < best.objective:
+                best = run
+        if not best.converged:
+            what = "steps" if settings.solver == "psgd" else "iterations"
+            warnings.warn(
+                f"The {settings.solver} solver did not reach tol={settings.tol} in "
+                f"max_iter={settings.max_iter} {what}; increase max_iter or tol.",
+                ConvergenceWarning,
+                stacklevel=4,  # warn <- _fit <- fit <- atomic_fit <- the caller's line
+            )
+        if settings.refine == "em":
+            self._refine(unit, spectrum, best.heads, settings, rng)
+        else:
+            # Each head turned towards the points it wins (math.md section 5).
+            signs = np.where(unit.head_totals(best.heads) < 0, -1.0, 1.0)
+            self.cluster_centers_ = (best.heads * signs).T
+            self.concentration_ = None
+            self.refine_n_iter_ = 0
+        centers = np.asarray(self.cluster_centers_, dtype=np.float64)
+        moment_heads = (spectrum.moment @ centers.T).T
+        if basis is not None:
+            # Heads in the principal subspace are heads in R^d.
+            centers, moment_heads = centers @ basis.T, moment_heads @ basis.T
+        self.cluster_centers_ = centers.astype(given.dtype, copy=False)
+        self.moment_heads_ = moment_heads
+        self.center_ = centre
+        self.mean_ = full_mean if centre else np.zeros_like(full_mean)
+        # The training labels are predict's, from the stored attributes.
+        self.labels_ = self._labels(given)
+        counts = np.bincount(self.labels_, weights=given.sample_weight, minlength=self.n_clusters)
+        if settings.refine is None:
+            self.weights_ = counts / np.sum(counts)
+        self._warn_lost_clusters(counts / np.sum(counts), spectrum, centre, share)
+        self.temperature_ = settings.temperature
+        self.reg_strength_ = settings.reg_strength
+        self.solver_ = settings.solver
+        self.refine_ = settings.refine
+        self.noise_scale_ = spectrum.noise
+        self.scale_ = spectrum.scale
+        self.n_iter_ = best.n_iter
+        self.loss_curve_ = best.loss_curve
+        return self
+
+    def _prepare(self, data, init):
+        """The rows the solvers see, their spectrum, and whether they were centred.
+
+        In high dimension (``_SUBSPACE_MIN_FEATURES``) the rows are replaced
+        by their coordinates in the principal subspace of dimension K + 10
+        (:func:`~attention_cluster._scale.principal_basis`), computed without
+        a d x d matrix. ``center="auto"`` centres when ``||m||^2 > 10
+        lambda_K`` at unit scale (``_CENTER_RATIO``): dense rows by a
+        centred copy, sparse rows implicitly. Returns ``(data, basis,
+        mean, spectrum, centred, share)`` with ``basis`` None in low
+        dimension, ``mean`` the data's mean in R^d and ``share`` the common
+        mean's share ``||m||^2 / tr(M)`` of the second moment.
+        """
+        K = self.n_clusters
+        full_mean = mean = data.mean()
         basis = None
         if data.n_features >= _SUBSPACE_MIN_FEATURES and data.n_features > K + _SUBSPACE_EXTRA:
-            # High dimension: the fit runs on the rows' coordinates in the
-            # principal subspace; heads found there are heads in R^d.
             basis = principal_basis(data, K + _SUBSPACE_EXTRA)
             data = DenseRows(data.project(basis), data.sample_weight, n_threads=data.n_threads)
             mean = basis.T @ mean
-            if init is not None:
-                init = basis.T @ init
-                init /= np.maximum(np.linalg.norm(init, axis=0), np.finfo(np.float64).tiny)
         spectrum = estimate_spectrum(data, K)
-        centre, share = self._resolve_center(mean, spectrum)
-        if centre and self.center == "auto":
-            warn_caller(
-                f"The data's common mean carries {share:.0%} of their second moment, so "
-                "center='auto' centred them: the model clusters directions from the origin, "
-                "and now finds directions from the mean. If the features have different "
-                "units, put a StandardScaler before the estimator (see the user guide, "
-                "'When to use it'); pass center=True to centre without this warning.",
-                UserWarning,
-            )
+        m = mean / spectrum.scale
+        trace = float(np.sum(spectrum.eigenvalues))
+        share = float(m @ m) / trace if trace > 0 else 0.0
+        if self.center == "auto":
+            centre = float(m @ m) > _CENTER_RATIO * spectrum.eigenvalues[min(K, data.n_features) - 1]
+            if centre:
+                warn_caller(
+                    f"The data's common mean carries {share:.0%} of their second moment, so "
+                    "center='auto' centred them: the model clusters directions from the origin, "
+                    "and now finds directions from the mean. If the features have different "
+                    "units, put a StandardScaler before the estimator (see the user guide, "
+                    "'When to use it'); pass center=True to centre without this warning.",
+                    UserWarning,
+                )
+        else:
+            centre = bool(self.center)
         if centre:
             data = data.centred(mean)
             spectrum = estimate_spectrum(data, K)
-        n, d = data.n_samples, data.n_features
-        L = self.sequence_length
-        if isinstance(self.temperature, str):
-            temperature = auto_temperature(spectrum.noise, L, K, d, spectrum.eigenvalues)
-        else:
-            temperature = float(self.temperature)
-        if isinstance(self.reg_strength, str):
-            reg_strength = auto_reg_strength(
-                spectrum.noise, temperature, K, self.regularization,
-                spectrum.eigenvalues[min(K, d) - 1],
-            )
-        else:
-            reg_strength = float(self.reg_strength)
-        if self.regularization is None:
-            reg_strength = 0.0
-
-        rng = check_random_state(self.random_state)
-        solver = self._resolve_solver(n)
-        refine = self._resolve_refine(solver)
-        # The exact solver's last stage is on all rows unless a refinement
-        # follows, which makes its own passes over all rows.
-        polish = refine is None
-        unit = data.rescaled(spectrum.scale)
-        best = None
-        for run in range(self.n_init):
-            if solver == "full":
-                result = self._full(unit, init, spectrum, temperature, reg_strength, rng, run, polish)
-            else:
-                U0 = init
-                if U0 is None:
-                    U0 = self._start(unit, spectrum, rng)
-                result = self._psgd(unit, U0.copy(), spectrum, temperature, reg_strength, rng, run)
-            if self.n_init > 1 and (solver == "psgd" or not polish):
-                # Rank the runs by the exact objective on all rows (the exact
-                # solver returns it when its last stage is on all rows).
-                objective = _full.exact_objective(
-                    unit, spectrum.moment, result[0], temperature, L,
-                    self._regularization_name(), reg_strength,
-                )[0]
-                if self.verbose:
-                    print(f"[AttentionClustering] init {run}: exact objective {objective:.6g}")
-                result = (*result[:3], objective)
-            if best is None or result[3] < best[3]:
-                best = result
-        heads, losses, converged, _ = best
-        if not converged:
-            what = "steps" if solver == "psgd" else "iterations"
-            warnings.warn(
-                f"The {solver} solver did not reach tol={self._tol(solver)} in "
-                f"max_iter={self._max_iter(solver)} {what}; increase max_iter or tol.",
-                ConvergenceWarning,
-                stacklevel=2,
-            )
-
-        centers = heads.T * np.where(data.head_totals(heads) < 0, -1.0, 1.0)[:, None]
-        self.refine_n_iter_ = 0
-        if refine == "em":
-            fit = _mixture.refine_heads(
-                unit, centers.T, float(np.trace(spectrum.moment)),
-                spectrum.noise, tol=_REFINE_TOL, max_iter=self._max_iter("full"),
-                verbose=self.verbose,
-            )
-            if not fit.converged:
-                warnings.warn(
-                    f"The EM refinement did not converge in max_iter={self._max_iter('full')} "
-                    "passes; increase max_iter.",
-                    ConvergenceWarning,
-                    stacklevel=2,
-                )
-            if self.verbose:
-                print(
-                    f"[AttentionClustering] EM refinement: {fit.n_iter} passes, "
-                    f"mean log-likelihood {fit.log_likelihood[-1]:.6g}"
-                )
-            self.refine_n_iter_ = fit.n_iter
-            centers = fit.heads.T
-            self.weights_ = fit.weights
-            # Labels: the fitted mixture's posterior mode, argmax_h log pi_h
-            # + beta <mu_h, x / s> (math.md section 7).
-            with np.errstate(divide="ignore"):
-                self._label_bias = np.log(fit.weights)
-            self._label_gain = fit.beta / spectrum.scale
-        else:
-            self._label_bias = np.zeros(K)
-            self._label_gain = 1.0
-        # T(x) = lambda K (M / s^2) U U^T x with the training data as context
-        # (math.md section 2, L -> n), kept as its two factors: x -> (x U) W^T
-        # with W = lambda K (M / s^2) U (d x K each, never d x d).
-        MU = spectrum.moment @ centers.T
-        if basis is not None:
-            centers = centers @ basis.T
-            MU = basis @ MU
-        self.cluster_centers_ = centers.astype(given.dtype, copy=False)
-        self._layer = (centers.T, temperature * K * MU)
-        self.center_ = centre
-        self.mean_ = full_mean if centre else np.zeros_like(full_mean)
-        # The training labels are predict's, from the stored centres.
-        labels = self._predict_rows(given)
-        counts = np.bincount(labels, weights=given.sample_weight, minlength=K)
-        if refine != "em":
-            self.weights_ = counts / np.sum(counts)
-        self._warn_lost_clusters(counts / np.sum(counts), spectrum, centre, share)
-        self.refine_ = refine
-        self.temperature_ = temperature
-        self.reg_strength_ = reg_strength
-        self.noise_scale_ = spectrum.noise
-        self.scale_ = spectrum.scale
-        self.solver_ = solver
-        self.n_iter_ = int(losses.shape[0] if solver == "psgd" else losses.shape[0] - 1)
-        self.loss_curve_ = losses
-        self.labels_ = labels
-        return self
-
-    def _regularization_name(self):
-        """The regulariser as the solvers name it (``None`` is ``"none"``)."""
-        return self.regularization or "none"
-
-    def _resolve_center(self, mean, spectrum):
-        """Whether to centre, and the share ``||m||^2 / tr(M)`` of the common mean.
-
-        ``center="auto"`` centres when ``||m||^2 > 10 lambda_K(M)`` (unit
-        scale; see ``_CENTER_RATIO``).
-        """
-        m = mean / spectrum.scale
-        mean_sq = float(m @ m)
-        trace = float(np.sum(spectrum.eigenvalues))
-        share = mean_sq / trace if trace > 0 else 0.0
-        if self.center != "auto":
-            return bool(self.center), share
-        k = min(self.n_clusters, spectrum.eigenvalues.size)
-        return mean_sq > _CENTER_RATIO * spectrum.eigenvalues[k - 1], share
+        return data, basis, full_mean, spectrum, centre, share
 
     def _warn_lost_clusters(self, fractions, spectrum, centred, share):
         """Warn when the fit leaves clusters (nearly) empty: never one cluster in silence."""
@@ -631,8 +550,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         found = f"{lost} of the n_clusters={K} clusters received fewer than {_LOST_FRACTION / K:.1%} of the points"
         if not centred and share > 0.05:
             advice = (
-                f"the data's common mean carries {share:.0%} of their second moment and every "
-                "head sees it: pass center=True, or put a StandardScaler before the estimator"
+                f"the data's common mean carries {share:.0%} of their second moment and "
+                "every head sees it: pass center=True, or put a StandardScaler before the estimator"
             )
         else:
             advice = (
@@ -642,112 +561,159 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             )
         warn_caller(f"{found}; {advice} (see the user guide, 'When to use it').", UserWarning)
 
-    def _resolve_solver(self, n_samples):
-        """``solver="auto"``: the faster solver for n rows (see _AUTO_FULL_MAX_N)."""
-        if self.solver != "auto":
-            return self.solver
-        return "full" if n_samples <= _AUTO_FULL_MAX_N else "psgd"
-
-    def _resolve_refine(self, solver):
-        """``refine="auto"``: EM after the exact solver, none after PSGD."""
-        if self.refine != "auto":
-            return self.refine
-        return "em" if solver == "full" else None
-
-    def _tol(self, solver):
-        return _DEFAULT_TOL[solver] if isinstance(self.tol, str) else self.tol
-
-    def _max_iter(self, solver):
-        return _DEFAULT_MAX_ITER[solver] if isinstance(self.max_iter, str) else self.max_iter
-
-    def _start(self, data, spectrum, rng):
-        """Starting heads (d x K) for ``init="spectral"`` or ``"random"``."""
-        d, K = data.n_features, self.n_clusters
-        if self.init == "random":
-            return _random_heads(rng, d, K)
-        return _full.spectral_init(
-            data, spectrum.moment, K, self._regularization_name(), random_state=rng
-        )
-
-    def _full(self, data, init, spectrum, temperature, reg_strength, rng, run, polish):
-        """One run of the exact solver; returns (heads, objective curve, converged, objective)."""
-        start = init if init is not None else self.init
-        solution = _full.solve_exact(
-            data,
-            self.n_clusters,
-            temperature,
-            self.sequence_length,
-            regularization=self._regularization_name(),
+    def _settings(self, data, spectrum):
+        """Every data-dependent setting, resolved once from the spectrum."""
+        K, d, L = self.n_clusters, data.n_features, self.sequence_length
+        if isinstance(self.temperature, str):
+            temperature = auto_temperature(spectrum.noise, L, K, d, spectrum.eigenvalues)
+        else:
+            temperature = float(self.temperature)
+        if self.regularization is None:
+            reg_strength = 0.0
+        elif isinstance(self.reg_strength, str):
+            reg_strength = auto_reg_strength(
+                spectrum.noise, temperature, K, self.regularization, spectrum.eigenvalues[min(K, d) - 1]
+            )
+        else:
+            reg_strength = float(self.reg_strength)
+        # solver="auto" is the exact solver, the more accurate at every n;
+        # refine="auto" adds EM after it, none after PSGD.
+        solver = "full" if self.solver == "auto" else self.solver
+        refine = ("em" if solver == "full" else None) if self.refine == "auto" else self.refine
+        return _Settings(
+            temperature=temperature,
             reg_strength=reg_strength,
-            init=start,
-            tol=self._tol("full"),
-            max_iter=self._max_iter("full"),
-            moment=spectrum.moment,
-            random_state=rng,
-            polish=polish,
+            solver=solver,
+            refine=refine,
+            tol=_DEFAULT_TOL[solver] if isinstance(self.tol, str) else self.tol,
+            max_iter=_DEFAULT_MAX_ITER[solver] if isinstance(self.max_iter, str) else self.max_iter,
         )
-        curve = solution.objective_curve
+
+    def _start(self, sample, spectrum, init, rng):
+        """The starting heads (d x K), for every solver: the one place that chooses them.
+
+        ``init`` is the validated array (unit columns) or None; ``"random"``
+        draws heads uniformly on the spheres; ``"spectral"`` rotates the top
+        eigenvectors of the second moment on the rows of ``sample``.
+        """
+        if init is not None:
+            return init.copy()
+        if self.init == "random":
+            return _random_heads(rng, sample.n_features, self.n_clusters)
+        return spectral_heads(sample, spectrum.moment, self.n_clusters, self.regularization, rng)
+
+    def _run(self, unit, sample, spectrum, settings, start, rng, index):
+        """One run of the chosen solver from ``start``; returns a :class:`_Run`."""
+        if settings.solver == "psgd":
+            run = self._psgd(unit, start, spectrum, settings, rng, index)
+        else:
+            # The exact solver's last stage is on all rows unless the
+            # refinement follows, which makes its own passes over all rows.
+            polish = settings.refine is None
+            solution = solve_exact(
+                unit, start, settings.temperature, self.sequence_length,
+                regularization=self.regularization, reg_strength=settings.reg_strength,
+                tol=settings.tol, max_iter=settings.max_iter, moment=spectrum.moment,
+                sample=sample, polish=polish,
+            )
+            curve = solution.objective_curve
+            if self.verbose:
+                stages = f"{solution.n_iter} iterations on all rows"
+                if solution.n_iter_warm:
+                    stages = f"{solution.n_iter_warm} iterations on {sample.n_samples} rows" + (
+                        f", then {stages}" if polish else ""
+                    )
+                print(f"[AttentionClustering] init {index}: exact solver, {stages}, objective {curve[-1]:.6g}")
+            run = _Run(
+                solution.heads, curve, solution.n_iter + solution.n_iter_warm, solution.converged,
+                float(curve[-1]) if polish or not solution.n_iter_warm else None,
+            )
+        if self.n_init > 1 and run.objective is None:
+            # Rank the runs by the exact objective on all rows.
+            run.objective = exact_objective(
+                unit, spectrum.moment, run.heads, settings.temperature, self.sequence_length,
+                self.regularization, settings.reg_strength,
+            )[0]
+            if self.verbose:
+                print(f"[AttentionClustering] init {index}: exact objective on all rows {run.objective:.6g}")
+        return run
+
+    def _refine(self, unit, spectrum, heads, settings, rng):
+        """The EM refinement (math.md section 7): centres, weights and the posterior's concentration."""
+        fit = refine_heads(
+            unit, heads, float(np.trace(spectrum.moment)), spectrum.noise,
+            max_iter=settings.max_iter, random_state=rng, verbose=self.verbose,
+        )
+        if not fit.converged:
+            warnings.warn(
+                f"The EM refinement did not converge in max_iter={settings.max_iter} "
+                "E steps; increase max_iter.",
+                ConvergenceWarning,
+                stacklevel=5,  # warn <- _refine <- _fit <- fit <- atomic_fit <- the caller
+            )
         if self.verbose:
             print(
-                f"[AttentionClustering] init {run}: exact solver, {solution.n_iter_warm} "
-                f"iterations on a subsample, {solution.n_iter} on all rows, objective of "
-                f"the last stage {curve[-1]:.6g}"
+                f"[AttentionClustering] EM refinement: {fit.n_iter} passes over all rows, "
+                f"mean log-likelihood {fit.log_likelihood[-1]:.6g}"
             )
-        return solution.heads, curve, solution.converged, float(curve[-1])
+        self.cluster_centers_ = fit.heads.T.astype(unit.dtype, copy=False)
+        self.weights_ = fit.weights
+        self.concentration_ = fit.beta / spectrum.scale
+        self.refine_n_iter_ = fit.n_iter
 
-    def _psgd(self, data, U, spectrum, temperature, reg_strength, rng, run):
-        """One PSGD run; returns (heads, losses, converged, final objective)."""
+    def _psgd(self, data, U, spectrum, settings, rng, index):
+        """One PSGD run from U (d x K); returns a :class:`_Run`."""
         # Curvature scale of the risk; an all-zero X has none (and no gradient).
-        curvature = temperature * self.n_clusters * float(np.trace(spectrum.moment)) or 1.0
-        max_iter = self._max_iter("psgd")
-        tol = self._tol("psgd")
+        curvature = settings.temperature * self.n_clusters * float(np.trace(spectrum.moment)) or 1.0
+        max_iter, tol = settings.max_iter, settings.tol
         L = self.sequence_length
         state = np.array([rng.randint(1, np.iinfo(np.int64).max)], dtype=np.uint64)
-        reg_kind = _full._check_regularization(self._regularization_name())
+        reg_kind = regularizer_code(self.regularization)
         riemannian = self.gradient == "riemannian"
         t = np.arange(max_iter, dtype=np.float64)
         steps = self.learning_rate / (curvature * (1.0 + t / _DECAY))
         losses = np.empty(max_iter)
         chunk_sums = []
-        rows = np.empty((_CHUNK * self.batch_size * L, data.n_features))
+        rows = np.empty((_STEPS_PER_CHECK * self.batch_size * L, data.n_features))
         previous = None
         converged = False
         done = 0
         while done < max_iter:
-            start, stop = done, min(done + _CHUNK, max_iter)
+            start, stop = done, min(done + _STEPS_PER_CHECK, max_iter)
             heads_sum = np.zeros_like(U)
             tokens = data.draw(state, rows[: (stop - start) * self.batch_size * L])
             _kernels.psgd_chunk(
-                tokens,
-                U,
-                temperature,
-                L,
-                self.batch_size,
-                steps[start:stop],
-                reg_kind,
-                reg_strength,
-                riemannian,
-                losses[start:stop],
-                heads_sum,
+                tokens, U, settings.temperature, L, self.batch_size, steps[start:stop],
+                reg_kind, settings.reg_strength, riemannian, losses[start:stop], heads_sum,
             )
             done = stop
             chunk_sums.append(heads_sum)
             current = _tail_average(chunk_sums, U)
-            change = np.inf if previous is None else float(np.sum((current - previous) ** 2))
+            change = None if previous is None else float(np.sum((current - previous) ** 2))
             previous = current
             if self.verbose:
+                moved = "" if change is None else f", change of the averaged heads {change:.3g}"
                 print(
-                    f"[AttentionClustering] init {run}, step {done}: "
-                    f"objective {np.mean(losses[start:done]):.6g}, "
-                    f"change of the averaged heads {change:.3g}"
+                    f"[AttentionClustering] init {index}, step {done}: "
+                    f"objective {np.mean(losses[start:done]):.6g}{moved}"
                 )
-            if change < tol:
+            if change is not None and change < tol:
                 converged = True
                 break
-        heads = previous
         losses = losses[:done].copy()
-        objective = float(np.mean(losses[done // 2 :]))
-        return heads, losses, converged, objective
+        return _Run(previous, losses, done, converged, float(np.mean(losses[done // 2 :])))
+
+    def _labels(self, data):
+        """predict's rule on the rows of ``data`` (as given): see :meth:`predict`."""
+        if self.concentration_ is None:
+            gain, bias = 1.0, np.zeros(self.n_clusters)
+        else:
+            gain = self.concentration_
+            with np.errstate(divide="ignore"):
+                bias = np.log(self.weights_)
+        # <x - m, c_h> = <x, c_h> - <m, c_h>: the centring goes in the bias.
+        bias = bias - gain * (np.asarray(self.cluster_centers_, dtype=np.float64) @ self.mean_)
+        return data.labels(self.cluster_centers_, gain, bias)
 
     def predict(self, X):
         """Cluster of each row: ``argmax_h <x, mu_h>``, or the posterior mode.
@@ -755,7 +721,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         Without the refinement the rule is the rebuttal's ``argmax_h <x,
         mu_h>``; after the EM refinement it is the fitted mixture's posterior
         mode ``argmax_h log pi_h + beta <mu_h, x / s>`` (``math.md`` section
-        7), which differs only when the weights ``weights_`` differ.
+        7), that is ``argmax_h concentration_ <x, c_h> + log weights_[h]``
+        from the fitted attributes, which differs only when the weights
+        differ.
 
         Parameters
         ----------
@@ -769,14 +737,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         check_is_fitted(self)
         X = validate_data(self, X, accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32], order="C", reset=False)
         with rows_of(X, n_threads=self.n_threads) as data:
-            return self._predict_rows(data)
-
-    def _predict_rows(self, data):
-        """Labels of a data object's rows (as given, not centred nor scaled)."""
-        # <x - m, c_h> = <x, c_h> - <m, c_h>: the centring goes in the bias.
-        centers = np.asarray(self.cluster_centers_, dtype=np.float64)
-        bias = self._label_bias - self._label_gain * (centers @ self.mean_)
-        return data.labels(centers, self._label_gain, bias)
+            return self._labels(data)
 
     def fit_predict(self, X, y=None, sample_weight=None):
         """Fit, then return ``labels_``.
@@ -799,17 +760,17 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     def transform(self, X):
         """The attention layer's output for each row, in context of the training data.
 
-        ``T(x) = lambda K (M / s^2) U U^T x`` where ``M`` is the training
-        data's second-moment matrix, ``s = scale_``, ``lambda =
-        temperature_`` and U the heads: the layer of ``math.md`` section 2
-        with the n training rows as its context (``L = n``), applied to
-        ``x - mean_`` (``mean_`` is zero unless the data were centred).
+        ``T(x) = lambda K (M / s^2) U U^T y`` with ``y = x - mean_`` (``mean_``
+        is zero unless the data were centred), where ``M`` is the second
+        moment of the (centred) training data, ``s = scale_``, ``lambda =
+        temperature_`` and U the heads (computed as ``lambda K (y^T U)
+        moment_heads_``, never a d x d matrix): the layer of ``math.md``
+        section 2 with the n training rows as its context (``L = n``).
         Row-wise and deterministic, of rank K; without centring linear,
         ``transform(c X) = c transform(X)``. Near the centroids the output
         is the point's centroid direction, scaled (approximate
-        quantisation, paper section 4). Computed as ``((x - mean_) U) W^T``
-        with ``W = lambda K (M / s^2) U``: O(d K) per row, and sparse X is
-        not densified (the output is dense).
+        quantisation, paper section 4). Sparse X is not densified; the
+        output is dense.
 
         Parameters
         ----------
@@ -823,19 +784,21 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         """
         check_is_fitted(self)
         X = validate_data(self, X, accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32], order="C", reset=False)
-        heads, out = self._layer
-        return (self._project(X, heads) @ out.T).astype(X.dtype, copy=False)
+        K = self.n_clusters
+        moment_heads = (self.temperature_ * K * self.moment_heads_).astype(X.dtype, copy=False)
+        return self._heads_projection(X) @ moment_heads
 
-    def _project(self, X, V):
-        """``(X - mean_) V`` in float64, for dense or sparse X."""
-        return np.asarray(X @ V, dtype=np.float64) - self.mean_ @ V
+    def _heads_projection(self, X):
+        """``(X - mean_) U`` (n x K) in X's dtype, for dense or sparse X."""
+        heads = self.cluster_centers_.T.astype(X.dtype, copy=False)
+        return np.asarray(X @ heads) - (self.mean_ @ heads).astype(X.dtype)
 
     def score(self, X, y=None, sample_weight=None):
         """Negative mean squared reconstruction error ``-mean ||y - T(y)||^2``, ``y = x - mean_``.
 
         Expanded as ``||y||^2 - 2 <y, T(y)> + ||T(y)||^2`` from the rows'
-        products with the 2K columns of the layer's factors, so that sparse
-        X is never densified.
+        products with the heads and ``moment_heads_`` (2K columns), so that
+        sparse X is never densified.
 
         Parameters
         ----------
@@ -854,14 +817,16 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         check_is_fitted(self)
         X = validate_data(self, X, accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32], order="C", reset=False)
         weights = check_sample_weight(sample_weight, X)
-        heads, out = self._layer
-        K = heads.shape[1]
-        P = self._project(X, np.hstack([heads, out]))
+        K = self.n_clusters
+        out = self.temperature_ * K * self.moment_heads_
+        heads = np.asarray(self.cluster_centers_, dtype=np.float64).T
+        m = self.mean_
+        P = np.asarray(X @ np.hstack([heads, out.T]), dtype=np.float64) - m @ np.hstack([heads, out.T])
         A, B = P[:, :K], P[:, K:]
         if sp.issparse(X):
             sq = np.asarray(X.multiply(X).sum(axis=1), dtype=np.float64).ravel()
         else:
             sq = np.einsum("ij,ij->i", X, X, dtype=np.float64)
-        sq += -2.0 * np.asarray(X @ self.mean_, dtype=np.float64) + self.mean_ @ self.mean_
-        residual = sq - 2.0 * np.sum(A * B, axis=1) + np.sum((A @ (out.T @ out)) * A, axis=1)
+        sq += m @ m - 2.0 * np.asarray(X @ m, dtype=np.float64).ravel()
+        residual = sq - 2.0 * np.sum(A * B, axis=1) + np.sum((A @ (out @ out.T)) * A, axis=1)
         return -float(np.average(residual, weights=weights))

@@ -297,29 +297,22 @@ def head_totals(X, U, weights, totals):
         totals[best] += w * proj[best]
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
-def argmax_labels(X, C, gain, bias, out):
-    """``out[i] = argmax_h gain <x_i, c_h> + bias_h`` (ties to the first head).
-
-    ``C`` is d x K. The scores are summed in float64 whatever X's dtype.
-    """
-    n, d = X.shape
-    K = C.shape[1]
+@njit(cache=True, nogil=True)
+def argmax_rows(scores, gain, bias, out):
+    """``out[i] = argmax_h gain scores[i, h] + bias_h``, ties to the first head."""
+    n, K = scores.shape
     for i in range(n):
         best = 0
-        top = -np.inf
-        for k in range(K):
-            s = 0.0
-            for j in range(d):
-                s += X[i, j] * C[j, k]
-            score = gain * s + bias[k]
-            if k == 0 or score > top:
-                top = score
+        top = gain * scores[i, 0] + bias[0]
+        for k in range(1, K):
+            v = gain * scores[i, k] + bias[k]
+            if v > top:
+                top = v
                 best = k
         out[i] = best
 
 
-@njit(cache=True, fastmath=FASTMATH)
+@njit(cache=True, fastmath=FASTMATH, inline="always")
 def _row_terms(a, g, s, h, nrm, wi, c, lm1, reg, rho, coef, C):
     """One row's weighted term of the exact risk, and its gradient coefficients.
 
@@ -398,7 +391,7 @@ def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
     ``sum_i (alpha_i a_i + beta_i g_i + rho grad r_i) x_i^T``,
     ``sum_i beta_i a_i x_i^T`` and ``sum_i n_i a_i x_i^T = n (M4 U)^T``, with
     ``alpha_i = -4c e_i n_i + 4c^2 (L-1) h_i`` and ``beta_i = -2c(L-1) e_i``
-    (see :func:`attention_cluster._full.exact_objective`). The regulariser
+    (see :func:`attention_cluster._objective.exact_objective`). The regulariser
     ``r_i`` of each row is :func:`token_regularizer`'s. O(d K) per row, in
     float64 whatever X's dtype.
     """

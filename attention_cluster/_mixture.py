@@ -15,6 +15,7 @@ iterations are accelerated by SQUAREM (Varadhan and Roland, Scand. J. Stat.
 from dataclasses import dataclass
 
 import numpy as np
+from sklearn.utils import check_random_state
 
 # Smallest noise variance, relative to the mean squared norm m2 / d: keeps the
 # inverse temperature beta = r / tau^2 finite when the clusters are points.
@@ -74,6 +75,8 @@ class _EM:
         self.total = data.total_weight
         self.mean_sq = mean_sq
         self.d = data.n_features
+        w = data.sample_weight
+        self.n_effective = data.n_samples if w is None else self.total**2 / float(np.sum(w * w))
         self.floor = _MIN_VARIANCE * mean_sq / self.d
         self.passes = 0
 
@@ -99,59 +102,52 @@ class _EM:
         return _Params(U, radius, variance, log_pi)
 
 
-def refine_heads(data, heads, mean_sq, noise, *, tol=1e-8, max_iter=500, verbose=0):
-    """EM for the equal-norm spherical mixture, started at ``heads``.
+def standard_error(p, n_effective):
+    """Squared standard error of the heads at ``p`` (``math.md`` section 7).
 
-    Parameters
-    ----------
-    data : pass-layer data object (``_passes``)
-        The rows ``x / s`` (s the data object's scale) and their weights;
-        each E step is one pass.
-    heads : ndarray of shape (d, K)
-        Unit starting heads, signed so that their clusters project
-        positively on them.
-    mean_sq : float
-        ``m2``, the weighted mean of ``||x / s||^2``.
-    noise : float
-        Starting noise level (the centroids' norm starts at 1, the weights
-        equal).
-    tol : float
-        Stop when a plain EM step moves the heads by ``sum_k ||mu_k -
-        mu_k^prev||^2 < tol``.
-    max_iter : int
-        Maximum number of E steps (passes over the data).
-    verbose : int
-        Print the log-likelihood of each accepted iterate when positive.
-
-    Returns
-    -------
-    MixtureFit
+    A head estimated from the ``n pi_k`` points of its cluster has, in each
+    of the ``d - 1`` directions tangent to the sphere, the variance
+    ``tau^2 / (n pi_k r^2)`` of a mean of noise of variance ``tau^2`` seen
+    at radius r, so that ``sum_k E||mu_k - mu_k*||^2 = (d - 1) tau^2 / (n
+    r^2) sum_k 1 / pi_k`` (clusters that overlap lose information, so this
+    is a lower bound, and a stopping rule based on it is conservative).
     """
-    d, K = heads.shape
-    if not mean_sq > 0.0:
-        # All-zero data: no likelihood to maximise; the heads stay.
-        return MixtureFit(np.array(heads, dtype=np.float64), np.full(K, 1.0 / K), 0.0, 0.0, 1.0,
-                          np.empty(0), 0, True)
-    em = _EM(data, mean_sq)
-    p0 = _Params(
-        np.array(heads, dtype=np.float64), 1.0, max(float(noise) ** 2, em.floor), np.full(K, -np.log(K))
-    )
+    d = p.U.shape[0]
+    pi = np.exp(p.log_pi)
+    alive = pi > 0
+    if not np.any(alive) or p.radius <= 0.0:
+        return 0.0
+    return (d - 1) * p.variance / (n_effective * p.radius**2) * float(np.sum(1.0 / pi[alive]))
+
+
+def _run_em(em, p0, tol, max_iter, rho, report):
+    """SQUAREM iterations on one data set; returns ``(params, converged, rho)``.
+
+    A plain EM step from ``p0`` to ``p1`` moves the heads by ``delta``; EM
+    converges linearly with some rate ``rho``, so ``p0`` is about ``delta /
+    (1 - rho)`` from the fixed point, and the run stops, returning ``p1``,
+    when that distance squared is below ``tol`` times the squared standard
+    error of the heads (:func:`standard_error`): further passes would move
+    the heads by much less than their statistical error. ``rho`` is
+    estimated from the two EM steps of each SQUAREM iteration (the caller's
+    value, from a previous data set or a cautious 0.9, until then), and the
+    rule is checked after each of the two.
+    """
+    d, K = p0.U.shape
     S0, c0, ll0 = em.expect(p0)
-    curve = [ll0]
-    converged = False
-
-    def report(ll):
-        curve.append(ll)
-        if verbose:
-            print(f"[AttentionClustering] EM, pass {em.passes}: mean log-likelihood {ll:.8g}")
-
-    while em.passes < max_iter:
+    report(em, ll0)
+    start = em.passes - 1
+    while em.passes - start < max_iter:
         p1 = em.maximize(S0, c0, p0)
-        if float(np.sum((p1.U - p0.U) ** 2)) < tol or p1.radius == 0.0:
-            p0, converged = p1, True
-            break
+        delta = float(np.sum((p1.U - p0.U) ** 2))
+        if delta <= tol * standard_error(p1, em.n_effective) * (1.0 - rho) ** 2 or p1.radius == 0.0:
+            return p1, True, rho
         S1, c1, ll1 = em.expect(p1)
         p2 = em.maximize(S1, c1, p1)
+        delta2 = float(np.sum((p2.U - p1.U) ** 2))
+        rho = min(float(np.sqrt(delta2 / delta)), 0.99) if delta > 0 else rho
+        if delta2 <= tol * standard_error(p2, em.n_effective) * (1.0 - rho) ** 2:
+            return p2, True, rho
         # SQUAREM step (Varadhan and Roland's SqS3): extrapolate along the
         # two EM steps, then take one EM step from there; fall back to the
         # second EM iterate if that loses likelihood.
@@ -164,24 +160,103 @@ def refine_heads(data, heads, mean_sq, noise, *, tol=1e-8, max_iter=500, verbose
         if np.isfinite(nr) and np.isfinite(nv) and nv > 0.0:
             alpha = min(-nr / nv, -1.0)
             candidate = _Params.from_vector(v0 - 2.0 * alpha * r + alpha**2 * v, d, K, em.floor)
-        if candidate is not None and em.passes < max_iter:
+        if candidate is not None and em.passes - start < max_iter:
             Sc, cc, llc = em.expect(candidate)
             if llc >= ll1:
                 p0, S0, c0, ll0 = candidate, Sc, cc, llc
-                report(ll0)
+                report(em, ll0)
                 continue
         p0 = p2
-        if em.passes >= max_iter:
+        if em.passes - start >= max_iter:
             break
         S0, c0, ll0 = em.expect(p0)
-        report(ll0)
-    radius = p0.radius
+        report(em, ll0)
+    return p0, False, rho
+
+
+# Rows of the first subsample of the EM; each further one is 16 times larger,
+# up to a quarter of the rows, then all rows.
+_SUBSAMPLE = 65536
+_GROWTH = 16
+
+
+def refine_heads(data, heads, mean_sq, noise, *, tol=1e-3, max_iter=500, random_state=None, verbose=0):
+    """EM for the equal-norm spherical mixture, started at ``heads``.
+
+    Passes are spent where they buy accuracy: when the data have more than
+    ``4 x 65536`` rows, EM first runs on a subsample of 65536 rows (then on
+    subsamples 16 times larger while they are under a quarter of the
+    rows), each to its own statistical resolution, so that the passes over
+    all rows start within a few standard errors of the maximum. On every
+    data set the iterations stop when the heads are estimated to be within
+    ``sqrt(tol)`` standard errors of the fixed point (:func:`_run_em`).
+
+    Parameters
+    ----------
+    data : pass-layer data object (``_passes``)
+        The rows ``x / s`` (s the data object's scale) and their weights;
+        each E step is one pass.
+    heads : ndarray of shape (d, K)
+        Unit starting heads, of either sign.
+    mean_sq : float
+        ``m2``, the weighted mean of ``||x / s||^2``.
+    noise : float
+        Starting noise level (the centroids' norm starts at 1, the weights
+        equal).
+    tol : float, default=1e-3
+        Stop when the estimated squared distance to the fixed point is below
+        ``tol`` times the squared standard error of the heads.
+    max_iter : int, default=500
+        Maximum number of E steps on each data set.
+    random_state : int, RandomState instance or None, default=None
+        Draws the subsamples.
+    verbose : int, default=0
+        Print the log-likelihood of each accepted iterate when positive.
+
+    Returns
+    -------
+    MixtureFit
+    """
+    d, K = heads.shape
+    if not mean_sq > 0.0:
+        # All-zero data: no likelihood to maximise; the heads stay.
+        return MixtureFit(np.array(heads, dtype=np.float64), np.full(K, 1.0 / K), 0.0, 0.0, 1.0,
+                          np.empty(0), 0, True)
+    rng = check_random_state(random_state)
+    sizes = []
+    size = _SUBSAMPLE
+    while 4 * size < data.n_samples:
+        sizes.append(size)
+        size *= _GROWTH
+    curve = []
+
+    def report(em, ll):
+        if em.data is data:
+            curve.append(ll)
+        if verbose:
+            where = "all rows" if em.data is data else f"{em.data.n_samples} rows"
+            print(f"[AttentionClustering] EM on {where}, E step {em.passes}: mean log-likelihood {ll:.8g}")
+
+    stages = [data.subsample(rng, size) for size in sizes] + [data]
+    # Each head is turned towards the points it wins (math.md section 5),
+    # on the first stage's rows: EM then finds the signs again from its
+    # points at every stage.
+    U = np.array(heads, dtype=np.float64)
+    U *= np.where(stages[0].head_totals(U) < 0, -1.0, 1.0)
+    p = _Params(U, 1.0, max(float(noise) ** 2, mean_sq * _MIN_VARIANCE / d), np.full(K, -np.log(K)))
+    rho = 0.9
+    for sub in stages[:-1]:
+        em = _EM(sub, float(sub.norm_moments()[0]))
+        p, _, rho = _run_em(em, p, tol, max_iter, rho, report)
+    em = _EM(data, mean_sq)
+    p, converged, _ = _run_em(em, p, tol, max_iter, rho, report)
+    radius = p.radius
     return MixtureFit(
-        heads=p0.U,
-        weights=np.exp(p0.log_pi),
+        heads=p.U,
+        weights=np.exp(p.log_pi),
         radius=radius,
-        noise=float(np.sqrt(p0.variance)) / radius if radius > 0 else np.inf,
-        beta=radius / p0.variance,
+        noise=float(np.sqrt(p.variance)) / radius if radius > 0 else np.inf,
+        beta=radius / p.variance,
         log_likelihood=np.array(curve),
         n_iter=em.passes,
         converged=converged,

@@ -15,12 +15,12 @@ Attributes ``n_samples``, ``n_features``, ``dtype``, ``scale``,
 
 - :meth:`~DenseRows.rescaled` (the same rows divided by another scale, sharing
   the thread pool);
-- :meth:`~DenseRows.peak` (largest absolute entry, before scaling),
-  :meth:`~DenseRows.mean` and :meth:`~DenseRows.centred` (the rows minus a
+- :meth:`~DenseRows.mean` and :meth:`~DenseRows.centred` (the rows minus a
   vector: a centred copy for dense rows, implicit for sparse ones);
-- :meth:`~DenseRows.second_moment` (``sum_i w_i x_i x_i^T / sum_i w_i``) and
-  :meth:`~DenseRows.moment_action` (the same applied to K vectors, without
-  forming the d x d matrix);
+- :meth:`~DenseRows.second_moment` (``sum_i w_i x_i x_i^T / sum_i w_i``),
+  :meth:`~DenseRows.scaled_second_moment` (the same with a scale that keeps
+  it finite for data of any magnitude) and :meth:`~DenseRows.moment_action`
+  (the same applied to K vectors, without forming the d x d matrix);
 - :meth:`~DenseRows.norm_moments` (weighted means of ``||x||^2`` and
   ``||x||^4``);
 - :meth:`~DenseRows.exact_terms` (the per-row part of the exact risk and of its
@@ -52,15 +52,17 @@ object is a context manager).
 """
 
 import copy
+import functools
 import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import scipy.sparse as sp
+from threadpoolctl import ThreadpoolController
 
 from . import _kernels
 
-__all__ = ["DenseRows", "SparseRows", "rows_of", "usable_threads"]
+__all__ = ["DenseRows", "SparseRows", "one_blas_thread", "rows_of", "usable_threads"]
 
 # Bytes of X per chunk: large enough that a pass has few chunks (each costs a
 # task on the pool), small enough that a float64 copy of a chunk stays small.
@@ -75,6 +77,18 @@ def usable_threads(n_threads=None):
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
+
+
+@functools.cache
+def _threadpool_controller():
+    # Finding the loaded BLAS libraries costs about a millisecond: done once
+    # per process, as scikit-learn does.
+    return ThreadpoolController()
+
+
+def one_blas_thread():
+    """Context in which BLAS runs on one thread (the pool's threads share the cores)."""
+    return _threadpool_controller().limit(limits=1, user_api="blas")
 
 
 def _chunk_rows(n_features):
@@ -149,6 +163,7 @@ class DenseRows:
     def n_threads(self):
         return self._pool.n_threads
 
+
     def rescaled(self, scale):
         """The same rows seen divided by ``scale``, sharing this object's pool."""
         other = copy.copy(self)
@@ -167,13 +182,42 @@ class DenseRows:
 
     # -- passes -------------------------------------------------------------
 
-    def peak(self):
-        """Largest absolute entry of X (not divided by the scale); 0 if X is empty."""
-        if self._X.size == 0:
-            return 0.0
-        # max and -min rather than max(abs(X)): no temporary copy of a chunk.
-        parts = self._map(lambda B, w, lo, hi: max(float(np.max(B)), -float(np.min(B))))
-        return max(parts)
+    def scaled_second_moment(self):
+        """``(c, M / c^2)``: the second moment M (see :meth:`second_moment`) and a scale.
+
+        ``c > 0`` is the largest root mean square of a column over a chunk of
+        rows (``c = 0`` for all-zero data, with a zero matrix), found in the
+        same pass, so that ``M / c^2`` is computed without overflow or
+        underflow for finite data of any magnitude: a chunk whose product
+        overflows is divided by its largest entry first. float64 chunks are
+        multiplied as they are; float32 chunks are converted to float64
+        first, so float32 input loses no precision.
+        """
+        inv = 1.0 / self.scale
+
+        def chunk(B, w, lo, hi):
+            B = np.asarray(B, dtype=np.float64)
+            G = B.T @ (B if w.size == 0 else B * w[:, None])
+            top = float(np.max(np.diag(G))) if G.size else 0.0
+            if not (np.isfinite(top) and top > 1e-250):
+                peak = max(float(np.max(B)), -float(np.min(B))) if B.size else 0.0
+                if peak == 0.0:
+                    return 0.0, G
+                B = B / peak
+                G = B.T @ (B if w.size == 0 else B * w[:, None])
+                top = float(np.max(np.diag(G)))
+                if top == 0.0:  # only zero-weight rows
+                    return 0.0, G
+                return peak * np.sqrt(top), G / top
+            return np.sqrt(top), G / top
+
+        parts = self._map(chunk)
+        c = max(p for p, _ in parts)
+        d = self.n_features
+        if c == 0.0:
+            return 0.0, np.zeros((d, d))
+        M = sum(((p / c) ** 2 * G for p, G in parts if p > 0), np.zeros((d, d))) / self.total_weight
+        return c * inv, M
 
     def mean(self):
         """Weighted mean of the rows ``x / s`` (float64)."""
@@ -193,18 +237,9 @@ class DenseRows:
         return other
 
     def second_moment(self):
-        """``M = sum_i w_i x_i x_i^T / sum_i w_i`` (d x d, float64).
-
-        Each chunk is converted to float64 before its product, so float32
-        input loses no precision, and no float64 copy of the whole X is made.
-        """
-        inv = 1.0 / self.scale
-
-        def chunk(B, w, lo, hi):
-            B = np.asarray(B, dtype=np.float64) * inv
-            return B.T @ (B if w.size == 0 else B * w[:, None])
-
-        return sum(self._map(chunk), np.zeros((self.n_features, self.n_features))) / self.total_weight
+        """``M = sum_i w_i x_i x_i^T / sum_i w_i`` (d x d, float64), one pass."""
+        c, M = self.scaled_second_moment()
+        return c * c * M
 
     def moment_action(self, V):
         """``M V = sum_i w_i x_i (x_i^T V) / sum_i w_i`` for V of shape (d, K)."""
@@ -293,14 +328,15 @@ class DenseRows:
     def labels(self, centers, gain, bias):
         """``argmax_h gain <x, c_h> + bias_h`` for every row (X as it is, not scaled).
 
-        ``centers`` has shape (K, d); ties go to the first head.
+        ``centers`` has shape (K, d); ties go to the first head. Scores are
+        float64: one BLAS product per chunk, then :func:`_kernels.argmax_rows`.
         """
-        C = np.ascontiguousarray(np.asarray(centers, dtype=np.float64).T)
+        C = np.asarray(centers, dtype=np.float64).T
         bias = np.asarray(bias, dtype=np.float64)
         out = np.empty(self.n_samples, dtype=np.intp)
 
         def chunk(B, w, lo, hi):
-            _kernels.argmax_labels(B, C, float(gain), bias, out[lo:hi])
+            _kernels.argmax_rows(B @ C, float(gain), bias, out[lo:hi])
 
         self._map(chunk)
         return out
@@ -419,14 +455,6 @@ class SparseRows:
 
     # -- passes -------------------------------------------------------------
 
-    def peak(self):
-        """Largest absolute entry of ``X - 1 m^T`` (not divided by the scale)."""
-        X = self._X
-        peak = float(np.max(np.abs(self.offset))) if self.n_features else 0.0
-        if X.nnz:
-            peak = max(peak, float(np.max(np.abs(X.data - self.offset[X.indices]))))
-        return peak
-
     def mean(self):
         """Weighted mean of the rows ``(x - m) / s``."""
         return (self._X.T @ self._w() / self.total_weight - self.offset) / self.scale
@@ -436,6 +464,14 @@ class SparseRows:
         other = copy.copy(self)
         other.offset = self.offset + np.asarray(offset, dtype=np.float64)
         return other
+
+    def scaled_second_moment(self):
+        """``(c, M / c^2)`` as :meth:`DenseRows.scaled_second_moment`, c the largest diagonal's root."""
+        M = self.second_moment()
+        top = float(np.max(np.diag(M))) if M.size else 0.0
+        if not top > 0.0:
+            return 0.0, np.zeros_like(M)
+        return np.sqrt(top), M / top
 
     def second_moment(self):
         """``M`` (d x d, float64): ``X^T W X / W - b m^T - m b^T + m m^T``, b the weighted mean."""

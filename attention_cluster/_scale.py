@@ -53,23 +53,23 @@ def _noise_from_norms(mean_sq, mean_fourth, d):
 def estimate_spectrum(data, n_clusters):
     """Estimate the scale s and the noise sigma of the data (see the module docstring).
 
-    ``data`` is a pass-layer object (``_passes``) seen at scale 1. Its rows
-    are first divided by their largest absolute entry, so the estimate
-    neither overflows nor underflows for finite data of any magnitude. When
-    ``n_clusters >= n_features`` the spectrum cannot separate signal from
-    noise, and sigma comes from the spread of the squared norms instead
+    ``data`` is a pass-layer object (``_passes``) seen at scale 1. Its
+    second moment comes with a scale of the rows found in the same pass
+    (``data.scaled_second_moment()``), so the estimate neither overflows nor
+    underflows for finite data of any magnitude. When ``n_clusters >=
+    n_features`` the spectrum cannot separate signal from noise, and sigma
+    comes from the spread of the squared norms instead
     (:func:`_noise_from_norms`). All-zero data get ``scale = 1``.
 
     Returns
     -------
     Spectrum
     """
-    peak = data.peak()
+    peak, M = data.scaled_second_moment()
     d = data.n_features
     if peak == 0.0:
         return Spectrum(scale=1.0, noise=0.0, moment=np.zeros((d, d)), eigenvalues=np.zeros(d))
     prescaled = data.rescaled(peak)
-    M = prescaled.second_moment()
     eig = np.clip(np.linalg.eigvalsh(M)[::-1], 0.0, None)
     k = min(n_clusters, d)
     trace = float(np.sum(eig))
@@ -106,11 +106,9 @@ def principal_basis(data, n_components, n_iter=4, n_rows=4096, random_state=0):
     """
     rng = np.random.RandomState(random_state)
     rows = data.subsample(rng, n_rows)
-    peak = rows.peak()
-    unit = rows.rescaled(peak if peak > 0 else 1.0)
     Q = np.linalg.qr(rng.standard_normal((data.n_features, n_components)))[0]
     for _ in range(n_iter):
-        Q = np.linalg.qr(unit.moment_action(Q))[0]
-    B = Q.T @ unit.moment_action(Q)
+        Q = np.linalg.qr(rows.moment_action(Q))[0]
+    B = Q.T @ rows.moment_action(Q)
     vectors = np.linalg.eigh(0.5 * (B + B.T))[1][:, ::-1]
     return Q @ vectors

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from sklearn.utils import check_random_state
 
+from ._sphere import project_tangent, retract
 from .metrics import _check_count, _check_noise, _check_weights, centroid_distance
 
 __all__ = [
@@ -1245,14 +1246,13 @@ def population_pgd(
     while True:
         value, grad = objective(U)
         values.append(value)
-        riem = grad - U * np.sum(U * grad, axis=0)
+        riem = project_tangent(U, grad)
         if np.linalg.norm(riem) <= tol:
             converged = True
             break
         if n_iter == max_iter:
             break
-        U = U - step_size * riem
-        U /= np.linalg.norm(U, axis=0)
+        U = retract(U, -step_size * riem)
         n_iter += 1
         distances.append(centroid_distance(U.T, means))
     return PGDResult(

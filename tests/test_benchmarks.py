@@ -170,3 +170,15 @@ def test_defaults_benchmark_quick_mode(tmp_path):
     n_works = sum(r["works"] for r in rows)
     assert f"**{n_works} of {len(rows)} cells work.**" in page
     assert page.count("| **no** |") == len(rows) - n_works
+
+
+def test_engine_benchmark_quick_mode(tmp_path):
+    # benchmarks/engine.py (the pass engine's figures) in quick mode: every
+    # figure is measured and the page judges each target.
+    _, payload = _run_quick("engine.py", tmp_path)
+    assert len(payload["grid"]) == 4 and len(payload["small"]) == 2 and len(payload["float32"]) == 2
+    for r in payload["grid"] + [payload["wide"]] + payload["small"]:
+        assert r["ratio_to_kmeans"] > 0 and set(r["seconds"]) == {"default", "kmeans", "kmeans_1thread", "one_pass"}
+    assert all(payload["threads"]["identical_to_serial"].values())
+    page = (tmp_path / "performance.md").read_text()
+    assert page.count("| yes |") + page.count("| **no** |") == 7

@@ -98,7 +98,7 @@ def test_refined_labels_are_the_posterior_mode(fitted, paper_data, c):
     # argmax_h log pi_h + beta <mu_h, x / s> (math.md section 7), which
     # depends on the norm of x as a Gaussian mixture's does.
     X, _, _ = paper_data
-    scores = (c * X) @ fitted.cluster_centers_.T * fitted._label_gain + np.log(fitted.weights_)
+    scores = (c * X) @ fitted.cluster_centers_.T * fitted.concentration_ + np.log(fitted.weights_)
     np.testing.assert_array_equal(fitted.predict(c * X), np.argmax(scores, axis=1))
 
 
@@ -333,7 +333,7 @@ def test_unequal_weights_keep_the_heads_on_the_centroids(weights, global_random_
 
 
 def test_auto_temperature_is_the_smallest_of_its_three_bounds():
-    from attention_cluster._clustering import auto_temperature
+    from attention_cluster._settings import auto_temperature
     from attention_cluster.theory import lambda_star, unbiased_temperature
 
     # Equal weights, sigma = 0.3, d = 10: eigenvalues 0.59, 0.59, then 0.09.

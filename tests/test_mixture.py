@@ -261,7 +261,7 @@ def test_refine_reports_progress_when_verbose(capsys):
     X, _, _ = make_mixture(500, 5, 2, noise=1.0, random_state=0)
     model = AttentionClustering(2, solver="full", verbose=1, random_state=0).fit(X)
     out = capsys.readouterr().out
-    assert out.count("[AttentionClustering] EM, pass") >= 1
+    assert out.count("[AttentionClustering] EM on all rows, E step") >= 1
     assert f"EM refinement: {model.refine_n_iter_} passes" in out
 
 

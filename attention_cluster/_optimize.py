@@ -1,0 +1,229 @@
+"""Riemannian optimisers on the product of unit spheres.
+
+L-BFGS with Armijo backtracking (:func:`minimize_on_spheres`) and a
+subsampled Newton-CG (:func:`polish_on_spheres`), for any objective
+``fun(U) -> (value, euclidean_gradient)`` of ``d x K`` heads; the geometry
+is ``_sphere``'s. The exact solver (``_exact``) applies them to the exact
+risk (``_objective``).
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._sphere import normalize_heads, project_tangent, retract
+
+__all__ = ["SphereResult", "minimize_on_spheres", "polish_on_spheres"]
+
+
+@dataclass
+class SphereResult:
+    """Outcome of :func:`minimize_on_spheres` and :func:`polish_on_spheres`."""
+
+    heads: np.ndarray  #: (d, K) unit columns
+    objective_curve: np.ndarray  #: objective at the start and after each iteration
+    n_iter: int
+    converged: bool
+    memory: tuple = ()  #: L-BFGS pairs (s, y), tangent at ``heads``, for a warm start
+
+
+def _norm(Z):
+    return float(np.sqrt(np.sum(Z * Z)))
+
+
+def _armijo(fun, U, f, g, p, max_halvings=40):
+    """Backtracking (Armijo) along the retraction: largest ``t = 2^-j`` with
+    ``f(R_U(t p)) <= f + 1e-4 t <g, p>``. Returns ``(t, U, f, G)`` or None."""
+    slope = np.sum(g * p)
+    t = 1.0
+    for _ in range(max_halvings):
+        U_new = retract(U, t * p)
+        f_new, G_new = fun(U_new)
+        if f_new <= f + 1e-4 * t * slope:
+            return t, U_new, f_new, G_new
+        t *= 0.5
+    return None
+
+
+def _curvature_ok(s, y):
+    return np.sum(s * y) > 1e-12 * _norm(s) * _norm(y)
+
+
+def _two_loop(g, pairs):
+    """L-BFGS two-loop recursion: ``-H g`` with the inverse-Hessian model of ``pairs``."""
+    q = g.copy()
+    rhos = [1.0 / np.sum(s * y) for s, y in pairs]
+    alphas = []
+    for (s, y), rho in zip(reversed(pairs), reversed(rhos)):
+        a = rho * np.sum(s * q)
+        q -= a * y
+        alphas.append(a)
+    s, y = pairs[-1]
+    q *= np.sum(s * y) / np.sum(y * y)
+    for (s, y), rho, a in zip(pairs, rhos, reversed(alphas)):
+        q += (a - rho * np.sum(y * q)) * s
+    return -q
+
+
+def _probe_pair(fun, U, g, step):
+    """A curvature pair (s, y) from a step of ``step`` radians along ``-g``."""
+    s = -g * (step / _norm(g))
+    U_probe = retract(U, s)
+    y = project_tangent(U, project_tangent(U_probe, fun(U_probe)[1])) - g
+    return s, y
+
+
+def minimize_on_spheres(fun, U0, *, tol, max_iter, memory_size=10, memory=()):
+    """Riemannian L-BFGS on the product of unit spheres, with Armijo backtracking.
+
+    The Riemannian gradient is the Euclidean one projected on each head's
+    tangent space (``math.md`` section 3), the retraction normalises each
+    head and the stored pairs are moved to the new tangent space by
+    projection (vector transport), as with pymanopt's ``Sphere``; a pair is
+    dropped when ``<s, y>`` is not positive (Armijo alone does not enforce
+    the curvature condition). Without memory (first iteration, or after a
+    failed line search) the inverse-Hessian model is seeded by a
+    finite-difference pair along the gradient, which scales the first step
+    to the local curvature.
+
+    Stops, ``converged=True``, when the Frobenius norm of the Riemannian
+    gradient (all heads together) is at most ``tol``; ``converged=False``
+    after ``max_iter`` iterations or when no step decreases the objective.
+
+    Parameters
+    ----------
+    fun : callable
+        ``fun(U) -> (value, euclidean_gradient)``.
+    U0 : ndarray of shape (d, K)
+        Start; each column is normalised.
+    tol : float
+        Tolerance on the Riemannian gradient norm.
+    max_iter : int
+    memory_size : int, default=10
+        Number of stored pairs.
+    memory : tuple, default=()
+        Pairs from a previous run, tangent at U0 (warm start).
+
+    Returns
+    -------
+    SphereResult
+    """
+    U = normalize_heads(U0)
+    f, G = fun(U)
+    g = project_tangent(U, G)
+    pairs = list(memory)
+    curve = [f]
+    converged = False
+    n_iter = 0
+    while n_iter < max_iter:
+        gnorm = _norm(g)
+        if gnorm <= tol:
+            converged = True
+            break
+        fresh = not pairs
+        if fresh:
+            probe = _probe_pair(fun, U, g, min(1e-3, gnorm))
+            pairs = [probe] if _curvature_ok(*probe) else []
+        p = _two_loop(g, pairs) if pairs else -g
+        if np.sum(p * g) >= 0.0:
+            p = -g
+        step = _armijo(fun, U, f, g, p)
+        if step is None:
+            if fresh:
+                break
+            pairs = []  # the model misleads: start afresh from here
+            continue
+        t, U_new, f_new, G_new = step
+        n_iter += 1
+        g_new = project_tangent(U_new, G_new)
+        s = project_tangent(U_new, t * p)
+        y = g_new - project_tangent(U_new, g)
+        moved = [(project_tangent(U_new, a), project_tangent(U_new, b)) for a, b in pairs]
+        pairs = [(a, b) for a, b in moved + [(s, y)] if _curvature_ok(a, b)][-memory_size:]
+        U, f, g = U_new, f_new, g_new
+        curve.append(f)
+    return SphereResult(U, np.asarray(curve), n_iter, converged, tuple(pairs))
+
+
+def _truncated_cg(hvp, g, rtol, max_iter):
+    """Approximate Newton direction: solve ``H p = -g`` by conjugate gradients.
+
+    Returns ``(p, reliable)``: stops when the residual is below
+    ``rtol ||g||`` (reliable), or at ``max_iter`` or on a direction of
+    non-positive curvature (not reliable, p is the iterate so far).
+    """
+    p = np.zeros_like(g)
+    r = -g
+    d = r.copy()
+    rr = np.sum(r * r)
+    for _ in range(max_iter):
+        Hd = hvp(d)
+        dHd = np.sum(d * Hd)
+        if dHd <= 0.0:
+            break
+        a = rr / dHd
+        p += a * d
+        r -= a * Hd
+        rr_new = np.sum(r * r)
+        if np.sqrt(rr_new) <= rtol * _norm(g):
+            return p, True
+        d = r + (rr_new / rr) * d
+        rr = rr_new
+    return p, False
+
+
+def _hessian_product(fun, U):
+    """``xi -> Hess f(U)[xi]``: forward difference of the Riemannian gradient
+    along the retraction, moved back to the tangent space at U by projection
+    (the projection of the difference adds the sphere's Weingarten term)."""
+    base = project_tangent(U, fun(U)[1])
+
+    def product(xi):
+        h = 1e-7 / _norm(xi)
+        U_h = retract(U, h * xi)
+        return (project_tangent(U, project_tangent(U_h, fun(U_h)[1])) - base) / h
+
+    return product
+
+
+def polish_on_spheres(fun, hessian_fun, U0, *, tol, max_iter, cg_tol=0.1, max_cg=50):
+    """Riemannian Newton-CG whose Hessian comes from a cheaper objective.
+
+    For the last stage on the full data: each iteration takes one full
+    gradient, solves ``H p = -grad`` by truncated CG where ``H`` is the
+    Riemannian Hessian of ``hessian_fun`` (the same objective on a
+    subsample), applied by finite differences of its Riemannian gradient
+    (:func:`_hessian_product`), then does an Armijo step on ``fun``. When the
+    subsample's Hessian is within a few percent of the full one, each step
+    divides the gradient norm by about that factor, for one pass over the
+    data (a subsampled Newton method; Byrd, Chin, Neveitt and Nocedal, SIAM
+    J. Optim. 2011).
+
+    Stops, ``converged=True``, as :func:`minimize_on_spheres`; stops early,
+    ``converged=False``, as soon as the subsample's Hessian stops being a
+    good model: CG meets non-positive curvature or does not converge, the
+    full step is not accepted, or the gradient norm is not halved.
+    The caller then goes on with :func:`minimize_on_spheres`.
+    """
+    U = normalize_heads(U0)
+    f, G = fun(U)
+    g = project_tangent(U, G)
+    curve = [f]
+    n_iter = 0
+    while n_iter < max_iter:
+        gnorm = _norm(g)
+        if gnorm <= tol:
+            return SphereResult(U, np.asarray(curve), n_iter, True)
+        p, reliable = _truncated_cg(_hessian_product(hessian_fun, U), g, cg_tol, max_cg)
+        if not reliable:
+            break
+        step = _armijo(fun, U, f, g, p, max_halvings=1)
+        if step is None:
+            break
+        _, U, f, G = step
+        g = project_tangent(U, G)
+        n_iter += 1
+        curve.append(f)
+        if _norm(g) > gnorm / 2:
+            break
+    return SphereResult(U, np.asarray(curve), n_iter, _norm(g) <= tol)

@@ -1,0 +1,34 @@
+"""Geometry of the product of unit spheres, one sphere per head (``math.md`` section 3).
+
+The heads are the columns of a ``d x K`` matrix U. The tangent space at U
+holds the Z with ``<u_h, z_h> = 0`` for every head; the Riemannian gradient
+is the Euclidean one projected on it, and a step is brought back to the
+spheres by normalising each head (the retraction), as in pymanopt's
+``Sphere``. Used by the exact solver's optimiser (``_optimize``) and by
+:func:`attention_cluster.theory.population_pgd`; PSGD's Numba kernel
+(``_kernels.sphere_step``) takes the same step row by row.
+"""
+
+import numpy as np
+
+__all__ = ["normalize_heads", "project_tangent", "retract"]
+
+
+def project_tangent(U, Z):
+    """Project Z onto the tangent space at U: ``z_h - <u_h, z_h> u_h`` per head."""
+    return Z - U * np.sum(U * Z, axis=0)
+
+
+def retract(U, Z):
+    """Retraction by normalisation: ``(u_h + z_h) / ||u_h + z_h||`` per head."""
+    V = U + Z
+    return V / np.linalg.norm(V, axis=0)
+
+
+def normalize_heads(U):
+    """Each column divided by its norm; a zero or non-finite column is an error."""
+    U = np.array(U, dtype=np.float64)
+    norms = np.linalg.norm(U, axis=0)
+    if np.any(norms == 0) or not np.all(np.isfinite(norms)):
+        raise ValueError("Initial heads must be finite and non-zero.")
+    return U / norms

@@ -170,3 +170,15 @@ def test_tfidf_fit_never_forms_a_dense_matrix():
         tracemalloc.stop()
     assert peak < 50 * 2**20
     assert adjusted_rand_score(y, model.labels_) > 0.9
+
+
+@pytest.mark.parametrize("temperature", ["auto", 0.5])
+def test_quantizer_on_sparse_tokens_equals_the_dense_layer(temperature, global_random_seed):
+    from attention_cluster import InContextQuantizer
+
+    X, S, _ = _sparse_mixture(global_random_seed, n=300)
+    dense = InContextQuantizer(3, temperature=temperature).fit(X).transform(X)
+    sparse = InContextQuantizer(3, temperature=temperature).fit(S).transform(S)
+    np.testing.assert_allclose(sparse, dense, rtol=1e-9, atol=1e-12)
+    with pytest.raises(TypeError, match="dense data is required"):
+        InContextQuantizer(3, attention="softmax").fit(S)

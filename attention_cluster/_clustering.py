@@ -45,10 +45,14 @@ _CENTER_RATIO = 10.0
 # dimension K + _SUBSPACE_EXTRA found by subspace iteration, never forming a
 # d x d matrix (switch point measured in benchmarks/user_data.py).
 _SUBSPACE_MIN_FEATURES = 500
-_SUBSPACE_EXTRA = 10
+_SUBSPACE_EXTRA = 5
 # A cluster that receives less than this fraction of 1/K of the points
-# counts as lost: the fit warns.
+# counts as lost: the fit warns. With center="auto", a fit that loses
+# clusters while the mean carries more than _SHARE_TO_RETRY of the second
+# moment is done again on the centred rows (TF-IDF rows, whose ratio lies
+# among the paper's unequal mixtures', benchmarks/user_data.py).
 _LOST_FRACTION = 0.1
+_SHARE_TO_RETRY = 0.05
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,19 @@ class _Settings:
     refine: object  #: "em" or None
     tol: float
     max_iter: int
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """The rows a fit runs on, before the centring decision."""
+
+    data: object  #: pass-layer data object (the principal-subspace rows in high dimension)
+    basis: object  #: (d, r) orthonormal basis of that subspace, or None
+    spectrum: object  #: spectrum of ``data`` (not centred)
+    mean: np.ndarray  #: mean of ``data``'s rows
+    full_mean: np.ndarray  #: mean of the rows in R^d
+    share: float  #: ||m||^2 / tr(M) at unit scale
+    ratio: float  #: ||m||^2 / lambda_K(M) at unit scale
 
 
 @dataclass
@@ -121,7 +138,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     densified). A mean common to all rows is subtracted when it dominates
     (``center``), with a warning; a fit that leaves clusters nearly empty
     warns and names the fix. With d >= 500 features the fit runs in the
-    principal subspace of dimension K + 10, found by subspace iteration
+    principal subspace of dimension K + 5, found by subspace iteration
     without a d x d matrix. Rows that are measurements in different units
     (scikit-learn's tabular data sets) suit the model after a
     :class:`~sklearn.preprocessing.StandardScaler`; TF-IDF rows and
@@ -226,7 +243,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         ``"auto"`` centres, with a warning, when ``||mean||^2`` exceeds 10
         times the K-th eigenvalue of the second moment (at unit scale),
         which the paper's mixtures (whose mean is not zero) stay below: they
-        are fitted as they are. Sparse X is centred implicitly, never
+        are fitted as they are; and it fits the centred rows again when the
+        uncentred fit leaves clusters nearly empty while the mean carries
+        more than 5% of the second moment (TF-IDF rows, say). Sparse X is centred implicitly, never
         densified. See :doc:`/user_data` for the measurement and the user
         guide for the advice on preprocessing.
     random_state : int, RandomState instance or None, default=None
@@ -433,9 +452,42 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             return self._fit(data, init)
 
     def _fit(self, data, init):
-        """validate -> centring and subspace -> settings from the spectrum -> runs -> refinement -> attributes."""
-        given = data
-        data, basis, full_mean, spectrum, centre, share = self._prepare(data, init)
+        """validate -> subspace and centring -> settings from the spectrum -> runs -> refinement -> attributes."""
+        prepared = self._prepare(data)
+        if self.center == "auto":
+            centre, reason = prepared.ratio > _CENTER_RATIO, "their common mean dominates the second moment"
+        else:
+            centre, reason = bool(self.center), None
+        fractions, spectrum = self._fit_prepared(data, prepared, init, centre)
+        lost = np.sum(fractions < _LOST_FRACTION / self.n_clusters)
+        if self.center == "auto" and not centre and lost and prepared.share > _SHARE_TO_RETRY:
+            # The uncentred fit lost clusters to a common mean below the
+            # ratio's threshold (TF-IDF rows, say): fit the centred rows.
+            centre, reason = True, f"the uncentred fit lost {lost} of the n_clusters={self.n_clusters} clusters"
+            fractions, spectrum = self._fit_prepared(data, prepared, init, centre)
+        if self.center == "auto" and centre:
+            warn_caller(
+                f"center='auto' centred the data ({reason}; the mean carries {prepared.share:.0%} "
+                "of the second moment): the model clusters directions from the origin, and now "
+                "finds directions from the mean. If the features have different units, put a "
+                "StandardScaler before the estimator (see the user guide, 'When to use it'); "
+                "pass center=True to centre without this warning.",
+                UserWarning,
+            )
+        self._warn_lost_clusters(fractions, spectrum, centre, prepared.share)
+        return self
+
+    def _fit_prepared(self, given, prepared, init, centre):
+        """One fit of the prepared rows, centred or not; sets every fitted attribute.
+
+        Returns the size of each cluster (the smaller of its fraction of the
+        weighted points and its weight) and the spectrum the settings came
+        from.
+        """
+        data, basis, spectrum = prepared.data, prepared.basis, prepared.spectrum
+        if centre:
+            data = data.centred(prepared.mean)
+            spectrum = estimate_spectrum(data, self.n_clusters)
         if basis is not None and init is not None:
             init = basis.T @ init
             init /= np.maximum(np.linalg.norm(init, axis=0), np.finfo(np.float64).tiny)
@@ -450,11 +502,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 best = run
         if not best.converged:
             what = "steps" if settings.solver == "psgd" else "iterations"
-            warnings.warn(
+            warn_caller(
                 f"The {settings.solver} solver did not reach tol={settings.tol} in "
                 f"max_iter={settings.max_iter} {what}; increase max_iter or tol.",
                 ConvergenceWarning,
-                stacklevel=4,  # warn <- _fit <- fit <- atomic_fit <- the caller's line
             )
         if settings.refine == "em":
             self._refine(unit, spectrum, best.heads, settings, rng)
@@ -471,14 +522,13 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             centers, moment_heads = centers @ basis.T, moment_heads @ basis.T
         self.cluster_centers_ = centers.astype(given.dtype, copy=False)
         self.moment_heads_ = moment_heads
-        self.center_ = centre
-        self.mean_ = full_mean if centre else np.zeros_like(full_mean)
+        self.center_ = bool(centre)
+        self.mean_ = prepared.full_mean if centre else np.zeros_like(prepared.full_mean)
         # The training labels are predict's, from the stored attributes.
         self.labels_ = self._labels(given)
         counts = np.bincount(self.labels_, weights=given.sample_weight, minlength=self.n_clusters)
         if settings.refine is None:
             self.weights_ = counts / np.sum(counts)
-        self._warn_lost_clusters(counts / np.sum(counts), spectrum, centre, share)
         self.temperature_ = settings.temperature
         self.reg_strength_ = settings.reg_strength
         self.solver_ = settings.solver
@@ -487,20 +537,19 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         self.scale_ = spectrum.scale
         self.n_iter_ = best.n_iter
         self.loss_curve_ = best.loss_curve
-        return self
+        # A cluster is as large as the smaller of its share of the labels and
+        # its fitted weight (EM can empty a cluster that still wins a few points).
+        return np.minimum(counts / np.sum(counts), self.weights_), spectrum
 
-    def _prepare(self, data, init):
-        """The rows the solvers see, their spectrum, and whether they were centred.
+    def _prepare(self, data):
+        """The rows the solvers see, their spectrum, and the common mean's weight.
 
         In high dimension (``_SUBSPACE_MIN_FEATURES``) the rows are replaced
-        by their coordinates in the principal subspace of dimension K + 10
-        (:func:`~attention_cluster._scale.principal_basis`), computed without
-        a d x d matrix. ``center="auto"`` centres when ``||m||^2 > 10
-        lambda_K`` at unit scale (``_CENTER_RATIO``): dense rows by a
-        centred copy, sparse rows implicitly. Returns ``(data, basis,
-        mean, spectrum, centred, share)`` with ``basis`` None in low
-        dimension, ``mean`` the data's mean in R^d and ``share`` the common
-        mean's share ``||m||^2 / tr(M)`` of the second moment.
+        by their coordinates in the principal subspace of dimension
+        K + ``_SUBSPACE_EXTRA`` (:func:`~attention_cluster._scale.principal_basis`),
+        computed without a d x d matrix. Returns a :class:`_Prepared`: the
+        ``ratio`` ``||m||^2 / lambda_K`` and the ``share`` ``||m||^2 /
+        tr(M)`` of the mean m, at unit scale, that ``center="auto"`` reads.
         """
         K = self.n_clusters
         full_mean = mean = data.mean()
@@ -511,25 +560,14 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             mean = basis.T @ mean
         spectrum = estimate_spectrum(data, K)
         m = mean / spectrum.scale
+        mean_sq = float(m @ m)
         trace = float(np.sum(spectrum.eigenvalues))
-        share = float(m @ m) / trace if trace > 0 else 0.0
-        if self.center == "auto":
-            centre = float(m @ m) > _CENTER_RATIO * spectrum.eigenvalues[min(K, data.n_features) - 1]
-            if centre:
-                warn_caller(
-                    f"The data's common mean carries {share:.0%} of their second moment, so "
-                    "center='auto' centred them: the model clusters directions from the origin, "
-                    "and now finds directions from the mean. If the features have different "
-                    "units, put a StandardScaler before the estimator (see the user guide, "
-                    "'When to use it'); pass center=True to centre without this warning.",
-                    UserWarning,
-                )
-        else:
-            centre = bool(self.center)
-        if centre:
-            data = data.centred(mean)
-            spectrum = estimate_spectrum(data, K)
-        return data, basis, full_mean, spectrum, centre, share
+        kth = float(spectrum.eigenvalues[min(K, data.n_features) - 1])
+        return _Prepared(
+            data=data, basis=basis, spectrum=spectrum, mean=mean, full_mean=full_mean,
+            share=mean_sq / trace if trace > 0 else 0.0,
+            ratio=mean_sq / kth if kth > 0 else (np.inf if mean_sq > 0 else 0.0),
+        )
 
     def _warn_lost_clusters(self, fractions, spectrum, centred, share):
         """Warn when the fit leaves clusters (nearly) empty: never one cluster in silence."""
@@ -549,7 +587,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         if lost == 0:
             return
         found = f"{lost} of the n_clusters={K} clusters received fewer than {_LOST_FRACTION / K:.1%} of the points"
-        if not centred and share > 0.05:
+        if not centred and share > _SHARE_TO_RETRY:
             advice = (
                 f"the data's common mean carries {share:.0%} of their second moment and "
                 "every head sees it: pass center=True, or put a StandardScaler before the estimator"
@@ -646,11 +684,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             max_iter=settings.max_iter, random_state=rng, verbose=self.verbose,
         )
         if not fit.converged:
-            warnings.warn(
+            warn_caller(
                 f"The EM refinement did not converge in max_iter={settings.max_iter} "
                 "E steps; increase max_iter.",
                 ConvergenceWarning,
-                stacklevel=5,  # warn <- _refine <- _fit <- fit <- atomic_fit <- the caller
             )
         if self.verbose:
             print(

@@ -515,7 +515,7 @@ def _render(p):
         f"against {H['kmeans_ari']:.3f}.",
         "",
         f"Switch point (`_SUBSPACE_MIN_FEATURES = {_clustering._SUBSPACE_MIN_FEATURES}`): the fit in the "
-        "principal subspace of dimension K + 10 (subspace iteration) against the d x d path, n = "
+        "principal subspace of dimension K + 5 (subspace iteration) against the d x d path, n = "
         f"{h['switch'][0]['n']}, K = {h['switch'][0]['K']}, sigma chosen so that the problem stays comparable.",
         "",
         "| d | subspace (s) | d x d (s) | subspace ARI | d x d ARI |",

@@ -103,7 +103,7 @@ def test_collapse_warns_and_names_the_fix():
     with pytest.warns(UserWarning, match="pass center=True"):
         collapsed = AttentionClustering(4, center=False, random_state=0).fit(X)
     assert adjusted_rand_score(y, collapsed.labels_) < 0.5
-    with pytest.warns(UserWarning, match="center='auto' centred them"):
+    with pytest.warns(UserWarning, match="center='auto' centred the data"):
         auto = AttentionClustering(4, random_state=0).fit(X)
     assert auto.center_ and adjusted_rand_score(y, auto.labels_) > 0.95
     np.testing.assert_allclose(auto.mean_, X.mean(axis=0))
@@ -182,3 +182,19 @@ def test_quantizer_on_sparse_tokens_equals_the_dense_layer(temperature, global_r
     np.testing.assert_allclose(sparse, dense, rtol=1e-9, atol=1e-12)
     with pytest.raises(TypeError, match="dense data is required"):
         InContextQuantizer(3, attention="softmax").fit(S)
+
+
+@pytest.mark.slow
+def test_auto_refits_centred_when_the_uncentred_fit_loses_clusters():
+    # TF-IDF rows: the mean's ratio to lambda_K is below the threshold, yet
+    # the uncentred fit loses a topic; "auto" then fits the centred rows.
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    texts, y = make_corpus(5000, 10, n_words=20000, document_length=100, random_state=0)
+    X = TfidfVectorizer().fit_transform(texts)
+    with pytest.warns(UserWarning, match="pass center=True"):
+        plain = AttentionClustering(10, center=False, random_state=0).fit(X)
+    with pytest.warns(UserWarning, match="the uncentred fit lost"):
+        auto = AttentionClustering(10, random_state=0).fit(X)
+    assert auto.center_
+    assert adjusted_rand_score(y, auto.labels_) > adjusted_rand_score(y, plain.labels_)

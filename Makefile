@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/defaults.py
 	$(PY) benchmarks/quantizer_speed.py
 	$(PY) benchmarks/quantizer_pipeline.py
+	$(PY) benchmarks/user_data.py
 	$(PY) benchmarks/run.py
 
 clean:

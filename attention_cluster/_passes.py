@@ -117,7 +117,17 @@ class _Pool:
             self.executor = None
 
 
-class DenseRows:
+class _Rows:
+    """What every backend shares: it is a context manager (see ``close``)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class DenseRows(_Rows):
     """Dense rows in memory (a C-contiguous float32 or float64 array).
 
     Parameters
@@ -148,12 +158,6 @@ class DenseRows:
         self._cum_weights = None
 
     # -- life cycle ---------------------------------------------------------
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def close(self):
         """Shut down the thread pool (a later pass starts a new one)."""
@@ -380,7 +384,7 @@ class DenseRows:
         return out
 
 
-class SparseRows:
+class SparseRows(_Rows):
     """Sparse rows (CSR), optionally centred, never densified.
 
     The rows the passes see are ``(x_i - m) / s`` for an ``offset`` m (the
@@ -418,12 +422,6 @@ class SparseRows:
         )
         self.n_threads = 1
         self._cum_weights = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def close(self):
         """Nothing to release: no thread pool."""

@@ -34,9 +34,10 @@ Attributes ``n_samples``, ``n_features``, ``dtype``, ``scale``,
   small data object) and :meth:`~DenseRows.draw` (rows drawn with
   probability proportional to their weight, for PSGD's sequences).
 
-A sparse or a Dask backend implements the same methods (a new class with
-these names), and nothing else changes: this module is the one place where
-dense, sparse and Dask data differ. The chunks' results are added in the
+:class:`SparseRows` implements the same methods for CSR/CSC data (with the
+centring applied inside its products), and a Dask backend would too (a new
+class with these names); nothing else changes: this module is the one place
+where dense, sparse and Dask data differ (:func:`rows_of` picks the class). The chunks' results are added in the
 chunks' order, and the chunks do not depend on the number of threads, so a
 fit gives the same result on one thread or many, in a thread or after
 ``fork``.

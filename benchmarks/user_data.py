@@ -323,20 +323,25 @@ def run_high_dimension(quick):
     del X
     switch = []
     n_sw, K_sw = (1000, 3) if quick else (10000, 5)
-    for d_sw in (20, 60) if quick else (50, 100, 200, 500, 1000):
-        X, y, _ = make_mixture(n_sw, d_sw, K_sw, noise=0.3 / np.sqrt(d_sw / 10), random_state=0)
-        paths = {
-            "subspace": lambda: _with_switch(0, lambda: one_thread(AttentionClustering(K_sw, random_state=0).fit, X)),
-            "d x d": lambda: _with_switch(10**9, lambda: one_thread(AttentionClustering(K_sw, random_state=0).fit, X)),
-        }
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            t = side_by_side(paths, 1 if quick else 3)
-            row = {"d": d_sw, "n": n_sw, "K": K_sw}
-            for p, f in paths.items():
-                row[p] = {"seconds": t[p], "ari": _ari(y, f().labels_)}
-        print(f"switch d={d_sw}: " + "; ".join(f"{p} {row[p]['seconds']:.2f} s ARI {row[p]['ari']:.3f}" for p in paths), flush=True)
-        switch.append(row)
+    for d_sw in (20, 60) if quick else (200, 500, 1000, 2000):
+        for noise in (0.1, 0.6):
+            X, y, _ = make_mixture(n_sw, d_sw, K_sw, noise=noise, random_state=0)
+            paths = {
+                "subspace": lambda: _with_switch(0, lambda: one_thread(AttentionClustering(K_sw, random_state=0).fit, X)),
+                "d x d": lambda: _with_switch(10**9, lambda: one_thread(AttentionClustering(K_sw, random_state=0).fit, X)),
+            }
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                t = side_by_side(paths, 1)
+                row = {"d": d_sw, "n": n_sw, "K": K_sw, "noise": noise}
+                for p, f in paths.items():
+                    row[p] = {"seconds": t[p], "ari": _ari(y, f().labels_)}
+            print(
+                f"switch d={d_sw} sigma={noise}: "
+                + "; ".join(f"{p} {row[p]['seconds']:.2f} s ARI {row[p]['ari']:.3f}" for p in paths),
+                flush=True,
+            )
+            switch.append(row)
     return {"large": large, "switch": switch}
 
 
@@ -515,15 +520,15 @@ def _render(p):
         f"against {H['kmeans_ari']:.3f}.",
         "",
         f"Switch point (`_SUBSPACE_MIN_FEATURES = {_clustering._SUBSPACE_MIN_FEATURES}`): the fit in the "
-        "principal subspace of dimension K + 5 (subspace iteration) against the d x d path, n = "
-        f"{h['switch'][0]['n']}, K = {h['switch'][0]['K']}, sigma chosen so that the problem stays comparable.",
+        f"principal subspace of dimension K + {_clustering._SUBSPACE_EXTRA} (subspace iteration) against the "
+        f"d x d path, `make_mixture`, n = {h['switch'][0]['n']}, K = {h['switch'][0]['K']}, at low and high noise.",
         "",
-        "| d | subspace (s) | d x d (s) | subspace ARI | d x d ARI |",
-        "|---|---|---|---|---|",
+        "| d | sigma | subspace (s) | d x d (s) | subspace ARI | d x d ARI |",
+        "|---|---|---|---|---|---|",
     ]
     for r in h["switch"]:
         lines.append(
-            f"| {r['d']} | {r['subspace']['seconds']:.2f} | {r['d x d']['seconds']:.2f} | "
+            f"| {r['d']} | {r['noise']} | {r['subspace']['seconds']:.2f} | {r['d x d']['seconds']:.2f} | "
             f"{r['subspace']['ari']:.3f} | {r['d x d']['ari']:.3f} |"
         )
     return "\n".join(lines) + "\n"

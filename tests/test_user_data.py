@@ -132,7 +132,7 @@ def test_centred_fit_is_translation_invariant(shift, seed):
 
 def test_principal_basis_spans_the_top_eigenvectors(global_random_seed):
     X, _, C = make_mixture(3000, 40, 3, noise=0.1, random_state=global_random_seed)
-    B = principal_basis(DenseRows(X), 8)
+    B = principal_basis(DenseRows(X), 8, 3)
     np.testing.assert_allclose(B.T @ B, np.eye(8), atol=1e-10)
     top = np.linalg.eigh(X.T @ X / len(X))[1][:, -3:]
     # The top three eigenvectors lie in the span of the basis.

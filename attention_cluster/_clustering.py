@@ -48,7 +48,7 @@ _CENTER_RATIO = 10.0
 # noise (the heads cannot leave the subspace), so the exact d x d path is
 # kept while its O(n d^2) cost stays within a few seconds.
 _SUBSPACE_MIN_FEATURES = 2000
-_SUBSPACE_EXTRA = 10
+_SUBSPACE_EXTRA = 5
 # A cluster that receives less than this fraction of 1/K of the points
 # counts as lost: the fit warns. With center="auto", a fit that loses
 # clusters while the mean carries more than _SHARE_TO_RETRY of the second
@@ -141,7 +141,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     densified). A mean common to all rows is subtracted when it dominates
     (``center``), with a warning; a fit that leaves clusters nearly empty
     warns and names the fix. With d >= 2000 features the fit runs in the
-    principal subspace of dimension K + 10, found by subspace iteration
+    principal subspace of dimension K + 5, found by subspace iteration
     without a d x d matrix. Rows that are measurements in different units
     (scikit-learn's tabular data sets) suit the model after a
     :class:`~sklearn.preprocessing.StandardScaler`; TF-IDF rows and

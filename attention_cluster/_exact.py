@@ -55,7 +55,7 @@ def solve_exact(
     :func:`~attention_cluster._optimize.polish_on_spheres`, whose Newton
     systems use the Hessian of that subsample. ``polish=False`` stops after
     the subsample (for a caller that refines the heads on all rows by other
-    means).
+    means), and for smaller n stops at the subsample stage's tolerance.
 
     ``tol`` is relative: each stage stops when the norm of the Riemannian
     gradient is at most ``tol * mean ||x_i||^2``, the objective's scale (the
@@ -101,8 +101,8 @@ def solve_exact(
 
     full = objective(data, moment)
     if n <= 4 * SUBSAMPLE:
-        # When the EM refinement follows (no polish) it moves the heads far
-        # more than tol: the subsample stage's looser tolerance suffices.
+        # Without the polish a refinement follows and only needs a start in
+        # the right basin: the subsample stage's looser tolerance, as below.
         result = minimize_on_spheres(full, U0, tol=tol_abs if polish else 100 * tol_abs, max_iter=max_iter)
         return ExactSolution(
             result.heads, result.objective_curve, result.n_iter, 0, result.converged

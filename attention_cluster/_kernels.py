@@ -397,6 +397,9 @@ def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
     """
     m, d = X.shape
     K = U.shape[1]
+    # Heads as contiguous rows: the dot products below run along memory.
+    UT = np.ascontiguousarray(U.T)
+    MUT = np.ascontiguousarray(MU.T)
     x = np.empty(d)
     a = np.empty(K)
     g = np.empty(K)
@@ -416,8 +419,8 @@ def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
             ak = 0.0
             gk = 0.0
             for j in range(d):
-                ak += x[j] * U[j, k]
-                gk += x[j] * MU[j, k]
+                ak += x[j] * UT[k, j]
+                gk += x[j] * MUT[k, j]
             a[k] = ak
             g[k] = gk
             s += ak * ak

@@ -132,6 +132,16 @@ def _run_em(em, p0, tol, max_iter, rho, report):
     estimated from the two EM steps of each SQUAREM iteration (the caller's
     value, from a previous data set or a cautious 0.9, until then), and the
     rule is checked after each of the two.
+
+    Along a direction the data barely determine (clusters that overlap),
+    EM crawls and ``rho`` near 1 makes that rule wait long for a step that
+    buys nothing: the run also stops when a plain EM step gains less than
+    ``g = 10 tol`` nats of total log-likelihood (``n`` times the mean; 0.01
+    at the default tol). In the Fisher metric, which accounts for the
+    overlap, a gain ``g`` per step at rate ``rho`` leaves the heads about
+    ``sqrt(2 g rho / (1 - rho))`` standard errors from the maximum: 0.4 at
+    ``g = 0.01`` and ``rho = 0.9``, which adds 4% to the heads' mean squared
+    error.
     """
     d, K = p0.U.shape
     S0, c0, ll0 = em.expect(p0)
@@ -148,6 +158,14 @@ def _run_em(em, p0, tol, max_iter, rho, report):
         rho = min(float(np.sqrt(delta2 / delta)), 0.99) if delta > 0 else rho
         if delta2 <= tol * standard_error(p2, em.n_effective) * (1.0 - rho) ** 2:
             return p2, True, rho
+        min_gain = _GAIN_PER_TOL * tol
+        # EM does not lose likelihood: a loss is rounding. A threshold below
+        # the likelihood's rounding leaves the stop to the rule on the heads
+        # (near the maximum the likelihood is flat to second order, so its
+        # rounding hides moves of the heads of order sqrt(eps)).
+        if min_gain > 1e-12 * em.n_effective * (1.0 + abs(ll1)):
+            if abs(em.n_effective * (ll1 - ll0)) < min_gain:
+                return p2, True, rho
         # SQUAREM step (Varadhan and Roland's SqS3): extrapolate along the
         # two EM steps, then take one EM step from there; fall back to the
         # second EM iterate if that loses likelihood.
@@ -173,6 +191,10 @@ def _run_em(em, p0, tol, max_iter, rho, report):
         report(em, ll0)
     return p0, False, rho
 
+
+# Smallest gain of total log-likelihood (nats) worth another EM pass, per
+# unit of tol (the fraction of the squared standard error).
+_GAIN_PER_TOL = 10.0
 
 # Rows of the first subsample of the EM; each further one is 16 times larger,
 # up to a quarter of the rows, then all rows.
@@ -205,7 +227,8 @@ def refine_heads(data, heads, mean_sq, noise, *, tol=1e-3, max_iter=500, random_
         equal).
     tol : float, default=1e-3
         Stop when the estimated squared distance to the fixed point is below
-        ``tol`` times the squared standard error of the heads.
+        ``tol`` times the squared standard error of the heads, or when a step
+        gains less than ``10 tol`` nats of total log-likelihood (:func:`_run_em`).
     max_iter : int, default=500
         Maximum number of E steps on each data set.
     random_state : int, RandomState instance or None, default=None

@@ -101,6 +101,51 @@ def check_auto_or_positive(value, name, *, strict=True):
     return check_positive(value, name, strict=strict)
 
 
+def check_count(value, name, minimum=1):
+    """An integer (or an integral float, not a bool) ``>= minimum``; returns it as int."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or int(value) != value or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
+    return int(value)
+
+
+def check_noise(noise):
+    """sigma: finite and >= 0, as a float array (a 0-d array for a scalar)."""
+    noise = np.asarray(noise, dtype=np.float64)
+    if np.any(~np.isfinite(noise)) or np.any(noise < 0):
+        raise ValueError(f"noise must be a finite number >= 0, got {noise!r}.")
+    return noise
+
+
+def check_temperature(temperature, *, allow_zero=False):
+    """lambda: finite and > 0 (>= 0 with ``allow_zero``).
+
+    Returns a Python float for a scalar, which keeps float32 arrays in
+    float32 (NEP 50), and a float64 array otherwise.
+    """
+    bad = isinstance(temperature, bool)
+    if not bad:
+        try:
+            t = np.asarray(temperature, dtype=np.float64)
+        except (TypeError, ValueError):
+            bad = True
+    if not bad:
+        bad = bool(np.any(~np.isfinite(t)) or np.any(t < 0 if allow_zero else t <= 0))
+    if bad:
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"temperature must be a finite number {bound}, got {temperature!r}.")
+    return float(t) if t.ndim == 0 else t
+
+
+def check_weights(weights, n_clusters):
+    """Mixture weights, uniform when None: n_clusters non-negative numbers summing to 1."""
+    if weights is None:
+        return np.full(n_clusters, 1.0 / n_clusters)
+    weights = np.asarray(weights, dtype=np.float64)
+    if weights.shape != (n_clusters,) or np.any(weights < 0) or not np.isclose(weights.sum(), 1.0):
+        raise ValueError("weights must be n_clusters non-negative numbers summing to 1.")
+    return weights
+
+
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 

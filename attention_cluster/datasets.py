@@ -1,4 +1,4 @@
-"""Data models of the paper, and data shaped like users' data.
+"""Data models of the paper: Gaussian mixtures with centroids on the sphere.
 
 The mixture ``(P_sigma)`` of ``math.md`` section 1 (paper, section 2):
 
@@ -20,18 +20,9 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.utils import check_random_state
 
+from ._validation import check_count, check_noise, check_weights
+
 __all__ = ["make_centroids", "make_mixture", "make_sequences", "make_prompts", "make_corpus", "make_embeddings"]
-
-
-def _check_positive_int(value, name, minimum=1):
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
-    return int(value)
-
-
-def _check_noise(noise):
-    if not np.isfinite(noise) or noise < 0:
-        raise ValueError(f"noise must be a finite number >= 0, got {noise!r}.")
 
 
 def make_centroids(n_clusters, n_features, *, kind="orthogonal", random_state=None):
@@ -65,8 +56,8 @@ def make_centroids(n_clusters, n_features, *, kind="orthogonal", random_state=No
     >>> bool(np.allclose(C @ C.T, np.eye(3)))
     True
     """
-    n_clusters = _check_positive_int(n_clusters, "n_clusters")
-    n_features = _check_positive_int(n_features, "n_features")
+    n_clusters = check_count(n_clusters, "n_clusters")
+    n_features = check_count(n_features, "n_features")
     rng = check_random_state(random_state)
     if kind == "orthogonal":
         if n_clusters > n_features:
@@ -94,17 +85,13 @@ def _resolve_mixture(n_clusters, n_features, centroids, weights, rng):
             raise ValueError(
                 f"centroids must have shape ({n_clusters}, {n_features}), got {centroids.shape}."
             )
-    return centroids, _check_weights(weights, n_clusters)
-
-
-def _check_weights(weights, n_clusters):
-    """Uniform weights for None, else K non-negative numbers summing to 1."""
     if weights is None:
-        return np.full(n_clusters, 1.0 / n_clusters)
-    weights = np.asarray(weights, dtype=np.float64)
-    if weights.shape != (n_clusters,) or np.any(weights < 0) or not np.isclose(weights.sum(), 1.0):
-        raise ValueError("weights must be n_clusters non-negative numbers summing to 1.")
-    return weights
+        weights = np.full(n_clusters, 1.0 / n_clusters)
+    else:
+        weights = np.asarray(weights, dtype=np.float64)
+        if weights.shape != (n_clusters,) or np.any(weights < 0) or not np.isclose(weights.sum(), 1.0):
+            raise ValueError("weights must be n_clusters non-negative numbers summing to 1.")
+    return centroids, weights
 
 
 def make_mixture(
@@ -155,10 +142,10 @@ def make_mixture(
     >>> X.shape, y.shape, C.shape
     ((500, 10), (500,), (2, 10))
     """
-    n_samples = _check_positive_int(n_samples, "n_samples")
-    n_features = _check_positive_int(n_features, "n_features")
-    n_clusters = _check_positive_int(n_clusters, "n_clusters")
-    _check_noise(noise)
+    n_samples = check_count(n_samples, "n_samples")
+    n_features = check_count(n_features, "n_features")
+    n_clusters = check_count(n_clusters, "n_clusters")
+    check_noise(noise)
     rng = check_random_state(random_state)
     centroids, weights = _resolve_mixture(n_clusters, n_features, centroids, weights, rng)
     labels = rng.choice(n_clusters, size=n_samples, p=weights)
@@ -204,8 +191,8 @@ def make_sequences(
     >>> X.shape, y.shape
     ((4, 50, 10), (4, 50))
     """
-    n_sequences = _check_positive_int(n_sequences, "n_sequences")
-    sequence_length = _check_positive_int(sequence_length, "sequence_length")
+    n_sequences = check_count(n_sequences, "n_sequences")
+    sequence_length = check_count(sequence_length, "sequence_length")
     X, labels, centroids = make_mixture(
         n_sequences * sequence_length,
         n_features,
@@ -261,11 +248,11 @@ def make_prompts(n_prompts, sequence_length, n_features=10, n_clusters=2, *, noi
     >>> bool(np.allclose(C[1] @ C[1].T, np.eye(2)))
     True
     """
-    n_prompts = _check_positive_int(n_prompts, "n_prompts")
-    sequence_length = _check_positive_int(sequence_length, "sequence_length")
-    n_features = _check_positive_int(n_features, "n_features")
-    n_clusters = _check_positive_int(n_clusters, "n_clusters")
-    _check_noise(noise)
+    n_prompts = check_count(n_prompts, "n_prompts")
+    sequence_length = check_count(sequence_length, "sequence_length")
+    n_features = check_count(n_features, "n_features")
+    n_clusters = check_count(n_clusters, "n_clusters")
+    check_noise(noise)
     rng = check_random_state(random_state)
     centroids = np.stack([make_centroids(n_clusters, n_features, random_state=rng) for _ in range(n_prompts)])
     labels = rng.randint(n_clusters, size=(n_prompts, sequence_length))
@@ -345,10 +332,10 @@ def make_corpus(
     >>> counts.shape
     (3, 50)
     """
-    n_documents = _check_positive_int(n_documents, "n_documents")
-    n_topics = _check_positive_int(n_topics, "n_topics")
-    n_words = _check_positive_int(n_words, "n_words")
-    document_length = _check_positive_int(document_length, "document_length")
+    n_documents = check_count(n_documents, "n_documents")
+    n_topics = check_count(n_topics, "n_topics")
+    n_words = check_count(n_words, "n_words")
+    document_length = check_count(document_length, "document_length")
     topic_share = _check_fraction(topic_share, "topic_share")
     if not (isinstance(zipf_exponent, numbers.Real) and np.isfinite(zipf_exponent) and zipf_exponent > 0):
         raise ValueError(f"zipf_exponent must be a finite number > 0, got {zipf_exponent!r}.")
@@ -444,17 +431,17 @@ def make_embeddings(
     >>> bool(np.allclose(np.linalg.norm(X, axis=1), 1.0))
     True
     """
-    n_samples = _check_positive_int(n_samples, "n_samples")
-    n_features = _check_positive_int(n_features, "n_features", minimum=2)
-    n_clusters = _check_positive_int(n_clusters, "n_clusters")
+    n_samples = check_count(n_samples, "n_samples")
+    n_features = check_count(n_features, "n_features", minimum=2)
+    n_clusters = check_count(n_clusters, "n_clusters")
     if n_clusters >= n_features:
         raise ValueError(f"n_clusters must be < n_features, got {n_clusters} >= {n_features}.")
     if not (isinstance(offset, numbers.Real) and np.isfinite(offset) and offset >= 0):
         raise ValueError(f"offset must be a finite number >= 0, got {offset!r}.")
-    _check_noise(noise)
+    check_noise(noise)
     rng = check_random_state(random_state)
     direction = make_centroids(1, n_features, kind="random", random_state=rng)[0]
-    weights = _check_weights(weights, n_clusters)
+    weights = check_weights(weights, n_clusters)
     # Random directions, then their component along the offset removed.
     directions = make_centroids(n_clusters, n_features, kind="random", random_state=rng)
     directions -= np.outer(directions @ direction, direction)

@@ -25,11 +25,9 @@ they do so by blocks of rows (bounded memory) with the log-sum-exp shift, so
 ``L = 10000`` neither overflows nor exhausts memory.
 """
 
-import numbers
-
 import numpy as np
 
-from .datasets import _check_positive_int
+from ._validation import check_count, check_temperature
 
 __all__ = [
     "linear_attention",
@@ -76,18 +74,6 @@ def _check_heads(heads, n_features, dtype):
     if not np.all(np.isfinite(heads)):
         raise ValueError("heads contains NaN or infinity.")
     return heads.astype(dtype, copy=False)
-
-
-def _check_temperature(temperature):
-    if (
-        not isinstance(temperature, numbers.Real)
-        or isinstance(temperature, bool)
-        or not np.isfinite(temperature)
-        or temperature <= 0
-    ):
-        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}.")
-    # A Python float keeps float32 arrays in float32 (NEP 50).
-    return float(temperature)
 
 
 def _finish(out, original_ndim):
@@ -143,8 +129,8 @@ def linear_attention(X, heads, *, temperature=1.0, n_clusters=None):
     """
     X3 = _check_prompts(X)
     heads = _check_heads(heads, X3.shape[2], X3.dtype)
-    temperature = _check_temperature(temperature)
-    n_clusters = heads.shape[0] if n_clusters is None else _check_positive_int(n_clusters, "n_clusters")
+    temperature = check_temperature(temperature)
+    n_clusters = heads.shape[0] if n_clusters is None else check_count(n_clusters, "n_clusters")
     L = X3.shape[1]
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused by _finish
         A = X3 @ heads.T  # (n, L, K): <X_l, mu_h>
@@ -196,8 +182,8 @@ def in_context_attention(X, *, temperature=1.0, n_clusters=2):
            [0. , 0.5]])
     """
     X3 = _check_prompts(X)
-    temperature = _check_temperature(temperature)
-    n_clusters = _check_positive_int(n_clusters, "n_clusters")
+    temperature = check_temperature(temperature)
+    n_clusters = check_count(n_clusters, "n_clusters")
     L = X3.shape[1]
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused by _finish
         gram = np.swapaxes(X3, 1, 2) @ X3  # (n, d, d), symmetric
@@ -276,7 +262,7 @@ def softmax_attention(X, heads, *, temperature=1.0):
     """
     X3 = _check_prompts(X)
     heads = _check_heads(heads, X3.shape[2], X3.dtype)
-    temperature = _check_temperature(temperature)
+    temperature = check_temperature(temperature)
     projections = np.swapaxes(X3 @ heads.T, 1, 2)[..., None]  # (n, K, L, 1)
     out = _softmax_aggregate(projections, projections, X3[:, None], temperature)
     return _finish(out, np.ndim(X))
@@ -322,7 +308,7 @@ def in_context_softmax_attention(X, *, temperature=1.0):
            [0.25, 0.75]])
     """
     X3 = _check_prompts(X)
-    temperature = _check_temperature(temperature)
+    temperature = check_temperature(temperature)
     tokens = X3[:, None]
     out = _softmax_aggregate(tokens, tokens, tokens, temperature)
     return _finish(out, np.ndim(X))

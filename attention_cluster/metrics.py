@@ -14,31 +14,9 @@ import numpy as np
 from scipy import integrate, special, stats
 from scipy.optimize import linear_sum_assignment
 
-__all__ = ["centroid_distance", "match_centroids", "bayes_error", "interference"]
+from ._validation import check_count, check_noise, check_weights
 
-
-def _check_noise(noise):
-    """sigma as a float array, finite and >= 0."""
-    noise = np.asarray(noise, dtype=np.float64)
-    if np.any(~np.isfinite(noise)) or np.any(noise < 0):
-        raise ValueError("noise must be finite and >= 0.")
-    return noise
-
-
-def _check_count(value, name, minimum=1):
-    if isinstance(value, bool) or int(value) != value or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
-    return int(value)
-
-
-def _check_weights(weights, n_clusters):
-    """Mixture weights, uniform when None."""
-    if weights is None:
-        return np.full(n_clusters, 1.0 / n_clusters)
-    weights = np.asarray(weights, dtype=np.float64)
-    if weights.shape != (n_clusters,) or np.any(weights < 0) or not np.isclose(weights.sum(), 1.0):
-        raise ValueError("weights must be n_clusters non-negative numbers summing to 1.")
-    return weights
+__all__ = ["centroid_distance", "class_means_distance", "match_centroids", "bayes_error", "interference"]
 
 
 def _as_2d(a, name):
@@ -128,6 +106,41 @@ def centroid_distance(estimated, true):
     0.0
     """
     return float(np.sum(match_centroids(estimated, true)[2]))
+
+
+def class_means_distance(X, labels, centroids):
+    """Distance of the true-label class means, normalised: the statistical floor.
+
+    The centroid of each component estimated from its own points (labels
+    known), projected on the sphere, and its :func:`centroid_distance` to
+    the centroids: what no estimator of the directions, which does not see
+    the labels, can beat by much on this sample.
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_features)
+    labels : array-like of shape (n_samples,)
+        True component of each row, in ``0 .. n_clusters - 1``.
+    centroids : array-like of shape (n_clusters, n_features)
+
+    Returns
+    -------
+    distance : float
+
+    Examples
+    --------
+    >>> from attention_cluster.datasets import make_mixture
+    >>> from attention_cluster.metrics import class_means_distance
+    >>> X, y, C = make_mixture(2000, 10, 2, noise=0.3, random_state=0)
+    >>> class_means_distance(X, y, C) < 0.01
+    True
+    """
+    X = np.asarray(X, dtype=np.float64)
+    labels = np.asarray(labels)
+    centroids = _as_2d(centroids, "centroids")
+    means = np.array([X[labels == c].mean(axis=0) for c in range(len(centroids))])
+    norms = np.linalg.norm(means, axis=1, keepdims=True)
+    return centroid_distance(means / np.where(norms > 0, norms, 1.0), centroids)
 
 
 def _error_independent(gap, scale_c, scale_others):
@@ -225,8 +238,8 @@ def bayes_error(centroids, noise, weights=None, heads=None):
         raise ValueError(
             f"heads must have the shape of centroids {centroids.shape}, got {heads.shape}."
         )
-    weights = _check_weights(weights, K)
-    sigma = float(_check_noise(noise))
+    weights = check_weights(weights, K)
+    sigma = float(check_noise(noise))
     if K == 1:
         return 0.0
     scores = centroids @ heads.T  # scores[c, j] = <mu*_c, mu_j>
@@ -288,8 +301,8 @@ def interference(noise, n_clusters=2):
     >>> [round(float(interference(s)), 4) for s in (0.3, 1.0)]
     [0.0092, 0.2398]
     """
-    sigma = _check_noise(noise)
-    K = _check_count(n_clusters, "n_clusters")
+    sigma = check_noise(noise)
+    K = check_count(n_clusters, "n_clusters")
     if K == 1:
         return np.zeros_like(sigma)[()]
     if K == 2:

@@ -22,7 +22,8 @@ import numpy as np
 from sklearn.utils import check_random_state
 
 from ._sphere import project_tangent, retract
-from .metrics import _check_count, _check_noise, _check_weights, centroid_distance
+from ._validation import check_count, check_noise, check_temperature, check_weights
+from .metrics import centroid_distance
 
 __all__ = [
     "unbiased_temperature",
@@ -56,11 +57,9 @@ def _check_length(sequence_length):
     return L
 
 
-def _check_temperature(temperature):
-    temperature = np.asarray(temperature, dtype=np.float64)
-    if np.any(~np.isfinite(temperature)) or np.any(temperature < 0):
-        raise ValueError("temperature must be finite and >= 0.")
-    return temperature
+def _temperatures(temperature):
+    """lambda >= 0 as a float array (theory's curves take arrays)."""
+    return np.asarray(check_temperature(temperature, allow_zero=True), dtype=np.float64)
 
 
 def _length_weights(L):
@@ -118,7 +117,7 @@ def unbiased_temperature(noise, sequence_length=np.inf, n_clusters=2):
     >>> round(float(unbiased_temperature(0.0, 9)), 6)
     0.9
     """
-    s2 = _check_noise(noise) ** 2
+    s2 = check_noise(noise) ** 2
     L = float(sequence_length)
     K = float(n_clusters)
     if np.isinf(L):
@@ -163,7 +162,7 @@ def in_context_unbiased_temperature(noise, sequence_length, n_features, n_cluste
     >>> round(float(in_context_unbiased_temperature(0.0, 3, 10)), 6)
     0.75
     """
-    s2 = _check_noise(noise) ** 2
+    s2 = check_noise(noise) ** 2
     L = float(sequence_length)
     K = float(n_clusters)
     if np.isinf(L):
@@ -293,13 +292,13 @@ def _problem(heads, centroids, noise, temperature, sequence_length, weights):
     centroids = np.asarray(centroids, dtype=np.float64)
     if centroids.ndim != 2:
         raise ValueError(f"centroids must be a 2-D array, got shape {centroids.shape}.")
-    weights = _check_weights(weights, centroids.shape[0])
+    weights = check_weights(weights, centroids.shape[0])
     if heads.ndim != 2 or heads.shape[1] != centroids.shape[1]:
         raise ValueError(
             f"heads must have shape (n_heads, {centroids.shape[1]}), got {heads.shape}."
         )
-    s = float(_check_noise(noise)) ** 2
-    tau = float(_check_temperature(temperature)) * heads.shape[0]
+    s = float(check_noise(noise)) ** 2
+    tau = float(_temperatures(temperature)) * heads.shape[0]
     return heads, centroids, weights, s, tau, float(_check_length(sequence_length))
 
 
@@ -441,7 +440,7 @@ def risk_from_overlaps(
     >>> bool(abs(r - manifold_risk([0.6, 0.8], 0.3, 0.9, 10, 5)) < 1e-12)
     True
     """
-    n_features = _check_count(n_features, "n_features", 2)
+    n_features = check_count(n_features, "n_features", 2)
     gram = np.array(
         [
             [1.0, 0.0, kappa0, eta1],
@@ -614,7 +613,7 @@ def _needs_dimension(s, L, n_features):
             "n_features is required for a finite sequence_length and noise > 0: the "
             "token attending to itself brings E||X||^2 = 1 + d sigma^2 into the risk."
         )
-    return _check_count(n_features, "n_features")
+    return check_count(n_features, "n_features")
 
 
 def manifold_risk_coefficients(
@@ -657,11 +656,11 @@ def manifold_risk_coefficients(
     >>> float(A), float(B), float(C), float(D)
     (0.5, 1.0, 0.0, 1.0)
     """
-    s = _check_noise(noise) ** 2
+    s = check_noise(noise) ** 2
     L = _check_length(sequence_length)
-    K = _check_count(n_clusters, "n_clusters")
+    K = check_count(n_clusters, "n_clusters")
     d = _needs_dimension(s, L, n_features)
-    tau = _check_temperature(temperature) * K
+    tau = _temperatures(temperature) * K
     a0, a1, a2 = _manifold_moments(s, d, K, L)
     tau = tau[..., None]
     coef = a0 - 2.0 * tau * a1 + tau**2 * a2
@@ -739,7 +738,7 @@ def manifold_optimal_alignment(
     A, B, C, _ = manifold_risk_coefficients(
         noise, temperature, sequence_length, n_clusters, n_features
     )
-    K = _check_count(n_clusters, "n_clusters")
+    K = check_count(n_clusters, "n_clusters")
     with np.errstate(divide="ignore", invalid="ignore"):
         u = np.where(A + K * C > 0, B / (2.0 * (A + K * C)), 1.0)
     return np.sqrt(np.clip(u, 0.0, 1.0))
@@ -794,9 +793,9 @@ def lambda_star(noise, sequence_length=np.inf, n_clusters=2, n_features=None):
     >>> round(float(lambda_star(1.0)), 6)  # (1 + 4) / (1 + 5 + 6)
     0.416667
     """
-    s = _check_noise(noise) ** 2
+    s = check_noise(noise) ** 2
     L = _check_length(sequence_length)
-    K = _check_count(n_clusters, "n_clusters")
+    K = check_count(n_clusters, "n_clusters")
     d = _needs_dimension(s, L, n_features)
     _, a1, a2 = _manifold_moments(s, d, K, L)
     return 2.0 * a1[..., 1] / (K * (a2[..., 1] + 2.0 * a2[..., 2] + 2.0 * K * a2[..., 3]))
@@ -874,17 +873,17 @@ def quantizer_risk(noise, n_features):
     >>> round(float(quantizer_risk(0.3, 10)), 6)
     0.9
     """
-    return _check_count(n_features, "n_features") * _check_noise(noise) ** 2
+    return check_count(n_features, "n_features") * check_noise(noise) ** 2
 
 
 def _oracle(noise, temperature, sequence_length, n_features, n_clusters):
-    s = _check_noise(noise) ** 2
+    s = check_noise(noise) ** 2
     L = _check_length(sequence_length)
-    K = _check_count(n_clusters, "n_clusters")
-    d = _check_count(n_features, "n_features", K)
+    K = check_count(n_clusters, "n_clusters")
+    d = check_count(n_features, "n_features", K)
     at_one = np.array([1.0, K, K, K**2])  # (1, S1, S2, S1^2) at kappa = 1
     a0, a1, a2 = (a @ at_one for a in _manifold_moments(s, d, K, L))
-    return a0, a1, a2, s, L, K, _check_temperature(temperature) * K
+    return a0, a1, a2, s, L, K, _temperatures(temperature) * K
 
 
 def oracle_risk(noise, temperature, sequence_length, n_features, n_clusters=2):
@@ -996,10 +995,10 @@ def _in_context(noise, temperature, sequence_length, n_features, n_clusters):
     equal-weight centroids, ``M = E/K + s I`` (E the projection on the
     centroids), ``k = 1 + d s`` (``docs/theory.md``, "In-context layer").
     """
-    s = _check_noise(noise) ** 2
+    s = check_noise(noise) ** 2
     L = _check_length(sequence_length)
-    K = _check_count(n_clusters, "n_clusters")
-    d = _check_count(n_features, "n_features", K)
+    K = check_count(n_clusters, "n_clusters")
+    d = check_count(n_features, "n_features", K)
     k = 1.0 + d * s
     trM = 1.0 + d * s
     T1 = k**2 + 2 * s**2 * d + 4 * s
@@ -1011,7 +1010,7 @@ def _in_context(noise, temperature, sequence_length, n_features, n_clusters):
     w1, w2 = _length_weights(L)
     a1 = w1[0] * T1 + w1[1] * T2
     a2 = w2[0] * T3 + w2[1] * T4 + w2[2] * T5 + w2[3] * T6
-    return k, a1, a2, s, L, K, d, _check_temperature(temperature) * K
+    return k, a1, a2, s, L, K, d, _temperatures(temperature) * K
 
 
 def in_context_risk(noise, temperature, sequence_length, n_features, n_clusters=2):
@@ -1217,7 +1216,7 @@ def population_pgd(
         raise ValueError(f"reg_strength must be >= 0, got {reg_strength!r}.")
     if step_size is not None and not step_size > 0:
         raise ValueError(f"step_size must be > 0, got {step_size!r}.")
-    max_iter = _check_count(max_iter, "max_iter", 0)
+    max_iter = check_count(max_iter, "max_iter", 0)
     basis, (H, means) = _reduce(heads0, centroids)
     U = H.T
     moments = _LayerMoments(means, weights, s, heads0.shape[1], L)

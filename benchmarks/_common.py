@@ -41,10 +41,9 @@ def unit_rows(A):
     return A / np.where(norms > 0, norms, 1.0)
 
 
-def floor_distance(X, y, C):
-    """Distance of the normalised true-label class means: the statistical floor."""
-    means = np.array([X[y == k].mean(axis=0) for k in range(len(C))])
-    return centroid_distance(unit_rows(means), C)
+def verdict(ok):
+    """A target's cell in a page's table: "yes", or a bold "no"."""
+    return "yes" if ok else "**no**"
 
 
 def side_by_side(candidates, repeats=7, warmup=True):

@@ -29,10 +29,10 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import adjusted_rand_score
 from sklearn.mixture import GaussianMixture
 
-from _common import ROOT, floor_distance, quick_cli, save, timed, unit_rows
+from _common import ROOT, quick_cli, save, timed, unit_rows, verdict
 from attention_cluster import AttentionClustering
 from attention_cluster.datasets import make_mixture
-from attention_cluster.metrics import centroid_distance
+from attention_cluster.metrics import centroid_distance, class_means_distance
 
 NOISES = (0.0, 0.3, 0.6, 1.2)
 # (d, K): d from K to 500, K from 2 to 20.
@@ -50,7 +50,7 @@ def bayes_labels(X, C):
 def cell(n, d, K, noise, seed):
     X, y, C = make_mixture(n, d, K, noise=noise, random_state=seed)
     row = {"n": n, "d": d, "K": K, "noise": noise, "seed": seed}
-    row["floor"] = floor_distance(X, y, C)
+    row["floor"] = class_means_distance(X, y, C)
     row["bayes_ari"] = adjusted_rand_score(y, bayes_labels(X, C))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -144,7 +144,7 @@ def _table(rows):
             f"| {r['noise']} | {r['n']:.0e} | {r['d']} | {r['K']} | {r['ac']:.2e} | {r['floor']:.2e} | "
             f"{_ratio(r)} | {gmm} | {r['ac_ari']:.3f} | {gmm_ari} | {r['kmeans_ari']:.3f} | "
             f"{r['bayes_ari']:.3f} | {r['ac_s']:.2f} | {r['kmeans_s']:.2f} | {gmm_s} | {r['solver']} | "
-            f"{passes} | {'yes' if r['works'] else '**no**'} |"
+            f"{passes} | {verdict(r['works'])} |"
         )
     return lines
 

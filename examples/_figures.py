@@ -31,7 +31,7 @@ from sklearn.utils import check_random_state
 
 from attention_cluster import AttentionClustering, _kernels, theory
 from attention_cluster.datasets import make_mixture
-from attention_cluster.metrics import centroid_distance
+from attention_cluster.metrics import centroid_distance, class_means_distance
 
 QUICK = bool(os.environ.get("ATTENTION_CLUSTER_QUICK"))
 OUTPUT = os.environ.get("ATTENTION_CLUSTER_OUTPUT")
@@ -174,17 +174,6 @@ def population_path(heads0, centroids, noise, temperature, step_size, record, *,
     return d[np.minimum(record, len(d) - 1)], res
 
 
-def class_mean_floor(X, labels, centroids):
-    """Statistical floor: distance of the true-label class means, normalised.
-
-    The centroid of each component estimated from its own points (labels
-    known), projected on the sphere: what no estimator of the directions can
-    beat by much on this sample.
-    """
-    means = np.array([X[labels == c].mean(axis=0) for c in range(len(centroids))])
-    return centroid_distance(means / np.linalg.norm(means, axis=1, keepdims=True), centroids)
-
-
 def exact_solution(X, heads0, centroids, lam, regularization, reg_strength):
     """Distance reached by the exact full-batch solver from the same start.
 
@@ -268,7 +257,7 @@ def experiment(
         out["psgd"].append(distances(path, C))
         out["heads"].append(path[-1])
         out["centroids"].append(C)
-        out["floor"].append(class_mean_floor(X, y, C))
+        out["floor"].append(class_means_distance(X, y, C))
         out["full"].append(exact_solution(X, H0, C, lam, regularization, reg_strength))
         if run < population_runs:
             # population_pgd's factor is lambda * n_heads / L: keep lambda K / L.

@@ -20,7 +20,7 @@ from attention_cluster._spectral import spectral_init
 from attention_cluster._sphere import project_tangent, retract
 from attention_cluster._passes import DenseRows
 from attention_cluster.datasets import make_mixture
-from attention_cluster.metrics import centroid_distance
+from attention_cluster.metrics import centroid_distance, class_means_distance
 from attention_cluster.theory import unbiased_temperature
 
 REGULARIZATIONS = [None, "pairwise", "product"]
@@ -333,8 +333,7 @@ def test_spectral_init_is_close_at_moderate_noise():
 
 def _scaled_mixture(n, d, K, noise, seed, dtype=np.float64):
     X, y, C = make_mixture(n, d, K, noise=noise, random_state=seed)
-    means = np.array([X[y == k].mean(axis=0) for k in range(K)])
-    floor = centroid_distance(means / np.linalg.norm(means, axis=1, keepdims=True), C)
+    floor = class_means_distance(X, y, C)
     return X.astype(dtype), C, floor
 
 

@@ -26,7 +26,7 @@ from ._validation import (
     check_options,
     check_positive,
     check_sample_weight,
-    warn_caller,
+    warn,
 )
 
 # PSGD bookkeeping: the driver checks convergence every _STEPS_PER_CHECK
@@ -469,7 +469,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             centre, reason = True, f"the uncentred fit lost {lost} of the n_clusters={self.n_clusters} clusters"
             fractions, spectrum = self._fit_prepared(data, prepared, init, centre)
         if self.center == "auto" and centre:
-            warn_caller(
+            warn(
                 f"center='auto' centred the data ({reason}; the mean carries {prepared.share:.0%} "
                 "of the second moment): the model clusters directions from the origin, and now "
                 "finds directions from the mean. If the features have different units, put a "
@@ -505,7 +505,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 best = run
         if not best.converged:
             what = "steps" if settings.solver == "psgd" else "iterations"
-            warn_caller(
+            warn(
                 f"The {settings.solver} solver did not reach tol={settings.tol} in "
                 f"max_iter={settings.max_iter} {what}; increase max_iter or tol.",
                 ConvergenceWarning,
@@ -578,7 +578,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         if K == 1:
             return
         if not np.any(spectrum.eigenvalues > 0):
-            warn_caller(
+            warn(
                 "All rows of X are equal"
                 + (" once centred" if centred else " (zero)")
                 + f": there is nothing to cluster, and every point is in one of the "
@@ -601,7 +601,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 + (" of the centred data" if centred else "")
                 + ": try fewer clusters, a StandardScaler before the estimator, or KMeans"
             )
-        warn_caller(f"{found}; {advice} (see the user guide, 'When to use it').", UserWarning)
+        warn(f"{found}; {advice} (see the user guide, 'When to use it').", UserWarning)
 
     def _settings(self, data, spectrum):
         """Every data-dependent setting, resolved once from the spectrum."""
@@ -687,7 +687,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             max_iter=settings.max_iter, random_state=rng, verbose=self.verbose,
         )
         if not fit.converged:
-            warn_caller(
+            warn(
                 f"The EM refinement did not converge in max_iter={settings.max_iter} "
                 "E steps; increase max_iter.",
                 ConvergenceWarning,

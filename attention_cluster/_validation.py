@@ -10,8 +10,17 @@ import os
 import sys
 import warnings
 
+import joblib
 import numpy as np
+import sklearn
 from sklearn.utils import check_scalar
+
+# Frames in these directories are library code, not the user's call
+# (joblib runs the fits of scikit-learn's searches).
+_LIBRARY_DIRS = tuple(
+    os.path.dirname(os.path.abspath(path)) + os.sep
+    for path in (__file__, sklearn.__file__, joblib.__file__)
+)
 
 
 def check_options(value, name, options):
@@ -92,6 +101,22 @@ def atomic_fit(fit):
     return wrapper
 
 
+def warn(message, category=UserWarning):
+    """``warnings.warn``, attributed to the first caller outside the library.
+
+    A warning from ``fit`` then names the user's line, whether it was called
+    directly, through ``fit_predict``, a Pipeline or a search (the frames of
+    scikit-learn and joblib are skipped too), instead of a line of this
+    package.
+    """
+    frame = sys._getframe(1)
+    level = 2
+    while frame is not None and frame.f_code.co_filename.startswith(_LIBRARY_DIRS):
+        frame = frame.f_back
+        level += 1
+    warnings.warn(message, category, stacklevel=level if frame is not None else 2)
+
+
 def check_auto_or_positive(value, name, *, strict=True):
     """``"auto"``, or a finite number above 0 (at least 0 if not ``strict``)."""
     if isinstance(value, str):
@@ -144,20 +169,3 @@ def check_weights(weights, n_clusters):
     if weights.shape != (n_clusters,) or np.any(weights < 0) or not np.isclose(weights.sum(), 1.0):
         raise ValueError("weights must be n_clusters non-negative numbers summing to 1.")
     return weights
-
-
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-
-
-def warn_caller(message, category=UserWarning):
-    """``warnings.warn`` pointing at the first caller outside this package.
-
-    A fit's warnings are raised a few calls deep (``fit_predict``, ``fit``,
-    its decorator, the solver); the user's line is the one to show.
-    """
-    frame = sys._getframe(1)
-    level = 2
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
-        frame = frame.f_back
-        level += 1
-    warnings.warn(message, category, stacklevel=level)

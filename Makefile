@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/quantizer_pipeline.py
 	$(PY) benchmarks/streaming.py
 	$(PY) benchmarks/out_of_core.py
+	$(PY) benchmarks/user_data.py
 	$(PY) benchmarks/run.py
 	$(PY) benchmarks/dynamics.py
 	$(PY) benchmarks/choose_k.py

@@ -4,6 +4,7 @@ import numbers
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClusterMixin, OneToOneFeatureMixin, TransformerMixin
 from sklearn.exceptions import ConvergenceWarning
 from scipy.special import logsumexp
@@ -15,8 +16,8 @@ from . import _kernels
 from ._exact import solve_exact
 from ._mixture import OnlineEM, refine_heads
 from ._objective import exact_objective, regularizer_code
-from ._passes import DaskRows, DenseRows, one_blas_thread
-from ._scale import estimate_spectrum
+from ._passes import DaskRows, DenseRows, one_blas_thread, rows_of
+from ._scale import estimate_spectrum, principal_basis
 from ._settings import auto_reg_strength, auto_temperature
 from ._spectral import SUBSAMPLE, spectral_heads
 from ._validation import (
@@ -38,6 +39,27 @@ _STEPS_PER_CHECK = 100
 _DECAY = 200.0
 _DEFAULT_TOL = {"psgd": 1e-4, "full": 1e-6}
 _DEFAULT_MAX_ITER = {"psgd": 5000, "full": 500}
+# center="auto" centres the data when the squared norm of their mean exceeds
+# this many times the K-th eigenvalue of their second moment. On the paper's
+# mixtures the ratio stays below 5 (weights up to 9:1, sigma >= 0.1); where
+# the common mean makes the fit collapse it is above 12 (benchmarks/user_data.py,
+# docs/user_data.md).
+_CENTER_RATIO = 10.0
+# From this many features on, the fit runs in the principal subspace of
+# dimension K + _SUBSPACE_EXTRA found by subspace iteration, never forming a
+# d x d matrix. benchmarks/user_data.py times both paths: the subspace is
+# faster at every d, as accurate at low noise and less accurate at high
+# noise (the heads cannot leave the subspace), so the exact d x d path is
+# kept while its O(n d^2) cost stays within a few seconds.
+_SUBSPACE_MIN_FEATURES = 2000
+_SUBSPACE_EXTRA = 5
+# A cluster that receives less than this fraction of 1/K of the points
+# counts as lost: the fit warns. With center="auto", a fit that loses
+# clusters while the mean carries more than _SHARE_TO_RETRY of the second
+# moment is done again on the centred rows (TF-IDF rows, whose ratio lies
+# among the paper's unequal mixtures', benchmarks/user_data.py).
+_LOST_FRACTION = 0.1
+_SHARE_TO_RETRY = 0.05
 
 
 @dataclass(frozen=True)
@@ -50,6 +72,19 @@ class _Settings:
     refine: object  #: "em" or None
     tol: float
     max_iter: int
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """The rows a fit runs on, before the centring decision."""
+
+    data: object  #: pass-layer data object (the principal-subspace rows in high dimension)
+    basis: object  #: (d, r) orthonormal basis of that subspace, or None
+    spectrum: object  #: spectrum of ``data`` (not centred)
+    mean: np.ndarray  #: mean of ``data``'s rows
+    full_mean: np.ndarray  #: mean of the rows in R^d
+    share: float  #: ||m||^2 / tr(M) at unit scale
+    ratio: float  #: ||m||^2 / lambda_K(M) at unit scale
 
 
 @dataclass
@@ -113,6 +148,19 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     fitting, so that the centroids are near the unit sphere as the paper
     assumes; labels are unchanged when X is multiplied by a positive
     constant.
+
+    Input and preprocessing: X may be dense or sparse (CSR/CSC, never
+    densified). A mean common to all rows is subtracted when it dominates
+    (``center``), with a warning; a fit that leaves clusters nearly empty
+    warns and names the fix. With d >= 2000 features the fit runs in the
+    principal subspace of dimension K + 5, found by subspace iteration
+    without a d x d matrix. Rows that are measurements in different units
+    (scikit-learn's tabular data sets) suit the model after a
+    :class:`~sklearn.preprocessing.StandardScaler`; TF-IDF rows and
+    embeddings need none (see the user guide, "When to use it", and
+    :doc:`/user_data`). A row with no direction (all zeros, or equal to
+    ``mean_``) gets the label with the largest bias: the heaviest cluster
+    after the EM refinement, cluster 0 without it.
 
     Parameters
     ----------
@@ -206,6 +254,20 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         tangent space before the step (``math.md`` section 3);
         ``"euclidean"`` steps along the plain gradient, then normalises
         (paper, Appendix G.3).
+    center : {"auto", True, False}, default="auto"
+        Subtract the (weighted) mean of the training data before fitting,
+        and ``mean_`` from every row given to :meth:`predict`,
+        :meth:`transform` and :meth:`score`. The model clusters directions
+        from the origin; when a mean common to all rows dominates the second
+        moment every head sees it and the fit collapses into one cluster.
+        ``"auto"`` centres, with a warning, when ``||mean||^2`` exceeds 10
+        times the K-th eigenvalue of the second moment (at unit scale),
+        which the paper's mixtures (whose mean is not zero) stay below: they
+        are fitted as they are; and it fits the centred rows again when the
+        uncentred fit leaves clusters nearly empty while the mean carries
+        more than 5% of the second moment (TF-IDF rows, say). Sparse X is centred implicitly, never
+        densified. See :doc:`/user_data` for the measurement and the user
+        guide for the advice on preprocessing.
     random_state : int, RandomState instance or None, default=None
         Seeds the starts and the sampling of sequences.
     n_threads : int or None, default=None
@@ -246,8 +308,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         the (sample-weighted) fractions of points in each cluster without
         it.
     means_ : ndarray of shape (n_clusters, n_features)
-        With the EM refinement: the fitted mixture's means ``s r mu_k``, all
-        of one norm (``math.md`` section 7).
+        With the EM refinement: the fitted mixture's means ``mean_ + s r
+        mu_k``, all at one distance from ``mean_`` (``math.md`` section 7).
     covariances_ : ndarray of shape (n_clusters,)
         With the EM refinement: the variance ``(s tau)^2`` of each
         component, one value shared by all (spherical, as
@@ -258,6 +320,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         (``math.md`` section 7): :meth:`predict` takes ``argmax_h
         concentration_ <x, c_h> + log weights_[h]``. None without the
         refinement, where :meth:`predict` takes ``argmax_h <x, c_h>``.
+    center_ : bool
+        Whether the data were centred (``center="auto"`` resolved).
+    mean_ : ndarray of shape (n_features,)
+        The (weighted) mean subtracted from every row; zeros when the data
+        were not centred.
     moment_heads_ : ndarray of shape (n_clusters, n_features)
         ``M c_h`` for each centre ``c_h`` (rows), M the second moment of the
         training data divided by ``scale_^2``: the context of
@@ -312,6 +379,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         n_init=1,
         init="spectral",
         gradient="riemannian",
+        center="auto",
         random_state=None,
         n_threads=None,
         verbose=0,
@@ -330,6 +398,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         self.n_init = n_init
         self.init = init
         self.gradient = gradient
+        self.center = center
         self.random_state = random_state
         self.n_threads = n_threads
         self.verbose = verbose
@@ -337,6 +406,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        tags.input_tags.sparse = True
         return tags
 
     def _check_params(self, X):
@@ -354,6 +424,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         check_auto_or_positive(self.tol, "tol", strict=False)
         check_positive(self.n_init, "n_init", numbers.Integral, min_val=1, strict=False)
         check_options(self.gradient, "gradient", ["riemannian", "euclidean"])
+        check_options(self.center, "center", ["auto", True, False])
         if self.n_threads is not None:
             check_positive(self.n_threads, "n_threads", numbers.Integral, min_val=1, strict=False)
         check_positive(self.verbose, "verbose", numbers.Integral, strict=False)
@@ -397,7 +468,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         if lazy:
             X = check_dask_array(self, X, reset=True)
         else:
-            X = validate_data(self, X, dtype=[np.float64, np.float32], order="C")
+            X = validate_data(self, X, accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32], order="C")
         # A fit starts over: the next partial_fit starts a new stream.
         self.__dict__.pop("n_steps_", None)
         init = self._check_params(X)
@@ -407,8 +478,13 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             weights, total = check_dask_sample_weight(sample_weight, X)
             data = DaskRows(X, weights, total_weight=total, verbose=self.verbose)
         else:
-            data = DenseRows(X, check_sample_weight(sample_weight, X), n_threads=self.n_threads)
+            data = rows_of(X, check_sample_weight(sample_weight, X), n_threads=self.n_threads)
         n, d = X.shape
+        if lazy and d >= _SUBSPACE_MIN_FEATURES:
+            raise ValueError(
+                f"Dask input with n_features={d} >= {_SUBSPACE_MIN_FEATURES} is not supported: "
+                "the principal-subspace path needs the rows' projections in memory."
+            )
         if K > d:
             warn(
                 f"n_clusters={K} > n_features={d}: the heads cannot be mutually "
@@ -421,8 +497,45 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             return self._fit(data, init)
 
     def _fit(self, data, init):
-        """validate -> settings from the spectrum -> runs -> refinement -> attributes."""
-        spectrum = estimate_spectrum(data, self.n_clusters)
+        """validate -> subspace and centring -> settings from the spectrum -> runs -> refinement -> attributes."""
+        prepared = self._prepare(data)
+        if self.center == "auto":
+            centre, reason = prepared.ratio > _CENTER_RATIO, "their common mean dominates the second moment"
+        else:
+            centre, reason = bool(self.center), None
+        fractions, spectrum = self._fit_prepared(data, prepared, init, centre)
+        lost = np.sum(fractions < _LOST_FRACTION / self.n_clusters)
+        if self.center == "auto" and not centre and lost and prepared.share > _SHARE_TO_RETRY:
+            # The uncentred fit lost clusters to a common mean below the
+            # ratio's threshold (TF-IDF rows, say): fit the centred rows.
+            centre, reason = True, f"the uncentred fit lost {lost} of the n_clusters={self.n_clusters} clusters"
+            fractions, spectrum = self._fit_prepared(data, prepared, init, centre)
+        if self.center == "auto" and centre:
+            warn(
+                f"center='auto' centred the data ({reason}; the mean carries {prepared.share:.0%} "
+                "of the second moment): the model clusters directions from the origin, and now "
+                "finds directions from the mean. If the features have different units, put a "
+                "StandardScaler before the estimator (see the user guide, 'When to use it'); "
+                "pass center=True to centre without this warning.",
+                UserWarning,
+            )
+        self._warn_lost_clusters(fractions, spectrum, centre, prepared.share)
+        return self
+
+    def _fit_prepared(self, given, prepared, init, centre):
+        """One fit of the prepared rows, centred or not; sets every fitted attribute.
+
+        Returns the size of each cluster (the smaller of its fraction of the
+        weighted points and its weight) and the spectrum the settings came
+        from.
+        """
+        data, basis, spectrum = prepared.data, prepared.basis, prepared.spectrum
+        if centre:
+            data = data.centred(prepared.mean)
+            spectrum = estimate_spectrum(data, self.n_clusters)
+        if basis is not None and init is not None:
+            init = basis.T @ init
+            init /= np.maximum(np.linalg.norm(init, axis=0), np.finfo(np.float64).tiny)
         settings = self._settings(data, spectrum)
         unit = data.rescaled(spectrum.scale)
         rng = check_random_state(self.random_state)
@@ -455,15 +568,29 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         else:
             # Each head turned towards the points it wins (math.md section 5).
             signs = np.where(unit.head_totals(best.heads) < 0, -1.0, 1.0)
-            self.cluster_centers_ = (best.heads * signs).T.astype(data.dtype, copy=False)
+            self.cluster_centers_ = (best.heads * signs).T
             self.concentration_ = None
             self.refine_n_iter_ = 0
+        centers = np.asarray(self.cluster_centers_, dtype=np.float64)
+        moment_heads = (spectrum.moment @ centers.T).T
+        if basis is not None:
+            # Heads in the principal subspace are heads in R^d.
+            centers, moment_heads = centers @ basis.T, moment_heads @ basis.T
+        self.cluster_centers_ = centers.astype(given.dtype, copy=False)
+        self.moment_heads_ = moment_heads
+        self.center_ = bool(centre)
+        self.mean_ = prepared.full_mean if centre else np.zeros_like(prepared.full_mean)
+        if settings.refine == "em":
+            # The mixture in the data's coordinates: out of the principal
+            # subspace, plus the mean the centring removed.
+            means = self.means_ if basis is None else self.means_ @ basis.T
+            self.means_ = means + self.mean_
         # The training labels are predict's, from the stored attributes.
-        self.labels_ = self._labels(data)
+        self.labels_ = self._labels(given)
+        # np.asarray computes the counts of Dask data's lazy labels.
+        counts = np.asarray(np.bincount(self.labels_, weights=given.sample_weight, minlength=self.n_clusters))
         if settings.refine is None:
-            counts = np.bincount(self.labels_, weights=data.sample_weight, minlength=self.n_clusters)
-            # np.asarray computes the counts of Dask data's lazy labels.
-            self.weights_ = np.asarray(counts / np.sum(counts))
+            self.weights_ = counts / np.sum(counts)
         self.temperature_ = settings.temperature
         self.reg_strength_ = settings.reg_strength
         self.solver_ = settings.solver
@@ -472,8 +599,72 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         self.scale_ = spectrum.scale
         self.n_iter_ = best.n_iter
         self.loss_curve_ = best.loss_curve
-        self.moment_heads_ = (spectrum.moment @ self.cluster_centers_.T.astype(np.float64)).T
-        return self
+        # A cluster is as large as the smaller of its share of the labels and
+        # its fitted weight (EM can empty a cluster that still wins a few points).
+        return np.minimum(counts / np.sum(counts), self.weights_), spectrum
+
+    def _prepare(self, data):
+        """The rows the solvers see, their spectrum, and the common mean's weight.
+
+        In high dimension (``_SUBSPACE_MIN_FEATURES``) the rows are replaced
+        by their coordinates in the principal subspace of dimension
+        K + ``_SUBSPACE_EXTRA`` (:func:`~attention_cluster._scale.principal_basis`),
+        computed without a d x d matrix. Returns a :class:`_Prepared`: the
+        ``ratio`` ``||m||^2 / lambda_K`` and the ``share`` ``||m||^2 /
+        tr(M)`` of the mean m, at unit scale, that ``center="auto"`` reads.
+        """
+        K = self.n_clusters
+        basis = None
+        if data.n_features >= _SUBSPACE_MIN_FEATURES and data.n_features > K + _SUBSPACE_EXTRA:
+            full_mean = data.mean()
+            basis = principal_basis(data, K + _SUBSPACE_EXTRA, K)
+            data = DenseRows(data.project(basis), data.sample_weight, n_threads=data.n_threads)
+            mean = basis.T @ full_mean
+        # The spectrum's pass comes first: it reports NaN and infinity of
+        # Dask data before any other pass.
+        spectrum = estimate_spectrum(data, K)
+        if basis is None:
+            full_mean = mean = data.mean()
+        m = mean / spectrum.scale
+        mean_sq = float(m @ m)
+        trace = float(np.sum(spectrum.eigenvalues))
+        kth = float(spectrum.eigenvalues[min(K, data.n_features) - 1])
+        return _Prepared(
+            data=data, basis=basis, spectrum=spectrum, mean=mean, full_mean=full_mean,
+            share=mean_sq / trace if trace > 0 else 0.0,
+            ratio=mean_sq / kth if kth > 0 else (np.inf if mean_sq > 0 else 0.0),
+        )
+
+    def _warn_lost_clusters(self, fractions, spectrum, centred, share):
+        """Warn when the fit leaves clusters (nearly) empty: never one cluster in silence."""
+        K = self.n_clusters
+        if K == 1:
+            return
+        if not np.any(spectrum.eigenvalues > 0):
+            warn(
+                "All rows of X are equal"
+                + (" once centred" if centred else " (zero)")
+                + f": there is nothing to cluster, and every point is in one of the "
+                f"n_clusters={K} clusters.",
+                UserWarning,
+            )
+            return
+        lost = int(np.sum(fractions < _LOST_FRACTION / K))
+        if lost == 0:
+            return
+        found = f"{lost} of the n_clusters={K} clusters received fewer than {_LOST_FRACTION / K:.1%} of the points"
+        if not centred and share > _SHARE_TO_RETRY:
+            advice = (
+                f"the data's common mean carries {share:.0%} of their second moment and "
+                "every head sees it: pass center=True, or put a StandardScaler before the estimator"
+            )
+        else:
+            advice = (
+                "the clusters may not be distinct directions from the origin"
+                + (" of the centred data" if centred else "")
+                + ": try fewer clusters, a StandardScaler before the estimator, or KMeans"
+            )
+        warn(f"{found}; {advice} (see the user guide, 'When to use it').", UserWarning)
 
     def _settings(self, data, spectrum):
         """Every data-dependent setting, resolved once from the spectrum."""
@@ -643,11 +834,16 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         return _Run(previous, losses, done, converged, float(np.mean(losses[done // 2 :])))
 
     def _labels(self, data):
-        """predict's rule on the rows of ``data``: see :meth:`predict`."""
+        """predict's rule on the rows of ``data`` (as given): see :meth:`predict`."""
         if self.concentration_ is None:
-            return data.labels(self.cluster_centers_, 1.0, np.zeros(self.n_clusters))
-        with np.errstate(divide="ignore"):
-            return data.labels(self.cluster_centers_, self.concentration_, np.log(self.weights_))
+            gain, bias = 1.0, np.zeros(self.n_clusters)
+        else:
+            gain = self.concentration_
+            with np.errstate(divide="ignore"):
+                bias = np.log(self.weights_)
+        # <x - m, c_h> = <x, c_h> - <m, c_h>: the centring goes in the bias.
+        bias = bias - gain * (np.asarray(self.cluster_centers_, dtype=np.float64) @ self.mean_)
+        return data.labels(self.cluster_centers_, gain, bias)
 
     def predict(self, X):
         """Cluster of each row: ``argmax_h <x, mu_h>``, or the posterior mode.
@@ -672,8 +868,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         check_is_fitted(self)
         if is_dask_collection(X):
             return self._labels(DaskRows(check_dask_array(self, X, reset=False)))
-        X = validate_data(self, X, dtype=[np.float64, np.float32], order="C", reset=False)
-        with DenseRows(X, n_threads=self.n_threads) as data:
+        X = validate_data(
+            self, X, accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32], order="C", reset=False
+        )
+        with rows_of(X, n_threads=self.n_threads) as data:
             return self._labels(data)
 
     def fit_predict(self, X, y=None, sample_weight=None):
@@ -750,18 +948,21 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
         Not distances to the centres, unlike KMeans' ``transform``: the
         output has the shape of X, each row moved towards its centroid.
-        ``T(x) = lambda K (M / s^2) U U^T x`` where ``M`` is the training
-        data's second-moment matrix, ``s = scale_``, ``lambda =
-        temperature_`` and U the heads (computed as ``lambda K (x^T U)
-        moment_heads_``): the layer of ``math.md`` section 2
-        with the n training rows as its context (``L = n``). Row-wise,
-        linear and deterministic: ``transform(c X) = c transform(X)``.
-        Near the centroids the output is the point's centroid direction,
-        scaled (approximate quantisation, paper section 4).
+        ``T(x) = lambda K (M / s^2) U U^T y`` with ``y = x - mean_`` (``mean_``
+        is zero unless the data were centred), where ``M`` is the second
+        moment of the (centred) training data, ``s = scale_``, ``lambda =
+        temperature_`` and U the heads (computed as ``lambda K (y^T U)
+        moment_heads_``, never a d x d matrix): the layer of ``math.md``
+        section 2 with the n training rows as its context (``L = n``).
+        Row-wise and deterministic, of rank K; without centring linear,
+        ``transform(c X) = c transform(X)``. Near the centroids the output
+        is the point's centroid direction, scaled (approximate
+        quantisation, paper section 4). Sparse X is not densified; the
+        output is dense.
 
         Parameters
         ----------
-        X : array-like, dask array or dask DataFrame of shape (n_samples, n_features)
+        X : {array-like, sparse matrix}, dask array or dask DataFrame of shape (n_samples, n_features)
             New data.
 
         Returns
@@ -774,13 +975,21 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         if lazy:
             X = check_dask_array(self, X, reset=False)
         else:
-            X = validate_data(self, X, dtype=[np.float64, np.float32], order="C", reset=False)
+            X = validate_data(
+                self, X, accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32], order="C", reset=False
+            )
         K = self.n_clusters
-        heads = self.cluster_centers_.T.astype(X.dtype, copy=False)
         moment_heads = (self.temperature_ * K * self.moment_heads_).astype(X.dtype, copy=False)
         if lazy:
-            return DaskRows(X).product(heads, moment_heads)
-        return (X @ heads) @ moment_heads
+            heads = self.cluster_centers_.T.astype(X.dtype, copy=False)
+            shift = (self.mean_ @ heads).astype(X.dtype)
+            return DaskRows(X).product(heads, shift, moment_heads)
+        return self._heads_projection(X) @ moment_heads
+
+    def _heads_projection(self, X):
+        """``(X - mean_) U`` (n x K) in X's dtype, for dense or sparse X."""
+        heads = self.cluster_centers_.T.astype(X.dtype, copy=False)
+        return np.asarray(X @ heads) - (self.mean_ @ heads).astype(X.dtype)
 
     def _has_mixture(self):
         """Whether the fit is (or will be) the EM refinement's mixture."""
@@ -845,8 +1054,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         return -2 * float(np.sum(self.score_samples(X)))
 
     def _n_parameters(self):
-        """Free parameters of the mixture: K (d - 1) directions, r, tau, K - 1 weights = K d + 1."""
-        return self.n_clusters * self.n_features_in_ + 1
+        """Free parameters of the mixture: K (d - 1) directions, r, tau, K - 1 weights = K d + 1,
+        and the d coordinates of the mean when the data were centred."""
+        d = self.n_features_in_
+        return self.n_clusters * d + 1 + (d if self.center_ else 0)
 
     @available_if(_has_mixture)
     def bic(self, X):
@@ -885,7 +1096,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         return self._deviance(X) + 2 * self._n_parameters()
 
     def score(self, X, y=None, sample_weight=None):
-        """Negative mean squared reconstruction error ``-mean ||x - T(x)||^2``.
+        """Negative mean squared reconstruction error ``-mean ||y - T(y)||^2``, ``y = x - mean_``.
+
+        Expanded as ``||y||^2 - 2 <y, T(y)> + ||T(y)||^2`` from the rows'
+        products with the heads and ``moment_heads_`` (2K columns), so that
+        sparse X is never densified.
 
         The attention layer's own objective (the paper's risk, with the
         training data as context; see :meth:`transform`), not a likelihood:
@@ -896,7 +1111,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
             New data.
         y : Ignored
             Not used, present for API consistency.
@@ -909,7 +1124,18 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             Higher is better.
         """
         check_is_fitted(self)
-        X = validate_data(self, X, dtype=[np.float64, np.float32], order="C", reset=False)
+        X = validate_data(self, X, accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32], order="C", reset=False)
         weights = check_sample_weight(sample_weight, X)
-        residual = np.sum((X - self.transform(X)).astype(np.float64) ** 2, axis=1)
+        K = self.n_clusters
+        out = self.temperature_ * K * self.moment_heads_
+        heads = np.asarray(self.cluster_centers_, dtype=np.float64).T
+        m = self.mean_
+        P = np.asarray(X @ np.hstack([heads, out.T]), dtype=np.float64) - m @ np.hstack([heads, out.T])
+        A, B = P[:, :K], P[:, K:]
+        if sp.issparse(X):
+            sq = np.asarray(X.multiply(X).sum(axis=1), dtype=np.float64).ravel()
+        else:
+            sq = np.einsum("ij,ij->i", X, X, dtype=np.float64)
+        sq += m @ m - 2.0 * np.asarray(X @ m, dtype=np.float64).ravel()
+        residual = sq - 2.0 * np.sum(A * B, axis=1) + np.sum((A @ (out @ out.T)) * A, axis=1)
         return -float(np.average(residual, weights=weights))

@@ -312,6 +312,72 @@ def argmax_rows(scores, gain, bias, out):
         out[i] = best
 
 
+@njit(cache=True, fastmath=FASTMATH, inline="always")
+def _row_terms(a, g, s, h, nrm, wi, c, lm1, reg, rho, coef, C):
+    """One row's weighted term of the exact risk, and its gradient coefficients.
+
+    With ``a = U^T x``, ``g = U^T M x``, ``s = ||a||^2``, ``h = <a, g>``,
+    ``nrm = ||x||^2`` and weight ``wi``: returns ``wi (e^2 nrm - 2c(L-1) e
+    h + rho r)``, ``e = 1 - c s``, and fills ``C`` (3K) with the
+    coefficients of ``x^T`` in the gradient's three sums (see
+    :func:`exact_row_terms`).
+    """
+    K = a.shape[0]
+    e = 1.0 - c * s
+    value = e * e * nrm - 2.0 * c * lm1 * e * h
+    alpha = wi * (-4.0 * c * e * nrm + 4.0 * c * c * lm1 * h)
+    beta = wi * (-2.0 * c * lm1 * e)
+    for k in range(K):
+        C[k] = alpha * a[k] + beta * g[k]
+        C[K + k] = beta * a[k]
+        C[2 * K + k] = wi * nrm * a[k]
+    if reg != REG_NONE:
+        value += rho * token_regularizer(a, reg, coef)
+        for k in range(K):
+            C[k] += wi * rho * coef[k]
+    return wi * value
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def projected_row_terms(A, G, nrm, w, c, lm1, reg, rho, C):
+    """:func:`exact_row_terms` from the rows' projections, for sparse rows.
+
+    ``A = X U``, ``G = X M U`` (n x K) and ``nrm`` the squared norms of the
+    (scaled) rows: returns the weighted sum of the per-row terms and fills
+    ``C`` (n x 3K) with each row's gradient coefficients, so that the
+    gradient's sums are ``C^T X``, a product the caller makes with its
+    sparse rows. ``w`` of length 0 means unit weights.
+    """
+    n, K = A.shape
+    coef = np.empty(K)
+    total = 0.0
+    for i in range(n):
+        wi = 1.0 if w.size == 0 else w[i]
+        s = 0.0
+        h = 0.0
+        for k in range(K):
+            s += A[i, k] * A[i, k]
+            h += A[i, k] * G[i, k]
+        total += _row_terms(A[i], G[i], s, h, nrm[i], wi, c, lm1, reg, rho, coef, C[i])
+    return total
+
+
+@njit(cache=True, nogil=True)
+def draw_sparse_rows(indptr, indices, data, cum_weights, inv_scale, offset, state, out):
+    """:func:`draw_rows` for CSR rows ``(x - offset) * inv_scale``, densified into ``out``.
+
+    The same generator and the same draws as :func:`draw_rows`, so dense
+    and sparse copies of the same data draw the same rows.
+    """
+    d = out.shape[1]
+    for r in range(out.shape[0]):
+        i = _draw_index(state, cum_weights)
+        for j in range(d):
+            out[r, j] = -offset[j] * inv_scale
+        for p in range(indptr[i], indptr[i + 1]):
+            out[r, indices[p]] += data[p] * inv_scale
+
+
 @njit(cache=True, nogil=True, fastmath=FASTMATH)
 def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
     """Per-row part of the exact risk and of its gradient, for one chunk.
@@ -359,19 +425,7 @@ def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
             g[k] = gk
             s += ak * ak
             h += ak * gk
-        e = 1.0 - c * s
-        value = e * e * nrm - 2.0 * c * lm1 * e * h
-        alpha = wi * (-4.0 * c * e * nrm + 4.0 * c * c * lm1 * h)
-        beta = wi * (-2.0 * c * lm1 * e)
-        for k in range(K):
-            C[k] = alpha * a[k] + beta * g[k]
-            C[K + k] = beta * a[k]
-            C[2 * K + k] = wi * nrm * a[k]
-        if reg != REG_NONE:
-            value += rho * token_regularizer(a, reg, coef)
-            for k in range(K):
-                C[k] += wi * rho * coef[k]
-        total += wi * value
+        total += _row_terms(a, g, s, h, nrm, wi, c, lm1, reg, rho, coef, C)
         for r in range(3 * K):
             cr = C[r]
             for j in range(d):

@@ -15,6 +15,8 @@ Attributes ``n_samples``, ``n_features``, ``dtype``, ``scale``,
 
 - :meth:`~DenseRows.rescaled` (the same rows divided by another scale, sharing
   the thread pool);
+- :meth:`~DenseRows.mean` and :meth:`~DenseRows.centred` (the rows minus a
+  vector: a centred copy for dense rows, implicit for sparse ones);
 - :meth:`~DenseRows.second_moment` (``sum_i w_i x_i x_i^T / sum_i w_i``),
   :meth:`~DenseRows.scaled_second_moment` (the same with a scale that keeps
   it finite for data of any magnitude) and :meth:`~DenseRows.moment_action`
@@ -36,12 +38,14 @@ Attributes ``n_samples``, ``n_features``, ``dtype``, ``scale``,
   small data object) and :meth:`~DenseRows.draw` (rows drawn with
   probability proportional to their weight, for PSGD's sequences).
 
-A sparse or a Dask backend implements the same methods (a new class with
-these names), and nothing else changes: this module is the one place where
-dense, sparse and Dask data differ. The chunks' results are added in the
-chunks' order, and the chunks do not depend on the number of threads, so a
-fit gives the same result on one thread or many, in a thread or after
-``fork``.
+:class:`SparseRows` implements the same methods for CSR/CSC data (with the
+centring applied inside its products) and :class:`DaskRows` the passes of a
+fit for Dask arrays (each pass one Dask computation over the blocks); nothing
+else changes: this module is the one place where dense, sparse and Dask data
+differ (:func:`rows_of` picks the class for in-memory data). The chunks'
+results are added in the chunks' order, and the chunks do not depend on the
+number of threads, so a fit gives the same result on one thread or many, in a
+thread or after ``fork``.
 
 Threads
 -------
@@ -60,11 +64,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import scipy.sparse as sp
 from threadpoolctl import ThreadpoolController
 
 from . import _dynamics_kernels, _kernels
 
-__all__ = ["DaskRows", "DenseRows", "one_blas_thread", "usable_threads"]
+__all__ = ["DaskRows", "DenseRows", "SparseRows", "one_blas_thread", "rows_of", "usable_threads"]
 
 # Bytes of X per chunk: large enough that a pass has few chunks (each costs a
 # task on the pool), small enough that a float64 copy of a chunk stays small.
@@ -119,7 +124,17 @@ class _Pool:
             self.executor = None
 
 
-class DenseRows:
+class _Rows:
+    """What every backend shares: it is a context manager (see ``close``)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class DenseRows(_Rows):
     """Dense rows in memory (a C-contiguous float32 or float64 array).
 
     Parameters
@@ -150,12 +165,6 @@ class DenseRows:
         self._cum_weights = None
 
     # -- life cycle ---------------------------------------------------------
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def close(self):
         """Shut down the thread pool (a later pass starts a new one)."""
@@ -220,6 +229,23 @@ class DenseRows:
             return 0.0, np.zeros((d, d))
         M = sum(((p / c) ** 2 * G for p, G in parts if p > 0), np.zeros((d, d))) / self.total_weight
         return c * inv, M
+
+    def mean(self):
+        """Weighted mean of the rows ``x / s`` (float64)."""
+        inv = 1.0 / self.scale
+
+        def chunk(B, w, lo, hi):
+            B = np.asarray(B, dtype=np.float64)
+            return (B.sum(axis=0) if w.size == 0 else w @ B) * inv
+
+        return sum(self._map(chunk), np.zeros(self.n_features)) / self.total_weight
+
+    def centred(self, offset):
+        """The rows ``x - offset`` (``offset`` unscaled), as a centred copy of X."""
+        other = copy.copy(self)
+        other._X = self._X - np.asarray(offset).astype(self.dtype)
+        other._cum_weights = None
+        return other
 
     def second_moment(self):
         """``M = sum_i w_i x_i x_i^T / sum_i w_i`` (d x d, float64), one pass."""
@@ -380,8 +406,11 @@ class DenseRows:
         return DenseRows(rows, weight, self.scale, n_threads=1)
 
     def project(self, V):
-        """``(X / s) V`` for V of shape (d, K): an (n, K) array, for small data objects."""
-        return (np.asarray(self._X, dtype=np.float64) / self.scale) @ V
+        """``(X / s) V`` for V of shape (d, K): an (n, K) array, by chunks (no float64 copy of X)."""
+        V = np.asarray(V, dtype=np.float64)
+        inv = 1.0 / self.scale
+        parts = self._map(lambda B, w, lo, hi: (np.asarray(B, dtype=np.float64) @ V) * inv)
+        return np.concatenate(parts) if parts else np.empty((0, V.shape[1]))
 
     def draw(self, state, out):
         """Fill ``out`` (m x d, float64) with rows ``x / s`` drawn with replacement.
@@ -398,20 +427,26 @@ class DenseRows:
         return out
 
 
-def _block_pass(block, weights, scale, name, args):
+def _block_rows(block, weights, scale, offset):
+    """The block as :class:`DenseRows` on one thread, centred when ``offset`` is given."""
+    rows = DenseRows(np.ascontiguousarray(block), weights, scale, n_threads=1)
+    return rows if offset is None else rows.centred(offset)
+
+
+def _block_pass(block, weights, scale, offset, name, args):
     """One pass of :class:`DenseRows` on one Dask block: ``(weight, result)``.
 
     Module level, so workers unpickle it (and the Numba kernels it calls) by
     reference. The block's pass runs on one thread: Dask's workers are the
     parallelism.
     """
-    rows = DenseRows(np.ascontiguousarray(block), weights, scale, n_threads=1)
+    rows = _block_rows(block, weights, scale, offset)
     if rows.total_weight == 0.0 and name in _MEAN_PASSES:
         return 0.0, None
     return rows.total_weight, getattr(rows, name)(*args)
 
 
-def _block_moment(block, weights, scale):
+def _block_moment(block, weights, scale, offset):
     """The first pass on one Dask block: (NaN seen, inf seen, weight,
     :meth:`DenseRows.scaled_second_moment`).
 
@@ -422,7 +457,7 @@ def _block_moment(block, weights, scale):
         peak = max(float(np.max(block)), -float(np.min(block)))
         if not np.isfinite(peak):
             return bool(np.isnan(peak)), not np.isnan(peak), 0.0, None
-    rows = DenseRows(np.ascontiguousarray(block), weights, scale, n_threads=1)
+    rows = _block_rows(block, weights, scale, offset)
     if rows.total_weight == 0.0:
         return False, False, 0.0, None
     return False, False, rows.total_weight, rows.scaled_second_moment()
@@ -439,19 +474,19 @@ def _block_labels(block, centers, gain, bias):
     return DenseRows(_check_finite(block), n_threads=1).labels(centers, gain, bias)
 
 
-def _block_product(block, left, right):
-    """``(block @ left) @ right`` for one Dask block (for ``map_blocks``)."""
-    return (_check_finite(block) @ left) @ right
+def _block_product(block, left, shift, right):
+    """``(block @ left - shift) @ right`` for one Dask block (for ``map_blocks``)."""
+    return (_check_finite(block) @ left - shift) @ right
 
 
 # Rows pulled once for PSGD's draws on Dask data (DaskRows.draw).
 _DRAW_ROWS = 1 << 20
 
 # Passes that return weighted means, combined across blocks by their weights.
-_MEAN_PASSES = ("moment_action", "norm_moments")
+_MEAN_PASSES = ("mean", "moment_action", "norm_moments")
 
 
-class DaskRows:
+class DaskRows(_Rows):
     """Rows of a Dask array, possibly larger than memory or spread over a cluster.
 
     The same interface as :class:`DenseRows`. Each pass is one Dask
@@ -490,12 +525,7 @@ class DaskRows:
         self._passes = [0]  # shared with rescaled copies
         self.verbose = verbose
         self._drawn = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+        self.offset = None
 
     def close(self):
         """Nothing to release: the scheduler belongs to the caller."""
@@ -539,7 +569,7 @@ class DaskRows:
     def _pass(self, name, *args):
         """A :class:`DenseRows` pass over every block, combined: sums are added,
         weighted means averaged by the blocks' weights."""
-        parts = self._blocks(name, _block_pass, self.scale, name, args)
+        parts = self._blocks(name, _block_pass, self.scale, self.offset, name, args)
         if name in _MEAN_PASSES:
             parts = [(w, r) for w, r in parts if w > 0.0]
             total = sum(w for w, _ in parts)
@@ -560,7 +590,7 @@ class DaskRows:
         ``c_b``; with ``c = max_b c_b`` the blocks' ``M_b / c_b^2`` add up as
         ``sum_b W_b (c_b / c)^2 (M_b / c_b^2) / sum_b W_b``.
         """
-        parts = self._blocks("second moment and finiteness", _block_moment, self.scale)
+        parts = self._blocks("second moment and finiteness", _block_moment, self.scale, self.offset)
         if any(nan for nan, _, _, _ in parts):
             raise ValueError("Input X contains NaN.")
         if any(inf for _, inf, _, _ in parts):
@@ -576,6 +606,17 @@ class DaskRows:
     def second_moment(self):
         c, M = self.scaled_second_moment()
         return c * c * M
+
+    def mean(self):
+        return self._pass("mean")
+
+    def centred(self, offset):
+        """The rows minus ``offset`` (unscaled), subtracted in every block's pass."""
+        other = copy.copy(self)
+        offset = np.asarray(offset, dtype=np.float64)
+        other.offset = offset if self.offset is None else self.offset + offset
+        other._drawn = None
+        return other
 
     def moment_action(self, V):
         return self._pass("moment_action", np.asarray(V, dtype=np.float64))
@@ -593,9 +634,9 @@ class DaskRows:
     def head_totals(self, U):
         return self._pass("head_totals", U)
 
-    def product(self, left, right):
-        """``(X @ left) @ right`` (d x K, K x d) as a lazy Dask array, chunked as X."""
-        return self._X.map_blocks(_block_product, left, right, dtype=self.dtype)
+    def product(self, left, shift, right):
+        """``(X @ left - shift) @ right`` (d x K, K, K x d) as a lazy Dask array, chunked as X."""
+        return self._X.map_blocks(_block_product, left, shift, right, dtype=self.dtype)
 
     def labels(self, centers, gain, bias):
         """Labels as a lazy Dask array (one ``map_blocks``), computed by the caller.
@@ -623,7 +664,7 @@ class DaskRows:
             rows, dtype = self._X[idx], np.float64
             weight = None if self.sample_weight is None else self.sample_weight[idx]
         rows, weight = self._compute("subsample", rows, weight)
-        return DenseRows(np.ascontiguousarray(rows, dtype=dtype), weight, self.scale, n_threads=1)
+        return _block_rows(np.asarray(rows, dtype=dtype), weight, self.scale, self.offset)
 
     def draw(self, state, out):
         """PSGD's rows, drawn from ``_DRAW_ROWS`` rows pulled once (:meth:`subsample`).
@@ -636,3 +677,180 @@ class DaskRows:
             rng = np.random.RandomState(int(state[0]) % (2**32))
             self._drawn = self.subsample(rng, _DRAW_ROWS)
         return self._drawn.draw(state, out)
+
+
+class SparseRows(_Rows):
+    """Sparse rows (CSR), optionally centred, never densified.
+
+    The rows the passes see are ``(x_i - m) / s`` for an ``offset`` m (the
+    mean, when the estimator centres; zero otherwise): the centring is
+    applied inside the products, ``(X - 1 m^T) V = X V - 1 (m^T V)`` and
+    ``(X - 1 m^T)^T A = X^T A - m (1^T A)``, so every pass costs O(nnz K)
+    plus O((n + d) K) and no dense n x d array is formed (only
+    :meth:`second_moment`, for small d, forms a d x d matrix). The passes
+    are whole-matrix sparse products run on the calling thread; their
+    per-row arithmetic is the dense kernels' (``_kernels``), on the rows'
+    projections. Same interface as :class:`DenseRows`.
+
+    Parameters
+    ----------
+    X : scipy.sparse matrix of shape (n_samples, n_features)
+        Validated CSR or CSC data, float32 or float64 (converted to CSR
+        float64 once: a copy of the non-zeros, not of the zeros).
+    sample_weight : ndarray of shape (n_samples,) or None, default=None
+    scale : float, default=1.0
+    offset : ndarray of shape (n_features,) or None, default=None
+        m, subtracted from every row (None: no centring).
+    n_threads : int or None, default=None
+        Kept for the interface; the sparse products run on one thread.
+    """
+
+    def __init__(self, X, sample_weight=None, scale=1.0, offset=None, n_threads=None):
+        self.dtype = X.dtype
+        self._X = sp.csr_matrix(X, dtype=np.float64)
+        self.sample_weight = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        self.n_samples, self.n_features = X.shape
+        self.scale = float(scale)
+        self.offset = np.zeros(self.n_features) if offset is None else np.asarray(offset, dtype=np.float64)
+        self.total_weight = (
+            float(self.n_samples) if self.sample_weight is None else float(np.sum(self.sample_weight))
+        )
+        self.n_threads = 1
+        self._cum_weights = None
+
+    def close(self):
+        """Nothing to release: no thread pool."""
+
+    def rescaled(self, scale):
+        """The same rows seen divided by ``scale``."""
+        other = copy.copy(self)
+        other.scale = float(scale)
+        return other
+
+    # -- helpers ------------------------------------------------------------
+
+    def _w(self):
+        return np.ones(self.n_samples) if self.sample_weight is None else self.sample_weight
+
+    def _project(self, V):
+        """``(X - 1 m^T) V`` (unscaled), V of shape (d, k)."""
+        return self._X @ V - self.offset @ V
+
+    def _transpose_product(self, A):
+        """``(X - 1 m^T)^T A`` (unscaled), A of shape (n, k)."""
+        return self._X.T @ A - np.outer(self.offset, A.sum(axis=0))
+
+    def _squared_norms(self):
+        """``||x_i - m||^2`` (unscaled)."""
+        X = self._X
+        sq = np.asarray(X.multiply(X).sum(axis=1)).ravel()
+        return sq - 2.0 * (X @ self.offset) + self.offset @ self.offset
+
+    # -- passes -------------------------------------------------------------
+
+    def mean(self):
+        """Weighted mean of the rows ``(x - m) / s``."""
+        return (self._X.T @ self._w() / self.total_weight - self.offset) / self.scale
+
+    def centred(self, offset):
+        """The same rows with ``offset`` (unscaled) subtracted, implicitly."""
+        other = copy.copy(self)
+        other.offset = self.offset + np.asarray(offset, dtype=np.float64)
+        return other
+
+    def scaled_second_moment(self):
+        """``(c, M / c^2)`` as :meth:`DenseRows.scaled_second_moment`, c the largest diagonal's root."""
+        M = self.second_moment()
+        top = float(np.max(np.diag(M))) if M.size else 0.0
+        if not top > 0.0:
+            return 0.0, np.zeros_like(M)
+        return np.sqrt(top), M / top
+
+    def second_moment(self):
+        """``M`` (d x d, float64): ``X^T W X / W - b m^T - m b^T + m m^T``, b the weighted mean."""
+        X, w, m = self._X, self._w(), self.offset
+        S = np.asarray((X.T @ X.multiply(w[:, None]).tocsr()).todense()) / self.total_weight
+        b = X.T @ w / self.total_weight
+        return (S - np.outer(b, m) - np.outer(m, b) + np.outer(m, m)) / self.scale**2
+
+    def moment_action(self, V):
+        """``M V`` for V of shape (d, K), in two sparse products."""
+        V = np.asarray(V, dtype=np.float64)
+        A = self._project(V) * self._w()[:, None]
+        return self._transpose_product(A) / (self.total_weight * self.scale**2)
+
+    def norm_moments(self):
+        """Weighted means of ``||x||^2`` and ``||x||^4``."""
+        sq = self._squared_norms() / self.scale**2
+        w = self._w()
+        return float(w @ sq / self.total_weight), float(w @ (sq * sq) / self.total_weight)
+
+    def exact_terms(self, U, MU, c, lm1, reg, rho):
+        """As :meth:`DenseRows.exact_terms`, with :func:`_kernels.projected_row_terms`."""
+        U = np.asarray(U, dtype=np.float64)
+        K = U.shape[1]
+        AG = self._project(np.hstack([U, np.asarray(MU, dtype=np.float64)])) / self.scale
+        A, G = np.ascontiguousarray(AG[:, :K]), np.ascontiguousarray(AG[:, K:])
+        nrm = self._squared_norms() / self.scale**2
+        w = np.empty(0) if self.sample_weight is None else self.sample_weight
+        C = np.empty((self.n_samples, 3 * K))
+        value = _kernels.projected_row_terms(A, G, nrm, w, c, lm1, reg, rho, C)
+        return value, self._transpose_product(C).T / self.scale
+
+    def e_step(self, U, log_weights, beta):
+        """As :meth:`DenseRows.e_step` (``math.md`` section 7)."""
+        scores = np.asarray(log_weights, dtype=np.float64) + beta * self.project(np.asarray(U, dtype=np.float64))
+        top = np.max(scores, axis=1)
+        # A row no head can take (every score -inf), or of zero weight, adds nothing.
+        live = np.isfinite(top) & (self._w() > 0)
+        shifted = np.exp(scores[live] - top[live, None])
+        z = shifted.sum(axis=1)
+        R = np.zeros(scores.shape)
+        R[live] = shifted / z[:, None] * self._w()[live, None]
+        partial = float(self._w()[live] @ (top[live] + np.log(z)))
+        S = self._transpose_product(R).T / self.scale
+        return S, R.sum(axis=0), partial
+
+    def head_totals(self, U):
+        """As :meth:`DenseRows.head_totals`."""
+        P = self._project(np.asarray(U, dtype=np.float64))
+        best = np.argmax(np.abs(P), axis=1)
+        wins = P[np.arange(self.n_samples), best] * self._w()
+        return np.bincount(best, weights=wins, minlength=P.shape[1])
+
+    def labels(self, centers, gain, bias):
+        """``argmax_h gain <x - m, c_h> + bias_h`` (not scaled; ties to the first head)."""
+        C = np.asarray(centers, dtype=np.float64).T
+        return np.argmax(gain * self._project(C) + np.asarray(bias, dtype=np.float64), axis=1)
+
+    def subsample(self, rng, size):
+        """As :meth:`DenseRows.subsample`: a :class:`SparseRows` on about ``size`` rows."""
+        if self.n_samples <= size:
+            return self
+        idx = np.unique(rng.randint(0, self.n_samples, size=size))
+        weight = None if self.sample_weight is None else self.sample_weight[idx]
+        return SparseRows(self._X[idx], weight, self.scale, self.offset)
+
+    def project(self, V):
+        """``((X - 1 m^T) / s) V``: an (n, K) array."""
+        return self._project(np.asarray(V, dtype=np.float64)) / self.scale
+
+    def draw(self, state, out):
+        """As :meth:`DenseRows.draw`, each drawn row densified into ``out``."""
+        if self._cum_weights is None:
+            self._cum_weights = (
+                np.arange(1.0, self.n_samples + 1.0) if self.sample_weight is None
+                else np.cumsum(self.sample_weight)
+            )
+        X = self._X
+        _kernels.draw_sparse_rows(
+            X.indptr, X.indices, X.data, self._cum_weights, 1.0 / self.scale, self.offset, state, out
+        )
+        return out
+
+
+def rows_of(X, sample_weight=None, n_threads=None):
+    """The data object for validated X: :class:`SparseRows` for a sparse matrix, else :class:`DenseRows`."""
+    if sp.issparse(X):
+        return SparseRows(X, sample_weight, n_threads=n_threads)
+    return DenseRows(X, sample_weight, n_threads=n_threads)

@@ -3,10 +3,11 @@
 from numbers import Integral
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._passes import DenseRows
+from ._passes import DenseRows, SparseRows
 from ._scale import estimate_spectrum
 from ._validation import atomic_fit, check_auto_or_positive, check_options, check_positive
 from .layers import in_context_attention, in_context_softmax_attention
@@ -149,7 +150,7 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         self : InContextQuantizer
             Fitted estimator.
         """
-        validate_data(self, X, dtype=[np.float64, np.float32])
+        validate_data(self, X, accept_sparse=self._sparse_formats(), dtype=[np.float64, np.float32])
         check_positive(self.n_clusters, "n_clusters", Integral, min_val=1, strict=False)
         check_auto_or_positive(self.temperature, "temperature")
         check_options(self.attention, "attention", ["linear", "softmax"])
@@ -160,8 +161,10 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            The L tokens of one prompt.
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            The L tokens of one prompt. Sparse X (linear attention only) is
+            not densified: the layer is ``X (lambda K M)`` with the d x d
+            second moment ``M`` of the prompt; the output is dense.
 
         Returns
         -------
@@ -169,7 +172,9 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
             ``T^ctx(X)``, float32 if X is float32 and float64 otherwise.
         """
         check_is_fitted(self)
-        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        X = validate_data(self, X, accept_sparse=self._sparse_formats(), dtype=[np.float64, np.float32], reset=False)
+        if sp.issparse(X):
+            return self._transform_sparse(X)
         if self.temperature != "auto":
             if self.attention == "linear":
                 return in_context_attention(X, temperature=self.temperature, n_clusters=self.n_clusters)
@@ -195,8 +200,26 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         out *= peak
         return out
 
+    def _sparse_formats(self):
+        # The softmax layer's L x L scores are dense: it takes dense X only.
+        return ["csr", "csc"] if self.attention == "linear" else False
+
+    def _transform_sparse(self, X):
+        """Linear in-context attention of sparse tokens, ``(lambda K / L) X (X^T X)``."""
+        L, d = X.shape
+        data = SparseRows(X)
+        if self.temperature == "auto":
+            spectrum = estimate_spectrum(data, self.n_clusters)
+            temperature = float(in_context_unbiased_temperature(spectrum.noise, L, d, self.n_clusters))
+            # X^T X / (L s^2) is the spectrum's unit-scale moment (see transform).
+            context = spectrum.moment
+        else:
+            temperature, context = self.temperature, data.second_moment()
+        return np.asarray(X @ (temperature * self.n_clusters * context)).astype(X.dtype, copy=False)
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         # Both layers compute in the precision of their input.
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        tags.input_tags.sparse = self.attention == "linear"
         return tags

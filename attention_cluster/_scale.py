@@ -97,3 +97,36 @@ def estimate_spectrum(data, n_clusters):
         moment=M / signal,
         eigenvalues=eig / signal,
     )
+
+
+def principal_basis(data, n_components, n_leading, n_rows=8192, max_iter=10, tol=1e-2, random_state=0):
+    """Orthonormal basis (d x r) of the top eigenvectors of the second moment.
+
+    Block subspace iteration (the randomised range finder of Halko,
+    Martinsson and Tropp, 2011, Alg. 4.4) on the operator ``V -> M V``
+    (:meth:`~attention_cluster._passes.DenseRows.moment_action`, two products
+    of the rows with r vectors, never the d x d matrix), from a Gaussian
+    start, on about ``n_rows`` rows drawn uniformly (all rows when there
+    are fewer), then a Rayleigh-Ritz step. It stops when the first ``n_leading``
+    entries of the diagonal of the QR factor R of ``M Q`` (the leading
+    eigenvalues' estimates; the other columns only speed up their
+    convergence) move by less than ``tol`` of their values, or after
+    ``max_iter`` iterations:
+    few when the spectrum has a gap, more at high noise, where the subspace
+    decides the accuracy (``benchmarks/user_data.py``). The columns come in
+    decreasing order of their Rayleigh quotients. Seeded (``random_state``)
+    so that the basis does not depend on the estimator's random state.
+    """
+    rng = np.random.RandomState(random_state)
+    rows = data.subsample(rng, n_rows)
+    Q = np.linalg.qr(rng.standard_normal((data.n_features, n_components)))[0]
+    previous = None
+    for _ in range(max_iter):
+        Q, R = np.linalg.qr(rows.moment_action(Q))
+        values = np.abs(np.diag(R))[:n_leading]
+        if previous is not None and np.all(np.abs(values - previous) <= tol * values):
+            break
+        previous = values
+    B = Q.T @ rows.moment_action(Q)
+    vectors = np.linalg.eigh(0.5 * (B + B.T))[1][:, ::-1]
+    return Q @ vectors

@@ -6,14 +6,23 @@ The mixture ``(P_sigma)`` of ``math.md`` section 1 (paper, section 2):
 
 with unit-norm centroids ``mu*_c``, mutually orthogonal by default
 (``K <= d``). ``sigma = 0`` is the Dirac mixture ``(P_0)``.
+
+Two generators mimic data that directional clustering meets in practice,
+without any download: :func:`make_corpus`, documents drawn from K topics
+over a Zipf vocabulary (to be vectorised by TF-IDF), and
+:func:`make_embeddings`, unit vectors in directional clusters that share a
+common offset direction, as sentence embeddings do.
 """
 
+import numbers
+
 import numpy as np
+import scipy.sparse as sp
 from sklearn.utils import check_random_state
 
-from ._validation import check_count, check_noise
+from ._validation import check_count, check_noise, check_weights
 
-__all__ = ["make_centroids", "make_mixture", "make_sequences", "make_prompts"]
+__all__ = ["make_centroids", "make_mixture", "make_sequences", "make_prompts", "make_corpus", "make_embeddings"]
 
 
 def make_centroids(n_clusters, n_features, *, kind="orthogonal", random_state=None):
@@ -251,3 +260,196 @@ def make_prompts(n_prompts, sequence_length, n_features=10, n_clusters=2, *, noi
     X = np.take_along_axis(centroids, labels[..., None], axis=1)
     X += noise * rng.standard_normal(X.shape)
     return X, labels, centroids
+
+
+def _check_fraction(value, name):
+    if not (isinstance(value, numbers.Real) and 0.0 <= value <= 1.0):
+        raise ValueError(f"{name} must be a number in [0, 1], got {value!r}.")
+    return float(value)
+
+
+def make_corpus(
+    n_documents=1000,
+    n_topics=5,
+    *,
+    n_words=5000,
+    document_length=100,
+    topic_share=0.3,
+    zipf_exponent=1.1,
+    output="texts",
+    random_state=None,
+):
+    """Draw documents from K topics over a Zipf vocabulary.
+
+    Word ``j`` of the vocabulary (``"w0"``, ``"w1"``, ...) has background
+    frequency ``p_j`` proportional to ``(j + 1)^(-s)``, Zipf's law with
+    exponent ``s = zipf_exponent``. Topic k ranks the same vocabulary in its
+    own random order ``pi_k``, with the same Zipf law over ranks, and its
+    word distribution is the mixture
+
+        phi_k = (1 - topic_share) p + topic_share p o pi_k,
+
+    so frequent words are shared by every topic, as stop words are, and
+    each topic has its own frequent words. A document has a topic ``z``
+    drawn uniformly, a length drawn from ``Poisson(document_length)`` (at
+    least one word), and its words drawn i.i.d. from ``phi_z``.
+
+    Parameters
+    ----------
+    n_documents : int, default=1000
+        Number of documents n.
+    n_topics : int, default=5
+        Number of topics K.
+    n_words : int, default=5000
+        Vocabulary size V.
+    document_length : int, default=100
+        Mean number of words in a document.
+    topic_share : float in [0, 1], default=0.3
+        Share of a document's words drawn from its topic's ranking; 0 makes
+        all topics alike.
+    zipf_exponent : float, default=1.1
+        Exponent s > 0 of the Zipf law.
+    output : {"texts", "counts"}, default="texts"
+        ``"texts"``: a list of strings, words separated by spaces, for a
+        vectoriser such as :class:`~sklearn.feature_extraction.text.TfidfVectorizer`.
+        ``"counts"``: the document-word count matrix, CSR of shape
+        ``(n_documents, n_words)``, column j counting word ``"wj"``.
+    random_state : int, RandomState instance or None, default=None
+        Seed or generator.
+
+    Returns
+    -------
+    documents : list of str or scipy.sparse.csr_matrix
+    labels : ndarray of shape (n_documents,)
+        The topic of each document.
+
+    Examples
+    --------
+    >>> from attention_cluster.datasets import make_corpus
+    >>> texts, topics = make_corpus(3, 2, n_words=50, document_length=5, random_state=0)
+    >>> len(texts), topics.shape
+    (3, (3,))
+    >>> counts, _ = make_corpus(3, 2, n_words=50, document_length=5, output="counts", random_state=0)
+    >>> counts.shape
+    (3, 50)
+    """
+    n_documents = check_count(n_documents, "n_documents")
+    n_topics = check_count(n_topics, "n_topics")
+    n_words = check_count(n_words, "n_words")
+    document_length = check_count(document_length, "document_length")
+    topic_share = _check_fraction(topic_share, "topic_share")
+    if not (isinstance(zipf_exponent, numbers.Real) and np.isfinite(zipf_exponent) and zipf_exponent > 0):
+        raise ValueError(f"zipf_exponent must be a finite number > 0, got {zipf_exponent!r}.")
+    if output not in ("texts", "counts"):
+        raise ValueError(f"output must be 'texts' or 'counts', got {output!r}.")
+    rng = check_random_state(random_state)
+    zipf = np.arange(1, n_words + 1, dtype=np.float64) ** -float(zipf_exponent)
+    zipf /= zipf.sum()
+    labels = rng.randint(n_topics, size=n_documents)
+    lengths = np.maximum(rng.poisson(document_length, size=n_documents), 1)
+    rows = np.repeat(np.arange(n_documents), lengths)
+    words = np.empty(rows.size, dtype=np.int64)
+    topic_of_word = labels[rows]
+    for k in range(n_topics):
+        ranking = rng.permutation(n_words)
+        phi = (1.0 - topic_share) * zipf
+        phi[ranking] += topic_share * zipf
+        where = np.flatnonzero(topic_of_word == k)
+        cdf = np.cumsum(phi)
+        words[where] = np.minimum(np.searchsorted(cdf, rng.uniform(0.0, cdf[-1], where.size)), n_words - 1)
+    counts = sp.csr_matrix(
+        (np.ones(rows.size), (rows, words)), shape=(n_documents, n_words), dtype=np.float64
+    )
+    counts.sum_duplicates()
+    if output == "counts":
+        return counts, labels
+    vocabulary = np.array([f"w{j}" for j in range(n_words)])
+    bounds = np.concatenate([[0], np.cumsum(lengths)])
+    texts = [" ".join(vocabulary[words[a:b]]) for a, b in zip(bounds[:-1], bounds[1:])]
+    return texts, labels
+
+
+def make_embeddings(
+    n_samples=1000,
+    n_features=384,
+    n_clusters=5,
+    *,
+    offset=1.0,
+    noise=0.05,
+    weights=None,
+    random_state=None,
+):
+    """Draw unit vectors in directional clusters that share a common offset.
+
+    Sentence embeddings are unit vectors whose pairwise cosines are mostly
+    positive: they share a common direction (anisotropy), and topics are
+    directions around it. Here
+
+        x = (offset o + mu_z + noise eps) / ||offset o + mu_z + noise eps||,
+
+    with ``o`` a random unit vector, the ``mu_c`` random unit vectors
+    orthogonal to ``o`` (nearly orthogonal to each other in high
+    dimension, :func:`make_centroids` with ``kind="random"``), ``z`` drawn
+    from ``weights`` and ``eps ~ N(0, I_d)``. Without noise, two points of
+    different clusters have cosine ``offset^2 / (1 + offset^2)``, about 0.5
+    for the default offset.
+
+    Parameters
+    ----------
+    n_samples : int, default=1000
+        Number of points n.
+    n_features : int, default=384
+        Dimension d (384 is the size of small sentence-embedding models).
+    n_clusters : int, default=5
+        Number of clusters K, at most ``n_features - 1``.
+    offset : float, default=1.0
+        Length of the common offset, relative to the clusters' unit
+        directions; 0 gives clusters around near-orthogonal directions.
+    noise : float, default=0.05
+        Standard deviation of each coordinate of the noise before
+        normalisation (the noise's norm is about ``noise sqrt(d)``).
+    weights : array-like of shape (n_clusters,), default=None
+        Cluster weights; uniform when None.
+    random_state : int, RandomState instance or None, default=None
+        Seed or generator.
+
+    Returns
+    -------
+    X : ndarray of shape (n_samples, n_features)
+        Unit rows.
+    labels : ndarray of shape (n_samples,)
+    centers : ndarray of shape (n_clusters, n_features)
+        The noiseless point of each cluster, ``(offset o + mu_c) / ||offset
+        o + mu_c||``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attention_cluster.datasets import make_embeddings
+    >>> X, y, C = make_embeddings(100, 384, 4, random_state=0)
+    >>> X.shape, C.shape
+    ((100, 384), (4, 384))
+    >>> bool(np.allclose(np.linalg.norm(X, axis=1), 1.0))
+    True
+    """
+    n_samples = check_count(n_samples, "n_samples")
+    n_features = check_count(n_features, "n_features", minimum=2)
+    n_clusters = check_count(n_clusters, "n_clusters")
+    if n_clusters >= n_features:
+        raise ValueError(f"n_clusters must be < n_features, got {n_clusters} >= {n_features}.")
+    if not (isinstance(offset, numbers.Real) and np.isfinite(offset) and offset >= 0):
+        raise ValueError(f"offset must be a finite number >= 0, got {offset!r}.")
+    check_noise(noise)
+    rng = check_random_state(random_state)
+    direction = make_centroids(1, n_features, kind="random", random_state=rng)[0]
+    weights = check_weights(weights, n_clusters)
+    # Random directions, then their component along the offset removed.
+    directions = make_centroids(n_clusters, n_features, kind="random", random_state=rng)
+    directions -= np.outer(directions @ direction, direction)
+    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+    labels = rng.choice(n_clusters, size=n_samples, p=weights)
+    X = offset * direction + directions[labels] + noise * rng.standard_normal((n_samples, n_features))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    centers = offset * direction + directions
+    centers /= np.linalg.norm(centers, axis=1, keepdims=True)
+    return X, labels, centers

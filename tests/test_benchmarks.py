@@ -221,3 +221,15 @@ def test_choose_k_benchmark_quick_mode(tmp_path):
     _, payload = _run_quick("choose_k.py", tmp_path)
     assert all(set(r["picks"]) == {"bic", "aic", "redundant"} for r in payload["runs"])
     assert "BIC target" in (tmp_path / "choose_k.md").read_text()
+
+
+@pytest.mark.slow
+def test_user_data_benchmark_quick_mode(tmp_path):
+    # benchmarks/user_data.py (issue 14's figures) in quick mode: every
+    # section is measured, judged on the page, and the figure is written.
+    _, payload = _run_quick("user_data.py", tmp_path)
+    assert {"centring", "real", "text", "embeddings", "high_dimension"} <= set(payload)
+    assert all(-1 <= r["ari"] <= 1 and isinstance(r["met"], bool) for r in payload["real"])
+    page = (tmp_path / "user_data.md").read_text()
+    assert f"**{sum(r['met'] for r in payload['real'])} of {len(payload['real'])} targets met.**" in page
+    assert (tmp_path / "_static" / "benchmarks" / "user_data_text.png").stat().st_size > 0

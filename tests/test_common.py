@@ -8,12 +8,14 @@ from attention_cluster import AttentionClustering, InContextQuantizer, SelfAtten
 def _expected_failed_checks(estimator):
     """Checks that fail by design, each with its reason."""
     if isinstance(estimator, AttentionClustering) and estimator.solver == "psgd":
+        reason = (
+            "PSGD draws rows with probability proportional to their weight: "
+            "integer weights equal repeated rows in distribution, but the "
+            "check shuffles the rows, so the random draws differ."
+        )
         return {
-            "check_sample_weight_equivalence_on_dense_data": (
-                "PSGD draws rows with probability proportional to their weight: "
-                "integer weights equal repeated rows in distribution, but the "
-                "check shuffles the rows, so the random draws differ."
-            )
+            "check_sample_weight_equivalence_on_dense_data": reason,
+            "check_sample_weight_equivalence_on_sparse_data": reason,
         }
     if isinstance(estimator, InContextQuantizer):
         return {

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attention_cluster.datasets import make_centroids, make_mixture, make_sequences
+from attention_cluster.datasets import make_centroids, make_corpus, make_embeddings, make_mixture, make_sequences
 
 seeds = st.integers(0, 2**32 - 1)
 
@@ -98,5 +98,77 @@ def test_sequences_share_centroids_and_are_reproducible():
     ],
 )
 def test_generators_reject_invalid_parameters(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_corpus_counts_and_texts_agree():
+    from sklearn.feature_extraction.text import CountVectorizer
+
+    counts, y = make_corpus(200, 4, n_words=300, document_length=40, output="counts", random_state=5)
+    texts, y2 = make_corpus(200, 4, n_words=300, document_length=40, random_state=5)
+    np.testing.assert_array_equal(y, y2)
+    vectorizer = CountVectorizer(vocabulary=[f"w{j}" for j in range(300)])
+    np.testing.assert_array_equal(vectorizer.fit_transform(texts).toarray(), counts.toarray())
+    assert counts.shape == (200, 300) and np.all(counts.sum(axis=1) >= 1)
+
+
+def test_corpus_follows_its_topic_distributions():
+    # Word frequencies of topic k's documents: phi_k = (1 - a) p + a p o pi_k.
+    # Topic share 0: every topic draws the background Zipf law.
+    counts, _ = make_corpus(4000, 2, n_words=50, document_length=50, topic_share=0.0, output="counts", random_state=0)
+    freq = np.asarray(counts.sum(axis=0)).ravel()
+    total = freq.sum()
+    p = np.arange(1, 51, dtype=float) ** -1.1
+    p /= p.sum()
+    np.testing.assert_allclose(freq / total, p, atol=5 * np.sqrt(p * (1 - p) / total).max())
+    # Mean document length is the Poisson mean (lengths of at least one word).
+    assert abs(total / 4000 - 50) < 5 * np.sqrt(50 / 4000)
+
+
+def test_corpus_topics_are_separable_with_a_large_topic_share():
+    counts, y = make_corpus(300, 3, n_words=400, document_length=200, topic_share=0.9, output="counts", random_state=1)
+    centroids = np.array([np.asarray(counts[y == k].mean(axis=0)).ravel() for k in range(3)])
+    nearest = np.argmax(counts @ centroids.T, axis=1)
+    assert np.mean(nearest == y) > 0.95
+
+
+@settings(max_examples=20, deadline=None)
+@given(K=st.integers(1, 6), offset=st.floats(0, 5), seed=seeds)
+def test_embeddings_are_unit_rows_around_a_shared_offset(K, offset, seed):
+    X, y, C = make_embeddings(60, 2000, K, offset=offset, noise=0.0, random_state=seed)
+    np.testing.assert_allclose(np.linalg.norm(X, axis=1), 1.0, atol=1e-12)
+    np.testing.assert_allclose(X, C[y], atol=1e-12)
+    # Two centres have cosine (offset^2 + <mu_j, mu_k>) / (1 + offset^2), and
+    # random directions in d = 2000 have |<mu_j, mu_k>| < 0.15 (6.7 standard
+    # deviations).
+    if K > 1:
+        cos = C @ C.T
+        off_diagonal = cos[~np.eye(K, dtype=bool)]
+        np.testing.assert_allclose(off_diagonal, offset**2 / (1 + offset**2), atol=0.15 / (1 + offset**2))
+
+
+def test_embeddings_mean_share_grows_with_the_offset():
+    shares = []
+    for offset in (0.0, 1.0, 3.0):
+        X, _, _ = make_embeddings(2000, 384, 5, offset=offset, random_state=0)
+        m = X.mean(axis=0)
+        shares.append(m @ m)
+    assert shares[0] < shares[1] < shares[2] and shares[2] > 0.5
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: make_corpus(10, 2, topic_share=1.5), "topic_share"),
+        (lambda: make_corpus(10, 2, zipf_exponent=0), "zipf_exponent"),
+        (lambda: make_corpus(10, 2, output="tfidf"), "output"),
+        (lambda: make_corpus(0, 2), "n_documents"),
+        (lambda: make_embeddings(10, 4, 4), "n_clusters must be < n_features"),
+        (lambda: make_embeddings(10, 8, 2, offset=-1), "offset"),
+        (lambda: make_embeddings(10, 8, 2, weights=[1.0, 0.5]), "weights"),
+    ],
+)
+def test_user_data_generators_reject_invalid_parameters(call, match):
     with pytest.raises(ValueError, match=match):
         call()

@@ -10,9 +10,10 @@ import threading
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from attention_cluster import _passes
-from attention_cluster._passes import DenseRows
+from attention_cluster._passes import DenseRows, SparseRows, rows_of
 
 from reference import head_signs, mixture_e_step
 
@@ -115,3 +116,56 @@ def test_fits_in_threads_and_after_fork_match_the_serial_fit():
         forked = queue.get(timeout=120)
         child.join()
         np.testing.assert_array_equal(forked, serial)
+
+
+def _sparse_copy(X, rng, density=0.3):
+    """X with most entries zeroed, dense and as CSR."""
+    X = np.where(rng.uniform(size=X.shape) < density, X, 0.0).astype(X.dtype)
+    return X, sp.csr_matrix(X)
+
+
+@pytest.mark.parametrize("centred", [False, True])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_sparse_rows_match_dense_rows(weighted, centred, global_random_seed):
+    # The sparse backend, with its centring applied inside the products, is
+    # the dense backend on the explicitly centred dense array.
+    X, w, rng = _data(global_random_seed, n=600, d=6, weighted=weighted)
+    X, S = _sparse_copy(X + 1.0, rng)
+    sparse = SparseRows(S, w, scale=1.3)
+    dense = DenseRows(X, w, scale=1.3)
+    if centred:
+        m = dense.mean() * 1.3
+        sparse, dense = sparse.centred(m), dense.centred(m)
+        np.testing.assert_allclose(dense.mean(), 0.0, atol=1e-12)
+    np.testing.assert_allclose(sparse.mean(), dense.mean(), atol=1e-12)
+    np.testing.assert_allclose(sparse.second_moment(), dense.second_moment(), rtol=1e-10, atol=1e-12)
+    c, M = sparse.scaled_second_moment()
+    np.testing.assert_allclose(c * c * M, dense.second_moment(), rtol=1e-10, atol=1e-12)
+    U = rng.standard_normal((6, 3))
+    U /= np.linalg.norm(U, axis=0)
+    np.testing.assert_allclose(sparse.moment_action(U), dense.moment_action(U), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(sparse.norm_moments(), dense.norm_moments(), rtol=1e-10)
+    MU = dense.moment_action(U)
+    for reg in (0, 1, 2):
+        v_s, P_s = sparse.exact_terms(U, MU, 0.06, 49.0, reg, 0.3)
+        v_d, P_d = dense.exact_terms(U, MU, 0.06, 49.0, reg, 0.3)
+        assert v_s == pytest.approx(v_d, rel=1e-9)
+        np.testing.assert_allclose(P_s, P_d, rtol=1e-9, atol=1e-10)
+    log_pi = np.log([0.2, 0.3, 0.5])
+    for one, two in zip(sparse.e_step(U, log_pi, 1.7), dense.e_step(U, log_pi, 1.7)):
+        np.testing.assert_allclose(one, two, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(sparse.head_totals(U), dense.head_totals(U), rtol=1e-9, atol=1e-12)
+    np.testing.assert_array_equal(sparse.labels(U.T, 2.0, log_pi), dense.labels(U.T, 2.0, log_pi))
+    np.testing.assert_allclose(sparse.project(U), dense.project(U), rtol=1e-10, atol=1e-12)
+    # Same generator, same draws: the same rows, densified.
+    one = sparse.draw(np.array([99], dtype=np.uint64), np.empty((30, 6)))
+    two = dense.draw(np.array([99], dtype=np.uint64), np.empty((30, 6)))
+    np.testing.assert_allclose(one, two, atol=1e-12)
+    sub = sparse.subsample(np.random.RandomState(0), 100)
+    assert isinstance(sub, SparseRows) and sub.n_samples <= 100 and sub.scale == sparse.scale
+
+
+def test_rows_of_picks_the_backend():
+    X = np.eye(3)
+    assert isinstance(rows_of(X), DenseRows)
+    assert isinstance(rows_of(sp.csc_matrix(X)), SparseRows)

@@ -1,0 +1,200 @@
+"""Users' data as it comes: sparse input, a common mean, bad rows, high dimension.
+
+The sparse fit is compared with the dense fit of the same matrix; the
+centring rule, the warnings and the principal-subspace path are checked on
+small data with fixed seeds.
+"""
+
+import tracemalloc
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.metrics import adjusted_rand_score
+
+import attention_cluster._clustering as _clustering
+from attention_cluster import AttentionClustering
+from attention_cluster._passes import DenseRows
+from attention_cluster._scale import principal_basis
+from attention_cluster.datasets import make_corpus, make_embeddings, make_mixture
+
+
+def _sparse_mixture(seed, n=800, d=12, K=3):
+    X, y, _ = make_mixture(n, d, K, noise=0.2, random_state=seed)
+    X[np.abs(X) < 0.15] = 0.0
+    return X, sp.csr_matrix(X), y
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc"])
+@pytest.mark.parametrize("center", [False, True])
+def test_sparse_fit_equals_the_dense_fit(fmt, center, global_random_seed):
+    X, S, _ = _sparse_mixture(global_random_seed)
+    S = S.asformat(fmt)
+    dense = AttentionClustering(3, center=center, random_state=0).fit(X)
+    sparse = AttentionClustering(3, center=center, random_state=0).fit(S)
+    np.testing.assert_allclose(sparse.cluster_centers_, dense.cluster_centers_, atol=1e-8)
+    np.testing.assert_array_equal(sparse.labels_, dense.labels_)
+    np.testing.assert_array_equal(sparse.predict(S), dense.predict(X))
+    np.testing.assert_allclose(sparse.transform(S), dense.transform(X), atol=1e-7)
+    assert sparse.score(S) == pytest.approx(dense.score(X), rel=1e-9)
+
+
+def test_sparse_psgd_draws_the_dense_rows(global_random_seed):
+    X, S, _ = _sparse_mixture(global_random_seed)
+    dense = AttentionClustering(3, solver="psgd", max_iter=300, random_state=0).fit(X)
+    sparse = AttentionClustering(3, solver="psgd", max_iter=300, random_state=0).fit(S)
+    np.testing.assert_allclose(sparse.cluster_centers_, dense.cluster_centers_, atol=1e-8)
+
+
+def test_score_and_transform_follow_their_formulas(global_random_seed):
+    X, _, _ = _sparse_mixture(global_random_seed)
+    X = X + 2.0
+    model = AttentionClustering(3, center=True, random_state=0).fit(X)
+    Y = X - model.mean_
+    U = model.cluster_centers_.T
+    M = Y.T @ Y / len(Y) / model.scale_**2
+    T = model.temperature_ * 3 * (Y @ U) @ U.T @ M
+    np.testing.assert_allclose(model.transform(X), T, rtol=1e-8, atol=1e-10)
+    assert model.score(X) == pytest.approx(-np.mean(np.sum((Y - T) ** 2, axis=1)), rel=1e-9)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_sparse_nan_and_inf_get_the_dense_errors(bad):
+    X = np.eye(5)
+    X[2, 3] = bad
+    with pytest.raises(ValueError) as dense_error:
+        AttentionClustering(2).fit(X)
+    with pytest.raises(ValueError) as sparse_error:
+        AttentionClustering(2).fit(sp.csr_matrix(X))
+    assert str(sparse_error.value) == str(dense_error.value)
+    model = AttentionClustering(2, random_state=0).fit(np.eye(5))
+    with pytest.raises(ValueError, match="NaN|infinity"):
+        model.predict(sp.csr_matrix(X))
+
+
+@pytest.mark.parametrize("refine", [None, "em"])
+def test_all_zero_rows_get_the_documented_label(refine, global_random_seed):
+    # No direction: the label of the largest bias, the heaviest cluster after
+    # the refinement and cluster 0 without it.
+    X, S, _ = _sparse_mixture(global_random_seed)
+    model = AttentionClustering(3, center=False, refine=refine, random_state=0).fit(S)
+    zeros = sp.csr_matrix((4, X.shape[1]))
+    expected = 0 if refine is None else int(np.argmax(model.weights_))
+    np.testing.assert_array_equal(model.predict(zeros), expected)
+    with_zeros = sp.vstack([S, zeros]).tocsr()
+    refit = AttentionClustering(3, center=False, refine=refine, random_state=0).fit(with_zeros)
+    assert np.all(np.isfinite(refit.cluster_centers_))
+
+
+def test_constant_data_warn():
+    with pytest.warns(UserWarning, match="All rows of X are equal") as record:
+        model = AttentionClustering(2, random_state=0).fit(np.ones((50, 3)))
+    assert len(set(model.labels_)) == 1
+    # The warning points at the caller's line, not inside the package.
+    assert all(w.filename == __file__ for w in record)
+
+
+def test_collapse_warns_and_names_the_fix():
+    # A common offset that dominates the second moment: every head sees it.
+    X, y, _ = make_embeddings(600, 64, 4, offset=3.0, noise=0.05, random_state=0)
+    with pytest.warns(UserWarning, match="pass center=True"):
+        collapsed = AttentionClustering(4, center=False, random_state=0).fit(X)
+    assert adjusted_rand_score(y, collapsed.labels_) < 0.5
+    with pytest.warns(UserWarning, match="center='auto' centred the data"):
+        auto = AttentionClustering(4, random_state=0).fit(X)
+    assert auto.center_ and adjusted_rand_score(y, auto.labels_) > 0.95
+    np.testing.assert_allclose(auto.mean_, X.mean(axis=0))
+
+
+@pytest.mark.parametrize("weights", [None, [0.75, 0.25], [0.9, 0.1]])
+def test_auto_keeps_the_papers_mixtures(weights, global_random_seed):
+    X, y, _ = make_mixture(2000, 10, 2, noise=0.3, weights=weights, random_state=global_random_seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        model = AttentionClustering(2, random_state=0).fit(X)
+    assert not model.center_
+    np.testing.assert_array_equal(model.mean_, 0.0)
+
+
+@settings(max_examples=10, deadline=None)
+@given(shift=st.floats(-50, 50), seed=st.integers(0, 2**16))
+def test_centred_fit_is_translation_invariant(shift, seed):
+    X, _, _ = make_mixture(400, 5, 2, noise=0.2, random_state=seed)
+    one = AttentionClustering(2, center=True, random_state=0).fit(X)
+    two = AttentionClustering(2, center=True, random_state=0).fit(X + shift)
+    agree = adjusted_rand_score(one.labels_, two.labels_)
+    assert agree > 0.99
+    np.testing.assert_allclose(two.mean_ - one.mean_, shift, atol=1e-8 * (1 + abs(shift)))
+
+
+def test_principal_basis_spans_the_top_eigenvectors(global_random_seed):
+    X, _, C = make_mixture(3000, 40, 3, noise=0.1, random_state=global_random_seed)
+    B = principal_basis(DenseRows(X), 8, 3)
+    np.testing.assert_allclose(B.T @ B, np.eye(8), atol=1e-10)
+    top = np.linalg.eigh(X.T @ X / len(X))[1][:, -3:]
+    # The top three eigenvectors lie in the span of the basis.
+    np.testing.assert_allclose(np.linalg.norm(B.T @ top, axis=0), 1.0, atol=1e-6)
+
+
+def test_high_dimension_runs_in_the_subspace(monkeypatch, global_random_seed):
+    X, y, _ = make_mixture(1500, 80, 3, noise=0.05, random_state=global_random_seed)
+    low = AttentionClustering(3, random_state=0).fit(X)
+    monkeypatch.setattr(_clustering, "_SUBSPACE_MIN_FEATURES", 50)
+    high = AttentionClustering(3, random_state=0).fit(X)
+    assert high.cluster_centers_.shape == (3, 80) and high.moment_heads_.shape == (3, 80)
+    assert adjusted_rand_score(y, high.labels_) == pytest.approx(adjusted_rand_score(y, low.labels_), abs=0.01)
+    np.testing.assert_array_equal(high.predict(X), high.labels_)
+    np.testing.assert_allclose(np.abs(np.sum(high.cluster_centers_ * low.cluster_centers_, axis=1)), 1.0, atol=1e-3)
+
+
+def test_tfidf_fit_never_forms_a_dense_matrix():
+    # Over 15000 columns: a d x d float64 matrix would take 1.8 GB or more,
+    # the dense rows 240 MB; the traced peak of the fit stays far below both.
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    texts, y = make_corpus(2000, 3, n_words=60000, document_length=80, random_state=0)
+    X = TfidfVectorizer().fit_transform(texts)
+    assert X.shape[1] > 15000
+    model = AttentionClustering(3, random_state=0)
+    model.fit(X[:50])  # compile outside the traced fit
+    tracemalloc.start()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            model.fit(X)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 50 * 2**20
+    assert adjusted_rand_score(y, model.labels_) > 0.9
+
+
+@pytest.mark.parametrize("temperature", ["auto", 0.5])
+def test_quantizer_on_sparse_tokens_equals_the_dense_layer(temperature, global_random_seed):
+    from attention_cluster import InContextQuantizer
+
+    X, S, _ = _sparse_mixture(global_random_seed, n=300)
+    dense = InContextQuantizer(3, temperature=temperature).fit(X).transform(X)
+    sparse = InContextQuantizer(3, temperature=temperature).fit(S).transform(S)
+    np.testing.assert_allclose(sparse, dense, rtol=1e-9, atol=1e-12)
+    with pytest.raises(TypeError, match="dense data is required"):
+        InContextQuantizer(3, attention="softmax").fit(S)
+
+
+@pytest.mark.slow
+def test_auto_refits_centred_when_the_uncentred_fit_loses_clusters():
+    # TF-IDF rows: the mean's ratio to lambda_K is below the threshold, yet
+    # the uncentred fit loses a topic; "auto" then fits the centred rows.
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    texts, y = make_corpus(5000, 10, n_words=20000, document_length=100, random_state=0)
+    X = TfidfVectorizer().fit_transform(texts)
+    with pytest.warns(UserWarning, match="pass center=True"):
+        plain = AttentionClustering(10, center=False, random_state=0).fit(X)
+    with pytest.warns(UserWarning, match="the uncentred fit lost"):
+        auto = AttentionClustering(10, random_state=0).fit(X)
+    assert auto.center_
+    assert adjusted_rand_score(y, auto.labels_) > adjusted_rand_score(y, plain.labels_)

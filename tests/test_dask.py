@@ -102,6 +102,19 @@ def test_same_fit_as_numpy(client, mixture, params, dtype):
     assert lazy.scale_ == pytest.approx(dense.scale_, rel=1e-12)
 
 
+def test_centred_fit_as_numpy(client, mixture):
+    # A common offset: center=True removes the mean inside every block's
+    # pass; fit, labels and the lazy transform equal the NumPy ones.
+    X = mixture[0] + 3.0
+    Xd = _on_cluster(X, (7000, -1))
+    dense = AttentionClustering(center=True, random_state=0).fit(X)
+    lazy = AttentionClustering(center=True, random_state=0).fit(Xd)
+    np.testing.assert_allclose(lazy.mean_, dense.mean_, rtol=1e-12)
+    np.testing.assert_allclose(lazy.cluster_centers_, dense.cluster_centers_, atol=ATOL[np.float64])
+    np.testing.assert_array_equal(lazy.labels_.compute(), dense.labels_)
+    np.testing.assert_allclose(dense.transform(Xd).compute(), dense.transform(X), rtol=1e-10, atol=1e-12)
+
+
 def test_predict_transform_fit_predict_are_lazy(client, mixture):
     X = mixture[0]
     Xd = _on_cluster(X, (9000, -1))

@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast docs figures bench clean
+.PHONY: demo test test-fast lint docs figures bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,11 +20,17 @@ demo: $(STAMP)
 
 # The documentation is built first: tests/test_docs_links.py checks the build.
 test: $(STAMP)
+	$(MAKE) lint
 	$(MAKE) docs
 	$(PY) -m pytest -n 2 -q --doctest-modules attention_cluster tests
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -n 2 -q --doctest-modules -m "not slow" attention_cluster tests
+
+# Formatter and linter, configured in pyproject.toml ([tool.ruff]).
+lint: $(STAMP)
+	$(PY) -m ruff format --check .
+	$(PY) -m ruff check .
 
 docs: $(STAMP)
 	@if [ -f docs/conf.py ]; then $(PY) -m sphinx -W --keep-going -b html docs docs/_build/html; else echo "docs: no docs/conf.py yet"; fi

@@ -17,7 +17,7 @@ __all__ = [
     "AttentionClustering",
     "InContextQuantizer",
     "SelfAttentionDynamics",
-    "attention_flow", 
+    "attention_flow",
     "datasets",
     "layers",
     "metrics",

@@ -5,9 +5,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.special import logsumexp
 from sklearn.base import BaseEstimator, ClusterMixin, OneToOneFeatureMixin, TransformerMixin
 from sklearn.exceptions import ConvergenceWarning
-from scipy.special import logsumexp
 from sklearn.utils import check_random_state
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -412,7 +412,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     def _check_params(self, X):
         check_positive(self.n_clusters, "n_clusters", numbers.Integral, min_val=1, strict=False)
         check_auto_or_positive(self.temperature, "temperature")
-        check_positive(self.sequence_length, "sequence_length", numbers.Integral, min_val=1, strict=False)
+        check_positive(
+            self.sequence_length, "sequence_length", numbers.Integral, min_val=1, strict=False
+        )
         check_options(self.regularization, "regularization", ["pairwise", "product", None])
         check_auto_or_positive(self.reg_strength, "reg_strength", strict=False)
         check_options(self.solver, "solver", ["auto", "psgd", "full"])
@@ -468,7 +470,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         if lazy:
             X = check_dask_array(self, X, reset=True)
         else:
-            X = validate_data(self, X, accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32], order="C")
+            X = validate_data(
+                self, X, accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32], order="C"
+            )
         # A fit starts over: the next partial_fit starts a new stream.
         self.__dict__.pop("n_steps_", None)
         init = self._check_params(X)
@@ -500,7 +504,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         """validate -> subspace and centring -> settings from the spectrum -> runs -> refinement -> attributes."""
         prepared = self._prepare(data)
         if self.center == "auto":
-            centre, reason = prepared.ratio > _CENTER_RATIO, "their common mean dominates the second moment"
+            centre, reason = (
+                prepared.ratio > _CENTER_RATIO,
+                "their common mean dominates the second moment",
+            )
         else:
             centre, reason = bool(self.center), None
         fractions, spectrum = self._fit_prepared(data, prepared, init, centre)
@@ -508,7 +515,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         if self.center == "auto" and not centre and lost and prepared.share > _SHARE_TO_RETRY:
             # The uncentred fit lost clusters to a common mean below the
             # ratio's threshold (TF-IDF rows, say): fit the centred rows.
-            centre, reason = True, f"the uncentred fit lost {lost} of the n_clusters={self.n_clusters} clusters"
+            centre, reason = (
+                True,
+                f"the uncentred fit lost {lost} of the n_clusters={self.n_clusters} clusters",
+            )
             fractions, spectrum = self._fit_prepared(data, prepared, init, centre)
         if self.center == "auto" and centre:
             warn(
@@ -588,7 +598,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         # The training labels are predict's, from the stored attributes.
         self.labels_ = self._labels(given)
         # np.asarray computes the counts of Dask data's lazy labels.
-        counts = np.asarray(np.bincount(self.labels_, weights=given.sample_weight, minlength=self.n_clusters))
+        counts = np.asarray(
+            np.bincount(self.labels_, weights=given.sample_weight, minlength=self.n_clusters)
+        )
         if settings.refine is None:
             self.weights_ = counts / np.sum(counts)
         self.temperature_ = settings.temperature
@@ -630,7 +642,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         trace = float(np.sum(spectrum.eigenvalues))
         kth = float(spectrum.eigenvalues[min(K, data.n_features) - 1])
         return _Prepared(
-            data=data, basis=basis, spectrum=spectrum, mean=mean, full_mean=full_mean,
+            data=data,
+            basis=basis,
+            spectrum=spectrum,
+            mean=mean,
+            full_mean=full_mean,
             share=mean_sq / trace if trace > 0 else 0.0,
             ratio=mean_sq / kth if kth > 0 else (np.inf if mean_sq > 0 else 0.0),
         )
@@ -677,7 +693,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             reg_strength = 0.0
         elif isinstance(self.reg_strength, str):
             reg_strength = auto_reg_strength(
-                spectrum.noise, temperature, K, self.regularization, spectrum.eigenvalues[min(K, d) - 1]
+                spectrum.noise,
+                temperature,
+                K,
+                self.regularization,
+                spectrum.eigenvalues[min(K, d) - 1],
             )
         else:
             reg_strength = float(self.reg_strength)
@@ -735,10 +755,17 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             # refinement follows, which makes its own passes over all rows.
             polish = settings.refine is None
             solution = solve_exact(
-                unit, start, settings.temperature, self.sequence_length,
-                regularization=self.regularization, reg_strength=settings.reg_strength,
-                tol=settings.tol, max_iter=settings.max_iter, moment=spectrum.moment,
-                sample=sample, polish=polish,
+                unit,
+                start,
+                settings.temperature,
+                self.sequence_length,
+                regularization=self.regularization,
+                reg_strength=settings.reg_strength,
+                tol=settings.tol,
+                max_iter=settings.max_iter,
+                moment=spectrum.moment,
+                sample=sample,
+                polish=polish,
             )
             curve = solution.objective_curve
             if self.verbose:
@@ -747,26 +774,43 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                     stages = f"{solution.n_iter_warm} iterations on {sample.n_samples} rows" + (
                         f", then {stages}" if polish else ""
                     )
-                print(f"[AttentionClustering] init {index}: exact solver, {stages}, objective {curve[-1]:.6g}")
+                print(
+                    f"[AttentionClustering] init {index}: exact solver, {stages}, objective {curve[-1]:.6g}"
+                )
             run = _Run(
-                solution.heads, curve, solution.n_iter + solution.n_iter_warm, solution.converged,
+                solution.heads,
+                curve,
+                solution.n_iter + solution.n_iter_warm,
+                solution.converged,
                 float(curve[-1]) if polish or not solution.n_iter_warm else None,
             )
         if rank and run.objective is None:
             # Rank the runs by the exact objective on all rows.
             run.objective = exact_objective(
-                unit, spectrum.moment, run.heads, settings.temperature, self.sequence_length,
-                self.regularization, settings.reg_strength,
+                unit,
+                spectrum.moment,
+                run.heads,
+                settings.temperature,
+                self.sequence_length,
+                self.regularization,
+                settings.reg_strength,
             )[0]
             if self.verbose:
-                print(f"[AttentionClustering] init {index}: exact objective on all rows {run.objective:.6g}")
+                print(
+                    f"[AttentionClustering] init {index}: exact objective on all rows {run.objective:.6g}"
+                )
         return run
 
     def _refine(self, unit, spectrum, heads, settings, rng):
         """The EM refinement (math.md section 7): centres, weights and the posterior's concentration."""
         fit = refine_heads(
-            unit, heads, float(np.trace(spectrum.moment)), spectrum.noise,
-            max_iter=settings.max_iter, random_state=rng, verbose=self.verbose,
+            unit,
+            heads,
+            float(np.trace(spectrum.moment)),
+            spectrum.noise,
+            max_iter=settings.max_iter,
+            random_state=rng,
+            verbose=self.verbose,
         )
         if not fit.converged:
             warn(
@@ -813,8 +857,17 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             heads_sum = np.zeros_like(U)
             tokens = data.draw(state, rows[: (stop - start) * self.batch_size * L])
             _kernels.psgd_chunk(
-                tokens, U, settings.temperature, L, self.batch_size, steps[start:stop],
-                reg_kind, settings.reg_strength, riemannian, losses[start:stop], heads_sum,
+                tokens,
+                U,
+                settings.temperature,
+                L,
+                self.batch_size,
+                steps[start:stop],
+                reg_kind,
+                settings.reg_strength,
+                riemannian,
+                losses[start:stop],
+                heads_sum,
             )
             done = stop
             chunk_sums.append(heads_sum)
@@ -869,7 +922,12 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         if is_dask_collection(X):
             return self._labels(DaskRows(check_dask_array(self, X, reset=False)))
         X = validate_data(
-            self, X, accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32], order="C", reset=False
+            self,
+            X,
+            accept_sparse=["csr", "csc"],
+            dtype=[np.float64, np.float32],
+            order="C",
+            reset=False,
         )
         with rows_of(X, n_threads=self.n_threads) as data:
             return self._labels(data)
@@ -976,7 +1034,12 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             X = check_dask_array(self, X, reset=False)
         else:
             X = validate_data(
-                self, X, accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32], order="C", reset=False
+                self,
+                X,
+                accept_sparse=["csr", "csc"],
+                dtype=[np.float64, np.float32],
+                order="C",
+                reset=False,
             )
         K = self.n_clusters
         moment_heads = (self.temperature_ * K * self.moment_heads_).astype(X.dtype, copy=False)
@@ -1003,7 +1066,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         X = validate_data(self, X, dtype=[np.float64, np.float32], order="C", reset=False)
         X = np.asarray(X, dtype=np.float64)
         v = self.covariances_[0]
-        sq = np.sum(X**2, axis=1)[:, None] - 2 * X @ self.means_.T + np.sum(self.means_**2, axis=1)[None, :]
+        sq = (
+            np.sum(X**2, axis=1)[:, None]
+            - 2 * X @ self.means_.T
+            + np.sum(self.means_**2, axis=1)[None, :]
+        )
         with np.errstate(divide="ignore"):
             log_w = np.log(self.weights_)
         return log_w[None, :] - sq / (2 * v) - 0.5 * X.shape[1] * np.log(2 * np.pi * v)
@@ -1124,13 +1191,22 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             Higher is better.
         """
         check_is_fitted(self)
-        X = validate_data(self, X, accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32], order="C", reset=False)
+        X = validate_data(
+            self,
+            X,
+            accept_sparse=["csr", "csc"],
+            dtype=[np.float64, np.float32],
+            order="C",
+            reset=False,
+        )
         weights = check_sample_weight(sample_weight, X)
         K = self.n_clusters
         out = self.temperature_ * K * self.moment_heads_
         heads = np.asarray(self.cluster_centers_, dtype=np.float64).T
         m = self.mean_
-        P = np.asarray(X @ np.hstack([heads, out.T]), dtype=np.float64) - m @ np.hstack([heads, out.T])
+        P = np.asarray(X @ np.hstack([heads, out.T]), dtype=np.float64) - m @ np.hstack(
+            [heads, out.T]
+        )
         A, B = P[:, :K], P[:, K:]
         if sp.issparse(X):
             sq = np.asarray(X.multiply(X).sum(axis=1), dtype=np.float64).ravel()

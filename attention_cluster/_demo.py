@@ -22,7 +22,6 @@ from ._clustering import AttentionClustering
 from .datasets import make_mixture
 from .metrics import bayes_error, centroid_distance
 
-
 # Each column of the table and the line that explains it.
 COLUMNS = {
     "fit (s)": "seconds to fit and label the data, after compilation (one run, for scale; "
@@ -74,7 +73,9 @@ def run(n_samples=20000, random_state=0, out=print):
             dist = np.nan
             if C is not None:
                 centers = _centers(model)
-                dist = centroid_distance(centers / np.linalg.norm(centers, axis=1, keepdims=True), C)
+                dist = centroid_distance(
+                    centers / np.linalg.norm(centers, axis=1, keepdims=True), C
+                )
             rows.append((name, label, seconds, ari, dist, bayes))
             dist_s = "-" if np.isnan(dist) else f"{dist:.2e}"
             bayes_s = "-" if bayes is None else f"{bayes:.4f}"
@@ -83,5 +84,7 @@ def run(n_samples=20000, random_state=0, out=print):
     for column, meaning in COLUMNS.items():
         out(f"{column + ':':12s} {meaning}")
     out("")
-    out(f"First AttentionClustering fit of this process (Numba compile or cache load): {compile_s:.2f} s, not counted above.")
+    out(
+        f"First AttentionClustering fit of this process (Numba compile or cache load): {compile_s:.2f} s, not counted above."
+    )
     return rows

@@ -132,7 +132,9 @@ class _Flow:
             point_keys = _apply(self.key, points)
             point_values = _apply(self.value, points)
         Xt = self._embed(tracers, t)
-        moved_tracers, _ = self._move(tracers, _apply(self.query, Xt), point_keys, point_values, bias)
+        moved_tracers, _ = self._move(
+            tracers, _apply(self.query, Xt), point_keys, point_values, bias
+        )
         return moved, moved_tracers, log_norm
 
     def _move(self, Z, queries, keys, values, bias):
@@ -151,7 +153,9 @@ class _Flow:
         return _unit_rows(Z + self.step_size * tangent), log_norm
 
 
-def attention_flow(X, n_steps, *, model="sa", beta=1.0, step_size=0.1, query=None, key=None, value=None):
+def attention_flow(
+    X, n_steps, *, model="sa", beta=1.0, step_size=0.1, query=None, key=None, value=None
+):
     """Trajectories of the tokens under the self-attention dynamics.
 
     Explicit Euler steps of (``docs/math.md`` section 8), the rows of X being
@@ -220,14 +224,21 @@ def _check_flow(X, model, beta, step_size, query, key, value, chunk_size, n_thre
     if isinstance(step_size, str):
         check_options(step_size, "step_size", ["mean-shift"])
         if model not in SPHERE_MODELS:
-            raise ValueError('step_size="mean-shift" is a step on the sphere: use model="sa" or "usa".')
+            raise ValueError(
+                'step_size="mean-shift" is a step on the sphere: use model="sa" or "usa".'
+            )
     else:
         check_positive(step_size, "step_size")
     d = X.shape[1]
     return _Flow(
-        model, beta, step_size,
-        _weight_matrix(query, "query", d), _weight_matrix(key, "key", d), _weight_matrix(value, "value", d),
-        chunk_size, n_threads,
+        model,
+        beta,
+        step_size,
+        _weight_matrix(query, "query", d),
+        _weight_matrix(key, "key", d),
+        _weight_matrix(value, "value", d),
+        chunk_size,
+        n_threads,
     )
 
 
@@ -381,7 +392,9 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         check_options(self.stopping, "stopping", ["plateau", "horizon"])
         check_positive(self.cluster_tol, "cluster_tol")
         if isinstance(self.min_cluster_size, numbers.Integral):
-            check_positive(self.min_cluster_size, "min_cluster_size", numbers.Integral, min_val=1, strict=False)
+            check_positive(
+                self.min_cluster_size, "min_cluster_size", numbers.Integral, min_val=1, strict=False
+            )
         else:
             check_positive(self.min_cluster_size, "min_cluster_size")
             if self.min_cluster_size >= 1:
@@ -389,13 +402,22 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
                     f"min_cluster_size must be an integer or a fraction below 1, got {self.min_cluster_size!r}."
                 )
         if self.max_samples is not None:
-            check_positive(self.max_samples, "max_samples", numbers.Integral, min_val=1, strict=False)
+            check_positive(
+                self.max_samples, "max_samples", numbers.Integral, min_val=1, strict=False
+            )
         check_positive(self.chunk_size, "chunk_size", numbers.Integral, min_val=1, strict=False)
         check_positive(self.verbose, "verbose", numbers.Integral, strict=False)
         if self.n_threads is not None:
             check_positive(self.n_threads, "n_threads", numbers.Integral, min_val=1, strict=False)
         return _check_flow(
-            X, self.model, self.beta, self.step_size, self.query, self.key, self.value, self.chunk_size,
+            X,
+            self.model,
+            self.beta,
+            self.step_size,
+            self.query,
+            self.key,
+            self.value,
+            self.chunk_size,
             self.n_threads,
         )
 
@@ -436,7 +458,9 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             min_size = int(self.min_cluster_size)
         else:
             min_size = max(1, math.ceil(self.min_cluster_size * m))
-        radius = self.cluster_tol * (1.0 if on_sphere else max(float(np.linalg.norm(Z, axis=1).max()), 1e-300))
+        radius = self.cluster_tol * (
+            1.0 if on_sphere else max(float(np.linalg.norm(Z, axis=1).max()), 1e-300)
+        )
         h = 1.0 if isinstance(self.step_size, str) else float(self.step_size)
 
         counts = [self._count(Z, radius, min_size)[0]]
@@ -461,7 +485,12 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
                 )
             if run_start > 0 and count < m and best.offer(run_start, n_iter):
                 saved = (n_iter, Z, tracers)
-            if self.stopping == "plateau" and run_start > 0 and count < m and n_iter - run_start + 1 > run_start:
+            if (
+                self.stopping == "plateau"
+                and run_start > 0
+                and count < m
+                and n_iter - run_start + 1 > run_start
+            ):
                 settled = True
                 break
         if self.stopping == "horizon" or best.length == 0:
@@ -474,10 +503,14 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
                     stacklevel=4,  # the caller of fit: _run, fit, atomic_fit, caller
                 )
         elif self.stopping == "plateau" and not settled and self.verbose:
-            print(f"[SelfAttentionDynamics] horizon reached; longest plateau ends at step {saved[0]}")
+            print(
+                f"[SelfAttentionDynamics] horizon reached; longest plateau ends at step {saved[0]}"
+            )
         self.stopping_step_, Z_stop, tracers_stop = saved
         self.subsample_indices_ = active
-        self._set_clusters(flow, Z_stop, tracers_stop, active, passive, radius, min_size, self.stopping_step_ * h)
+        self._set_clusters(
+            flow, Z_stop, tracers_stop, active, passive, radius, min_size, self.stopping_step_ * h
+        )
         self.n_clusters_path_ = np.asarray(counts, dtype=np.intp)
         self.energy_path_ = np.asarray(energies, dtype=np.float64)
         self.n_iter_ = n_iter
@@ -512,7 +545,11 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             self.labels_ = np.empty(len(active) + len(passive), dtype=np.intp)
             self.labels_[active] = labels_active
             self.labels_[passive] = self._nearest(tracers)
-        self.leaders_ = self._leaders(flow, Z, t) if self.model == "unnormalized" else np.empty(0, dtype=np.intp)
+        self.leaders_ = (
+            self._leaders(flow, Z, t)
+            if self.model == "unnormalized"
+            else np.empty(0, dtype=np.intp)
+        )
 
     def _nearest(self, Z):
         """Index of the closest limit point of moved tokens."""

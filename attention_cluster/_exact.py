@@ -103,7 +103,9 @@ def solve_exact(
     if n <= 4 * SUBSAMPLE:
         # Without the polish a refinement follows and only needs a start in
         # the right basin: the subsample stage's looser tolerance, as below.
-        result = minimize_on_spheres(full, U0, tol=tol_abs if polish else 100 * tol_abs, max_iter=max_iter)
+        result = minimize_on_spheres(
+            full, U0, tol=tol_abs if polish else 100 * tol_abs, max_iter=max_iter
+        )
         return ExactSolution(
             result.heads, result.objective_curve, result.n_iter, 0, result.converged
         )

@@ -250,7 +250,7 @@ def psgd_chunk(
                 grad[j, k] = 0.0
         loss = 0.0
         reg = 0.0
-        for b in range(batch_size):
+        for _ in range(batch_size):
             Xs = rows[first : first + L]
             first += L
             loss += sequence_loss_grad(Xs, U, c, grad, A, G, E, W)

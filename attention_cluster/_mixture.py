@@ -64,7 +64,11 @@ def mixture_log_likelihood(partial, mean_sq, radius, variance, d):
     ``l = partial - (m2 + r^2) / (2 tau^2) - (d / 2) log(2 pi tau^2)`` with
     ``partial = mean_i logsumexp_k(log pi_k + (r / tau^2) <mu_k, x_i>)``.
     """
-    return partial - (mean_sq + radius**2) / (2.0 * variance) - 0.5 * d * np.log(2.0 * np.pi * variance)
+    return (
+        partial
+        - (mean_sq + radius**2) / (2.0 * variance)
+        - 0.5 * d * np.log(2.0 * np.pi * variance)
+    )
 
 
 class _EM:
@@ -84,7 +88,9 @@ class _EM:
         """E step at ``p``: (S, counts, mean log-likelihood of p)."""
         S, counts, partial = self.data.e_step(p.U, p.log_pi, p.radius / p.variance)
         self.passes += 1
-        ll = mixture_log_likelihood(partial / self.total, self.mean_sq, p.radius, p.variance, self.d)
+        ll = mixture_log_likelihood(
+            partial / self.total, self.mean_sq, p.radius, p.variance, self.d
+        )
         return S, counts, ll
 
     def maximize(self, S, counts, previous):
@@ -209,7 +215,9 @@ _SUBSAMPLE = 65536
 _GROWTH = 16
 
 
-def refine_heads(data, heads, mean_sq, noise, *, tol=1e-3, max_iter=500, random_state=None, verbose=0):
+def refine_heads(
+    data, heads, mean_sq, noise, *, tol=1e-3, max_iter=500, random_state=None, verbose=0
+):
     """EM for the equal-norm spherical mixture, started at ``heads``.
 
     Passes are spent where they buy accuracy: when the data have more than
@@ -250,8 +258,16 @@ def refine_heads(data, heads, mean_sq, noise, *, tol=1e-3, max_iter=500, random_
     d, K = heads.shape
     if not mean_sq > 0.0:
         # All-zero data: no likelihood to maximise; the heads stay.
-        return MixtureFit(np.array(heads, dtype=np.float64), np.full(K, 1.0 / K), 0.0, 0.0, 1.0,
-                          np.empty(0), 0, True)
+        return MixtureFit(
+            np.array(heads, dtype=np.float64),
+            np.full(K, 1.0 / K),
+            0.0,
+            0.0,
+            1.0,
+            np.empty(0),
+            0,
+            True,
+        )
     rng = check_random_state(random_state)
     sizes = []
     size = _SUBSAMPLE
@@ -265,7 +281,9 @@ def refine_heads(data, heads, mean_sq, noise, *, tol=1e-3, max_iter=500, random_
             curve.append(ll)
         if verbose:
             where = "all rows" if em.data is data else f"{em.data.n_samples} rows"
-            print(f"[AttentionClustering] EM on {where}, E step {em.passes}: mean log-likelihood {ll:.8g}")
+            print(
+                f"[AttentionClustering] EM on {where}, E step {em.passes}: mean log-likelihood {ll:.8g}"
+            )
 
     stages = [data.subsample(rng, size) for size in sizes] + [data]
     # Each head is turned towards the points it wins (math.md section 5),
@@ -326,7 +344,9 @@ class OnlineEM:
         self.gain = gain
         with np.errstate(divide="ignore"):
             log_pi = np.log(np.asarray(weights, dtype=np.float64))
-        self.params = _Params(np.array(heads, dtype=np.float64), 1.0, max(float(noise) ** 2, 0.0), log_pi)
+        self.params = _Params(
+            np.array(heads, dtype=np.float64), 1.0, max(float(noise) ** 2, 0.0), log_pi
+        )
         self.stats = (np.zeros((K, d)), np.zeros(K))
         self.averaged = (np.zeros((K, d)), np.zeros(K))
         self.average_weight = 0.0

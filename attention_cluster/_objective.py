@@ -32,7 +32,10 @@ _REGULARIZERS = {
 
 def regularizer_code(regularization):
     """The kernels' integer code of ``regularization`` ("pairwise", "product" or None)."""
-    if not (regularization is None or isinstance(regularization, str)) or regularization not in _REGULARIZERS:
+    if (
+        not (regularization is None or isinstance(regularization, str))
+        or regularization not in _REGULARIZERS
+    ):
         raise ValueError(
             f"regularization must be one of 'pairwise', 'product', None; got {regularization!r}."
         )

@@ -152,16 +152,22 @@ class DenseRows(_Rows):
 
     def __init__(self, X, sample_weight=None, scale=1.0, n_threads=None):
         self._X = X
-        self.sample_weight = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        self.sample_weight = (
+            None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        )
         self.n_samples, self.n_features = X.shape
         self.dtype = X.dtype
         self.scale = float(scale)
         self.total_weight = (
-            float(self.n_samples) if self.sample_weight is None else float(np.sum(self.sample_weight))
+            float(self.n_samples)
+            if self.sample_weight is None
+            else float(np.sum(self.sample_weight))
         )
         self._pool = _Pool(usable_threads(n_threads))
         step = _chunk_rows(self.n_features)
-        self._bounds = [(lo, min(lo + step, self.n_samples)) for lo in range(0, self.n_samples, step)]
+        self._bounds = [
+            (lo, min(lo + step, self.n_samples)) for lo in range(0, self.n_samples, step)
+        ]
         self._cum_weights = None
 
     # -- life cycle ---------------------------------------------------------
@@ -173,7 +179,6 @@ class DenseRows(_Rows):
     @property
     def n_threads(self):
         return self._pool.n_threads
-
 
     def rescaled(self, scale):
         """The same rows seen divided by ``scale``, sharing this object's pool."""
@@ -189,7 +194,9 @@ class DenseRows(_Rows):
     def _map(self, fn):
         """``fn(rows, weights, lo, hi)`` on every chunk, results in chunk order."""
         X = self._X
-        return self._pool.map(lambda lo, hi: fn(X[lo:hi], self._weights(lo, hi), lo, hi), self._bounds)
+        return self._pool.map(
+            lambda lo, hi: fn(X[lo:hi], self._weights(lo, hi), lo, hi), self._bounds
+        )
 
     # -- passes -------------------------------------------------------------
 
@@ -295,7 +302,9 @@ class DenseRows(_Rows):
             return value, P
 
         parts = self._map(chunk)
-        return sum(v for v, _ in parts), sum((P for _, P in parts), np.zeros((3 * K, self.n_features)))
+        return sum(v for v, _ in parts), sum(
+            (P for _, P in parts), np.zeros((3 * K, self.n_features))
+        )
 
     def e_step(self, U, log_weights, beta):
         """E step of the mixture (``math.md`` section 7), see :func:`_kernels.mixture_e_step`.
@@ -363,14 +372,20 @@ class DenseRows(_Rows):
         dtype = self.dtype
         keys_t = np.ascontiguousarray(np.asarray(keys).T, dtype=dtype)
         values_t = np.ascontiguousarray(np.asarray(values).T, dtype=dtype)
-        bias = np.zeros(keys_t.shape[1], dtype=dtype) if key_bias is None else np.asarray(key_bias, dtype=dtype)
+        bias = (
+            np.zeros(keys_t.shape[1], dtype=dtype)
+            if key_bias is None
+            else np.asarray(key_bias, dtype=dtype)
+        )
         out = np.empty((self.n_samples, values_t.shape[0]), dtype=dtype)
         log_norm = np.empty(self.n_samples, dtype=dtype)
         beta = dtype.type(beta)
         X = self._X
 
         def chunk(lo, hi):
-            _dynamics_kernels.attention_rows(X, keys_t, values_t, bias, beta, lo, hi, out[lo:hi], log_norm[lo:hi])
+            _dynamics_kernels.attention_rows(
+                X, keys_t, values_t, bias, beta, lo, hi, out[lo:hi], log_norm[lo:hi]
+            )
 
         self._pool.map(chunk, self._bounds)
         return out, log_norm
@@ -385,7 +400,9 @@ class DenseRows(_Rows):
         other.total_weight = float(X.shape[0])
         other._cum_weights = None
         step = chunk_rows or _chunk_rows(other.n_features)
-        other._bounds = [(lo, min(lo + step, other.n_samples)) for lo in range(0, other.n_samples, step)]
+        other._bounds = [
+            (lo, min(lo + step, other.n_samples)) for lo in range(0, other.n_samples, step)
+        ]
         return other
 
     # -- rows for subsamples and sampled sequences --------------------------
@@ -420,7 +437,8 @@ class DenseRows(_Rows):
         """
         if self._cum_weights is None:
             self._cum_weights = (
-                np.arange(1.0, self.n_samples + 1.0) if self.sample_weight is None
+                np.arange(1.0, self.n_samples + 1.0)
+                if self.sample_weight is None
                 else np.cumsum(self.sample_weight)
             )
         _kernels.draw_rows(self._X, self._cum_weights, 1.0 / self.scale, state, out)
@@ -520,7 +538,11 @@ class DaskRows(_Rows):
         self.dtype = X.dtype
         self.scale = float(scale)
         if total_weight is None:
-            total_weight = float(self.n_samples) if sample_weight is None else float(sample_weight.sum().compute())
+            total_weight = (
+                float(self.n_samples)
+                if sample_weight is None
+                else float(sample_weight.sum().compute())
+            )
         self.total_weight = total_weight
         self._passes = [0]  # shared with rescaled copies
         self.verbose = verbose
@@ -574,7 +596,9 @@ class DaskRows(_Rows):
             parts = [(w, r) for w, r in parts if w > 0.0]
             total = sum(w for w, _ in parts)
             if isinstance(parts[0][1], tuple):
-                return tuple(sum(w * v[j] for w, v in parts) / total for j in range(len(parts[0][1])))
+                return tuple(
+                    sum(w * v[j] for w, v in parts) / total for j in range(len(parts[0][1]))
+                )
             return sum(w * r for w, r in parts) / total
         results = [r for _, r in parts]
         if isinstance(results[0], tuple):
@@ -645,8 +669,12 @@ class DaskRows(_Rows):
         """
         C = np.asarray(centers, dtype=np.float64)
         return self._X.map_blocks(
-            _block_labels, C, float(gain), np.asarray(bias, dtype=np.float64),
-            dtype=np.intp, drop_axis=1,
+            _block_labels,
+            C,
+            float(gain),
+            np.asarray(bias, dtype=np.float64),
+            dtype=np.intp,
+            drop_axis=1,
         )
 
     def subsample(self, rng, size):
@@ -708,12 +736,18 @@ class SparseRows(_Rows):
     def __init__(self, X, sample_weight=None, scale=1.0, offset=None, n_threads=None):
         self.dtype = X.dtype
         self._X = sp.csr_matrix(X, dtype=np.float64)
-        self.sample_weight = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        self.sample_weight = (
+            None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        )
         self.n_samples, self.n_features = X.shape
         self.scale = float(scale)
-        self.offset = np.zeros(self.n_features) if offset is None else np.asarray(offset, dtype=np.float64)
+        self.offset = (
+            np.zeros(self.n_features) if offset is None else np.asarray(offset, dtype=np.float64)
+        )
         self.total_weight = (
-            float(self.n_samples) if self.sample_weight is None else float(np.sum(self.sample_weight))
+            float(self.n_samples)
+            if self.sample_weight is None
+            else float(np.sum(self.sample_weight))
         )
         self.n_threads = 1
         self._cum_weights = None
@@ -799,7 +833,9 @@ class SparseRows(_Rows):
 
     def e_step(self, U, log_weights, beta):
         """As :meth:`DenseRows.e_step` (``math.md`` section 7)."""
-        scores = np.asarray(log_weights, dtype=np.float64) + beta * self.project(np.asarray(U, dtype=np.float64))
+        scores = np.asarray(log_weights, dtype=np.float64) + beta * self.project(
+            np.asarray(U, dtype=np.float64)
+        )
         top = np.max(scores, axis=1)
         # A row no head can take (every score -inf), or of zero weight, adds nothing.
         live = np.isfinite(top) & (self._w() > 0)
@@ -839,12 +875,20 @@ class SparseRows(_Rows):
         """As :meth:`DenseRows.draw`, each drawn row densified into ``out``."""
         if self._cum_weights is None:
             self._cum_weights = (
-                np.arange(1.0, self.n_samples + 1.0) if self.sample_weight is None
+                np.arange(1.0, self.n_samples + 1.0)
+                if self.sample_weight is None
                 else np.cumsum(self.sample_weight)
             )
         X = self._X
         _kernels.draw_sparse_rows(
-            X.indptr, X.indices, X.data, self._cum_weights, 1.0 / self.scale, self.offset, state, out
+            X.indptr,
+            X.indices,
+            X.data,
+            self._cum_weights,
+            1.0 / self.scale,
+            self.offset,
+            state,
+            out,
         )
         return out
 

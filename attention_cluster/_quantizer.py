@@ -172,12 +172,20 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
             ``T^ctx(X)``, float32 if X is float32 and float64 otherwise.
         """
         check_is_fitted(self)
-        X = validate_data(self, X, accept_sparse=self._sparse_formats(), dtype=[np.float64, np.float32], reset=False)
+        X = validate_data(
+            self,
+            X,
+            accept_sparse=self._sparse_formats(),
+            dtype=[np.float64, np.float32],
+            reset=False,
+        )
         if sp.issparse(X):
             return self._transform_sparse(X)
         if self.temperature != "auto":
             if self.attention == "linear":
-                return in_context_attention(X, temperature=self.temperature, n_clusters=self.n_clusters)
+                return in_context_attention(
+                    X, temperature=self.temperature, n_clusters=self.n_clusters
+                )
             return in_context_softmax_attention(X, temperature=self.temperature)
         spectrum = estimate_spectrum(DenseRows(X, n_threads=1), self.n_clusters)
         L, d = X.shape
@@ -210,7 +218,9 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         data = SparseRows(X)
         if self.temperature == "auto":
             spectrum = estimate_spectrum(data, self.n_clusters)
-            temperature = float(in_context_unbiased_temperature(spectrum.noise, L, d, self.n_clusters))
+            temperature = float(
+                in_context_unbiased_temperature(spectrum.noise, L, d, self.n_clusters)
+            )
             # X^T X / (L s^2) is the spectrum's unit-scale moment (see transform).
             context = spectrum.moment
         else:

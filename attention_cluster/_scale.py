@@ -99,7 +99,9 @@ def estimate_spectrum(data, n_clusters):
     )
 
 
-def principal_basis(data, n_components, n_leading, n_rows=8192, max_iter=10, tol=1e-2, random_state=0):
+def principal_basis(
+    data, n_components, n_leading, n_rows=8192, max_iter=10, tol=1e-2, random_state=0
+):
     """Orthonormal basis (d x r) of the top eigenvectors of the second moment.
 
     Block subspace iteration (the randomised range finder of Halko,

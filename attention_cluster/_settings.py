@@ -98,7 +98,9 @@ def auto_temperature(noise, sequence_length, n_clusters, n_features, eigenvalues
     return min([unbiased, *[c for c in caps if np.isfinite(c) and c > 0]])
 
 
-def auto_reg_strength(noise, temperature, n_clusters, regularization="pairwise", weakest_signal=None):
+def auto_reg_strength(
+    noise, temperature, n_clusters, regularization="pairwise", weakest_signal=None
+):
     """Default regularisation strength rho for unit-scale data.
 
     Too much rho pulls heads off the centroids' span (paper, Fig. 2a). Two

@@ -48,9 +48,7 @@ def check_positive(value, name, target_type=numbers.Real, *, min_val=0, strict=T
 def check_n_samples(X, n_clusters):
     """A clustering needs at least ``n_clusters`` samples."""
     if X.shape[0] < n_clusters:
-        raise ValueError(
-            f"n_samples={X.shape[0]} should be >= n_clusters={n_clusters}."
-        )
+        raise ValueError(f"n_samples={X.shape[0]} should be >= n_clusters={n_clusters}.")
 
 
 def check_sample_weight(sample_weight, X):
@@ -68,9 +66,7 @@ def check_sample_weight(sample_weight, X):
         w = np.full(X.shape[0], float(w))
     w = np.asarray(w, dtype=np.float64)
     if w.shape != (X.shape[0],):
-        raise ValueError(
-            f"sample_weight.shape == {w.shape}, expected {(X.shape[0],)}."
-        )
+        raise ValueError(f"sample_weight.shape == {w.shape}, expected {(X.shape[0],)}.")
     _check_weight_summary(bool(np.all(np.isfinite(w))), bool(np.any(w < 0)), float(np.sum(w)))
     return w
 
@@ -82,7 +78,9 @@ def _check_weight_summary(finite, negative, total):
     if negative:
         raise ValueError("sample_weight must be non-negative: weights are sampling probabilities.")
     if not total > 0:
-        raise ValueError("sample_weight must not sum to zero: at least one weight must be positive.")
+        raise ValueError(
+            "sample_weight must not sum to zero: at least one weight must be positive."
+        )
 
 
 def atomic_fit(fit):
@@ -160,13 +158,19 @@ def check_dask_array(estimator, X, *, reset):
         # lengths=True counts the partitions' rows (a pass over the index).
         X = X.to_dask_array(lengths=True)
     if not isinstance(X, da.Array):
-        raise TypeError(f"{name} takes a dask.array.Array or a dask DataFrame, got {type(X).__name__}.")
+        raise TypeError(
+            f"{name} takes a dask.array.Array or a dask DataFrame, got {type(X).__name__}."
+        )
     if X.ndim != 2:
         raise ValueError(f"Expected a 2D array, got a {X.ndim}D Dask array; reshape your data.")
     if any(np.isnan(c) for c in X.chunks[0]):
-        raise ValueError("X has unknown chunk sizes along its rows; call X.compute_chunk_sizes() first.")
+        raise ValueError(
+            "X has unknown chunk sizes along its rows; call X.compute_chunk_sizes() first."
+        )
     if X.shape[1] == 0:
-        raise ValueError(f"Found array with 0 feature(s) (shape={X.shape}) while a minimum of 1 is required.")
+        raise ValueError(
+            f"Found array with 0 feature(s) (shape={X.shape}) while a minimum of 1 is required."
+        )
     if X.numblocks[1] != 1:
         raise ValueError(
             f"X is chunked along its columns ({X.numblocks[1]} column blocks): each block "
@@ -216,7 +220,12 @@ def check_dask_sample_weight(sample_weight, X):
 
 def check_count(value, name, minimum=1):
     """An integer (or an integral float, not a bool) ``>= minimum``; returns it as int."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or int(value) != value or value < minimum:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or int(value) != value
+        or value < minimum
+    ):
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
     return int(value)
 

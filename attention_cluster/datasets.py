@@ -22,7 +22,14 @@ from sklearn.utils import check_random_state
 
 from ._validation import check_count, check_noise, check_weights
 
-__all__ = ["make_centroids", "make_mixture", "make_sequences", "make_prompts", "make_corpus", "make_embeddings"]
+__all__ = [
+    "make_centroids",
+    "make_mixture",
+    "make_sequences",
+    "make_prompts",
+    "make_corpus",
+    "make_embeddings",
+]
 
 
 def make_centroids(n_clusters, n_features, *, kind="orthogonal", random_state=None):
@@ -90,7 +97,11 @@ def _resolve_mixture(n_clusters, n_features, centroids, weights, rng):
         weights = np.full(n_clusters, 1.0 / n_clusters)
     else:
         weights = np.asarray(weights, dtype=np.float64)
-        if weights.shape != (n_clusters,) or np.any(weights < 0) or not np.isclose(weights.sum(), 1.0):
+        if (
+            weights.shape != (n_clusters,)
+            or np.any(weights < 0)
+            or not np.isclose(weights.sum(), 1.0)
+        ):
             raise ValueError("weights must be n_clusters non-negative numbers summing to 1.")
     return centroids, weights
 
@@ -207,7 +218,9 @@ def make_sequences(
     return X.reshape(*shape, -1), labels.reshape(shape), centroids
 
 
-def make_prompts(n_prompts, sequence_length, n_features=10, n_clusters=2, *, noise=0.3, random_state=None):
+def make_prompts(
+    n_prompts, sequence_length, n_features=10, n_clusters=2, *, noise=0.3, random_state=None
+):
     """Draw in-context prompts, each with its own random orthogonal centroids.
 
     The in-context model of the paper's section 5 (``math.md`` section 1):
@@ -255,7 +268,9 @@ def make_prompts(n_prompts, sequence_length, n_features=10, n_clusters=2, *, noi
     n_clusters = check_count(n_clusters, "n_clusters")
     check_noise(noise)
     rng = check_random_state(random_state)
-    centroids = np.stack([make_centroids(n_clusters, n_features, random_state=rng) for _ in range(n_prompts)])
+    centroids = np.stack(
+        [make_centroids(n_clusters, n_features, random_state=rng) for _ in range(n_prompts)]
+    )
     labels = rng.randint(n_clusters, size=(n_prompts, sequence_length))
     X = np.take_along_axis(centroids, labels[..., None], axis=1)
     X += noise * rng.standard_normal(X.shape)
@@ -338,7 +353,9 @@ def make_corpus(
     n_words = check_count(n_words, "n_words")
     document_length = check_count(document_length, "document_length")
     topic_share = _check_fraction(topic_share, "topic_share")
-    if not (isinstance(zipf_exponent, numbers.Real) and np.isfinite(zipf_exponent) and zipf_exponent > 0):
+    if not (
+        isinstance(zipf_exponent, numbers.Real) and np.isfinite(zipf_exponent) and zipf_exponent > 0
+    ):
         raise ValueError(f"zipf_exponent must be a finite number > 0, got {zipf_exponent!r}.")
     if output not in ("texts", "counts"):
         raise ValueError(f"output must be 'texts' or 'counts', got {output!r}.")
@@ -356,7 +373,9 @@ def make_corpus(
         phi[ranking] += topic_share * zipf
         where = np.flatnonzero(topic_of_word == k)
         cdf = np.cumsum(phi)
-        words[where] = np.minimum(np.searchsorted(cdf, rng.uniform(0.0, cdf[-1], where.size)), n_words - 1)
+        words[where] = np.minimum(
+            np.searchsorted(cdf, rng.uniform(0.0, cdf[-1], where.size)), n_words - 1
+        )
     counts = sp.csr_matrix(
         (np.ones(rows.size), (rows, words)), shape=(n_documents, n_words), dtype=np.float64
     )
@@ -448,7 +467,11 @@ def make_embeddings(
     directions -= np.outer(directions @ direction, direction)
     directions /= np.linalg.norm(directions, axis=1, keepdims=True)
     labels = rng.choice(n_clusters, size=n_samples, p=weights)
-    X = offset * direction + directions[labels] + noise * rng.standard_normal((n_samples, n_features))
+    X = (
+        offset * direction
+        + directions[labels]
+        + noise * rng.standard_normal((n_samples, n_features))
+    )
     X /= np.linalg.norm(X, axis=1, keepdims=True)
     centers = offset * direction + directions
     centers /= np.linalg.norm(centers, axis=1, keepdims=True)

@@ -16,7 +16,13 @@ from scipy.optimize import linear_sum_assignment
 
 from ._validation import check_count, check_noise, check_weights
 
-__all__ = ["centroid_distance", "class_means_distance", "match_centroids", "bayes_error", "interference"]
+__all__ = [
+    "centroid_distance",
+    "class_means_distance",
+    "match_centroids",
+    "bayes_error",
+    "interference",
+]
 
 
 def _as_2d(a, name):
@@ -163,8 +169,13 @@ def _error_independent(gap, scale_c, scale_others):
     lo, hi = min(np.min(centres), 0.0) - 40.0, 40.0
     points = np.concatenate([centres / 2.0, centres, [0.0]])
     value, _ = integrate.quad(
-        integrand, lo, hi, points=points[(points > lo) & (points < hi)], limit=200,
-        epsabs=0.0, epsrel=1e-10,
+        integrand,
+        lo,
+        hi,
+        points=points[(points > lo) & (points < hi)],
+        limit=200,
+        epsabs=0.0,
+        epsrel=1e-10,
     )
     return value
 
@@ -264,9 +275,9 @@ def bayes_error(centroids, noise, weights=None, heads=None):
             errors[c] = _error_independent(gap, scale, np.full(gap.size, scale))
         else:
             corr = cov / np.outer(sd, sd)
-            correct = stats.multivariate_normal(mean=np.zeros(gap.size), cov=corr, allow_singular=True).cdf(
-                gap / (sigma * sd), rng=np.random.default_rng(0)
-            )
+            correct = stats.multivariate_normal(
+                mean=np.zeros(gap.size), cov=corr, allow_singular=True
+            ).cdf(gap / (sigma * sd), rng=np.random.default_rng(0))
             errors[c] = 1.0 - correct
     return float(weights @ errors)
 
@@ -309,8 +320,5 @@ def interference(noise, n_clusters=2):
         with np.errstate(divide="ignore"):
             return special.ndtr(-1.0 / (np.sqrt(2.0) * sigma))[()]
     gap = np.ones(K - 1)
-    out = [
-        _error_independent(gap, s, np.full(K - 1, s)) if s > 0 else 0.0
-        for s in sigma.ravel()
-    ]
+    out = [_error_independent(gap, s, np.full(K - 1, s)) if s > 0 else 0.0 for s in sigma.ravel()]
     return np.reshape(out, sigma.shape)[()]

@@ -1076,7 +1076,9 @@ def in_context_conditional_variance(noise, temperature, sequence_length, n_featu
     >>> round(float(in_context_conditional_variance(0.0, 1.0, 50, 10)), 12)
     0.0196
     """
-    _, _, a2, s, L, K, d, tau = _in_context(noise, temperature, sequence_length, n_features, n_clusters)
+    _, _, a2, s, L, K, d, tau = _in_context(
+        noise, temperature, sequence_length, n_features, n_clusters
+    )
     w1, _ = _length_weights(L)
     bias = tau * (w1[0] * (1.0 + (d + 2.0) * s) + w1[1] * (1.0 / K + s))
     return tau**2 * a2 - bias**2

@@ -8,14 +8,12 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from concurrent.futures import ProcessPoolExecutor
 import warnings
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
 from threadpoolctl import threadpool_limits
-
-from attention_cluster.metrics import centroid_distance
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ROOT = Path(__file__).resolve().parents[1]

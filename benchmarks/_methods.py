@@ -9,12 +9,12 @@ import warnings
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
+from sklearn import datasets as sk_datasets
 from sklearn.cluster import KMeans, MiniBatchKMeans, SpectralClustering
+from sklearn.decomposition import PCA
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 from sklearn.metrics.cluster import contingency_matrix
 from sklearn.mixture import GaussianMixture
-from sklearn import datasets as sk_datasets
-from sklearn.decomposition import PCA
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import Normalizer, StandardScaler
 
@@ -63,7 +63,9 @@ def candidates(n_clusters, n_samples, solvers, seed=0):
     out["GaussianMixture(spherical)"] = lambda: GaussianMixture(
         K, covariance_type="spherical", random_state=seed
     )
-    out["GaussianMixture(full)"] = lambda: GaussianMixture(K, covariance_type="full", random_state=seed)
+    out["GaussianMixture(full)"] = lambda: GaussianMixture(
+        K, covariance_type="full", random_state=seed
+    )
     if n_samples <= SPECTRAL_MAX_N:
         # A k-nearest-neighbour graph: the default RBF kernel with gamma=1 is
         # all zeros off the diagonal once squared distances reach ~100 (d=100).
@@ -108,7 +110,13 @@ def make_data(design, n_samples, n_features, n_clusters, noise, seed):
     """A draw of the mixture ``(P_sigma)`` of a design; returns X, y, C, weights."""
     C, w = mixture_parameters(design, n_features, n_clusters, seed)
     X, y, _ = make_mixture(
-        n_samples, n_features, n_clusters, noise=noise, centroids=C, weights=w, random_state=seed + 1
+        n_samples,
+        n_features,
+        n_clusters,
+        noise=noise,
+        centroids=C,
+        weights=w,
+        random_state=seed + 1,
     )
     return X, y, C, w
 

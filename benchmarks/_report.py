@@ -15,10 +15,9 @@ import matplotlib.ticker
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from scipy.stats import spearmanr  # noqa: E402
-
 from _common import loglog_slope  # noqa: E402
-from _methods import FLOOR, SPECTRAL_MAX_N, VIEWS  # noqa: E402
+from _methods import FLOOR  # noqa: E402
+from scipy.stats import spearmanr  # noqa: E402
 
 # ARI differences below this are reported as ties.
 TIE = 0.01
@@ -175,11 +174,18 @@ def synthetic_section(rows, figures, lines, losses):
     lines.append("Median ARI over the settings of each design:\n")
     body = []
     for design in designs:
-        by = group([r for r in rows if r["design"] == design], ("noise", "n_features", "n_clusters", "n_samples"))
+        by = group(
+            [r for r in rows if r["design"] == design],
+            ("noise", "n_features", "n_clusters", "n_samples"),
+        )
         med = {m: np.median([mean_of(b[m], "ari") for b in by.values() if m in b]) for m in methods}
         bayes = np.median([mean_of(next(iter(b.values())), "bayes_ari") for b in by.values()])
-        body.append([design, len(by), fmt(bayes)] + [bold_best(med[m], max(med.values())) for m in methods])
-    lines.append(table(["design", "settings", "Bayes ARI"] + [short(m) for m in methods], body) + "\n")
+        body.append(
+            [design, len(by), fmt(bayes)] + [bold_best(med[m], max(med.values())) for m in methods]
+        )
+    lines.append(
+        table(["design", "settings", "Bayes ARI"] + [short(m) for m in methods], body) + "\n"
+    )
     for ac in [m for m in methods if is_ac(m)]:
         recs = setting_gaps(rows, ac)
         parts = []
@@ -190,7 +196,9 @@ def synthetic_section(rows, figures, lines, losses):
             cells = []
             for level in levels:
                 name = level if isinstance(level, str) else f"{label}={level:g}"
-                cells.append(f"{name}: {np.median([r['gap'] for r in recs if r[factor] == level]):+.2f}")
+                cells.append(
+                    f"{name}: {np.median([r['gap'] for r in recs if r[factor] == level]):+.2f}"
+                )
             parts.append(f"  - by {label}: " + "; ".join(cells))
         if parts:
             lines.append(f"- **{short(ac)}**, median ARI difference to the best other method:")
@@ -215,10 +223,17 @@ def synthetic_section(rows, figures, lines, losses):
             aris = {m: mean_of(by[m], "ari") for m in methods if m in by}
             top = max(v for v in aris.values() if v is not None)
             cells = [bold_best(aris.get(m), top) for m in methods]
-            ari_body.append(lead + [fmt(mean_of(first, "max_cos_centroids")), fmt(mean_of(first, "bayes_ari"))] + cells)
+            ari_body.append(
+                lead
+                + [fmt(mean_of(first, "max_cos_centroids")), fmt(mean_of(first, "bayes_ari"))]
+                + cells
+            )
             dist_body.append(
                 lead
-                + [fmt(mean_of(first, "max_cos_centroids")), fmt(mean_of(first, "bayes_error"), ".3f")]
+                + [
+                    fmt(mean_of(first, "max_cos_centroids")),
+                    fmt(mean_of(first, "bayes_error"), ".3f"),
+                ]
                 + [fmt(mean_of(by.get(m, []), "distance"), ".2g") for m in methods]
             )
         lines.append("ARI (best of each row in bold):\n")
@@ -289,7 +304,14 @@ FONT = {"title": 12, "label": 11, "tick": 10, "legend": 10}
 
 def legend_outside(fig, handles, labels):
     """One legend for the figure, right of the panels, off the data."""
-    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=FONT["legend"], frameon=False)
+    fig.legend(
+        handles,
+        labels,
+        loc="center left",
+        bbox_to_anchor=(1.0, 0.5),
+        fontsize=FONT["legend"],
+        frameon=False,
+    )
 
 
 def plot_synthetic(rows, methods, path, design):
@@ -297,7 +319,9 @@ def plot_synthetic(rows, methods, path, design):
     rows = [r for r in rows if r["n_samples"] == n_max]
     ds = sorted({r["n_features"] for r in rows})
     Ks = sorted({r["n_clusters"] for r in rows})
-    fig, axes = plt.subplots(len(ds), len(Ks), figsize=(2.9 * len(Ks), 2.5 * len(ds)), squeeze=False, sharex=True)
+    fig, axes = plt.subplots(
+        len(ds), len(Ks), figsize=(2.9 * len(Ks), 2.5 * len(ds)), squeeze=False, sharex=True
+    )
     for i, d in enumerate(ds):
         for j, K in enumerate(Ks):
             ax = axes[i, j]
@@ -317,7 +341,9 @@ def plot_synthetic(rows, methods, path, design):
                 ax.set_ylabel("error rate", fontsize=FONT["label"])
             if i == len(ds) - 1:
                 ax.set_xlabel("sigma", fontsize=FONT["label"])
-    fig.suptitle(f"{design}, n={n_max}: misclassification rate after relabelling", fontsize=FONT["title"])
+    fig.suptitle(
+        f"{design}, n={n_max}: misclassification rate after relabelling", fontsize=FONT["title"]
+    )
     fig.tight_layout()
     legend_outside(fig, *axes[0, 0].get_legend_handles_labels())
     fig.savefig(path, dpi=100, bbox_inches="tight")
@@ -328,7 +354,9 @@ def plot_synthetic(rows, methods, path, design):
 
 
 def series(rows, method, key):
-    pts = sorted((r["size"], r[key]) for r in rows if r["method"] == method and r.get(key) is not None)
+    pts = sorted(
+        (r["size"], r[key]) for r in rows if r["method"] == method and r.get(key) is not None
+    )
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
@@ -350,7 +378,10 @@ def scaling_section(rows, figures, lines):
         "extrapolated from the previous sizes, exceeds the time budget.\n"
     )
     sweeps = list(dict.fromkeys(r["sweep"] for r in rows))
-    for key, what, unit in (("fit_s", "time", "fit time (s)"), ("peak_mb", "memory", "peak memory (MB)")):
+    for key, what, unit in (
+        ("fit_s", "time", "fit time (s)"),
+        ("peak_mb", "memory", "peak memory (MB)"),
+    ):
         name = f"scaling_{what}.png"
         plot_scaling(rows, sweeps, key, unit, figures / name)
         lines.append(f"![{unit} against n, d and K](_static/benchmarks/{name})\n")
@@ -376,10 +407,20 @@ def scaling_section(rows, figures, lines):
                 cells = []
                 for s in sizes:
                     r = by_size.get(s)
-                    cells.append("skipped" if r is not None and r.get("skipped") else "-" if r is None else cell_fmt(r.get(key)))
+                    cells.append(
+                        "skipped"
+                        if r is not None and r.get("skipped")
+                        else "-"
+                        if r is None
+                        else cell_fmt(r.get(key))
+                    )
                 slope = tail_slope(*series(s_rows, m, key)) if key != "ari" else None
                 body.append([short(m)] + cells + ([fmt(slope)] if key != "ari" else []))
-            header = ["method"] + [f"{var}={fmt_size(s)}" for s in sizes] + (["slope"] if key != "ari" else [])
+            header = (
+                ["method"]
+                + [f"{var}={fmt_size(s)}" for s in sizes]
+                + (["slope"] if key != "ari" else [])
+            )
             lines.append(f"{label}:\n")
             lines.append(table(header, body) + "\n")
         skipped = {}  # the first reason, at the smallest size skipped
@@ -507,7 +548,9 @@ def real_sentences(dataset, rows, views, methods, by, losses):
     out = []
     K = rows[0]["n_clusters"]
     best = max((r for r in rows if r.get("ari") is not None), key=lambda r: r["ari"])
-    out.append(f"- Best overall: {short(best['method'])} on *{best['view']}*, ARI {best['ari']:.2f}.")
+    out.append(
+        f"- Best overall: {short(best['method'])} on *{best['view']}*, ARI {best['ari']:.2f}."
+    )
     raw = next(iter(by[("raw",)].values()))[0] if ("raw",) in by else None
     for ac in [m for m in methods if is_ac(m)]:
         aris = {v: mean_of(by[(v,)].get(ac, []), "ari") for v in views}
@@ -577,16 +620,23 @@ def plot_real(rows, path):
     ncols = min(2, len(datasets))
     nrows = -(-len(datasets) // ncols)
     fig, axes = plt.subplots(
-        nrows, ncols, figsize=(4.2 * ncols, 2.4 * nrows + 2.2), squeeze=False, sharex=True, sharey=True
+        nrows,
+        ncols,
+        figsize=(4.2 * ncols, 2.4 * nrows + 2.2),
+        squeeze=False,
+        sharex=True,
+        sharey=True,
     )
-    for ax in axes.flat[len(datasets):]:
+    for ax in axes.flat[len(datasets) :]:
         ax.set_visible(False)
     for ax, dataset in zip(axes.flat, datasets):
         by = group([r for r in rows if r["dataset"] == dataset], ("view", "method"))
         for m in methods:
             ys = [mean_of(by[(v, m)].get(m, []), "ari") if (v, m) in by else None for v in views]
             ys = [np.nan if y is None else y for y in ys]
-            ax.plot(range(len(views)), ys, marker="o", ms=4, lw=2.5 if is_ac(m) else 0.8, label=short(m))
+            ax.plot(
+                range(len(views)), ys, marker="o", ms=4, lw=2.5 if is_ac(m) else 0.8, label=short(m)
+            )
         ax.set_xticks(range(len(views)))
         ax.set_xticklabels(views, fontsize=FONT["tick"], rotation=90)
         ax.tick_params(axis="y", labelsize=FONT["tick"])
@@ -672,8 +722,10 @@ def render(payload, page, figures):
         f"AttentionClustering solvers: {', '.join(meta['solvers'])}"
         + "; InContextQuantizer -> KMeans included.",
         "",
-        "Methods: " + ", ".join(f"{short(m)} = ``{m}``" for m in methods_in(rows) if short(m) != m) + ". "
-        "At its default ``refine=\"auto\"`` AttentionClustering follows the exact solver (AC full) "
+        "Methods: "
+        + ", ".join(f"{short(m)} = ``{m}``" for m in methods_in(rows) if short(m) != m)
+        + ". "
+        'At its default ``refine="auto"`` AttentionClustering follows the exact solver (AC full) '
         "with the EM refinement of math.md section 7 and leaves PSGD's heads (AC psgd) as they are.",
         "",
     ]
@@ -693,7 +745,13 @@ def render(payload, page, figures):
             "With the on-disk cache (the default), later processes load the compiled kernels instead.\n"
         )
         body = [
-            [short(r["method"]), fmt_time(r["import_s"]), fmt_time(r["first_fit_s"]), fmt_time(r["warm_fit_s"]), fmt_time(r["compile_s"])]
+            [
+                short(r["method"]),
+                fmt_time(r["import_s"]),
+                fmt_time(r["first_fit_s"]),
+                fmt_time(r["warm_fit_s"]),
+                fmt_time(r["compile_s"]),
+            ]
             for r in by_section["cold_start"]
         ]
         lines.append(table(["method", "import", "first fit", "warm fit", "compile"], body) + "\n")

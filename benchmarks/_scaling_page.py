@@ -4,7 +4,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-
 from _common import verdict
 
 STREAM_KEYS = ("online EM", "Cappe-Moulines", "running mean", "PSGD", "fit in memory")
@@ -21,8 +20,10 @@ def _stream_summary(stream):
     for noise in sorted({r["noise"] for r in stream["rows"]}):
         rows = [r for r in stream["rows"] if r["noise"] == noise]
         out[noise] = {
-            k: (float(np.median([r[k] / r["floor"] for r in rows])),
-                float(np.max([r[k] / r["floor"] for r in rows])))
+            k: (
+                float(np.median([r[k] / r["floor"] for r in rows])),
+                float(np.max([r[k] / r["floor"] for r in rows])),
+            )
             for k in (*STREAM_KEYS, "partial_fit")
         }
         out[noise]["seeds"] = len(rows)
@@ -164,12 +165,14 @@ def write_page(results, docs):
             "every candidate started from the first batch's fit; distance to the centroids "
             "(math.md section 5) over the class-means floor of the whole stream (true-label class "
             "means, normalised), median and worst over seeds. *fit in memory* is `fit` on the whole "
-            "stream at once (`solver=\"full\"`: exact solver then EM on all rows, the "
+            'stream at once (`solver="full"`: exact solver then EM on all rows, the '
             "maximum-likelihood centroids), the reference a one-pass method can hope to match.",
             "",
             "![streaming and out of core](_static/benchmarks/scaling_out.png)",
             "",
-            "| sigma | seeds | " + " | ".join(STREAM_KEYS) + " | partial_fit pass (s) | fit in memory (s) |",
+            "| sigma | seeds | "
+            + " | ".join(STREAM_KEYS)
+            + " | partial_fit pass (s) | fit in memory (s) |",
             "|---|---|" + "---|" * len(STREAM_KEYS) + "---|---|",
         ]
         for noise, s in summary.items():
@@ -189,9 +192,13 @@ def write_page(results, docs):
             "",
         ]
         for noise, s in summary.items():
-            checks.append((f"partial_fit, one pass, sigma = {noise}: within 2x of the floor (median over seeds)",
-                           f"{s['partial_fit'][0]:.2f}x (max {s['partial_fit'][1]:.2f}x)",
-                           s["partial_fit"][0] <= 2.0))
+            checks.append(
+                (
+                    f"partial_fit, one pass, sigma = {noise}: within 2x of the floor (median over seeds)",
+                    f"{s['partial_fit'][0]:.2f}x (max {s['partial_fit'][1]:.2f}x)",
+                    s["partial_fit"][0] <= 2.0,
+                )
+            )
         high = summary.get(1.0)
         if high:
             lines += [
@@ -208,7 +215,9 @@ def write_page(results, docs):
     lines.append(DASK)
     if ooc:
         s, dist = ooc["seconds"], ooc["distance"]
-        per_pass = float(np.median([t for r in ooc.get("round_pass_s", [ooc["pass_s"]]) for t in r]))
+        per_pass = float(
+            np.median([t for r in ooc.get("round_pass_s", [ooc["pass_s"]]) for t in r])
+        )
         gb = 1024**3
         lines += [
             "## Out of core: measured",
@@ -226,7 +235,7 @@ def write_page(results, docs):
             "| | seconds | distance to the centroids |",
             "|---|---|---|",
             f"| one read of the array (`X.sum(axis=0)`) | {s['read once']:.2f} | |",
-            f"| `AttentionClustering(solver=\"full\").fit(X)` on the Dask array | {s['dask fit']:.2f} "
+            f'| `AttentionClustering(solver="full").fit(X)` on the Dask array | {s["dask fit"]:.2f} '
             f"| {dist['dask fit']:.2e} |",
             f"| `np.load` then `fit` in memory | {s['load and fit']:.2f} | {dist['load and fit']:.2e} |",
             f"| `dask_ml.cluster.KMeans(n_clusters=2).fit(X)` ({ooc['kmeans_n_iter']} iterations) "
@@ -247,15 +256,26 @@ def write_page(results, docs):
             "",
         ]
         checks += [
-            ("out of core: client peak memory < 1 GB", f"{ooc['client_rss_peak'] / 1e9:.2f} GB",
-             ooc["client_rss_peak"] < 1e9),
-            ("out of core: time <= 2x loading into memory and fitting",
-             f"{s['dask fit'] / s['load and fit']:.2f}x", s["dask fit"] <= 2.0 * s["load and fit"]),
-            ("out of core: time <= 0.5x dask-ml KMeans",
-             f"{s['dask fit'] / s['dask-ml KMeans']:.2f}x", s["dask fit"] <= 0.5 * s["dask-ml KMeans"]),
-            ("out of core: distance no worse than dask-ml KMeans",
-             f"{dist['dask fit']:.2e} vs {dist['dask-ml KMeans']:.2e}",
-             dist["dask fit"] <= dist["dask-ml KMeans"]),
+            (
+                "out of core: client peak memory < 1 GB",
+                f"{ooc['client_rss_peak'] / 1e9:.2f} GB",
+                ooc["client_rss_peak"] < 1e9,
+            ),
+            (
+                "out of core: time <= 2x loading into memory and fitting",
+                f"{s['dask fit'] / s['load and fit']:.2f}x",
+                s["dask fit"] <= 2.0 * s["load and fit"],
+            ),
+            (
+                "out of core: time <= 0.5x dask-ml KMeans",
+                f"{s['dask fit'] / s['dask-ml KMeans']:.2f}x",
+                s["dask fit"] <= 0.5 * s["dask-ml KMeans"],
+            ),
+            (
+                "out of core: distance no worse than dask-ml KMeans",
+                f"{dist['dask fit']:.2e} vs {dist['dask-ml KMeans']:.2e}",
+                dist["dask fit"] <= dist["dask-ml KMeans"],
+            ),
         ]
     if checks:
         lines += ["## Against the targets", "", "| target | measured | met |", "|---|---|---|"]

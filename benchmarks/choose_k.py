@@ -54,15 +54,28 @@ def run(n, K, seed, candidates):
         warnings.simplefilter("ignore", ConvergenceWarning)
         for k in candidates:
             model = AttentionClustering(k, random_state=0, n_threads=1).fit(X)
-            rows.append(dict(k=k, bic=model.bic(X), aic=model.aic(X), max_cos=max_cosine(model.cluster_centers_)))
+            rows.append(
+                dict(
+                    k=k,
+                    bic=model.bic(X),
+                    aic=model.aic(X),
+                    max_cos=max_cosine(model.cluster_centers_),
+                )
+            )
     ks = [r["k"] for r in rows]
     picks = dict(
         bic=ks[int(np.argmin([r["bic"] for r in rows]))],
         aic=ks[int(np.argmin([r["aic"] for r in rows]))],
-        redundant=max(r["k"] for r in rows if all(q["max_cos"] < REDUNDANT_COS for q in rows if q["k"] <= r["k"])),
+        redundant=max(
+            r["k"]
+            for r in rows
+            if all(q["max_cos"] < REDUNDANT_COS for q in rows if q["k"] <= r["k"])
+        ),
     )
-    print(f"K={K} seed={seed}: BIC {picks['bic']}, AIC {picks['aic']}, redundant heads {picks['redundant']}",
-          flush=True)
+    print(
+        f"K={K} seed={seed}: BIC {picks['bic']}, AIC {picks['aic']}, redundant heads {picks['redundant']}",
+        flush=True,
+    )
     return dict(K=K, seed=seed, picks=picks, candidates=rows)
 
 
@@ -82,7 +95,11 @@ def write_page(payload, out=None):
     docs = Path(out) if out else ROOT / "docs"
     docs.mkdir(parents=True, exist_ok=True)
     runs, seeds = payload["runs"], payload["seeds"]
-    rules = {"bic": "BIC", "aic": "AIC", "redundant": f"redundant heads (cosines below {REDUNDANT_COS})"}
+    rules = {
+        "bic": "BIC",
+        "aic": "AIC",
+        "redundant": f"redundant heads (cosines below {REDUNDANT_COS})",
+    }
     lines = [
         "# Choosing K for AttentionClustering",
         "",

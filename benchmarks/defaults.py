@@ -24,12 +24,12 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from _common import ROOT, quick_cli, save, timed, unit_rows, verdict
 from sklearn.cluster import KMeans
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import adjusted_rand_score
 from sklearn.mixture import GaussianMixture
 
-from _common import ROOT, quick_cli, save, timed, unit_rows, verdict
 from attention_cluster import AttentionClustering
 from attention_cluster.datasets import make_mixture
 from attention_cluster.metrics import centroid_distance, class_means_distance
@@ -64,7 +64,9 @@ def cell(n, d, K, noise, seed):
     if model.solver_ == "psgd":
         # solver="auto" chose the faster solver; the exact one (with the EM
         # refinement) is the more accurate: measured too.
-        seconds, full = timed(lambda: AttentionClustering(K, solver="full", random_state=seed).fit(X))
+        seconds, full = timed(
+            lambda: AttentionClustering(K, solver="full", random_state=seed).fit(X)
+        )
         row["full"] = centroid_distance(full.cluster_centers_, C)
         row["full_ari"] = adjusted_rand_score(y, full.labels_)
         row["full_s"] = seconds
@@ -87,7 +89,9 @@ def cell(n, d, K, noise, seed):
 def works(row):
     """Within 2x of the floor or no worse than GaussianMixture, and ARI within 0.02 of the best."""
     tiny = 1e-12  # distances at rounding level count as exact
-    close = row["ac"] <= 2 * row["floor"] + tiny or ("gmm" in row and row["ac"] <= row["gmm"] + tiny)
+    close = row["ac"] <= 2 * row["floor"] + tiny or (
+        "gmm" in row and row["ac"] <= row["gmm"] + tiny
+    )
     best_ari = max(row["kmeans_ari"], row.get("gmm_ari", -1.0))
     return bool(close and row["ac_ari"] >= best_ari - 0.02)
 
@@ -167,7 +171,7 @@ def write_page(payload, out=None):
         "data), on the paper's mixture (orthogonal unit centroids, equal weights, one seed). "
         "*distance* is the distance to the centroids (math.md section 5); *floor* that of the "
         "true-label class means normalised to the sphere; *GMM spherical* that of "
-        "`GaussianMixture(covariance_type=\"spherical\")`'s normalised means (fitted up to "
+        '`GaussianMixture(covariance_type="spherical")`\'s normalised means (fitted up to '
         f"n = {GMM_MAX_N:.0e}). *Bayes ARI* is the ARI of the rule that knows the centroids. "
         "A cell *works* when the distance is within 2x of the floor or no larger than "
         "GaussianMixture's, and the ARI is within 0.02 of the better of GaussianMixture and "
@@ -189,7 +193,7 @@ def write_page(payload, out=None):
     for r in sweep:
         if "full" in r:
             lines.append(
-                f"- n = {r['n']:.0e}: `solver=\"auto\"` chose PSGD, the faster; `solver=\"full\"` "
+                f'- n = {r["n"]:.0e}: `solver="auto"` chose PSGD, the faster; `solver="full"` '
                 f"reaches {r['full']:.2e} ({r['full'] / r['floor']:.2f} x the floor, ARI "
                 f"{r['full_ari']:.3f}) in {r['full_s']:.2f} s against PSGD's {r['ac_s']:.2f} s and "
                 f"KMeans' {r['kmeans_s']:.2f} s."
@@ -200,14 +204,16 @@ def write_page(payload, out=None):
         for r in failing:
             hopeless = r["bayes_ari"] < 0.1
             why = (
-                "no method can cluster these data (the Bayes rule's ARI is "
-                f"{r['bayes_ari']:.2f})" if hopeless else
-                f"ARI {r['ac_ari']:.3f} against {max(r['kmeans_ari'], r.get('gmm_ari', -1.0)):.3f}, "
+                f"no method can cluster these data (the Bayes rule's ARI is {r['bayes_ari']:.2f})"
+                if hopeless
+                else f"ARI {r['ac_ari']:.3f} against {max(r['kmeans_ari'], r.get('gmm_ari', -1.0)):.3f}, "
                 f"distance {_ratio(r)} x the floor"
             )
             if "full" in r:
                 why += " (PSGD's plateau: see the exact solver above)"
-            lines.append(f"- sigma = {r['noise']}, n = {r['n']:.0e}, d = {r['d']}, K = {r['K']}: {why}.")
+            lines.append(
+                f"- sigma = {r['noise']}, n = {r['n']:.0e}, d = {r['d']}, K = {r['K']}: {why}."
+            )
         lines.append("")
     (docs / "defaults.md").write_text("\n".join(lines))
 

@@ -29,7 +29,16 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
-from _common import ROOT, cold_start_times, map_runs, quick_cli, save, side_by_side, timed, unit_rows
+from _common import (
+    ROOT,
+    cold_start_times,
+    map_runs,
+    quick_cli,
+    save,
+    side_by_side,
+    timed,
+    unit_rows,
+)
 from _methods import REAL_DATASETS, load_real
 from sklearn.cluster import DBSCAN, HDBSCAN, AffinityPropagation, MeanShift
 from sklearn.metrics import adjusted_rand_score
@@ -73,10 +82,19 @@ def unequal_mixture(n, seed):
 def recovery_run(n, K, seed):
     X, y = mixture(n, K, NOISE, seed)
     seconds, model = timed(lambda: SelfAttentionDynamics(n_threads=1).fit(X))
-    row = dict(K=K, seed=seed, found=int(model.n_clusters_), ari=adjusted_rand_score(y, model.labels_),
-               seconds=seconds, steps=int(model.n_iter_), stopping_step=int(model.stopping_step_))
-    print(f"K={K} seed={seed}: found {row['found']}, ARI {row['ari']:.3f}, {row['steps']} steps, {seconds:.1f} s",
-          flush=True)
+    row = dict(
+        K=K,
+        seed=seed,
+        found=int(model.n_clusters_),
+        ari=adjusted_rand_score(y, model.labels_),
+        seconds=seconds,
+        steps=int(model.n_iter_),
+        stopping_step=int(model.stopping_step_),
+    )
+    print(
+        f"K={K} seed={seed}: found {row['found']}, ARI {row['ari']:.3f}, {row['steps']} steps, {seconds:.1f} s",
+        flush=True,
+    )
     return row
 
 
@@ -92,42 +110,76 @@ def speed(n, K, repeats):
     for bw in MEANSHIFT_BANDWIDTHS:
         s, fitted[bw] = timed(lambda: MeanShift(bandwidth=bw, bin_seeding=True).fit(X))
         ms = fitted[bw]
-        grid[bw] = dict(ari=adjusted_rand_score(y, ms.labels_), found=len(ms.cluster_centers_), seconds=s)
-        print(f"MeanShift bandwidth {bw}: ARI {grid[bw]['ari']:.3f}, {grid[bw]['found']} clusters, {s:.1f} s",
-              flush=True)
+        grid[bw] = dict(
+            ari=adjusted_rand_score(y, ms.labels_), found=len(ms.cluster_centers_), seconds=s
+        )
+        print(
+            f"MeanShift bandwidth {bw}: ARI {grid[bw]['ari']:.3f}, {grid[bw]['found']} clusters, {s:.1f} s",
+            flush=True,
+        )
     best = max(grid, key=lambda bw: grid[bw]["ari"])
     candidates = {
         "SelfAttentionDynamics": lambda: SelfAttentionDynamics().fit(X),
         "MeanShift": lambda: MeanShift(bandwidth=best, bin_seeding=True).fit(X),
     }
     # Warm-up: the dynamics once (Numba's compile); MeanShift's grid fit at the chosen bandwidth was its own.
-    models = {"SelfAttentionDynamics": candidates["SelfAttentionDynamics"](), "MeanShift": fitted[best]}
+    models = {
+        "SelfAttentionDynamics": candidates["SelfAttentionDynamics"](),
+        "MeanShift": fitted[best],
+    }
     times = side_by_side(candidates, repeats=repeats, warmup=False)
     sub = SelfAttentionDynamics(max_samples=MAX_SAMPLES, random_state=0).fit(X)
-    out = dict(n=n, K=K, noise=NOISE, threads=usable_threads(), bandwidth_grid={str(k): v for k, v in grid.items()}, bandwidth=best,
-               repeats=repeats, seconds=times, ratio=times["SelfAttentionDynamics"] / times["MeanShift"],
-               ari={name: adjusted_rand_score(y, m.labels_) for name, m in models.items()},
-               found={"SelfAttentionDynamics": int(models["SelfAttentionDynamics"].n_clusters_),
-                      "MeanShift": len(models["MeanShift"].cluster_centers_)},
-               subsample_agreement=adjusted_rand_score(models["SelfAttentionDynamics"].labels_, sub.labels_),
-               subsample_ari=adjusted_rand_score(y, sub.labels_), subsample_found=int(sub.n_clusters_))
+    out = dict(
+        n=n,
+        K=K,
+        noise=NOISE,
+        threads=usable_threads(),
+        bandwidth_grid={str(k): v for k, v in grid.items()},
+        bandwidth=best,
+        repeats=repeats,
+        seconds=times,
+        ratio=times["SelfAttentionDynamics"] / times["MeanShift"],
+        ari={name: adjusted_rand_score(y, m.labels_) for name, m in models.items()},
+        found={
+            "SelfAttentionDynamics": int(models["SelfAttentionDynamics"].n_clusters_),
+            "MeanShift": len(models["MeanShift"].cluster_centers_),
+        },
+        subsample_agreement=adjusted_rand_score(
+            models["SelfAttentionDynamics"].labels_, sub.labels_
+        ),
+        subsample_ari=adjusted_rand_score(y, sub.labels_),
+        subsample_found=int(sub.n_clusters_),
+    )
     out["compile"] = cold_start_times(
         "import numpy as np; from attention_cluster import SelfAttentionDynamics; "
         "SelfAttentionDynamics().fit(np.random.default_rng(0).standard_normal((50, 3)))"
     )
-    print(f"n={n}: dynamics {times['SelfAttentionDynamics']:.2f} s, MeanShift {times['MeanShift']:.2f} s, "
-          f"ratio {out['ratio']:.2f}; ARI {out['ari']}; subsample agreement {out['subsample_agreement']:.3f}",
-          flush=True)
+    print(
+        f"n={n}: dynamics {times['SelfAttentionDynamics']:.2f} s, MeanShift {times['MeanShift']:.2f} s, "
+        f"ratio {out['ratio']:.2f}; ARI {out['ari']}; subsample agreement {out['subsample_agreement']:.3f}",
+        flush=True,
+    )
     return out, models["SelfAttentionDynamics"]
 
 
 def large(n, K, max_samples):
     X, y = mixture(n, K, NOISE, seed=0)
-    seconds, model = timed(lambda: SelfAttentionDynamics(max_samples=max_samples, random_state=0).fit(X))
-    out = dict(n=n, K=K, max_samples=max_samples, seconds=seconds, found=int(model.n_clusters_),
-               ari=adjusted_rand_score(y, model.labels_), steps=int(model.n_iter_))
-    print(f"n={n:.0e} subsample {max_samples}: {seconds:.1f} s, found {model.n_clusters_}, ARI {out['ari']:.3f}",
-          flush=True)
+    seconds, model = timed(
+        lambda: SelfAttentionDynamics(max_samples=max_samples, random_state=0).fit(X)
+    )
+    out = dict(
+        n=n,
+        K=K,
+        max_samples=max_samples,
+        seconds=seconds,
+        found=int(model.n_clusters_),
+        ari=adjusted_rand_score(y, model.labels_),
+        steps=int(model.n_iter_),
+    )
+    print(
+        f"n={n:.0e} subsample {max_samples}: {seconds:.1f} s, found {model.n_clusters_}, ARI {out['ari']:.3f}",
+        flush=True,
+    )
     return out
 
 
@@ -150,17 +202,31 @@ def peers(n, quick):
             seconds, model = timed(lambda: make().fit(X))
             labels = model.labels_
             found = len(set(labels) - {-1})
-            rows.append(dict(data=data_name, method=method, n=len(X), true_K=len(np.unique(y)), found=found,
-                             ari=adjusted_rand_score(y, labels), noise_share=float(np.mean(labels == -1)),
-                             seconds=seconds))
-            print(f"{data_name} / {method}: ARI {rows[-1]['ari']:.3f}, {found} clusters, {seconds:.2f} s",
-                  flush=True)
+            rows.append(
+                dict(
+                    data=data_name,
+                    method=method,
+                    n=len(X),
+                    true_K=len(np.unique(y)),
+                    found=found,
+                    ari=adjusted_rand_score(y, labels),
+                    noise_share=float(np.mean(labels == -1)),
+                    seconds=seconds,
+                )
+            )
+            print(
+                f"{data_name} / {method}: ARI {rows[-1]['ari']:.3f}, {found} clusters, {seconds:.2f} s",
+                flush=True,
+            )
     return rows
 
 
 def staircase(model):
-    return dict(n_clusters=model.n_clusters_path_.tolist(), energy=model.energy_path_.tolist(),
-                stopping_step=int(model.stopping_step_))
+    return dict(
+        n_clusters=model.n_clusters_path_.tolist(),
+        energy=model.energy_path_.tolist(),
+        stopping_step=int(model.stopping_step_),
+    )
 
 
 def main(quick=False, out=None):
@@ -218,7 +284,9 @@ def _plots(payload, static, prefix):
         axes[1].bar(x, [r["found"] / r["true_K"] for r in sel], width, label=m)
         axes[2].bar(x, [r["seconds"] for r in sel], width, label=m)
     for ax, title in zip(axes, ("ARI", "clusters found / true K", "time (s)")):
-        ax.set_xticks(np.arange(len(data)) + 0.4 - width / 2, data, rotation=30, ha="right", fontsize="small")
+        ax.set_xticks(
+            np.arange(len(data)) + 0.4 - width / 2, data, rotation=30, ha="right", fontsize="small"
+        )
         ax.set_title(title)
     axes[1].axhline(1, color="k", linestyle=":")
     axes[1].set_yscale("log")
@@ -292,7 +360,9 @@ def write_page(payload, out=None):
         "|---|---|---|---|",
     ]
     for name in ("SelfAttentionDynamics", "MeanShift"):
-        lines.append(f"| {name} | {sp['seconds'][name]:.2f} | {sp['ari'][name]:.3f} | {sp['found'][name]} |")
+        lines.append(
+            f"| {name} | {sp['seconds'][name]:.2f} | {sp['ari'][name]:.3f} | {sp['found'][name]} |"
+        )
     lines += [
         "",
         f"**Time ratio dynamics / MeanShift: {sp['ratio']:.2f}** (target: at most 2 at equal ARI; the "
@@ -331,31 +401,52 @@ def write_page(payload, out=None):
             f"| {r['data']} | {r['n']} | {r['true_K']} | {r['method']} | {r['found']} | {r['ari']:.3f} | "
             f"{100 * r['noise_share']:.0f} % | {r['seconds']:.2f} |"
         )
-    lines += ["", f"![peers]({img}{prefix}_peers.png)", "", "### Where it wins and where it loses", ""]
+    lines += [
+        "",
+        f"![peers]({img}{prefix}_peers.png)",
+        "",
+        "### Where it wins and where it loses",
+        "",
+    ]
     for data in dict.fromkeys(r["data"] for r in payload["peers"]):
         sel = [r for r in payload["peers"] if r["data"] == data]
         ours = next(r for r in sel if r["method"] == "SelfAttentionDynamics")
         best = max(sel, key=lambda r: r["ari"])
         if best is ours or best["ari"] - ours["ari"] <= 0.02:
-            lines.append(f"- {data}: best ARI or within 0.02 of it ({ours['ari']:.3f}, {ours['found']} clusters).")
+            lines.append(
+                f"- {data}: best ARI or within 0.02 of it ({ours['ari']:.3f}, {ours['found']} clusters)."
+            )
         else:
             lines.append(
                 f"- {data}: **loses** to {best['method']} (ARI {ours['ari']:.3f} against {best['ari']:.3f}; "
                 f"{ours['found']} clusters found for {ours['true_K']})."
             )
-    wrong_k = [r for r in payload["peers"] if r["method"] == "SelfAttentionDynamics" and r["found"] != r["true_K"]]
+    wrong_k = [
+        r
+        for r in payload["peers"]
+        if r["method"] == "SelfAttentionDynamics" and r["found"] != r["true_K"]
+    ]
     if wrong_k:
-        lines.append("- Wrong number of clusters: " + "; ".join(
-            f"{r['data']}, {r['found']} for {r['true_K']}" for r in wrong_k) + ".")
+        lines.append(
+            "- Wrong number of clusters: "
+            + "; ".join(f"{r['data']}, {r['found']} for {r['true_K']}" for r in wrong_k)
+            + "."
+        )
     slower = {}
     for data in dict.fromkeys(r["data"] for r in payload["peers"]):
         sel = {r["method"]: r for r in payload["peers"] if r["data"] == data}
         fastest = min(sel.values(), key=lambda r: r["seconds"])
         if fastest["method"] != "SelfAttentionDynamics":
-            slower[data] = (fastest["method"], sel["SelfAttentionDynamics"]["seconds"] / max(fastest["seconds"], 1e-9))
+            slower[data] = (
+                fastest["method"],
+                sel["SelfAttentionDynamics"]["seconds"] / max(fastest["seconds"], 1e-9),
+            )
     if slower:
-        lines.append("- Time: slower than the fastest peer on " + "; ".join(
-            f"{d} ({m}, {ratio:.0f}x)" for d, (m, ratio) in slower.items()) + "; a step costs O(n^2 d).")
+        lines.append(
+            "- Time: slower than the fastest peer on "
+            + "; ".join(f"{d} ({m}, {ratio:.0f}x)" for d, (m, ratio) in slower.items())
+            + "; a step costs O(n^2 d)."
+        )
     lines += [
         "",
         "The peers run at their defaults, which do not suit rows on the sphere (MeanShift's estimated "

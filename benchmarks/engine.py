@@ -26,14 +26,13 @@ import threading
 from pathlib import Path
 
 import numpy as np
+from _common import ROOT, cold_start_times, one_thread, quick_cli, save, side_by_side, verdict
 from sklearn.cluster import KMeans
 
-from _common import ROOT, cold_start_times, one_thread, quick_cli, save, side_by_side, verdict
 from attention_cluster import AttentionClustering
 from attention_cluster._passes import DenseRows
 from attention_cluster.datasets import make_mixture
 from attention_cluster.metrics import centroid_distance, class_means_distance
-
 
 # One pass is timed as a run of _PASSES products inside one thread limit,
 # whose setting costs about a millisecond, more than a pass over 1e5 rows.
@@ -156,15 +155,28 @@ def float32(n, seeds, repeats):
         d64, d32 = [], []
         for seed in range(seeds):
             X, _, C = make_mixture(n, 10, 2, noise=noise, random_state=seed)
-            d64.append(centroid_distance(AttentionClustering(2, random_state=seed).fit(X).cluster_centers_, C))
+            d64.append(
+                centroid_distance(
+                    AttentionClustering(2, random_state=seed).fit(X).cluster_centers_, C
+                )
+            )
             X32 = X.astype(np.float32)
-            d32.append(centroid_distance(AttentionClustering(2, random_state=seed).fit(X32).cluster_centers_, C))
-        out.append({
-            "noise": noise, "n": n, "seconds": times,
-            "time_ratio_32_to_64": times["float32"] / times["float64"],
-            "distance_float64": float(np.median(d64)), "distance_float32": float(np.median(d32)),
-            "seeds": seeds,
-        })
+            d32.append(
+                centroid_distance(
+                    AttentionClustering(2, random_state=seed).fit(X32).cluster_centers_, C
+                )
+            )
+        out.append(
+            {
+                "noise": noise,
+                "n": n,
+                "seconds": times,
+                "time_ratio_32_to_64": times["float32"] / times["float64"],
+                "distance_float64": float(np.median(d64)),
+                "distance_float32": float(np.median(d32)),
+                "seeds": seeds,
+            }
+        )
     return out
 
 
@@ -190,7 +202,9 @@ def main(quick=False, out=None):
     wide = {"n": mid, "d": 100, "K": 10, "noise": 0.5, "target_ratio": 1.0}
     wide.update(timing(X, 10, repeats))
     wide.update(accuracy(mid, 100, 10, 0.5, seeds))
-    print(f"d=100 K=10: {wide['ratio_to_kmeans']:.2f}x KMeans, distance {wide['distance_over_floor']:.2f}x floor")
+    print(
+        f"d=100 K=10: {wide['ratio_to_kmeans']:.2f}x KMeans, distance {wide['distance_over_floor']:.2f}x floor"
+    )
     small = []
     for noise in (0.3, 1.0):
         X, _, _ = make_mixture(10_000, 10, 2, noise=noise, random_state=0)
@@ -199,12 +213,16 @@ def main(quick=False, out=None):
         small.append(row)
         print(f"n=1e4 sigma={noise}: {row['ratio_to_kmeans']:.2f}x KMeans")
     thread = threads(big, repeats)
-    print(f"threads: E step x{thread['e_step_speedup']:.2f}, fit x{thread['fit_speedup']:.2f}, "
-          f"identical {thread['identical_to_serial']}")
+    print(
+        f"threads: E step x{thread['e_step_speedup']:.2f}, fit x{thread['fit_speedup']:.2f}, "
+        f"identical {thread['identical_to_serial']}"
+    )
     single = float32(big, 2 if quick else 3, repeats)
     for r in single:
-        print(f"float32 sigma={r['noise']}: time x{r['time_ratio_32_to_64']:.2f}, "
-              f"distance {r['distance_float32']:.3g} vs {r['distance_float64']:.3g}")
+        print(
+            f"float32 sigma={r['noise']}: time x{r['time_ratio_32_to_64']:.2f}, "
+            f"distance {r['distance_float32']:.3g} vs {r['distance_float64']:.3g}"
+        )
     cold = cold_start_times(
         "from attention_cluster.datasets import make_mixture\n"
         "X, _, _ = make_mixture(1000, 10, 2, random_state=0)\n"
@@ -212,7 +230,11 @@ def main(quick=False, out=None):
     )
     payload = {
         "mode": "quick" if quick else "full",
-        "grid": grid, "wide": wide, "small": small, "threads": thread, "float32": single,
+        "grid": grid,
+        "wide": wide,
+        "small": small,
+        "threads": thread,
+        "float32": single,
         "cold_start": cold,
     }
     save("engine", payload, **({"directory": out} if out else {}))
@@ -235,7 +257,7 @@ def write_page(p, out=None):
         "",
         "Times are medians of interleaved rounds in one process, after Numba's",
         "compile, on a shared machine (2 cores). The estimator runs with its",
-        "defaults (`solver=\"auto\"`, the exact path with the EM refinement, and",
+        'defaults (`solver="auto"`, the exact path with the EM refinement, and',
         "`n_threads=None`, every usable core). KMeans is `KMeans(n_init=1)` at its",
         "default threads and on one thread. One pass is `X @ W`, W of shape",
         "(d, K), on one BLAS thread: the time to read X once. Distances are the",
@@ -299,7 +321,9 @@ def write_page(p, out=None):
         "hides part of the speed-up a dedicated machine would show.",
         "",
         "Fits equal the serial fit bit for bit: "
-        + ", ".join(f"{k.replace('_', ' ')}: {verdict(v)}" for k, v in t["identical_to_serial"].items())
+        + ", ".join(
+            f"{k.replace('_', ' ')}: {verdict(v)}" for k, v in t["identical_to_serial"].items()
+        )
         + " (the chunks, and the order in which their sums are added, do not",
         "depend on the number of threads).",
         "",

@@ -11,9 +11,9 @@ fresh process.
 
 import argparse
 
+from _common import cold_start_times, one_thread, save, side_by_side
 from sklearn.cluster import KMeans
 
-from _common import cold_start_times, one_thread, save, side_by_side
 from attention_cluster import AttentionClustering
 from attention_cluster.datasets import make_mixture
 
@@ -32,7 +32,9 @@ def main(n=100000, d=10, K=2, repeats=7):
         }
         candidates["KMeans(n_init=1)"] = lambda: KMeans(K, n_init=1, random_state=0).fit(X)
         # KMeans at its default threads and on one (see _common.one_thread).
-        candidates["KMeans(n_init=1), 1 thread"] = lambda: one_thread(KMeans(K, n_init=1, random_state=0).fit, X)
+        candidates["KMeans(n_init=1), 1 thread"] = lambda: one_thread(
+            KMeans(K, n_init=1, random_state=0).fit, X
+        )
         times = side_by_side(candidates, repeats)
         base = times["KMeans(n_init=1)"]
         for name, t in times.items():
@@ -43,8 +45,13 @@ def main(n=100000, d=10, K=2, repeats=7):
         "X, _, _ = make_mixture(1000, 10, 2, random_state=0)\n"
         "attention_cluster.AttentionClustering(random_state=0).fit(X)"
     )
-    print(f"import: {cold['import_s']:.2f} s; first fit with a cold Numba cache: {cold['first_call_s']:.2f} s")
-    save("fit_time", {"n_samples": n, "n_features": d, "n_clusters": K, "rows": rows, "cold_start": cold})
+    print(
+        f"import: {cold['import_s']:.2f} s; first fit with a cold Numba cache: {cold['first_call_s']:.2f} s"
+    )
+    save(
+        "fit_time",
+        {"n_samples": n, "n_features": d, "n_clusters": K, "rows": rows, "cold_start": cold},
+    )
 
 
 if __name__ == "__main__":

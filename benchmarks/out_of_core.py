@@ -35,13 +35,12 @@ import resource
 import shutil
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
 import psutil
+from _common import RESULTS, ROOT, quick_cli, save, timed, unit_rows
 
-from _common import ROOT, RESULTS, quick_cli, save, timed, unit_rows
 from attention_cluster import AttentionClustering
 from attention_cluster.datasets import make_centroids, make_mixture
 from attention_cluster.metrics import centroid_distance
@@ -78,8 +77,11 @@ def lazy_array(path, n):
     import dask.array as da
 
     blocks = [
-        da.from_delayed(dask.delayed(read_rows)(path, lo, min(lo + BLOCK_ROWS, n)),
-                        shape=(min(lo + BLOCK_ROWS, n) - lo, D), dtype=np.float32)
+        da.from_delayed(
+            dask.delayed(read_rows)(path, lo, min(lo + BLOCK_ROWS, n)),
+            shape=(min(lo + BLOCK_ROWS, n) - lo, D),
+            dtype=np.float32,
+        )
         for lo in range(0, n, BLOCK_ROWS)
     ]
     return da.concatenate(blocks)
@@ -110,8 +112,11 @@ def fit_dask(X):
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
         model = AttentionClustering(K, solver="full", random_state=0, verbose=1).fit(X)
-    passes = [float(line.rsplit(":", 1)[1].split()[0]) for line in buffer.getvalue().splitlines()
-              if "Dask pass" in line]
+    passes = [
+        float(line.rsplit(":", 1)[1].split()[0])
+        for line in buffer.getvalue().splitlines()
+        if "Dask pass" in line
+    ]
     return model, passes
 
 
@@ -125,9 +130,16 @@ def main(quick=False, out=None):
     try:
         path = str(tmp / "mixture.npy")
         seconds_write, (C, floor) = timed(lambda: write(path, n))
-        print(f"wrote {n} x {D} float32 ({n * D * 4 / 1e9:.2f} GB) in {seconds_write:.1f} s", flush=True)
-        with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                      dashboard_address=None) as cluster, distributed.Client(cluster):
+        print(
+            f"wrote {n} x {D} float32 ({n * D * 4 / 1e9:.2f} GB) in {seconds_write:.1f} s",
+            flush=True,
+        )
+        with (
+            distributed.LocalCluster(
+                n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+            ) as cluster,
+            distributed.Client(cluster),
+        ):
             X = lazy_array(path, n)
             small = lazy_array(path, min(n, 2 * BLOCK_ROWS))
             fit_dask(small)  # compile on the workers and in the client
@@ -139,7 +151,9 @@ def main(quick=False, out=None):
             candidates = {
                 "read once": lambda: X.sum(axis=0).compute(),
                 "dask fit": lambda: fit_dask(X),
-                "load and fit": lambda: AttentionClustering(K, solver="full", random_state=0).fit(np.load(path)),
+                "load and fit": lambda: AttentionClustering(K, solver="full", random_state=0).fit(
+                    np.load(path)
+                ),
                 "dask-ml KMeans": lambda: KMeans(n_clusters=K, random_state=0).fit(X),
             }
             times = {name: [] for name in candidates}
@@ -156,19 +170,34 @@ def main(quick=False, out=None):
         in_memory = results["load and fit"]
         kmeans = results["dask-ml KMeans"]
         payload = {
-            "quick": quick, "n": n, "d": D, "K": K, "noise": NOISE, "block_rows": BLOCK_ROWS,
-            "gigabytes": n * D * 4 / 1e9, "rounds": rounds, "write_s": seconds_write,
-            "seconds": seconds, "times": times,
-            "passes": len(passes), "pass_s": passes, "round_pass_s": round_passes,
-            "client_rss_before": memory_before, "client_rss_peak": rss.peak,
+            "quick": quick,
+            "n": n,
+            "d": D,
+            "K": K,
+            "noise": NOISE,
+            "block_rows": BLOCK_ROWS,
+            "gigabytes": n * D * 4 / 1e9,
+            "rounds": rounds,
+            "write_s": seconds_write,
+            "seconds": seconds,
+            "times": times,
+            "passes": len(passes),
+            "pass_s": passes,
+            "round_pass_s": round_passes,
+            "client_rss_before": memory_before,
+            "client_rss_peak": rss.peak,
             "client_maxrss_after_dask_fit": maxrss_after_dask,
             "floor": floor,
             "distance": {
                 "dask fit": centroid_distance(model.cluster_centers_, C),
                 "load and fit": centroid_distance(in_memory.cluster_centers_, C),
-                "dask-ml KMeans": centroid_distance(unit_rows(np.asarray(kmeans.cluster_centers_)), C),
+                "dask-ml KMeans": centroid_distance(
+                    unit_rows(np.asarray(kmeans.cluster_centers_)), C
+                ),
             },
-            "same_centres_max_abs": float(np.max(np.abs(model.cluster_centers_ - in_memory.cluster_centers_))),
+            "same_centres_max_abs": float(
+                np.max(np.abs(model.cluster_centers_ - in_memory.cluster_centers_))
+            ),
             "kmeans_n_iter": int(kmeans.n_iter_),
         }
     finally:

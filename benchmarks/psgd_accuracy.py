@@ -12,10 +12,10 @@ fitted on the same data.
 import argparse
 
 import numpy as np
+from _common import save
 from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score
 
-from _common import save
 from attention_cluster import AttentionClustering
 from attention_cluster.datasets import make_mixture
 from attention_cluster.metrics import centroid_distance

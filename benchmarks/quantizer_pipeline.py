@@ -37,7 +37,7 @@ READING = [
     "alone is within 0.03 of the oracle ceiling for sigma <= 0.6, and at",
     "sigma = 1 no pipeline closes the gap to it (the differences between the",
     "three are within one standard deviation). This is expected from the layer's",
-    "form: with temperature=\"auto\", T^ctx(X)_l = lambda K M X_l is one linear",
+    'form: with temperature="auto", T^ctx(X)_l = lambda K M X_l is one linear',
     "map per prompt (M the prompt's second moment). It keeps the centroids'",
     "span and shrinks the other directions by K sigma^2 / (1 + K sigma^2),",
     "which is mild when sigma is large, and it leaves the noise inside the",
@@ -48,7 +48,7 @@ READING = [
     "spectrum gets more anisotropic: where one direction dominates (raw",
     "digits: overall ink) the clustering collapses onto it; on other sets the",
     "effect goes either way. The softmax layer has no theory here (its",
-    "\"auto\" temperature is the linear layer's) and can collapse the tokens",
+    '"auto" temperature is the linear layer\'s) and can collapse the tokens',
     "towards the mean.",
 ]
 
@@ -63,7 +63,9 @@ def models(n_clusters, scale=False):
     return {
         "KMeans": make_pipeline(*head, kmeans()),
         "linear + KMeans": make_pipeline(*head, InContextQuantizer(n_clusters), kmeans()),
-        "softmax + KMeans": make_pipeline(*head, InContextQuantizer(n_clusters, attention="softmax"), kmeans()),
+        "softmax + KMeans": make_pipeline(
+            *head, InContextQuantizer(n_clusters, attention="softmax"), kmeans()
+        ),
     }
 
 
@@ -88,7 +90,10 @@ def dataset_rows():
         X, y = loader(return_X_y=True)
         K = len(np.unique(y))
         for scale in (False, True):
-            cells = {name: f"{adjusted_rand_score(y, m.fit_predict(X)):.3f}" for name, m in models(K, scale).items()}
+            cells = {
+                name: f"{adjusted_rand_score(y, m.fit_predict(X)):.3f}"
+                for name, m in models(K, scale).items()
+            }
             cells["oracle rule"] = "-"
             label = f"{loader.__name__[5:]} (n={len(y)}, d={X.shape[1]}, K={K}){', standardised' if scale else ''}"
             rows.append((label, cells))

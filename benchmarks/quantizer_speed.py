@@ -8,12 +8,15 @@ one prompt of L = 1e4. Medians of a few repeats.
     python benchmarks/quantizer_speed.py
 """
 
-import numpy as np
-
 from _common import save, side_by_side
+
 from attention_cluster import InContextQuantizer
 from attention_cluster.datasets import make_mixture, make_prompts
-from attention_cluster.layers import in_context_attention, in_context_softmax_attention, linear_attention
+from attention_cluster.layers import (
+    in_context_attention,
+    in_context_softmax_attention,
+    linear_attention,
+)
 
 
 def main(repeats=5):
@@ -25,9 +28,15 @@ def main(repeats=5):
     times = side_by_side(
         {
             "InContextQuantizer.transform, L=1e6, d=10": lambda: quantizer.transform(X),
-            "in_context_attention, 1e4 prompts x L=100": lambda: in_context_attention(P, temperature=0.8),
-            "linear_attention (2 heads), 1e4 prompts x L=100": lambda: linear_attention(P, heads, temperature=0.8),
-            "in_context_softmax_attention, L=1e4": lambda: in_context_softmax_attention(S, temperature=0.8),
+            "in_context_attention, 1e4 prompts x L=100": lambda: in_context_attention(
+                P, temperature=0.8
+            ),
+            "linear_attention (2 heads), 1e4 prompts x L=100": lambda: linear_attention(
+                P, heads, temperature=0.8
+            ),
+            "in_context_softmax_attention, L=1e4": lambda: in_context_softmax_attention(
+                S, temperature=0.8
+            ),
         },
         repeats=repeats,
     )

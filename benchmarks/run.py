@@ -56,14 +56,21 @@ import time
 import warnings
 from pathlib import Path
 
+import _methods as M
 import numpy as np
 import sklearn
+from _common import (
+    RESULTS,
+    ROOT,
+    cold_start_times,
+    numba_allocations_traced,
+    peak_memory,
+    save,
+    side_by_side,
+)
+from _report import render
 from threadpoolctl import threadpool_info, threadpool_limits
 from tqdm import tqdm
-
-import _methods as M
-from _common import RESULTS, ROOT, cold_start_times, numba_allocations_traced, peak_memory, save, side_by_side
-from _report import render
 
 SECTIONS = ("synthetic", "scaling", "real", "cold_start")
 
@@ -82,10 +89,30 @@ FULL = {
         "design": "random, balanced",
         "noise": 0.3,
         "sweeps": [
-            {"vary": "n_samples", "values": [10**3, 10**4, 10**5, 10**6, 10**7], "n_features": 10, "n_clusters": 3},
-            {"vary": "n_samples", "values": [10**3, 10**4, 10**5, 10**6], "n_features": 100, "n_clusters": 10},
-            {"vary": "n_features", "values": [10, 30, 100, 300, 1000], "n_samples": 10**5, "n_clusters": 3},
-            {"vary": "n_clusters", "values": [2, 3, 5, 10, 20, 50], "n_samples": 10**5, "n_features": 100},
+            {
+                "vary": "n_samples",
+                "values": [10**3, 10**4, 10**5, 10**6, 10**7],
+                "n_features": 10,
+                "n_clusters": 3,
+            },
+            {
+                "vary": "n_samples",
+                "values": [10**3, 10**4, 10**5, 10**6],
+                "n_features": 100,
+                "n_clusters": 10,
+            },
+            {
+                "vary": "n_features",
+                "values": [10, 30, 100, 300, 1000],
+                "n_samples": 10**5,
+                "n_clusters": 3,
+            },
+            {
+                "vary": "n_clusters",
+                "values": [2, 3, 5, 10, 20, 50],
+                "n_samples": 10**5,
+                "n_features": 100,
+            },
         ],
     },
     "real": {"datasets": list(M.REAL_DATASETS), "views": list(M.VIEWS)},
@@ -130,9 +157,24 @@ MEDIUM = {
         "design": "random, balanced",
         "noise": 0.3,
         "sweeps": [
-            {"vary": "n_samples", "values": [10**3, 10**4, 10**5, 10**6], "n_features": 10, "n_clusters": 3},
-            {"vary": "n_features", "values": [10, 30, 100, 300], "n_samples": 10**4, "n_clusters": 3},
-            {"vary": "n_clusters", "values": [2, 3, 5, 10, 20], "n_samples": 10**4, "n_features": 100},
+            {
+                "vary": "n_samples",
+                "values": [10**3, 10**4, 10**5, 10**6],
+                "n_features": 10,
+                "n_clusters": 3,
+            },
+            {
+                "vary": "n_features",
+                "values": [10, 30, 100, 300],
+                "n_samples": 10**4,
+                "n_clusters": 3,
+            },
+            {
+                "vary": "n_clusters",
+                "values": [2, 3, 5, 10, 20],
+                "n_samples": 10**4,
+                "n_features": 100,
+            },
         ],
     },
     "real": FULL["real"],
@@ -181,7 +223,9 @@ def measure(X, methods, repeats, budget, floor=None):
             "traced_s": traced,
             "warnings": sorted({w.category.__name__ for w in caught}),
         }
-    rounds = int(min(repeats, max(1, budget // max(sum(r["traced_s"] for r in out.values()), 1e-9))))
+    rounds = int(
+        min(repeats, max(1, budget // max(sum(r["traced_s"] for r in out.values()), 1e-9)))
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         times = side_by_side(calls, rounds, warmup=False)
@@ -202,7 +246,9 @@ def run_synthetic(cfg, ctx, bar):
                 for noise in cfg["noises"]:
                     for seed in cfg["seeds"]:
                         C, w = M.mixture_parameters(design, d, K, seed)
-                        bayes, bayes_se, source = M.bayes_error(C, w, noise, cfg["bayes_draws"], seed)
+                        bayes, bayes_se, source = M.bayes_error(
+                            C, w, noise, cfg["bayes_draws"], seed
+                        )
                         for n in cfg["n_samples"]:
                             bar.set_postfix_str(f"{design} sigma={noise} d={d} K={K} n={n}")
                             X, y, C, w = M.make_data(design, n, d, K, noise, seed)
@@ -352,7 +398,14 @@ def run_cold_start(cfg, ctx, bar):
         )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            warm = side_by_side({"warm": lambda s=solver: M.AttentionClustering(2, solver=s, random_state=0).fit(X)}, 3)
+            warm = side_by_side(
+                {
+                    "warm": lambda s=solver: M.AttentionClustering(2, solver=s, random_state=0).fit(
+                        X
+                    )
+                },
+                3,
+            )
         rows.append(
             {
                 "section": "cold_start",
@@ -370,12 +423,19 @@ def run_cold_start(cfg, ctx, bar):
     return rows
 
 
-RUNNERS = {"synthetic": run_synthetic, "scaling": run_scaling, "real": run_real, "cold_start": run_cold_start}
+RUNNERS = {
+    "synthetic": run_synthetic,
+    "scaling": run_scaling,
+    "real": run_real,
+    "cold_start": run_cold_start,
+}
 
 
 def n_tasks(section, cfg, n_solvers):
     if section == "synthetic":
-        return math.prod(len(cfg[k]) for k in ("designs", "features", "clusters", "noises", "seeds", "n_samples"))
+        return math.prod(
+            len(cfg[k]) for k in ("designs", "features", "clusters", "noises", "seeds", "n_samples")
+        )
     if section == "scaling":
         return sum(len(s["values"]) for s in cfg["sweeps"])
     if section == "real":
@@ -403,7 +463,8 @@ def environment():
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
         "thread_pools": [
-            {k: p.get(k) for k in ("internal_api", "num_threads", "version")} for p in threadpool_info()
+            {k: p.get(k) for k in ("internal_api", "num_threads", "version")}
+            for p in threadpool_info()
         ],
     }
 
@@ -442,16 +503,32 @@ def command_line(args):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     modes = parser.add_mutually_exclusive_group()
-    modes.add_argument("--quick", dest="mode", action="store_const", const="quick", help="tiny grid (the test suite runs it)")
-    modes.add_argument("--medium", dest="mode", action="store_const", const="medium", help="a few minutes per section")
+    modes.add_argument(
+        "--quick",
+        dest="mode",
+        action="store_const",
+        const="quick",
+        help="tiny grid (the test suite runs it)",
+    )
+    modes.add_argument(
+        "--medium",
+        dest="mode",
+        action="store_const",
+        const="medium",
+        help="a few minutes per section",
+    )
     parser.set_defaults(mode="full")
     parser.add_argument("--out", help="write results, page and figures under this directory")
     parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
     parser.add_argument("--budget", type=float, help="seconds per fit before a method is skipped")
     parser.add_argument("--repeats", type=int, help="most timing rounds per data set")
     parser.add_argument("--max-gb", type=float, help="largest data set, in GB")
-    parser.add_argument("--threads", type=int, help="BLAS and OpenMP threads (default: all; --quick, --medium: 1)")
-    parser.add_argument("--render-only", action="store_true", help="regenerate the page from saved results")
+    parser.add_argument(
+        "--threads", type=int, help="BLAS and OpenMP threads (default: all; --quick, --medium: 1)"
+    )
+    parser.add_argument(
+        "--render-only", action="store_true", help="regenerate the page from saved results"
+    )
     args = parser.parse_args(argv)
 
     results_dir, page, figures = output_paths(args.out)

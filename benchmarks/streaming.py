@@ -25,10 +25,9 @@ written by ``benchmarks/out_of_core.py`` from it.
 
 import warnings
 
-import numpy as np
+from _common import quick_cli, save, timed
 from sklearn.exceptions import ConvergenceWarning
 
-from _common import quick_cli, save, timed
 from attention_cluster import AttentionClustering
 from attention_cluster._mixture import OnlineEM
 from attention_cluster._passes import DenseRows
@@ -56,7 +55,11 @@ def psgd(first, batches, seed):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         for batch in batches[1:]:
-            heads = AttentionClustering(solver="psgd", init=heads, max_iter=200, random_state=seed).fit(batch).cluster_centers_
+            heads = (
+                AttentionClustering(solver="psgd", init=heads, max_iter=200, random_state=seed)
+                .fit(batch)
+                .cluster_centers_
+            )
     return heads
 
 
@@ -74,9 +77,15 @@ def one_stream(n, noise, seed):
     # partial_fit itself, timed over the whole pass (first call included).
     stream = AttentionClustering(2, random_state=seed)
     seconds, _ = timed(lambda: [stream.partial_fit(b) for b in batches])
-    row["partial_fit"], row["partial_fit s"] = centroid_distance(stream.cluster_centers_, C), seconds
+    row["partial_fit"], row["partial_fit s"] = (
+        centroid_distance(stream.cluster_centers_, C),
+        seconds,
+    )
     seconds, full = timed(lambda: AttentionClustering(2, solver="full", random_state=seed).fit(X))
-    row["fit in memory"], row["fit in memory s"] = centroid_distance(full.cluster_centers_, C), seconds
+    row["fit in memory"], row["fit in memory s"] = (
+        centroid_distance(full.cluster_centers_, C),
+        seconds,
+    )
     return row
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+from _common import ROOT, one_thread, peak_memory, quick_cli, save, side_by_side
 from sklearn import datasets as sk_datasets
 from sklearn.cluster import KMeans, kmeans_plusplus
 from sklearn.feature_extraction.text import TfidfVectorizer
@@ -45,7 +46,6 @@ from sklearn.mixture import GaussianMixture
 from sklearn.preprocessing import Normalizer, StandardScaler, normalize
 
 import attention_cluster._clustering as _clustering
-from _common import ROOT, one_thread, peak_memory, quick_cli, save, side_by_side
 from attention_cluster import AttentionClustering
 from attention_cluster.datasets import make_centroids, make_corpus, make_embeddings, make_mixture
 
@@ -70,7 +70,10 @@ def spherical_kmeans(X, n_clusters, random_state=0, max_iter=300):
         if labels is not None and np.array_equal(new, labels):
             break
         labels = new
-        member = sp.csr_matrix((np.ones(len(labels)), (labels, np.arange(len(labels)))), shape=(n_clusters, len(labels)))
+        member = sp.csr_matrix(
+            (np.ones(len(labels)), (labels, np.arange(len(labels)))),
+            shape=(n_clusters, len(labels)),
+        )
         sums = member @ Xn
         sums = sums.toarray() if sp.issparse(sums) else np.asarray(sums)
         norms = np.linalg.norm(sums, axis=1)
@@ -127,8 +130,17 @@ def run_centring(quick):
                     for d in (10,) if quick else (10, 100):
                         C = make_centroids(K, d, kind=kind, random_state=0)
                         w = np.linspace(1.0, skew, K)
-                        X, y, _ = make_mixture(n, d, K, noise=noise, centroids=C, weights=w / w.sum(), random_state=1)
-                        rows.append(_centring_row(f"mixture {kind}, skew {skew:g}, K={K}, sigma={noise}, d={d}", X, y, K))
+                        X, y, _ = make_mixture(
+                            n, d, K, noise=noise, centroids=C, weights=w / w.sum(), random_state=1
+                        )
+                        rows.append(
+                            _centring_row(
+                                f"mixture {kind}, skew {skew:g}, K={K}, sigma={noise}, d={d}",
+                                X,
+                                y,
+                                K,
+                            )
+                        )
     for offset in (0.0, 1.0, 2.0) if quick else (0.0, 0.5, 1.0, 2.0, 3.0):
         for K in (3, 10):
             X, y, _ = make_embeddings(n, 384, K, offset=offset, noise=0.1, random_state=0)
@@ -164,7 +176,12 @@ def run_real(quick):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 kmeans = _ari(y, _fit_labels(lambda: KMeans(K, n_init=10, random_state=0), X))
-                gmm = _ari(y, _fit_labels(lambda: GaussianMixture(K, covariance_type="spherical", random_state=0), X))
+                gmm = _ari(
+                    y,
+                    _fit_labels(
+                        lambda: GaussianMixture(K, covariance_type="spherical", random_state=0), X
+                    ),
+                )
             row = {
                 "data": name,
                 "view": view,
@@ -189,7 +206,11 @@ def run_real(quick):
 
 
 TEXT_BASE = {"n_documents": 5000, "n_topics": 10, "n_words": 20000, "document_length": 100}
-TEXT_AXES = {"n_topics": (5, 10, 20), "n_words": (5000, 20000, 50000), "document_length": (30, 100, 300)}
+TEXT_AXES = {
+    "n_topics": (5, 10, 20),
+    "n_words": (5000, 20000, 50000),
+    "document_length": (30, 100, 300),
+}
 TEXT_LARGE = {"n_documents": 20000, "n_topics": 10, "n_words": 50000, "document_length": 100}
 
 
@@ -213,13 +234,22 @@ def text_setting(setting, repeats, seed=0):
     row = dict(setting, seed=seed, n_features=X.shape[1], nnz=int(X.nnz))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        times = side_by_side({name: (lambda f=f: one_thread(f, X)) for name, f in methods.items()}, repeats)
+        times = side_by_side(
+            {name: (lambda f=f: one_thread(f, X)) for name, f in methods.items()}, repeats
+        )
         for name, f in methods.items():
             peak, result = peak_memory(lambda f=f: one_thread(f, X))
-            row[name] = {"ari": _ari(y, _labels_of(result)), "seconds": times[name], "peak_mb": peak / 2**20}
+            row[name] = {
+                "ari": _ari(y, _labels_of(result)),
+                "seconds": times[name],
+                "peak_mb": peak / 2**20,
+            }
     print(
         f"text {setting}: "
-        + "; ".join(f"{m} ARI {row[m]['ari']:.3f} {row[m]['seconds']:.2f} s {row[m]['peak_mb']:.0f} MB" for m in methods),
+        + "; ".join(
+            f"{m} ARI {row[m]['ari']:.3f} {row[m]['seconds']:.2f} s {row[m]['peak_mb']:.0f} MB"
+            for m in methods
+        ),
         flush=True,
     )
     return row
@@ -235,17 +265,25 @@ def run_text(quick):
     rows = []
     for axis, values in axes.items():
         for value in values:
-            rows.append(dict(text_setting(dict(base, **{axis: value}), repeats=1 if quick else 3), axis=axis))
+            rows.append(
+                dict(
+                    text_setting(dict(base, **{axis: value}), repeats=1 if quick else 3), axis=axis
+                )
+            )
     texts, y = make_corpus(**large, random_state=0)
     X = TfidfVectorizer().fit_transform(texts)
     K = large["n_topics"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        fit_peak, model = peak_memory(lambda: one_thread(AttentionClustering(K, random_state=0).fit, X))
+        fit_peak, model = peak_memory(
+            lambda: one_thread(AttentionClustering(K, random_state=0).fit, X)
+        )
         predict_peak, labels = peak_memory(lambda: one_thread(model.predict, X))
         times = side_by_side(
             {
-                "AttentionClustering": lambda: one_thread(AttentionClustering(K, random_state=0).fit, X),
+                "AttentionClustering": lambda: one_thread(
+                    AttentionClustering(K, random_state=0).fit, X
+                ),
                 "KMeans": lambda: one_thread(KMeans(K, random_state=0).fit, X),
             },
             repeats=1 if quick else 3,
@@ -276,18 +314,28 @@ def run_embeddings(quick):
         for K in (3,) if quick else (5, 20):
             X, y, _ = make_embeddings(n, 384, K, offset=offset, noise=0.1, random_state=0)
             methods = {
-                "AttentionClustering": lambda: AttentionClustering(K, random_state=0).fit_predict(X),
+                "AttentionClustering": lambda: AttentionClustering(K, random_state=0).fit_predict(
+                    X
+                ),
                 "KMeans": lambda: KMeans(K, random_state=0).fit_predict(X),
                 "spherical k-means": lambda: spherical_kmeans(X, K, random_state=0),
-                "GaussianMixture(spherical)": lambda: GaussianMixture(K, covariance_type="spherical", random_state=0).fit_predict(X),
+                "GaussianMixture(spherical)": lambda: GaussianMixture(
+                    K, covariance_type="spherical", random_state=0
+                ).fit_predict(X),
             }
             row = {"offset": offset, "K": K, "n": n}
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                times = side_by_side({m: (lambda f=f: one_thread(f)) for m, f in methods.items()}, 1 if quick else 3)
+                times = side_by_side(
+                    {m: (lambda f=f: one_thread(f)) for m, f in methods.items()}, 1 if quick else 3
+                )
                 for m, f in methods.items():
                     row[m] = {"ari": _ari(y, one_thread(f)), "seconds": times[m]}
-            print(f"embeddings offset {offset} K={K}: " + "; ".join(f"{m} {row[m]['ari']:.3f} {row[m]['seconds']:.2f} s" for m in methods), flush=True)
+            print(
+                f"embeddings offset {offset} K={K}: "
+                + "; ".join(f"{m} {row[m]['ari']:.3f} {row[m]['seconds']:.2f} s" for m in methods),
+                flush=True,
+            )
             rows.append(row)
     return rows
 
@@ -311,14 +359,24 @@ def run_high_dimension(quick):
         warnings.simplefilter("ignore")
         times = side_by_side(
             {
-                "AttentionClustering": lambda: one_thread(AttentionClustering(K, random_state=0).fit, X),
+                "AttentionClustering": lambda: one_thread(
+                    AttentionClustering(K, random_state=0).fit, X
+                ),
                 "KMeans(n_init=1)": lambda: one_thread(KMeans(K, n_init=1, random_state=0).fit, X),
             },
             repeats=1 if quick else 3,
         )
         ari = _ari(y, one_thread(AttentionClustering(K, random_state=0).fit_predict, X))
         kmeans = _ari(y, one_thread(KMeans(K, n_init=1, random_state=0).fit_predict, X))
-    large = {"n": n, "d": d, "K": K, "noise": 0.02, "seconds": times, "ari": ari, "kmeans_ari": kmeans}
+    large = {
+        "n": n,
+        "d": d,
+        "K": K,
+        "noise": 0.02,
+        "seconds": times,
+        "ari": ari,
+        "kmeans_ari": kmeans,
+    }
     print(f"high dimension: {large}", flush=True)
     del X
     switch = []
@@ -327,8 +385,12 @@ def run_high_dimension(quick):
         for noise in (0.1, 0.6):
             X, y, _ = make_mixture(n_sw, d_sw, K_sw, noise=noise, random_state=0)
             paths = {
-                "subspace": lambda: _with_switch(0, lambda: one_thread(AttentionClustering(K_sw, random_state=0).fit, X)),
-                "d x d": lambda: _with_switch(10**9, lambda: one_thread(AttentionClustering(K_sw, random_state=0).fit, X)),
+                "subspace": lambda: _with_switch(
+                    0, lambda: one_thread(AttentionClustering(K_sw, random_state=0).fit, X)
+                ),
+                "d x d": lambda: _with_switch(
+                    10**9, lambda: one_thread(AttentionClustering(K_sw, random_state=0).fit, X)
+                ),
             }
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -338,7 +400,9 @@ def run_high_dimension(quick):
                     row[p] = {"seconds": t[p], "ari": _ari(y, f().labels_)}
             print(
                 f"switch d={d_sw} sigma={noise}: "
-                + "; ".join(f"{p} {row[p]['seconds']:.2f} s ARI {row[p]['ari']:.3f}" for p in paths),
+                + "; ".join(
+                    f"{p} {row[p]['seconds']:.2f} s ARI {row[p]['ari']:.3f}" for p in paths
+                ),
                 flush=True,
             )
             switch.append(row)
@@ -369,7 +433,9 @@ def _plot_text(rows, path):
     for j, axis in enumerate(axes_names):
         sub = [r for r in rows if r["axis"] == axis]
         x = [r[axis] for r in sub]
-        for i, (key, label) in enumerate((("ari", "ARI"), ("seconds", "fit time (s)"), ("peak_mb", "peak memory (MB)"))):
+        for i, (key, label) in enumerate(
+            (("ari", "ARI"), ("seconds", "fit time (s)"), ("peak_mb", "peak memory (MB)"))
+        ):
             ax = axes[i, j]
             for m in methods:
                 ax.plot(x, [r[m][key] for r in sub], marker="o", label=m)
@@ -397,9 +463,9 @@ def _render(p):
         + ". Times are medians of interleaved rounds after a warm-up fit, every method on one thread; "
         "memory is the tracemalloc peak of a fit above the data.",
         "",
-        "## Centring: the rule of `center=\"auto\"`",
+        '## Centring: the rule of `center="auto"`',
         "",
-        f"`center=\"auto\"` centres when `||mean||^2 > {threshold:g} lambda_K(M)` (M the second moment, "
+        f'`center="auto"` centres when `||mean||^2 > {threshold:g} lambda_K(M)` (M the second moment, '
         "lambda_K its K-th eigenvalue). The table gives that ratio, the common mean's share "
         "`||mean||^2 / tr(M)`, and the ARI without and with centring (`center=False`, `center=True`).",
         "",
@@ -416,15 +482,20 @@ def _render(p):
     worse = [r for r in mix if r["auto"] and r["ari_True"] < r["ari_False"] - 0.02]
     lines += [
         "",
-        f"Of the {len(mix)} mixtures, `\"auto\"` leaves {len(kept)} as they are; it centres "
+        f'Of the {len(mix)} mixtures, `"auto"` leaves {len(kept)} as they are; it centres '
         f"{len(mix) - len(kept)}, and centring costs more than 0.02 ARI on {len(worse)} of them"
-        + (": " + "; ".join(f"{r['data']} ({r['ari_False']:.2f} -> {r['ari_True']:.2f})" for r in worse) if worse else "")
+        + (
+            ": "
+            + "; ".join(f"{r['data']} ({r['ari_False']:.2f} -> {r['ari_True']:.2f})" for r in worse)
+            if worse
+            else ""
+        )
         + ".",
         "",
         "## scikit-learn's data sets",
         "",
         "`AttentionClustering(K, random_state=0)` with default settings against `KMeans(K, n_init=10)` and "
-        "`GaussianMixture(K, covariance_type=\"spherical\")` on the same view. *Target* for raw data and "
+        '`GaussianMixture(K, covariance_type="spherical")` on the same view. *Target* for raw data and '
         "`Normalizer`: ARI at least 0.8x KMeans', or a warning that names the fix. For `StandardScaler` "
         "(the preprocessing the user guide recommends): within 0.05 of the better of KMeans and "
         "GaussianMixture.",
@@ -549,10 +620,18 @@ def _summary(p):
     lost = [r for r in scaled if r["ari"] < max(r["kmeans"], r["gmm"]) - 0.05]
     won = [r for r in scaled if r["ari"] > max(r["kmeans"], r["gmm"]) + 0.01]
     L, H = p["text"]["large"], p["high_dimension"]["large"]
-    wins = [f"{r['axis']}={r[r['axis']]}" for r in grid if r["AttentionClustering"]["ari"] > r["KMeans"]["ari"] + 0.01]
+    wins = [
+        f"{r['axis']}={r[r['axis']]}"
+        for r in grid
+        if r["AttentionClustering"]["ari"] > r["KMeans"]["ari"] + 0.01
+    ]
     switch = p["high_dimension"]["switch"]
     sub_faster = sum(r["subspace"]["seconds"] < r["d x d"]["seconds"] for r in switch)
-    sub_worse = [f"d={r['d']}, sigma={r['noise']}" for r in switch if r["subspace"]["ari"] < r["d x d"]["ari"] - 0.02]
+    sub_worse = [
+        f"d={r['d']}, sigma={r['noise']}"
+        for r in switch
+        if r["subspace"]["ari"] < r["d x d"]["ari"] - 0.02
+    ]
     return [
         f"- **TF-IDF**: ARI above KMeans' (by more than 0.01) in {better} of {len(grid)} settings"
         + (f" ({', '.join(wins)})" if wins else "")
@@ -562,12 +641,29 @@ def _summary(p):
         f"- **Embedding-like data**: ARI above KMeans' in {emb_better} of {len(emb)} settings, below in "
         f"{emb_worse}; time {min(emb_ratios):.0f}x to {max(emb_ratios):.0f}x KMeans' (d = 384 is below the "
         "subspace switch: the exact solver runs in 384 dimensions).",
-        f"- **Tabular data after StandardScaler**: ahead of the better of KMeans and GaussianMixture on "
+        "- **Tabular data after StandardScaler**: ahead of the better of KMeans and GaussianMixture on "
         + (", ".join(r["data"] for r in won) or "none")
         + "; more than 0.05 behind on "
-        + (", ".join(f"{r['data']} ({r['ari']:.2f} against {max(r['kmeans'], r['gmm']):.2f})" for r in lost) or "none")
+        + (
+            ", ".join(
+                f"{r['data']} ({r['ari']:.2f} against {max(r['kmeans'], r['gmm']):.2f})"
+                for r in lost
+            )
+            or "none"
+        )
         + ". Raw and after Normalizer alone the estimator centres and warns; it is then behind KMeans on "
-        + (", ".join(sorted({r["data"] for r in p["real"] if r["view"] != "StandardScaler" and r["ari"] < 0.8 * r["kmeans"]})) or "none")
+        + (
+            ", ".join(
+                sorted(
+                    {
+                        r["data"]
+                        for r in p["real"]
+                        if r["view"] != "StandardScaler" and r["ari"] < 0.8 * r["kmeans"]
+                    }
+                )
+            )
+            or "none"
+        )
         + ".",
         f"- **High dimension** (dense, d = {H['d']}): {H['seconds']['AttentionClustering'] / H['seconds']['KMeans(n_init=1)']:.2f}x "
         f"the time of KMeans(n_init=1). In the switch table the subspace path is the faster in {sub_faster} of "

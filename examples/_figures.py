@@ -56,10 +56,16 @@ BATCH_SIZE = 1
 LEARNING_RATE = 0.06
 N_RUNS = 3 if QUICK else 10
 
-_REGULARIZERS = {None: _kernels.REG_NONE, "pairwise": _kernels.REG_PAIRWISE, "product": _kernels.REG_PRODUCT}
+_REGULARIZERS = {
+    None: _kernels.REG_NONE,
+    "pairwise": _kernels.REG_PAIRWISE,
+    "product": _kernels.REG_PRODUCT,
+}
 
 
-def temperature(noise, sequence_length=SEQUENCE_LENGTH, n_clusters=N_CLUSTERS, n_features=N_FEATURES):
+def temperature(
+    noise, sequence_length=SEQUENCE_LENGTH, n_clusters=N_CLUSTERS, n_features=N_FEATURES
+):
     """lambda: the unbiased temperature of Prop. 4.1, capped at 0.95 lambda*.
 
     The rule of ``AttentionClustering(temperature="auto")`` with the true
@@ -144,9 +150,17 @@ def psgd_path(
             rows = np.empty((m * batch_size * sequence_length, X.shape[1]))
             _kernels.draw_rows(X, cum_weights, 1.0, state, rows)
             _kernels.psgd_chunk(
-                rows, U, lam, sequence_length, batch_size,
-                np.full(m, float(step_size)), reg_kind, float(reg_strength),
-                gradient == "riemannian", np.empty(m), np.zeros_like(U),
+                rows,
+                U,
+                lam,
+                sequence_length,
+                batch_size,
+                np.full(m, float(step_size)),
+                reg_kind,
+                float(reg_strength),
+                gradient == "riemannian",
+                np.empty(m),
+                np.zeros_like(U),
             )
             done = stop
         out[i] = U.T
@@ -158,8 +172,18 @@ def distances(path, centroids):
     return np.array([centroid_distance(heads, centroids) for heads in path])
 
 
-def population_path(heads0, centroids, noise, temperature, step_size, record, *, reg_strength=0.0,
-                    sequence_length=SEQUENCE_LENGTH, tol=1e-9):
+def population_path(
+    heads0,
+    centroids,
+    noise,
+    temperature,
+    step_size,
+    record,
+    *,
+    reg_strength=0.0,
+    sequence_length=SEQUENCE_LENGTH,
+    tol=1e-9,
+):
     """Population PGD (exact risk, no sampling) with the step of PSGD.
 
     :func:`attention_cluster.theory.population_pgd` from the same start;
@@ -167,8 +191,15 @@ def population_path(heads0, centroids, noise, temperature, step_size, record, *,
     (held at its last value once the Riemannian gradient is below tol).
     """
     res = theory.population_pgd(
-        heads0, centroids, noise, temperature, sequence_length,
-        reg_strength=reg_strength, step_size=step_size, max_iter=int(record[-1]), tol=tol,
+        heads0,
+        centroids,
+        noise,
+        temperature,
+        sequence_length,
+        reg_strength=reg_strength,
+        step_size=step_size,
+        max_iter=int(record[-1]),
+        tol=tol,
     )
     d = res.distance
     return d[np.minimum(record, len(d) - 1)], res
@@ -184,9 +215,14 @@ def exact_solution(X, heads0, centroids, lam, regularization, reg_strength):
     the EM refinement (``refine=None``), which would change the objective.
     """
     model = AttentionClustering(
-        len(heads0), solver="full", refine=None, init=heads0, temperature=lam,
+        len(heads0),
+        solver="full",
+        refine=None,
+        init=heads0,
+        temperature=lam,
         sequence_length=SEQUENCE_LENGTH,
-        regularization=regularization, reg_strength=reg_strength if regularization else 0.0,
+        regularization=regularization,
+        reg_strength=reg_strength if regularization else 0.0,
         random_state=0,
     )
     with warnings.catch_warnings():
@@ -241,19 +277,44 @@ def experiment(
     gamma = step_size(lam, noise, n_clusters, n_features)
     if regularization == "product":
         population_runs = 0
-    out = dict(temperature=lam, step=gamma, record=record, psgd=[], heads=[], centroids=[], floor=[],
-               pgd=[], pgd_heads=[], full=[])
+    out = dict(
+        temperature=lam,
+        step=gamma,
+        record=record,
+        psgd=[],
+        heads=[],
+        centroids=[],
+        floor=[],
+        pgd=[],
+        pgd_heads=[],
+        full=[],
+    )
     for run in progress(range(n_runs), desc=desc or f"sigma={noise}", leave=False):
-        X, y, C = make_mixture(N_SAMPLES, n_features, n_clusters, noise=noise, centroids=centroids,
-                               random_state=seed + run)
+        X, y, C = make_mixture(
+            N_SAMPLES,
+            n_features,
+            n_clusters,
+            noise=noise,
+            centroids=centroids,
+            random_state=seed + run,
+        )
         rng = np.random.RandomState(10_000 + seed + run)
         if init == "manifold":
             H0 = theory.manifold_heads(C, rng.uniform(-1.0, 1.0, n_clusters), random_state=rng)
         else:
             H0 = random_heads(n_heads, n_features, rng)
-        path = psgd_path(X, H0, temperature=lam, step_size=gamma, record=record,
-                         regularization=regularization, reg_strength=reg_strength, gradient=gradient,
-                         n_clusters=n_clusters, random_state=rng)
+        path = psgd_path(
+            X,
+            H0,
+            temperature=lam,
+            step_size=gamma,
+            record=record,
+            regularization=regularization,
+            reg_strength=reg_strength,
+            gradient=gradient,
+            n_clusters=n_clusters,
+            random_state=rng,
+        )
         out["psgd"].append(distances(path, C))
         out["heads"].append(path[-1])
         out["centroids"].append(C)
@@ -261,8 +322,15 @@ def experiment(
         out["full"].append(exact_solution(X, H0, C, lam, regularization, reg_strength))
         if run < population_runs:
             # population_pgd's factor is lambda * n_heads / L: keep lambda K / L.
-            dist, res = population_path(H0, C, noise, lam * n_clusters / n_heads, gamma, record,
-                                        reg_strength=reg_strength if regularization else 0.0)
+            dist, res = population_path(
+                H0,
+                C,
+                noise,
+                lam * n_clusters / n_heads,
+                gamma,
+                record,
+                reg_strength=reg_strength if regularization else 0.0,
+            )
             out["pgd"].append(dist)
             out["pgd_heads"].append(res.heads)
     return {k: np.array(v) for k, v in out.items()} | {"temperature": lam, "step": gamma}
@@ -286,8 +354,11 @@ def layer_monte_carlo(layer, X, labels, centroids):
     are dependent, prompts are independent).
     """
     T = layer(X)
-    m = centroids[labels] if centroids.ndim == 2 else np.take_along_axis(
-        centroids, labels[:, :, None], axis=1)
+    m = (
+        centroids[labels]
+        if centroids.ndim == 2
+        else np.take_along_axis(centroids, labels[:, :, None], axis=1)
+    )
     risk = np.mean(np.sum((X - T) ** 2, axis=2), axis=1)
     inner = np.mean(np.sum(T * m, axis=2), axis=1)
     b = float(np.mean(inner))
@@ -312,9 +383,17 @@ def pca_comparison(ax, X, T, labels, centroids, title):
     Zx, Zt, Zc = pca.transform(X), pca.transform(T), pca.transform(centroids)
     for c, color in zip(range(len(centroids)), ("tab:blue", "tab:red", "tab:green")):
         ax.scatter(*Zx[labels == c].T, s=6, color=color, alpha=0.25, label=f"inputs, cluster {c}")
-        ax.scatter(*Zt[labels == c].T, s=6, color=color, marker="x", alpha=0.9,
-                   label=f"outputs, cluster {c}")
-    ax.scatter(*Zc.T, s=150, facecolors="none", edgecolors="k", linewidths=1.5, label="centroids", zorder=3)
+        ax.scatter(
+            *Zt[labels == c].T,
+            s=6,
+            color=color,
+            marker="x",
+            alpha=0.9,
+            label=f"outputs, cluster {c}",
+        )
+    ax.scatter(
+        *Zc.T, s=150, facecolors="none", edgecolors="k", linewidths=1.5, label="centroids", zorder=3
+    )
     ax.set_xlabel("PC 1 (of the inputs)")
     ax.set_ylabel("PC 2 (of the inputs)")
     ax.set_aspect("equal", adjustable="datalim")
@@ -416,30 +495,51 @@ def curve_claims(key, figure, name, r, paper_level, paper_phase, max_phase, plat
     record = r["record"]
     plat = summary(plateau(r["psgd"]))
     t_hit, rate, r2 = linear_phase(record, np.median(r["psgd"], axis=0), 3 * plat["median"])
-    r.update(plateau=plat, floor_summary=summary(r["floor"]), t_hit=t_hit, rate=rate, r2=r2,
-             pgd_final=summary(r["pgd"][:, -1]) if len(r["pgd"]) else None)
+    r.update(
+        plateau=plat,
+        floor_summary=summary(r["floor"]),
+        t_hit=t_hit,
+        rate=rate,
+        r2=r2,
+        pgd_final=summary(r["pgd"][:, -1]) if len(r["pgd"]) else None,
+    )
     agrees = within_factor(plat["median"], paper_level)
     return [
         claim(
-            f"{key}-plateau", figure, f"PSGD plateau, {name}", f"plateau near {paper_level:.0e}",
-            fmt_summary(plat), agrees, "median within a factor 3 of the paper's value",
-            ("" if agrees else
-             f"{paper_level / plat['median']:.2g}x {'below' if plat['median'] < paper_level else 'above'} "
-             "the paper's level. The plateau of a constant-step PSGD scales with the step over the "
-             "number of tokens per step; the paper's step, batch and L are lost, and ours were set "
-             "by the time scale of the descent, not by the plateau. ")
+            f"{key}-plateau",
+            figure,
+            f"PSGD plateau, {name}",
+            f"plateau near {paper_level:.0e}",
+            fmt_summary(plat),
+            agrees,
+            "median within a factor 3 of the paper's value",
+            (
+                ""
+                if agrees
+                else f"{paper_level / plat['median']:.2g}x {'below' if plat['median'] < paper_level else 'above'} "
+                "the paper's level. The plateau of a constant-step PSGD scales with the step over the "
+                "number of tokens per step; the paper's step, batch and L are lost, and ours were set "
+                "by the time scale of the descent, not by the plateau. "
+            )
             + f"Median over the last 20 % of {int(record[-1])} iterations; floor of the samples "
             f"{fmt(r['floor_summary']['median'])}. " + plateau_note,
         ),
         claim(
-            f"{key}-linear", figure, f"PSGD converges linearly at first, {name}", paper_phase,
+            f"{key}-linear",
+            figure,
+            f"PSGD converges linearly at first, {name}",
+            paper_phase,
             f"log-linear until iteration {t_hit:.0f} ({rate:.2f} decades per 1000 iterations, R^2 = {r2:.3f})",
             r2 >= 0.9 and t_hit <= max_phase,
             f"R^2 >= 0.9 for a straight line in log scale up to 3x the plateau, reached within {max_phase} "
             "iterations",
             "The time scale is that of the chosen step size."
-            + ("" if r2 >= 0.9 else " The median curve bends: a fast descent, then a slower approach "
-               "to the plateau, so one straight line fits it poorly."),
+            + (
+                ""
+                if r2 >= 0.9
+                else " The median curve bends: a fast descent, then a slower approach "
+                "to the plateau, so one straight line fits it poorly."
+            ),
         ),
     ]
 
@@ -463,8 +563,17 @@ def hline(ax, value, label, color, linestyle=":"):
     ax.axhline(value, color=color, linestyle=linestyle, linewidth=1.2, label=label)
 
 
-def draw_runs(ax, r, label, color, linestyle="-", population="band", population_label="population PGD, same step",
-              floor_label="statistical floor (class means)", floor_color="k"):
+def draw_runs(
+    ax,
+    r,
+    label,
+    color,
+    linestyle="-",
+    population="band",
+    population_label="population PGD, same step",
+    floor_label="statistical floor (class means)",
+    floor_color="k",
+):
     """PSGD band of an :func:`experiment`, its population PGD and its floor.
 
     ``population`` is ``"band"`` (median and band, in orange), ``"median"``
@@ -475,17 +584,25 @@ def draw_runs(ax, r, label, color, linestyle="-", population="band", population_
     if population == "band" and len(r["pgd"]):
         band(ax, record, np.maximum(r["pgd"], 1e-16), population_label, "tab:orange", "--")
     elif population == "median" and len(r["pgd"]):
-        ax.plot(record, np.maximum(np.median(r["pgd"], axis=0), 1e-16), "--", color=color, alpha=0.7,
-                label=population_label)
+        ax.plot(
+            record,
+            np.maximum(np.median(r["pgd"], axis=0), 1e-16),
+            "--",
+            color=color,
+            alpha=0.7,
+            label=population_label,
+        )
     if floor_color is not None:
         hline(ax, np.median(r["floor"]), floor_label, floor_color)
         if len(r.get("full", ())):
             hline(ax, np.median(r["full"]), "exact full-batch solver", "tab:green", "-.")
 
 
-def distance_panels(title, n_panels=len(NOISES), width=10.0):
+def distance_panels(title, n_panels=len(NOISES), width=10.0):  # noqa: B008 (a module constant)
     """A row of panels sharing a log-scale distance axis."""
-    fig, axes = plt.subplots(1, n_panels, figsize=(width, 4), sharey=True, layout="constrained", squeeze=False)
+    fig, axes = plt.subplots(
+        1, n_panels, figsize=(width, 4), sharey=True, layout="constrained", squeeze=False
+    )
     fig.suptitle(title)
     return fig, axes[0]
 
@@ -501,8 +618,18 @@ def finish_distance_axes(axes, ylim=(1e-9, 10), legend_size="small", legend_loc=
 
 def psgd_settings(**extra):
     """The shared PSGD settings, plus the script's own, for its results file."""
-    return dict(n_samples=N_SAMPLES, n_features=N_FEATURES, n_clusters=N_CLUSTERS, sequence_length=SEQUENCE_LENGTH,
-                batch_size=BATCH_SIZE, learning_rate=LEARNING_RATE, n_runs=N_RUNS) | extra
+    return (
+        dict(
+            n_samples=N_SAMPLES,
+            n_features=N_FEATURES,
+            n_clusters=N_CLUSTERS,
+            sequence_length=SEQUENCE_LENGTH,
+            batch_size=BATCH_SIZE,
+            learning_rate=LEARNING_RATE,
+            n_runs=N_RUNS,
+        )
+        | extra
+    )
 
 
 class Timer:
@@ -531,7 +658,9 @@ def finish(name, fig, results, timer):
         out = Path(OUTPUT)
         out.mkdir(parents=True, exist_ok=True)
         fig.savefig(out / f"{name}.png", dpi=90)
-        (out / f"{name}.json").write_text(json.dumps(_plain(results), indent=1, sort_keys=True) + "\n")
+        (out / f"{name}.json").write_text(
+            json.dumps(_plain(results), indent=1, sort_keys=True) + "\n"
+        )
     if not OUTPUT and "MPLBACKEND" not in os.environ:
         plt.show()
 

@@ -59,8 +59,13 @@ def run_script(name, out, quick):
     if quick:
         env["ATTENTION_CLUSTER_QUICK"] = "1"
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, str(EXAMPLES / f"plot_{name}.py")], env=env, cwd=ROOT,
-                          stdout=subprocess.PIPE, text=True)
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / f"plot_{name}.py")],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     seconds = time.perf_counter() - start
     if proc.returncode:
         sys.stdout.write(proc.stdout)
@@ -76,7 +81,10 @@ def run_all(names, out, quick, jobs):
     from tqdm.auto import tqdm
 
     times = {}
-    with ThreadPoolExecutor(max_workers=jobs) as pool, tqdm(total=len(names), desc="figures", file=sys.stderr) as bar:
+    with (
+        ThreadPoolExecutor(max_workers=jobs) as pool,
+        tqdm(total=len(names), desc="figures", file=sys.stderr) as bar,
+    ):
         futures = {name: pool.submit(run_script, name, out, quick) for name in names}
         for name, future in futures.items():
             seconds, stdout = future.result()
@@ -135,7 +143,12 @@ def write_page(results, run_info, page=PAGE):
         "",
     ]
     if quick:
-        lines += ["```{warning}", "Some results below come from a quick run: they are not the paper's sizes.", "```", ""]
+        lines += [
+            "```{warning}",
+            "Some results below come from a quick run: they are not the paper's sizes.",
+            "```",
+            "",
+        ]
     total = sum(r["seconds"] for r in results.values())
     lines += [
         f"**{n_agree} of {len(claims)} claims agree, {len(claims) - n_agree} differ.** "
@@ -168,7 +181,7 @@ def write_page(results, run_info, page=PAGE):
             "",
         ]
     lines += [
-        "A level the paper states (\"a plateau near $10^{-2}$\") agrees when the median is within a "
+        'A level the paper states ("a plateau near $10^{-2}$") agrees when the median is within a '
         "factor 3 of it. The plateau of a run is the median distance over its last 20 % of iterations.",
         "",
         "## Claims",
@@ -188,7 +201,7 @@ def write_page(results, run_info, page=PAGE):
             f"{{ref}}`plot_{name}.py <{_label(name)}>` |"
         )
     lines += ["", "## Notes", ""]
-    for i, (c, name) in enumerate(notes, 1):
+    for i, (c, _name) in enumerate(notes, 1):
         lines.append(f"{i}. *{_cell(c['statement'])}* ({c['verdict']}): {_cell(c['explanation'])}")
     lines += ["", "## The figures", ""]
     for name, r in results.items():
@@ -211,15 +224,25 @@ def write_page(results, run_info, page=PAGE):
 
 
 def load_results(names, directory=RESULTS):
-    return {n: json.loads((directory / f"{n}.json").read_text()) for n in names if (directory / f"{n}.json").exists()}
+    return {
+        n: json.loads((directory / f"{n}.json").read_text())
+        for n in names
+        if (directory / f"{n}.json").exists()
+    }
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="+", choices=SCRIPTS, help="scripts to rerun (default: all)")
-    parser.add_argument("--table-only", action="store_true", help="rewrite the page from examples/results")
+    parser.add_argument(
+        "--only", nargs="+", choices=SCRIPTS, help="scripts to rerun (default: all)"
+    )
+    parser.add_argument(
+        "--table-only", action="store_true", help="rewrite the page from examples/results"
+    )
     parser.add_argument("--quick", action="store_true", help="quick mode, into --out only")
-    parser.add_argument("--out", type=Path, help="with --quick: where to write figures, results and page")
+    parser.add_argument(
+        "--out", type=Path, help="with --quick: where to write figures, results and page"
+    )
     parser.add_argument("--jobs", type=int, default=1, help="scripts run at a time")
     args = parser.parse_args(argv)
     if args.quick and args.out is None:
@@ -240,14 +263,20 @@ def main(argv=None):
                 shutil.move(Path(staging) / f"{name}.json", results_dir / f"{name}.json")
         wall = time.perf_counter() - start
         if args.only is None:
-            run_info = {"wall_seconds": round(wall, 1), "jobs": args.jobs, "cpu_count": os.cpu_count(),
-                        "script_seconds": {k: round(v, 1) for k, v in times.items()}}
+            run_info = {
+                "wall_seconds": round(wall, 1),
+                "jobs": args.jobs,
+                "cpu_count": os.cpu_count(),
+                "script_seconds": {k: round(v, 1) for k, v in times.items()},
+            }
             run_info_path.write_text(json.dumps(run_info, indent=1, sort_keys=True) + "\n")
         print(f"ran {len(names)} script(s) in {_duration(wall)}")
     run_info = json.loads(run_info_path.read_text()) if run_info_path.exists() else {}
     n_agree, n_claims = write_page(load_results(SCRIPTS, results_dir), run_info, page)
-    print(f"wrote {page.relative_to(ROOT) if page.is_relative_to(ROOT) else page}: "
-          f"{n_agree} of {n_claims} claims agree")
+    print(
+        f"wrote {page.relative_to(ROOT) if page.is_relative_to(ROOT) else page}: "
+        f"{n_agree} of {n_claims} claims agree"
+    )
 
 
 if __name__ == "__main__":

@@ -22,29 +22,49 @@ step shrinks with ``E||X||^2``.
 # Runs
 # ----
 
-import numpy as np
-
 import _figures as F
+import numpy as np
 
 timer = F.Timer()
 N_ITER = 1500 if F.QUICK else 10000
 NOISE, REG_STRENGTH = 0.3, 0.1
 DIMENSIONS = (10, 30) if F.QUICK else (10, 30, 100)
 record = F.record_points(N_ITER)
-runs = {d: F.experiment(NOISE, n_iter=N_ITER, record=record, n_features=d, regularization="pairwise",
-                        reg_strength=REG_STRENGTH, population_runs=1 if F.QUICK else 2, desc=f"G.1, d={d}")
-        for d in F.progress(DIMENSIONS, desc="G.1, dimensions")}
+runs = {
+    d: F.experiment(
+        NOISE,
+        n_iter=N_ITER,
+        record=record,
+        n_features=d,
+        regularization="pairwise",
+        reg_strength=REG_STRENGTH,
+        population_runs=1 if F.QUICK else 2,
+        desc=f"G.1, d={d}",
+    )
+    for d in F.progress(DIMENSIONS, desc="G.1, dimensions")
+}
 
 # %%
 # Distance to the centroids against iterations
 # --------------------------------------------
 
-fig, axes = F.distance_panels(f"G.1: random start, rho = {REG_STRENGTH}, sigma = {NOISE} (dotted: floors)",
-                              n_panels=1, width=7.0)
+fig, axes = F.distance_panels(
+    f"G.1: random start, rho = {REG_STRENGTH}, sigma = {NOISE} (dotted: floors)",
+    n_panels=1,
+    width=7.0,
+)
 colors = dict(zip(DIMENSIONS, ("tab:blue", "tab:orange", "tab:red")))
 for d, r in runs.items():
-    F.draw_runs(axes[0], r, f"PSGD, d = {d}", colors[d], population="median",
-                population_label=f"population PGD, d = {d}", floor_label=None, floor_color=colors[d])
+    F.draw_runs(
+        axes[0],
+        r,
+        f"PSGD, d = {d}",
+        colors[d],
+        population="median",
+        population_label=f"population PGD, d = {d}",
+        floor_label=None,
+        floor_color=colors[d],
+    )
 F.finish_distance_axes(axes, legend_size="x-small")
 
 # %%
@@ -58,19 +78,31 @@ data = {}
 for d, r in runs.items():
     plat = F.summary(F.plateau(r["psgd"]))
     t_hit, rate, r2 = F.linear_phase(record, np.median(r["psgd"], axis=0), 3 * plat["median"])
-    data[d] = dict(plateau=plat, floor=F.summary(r["floor"]), t_hit=t_hit, temperature=r["temperature"],
-                   step=r["step"], pgd_final=F.summary(r["pgd"][:, -1]))
-    print(f"d={d}: lambda {r['temperature']:.3f}, plateau {F.fmt_summary(plat)}, floor "
-          f"{F.fmt(data[d]['floor']['median'])}, reached at iteration {t_hit:.0f}, population PGD "
-          f"{F.fmt(data[d]['pgd_final']['median'])}")
+    data[d] = dict(
+        plateau=plat,
+        floor=F.summary(r["floor"]),
+        t_hit=t_hit,
+        temperature=r["temperature"],
+        step=r["step"],
+        pgd_final=F.summary(r["pgd"][:, -1]),
+    )
+    print(
+        f"d={d}: lambda {r['temperature']:.3f}, plateau {F.fmt_summary(plat)}, floor "
+        f"{F.fmt(data[d]['floor']['median'])}, reached at iteration {t_hit:.0f}, population PGD "
+        f"{F.fmt(data[d]['pgd_final']['median'])}"
+    )
 
 claims = [
     F.claim(
-        "g1-recovery", "G.1",
+        "g1-recovery",
+        "G.1",
         "The regularised PSGD recovers the centroids in higher dimensions",
         "experiments in higher dimensions (impact of d on the training dynamics)",
-        "; ".join(f"d = {d}: {F.fmt_summary(v['plateau'])}, floor {F.fmt(v['floor']['median'])}, "
-                  f"plateau reached at iteration {v['t_hit']:.0f}" for d, v in data.items()),
+        "; ".join(
+            f"d = {d}: {F.fmt_summary(v['plateau'])}, floor {F.fmt(v['floor']['median'])}, "
+            f"plateau reached at iteration {v['t_hit']:.0f}"
+            for d, v in data.items()
+        ),
         all(v["plateau"]["median"] < 0.1 for v in data.values()),
         "median final distance below 0.1 for every d",
         "The appendix's numbers are not available; what is checked is recovery. Both the floor "
@@ -84,8 +116,9 @@ F.finish(
     fig,
     {
         "title": "Appendix G.1: higher dimensions",
-        "settings": F.psgd_settings(dimensions=DIMENSIONS, noise=NOISE, reg_strength=REG_STRENGTH,
-                                    n_iter=N_ITER),
+        "settings": F.psgd_settings(
+            dimensions=DIMENSIONS, noise=NOISE, reg_strength=REG_STRENGTH, n_iter=N_ITER
+        ),
         "claims": claims,
         "data": {str(k): v for k, v in data.items()},
     },

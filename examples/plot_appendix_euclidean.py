@@ -23,9 +23,9 @@ one sequence per step, constant step ``0.06 / (lambda K E||X||^2)``,
 # Runs
 # ----
 
+import _figures as F
 import numpy as np
 
-import _figures as F
 from attention_cluster import _kernels
 from attention_cluster.datasets import make_mixture
 from attention_cluster.metrics import centroid_distance
@@ -35,9 +35,20 @@ N_ITER = 1500 if F.QUICK else 10000
 REG_STRENGTH = 0.1
 GRADIENTS = ("riemannian", "euclidean")
 record = F.record_points(N_ITER)
-runs = {(noise, g): F.experiment(noise, n_iter=N_ITER, record=record, gradient=g, regularization="pairwise",
-                                 reg_strength=REG_STRENGTH, population_runs=0, desc=f"G.3, sigma={noise}, {g}")
-        for noise in F.NOISES for g in GRADIENTS}
+runs = {
+    (noise, g): F.experiment(
+        noise,
+        n_iter=N_ITER,
+        record=record,
+        gradient=g,
+        regularization="pairwise",
+        reg_strength=REG_STRENGTH,
+        population_runs=0,
+        desc=f"G.3, sigma={noise}, {g}",
+    )
+    for noise in F.NOISES
+    for g in GRADIENTS
+}
 
 # %%
 # Plain SGD, no projection
@@ -53,7 +64,12 @@ def plain_sgd(noise, run):
     rng = np.random.RandomState(10_000 + run)
     U = np.ascontiguousarray(F.random_heads(F.N_CLUSTERS, F.N_FEATURES, rng).T)
     L, K = F.SEQUENCE_LENGTH, F.N_CLUSTERS
-    A, G, E, W = np.empty((L, K)), np.empty((F.N_FEATURES, K)), np.empty((L, F.N_FEATURES)), np.empty((L, K))
+    A, G, E, W = (
+        np.empty((L, K)),
+        np.empty((F.N_FEATURES, K)),
+        np.empty((L, F.N_FEATURES)),
+        np.empty((L, K)),
+    )
     grad = np.empty_like(U)
     dist, norms = [], []
     for t in range(record[-1] + 1):
@@ -73,7 +89,10 @@ def plain_sgd(noise, run):
 record_set = set(record.tolist())
 plain = {}
 for noise in F.NOISES:
-    out = [plain_sgd(noise, run) for run in F.progress(range(F.N_RUNS), desc=f"G.3, sigma={noise}, no projection")]
+    out = [
+        plain_sgd(noise, run)
+        for run in F.progress(range(F.N_RUNS), desc=f"G.3, sigma={noise}, no projection")
+    ]
     plain[noise] = dict(psgd=np.array([o[0] for o in out]), norms=np.array([o[1] for o in out]))
 
 # %%
@@ -83,8 +102,15 @@ for noise in F.NOISES:
 fig, axes = F.distance_panels("G.3: Riemannian against Euclidean steps")
 for ax, noise in zip(axes, F.NOISES):
     for g, color, ls in zip(GRADIENTS, ("tab:blue", "tab:green"), ("-", "--")):
-        F.draw_runs(ax, runs[noise, g], f"PSGD, {g} step", color, ls, population=None,
-                    floor_color="k" if g == GRADIENTS[0] else None)
+        F.draw_runs(
+            ax,
+            runs[noise, g],
+            f"PSGD, {g} step",
+            color,
+            ls,
+            population=None,
+            floor_color="k" if g == GRADIENTS[0] else None,
+        )
     F.band(ax, record, plain[noise]["psgd"], "plain SGD, no projection", "tab:purple", ":")
     ax.set_title(f"sigma = {noise}, rho = {REG_STRENGTH}")
 F.finish_distance_axes(axes, ylim=(1e-5, 10))
@@ -98,36 +124,48 @@ F.finish_distance_axes(axes, ylim=(1e-5, 10))
 data, claims = {}, []
 for noise in F.NOISES:
     s = {g: F.summary(F.plateau(runs[noise, g]["psgd"])) for g in GRADIENTS}
-    t = {g: F.linear_phase(record, np.median(runs[noise, g]["psgd"], axis=0), 3 * s[g]["median"])[0]
-         for g in GRADIENTS}
+    t = {
+        g: F.linear_phase(record, np.median(runs[noise, g]["psgd"], axis=0), 3 * s[g]["median"])[0]
+        for g in GRADIENTS
+    }
     data[str(noise)] = {g: dict(plateau=s[g], t_hit=t[g]) for g in GRADIENTS}
     ratio = s["euclidean"]["median"] / s["riemannian"]["median"]
-    print(f"sigma={noise}: " + ", ".join(f"{g} {F.fmt_summary(s[g])} (plateau at {t[g]:.0f})" for g in GRADIENTS))
-    claims.append(F.claim(
-        f"g3-similar-{noise}", "G.3",
-        f"Euclidean steps then normalisation behave like Riemannian steps, sigma = {noise}",
-        "standard projected SGD behaves similarly to the Riemannian updates",
-        f"plateau: Euclidean {F.fmt_summary(s['euclidean'])}, Riemannian {F.fmt(s['riemannian']['median'])} "
-        f"(ratio {ratio:.3g}); reached at iteration {t['euclidean']:.0f} and {t['riemannian']:.0f}",
-        F.within_factor(ratio, 1.0, 1.5) and F.within_factor(t["euclidean"] + 1, t["riemannian"] + 1, 1.5),
-        "plateaus and times to reach them within a factor 1.5",
-    ))
+    print(
+        f"sigma={noise}: "
+        + ", ".join(f"{g} {F.fmt_summary(s[g])} (plateau at {t[g]:.0f})" for g in GRADIENTS)
+    )
+    claims.append(
+        F.claim(
+            f"g3-similar-{noise}",
+            "G.3",
+            f"Euclidean steps then normalisation behave like Riemannian steps, sigma = {noise}",
+            "standard projected SGD behaves similarly to the Riemannian updates",
+            f"plateau: Euclidean {F.fmt_summary(s['euclidean'])}, Riemannian {F.fmt(s['riemannian']['median'])} "
+            f"(ratio {ratio:.3g}); reached at iteration {t['euclidean']:.0f} and {t['riemannian']:.0f}",
+            F.within_factor(ratio, 1.0, 1.5)
+            and F.within_factor(t["euclidean"] + 1, t["riemannian"] + 1, 1.5),
+            "plateaus and times to reach them within a factor 1.5",
+        )
+    )
     sp = F.summary(F.plateau(plain[noise]["psgd"]))
     norms = plain[noise]["norms"][:, -1]
     data[str(noise)]["no_projection"] = dict(plateau=sp, final_norms=F.summary(norms.ravel()))
     fails = sp["median"] > 0.1 or not (0.5 < np.median(norms) < 2.0)
-    claims.append(F.claim(
-        f"g3-projection-{noise}", "G.3",
-        f"Without projection the heads do not reach the centroids, sigma = {noise}",
-        "the projection step is essential",
-        f"plain SGD: distance of the directions {F.fmt_summary(sp)}, final norms "
-        f"{np.min(norms):.3f} to {np.max(norms):.3f}",
-        fails,
-        "median distance above 0.1, or median norm outside (0.5, 2)",
-        "At the unbiased temperature a unit norm is close to optimal for the risk, so the norms "
-        "stay near 1 without any projection and the directions converge as with it; the claim "
-        "may hold at other temperatures or steps, which the paper does not give.",
-    ))
+    claims.append(
+        F.claim(
+            f"g3-projection-{noise}",
+            "G.3",
+            f"Without projection the heads do not reach the centroids, sigma = {noise}",
+            "the projection step is essential",
+            f"plain SGD: distance of the directions {F.fmt_summary(sp)}, final norms "
+            f"{np.min(norms):.3f} to {np.max(norms):.3f}",
+            fails,
+            "median distance above 0.1, or median norm outside (0.5, 2)",
+            "At the unbiased temperature a unit norm is close to optimal for the risk, so the norms "
+            "stay near 1 without any projection and the directions converge as with it; the claim "
+            "may hold at other temperatures or steps, which the paper does not give.",
+        )
+    )
 
 F.finish(
     "appendix_euclidean",

@@ -28,22 +28,33 @@ sequence per step, constant step ``0.06 / (lambda K E||X||^2)`` with
 # Runs
 # ----
 
+import _figures as F
 import matplotlib.pyplot as plt
 import numpy as np
 
-import _figures as F
 from attention_cluster.metrics import match_centroids
 
 timer = F.Timer()
 N_ITER = 1500 if F.QUICK else 10000
 NOISES = (0.1, 0.3, 1.0)
-SETTINGS = {"no regulariser": dict(regularization=None), "pairwise, rho = 0.1": dict(
-    regularization="pairwise", reg_strength=0.1)}
+SETTINGS = {
+    "no regulariser": dict(regularization=None),
+    "pairwise, rho = 0.1": dict(regularization="pairwise", reg_strength=0.1),
+}
 record = F.record_points(N_ITER, 50)
-runs = {(noise, name): F.experiment(noise, n_iter=N_ITER, record=record, n_heads=3,
-                                    population_runs=0 if F.QUICK else 2, desc=f"3 heads, sigma={noise}, {name}",
-                                    **kw)
-        for noise in NOISES for name, kw in SETTINGS.items()}
+runs = {
+    (noise, name): F.experiment(
+        noise,
+        n_iter=N_ITER,
+        record=record,
+        n_heads=3,
+        population_runs=0 if F.QUICK else 2,
+        desc=f"3 heads, sigma={noise}, {name}",
+        **kw,
+    )
+    for noise in NOISES
+    for name, kw in SETTINGS.items()
+}
 
 
 def diagnostics(heads, centroids):
@@ -60,9 +71,12 @@ for key, r in runs.items():
     out = [diagnostics(H, C) for H, C in zip(r["heads"], r["centroids"])]
     pgd = [diagnostics(H, C) for H, C in zip(r["pgd_heads"], r["centroids"])]
     stats[key] = dict(
-        merge=np.array([o[0] for o in out]), first=np.array([o[1][0] for o in out]),
-        second=np.array([o[1][1] for o in out]), distance=np.array([o[2] for o in out]),
-        pgd_merge=np.array([o[0] for o in pgd]), pgd_distance=np.array([o[2] for o in pgd]),
+        merge=np.array([o[0] for o in out]),
+        first=np.array([o[1][0] for o in out]),
+        second=np.array([o[1][1] for o in out]),
+        distance=np.array([o[2] for o in out]),
+        pgd_merge=np.array([o[0] for o in pgd]),
+        pgd_distance=np.array([o[2] for o in pgd]),
     )
 
 # %%
@@ -71,18 +85,28 @@ for key, r in runs.items():
 # Medians over the runs, with their 95 % percentile bands.
 
 fig, axes = plt.subplots(1, 3, figsize=(13, 4), layout="constrained")
-quantities = (("merge", "largest |<mu_j, mu_k>| between heads"),
-              ("second", "alignment with the worse-recovered centroid"),
-              ("distance", "distance of the best two heads"))
+quantities = (
+    ("merge", "largest |<mu_j, mu_k>| between heads"),
+    ("second", "alignment with the worse-recovered centroid"),
+    ("distance", "distance of the best two heads"),
+)
 for ax, (q, title) in zip(axes, quantities):
-    for (name, color) in zip(SETTINGS, ("tab:blue", "tab:red")):
+    for name, color in zip(SETTINGS, ("tab:blue", "tab:red")):
         v = np.array([stats[noise, name][q] for noise in NOISES])
         lo, med, hi = np.percentile(v, [2.5, 50, 97.5], axis=1)
         ax.plot(NOISES, med, "o-", color=color, label=f"PSGD, {name}")
         ax.fill_between(NOISES, lo, hi, color=color, alpha=0.2, linewidth=0)
         if not F.QUICK and q in ("merge", "distance"):
             pgd = [np.median(stats[noise, name][f"pgd_{q}"]) for noise in NOISES]
-            ax.plot(NOISES, pgd, "s--", color=color, mfc="none", alpha=0.7, label=f"population PGD, {name}")
+            ax.plot(
+                NOISES,
+                pgd,
+                "s--",
+                color=color,
+                mfc="none",
+                alpha=0.7,
+                label=f"population PGD, {name}",
+            )
     ax.set_xscale("log")
     ax.set_xlabel("sigma")
     ax.set_title(title)
@@ -101,21 +125,29 @@ fig.suptitle("Three heads on two clusters")
 data = {}
 for key, s in stats.items():
     data[f"{key[0]}/{key[1]}"] = {k: F.summary(v) for k, v in s.items() if v.size}
-    print(f"sigma={key[0]}, {key[1]}: max |cos| {np.median(s['merge']):.3f}, alignments "
-          f"{np.median(s['first']):.3f} / {np.median(s['second']):.3f}, distance {F.fmt(np.median(s['distance']))}")
+    print(
+        f"sigma={key[0]}, {key[1]}: max |cos| {np.median(s['merge']):.3f}, alignments "
+        f"{np.median(s['first']):.3f} / {np.median(s['second']):.3f}, distance {F.fmt(np.median(s['distance']))}"
+    )
 
 base, reg = "no regulariser", "pairwise, rho = 0.1"
 low, high = NOISES[0], NOISES[-1]
 merge_low = {name: float(np.median(stats[low, name]["merge"])) for name in SETTINGS}
 first_low = float(np.median(stats[low, base]["first"]))
 second_low = float(np.median(stats[low, base]["second"]))
-dist = {(noise, name): float(np.median(stats[noise, name]["distance"])) for noise in NOISES for name in SETTINGS}
+dist = {
+    (noise, name): float(np.median(stats[noise, name]["distance"]))
+    for noise in NOISES
+    for name in SETTINGS
+}
 claims = [
     F.claim(
-        "heads3-merge", "rebuttal",
+        "heads3-merge",
+        "rebuttal",
         f"Redundant heads converge to the same parameters at low noise (sigma = {low})",
         "two heads align with each other: a diagnostic of too many heads",
-        "median largest |<mu_j, mu_k>|: " + ", ".join(f"{merge_low[n]:.3f} ({n})" for n in SETTINGS),
+        "median largest |<mu_j, mu_k>|: "
+        + ", ".join(f"{merge_low[n]:.3f} ({n})" for n in SETTINGS),
         any(v > 0.9 for v in merge_low.values()),
         "median above 0.9 with or without the regulariser",
         "The heads stay nearly orthogonal: without regulariser they form an arbitrary orthonormal "
@@ -125,7 +157,8 @@ claims = [
         "factor for the extra head are not given.",
     ),
     F.claim(
-        "heads3-partial", "rebuttal",
+        "heads3-partial",
+        "rebuttal",
         f"At low noise one centroid is recovered and the second only partially (sigma = {low}, no regulariser)",
         "one head recovers a centroid, the recovery of the second is partial",
         f"median alignments of the best heads {first_low:.3f} and {second_low:.3f}",
@@ -134,12 +167,15 @@ claims = [
         f"With the pairwise regulariser both are recovered (distance {F.fmt(dist[low, reg])}).",
     ),
     F.claim(
-        "heads3-noise", "rebuttal",
+        "heads3-noise",
+        "rebuttal",
         "With more noise the heads struggle to align with the centroids",
         "as the noise increases the parameters struggle to align (bad local minima)",
-        "median distance of the best two heads: " + "; ".join(
+        "median distance of the best two heads: "
+        + "; ".join(
             f"{name}: {F.fmt(dist[low, name])} at sigma = {low}, {F.fmt(dist[high, name])} at sigma = {high}"
-            for name in SETTINGS),
+            for name in SETTINGS
+        ),
         all(dist[high, name] > 3 * dist[low, name] for name in SETTINGS) or dist[high, reg] > 0.1,
         f"distance at sigma = {high} above 3x that at sigma = {low} in both settings, or above 0.1 with the regulariser",
     ),
@@ -150,7 +186,9 @@ F.finish(
     fig,
     {
         "title": "Three heads on two clusters",
-        "settings": F.psgd_settings(n_heads=3, noises=NOISES, settings=list(SETTINGS), n_iter=N_ITER),
+        "settings": F.psgd_settings(
+            n_heads=3, noises=NOISES, settings=list(SETTINGS), n_iter=N_ITER
+        ),
         "claims": claims,
         "data": data,
     },

@@ -25,9 +25,8 @@ the unbiased temperature.
 # Runs
 # ----
 
-import numpy as np
-
 import _figures as F
+import numpy as np
 
 timer = F.Timer()
 N_ITER = 1500 if F.QUICK else 10000
@@ -40,8 +39,15 @@ for noise in F.NOISES:
     for reg in REGULARIZERS:
         for rho in F.progress(REG_STRENGTHS, desc=f"G.4, sigma={noise}, {reg}"):
             runs[noise, reg, rho] = F.experiment(
-                noise, n_iter=N_ITER, record=record, n_clusters=K, regularization=reg, reg_strength=rho,
-                population_runs=0 if F.QUICK else 1, desc=f"rho={rho}")
+                noise,
+                n_iter=N_ITER,
+                record=record,
+                n_clusters=K,
+                regularization=reg,
+                reg_strength=rho,
+                population_runs=0 if F.QUICK else 1,
+                desc=f"rho={rho}",
+            )
 
 # %%
 # Each regulariser at its best rho
@@ -53,13 +59,21 @@ for noise in F.NOISES:
         med = {rho: np.median(F.plateau(runs[noise, reg, rho]["psgd"])) for rho in REG_STRENGTHS}
         best[noise, reg] = min(med, key=med.get)
 
-fig, axes = F.distance_panels("G.4: three clusters, pairwise against product regulariser (each at its best rho)")
+fig, axes = F.distance_panels(
+    "G.4: three clusters, pairwise against product regulariser (each at its best rho)"
+)
 for ax, noise in zip(axes, F.NOISES):
     for reg, color in zip(REGULARIZERS, ("tab:blue", "tab:red")):
         rho = best[noise, reg]
-        F.draw_runs(ax, runs[noise, reg, rho], f"PSGD, {reg}, rho = {rho:g}", color, population="median",
-                    population_label=f"population PGD, {reg}",
-                    floor_color="k" if reg == "pairwise" else None)
+        F.draw_runs(
+            ax,
+            runs[noise, reg, rho],
+            f"PSGD, {reg}, rho = {rho:g}",
+            color,
+            population="median",
+            population_label=f"population PGD, {reg}",
+            floor_color="k" if reg == "pairwise" else None,
+        )
     ax.set_title(f"K = 3, sigma = {noise}")
 F.finish_distance_axes(axes, legend_size="x-small")
 
@@ -69,35 +83,54 @@ F.finish_distance_axes(axes, legend_size="x-small")
 
 data, claims = {}, []
 for noise in F.NOISES:
-    s = {reg: F.summary(F.plateau(runs[noise, reg, best[noise, reg]]["psgd"])) for reg in REGULARIZERS}
-    grid = {reg: {str(rho): F.summary(F.plateau(runs[noise, reg, rho]["psgd"])) for rho in REG_STRENGTHS}
-            for reg in REGULARIZERS}
+    s = {
+        reg: F.summary(F.plateau(runs[noise, reg, best[noise, reg]]["psgd"]))
+        for reg in REGULARIZERS
+    }
+    grid = {
+        reg: {
+            str(rho): F.summary(F.plateau(runs[noise, reg, rho]["psgd"])) for rho in REG_STRENGTHS
+        }
+        for reg in REGULARIZERS
+    }
     floor = F.summary(runs[noise, "pairwise", best[noise, "pairwise"]]["floor"])
-    data[str(noise)] = dict(best={reg: best[noise, reg] for reg in REGULARIZERS}, grid=grid, floor=floor)
+    data[str(noise)] = dict(
+        best={reg: best[noise, reg] for reg in REGULARIZERS}, grid=grid, floor=floor
+    )
     for reg in REGULARIZERS:
-        print(f"sigma={noise}, {reg}: " + ", ".join(
-            f"rho={rho:g}: {F.fmt(grid[reg][str(rho)]['median'])}" for rho in REG_STRENGTHS))
+        print(
+            f"sigma={noise}, {reg}: "
+            + ", ".join(
+                f"rho={rho:g}: {F.fmt(grid[reg][str(rho)]['median'])}" for rho in REG_STRENGTHS
+            )
+        )
     pw, pr = s["pairwise"], s["product"]
-    claims.append(F.claim(
-        f"g4-recovery-{noise}", "G.4",
-        f"K = 3: PSGD with the pairwise regulariser recovers the centroids, sigma = {noise}",
-        "recovery of the centroids with K = 3",
-        f"{F.fmt_summary(pw)} at rho = {best[noise, 'pairwise']:g}; floor {F.fmt(floor['median'])}",
-        pw["median"] < 0.1,
-        "median final distance below 0.1 (about 10 degrees per head)",
-    ))
+    claims.append(
+        F.claim(
+            f"g4-recovery-{noise}",
+            "G.4",
+            f"K = 3: PSGD with the pairwise regulariser recovers the centroids, sigma = {noise}",
+            "recovery of the centroids with K = 3",
+            f"{F.fmt_summary(pw)} at rho = {best[noise, 'pairwise']:g}; floor {F.fmt(floor['median'])}",
+            pw["median"] < 0.1,
+            "median final distance below 0.1 (about 10 degrees per head)",
+        )
+    )
     ratio = pr["median"] / pw["median"]
-    claims.append(F.claim(
-        f"g4-product-{noise}", "G.4",
-        f"K = 3: the product regulariser nearly matches the pairwise one, sigma = {noise}",
-        "almost comparable performance with a single product term",
-        f"product {F.fmt_summary(pr)} at rho = {best[noise, 'product']:g}, pairwise "
-        f"{F.fmt(pw['median'])} (ratio {ratio:.3g})",
-        F.within_factor(ratio, 1.0),
-        "ratio of the medians at each one's best rho within a factor 3 of 1",
-        "The product term needs its own rho: at the same rho the two differ widely (see the grid "
-        "in the results file).",
-    ))
+    claims.append(
+        F.claim(
+            f"g4-product-{noise}",
+            "G.4",
+            f"K = 3: the product regulariser nearly matches the pairwise one, sigma = {noise}",
+            "almost comparable performance with a single product term",
+            f"product {F.fmt_summary(pr)} at rho = {best[noise, 'product']:g}, pairwise "
+            f"{F.fmt(pw['median'])} (ratio {ratio:.3g})",
+            F.within_factor(ratio, 1.0),
+            "ratio of the medians at each one's best rho within a factor 3 of 1",
+            "The product term needs its own rho: at the same rho the two differ widely (see the grid "
+            "in the results file).",
+        )
+    )
 
 F.finish(
     "appendix_three_clusters",

@@ -29,12 +29,11 @@ during a step in their code as well); the step and horizon are given below.
 # The flows
 # ---------
 
+import _figures as F
 import matplotlib.pyplot as plt
 import numpy as np
-from scipy.linalg import expm
 from scipy.spatial import ConvexHull
 
-import _figures as F
 from attention_cluster import SelfAttentionDynamics, attention_flow
 
 timer = F.Timer()
@@ -59,14 +58,29 @@ def limit_points(Z, tol=1e-2):
 def polytope_run(seed):
     X = np.random.default_rng(seed).uniform(-5, 5, (N_TOKENS, 2))
     path = attention_flow(X, STEPS, model="unnormalized", step_size=DT)
-    model = SelfAttentionDynamics(model="unnormalized", step_size=DT, max_iter=STEPS, stopping="horizon").fit(X)
+    model = SelfAttentionDynamics(
+        model="unnormalized", step_size=DT, max_iter=STEPS, stopping="horizon"
+    ).fit(X)
     points = limit_points(path[-1])
     vertices = len(ConvexHull(points).vertices) if len(points) >= 3 else len(points)
     moved = np.linalg.norm(path[-1] - path[-2], axis=1).max() / DT
     scale = np.abs(path[-1]).max()
-    held = int(sum(np.min(np.linalg.norm(path[-1][model.leaders_] - p, axis=1)) <= 1e-2 * scale for p in points))
-    return dict(path=path, n_points=len(points), n_vertices=vertices, n_leaders=len(model.leaders_), held=held,
-                leaders=model.leaders_, labels=model.labels_, speed=moved)
+    held = int(
+        sum(
+            np.min(np.linalg.norm(path[-1][model.leaders_] - p, axis=1)) <= 1e-2 * scale
+            for p in points
+        )
+    )
+    return dict(
+        path=path,
+        n_points=len(points),
+        n_vertices=vertices,
+        n_leaders=len(model.leaders_),
+        held=held,
+        leaders=model.leaders_,
+        labels=model.labels_,
+        speed=moved,
+    )
 
 
 polytope = [polytope_run(s) for s in range(N_RUNS)]
@@ -89,11 +103,15 @@ hyperplanes = [hyperplane_run(s) for s in range(N_RUNS)]
 
 def negative_run(seed):
     X = np.random.default_rng(seed).uniform(-5, 5, (N_TOKENS, 2))
-    path = attention_flow(X, int(T_NEGATIVE / DT), model="unnormalized", step_size=DT, value=-np.eye(2))
+    path = attention_flow(
+        X, int(T_NEGATIVE / DT), model="unnormalized", step_size=DT, value=-np.eye(2)
+    )
     times = np.array([T, T_NEGATIVE])
     Xt = path[(times / DT).astype(int)] * np.exp(-times)[:, None, None]  # x = exp(tV) z
-    return dict(norm_ratio=np.linalg.norm(Xt, axis=2).max(axis=1) / np.linalg.norm(X, axis=1).max(),
-                diameter_ratio=np.ptp(Xt[-1], axis=0).max() / np.ptp(X, axis=0).max())
+    return dict(
+        norm_ratio=np.linalg.norm(Xt, axis=2).max(axis=1) / np.linalg.norm(X, axis=1).max(),
+        diameter_ratio=np.ptp(Xt[-1], axis=0).max() / np.ptp(X, axis=0).max(),
+    )
 
 
 negative = [negative_run(s) for s in range(N_RUNS)]
@@ -127,13 +145,24 @@ HORIZON = 300.0 if F.QUICK else 1000.0
 def sphere_run(seed, beta, model="sa", dt=SPHERE_DT, horizon=HORIZON):
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((SPHERE_N, 3))
-    est = SelfAttentionDynamics(model=model, beta=beta, step_size=dt, max_iter=int(horizon / dt),
-                                stopping="horizon", cluster_tol=0.014, min_cluster_size=1)
+    est = SelfAttentionDynamics(
+        model=model,
+        beta=beta,
+        step_size=dt,
+        max_iter=int(horizon / dt),
+        stopping="horizon",
+        cluster_tol=0.014,
+        min_cluster_size=1,
+    )
     est.fit(X)
     counts = est.n_clusters_path_
     one = np.flatnonzero(counts == 1)
-    return dict(counts=counts, energy=est.energy_path_, final=int(counts[-1]),
-                time_to_one=float(one[0] * SPHERE_DT) if one.size else np.inf)
+    return dict(
+        counts=counts,
+        energy=est.energy_path_,
+        final=int(counts[-1]),
+        time_to_one=float(one[0] * SPHERE_DT) if one.size else np.inf,
+    )
 
 
 sphere = {beta: [sphere_run(s, beta) for s in range(N_RUNS)] for beta in BETAS}
@@ -169,8 +198,18 @@ ax.set_title("unnormalised, V = I: rescaled tokens z(t)")
 ax = fig.add_subplot(1, 3, 2, projection="3d")
 X0 = np.random.default_rng(0).standard_normal((SPHERE_N, 3))
 path3 = attention_flow(X0, 100, beta=4.0, step_size=SPHERE_DT)
-labels3 = SelfAttentionDynamics(beta=4.0, step_size=SPHERE_DT, max_iter=100, stopping="horizon",
-                                cluster_tol=0.05, min_cluster_size=1).fit(X0).labels_
+labels3 = (
+    SelfAttentionDynamics(
+        beta=4.0,
+        step_size=SPHERE_DT,
+        max_iter=100,
+        stopping="horizon",
+        cluster_tol=0.05,
+        min_cluster_size=1,
+    )
+    .fit(X0)
+    .labels_
+)
 colors = plt.cm.tab10(labels3 % 10)
 for i in range(SPHERE_N):
     ax.plot(*path3[:, i].T, color=colors[i], linewidth=0.7)
@@ -210,11 +249,13 @@ def increasing(times):
     finite = [t for t in times if np.isfinite(t)]
     return finite == times[: len(finite)] and all(np.diff(finite) > 0)
 
+
 energy_rises = [bool(np.all(np.diff(r["energy"]) >= -1e-9 * np.abs(r["energy"][1:]))) for r in usa]
 source = "companion"
 claims = [
     F.claim(
-        "dyn-polytope", source,
+        "dyn-polytope",
+        source,
         f"Unnormalised, V = I (Q = K = I), d = 2, n = {N_TOKENS}, t = {T:g}: rescaled tokens go to the vertices of "
         "a convex polytope, each held by a leader",
         "z_i(t) converge to the vertices of a convex polytope; the tokens there are leaders",
@@ -225,7 +266,8 @@ claims = [
         "in every run every limit point is a vertex of their convex hull and holds a leader",
     ),
     F.claim(
-        "dyn-hyperplanes", source,
+        "dyn-hyperplanes",
+        source,
         "Unnormalised, V entrywise positive (simple positive top eigenvalue), d = 2: at most three parallel "
         "hyperplanes",
         "tokens go to at most three parallel hyperplanes",
@@ -234,7 +276,8 @@ claims = [
         "at most 3 levels (groups within 1 % of the range) in every run",
     ),
     F.claim(
-        "dyn-negative", source,
+        "dyn-negative",
+        source,
         "Unnormalised, V = -I, d = 2: one cluster at the origin",
         "all tokens go to the origin",
         f"largest |x_i(t)| / largest |x_i(0)| (worst run): {F.fmt(max(r['norm_ratio'][0] for r in negative))} at "
@@ -246,7 +289,8 @@ claims = [
         "moves all tokens alike (x_i' = -mean), so only the softmax's remaining contrast shrinks the cluster.",
     ),
     F.claim(
-        "dyn-boolean", source,
+        "dyn-boolean",
+        source,
         f"d = 1, V = Q = K = 1, n = {N_TOKENS}, t = 10: the attention matrix converges to a low-rank Boolean matrix",
         "P(t) converges to a Boolean matrix of low rank",
         f"largest min(P_ij, 1 - P_ij) per run up to {F.fmt(max(gaps))}; rank of the rounded matrix {sorted(set(ranks))}",
@@ -254,7 +298,8 @@ claims = [
         "entries within 1e-3 of 0 or 1 and rank at most 2 in every run",
     ),
     F.claim(
-        "dyn-one-cluster", source,
+        "dyn-one-cluster",
+        source,
         f"SA on S^2, n = {SPHERE_N}: one cluster in the end, for beta in {list(BETAS)} (horizon t = {HORIZON:g})",
         "all tokens end in one cluster (d >= 3, any beta > 0)",
         "; ".join(f"beta = {b:g}: final clusters {sorted(set(finals[b]))}" for b in BETAS),
@@ -263,19 +308,23 @@ claims = [
         "Where it fails it is the horizon: the time to one cluster grows quickly with beta (next row).",
     ),
     F.claim(
-        "dyn-metastable", source,
+        "dyn-metastable",
+        source,
         "SA on S^2: multi-cluster phases last longer as beta grows",
         "metastable multi-cluster states, exponentially long in beta",
-        "median time to one cluster: " + ", ".join(
+        "median time to one cluster: "
+        + ", ".join(
             f"{t:.1f} (beta = {b:g})" if np.isfinite(t) else f"beyond the horizon (beta = {b:g})"
-            for b, t in zip(BETAS, med_t)),
+            for b, t in zip(BETAS, med_t)
+        ),
         increasing(med_t),
         "the median time to one cluster increases with beta (a median beyond the horizon counts as longer "
         "than any reached, and several beyond it as tied)",
         "Exponential growth is not tested: at n = 64 the times grow but the horizon caps the largest betas.",
     ),
     F.claim(
-        "dyn-energy", source,
+        "dyn-energy",
+        source,
         "USA on S^2 (beta = 4): the interaction energy E_beta increases along the flow",
         "E_beta increases along USA",
         f"non-decreasing in {sum(energy_rises)} of {len(energy_rises)} runs",
@@ -289,12 +338,27 @@ F.finish(
     fig,
     {
         "title": "Clusters emerging in self-attention dynamics (companion paper)",
-        "settings": dict(n_runs=N_RUNS, n_tokens=N_TOKENS, dt=DT, horizon=T, sphere_n=SPHERE_N,
-                         sphere_dt=SPHERE_DT, betas=BETAS, sphere_horizon=HORIZON),
+        "settings": dict(
+            n_runs=N_RUNS,
+            n_tokens=N_TOKENS,
+            dt=DT,
+            horizon=T,
+            sphere_n=SPHERE_N,
+            sphere_dt=SPHERE_DT,
+            betas=BETAS,
+            sphere_horizon=HORIZON,
+        ),
         "claims": claims,
-        "data": dict(limit_points=n_points, hull_vertices=n_vertices, leaders=n_leaders, levels=levels,
-                     boolean_gap=gaps, boolean_rank=ranks, sphere_final=finals,
-                     time_to_one={str(b): t_one[b].tolist() for b in BETAS}),
+        "data": dict(
+            limit_points=n_points,
+            hull_vertices=n_vertices,
+            leaders=n_leaders,
+            levels=levels,
+            boolean_gap=gaps,
+            boolean_rank=ranks,
+            sphere_final=finals,
+            time_to_one={str(b): t_one[b].tolist() for b in BETAS},
+        ),
     },
     timer,
 )

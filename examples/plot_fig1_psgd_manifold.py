@@ -30,9 +30,9 @@ with alignments ``kappa_h`` uniform in ``(-1, 1)``.
 # heads are recorded on a regular grid of iterations (see
 # ``examples/_figures.py`` for the PSGD driver).
 
+import _figures as F
 import numpy as np
 
-import _figures as F
 from attention_cluster.metrics import centroid_distance
 
 timer = F.Timer()
@@ -42,7 +42,9 @@ PAPER_PLATEAU = {0.3: 1e-2, 1.0: 1e-1}
 
 runs = {}
 for noise in F.NOISES:
-    r = F.experiment(noise, n_iter=N_ITER, record=record, init="manifold", desc=f"Fig. 1, sigma={noise}")
+    r = F.experiment(
+        noise, n_iter=N_ITER, record=record, init="manifold", desc=f"Fig. 1, sigma={noise}"
+    )
     # Share of the final distance that is a rotation of the heads inside the
     # centroids' plane (heads projected on the plane, renormalised).
     share = []
@@ -84,8 +86,13 @@ for noise in F.NOISES:
     half = np.median(r["psgd"][:, np.searchsorted(record, N_ITER // 2)])
     r.update(drift=np.median(r["psgd"][:, -1]) / half, rotation=F.summary(r["rotation_share"]))
     claims += F.curve_claims(
-        f"fig1-{noise}", "1", f"from M, no regulariser, sigma = {noise}", r, PAPER_PLATEAU[noise],
-        "linear convergence over the first ~1e3 iterations", 3000,
+        f"fig1-{noise}",
+        "1",
+        f"from M, no regulariser, sigma = {noise}",
+        r,
+        PAPER_PLATEAU[noise],
+        "linear convergence over the first ~1e3 iterations",
+        3000,
         f"Over the second half of the run it changes by x{r['drift']:.2f}: "
         f"{100 * r['rotation']['median']:.0f} % of the final distance is a rotation of the heads "
         "inside the centroids' plane, along which the risk is flat (it depends on U U^T only), so "
@@ -98,29 +105,35 @@ for noise in F.NOISES:
         f"drift x{r['drift']:.2f} over the second half, rotation share {r['rotation']['median']:.2f}, "
         f"population PGD {F.fmt(pgd_final['median'])}"
     )
-    claims.append(F.claim(
-        f"fig1-saturation-{noise}", "1",
-        f"The plateau comes from PSGD's noise, not from the data, sigma = {noise}",
-        "saturation attributed to the stochasticity of PSGD",
-        f"population PGD (same starts, same step) ends at {F.fmt(pgd_final['median'])}; "
-        f"floor of the sample {F.fmt_summary(s_floor)}; PSGD plateau {F.fmt(s_plat['median'])}",
-        pgd_final["max"] < 1e-8 and s_plat["median"] > 3 * s_floor["median"],
-        "population PGD below 1e-8 in every run and PSGD's plateau above 3x the floor",
-        "The floor is what the true-label class means reach on the same sample: the gap between it "
-        "and the plateau is PSGD's, as the paper says.",
-    ))
+    claims.append(
+        F.claim(
+            f"fig1-saturation-{noise}",
+            "1",
+            f"The plateau comes from PSGD's noise, not from the data, sigma = {noise}",
+            "saturation attributed to the stochasticity of PSGD",
+            f"population PGD (same starts, same step) ends at {F.fmt(pgd_final['median'])}; "
+            f"floor of the sample {F.fmt_summary(s_floor)}; PSGD plateau {F.fmt(s_plat['median'])}",
+            pgd_final["max"] < 1e-8 and s_plat["median"] > 3 * s_floor["median"],
+            "population PGD below 1e-8 in every run and PSGD's plateau above 3x the floor",
+            "The floor is what the true-label class means reach on the same sample: the gap between it "
+            "and the plateau is PSGD's, as the paper says.",
+        )
+    )
 
 low, high = (runs[noise]["plateau"]["median"] for noise in F.NOISES)
-claims.append(F.claim(
-    "fig1-plateau-ratio", "1",
-    "The plateau is about a decade higher at sigma = 1 than at sigma = 0.3",
-    "1e-1 against 1e-2: a ratio of 10",
-    f"ratio of the median plateaus {high / low:.3g}",
-    F.within_factor(high / low, 10.0),
-    "ratio within a factor 3 of 10",
-    "Both plateaus scale with the step over the batch size, so their ratio depends less on the "
-    "lost settings than their levels.",
-))
+claims.append(
+    F.claim(
+        "fig1-plateau-ratio",
+        "1",
+        "The plateau is about a decade higher at sigma = 1 than at sigma = 0.3",
+        "1e-1 against 1e-2: a ratio of 10",
+        f"ratio of the median plateaus {high / low:.3g}",
+        F.within_factor(high / low, 10.0),
+        "ratio within a factor 3 of 10",
+        "Both plateaus scale with the step over the batch size, so their ratio depends less on the "
+        "lost settings than their levels.",
+    )
+)
 
 F.finish(
     "fig1_psgd_manifold",
@@ -134,8 +147,19 @@ F.finish(
         ),
         "claims": claims,
         "data": {
-            str(k): {key: v[key] for key in ("plateau", "floor_summary", "t_hit", "rate", "r2",
-                                              "drift", "rotation", "pgd_final")}
+            str(k): {
+                key: v[key]
+                for key in (
+                    "plateau",
+                    "floor_summary",
+                    "t_hit",
+                    "rate",
+                    "r2",
+                    "drift",
+                    "rotation",
+                    "pgd_final",
+                )
+            }
             for k, v in runs.items()
         },
     },

@@ -24,10 +24,9 @@ over its last 20 % of iterations.
 # Runs
 # ----
 
+import _figures as F
 import matplotlib.pyplot as plt
 import numpy as np
-
-import _figures as F
 
 timer = F.Timer()
 N_ITER = 500 if F.QUICK else 10000
@@ -39,10 +38,22 @@ COLORS = {0.3: "tab:blue", 1.0: "tab:red"}
 final = {}
 for noise in F.NOISES:
     for rho in F.progress(REG_STRENGTHS, desc=f"Fig. 2a, sigma={noise}"):
-        r = F.experiment(noise, n_iter=N_ITER, record=record, regularization="pairwise", reg_strength=rho,
-                         n_runs=N_RUNS, population_runs=1 if F.QUICK else 2, desc=f"rho={rho}")
-        final[noise, rho] = dict(psgd=F.plateau(r["psgd"]), pgd=r["pgd"][:, -1], floor=r["floor"],
-                                 temperature=r["temperature"])
+        r = F.experiment(
+            noise,
+            n_iter=N_ITER,
+            record=record,
+            regularization="pairwise",
+            reg_strength=rho,
+            n_runs=N_RUNS,
+            population_runs=1 if F.QUICK else 2,
+            desc=f"rho={rho}",
+        )
+        final[noise, rho] = dict(
+            psgd=F.plateau(r["psgd"]),
+            pgd=r["pgd"][:, -1],
+            floor=r["floor"],
+            temperature=r["temperature"],
+        )
 
 # %%
 # Final distance against rho
@@ -56,8 +67,15 @@ for noise in F.NOISES:
     ax.plot(rhos, med, "o-", color=COLORS[noise], label=f"PSGD, sigma = {noise}")
     ax.fill_between(rhos, lo, hi, color=COLORS[noise], alpha=0.2, linewidth=0)
     pgd = np.array([np.median(final[noise, rho]["pgd"]) for rho in REG_STRENGTHS])
-    ax.plot(rhos, np.maximum(pgd, 1e-16), "s--", color=COLORS[noise], alpha=0.6, mfc="none",
-            label=f"population PGD, sigma = {noise}")
+    ax.plot(
+        rhos,
+        np.maximum(pgd, 1e-16),
+        "s--",
+        color=COLORS[noise],
+        alpha=0.6,
+        mfc="none",
+        label=f"population PGD, sigma = {noise}",
+    )
     floor = np.median(np.concatenate([final[noise, rho]["floor"] for rho in REG_STRENGTHS]))
     F.hline(ax, floor, f"floor, sigma = {noise}", COLORS[noise])
 ax.set_xscale("log")
@@ -91,38 +109,53 @@ for noise in F.NOISES:
     best[noise] = (REG_STRENGTHS[i_best], float(med[i_best]))
     fail[noise] = first_failure(med, i_best)
     fail_pgd[noise] = first_failure(med_pgd, int(np.argmin(med_pgd)))
-    summaries[noise] = {str(rho): dict(psgd=F.summary(final[noise, rho]["psgd"]),
-                                       pgd=F.summary(final[noise, rho]["pgd"]),
-                                       floor=F.summary(final[noise, rho]["floor"]))
-                        for rho in REG_STRENGTHS}
-    print(f"sigma={noise}: best rho {best[noise][0]} ({F.fmt(best[noise][1])}), rho_fail {fail[noise]} "
-          f"(population PGD: {fail_pgd[noise]})")
+    summaries[noise] = {
+        str(rho): dict(
+            psgd=F.summary(final[noise, rho]["psgd"]),
+            pgd=F.summary(final[noise, rho]["pgd"]),
+            floor=F.summary(final[noise, rho]["floor"]),
+        )
+        for rho in REG_STRENGTHS
+    }
+    print(
+        f"sigma={noise}: best rho {best[noise][0]} ({F.fmt(best[noise][1])}), rho_fail {fail[noise]} "
+        f"(population PGD: {fail_pgd[noise]})"
+    )
     for rho in REG_STRENGTHS:
         s = summaries[noise][str(rho)]
-        print(f"  rho={rho:<5}: PSGD {F.fmt_summary(s['psgd'])}, population PGD {F.fmt(s['pgd']['median'])}")
+        print(
+            f"  rho={rho:<5}: PSGD {F.fmt_summary(s['psgd'])}, population PGD {F.fmt(s['pgd']['median'])}"
+        )
 
 claims = [
     F.claim(
-        "fig2a-recovery", "2a",
+        "fig2a-recovery",
+        "2a",
         "A suitable rho recovers the centroids from a random start",
         "centroids recovered with an appropriate level of regularisation",
-        "; ".join(f"sigma = {noise}: best rho {best[noise][0]:g}, median {F.fmt(best[noise][1])}"
-                  for noise in F.NOISES),
+        "; ".join(
+            f"sigma = {noise}: best rho {best[noise][0]:g}, median {F.fmt(best[noise][1])}"
+            for noise in F.NOISES
+        ),
         all(best[noise][1] < RECOVERED for noise in F.NOISES),
         f"best median final distance below {RECOVERED}",
     ),
     F.claim(
-        "fig2a-too-much", "2a",
+        "fig2a-too-much",
+        "2a",
         "Too much regularisation impairs the alignment",
         "as rho grows the regulariser overrides the risk",
-        "; ".join(f"sigma = {noise}: from rho = {fail[noise]:g} on (population PGD: {fail_pgd[noise]:g})"
-                  for noise in F.NOISES),
+        "; ".join(
+            f"sigma = {noise}: from rho = {fail[noise]:g} on (population PGD: {fail_pgd[noise]:g})"
+            for noise in F.NOISES
+        ),
         all(np.isfinite(list(fail.values()))),
         f"for both noise levels some rho above the best gives a median above {RECOVERED}",
         "Population PGD fails at the same rho: the regularised minimiser itself leaves the centroids.",
     ),
     F.claim(
-        "fig2a-noise", "2a",
+        "fig2a-noise",
+        "2a",
         "The damage starts at a smaller rho when the noise is larger",
         "more pronounced at higher noise levels",
         "; ".join(f"sigma = {noise}: rho_fail = {fail[noise]:g}" for noise in F.NOISES),
@@ -138,10 +171,12 @@ F.finish(
         "title": "Figure 2a: final distance against rho",
         "settings": F.psgd_settings(n_iter=N_ITER, n_runs=N_RUNS, reg_strengths=REG_STRENGTHS),
         "claims": claims,
-        "data": {"by_noise": {str(k): v for k, v in summaries.items()},
-                 "rho_fail": {str(k): v for k, v in fail.items()},
-                 "rho_fail_population": {str(k): v for k, v in fail_pgd.items()},
-                 "best": {str(k): v for k, v in best.items()}},
+        "data": {
+            "by_noise": {str(k): v for k, v in summaries.items()},
+            "rho_fail": {str(k): v for k, v in fail.items()},
+            "rho_fail_population": {str(k): v for k, v in fail_pgd.items()},
+            "best": {str(k): v for k, v in best.items()},
+        },
     },
     timer,
 )

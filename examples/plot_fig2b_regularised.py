@@ -24,9 +24,8 @@ staying at the centroids up to ``rho = 1`` (sigma = 0.3) and ``rho = 0.3``
 # Runs
 # ----
 
-import numpy as np
-
 import _figures as F
+import numpy as np
 
 timer = F.Timer()
 N_ITER = 1500 if F.QUICK else 10000
@@ -35,8 +34,14 @@ record = F.record_points(N_ITER)
 PAPER_PLATEAU = {0.3: 1e-3, 1.0: 1e-1}
 
 runs = {
-    noise: F.experiment(noise, n_iter=N_ITER, record=record, regularization="pairwise",
-                        reg_strength=REG_STRENGTH, desc=f"Fig. 2b, sigma={noise}")
+    noise: F.experiment(
+        noise,
+        n_iter=N_ITER,
+        record=record,
+        regularization="pairwise",
+        reg_strength=REG_STRENGTH,
+        desc=f"Fig. 2b, sigma={noise}",
+    )
     for noise in F.NOISES
 }
 
@@ -48,7 +53,9 @@ fig, axes = F.distance_panels("Fig. 2b: PSGD from a random start, pairwise regul
 for ax, noise in zip(axes, F.NOISES):
     F.draw_runs(ax, runs[noise], "PSGD", "tab:blue")
     F.hline(ax, PAPER_PLATEAU[noise], "paper's plateau", "0.6", "-")
-    ax.set_title(f"sigma = {noise}, lambda = {runs[noise]['temperature']:.3f}, rho = {REG_STRENGTH}")
+    ax.set_title(
+        f"sigma = {noise}, lambda = {runs[noise]['temperature']:.3f}, rho = {REG_STRENGTH}"
+    )
 F.finish_distance_axes(axes)
 
 # %%
@@ -61,37 +68,52 @@ F.finish_distance_axes(axes)
 claims = []
 for noise in F.NOISES:
     r = runs[noise]
-    claims += F.curve_claims(f"fig2b-{noise}", "2b", f"random start, rho = {REG_STRENGTH}, sigma = {noise}",
-                             r, PAPER_PLATEAU[noise], "linear convergence over ~4e3 iterations", 3 * 4000)
+    claims += F.curve_claims(
+        f"fig2b-{noise}",
+        "2b",
+        f"random start, rho = {REG_STRENGTH}, sigma = {noise}",
+        r,
+        PAPER_PLATEAU[noise],
+        "linear convergence over ~4e3 iterations",
+        3 * 4000,
+    )
     pgd_final = r["pgd_final"]
     progress_ratio = r["pgd"][:, -1] / r["pgd"][:, 0]
-    claims.append(F.claim(
-        f"fig2b-population-{noise}", "2b",
-        f"From random starts the regularised population PGD reaches the centroids, sigma = {noise}",
-        "the regulariser compensates for starts off the manifold",
-        f"final distance of population PGD {F.fmt_summary(pgd_final)}",
-        pgd_final["median"] < 1e-6 and np.all(progress_ratio < 1e-2),
-        f"median below 1e-6 after {N_ITER} iterations, every run at least 100x below its start",
-        "Starts near a saddle of the risk (e.g. both heads nearly on the same centroid) take longer "
-        "to leave it, which sets the upper edge of the band.",
-    ))
+    claims.append(
+        F.claim(
+            f"fig2b-population-{noise}",
+            "2b",
+            f"From random starts the regularised population PGD reaches the centroids, sigma = {noise}",
+            "the regulariser compensates for starts off the manifold",
+            f"final distance of population PGD {F.fmt_summary(pgd_final)}",
+            pgd_final["median"] < 1e-6 and np.all(progress_ratio < 1e-2),
+            f"median below 1e-6 after {N_ITER} iterations, every run at least 100x below its start",
+            "Starts near a saddle of the risk (e.g. both heads nearly on the same centroid) take longer "
+            "to leave it, which sets the upper edge of the band.",
+        )
+    )
     full, floor = F.summary(r["full"]), r["floor_summary"]
-    claims.append(F.claim(
-        f"fig2b-exact-{noise}", "2b",
-        f"Beyond the paper: the exact full-batch solver, same start and objective, sigma = {noise}",
-        "(not in the paper: PSGD's plateau is attributed to sampling noise)",
-        f"exact solver {F.fmt_summary(full)}; PSGD plateau {F.fmt(r['plateau']['median'])}; "
-        f"floor {F.fmt(floor['median'])}",
-        full["median"] < r["plateau"]["median"],
-        "median distance of the exact solver below PSGD's plateau",
-        "The exact solver minimises the same regularised risk without sampling, so the distance "
-        "between it and PSGD's plateau is the sampling noise; what remains above the floor is the "
-        "objective's own statistical error (docs/solvers.md).",
-    ))
+    claims.append(
+        F.claim(
+            f"fig2b-exact-{noise}",
+            "2b",
+            f"Beyond the paper: the exact full-batch solver, same start and objective, sigma = {noise}",
+            "(not in the paper: PSGD's plateau is attributed to sampling noise)",
+            f"exact solver {F.fmt_summary(full)}; PSGD plateau {F.fmt(r['plateau']['median'])}; "
+            f"floor {F.fmt(floor['median'])}",
+            full["median"] < r["plateau"]["median"],
+            "median distance of the exact solver below PSGD's plateau",
+            "The exact solver minimises the same regularised risk without sampling, so the distance "
+            "between it and PSGD's plateau is the sampling noise; what remains above the floor is the "
+            "objective's own statistical error (docs/solvers.md).",
+        )
+    )
 for noise in F.NOISES:
     r = runs[noise]
-    print(f"sigma={noise}: plateau {F.fmt_summary(r['plateau'])}, floor {F.fmt_summary(r['floor_summary'])}, "
-          f"population PGD {F.fmt_summary(r['pgd_final'])}")
+    print(
+        f"sigma={noise}: plateau {F.fmt_summary(r['plateau'])}, floor {F.fmt_summary(r['floor_summary'])}, "
+        f"population PGD {F.fmt_summary(r['pgd_final'])}"
+    )
 
 F.finish(
     "fig2b_regularised",
@@ -99,13 +121,17 @@ F.finish(
     {
         "title": "Figure 2b: PSGD from a random start, pairwise regulariser",
         "settings": F.psgd_settings(
-            n_iter=N_ITER, reg_strength=REG_STRENGTH,
+            n_iter=N_ITER,
+            reg_strength=REG_STRENGTH,
             temperature={str(k): v["temperature"] for k, v in runs.items()},
             step={str(k): v["step"] for k, v in runs.items()},
         ),
         "claims": claims,
         "data": {
-            str(k): {key: v[key] for key in ("plateau", "floor_summary", "t_hit", "rate", "r2", "pgd_final")}
+            str(k): {
+                key: v[key]
+                for key in ("plateau", "floor_summary", "t_hit", "rate", "r2", "pgd_final")
+            }
             for k, v in runs.items()
         },
     },

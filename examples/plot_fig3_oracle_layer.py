@@ -23,10 +23,10 @@ closed forms of :mod:`attention_cluster.theory`.
 # The figure: one sequence, inputs and outputs
 # --------------------------------------------
 
+import _figures as F
 import matplotlib.pyplot as plt
 import numpy as np
 
-import _figures as F
 from attention_cluster import theory
 from attention_cluster.datasets import make_sequences
 from attention_cluster.layers import linear_attention
@@ -47,8 +47,14 @@ X1, y1, _ = make_sequences(1, L, D, 2, noise=NOISE, centroids=CENTROIDS, random_
 T1 = oracle(X1)
 
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.6), layout="constrained")
-F.pca_comparison(ax1, X1[0], T1[0], y1[0], CENTROIDS,
-                 f"d = {D}, sigma = {NOISE}, L = {L}, lambda = 1/(1 + 2 sigma^2)")
+F.pca_comparison(
+    ax1,
+    X1[0],
+    T1[0],
+    y1[0],
+    CENTROIDS,
+    f"d = {D}, sigma = {NOISE}, L = {L}, lambda = 1/(1 + 2 sigma^2)",
+)
 
 # %%
 # Risk against the sequence length
@@ -59,13 +65,23 @@ F.pca_comparison(ax1, X1[0], T1[0], y1[0], CENTROIDS,
 lengths = (10, 30, 100, 500) if F.QUICK else (10, 30, 100, 300, 500, 1000)
 mc = {}
 for length in F.progress(lengths, desc="Fig. 3, Monte Carlo"):
-    X, y, _ = make_sequences(N_SEQUENCES, length, D, 2, noise=NOISE, centroids=CENTROIDS, random_state=length)
+    X, y, _ = make_sequences(
+        N_SEQUENCES, length, D, 2, noise=NOISE, centroids=CENTROIDS, random_state=length
+    )
     mc[length] = F.layer_monte_carlo(oracle, X, y, CENTROIDS)
 Ls = np.logspace(0.7, 3.2, 100)
-ax2.plot(Ls, theory.oracle_risk(NOISE, LAMBDA, Ls, D), color="tab:blue", label="exact risk (theory)")
-ax2.errorbar(lengths, [mc[k]["risk"]["mean"] for k in lengths],
-             yerr=[2 * mc[k]["risk"]["se"] for k in lengths], fmt="o", color="tab:blue", mfc="none",
-             label="Monte Carlo")
+ax2.plot(
+    Ls, theory.oracle_risk(NOISE, LAMBDA, Ls, D), color="tab:blue", label="exact risk (theory)"
+)
+ax2.errorbar(
+    lengths,
+    [mc[k]["risk"]["mean"] for k in lengths],
+    yerr=[2 * mc[k]["risk"]["se"] for k in lengths],
+    fmt="o",
+    color="tab:blue",
+    mfc="none",
+    label="Monte Carlo",
+)
 quantizer = float(theory.quantizer_risk(NOISE, D))
 F.hline(ax2, quantizer, "optimal quantiser, d sigma^2", "k", "--")
 F.hline(ax2, (D - 2) * NOISE**2, "L -> inf limit, (d - 2) sigma^2", "0.5")
@@ -90,9 +106,13 @@ D_HIGH = 50
 C_high = np.eye(2, D_HIGH)
 Xh, yh, _ = make_sequences(N_SEQUENCES, L, D_HIGH, 2, noise=NOISE, centroids=C_high, random_state=2)
 high = F.layer_monte_carlo(lambda Z: oracle(Z, LAMBDA, C_high), Xh, yh, C_high)
-var_theory = {d: float(theory.oracle_conditional_variance(NOISE, LAMBDA, L, d)) for d in (D, D_HIGH)}
+var_theory = {
+    d: float(theory.oracle_conditional_variance(NOISE, LAMBDA, L, d)) for d in (D, D_HIGH)
+}
 LONG = 10_000
-var_long = {d: float(theory.oracle_conditional_variance(NOISE, LAMBDA, LONG, d)) for d in (D, D_HIGH)}
+var_long = {
+    d: float(theory.oracle_conditional_variance(NOISE, LAMBDA, LONG, d)) for d in (D, D_HIGH)
+}
 risk_theory = float(theory.oracle_risk(NOISE, LAMBDA, L, D))
 
 
@@ -102,8 +122,10 @@ def pm(e):
 
 print(f"risk at L={L}: {pm(at_500['risk'])} (theory {risk_theory:.4f}, quantiser {quantizer:.2f})")
 print(f"scale b at lambda={lam_unbiased:.4f}: {pm(unbiased['scale'])}")
-print(f"conditional variance d={D}: {pm(at_500['conditional_variance'])} (theory {var_theory[D]:.4f}); "
-      f"d={D_HIGH}: {pm(high['conditional_variance'])} (theory {var_theory[D_HIGH]:.4f})")
+print(
+    f"conditional variance d={D}: {pm(at_500['conditional_variance'])} (theory {var_theory[D]:.4f}); "
+    f"d={D_HIGH}: {pm(high['conditional_variance'])} (theory {var_theory[D_HIGH]:.4f})"
+)
 
 # %%
 # Claims
@@ -115,7 +137,8 @@ scale = unbiased["scale"]
 below = [k for k in lengths if mc[k]["risk"]["mean"] + 2 * mc[k]["risk"]["se"] < quantizer]
 claims = [
     F.claim(
-        "fig3-flattened", "3",
+        "fig3-flattened",
+        "3",
         "The oracle layer's outputs are flattened clouds near the centroids (d = 10, sigma = 0.3, L = 500)",
         "outputs: approximate projections on the line between the centroids, with a lower variance than the inputs",
         f"conditional variance of the outputs {pm(var)} against the inputs' d sigma^2 = {quantizer:.2f}",
@@ -126,7 +149,8 @@ claims = [
         "first axis, the line between the centroids.",
     ),
     F.claim(
-        "prop41-unbiased", "Prop. 4.1",
+        "prop41-unbiased",
+        "Prop. 4.1",
         "The oracle layer is unbiased at lambda = L / ((L + 1) + 2 (L + 3) sigma^2)",
         "E[T(X)_1 | Z_1 = c] = mu*_c",
         f"b in E[T | Z] = b mu*: {pm(scale)} at L = {L}, lambda = {lam_unbiased:.4f}",
@@ -134,16 +158,19 @@ claims = [
         "|b - 1| within 3 standard errors",
     ),
     F.claim(
-        "prop42-risk", "Prop. 4.2",
+        "prop42-risk",
+        "Prop. 4.2",
         "The oracle layer's risk falls below the optimal quantiser's d sigma^2 as L grows",
         "risk < d sigma^2 for L large",
         f"risk {pm(risk)} at L = {L} (exact {risk_theory:.4f}) against d sigma^2 = {quantizer:.2f}; "
         f"below it from L = {min(below) if below else 'none'} on the grid {lengths}",
-        risk["mean"] + 2 * risk["se"] < quantizer and abs(risk["mean"] - risk_theory) < 3 * risk["se"],
+        risk["mean"] + 2 * risk["se"] < quantizer
+        and abs(risk["mean"] - risk_theory) < 3 * risk["se"],
         "Monte Carlo risk (+2 s.e.) below d sigma^2, and within 3 s.e. of the exact value",
     ),
     F.claim(
-        "prop42-variance", "Prop. 4.2",
+        "prop42-variance",
+        "Prop. 4.2",
         "The oracle layer's conditional variance tends to 2 sigma^2, whatever d",
         "conditional variance asymptotically independent of d",
         f"Monte Carlo at L = {L}: {pm(var)} (d = {D}), {pm(var_high)} (d = {D_HIGH}), exact "
@@ -163,8 +190,14 @@ F.finish(
     fig,
     {
         "title": "Figure 3: the oracle linear layer",
-        "settings": dict(n_features=D, noise=NOISE, sequence_length=L, temperature=LAMBDA,
-                         n_sequences=N_SEQUENCES, lengths=lengths),
+        "settings": dict(
+            n_features=D,
+            noise=NOISE,
+            sequence_length=L,
+            temperature=LAMBDA,
+            n_sequences=N_SEQUENCES,
+            lengths=lengths,
+        ),
         "claims": claims,
         "data": dict(
             risk={str(k): v["risk"] for k, v in mc.items()},

@@ -24,10 +24,10 @@ exact closed forms of :mod:`attention_cluster.theory`.
 # The figure: one sequence, inputs and outputs
 # --------------------------------------------
 
+import _figures as F
 import matplotlib.pyplot as plt
 import numpy as np
 
-import _figures as F
 from attention_cluster import theory
 from attention_cluster.datasets import make_prompts, make_sequences
 from attention_cluster.layers import in_context_attention
@@ -48,8 +48,14 @@ X1, y1, _ = make_sequences(1, L, D, 2, noise=NOISE, centroids=CENTROIDS, random_
 T1 = in_context(X1)
 
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.6), layout="constrained")
-F.pca_comparison(ax1, X1[0], T1[0], y1[0], CENTROIDS,
-                 f"d = {D}, sigma = {NOISE}, L = {L}, lambda = 1/(1 + 2 sigma^2)")
+F.pca_comparison(
+    ax1,
+    X1[0],
+    T1[0],
+    y1[0],
+    CENTROIDS,
+    f"d = {D}, sigma = {NOISE}, L = {L}, lambda = 1/(1 + 2 sigma^2)",
+)
 
 # %%
 # Risk against the sequence length, prompts with their own centroids
@@ -60,14 +66,24 @@ lengths = (10, 30, 100, 500) if F.QUICK else (10, 30, 100, 300, 500, 1000)
 mc = {}
 for length in F.progress(lengths, desc="Fig. 4, Monte Carlo"):
     X, y, C = make_prompts(N_PROMPTS, length, D, 2, noise=NOISE, random_state=length)
-    mc[length] = {name: F.layer_monte_carlo(lambda Z, lam=lam: in_context(Z, lam), X, y, C)
-                  for name, lam in (("fig", LAMBDA), ("optimal", lam_opt))}
+    mc[length] = {
+        name: F.layer_monte_carlo(lambda Z, lam=lam: in_context(Z, lam), X, y, C)
+        for name, lam in (("fig", LAMBDA), ("optimal", lam_opt))
+    }
 Ls = np.logspace(0.7, 3.2, 100)
 for name, lam, color in (("fig", LAMBDA, "tab:blue"), ("optimal", lam_opt, "tab:purple")):
     label = "lambda = 1/(1 + 2 sigma^2)" if name == "fig" else f"Prop. 5.2's lambda = {lam_opt:.3f}"
-    ax2.plot(Ls, theory.in_context_risk(NOISE, lam, Ls, D), color=color, label=f"exact risk, {label}")
-    ax2.errorbar(lengths, [mc[k][name]["risk"]["mean"] for k in lengths],
-                 yerr=[2 * mc[k][name]["risk"]["se"] for k in lengths], fmt="o", color=color, mfc="none")
+    ax2.plot(
+        Ls, theory.in_context_risk(NOISE, lam, Ls, D), color=color, label=f"exact risk, {label}"
+    )
+    ax2.errorbar(
+        lengths,
+        [mc[k][name]["risk"]["mean"] for k in lengths],
+        yerr=[2 * mc[k][name]["risk"]["se"] for k in lengths],
+        fmt="o",
+        color=color,
+        mfc="none",
+    )
 quantizer = float(theory.quantizer_risk(NOISE, D))
 F.hline(ax2, quantizer, "optimal quantiser, d sigma^2", "k", "--")
 ax2.set_xscale("log")
@@ -87,19 +103,25 @@ unbiased = F.layer_monte_carlo(lambda Z: in_context(Z, lam_unbiased), X, y, C)
 at_500 = mc[500]["fig"]
 var_theory = float(theory.in_context_conditional_variance(NOISE, LAMBDA, L, D))
 var_limit = 2 * NOISE**2 + 4 * (D - 2) * NOISE**6 / (1 + 2 * NOISE**2) ** 2
-risk_theory = {name: float(theory.in_context_risk(NOISE, lam, L, D))
-               for name, lam in (("fig", LAMBDA), ("optimal", lam_opt))}
+risk_theory = {
+    name: float(theory.in_context_risk(NOISE, lam, L, D))
+    for name, lam in (("fig", LAMBDA), ("optimal", lam_opt))
+}
 
 
 def pm(e):
     return f"{e['mean']:.4f} +- {2 * e['se']:.4f}"
 
 
-print(f"risk at L={L}: {pm(at_500['risk'])} (theory {risk_theory['fig']:.4f}); at the optimal "
-      f"lambda: {pm(mc[500]['optimal']['risk'])} (theory {risk_theory['optimal']:.4f}); quantiser {quantizer:.2f}")
+print(
+    f"risk at L={L}: {pm(at_500['risk'])} (theory {risk_theory['fig']:.4f}); at the optimal "
+    f"lambda: {pm(mc[500]['optimal']['risk'])} (theory {risk_theory['optimal']:.4f}); quantiser {quantizer:.2f}"
+)
 print(f"scale b at lambda={lam_unbiased:.4f}: {pm(unbiased['scale'])}")
-print(f"conditional variance: {pm(at_500['conditional_variance'])} (theory {var_theory:.4f}, "
-      f"L -> inf {var_limit:.4f})")
+print(
+    f"conditional variance: {pm(at_500['conditional_variance'])} (theory {var_theory:.4f}, "
+    f"L -> inf {var_limit:.4f})"
+)
 
 # %%
 # Claims
@@ -109,7 +131,8 @@ var, scale = at_500["conditional_variance"], unbiased["scale"]
 risk_fig, risk_opt = at_500["risk"], mc[500]["optimal"]["risk"]
 claims = [
     F.claim(
-        "fig4-flattened", "4",
+        "fig4-flattened",
+        "4",
         "The in-context layer's outputs are flattened clouds near the centroids (d = 10, sigma = 0.3, L = 500)",
         "flattened clouds close to the centroids, with no learned parameter",
         f"conditional variance of the outputs {pm(var)} against the inputs' d sigma^2 = {quantizer:.2f} "
@@ -120,7 +143,8 @@ claims = [
         "instead of removing it, so its clouds are less flat than the oracle layer's (Figure 3).",
     ),
     F.claim(
-        "prop51-unbiased", "Prop. 5.1",
+        "prop51-unbiased",
+        "Prop. 5.1",
         "The in-context layer is unbiased at lambda = (L/2) / (1 + (d + 2) sigma^2 + (L - 1)(1/2 + sigma^2))",
         "E[T^ctx(X)_1 | Z_1 = c] = mu*_c",
         f"b in E[T | mu*, Z] = b mu*: {pm(scale)} at L = {L}, lambda = {lam_unbiased:.4f}",
@@ -128,7 +152,8 @@ claims = [
         "|b - 1| within 3 standard errors",
     ),
     F.claim(
-        "prop52-risk", "Prop. 5.2",
+        "prop52-risk",
+        "Prop. 5.2",
         "Without parameters, the in-context layer's risk is below d sigma^2",
         "risk < d sigma^2 for a suitable lambda, L large",
         f"at L = {L}: {pm(risk_opt)} at Prop. 5.2's lambda = {lam_opt:.3f} (exact "
@@ -144,8 +169,15 @@ F.finish(
     fig,
     {
         "title": "Figure 4: the in-context layer",
-        "settings": dict(n_features=D, noise=NOISE, sequence_length=L, temperature=LAMBDA,
-                         optimal_temperature=lam_opt, n_prompts=N_PROMPTS, lengths=lengths),
+        "settings": dict(
+            n_features=D,
+            noise=NOISE,
+            sequence_length=L,
+            temperature=LAMBDA,
+            optimal_temperature=lam_opt,
+            n_prompts=N_PROMPTS,
+            lengths=lengths,
+        ),
         "claims": claims,
         "data": dict(
             risk={str(k): v["fig"]["risk"] for k, v in mc.items()},

@@ -23,10 +23,10 @@ iterations, ``lambda = 0.95 lambda*(0, L)`` (the unbiased temperature
 # Runs
 # ----
 
+import _figures as F
 import matplotlib.pyplot as plt
 import numpy as np
 
-import _figures as F
 from attention_cluster import theory
 
 timer = F.Timer()
@@ -36,11 +36,14 @@ NOISE = 0.0
 record = F.record_points(N_ITER)
 starts = {
     "from M, no regulariser": dict(init="manifold"),
-    f"random start, rho = {REG_STRENGTH}": dict(init="random", regularization="pairwise",
-                                               reg_strength=REG_STRENGTH),
+    f"random start, rho = {REG_STRENGTH}": dict(
+        init="random", regularization="pairwise", reg_strength=REG_STRENGTH
+    ),
 }
-runs = {name: F.experiment(NOISE, n_iter=N_ITER, record=record, desc=f"Fig. 5, {name}", **kw)
-        for name, kw in starts.items()}
+runs = {
+    name: F.experiment(NOISE, n_iter=N_ITER, record=record, desc=f"Fig. 5, {name}", **kw)
+    for name, kw in starts.items()
+}
 lam = runs["from M, no regulariser"]["temperature"]
 lam_star = float(theory.lambda_star(NOISE, F.SEQUENCE_LENGTH))
 
@@ -74,34 +77,46 @@ for key, (name, r) in zip(("manifold", "random"), runs.items()):
     # Converged: at machine precision, or still on a straight descending line
     # (log scale) over the second half of the run, with no plateau.
     fits = [F.linear_phase(record[half], np.maximum(curve[half], 1e-16), 0.0) for curve in r["pgd"]]
-    steady = all(final < 1e-12 or (rate > 0 and r2 > 0.9)
-                 for final, (_, rate, r2) in zip(r["pgd"][:, -1], fits))
+    steady = all(
+        final < 1e-12 or (rate > 0 and r2 > 0.9)
+        for final, (_, rate, r2) in zip(r["pgd"][:, -1], fits)
+    )
     slowest = min(rate for _, rate, _ in fits)
     data[key] = dict(pgd_final=pgd, psgd_final=psgd, slowest_rate=slowest)
-    print(f"{name}: population PGD {F.fmt_summary(pgd)}, PSGD {F.fmt_summary(psgd)}, "
-          f"slowest rate {slowest:.2f} decades / 1000 it")
-    claims.append(F.claim(
-        f"fig5-pgd-{key}", "5",
-        f"Dirac mixture: PGD converges to the centroids, {name}",
-        "PGD converges to the centroids" + (" (Thm. 3.4, Appendix A)" if key == "manifold" else
-                                            " with the regulariser (Appendix A)"),
-        f"population PGD after {N_ITER} iterations: {F.fmt_summary(pgd)} (slowest second-half "
-        f"descent {slowest:.2f} decades per 1000 iterations); PSGD: {F.fmt_summary(psgd)}",
-        pgd["median"] < 1e-8 and steady,
-        "median below 1e-8; every run below 1e-12 or still on a log-linear descent (R^2 > 0.9) "
-        "over its second half",
-        "PSGD converges too: at sigma = 0 its stochastic gradient vanishes at the centroids, so it "
-        "has no noise floor. lambda close to lambda* makes the descent slow (the curvature at the "
-        "centroids vanishes at lambda*).",
-    ))
+    print(
+        f"{name}: population PGD {F.fmt_summary(pgd)}, PSGD {F.fmt_summary(psgd)}, "
+        f"slowest rate {slowest:.2f} decades / 1000 it"
+    )
+    claims.append(
+        F.claim(
+            f"fig5-pgd-{key}",
+            "5",
+            f"Dirac mixture: PGD converges to the centroids, {name}",
+            "PGD converges to the centroids"
+            + (
+                " (Thm. 3.4, Appendix A)"
+                if key == "manifold"
+                else " with the regulariser (Appendix A)"
+            ),
+            f"population PGD after {N_ITER} iterations: {F.fmt_summary(pgd)} (slowest second-half "
+            f"descent {slowest:.2f} decades per 1000 iterations); PSGD: {F.fmt_summary(psgd)}",
+            pgd["median"] < 1e-8 and steady,
+            "median below 1e-8; every run below 1e-12 or still on a log-linear descent (R^2 > 0.9) "
+            "over its second half",
+            "PSGD converges too: at sigma = 0 its stochastic gradient vanishes at the centroids, so it "
+            "has no noise floor. lambda close to lambda* makes the descent slow (the curvature at the "
+            "centroids vanishes at lambda*).",
+        )
+    )
 
 F.finish(
     "fig5_dirac",
     fig,
     {
         "title": "Figure 5: the Dirac mixture",
-        "settings": F.psgd_settings(n_iter=N_ITER, reg_strength=REG_STRENGTH, temperature=lam,
-                                    lambda_star=lam_star),
+        "settings": F.psgd_settings(
+            n_iter=N_ITER, reg_strength=REG_STRENGTH, temperature=lam, lambda_star=lam_star
+        ),
         "claims": claims,
         "data": data,
     },

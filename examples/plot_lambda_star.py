@@ -29,11 +29,11 @@ brings ``E||X||^2 = 1 + d sigma^2`` into the risk).
 # The threshold from the exact risk
 # ---------------------------------
 
+import _figures as F
 import matplotlib.pyplot as plt
 import numpy as np
 from scipy.optimize import brentq
 
-import _figures as F
 from attention_cluster import theory
 
 timer = F.Timer()
@@ -43,7 +43,9 @@ C = np.eye(2, F.N_FEATURES)
 def slope_at_centroids(lam, noise, L):
     """dR/du at u = 1, from the quadratic through u = 0, 1/2, 1 (exact for a quadratic)."""
     risk = [
-        theory.population_risk(theory.manifold_heads(C, np.sqrt(u), random_state=0), C, noise, lam, L)
+        theory.population_risk(
+            theory.manifold_heads(C, np.sqrt(u), random_state=0), C, noise, lam, L
+        )
         for u in (0.0, 0.5, 1.0)
     ]
     return 3.0 * risk[2] - 4.0 * risk[1] + risk[0]
@@ -81,31 +83,63 @@ ratios = (0.5, 0.9, 1.1, 1.5) if F.QUICK else (0.5, 0.7, 0.9, 0.95, 1.05, 1.1, 1
 pgd_alignment, pgd_distance, optimal = [], [], []
 for ratio in F.progress(ratios, desc="PGD around lambda*"):
     H0 = theory.manifold_heads(C, [0.5, -0.6], random_state=1)
-    res = theory.population_pgd(H0, C, PGD_NOISE, ratio * lam_star, PGD_L, max_iter=20000, tol=1e-12)
+    res = theory.population_pgd(
+        H0, C, PGD_NOISE, ratio * lam_star, PGD_L, max_iter=20000, tol=1e-12
+    )
     pgd_alignment.append(float(np.mean(np.abs(np.sum(res.heads * C, axis=1)))))
     pgd_distance.append(float(res.distance[-1]))
-    optimal.append(float(theory.manifold_optimal_alignment(PGD_NOISE, ratio * lam_star, PGD_L,
-                                                           n_features=F.N_FEATURES)))
+    optimal.append(
+        float(
+            theory.manifold_optimal_alignment(
+                PGD_NOISE, ratio * lam_star, PGD_L, n_features=F.N_FEATURES
+            )
+        )
+    )
 
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
 Ls = np.logspace(np.log10(2), 4.3, 200)
 for noise, color in zip(NOISES, ("k", "tab:blue", "tab:red")):
-    ax1.plot(Ls, theory.lambda_star(noise, Ls, n_features=F.N_FEATURES), color=color, lw=1,
-             label=f"closed form, sigma = {noise}")
-    ax1.plot(LENGTHS, [measured[noise, L] for L in LENGTHS], "o", color=color, mfc="none",
-             label=f"root of the exact risk's slope, sigma = {noise}")
+    ax1.plot(
+        Ls,
+        theory.lambda_star(noise, Ls, n_features=F.N_FEATURES),
+        color=color,
+        lw=1,
+        label=f"closed form, sigma = {noise}",
+    )
+    ax1.plot(
+        LENGTHS,
+        [measured[noise, L] for L in LENGTHS],
+        "o",
+        color=color,
+        mfc="none",
+        label=f"root of the exact risk's slope, sigma = {noise}",
+    )
     ax1.axhline(paper_L_inf(noise), color=color, ls=":", lw=1)
-ax1.plot(Ls, paper_sigma0(Ls), color="tab:green", lw=4, alpha=0.4, zorder=0,
-         label="paper's sigma -> 0 limit (L + 1) / (L + 3)")
+ax1.plot(
+    Ls,
+    paper_sigma0(Ls),
+    color="tab:green",
+    lw=4,
+    alpha=0.4,
+    zorder=0,
+    label="paper's sigma -> 0 limit (L + 1) / (L + 3)",
+)
 ax1.set_xscale("log")
 ax1.set_xlabel("sequence length L")
 ax1.set_ylabel("lambda*")
 ax1.set_title("lambda*(sigma, L), d = 10; dotted: paper's L -> inf limit")
 ax1.legend(fontsize="x-small")
 grid = np.linspace(min(ratios), max(ratios), 200)
-ax2.plot(grid, theory.manifold_optimal_alignment(PGD_NOISE, grid * lam_star, PGD_L, n_features=F.N_FEATURES),
-         "-", color="0.5", label="kappa* minimising the risk on M")
-ax2.plot(ratios, pgd_alignment, "o", color="tab:orange", label="population PGD from M, final |kappa|")
+ax2.plot(
+    grid,
+    theory.manifold_optimal_alignment(PGD_NOISE, grid * lam_star, PGD_L, n_features=F.N_FEATURES),
+    "-",
+    color="0.5",
+    label="kappa* minimising the risk on M",
+)
+ax2.plot(
+    ratios, pgd_alignment, "o", color="tab:orange", label="population PGD from M, final |kappa|"
+)
 ax2.axvline(1.0, color="k", ls=":", lw=1)
 ax2.set_xlabel("lambda / lambda*")
 ax2.set_ylabel("alignment |<mu_h, mu*_h>|")
@@ -118,22 +152,29 @@ ax2.legend(fontsize="small")
 
 err0 = max(abs(measured[0.0, L] - paper_sigma0(L)) / paper_sigma0(L) for L in LENGTHS)
 err_small = max(abs(measured_small_noise[L] - paper_sigma0(L)) / paper_sigma0(L) for L in LENGTHS)
-err_inf = max(abs(measured_inf[noise] - paper_L_inf(noise)) / paper_L_inf(noise) for noise in NOISES)
-err_closed = max(abs(measured[k] - float(theory.lambda_star(k[0], k[1], n_features=F.N_FEATURES)))
-                 / measured[k] for k in measured)
+err_inf = max(
+    abs(measured_inf[noise] - paper_L_inf(noise)) / paper_L_inf(noise) for noise in NOISES
+)
+err_closed = max(
+    abs(measured[k] - float(theory.lambda_star(k[0], k[1], n_features=F.N_FEATURES))) / measured[k]
+    for k in measured
+)
 gap_long = {noise: measured[noise, 10000] / paper_L_inf(noise) - 1 for noise in NOISES}
 below = [d for r, d in zip(ratios, pgd_distance) if r < 1]
 above = [(d, k) for r, d, k in zip(ratios, pgd_distance, optimal) if r > 1]
 pgd_vs_optimal = max(abs(a - k) for r, a, k in zip(ratios, pgd_alignment, optimal))
 print(f"sigma = 0: max relative gap to (L+1)/(L+3) over L = {LENGTHS}: {err0:.2e}")
-print(f"sigma = 1e-4: {err_small:.2e}; L = inf: max relative gap to the paper's limit {err_inf:.2e}")
+print(
+    f"sigma = 1e-4: {err_small:.2e}; L = inf: max relative gap to the paper's limit {err_inf:.2e}"
+)
 print(f"closed form theory.lambda_star against the roots: {err_closed:.2e}")
 print(f"L = 10000 against the L -> inf limit: {gap_long}")
 print(f"PGD: below lambda* distances {below}; above: {above}")
 
 claims = [
     F.claim(
-        "lambda-star-sigma0", "Prop. 3.3",
+        "lambda-star-sigma0",
+        "Prop. 3.3",
         "lambda*(sigma, L) tends to (L + 1) / (L + 3) as sigma -> 0",
         "lambda*_0 = (L + 1) / (L + 3)",
         f"threshold of the exact risk at sigma = 0 and 1e-4, L = {', '.join(map(str, LENGTHS))}: "
@@ -142,7 +183,8 @@ claims = [
         "relative gap below 1e-4 for every L",
     ),
     F.claim(
-        "lambda-star-L-inf", "Prop. 3.3",
+        "lambda-star-L-inf",
+        "Prop. 3.3",
         "lambda*(sigma, L) tends to (1 + 4 sigma^2) / (1 + 5 sigma^2 + 6 sigma^4) as L -> infinity",
         "lambda*_inf = (1 + 4 sigma^2) / (1 + 5 sigma^2 + 6 sigma^4)",
         f"threshold of the exact risk at L = inf, sigma in {NOISES}: largest relative gap {err_inf:.1e}; "
@@ -151,12 +193,14 @@ claims = [
         "relative gap below 1e-6 at L = inf, and below 1 % at L = 10000",
     ),
     F.claim(
-        "lambda-star-pgd", "Thm. 3.4",
+        "lambda-star-pgd",
+        "Thm. 3.4",
         f"PGD from M reaches the centroids for lambda < lambda*, not above (sigma = {PGD_NOISE}, L = {PGD_L})",
         "convergence to the centroids for lambda in (0, lambda*]",
         f"final distance {F.fmt(max(below))} at most below lambda*; above, |kappa| stops within "
         f"{pgd_vs_optimal:.1e} of the risk's minimiser on M (kappa* = "
-        + ", ".join(f"{k:.3f}" for _, k in above) + ")",
+        + ", ".join(f"{k:.3f}" for _, k in above)
+        + ")",
         max(below) < 1e-8 and all(d > 1e-4 for d, _ in above) and pgd_vs_optimal < 1e-3,
         "below lambda*: distance < 1e-8; above: distance > 1e-4 and |kappa| within 1e-3 of kappa*",
         "Above lambda* the heads tilt out of the centroids' plane: the threshold is sharp.",
@@ -168,14 +212,22 @@ F.finish(
     fig,
     {
         "title": "The temperature threshold lambda*(sigma, L)",
-        "settings": dict(n_features=F.N_FEATURES, lengths=LENGTHS, noises=NOISES, pgd_noise=PGD_NOISE,
-                         pgd_sequence_length=PGD_L, ratios=ratios),
+        "settings": dict(
+            n_features=F.N_FEATURES,
+            lengths=LENGTHS,
+            noises=NOISES,
+            pgd_noise=PGD_NOISE,
+            pgd_sequence_length=PGD_L,
+            ratios=ratios,
+        ),
         "claims": claims,
         "data": dict(
             measured={f"{k[0]}/{k[1]}": v for k, v in measured.items()},
             measured_inf={str(k): v for k, v in measured_inf.items()},
             closed_form_max_relative_gap=err_closed,
-            pgd=dict(ratios=ratios, alignment=pgd_alignment, distance=pgd_distance, optimal=optimal),
+            pgd=dict(
+                ratios=ratios, alignment=pgd_alignment, distance=pgd_distance, optimal=optimal
+            ),
         ),
         "observations": [
             f"The closed form theory.lambda_star matches the roots of the exact risk's slope to "

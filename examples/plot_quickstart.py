@@ -43,9 +43,7 @@ NOISES = (0.3, 1.0)  # the paper's low- and high-interference settings
 
 results = []
 for noise in NOISES:
-    X, y, centroids = make_mixture(
-        N_SAMPLES, N_FEATURES, N_CLUSTERS, noise=noise, random_state=0
-    )
+    X, y, centroids = make_mixture(N_SAMPLES, N_FEATURES, N_CLUSTERS, noise=noise, random_state=0)
     attention = AttentionClustering(N_CLUSTERS, random_state=0).fit(X)
     kmeans = KMeans(N_CLUSTERS, n_init=1, random_state=0).fit(X)
     # The rule argmax_c <x, mu*_c> with the true centroids: the best any
@@ -78,8 +76,15 @@ for ax, (noise, X, y, centroids, attention, kmeans, _) in zip(axes, results):
     ax.scatter(Z[:, 0], Z[:, 1], c=attention.labels_, s=3, alpha=0.3, cmap="coolwarm")
     true = pca.transform(centroids)
     ax.scatter(
-        true[:, 0], true[:, 1], marker="o", s=160, facecolors="none", edgecolors="k",
-        linewidths=1.5, label="true centroids", zorder=3,
+        true[:, 0],
+        true[:, 1],
+        marker="o",
+        s=160,
+        facecolors="none",
+        edgecolors="k",
+        linewidths=1.5,
+        label="true centroids",
+        zorder=3,
     )
     for head in pca.transform(attention.cluster_centers_):
         ax.annotate(
@@ -91,7 +96,16 @@ for ax, (noise, X, y, centroids, attention, kmeans, _) in zip(axes, results):
         )
     ax.plot([], [], color="tab:green", lw=2, label="attention heads")
     km = pca.transform(kmeans.cluster_centers_)
-    ax.scatter(km[:, 0], km[:, 1], marker="x", s=120, lw=2.5, c="tab:orange", label="KMeans centres", zorder=5)
+    ax.scatter(
+        km[:, 0],
+        km[:, 1],
+        marker="x",
+        s=120,
+        lw=2.5,
+        c="tab:orange",
+        label="KMeans centres",
+        zorder=5,
+    )
     ax.set_title(
         f"sigma = {noise}: ARI {adjusted_rand_score(y, attention.labels_):.3f} "
         f"(KMeans {adjusted_rand_score(y, kmeans.labels_):.3f})"

@@ -70,7 +70,9 @@ class XorShift:
         return int(np.searchsorted(cum_weights, u, side="right"))
 
 
-def psgd_steps(X, cum_weights, U, inv_scale, temperature, L, batch, steps, kind, rho, riemannian, state):
+def psgd_steps(
+    X, cum_weights, U, inv_scale, temperature, L, batch, steps, kind, rho, riemannian, state
+):
     """PSGD of math.md section 3 with explicit L x L attention, step by step."""
     rng = XorShift(state)
     U = U.copy()
@@ -88,7 +90,7 @@ def psgd_steps(X, cum_weights, U, inv_scale, temperature, L, batch, steps, kind,
         T = np.vstack(tokens)
         if kind is not None:
             loss += rho * batch * regularizer(T, U, kind)
-            grad += rho * batch * finite_difference(lambda V: regularizer(T, V, kind), U)
+            grad += rho * batch * finite_difference(lambda V: regularizer(T, V, kind), U)  # noqa: B023 (called here)
         grad /= batch
         losses.append(loss / batch)
         if riemannian:
@@ -113,10 +115,12 @@ def mixture_log_likelihood(X, weights, U, pi, radius, tau):
     from scipy.stats import multivariate_normal
 
     d = X.shape[1]
-    logs = np.column_stack([
-        np.log(pi[k]) + multivariate_normal(radius * U[:, k], tau**2 * np.eye(d)).logpdf(X)
-        for k in range(U.shape[1])
-    ])
+    logs = np.column_stack(
+        [
+            np.log(pi[k]) + multivariate_normal(radius * U[:, k], tau**2 * np.eye(d)).logpdf(X)
+            for k in range(U.shape[1])
+        ]
+    )
     w = np.ones(len(X)) if weights is None else weights
     return float(np.sum(w * logsumexp(logs, axis=1)) / np.sum(w))
 
@@ -143,7 +147,9 @@ def mixture_em_step(X, weights, U, pi, radius, tau):
     gamma_w = softmax(np.log(pi) + (radius / tau**2) * (X @ U), axis=1) * w[:, None]
     # r maximises sum_ik g_ik (r <mu_k, x_i> - r^2 / 2).
     new_r = np.sum(gamma_w * (X @ new_U)) / N
-    sq = np.stack([np.sum((X - new_r * new_U[:, k]) ** 2, axis=1) for k in range(U.shape[1])], axis=1)
+    sq = np.stack(
+        [np.sum((X - new_r * new_U[:, k]) ** 2, axis=1) for k in range(U.shape[1])], axis=1
+    )
     new_tau2 = np.sum(gamma_w * sq) / (N * X.shape[1])
     return new_U, counts / N, new_r, np.sqrt(new_tau2)
 

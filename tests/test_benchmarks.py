@@ -94,7 +94,13 @@ def test_quick_run_writes_results_and_page(tmp_path, bench_modules):
 
     synthetic = by_section["synthetic"]
     methods = {r["method"] for r in synthetic}
-    assert {"KMeans", "MiniBatchKMeans", "GaussianMixture(spherical)", "GaussianMixture(full)", "SpectralClustering"} <= methods
+    assert {
+        "KMeans",
+        "MiniBatchKMeans",
+        "GaussianMixture(spherical)",
+        "GaussianMixture(full)",
+        "SpectralClustering",
+    } <= methods
     assert {f"AttentionClustering(solver={s!r})" for s in payload["meta"]["solvers"]} <= methods
     _rows_ok(synthetic + by_section["scaling"] + by_section["real"])
     for r in synthetic:
@@ -102,14 +108,21 @@ def test_quick_run_writes_results_and_page(tmp_path, bench_modules):
         if r["method"].startswith("AttentionClustering"):
             assert r["distance"] >= 0
     assert _methods.FLOOR in {r["method"] for r in by_section["scaling"]}
-    assert {r["dataset"] for r in by_section["real"]} and {r["view"] for r in by_section["real"]} == set(_methods.VIEWS)
+    assert {r["dataset"] for r in by_section["real"]} and {
+        r["view"] for r in by_section["real"]
+    } == set(_methods.VIEWS)
     assert all(r["compile_s"] >= 0 for r in by_section["cold_start"])
 
     csv_lines = (tmp_path / "results" / "comparison.csv").read_text().strip().splitlines()
     assert len(csv_lines) == len(rows) + 1
 
     page = (tmp_path / "benchmarks.md").read_text()
-    for heading in ("## Synthetic mixtures", "## Scaling with n, d and K", "## Compile time", "## Real data"):
+    for heading in (
+        "## Synthetic mixtures",
+        "## Scaling with n, d and K",
+        "## Compile time",
+        "## Real data",
+    ):
         assert heading in page
     assert str(tmp_path) not in page
     images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", page)
@@ -153,7 +166,9 @@ def test_solvers_benchmark_quick_mode(tmp_path):
         assert 0 <= r["floor"] and 0 <= r["full"] and 0 <= r["attention"]
         assert set(r["seconds"]) == {"psgd", "full", "attention", "kmeans", "kmeans_1thread"}
     page = (tmp_path / "solvers.md").read_text()
-    assert "## Against the targets" in page and page.count("| yes |") + page.count("| **no** |") >= 9
+    assert (
+        "## Against the targets" in page and page.count("| yes |") + page.count("| **no** |") >= 9
+    )
     assert (tmp_path / "_static" / "benchmarks" / "solvers.png").stat().st_size > 0
 
 
@@ -186,7 +201,9 @@ def test_scaling_benchmarks_quick_mode(tmp_path):
     assert ooc["passes"] >= 4 and len(ooc["pass_s"]) == ooc["passes"]
     assert ooc["same_centres_max_abs"] < 1e-4
     page = (tmp_path / "scaling_out.md").read_text()
-    assert "## Against the targets" in page and page.count("| yes |") + page.count("| **no** |") == 6
+    assert (
+        "## Against the targets" in page and page.count("| yes |") + page.count("| **no** |") == 6
+    )
     assert (tmp_path / "_static" / "benchmarks" / "scaling_out.png").stat().st_size > 0
 
 
@@ -196,7 +213,12 @@ def test_engine_benchmark_quick_mode(tmp_path):
     _, payload = _run_quick("engine.py", tmp_path)
     assert len(payload["grid"]) == 4 and len(payload["small"]) == 2 and len(payload["float32"]) == 2
     for r in payload["grid"] + [payload["wide"]] + payload["small"]:
-        assert r["ratio_to_kmeans"] > 0 and set(r["seconds"]) == {"default", "kmeans", "kmeans_1thread", "one_pass"}
+        assert r["ratio_to_kmeans"] > 0 and set(r["seconds"]) == {
+            "default",
+            "kmeans",
+            "kmeans_1thread",
+            "one_pass",
+        }
     assert all(payload["threads"]["identical_to_serial"].values())
     page = (tmp_path / "performance.md").read_text()
     assert page.count("| yes |") + page.count("| **no** |") == 7
@@ -209,7 +231,11 @@ def test_dynamics_benchmark_quick_mode(tmp_path):
     _, payload = _run_quick("dynamics.py", tmp_path)
     assert sorted({r["K"] for r in payload["k_recovery"]}) == [2, 3, 4, 5, 6]
     assert payload["speed"]["ratio"] > 0 and payload["large"]["seconds"] > 0
-    assert {r["method"] for r in payload["peers"]} >= {"SelfAttentionDynamics", "MeanShift", "HDBSCAN"}
+    assert {r["method"] for r in payload["peers"]} >= {
+        "SelfAttentionDynamics",
+        "MeanShift",
+        "HDBSCAN",
+    }
     assert "Target" in (tmp_path / "dynamics.md").read_text()
     for name in ("dynamics_clusters.png", "dynamics_peers.png"):
         assert (tmp_path / name).read_bytes()[:8] == PNG_MAGIC
@@ -231,5 +257,8 @@ def test_user_data_benchmark_quick_mode(tmp_path):
     assert {"centring", "real", "text", "embeddings", "high_dimension"} <= set(payload)
     assert all(-1 <= r["ari"] <= 1 and isinstance(r["met"], bool) for r in payload["real"])
     page = (tmp_path / "user_data.md").read_text()
-    assert f"**{sum(r['met'] for r in payload['real'])} of {len(payload['real'])} targets met.**" in page
+    assert (
+        f"**{sum(r['met'] for r in payload['real'])} of {len(payload['real'])} targets met.**"
+        in page
+    )
     assert (tmp_path / "_static" / "benchmarks" / "user_data_text.png").stat().st_size > 0

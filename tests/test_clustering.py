@@ -41,7 +41,9 @@ def test_recovers_the_centroids_from_a_random_start(solver, K, noise, bound, glo
     # the bounds are the paper's plateaus (issue figures; the 10-seed medians
     # are measured by benchmarks/psgd_accuracy.py and benchmarks/solvers.py).
     X, y, C = make_mixture(20000, 10, K, noise=noise, random_state=global_random_seed)
-    model = AttentionClustering(K, solver=solver, init="random", random_state=global_random_seed).fit(X)
+    model = AttentionClustering(
+        K, solver=solver, init="random", random_state=global_random_seed
+    ).fit(X)
     assert centroid_distance(model.cluster_centers_, C) <= bound
     kmeans = KMeans(K, n_init=1, random_state=global_random_seed).fit(X)
     assert adjusted_rand_score(y, model.labels_) >= adjusted_rand_score(y, kmeans.labels_) - 0.01
@@ -108,7 +110,9 @@ def test_refined_labels_are_the_posterior_mode(fitted, paper_data, c):
 @given(c=st.floats(1e-6, 1e6))
 def test_transform_is_scale_equivariant(fitted, paper_data, c):
     X, _, _ = paper_data
-    np.testing.assert_allclose(fitted.transform(c * X[:50]), c * fitted.transform(X[:50]), rtol=1e-10)
+    np.testing.assert_allclose(
+        fitted.transform(c * X[:50]), c * fitted.transform(X[:50]), rtol=1e-10
+    )
 
 
 @given(seed=st.integers(0, 2**32 - 1))
@@ -184,9 +188,9 @@ def test_without_regularizer_a_random_start_can_stall(global_random_seed):
     X, _, C = make_mixture(5000, 10, 2, noise=0.3, random_state=global_random_seed)
     dists = [
         centroid_distance(
-            AttentionClustering(
-                regularization=None, solver="psgd", init="random", random_state=s
-            ).fit(X).cluster_centers_,
+            AttentionClustering(regularization=None, solver="psgd", init="random", random_state=s)
+            .fit(X)
+            .cluster_centers_,
             C,
         )
         for s in range(5)
@@ -383,8 +387,11 @@ def test_auto_temperature_is_the_smallest_of_its_three_bounds():
     # Equal weights, sigma = 0.3, d = 10: eigenvalues 0.59, 0.59, then 0.09.
     eig = np.r_[0.59, 0.59, np.full(8, 0.09)]
     lam = auto_temperature(0.3, 50, 2, 10, eig)
-    expected = min(unbiased_temperature(0.3, 50, 2), 0.95 * lambda_star(0.3, 50, 2, 10),
-                   0.9 / (2 * (0.59 + eig.sum() / 50)))
+    expected = min(
+        unbiased_temperature(0.3, 50, 2),
+        0.95 * lambda_star(0.3, 50, 2, 10),
+        0.9 / (2 * (0.59 + eig.sum() / 50)),
+    )
     assert lam == pytest.approx(expected)
     # sigma = 0: lambda* binds (the unbiased temperature exceeds it).
     assert auto_temperature(0.0, 10, 2, 10) == pytest.approx(0.95 * lambda_star(0.0, 10, 2, 10))

@@ -29,9 +29,12 @@ ATOL = {np.float64: 1e-7, np.float32: 1e-4}
 
 @pytest.fixture(scope="module")
 def client():
-    with distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
-    ) as cluster, distributed.Client(cluster) as client:
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
         yield client
 
 
@@ -66,13 +69,21 @@ def test_every_pass_matches_dense_rows(weighted, global_random_seed):
             (c * c * M, dense.second_moment()),
             (lazy.moment_action(U), dense.moment_action(U)),
             (lazy.norm_moments(), dense.norm_moments()),
-            (lazy.exact_terms(U, U, 0.1, 9.0, 1, 0.2)[1], dense.exact_terms(U, U, 0.1, 9.0, 1, 0.2)[1]),
-            (lazy.e_step(U, np.log([0.3, 0.7]), 1.5)[0], dense.e_step(U, np.log([0.3, 0.7]), 1.5)[0]),
+            (
+                lazy.exact_terms(U, U, 0.1, 9.0, 1, 0.2)[1],
+                dense.exact_terms(U, U, 0.1, 9.0, 1, 0.2)[1],
+            ),
+            (
+                lazy.e_step(U, np.log([0.3, 0.7]), 1.5)[0],
+                dense.e_step(U, np.log([0.3, 0.7]), 1.5)[0],
+            ),
             (lazy.head_totals(U), dense.head_totals(U)),
         ]
         for a, b in pairs:
             np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
-        np.testing.assert_array_equal(lazy.labels(U.T, 1.0, np.zeros(2)).compute(), dense.labels(U.T, 1.0, np.zeros(2)))
+        np.testing.assert_array_equal(
+            lazy.labels(U.T, 1.0, np.zeros(2)).compute(), dense.labels(U.T, 1.0, np.zeros(2))
+        )
         sub_lazy = lazy.subsample(np.random.RandomState(0), 500)
         sub_dense = dense.subsample(np.random.RandomState(0), 500)
         np.testing.assert_array_equal(sub_lazy.project(U), sub_dense.project(U))
@@ -112,7 +123,9 @@ def test_centred_fit_as_numpy(client, mixture):
     np.testing.assert_allclose(lazy.mean_, dense.mean_, rtol=1e-12)
     np.testing.assert_allclose(lazy.cluster_centers_, dense.cluster_centers_, atol=ATOL[np.float64])
     np.testing.assert_array_equal(lazy.labels_.compute(), dense.labels_)
-    np.testing.assert_allclose(dense.transform(Xd).compute(), dense.transform(X), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        dense.transform(Xd).compute(), dense.transform(X), rtol=1e-10, atol=1e-12
+    )
 
 
 def test_predict_transform_fit_predict_are_lazy(client, mixture):
@@ -190,27 +203,35 @@ def test_bad_input_raises_the_numpy_errors_and_leaves_no_state(client, mixture, 
 def test_bad_input_at_predict(client, mixture):
     X = mixture[0]
     model = AttentionClustering(random_state=0).fit(X[:2000])
-    with pytest.raises(ValueError, match="X has 5 features, but AttentionClustering is expecting 6"):
+    with pytest.raises(
+        ValueError, match="X has 5 features, but AttentionClustering is expecting 6"
+    ):
         model.predict(da.from_array(X[:100, :5], chunks=50))
     with pytest.raises(ValueError, match="NaN or infinity"):
         model.predict(da.from_array(_with(X, 7, np.nan), chunks=(500, -1))).compute()
     with pytest.raises(ValueError, match="unknown chunk sizes"):
         model.predict(da.from_array(X[:100], chunks=50)[da.from_array(X[:100, 0]) > 0])
     with pytest.raises(ValueError, match="sample_weight must be non-negative"):
-        model.fit(da.from_array(X[:1000], chunks=(500, -1)), sample_weight=da.from_array(-np.ones(1000)))
+        model.fit(
+            da.from_array(X[:1000], chunks=(500, -1)), sample_weight=da.from_array(-np.ones(1000))
+        )
 
 
 def test_incremental_is_partial_fit_on_the_blocks(client, mixture):
     wrappers = pytest.importorskip("dask_ml.wrappers")
     X = mixture[0][:24_000]
     Xd = _on_cluster(X, (6000, -1))
-    wrapped = wrappers.Incremental(AttentionClustering(random_state=0), shuffle_blocks=False).fit(Xd)
+    wrapped = wrappers.Incremental(AttentionClustering(random_state=0), shuffle_blocks=False).fit(
+        Xd
+    )
     stream = AttentionClustering(random_state=0)
     for start in range(0, len(X), 6000):
         stream.partial_fit(X[start : start + 6000])
     assert wrapped.estimator_.n_steps_ == 4
     # The workers' BLAS may round the batches' moments differently.
-    np.testing.assert_allclose(wrapped.estimator_.cluster_centers_, stream.cluster_centers_, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(
+        wrapped.estimator_.cluster_centers_, stream.cluster_centers_, rtol=1e-12, atol=1e-14
+    )
 
 
 def test_killed_worker_does_not_change_the_fit(client):
@@ -231,5 +252,7 @@ def test_killed_worker_does_not_change_the_fit(client):
     assert worker.is_alive(), "the fit ended before the kill: make it longer"
     os.kill(pids[0], signal.SIGKILL)
     worker.join()
-    np.testing.assert_allclose(result["model"].cluster_centers_, expected.cluster_centers_, atol=ATOL[np.float64])
+    np.testing.assert_allclose(
+        result["model"].cluster_centers_, expected.cluster_centers_, atol=ATOL[np.float64]
+    )
     assert result["model"].refine_n_iter_ == expected.refine_n_iter_

@@ -10,7 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attention_cluster.datasets import make_centroids, make_corpus, make_embeddings, make_mixture, make_sequences
+from attention_cluster.datasets import (
+    make_centroids,
+    make_corpus,
+    make_embeddings,
+    make_mixture,
+    make_sequences,
+)
 
 seeds = st.integers(0, 2**32 - 1)
 
@@ -105,7 +111,9 @@ def test_generators_reject_invalid_parameters(call, match):
 def test_corpus_counts_and_texts_agree():
     from sklearn.feature_extraction.text import CountVectorizer
 
-    counts, y = make_corpus(200, 4, n_words=300, document_length=40, output="counts", random_state=5)
+    counts, y = make_corpus(
+        200, 4, n_words=300, document_length=40, output="counts", random_state=5
+    )
     texts, y2 = make_corpus(200, 4, n_words=300, document_length=40, random_state=5)
     np.testing.assert_array_equal(y, y2)
     vectorizer = CountVectorizer(vocabulary=[f"w{j}" for j in range(300)])
@@ -116,7 +124,9 @@ def test_corpus_counts_and_texts_agree():
 def test_corpus_follows_its_topic_distributions():
     # Word frequencies of topic k's documents: phi_k = (1 - a) p + a p o pi_k.
     # Topic share 0: every topic draws the background Zipf law.
-    counts, _ = make_corpus(4000, 2, n_words=50, document_length=50, topic_share=0.0, output="counts", random_state=0)
+    counts, _ = make_corpus(
+        4000, 2, n_words=50, document_length=50, topic_share=0.0, output="counts", random_state=0
+    )
     freq = np.asarray(counts.sum(axis=0)).ravel()
     total = freq.sum()
     p = np.arange(1, 51, dtype=float) ** -1.1
@@ -127,7 +137,9 @@ def test_corpus_follows_its_topic_distributions():
 
 
 def test_corpus_topics_are_separable_with_a_large_topic_share():
-    counts, y = make_corpus(300, 3, n_words=400, document_length=200, topic_share=0.9, output="counts", random_state=1)
+    counts, y = make_corpus(
+        300, 3, n_words=400, document_length=200, topic_share=0.9, output="counts", random_state=1
+    )
     centroids = np.array([np.asarray(counts[y == k].mean(axis=0)).ravel() for k in range(3)])
     nearest = np.argmax(counts @ centroids.T, axis=1)
     assert np.mean(nearest == y) > 0.95
@@ -145,7 +157,9 @@ def test_embeddings_are_unit_rows_around_a_shared_offset(K, offset, seed):
     if K > 1:
         cos = C @ C.T
         off_diagonal = cos[~np.eye(K, dtype=bool)]
-        np.testing.assert_allclose(off_diagonal, offset**2 / (1 + offset**2), atol=0.15 / (1 + offset**2))
+        np.testing.assert_allclose(
+            off_diagonal, offset**2 / (1 + offset**2), atol=0.15 / (1 + offset**2)
+        )
 
 
 def test_embeddings_mean_share_grows_with_the_offset():

@@ -54,7 +54,8 @@ def _site():
         # later `make docs` reuses it.
         subprocess.run(
             [sys.executable, "-m", "sphinx", "-q", "-b", "html", str(DOCS), str(root)],
-            check=True, env=dict(os.environ, MPLBACKEND="Agg"),
+            check=True,
+            env=dict(os.environ, MPLBACKEND="Agg"),
         )
     pages = {}
     for path in root.rglob("*.html"):
@@ -119,5 +120,7 @@ def test_built_docs_have_no_broken_link_or_image_and_work_offline():
     # One test, not three sharing a fixture: under pytest-xdist two workers
     # could otherwise both build the documentation into the same directory.
     root, pages = _site()
-    problems = _broken_links(root, pages) + _remote_assets(root, pages) + _maths_not_bundled(root, pages)
+    problems = (
+        _broken_links(root, pages) + _remote_assets(root, pages) + _maths_not_bundled(root, pages)
+    )
     assert not problems, "\n".join(sorted(problems)[:50])

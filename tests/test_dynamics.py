@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from reference import attention_rows, group_tokens, sphere_euler_step
 from scipy.stats import special_ortho_group
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import adjusted_rand_score
@@ -14,7 +15,6 @@ from sklearn.metrics import adjusted_rand_score
 from attention_cluster import SelfAttentionDynamics, attention_flow
 from attention_cluster import _dynamics_kernels as kern
 from attention_cluster.datasets import make_mixture
-from reference import attention_rows, group_tokens, sphere_euler_step
 
 
 def _unit(rng, n, d):
@@ -23,14 +23,26 @@ def _unit(rng, n, d):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
-@pytest.mark.parametrize("n, d, start, stop", [(1, 1, 0, 1), (7, 3, 2, 6), (40, 10, 0, 40)], ids=str)
+@pytest.mark.parametrize(
+    "n, d, start, stop", [(1, 1, 0, 1), (7, 3, 2, 6), (40, 10, 0, 40)], ids=str
+)
 def test_attention_rows_matches_reference(n, d, start, stop, dtype, global_random_seed):
     rng = np.random.default_rng(global_random_seed)
     Q, K, V = (rng.standard_normal((n, d)).astype(dtype) for _ in range(3))
     bias = np.log(rng.integers(1, 5, n)).astype(dtype)
     out = np.empty((stop - start, d), dtype=dtype)
     log_norm = np.empty(stop - start, dtype=dtype)
-    kern.attention_rows(Q, np.ascontiguousarray(K.T), np.ascontiguousarray(V.T), bias, dtype(3.0), start, stop, out, log_norm)
+    kern.attention_rows(
+        Q,
+        np.ascontiguousarray(K.T),
+        np.ascontiguousarray(V.T),
+        bias,
+        dtype(3.0),
+        start,
+        stop,
+        out,
+        log_norm,
+    )
     ref, ref_log = attention_rows(Q[start:stop], K, V, bias, 3.0)
     rtol = 1e-10 if dtype == np.float64 else 2e-4
     np.testing.assert_allclose(out, ref, rtol=rtol, atol=rtol)
@@ -42,7 +54,17 @@ def test_attention_rows_survives_huge_logits():
     X = np.array([[1.0, 0.0], [0.0, 1.0], [0.8, 0.6]])
     out = np.empty((3, 2))
     log_norm = np.empty(3)
-    kern.attention_rows(X, np.ascontiguousarray(X.T), np.ascontiguousarray(X.T), np.zeros(3), 1e4, 0, 3, out, log_norm)
+    kern.attention_rows(
+        X,
+        np.ascontiguousarray(X.T),
+        np.ascontiguousarray(X.T),
+        np.zeros(3),
+        1e4,
+        0,
+        3,
+        out,
+        log_norm,
+    )
     assert np.all(np.isfinite(out))
     np.testing.assert_allclose(out, X, atol=1e-12)
     np.testing.assert_allclose(log_norm, 1e4, rtol=1e-12)
@@ -63,7 +85,9 @@ def test_group_tokens_matches_reference(global_random_seed):
 def test_euler_step_matches_reference(model, global_random_seed):
     X = _unit(np.random.default_rng(global_random_seed), 15, 4)
     path = attention_flow(X, 1, model=model, beta=2.5, step_size=0.3)
-    np.testing.assert_allclose(path[1], sphere_euler_step(X, 2.5, 0.3, normalised=model == "sa"), rtol=1e-10)
+    np.testing.assert_allclose(
+        path[1], sphere_euler_step(X, 2.5, 0.3, normalised=model == "sa"), rtol=1e-10
+    )
 
 
 def test_mean_shift_step_is_euler_step_of_size_one_over_inner_product(global_random_seed):
@@ -141,7 +165,12 @@ def test_trajectories_ignore_token_order(shape, model_step, beta):
     np.testing.assert_allclose(permuted, path[:, perm], atol=1e-10)
 
 
-@given(tokens, st.sampled_from(["sa", "usa"]), st.sampled_from([0.01, 0.5, 3.0, "mean-shift"]), st.floats(0.1, 30.0))
+@given(
+    tokens,
+    st.sampled_from(["sa", "usa"]),
+    st.sampled_from([0.01, 0.5, 3.0, "mean-shift"]),
+    st.floats(0.1, 30.0),
+)
 def test_every_iterate_is_on_the_sphere(shape, model, step, beta):
     n, d, seed = shape
     X = 5.0 * np.random.default_rng(seed).standard_normal((n, d))
@@ -175,13 +204,17 @@ def test_predict_attends_to_limit_points(mixture):
     assert adjusted_rand_score(model.labels_, model.predict(X)) > 0.95
     # predict is the rule argmax_k <x, c_k> on the sphere
     Xs = X / np.linalg.norm(X, axis=1, keepdims=True)
-    np.testing.assert_array_equal(model.predict(X[:50]), np.argmax(Xs[:50] @ model.cluster_centers_.T, axis=1))
+    np.testing.assert_array_equal(
+        model.predict(X[:50]), np.argmax(Xs[:50] @ model.cluster_centers_.T, axis=1)
+    )
 
 
 def test_energy_rises_along_usa(global_random_seed):
     # arXiv 2312.10794: E_beta increases along USA (Q = K = V = I).
     X = np.random.default_rng(global_random_seed).standard_normal((40, 3))
-    model = SelfAttentionDynamics(model="usa", beta=2.0, step_size=0.1, max_iter=60, stopping="horizon").fit(X)
+    model = SelfAttentionDynamics(
+        model="usa", beta=2.0, step_size=0.1, max_iter=60, stopping="horizon"
+    ).fit(X)
     assert np.all(np.diff(model.energy_path_) >= -1e-12)
 
 
@@ -199,7 +232,9 @@ def test_leaders_of_the_unnormalised_model():
     # that end there attend to themselves (the leaders).
     rng = np.random.default_rng(0)
     X = rng.uniform(-5, 5, (20, 2))
-    model = SelfAttentionDynamics(model="unnormalized", step_size=0.1, max_iter=50, stopping="horizon").fit(X)
+    model = SelfAttentionDynamics(
+        model="unnormalized", step_size=0.1, max_iter=50, stopping="horizon"
+    ).fit(X)
     assert len(model.leaders_) >= 2
     assert model.n_clusters_ == len(model.leaders_)
     # each leader barely moves: it starts within 1% of the box from its limit
@@ -270,7 +305,11 @@ def test_attention_pass_matches_reference_on_any_chunks(chunk_rows, global_rando
     from attention_cluster._passes import DenseRows
 
     rng = np.random.default_rng(global_random_seed)
-    Q, K, V = rng.standard_normal((30, 4)), rng.standard_normal((12, 4)), rng.standard_normal((12, 2))
+    Q, K, V = (
+        rng.standard_normal((30, 4)),
+        rng.standard_normal((12, 4)),
+        rng.standard_normal((12, 2)),
+    )
     with DenseRows(np.empty((0, 4)), n_threads=2) as rows:
         out, log_norm = rows.with_rows(Q, chunk_rows).attention(K, V, 1.5)
     ref, ref_log = attention_rows(Q, K, V, np.zeros(12), 1.5)

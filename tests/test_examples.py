@@ -48,7 +48,7 @@ def test_example_runs_in_quick_mode(script, quick_env):
         runpy.run_path(str(EXAMPLES / script), run_name="__main__")
     finally:
         plt.close("all")
-    name = script[len("plot_"):-len(".py")]
+    name = script[len("plot_") : -len(".py")]
     results = quick_env / f"{name}.json"
     if not results.exists():  # an example that is not a figure of the paper
         return
@@ -65,16 +65,30 @@ def test_every_figure_script_is_listed():
     # must run every one of them.
     from examples.make_figures import SCRIPTS as listed
 
-    figures = {s[len("plot_"):-len(".py")] for s in SCRIPTS if "import _figures" in (EXAMPLES / s).read_text()}
+    figures = {
+        s[len("plot_") : -len(".py")]
+        for s in SCRIPTS
+        if "import _figures" in (EXAMPLES / s).read_text()
+    }
     assert set(listed) == figures
 
 
 def test_page_has_one_row_per_claim(tmp_path):
     from examples.make_figures import write_page
 
-    claim = dict(key="k", figure="1", statement="a | b", paper="near 1e-2", measured="mu*_0 <x>",
-                 verdict="differs", criterion="within x3", explanation="why")
-    results = {"fig1_psgd_manifold": dict(title="Figure 1", seconds=1.0, quick=False, claims=[claim] * 2)}
+    claim = dict(
+        key="k",
+        figure="1",
+        statement="a | b",
+        paper="near 1e-2",
+        measured="mu*_0 <x>",
+        verdict="differs",
+        criterion="within x3",
+        explanation="why",
+    )
+    results = {
+        "fig1_psgd_manifold": dict(title="Figure 1", seconds=1.0, quick=False, claims=[claim] * 2)
+    }
     page = tmp_path / "page.md"
     write_page(results, {"wall_seconds": 1.0, "jobs": 1, "cpu_count": 2}, page)
     text = page.read_text()

@@ -15,10 +15,10 @@ from attention_cluster import _kernels, _spectral
 from attention_cluster._exact import solve_exact
 from attention_cluster._objective import exact_objective
 from attention_cluster._optimize import minimize_on_spheres, polish_on_spheres
+from attention_cluster._passes import DenseRows
 from attention_cluster._settings import local_reg_strength
 from attention_cluster._spectral import spectral_init
 from attention_cluster._sphere import project_tangent, retract
-from attention_cluster._passes import DenseRows
 from attention_cluster.datasets import make_mixture
 from attention_cluster.metrics import centroid_distance, class_means_distance
 from attention_cluster.theory import unbiased_temperature
@@ -210,9 +210,11 @@ def test_unknown_regularization_raises(problem):
 # --- Geometry and optimisers ---------------------------------------------------
 
 
-unit_heads = arrays(np.float64, (4, 3), elements=st.floats(-1, 1)).filter(
-    lambda U: np.all(np.linalg.norm(U, axis=0) > 1e-3)
-).map(lambda U: U / np.linalg.norm(U, axis=0))
+unit_heads = (
+    arrays(np.float64, (4, 3), elements=st.floats(-1, 1))
+    .filter(lambda U: np.all(np.linalg.norm(U, axis=0) > 1e-3))
+    .map(lambda U: U / np.linalg.norm(U, axis=0))
+)
 tangent_like = arrays(np.float64, (4, 3), elements=st.floats(-10, 10))
 
 
@@ -356,7 +358,9 @@ def _start(X, K, init, seed):
 def test_solve_reaches_the_statistical_floor(init, seed):
     X, C, floor = _scaled_mixture(20000, 10, 2, 0.3, seed)
     temperature, L, rho = _defaults(2, 0.3)
-    sol = solve_exact(DenseRows(X), _start(X, 2, init, seed), temperature, L, reg_strength=rho, random_state=seed)
+    sol = solve_exact(
+        DenseRows(X), _start(X, 2, init, seed), temperature, L, reg_strength=rho, random_state=seed
+    )
     assert sol.converged
     assert centroid_distance(sol.heads.T, C) < 2 * floor
 
@@ -367,7 +371,9 @@ def test_solve_with_a_subsample(n):
     # full data only sees Newton steps, a few passes.
     X, C, floor = _scaled_mixture(n, 5, 2, 0.3, 0)
     temperature, L, rho = _defaults(2, 0.3)
-    sol = solve_exact(DenseRows(X), _start(X, 2, "spectral", 0), temperature, L, reg_strength=rho, random_state=0)
+    sol = solve_exact(
+        DenseRows(X), _start(X, 2, "spectral", 0), temperature, L, reg_strength=rho, random_state=0
+    )
     assert sol.converged and sol.n_iter_warm > 0
     assert sol.n_iter <= (6 if n > 16 * _spectral.SUBSAMPLE else 20)
     assert centroid_distance(sol.heads.T, C) < 2 * floor
@@ -395,7 +401,9 @@ def test_float32_matches_float64():
 @pytest.mark.parametrize("init", ["spectral", "random"])
 def test_more_heads_than_features(init):
     X, _, _ = _scaled_mixture(2000, 3, 3, 0.3, 0)
-    sol = solve_exact(DenseRows(X), _start(X, 5, init, 0), 0.5, 20, reg_strength=0.1, random_state=0)
+    sol = solve_exact(
+        DenseRows(X), _start(X, 5, init, 0), 0.5, 20, reg_strength=0.1, random_state=0
+    )
     assert sol.heads.shape == (3, 5)
     np.testing.assert_allclose(np.linalg.norm(sol.heads, axis=0), 1.0, atol=1e-12)
     assert np.all(np.isfinite(sol.objective_curve))
@@ -404,9 +412,18 @@ def test_more_heads_than_features(init):
 def test_zero_rows_and_zero_data():
     X, C, _ = _scaled_mixture(4000, 6, 2, 0.2, 0)
     with_zeros = np.vstack([X, np.zeros((1000, 6))])
-    sol = solve_exact(DenseRows(with_zeros), _start(with_zeros, 2, "spectral", 0), 0.8, 100, reg_strength=0.1, random_state=0)
+    sol = solve_exact(
+        DenseRows(with_zeros),
+        _start(with_zeros, 2, "spectral", 0),
+        0.8,
+        100,
+        reg_strength=0.1,
+        random_state=0,
+    )
     assert sol.converged and centroid_distance(sol.heads.T, C) < 1e-2
-    zero = solve_exact(DenseRows(np.zeros((50, 4))), np.eye(4)[:, :2], 0.8, 100, reg_strength=0.1, random_state=0)
+    zero = solve_exact(
+        DenseRows(np.zeros((50, 4))), np.eye(4)[:, :2], 0.8, 100, reg_strength=0.1, random_state=0
+    )
     assert zero.converged and zero.n_iter == 0
     np.testing.assert_allclose(np.linalg.norm(zero.heads, axis=0), 1.0)
 
@@ -414,7 +431,14 @@ def test_zero_rows_and_zero_data():
 def test_single_distinct_point():
     point = np.array([3.0, 4.0, 0.0, 0.0]) / 5.0
     tiled = np.tile(point, (100, 1))
-    sol = solve_exact(DenseRows(tiled), _start(tiled, 2, "spectral", 0), 0.8, 100, reg_strength=0.1, random_state=0)
+    sol = solve_exact(
+        DenseRows(tiled),
+        _start(tiled, 2, "spectral", 0),
+        0.8,
+        100,
+        reg_strength=0.1,
+        random_state=0,
+    )
     assert np.all(np.isfinite(sol.heads))
     assert np.max(np.abs(point @ sol.heads)) == pytest.approx(1.0, abs=1e-6)
 

@@ -4,17 +4,17 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from attention_cluster import _kernels as kern
 from reference import (
     XorShift,
     finite_difference,
+    head_signs,
     psgd_steps,
     regularizer,
     sequence_grad,
     sequence_loss,
-    head_signs,
 )
+
+from attention_cluster import _kernels as kern
 
 REG_KINDS = {"pairwise": kern.REG_PAIRWISE, "product": kern.REG_PRODUCT}
 
@@ -64,7 +64,9 @@ def test_token_regularizer_value_and_gradient(kind, K, global_random_seed):
     else:
         expected = regularizer(x[None, :], U, kind)
     np.testing.assert_allclose(value, expected, rtol=1e-12, atol=1e-300)
-    fd = finite_difference(lambda V: regularizer(x[None, :], V, kind) if K > 1 or kind == "product" else 0.0, U)
+    fd = finite_difference(
+        lambda V: regularizer(x[None, :], V, kind) if K > 1 or kind == "product" else 0.0, U
+    )
     np.testing.assert_allclose(np.outer(x, coef), fd, rtol=1e-6, atol=1e-8)
 
 
@@ -145,8 +147,19 @@ def test_heads_stay_unit_norm_after_every_step(seed, step, riemannian):
     rows = np.empty((2 * 5, 5))
     for _ in range(10):
         kern.draw_rows(X, cum, 1.0, state, rows)
-        kern.psgd_chunk(rows, U, 0.8, 5, 2, np.array([step]), kern.REG_PAIRWISE, 0.1,
-                        riemannian, np.empty(1), np.zeros_like(U))
+        kern.psgd_chunk(
+            rows,
+            U,
+            0.8,
+            5,
+            2,
+            np.array([step]),
+            kern.REG_PAIRWISE,
+            0.1,
+            riemannian,
+            np.empty(1),
+            np.zeros_like(U),
+        )
         np.testing.assert_allclose(np.linalg.norm(U, axis=0), 1.0, rtol=1e-12)
 
 
@@ -158,6 +171,8 @@ def test_head_signs_match_reference(weighted, dtype, global_random_seed):
     heads = rng.standard_normal((3, 5))
     weights = rng.uniform(0, 2, 300) if weighted else None
     totals = np.zeros(3)
-    kern.head_totals(X, np.ascontiguousarray(heads.T), np.empty(0) if weights is None else weights, totals)
+    kern.head_totals(
+        X, np.ascontiguousarray(heads.T), np.empty(0) if weights is None else weights, totals
+    )
     signs = np.where(totals < 0, -1.0, 1.0)
     np.testing.assert_array_equal(signs, head_signs(X.astype(np.float64), heads, weights))

@@ -79,14 +79,18 @@ def test_layers_match_direct_formulas(name, shape, dtype, global_random_seed):
     expected = reference(X.astype(np.float64), heads.astype(np.float64), 0.7)
     assert out.dtype == dtype
     assert out.shape == X.shape
-    np.testing.assert_allclose(out, expected, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype] * np.abs(expected).max())
+    np.testing.assert_allclose(
+        out, expected, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype] * np.abs(expected).max()
+    )
 
 
 def test_linear_attention_counts_heads_by_default(global_random_seed):
     rng = np.random.default_rng([global_random_seed, 1])
     X = rng.standard_normal((9, 4))
     heads = rng.standard_normal((3, 4))
-    np.testing.assert_allclose(linear_attention(X, heads, temperature=0.4), ref_linear(X, heads, 0.4, 3), rtol=1e-12)
+    np.testing.assert_allclose(
+        linear_attention(X, heads, temperature=0.4), ref_linear(X, heads, 0.4, 3), rtol=1e-12
+    )
 
 
 def test_in_context_attention_is_the_sum_of_d_orthonormal_heads(global_random_seed):
@@ -118,7 +122,9 @@ def test_softmax_blocks_match_reference(monkeypatch, budget, shape, global_rando
     rng = np.random.default_rng([global_random_seed, 3])
     X = rng.standard_normal(shape)
     heads = rng.standard_normal((2, shape[-1]))
-    np.testing.assert_allclose(softmax_attention(X, heads, temperature=1.3), ref_softmax(X, heads, 1.3), rtol=1e-12)
+    np.testing.assert_allclose(
+        softmax_attention(X, heads, temperature=1.3), ref_softmax(X, heads, 1.3), rtol=1e-12
+    )
     np.testing.assert_allclose(
         in_context_softmax_attention(X, temperature=1.3), ref_in_context_softmax(X, 1.3), rtol=1e-12
     )
@@ -216,7 +222,17 @@ BAD_PROMPTS = [
     (np.ones((2, 3), dtype=complex), "Complex"),
     (np.array([["a", "b"]]), "real numeric"),
 ]
-BAD_PROMPT_IDS = ["nan", "inf", "no-token", "no-feature", "no-prompt-token", "1d", "4d", "complex", "str"]
+BAD_PROMPT_IDS = [
+    "nan",
+    "inf",
+    "no-token",
+    "no-feature",
+    "no-prompt-token",
+    "1d",
+    "4d",
+    "complex",
+    "str",
+]
 
 
 @pytest.mark.parametrize("name", list(LAYERS))
@@ -237,7 +253,12 @@ def test_bad_temperature_raises(name, temperature):
 
 @pytest.mark.parametrize(
     "heads, match",
-    [(np.ones((1, 4)), "shape"), (np.ones((0, 3)), "shape"), (np.ones(3), "shape"), ([[np.nan, 1.0, 1.0]], "NaN")],
+    [
+        (np.ones((1, 4)), "shape"),
+        (np.ones((0, 3)), "shape"),
+        (np.ones(3), "shape"),
+        ([[np.nan, 1.0, 1.0]], "NaN"),
+    ],
     ids=["wrong-d", "no-head", "1d", "nan"],
 )
 @pytest.mark.parametrize("layer", [linear_attention, softmax_attention])
@@ -247,7 +268,9 @@ def test_bad_heads_raise(layer, heads, match):
 
 
 @pytest.mark.parametrize("n_clusters", [0, 1.5, True])
-@pytest.mark.parametrize("layer", [in_context_attention, lambda X, **kw: linear_attention(X, np.eye(3), **kw)])
+@pytest.mark.parametrize(
+    "layer", [in_context_attention, lambda X, **kw: linear_attention(X, np.eye(3), **kw)]
+)
 def test_bad_n_clusters_raises(layer, n_clusters):
     with pytest.raises(ValueError, match="n_clusters must be an integer >= 1"):
         layer(np.ones((2, 3)), n_clusters=n_clusters)
@@ -268,4 +291,6 @@ def test_strided_read_only_batch_matches_contiguous(name, global_random_seed):
     X = rng.standard_normal((6, 9, 8))[::2, :, ::2]
     X.setflags(write=False)
     heads = rng.standard_normal((2, 4))
-    np.testing.assert_allclose(layer(X, heads, 0.6), layer(np.ascontiguousarray(X), heads, 0.6), rtol=1e-12)
+    np.testing.assert_allclose(
+        layer(X, heads, 0.6), layer(np.ascontiguousarray(X), heads, 0.6), rtol=1e-12
+    )

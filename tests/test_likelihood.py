@@ -11,23 +11,30 @@ from attention_cluster.datasets import make_mixture
 
 @pytest.fixture(scope="module")
 def fitted():
-    X, y, C = make_mixture(3000, n_features=5, n_clusters=3, noise=0.4, weights=[0.2, 0.3, 0.5], random_state=0)
+    X, y, C = make_mixture(
+        3000, n_features=5, n_clusters=3, noise=0.4, weights=[0.2, 0.3, 0.5], random_state=0
+    )
     return AttentionClustering(3, random_state=0).fit(X), X
 
 
 def _scipy_components(model, X):
     """log pi_k + log N(x; m_k, v_k I), one column per component, from scipy.stats."""
     d = X.shape[1]
-    return np.column_stack([
-        np.log(w) + multivariate_normal(mean=m, cov=v * np.eye(d)).logpdf(X)
-        for w, m, v in zip(model.weights_, model.means_, model.covariances_)
-    ])
+    return np.column_stack(
+        [
+            np.log(w) + multivariate_normal(mean=m, cov=v * np.eye(d)).logpdf(X)
+            for w, m, v in zip(model.weights_, model.means_, model.covariances_)
+        ]
+    )
 
 
 def test_score_samples_is_the_mixture_density(fitted):
     model, X = fitted
-    np.testing.assert_allclose(model.score_samples(X[:200]), logsumexp(_scipy_components(model, X[:200]), axis=1),
-                               rtol=1e-10)
+    np.testing.assert_allclose(
+        model.score_samples(X[:200]),
+        logsumexp(_scipy_components(model, X[:200]), axis=1),
+        rtol=1e-10,
+    )
 
 
 def test_predict_proba_is_the_posterior(fitted):
@@ -59,7 +66,9 @@ def test_fitted_mixture_structure(fitted):
 
 def test_density_integrates_to_one(global_random_seed):
     # Monte Carlo: E_q[p(x) / q(x)] = 1 for a wide Gaussian proposal q.
-    X, _, _ = make_mixture(2000, n_features=2, n_clusters=2, noise=0.3, random_state=global_random_seed)
+    X, _, _ = make_mixture(
+        2000, n_features=2, n_clusters=2, noise=0.3, random_state=global_random_seed
+    )
     model = AttentionClustering(2, random_state=0).fit(X)
     q = multivariate_normal(mean=np.zeros(2), cov=4 * np.eye(2))
     draws = q.rvs(size=200_000, random_state=global_random_seed)
@@ -71,17 +80,29 @@ def test_mean_log_likelihood_near_the_true_models(global_random_seed):
     # n = 20000 points of the model itself: the fitted density's mean
     # log-likelihood on new points is within 0.01 nats of the true density's.
     rng = np.random.default_rng(global_random_seed)
-    X, _, C = make_mixture(20000, n_features=6, n_clusters=3, noise=0.5, random_state=global_random_seed)
+    X, _, C = make_mixture(
+        20000, n_features=6, n_clusters=3, noise=0.5, random_state=global_random_seed
+    )
     model = AttentionClustering(3, random_state=0).fit(X)
-    Xnew, _, _ = make_mixture(20000, n_features=6, n_clusters=3, noise=0.5, centroids=C,
-                              random_state=int(rng.integers(2**31)))
-    true = logsumexp([np.log(1 / 3) + multivariate_normal(mean=c, cov=0.25 * np.eye(6)).logpdf(Xnew) for c in C],
-                     axis=0)
+    Xnew, _, _ = make_mixture(
+        20000,
+        n_features=6,
+        n_clusters=3,
+        noise=0.5,
+        centroids=C,
+        random_state=int(rng.integers(2**31)),
+    )
+    true = logsumexp(
+        [np.log(1 / 3) + multivariate_normal(mean=c, cov=0.25 * np.eye(6)).logpdf(Xnew) for c in C],
+        axis=0,
+    )
     assert abs(model.score_samples(Xnew).mean() - true.mean()) < 0.01
 
 
 def test_bic_chooses_the_number_of_clusters(global_random_seed):
-    X, _, _ = make_mixture(4000, n_features=8, n_clusters=3, noise=0.4, random_state=global_random_seed)
+    X, _, _ = make_mixture(
+        4000, n_features=8, n_clusters=3, noise=0.4, random_state=global_random_seed
+    )
     bics = [AttentionClustering(K, random_state=0).fit(X).bic(X) for K in range(1, 6)]
     assert int(np.argmin(bics)) + 1 == 3
 

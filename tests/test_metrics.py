@@ -29,7 +29,10 @@ def brute_force_distance(estimated, true):
     best = np.inf
     for perm in itertools.permutations(range(estimated.shape[0]), K):
         chosen = estimated[list(perm)]
-        cost = sum(min(np.sum((chosen[h] - true[h]) ** 2), np.sum((chosen[h] + true[h]) ** 2)) for h in range(K))
+        cost = sum(
+            min(np.sum((chosen[h] - true[h]) ** 2), np.sum((chosen[h] + true[h]) ** 2))
+            for h in range(K)
+        )
         best = min(best, cost)
     return best
 
@@ -52,7 +55,9 @@ def canonical(a):
 
 
 # Small integer entries make every distance exact in floating point.
-small_ints = hnp.arrays(np.float64, st.tuples(st.integers(1, 4), st.integers(1, 4)), elements=st.integers(-2, 2))
+small_ints = hnp.arrays(
+    np.float64, st.tuples(st.integers(1, 4), st.integers(1, 4)), elements=st.integers(-2, 2)
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -84,12 +89,16 @@ def test_distance_matches_exhaustive_search_with_extra_heads(seed, extra):
     rng = np.random.default_rng(seed)
     true = rng.standard_normal((3, 4))
     estimated = rng.standard_normal((3 + extra, 4))
-    assert centroid_distance(estimated, true) == pytest.approx(brute_force_distance(estimated, true), abs=1e-12)
+    assert centroid_distance(estimated, true) == pytest.approx(
+        brute_force_distance(estimated, true), abs=1e-12
+    )
 
 
 def test_match_centroids_reports_the_optimal_assignment():
     true = np.eye(3, 5)
-    estimated = np.array([[0, 0, -1.1, 0, 0], [0.9, 0, 0, 0, 0], [0, 1, 0, 0, 0.1], [0, 0, 0, 1, 0]])
+    estimated = np.array(
+        [[0, 0, -1.1, 0, 0], [0.9, 0, 0, 0, 0], [0, 1, 0, 0, 0.1], [0, 0, 0, 1, 0]]
+    )
     perm, signs, cost = match_centroids(estimated, true)
     assert perm.tolist() == [1, 2, 0] and signs.tolist() == [1.0, 1.0, -1.0]
     np.testing.assert_allclose(cost, [0.01, 0.01, 0.01])

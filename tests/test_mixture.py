@@ -6,17 +6,17 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from reference import mixture_e_step, mixture_em_step
+from reference import mixture_log_likelihood as reference_log_likelihood
 from scipy.stats import ortho_group
 from sklearn.exceptions import ConvergenceWarning
 
 from attention_cluster import AttentionClustering
 from attention_cluster import _kernels as kern
-from attention_cluster._passes import DenseRows
 from attention_cluster._mixture import _EM, _Params, mixture_log_likelihood, refine_heads
+from attention_cluster._passes import DenseRows
 from attention_cluster.datasets import make_mixture
 from attention_cluster.metrics import centroid_distance, class_means_distance
-from reference import mixture_e_step, mixture_em_step
-from reference import mixture_log_likelihood as reference_log_likelihood
 
 
 def _problem(seed, n=600, d=5, K=3, noise=0.6, weights=None):
@@ -48,7 +48,9 @@ def test_e_step_matches_reference(n, d, K, dtype, weighted, global_random_seed):
         weights[0] = 1.0
     inv_scale = 0.5
     S, counts, partial = _kernel_e_step(X, U, log_pi, 1.7, inv_scale, weights)
-    S_ref, counts_ref, partial_ref = mixture_e_step(X.astype(np.float64) * inv_scale, U, log_pi, 1.7, weights)
+    S_ref, counts_ref, partial_ref = mixture_e_step(
+        X.astype(np.float64) * inv_scale, U, log_pi, 1.7, weights
+    )
     rtol = 1e-9 if dtype == np.float64 else 1e-5
     np.testing.assert_allclose(S, S_ref, rtol=rtol, atol=rtol * n)
     np.testing.assert_allclose(counts, counts_ref, rtol=rtol)
@@ -73,14 +75,18 @@ def test_posterior_is_calibrated_monte_carlo(global_random_seed):
     # E[gamma_k(x) | z = k] > E[gamma_k(x) | z != k]; Monte Carlo over 2e5 draws.
     weights = np.array([0.2, 0.3, 0.5])
     noise = 0.8
-    X, y, C = make_mixture(200_000, 4, 3, noise=noise, weights=weights, random_state=global_random_seed)
+    X, y, C = make_mixture(
+        200_000, 4, 3, noise=noise, weights=weights, random_state=global_random_seed
+    )
     S, counts, _ = _kernel_e_step(X, np.ascontiguousarray(C.T), np.log(weights), 1.0 / noise**2)
     share = counts / len(X)
     # The responsibilities are bounded by 1: standard error <= 0.5 / sqrt(n).
     np.testing.assert_allclose(share, weights, atol=5 * 0.5 / np.sqrt(len(X)))
     # And the responsibility-weighted sums are the posterior means: S_k / N =
     # E[gamma_k x] = pi_k mu_k by the tower rule (noise has mean zero).
-    np.testing.assert_allclose(S / len(X), weights[:, None] * C, atol=5 * 2 * noise / np.sqrt(len(X)))
+    np.testing.assert_allclose(
+        S / len(X), weights[:, None] * C, atol=5 * 2 * noise / np.sqrt(len(X))
+    )
 
 
 def test_m_step_matches_reference(global_random_seed):
@@ -171,7 +177,9 @@ def test_equivariances(seed, scale):
     permuted = _refined(X, C[perm], **exact)
     np.testing.assert_allclose(permuted.heads, fit.heads[:, perm], atol=1e-9)
     mean_sq = float(np.mean(np.sum(X**2, axis=1)))
-    scaled = refine_heads(DenseRows(scale * X, scale=scale), np.ascontiguousarray(C.T), mean_sq, 0.5, **exact)
+    scaled = refine_heads(
+        DenseRows(scale * X, scale=scale), np.ascontiguousarray(C.T), mean_sq, 0.5, **exact
+    )
     np.testing.assert_allclose(scaled.heads, fit.heads, atol=1e-9)
 
 
@@ -221,7 +229,9 @@ def test_refine_warns_when_it_does_not_converge():
 
 
 def test_refine_finds_unequal_weights(global_random_seed):
-    X, y, C = make_mixture(20_000, 6, 2, noise=0.5, weights=[0.25, 0.75], random_state=global_random_seed)
+    X, y, C = make_mixture(
+        20_000, 6, 2, noise=0.5, weights=[0.25, 0.75], random_state=global_random_seed
+    )
     model = AttentionClustering(2, solver="full", random_state=global_random_seed).fit(X)
     # weights_ follows the heads' order: match the heads to the centroids.
     order = np.argmax(np.abs(model.cluster_centers_ @ C.T), axis=1)
@@ -239,8 +249,12 @@ def test_refine_beats_the_attention_heads_at_high_noise(global_random_seed):
             warnings.simplefilter("ignore", UserWarning)
             refined = AttentionClustering(2, solver="full", random_state=seed).fit(X)
             plain = AttentionClustering(2, solver="full", refine=None, random_state=seed).fit(X)
-        ratios.append((centroid_distance(refined.cluster_centers_, C) / floor,
-                       centroid_distance(plain.cluster_centers_, C) / floor))
+        ratios.append(
+            (
+                centroid_distance(refined.cluster_centers_, C) / floor,
+                centroid_distance(plain.cluster_centers_, C) / floor,
+            )
+        )
     refined_ratio, plain_ratio = np.median(ratios, axis=0)
     assert refined_ratio < 2.0 < plain_ratio
 
@@ -248,7 +262,9 @@ def test_refine_beats_the_attention_heads_at_high_noise(global_random_seed):
 def test_posterior_labels_beat_the_direction_rule_with_unequal_weights(global_random_seed):
     # With weights 1:3 the Bayes rule shifts the boundary towards the light
     # cluster; the refined model's posterior mode follows it.
-    X, y, C = make_mixture(20_000, 6, 2, noise=0.6, weights=[0.25, 0.75], random_state=global_random_seed)
+    X, y, C = make_mixture(
+        20_000, 6, 2, noise=0.6, weights=[0.25, 0.75], random_state=global_random_seed
+    )
     model = AttentionClustering(2, solver="full", random_state=global_random_seed).fit(X)
     order = np.argmax(np.abs(model.cluster_centers_ @ C.T), axis=1)  # head -> cluster
     posterior = np.mean(order[model.labels_] == y)

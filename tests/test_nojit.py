@@ -17,15 +17,31 @@ HERE = Path(__file__).resolve().parent
 
 @pytest.mark.parametrize(
     "tests",
-    [["test_kernels.py"], ["test_dynamics.py", "-k", "attention_rows or group_tokens or attention_pass"]],
+    [
+        ["test_kernels.py"],
+        ["test_dynamics.py", "-k", "attention_rows or group_tokens or attention_pass"],
+    ],
     ids=["kernels", "dynamics_kernels"],
 )
 def test_kernel_tests_pass_without_jit(tests):
     env = dict(os.environ, NUMBA_DISABLE_JIT="1")
     env["PYTHONPATH"] = os.pathsep.join([str(HERE.parent), env.get("PYTHONPATH", "")])
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         "-W", "ignore:overflow encountered:RuntimeWarning", str(HERE / tests[0]), *tests[1:]],
-        capture_output=True, text=True, env=env, cwd=HERE.parent,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-W",
+            "ignore:overflow encountered:RuntimeWarning",
+            str(HERE / tests[0]),
+            *tests[1:],
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=HERE.parent,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

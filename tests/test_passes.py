@@ -11,11 +11,10 @@ import threading
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from reference import head_signs, mixture_e_step
 
 from attention_cluster import _passes
 from attention_cluster._passes import DenseRows, SparseRows, rows_of
-
-from reference import head_signs, mixture_e_step
 
 
 @pytest.fixture
@@ -45,7 +44,9 @@ def test_passes_match_numpy(small_chunks, weighted, dtype, global_random_seed):
     V = rng.standard_normal((4, 3))
     np.testing.assert_allclose(data.moment_action(V), M @ V, rtol=1e-10, atol=1e-12)
     sq = np.sum(Z**2, axis=1)
-    np.testing.assert_allclose(data.norm_moments(), [ww @ sq / ww.sum(), ww @ sq**2 / ww.sum()], rtol=1e-12)
+    np.testing.assert_allclose(
+        data.norm_moments(), [ww @ sq / ww.sum(), ww @ sq**2 / ww.sum()], rtol=1e-12
+    )
     c, M_c = data.scaled_second_moment()
     np.testing.assert_allclose(c * c * M_c, M, rtol=1e-12)
     tiny = DenseRows(X.astype(np.float64) * 1e-200, w, scale=scale * 1e-200)
@@ -59,10 +60,14 @@ def test_passes_match_numpy(small_chunks, weighted, dtype, global_random_seed):
     np.testing.assert_allclose(counts, counts_ref, rtol=1e-9)
     assert partial == pytest.approx(partial_ref, rel=1e-9)
     totals = data.head_totals(U)
-    np.testing.assert_array_equal(np.where(totals < 0, -1.0, 1.0), head_signs(X.astype(np.float64), U.T, w))
+    np.testing.assert_array_equal(
+        np.where(totals < 0, -1.0, 1.0), head_signs(X.astype(np.float64), U.T, w)
+    )
     bias = np.log([0.5, 0.2, 0.3])
     labels = data.labels(U.T, 2.0, bias)
-    np.testing.assert_array_equal(labels, np.argmax(2.0 * (X.astype(np.float64) @ U) + bias, axis=1))
+    np.testing.assert_array_equal(
+        labels, np.argmax(2.0 * (X.astype(np.float64) @ U) + bias, axis=1)
+    )
 
 
 def test_threads_give_the_serial_result(small_chunks, global_random_seed):
@@ -72,8 +77,14 @@ def test_threads_give_the_serial_result(small_chunks, global_random_seed):
     threaded = DenseRows(X, w, n_threads=3)
     for one, many in [
         (serial.second_moment(), threaded.second_moment()),
-        (serial.exact_terms(U, U, 0.1, 9.0, 1, 0.2)[1], threaded.exact_terms(U, U, 0.1, 9.0, 1, 0.2)[1]),
-        (serial.e_step(U, np.log([0.4, 0.6]), 2.0)[0], threaded.e_step(U, np.log([0.4, 0.6]), 2.0)[0]),
+        (
+            serial.exact_terms(U, U, 0.1, 9.0, 1, 0.2)[1],
+            threaded.exact_terms(U, U, 0.1, 9.0, 1, 0.2)[1],
+        ),
+        (
+            serial.e_step(U, np.log([0.4, 0.6]), 2.0)[0],
+            threaded.e_step(U, np.log([0.4, 0.6]), 2.0)[0],
+        ),
     ]:
         np.testing.assert_array_equal(one, many)
     threaded.close()
@@ -138,12 +149,16 @@ def test_sparse_rows_match_dense_rows(weighted, centred, global_random_seed):
         sparse, dense = sparse.centred(m), dense.centred(m)
         np.testing.assert_allclose(dense.mean(), 0.0, atol=1e-12)
     np.testing.assert_allclose(sparse.mean(), dense.mean(), atol=1e-12)
-    np.testing.assert_allclose(sparse.second_moment(), dense.second_moment(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        sparse.second_moment(), dense.second_moment(), rtol=1e-10, atol=1e-12
+    )
     c, M = sparse.scaled_second_moment()
     np.testing.assert_allclose(c * c * M, dense.second_moment(), rtol=1e-10, atol=1e-12)
     U = rng.standard_normal((6, 3))
     U /= np.linalg.norm(U, axis=0)
-    np.testing.assert_allclose(sparse.moment_action(U), dense.moment_action(U), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        sparse.moment_action(U), dense.moment_action(U), rtol=1e-10, atol=1e-12
+    )
     np.testing.assert_allclose(sparse.norm_moments(), dense.norm_moments(), rtol=1e-10)
     MU = dense.moment_action(U)
     for reg in (0, 1, 2):

@@ -31,7 +31,9 @@ from attention_cluster.theory import (
 def test_make_prompts_draws_one_orthonormal_frame_per_prompt(global_random_seed):
     X, labels, C = make_prompts(300, 40, 6, 3, noise=0.5, random_state=global_random_seed)
     assert X.shape == (300, 40, 6) and labels.shape == (300, 40) and C.shape == (300, 3, 6)
-    np.testing.assert_allclose(C @ np.swapaxes(C, 1, 2), np.broadcast_to(np.eye(3), (300, 3, 3)), atol=1e-12)
+    np.testing.assert_allclose(
+        C @ np.swapaxes(C, 1, 2), np.broadcast_to(np.eye(3), (300, 3, 3)), atol=1e-12
+    )
     # Prompts have different centroids, isotropic on average: E[mu mu^T] = I / d.
     np.testing.assert_allclose(np.einsum("nkd,nke->de", C, C) / (300 * 3), np.eye(6) / 6, atol=0.03)
     assert set(np.unique(labels)) == {0, 1, 2}
@@ -73,7 +75,9 @@ def test_k_cluster_temperature_reduces_to_prop_5_1():
     for L in [1, 7, 500]:
         for d in [2, 10]:
             paper = (L / 2) / (1 + (d + 2) * noise**2 + (L - 1) * (0.5 + noise**2))
-            np.testing.assert_allclose(in_context_unbiased_temperature(noise, L, d, 2), paper, rtol=1e-14)
+            np.testing.assert_allclose(
+                in_context_unbiased_temperature(noise, L, d, 2), paper, rtol=1e-14
+            )
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
@@ -93,7 +97,9 @@ def test_auto_transform_is_the_layer_on_the_unit_scale_prompt(dtype, global_rand
 def test_numeric_temperature_is_the_layer_on_x(global_random_seed):
     X = np.random.default_rng([global_random_seed, 1]).standard_normal((30, 4))
     out = InContextQuantizer(3, temperature=0.4).fit_transform(X)
-    np.testing.assert_allclose(out, in_context_attention(X, temperature=0.4, n_clusters=3), rtol=1e-14)
+    np.testing.assert_allclose(
+        out, in_context_attention(X, temperature=0.4, n_clusters=3), rtol=1e-14
+    )
     np.testing.assert_allclose(
         InContextQuantizer(3, temperature=0.4).fit_transform(2.0 * X), 8.0 * out, rtol=1e-12
     )
@@ -130,7 +136,9 @@ def _own_centroid(labels, C):
 def test_prop_5_1_temperature_is_exactly_unbiased(n_clusters, global_random_seed):
     # Prop. 5.1 holds at every L: with the true sigma the only error is
     # Monte Carlo error.
-    X, labels, C = make_prompts(400, L, D, n_clusters, noise=SIGMA, random_state=global_random_seed + 10 + n_clusters)
+    X, labels, C = make_prompts(
+        400, L, D, n_clusters, noise=SIGMA, random_state=global_random_seed + 10 + n_clusters
+    )
     temperature = in_context_unbiased_temperature(SIGMA, L, D, n_clusters)
     T = in_context_attention(X, temperature=temperature, n_clusters=n_clusters)
     own, own_se, other, other_se = _frame_statistics(T, labels, C)
@@ -152,13 +160,17 @@ def test_auto_temperature_is_unbiased_up_to_plug_in_error(global_random_seed):
 
 
 @pytest.mark.parametrize("sequence_length", [5, 20, L])
-def test_risk_matches_prop_5_2_and_falls_below_the_optimal_quantizer(sequence_length, global_random_seed):
+def test_risk_matches_prop_5_2_and_falls_below_the_optimal_quantizer(
+    sequence_length, global_random_seed
+):
     # Prop. 5.2: the risk E||X_1 - T^ctx(X)_1||^2 (theory.in_context_risk,
     # exact at every L) against d sigma^2, the risk of the optimal quantizer
     # T*(X)_l = mu*_{Z_l}; at the unbiased temperature of Prop. 5.1 and at
     # the risk-optimal one of Prop. 5.2.
     n_prompts = 100_000 // sequence_length
-    X, labels, C = make_prompts(n_prompts, sequence_length, D, 2, noise=SIGMA, random_state=global_random_seed + 30)
+    X, labels, C = make_prompts(
+        n_prompts, sequence_length, D, 2, noise=SIGMA, random_state=global_random_seed + 30
+    )
     empirical_quantizer_risk = np.mean(np.sum((X - _own_centroid(labels, C)) ** 2, axis=-1))
     assert empirical_quantizer_risk == pytest.approx(quantizer_risk(SIGMA, D), rel=0.02)
     for temperature in [
@@ -168,7 +180,10 @@ def test_risk_matches_prop_5_2_and_falls_below_the_optimal_quantizer(sequence_le
         errors = np.sum((X - in_context_attention(X, temperature=temperature)) ** 2, axis=-1)
         per_prompt = errors.mean(axis=1)
         se = per_prompt.std() / np.sqrt(n_prompts)
-        assert abs(per_prompt.mean() - in_context_risk(SIGMA, temperature, sequence_length, D)) < 5 * se
+        assert (
+            abs(per_prompt.mean() - in_context_risk(SIGMA, temperature, sequence_length, D))
+            < 5 * se
+        )
         assert per_prompt.mean() < 0.7 * quantizer_risk(SIGMA, D)
 
 
@@ -197,14 +212,18 @@ def test_conditional_variance_matches_prop_5_2(global_random_seed):
 @pytest.mark.parametrize("attention", ["linear", "softmax"])
 def test_auto_output_has_less_conditional_variance_than_the_input(attention, global_random_seed):
     n_prompts = 200 if attention == "linear" else 40
-    X, labels, C = make_prompts(n_prompts, L, D, 2, noise=SIGMA, random_state=global_random_seed + 45)
+    X, labels, C = make_prompts(
+        n_prompts, L, D, 2, noise=SIGMA, random_state=global_random_seed + 45
+    )
     quantizer = InContextQuantizer(2, attention=attention)
     T = np.stack([quantizer.fit_transform(prompt) for prompt in X])
     variance = _conditional_variance(T, labels, C)
     assert variance < 0.5 * _conditional_variance(X, labels, C)
     if attention == "linear":
         # The plug-in temperature moves it by O(1/L) from Prop. 5.2's value.
-        expected = in_context_conditional_variance(SIGMA, in_context_unbiased_temperature(SIGMA, L, D, 2), L, D)
+        expected = in_context_conditional_variance(
+            SIGMA, in_context_unbiased_temperature(SIGMA, L, D, 2), L, D
+        )
         assert variance == pytest.approx(expected, abs=0.01)
 
 
@@ -215,7 +234,9 @@ def test_pipeline_recipe_labels_tokens_as_well_as_the_oracle_rule(global_random_
     X, labels, C = make_prompts(20, L, D, 2, noise=SIGMA, random_state=global_random_seed + 50)
     errors, oracle = [], []
     for prompt, y, centroids in zip(X, labels, C):
-        model = make_pipeline(InContextQuantizer(2), KMeans(2, n_init=3, random_state=global_random_seed))
+        model = make_pipeline(
+            InContextQuantizer(2), KMeans(2, n_init=3, random_state=global_random_seed)
+        )
         wrong = np.mean(model.fit_predict(prompt) != y)
         errors.append(min(wrong, 1 - wrong))
         oracle.append(np.mean(np.argmax(prompt @ centroids.T, axis=1) != y))
@@ -227,7 +248,9 @@ def test_pipeline_recipe_labels_tokens_as_well_as_the_oracle_rule(global_random_
 # Symmetries of the auto temperature, by Hypothesis
 
 prompts = st.tuples(st.integers(1, 12), st.integers(1, 5)).flatmap(
-    lambda shape: hnp.arrays(np.float64, shape, elements=st.floats(-3.0, 3.0, allow_subnormal=False))
+    lambda shape: hnp.arrays(
+        np.float64, shape, elements=st.floats(-3.0, 3.0, allow_subnormal=False)
+    )
 )
 
 
@@ -277,7 +300,13 @@ def test_auto_is_rotation_and_permutation_equivariant(X, seed, attention):
 @pytest.mark.parametrize("attention", ["linear", "softmax"])
 @pytest.mark.parametrize(
     "scale, dtype",
-    [(1e-150, np.float64), (1e150, np.float64), (1e-300, np.float64), (1e-15, np.float32), (1e15, np.float32)],
+    [
+        (1e-150, np.float64),
+        (1e150, np.float64),
+        (1e-300, np.float64),
+        (1e-15, np.float32),
+        (1e15, np.float32),
+    ],
 )
 def test_extreme_scales_and_zero_rows_stay_finite(scale, dtype, attention, global_random_seed):
     X = np.random.default_rng([global_random_seed, 2]).standard_normal((50, 4))
@@ -289,7 +318,9 @@ def test_extreme_scales_and_zero_rows_stay_finite(scale, dtype, attention, globa
         out = quantizer.transform((scale * X).astype(dtype))
     assert out.dtype == dtype
     assert np.all(np.isfinite(out))
-    np.testing.assert_allclose(out / scale, reference, rtol=1e-4 if dtype == np.float32 else 1e-9, atol=1e-12)
+    np.testing.assert_allclose(
+        out / scale, reference, rtol=1e-4 if dtype == np.float32 else 1e-9, atol=1e-12
+    )
     if attention == "linear":  # T^ctx(X)_l = lambda K M X_l vanishes with X_l
         assert np.all(out[::7] == 0.0)
 
@@ -355,4 +386,6 @@ def test_memory_layout_does_not_change_the_output(tmp_path, layout, attention, g
         Y = np.load(tmp_path / "X.npy", mmap_mode="r")
     else:
         Y = X[:, ::2]
-    np.testing.assert_allclose(InContextQuantizer(attention=attention).fit_transform(Y), expected, rtol=1e-12)
+    np.testing.assert_allclose(
+        InContextQuantizer(attention=attention).fit_transform(Y), expected, rtol=1e-12
+    )

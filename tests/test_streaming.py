@@ -4,6 +4,7 @@ import pickle
 
 import numpy as np
 import pytest
+from reference import online_em
 from sklearn.metrics import adjusted_rand_score
 
 from attention_cluster import AttentionClustering
@@ -11,7 +12,6 @@ from attention_cluster._mixture import OnlineEM
 from attention_cluster._passes import DenseRows
 from attention_cluster.datasets import make_mixture
 from attention_cluster.metrics import centroid_distance
-from reference import online_em
 
 
 def _batches(X, size):
@@ -71,7 +71,9 @@ def test_wrong_width_raises_and_keeps_the_state(stream_data):
     X, _, _ = stream_data
     model = AttentionClustering(random_state=0).partial_fit(X[:2000])
     centers = model.cluster_centers_.copy()
-    with pytest.raises(ValueError, match="X has 5 features, but AttentionClustering is expecting 6"):
+    with pytest.raises(
+        ValueError, match="X has 5 features, but AttentionClustering is expecting 6"
+    ):
         model.partial_fit(X[:100, :5])
     with pytest.raises(ValueError, match="NaN"):
         model.partial_fit(np.full((10, 6), np.nan))

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference import finite_difference
 
 from attention_cluster import theory
 from attention_cluster.datasets import make_centroids
 from attention_cluster.metrics import centroid_distance
-from reference import finite_difference
 
 N_SE = 5.0
 POWER = 0.025
@@ -115,8 +115,6 @@ def test_layer_moments_against_monte_carlo(L):
     assert_mc(np.mean(np.sum((X - T) ** 2, -1), 1), risk)
 
 
-
-
 @pytest.mark.parametrize("L", [1, 4, np.inf])
 def test_population_risk_gradient_matches_finite_differences(L):
     rng = np.random.default_rng(7)
@@ -144,7 +142,9 @@ def test_population_risk_invariances(seed, L):
     risk = theory.population_risk(heads, C, 0.5, 0.4, L, w)
     Q = np.linalg.qr(rng.standard_normal((4, 4)))[0]
     flipped = heads[rng.permutation(3)] * rng.choice([-1.0, 1.0], size=(3, 1))
-    assert theory.population_risk(heads @ Q, C @ Q, 0.5, 0.4, L, w) == pytest.approx(risk, rel=1e-10)
+    assert theory.population_risk(heads @ Q, C @ Q, 0.5, 0.4, L, w) == pytest.approx(
+        risk, rel=1e-10
+    )
     assert theory.population_risk(flipped, C, 0.5, 0.4, L, w) == pytest.approx(risk, rel=1e-10)
     assert risk >= 0.0
 
@@ -231,10 +231,10 @@ def test_unbiased_temperature_limits():
     s = np.array([0.0, 0.3, 1.0])
     np.testing.assert_allclose(theory.unbiased_temperature(s, 1e12), 1 / (1 + 2 * s**2))
     np.testing.assert_allclose(theory.unbiased_temperature(s, np.inf, 3), 1 / (1 + 3 * s**2))
+    np.testing.assert_allclose(theory.unbiased_temperature(s, 10), 10 / (11 + 2 * 13 * s**2))
     np.testing.assert_allclose(
-        theory.unbiased_temperature(s, 10), 10 / (11 + 2 * 13 * s**2)
+        theory.in_context_unbiased_temperature(s, np.inf, 7), 1 / (1 + 2 * s**2)
     )
-    np.testing.assert_allclose(theory.in_context_unbiased_temperature(s, np.inf, 7), 1 / (1 + 2 * s**2))
 
 
 # ---------------------------------------------------------------------------
@@ -292,7 +292,9 @@ def test_lambda_star_explicit_two_cluster_form(noise, L, d):
     s, k = noise**2, 1 + d * noise**2
     num = L * (2 * k + 8 * s + (L - 1) * (1 + 4 * s))
     den = (
-        4 * k * (1 + 4 * s) + 32 * s + 96 * s**2
+        4 * k * (1 + 4 * s)
+        + 32 * s
+        + 96 * s**2
         + (L - 1) * (4 + 2 * k + 40 * s + 60 * s**2 + 4 * s * k)
         + (L - 1) * (L - 2) * (1 + 5 * s + 6 * s**2)
     )
@@ -515,10 +517,10 @@ def test_pgd_from_a_random_start_finds_the_span_but_not_the_centroids():
     plain = theory.population_pgd(heads0, C, noise, lam, L, max_iter=5000)
     np.testing.assert_allclose(plain.heads.T @ plain.heads, C.T @ C, atol=1e-6)
     assert plain.distance[-1] > 1e-3  # this seed lands on a rotated frame
-    assert plain.objective[-1] == pytest.approx(theory.population_risk(C, C, noise, lam, L), rel=1e-10)
-    regularised = theory.population_pgd(
-        heads0, C, noise, lam, L, reg_strength=0.1, max_iter=5000
+    assert plain.objective[-1] == pytest.approx(
+        theory.population_risk(C, C, noise, lam, L), rel=1e-10
     )
+    regularised = theory.population_pgd(heads0, C, noise, lam, L, reg_strength=0.1, max_iter=5000)
     assert regularised.distance[-1] < 1e-8
 
 
@@ -531,8 +533,14 @@ def test_pgd_too_much_regularisation_hurts_at_high_noise():
     heads0 = np.random.default_rng(3).standard_normal((2, d))
     runs = {
         noise: theory.population_pgd(
-            heads0, C, noise, 0.9 * theory.lambda_star(noise, L, n_features=d), L,
-            reg_strength=1.0, max_iter=10_000, tol=1e-6,
+            heads0,
+            C,
+            noise,
+            0.9 * theory.lambda_star(noise, L, n_features=d),
+            L,
+            reg_strength=1.0,
+            max_iter=10_000,
+            tol=1e-6,
         )
         for noise in (0.3, 1.0)
     }

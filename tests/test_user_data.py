@@ -145,9 +145,13 @@ def test_high_dimension_runs_in_the_subspace(monkeypatch, global_random_seed):
     monkeypatch.setattr(_clustering, "_SUBSPACE_MIN_FEATURES", 50)
     high = AttentionClustering(3, random_state=0).fit(X)
     assert high.cluster_centers_.shape == (3, 80) and high.moment_heads_.shape == (3, 80)
-    assert adjusted_rand_score(y, high.labels_) == pytest.approx(adjusted_rand_score(y, low.labels_), abs=0.01)
+    assert adjusted_rand_score(y, high.labels_) == pytest.approx(
+        adjusted_rand_score(y, low.labels_), abs=0.01
+    )
     np.testing.assert_array_equal(high.predict(X), high.labels_)
-    np.testing.assert_allclose(np.abs(np.sum(high.cluster_centers_ * low.cluster_centers_, axis=1)), 1.0, atol=1e-3)
+    np.testing.assert_allclose(
+        np.abs(np.sum(high.cluster_centers_ * low.cluster_centers_, axis=1)), 1.0, atol=1e-3
+    )
 
 
 def test_tfidf_fit_never_forms_a_dense_matrix():

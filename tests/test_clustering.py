@@ -408,3 +408,20 @@ def test_as_many_clusters_as_features(d, global_random_seed):
     assert abs(model.scale_ - 3.0) < 0.15
     kmeans = KMeans(d, n_init=3, random_state=global_random_seed).fit(X)
     assert adjusted_rand_score(y, model.labels_) >= adjusted_rand_score(y, kmeans.labels_) - 0.02
+
+
+@pytest.mark.parametrize("standardise", [False, True], ids=["raw", "standardised"])
+@pytest.mark.parametrize("name", ["iris", "wine", "breast_cancer", "digits"])
+def test_default_fit_converges_on_the_bundled_data_sets(name, standardise):
+    # The default fit on scikit-learn's bundled data sets ends without a
+    # ConvergenceWarning (other warnings, such as the centring notice, may come).
+    from sklearn import datasets as sk_datasets
+    from sklearn.preprocessing import StandardScaler
+
+    X, y = getattr(sk_datasets, f"load_{name}")(return_X_y=True)
+    if standardise:
+        X = StandardScaler().fit_transform(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        model = AttentionClustering(len(np.unique(y)), random_state=0).fit(X)
+    assert model.labels_.shape == y.shape

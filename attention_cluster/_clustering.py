@@ -886,6 +886,21 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         losses = losses[:done].copy()
         return _Run(previous, losses, done, converged, float(np.mean(losses[done // 2 :])))
 
+    def _check_new_data(self, X):
+        """``(X, lazy)`` for predict, transform and score: a checked Dask array
+        (``lazy``), or validated dense or sparse rows."""
+        if is_dask_collection(X):
+            return check_dask_array(self, X, reset=False), True
+        X = validate_data(
+            self,
+            X,
+            accept_sparse=["csr", "csc"],
+            dtype=[np.float64, np.float32],
+            order="C",
+            reset=False,
+        )
+        return X, False
+
     def _labels(self, data):
         """predict's rule on the rows of ``data`` (as given): see :meth:`predict`."""
         if self.concentration_ is None:
@@ -919,16 +934,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             A lazy Dask array for Dask input.
         """
         check_is_fitted(self)
-        if is_dask_collection(X):
-            return self._labels(DaskRows(check_dask_array(self, X, reset=False)))
-        X = validate_data(
-            self,
-            X,
-            accept_sparse=["csr", "csc"],
-            dtype=[np.float64, np.float32],
-            order="C",
-            reset=False,
-        )
+        X, lazy = self._check_new_data(X)
+        if lazy:
+            return self._labels(DaskRows(X))
         with rows_of(X, n_threads=self.n_threads) as data:
             return self._labels(data)
 
@@ -1029,18 +1037,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             Same dtype as X; a lazy Dask array, chunked as X, for Dask input.
         """
         check_is_fitted(self)
-        lazy = is_dask_collection(X)
-        if lazy:
-            X = check_dask_array(self, X, reset=False)
-        else:
-            X = validate_data(
-                self,
-                X,
-                accept_sparse=["csr", "csc"],
-                dtype=[np.float64, np.float32],
-                order="C",
-                reset=False,
-            )
+        X, lazy = self._check_new_data(X)
         K = self.n_clusters
         moment_heads = (self.temperature_ * K * self.moment_heads_).astype(X.dtype, copy=False)
         if lazy:
@@ -1191,14 +1188,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             Higher is better.
         """
         check_is_fitted(self)
-        X = validate_data(
-            self,
-            X,
-            accept_sparse=["csr", "csc"],
-            dtype=[np.float64, np.float32],
-            order="C",
-            reset=False,
-        )
+        X, lazy = self._check_new_data(X)
+        if lazy:  # a mean over all rows: computed in memory
+            X = np.ascontiguousarray(X.compute())
         weights = check_sample_weight(sample_weight, X)
         K = self.n_clusters
         out = self.temperature_ * K * self.moment_heads_

@@ -1129,7 +1129,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
         ``BIC = -2 sum_i log p(x_i) + p log n`` with ``p = K d + 1`` free
         parameters: K unit directions (d - 1 each), the common norm r, the
-        noise tau and K - 1 weights (``math.md`` section 7). Fit one
+        noise tau and K - 1 weights (``math.md`` section 7), and d more for
+        the mean when the data were centred (``center_``). Fit one
         estimator per candidate K and keep the K of the smallest BIC (see
         the user guide, "Choosing K").
 

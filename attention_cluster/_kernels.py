@@ -433,8 +433,52 @@ def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
     return total
 
 
-# Rows per block of the mixture E step: the block's scores stay in cache.
+# Rows per block of the mixture E step: the block, transposed, and its scores
+# stay in cache, and every loop over the block runs along contiguous memory,
+# so that it vectorises.
 _E_BLOCK = 256
+
+# exp of the E step's shifted scores x <= 0, written out so that it vectorises
+# (libm's exp is a scalar call, the E step's largest cost when it was used):
+# Cody-Waite reduction x = q ln 2 + r with |r| <= ln(2) / 2 (ln 2 split in a
+# high part exact in q ln 2 and a low part), exp(r) by its Taylor polynomial
+# of degree 13 (truncation below 1e-17 relative) and 2^q written into the
+# exponent bits. Below _EXP_FLOOR (exp < 3.3e-308) the result is 0.
+_LN2_HI = 6.93147180369123816490e-01
+_LN2_LO = 1.90821492927058770002e-10
+_INV_LN2 = 1.44269504088896338700e00
+_EXP_FLOOR = -708.0
+
+# Rows whose normalisers z_i (each in [1, K]) are multiplied before one log:
+# sum_i log z_i = log prod_i z_i, and K^32 stays finite for any K < 2^31.
+_LOG_GROUP = 32
+
+
+@njit(cache=True)
+def _exp_reduced(x):
+    """``(exp(r), q)`` with ``x = q ln 2 + r``, for ``_EXP_FLOOR <= x <= 0``.
+
+    Compiled without fast-math flags (LLVM inlines it into the kernel, flags
+    and all): reassociation would fold the two-part reduction into one
+    product with ln 2 and lose its exactness. The polynomial is exp's
+    Taylor polynomial of degree 13 in Horner form.
+    """
+    q = np.floor(x * _INV_LN2 + 0.5)
+    r = (x - q * _LN2_HI) - q * _LN2_LO
+    p = 1.0 / 6227020800.0
+    p = 1.0 / 479001600.0 + r * p
+    p = 1.0 / 39916800.0 + r * p
+    p = 1.0 / 3628800.0 + r * p
+    p = 1.0 / 362880.0 + r * p
+    p = 1.0 / 40320.0 + r * p
+    p = 1.0 / 5040.0 + r * p
+    p = 1.0 / 720.0 + r * p
+    p = 1.0 / 120.0 + r * p
+    p = 1.0 / 24.0 + r * p
+    p = 1.0 / 6.0 + r * p
+    p = 0.5 + r * p
+    p = 1.0 + r * p
+    return 1.0 + r * p, q
 
 
 @njit(cache=True, nogil=True, fastmath=FASTMATH)
@@ -449,58 +493,87 @@ def mixture_e_step(X, U, log_weights, beta, inv_scale, weights, S, counts):
     the heads. ``U`` is d x K, ``s = 1 / inv_scale``; ``weights`` of length 0
     means unit weights. Sums are in float64 whatever X's dtype. One chunk
     of rows: the pass layer (``_passes``) runs chunks on its threads and
-    adds their results. Rows go by blocks: scores, then responsibilities,
-    then the weighted sums.
+    adds their results. Rows go by blocks, copied transposed to float64:
+    scores, their maximum, the exponentials (see ``_exp_reduced``), the
+    log-normalisers, the responsibilities, then the weighted sums. A row no
+    head can take (every score -inf), or of zero weight, adds nothing.
     """
     n, d = X.shape
     K = U.shape[1]
-    UT = np.ascontiguousarray(U.T)
     b = beta * inv_scale
+    unit = weights.shape[0] == 0
     for k in range(K):
         counts[k] = 0.0
         for j in range(d):
             S[k, j] = 0.0
-    P = np.empty((_E_BLOCK, K))
+    XT = np.empty((d, _E_BLOCK))
+    P = np.empty((K, _E_BLOCK))
+    top = np.empty(_E_BLOCK)
+    Z = np.empty(_E_BLOCK)
+    W = np.empty(_E_BLOCK)
+    bits = np.empty(_E_BLOCK, np.int64)
+    powers = bits.view(np.float64)
     total = 0.0
     for lo in range(0, n, _E_BLOCK):
-        hi = min(lo + _E_BLOCK, n)
-        for i in range(lo, hi):
-            for k in range(K):
+        m = min(_E_BLOCK, n - lo)
+        for j in range(d):
+            for i in range(m):
+                XT[j, i] = X[lo + i, j]
+        for k in range(K):
+            for i in range(m):
+                P[k, i] = log_weights[k]
+            for j in range(d):
+                u = b * U[j, k]
+                for i in range(m):
+                    P[k, i] += u * XT[j, i]
+        for i in range(m):
+            top[i] = P[0, i]
+            Z[i] = 0.0
+            W[i] = 1.0 if unit else weights[lo + i]
+        for k in range(1, K):
+            for i in range(m):
+                top[i] = max(top[i], P[k, i])
+        for i in range(m):
+            if top[i] == -np.inf:
+                top[i] = 0.0
+                W[i] = 0.0
+        for k in range(K):
+            for i in range(m):
+                s = P[k, i] - top[i]
+                e, q = _exp_reduced(max(s, _EXP_FLOOR))
+                P[k, i] = e if s > _EXP_FLOOR else 0.0
+                bits[i] = (np.int64(q) + 1023) << 52
+            for i in range(m):
+                e = P[k, i] * powers[i]
+                P[k, i] = e
+                Z[i] += e
+        for i in range(m):
+            if W[i] == 0.0:
+                Z[i] = 1.0
+        if unit:
+            for g in range(0, m, _LOG_GROUP):
+                product = 1.0
+                for i in range(g, min(g + _LOG_GROUP, m)):
+                    product *= Z[i]
+                    total += top[i]
+                total += np.log(product)
+        else:
+            for i in range(m):
+                if W[i] != 0.0:
+                    total += W[i] * (top[i] + np.log(Z[i]))
+        for i in range(m):
+            Z[i] = W[i] / Z[i]
+        for k in range(K):
+            c = 0.0
+            for i in range(m):
+                P[k, i] *= Z[i]
+                c += P[k, i]
+            counts[k] += c
+            for j in range(d):
                 s = 0.0
-                for j in range(d):
-                    s += X[i, j] * UT[k, j]
-                P[i - lo, k] = log_weights[k] + b * s
-        for i in range(lo, hi):
-            w = 1.0 if weights.shape[0] == 0 else weights[i]
-            top = 0
-            for k in range(1, K):
-                if P[i - lo, k] > P[i - lo, top]:
-                    top = k
-            m = P[i - lo, top]
-            z = 1.0
-            for k in range(K):
-                if k == top:
-                    P[i - lo, k] = 1.0
-                else:
-                    e = np.exp(P[i - lo, k] - m)
-                    P[i - lo, k] = e
-                    z += e
-            if w == 0.0 or m == -np.inf:
-                # A zero-weight row, or a row no head can take: it adds nothing.
-                for k in range(K):
-                    P[i - lo, k] = 0.0
-                continue
-            total += w * (m + np.log(z))
-            inv = w / z
-            for k in range(K):
-                P[i - lo, k] *= inv
-                counts[k] += P[i - lo, k]
-        for i in range(lo, hi):
-            for k in range(K):
-                r = P[i - lo, k]
-                if r != 0.0:
-                    for j in range(d):
-                        S[k, j] += r * X[i, j]
+                for i in range(m):
+                    s += P[k, i] * XT[j, i]
+                S[k, j] += s
     for k in range(K):
         for j in range(d):
             S[k, j] *= inv_scale

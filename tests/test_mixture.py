@@ -16,7 +16,7 @@ from attention_cluster import _kernels as kern
 from attention_cluster._mixture import _EM, _Params, mixture_log_likelihood, refine_heads
 from attention_cluster._passes import DenseRows
 from attention_cluster.datasets import make_mixture
-from attention_cluster.metrics import centroid_distance, class_means_distance
+from attention_cluster.metrics import centroid_distance, class_means_distance, match_centroids
 
 
 def _problem(seed, n=600, d=5, K=3, noise=0.6, weights=None):
@@ -199,7 +199,10 @@ def test_point_clusters_are_recovered_exactly():
     start /= np.linalg.norm(start, axis=1, keepdims=True)
     fit = _refined(X, start, noise=0.0)
     assert fit.converged and np.all(np.isfinite(fit.heads))
-    assert centroid_distance(fit.heads.T, C) < 1e-20
+    # Exact up to the rounding of the sums (the E step adds rows in blocks).
+    perm, signs, _ = match_centroids(fit.heads.T, C)
+    heads = signs[:, None] * fit.heads.T[perm]
+    np.testing.assert_allclose(heads, C, rtol=0, atol=8 * np.finfo(float).eps)
 
 
 # --- The estimator's refine option ------------------------------------------
@@ -290,3 +293,19 @@ def test_refine_recovers_the_centroids_from_the_product_regulariser(global_rando
     floor = class_means_distance(X, y, C)
     model = AttentionClustering(5, regularization="product", random_state=global_random_seed).fit(X)
     assert centroid_distance(model.cluster_centers_, C) < 2 * floor
+
+
+@given(st.floats(min_value=-800.0, max_value=0.0))
+def test_e_step_exponential_matches_numpy(x):
+    # The E step's vectorised exp (Cody-Waite reduction and a Taylor
+    # polynomial): relative error near rounding, 0 below the floor.
+    X = np.array([[0.0], [1.0]])
+    U = np.ones((1, 2))
+    # Row 2's scores are (0, x) after the shift by the larger one: its
+    # responsibilities are (1, e^x) / (1 + e^x).
+    log_pi = np.array([0.0, x]) if x > -np.inf else np.array([0.0, -np.inf])
+    S, counts, partial = _kernel_e_step(X, U, log_pi, 0.0)
+    expected = np.exp(x) if x > kern._EXP_FLOOR else 0.0
+    assert counts[1] / 2.0 == pytest.approx(expected / (1.0 + expected), rel=1e-15, abs=0.0)
+    # logsumexp is top + log(z), z = 1 + e^x: exact to rounding in absolute terms.
+    assert partial == pytest.approx(2.0 * np.log1p(expected), rel=1e-15, abs=1e-15)

@@ -15,6 +15,7 @@ iterations are accelerated by SQUAREM (Varadhan and Roland, Scand. J. Stat.
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.sparse.linalg import LinearOperator, gmres
 from sklearn.utils import check_random_state
 
 # Smallest noise variance, relative to the mean squared norm m2 / d: keeps the
@@ -205,13 +206,103 @@ def _run_em(em, p0, tol, max_iter, rho, report):
     return p0, False, rho
 
 
+def _em_map(em, v, d, K):
+    """The EM map on parameter vectors (:meth:`_Params.vector`): one E step and the M step."""
+    p = _Params.from_vector(v, d, K, em.floor)
+    S, counts, _ = em.expect(p)
+    return em.maximize(S, counts, p).vector()
+
+
+def _newton_em(em, p0, sub, p_sub, tol, max_iter, rho, report):
+    """Newton iterations on all rows for the fixed point of EM; ``(params, converged, rho)``.
+
+    The maximum on all rows is the fixed point of the EM map G: ``G(v) =
+    v``. From the subsample's fixed point, Newton's step solves ``(I - J) x =
+    G(v) - v`` with J the EM map's Jacobian (``math.md`` section 7), taken on
+    the subsample ``sub`` at its fixed point ``p_sub``, where a product ``J
+    y`` costs one E step on the subsample (a forward difference) and the
+    solve is GMRES. J differs from the Jacobian on all rows by the sampling
+    error of the subsample, so each Newton step contracts the error by a
+    small factor ``c`` instead of EM's rate, close to 1 when the clusters
+    overlap. A step is kept only if the likelihood on all rows does not
+    decrease (checked by the next E step); otherwise, or when a step cannot
+    be formed, the run goes on by SQUAREM (:func:`_run_em`) from the EM
+    step. It stops when the estimated distance of the new iterate to the
+    fixed point, ``c / (1 - c)`` times the step on the heads, is below
+    ``sqrt(tol)`` standard errors, or when a step gains less than ``10 tol``
+    nats, as :func:`_run_em` does.
+    """
+    d, K = p0.U.shape
+    v_sub = p_sub.vector()
+    S, counts, ll = em.expect(p0)
+    report(em, ll)
+    start = em.passes - 1
+    p = p0
+    if not np.all(np.isfinite(v_sub)):
+        # A head that no point takes (log pi = -inf): no derivative there.
+        return _run_em(em, p, tol, max_iter - 1, rho, report)
+    g_sub = _em_map(sub, v_sub, d, K)
+    scale = 1e-7 * (1.0 + np.linalg.norm(v_sub))
+
+    def matvec(y):
+        y = np.ravel(y)
+        size = np.linalg.norm(y)
+        if size == 0.0:
+            return y
+        eps = scale / size
+        return y - (_em_map(sub, v_sub + eps * y, d, K) - g_sub) / eps
+
+    operator = LinearOperator((v_sub.size, v_sub.size), matvec=matvec, dtype=np.float64)
+    rate, previous = 0.5, None
+    while em.passes - start < max_iter:
+        p_em = em.maximize(S, counts, p)
+        residual = p_em.vector() - p.vector()
+        step = None
+        if np.all(np.isfinite(residual)):
+            x, info = gmres(
+                operator,
+                residual,
+                rtol=_NEWTON_RTOL,
+                atol=0.0,
+                restart=min(v_sub.size, 40),
+                maxiter=1,
+            )
+            if info >= 0 and np.all(np.isfinite(x)):
+                step = x
+        candidate = None if step is None else _Params.from_vector(p.vector() + step, d, K, em.floor)
+        if candidate is None:
+            return _run_em(em, p_em, tol, max_iter - (em.passes - start), rho, report)
+        moved = float(np.sum((candidate.U - p.U) ** 2))
+        if previous is not None and previous > 0.0:
+            rate = min(float(np.sqrt(moved / previous)), 0.9)
+        if moved * (rate / (1.0 - rate)) ** 2 <= tol * standard_error(candidate, em.n_effective):
+            return candidate, True, rho
+        S1, counts1, ll1 = em.expect(candidate)
+        if ll1 < ll - 1e-12 * (1.0 + abs(ll)):
+            # The step lost likelihood: EM's monotone steps from here on.
+            return _run_em(em, p_em, tol, max_iter - (em.passes - start), rho, report)
+        report(em, ll1)
+        gained = em.n_effective * (ll1 - ll)
+        p, S, counts, ll, previous = candidate, S1, counts1, ll1, moved
+        if gained < _GAIN_PER_TOL * tol:
+            return p, True, rho
+    return p, False, rho
+
+
+# Relative residual of the GMRES solve of each Newton step: the Jacobian is
+# the subsample's, off by its sampling error, so a closer solve buys nothing.
+_NEWTON_RTOL = 1e-2
+
+
 # Smallest gain of total log-likelihood (nats) worth another EM pass, per
 # unit of tol (the fraction of the squared standard error).
 _GAIN_PER_TOL = 10.0
 
-# Rows of the first subsample of the EM; each further one is 16 times larger,
-# up to a quarter of the rows, then all rows.
+# Rows of the first subsample of the EM: _SUBSAMPLE, or an eighth of the rows
+# when that is smaller but still _MIN_SUBSAMPLE rows; each further one is 16
+# times larger, up to a quarter of the rows, then all rows.
 _SUBSAMPLE = 65536
+_MIN_SUBSAMPLE = 8192
 _GROWTH = 16
 
 
@@ -221,12 +312,15 @@ def refine_heads(
     """EM for the equal-norm spherical mixture, started at ``heads``.
 
     Passes are spent where they buy accuracy: when the data have more than
-    ``4 x 65536`` rows, EM first runs on a subsample of 65536 rows (then on
-    subsamples 16 times larger while they are under a quarter of the
-    rows), each to its own statistical resolution, so that the passes over
-    all rows start within a few standard errors of the maximum. On every
-    data set the iterations stop when the heads are estimated to be within
-    ``sqrt(tol)`` standard errors of the fixed point (:func:`_run_em`).
+    4 x 8192 rows, EM first runs on a subsample (65536 rows, or an eighth of
+    the rows if that is smaller but at least 8192; then subsamples 16 times
+    larger while they are under a quarter of the rows), each to its own
+    statistical resolution, so that the passes over all rows start within a
+    few standard errors of the maximum; on all rows, Newton's steps with the
+    last subsample's Jacobian of the EM map (:func:`_newton_em`) then take a
+    few passes where EM would crawl. The iterations stop when the heads are
+    estimated to be within ``sqrt(tol)`` standard errors of the fixed point
+    (:func:`_run_em`, ``math.md`` section 7).
 
     Parameters
     ----------
@@ -270,7 +364,7 @@ def refine_heads(
         )
     rng = check_random_state(random_state)
     sizes = []
-    size = _SUBSAMPLE
+    size = max(min(_SUBSAMPLE, data.n_samples // 8), _MIN_SUBSAMPLE)
     while 4 * size < data.n_samples:
         sizes.append(size)
         size *= _GROWTH
@@ -293,11 +387,15 @@ def refine_heads(
     U *= np.where(stages[0].head_totals(U) < 0, -1.0, 1.0)
     p = _Params(U, 1.0, max(float(noise) ** 2, mean_sq * _MIN_VARIANCE / d), np.full(K, -np.log(K)))
     rho = 0.9
+    sub_em = None
     for sub in stages[:-1]:
-        em = _EM(sub, float(sub.norm_moments()[0]))
-        p, _, rho = _run_em(em, p, tol, max_iter, rho, report)
+        sub_em = _EM(sub, float(sub.norm_moments()[0]))
+        p, _, rho = _run_em(sub_em, p, tol, max_iter, rho, report)
     em = _EM(data, mean_sq)
-    p, converged, _ = _run_em(em, p, tol, max_iter, rho, report)
+    if sub_em is None:
+        p, converged, _ = _run_em(em, p, tol, max_iter, rho, report)
+    else:
+        p, converged, _ = _newton_em(em, p, sub_em, p, tol, max_iter, rho, report)
     radius = p.radius
     return MixtureFit(
         heads=p.U,

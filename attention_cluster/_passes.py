@@ -124,6 +124,16 @@ class _Pool:
             self.executor = None
 
 
+def distinct_rows(rng, n, size):
+    """Sorted distinct indices of about ``size`` rows out of ``n``, uniformly.
+
+    ``size`` indices drawn with replacement, sorted, duplicates dropped: the
+    set ``np.unique`` gives, in O(size log size) whatever ``n``.
+    """
+    idx = np.sort(rng.randint(0, n, size=size))
+    return idx[np.concatenate(([True], idx[1:] != idx[:-1]))]
+
+
 class _Rows:
     """What every backend shares: it is a context manager (see ``close``)."""
 
@@ -242,8 +252,10 @@ class DenseRows(_Rows):
         inv = 1.0 / self.scale
 
         def chunk(B, w, lo, hi):
+            # A product with the weights (ones) reads the rows as BLAS does;
+            # B.sum(axis=0) reads a C-ordered B about three times slower.
             B = np.asarray(B, dtype=np.float64)
-            return (B.sum(axis=0) if w.size == 0 else w @ B) * inv
+            return ((np.ones(B.shape[0]) if w.size == 0 else w) @ B) * inv
 
         return sum(self._map(chunk), np.zeros(self.n_features)) / self.total_weight
 
@@ -417,9 +429,9 @@ class DenseRows(_Rows):
         """
         if self.n_samples <= size:
             return self
-        idx = np.unique(rng.randint(0, self.n_samples, size=size))
+        idx = distinct_rows(rng, self.n_samples, size)
         weight = None if self.sample_weight is None else self.sample_weight[idx]
-        rows = np.asarray(self._X[idx], dtype=np.float64)
+        rows = np.asarray(np.take(self._X, idx, axis=0), dtype=np.float64)
         return DenseRows(rows, weight, self.scale, n_threads=1)
 
     def project(self, V):
@@ -863,7 +875,7 @@ class SparseRows(_Rows):
         """As :meth:`DenseRows.subsample`: a :class:`SparseRows` on about ``size`` rows."""
         if self.n_samples <= size:
             return self
-        idx = np.unique(rng.randint(0, self.n_samples, size=size))
+        idx = distinct_rows(rng, self.n_samples, size)
         weight = None if self.sample_weight is None else self.sample_weight[idx]
         return SparseRows(self._X[idx], weight, self.scale, self.offset)
 

@@ -13,6 +13,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from attention_cluster import AttentionClustering
 from attention_cluster import _kernels as kern
+from attention_cluster import _mixture as mixture
 from attention_cluster._mixture import _EM, _Params, mixture_log_likelihood, refine_heads
 from attention_cluster._passes import DenseRows
 from attention_cluster.datasets import make_mixture
@@ -309,3 +310,53 @@ def test_e_step_exponential_matches_numpy(x):
     assert counts[1] / 2.0 == pytest.approx(expected / (1.0 + expected), rel=1e-15, abs=0.0)
     # logsumexp is top + log(z), z = 1 + e^x: exact to rounding in absolute terms.
     assert partial == pytest.approx(2.0 * np.log1p(expected), rel=1e-15, abs=1e-15)
+
+
+# --- Newton's steps on all rows after the subsample stage ------------------
+
+
+def _newton_problem(seed, noise=1.0):
+    # Above 4 x _MIN_SUBSAMPLE rows the EM runs on a subsample first, then
+    # by Newton's steps on all rows.
+    n = 5 * mixture._MIN_SUBSAMPLE
+    X, _, C = make_mixture(n, 6, 2, noise=noise, random_state=seed)
+    return X, C
+
+
+def _plain_maximum(X, start, noise):
+    # SQUAREM on all rows, run far below the statistical resolution.
+    data = DenseRows(X)
+    mean_sq = float(np.mean(np.sum(X**2, axis=1)))
+    em = _EM(data, mean_sq)
+    p = _Params(np.ascontiguousarray(start.T), 1.0, noise**2, np.full(2, -np.log(2)))
+    p, converged, _ = mixture._run_em(em, p, 1e-20, 5000, 0.9, lambda em, ll: None)
+    assert converged
+    return p, em
+
+
+@pytest.mark.parametrize("noise", [0.4, 1.0])
+def test_newton_steps_reach_the_likelihood_maximum(noise, global_random_seed):
+    X, C = _newton_problem(global_random_seed, noise)
+    fit = _refined(X, C, noise=noise)
+    assert fit.converged
+    best, em = _plain_maximum(X, C, noise)
+    # Within sqrt(tol) = 0.03 standard errors asked; a tenth is checked.
+    se2 = mixture.standard_error(best, em.n_effective)
+    assert np.sum((fit.heads - best.U) ** 2) < 0.01 * se2
+    assert np.all(np.diff(fit.log_likelihood) >= -1e-12 * np.abs(fit.log_likelihood[1:]))
+
+
+def test_newton_falls_back_to_em_when_a_step_loses_likelihood(monkeypatch, global_random_seed):
+    # A solver that returns a wild step: the likelihood check rejects it and
+    # SQUAREM finishes at the same maximum.
+    X, C = _newton_problem(global_random_seed)
+
+    def wild(A, b, **kwargs):
+        return 50.0 * b, 0
+
+    monkeypatch.setattr(mixture, "gmres", wild)
+    fit = _refined(X, C, noise=1.0)
+    assert fit.converged
+    best, em = _plain_maximum(X, C, 1.0)
+    assert np.sum((fit.heads - best.U) ** 2) < 0.01 * mixture.standard_error(best, em.n_effective)
+    assert np.all(np.diff(fit.log_likelihood) >= -1e-12 * np.abs(fit.log_likelihood[1:]))

@@ -397,39 +397,55 @@ def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
     """
     m, d = X.shape
     K = U.shape[1]
-    # Heads as contiguous rows: the dot products below run along memory.
-    UT = np.ascontiguousarray(U.T)
-    MUT = np.ascontiguousarray(MU.T)
-    x = np.empty(d)
+    # Rows go by blocks copied transposed to float64 (as in mixture_e_step):
+    # the projections and the sums over rows run along contiguous memory.
+    XT = np.empty((d, _E_BLOCK))
+    AB = np.empty((K, _E_BLOCK))
+    GB = np.empty((K, _E_BLOCK))
+    CB = np.empty((3 * K, _E_BLOCK))
+    nrm = np.empty(_E_BLOCK)
     a = np.empty(K)
     g = np.empty(K)
     coef = np.empty(K)
     C = np.empty(3 * K)
     total = 0.0
-    for i in range(m):
-        wi = 1.0 if w.size == 0 else w[i]
-        nrm = 0.0
+    for lo in range(0, m, _E_BLOCK):
+        size = min(_E_BLOCK, m - lo)
+        for i in range(size):
+            nrm[i] = 0.0
         for j in range(d):
-            v = X[i, j] * inv_scale
-            x[j] = v
-            nrm += v * v
-        s = 0.0
-        h = 0.0
+            for i in range(size):
+                v = X[lo + i, j] * inv_scale
+                XT[j, i] = v
+                nrm[i] += v * v
         for k in range(K):
-            ak = 0.0
-            gk = 0.0
+            for i in range(size):
+                AB[k, i] = 0.0
+                GB[k, i] = 0.0
             for j in range(d):
-                ak += x[j] * UT[k, j]
-                gk += x[j] * MUT[k, j]
-            a[k] = ak
-            g[k] = gk
-            s += ak * ak
-            h += ak * gk
-        total += _row_terms(a, g, s, h, nrm, wi, c, lm1, reg, rho, coef, C)
+                u = U[j, k]
+                mu = MU[j, k]
+                for i in range(size):
+                    AB[k, i] += u * XT[j, i]
+                    GB[k, i] += mu * XT[j, i]
+        for i in range(size):
+            wi = 1.0 if w.size == 0 else w[lo + i]
+            s = 0.0
+            h = 0.0
+            for k in range(K):
+                a[k] = AB[k, i]
+                g[k] = GB[k, i]
+                s += a[k] * a[k]
+                h += a[k] * g[k]
+            total += _row_terms(a, g, s, h, nrm[i], wi, c, lm1, reg, rho, coef, C)
+            for r in range(3 * K):
+                CB[r, i] = C[r]
         for r in range(3 * K):
-            cr = C[r]
             for j in range(d):
-                P[r, j] += cr * x[j]
+                acc = 0.0
+                for i in range(size):
+                    acc += CB[r, i] * XT[j, i]
+                P[r, j] += acc
     return total
 
 

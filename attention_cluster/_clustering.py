@@ -210,7 +210,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         subspace of the second moment, about ``1 + K sigma^2`` times
         farther from the centroids than the class means at high noise; the
         refined heads are the maximum-likelihood centroid directions. Each
-        E step is one pass over the data; above ``4 x 8192`` rows EM first
+        E step is one pass over the data; on large data EM first
         runs on subsamples, then takes Newton's steps on all rows with the
         subsample's Jacobian, and every stage stops when the heads are
         estimated to be within a small fraction of their standard error of

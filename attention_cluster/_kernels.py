@@ -312,30 +312,79 @@ def argmax_rows(scores, gain, bias, out):
         out[i] = best
 
 
-@njit(cache=True, fastmath=FASTMATH, inline="always")
-def _row_terms(a, g, s, h, nrm, wi, c, lm1, reg, rho, coef, C):
-    """One row's weighted term of the exact risk, and its gradient coefficients.
+@njit(cache=True, fastmath=FASTMATH)
+def _block_row_terms(AB, GB, nrm, W, size, c, lm1, reg, rho, SB, CB):
+    """The rows' weighted terms of the exact risk and their gradient coefficients, for a block.
 
-    With ``a = U^T x``, ``g = U^T M x``, ``s = ||a||^2``, ``h = <a, g>``,
-    ``nrm = ||x||^2`` and weight ``wi``: returns ``wi (e^2 nrm - 2c(L-1) e
-    h + rho r)``, ``e = 1 - c s``, and fills ``C`` (3K) with the
-    coefficients of ``x^T`` in the gradient's three sums (see
-    :func:`exact_row_terms`).
+    Column i of ``AB`` and ``GB`` (K x block) is row i's ``a = U^T x`` and
+    ``g = U^T M x``, ``nrm[i] = ||x||^2`` and ``W[i]`` its weight, for the
+    first ``size`` columns. With ``s = ||a||^2``, ``h = <a, g>`` and ``e = 1 -
+    c s``, returns the sum of ``W (e^2 nrm - 2c(L-1) e h + rho r)`` and
+    fills column i of ``CB`` (3K x block) with the coefficients of ``x^T``
+    in the gradient's three sums (see :func:`exact_row_terms`). The
+    regulariser r and its coefficients are :func:`token_regularizer`'s
+    formulas, written along the block so that the loops over rows
+    vectorise. ``SB`` (3 x block) is scratch; ``GB`` is overwritten.
     """
-    K = a.shape[0]
-    e = 1.0 - c * s
-    value = e * e * nrm - 2.0 * c * lm1 * e * h
-    alpha = wi * (-4.0 * c * e * nrm + 4.0 * c * c * lm1 * h)
-    beta = wi * (-2.0 * c * lm1 * e)
+    K = AB.shape[0]
+    s, h, e = SB[0], SB[1], SB[2]
+    for i in range(size):
+        s[i] = 0.0
+        h[i] = 0.0
     for k in range(K):
-        C[k] = alpha * a[k] + beta * g[k]
-        C[K + k] = beta * a[k]
-        C[2 * K + k] = wi * nrm * a[k]
-    if reg != REG_NONE:
-        value += rho * token_regularizer(a, reg, coef)
+        for i in range(size):
+            s[i] += AB[k, i] * AB[k, i]
+            h[i] += AB[k, i] * GB[k, i]
+    total = 0.0
+    for i in range(size):
+        ei = 1.0 - c * s[i]
+        total += W[i] * (ei * ei * nrm[i] - 2.0 * c * lm1 * ei * h[i])
+        # s and h now hold alpha and beta of exact_row_terms' docstring.
+        s[i] = W[i] * (-4.0 * c * ei * nrm[i] + 4.0 * c * c * lm1 * h[i])
+        h[i] = W[i] * (-2.0 * c * lm1 * ei)
+        e[i] = W[i] * nrm[i]
+    for k in range(K):
+        for i in range(size):
+            CB[k, i] = s[i] * AB[k, i] + h[i] * GB[k, i]
+            CB[K + k, i] = h[i] * AB[k, i]
+            CB[2 * K + k, i] = e[i] * AB[k, i]
+    if reg == REG_PAIRWISE:
+        # r = sum_k q_k (q_0 + ... + q_{k-1}), q = a^2 (no cancellation);
+        # dr/dmu_k = 2 a_k (S - q_k) x with S = sum_k q_k.
+        S, r = SB[0], SB[1]
+        for i in range(size):
+            S[i] = 0.0
+            r[i] = 0.0
         for k in range(K):
-            C[k] += wi * rho * coef[k]
-    return wi * value
+            for i in range(size):
+                q = AB[k, i] * AB[k, i]
+                r[i] += q * S[i]
+                S[i] += q
+        for i in range(size):
+            total += W[i] * rho * r[i]
+        for k in range(K):
+            for i in range(size):
+                q = AB[k, i] * AB[k, i]
+                CB[k, i] += W[i] * rho * 2.0 * AB[k, i] * (S[i] - q)
+    elif reg == REG_PRODUCT:
+        # r = prod_k q_k; dr/dmu_k = 2 a_k prod_{j != k} q_j x, from prefix
+        # products (kept in GB, no longer needed) and suffix products: no
+        # division.
+        prefix, suffix = SB[0], SB[1]
+        for i in range(size):
+            prefix[i] = 1.0
+            suffix[i] = 1.0
+        for k in range(K):
+            for i in range(size):
+                GB[k, i] = prefix[i]
+                prefix[i] *= AB[k, i] * AB[k, i]
+        for i in range(size):
+            total += W[i] * rho * prefix[i]
+        for k in range(K - 1, -1, -1):
+            for i in range(size):
+                CB[k, i] += W[i] * rho * 2.0 * AB[k, i] * GB[k, i] * suffix[i]
+                suffix[i] *= AB[k, i] * AB[k, i]
+    return total
 
 
 @njit(cache=True, nogil=True, fastmath=FASTMATH)
@@ -349,16 +398,24 @@ def projected_row_terms(A, G, nrm, w, c, lm1, reg, rho, C):
     sparse rows. ``w`` of length 0 means unit weights.
     """
     n, K = A.shape
-    coef = np.empty(K)
+    AB = np.empty((K, _E_BLOCK))
+    GB = np.empty((K, _E_BLOCK))
+    CB = np.empty((3 * K, _E_BLOCK))
+    SB = np.empty((3, _E_BLOCK))
+    W = np.empty(_E_BLOCK)
     total = 0.0
-    for i in range(n):
-        wi = 1.0 if w.size == 0 else w[i]
-        s = 0.0
-        h = 0.0
+    for lo in range(0, n, _E_BLOCK):
+        size = min(_E_BLOCK, n - lo)
         for k in range(K):
-            s += A[i, k] * A[i, k]
-            h += A[i, k] * G[i, k]
-        total += _row_terms(A[i], G[i], s, h, nrm[i], wi, c, lm1, reg, rho, coef, C[i])
+            for i in range(size):
+                AB[k, i] = A[lo + i, k]
+                GB[k, i] = G[lo + i, k]
+        for i in range(size):
+            W[i] = 1.0 if w.size == 0 else w[lo + i]
+        total += _block_row_terms(AB, GB, nrm[lo:], W, size, c, lm1, reg, rho, SB, CB)
+        for r in range(3 * K):
+            for i in range(size):
+                C[lo + i, r] = CB[r, i]
     return total
 
 
@@ -398,21 +455,21 @@ def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
     m, d = X.shape
     K = U.shape[1]
     # Rows go by blocks copied transposed to float64 (as in mixture_e_step):
-    # the projections and the sums over rows run along contiguous memory.
+    # the projections, the row terms and the sums over rows run along
+    # contiguous memory.
     XT = np.empty((d, _E_BLOCK))
     AB = np.empty((K, _E_BLOCK))
     GB = np.empty((K, _E_BLOCK))
     CB = np.empty((3 * K, _E_BLOCK))
+    SB = np.empty((3, _E_BLOCK))
     nrm = np.empty(_E_BLOCK)
-    a = np.empty(K)
-    g = np.empty(K)
-    coef = np.empty(K)
-    C = np.empty(3 * K)
+    W = np.empty(_E_BLOCK)
     total = 0.0
     for lo in range(0, m, _E_BLOCK):
         size = min(_E_BLOCK, m - lo)
         for i in range(size):
             nrm[i] = 0.0
+            W[i] = 1.0 if w.size == 0 else w[lo + i]
         for j in range(d):
             for i in range(size):
                 v = X[lo + i, j] * inv_scale
@@ -428,18 +485,7 @@ def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
                 for i in range(size):
                     AB[k, i] += u * XT[j, i]
                     GB[k, i] += mu * XT[j, i]
-        for i in range(size):
-            wi = 1.0 if w.size == 0 else w[lo + i]
-            s = 0.0
-            h = 0.0
-            for k in range(K):
-                a[k] = AB[k, i]
-                g[k] = GB[k, i]
-                s += a[k] * a[k]
-                h += a[k] * g[k]
-            total += _row_terms(a, g, s, h, nrm[i], wi, c, lm1, reg, rho, coef, C)
-            for r in range(3 * K):
-                CB[r, i] = C[r]
+        total += _block_row_terms(AB, GB, nrm, W, size, c, lm1, reg, rho, SB, CB)
         for r in range(3 * K):
             for j in range(d):
                 acc = 0.0

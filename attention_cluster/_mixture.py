@@ -213,6 +213,39 @@ def _em_map(em, v, d, K):
     return em.maximize(S, counts, p).vector()
 
 
+class _NewtonSystem:
+    """``(I - J) x = r`` for Newton's steps, J the EM map's Jacobian on a subsample.
+
+    A product ``J y`` is a forward difference of the EM map at the
+    subsample's fixed point ``v``: one E step on the subsample. The system is
+    solved by GMRES to a relative residual of ``_NEWTON_RTOL``: the Jacobian
+    of EM is close to low rank (its few slow directions), so GMRES needs few
+    products. (Reusing the products of earlier steps as a starting subspace
+    was measured to need more products, not fewer.)
+    """
+
+    def __init__(self, sub, v, d, K):
+        self.sub, self.v, self.d, self.K = sub, v, d, K
+        self.g = _em_map(sub, v, d, K)
+        self.eps = 1e-7 * (1.0 + np.linalg.norm(v))
+        self.operator = LinearOperator((v.size, v.size), matvec=self._product, dtype=np.float64)
+
+    def _product(self, y):
+        y = np.ravel(y)
+        size = np.linalg.norm(y)
+        if size == 0.0:
+            return y
+        eps = self.eps / size
+        return y - (_em_map(self.sub, self.v + eps * y, self.d, self.K) - self.g) / eps
+
+    def solve(self, r):
+        """x with ``||(I - J) x - r|| <= _NEWTON_RTOL ||r||`` (or GMRES's best), or None."""
+        x, info = gmres(
+            self.operator, r, rtol=_NEWTON_RTOL, atol=0.0, restart=min(r.size, 40), maxiter=1
+        )
+        return x if info >= 0 and np.all(np.isfinite(x)) else None
+
+
 def _newton_em(em, p0, sub, p_sub, tol, max_iter, rho, report):
     """Newton iterations on all rows for the fixed point of EM; ``(params, converged, rho)``.
 
@@ -241,34 +274,12 @@ def _newton_em(em, p0, sub, p_sub, tol, max_iter, rho, report):
     if not np.all(np.isfinite(v_sub)):
         # A head that no point takes (log pi = -inf): no derivative there.
         return _run_em(em, p, tol, max_iter - 1, rho, report)
-    g_sub = _em_map(sub, v_sub, d, K)
-    scale = 1e-7 * (1.0 + np.linalg.norm(v_sub))
-
-    def matvec(y):
-        y = np.ravel(y)
-        size = np.linalg.norm(y)
-        if size == 0.0:
-            return y
-        eps = scale / size
-        return y - (_em_map(sub, v_sub + eps * y, d, K) - g_sub) / eps
-
-    operator = LinearOperator((v_sub.size, v_sub.size), matvec=matvec, dtype=np.float64)
+    solver = _NewtonSystem(sub, v_sub, d, K)
     rate, previous = 0.5, None
     while em.passes - start < max_iter:
         p_em = em.maximize(S, counts, p)
         residual = p_em.vector() - p.vector()
-        step = None
-        if np.all(np.isfinite(residual)):
-            x, info = gmres(
-                operator,
-                residual,
-                rtol=_NEWTON_RTOL,
-                atol=0.0,
-                restart=min(v_sub.size, 40),
-                maxiter=1,
-            )
-            if info >= 0 and np.all(np.isfinite(x)):
-                step = x
+        step = solver.solve(residual) if np.all(np.isfinite(residual)) else None
         candidate = None if step is None else _Params.from_vector(p.vector() + step, d, K, em.floor)
         if candidate is None:
             return _run_em(em, p_em, tol, max_iter - (em.passes - start), rho, report)
@@ -299,10 +310,14 @@ _NEWTON_RTOL = 1e-2
 _GAIN_PER_TOL = 10.0
 
 # Rows of the first subsample of the EM: _SUBSAMPLE, or an eighth of the rows
-# when that is smaller but still _MIN_SUBSAMPLE rows; each further one is 16
-# times larger, up to a quarter of the rows, then all rows.
+# when that is smaller, but at least _MIN_SUBSAMPLE rows and
+# _ROWS_PER_PARAMETER rows per parameter of the mixture (below that, the
+# subsample's Jacobian is too far from the one on all rows for Newton's steps
+# to beat SQUAREM's); each further one is 16 times larger, up to a quarter of
+# the rows, then all rows.
 _SUBSAMPLE = 65536
 _MIN_SUBSAMPLE = 8192
+_ROWS_PER_PARAMETER = 256
 _GROWTH = 16
 
 
@@ -312,9 +327,10 @@ def refine_heads(
     """EM for the equal-norm spherical mixture, started at ``heads``.
 
     Passes are spent where they buy accuracy: when the data have more than
-    4 x 8192 rows, EM first runs on a subsample (65536 rows, or an eighth of
-    the rows if that is smaller but at least 8192; then subsamples 16 times
-    larger while they are under a quarter of the rows), each to its own
+    4 times the first subsample's rows, EM first runs on a subsample (65536
+    rows, or an eighth of the rows if that is smaller, but at least 8192 and
+    256 per parameter of the mixture; then subsamples 16 times larger while
+    they are under a quarter of the rows), each to its own
     statistical resolution, so that the passes over all rows start within a
     few standard errors of the maximum; on all rows, Newton's steps with the
     last subsample's Jacobian of the EM map (:func:`_newton_em`) then take a
@@ -364,7 +380,12 @@ def refine_heads(
         )
     rng = check_random_state(random_state)
     sizes = []
-    size = max(min(_SUBSAMPLE, data.n_samples // 8), _MIN_SUBSAMPLE)
+    n_parameters = d * K + 2 + K
+    size = max(
+        min(_SUBSAMPLE, data.n_samples // 8),
+        _MIN_SUBSAMPLE,
+        _ROWS_PER_PARAMETER * n_parameters,
+    )
     while 4 * size < data.n_samples:
         sizes.append(size)
         size *= _GROWTH

@@ -27,14 +27,19 @@ class SphereResult:
     memory: tuple = ()  #: L-BFGS pairs (s, y), tangent at ``heads``, for a warm start
 
 
+def _dot(A, B):
+    """Frobenius inner product ``<A, B>`` (np.vdot flattens; faster than np.sum(A * B))."""
+    return float(np.vdot(A, B))
+
+
 def _norm(Z):
-    return float(np.sqrt(np.sum(Z * Z)))
+    return float(np.sqrt(_dot(Z, Z)))
 
 
 def _armijo(fun, U, f, g, p, max_halvings=40):
     """Backtracking (Armijo) along the retraction: largest ``t = 2^-j`` with
     ``f(R_U(t p)) <= f + 1e-4 t <g, p>``. Returns ``(t, U, f, G)`` or None."""
-    slope = np.sum(g * p)
+    slope = _dot(g, p)
     t = 1.0
     for _ in range(max_halvings):
         U_new = retract(U, t * p)
@@ -46,22 +51,22 @@ def _armijo(fun, U, f, g, p, max_halvings=40):
 
 
 def _curvature_ok(s, y):
-    return np.sum(s * y) > 1e-12 * _norm(s) * _norm(y)
+    return _dot(s, y) > 1e-12 * _norm(s) * _norm(y)
 
 
 def _two_loop(g, pairs):
     """L-BFGS two-loop recursion: ``-H g`` with the inverse-Hessian model of ``pairs``."""
     q = g.copy()
-    rhos = [1.0 / np.sum(s * y) for s, y in pairs]
+    rhos = [1.0 / _dot(s, y) for s, y in pairs]
     alphas = []
     for (s, y), rho in zip(reversed(pairs), reversed(rhos)):
-        a = rho * np.sum(s * q)
+        a = rho * _dot(s, q)
         q -= a * y
         alphas.append(a)
     s, y = pairs[-1]
-    q *= np.sum(s * y) / np.sum(y * y)
+    q *= _dot(s, y) / _dot(y, y)
     for (s, y), rho, a in zip(pairs, rhos, reversed(alphas)):
-        q += (a - rho * np.sum(y * q)) * s
+        q += (a - rho * _dot(y, q)) * s
     return -q
 
 
@@ -125,7 +130,7 @@ def minimize_on_spheres(fun, U0, *, tol, max_iter, memory_size=10, memory=()):
             probe = _probe_pair(fun, U, g, min(1e-3, gnorm))
             pairs = [probe] if _curvature_ok(*probe) else []
         p = _two_loop(g, pairs) if pairs else -g
-        if np.sum(p * g) >= 0.0:
+        if _dot(p, g) >= 0.0:
             p = -g
         step = _armijo(fun, U, f, g, p)
         if step is None:

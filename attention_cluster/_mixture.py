@@ -320,6 +320,11 @@ _MIN_SUBSAMPLE = 8192
 _ROWS_PER_PARAMETER = 256
 _GROWTH = 16
 
+# Rows on which Newton's steps take the EM map's Jacobian (at least
+# _ROWS_PER_PARAMETER per parameter, at most the last subsample's): each
+# product is an E step on them.
+_JACOBIAN_ROWS = 16384
+
 
 def refine_heads(
     data, heads, mean_sq, noise, *, tol=1e-3, max_iter=500, random_state=None, verbose=0
@@ -416,7 +421,9 @@ def refine_heads(
     if sub_em is None:
         p, converged, _ = _run_em(em, p, tol, max_iter, rho, report)
     else:
-        p, converged, _ = _newton_em(em, p, sub_em, p, tol, max_iter, rho, report)
+        rows = sub_em.data.subsample(rng, max(_JACOBIAN_ROWS, _ROWS_PER_PARAMETER * n_parameters))
+        jacobian_em = _EM(rows, float(rows.norm_moments()[0]))
+        p, converged, _ = _newton_em(em, p, jacobian_em, p, tol, max_iter, rho, report)
     radius = p.radius
     return MixtureFit(
         heads=p.U,

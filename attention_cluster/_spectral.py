@@ -37,7 +37,7 @@ def _pair_angle(yj, yk, weight):
     return np.arctan2(vec[1], vec[0]) / 2.0
 
 
-def _rotate_frame(Y, weight, regularization, max_sweeps=100, tol=1e-10):
+def _rotate_frame(Y, weight, regularization, max_sweeps=100, tol=1e-6):
     """Rotation R (K x K) such that ``Y R`` minimises the regulariser.
 
     Jacobi sweeps over the pairs of heads, each an exact 1-D minimisation

@@ -189,16 +189,16 @@ def test_quantizer_on_sparse_tokens_equals_the_dense_layer(temperature, global_r
 
 
 @pytest.mark.slow
-def test_auto_refits_centred_when_the_uncentred_fit_loses_clusters():
-    # TF-IDF rows: the mean's ratio to lambda_K is below the threshold, yet
-    # the uncentred fit loses a topic; "auto" then fits the centred rows.
-    from sklearn.feature_extraction.text import TfidfVectorizer
-
-    texts, y = make_corpus(5000, 10, n_words=20000, document_length=100, random_state=0)
-    X = TfidfVectorizer().fit_transform(texts)
+def test_auto_refits_centred_when_the_uncentred_fit_loses_clusters(monkeypatch):
+    # The second rule of center="auto" on its own: with the ratio's rule
+    # switched off, an uncentred fit that loses clusters to a common offset
+    # while the mean carries more than _SHARE_TO_RETRY of the second moment
+    # is done again on the centred rows.
+    monkeypatch.setattr(_clustering, "_CENTER_RATIO", np.inf)
+    X, y = make_embeddings(3000, 64, 5, offset=1.5, noise=0.1, random_state=0)[:2]
     with pytest.warns(UserWarning, match="pass center=True"):
-        plain = AttentionClustering(10, center=False, random_state=0).fit(X)
+        plain = AttentionClustering(5, center=False, random_state=0).fit(X)
     with pytest.warns(UserWarning, match="the uncentred fit lost"):
-        auto = AttentionClustering(10, random_state=0).fit(X)
+        auto = AttentionClustering(5, random_state=0).fit(X)
     assert auto.center_
     assert adjusted_rand_score(y, auto.labels_) > adjusted_rand_score(y, plain.labels_)

@@ -640,3 +640,74 @@ def mixture_e_step(X, U, log_weights, beta, inv_scale, weights, S, counts):
         for j in range(d):
             S[k, j] *= inv_scale
     return total
+
+
+@njit(cache=True, fastmath=FASTMATH)
+def pair_angle(yj, yk, weight):
+    """Angle theta minimising ``sum_i weight_i (a_ij a_ik)^2`` over plane rotations.
+
+    After rotating columns j, k by theta, ``a_j a_k = cos(2 theta) p +
+    sin(2 theta) q`` with ``p = y_j y_k`` and ``q = (y_k^2 - y_j^2) / 2``, so
+    the criterion is the quadratic form ``[[A, B], [B, C]]`` (``A = sum w
+    p^2``, ``B = sum w p q``, ``C = sum w q^2``) in ``(cos 2theta, sin
+    2theta)``, minimised along its eigenvector of smallest eigenvalue, at
+    angle ``phi = atan2(-2B, C - A) / 2`` (the Jacobi step of kurtosis-based
+    ICA). Returns ``theta = phi / 2``, the smallest such rotation, in
+    [-pi/4, pi/4].
+    """
+    A = 0.0
+    B = 0.0
+    C = 0.0
+    for i in range(yj.shape[0]):
+        p = yj[i] * yk[i]
+        q = 0.5 * (yk[i] * yk[i] - yj[i] * yj[i])
+        A += weight[i] * p * p
+        B += weight[i] * p * q
+        C += weight[i] * q * q
+    return 0.25 * np.arctan2(-2.0 * B, C - A)
+
+
+@njit(cache=True)
+def jacobi_rotation(Y, weight, product, max_sweeps, tol):
+    """Rotation R (K x K) such that ``Y R`` minimises the regulariser, by Jacobi sweeps.
+
+    Sweeps over the pairs of columns (j, k) in order, each rotated by its
+    exact 1-D minimiser (:func:`pair_angle`), until the largest angle of a
+    sweep is below ``tol``. With ``product`` the pair's weights are
+    multiplied by the other columns' ``prod_m a_m^2`` (the product
+    regulariser); else the pairwise criterion. ``Y`` (n x K) is rotated in
+    place.
+    """
+    n, K = Y.shape
+    R = np.eye(K)
+    yj = np.empty(n)
+    yk = np.empty(n)
+    w = np.empty(n)
+    for _ in range(max_sweeps):
+        largest = 0.0
+        for j in range(K - 1):
+            for k in range(j + 1, K):
+                for i in range(n):
+                    yj[i] = Y[i, j]
+                    yk[i] = Y[i, k]
+                    w[i] = weight[i]
+                if product and K > 2:
+                    for m in range(K):
+                        if m != j and m != k:
+                            for i in range(n):
+                                w[i] *= Y[i, m] * Y[i, m]
+                theta = pair_angle(yj, yk, w)
+                largest = max(largest, abs(theta))
+                c = np.cos(theta)
+                s = np.sin(theta)
+                for i in range(n):
+                    Y[i, j] = c * yj[i] + s * yk[i]
+                    Y[i, k] = -s * yj[i] + c * yk[i]
+                for i in range(K):
+                    a = R[i, j]
+                    b = R[i, k]
+                    R[i, j] = c * a + s * b
+                    R[i, k] = -s * a + c * b
+        if largest < tol:
+            break
+    return R

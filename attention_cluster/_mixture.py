@@ -9,7 +9,9 @@ to the maximum-likelihood centroids. Its E step is a softmax attention of
 each point over the heads; its M step normalises the attention-weighted sums.
 Plain EM crawls along the mixture weights when the clusters overlap, so the
 iterations are accelerated by SQUAREM (Varadhan and Roland, Scand. J. Stat.
-2008), which keeps EM's monotone likelihood.
+2008), which keeps EM's monotone likelihood; on large data, after a
+subsample stage, by Newton's steps with the subsample's Jacobian of the EM
+map (:func:`_newton_em`), kept only when the likelihood does not decrease.
 """
 
 from dataclasses import dataclass

@@ -398,6 +398,8 @@ def run_high_dimension(quick):
                 row = {"d": d_sw, "n": n_sw, "K": K_sw, "noise": noise}
                 for p, f in paths.items():
                     row[p] = {"seconds": t[p], "ari": _ari(y, f().labels_)}
+                # For scale: where both paths are near chance, so is KMeans.
+                row["kmeans_ari"] = _ari(y, KMeans(K_sw, n_init=1, random_state=0).fit_predict(X))
             print(
                 f"switch d={d_sw} sigma={noise}: "
                 + "; ".join(
@@ -594,14 +596,25 @@ def _render(p):
         f"principal subspace of dimension K + {_clustering._SUBSPACE_EXTRA} (subspace iteration) against the "
         f"d x d path, `make_mixture`, n = {h['switch'][0]['n']}, K = {h['switch'][0]['K']}, at low and high noise.",
         "",
-        "| d | sigma | subspace (s) | d x d (s) | subspace ARI | d x d ARI |",
-        "|---|---|---|---|---|---|",
+        "| d | sigma | subspace (s) | d x d (s) | subspace ARI | d x d ARI | KMeans(n_init=1) ARI |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in h["switch"]:
         lines.append(
             f"| {r['d']} | {r['noise']} | {r['subspace']['seconds']:.2f} | {r['d x d']['seconds']:.2f} | "
-            f"{r['subspace']['ari']:.3f} | {r['d x d']['ari']:.3f} |"
+            f"{r['subspace']['ari']:.3f} | {r['d x d']['ari']:.3f} | {r.get('kmeans_ari', float('nan')):.3f} |"
         )
+    noisy = [r for r in h["switch"] if r["noise"] >= 0.5 and "kmeans_ari" in r]
+    losses = sum(r["subspace"]["ari"] < r["d x d"]["ari"] - 0.01 for r in noisy)
+    below = sum(r["kmeans_ari"] <= r["subspace"]["ari"] + 0.01 for r in noisy)
+    lines += [
+        "",
+        f"At sigma = 0.6 the subspace path loses ARI against the d x d path in {losses} of "
+        f"{len(noisy)} rows (its K + {_clustering._SUBSPACE_EXTRA} principal directions are "
+        f"estimated with the noise); KMeans(n_init=1) is at or below the subspace path (within "
+        f"0.01) in {below} of them. The issue asked for the exact objective in all d dimensions "
+        "through products with the heads; that path is not built.",
+    ]
     lines += ["", "## Where it wins and where it loses", ""] + _summary(p)
     return "\n".join(lines) + "\n"
 

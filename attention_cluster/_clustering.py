@@ -14,7 +14,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from . import _kernels
 from ._exact import solve_exact
-from ._mixture import OnlineEM, refine_heads
+from ._mixture import LinearisedEM, OnlineEM, refine_heads
 from ._objective import exact_objective, regularizer_code
 from ._passes import DaskRows, DenseRows, one_blas_thread, rows_of
 from ._scale import estimate_spectrum, principal_basis
@@ -60,6 +60,10 @@ _SUBSPACE_EXTRA = 5
 # among the paper's unequal mixtures', benchmarks/user_data.py).
 _LOST_FRACTION = 0.1
 _SHARE_TO_RETRY = 0.05
+# Largest number of mixture parameters (K d + K + 2) for which partial_fit
+# linearises the batches' statistics (LinearisedEM, whose Jacobian costs one E
+# step per parameter); above it, online EM.
+_LINEARISED_MAX_PARAMETERS = 512
 
 
 @dataclass(frozen=True)
@@ -967,16 +971,20 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         The contract of :meth:`sklearn.cluster.MiniBatchKMeans.partial_fit`:
         the first call (or the first after :meth:`fit`) fits the batch as
         :meth:`fit` does, which fixes the scale ``scale_``, the temperature
-        and the random state's use; each later call is one step of online EM
-        for the mixture of ``math.md`` section 7 (Cappe and Moulines 2009):
-        the E step's sufficient statistics on the batch, at the current
-        parameters, enter running statistics with weight ``gamma_n =
-        min(1, 16 / n)^0.6`` (``n`` the number of batches, counted in units
-        of the batch's weight), and the centres are the M step at their
-        average over the batches. Each call is one
-        pass over the batch; nothing of earlier batches is kept but K x d
-        statistics and the d x d second moment (for :meth:`transform`). The
-        update was chosen against PSGD steps on each batch in
+        and the random state's use; each later call updates the mixture of
+        ``math.md`` section 7 with the batch. Each batch's E-step statistics,
+        taken at the parameters of its time, are kept as their running mean
+        together with their Jacobian in the parameters, so that the centres
+        solve the M step of the whole stream's statistics linearised around
+        the parameters each batch saw: one pass ends near the maximum
+        likelihood of the whole stream (``math.md`` section 7, "One pass
+        over a stream"). The Jacobian costs one E step on the batch per
+        parameter of the mixture (``K d + K + 2``), at the first update and
+        whenever the weight seen has doubled; above 512 parameters the
+        update is online EM (Cappe and Moulines 2009) instead, with
+        ``gamma_n = min(1, 16 / n)^0.6`` and averaging. Nothing of earlier
+        batches is kept but these statistics and the d x d second moment
+        (for :meth:`transform`). The updates are compared in
         ``benchmarks/streaming.py`` (see the "Scaling out" page).
 
         Parameters
@@ -996,7 +1004,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         """
         if not hasattr(self, "n_steps_"):
             self.fit(X, sample_weight=sample_weight)
-            self._stream = OnlineEM(self.cluster_centers_.T, self.weights_, self.noise_scale_)
+            d, K = self.cluster_centers_.shape[1], self.n_clusters
+            stream = LinearisedEM if d * K + 2 + K <= _LINEARISED_MAX_PARAMETERS else OnlineEM
+            self._stream = stream(self.cluster_centers_.T, self.weights_, self.noise_scale_)
             self.n_steps_ = 0
         X = validate_data(self, X, dtype=[np.float64, np.float32], order="C", reset=False)
         weights = check_sample_weight(sample_weight, X)

@@ -505,3 +505,159 @@ class OnlineEM:
         rate = step / self.average_weight
         self.averaged = tuple(a + rate * (s - a) for a, s in zip(self.averaged, self.stats))
         return _maximize(*self.averaged, 1.0, mean_sq, floor, self.params)
+
+
+class LinearisedEM:
+    """One-pass EM whose batches' E-step statistics are linearised in the parameters.
+
+    The maximum-likelihood parameters of a whole stream solve ``v = M(s(v))``
+    (``math.md`` section 7), ``s(v)`` the stream's mean E-step statistics
+    ``(S / N, counts / N)`` at the parameter vector v (:meth:`_Params.vector`)
+    and M the M step. A stream is read once, so each batch's statistics are
+    known only at the parameters of its time, ``v_{i-1}``; to first order
+    ``s_i(v) = s_i(v_{i-1}) + D (v - v_{i-1})``, D the Jacobian of the
+    statistics, the same for every batch up to sampling error. Averaged over
+    the batches with their weights,
+
+        s(v) ~ sbar + D (v - vbar),   sbar = mean_i s_i(v_{i-1}),   vbar = mean_i v_{i-1},
+
+    and the published parameters solve ``v = M(sbar + D (v - vbar))`` by
+    Newton's method, which reads no data. D is taken by forward differences
+    on the batch at hand (one E step per parameter), at the first batch and
+    whenever the weight seen has doubled. The linearisation errs at second
+    order in ``v_{i-1} - v``, which shrinks as the parameters settle, so one
+    pass ends near the maximum likelihood of the whole stream, where online
+    EM's stochastic approximation (:class:`OnlineEM`) ends at its step
+    sizes' noise (``benchmarks/streaming.py``). The mean squared norm and
+    the second moment do not depend on the parameters: exact running means.
+    Plain attributes: pickles between calls. Each batch costs one E step, or
+    ``1 + n_parameters`` when D is renewed.
+    """
+
+    def __init__(self, heads, weights, noise):
+        with np.errstate(divide="ignore"):
+            log_pi = np.log(np.asarray(weights, dtype=np.float64))
+        self.params = _Params(
+            np.array(heads, dtype=np.float64), 1.0, max(float(noise) ** 2, 0.0), log_pi
+        )
+        self.moment = None
+        self.seen = 0.0
+        self.mean_stats = None
+        self.mean_params = None
+        self.jacobian = None
+        self.renew_at = 0.0
+
+    def _statistics(self, data, v, floor):
+        d, K = self.params.U.shape
+        p = _Params.from_vector(v, d, K, floor)
+        S, counts, _ = data.e_step(p.U, p.log_pi, p.radius / p.variance)
+        return np.concatenate([S.ravel(), counts]) / data.total_weight
+
+    def _m_step(self, s, mean_sq, floor, previous):
+        d, K = previous.U.shape
+        return _maximize(s[: d * K].reshape(K, d), s[d * K :], 1.0, mean_sq, floor, previous)
+
+    def update(self, data):
+        """One batch: its statistics, D when due, then the fixed point; returns the parameters."""
+        batch = data.total_weight
+        self.seen += batch
+        share = batch / self.seen
+        moment = data.second_moment()
+        self.moment = (
+            moment if self.moment is None else self.moment + share * (moment - self.moment)
+        )
+        mean_sq = float(np.trace(self.moment))
+        if not mean_sq > 0.0:
+            # All rows so far are zero: no likelihood to maximise yet.
+            return self.params
+        d = data.n_features
+        floor = _MIN_VARIANCE * mean_sq / d
+        p = self.params
+        if p.variance < floor:
+            p = _Params(p.U, p.radius, floor, p.log_pi)
+        v = p.vector()
+        if not np.all(np.isfinite(v)):
+            # A head no point takes (log pi = -inf): no derivative there;
+            # the batch's plain EM step.
+            S, counts, _ = data.e_step(p.U, p.log_pi, p.radius / p.variance)
+            self.params = _maximize(S, counts, batch, mean_sq, floor, p)
+            return self.params
+        s = self._statistics(data, v, floor)
+        if self.jacobian is None or self.seen >= self.renew_at:
+            eps = _FORWARD_STEP * (1.0 + np.abs(v))
+            self.jacobian = np.column_stack(
+                [
+                    (self._statistics(data, v + e * eye, floor) - s) / e
+                    for e, eye in zip(eps, np.eye(v.size))
+                ]
+            )
+            self.renew_at = 2.0 * self.seen
+        if self.mean_stats is None:
+            self.mean_stats, self.mean_params = s, v
+        else:
+            self.mean_stats = self.mean_stats + share * (s - self.mean_stats)
+            self.mean_params = self.mean_params + share * (v - self.mean_params)
+        q = self._fixed_point(p, mean_sq, floor)
+        if q is None:
+            # Far from the parameters the batches saw: the M step of the
+            # statistics' running mean, each batch's at the parameters of its time.
+            d, K = p.U.shape
+            q = _maximize(
+                self.mean_stats[: d * K].reshape(K, d),
+                self.mean_stats[d * K :],
+                1.0,
+                mean_sq,
+                floor,
+                p,
+            )
+        self.params = q
+        return self.params
+
+    def _fixed_point(self, p, mean_sq, floor):
+        """``v = M(sbar + D (v - vbar))`` from ``p`` (no data), or None.
+
+        Newton's chord method: the Jacobian of the right-hand side, by
+        forward differences (one M step per parameter), is taken once, at
+        the first iterate. None when the linearised statistics leave their
+        domain (a weight not positive, a value not finite) on the way: far
+        from the parameters the batches saw, the linearisation does not hold.
+        """
+        d, K = p.U.shape
+
+        def G(v, previous):
+            s = self.mean_stats + self.jacobian @ (v - self.mean_params)
+            if not (np.all(np.isfinite(s)) and np.all(s[d * K :] > 0.0)):
+                raise _OutOfDomain
+            return self._m_step(s, mean_sq, floor, previous)
+
+        try:
+            q = G(p.vector(), p)
+            v = q.vector()
+            g = G(v, q).vector()
+            eps = _FORWARD_STEP * (1.0 + np.abs(v))
+            J = np.column_stack(
+                [(G(v + e * eye, q).vector() - g) / e for e, eye in zip(eps, np.eye(v.size))]
+            )
+            system = np.eye(v.size) - J
+            for _ in range(_NEWTON_STEPS):
+                step = np.linalg.lstsq(system, g - v, rcond=None)[0]
+                q = _Params.from_vector(v + step, d, K, floor)
+                if q is None:
+                    return None
+                v = q.vector()
+                if np.linalg.norm(step) <= 1e-12 * (1.0 + np.linalg.norm(v)):
+                    break
+                g = G(v, q).vector()
+        except (_OutOfDomain, np.linalg.LinAlgError):
+            return None
+        return q if np.all(np.isfinite(q.vector())) else None
+
+
+class _OutOfDomain(Exception):
+    """The linearised statistics of :class:`LinearisedEM` left their domain."""
+
+
+# Relative forward-difference step of LinearisedEM's Jacobians, and the chord
+# steps it takes for its fixed point (no data: each is one M step).
+_FORWARD_STEP = 1e-7
+_NEWTON_STEPS = 8

@@ -228,9 +228,11 @@ def test_incremental_is_partial_fit_on_the_blocks(client, mixture):
     for start in range(0, len(X), 6000):
         stream.partial_fit(X[start : start + 6000])
     assert wrapped.estimator_.n_steps_ == 4
-    # The workers' BLAS may round the batches' moments differently.
+    # The workers' BLAS may round the batches' moments differently, and the
+    # update's Jacobian, a forward difference of relative step 1e-7,
+    # multiplies such rounding (1e-16) by 1e7.
     np.testing.assert_allclose(
-        wrapped.estimator_.cluster_centers_, stream.cluster_centers_, rtol=1e-12, atol=1e-14
+        wrapped.estimator_.cluster_centers_, stream.cluster_centers_, rtol=1e-8, atol=1e-10
     )
 
 

@@ -8,7 +8,7 @@ from reference import online_em
 from sklearn.metrics import adjusted_rand_score
 
 from attention_cluster import AttentionClustering
-from attention_cluster._mixture import OnlineEM
+from attention_cluster._mixture import LinearisedEM, OnlineEM, refine_heads
 from attention_cluster._passes import DenseRows
 from attention_cluster.datasets import make_mixture
 from attention_cluster.metrics import centroid_distance
@@ -120,3 +120,35 @@ def test_one_pass_reaches_the_class_means(global_random_seed):
     floor = centroid_distance(means / np.linalg.norm(means, axis=1, keepdims=True), C)
     assert centroid_distance(model.cluster_centers_, C) < 2.0 * floor
     assert adjusted_rand_score(y[-10_000:], model.labels_) > 0.9
+
+
+def test_linearised_em_on_a_repeated_batch_converges_to_its_maximum(global_random_seed):
+    # The same batch again and again: its statistics are one function of the
+    # parameters, the linearisation's error is of second order in how far
+    # the parameters each copy saw are from the maximum, and its weight
+    # falls as 1 / m, so the published heads reach the batch's
+    # maximum-likelihood heads at that rate.
+    X, _, C = make_mixture(3000, 5, 3, noise=0.6, random_state=global_random_seed)
+    rng = np.random.default_rng(global_random_seed)
+    U = C.T + 0.2 * rng.standard_normal(C.T.shape)
+    U /= np.linalg.norm(U, axis=0)
+    mean_sq = float(np.mean(np.sum(X**2, axis=1)))
+    best = refine_heads(DenseRows(X), U, mean_sq, 0.6, tol=1e-20, max_iter=5000)
+    stream = LinearisedEM(U, np.full(3, 1.0 / 3.0), 0.6)
+    errors = {}
+    for m in range(1, 65):
+        params = stream.update(DenseRows(X, n_threads=1))
+        errors[m] = float(np.sum((params.U - best.heads) ** 2))
+    assert errors[64] < 1e-4
+    assert errors[64] < errors[16] / 2.0
+
+
+def test_many_parameters_stream_by_online_em():
+    # Above _LINEARISED_MAX_PARAMETERS the Jacobian would cost too many E
+    # steps per batch: partial_fit updates by online EM.
+    X, _, C = make_mixture(4000, 120, 5, noise=0.1, random_state=0)
+    model = _stream(AttentionClustering(5, random_state=0), _batches(X, 2000))
+    assert isinstance(model._stream, OnlineEM)
+    assert centroid_distance(model.cluster_centers_, C) < 0.1
+    small = _stream(AttentionClustering(2, random_state=0), _batches(X[:, :10], 2000))
+    assert isinstance(small._stream, LinearisedEM)

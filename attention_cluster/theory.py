@@ -19,10 +19,20 @@ of Gaussian quadratic forms), written out in ``docs/theory.md``.
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.utils import check_random_state
+from sklearn.utils import check_array, check_random_state
 
-from ._sphere import project_tangent, retract
-from ._validation import check_count, check_noise, check_temperature, check_weights
+from . import _kernels
+from ._objective import regularizer_code
+from ._passes import rows_of
+from ._sphere import normalize_heads, project_tangent, retract
+from ._validation import (
+    check_count,
+    check_noise,
+    check_options,
+    check_positive,
+    check_temperature,
+    check_weights,
+)
 from .metrics import centroid_distance
 
 __all__ = [
@@ -47,6 +57,8 @@ __all__ = [
     "in_context_optimal_temperature",
     "PGDResult",
     "population_pgd",
+    "sequence_loss_gradient",
+    "psgd_path",
 ]
 
 
@@ -1263,3 +1275,233 @@ def population_pgd(
         n_iter=n_iter,
         converged=converged,
     )
+
+
+# ---------------------------------------------------------------------------
+# Projected stochastic gradient descent on sampled sequences (section 2).
+# ---------------------------------------------------------------------------
+
+# Rows drawn at once by psgd_path (8 MiB at d = 16): bounds its memory
+# whatever the gap between two recorded iterations.
+_DRAWN_ROWS = 1 << 16
+
+
+def _finite_matrix(a, name, n_features=None):
+    """A non-empty finite float64 matrix (lighter than check_array: called once per step)."""
+    a = np.asarray(a, dtype=np.float64)
+    if a.ndim != 2 or a.size == 0 or (n_features is not None and a.shape[1] != n_features):
+        shape = "(L, d)" if n_features is None else f"(n_heads, {n_features}) (one head per row)"
+        raise ValueError(f"{name} must be a non-empty array of shape {shape}, got {a.shape}.")
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} contains NaN or infinity.")
+    return a
+
+
+def sequence_loss_gradient(tokens, heads, temperature, *, n_clusters=None):
+    """Loss of the linear layer on one sequence and its Euclidean gradient in the heads.
+
+    For a sequence ``X`` of L tokens (L x d) and the heads as the columns of
+    U, the loss is ``(1/L) ||T(X) - X||_F^2`` with the linear layer
+    ``T(X) = c X U U^T X^T X``, ``c = lambda K / L``; with ``A = X U``,
+    ``G = X^T A`` and ``E = c A G^T - X``, its gradient is (``math.md``
+    section 3)::
+
+        grad_U = (2c / L) X^T (E G + X (E^T A)),
+
+    the per-sequence gradient that PSGD averages (:func:`psgd_path`),
+    computed by the same kernel in O(L d K), without the L x L attention
+    matrix. The heads need not be unit vectors.
+
+    Parameters
+    ----------
+    tokens : array-like of shape (sequence_length, n_features)
+        One sequence X.
+    heads : array-like of shape (n_heads, n_features)
+        One head ``mu_h`` per row.
+    temperature : float
+        lambda > 0.
+    n_clusters : int, default=None
+        The K of ``c = lambda K / L``; the number of heads when None.
+
+    Returns
+    -------
+    loss : float
+    gradient : ndarray of shape (n_heads, n_features)
+        The Euclidean gradient, one row per head.
+
+    See Also
+    --------
+    attention_cluster.layers.linear_attention : the layer T itself.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attention_cluster.theory import sequence_loss_gradient
+    >>> X = np.array([[1.0, 0.0], [0.0, 1.0]])
+    >>> loss, grad = sequence_loss_gradient(X, [[1.0, 0.0]], 1.0)
+    >>> loss  # c = 1/2, T(X) = X U U^T / 2: squared errors 1/4 and 1, over L = 2
+    0.625
+    """
+    X = np.ascontiguousarray(_finite_matrix(tokens, "tokens"))
+    L, d = X.shape
+    heads = _finite_matrix(heads, "heads", d)
+    n_heads = heads.shape[0]
+    K = n_heads if n_clusters is None else check_count(n_clusters, "n_clusters")
+    c = check_temperature(temperature) * K / L
+    U = np.ascontiguousarray(heads.T)
+    grad = np.zeros_like(U)
+    A, G, E, W = (np.empty(shape) for shape in ((L, n_heads), (d, n_heads), (L, d), (L, n_heads)))
+    loss = _kernels.sequence_loss_grad(X, U, c, grad, A, G, E, W)
+    return float(loss), grad.T
+
+
+def psgd_path(
+    X,
+    heads0,
+    *,
+    temperature,
+    step_size,
+    record,
+    sequence_length=50,
+    batch_size=1,
+    regularization=None,
+    reg_strength=0.0,
+    gradient="riemannian",
+    n_clusters=None,
+    random_state=None,
+):
+    """The paper's PSGD with a constant step, and the heads it passes through.
+
+    The (PSGD) iterates of the paper (section 2; ``math.md`` section 3) on
+    sequences of ``sequence_length`` tokens drawn uniformly with replacement
+    from the rows of X: step t averages the gradient of the sequence loss
+    (:func:`sequence_loss_gradient`) and of ``reg_strength`` times the
+    regulariser ``r`` on the same tokens over ``batch_size`` sequences, then
+    moves each head on its sphere::
+
+        g_h  = (I - mu_h mu_h^T) grad_{mu_h},
+        mu_h <- (mu_h - gamma g_h) / ||mu_h - gamma g_h||.
+
+    These are the plain iterates: a constant step gamma, no iterate
+    averaging, no stopping rule and no rescaling of X, all of which
+    :class:`~attention_cluster.AttentionClustering` adds (its PSGD runs the
+    same kernel). Use it to study the dynamics (Figures 1-2 of the paper);
+    use the estimator to cluster.
+
+    Parameters
+    ----------
+    X : {array-like, sparse matrix} of shape (n_samples, n_features)
+        The points the tokens are drawn from, used as they are (float32 or
+        float64; the steps compute in float64).
+    heads0 : array-like of shape (n_heads, n_features)
+        Starting heads, one per row; each is normalised onto the sphere.
+    temperature : float
+        lambda > 0.
+    step_size : float
+        gamma > 0, the same at every step.
+    record : array-like of int
+        Non-decreasing iterations (numbers of steps taken, 0 for the start)
+        at which the heads are returned; the run stops at the last one.
+    sequence_length : int, default=50
+        L, the tokens of one sequence.
+    batch_size : int, default=1
+        Sequences averaged in each step.
+    regularization : {"pairwise", "product"} or None, default=None
+        The regulariser r (``math.md`` section 3); None for the risk alone.
+    reg_strength : float, default=0.0
+        rho >= 0, the weight of r.
+    gradient : {"riemannian", "euclidean"}, default="riemannian"
+        ``"riemannian"`` projects each head's gradient on the sphere's
+        tangent space before the step, as above; ``"euclidean"`` steps along
+        the plain gradient, then normalises (paper, Appendix G.3).
+    n_clusters : int, default=None
+        The K of the layer's factor ``lambda K / L``; the number of heads
+        when None (more heads than clusters keep the clusters' factor).
+    random_state : int, RandomState instance or None, default=None
+        Seeds the draw of the sequences. The same seed, X and steps give the
+        same iterates.
+
+    Returns
+    -------
+    heads : ndarray of shape (len(record), n_heads, n_features)
+        The heads after ``record[i]`` steps, unit rows.
+
+    See Also
+    --------
+    population_pgd : the same step on the exact population risk, no sampling.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attention_cluster.datasets import make_mixture
+    >>> from attention_cluster.metrics import centroid_distance
+    >>> from attention_cluster.theory import psgd_path, unbiased_temperature
+    >>> X, _, C = make_mixture(2000, 6, 2, noise=0.1, random_state=0)
+    >>> lam = float(unbiased_temperature(0.1, 50))
+    >>> rng = np.random.RandomState(0)
+    >>> path = psgd_path(X, rng.standard_normal((2, 6)), temperature=lam,
+    ...                  step_size=0.05, record=[0, 2000], regularization="pairwise",
+    ...                  reg_strength=0.1, random_state=0)
+    >>> path.shape
+    (2, 2, 6)
+    >>> bool(centroid_distance(path[-1], C) < 0.1 * centroid_distance(path[0], C))
+    True
+    """
+    X = check_array(X, accept_sparse="csr", dtype=[np.float64, np.float32], order="C")
+    n_features = X.shape[1]
+    U = np.ascontiguousarray(normalize_heads(_finite_matrix(heads0, "heads0", n_features).T))
+    n_heads = U.shape[1]
+    temperature = check_temperature(temperature)
+    step_size = check_positive(step_size, "step_size")
+    record = np.asarray(record)
+    if (
+        record.ndim != 1
+        or record.size == 0
+        or record.dtype.kind not in "iuf"
+        or np.any(record != np.floor(record))
+        or np.any(record < 0)
+        or np.any(np.diff(record) < 0)
+    ):
+        raise ValueError(
+            f"record must be a non-empty sequence of non-decreasing integers >= 0, got {record!r}."
+        )
+    L = check_count(sequence_length, "sequence_length")
+    batch_size = check_count(batch_size, "batch_size")
+    reg_kind = regularizer_code(regularization)
+    reg_strength = check_positive(reg_strength, "reg_strength", strict=False)
+    riemannian = check_options(gradient, "gradient", ["riemannian", "euclidean"]) == "riemannian"
+    # The kernel's factor is lambda n_heads / L: rescale lambda to keep lambda K / L.
+    K = n_heads if n_clusters is None else check_count(n_clusters, "n_clusters")
+    kernel_temperature = temperature * K / n_heads
+    rng = check_random_state(random_state)
+    state = np.array([rng.randint(1, np.iinfo(np.int64).max)], dtype=np.uint64)
+
+    rows_per_step = batch_size * L
+    steps_per_draw = max(1, _DRAWN_ROWS // rows_per_step)
+    rows = np.empty((steps_per_draw * rows_per_step, n_features))
+    steps = np.full(steps_per_draw, float(step_size))
+    losses = np.empty(steps_per_draw)
+    heads_sum = np.zeros_like(U)  # the kernel's running sum, unused: no averaging
+    path = np.empty((record.size, n_heads, n_features))
+    done = 0
+    with rows_of(X, n_threads=1) as data:
+        for i, stop in enumerate(record.astype(np.int64)):
+            while done < stop:
+                m = min(stop - done, steps_per_draw)
+                tokens = data.draw(state, rows[: m * rows_per_step])
+                _kernels.psgd_chunk(
+                    tokens,
+                    U,
+                    kernel_temperature,
+                    L,
+                    batch_size,
+                    steps[:m],
+                    reg_kind,
+                    reg_strength,
+                    riemannian,
+                    losses[:m],
+                    heads_sum,
+                )
+                done += m
+            path[i] = U.T
+    return path

@@ -1,9 +1,11 @@
 """Shared code of the figure scripts ``plot_fig*.py`` and ``plot_appendix_*.py``.
 
 Not a gallery example (sphinx-gallery only runs ``plot_*`` files). It holds
-the settings the scripts share, a PSGD driver that records the heads along
-the way, population PGD with the same step, the statistical floor, and the
-output conventions:
+the settings the scripts share, the runs of PSGD
+(:func:`attention_cluster.theory.psgd_path`) with population PGD from the
+same starts, the statistical floor, and the output conventions, read from
+the environment when a script asks (:func:`quick`, :func:`output_dir`),
+never when this module is imported:
 
 - ``ATTENTION_CLUSTER_QUICK`` (any non-empty value): quick mode, a few runs
   of a few hundred steps, so that every script runs in seconds;
@@ -29,12 +31,20 @@ import matplotlib.pyplot as plt
 import numpy as np
 from sklearn.utils import check_random_state
 
-from attention_cluster import AttentionClustering, _kernels, theory
+from attention_cluster import AttentionClustering, theory
 from attention_cluster.datasets import make_mixture
 from attention_cluster.metrics import centroid_distance, class_means_distance
 
-QUICK = bool(os.environ.get("ATTENTION_CLUSTER_QUICK"))
-OUTPUT = os.environ.get("ATTENTION_CLUSTER_OUTPUT")
+
+def quick():
+    """Whether ``ATTENTION_CLUSTER_QUICK`` asks for quick mode."""
+    return bool(os.environ.get("ATTENTION_CLUSTER_QUICK"))
+
+
+def output_dir():
+    """The directory ``ATTENTION_CLUSTER_OUTPUT`` names, or None."""
+    return os.environ.get("ATTENTION_CLUSTER_OUTPUT") or None
+
 
 # The paper's setting (sections 3.2-3.3): two orthogonal unit centroids in
 # dimension 10, a low- and a high-interference noise level.
@@ -42,7 +52,8 @@ N_FEATURES = 10
 N_CLUSTERS = 2
 NOISES = (0.3, 1.0)
 # PSGD draws sequences of L tokens with replacement from a finite sample of
-# n points. Chosen here, the paper's values being lost: n = 20000 points;
+# n points. Chosen here, the paper's values being lost: n = 20000 points
+# (sample_size(), 2000 in quick mode);
 # L = 100, long enough for lambda*(sigma, L, d) to be within 3 % of its
 # L -> infinity limit, which the paper uses to choose lambda (section 3.1);
 # one sequence per step (plain SGD); a constant step (the paper's curves,
@@ -50,17 +61,19 @@ NOISES = (0.3, 1.0)
 # over the curvature scale lambda K E||X||^2 of the risk, with which
 # population PGD from the manifold descends linearly over the first ~1e3
 # iterations, the time scale of the paper's Figure 1.
-N_SAMPLES = 2000 if QUICK else 20000
 SEQUENCE_LENGTH = 100
 BATCH_SIZE = 1
 LEARNING_RATE = 0.06
-N_RUNS = 3 if QUICK else 10
 
-_REGULARIZERS = {
-    None: _kernels.REG_NONE,
-    "pairwise": _kernels.REG_PAIRWISE,
-    "product": _kernels.REG_PRODUCT,
-}
+
+def sample_size():
+    """n, the points of each run's sample."""
+    return 2000 if quick() else 20000
+
+
+def run_count():
+    """Runs of each setting, each on a new sample from a new start."""
+    return 3 if quick() else 10
 
 
 def temperature(
@@ -98,73 +111,6 @@ def random_heads(n_heads, n_features, random_state):
 def record_points(n_iter, n_points=200):
     """Iterations at which the heads are recorded: 0 and a regular grid."""
     return np.unique(np.linspace(0, n_iter, n_points + 1).astype(int))
-
-
-def psgd_path(
-    X,
-    heads0,
-    *,
-    temperature,
-    step_size,
-    record,
-    sequence_length=SEQUENCE_LENGTH,
-    batch_size=None,
-    regularization=None,
-    reg_strength=0.0,
-    gradient="riemannian",
-    n_clusters=None,
-    random_state=None,
-):
-    """PSGD with a constant step; the heads at each iteration of ``record``.
-
-    Calls the estimator's kernels :func:`attention_cluster._kernels.draw_rows` and
-    :func:`~attention_cluster._kernels.psgd_chunk`
-    between two recorded iterations, with the step held constant and no
-    rescaling of X (the centroids are known to be unit vectors), so that the
-    iterates are the plain PSGD iterates of the paper (``math.md`` section
-    3): no step decay, no iterate averaging, no stopping rule, which
-    ``AttentionClustering.fit`` adds.
-
-    ``n_clusters`` is the K of the factor ``lambda K / L`` (the number of
-    heads when None); the kernel uses the number of heads, so the
-    temperature is rescaled to keep ``lambda K / L``.
-
-    Returns
-    -------
-    heads : ndarray of shape (len(record), n_heads, n_features)
-    """
-    batch_size = BATCH_SIZE if batch_size is None else batch_size
-    X = np.ascontiguousarray(X, dtype=np.float64)
-    U = np.ascontiguousarray(np.asarray(heads0, dtype=np.float64).T)
-    n_heads = U.shape[1]
-    lam = temperature * (n_heads if n_clusters is None else n_clusters) / n_heads
-    rng = check_random_state(random_state)
-    state = np.array([rng.randint(1, np.iinfo(np.int64).max)], dtype=np.uint64)
-    cum_weights = np.arange(1.0, X.shape[0] + 1.0)
-    reg_kind = _REGULARIZERS[regularization]
-    out = np.empty((len(record), n_heads, X.shape[1]))
-    done = 0
-    for i, stop in enumerate(record):
-        if stop > done:
-            m = stop - done
-            rows = np.empty((m * batch_size * sequence_length, X.shape[1]))
-            _kernels.draw_rows(X, cum_weights, 1.0, state, rows)
-            _kernels.psgd_chunk(
-                rows,
-                U,
-                lam,
-                sequence_length,
-                batch_size,
-                np.full(m, float(step_size)),
-                reg_kind,
-                float(reg_strength),
-                gradient == "riemannian",
-                np.empty(m),
-                np.zeros_like(U),
-            )
-            done = stop
-        out[i] = U.T
-    return out
 
 
 def distances(path, centroids):
@@ -253,10 +199,10 @@ def experiment(
 
     Run ``r`` draws ``n`` points of the mixture (seed ``seed + r``), a start
     (on the manifold M with alignments uniform in (-1, 1), or uniform on the
-    sphere) and runs :func:`psgd_path`; the first ``population_runs`` runs
-    also run population PGD from the same start with the same step (pairwise
-    or no regulariser only: the product regulariser has no closed form
-    here). Lambda and the step follow :func:`temperature` and
+    sphere) and runs :func:`attention_cluster.theory.psgd_path`; the first
+    ``population_runs`` runs also run population PGD from the same start
+    with the same step (pairwise or no regulariser only: the product
+    regulariser has no closed form here). Lambda and the step follow :func:`temperature` and
     :func:`step_size` for the mixture's K and d.
 
     Returns
@@ -267,9 +213,9 @@ def experiment(
         ``floor`` (per run), ``full`` (the exact solver's distance, per
         run), ``pgd`` (population runs x records) and ``pgd_heads``.
     """
-    n_runs = N_RUNS if n_runs is None else n_runs
+    n_runs = run_count() if n_runs is None else n_runs
     if population_runs is None:
-        population_runs = 1 if QUICK else n_runs
+        population_runs = 1 if quick() else n_runs
     population_runs = min(population_runs, n_runs)
     n_heads = n_clusters if n_heads is None else n_heads
     record = record_points(n_iter) if record is None else record
@@ -291,7 +237,7 @@ def experiment(
     )
     for run in progress(range(n_runs), desc=desc or f"sigma={noise}", leave=False):
         X, y, C = make_mixture(
-            N_SAMPLES,
+            sample_size(),
             n_features,
             n_clusters,
             noise=noise,
@@ -303,12 +249,14 @@ def experiment(
             H0 = theory.manifold_heads(C, rng.uniform(-1.0, 1.0, n_clusters), random_state=rng)
         else:
             H0 = random_heads(n_heads, n_features, rng)
-        path = psgd_path(
+        path = theory.psgd_path(
             X,
             H0,
             temperature=lam,
             step_size=gamma,
             record=record,
+            sequence_length=SEQUENCE_LENGTH,
+            batch_size=BATCH_SIZE,
             regularization=regularization,
             reg_strength=reg_strength,
             gradient=gradient,
@@ -548,7 +496,7 @@ def progress(iterable, **kwargs):
     """tqdm progress bar on stderr, off in quick mode."""
     from tqdm.auto import tqdm
 
-    return tqdm(iterable, disable=QUICK, file=sys.stderr, **kwargs)
+    return tqdm(iterable, disable=quick(), file=sys.stderr, **kwargs)
 
 
 def band(ax, x, curves, label, color, linestyle="-"):
@@ -620,13 +568,13 @@ def psgd_settings(**extra):
     """The shared PSGD settings, plus the script's own, for its results file."""
     return (
         dict(
-            n_samples=N_SAMPLES,
+            n_samples=sample_size(),
             n_features=N_FEATURES,
             n_clusters=N_CLUSTERS,
             sequence_length=SEQUENCE_LENGTH,
             batch_size=BATCH_SIZE,
             learning_rate=LEARNING_RATE,
-            n_runs=N_RUNS,
+            n_runs=run_count(),
         )
         | extra
     )
@@ -650,18 +598,19 @@ def finish(name, fig, results, timer):
     """
     results = dict(results)
     results["name"] = name
-    results["quick"] = QUICK
+    results["quick"] = quick()
     results["seconds"] = round(timer(), 1)
     for c in results.get("claims", []):
         print(f"[{c['verdict']}] {c['statement']}: {c['measured']} (paper: {c['paper']})")
-    if OUTPUT:
-        out = Path(OUTPUT)
+    output = output_dir()
+    if output:
+        out = Path(output)
         out.mkdir(parents=True, exist_ok=True)
         fig.savefig(out / f"{name}.png", dpi=90)
         (out / f"{name}.json").write_text(
             json.dumps(_plain(results), indent=1, sort_keys=True) + "\n"
         )
-    if not OUTPUT and "MPLBACKEND" not in os.environ:
+    if not output and "MPLBACKEND" not in os.environ:
         plt.show()
 
 

@@ -26,9 +26,9 @@ import _figures as F
 import numpy as np
 
 timer = F.Timer()
-N_ITER = 1500 if F.QUICK else 10000
+N_ITER = 1500 if F.quick() else 10000
 NOISE, REG_STRENGTH = 0.3, 0.1
-DIMENSIONS = (10, 30) if F.QUICK else (10, 30, 100)
+DIMENSIONS = (10, 30) if F.quick() else (10, 30, 100)
 record = F.record_points(N_ITER)
 runs = {
     d: F.experiment(
@@ -38,7 +38,7 @@ runs = {
         n_features=d,
         regularization="pairwise",
         reg_strength=REG_STRENGTH,
-        population_runs=1 if F.QUICK else 2,
+        population_runs=1 if F.quick() else 2,
         desc=f"G.1, d={d}",
     )
     for d in F.progress(DIMENSIONS, desc="G.1, dimensions")

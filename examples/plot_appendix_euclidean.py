@@ -26,12 +26,12 @@ one sequence per step, constant step ``0.06 / (lambda K E||X||^2)``,
 import _figures as F
 import numpy as np
 
-from attention_cluster import _kernels
+from attention_cluster import theory
 from attention_cluster.datasets import make_mixture
 from attention_cluster.metrics import centroid_distance
 
 timer = F.Timer()
-N_ITER = 1500 if F.QUICK else 10000
+N_ITER = 1500 if F.quick() else 10000
 REG_STRENGTH = 0.1
 GRADIENTS = ("riemannian", "euclidean")
 record = F.record_points(N_ITER)
@@ -53,36 +53,32 @@ runs = {
 # %%
 # Plain SGD, no projection
 # ------------------------
-# The same loss gradient as the PSGD kernel (one sequence per step) plus the
-# pairwise regulariser's gradient ``2 rho mean_l <mu_j, x_l> <mu_k, x_l>^2
-# x_l``, with no projection and no normalisation.
+# The same loss gradient as PSGD's (one sequence per step,
+# :func:`attention_cluster.theory.sequence_loss_gradient`) plus the pairwise
+# regulariser's gradient ``2 rho mean_l <mu_j, x_l> sum_{k != j} <mu_k,
+# x_l>^2 x_l``, with no projection and no normalisation.
 
 
 def plain_sgd(noise, run):
     lam, gamma = runs[noise, "riemannian"]["temperature"], runs[noise, "riemannian"]["step"]
-    X, _, C = make_mixture(F.N_SAMPLES, F.N_FEATURES, F.N_CLUSTERS, noise=noise, random_state=run)
-    rng = np.random.RandomState(10_000 + run)
-    U = np.ascontiguousarray(F.random_heads(F.N_CLUSTERS, F.N_FEATURES, rng).T)
-    L, K = F.SEQUENCE_LENGTH, F.N_CLUSTERS
-    A, G, E, W = (
-        np.empty((L, K)),
-        np.empty((F.N_FEATURES, K)),
-        np.empty((L, F.N_FEATURES)),
-        np.empty((L, K)),
+    X, _, C = make_mixture(
+        F.sample_size(), F.N_FEATURES, F.N_CLUSTERS, noise=noise, random_state=run
     )
-    grad = np.empty_like(U)
+    rng = np.random.RandomState(10_000 + run)
+    heads = F.random_heads(F.N_CLUSTERS, F.N_FEATURES, rng)
+    L = F.SEQUENCE_LENGTH
     dist, norms = [], []
     for t in range(record[-1] + 1):
         if t in record_set:
-            directions = (U / np.linalg.norm(U, axis=0)).T
-            dist.append(centroid_distance(directions, C))
-            norms.append(np.linalg.norm(U, axis=0))
+            norm = np.linalg.norm(heads, axis=1)
+            dist.append(centroid_distance(heads / norm[:, None], C))
+            norms.append(norm)
         Xs = X[rng.randint(0, len(X), L)]
-        grad[:] = 0.0
-        _kernels.sequence_loss_grad(Xs, U, lam * K / L, grad, A, G, E, W)
+        _, grad = theory.sequence_loss_gradient(Xs, heads, lam)
+        A = Xs @ heads.T
         a2 = A**2
-        grad += (2.0 * REG_STRENGTH / L) * Xs.T @ (A * (a2.sum(axis=1, keepdims=True) - a2))
-        U -= gamma * grad
+        grad += (2.0 * REG_STRENGTH / L) * (A * (a2.sum(axis=1, keepdims=True) - a2)).T @ Xs
+        heads -= gamma * grad
     return np.array(dist), np.array(norms)
 
 
@@ -91,7 +87,7 @@ plain = {}
 for noise in F.NOISES:
     out = [
         plain_sgd(noise, run)
-        for run in F.progress(range(F.N_RUNS), desc=f"G.3, sigma={noise}, no projection")
+        for run in F.progress(range(F.run_count()), desc=f"G.3, sigma={noise}, no projection")
     ]
     plain[noise] = dict(psgd=np.array([o[0] for o in out]), norms=np.array([o[1] for o in out]))
 

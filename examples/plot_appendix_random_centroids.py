@@ -31,7 +31,7 @@ import numpy as np
 from attention_cluster.metrics import bayes_error, match_centroids
 
 timer = F.Timer()
-N_ITER = 1500 if F.QUICK else 10000
+N_ITER = 1500 if F.quick() else 10000
 REG_STRENGTH = 0.1
 KINDS = ("orthogonal", "random")
 record = F.record_points(N_ITER)
@@ -43,7 +43,7 @@ runs = {
         centroids=kind,
         regularization="pairwise",
         reg_strength=REG_STRENGTH,
-        population_runs=1 if F.QUICK else 2,
+        population_runs=1 if F.quick() else 2,
         desc=f"G.2, sigma={noise}, {kind}",
     )
     for noise in F.NOISES

@@ -35,7 +35,7 @@ import numpy as np
 from attention_cluster.metrics import match_centroids
 
 timer = F.Timer()
-N_ITER = 1500 if F.QUICK else 10000
+N_ITER = 1500 if F.quick() else 10000
 NOISES = (0.1, 0.3, 1.0)
 SETTINGS = {
     "no regulariser": dict(regularization=None),
@@ -48,7 +48,7 @@ runs = {
         n_iter=N_ITER,
         record=record,
         n_heads=3,
-        population_runs=0 if F.QUICK else 2,
+        population_runs=0 if F.quick() else 2,
         desc=f"3 heads, sigma={noise}, {name}",
         **kw,
     )
@@ -96,7 +96,7 @@ for ax, (q, title) in zip(axes, quantities):
         lo, med, hi = np.percentile(v, [2.5, 50, 97.5], axis=1)
         ax.plot(NOISES, med, "o-", color=color, label=f"PSGD, {name}")
         ax.fill_between(NOISES, lo, hi, color=color, alpha=0.2, linewidth=0)
-        if not F.QUICK and q in ("merge", "distance"):
+        if not F.quick() and q in ("merge", "distance"):
             pgd = [np.median(stats[noise, name][f"pgd_{q}"]) for noise in NOISES]
             ax.plot(
                 NOISES,

@@ -29,10 +29,10 @@ import _figures as F
 import numpy as np
 
 timer = F.Timer()
-N_ITER = 1500 if F.QUICK else 10000
+N_ITER = 1500 if F.quick() else 10000
 K = 3
 REGULARIZERS = ("pairwise", "product")
-REG_STRENGTHS = (0.1, 1.0) if F.QUICK else (0.1, 0.3, 1.0)
+REG_STRENGTHS = (0.1, 1.0) if F.quick() else (0.1, 0.3, 1.0)
 record = F.record_points(N_ITER)
 runs = {}
 for noise in F.NOISES:
@@ -45,7 +45,7 @@ for noise in F.NOISES:
                 n_clusters=K,
                 regularization=reg,
                 reg_strength=rho,
-                population_runs=0 if F.QUICK else 1,
+                population_runs=0 if F.quick() else 1,
                 desc=f"rho={rho}",
             )
 

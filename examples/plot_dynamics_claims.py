@@ -37,7 +37,7 @@ from scipy.spatial import ConvexHull
 from attention_cluster import SelfAttentionDynamics, attention_flow
 
 timer = F.Timer()
-N_RUNS = 3 if F.QUICK else 10
+N_RUNS = 3 if F.quick() else 10
 N_TOKENS = 20  # the authors' clustering-Tformers.py
 DT = 0.1  # the authors' step; their horizon t = 5 leaves the hyperplanes unsettled, so t = 10
 T = 10.0
@@ -138,8 +138,8 @@ boolean = [boolean_run(s) for s in range(N_RUNS)]
 # ``phase-diagrams.py`` (<x_i, x_j> > 0.9999, a chordal distance of 0.014).
 
 SPHERE_N, SPHERE_DT = 64, 0.1
-BETAS = (1.0, 4.0, 9.0) if F.QUICK else (1.0, 4.0, 9.0, 16.0)
-HORIZON = 300.0 if F.QUICK else 1000.0
+BETAS = (1.0, 4.0, 9.0) if F.quick() else (1.0, 4.0, 9.0, 16.0)
+HORIZON = 300.0 if F.quick() else 1000.0
 
 
 def sphere_run(seed, beta, model="sa", dt=SPHERE_DT, horizon=HORIZON):

@@ -28,7 +28,7 @@ with alignments ``kappa_h`` uniform in ``(-1, 1)``.
 # ----
 # Each run draws a sample, a start on the manifold and a PSGD seed; the
 # heads are recorded on a regular grid of iterations (see
-# ``examples/_figures.py`` for the PSGD driver).
+# :func:`attention_cluster.theory.psgd_path`, the PSGD driver).
 
 import _figures as F
 import numpy as np
@@ -36,7 +36,7 @@ import numpy as np
 from attention_cluster.metrics import centroid_distance
 
 timer = F.Timer()
-N_ITER = 1500 if F.QUICK else 5000
+N_ITER = 1500 if F.quick() else 5000
 record = F.record_points(N_ITER)
 PAPER_PLATEAU = {0.3: 1e-2, 1.0: 1e-1}
 

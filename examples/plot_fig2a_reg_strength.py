@@ -29,9 +29,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 timer = F.Timer()
-N_ITER = 500 if F.QUICK else 10000
-REG_STRENGTHS = (0.01, 0.1, 1.0, 10.0) if F.QUICK else (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)
-N_RUNS = 2 if F.QUICK else F.N_RUNS
+N_ITER = 500 if F.quick() else 10000
+REG_STRENGTHS = (0.01, 0.1, 1.0, 10.0) if F.quick() else (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)
+N_RUNS = 2 if F.quick() else F.run_count()
 record = F.record_points(N_ITER, 50)
 COLORS = {0.3: "tab:blue", 1.0: "tab:red"}
 
@@ -45,7 +45,7 @@ for noise in F.NOISES:
             regularization="pairwise",
             reg_strength=rho,
             n_runs=N_RUNS,
-            population_runs=1 if F.QUICK else 2,
+            population_runs=1 if F.quick() else 2,
             desc=f"rho={rho}",
         )
         final[noise, rho] = dict(

@@ -28,7 +28,7 @@ import _figures as F
 import numpy as np
 
 timer = F.Timer()
-N_ITER = 1500 if F.QUICK else 10000
+N_ITER = 1500 if F.quick() else 10000
 REG_STRENGTH = 0.1
 record = F.record_points(N_ITER)
 PAPER_PLATEAU = {0.3: 1e-3, 1.0: 1e-1}

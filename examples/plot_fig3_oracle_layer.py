@@ -36,7 +36,7 @@ D, NOISE, L = 10, 0.3, 500
 LAMBDA = 1.0 / (1.0 + 2.0 * NOISE**2)
 E = np.eye(D)
 CENTROIDS = np.array([E[9], -E[0]])  # mu*_0 = e_10, mu*_1 = -e_1
-N_SEQUENCES = 40 if F.QUICK else 400
+N_SEQUENCES = 40 if F.quick() else 400
 
 
 def oracle(X, temperature=LAMBDA, centroids=CENTROIDS):
@@ -62,7 +62,7 @@ F.pca_comparison(
 # Monte Carlo estimates (points, with two standard errors) against the
 # exact risk (line), and the optimal quantiser's risk ``d sigma^2``.
 
-lengths = (10, 30, 100, 500) if F.QUICK else (10, 30, 100, 300, 500, 1000)
+lengths = (10, 30, 100, 500) if F.quick() else (10, 30, 100, 300, 500, 1000)
 mc = {}
 for length in F.progress(lengths, desc="Fig. 3, Monte Carlo"):
     X, y, _ = make_sequences(

@@ -37,7 +37,7 @@ D, NOISE, L = 10, 0.3, 500
 LAMBDA = 1.0 / (1.0 + 2.0 * NOISE**2)
 E = np.eye(D)
 CENTROIDS = np.array([E[9], -E[0]])  # mu*_0 = e_10, mu*_1 = -e_1
-N_PROMPTS = 40 if F.QUICK else 400
+N_PROMPTS = 40 if F.quick() else 400
 
 
 def in_context(X, temperature=LAMBDA):
@@ -62,7 +62,7 @@ F.pca_comparison(
 # ------------------------------------------------------------------
 
 lam_opt = float(theory.in_context_optimal_temperature(NOISE, D))
-lengths = (10, 30, 100, 500) if F.QUICK else (10, 30, 100, 300, 500, 1000)
+lengths = (10, 30, 100, 500) if F.quick() else (10, 30, 100, 300, 500, 1000)
 mc = {}
 for length in F.progress(lengths, desc="Fig. 4, Monte Carlo"):
     X, y, C = make_prompts(N_PROMPTS, length, D, 2, noise=NOISE, random_state=length)

@@ -30,7 +30,7 @@ import numpy as np
 from attention_cluster import theory
 
 timer = F.Timer()
-N_ITER = 1000 if F.QUICK else 6000
+N_ITER = 1000 if F.quick() else 6000
 REG_STRENGTH = 0.1
 NOISE = 0.0
 record = F.record_points(N_ITER)

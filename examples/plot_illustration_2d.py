@@ -36,7 +36,7 @@ from attention_cluster.layers import linear_attention
 from attention_cluster.metrics import centroid_distance
 
 timer = F.Timer()
-N_ITER = 1500 if F.QUICK else 10000
+N_ITER = 1500 if F.quick() else 10000
 NOISE, REG_STRENGTH, N_SEQUENCES = 0.3, 0.1, 5
 panels = {}
 for d in (2, 10):

@@ -79,7 +79,7 @@ measured_small_noise = {L: measured_threshold(1e-4, L) for L in LENGTHS}
 
 PGD_NOISE, PGD_L = 0.3, 100
 lam_star = measured[PGD_NOISE, PGD_L]
-ratios = (0.5, 0.9, 1.1, 1.5) if F.QUICK else (0.5, 0.7, 0.9, 0.95, 1.05, 1.1, 1.3, 1.5, 2.0)
+ratios = (0.5, 0.9, 1.1, 1.5) if F.quick() else (0.5, 0.7, 0.9, 0.95, 1.05, 1.1, 1.3, 1.5, 2.0)
 pgd_alignment, pgd_distance, optimal = [], [], []
 for ratio in F.progress(ratios, desc="PGD around lambda*"):
     H0 = theory.manifold_heads(C, [0.5, -0.6], random_state=1)

@@ -7,11 +7,11 @@ alive. Running in-process pays the imports (Numba, scikit-learn,
 matplotlib) once rather than once per script.
 """
 
+import ast
 import importlib
 import json
 import os
 import runpy
-import sys
 from pathlib import Path
 
 import pytest
@@ -33,9 +33,6 @@ def quick_env(tmp_path_factory):
     import matplotlib
 
     matplotlib.use("Agg")
-    # The shared module reads the environment when imported.
-    if "_figures" in sys.modules:
-        importlib.reload(sys.modules["_figures"])
     yield out
     mp.undo()
 
@@ -97,3 +94,46 @@ def test_page_has_one_row_per_claim(tmp_path):
     assert "a \\| b" in rows[0] and "mu\\*\\_0 \\<x\\>" in rows[0]
     assert "**differs** (note 1)" in rows[0] and "0 of 2 claims agree" in text
     assert os.path.basename("_static/figures/fig1_psgd_manifold.png") in text
+
+
+def _private_imports(source):
+    """Private names of attention_cluster imported by a script: modules or objects."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("attention_cluster"):
+            names = node.module.split(".") + [alias.name for alias in node.names]
+        elif isinstance(node, ast.Import):
+            names = [part for alias in node.names for part in alias.name.split(".")]
+            names = names if names[:1] == ["attention_cluster"] else []
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            names = [node.attr] if node.value.id == "attention_cluster" else []
+        else:
+            continue
+        found += [name for name in names if name.startswith("_") and name != "__version__"]
+    return found
+
+
+def test_examples_use_the_public_api_only():
+    assert _private_imports("from attention_cluster import AttentionClustering, _kernels") == [
+        "_kernels"
+    ]
+    assert _private_imports("import attention_cluster._passes") == ["_passes"]
+    offenders = {
+        p.name: _private_imports(p.read_text())
+        for p in sorted(EXAMPLES.glob("*.py"))
+        if _private_imports(p.read_text())
+    }
+    assert offenders == {}
+
+
+def test_figures_module_reads_the_environment_when_asked(monkeypatch):
+    # Importing the shared module fixes no setting: a script that sets the
+    # environment after the import (or a test) still gets what it asked for.
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    monkeypatch.delenv("ATTENTION_CLUSTER_QUICK", raising=False)
+    monkeypatch.delenv("ATTENTION_CLUSTER_OUTPUT", raising=False)
+    F = importlib.import_module("_figures")
+    assert not F.quick() and F.output_dir() is None and F.sample_size() == 20000
+    monkeypatch.setenv("ATTENTION_CLUSTER_QUICK", "1")
+    monkeypatch.setenv("ATTENTION_CLUSTER_OUTPUT", "out")
+    assert F.quick() and F.output_dir() == "out" and F.sample_size() == 2000

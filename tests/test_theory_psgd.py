@@ -1,0 +1,203 @@
+"""Tests of the plain PSGD of attention_cluster.theory against the NumPy twins.
+
+:func:`~attention_cluster.theory.sequence_loss_gradient` against the loss
+and gradient of ``math.md`` section 3 written with the L x L attention
+matrix, :func:`~attention_cluster.theory.psgd_path` against the step by
+step reference PSGD (same generator, same rows), and the invariants of the
+path: unit heads, equivariance under rotations, reproducibility.
+"""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from reference import psgd_steps, sequence_grad, sequence_loss
+from scipy.stats import ortho_group
+
+from attention_cluster import theory
+
+
+def _heads(rng, n_heads, d):
+    H = rng.standard_normal((n_heads, d))
+    return H / np.linalg.norm(H, axis=1, keepdims=True)
+
+
+def _kernel_seed(random_state):
+    """The generator state psgd_path draws from ``random_state`` (as the estimator)."""
+    rng = np.random.RandomState(random_state)
+    return rng.randint(1, np.iinfo(np.int64).max)
+
+
+@pytest.mark.parametrize("L, d, n_heads", [(1, 1, 1), (7, 3, 2), (20, 10, 3)], ids=str)
+@pytest.mark.parametrize("n_clusters", [None, 2])
+def test_sequence_loss_gradient_matches_reference(L, d, n_heads, n_clusters, global_random_seed):
+    rng = np.random.default_rng(global_random_seed)
+    X = rng.standard_normal((L, d))
+    H = rng.standard_normal((n_heads, d))  # off the sphere: the gradient is Euclidean
+    lam = 0.7
+    loss, grad = theory.sequence_loss_gradient(X, H, lam, n_clusters=n_clusters)
+    # The reference's factor is lambda n_heads / L: the same lambda K / L.
+    lam_ref = lam * (n_clusters or n_heads) / n_heads
+    assert grad.shape == H.shape
+    np.testing.assert_allclose(loss, sequence_loss(X, H.T, lam_ref), rtol=1e-10)
+    np.testing.assert_allclose(grad, sequence_grad(X, H.T, lam_ref).T, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("regularization", [None, "pairwise", "product"])
+@pytest.mark.parametrize("gradient", ["riemannian", "euclidean"])
+@pytest.mark.parametrize("n_clusters", [None, 2])
+def test_psgd_path_matches_reference(regularization, gradient, n_clusters, global_random_seed):
+    # Every recorded iterate is the reference PSGD (math.md section 3, with
+    # the L x L attention matrix) run for that many steps on the same rows.
+    rng = np.random.default_rng(global_random_seed)
+    X = rng.standard_normal((30, 4))
+    H0 = _heads(rng, 3, 4)
+    lam, gamma, L, batch, rho = 0.9, 0.05, 6, 2, 0.3
+    record = [0, 1, 1, 3, 4]
+    path = theory.psgd_path(
+        X,
+        H0,
+        temperature=lam,
+        step_size=gamma,
+        record=record,
+        sequence_length=L,
+        batch_size=batch,
+        regularization=regularization,
+        reg_strength=rho,
+        gradient=gradient,
+        n_clusters=n_clusters,
+        random_state=global_random_seed,
+    )
+    assert path.shape == (len(record), 3, 4)
+    lam_ref = lam * (n_clusters or 3) / 3
+    seed = _kernel_seed(global_random_seed)
+    cum = np.arange(1.0, 31.0)
+    for t, heads in zip(record, path):
+        U, _ = psgd_steps(
+            X,
+            cum,
+            H0.T,
+            1.0,
+            lam_ref,
+            L,
+            batch,
+            np.full(t, gamma),
+            regularization,
+            rho,
+            gradient == "riemannian",
+            seed,
+        )
+        np.testing.assert_allclose(heads, U.T, rtol=1e-6, atol=1e-7)  # as in test_kernels.py
+
+
+def _path(X, H0, **kwargs):
+    params = dict(
+        temperature=0.8,
+        step_size=0.1,
+        record=[0, 5, 20],
+        sequence_length=5,
+        regularization="pairwise",
+        reg_strength=0.1,
+    )
+    return theory.psgd_path(X, H0, **(params | kwargs))
+
+
+def test_psgd_path_is_reproducible(global_random_seed):
+    rng = np.random.default_rng(global_random_seed)
+    X = rng.standard_normal((50, 4))
+    H0 = _heads(rng, 2, 4)
+    first = _path(X, H0, random_state=global_random_seed)
+    np.testing.assert_array_equal(first, _path(X, H0, random_state=global_random_seed))
+    rs = np.random.RandomState(global_random_seed)
+    np.testing.assert_array_equal(first, _path(X, H0, random_state=rs))
+    # The instance was advanced: its next path draws other rows.
+    assert not np.array_equal(first[-1], _path(X, H0, random_state=rs)[-1])
+    assert not np.array_equal(first[-1], _path(X, H0, random_state=global_random_seed + 1)[-1])
+
+
+def test_psgd_path_steps_do_not_depend_on_record_or_draw_size(monkeypatch, global_random_seed):
+    # The rows are drawn in blocks; the iterates only depend on the steps taken.
+    rng = np.random.default_rng(global_random_seed)
+    X = rng.standard_normal((50, 4))
+    H0 = _heads(rng, 2, 4)
+    fine = _path(X, H0, record=np.arange(41), random_state=0)
+    monkeypatch.setattr(theory, "_DRAWN_ROWS", 7 * 5)
+    coarse = _path(X, H0, record=[0, 40], random_state=0)
+    np.testing.assert_array_equal(coarse, fine[[0, 40]])
+    np.testing.assert_allclose(fine[0], H0, rtol=1e-15)
+
+
+def test_psgd_path_reads_float32_and_sparse_rows_as_dense_float64(global_random_seed):
+    rng = np.random.default_rng(global_random_seed)
+    X = rng.standard_normal((40, 5)).astype(np.float32)
+    X[X < 0.3] = 0.0
+    H0 = _heads(rng, 2, 5)
+    dense = _path(X.astype(np.float64), H0, random_state=3)
+    assert dense.dtype == np.float64
+    np.testing.assert_array_equal(_path(X, H0, random_state=3), dense)
+    np.testing.assert_allclose(_path(sp.csr_matrix(X), H0, random_state=3), dense, atol=1e-13)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n_heads=st.integers(1, 4),
+    gradient=st.sampled_from(["riemannian", "euclidean"]),
+    regularization=st.sampled_from([None, "pairwise", "product"]),
+    step=st.floats(1e-3, 1.0),
+)
+def test_psgd_path_is_rotation_equivariant_with_unit_heads(
+    seed, n_heads, gradient, regularization, step
+):
+    # Rotating X and the start rotates every iterate: the same seed draws the
+    # same rows, and the loss, the regularisers and the sphere step only see
+    # inner products. Every recorded head is a unit vector.
+    rng = np.random.default_rng(seed)
+    d = 5
+    X = 2.0 * rng.standard_normal((30, d))
+    H0 = rng.standard_normal((n_heads, d))
+    Q = ortho_group.rvs(d, random_state=seed)
+    kwargs = dict(
+        step_size=step, gradient=gradient, regularization=regularization, random_state=seed
+    )
+    path = _path(X, H0, **kwargs)
+    np.testing.assert_allclose(np.linalg.norm(path, axis=2), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(_path(X @ Q.T, H0 @ Q.T, **kwargs), path @ Q.T, atol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(record=[0, 3, 2]), "record must be"),
+        (dict(record=[-1, 2]), "record must be"),
+        (dict(record=[0, 1.5]), "record must be"),
+        (dict(record=[]), "record must be"),
+        (dict(step_size=0.0), "step_size must be > 0"),
+        (dict(temperature=-1.0), "temperature must be"),
+        (dict(gradient="newton"), "gradient must be one of"),
+        (dict(regularization="none"), "regularization must be one of"),
+        (dict(reg_strength=-0.1), "reg_strength must be >= 0"),
+        (dict(sequence_length=0), "sequence_length must be an integer"),
+        (dict(batch_size=1.5), "batch_size must be an integer"),
+        (dict(n_clusters=0), "n_clusters must be an integer"),
+    ],
+)
+def test_psgd_path_validates_its_parameters(kwargs, match):
+    X = np.ones((10, 3))
+    with pytest.raises(ValueError, match=match):
+        _path(X, np.eye(2, 3), **kwargs)
+
+
+def test_psgd_path_and_gradient_validate_their_arrays():
+    X = np.ones((10, 3))
+    with pytest.raises(ValueError, match=r"heads0 must be .* \(n_heads, 3\)"):
+        _path(X, np.eye(2, 4))
+    with pytest.raises(ValueError, match="non-zero"):
+        _path(X, np.zeros((2, 3)))
+    with pytest.raises(ValueError, match="NaN"):
+        _path(np.full((10, 3), np.nan), np.eye(2, 3))
+    with pytest.raises(ValueError, match="tokens must be"):
+        theory.sequence_loss_gradient(np.ones(3), np.eye(2, 3), 1.0)
+    with pytest.raises(ValueError, match="heads contains NaN"):
+        theory.sequence_loss_gradient(X, np.full((2, 3), np.inf), 1.0)

@@ -18,7 +18,7 @@ from ._mixture import LinearisedEM, OnlineEM, refine_heads
 from ._objective import exact_objective, regularizer_code
 from ._passes import DaskRows, DenseRows, one_blas_thread, rows_of
 from ._scale import estimate_spectrum, principal_basis
-from ._settings import auto_reg_strength, auto_temperature
+from ._settings import auto_reg_strength
 from ._spectral import SUBSAMPLE, spectral_heads
 from ._validation import (
     atomic_fit,
@@ -32,6 +32,7 @@ from ._validation import (
     is_dask_collection,
     warn,
 )
+from .theory import auto_temperature
 
 # PSGD bookkeeping: the driver checks convergence every _STEPS_PER_CHECK
 # steps, and the step size decays as 1 / (1 + t / _DECAY).

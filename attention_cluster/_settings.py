@@ -1,15 +1,12 @@
-"""Settings from the spectrum: the default temperature and regularisation strength.
+"""Settings from the spectrum: the default regularisation strength.
 
-Both are read off the estimated noise sigma and the unit-scale second moment
+It is read off the estimated noise sigma and the unit-scale second moment
 (``_scale.estimate_spectrum``) once per fit, before any run.
 """
 
-import numpy as np
-
 from ._objective import regularizer_code
-from .theory import lambda_star, unbiased_temperature
 
-__all__ = ["auto_reg_strength", "auto_temperature", "local_reg_strength"]
+__all__ = ["auto_reg_strength", "local_reg_strength"]
 
 _REG_FRACTION = 0.1
 
@@ -66,36 +63,6 @@ def local_reg_strength(temperature, n_clusters, regularization="pairwise", noise
     if regularization == "product":
         rho *= (0.3 / max(noise, 0.1)) ** (2 * (n_clusters - 2))
     return float(rho)
-
-
-def auto_temperature(noise, sequence_length, n_clusters, n_features, eigenvalues=None):
-    """Default temperature for unit-scale data of estimated noise ``sigma``.
-
-    The unbiased temperature of Prop. 4.1 (generalised to K clusters in
-    :func:`attention_cluster.theory.unbiased_temperature`), so that the
-    layer's output is centred on each point's centroid, capped twice:
-
-    - at ``0.95 lambda*(sigma, L, d)`` (Prop. 3.3,
-      :func:`attention_cluster.theory.lambda_star`), so that the centroids
-      stay the risk's minimisers with a margin for the error of sigma;
-    - at ``0.9 / (K (m_1 + tr(M) / L))``, with ``m_1`` the largest
-      eigenvalue of the unit-scale second moment M (``eigenvalues``, in
-      descending order). For large L a head on a direction of second moment
-      m lowers the risk by ``f(m) = a m^2 (2 - a m)``, ``a = lambda K``
-      (``math.md`` section 3), which grows with m only while ``a m < 4/3``;
-      the token's attention to itself adds about ``tr(M) / L`` to m. With
-      equal weights the cap is near the unbiased temperature; with unequal
-      weights the heaviest cluster has the largest m and, without the cap,
-      the risk pushes its head off its centroid. The factor 0.9 is the
-      margin found with :func:`attention_cluster.theory.population_pgd`
-      (weights up to 9:1, sigma up to 1).
-    """
-    unbiased = float(unbiased_temperature(noise, sequence_length, n_clusters))
-    caps = [0.95 * float(lambda_star(noise, sequence_length, n_clusters, n_features))]
-    if eigenvalues is not None and eigenvalues[0] > 0:
-        effective = eigenvalues[0] + float(np.sum(eigenvalues)) / sequence_length
-        caps.append(0.9 / (n_clusters * effective))
-    return min([unbiased, *[c for c in caps if np.isfinite(c) and c > 0]])
 
 
 def auto_reg_strength(

@@ -36,6 +36,7 @@ from ._validation import (
 from .metrics import centroid_distance
 
 __all__ = [
+    "auto_temperature",
     "unbiased_temperature",
     "in_context_unbiased_temperature",
     "population_risk",
@@ -811,6 +812,60 @@ def lambda_star(noise, sequence_length=np.inf, n_clusters=2, n_features=None):
     d = _needs_dimension(s, L, n_features)
     _, a1, a2 = _manifold_moments(s, d, K, L)
     return 2.0 * a1[..., 1] / (K * (a2[..., 1] + 2.0 * a2[..., 2] + 2.0 * K * a2[..., 3]))
+
+
+def auto_temperature(noise, sequence_length, n_clusters, n_features, eigenvalues=None):
+    """The rule of ``AttentionClustering(temperature="auto")``, for unit-scale data of noise sigma.
+
+    The unbiased temperature of Prop. 4.1 (generalised to K clusters in
+    :func:`attention_cluster.theory.unbiased_temperature`), so that the
+    layer's output is centred on each point's centroid, capped twice:
+
+    - at ``0.95 lambda*(sigma, L, d)`` (Prop. 3.3,
+      :func:`attention_cluster.theory.lambda_star`), so that the centroids
+      stay the risk's minimisers with a margin for the error of sigma;
+    - at ``0.9 / (K (m_1 + tr(M) / L))``, with ``m_1`` the largest
+      eigenvalue of the unit-scale second moment M (``eigenvalues``, in
+      descending order). For large L a head on a direction of second moment
+      m lowers the risk by ``f(m) = a m^2 (2 - a m)``, ``a = lambda K``
+      (``math.md`` section 3), which grows with m only while ``a m < 4/3``;
+      the token's attention to itself adds about ``tr(M) / L`` to m. With
+      equal weights the cap is near the unbiased temperature; with unequal
+      weights the heaviest cluster has the largest m and, without the cap,
+      the risk pushes its head off its centroid. The factor 0.9 is the
+      margin found with :func:`attention_cluster.theory.population_pgd`
+      (weights up to 9:1, sigma up to 1).
+
+    Parameters
+    ----------
+    noise : float
+        sigma, the noise level relative to the centroids' norm.
+    sequence_length : int
+        L.
+    n_clusters : int
+        K.
+    n_features : int
+        d.
+    eigenvalues : array-like of shape (n_features,), default=None
+        Eigenvalues of the unit-scale second moment, in descending order;
+        None leaves out the second cap.
+
+    Returns
+    -------
+    temperature : float
+
+    Examples
+    --------
+    >>> from attention_cluster.theory import auto_temperature, unbiased_temperature
+    >>> bool(auto_temperature(0.3, 50, 2, 10) <= unbiased_temperature(0.3, 50, 2))
+    True
+    """
+    unbiased = float(unbiased_temperature(noise, sequence_length, n_clusters))
+    caps = [0.95 * float(lambda_star(noise, sequence_length, n_clusters, n_features))]
+    if eigenvalues is not None and eigenvalues[0] > 0:
+        effective = eigenvalues[0] + float(np.sum(eigenvalues)) / sequence_length
+        caps.append(0.9 / (n_clusters * effective))
+    return min([unbiased, *[c for c in caps if np.isfinite(c) and c > 0]])
 
 
 def manifold_heads(centroids, alignment, random_state=None):

@@ -79,16 +79,14 @@ def run_count():
 def temperature(
     noise, sequence_length=SEQUENCE_LENGTH, n_clusters=N_CLUSTERS, n_features=N_FEATURES
 ):
-    """lambda: the unbiased temperature of Prop. 4.1, capped at 0.95 lambda*.
+    """lambda: the rule of ``AttentionClustering(temperature="auto")`` with the true sigma.
 
-    The rule of ``AttentionClustering(temperature="auto")`` with the true
-    sigma: the oracle layer is then an unbiased quantiser, and lambda stays
-    below lambda*(sigma, L, d) (Thm. 3.4 needs lambda <= lambda*; at
-    lambda* itself the convergence is no longer linear).
+    :func:`attention_cluster.theory.auto_temperature` without the
+    second-moment cap: the unbiased temperature of Prop. 4.1, capped at 0.95
+    lambda*(sigma, L, d) (Thm. 3.4 needs lambda <= lambda*; at lambda*
+    itself the convergence is no longer linear).
     """
-    unbiased = float(theory.unbiased_temperature(noise, sequence_length, n_clusters))
-    cap = float(theory.lambda_star(noise, sequence_length, n_clusters, n_features))
-    return min(unbiased, 0.95 * cap)
+    return theory.auto_temperature(noise, sequence_length, n_clusters, n_features)
 
 
 def step_size(temperature, noise, n_clusters=N_CLUSTERS, n_features=N_FEATURES, learning_rate=None):

@@ -381,8 +381,7 @@ def test_unequal_weights_keep_the_heads_on_the_centroids(weights, global_random_
 
 
 def test_auto_temperature_is_the_smallest_of_its_three_bounds():
-    from attention_cluster._settings import auto_temperature
-    from attention_cluster.theory import lambda_star, unbiased_temperature
+    from attention_cluster.theory import auto_temperature, lambda_star, unbiased_temperature
 
     # Equal weights, sigma = 0.3, d = 10: eigenvalues 0.59, 0.59, then 0.09.
     eig = np.r_[0.59, 0.59, np.full(8, 0.09)]

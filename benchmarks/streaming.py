@@ -4,11 +4,17 @@ The paper's mixture (d=10, K=2, sigma in {0.3, 1}), a stream of 1e6 rows
 in batches of 10 000, one pass. Candidates for the update after the first
 batch (which every candidate fits with ``AttentionClustering().fit``):
 
-- ``online EM``: the update ``partial_fit`` makes (``_mixture.OnlineEM``
-  at its defaults: gamma_n = min(1, 16 / n)^0.6, statistics averaged);
+- ``linearised EM``: the update ``partial_fit`` makes
+  (``_mixture.LinearisedEM``): each batch's E-step statistics at the
+  parameters of its time, averaged, with their Jacobian in the parameters,
+  and the M step of the whole stream's linearised statistics;
+- ``online EM``: Cappe and Moulines' stochastic approximation
+  (``_mixture.OnlineEM`` at its defaults: gamma_n = min(1, 16 / n)^0.6,
+  statistics averaged), partial_fit's update above 512 parameters;
 - ``Cappe-Moulines``: the same without the gain, gamma_n = n^-0.6;
 - ``running mean``: gamma_n = 1 / n, no averaging (each batch's E step
-  statistics at the parameters of its time, averaged);
+  statistics at the parameters of its time, averaged: linearised EM
+  without the Jacobian);
 - ``PSGD``: 200 PSGD steps on each batch, started at the previous heads
   (``AttentionClustering(solver="psgd", init=heads, max_iter=200)``), the
   paper's estimator fed batch by batch.
@@ -29,22 +35,23 @@ from _common import quick_cli, save, timed
 from sklearn.exceptions import ConvergenceWarning
 
 from attention_cluster import AttentionClustering
-from attention_cluster._mixture import OnlineEM
+from attention_cluster._mixture import LinearisedEM, OnlineEM
 from attention_cluster._passes import DenseRows
 from attention_cluster.datasets import make_mixture
 from attention_cluster.metrics import centroid_distance, class_means_distance
 
 BATCH = 10_000
 VARIANTS = {
+    "linearised EM": {"update": LinearisedEM},
     "online EM": {},
     "Cappe-Moulines": {"gain": 1.0},
     "running mean": {"alpha": 1.0, "gain": 1.0},
 }
 
 
-def online(first, batches, **kwargs):
-    """Online EM from the first batch's fit, as partial_fit runs it."""
-    stream = OnlineEM(first.cluster_centers_.T, first.weights_, first.noise_scale_, **kwargs)
+def online(first, batches, update=OnlineEM, **kwargs):
+    """An update from the first batch's fit, over every batch, as partial_fit runs it."""
+    stream = update(first.cluster_centers_.T, first.weights_, first.noise_scale_, **kwargs)
     for batch in batches:
         p = stream.update(DenseRows(batch, scale=first.scale_, n_threads=1))
     return p.U.T

@@ -34,8 +34,9 @@ Attributes ``n_samples``, ``n_features``, ``dtype``, ``scale``,
   section 8) and :meth:`~DenseRows.with_rows` (other rows on the same pool,
   for data that move from step to step);
 - :meth:`~DenseRows.subsample` (a data object on about ``size`` rows drawn
-  uniformly, held in memory), :meth:`~DenseRows.project` (``X V`` of such a
-  small data object) and :meth:`~DenseRows.draw` (rows drawn with
+  uniformly, held in memory; for Dask data, on the workers when it is larger
+  than the client's budget), :meth:`~DenseRows.project` (``X V`` of a
+  subsample held in memory) and :meth:`~DenseRows.draw` (rows drawn with
   probability proportional to their weight, for PSGD's sequences).
 
 :class:`SparseRows` implements the same methods for CSR/CSC data (with the
@@ -509,8 +510,58 @@ def _block_product(block, left, shift, right):
     return (_check_finite(block) @ left - shift) @ right
 
 
-# Rows pulled once for PSGD's draws on Dask data (DaskRows.draw).
-_DRAW_ROWS = 1 << 20
+# Rows of a subsample that DaskRows pulls to the client (80 MB at d = 10 in
+# float64): a larger subsample stays on the workers, so that the client's
+# memory does not grow with n (the EM's subsamples grow with n). PSGD's draws
+# on Dask data come from a subsample of this many rows (DaskRows.draw). It
+# must exceed the solvers' own subsamples (16384 rows: _spectral, _exact),
+# which they project in memory.
+_CLIENT_ROWS = 1 << 20
+
+# Indices drawn at a time into the bitmap of a subsample (DaskRows.subsample).
+_DRAW_PIECE = 1 << 20
+
+
+def _drawn_rows(rng, n, size):
+    """The rows of ``np.unique(rng.randint(0, n, size=size))`` as a bitmap.
+
+    Little-endian bits of ``n / 8`` bytes (bit i of the bitmap is row i).
+    The indices are drawn in pieces: a legacy ``RandomState`` gives the same
+    stream in pieces as at once, so the rows, and ``rng``'s state after, are
+    those of :meth:`DenseRows.subsample`.
+    """
+    bits = np.zeros((n + 7) // 8, dtype=np.uint8)
+    for start in range(0, size, _DRAW_PIECE):
+        idx = rng.randint(0, n, size=min(_DRAW_PIECE, size - start))
+        np.bitwise_or.at(bits, idx >> 3, np.left_shift(1, idx & 7).astype(np.uint8))
+    return bits
+
+
+def _block_mask(bits, start, rows):
+    """The block's rows drawn, as booleans: ``rows`` bits of ``bits`` from bit ``start``."""
+    return np.unpackbits(bits, bitorder="little")[start : start + rows].view(bool)
+
+
+def _block_take(block, bits, start):
+    """The drawn rows (or weights) of one Dask block, as float64."""
+    block = np.asarray(block)
+    return np.asarray(block[_block_mask(bits, start, len(block))], dtype=np.float64)
+
+
+def _persisted(*collections):
+    """The collections persisted (None stays None), once they are in the workers' memory."""
+    import dask
+
+    out = dask.persist(*collections)
+    try:
+        from distributed import futures_of, wait
+    except ImportError:  # the local schedulers persist before returning
+        return out
+    futures = [f for c in out if c is not None for f in futures_of(c)]
+    if futures:  # persisted by a distributed client, in the background
+        wait(futures)
+    return out
+
 
 # Passes that return weighted means, combined across blocks by their weights.
 _MEAN_PASSES = ("mean", "moment_action", "norm_moments")
@@ -524,7 +575,8 @@ class DaskRows(_Rows):
     block lives (a worker of a ``distributed`` cluster, or a thread of the
     local scheduler), and only the blocks' small results (``d x d`` at most)
     come back to the client, which adds them in the blocks' order. The data
-    are never gathered; :meth:`subsample` pulls the rows of a subsample once.
+    are never gathered; :meth:`subsample` pulls the rows of a subsample of at
+    most ``_CLIENT_ROWS`` rows once and keeps a larger one on the workers.
 
     Parameters
     ----------
@@ -590,8 +642,12 @@ class DaskRows(_Rows):
         """One Dask computation, counted as a pass and reported under verbose."""
         import dask
 
+        return self._counted(name, dask.compute, *collections)
+
+    def _counted(self, name, run, *args):
+        """``run(*args)``, counted as a pass and reported under verbose."""
         start = time.perf_counter()
-        out = dask.compute(*collections)
+        out = run(*args)
         self._passes[0] += 1
         if self.verbose:
             print(
@@ -690,24 +746,61 @@ class DaskRows(_Rows):
         )
 
     def subsample(self, rng, size):
-        """About ``size`` distinct rows drawn uniformly, pulled to the client once.
+        """About ``size`` distinct rows drawn uniformly, with their weights, or self.
 
-        The indices are drawn as :meth:`DenseRows.subsample` draws them, so
-        the same ``rng`` gives the same rows as the NumPy array. Returns a
-        :class:`DenseRows` (in memory, one thread): all rows when there are
-        at most ``size``.
+        The indices are drawn as :meth:`DenseRows.subsample` draws them (the
+        same ``rng`` gives the same rows as the NumPy array), in pieces into
+        a bitmap of the rows (``n / 8`` bytes on the client). A subsample of
+        at most ``_CLIENT_ROWS`` rows is pulled to the client once and
+        returned as a :class:`DenseRows` (in memory, one thread); a larger
+        one stays on the workers: its rows (float64, as the pulled ones) are
+        taken from every block where the block lives and persisted there,
+        and it is returned as a :class:`DaskRows` whose passes are Dask
+        computations over those blocks. Returns ``self`` when there are at
+        most ``size`` rows and more than ``_CLIENT_ROWS``.
         """
         if self.n_samples <= size:
-            rows, weight, dtype = self._X, self.sample_weight, self.dtype
-        else:
-            idx = np.unique(rng.randint(0, self.n_samples, size=size))
-            rows, dtype = self._X[idx], np.float64
-            weight = None if self.sample_weight is None else self.sample_weight[idx]
-        rows, weight = self._compute("subsample", rows, weight)
-        return _block_rows(np.asarray(rows, dtype=dtype), weight, self.scale, self.offset)
+            if self.n_samples > _CLIENT_ROWS:
+                return self
+            rows, weight = self._compute("subsample", self._X, self.sample_weight)
+            return _block_rows(np.asarray(rows, dtype=self.dtype), weight, self.scale, self.offset)
+        import dask
+        import dask.array as da
+
+        drawn = _drawn_rows(rng, self.n_samples, size)
+        bounds = np.cumsum((0,) + self._X.chunks[0])
+        masks = [(drawn[lo // 8 : (hi + 7) // 8], lo % 8) for lo, hi in zip(bounds, bounds[1:])]
+        counts = [
+            int(np.count_nonzero(_block_mask(bits, start, hi - lo)))
+            for (bits, start), lo, hi in zip(masks, bounds, bounds[1:])
+        ]
+        take = dask.delayed(_block_take, pure=True)
+
+        def taken(array, shape):
+            return da.concatenate(
+                [
+                    da.from_delayed(take(b, *mask), shape=(m, *shape), dtype=np.float64)
+                    for b, mask, m in zip(array.to_delayed().ravel(), masks, counts)
+                    if m
+                ]
+            )
+
+        rows = taken(self._X, (self.n_features,))
+        weight = None if self.sample_weight is None else taken(self.sample_weight, ())
+        if sum(counts) <= _CLIENT_ROWS:
+            rows, weight = self._compute("subsample", rows, weight)
+            return _block_rows(rows, weight, self.scale, self.offset)
+        rows, weight = self._counted("subsample, kept on the workers", _persisted, rows, weight)
+        other = copy.copy(self)
+        other._X, other.sample_weight, other._drawn = rows, weight, None
+        other.n_samples, other.dtype = rows.shape[0], np.dtype(np.float64)
+        other.total_weight = (
+            float(other.n_samples) if weight is None else float(weight.sum().compute())
+        )
+        return other
 
     def draw(self, state, out):
-        """PSGD's rows, drawn from ``_DRAW_ROWS`` rows pulled once (:meth:`subsample`).
+        """PSGD's rows, drawn from ``_CLIENT_ROWS`` rows pulled once (:meth:`subsample`).
 
         A sequence's rows cannot be fetched one at a time from a cluster;
         PSGD's plateau is far above the statistical error of 2^20 rows.
@@ -715,7 +808,7 @@ class DaskRows(_Rows):
         """
         if self._drawn is None:
             rng = np.random.RandomState(int(state[0]) % (2**32))
-            self._drawn = self.subsample(rng, _DRAW_ROWS)
+            self._drawn = self.subsample(rng, _CLIENT_ROWS)
         return self._drawn.draw(state, out)
 
 

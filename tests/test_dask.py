@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from attention_cluster import AttentionClustering
+from attention_cluster import AttentionClustering, _mixture, _passes
 from attention_cluster._passes import DaskRows, DenseRows
 from attention_cluster.datasets import make_mixture
 
@@ -88,6 +88,61 @@ def test_every_pass_matches_dense_rows(weighted, global_random_seed):
         sub_dense = dense.subsample(np.random.RandomState(0), 500)
         np.testing.assert_array_equal(sub_lazy.project(U), sub_dense.project(U))
         assert lazy.n_passes == 7
+
+
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+def test_subsample_above_the_client_budget_stays_on_the_workers(
+    client, monkeypatch, weighted, global_random_seed
+):
+    # A subsample of more rows than the client holds is persisted on the
+    # workers: the same rows, weights and passes as the NumPy subsample, and
+    # the random state moves on as it does there.
+    monkeypatch.setattr(_passes, "_CLIENT_ROWS", 1000)
+    rng = np.random.default_rng(global_random_seed)
+    X = rng.standard_normal((20_000, 5))
+    w = rng.integers(0, 3, size=len(X)).astype(float) if weighted else None
+    dense = DenseRows(X, w, scale=2.0, n_threads=1).centred(np.full(5, 0.25))
+    Xd = _on_cluster(X, (3001, -1))
+    wd = None if w is None else _on_cluster(w, (Xd.chunks[0],))
+    lazy = DaskRows(Xd, wd, scale=2.0).centred(np.full(5, 0.25))
+    seeds = np.random.RandomState(global_random_seed), np.random.RandomState(global_random_seed)
+    sub_dense, sub_lazy = dense.subsample(seeds[0], 5000), lazy.subsample(seeds[1], 5000)
+    assert isinstance(sub_lazy, DaskRows)
+    # Persisted: the subsample's blocks are futures on the workers.
+    assert distributed.futures_of(sub_lazy._X)
+    assert sub_lazy.n_samples == sub_dense.n_samples > 1000
+    assert sub_lazy.total_weight == sub_dense.total_weight
+    assert seeds[0].randint(2**31) == seeds[1].randint(2**31)
+    U = np.linalg.qr(rng.standard_normal((5, 2)))[0]
+    for a, b in [
+        (sub_lazy.e_step(U, np.log([0.3, 0.7]), 1.5), sub_dense.e_step(U, np.log([0.3, 0.7]), 1.5)),
+        (sub_lazy.norm_moments(), sub_dense.norm_moments()),
+        (sub_lazy.head_totals(U), sub_dense.head_totals(U)),
+        (sub_lazy.second_moment(), sub_dense.second_moment()),
+    ]:
+        for x, y in zip(a, b):
+            np.testing.assert_allclose(x, y, rtol=1e-12, atol=1e-12)
+    # At most the budget: pulled to the client, the same rows.
+    small = lazy.subsample(np.random.RandomState(1), 900)
+    assert isinstance(small, DenseRows)
+    np.testing.assert_array_equal(
+        small.project(U), dense.subsample(np.random.RandomState(1), 900).project(U)
+    )
+
+
+def test_fit_with_subsamples_on_the_workers_as_numpy(client, monkeypatch, capsys):
+    # The EM's subsample stages above the client's budget run on the
+    # workers; the fit equals the NumPy fit (budget and first stage made
+    # small, the budget still above the exact solver's 16384-row subsample).
+    monkeypatch.setattr(_passes, "_CLIENT_ROWS", 16384)
+    monkeypatch.setattr(_mixture, "_SUBSAMPLE", 20_000)
+    X = make_mixture(100_000, 6, 2, noise=0.8, random_state=2)[0]
+    dense = AttentionClustering(random_state=0).fit(X)
+    lazy = AttentionClustering(random_state=0, verbose=1).fit(_on_cluster(X, (12_500, -1)))
+    assert "(subsample, kept on the workers)" in capsys.readouterr().out
+    np.testing.assert_allclose(lazy.cluster_centers_, dense.cluster_centers_, atol=ATOL[np.float64])
+    np.testing.assert_array_equal(lazy.labels_.compute(), dense.labels_)
+    assert lazy.refine_n_iter_ == dense.refine_n_iter_
 
 
 @pytest.mark.parametrize(

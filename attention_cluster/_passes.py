@@ -494,20 +494,21 @@ def _block_moment(block, weights, scale, offset):
     return False, False, rows.total_weight, rows.scaled_second_moment()
 
 
-def _check_finite(block):
+def _block_map(block, fn, *args):
+    """``fn(block, *args)`` on one Dask block once it is checked finite (for ``map_blocks``)."""
     if not np.isfinite(block).all():
         raise ValueError("Input X contains NaN or infinity.")
-    return np.ascontiguousarray(block)
+    return fn(np.ascontiguousarray(block), *args)
 
 
-def _block_labels(block, centers, gain, bias):
-    """:meth:`DenseRows.labels` on one Dask block (for ``map_blocks``)."""
-    return DenseRows(_check_finite(block), n_threads=1).labels(centers, gain, bias)
+def _labels(rows, centers, gain, bias):
+    """:meth:`DenseRows.labels` of dense rows, on one thread."""
+    return DenseRows(rows, n_threads=1).labels(centers, gain, bias)
 
 
-def _block_product(block, left, shift, right):
-    """``(block @ left - shift) @ right`` for one Dask block (for ``map_blocks``)."""
-    return (_check_finite(block) @ left - shift) @ right
+def _product(rows, left, shift, right):
+    """``(rows @ left - shift) @ right``."""
+    return (rows @ left - shift) @ right
 
 
 # Rows of a subsample that DaskRows pulls to the client (80 MB at d = 10 in
@@ -726,23 +727,34 @@ class DaskRows(_Rows):
     def head_totals(self, U):
         return self._pass("head_totals", U)
 
+    def map_rows(self, fn, *args, dtype=np.float64, columns=None):
+        """``fn(block, *args)`` on every block as a lazy Dask array (one ``map_blocks``).
+
+        ``fn`` (a module-level function, so that workers unpickle it by
+        reference) returns one value per row (``columns=None``) or
+        ``columns`` values per row; the result is chunked as X's rows. A
+        block with NaN or infinity raises ValueError when computed.
+        """
+        if columns is None:
+            return self._X.map_blocks(_block_map, fn, *args, dtype=dtype, drop_axis=1)
+        return self._X.map_blocks(
+            _block_map, fn, *args, dtype=dtype, chunks=(self._X.chunks[0], (columns,))
+        )
+
     def product(self, left, shift, right):
         """``(X @ left - shift) @ right`` (d x K, K, K x d) as a lazy Dask array, chunked as X."""
-        return self._X.map_blocks(_block_product, left, shift, right, dtype=self.dtype)
+        return self.map_rows(
+            _product, left, shift, right, dtype=self.dtype, columns=self.n_features
+        )
 
     def labels(self, centers, gain, bias):
-        """Labels as a lazy Dask array (one ``map_blocks``), computed by the caller.
-
-        A block with NaN or infinity raises ValueError when computed.
-        """
-        C = np.asarray(centers, dtype=np.float64)
-        return self._X.map_blocks(
-            _block_labels,
-            C,
+        """Labels as a lazy Dask array (:meth:`DenseRows.labels` on each block)."""
+        return self.map_rows(
+            _labels,
+            np.asarray(centers, dtype=np.float64),
             float(gain),
             np.asarray(bias, dtype=np.float64),
             dtype=np.intp,
-            drop_axis=1,
         )
 
     def subsample(self, rng, size):

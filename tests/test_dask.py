@@ -197,6 +197,35 @@ def test_predict_transform_fit_predict_are_lazy(client, mixture):
     np.testing.assert_array_equal(fitted.compute(), model.labels_)
 
 
+def test_score_and_likelihoods_are_reductions_on_the_workers(client, mixture, monkeypatch):
+    # score, bic and aic are one Dask reduction each: only scalars come to
+    # the client (computing anything with as many values as X has rows
+    # fails here); score_samples and predict_proba are lazy. All equal NumPy's.
+    X = mixture[0] + 2.0
+    w = np.random.default_rng(0).integers(0, 3, size=len(X)).astype(float)
+    Xd, wd = _on_cluster(X, (7000, -1)), _on_cluster(w, 5000)
+    model = AttentionClustering(center=True, random_state=0).fit(X)
+    compute = da.Array.compute
+
+    def no_rows(self, **kwargs):
+        assert self.size < len(X), "rows of X were computed on the client"
+        return compute(self, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(da.Array, "compute", no_rows)
+        m.setattr(da.Array, "__array__", None)
+        scores = [model.score(Xd), model.score(Xd, sample_weight=wd), model.bic(Xd), model.aic(Xd)]
+        log_p, proba = model.score_samples(Xd), model.predict_proba(Xd)
+    expected = [model.score(X), model.score(X, sample_weight=w), model.bic(X), model.aic(X)]
+    np.testing.assert_allclose(scores, expected, rtol=1e-10)
+    assert isinstance(log_p, da.Array) and isinstance(proba, da.Array)
+    assert proba.chunks == (Xd.chunks[0], (2,))
+    np.testing.assert_allclose(log_p.compute(), model.score_samples(X), rtol=1e-12)
+    np.testing.assert_allclose(proba.compute(), model.predict_proba(X), rtol=1e-12, atol=1e-15)
+    with pytest.raises(ValueError, match="NaN or infinity"):
+        model.score(da.from_array(_with(X, 7, np.nan), chunks=(500, -1)))
+
+
 def test_weighted_fit_as_numpy(client, mixture):
     X = mixture[0]
     w = np.random.default_rng(0).integers(0, 3, size=len(X)).astype(float)

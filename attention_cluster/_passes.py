@@ -613,6 +613,7 @@ class DaskRows(_Rows):
         self.verbose = verbose
         self._drawn = None
         self.offset = None
+        self._where = ""  # names a subsample's passes under verbose
 
     def close(self):
         """Nothing to release: the scheduler belongs to the caller."""
@@ -652,7 +653,7 @@ class DaskRows(_Rows):
         self._passes[0] += 1
         if self.verbose:
             print(
-                f"[AttentionClustering] Dask pass {self.n_passes} ({name}): "
+                f"[AttentionClustering] Dask pass {self.n_passes} ({name}{self._where}): "
                 f"{time.perf_counter() - start:.3g} s"
             )
         return out
@@ -806,6 +807,7 @@ class DaskRows(_Rows):
         other = copy.copy(self)
         other._X, other.sample_weight, other._drawn = rows, weight, None
         other.n_samples, other.dtype = rows.shape[0], np.dtype(np.float64)
+        other._where = f" on the subsample of {other.n_samples} rows"
         other.total_weight = (
             float(other.n_samples) if weight is None else float(weight.sum().compute())
         )

@@ -101,6 +101,7 @@ estimator pickles between calls and resumes. Inside dask-ml:
 
 ```python
 from dask_ml.wrappers import Incremental
+
 model = Incremental(AttentionClustering(n_clusters=2, random_state=0)).fit(X_dask)
 model.estimator_.cluster_centers_
 ```
@@ -112,11 +113,11 @@ DASK = """## Dask arrays and DataFrames
 import dask.array as da
 from distributed import Client
 
-client = Client()                       # a LocalCluster on this machine
+client = Client()  # a LocalCluster on this machine
 # client = Client("tcp://scheduler-host:8786")   # or an existing cluster
-X = da.from_zarr("mixture.zarr")        # any Dask array chunked along rows
+X = da.from_zarr("mixture.zarr")  # any Dask array chunked along rows
 model = AttentionClustering(n_clusters=2, solver="full", random_state=0, verbose=1).fit(X)
-labels = model.predict(X)               # lazy: a Dask array
+labels = model.predict(X)  # lazy: a Dask array
 ```
 
 The code is the same on one machine or many: a `Client` pointed at a

@@ -139,7 +139,8 @@ def test_fit_with_subsamples_on_the_workers_as_numpy(client, monkeypatch, capsys
     X = make_mixture(100_000, 6, 2, noise=0.8, random_state=2)[0]
     dense = AttentionClustering(random_state=0).fit(X)
     lazy = AttentionClustering(random_state=0, verbose=1).fit(_on_cluster(X, (12_500, -1)))
-    assert "(subsample, kept on the workers)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "(subsample, kept on the workers)" in out and "(e_step on the subsample of" in out
     np.testing.assert_allclose(lazy.cluster_centers_, dense.cluster_centers_, atol=ATOL[np.float64])
     np.testing.assert_array_equal(lazy.labels_.compute(), dense.labels_)
     assert lazy.refine_n_iter_ == dense.refine_n_iter_

@@ -181,11 +181,15 @@ def _ooc_section(run):
     if kmeans:
         rows.append(
             f"| `dask_ml.cluster.KMeans(n_clusters=2).fit(X)` ({run['kmeans_n_iter']} iterations"
-            f"{'' if len(times['dask-ml KMeans']) == run['rounds'] else ', timed in round 1 only'}) "
-            f"| {s['dask-ml KMeans']:.2f} | {dist['dask-ml KMeans']:.2e} |"
+            + (
+                ""
+                if len(times["dask-ml KMeans"]) == run["rounds"]
+                else f", timed in the first {len(times['dask-ml KMeans'])} of the rounds only"
+            )
+            + f") | {s['dask-ml KMeans']:.2f} | {dist['dask-ml KMeans']:.2e} |"
         )
     rows.append(f"| class-means floor | | {run['floor']:.2e} |")
-    command = "--quick" if run["quick"] else f"--rows {run['n']:.0e}"
+    command = f"--rows {run['n']:.0e}" + (" --quick" if run["quick"] else "")
     rounds = "; ".join(
         f"{name}: {', '.join(f'{t:.0f}' for t in times[name])} s"
         for name in ("dask fit", "load and fit", "dask-ml KMeans")
@@ -194,7 +198,7 @@ def _ooc_section(run):
     return [
         f"### {run['n']:.0e} rows ({run['gigabytes']:.2f} GB)",
         "",
-        f"`benchmarks/out_of_core.py {command}`, {run['rounds']} rounds; writing the file took "
+        f"`benchmarks/out_of_core.py {command}`, rounds: {run['rounds']}; writing the file took "
         f"{run['write_s']:.0f} s.",
         "",
         *rows,

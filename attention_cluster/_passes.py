@@ -538,15 +538,43 @@ def _drawn_rows(rng, n, size):
     return bits
 
 
-def _block_mask(bits, start, rows):
-    """The block's rows drawn, as booleans: ``rows`` bits of ``bits`` from bit ``start``."""
-    return np.unpackbits(bits, bitorder="little")[start : start + rows].view(bool)
+def _block_drawn(bits, lo, hi):
+    """``(piece, count)``: the drawn rows among rows ``lo:hi`` of the bitmap
+    ``bits``, as their indices in the block (uint32) when those are the
+    smaller, else as the block's own bitmap; and how many there are."""
+    mask = np.unpackbits(bits[lo // 8 : (hi + 7) // 8], bitorder="little")[
+        lo % 8 : lo % 8 + hi - lo
+    ].view(bool)
+    idx = np.flatnonzero(mask)
+    if 4 * len(idx) < len(mask) / 8 and hi - lo <= 2**32:
+        return idx.astype(np.uint32), len(idx)
+    return np.packbits(mask, bitorder="little"), len(idx)
 
 
-def _block_take(block, bits, start):
-    """The drawn rows (or weights) of one Dask block, as float64."""
+def _block_take(block, drawn):
+    """The drawn rows (or weights) of one Dask block, as float64 (``drawn``
+    from :func:`_block_drawn`)."""
     block = np.asarray(block)
-    return np.asarray(block[_block_mask(bits, start, len(block))], dtype=np.float64)
+    if drawn.dtype == np.uint8:
+        drawn = np.unpackbits(drawn, count=len(block), bitorder="little").view(bool)
+    return np.asarray(block[drawn], dtype=np.float64)
+
+
+def _on_workers(pieces):
+    """The pieces scattered to the workers when the passes run on a
+    ``distributed`` client, so that they do not travel in the task graph
+    (a subsample's bitmaps are n / 8 bytes); else the pieces as they are."""
+    try:
+        from distributed import default_client
+
+        client = default_client()
+    except (ImportError, ValueError):  # no distributed client
+        return pieces
+    import dask.base
+
+    if dask.base.get_scheduler() != client.get:
+        return pieces
+    return client.scatter(pieces, hash=False)
 
 
 def _persisted(*collections):
@@ -782,18 +810,16 @@ class DaskRows(_Rows):
 
         drawn = _drawn_rows(rng, self.n_samples, size)
         bounds = np.cumsum((0,) + self._X.chunks[0])
-        masks = [(drawn[lo // 8 : (hi + 7) // 8], lo % 8) for lo, hi in zip(bounds, bounds[1:])]
-        counts = [
-            int(np.count_nonzero(_block_mask(bits, start, hi - lo)))
-            for (bits, start), lo, hi in zip(masks, bounds, bounds[1:])
-        ]
+        pieces = [_block_drawn(drawn, lo, hi) for lo, hi in zip(bounds, bounds[1:])]
+        counts = [m for _, m in pieces]
+        pieces = _on_workers([piece for piece, _ in pieces])
         take = dask.delayed(_block_take, pure=True)
 
         def taken(array, shape):
             return da.concatenate(
                 [
-                    da.from_delayed(take(b, *mask), shape=(m, *shape), dtype=np.float64)
-                    for b, mask, m in zip(array.to_delayed().ravel(), masks, counts)
+                    da.from_delayed(take(b, piece), shape=(m, *shape), dtype=np.float64)
+                    for b, piece, m in zip(array.to_delayed().ravel(), pieces, counts)
                     if m
                 ]
             )

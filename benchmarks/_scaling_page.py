@@ -134,8 +134,10 @@ on, 2^24 from 6.7e7, 2^28 from 1.1e9). A subsample of at most 2^20 rows
 from each block where the block lives and persisted on the workers (1.3 GB
 for 2^24 rows at d = 10, spread over them, released after the fit), and
 the EM's passes over it are Dask computations like those over X. The
-client holds the subsample's indices as a bitmap of n bits (12.5 MB at n =
-1e8), so its memory does not grow with the subsamples. `solver="psgd"`
+client draws the subsample's indices into a bitmap of n bits (12.5 MB at n
+= 1e8) and sends each block its part (indices or bitmap, whichever is
+smaller), scattered to the workers rather than in the task graph: its
+memory does not grow with the subsamples. `solver="psgd"`
 draws its sequences from 2^20 rows pulled once. `fit` does not persist X:
 a file is read again at each pass. If X fits in the cluster's memory,
 `X = X.persist()` first makes the passes read memory instead.

@@ -524,7 +524,7 @@ _DRAW_PIECE = 1 << 20
 
 
 def _drawn_rows(rng, n, size):
-    """The rows of ``np.unique(rng.randint(0, n, size=size))`` as a bitmap.
+    """The rows of :func:`distinct_rows` as a bitmap.
 
     Little-endian bits of ``n / 8`` bytes (bit i of the bitmap is row i).
     The indices are drawn in pieces: a legacy ``RandomState`` gives the same

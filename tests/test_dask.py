@@ -136,6 +136,7 @@ def test_fit_with_subsamples_on_the_workers_as_numpy(client, monkeypatch, capsys
     # small, the budget still above the exact solver's 16384-row subsample).
     monkeypatch.setattr(_passes, "_CLIENT_ROWS", 16384)
     monkeypatch.setattr(_mixture, "_SUBSAMPLE", 20_000)
+    monkeypatch.setattr(_mixture, "_MIN_SUBSAMPLE", 20_000)
     X = make_mixture(100_000, 6, 2, noise=0.8, random_state=2)[0]
     dense = AttentionClustering(random_state=0).fit(X)
     lazy = AttentionClustering(random_state=0, verbose=1).fit(_on_cluster(X, (12_500, -1)))

@@ -128,8 +128,9 @@ the NumPy pass runs on every block where the block lives and only the
 blocks' small results (K x d, d x d at most) come back to the client, which
 adds them in the blocks' order. Subsamples cost one read pass apiece: the
 attention solver's 16384 rows, and the EM refinement's stages (65536 rows,
-then 16 times more while under a quarter of n: 2^20 rows from 4.2e6 rows
-on, 2^24 from 6.7e7, 2^28 from 1.1e9). A subsample of at most 2^20 rows
+fewer below 5.2e5 rows, then 16 times more while under a quarter of n:
+2^20 rows from 4.2e6 rows on, 2^24 from 6.7e7, 2^28 from 1.1e9), on the
+last of which the Newton steps' Jacobian is taken (math.md section 7). A subsample of at most 2^20 rows
 (80 MB in float64 at d = 10) is pulled to the client; a larger one is taken
 from each block where the block lives and persisted on the workers (1.3 GB
 for 2^24 rows at d = 10, spread over them, released after the fit), and

@@ -581,7 +581,7 @@ def _persisted(*collections):
     """The collections persisted (None stays None), once they are in the workers' memory."""
     import dask
 
-    out = dask.persist(*collections)
+    out = dask.persist(*collections, optimize_graph=False)
     try:
         from distributed import futures_of, wait
     except ImportError:  # the local schedulers persist before returning
@@ -660,11 +660,11 @@ class DaskRows(_Rows):
         """``fn(block, weights, *args)`` on every block, computed at once, in block order."""
         import dask
 
-        blocks = self._X.to_delayed().ravel()
+        blocks = self._X.to_delayed(optimize_graph=False).ravel()
         if self.sample_weight is None:
             weights = [None] * len(blocks)
         else:
-            weights = self.sample_weight.to_delayed().ravel()
+            weights = self.sample_weight.to_delayed(optimize_graph=False).ravel()
         task = dask.delayed(fn, pure=True)
         return self._compute(name, *[task(b, w, *args) for b, w in zip(blocks, weights)])
 
@@ -672,7 +672,9 @@ class DaskRows(_Rows):
         """One Dask computation, counted as a pass and reported under verbose."""
         import dask
 
-        return self._counted(name, dask.compute, *collections)
+        return self._counted(
+            name, functools.partial(dask.compute, optimize_graph=False), *collections
+        )
 
     def _counted(self, name, run, *args):
         """``run(*args)``, counted as a pass and reported under verbose."""
@@ -819,7 +821,9 @@ class DaskRows(_Rows):
             return da.concatenate(
                 [
                     da.from_delayed(take(b, piece), shape=(m, *shape), dtype=np.float64)
-                    for b, piece, m in zip(array.to_delayed().ravel(), pieces, counts)
+                    for b, piece, m in zip(
+                        array.to_delayed(optimize_graph=False).ravel(), pieces, counts
+                    )
                     if m
                 ]
             )

@@ -147,6 +147,42 @@ def test_fit_with_subsamples_on_the_workers_as_numpy(client, monkeypatch, capsys
     assert lazy.refine_n_iter_ == dense.refine_n_iter_
 
 
+def _read_block(X, lo, hi):
+    return X[lo:hi].copy()
+
+
+def test_fit_of_a_lazily_read_array_with_a_subsample_on_the_workers(client, monkeypatch, capsys):
+    # Blocks made by tasks (as a file read lazily: from_delayed, then
+    # concatenate) and not persisted: the passes over X after a subsample
+    # was persisted on the workers resubmit X's tasks, which the scheduler
+    # still knows; they must not deadlock (they did when the graphs were
+    # optimised differently from pass to pass). The fit equals NumPy's.
+    import dask
+
+    monkeypatch.setattr(_passes, "_CLIENT_ROWS", 16384)
+    monkeypatch.setattr(_mixture, "_SUBSAMPLE", 20_000)
+    monkeypatch.setattr(_mixture, "_MIN_SUBSAMPLE", 20_000)
+    X = make_mixture(100_000, 6, 2, noise=0.8, random_state=3)[0]
+    blocks = [
+        da.from_delayed(dask.delayed(_read_block)(X, lo, lo + 12_500), (12_500, 6), X.dtype)
+        for lo in range(0, len(X), 12_500)
+    ]
+    result = {}
+
+    def fit():
+        result["model"] = AttentionClustering(random_state=0, verbose=1).fit(da.concatenate(blocks))
+
+    worker = threading.Thread(target=fit, daemon=True)
+    worker.start()
+    worker.join(timeout=120)
+    assert not worker.is_alive(), "the Dask fit did not finish: a deadlock"
+    assert "(subsample, kept on the workers)" in capsys.readouterr().out
+    dense = AttentionClustering(random_state=0).fit(X)
+    np.testing.assert_allclose(
+        result["model"].cluster_centers_, dense.cluster_centers_, atol=ATOL[np.float64]
+    )
+
+
 @pytest.mark.parametrize(
     "params, dtype",
     [
@@ -331,7 +367,10 @@ def test_killed_worker_does_not_change_the_fit(client):
     result = {}
 
     def fit():
-        result["model"] = AttentionClustering(solver="full", random_state=0).fit(Xd)
+        try:
+            result["model"] = AttentionClustering(solver="full", random_state=0).fit(Xd)
+        except Exception as error:  # re-raised below, in the test's thread
+            result["error"] = error
 
     worker = threading.Thread(target=fit)
     worker.start()
@@ -340,6 +379,8 @@ def test_killed_worker_does_not_change_the_fit(client):
     assert worker.is_alive(), "the fit ended before the kill: make it longer"
     os.kill(pids[0], signal.SIGKILL)
     worker.join()
+    if "error" in result:
+        raise result["error"]
     np.testing.assert_allclose(
         result["model"].cluster_centers_, expected.cluster_centers_, atol=ATOL[np.float64]
     )

@@ -1069,20 +1069,16 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             return self.refine_ == "em"
         return self.refine == "em" or (self.refine == "auto" and self.solver != "psgd")
 
-    def _component_scores(self, X):
-        """``log pi_k + log N(x; m_k, v I)`` for every row and component (float64)."""
+    def _mixture_rows(self, X, fn, columns=None):
+        """``fn(X, means_, variance, weights_)`` on the validated rows of X; for
+        Dask input a lazy Dask array (``fn`` on each block)."""
         check_is_fitted(self)
+        mixture = (self.means_, float(self.covariances_[0]), self.weights_)
+        if is_dask_collection(X):
+            X = check_dask_array(self, X, reset=False)
+            return DaskRows(X).map_rows(fn, *mixture, columns=columns)
         X = validate_data(self, X, dtype=[np.float64, np.float32], order="C", reset=False)
-        X = np.asarray(X, dtype=np.float64)
-        v = self.covariances_[0]
-        sq = (
-            np.sum(X**2, axis=1)[:, None]
-            - 2 * X @ self.means_.T
-            + np.sum(self.means_**2, axis=1)[None, :]
-        )
-        with np.errstate(divide="ignore"):
-            log_w = np.log(self.weights_)
-        return log_w[None, :] - sq / (2 * v) - 0.5 * X.shape[1] * np.log(2 * np.pi * v)
+        return fn(X, *mixture)
 
     @available_if(_has_mixture)
     def score_samples(self, X):
@@ -1095,14 +1091,15 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : array-like, dask array or dask DataFrame of shape (n_samples, n_features)
             New data.
 
         Returns
         -------
         log_likelihood : ndarray of shape (n_samples,)
+            A lazy Dask array for Dask input.
         """
-        return logsumexp(self._component_scores(X), axis=1)
+        return self._mixture_rows(X, _log_likelihoods)
 
     @available_if(_has_mixture)
     def predict_proba(self, X):
@@ -1115,19 +1112,20 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : array-like, dask array or dask DataFrame of shape (n_samples, n_features)
             New data.
 
         Returns
         -------
         proba : ndarray of shape (n_samples, n_clusters)
+            A lazy Dask array for Dask input.
         """
-        scores = self._component_scores(X)
-        return np.exp(scores - logsumexp(scores, axis=1, keepdims=True))
+        return self._mixture_rows(X, _posteriors, columns=self.n_clusters)
 
     def _deviance(self, X):
-        """``-2 sum_i log p(x_i)`` under the fitted mixture."""
-        return -2 * float(np.sum(self.score_samples(X)))
+        """``-2 sum_i log p(x_i)`` under the fitted mixture (one Dask computation for Dask input)."""
+        total = self.score_samples(X).sum()
+        return -2 * float(total.compute() if is_dask_collection(total) else total)
 
     def _n_parameters(self):
         """Free parameters of the mixture: K (d - 1) directions, r, tau, K - 1 weights = K d + 1,
@@ -1148,7 +1146,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : array-like, dask array or dask DataFrame of shape (n_samples, n_features)
 
         Returns
         -------
@@ -1164,7 +1162,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : array-like, dask array or dask DataFrame of shape (n_samples, n_features)
 
         Returns
         -------
@@ -1177,7 +1175,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
         Expanded as ``||y||^2 - 2 <y, T(y)> + ||T(y)||^2`` from the rows'
         products with the heads and ``moment_heads_`` (2K columns), so that
-        sparse X is never densified.
+        sparse X is never densified. For Dask input the mean is one Dask
+        computation (a reduction over the blocks): X is not gathered.
 
         The attention layer's own objective (the paper's risk, with the
         training data as context; see :meth:`transform`), not a likelihood:
@@ -1188,11 +1187,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
         Parameters
         ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+        X : {array-like, sparse matrix}, dask array or dask DataFrame of shape (n_samples, n_features)
             New data.
         y : Ignored
             Not used, present for API consistency.
-        sample_weight : array-like of shape (n_samples,), default=None
+        sample_weight : array-like or dask array of shape (n_samples,), default=None
             Weights of the mean.
 
         Returns
@@ -1202,21 +1201,55 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         """
         check_is_fitted(self)
         X, lazy = self._check_new_data(X)
-        if lazy:  # a mean over all rows: computed in memory
-            X = np.ascontiguousarray(X.compute())
-        weights = check_sample_weight(sample_weight, X)
         K = self.n_clusters
-        out = self.temperature_ * K * self.moment_heads_
         heads = np.asarray(self.cluster_centers_, dtype=np.float64).T
-        m = self.mean_
-        P = np.asarray(X @ np.hstack([heads, out.T]), dtype=np.float64) - m @ np.hstack(
-            [heads, out.T]
-        )
-        A, B = P[:, :K], P[:, K:]
-        if sp.issparse(X):
-            sq = np.asarray(X.multiply(X).sum(axis=1), dtype=np.float64).ravel()
-        else:
-            sq = np.einsum("ij,ij->i", X, X, dtype=np.float64)
-        sq += m @ m - 2.0 * np.asarray(X @ m, dtype=np.float64).ravel()
-        residual = sq - 2.0 * np.sum(A * B, axis=1) + np.sum((A @ (out @ out.T)) * A, axis=1)
-        return -float(np.average(residual, weights=weights))
+        out = self.temperature_ * K * self.moment_heads_
+        args = (heads, out, self.mean_)
+        if not lazy:
+            weights = check_sample_weight(sample_weight, X)
+            return -float(np.average(_reconstruction_errors(X, *args), weights=weights))
+        # One Dask computation: the rows' errors and their weighted mean.
+        weights, total = check_dask_sample_weight(sample_weight, X)
+        errors = DaskRows(X).map_rows(_reconstruction_errors, *args)
+        error = errors.sum() if weights is None else (errors * weights).sum()
+        return -float(error.compute()) / total
+
+
+def _reconstruction_errors(X, heads, out, mean):
+    """``||y - T(y)||^2`` for every row of X (dense or sparse), ``y = x - mean``
+    and ``T(y) = out^T heads^T y`` (see :meth:`AttentionClustering.score`), float64.
+
+    Expanded as ``||y||^2 - 2 <y, T(y)> + ||T(y)||^2`` from the rows' products
+    with ``heads`` (d x K) and ``out`` (K x d), so that sparse X is never
+    densified.
+    """
+    K = heads.shape[1]
+    both = np.hstack([heads, out.T])
+    P = np.asarray(X @ both, dtype=np.float64) - mean @ both
+    A, B = P[:, :K], P[:, K:]
+    if sp.issparse(X):
+        sq = np.asarray(X.multiply(X).sum(axis=1), dtype=np.float64).ravel()
+    else:
+        sq = np.einsum("ij,ij->i", X, X, dtype=np.float64)
+    sq += mean @ mean - 2.0 * np.asarray(X @ mean, dtype=np.float64).ravel()
+    return sq - 2.0 * np.sum(A * B, axis=1) + np.sum((A @ (out @ out.T)) * A, axis=1)
+
+
+def _component_scores(X, means, variance, weights):
+    """``log pi_k + log N(x; m_k, v I)`` for every row of dense X and every component (float64)."""
+    X = np.asarray(X, dtype=np.float64)
+    sq = np.sum(X**2, axis=1)[:, None] - 2 * X @ means.T + np.sum(means**2, axis=1)[None, :]
+    with np.errstate(divide="ignore"):
+        log_w = np.log(weights)
+    return log_w[None, :] - sq / (2 * variance) - 0.5 * X.shape[1] * np.log(2 * np.pi * variance)
+
+
+def _log_likelihoods(X, *mixture):
+    """``log p(x)`` of every row under the mixture ``(means, variance, weights)``."""
+    return logsumexp(_component_scores(X, *mixture), axis=1)
+
+
+def _posteriors(X, *mixture):
+    """Posterior probabilities of the components for every row."""
+    scores = _component_scores(X, *mixture)
+    return np.exp(scores - logsumexp(scores, axis=1, keepdims=True))

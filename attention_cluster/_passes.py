@@ -34,8 +34,9 @@ Attributes ``n_samples``, ``n_features``, ``dtype``, ``scale``,
   section 8) and :meth:`~DenseRows.with_rows` (other rows on the same pool,
   for data that move from step to step);
 - :meth:`~DenseRows.subsample` (a data object on about ``size`` rows drawn
-  uniformly, held in memory), :meth:`~DenseRows.project` (``X V`` of such a
-  small data object) and :meth:`~DenseRows.draw` (rows drawn with
+  uniformly, held in memory; for Dask data, on the workers when it is larger
+  than the client's budget), :meth:`~DenseRows.project` (``X V`` of a
+  subsample held in memory) and :meth:`~DenseRows.draw` (rows drawn with
   probability proportional to their weight, for PSGD's sequences).
 
 :class:`SparseRows` implements the same methods for CSR/CSC data (with the
@@ -493,24 +494,103 @@ def _block_moment(block, weights, scale, offset):
     return False, False, rows.total_weight, rows.scaled_second_moment()
 
 
-def _check_finite(block):
+def _block_map(block, fn, *args):
+    """``fn(block, *args)`` on one Dask block once it is checked finite (for ``map_blocks``)."""
     if not np.isfinite(block).all():
         raise ValueError("Input X contains NaN or infinity.")
-    return np.ascontiguousarray(block)
+    return fn(np.ascontiguousarray(block), *args)
 
 
-def _block_labels(block, centers, gain, bias):
-    """:meth:`DenseRows.labels` on one Dask block (for ``map_blocks``)."""
-    return DenseRows(_check_finite(block), n_threads=1).labels(centers, gain, bias)
+def _labels(rows, centers, gain, bias):
+    """:meth:`DenseRows.labels` of dense rows, on one thread."""
+    return DenseRows(rows, n_threads=1).labels(centers, gain, bias)
 
 
-def _block_product(block, left, shift, right):
-    """``(block @ left - shift) @ right`` for one Dask block (for ``map_blocks``)."""
-    return (_check_finite(block) @ left - shift) @ right
+def _product(rows, left, shift, right):
+    """``(rows @ left - shift) @ right``."""
+    return (rows @ left - shift) @ right
 
 
-# Rows pulled once for PSGD's draws on Dask data (DaskRows.draw).
-_DRAW_ROWS = 1 << 20
+# Rows of a subsample that DaskRows pulls to the client (80 MB at d = 10 in
+# float64): a larger subsample stays on the workers, so that the client's
+# memory does not grow with n (the EM's subsamples grow with n). PSGD's draws
+# on Dask data come from a subsample of this many rows (DaskRows.draw). It
+# must exceed the solvers' own subsamples (16384 rows: _spectral, _exact),
+# which they project in memory.
+_CLIENT_ROWS = 1 << 20
+
+# Indices drawn at a time into the bitmap of a subsample (DaskRows.subsample).
+_DRAW_PIECE = 1 << 20
+
+
+def _drawn_rows(rng, n, size):
+    """The rows of :func:`distinct_rows` as a bitmap.
+
+    Little-endian bits of ``n / 8`` bytes (bit i of the bitmap is row i).
+    The indices are drawn in pieces: a legacy ``RandomState`` gives the same
+    stream in pieces as at once, so the rows, and ``rng``'s state after, are
+    those of :meth:`DenseRows.subsample`.
+    """
+    bits = np.zeros((n + 7) // 8, dtype=np.uint8)
+    for start in range(0, size, _DRAW_PIECE):
+        idx = rng.randint(0, n, size=min(_DRAW_PIECE, size - start))
+        np.bitwise_or.at(bits, idx >> 3, np.left_shift(1, idx & 7).astype(np.uint8))
+    return bits
+
+
+def _block_drawn(bits, lo, hi):
+    """``(piece, count)``: the drawn rows among rows ``lo:hi`` of the bitmap
+    ``bits``, as their indices in the block (uint32) when those are the
+    smaller, else as the block's own bitmap; and how many there are."""
+    mask = np.unpackbits(bits[lo // 8 : (hi + 7) // 8], bitorder="little")[
+        lo % 8 : lo % 8 + hi - lo
+    ].view(bool)
+    idx = np.flatnonzero(mask)
+    if 4 * len(idx) < len(mask) / 8 and hi - lo <= 2**32:
+        return idx.astype(np.uint32), len(idx)
+    return np.packbits(mask, bitorder="little"), len(idx)
+
+
+def _block_take(block, drawn):
+    """The drawn rows (or weights) of one Dask block, as float64 (``drawn``
+    from :func:`_block_drawn`)."""
+    block = np.asarray(block)
+    if drawn.dtype == np.uint8:
+        drawn = np.unpackbits(drawn, count=len(block), bitorder="little").view(bool)
+    return np.asarray(block[drawn], dtype=np.float64)
+
+
+def _on_workers(pieces):
+    """The pieces scattered to the workers when the passes run on a
+    ``distributed`` client, so that they do not travel in the task graph
+    (a subsample's bitmaps are n / 8 bytes); else the pieces as they are."""
+    try:
+        from distributed import default_client
+
+        client = default_client()
+    except (ImportError, ValueError):  # no distributed client
+        return pieces
+    import dask.base
+
+    if dask.base.get_scheduler() != client.get:
+        return pieces
+    return client.scatter(pieces, hash=False)
+
+
+def _persisted(*collections):
+    """The collections persisted (None stays None), once they are in the workers' memory."""
+    import dask
+
+    out = dask.persist(*collections, optimize_graph=False)
+    try:
+        from distributed import futures_of, wait
+    except ImportError:  # the local schedulers persist before returning
+        return out
+    futures = [f for c in out if c is not None for f in futures_of(c)]
+    if futures:  # persisted by a distributed client, in the background
+        wait(futures)
+    return out
+
 
 # Passes that return weighted means, combined across blocks by their weights.
 _MEAN_PASSES = ("mean", "moment_action", "norm_moments")
@@ -524,7 +604,8 @@ class DaskRows(_Rows):
     block lives (a worker of a ``distributed`` cluster, or a thread of the
     local scheduler), and only the blocks' small results (``d x d`` at most)
     come back to the client, which adds them in the blocks' order. The data
-    are never gathered; :meth:`subsample` pulls the rows of a subsample once.
+    are never gathered; :meth:`subsample` pulls the rows of a subsample of at
+    most ``_CLIENT_ROWS`` rows once and keeps a larger one on the workers.
 
     Parameters
     ----------
@@ -560,6 +641,7 @@ class DaskRows(_Rows):
         self.verbose = verbose
         self._drawn = None
         self.offset = None
+        self._where = ""  # names a subsample's passes under verbose
 
     def close(self):
         """Nothing to release: the scheduler belongs to the caller."""
@@ -578,11 +660,11 @@ class DaskRows(_Rows):
         """``fn(block, weights, *args)`` on every block, computed at once, in block order."""
         import dask
 
-        blocks = self._X.to_delayed().ravel()
+        blocks = self._X.to_delayed(optimize_graph=False).ravel()
         if self.sample_weight is None:
             weights = [None] * len(blocks)
         else:
-            weights = self.sample_weight.to_delayed().ravel()
+            weights = self.sample_weight.to_delayed(optimize_graph=False).ravel()
         task = dask.delayed(fn, pure=True)
         return self._compute(name, *[task(b, w, *args) for b, w in zip(blocks, weights)])
 
@@ -590,12 +672,18 @@ class DaskRows(_Rows):
         """One Dask computation, counted as a pass and reported under verbose."""
         import dask
 
+        return self._counted(
+            name, functools.partial(dask.compute, optimize_graph=False), *collections
+        )
+
+    def _counted(self, name, run, *args):
+        """``run(*args)``, counted as a pass and reported under verbose."""
         start = time.perf_counter()
-        out = dask.compute(*collections)
+        out = run(*args)
         self._passes[0] += 1
         if self.verbose:
             print(
-                f"[AttentionClustering] Dask pass {self.n_passes} ({name}): "
+                f"[AttentionClustering] Dask pass {self.n_passes} ({name}{self._where}): "
                 f"{time.perf_counter() - start:.3g} s"
             )
         return out
@@ -670,44 +758,93 @@ class DaskRows(_Rows):
     def head_totals(self, U):
         return self._pass("head_totals", U)
 
+    def map_rows(self, fn, *args, dtype=np.float64, columns=None):
+        """``fn(block, *args)`` on every block as a lazy Dask array (one ``map_blocks``).
+
+        ``fn`` (a module-level function, so that workers unpickle it by
+        reference) returns one value per row (``columns=None``) or
+        ``columns`` values per row; the result is chunked as X's rows. A
+        block with NaN or infinity raises ValueError when computed.
+        """
+        if columns is None:
+            return self._X.map_blocks(_block_map, fn, *args, dtype=dtype, drop_axis=1)
+        return self._X.map_blocks(
+            _block_map, fn, *args, dtype=dtype, chunks=(self._X.chunks[0], (columns,))
+        )
+
     def product(self, left, shift, right):
         """``(X @ left - shift) @ right`` (d x K, K, K x d) as a lazy Dask array, chunked as X."""
-        return self._X.map_blocks(_block_product, left, shift, right, dtype=self.dtype)
+        return self.map_rows(
+            _product, left, shift, right, dtype=self.dtype, columns=self.n_features
+        )
 
     def labels(self, centers, gain, bias):
-        """Labels as a lazy Dask array (one ``map_blocks``), computed by the caller.
-
-        A block with NaN or infinity raises ValueError when computed.
-        """
-        C = np.asarray(centers, dtype=np.float64)
-        return self._X.map_blocks(
-            _block_labels,
-            C,
+        """Labels as a lazy Dask array (:meth:`DenseRows.labels` on each block)."""
+        return self.map_rows(
+            _labels,
+            np.asarray(centers, dtype=np.float64),
             float(gain),
             np.asarray(bias, dtype=np.float64),
             dtype=np.intp,
-            drop_axis=1,
         )
 
     def subsample(self, rng, size):
-        """About ``size`` distinct rows drawn uniformly, pulled to the client once.
+        """About ``size`` distinct rows drawn uniformly, with their weights, or self.
 
-        The indices are drawn as :meth:`DenseRows.subsample` draws them, so
-        the same ``rng`` gives the same rows as the NumPy array. Returns a
-        :class:`DenseRows` (in memory, one thread): all rows when there are
-        at most ``size``.
+        The indices are drawn as :meth:`DenseRows.subsample` draws them (the
+        same ``rng`` gives the same rows as the NumPy array), in pieces into
+        a bitmap of the rows (``n / 8`` bytes on the client). A subsample of
+        at most ``_CLIENT_ROWS`` rows is pulled to the client once and
+        returned as a :class:`DenseRows` (in memory, one thread); a larger
+        one stays on the workers: its rows (float64, as the pulled ones) are
+        taken from every block where the block lives and persisted there,
+        and it is returned as a :class:`DaskRows` whose passes are Dask
+        computations over those blocks. Returns ``self`` when there are at
+        most ``size`` rows and more than ``_CLIENT_ROWS``.
         """
         if self.n_samples <= size:
-            rows, weight, dtype = self._X, self.sample_weight, self.dtype
-        else:
-            idx = np.unique(rng.randint(0, self.n_samples, size=size))
-            rows, dtype = self._X[idx], np.float64
-            weight = None if self.sample_weight is None else self.sample_weight[idx]
-        rows, weight = self._compute("subsample", rows, weight)
-        return _block_rows(np.asarray(rows, dtype=dtype), weight, self.scale, self.offset)
+            if self.n_samples > _CLIENT_ROWS:
+                return self
+            rows, weight = self._compute("subsample", self._X, self.sample_weight)
+            return _block_rows(np.asarray(rows, dtype=self.dtype), weight, self.scale, self.offset)
+        import dask
+        import dask.array as da
+
+        drawn = _drawn_rows(rng, self.n_samples, size)
+        bounds = np.cumsum((0,) + self._X.chunks[0])
+        pieces = [_block_drawn(drawn, lo, hi) for lo, hi in zip(bounds, bounds[1:])]
+        counts = [m for _, m in pieces]
+        pieces = _on_workers([piece for piece, _ in pieces])
+        take = dask.delayed(_block_take, pure=True)
+
+        def taken(array, shape):
+            return da.concatenate(
+                [
+                    da.from_delayed(take(b, piece), shape=(m, *shape), dtype=np.float64)
+                    for b, piece, m in zip(
+                        array.to_delayed(optimize_graph=False).ravel(), pieces, counts
+                    )
+                    if m
+                ]
+            )
+
+        rows = taken(self._X, (self.n_features,))
+        weight = None if self.sample_weight is None else taken(self.sample_weight, ())
+        if sum(counts) <= _CLIENT_ROWS:
+            rows, weight = self._compute("subsample", rows, weight)
+            return _block_rows(rows, weight, self.scale, self.offset)
+        rows, weight = self._counted("subsample, kept on the workers", _persisted, rows, weight)
+        other = copy.copy(self)
+        other._X, other.sample_weight, other._drawn = rows, weight, None
+        other.n_samples, other.dtype = rows.shape[0], np.dtype(np.float64)
+        other._where = f" on the subsample of {other.n_samples} rows"
+        other.total_weight = (
+            float(other.n_samples) if weight is None else float(weight.sum().compute())
+        )
+        return other
 
     def draw(self, state, out):
-        """PSGD's rows, drawn from ``_DRAW_ROWS`` rows pulled once (:meth:`subsample`).
+        """PSGD's rows, drawn from ``_CLIENT_ROWS`` rows pulled once (:meth:`subsample`).
 
         A sequence's rows cannot be fetched one at a time from a cluster;
         PSGD's plateau is far above the statistical error of 2^20 rows.
@@ -715,7 +852,7 @@ class DaskRows(_Rows):
         """
         if self._drawn is None:
             rng = np.random.RandomState(int(state[0]) % (2**32))
-            self._drawn = self.subsample(rng, _DRAW_ROWS)
+            self._drawn = self.subsample(rng, _CLIENT_ROWS)
         return self._drawn.draw(state, out)
 
 

@@ -153,8 +153,9 @@ def save(name, payload, directory=RESULTS):
     return path
 
 
-def quick_cli(doc, main):
-    """Command line of a script with ``main(quick, out)``: ``[--quick] [--out DIR]``.
+def quick_cli(doc, main, **options):
+    """Command line of a script with ``main(quick, out, **options)``: ``[--quick] [--out DIR]``
+    and ``--name VALUE`` for each option (``argparse`` keywords; None when not given).
 
     UserWarnings of the fits (e.g. more clusters than features) are silenced:
     the scripts report what they measure, not the estimator's advice.
@@ -162,7 +163,9 @@ def quick_cli(doc, main):
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", default=None, help="directory for the results and the page")
+    for name, kwargs in options.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, **kwargs)
     args = parser.parse_args()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        main(args.quick, args.out)
+        main(args.quick, args.out, **{name: getattr(args, name) for name in options})

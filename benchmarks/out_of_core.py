@@ -1,11 +1,12 @@
 """Out of core: fit a float32 array on disk through Dask, against loading it and dask-ml.
 
-Writes the paper's mixture (d=10, K=2, sigma=0.5; 2e7 rows, 800 MB of
-float32; ``--quick``: 2e5 rows) to a ``.npy`` file in a temporary directory
-(deleted at the end), opens it lazily as a Dask array whose blocks are read
-from the file by the task that uses them, and on a ``distributed.LocalCluster``
-of 2 worker processes with 1 thread each (the machine has 2 cores) measures,
-side by side in interleaved rounds after Numba's compile (medians):
+Writes the paper's mixture (d=10, K=2, sigma=0.5; ``--rows`` rows, 2e7 by
+default, 800 MB of float32; ``--quick``: 2e5 rows) to a ``.npy`` file in a
+temporary directory (deleted at the end), opens it lazily as a Dask array
+whose blocks are read from the file by the task that uses them, and on a
+``distributed.LocalCluster`` of 2 worker processes with 1 thread each (the
+machine has 2 cores) measures, side by side in interleaved rounds after
+Numba's compile (medians):
 
 - ``AttentionClustering(solver="full")`` on the Dask array: its passes (each
   one Dask computation, counted and timed under ``verbose``, in every round)
@@ -16,21 +17,25 @@ side by side in interleaved rounds after Numba's compile (medians):
   scheduler): the time per pass is compared with it;
 - loading the array into the client's memory (``np.load``) and fitting it
   there (``DenseRows`` on the machine's threads);
-- ``dask_ml.cluster.KMeans(n_clusters=2)`` on the same Dask array.
+- ``dask_ml.cluster.KMeans(n_clusters=2)`` on the same Dask array, in the
+  first ``--kmeans-rounds`` rounds only (all by default; 0: not run, for
+  sizes where its time does not fit in the session).
 
 Distances to the centroids (math.md section 5; KMeans' centres normalised)
 are compared with the class-means floor of the whole array. The file is
 written by this process and is then in the operating system's page cache
 (the machine's memory is larger than the file): a "read" is a read of the
-page cache, not of the disk. Writes benchmarks/results/out_of_core.json,
-then docs/scaling_out.md (with benchmarks/results/streaming.json) and its
-figure.
+page cache, not of the disk. Each size's results are kept under its number
+of rows in benchmarks/results/out_of_core.json (a run replaces only its own
+size's), then docs/scaling_out.md (with benchmarks/results/streaming.json)
+and its figure are written with every size measured.
 
-    python benchmarks/out_of_core.py [--quick]
+    python benchmarks/out_of_core.py [--quick] [--rows N] [--rounds R] [--kmeans-rounds R]
 """
 
 import contextlib
 import io
+import json
 import resource
 import shutil
 import tempfile
@@ -120,12 +125,13 @@ def fit_dask(X):
     return model, passes
 
 
-def main(quick=False, out=None):
+def main(quick=False, out=None, rows=None, rounds=None, kmeans_rounds=None):
     import distributed
     from dask_ml.cluster import KMeans
 
-    n = 200_000 if quick else 20_000_000
-    rounds = 2 if quick else 3
+    n = int(rows) if rows else (200_000 if quick else 20_000_000)
+    rounds = rounds or (2 if quick else 3)
+    kmeans_rounds = rounds if kmeans_rounds is None else min(kmeans_rounds, rounds)
     tmp = Path(tempfile.mkdtemp(prefix="attention_cluster_ooc_"))
     try:
         path = str(tmp / "mixture.npy")
@@ -147,6 +153,7 @@ def main(quick=False, out=None):
             memory_before = psutil.Process().memory_info().rss
             with PeakRSS() as rss:
                 model, passes = fit_dask(X)
+            print(f"first dask fit: {len(passes)} passes, peak {rss.peak / 1e9:.2f} GB", flush=True)
             maxrss_after_dask = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
             candidates = {
                 "read once": lambda: X.sum(axis=0).compute(),
@@ -160,15 +167,26 @@ def main(quick=False, out=None):
             results, round_passes = {}, []
             for r in range(rounds):
                 for name, fn in candidates.items():
+                    if name == "dask-ml KMeans" and r >= kmeans_rounds:
+                        continue
                     seconds, results[name] = timed(fn)
                     times[name].append(seconds)
                     if name == "dask fit":
                         round_passes.append(results[name][1])
                     print(f"round {r} {name}: {seconds:.1f} s", flush=True)
+            times = {name: t for name, t in times.items() if t}
             seconds = {name: float(np.median(t)) for name, t in times.items()}
         model = results["dask fit"][0]
         in_memory = results["load and fit"]
-        kmeans = results["dask-ml KMeans"]
+        distance = {
+            "dask fit": centroid_distance(model.cluster_centers_, C),
+            "load and fit": centroid_distance(in_memory.cluster_centers_, C),
+        }
+        kmeans = results.get("dask-ml KMeans")
+        if kmeans is not None:
+            distance["dask-ml KMeans"] = centroid_distance(
+                unit_rows(np.asarray(kmeans.cluster_centers_)), C
+            )
         payload = {
             "quick": quick,
             "n": n,
@@ -178,6 +196,7 @@ def main(quick=False, out=None):
             "block_rows": BLOCK_ROWS,
             "gigabytes": n * D * 4 / 1e9,
             "rounds": rounds,
+            "kmeans_rounds": kmeans_rounds,
             "write_s": seconds_write,
             "seconds": seconds,
             "times": times,
@@ -188,28 +207,31 @@ def main(quick=False, out=None):
             "client_rss_peak": rss.peak,
             "client_maxrss_after_dask_fit": maxrss_after_dask,
             "floor": floor,
-            "distance": {
-                "dask fit": centroid_distance(model.cluster_centers_, C),
-                "load and fit": centroid_distance(in_memory.cluster_centers_, C),
-                "dask-ml KMeans": centroid_distance(
-                    unit_rows(np.asarray(kmeans.cluster_centers_)), C
-                ),
-            },
+            "distance": distance,
             "same_centres_max_abs": float(
                 np.max(np.abs(model.cluster_centers_ - in_memory.cluster_centers_))
             ),
-            "kmeans_n_iter": int(kmeans.n_iter_),
+            "kmeans_n_iter": None if kmeans is None else int(kmeans.n_iter_),
         }
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print({k: v for k, v in payload.items() if k not in ("times", "pass_s")}, flush=True)
-    directory = {"directory": out} if out else {}
-    save("out_of_core", payload, **directory)
+    directory = Path(out) if out else RESULTS
+    saved = directory / "out_of_core.json"
+    runs = json.loads(saved.read_text()).get("runs", {}) if saved.exists() else {}
+    runs[str(n)] = payload
+    save("out_of_core", {"runs": dict(sorted(runs.items(), key=lambda r: int(r[0])))}, directory)
     from _scaling_page import write_page
 
-    write_page(Path(out) if out else RESULTS, Path(out) if out else ROOT / "docs")
+    write_page(directory, Path(out) if out else ROOT / "docs")
     return payload
 
 
 if __name__ == "__main__":
-    quick_cli(__doc__, main)
+    quick_cli(
+        __doc__,
+        main,
+        rows=dict(type=float, help="rows of the array (default 2e7; 2e5 with --quick)"),
+        rounds=dict(type=int, help="interleaved rounds (default 3; 2 with --quick)"),
+        kmeans_rounds=dict(type=int, help="rounds that also time dask-ml KMeans (0: none)"),
+    )

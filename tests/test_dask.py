@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from attention_cluster import AttentionClustering
+from attention_cluster import AttentionClustering, _mixture, _passes
 from attention_cluster._passes import DaskRows, DenseRows
 from attention_cluster.datasets import make_mixture
 
@@ -90,6 +90,99 @@ def test_every_pass_matches_dense_rows(weighted, global_random_seed):
         assert lazy.n_passes == 7
 
 
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+def test_subsample_above_the_client_budget_stays_on_the_workers(
+    client, monkeypatch, weighted, global_random_seed
+):
+    # A subsample of more rows than the client holds is persisted on the
+    # workers: the same rows, weights and passes as the NumPy subsample, and
+    # the random state moves on as it does there.
+    monkeypatch.setattr(_passes, "_CLIENT_ROWS", 1000)
+    rng = np.random.default_rng(global_random_seed)
+    X = rng.standard_normal((20_000, 5))
+    w = rng.integers(0, 3, size=len(X)).astype(float) if weighted else None
+    dense = DenseRows(X, w, scale=2.0, n_threads=1).centred(np.full(5, 0.25))
+    Xd = _on_cluster(X, (3001, -1))
+    wd = None if w is None else _on_cluster(w, (Xd.chunks[0],))
+    lazy = DaskRows(Xd, wd, scale=2.0).centred(np.full(5, 0.25))
+    seeds = np.random.RandomState(global_random_seed), np.random.RandomState(global_random_seed)
+    sub_dense, sub_lazy = dense.subsample(seeds[0], 5000), lazy.subsample(seeds[1], 5000)
+    assert isinstance(sub_lazy, DaskRows)
+    # Persisted: the subsample's blocks are futures on the workers.
+    assert distributed.futures_of(sub_lazy._X)
+    assert sub_lazy.n_samples == sub_dense.n_samples > 1000
+    assert sub_lazy.total_weight == sub_dense.total_weight
+    assert seeds[0].randint(2**31) == seeds[1].randint(2**31)
+    U = np.linalg.qr(rng.standard_normal((5, 2)))[0]
+    for a, b in [
+        (sub_lazy.e_step(U, np.log([0.3, 0.7]), 1.5), sub_dense.e_step(U, np.log([0.3, 0.7]), 1.5)),
+        (sub_lazy.norm_moments(), sub_dense.norm_moments()),
+        (sub_lazy.head_totals(U), sub_dense.head_totals(U)),
+        (sub_lazy.second_moment(), sub_dense.second_moment()),
+    ]:
+        for x, y in zip(a, b):
+            np.testing.assert_allclose(x, y, rtol=1e-12, atol=1e-12)
+    # At most the budget: pulled to the client, the same rows.
+    small = lazy.subsample(np.random.RandomState(1), 900)
+    assert isinstance(small, DenseRows)
+    np.testing.assert_array_equal(
+        small.project(U), dense.subsample(np.random.RandomState(1), 900).project(U)
+    )
+
+
+def test_fit_with_subsamples_on_the_workers_as_numpy(client, monkeypatch, capsys):
+    # The EM's subsample stages above the client's budget run on the
+    # workers; the fit equals the NumPy fit (budget and first stage made
+    # small, the budget still above the exact solver's 16384-row subsample).
+    monkeypatch.setattr(_passes, "_CLIENT_ROWS", 16384)
+    monkeypatch.setattr(_mixture, "_SUBSAMPLE", 20_000)
+    monkeypatch.setattr(_mixture, "_MIN_SUBSAMPLE", 20_000)
+    X = make_mixture(100_000, 6, 2, noise=0.8, random_state=2)[0]
+    dense = AttentionClustering(random_state=0).fit(X)
+    lazy = AttentionClustering(random_state=0, verbose=1).fit(_on_cluster(X, (12_500, -1)))
+    out = capsys.readouterr().out
+    assert "(subsample, kept on the workers)" in out and "(e_step on the subsample of" in out
+    np.testing.assert_allclose(lazy.cluster_centers_, dense.cluster_centers_, atol=ATOL[np.float64])
+    np.testing.assert_array_equal(lazy.labels_.compute(), dense.labels_)
+    assert lazy.refine_n_iter_ == dense.refine_n_iter_
+
+
+def _read_block(X, lo, hi):
+    return X[lo:hi].copy()
+
+
+def test_fit_of_a_lazily_read_array_with_a_subsample_on_the_workers(client, monkeypatch, capsys):
+    # Blocks made by tasks (as a file read lazily: from_delayed, then
+    # concatenate) and not persisted: the passes over X after a subsample
+    # was persisted on the workers resubmit X's tasks, which the scheduler
+    # still knows; they must not deadlock (they did when the graphs were
+    # optimised differently from pass to pass). The fit equals NumPy's.
+    import dask
+
+    monkeypatch.setattr(_passes, "_CLIENT_ROWS", 16384)
+    monkeypatch.setattr(_mixture, "_SUBSAMPLE", 20_000)
+    monkeypatch.setattr(_mixture, "_MIN_SUBSAMPLE", 20_000)
+    X = make_mixture(100_000, 6, 2, noise=0.8, random_state=3)[0]
+    blocks = [
+        da.from_delayed(dask.delayed(_read_block)(X, lo, lo + 12_500), (12_500, 6), X.dtype)
+        for lo in range(0, len(X), 12_500)
+    ]
+    result = {}
+
+    def fit():
+        result["model"] = AttentionClustering(random_state=0, verbose=1).fit(da.concatenate(blocks))
+
+    worker = threading.Thread(target=fit, daemon=True)
+    worker.start()
+    worker.join(timeout=120)
+    assert not worker.is_alive(), "the Dask fit did not finish: a deadlock"
+    assert "(subsample, kept on the workers)" in capsys.readouterr().out
+    dense = AttentionClustering(random_state=0).fit(X)
+    np.testing.assert_allclose(
+        result["model"].cluster_centers_, dense.cluster_centers_, atol=ATOL[np.float64]
+    )
+
+
 @pytest.mark.parametrize(
     "params, dtype",
     [
@@ -140,6 +233,35 @@ def test_predict_transform_fit_predict_are_lazy(client, mixture):
     fitted = AttentionClustering(random_state=0).fit_predict(Xd)
     assert isinstance(fitted, da.Array)
     np.testing.assert_array_equal(fitted.compute(), model.labels_)
+
+
+def test_score_and_likelihoods_are_reductions_on_the_workers(client, mixture, monkeypatch):
+    # score, bic and aic are one Dask reduction each: only scalars come to
+    # the client (computing anything with as many values as X has rows
+    # fails here); score_samples and predict_proba are lazy. All equal NumPy's.
+    X = mixture[0] + 2.0
+    w = np.random.default_rng(0).integers(0, 3, size=len(X)).astype(float)
+    Xd, wd = _on_cluster(X, (7000, -1)), _on_cluster(w, 5000)
+    model = AttentionClustering(center=True, random_state=0).fit(X)
+    compute = da.Array.compute
+
+    def no_rows(self, **kwargs):
+        assert self.size < len(X), "rows of X were computed on the client"
+        return compute(self, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(da.Array, "compute", no_rows)
+        m.setattr(da.Array, "__array__", None)
+        scores = [model.score(Xd), model.score(Xd, sample_weight=wd), model.bic(Xd), model.aic(Xd)]
+        log_p, proba = model.score_samples(Xd), model.predict_proba(Xd)
+    expected = [model.score(X), model.score(X, sample_weight=w), model.bic(X), model.aic(X)]
+    np.testing.assert_allclose(scores, expected, rtol=1e-10)
+    assert isinstance(log_p, da.Array) and isinstance(proba, da.Array)
+    assert proba.chunks == (Xd.chunks[0], (2,))
+    np.testing.assert_allclose(log_p.compute(), model.score_samples(X), rtol=1e-12)
+    np.testing.assert_allclose(proba.compute(), model.predict_proba(X), rtol=1e-12, atol=1e-15)
+    with pytest.raises(ValueError, match="NaN or infinity"):
+        model.score(da.from_array(_with(X, 7, np.nan), chunks=(500, -1)))
 
 
 def test_weighted_fit_as_numpy(client, mixture):
@@ -245,7 +367,10 @@ def test_killed_worker_does_not_change_the_fit(client):
     result = {}
 
     def fit():
-        result["model"] = AttentionClustering(solver="full", random_state=0).fit(Xd)
+        try:
+            result["model"] = AttentionClustering(solver="full", random_state=0).fit(Xd)
+        except Exception as error:  # re-raised below, in the test's thread
+            result["error"] = error
 
     worker = threading.Thread(target=fit)
     worker.start()
@@ -254,6 +379,8 @@ def test_killed_worker_does_not_change_the_fit(client):
     assert worker.is_alive(), "the fit ended before the kill: make it longer"
     os.kill(pids[0], signal.SIGKILL)
     worker.join()
+    if "error" in result:
+        raise result["error"]
     np.testing.assert_allclose(
         result["model"].cluster_centers_, expected.cluster_centers_, atol=ATOL[np.float64]
     )

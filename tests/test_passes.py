@@ -11,6 +11,8 @@ import threading
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from hypothesis import given
+from hypothesis import strategies as st
 from reference import head_signs, mixture_e_step
 
 from attention_cluster import _passes
@@ -184,3 +186,31 @@ def test_rows_of_picks_the_backend():
     X = np.eye(3)
     assert isinstance(rows_of(X), DenseRows)
     assert isinstance(rows_of(sp.csc_matrix(X)), SparseRows)
+
+
+@given(
+    n=st.integers(1, 5000),
+    size=st.integers(1, 3000),
+    cuts=st.lists(st.integers(0, 5000), max_size=6),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_drawn_rows_by_block_are_the_subsample_rows(n, size, cuts, seed):
+    # A Dask subsample's rows (DaskRows.subsample): the bitmap drawn in
+    # pieces holds distinct_rows' set and leaves the generator where it
+    # does; each block's piece (indices or bitmap, whichever is smaller)
+    # takes exactly the block's drawn rows.
+    rngs = np.random.RandomState(seed), np.random.RandomState(seed)
+    expected = _passes.distinct_rows(rngs[0], n, size)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(_passes, "_DRAW_PIECE", 97)
+        bits = _passes._drawn_rows(rngs[1], n, size)
+    assert rngs[0].randint(2**31) == rngs[1].randint(2**31)
+    bounds = sorted({0, n, *(c for c in cuts if c < n)})
+    rows = np.arange(n, dtype=np.float32)
+    taken = []
+    for lo, hi in zip(bounds, bounds[1:]):
+        piece, count = _passes._block_drawn(bits, lo, hi)
+        got = _passes._block_take(rows[lo:hi], piece)
+        assert got.dtype == np.float64 and len(got) == count
+        taken.append(got)
+    np.testing.assert_array_equal(np.concatenate(taken), expected)

@@ -563,7 +563,12 @@ def _block_take(block, drawn):
 def _on_workers(pieces):
     """The pieces scattered to the workers when the passes run on a
     ``distributed`` client, so that they do not travel in the task graph
-    (a subsample's bitmaps are n / 8 bytes); else the pieces as they are."""
+    (a subsample's bitmaps are n / 8 bytes); else the pieces as they are.
+
+    Scattered data are not tasks: the scheduler cannot recompute them, and
+    a copy held by one worker only is lost with that worker, and the fit
+    with it. Every worker holds a copy (``broadcast``), so a fit survives
+    the loss of workers as long as one is left, as its tasks do."""
     try:
         from distributed import default_client
 
@@ -574,7 +579,7 @@ def _on_workers(pieces):
 
     if dask.base.get_scheduler() != client.get:
         return pieces
-    return client.scatter(pieces, hash=False)
+    return client.scatter(pieces, hash=False, broadcast=True)
 
 
 def _persisted(*collections):

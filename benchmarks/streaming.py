@@ -23,15 +23,16 @@ Each is compared with the class-means floor of the whole stream (true-label
 class means normalised to the sphere) and with ``fit`` on the whole stream
 in memory (``solver="full"``: the exact solver then EM on all rows, the
 maximum-likelihood centroids). Times are the pass's wall time after Numba's
-compile. Writes benchmarks/results/streaming.json; docs/scaling_out.md is
-written by ``benchmarks/out_of_core.py`` from it.
+compile. Writes benchmarks/results/streaming.json and rewrites
+docs/scaling_out.md from it and the last out-of-core runs.
 
     python benchmarks/streaming.py [--quick]
 """
 
 import warnings
+from pathlib import Path
 
-from _common import quick_cli, save, timed
+from _common import RESULTS, ROOT, quick_cli, save, timed
 from sklearn.exceptions import ConvergenceWarning
 
 from attention_cluster import AttentionClustering
@@ -115,6 +116,9 @@ def main(quick=False, out=None):
             )
     payload = {"quick": quick, "n": n, "batch": BATCH, "rows": rows}
     save("streaming", payload, **({"directory": out} if out else {}))
+    from _scaling_page import write_page
+
+    write_page(Path(out) if out else RESULTS, Path(out) if out else ROOT / "docs")
     return payload
 
 

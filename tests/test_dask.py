@@ -358,6 +358,17 @@ def test_incremental_is_partial_fit_on_the_blocks(client, mixture):
     )
 
 
+def test_drawn_rows_scattered_to_every_worker(client):
+    # Scattered data cannot be recomputed: a subsample's drawn rows held by
+    # one worker would be lost with it (and the fit with them), so every
+    # worker holds a copy.
+    pieces = _passes._on_workers([np.arange(5, dtype=np.uint32), np.ones(3, np.uint8)])
+    holders = client.who_has(pieces)
+    workers = set(client.scheduler_info()["workers"])
+    assert len(workers) == 2
+    assert all(set(holders[f.key]) == workers for f in pieces)
+
+
 def test_killed_worker_does_not_change_the_fit(client):
     # A fit of several EM passes on many blocks; a worker process is killed
     # while it runs. Dask recomputes the lost blocks and the fit is the same.

@@ -639,10 +639,14 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             data = DenseRows(data.project(basis), data.sample_weight, n_threads=data.n_threads)
             mean = basis.T @ full_mean
         # The spectrum's pass comes first: it reports NaN and infinity of
-        # Dask data before any other pass.
-        spectrum = estimate_spectrum(data, K)
+        # Dask data before any other pass. The mean comes from the same pass
+        # where the rows allow it (data.moments()).
         if basis is None:
-            full_mean = mean = data.mean()
+            peak, moment, mean = data.moments()
+            full_mean = mean
+            spectrum = estimate_spectrum(data, K, moment=(peak, moment))
+        else:
+            spectrum = estimate_spectrum(data, K)
         m = mean / spectrum.scale
         mean_sq = float(m @ m)
         trace = float(np.sum(spectrum.eigenvalues))

@@ -144,6 +144,12 @@ class _Rows:
     def __exit__(self, *exc):
         self.close()
 
+    def moments(self):
+        """``(c, M / c^2, mean)``: :meth:`scaled_second_moment` and :meth:`mean`
+        (two passes; one where a backend computes both together)."""
+        c, M = self.scaled_second_moment()
+        return c, M, self.mean()
+
 
 class DenseRows(_Rows):
     """Dense rows in memory (a C-contiguous float32 or float64 array).
@@ -222,31 +228,45 @@ class DenseRows(_Rows):
         multiplied as they are; float32 chunks are converted to float64
         first, so float32 input loses no precision.
         """
+        c, M, _ = self.moments()
+        return c, M
+
+    def moments(self):
+        """``(c, M / c^2, mean)``: :meth:`scaled_second_moment` and :meth:`mean` in one pass."""
         inv = 1.0 / self.scale
 
         def chunk(B, w, lo, hi):
             B = np.asarray(B, dtype=np.float64)
-            G = B.T @ (B if w.size == 0 else B * w[:, None])
+            # np.dot, not B.T @ B: matmul's product of an array with its own
+            # transpose holds the GIL, so the pool's threads would take
+            # their chunks in turn.
+            wB = B if w.size == 0 else B * w[:, None]
+            total = np.dot(np.ones(B.shape[0]) if w.size == 0 else w, B)
+            G = np.dot(B.T, wB)
             top = float(np.max(np.diag(G))) if G.size else 0.0
             if not (np.isfinite(top) and top > 1e-250):
                 peak = max(float(np.max(B)), -float(np.min(B))) if B.size else 0.0
                 if peak == 0.0:
-                    return 0.0, G
+                    return 0.0, G, total
                 B = B / peak
-                G = B.T @ (B if w.size == 0 else B * w[:, None])
+                G = np.dot(B.T, B if w.size == 0 else B * w[:, None])
                 top = float(np.max(np.diag(G)))
                 if top == 0.0:  # only zero-weight rows
-                    return 0.0, G
-                return peak * np.sqrt(top), G / top
-            return np.sqrt(top), G / top
+                    return 0.0, G, total
+                return peak * np.sqrt(top), G / top, total
+            return np.sqrt(top), G / top, total
 
         parts = self._map(chunk)
-        c = max(p for p, _ in parts)
+        mean = sum((t for _, _, t in parts), np.zeros(self.n_features)) * inv / self.total_weight
+        c = max(p for p, _, _ in parts)
         d = self.n_features
         if c == 0.0:
-            return 0.0, np.zeros((d, d))
-        M = sum(((p / c) ** 2 * G for p, G in parts if p > 0), np.zeros((d, d))) / self.total_weight
-        return c * inv, M
+            return 0.0, np.zeros((d, d)), mean
+        M = (
+            sum(((p / c) ** 2 * G for p, G, _ in parts if p > 0), np.zeros((d, d)))
+            / self.total_weight
+        )
+        return c * inv, M, mean
 
     def mean(self):
         """Weighted mean of the rows ``x / s`` (float64)."""

@@ -59,12 +59,13 @@ def _noise_from_norms(mean_sq, mean_fourth, d):
     return min(positive) if positive else 0.0
 
 
-def estimate_spectrum(data, n_clusters):
+def estimate_spectrum(data, n_clusters, moment=None):
     """Estimate the scale s and the noise sigma of the data (see the module docstring).
 
     ``data`` is a pass-layer object (``_passes``) seen at scale 1. Its
     second moment comes with a scale of the rows found in the same pass
-    (``data.scaled_second_moment()``), so the estimate neither overflows nor
+    (``data.scaled_second_moment()``, or ``moment`` when the caller has
+    it already, from ``data.moments()``), so the estimate neither overflows nor
     underflows for finite data of any magnitude. When ``n_clusters >=
     n_features`` the spectrum cannot separate signal from noise, and sigma
     comes from the spread of the squared norms instead
@@ -74,7 +75,7 @@ def estimate_spectrum(data, n_clusters):
     -------
     Spectrum
     """
-    peak, M = data.scaled_second_moment()
+    peak, M = data.scaled_second_moment() if moment is None else moment
     d = data.n_features
     if peak == 0.0:
         return Spectrum(scale=1.0, noise=0.0, moment=np.zeros((d, d)), eigenvalues=np.zeros(d))

@@ -51,6 +51,12 @@ def test_passes_match_numpy(small_chunks, weighted, dtype, global_random_seed):
     )
     c, M_c = data.scaled_second_moment()
     np.testing.assert_allclose(c * c * M_c, M, rtol=1e-12)
+    mean = ww @ Z / ww.sum()
+    np.testing.assert_allclose(data.mean(), mean, rtol=1e-12)
+    c_m, M_m, mean_m = data.moments()
+    assert c_m == c
+    np.testing.assert_array_equal(M_m, M_c)
+    np.testing.assert_allclose(mean_m, mean, rtol=1e-12)
     tiny = DenseRows(X.astype(np.float64) * 1e-200, w, scale=scale * 1e-200)
     np.testing.assert_allclose(tiny.second_moment(), M, rtol=1e-12)
     U = rng.standard_normal((4, 3))
@@ -151,6 +157,7 @@ def test_sparse_rows_match_dense_rows(weighted, centred, global_random_seed):
         sparse, dense = sparse.centred(m), dense.centred(m)
         np.testing.assert_allclose(dense.mean(), 0.0, atol=1e-12)
     np.testing.assert_allclose(sparse.mean(), dense.mean(), atol=1e-12)
+    np.testing.assert_allclose(sparse.moments()[2], dense.moments()[2], atol=1e-12)
     np.testing.assert_allclose(
         sparse.second_moment(), dense.second_moment(), rtol=1e-10, atol=1e-12
     )

@@ -8,7 +8,7 @@ import scipy.sparse as sp
 from scipy.special import logsumexp
 from sklearn.base import BaseEstimator, ClusterMixin, OneToOneFeatureMixin, TransformerMixin
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils import check_random_state
+from sklearn.utils import assert_all_finite, check_random_state
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -476,9 +476,19 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         if lazy:
             X = check_dask_array(self, X, reset=True)
         else:
+            # NaN and infinity in a dense X are found by the first pass
+            # (DenseRows.moments) instead of a pass of their own, except on
+            # the principal-subspace path, which starts with other passes.
             X = validate_data(
-                self, X, accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32], order="C"
+                self,
+                X,
+                accept_sparse=["csr", "csc"],
+                dtype=[np.float64, np.float32],
+                order="C",
+                ensure_all_finite=False,
             )
+            if sp.issparse(X) or X.shape[1] >= _SUBSPACE_MIN_FEATURES:
+                assert_all_finite(X, input_name="X")
         # A fit starts over: the next partial_fit starts a new stream.
         self.__dict__.pop("n_steps_", None)
         init = self._check_params(X)

@@ -128,11 +128,23 @@ class _Pool:
 def distinct_rows(rng, n, size):
     """Sorted distinct indices of about ``size`` rows out of ``n``, uniformly.
 
-    ``size`` indices drawn with replacement, sorted, duplicates dropped: the
-    set ``np.unique`` gives, in O(size log size) whatever ``n``.
+    ``size`` indices drawn with replacement, duplicates dropped, sorted: the
+    set ``np.unique`` gives. When the rows drawn are a large share of ``n``
+    (``n <= _BITMAP_RATIO * size``) they are marked in a mask of ``n``
+    booleans, in O(n); else sorted, in O(size log size) whatever ``n``.
     """
-    idx = np.sort(rng.randint(0, n, size=size))
+    idx = rng.randint(0, n, size=size)
+    if n <= _BITMAP_RATIO * size:
+        mask = np.zeros(n, dtype=bool)
+        mask[idx] = True
+        return np.flatnonzero(mask)
+    idx.sort()
     return idx[np.concatenate(([True], idx[1:] != idx[:-1]))]
+
+
+# Above this ratio of n to the rows drawn, sorting the draws is faster than a
+# mask of n booleans (measured at n = 1e5 to 1e7).
+_BITMAP_RATIO = 64
 
 
 class _Rows:
@@ -232,7 +244,13 @@ class DenseRows(_Rows):
         return c, M
 
     def moments(self):
-        """``(c, M / c^2, mean)``: :meth:`scaled_second_moment` and :meth:`mean` in one pass."""
+        """``(c, M / c^2, mean)``: :meth:`scaled_second_moment` and :meth:`mean` in one pass.
+
+        Raises ValueError, with scikit-learn's messages, when X holds NaN or
+        infinity: a non-finite entry makes its column's sum of squares
+        non-finite, and the largest entry of the chunk then tells which. The
+        estimator's ``fit`` leaves this check to this pass, its first.
+        """
         inv = 1.0 / self.scale
 
         def chunk(B, w, lo, hi):
@@ -240,23 +258,33 @@ class DenseRows(_Rows):
             # np.dot, not B.T @ B: matmul's product of an array with its own
             # transpose holds the GIL, so the pool's threads would take
             # their chunks in turn.
-            wB = B if w.size == 0 else B * w[:, None]
-            total = np.dot(np.ones(B.shape[0]) if w.size == 0 else w, B)
-            G = np.dot(B.T, wB)
+            # NaN, infinity and overflow are found below, without warnings.
+            with np.errstate(over="ignore", invalid="ignore"):
+                wB = B if w.size == 0 else B * w[:, None]
+                total = np.dot(np.ones(B.shape[0]) if w.size == 0 else w, B)
+                G = np.dot(B.T, wB)
             top = float(np.max(np.diag(G))) if G.size else 0.0
             if not (np.isfinite(top) and top > 1e-250):
                 peak = max(float(np.max(B)), -float(np.min(B))) if B.size else 0.0
+                if not np.isfinite(peak):  # NaN propagates through max and min
+                    return ("NaN" if np.isnan(peak) else "infinity"), 0.0, G, total
                 if peak == 0.0:
-                    return 0.0, G, total
+                    return None, 0.0, G, total
                 B = B / peak
                 G = np.dot(B.T, B if w.size == 0 else B * w[:, None])
                 top = float(np.max(np.diag(G)))
                 if top == 0.0:  # only zero-weight rows
-                    return 0.0, G, total
-                return peak * np.sqrt(top), G / top, total
-            return np.sqrt(top), G / top, total
+                    return None, 0.0, G, total
+                return None, peak * np.sqrt(top), G / top, total
+            return None, np.sqrt(top), G / top, total
 
-        parts = self._map(chunk)
+        found = self._map(chunk)
+        bad = {b for b, _, _, _ in found}
+        if "NaN" in bad:
+            raise ValueError("Input X contains NaN.")
+        if "infinity" in bad:
+            raise ValueError(f"Input X contains infinity or a value too large for {self.dtype!r}.")
+        parts = [part for _, *part in found]
         mean = sum((t for _, _, t in parts), np.zeros(self.n_features)) * inv / self.total_weight
         c = max(p for p, _, _ in parts)
         d = self.n_features

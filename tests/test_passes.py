@@ -196,6 +196,21 @@ def test_rows_of_picks_the_backend():
 
 
 @given(
+    n=st.integers(1, 100_000),
+    size=st.integers(1, 3000),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_distinct_rows_are_the_unique_draws(n, size, seed):
+    # Both ways (a mask of n booleans, or sorting the draws) give np.unique
+    # of the same draws and leave the generator at the same state.
+    rng, reference = np.random.RandomState(seed), np.random.RandomState(seed)
+    np.testing.assert_array_equal(
+        _passes.distinct_rows(rng, n, size), np.unique(reference.randint(0, n, size=size))
+    )
+    assert rng.randint(2**31) == reference.randint(2**31)
+
+
+@given(
     n=st.integers(1, 5000),
     size=st.integers(1, 3000),
     cuts=st.lists(st.integers(0, 5000), max_size=6),
@@ -221,3 +236,19 @@ def test_drawn_rows_by_block_are_the_subsample_rows(n, size, cuts, seed):
         assert got.dtype == np.float64 and len(got) == count
         taken.append(got)
     np.testing.assert_array_equal(np.concatenate(taken), expected)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_moments_report_nan_before_infinity(small_chunks, dtype, weighted):
+    # The fit's first pass finds NaN and infinity in any chunk, even on rows
+    # of zero weight, with scikit-learn's messages (NaN first, as it does).
+    X, w, _ = _data(0, dtype=dtype, weighted=weighted)
+    if weighted:
+        w[[10, 900]] = 0.0
+    X[900, 1] = np.inf
+    with pytest.raises(ValueError, match="^Input X contains infinity or a value too large"):
+        DenseRows(X, w, n_threads=2).moments()
+    X[10, 3] = np.nan
+    with pytest.raises(ValueError, match="^Input X contains NaN.$"):
+        DenseRows(X, w, n_threads=2).moments()

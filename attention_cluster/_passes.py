@@ -609,14 +609,19 @@ def _block_take(block, drawn):
 
 
 def _on_workers(pieces):
-    """The pieces scattered to the workers when the passes run on a
-    ``distributed`` client, so that they do not travel in the task graph
-    (a subsample's bitmaps are n / 8 bytes); else the pieces as they are.
+    """The pieces as they are, in the task graph, when they are small
+    (``_GRAPH_BYTES`` in all); larger ones (a subsample's bitmaps are n / 8
+    bytes) scattered to the workers when the passes run on a
+    ``distributed`` client.
 
-    Scattered data are not tasks: the scheduler cannot recompute them, and
-    a copy held by one worker only is lost with that worker, and the fit
-    with it. Every worker holds a copy (``broadcast``), so a fit survives
-    the loss of workers as long as one is left, as its tasks do."""
+    Pieces in the graph are recomputed with the tasks that need them when a
+    worker is lost. Scattered data are not tasks: a copy held by one worker
+    only is lost with that worker, and the fit with it, so every worker
+    holds a copy (``broadcast``) and a fit survives the loss of workers as
+    long as one is left; a worker lost while the copies are being sent
+    leaves the scatter waiting (it was seen to wait for good)."""
+    if sum(piece.nbytes for piece in pieces) <= _GRAPH_BYTES:
+        return pieces
     try:
         from distributed import default_client
 
@@ -628,6 +633,12 @@ def _on_workers(pieces):
     if dask.base.get_scheduler() != client.get:
         return pieces
     return client.scatter(pieces, hash=False, broadcast=True)
+
+
+# Bytes of a subsample's drawn rows that travel in the task graph (Dask warns
+# about graphs above 10 MB); the drawn rows of a subsample pulled to the
+# client (at most _CLIENT_ROWS rows, 4 bytes each) stay below it.
+_GRAPH_BYTES = 4 << 20
 
 
 def _persisted(*collections):

@@ -150,10 +150,14 @@ for 2^24 rows at d = 10, spread over them, released after the fit), and
 the EM's passes over it are Dask computations like those over X. The
 client draws the subsample's indices into a bitmap of n bits (12.5 MB at n
 = 1e8) and sends each block its part (indices or bitmap, whichever is
-smaller), scattered to the workers rather than in the task graph: its
-memory does not grow with the subsamples. Every worker holds a copy of
-these parts (scattered data are not tasks the scheduler can recompute), so
-a fit survives the loss of a worker. `solver="psgd"`
+smaller): in the task graph while they are small (4 MB in all, which
+covers every subsample pulled to the client), else scattered to the
+workers, so that the client's memory does not grow with the subsamples.
+Parts in the graph are recomputed with the tasks when a worker is lost;
+scattered parts cannot be recomputed, so every worker holds a copy of them
+and a fit survives the loss of a worker, except during the scatter itself
+(less than a second per subsample kept on the workers), which was seen to
+wait for good when a worker died in it. `solver="psgd"`
 draws its sequences from 2^20 rows pulled once. `fit` does not persist X:
 a file is read again at each pass. If X fits in the cluster's memory,
 `X = X.persist()` first makes the passes read memory instead.

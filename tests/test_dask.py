@@ -358,11 +358,15 @@ def test_incremental_is_partial_fit_on_the_blocks(client, mixture):
     )
 
 
-def test_drawn_rows_scattered_to_every_worker(client):
-    # Scattered data cannot be recomputed: a subsample's drawn rows held by
-    # one worker would be lost with it (and the fit with them), so every
-    # worker holds a copy.
-    pieces = _passes._on_workers([np.arange(5, dtype=np.uint32), np.ones(3, np.uint8)])
+def test_drawn_rows_scattered_to_every_worker(client, monkeypatch):
+    # Small pieces stay in the task graph, recomputed with its tasks. Larger
+    # ones are scattered, and scattered data cannot be recomputed: a
+    # subsample's drawn rows held by one worker would be lost with it (and
+    # the fit with them), so every worker holds a copy.
+    small = [np.arange(5, dtype=np.uint32), np.ones(3, np.uint8)]
+    assert _passes._on_workers(small) is small
+    monkeypatch.setattr(_passes, "_GRAPH_BYTES", 0)
+    pieces = _passes._on_workers(small)
     holders = client.who_has(pieces)
     workers = set(client.scheduler_info()["workers"])
     assert len(workers) == 2
@@ -383,13 +387,14 @@ def test_killed_worker_does_not_change_the_fit(client):
         except Exception as error:  # re-raised below, in the test's thread
             result["error"] = error
 
-    worker = threading.Thread(target=fit)
+    worker = threading.Thread(target=fit, daemon=True)
     worker.start()
     pids = list(client.run(os.getpid).values())
     time.sleep(0.5)
     assert worker.is_alive(), "the fit ended before the kill: make it longer"
     os.kill(pids[0], signal.SIGKILL)
-    worker.join()
+    worker.join(timeout=300)
+    assert not worker.is_alive(), "the fit did not finish after the kill"
     if "error" in result:
         raise result["error"]
     np.testing.assert_allclose(

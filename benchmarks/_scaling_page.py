@@ -349,9 +349,9 @@ def write_page(results, docs):
                 f"({high['fit in memory'][0]:.2f}x; worst seed {high['fit in memory'][1]:.2f}x). The class "
                 "means know the labels, which at sigma = 1 (a quarter of the points on the wrong side "
                 "of the Bayes boundary) carry information no clustering has, so that even the "
-                "maximum-likelihood fit of the whole stream stays near twice their distance: the "
-                "2x target sits at the limit of what the data allow, and a median over a few seeds "
-                "falls on either side of it. "
+                "maximum-likelihood fit of the whole stream, which a one-pass method cannot beat "
+                "in expectation, stays at about twice their distance or more: the 2x target lies "
+                "at or beyond the limit of what the data allow. "
                 + (
                     "One pass of `partial_fit` is as close as that fit (their ratio, per seed, "
                     "is within 10% of 1 in the median)."

@@ -99,7 +99,7 @@ def one_stream(n, noise, seed):
 
 def main(quick=False, out=None):
     n = 100_000 if quick else 1_000_000
-    seeds = 1 if quick else 10
+    seeds = 1 if quick else 30
     one_stream(2 * BATCH, 0.3, 0)  # Numba's compile, outside the timings
     rows = []
     for noise in (0.3, 1.0):

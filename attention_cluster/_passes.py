@@ -105,6 +105,11 @@ def _chunk_rows(n_features):
     return max(256, rows - rows % 256)
 
 
+def _chunk_bounds(n_samples, step):
+    """``(lo, hi)`` of the chunks of ``step`` rows (the last one shorter)."""
+    return [(lo, min(lo + step, n_samples)) for lo in range(0, n_samples, step)]
+
+
 class _Pool:
     """A thread pool created on first use, shared by rescaled copies."""
 
@@ -162,6 +167,22 @@ class _Rows:
         c, M = self.scaled_second_moment()
         return c, M, self.mean()
 
+    def rescaled(self, scale):
+        """The same rows seen divided by ``scale`` (sharing a thread pool, if any)."""
+        other = copy.copy(self)
+        other.scale = float(scale)
+        return other
+
+    def _cumulative_weights(self):
+        """Cumulative weights for :meth:`draw` (unit weights: 1, 2, ..., n), computed once."""
+        if self._cum_weights is None:
+            self._cum_weights = (
+                np.arange(1.0, self.n_samples + 1.0)
+                if self.sample_weight is None
+                else np.cumsum(self.sample_weight)
+            )
+        return self._cum_weights
+
 
 class DenseRows(_Rows):
     """Dense rows in memory (a C-contiguous float32 or float64 array).
@@ -193,10 +214,7 @@ class DenseRows(_Rows):
             else float(np.sum(self.sample_weight))
         )
         self._pool = _Pool(usable_threads(n_threads))
-        step = _chunk_rows(self.n_features)
-        self._bounds = [
-            (lo, min(lo + step, self.n_samples)) for lo in range(0, self.n_samples, step)
-        ]
+        self._bounds = _chunk_bounds(self.n_samples, _chunk_rows(self.n_features))
         self._cum_weights = None
 
     # -- life cycle ---------------------------------------------------------
@@ -208,12 +226,6 @@ class DenseRows(_Rows):
     @property
     def n_threads(self):
         return self._pool.n_threads
-
-    def rescaled(self, scale):
-        """The same rows seen divided by ``scale``, sharing this object's pool."""
-        other = copy.copy(self)
-        other.scale = float(scale)
-        return other
 
     # -- helpers ------------------------------------------------------------
 
@@ -460,10 +472,7 @@ class DenseRows(_Rows):
         other.dtype = X.dtype
         other.total_weight = float(X.shape[0])
         other._cum_weights = None
-        step = chunk_rows or _chunk_rows(other.n_features)
-        other._bounds = [
-            (lo, min(lo + step, other.n_samples)) for lo in range(0, other.n_samples, step)
-        ]
+        other._bounds = _chunk_bounds(other.n_samples, chunk_rows or _chunk_rows(other.n_features))
         return other
 
     # -- rows for subsamples and sampled sequences --------------------------
@@ -496,13 +505,7 @@ class DenseRows(_Rows):
         Row i is drawn with probability ``w_i / sum w`` from the one-element
         uint64 generator state ``state`` (see :func:`_kernels.draw_rows`).
         """
-        if self._cum_weights is None:
-            self._cum_weights = (
-                np.arange(1.0, self.n_samples + 1.0)
-                if self.sample_weight is None
-                else np.cumsum(self.sample_weight)
-            )
-        _kernels.draw_rows(self._X, self._cum_weights, 1.0 / self.scale, state, out)
+        _kernels.draw_rows(self._X, self._cumulative_weights(), 1.0 / self.scale, state, out)
         return out
 
 
@@ -714,11 +717,6 @@ class DaskRows(_Rows):
     def n_passes(self):
         """Dask computations so far, by this object and its rescaled copies."""
         return self._passes[0]
-
-    def rescaled(self, scale):
-        other = copy.copy(self)
-        other.scale = float(scale)
-        return other
 
     def _blocks(self, name, fn, *args):
         """``fn(block, weights, *args)`` on every block, computed at once, in block order."""
@@ -968,12 +966,6 @@ class SparseRows(_Rows):
     def close(self):
         """Nothing to release: no thread pool."""
 
-    def rescaled(self, scale):
-        """The same rows seen divided by ``scale``."""
-        other = copy.copy(self)
-        other.scale = float(scale)
-        return other
-
     # -- helpers ------------------------------------------------------------
 
     def _w(self):
@@ -1086,18 +1078,12 @@ class SparseRows(_Rows):
 
     def draw(self, state, out):
         """As :meth:`DenseRows.draw`, each drawn row densified into ``out``."""
-        if self._cum_weights is None:
-            self._cum_weights = (
-                np.arange(1.0, self.n_samples + 1.0)
-                if self.sample_weight is None
-                else np.cumsum(self.sample_weight)
-            )
         X = self._X
         _kernels.draw_sparse_rows(
             X.indptr,
             X.indices,
             X.data,
-            self._cum_weights,
+            self._cumulative_weights(),
             1.0 / self.scale,
             self.offset,
             state,

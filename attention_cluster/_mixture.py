@@ -442,7 +442,46 @@ def refine_heads(
     )
 
 
-class OnlineEM:
+class _OneBatch:
+    """What :class:`OnlineEM` and :class:`LinearisedEM` share: the parameters,
+    and the exact running mean of the second moment with the weight seen."""
+
+    def __init__(self, heads, weights, noise):
+        with np.errstate(divide="ignore"):
+            log_pi = np.log(np.asarray(weights, dtype=np.float64))
+        self.params = _Params(
+            np.array(heads, dtype=np.float64), 1.0, max(float(noise) ** 2, 0.0), log_pi
+        )
+        self.moment = None
+        self.seen = 0.0
+
+    def _take(self, data):
+        """Count the batch ``data`` in; ``(batch, share, mean_sq, floor, p)``.
+
+        ``batch`` is its weight, ``share`` that weight over the weight seen,
+        ``mean_sq`` the running mean squared norm, ``floor`` the variance's
+        floor and ``p`` the current parameters with their variance at least
+        the floor. None while every row seen is zero: no likelihood to
+        maximise yet.
+        """
+        batch = data.total_weight
+        self.seen += batch
+        share = batch / self.seen
+        moment = data.second_moment()
+        self.moment = (
+            moment if self.moment is None else self.moment + share * (moment - self.moment)
+        )
+        mean_sq = float(np.trace(self.moment))
+        if not mean_sq > 0.0:
+            return None
+        floor = _MIN_VARIANCE * mean_sq / data.n_features
+        p = self.params
+        if p.variance < floor:
+            p = _Params(p.U, p.radius, floor, p.log_pi)
+        return batch, share, mean_sq, floor, p
+
+
+class OnlineEM(_OneBatch):
     """Online EM for the mixture of ``math.md`` section 7, one batch at a time.
 
     Cappe and Moulines (J. R. Stat. Soc. B, 2009): the E step's sufficient
@@ -469,36 +508,22 @@ class OnlineEM:
     """
 
     def __init__(self, heads, weights, noise, alpha=0.6, gain=16.0, eta=0.0):
+        super().__init__(heads, weights, noise)
         d, K = heads.shape
         self.alpha = alpha
         self.eta = eta
         self.gain = gain
-        with np.errstate(divide="ignore"):
-            log_pi = np.log(np.asarray(weights, dtype=np.float64))
-        self.params = _Params(
-            np.array(heads, dtype=np.float64), 1.0, max(float(noise) ** 2, 0.0), log_pi
-        )
         self.stats = (np.zeros((K, d)), np.zeros(K))
         self.averaged = (np.zeros((K, d)), np.zeros(K))
         self.average_weight = 0.0
-        self.moment = np.zeros((d, d))
-        self.seen = 0.0
 
     def update(self, data):
         """One online EM step on the batch ``data`` (one E-step pass and one
         second-moment pass); returns the averaged parameters."""
-        batch = data.total_weight
-        self.seen += batch
-        share = batch / self.seen
-        self.moment += share * (data.second_moment() - self.moment)
-        mean_sq = float(np.trace(self.moment))
-        if not mean_sq > 0.0:
-            # All rows so far are zero: no likelihood to maximise yet.
+        taken = self._take(data)
+        if taken is None:
             return self.params
-        floor = _MIN_VARIANCE * mean_sq / data.n_features
-        p = self.params
-        if p.variance < floor:
-            p = _Params(p.U, p.radius, floor, p.log_pi)
+        batch, share, mean_sq, floor, p = taken
         S, counts, _ = data.e_step(p.U, p.log_pi, p.radius / p.variance)
         gamma = min(1.0, self.gain * share) ** self.alpha
         self.stats = tuple(s + gamma * (new / batch - s) for s, new in zip(self.stats, (S, counts)))
@@ -510,7 +535,7 @@ class OnlineEM:
         return _maximize(*self.averaged, 1.0, mean_sq, floor, self.params)
 
 
-class LinearisedEM:
+class LinearisedEM(_OneBatch):
     """One-pass EM whose batches' E-step statistics are linearised in the parameters.
 
     The maximum-likelihood parameters of a whole stream solve ``v = M(s(v))``
@@ -538,13 +563,7 @@ class LinearisedEM:
     """
 
     def __init__(self, heads, weights, noise):
-        with np.errstate(divide="ignore"):
-            log_pi = np.log(np.asarray(weights, dtype=np.float64))
-        self.params = _Params(
-            np.array(heads, dtype=np.float64), 1.0, max(float(noise) ** 2, 0.0), log_pi
-        )
-        self.moment = None
-        self.seen = 0.0
+        super().__init__(heads, weights, noise)
         self.mean_stats = None
         self.mean_params = None
         self.jacobian = None
@@ -562,22 +581,10 @@ class LinearisedEM:
 
     def update(self, data):
         """One batch: its statistics, D when due, then the fixed point; returns the parameters."""
-        batch = data.total_weight
-        self.seen += batch
-        share = batch / self.seen
-        moment = data.second_moment()
-        self.moment = (
-            moment if self.moment is None else self.moment + share * (moment - self.moment)
-        )
-        mean_sq = float(np.trace(self.moment))
-        if not mean_sq > 0.0:
-            # All rows so far are zero: no likelihood to maximise yet.
+        taken = self._take(data)
+        if taken is None:
             return self.params
-        d = data.n_features
-        floor = _MIN_VARIANCE * mean_sq / d
-        p = self.params
-        if p.variance < floor:
-            p = _Params(p.U, p.radius, floor, p.log_pi)
+        batch, share, mean_sq, floor, p = taken
         v = p.vector()
         if not np.all(np.isfinite(v)):
             # A head no point takes (log pi = -inf): no derivative there;
@@ -604,15 +611,7 @@ class LinearisedEM:
         if q is None:
             # Far from the parameters the batches saw: the M step of the
             # statistics' running mean, each batch's at the parameters of its time.
-            d, K = p.U.shape
-            q = _maximize(
-                self.mean_stats[: d * K].reshape(K, d),
-                self.mean_stats[d * K :],
-                1.0,
-                mean_sq,
-                floor,
-                p,
-            )
+            q = self._m_step(self.mean_stats, mean_sq, floor, p)
         self.params = q
         return self.params
 

@@ -54,6 +54,13 @@ _CENTER_RATIO = 10.0
 # kept while its O(n d^2) cost stays within a few seconds.
 _SUBSPACE_MIN_FEATURES = 2000
 _SUBSPACE_EXTRA = 5
+
+
+def _in_subspace(n_features, n_clusters):
+    """Whether a fit runs in the principal subspace (``_SUBSPACE_MIN_FEATURES``)."""
+    return n_features >= _SUBSPACE_MIN_FEATURES and n_features > n_clusters + _SUBSPACE_EXTRA
+
+
 # A cluster that receives less than this fraction of 1/K of the points
 # counts as lost: the fit warns. With center="auto", a fit that loses
 # clusters while the mean carries more than _SHARE_TO_RETRY of the second
@@ -487,7 +494,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 order="C",
                 ensure_all_finite=False,
             )
-            if sp.issparse(X) or X.shape[1] >= _SUBSPACE_MIN_FEATURES:
+            if sp.issparse(X) or _in_subspace(X.shape[1], self.n_clusters):
                 assert_all_finite(X, input_name="X")
         # A fit starts over: the next partial_fit starts a new stream.
         self.__dict__.pop("n_steps_", None)
@@ -642,21 +649,19 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         tr(M)`` of the mean m, at unit scale, that ``center="auto"`` reads.
         """
         K = self.n_clusters
-        basis = None
-        if data.n_features >= _SUBSPACE_MIN_FEATURES and data.n_features > K + _SUBSPACE_EXTRA:
+        if _in_subspace(data.n_features, K):
             full_mean = data.mean()
             basis = principal_basis(data, K + _SUBSPACE_EXTRA, K)
             data = DenseRows(data.project(basis), data.sample_weight, n_threads=data.n_threads)
             mean = basis.T @ full_mean
-        # The spectrum's pass comes first: it reports NaN and infinity of
-        # Dask data before any other pass. The mean comes from the same pass
-        # where the rows allow it (data.moments()).
-        if basis is None:
+            spectrum = estimate_spectrum(data, K)
+        else:
+            # The spectrum's pass comes first: it finds NaN and infinity
+            # before any other pass, and the rows' mean in the same read.
+            basis = None
             peak, moment, mean = data.moments()
             full_mean = mean
             spectrum = estimate_spectrum(data, K, moment=(peak, moment))
-        else:
-            spectrum = estimate_spectrum(data, K)
         m = mean / spectrum.scale
         mean_sq = float(m @ m)
         trace = float(np.sum(spectrum.eigenvalues))

@@ -680,29 +680,33 @@ def jacobi_rotation(Y, weight, product, max_sweeps, tol):
     """
     n, K = Y.shape
     R = np.eye(K)
-    yj = np.empty(n)
-    yk = np.empty(n)
+    # The columns, copied to rows: each pair's passes run along contiguous memory.
+    YT = np.ascontiguousarray(Y.T)
     w = np.empty(n)
     for _ in range(max_sweeps):
         largest = 0.0
         for j in range(K - 1):
             for k in range(j + 1, K):
-                for i in range(n):
-                    yj[i] = Y[i, j]
-                    yk[i] = Y[i, k]
-                    w[i] = weight[i]
+                yj = YT[j]
+                yk = YT[k]
                 if product and K > 2:
+                    for i in range(n):
+                        w[i] = weight[i]
                     for m in range(K):
                         if m != j and m != k:
                             for i in range(n):
-                                w[i] *= Y[i, m] * Y[i, m]
-                theta = pair_angle(yj, yk, w)
+                                w[i] *= YT[m, i] * YT[m, i]
+                    theta = pair_angle(yj, yk, w)
+                else:
+                    theta = pair_angle(yj, yk, weight)
                 largest = max(largest, abs(theta))
                 c = np.cos(theta)
                 s = np.sin(theta)
                 for i in range(n):
-                    Y[i, j] = c * yj[i] + s * yk[i]
-                    Y[i, k] = -s * yj[i] + c * yk[i]
+                    a = yj[i]
+                    b = yk[i]
+                    yj[i] = c * a + s * b
+                    yk[i] = -s * a + c * b
                 for i in range(K):
                     a = R[i, j]
                     b = R[i, k]
@@ -710,4 +714,5 @@ def jacobi_rotation(Y, weight, product, max_sweeps, tol):
                     R[i, k] = -s * a + c * b
         if largest < tol:
             break
+    Y[:, :] = YT.T
     return R

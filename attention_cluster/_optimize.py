@@ -54,6 +54,14 @@ def _curvature_ok(s, y):
     return _dot(s, y) > 1e-12 * _norm(s) * _norm(y)
 
 
+def _transport(U, pairs):
+    """The pairs moved to the tangent space at U by projection (one stacked projection)."""
+    if not pairs:
+        return []
+    Z = project_tangent(U, np.stack([z for pair in pairs for z in pair]))
+    return list(zip(Z[0::2], Z[1::2]))
+
+
 def _two_loop(g, pairs):
     """L-BFGS two-loop recursion: ``-H g`` with the inverse-Hessian model of ``pairs``."""
     q = g.copy()
@@ -143,8 +151,8 @@ def minimize_on_spheres(fun, U0, *, tol, max_iter, memory_size=10, memory=()):
         g_new = project_tangent(U_new, G_new)
         s = project_tangent(U_new, t * p)
         y = g_new - project_tangent(U_new, g)
-        moved = [(project_tangent(U_new, a), project_tangent(U_new, b)) for a, b in pairs]
-        pairs = [(a, b) for a, b in moved + [(s, y)] if _curvature_ok(a, b)][-memory_size:]
+        pairs = [(a, b) for a, b in _transport(U_new, pairs) + [(s, y)] if _curvature_ok(a, b)]
+        pairs = pairs[-memory_size:]
         U, f, g = U_new, f_new, g_new
         curve.append(f)
     return SphereResult(U, np.asarray(curve), n_iter, converged, tuple(pairs))

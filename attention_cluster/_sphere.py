@@ -15,8 +15,11 @@ __all__ = ["normalize_heads", "project_tangent", "retract"]
 
 
 def project_tangent(U, Z):
-    """Project Z onto the tangent space at U: ``z_h - <u_h, z_h> u_h`` per head."""
-    return Z - U * np.sum(U * Z, axis=0)
+    """Project Z onto the tangent space at U: ``z_h - <u_h, z_h> u_h`` per head.
+
+    Z is ``d x K``, or a stack of them (``... x d x K``), each projected.
+    """
+    return Z - U * np.sum(U * Z, axis=-2, keepdims=True)
 
 
 def retract(U, Z):

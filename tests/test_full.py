@@ -225,6 +225,16 @@ def test_projection_is_idempotent_and_tangent(U, Z):
     np.testing.assert_allclose(project_tangent(U, P), P, atol=1e-12 * (1 + np.abs(Z).max()))
 
 
+@given(U=unit_heads, Z=arrays(np.float64, (3, 4, 3), elements=st.floats(-10, 10)))
+def test_projection_of_a_stack_projects_each_slice(U, Z):
+    # The L-BFGS pairs are moved to a new tangent space as one stack.
+    P = project_tangent(U, Z)
+    for Zi, Pi in zip(Z, P):
+        np.testing.assert_allclose(
+            Pi, project_tangent(U, Zi), rtol=0, atol=1e-12 * (1 + np.abs(Zi).max())
+        )
+
+
 @given(U=unit_heads, Z=tangent_like)
 def test_retraction_lands_on_the_spheres(U, Z):
     V = retract(U, project_tangent(U, Z))

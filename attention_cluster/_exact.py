@@ -128,7 +128,7 @@ def solve_exact(
     if polish.converged:
         return ExactSolution(polish.heads, polish.objective_curve, polish.n_iter, warm.n_iter, True)
     # The subsample's Hessian is a poor model here: L-BFGS on the full data.
-    memory = () if polish.n_iter else warm.memory
+    memory = None if polish.n_iter else warm.memory
     result = minimize_on_spheres(
         full, polish.heads, tol=tol_abs, max_iter=max_iter - polish.n_iter, memory=memory
     )

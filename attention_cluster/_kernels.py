@@ -642,6 +642,46 @@ def mixture_e_step(X, U, log_weights, beta, inv_scale, weights, S, counts):
     return total
 
 
+@njit(cache=True)
+def lbfgs_direction(g, S, Y):
+    """L-BFGS two-loop recursion: ``-H g`` with the inverse-Hessian model of the pairs.
+
+    ``g`` is the gradient and the rows of ``S`` and ``Y`` (m x p, oldest
+    first, ``<s_i, y_i> > 0``) the pairs, all flattened (Nocedal and Wright,
+    *Numerical Optimization*, algorithm 7.4, with the initial scaling
+    ``<s, y> / <y, y>`` of the newest pair).
+    """
+    m, p = S.shape
+    q = g.copy()
+    rho = np.empty(m)
+    alpha = np.empty(m)
+    for i in range(m):
+        rho[i] = 1.0 / _flat_dot(S[i], Y[i])
+    for i in range(m - 1, -1, -1):
+        a = rho[i] * _flat_dot(S[i], q)
+        alpha[i] = a
+        for j in range(p):
+            q[j] -= a * Y[i, j]
+    gamma = _flat_dot(S[m - 1], Y[m - 1]) / _flat_dot(Y[m - 1], Y[m - 1])
+    for j in range(p):
+        q[j] *= gamma
+    for i in range(m):
+        b = alpha[i] - rho[i] * _flat_dot(Y[i], q)
+        for j in range(p):
+            q[j] += b * S[i, j]
+    for j in range(p):
+        q[j] = -q[j]
+    return q
+
+
+@njit(cache=True)
+def _flat_dot(a, b):
+    total = 0.0
+    for j in range(a.shape[0]):
+        total += a[j] * b[j]
+    return total
+
+
 @njit(cache=True, fastmath=FASTMATH)
 def pair_angle(yj, yk, weight):
     """Angle theta minimising ``sum_i weight_i (a_ij a_ik)^2`` over plane rotations.

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._kernels import lbfgs_direction
 from ._sphere import normalize_heads, project_tangent, retract
 
 __all__ = ["SphereResult", "minimize_on_spheres", "polish_on_spheres"]
@@ -24,7 +25,9 @@ class SphereResult:
     objective_curve: np.ndarray  #: objective at the start and after each iteration
     n_iter: int
     converged: bool
-    memory: tuple = ()  #: L-BFGS pairs (s, y), tangent at ``heads``, for a warm start
+    #: L-BFGS pairs ``(S, Y)``, each m x d x K (oldest first), tangent at
+    #: ``heads``, for a warm start; None if there are none
+    memory: tuple = None
 
 
 def _dot(A, B):
@@ -50,32 +53,33 @@ def _armijo(fun, U, f, g, p, max_halvings=40):
     return None
 
 
-def _curvature_ok(s, y):
-    return _dot(s, y) > 1e-12 * _norm(s) * _norm(y)
+def _kept_pairs(U, memory, s, y, memory_size):
+    """The stored pairs moved to the tangent space at U, then ``(s, y)`` (tangent there).
+
+    ``memory`` is ``(S, Y)`` (m x d x K each) or None. The stored pairs are
+    projected (vector transport by projection); a pair whose ``<s, y>`` is
+    not positive is dropped, and the newest ``memory_size`` are kept.
+    Returns ``(S, Y)``, or None when no pair is left.
+    """
+    if memory is None:
+        S, Y = s[None], y[None]
+    else:
+        S = np.concatenate([project_tangent(U, memory[0]), s[None]])
+        Y = np.concatenate([project_tangent(U, memory[1]), y[None]])
+    sy = np.einsum("ijk,ijk->i", S, Y)
+    keep = sy > 1e-12 * np.sqrt(np.einsum("ijk,ijk->i", S, S) * np.einsum("ijk,ijk->i", Y, Y))
+    if not np.all(keep):
+        S, Y = S[keep], Y[keep]
+    if len(S) == 0:
+        return None
+    return S[-memory_size:], Y[-memory_size:]
 
 
-def _transport(U, pairs):
-    """The pairs moved to the tangent space at U by projection (one stacked projection)."""
-    if not pairs:
-        return []
-    Z = project_tangent(U, np.stack([z for pair in pairs for z in pair]))
-    return list(zip(Z[0::2], Z[1::2]))
-
-
-def _two_loop(g, pairs):
-    """L-BFGS two-loop recursion: ``-H g`` with the inverse-Hessian model of ``pairs``."""
-    q = g.copy()
-    rhos = [1.0 / _dot(s, y) for s, y in pairs]
-    alphas = []
-    for (s, y), rho in zip(reversed(pairs), reversed(rhos)):
-        a = rho * _dot(s, q)
-        q -= a * y
-        alphas.append(a)
-    s, y = pairs[-1]
-    q *= _dot(s, y) / _dot(y, y)
-    for (s, y), rho, a in zip(pairs, rhos, reversed(alphas)):
-        q += (a - rho * _dot(y, q)) * s
-    return -q
+def _two_loop(g, memory):
+    """``-H g`` with the L-BFGS inverse-Hessian model of the pairs (:func:`_kernels.lbfgs_direction`)."""
+    S, Y = memory
+    m = S.shape[0]
+    return lbfgs_direction(g.ravel(), S.reshape(m, -1), Y.reshape(m, -1)).reshape(g.shape)
 
 
 def _probe_pair(fun, U, g, step):
@@ -86,7 +90,7 @@ def _probe_pair(fun, U, g, step):
     return s, y
 
 
-def minimize_on_spheres(fun, U0, *, tol, max_iter, memory_size=10, memory=()):
+def minimize_on_spheres(fun, U0, *, tol, max_iter, memory_size=10, memory=None):
     """Riemannian L-BFGS on the product of unit spheres, with Armijo backtracking.
 
     The Riemannian gradient is the Euclidean one projected on each head's
@@ -114,8 +118,8 @@ def minimize_on_spheres(fun, U0, *, tol, max_iter, memory_size=10, memory=()):
     max_iter : int
     memory_size : int, default=10
         Number of stored pairs.
-    memory : tuple, default=()
-        Pairs from a previous run, tangent at U0 (warm start).
+    memory : tuple or None, default=None
+        Pairs ``(S, Y)`` from a previous run, tangent at U0 (warm start).
 
     Returns
     -------
@@ -124,7 +128,7 @@ def minimize_on_spheres(fun, U0, *, tol, max_iter, memory_size=10, memory=()):
     U = normalize_heads(U0)
     f, G = fun(U)
     g = project_tangent(U, G)
-    pairs = list(memory)
+    pairs = memory
     curve = [f]
     converged = False
     n_iter = 0
@@ -133,29 +137,27 @@ def minimize_on_spheres(fun, U0, *, tol, max_iter, memory_size=10, memory=()):
         if gnorm <= tol:
             converged = True
             break
-        fresh = not pairs
+        fresh = pairs is None
         if fresh:
-            probe = _probe_pair(fun, U, g, min(1e-3, gnorm))
-            pairs = [probe] if _curvature_ok(*probe) else []
-        p = _two_loop(g, pairs) if pairs else -g
+            pairs = _kept_pairs(U, None, *_probe_pair(fun, U, g, min(1e-3, gnorm)), memory_size)
+        p = -g if pairs is None else _two_loop(g, pairs)
         if _dot(p, g) >= 0.0:
             p = -g
         step = _armijo(fun, U, f, g, p)
         if step is None:
             if fresh:
                 break
-            pairs = []  # the model misleads: start afresh from here
+            pairs = None  # the model misleads: start afresh from here
             continue
         t, U_new, f_new, G_new = step
         n_iter += 1
         g_new = project_tangent(U_new, G_new)
         s = project_tangent(U_new, t * p)
         y = g_new - project_tangent(U_new, g)
-        pairs = [(a, b) for a, b in _transport(U_new, pairs) + [(s, y)] if _curvature_ok(a, b)]
-        pairs = pairs[-memory_size:]
+        pairs = _kept_pairs(U_new, pairs, s, y, memory_size)
         U, f, g = U_new, f_new, g_new
         curve.append(f)
-    return SphereResult(U, np.asarray(curve), n_iter, converged, tuple(pairs))
+    return SphereResult(U, np.asarray(curve), n_iter, converged, pairs)
 
 
 def _truncated_cg(hvp, g, rtol, max_iter):

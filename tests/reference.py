@@ -212,3 +212,19 @@ def online_em(batches, U, pi, radius, tau, inv_scale, alpha, gain):
         tau = np.sqrt((m2 - radius**2) / d)
         pi = s[1]
     return avg[0] / np.linalg.norm(avg[0], axis=1, keepdims=True)
+
+
+def lbfgs_direction(g, S, Y):
+    """-H g with H the BFGS inverse-Hessian updates of gamma I by the pairs, as matrices.
+
+    H <- (I - rho s y^T) H (I - rho y s^T) + rho s s^T for each pair, oldest
+    first, rho = 1 / <s, y>, gamma = <s, y> / <y, y> of the newest pair
+    (Nocedal and Wright, Numerical Optimization, equation 7.19).
+    """
+    p = g.size
+    H = (S[-1] @ Y[-1]) / (Y[-1] @ Y[-1]) * np.eye(p)
+    for s, y in zip(S, Y):
+        rho = 1.0 / (s @ y)
+        V = np.eye(p) - rho * np.outer(y, s)
+        H = V.T @ H @ V + rho * np.outer(s, s)
+    return -H @ g

@@ -8,6 +8,7 @@ from reference import (
     XorShift,
     finite_difference,
     head_signs,
+    lbfgs_direction,
     psgd_steps,
     regularizer,
     sequence_grad,
@@ -176,3 +177,17 @@ def test_head_signs_match_reference(weighted, dtype, global_random_seed):
     )
     signs = np.where(totals < 0, -1.0, 1.0)
     np.testing.assert_array_equal(signs, head_signs(X.astype(np.float64), heads, weights))
+
+
+@given(seed=st.integers(0, 2**16), m=st.integers(1, 6), p=st.integers(1, 12))
+def test_lbfgs_direction_matches_the_matrix_form(seed, m, p):
+    rng = np.random.default_rng(seed)
+    S = rng.standard_normal((m, p))
+    # y = A s with A positive definite: every pair has <s, y> > 0.
+    B = rng.standard_normal((p, p))
+    Y = S @ (B @ B.T + np.eye(p))
+    g = rng.standard_normal(p)
+    expected = lbfgs_direction(g, S, Y)
+    np.testing.assert_allclose(
+        kern.lbfgs_direction(g, S, Y), expected, rtol=1e-8, atol=1e-10 * np.abs(expected).max()
+    )

@@ -1,4 +1,5 @@
-"""Metrics of the paper: distance to the centroids, error of the labelling rule.
+"""Metrics of the paper: distance to the centroids, error of the labelling rule,
+and the limits of the distance (class means with labels, efficient estimator).
 
 ``math.md`` section 5 (paper, section 3.2)::
 
@@ -7,12 +8,16 @@
 
 and the error rate of the post-hoc labelling rule ``argmax_h <x, mu_h>``
 (``math.md`` sections 1 and 5; the paper's interference I(sigma), section
-3.2; the authors' answer W3).
+3.2; the authors' answer W3). The limits of the distance that the
+benchmarks measure against: :func:`class_means_distance` on a sample, and
+:func:`information_limit` in expectation (``math.md`` section 7, "The
+information limit").
 """
 
 import numpy as np
 from scipy import integrate, special, stats
 from scipy.optimize import linear_sum_assignment
+from sklearn.utils import check_random_state
 
 from ._validation import check_count, check_noise, check_weights
 
@@ -22,6 +27,7 @@ __all__ = [
     "match_centroids",
     "bayes_error",
     "interference",
+    "information_limit",
 ]
 
 
@@ -322,3 +328,93 @@ def interference(noise, n_clusters=2):
     gap = np.ones(K - 1)
     out = [_error_independent(gap, s, np.full(K - 1, s)) if s > 0 else 0.0 for s in sigma.ravel()]
     return np.reshape(out, sigma.shape)[()]
+
+
+def information_limit(centroids, noise, n_samples, weights=None, n_draws=1_000_000, random_state=0):
+    """Expected distance to the centroids of an efficient estimator, and of the class means.
+
+    For the mixture ``X | Z = k ~ N(mu*_k, sigma^2 I)`` with centroids of a
+    common norm r (the model of the EM refinement, ``math.md`` section 7,
+    "The information limit"): the Cramer-Rao value ``D_eff``, the expected
+    :func:`centroid_distance` at ``n_samples`` points of an asymptotically
+    efficient estimator of the directions (the maximum likelihood), from
+    the Fisher information of the directions, r, sigma^2 and the weights,
+    estimated as the mean outer product of the scores over ``n_draws``
+    draws of the mixture; and ``D_floor``, that of the class means with
+    the labels known, normalised (:func:`class_means_distance`), in closed
+    form. ``D_eff / D_floor`` is what the labels are worth: no estimator
+    that does not see them does better at large n.
+
+    Parameters
+    ----------
+    centroids : array-like of shape (n_clusters, n_features)
+        True centroids, all of the same norm.
+    noise : float
+        sigma > 0.
+    n_samples : int
+        Number of points n the estimators see.
+    weights : array-like of shape (n_clusters,), default=None
+        Mixture weights, all positive; uniform when None.
+    n_draws : int, default=1_000_000
+        Draws of the Monte Carlo mean (its relative error is about
+        ``1 / sqrt(n_draws)`` per entry of the information).
+    random_state : int, RandomState instance or None, default=0
+        Draws of the Monte Carlo mean.
+
+    Returns
+    -------
+    efficient : float
+        ``D_eff``.
+    class_means : float
+        ``D_floor``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attention_cluster.metrics import information_limit
+    >>> eff, floor = information_limit(np.eye(10)[:2], 1.0, 10**6, n_draws=200_000)
+    >>> round(eff / floor, 1)
+    2.1
+    """
+    centroids = _as_2d(centroids, "centroids")
+    K, d = centroids.shape
+    sigma = check_noise(noise)
+    n = check_count(n_samples, "n_samples")
+    n_draws = check_count(n_draws, "n_draws")
+    if not sigma > 0:
+        raise ValueError("noise must be positive: at sigma = 0 every estimator is exact.")
+    pi = check_weights(weights, K)
+    if np.any(pi <= 0):
+        raise ValueError("weights must all be positive.")
+    norms = np.linalg.norm(centroids, axis=1)
+    r = float(norms[0])
+    if not r > 0 or not np.allclose(norms, r, rtol=1e-8, atol=0.0):
+        raise ValueError("centroids must be non-zero and of a common norm (the model's r).")
+    mu = centroids / r
+    tau2 = sigma * sigma
+    # E_k: orthonormal basis of mu_k's complement (the last d - 1 left
+    # singular vectors of the column mu_k).
+    bases = [np.linalg.svd(mu[k][:, None])[0][:, 1:] for k in range(K)]
+    n_params = K * (d - 1) + 2 + (K - 1)
+    information = np.zeros((n_params, n_params))
+    rng = check_random_state(random_state)
+    step = max(1, 2**22 // (K * d + n_params))
+    for lo in range(0, n_draws, step):
+        m = min(step, n_draws - lo)
+        z = rng.choice(K, size=m, p=pi)
+        X = centroids[z] + sigma * rng.standard_normal((m, d))
+        resid = X[:, None, :] - r * mu[None]  # m x K x d
+        sq = np.einsum("ikj,ikj->ik", resid, resid)
+        gamma = special.softmax(np.log(pi)[None] - sq / (2 * tau2), axis=1)
+        scores = [gamma[:, [k]] * (r / tau2) * (resid[:, k] @ bases[k]) for k in range(K)]
+        scores.append(np.sum(gamma * np.einsum("ikj,kj->ik", resid, mu), axis=1)[:, None] / tau2)
+        scores.append(np.sum(gamma * (sq / (2 * tau2 * tau2) - d / (2 * tau2)), axis=1)[:, None])
+        scores.append(gamma[:, 1:] - pi[None, 1:])
+        S = np.hstack(scores)
+        information += S.T @ S
+    information /= n_draws
+    covariance = np.linalg.inv(information)
+    directions = K * (d - 1)
+    efficient = float(np.trace(covariance[:directions, :directions])) / n
+    class_means = float(np.sum((d - 1) * tau2 / (n * pi * r * r)))
+    return efficient, class_means

@@ -15,8 +15,16 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from scipy.stats import norm
 
-from attention_cluster import metrics
-from attention_cluster.metrics import bayes_error, centroid_distance, interference, match_centroids
+from attention_cluster import AttentionClustering, metrics
+from attention_cluster.datasets import make_mixture
+from attention_cluster.metrics import (
+    bayes_error,
+    centroid_distance,
+    class_means_distance,
+    information_limit,
+    interference,
+    match_centroids,
+)
 
 # ---------------------------------------------------------------------------
 # centroid_distance
@@ -206,3 +214,60 @@ def test_bayes_error_degenerate_cases():
         bayes_error(C, -1.0)
     with pytest.raises(ValueError, match="n_clusters"):
         interference(0.3, 0)
+
+
+# ---------------------------------------------------------------------------
+# information_limit
+# ---------------------------------------------------------------------------
+
+
+def test_information_limit_is_the_spread_of_the_maximum_likelihood_and_of_the_class_means():
+    # Over 150 samples of the mixture, the mean distance of the default fit
+    # (whose EM ends at the maximum likelihood) and of the class means match
+    # the two limits within 4 standard errors of the mean (about 11% here):
+    # a limit off by a factor (d - 1) / d or 2 fails.
+    d, noise, n = 10, 1.0, 20_000
+    efficient, floor = information_limit(np.eye(d)[:2], noise, n, n_draws=300_000)
+    fitted, means = [], []
+    for seed in range(150):
+        X, y, C = make_mixture(n, d, 2, noise=noise, random_state=seed)
+        fit = AttentionClustering(2, random_state=0).fit(X)
+        fitted.append(centroid_distance(fit.cluster_centers_, C))
+        means.append(class_means_distance(X, y, C))
+    for values, limit in ((fitted, efficient), (means, floor)):
+        values = np.asarray(values)
+        se = values.std(ddof=1) / np.sqrt(values.size)
+        assert abs(values.mean() - limit) <= 4 * se
+    assert efficient / floor > 1.9  # sigma = 1: the labels are worth about 2x
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 2**16), K=st.integers(2, 3), noise=st.floats(0.3, 1.5))
+def test_information_limit_ignores_a_rotation_and_a_relabelling(seed, K, noise):
+    rng = np.random.default_rng(seed)
+    C = np.eye(4)[:K]
+    Q = np.linalg.qr(rng.standard_normal((4, 4)))[0]
+    weights = rng.dirichlet(np.full(K, 5.0))
+    order = rng.permutation(K)
+    base = information_limit(C, noise, 1000, weights, n_draws=100_000)
+    moved = information_limit((C @ Q)[order], noise, 1000, weights[order], n_draws=100_000)
+    # The class means' limit is exact; the efficient one is a Monte Carlo
+    # mean over other draws (relative error about 1 / sqrt(n_draws) per entry).
+    assert moved[1] == pytest.approx(base[1], rel=1e-12)
+    assert moved[0] == pytest.approx(base[0], rel=0.05)
+    assert base[0] >= base[1] * (1 - 0.02)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"centroids": [[1.0, 0.0], [0.0, 2.0]]}, "common norm"),
+        ({"noise": 0.0}, "noise must be positive"),
+        ({"weights": [1.0, 0.0]}, "weights must all be positive"),
+        ({"centroids": [1.0, 0.0]}, "2-D array"),
+    ],
+)
+def test_information_limit_rejects_what_its_model_excludes(kwargs, message):
+    args = {"centroids": np.eye(2), "noise": 0.5, "n_samples": 100, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        information_limit(**args)

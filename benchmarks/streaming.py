@@ -32,6 +32,7 @@ docs/scaling_out.md from it and the last out-of-core runs.
 import warnings
 from pathlib import Path
 
+import numpy as np
 from _common import RESULTS, ROOT, quick_cli, save, timed
 from sklearn.exceptions import ConvergenceWarning
 
@@ -39,7 +40,7 @@ from attention_cluster import AttentionClustering
 from attention_cluster._mixture import LinearisedEM, OnlineEM
 from attention_cluster._passes import DenseRows
 from attention_cluster.datasets import make_mixture
-from attention_cluster.metrics import centroid_distance, class_means_distance
+from attention_cluster.metrics import centroid_distance, class_means_distance, information_limit
 
 BATCH = 10_000
 VARIANTS = {
@@ -114,7 +115,14 @@ def main(quick=False, out=None):
                 ),
                 flush=True,
             )
-    payload = {"quick": quick, "n": n, "batch": BATCH, "rows": rows}
+    # The expected distance of an efficient estimator over the floor's
+    # (math.md section 7, "The information limit"): what no method that
+    # does not see the labels beats in expectation.
+    limits = {
+        str(noise): float(np.divide(*information_limit(np.eye(10)[:2], noise, n)))
+        for noise in (0.3, 1.0)
+    }
+    payload = {"quick": quick, "n": n, "batch": BATCH, "rows": rows, "information_limit": limits}
     save("streaming", payload, **({"directory": out} if out else {}))
     from _scaling_page import write_page
 

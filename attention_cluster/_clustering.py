@@ -46,13 +46,14 @@ _DEFAULT_MAX_ITER = {"psgd": 5000, "full": 500}
 # the common mean makes the fit collapse it is above 12 (benchmarks/user_data.py,
 # docs/user_data.md).
 _CENTER_RATIO = 10.0
-# From this many features on, the fit runs in the principal subspace of
+# From this many features on, the solver runs in the principal subspace of
 # dimension K + _SUBSPACE_EXTRA found by subspace iteration, never forming a
-# d x d matrix. benchmarks/user_data.py times both paths: the subspace is
-# faster at every d, as accurate at low noise and less accurate at high
-# noise (the heads cannot leave the subspace), so the exact d x d path is
-# kept while its O(n d^2) cost stays within a few seconds.
-_SUBSPACE_MIN_FEATURES = 2000
+# d x d matrix, and the EM refinement on the rows in R^d.
+# benchmarks/user_data.py times both paths and compares their ARI: the same
+# at every d once the EM leaves the subspace; the subspace path is the
+# faster from d = 1000 on (the d x d path's O(n d^2) against the EM's
+# passes in R^d, which high noise makes more numerous).
+_SUBSPACE_MIN_FEATURES = 1000
 _SUBSPACE_EXTRA = 5
 
 
@@ -164,9 +165,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     Input and preprocessing: X may be dense or sparse (CSR/CSC, never
     densified). A mean common to all rows is subtracted when it dominates
     (``center``), with a warning; a fit that leaves clusters nearly empty
-    warns and names the fix. With d >= 2000 features the fit runs in the
+    warns and names the fix. With d >= 1000 features the solver runs in the
     principal subspace of dimension K + 5, found by subspace iteration
-    without a d x d matrix. Rows that are measurements in different units
+    without a d x d matrix, and the EM refinement on the rows in R^d. Rows that are measurements in different units
     (scikit-learn's tabular data sets) suit the model after a
     :class:`~sklearn.preprocessing.StandardScaler`; TF-IDF rows and
     embeddings need none (see the user guide, "When to use it", and
@@ -596,8 +597,20 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 f"max_iter={settings.max_iter} {what}; increase max_iter or tol.",
                 ConvergenceWarning,
             )
+        rows = unit
         if settings.refine == "em":
-            self._refine(unit, spectrum, best.heads, settings, rng)
+            heads, mean_sq = best.heads, None
+            if basis is not None:
+                # In high dimension the EM runs on the rows in R^d, from the
+                # subspace's heads, which it moves out of the principal
+                # subspace: that subspace is estimated with the noise, and at
+                # high noise a fit confined to it loses most of its accuracy
+                # (benchmarks/user_data.py). From here on the centres are in R^d.
+                rows = (given.centred(prepared.full_mean) if centre else given).rescaled(
+                    spectrum.scale
+                )
+                heads, mean_sq, basis = basis @ best.heads, rows.norm_moments()[0], None
+            self._refine(rows, spectrum, heads, settings, rng, mean_sq)
         else:
             # Each head turned towards the points it wins (math.md section 5).
             signs = np.where(unit.head_totals(best.heads) < 0, -1.0, 1.0)
@@ -605,7 +618,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             self.concentration_ = None
             self.refine_n_iter_ = 0
         centers = np.asarray(self.cluster_centers_, dtype=np.float64)
-        moment_heads = (spectrum.moment @ centers.T).T
+        if rows is unit:
+            moment_heads = (spectrum.moment @ centers.T).T
+        else:
+            moment_heads = rows.moment_action(centers.T).T
         if basis is not None:
             # Heads in the principal subspace are heads in R^d.
             centers, moment_heads = centers @ basis.T, moment_heads @ basis.T
@@ -826,12 +842,16 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 )
         return run
 
-    def _refine(self, unit, spectrum, heads, settings, rng):
-        """The EM refinement (math.md section 7): centres, weights and the posterior's concentration."""
+    def _refine(self, unit, spectrum, heads, settings, rng, mean_sq=None):
+        """The EM refinement (math.md section 7): centres, weights and the posterior's concentration.
+
+        ``mean_sq`` is the rows' mean ``||x / s||^2`` (default: the trace of
+        the spectrum's moment, when ``unit`` holds the rows it was taken on).
+        """
         fit = refine_heads(
             unit,
             heads,
-            float(np.trace(spectrum.moment)),
+            float(np.trace(spectrum.moment)) if mean_sq is None else float(mean_sq),
             spectrum.noise,
             max_iter=settings.max_iter,
             random_state=rng,

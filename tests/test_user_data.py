@@ -20,6 +20,7 @@ from attention_cluster import AttentionClustering
 from attention_cluster._passes import DenseRows
 from attention_cluster._scale import principal_basis
 from attention_cluster.datasets import make_corpus, make_embeddings, make_mixture
+from attention_cluster.metrics import centroid_distance
 
 
 def _sparse_mixture(seed, n=800, d=12, K=3):
@@ -152,6 +153,24 @@ def test_high_dimension_runs_in_the_subspace(monkeypatch, global_random_seed):
     np.testing.assert_allclose(
         np.abs(np.sum(high.cluster_centers_ * low.cluster_centers_, axis=1)), 1.0, atol=1e-3
     )
+
+
+def test_high_dimension_refines_out_of_the_subspace(monkeypatch, global_random_seed):
+    # The EM after the subspace's solver runs on the rows in R^d: its centres
+    # leave the principal subspace (whose directions are estimated with the
+    # noise) and reach the maximum likelihood the d x d path reaches, to
+    # within a small fraction of their distance to the centroids.
+    X, _, C = make_mixture(4000, 120, 3, noise=0.5, random_state=global_random_seed)
+    low = AttentionClustering(3, random_state=0).fit(X)
+    monkeypatch.setattr(_clustering, "_SUBSPACE_MIN_FEATURES", 50)
+    high = AttentionClustering(3, random_state=0).fit(X)
+    B = principal_basis(DenseRows(X), 3 + _clustering._SUBSPACE_EXTRA, 3)
+    outside = high.cluster_centers_ - (high.cluster_centers_ @ B) @ B.T
+    assert np.linalg.norm(outside) > 1e-3
+    assert centroid_distance(
+        high.cluster_centers_, low.cluster_centers_
+    ) < 0.05 * centroid_distance(low.cluster_centers_, C)
+    np.testing.assert_array_equal(high.predict(X), high.labels_)
 
 
 def test_tfidf_fit_never_forms_a_dense_matrix():

@@ -55,11 +55,18 @@ _CENTER_RATIO = 10.0
 # passes in R^d, which high noise makes more numerous).
 _SUBSPACE_MIN_FEATURES = 1000
 _SUBSPACE_EXTRA = 5
+# Dask data never take the subspace path, which needs the rows' projections
+# in memory: they run the d x d path, up to this many features.
+_DASK_MAX_FEATURES = 2000
 
 
-def _in_subspace(n_features, n_clusters):
-    """Whether a fit runs in the principal subspace (``_SUBSPACE_MIN_FEATURES``)."""
-    return n_features >= _SUBSPACE_MIN_FEATURES and n_features > n_clusters + _SUBSPACE_EXTRA
+def _in_subspace(n_features, n_clusters, lazy=False):
+    """Whether a fit runs in the principal subspace (``_SUBSPACE_MIN_FEATURES``; never for Dask data)."""
+    return (
+        not lazy
+        and n_features >= _SUBSPACE_MIN_FEATURES
+        and n_features > n_clusters + _SUBSPACE_EXTRA
+    )
 
 
 # A cluster that receives less than this fraction of 1/K of the points
@@ -508,10 +515,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         else:
             data = rows_of(X, check_sample_weight(sample_weight, X), n_threads=self.n_threads)
         n, d = X.shape
-        if lazy and d >= _SUBSPACE_MIN_FEATURES:
+        if lazy and d >= _DASK_MAX_FEATURES:
             raise ValueError(
-                f"Dask input with n_features={d} >= {_SUBSPACE_MIN_FEATURES} is not supported: "
-                "the principal-subspace path needs the rows' projections in memory."
+                f"Dask input with n_features={d} >= {_DASK_MAX_FEATURES} is not supported: "
+                "the principal-subspace path that wide data need holds the rows' projections "
+                "in memory."
             )
         if K > d:
             warn(
@@ -665,7 +673,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         tr(M)`` of the mean m, at unit scale, that ``center="auto"`` reads.
         """
         K = self.n_clusters
-        if _in_subspace(data.n_features, K):
+        if _in_subspace(data.n_features, K, lazy=isinstance(data, DaskRows)):
             full_mean = data.mean()
             basis = principal_basis(data, K + _SUBSPACE_EXTRA, K)
             data = DenseRows(data.project(basis), data.sample_weight, n_threads=data.n_threads)

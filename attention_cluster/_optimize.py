@@ -128,7 +128,6 @@ def minimize_on_spheres(fun, U0, *, tol, max_iter, memory_size=10, memory=None):
     U = normalize_heads(U0)
     f, G = fun(U)
     g = project_tangent(U, G)
-    pairs = memory
     curve = [f]
     converged = False
     n_iter = 0
@@ -137,27 +136,27 @@ def minimize_on_spheres(fun, U0, *, tol, max_iter, memory_size=10, memory=None):
         if gnorm <= tol:
             converged = True
             break
-        fresh = pairs is None
+        fresh = memory is None
         if fresh:
-            pairs = _kept_pairs(U, None, *_probe_pair(fun, U, g, min(1e-3, gnorm)), memory_size)
-        p = -g if pairs is None else _two_loop(g, pairs)
+            memory = _kept_pairs(U, None, *_probe_pair(fun, U, g, min(1e-3, gnorm)), memory_size)
+        p = -g if memory is None else _two_loop(g, memory)
         if _dot(p, g) >= 0.0:
             p = -g
         step = _armijo(fun, U, f, g, p)
         if step is None:
             if fresh:
                 break
-            pairs = None  # the model misleads: start afresh from here
+            memory = None  # the model misleads: start afresh from here
             continue
         t, U_new, f_new, G_new = step
         n_iter += 1
         g_new = project_tangent(U_new, G_new)
         s = project_tangent(U_new, t * p)
         y = g_new - project_tangent(U_new, g)
-        pairs = _kept_pairs(U_new, pairs, s, y, memory_size)
+        memory = _kept_pairs(U_new, memory, s, y, memory_size)
         U, f, g = U_new, f_new, g_new
         curve.append(f)
-    return SphereResult(U, np.asarray(curve), n_iter, converged, pairs)
+    return SphereResult(U, np.asarray(curve), n_iter, converged, memory)
 
 
 def _truncated_cg(hvp, g, rtol, max_iter):

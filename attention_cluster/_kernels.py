@@ -513,6 +513,9 @@ _E_BLOCK = 256
 _LN2 = 0.6931471805599453
 _INV_LN2 = 1.4426950408889634
 _EXP_FLOOR = -708.0
+# 2^52 + 1023: adding it to an integer-valued q in [-1022, 0] leaves q + 1023
+# as the low bits of the double (see mixture_e_step).
+_EXPONENT_BIAS = 4503599627371519.0
 
 # Rows whose normalisers z_i (each in [1, K]) are multiplied before one log:
 # sum_i log z_i = log prod_i z_i, and K^32 stays finite for any K < 2^31.
@@ -604,7 +607,10 @@ def mixture_e_step(X, U, log_weights, beta, inv_scale, weights, S, counts):
                 s = P[k, i] - top[i]
                 e, q = _exp_reduced(max(s, _EXP_FLOOR))
                 P[k, i] = e if s > _EXP_FLOOR else 0.0
-                bits[i] = (np.int64(q) + 1023) << 52
+                # 2^q: q + 1023 in [1, 1023] is exact in the low bits of
+                # q + 1023 + 2^52, shifted into the exponent field (no
+                # float-to-integer conversion, which AVX2 lacks).
+                bits[i] = np.float64(q + _EXPONENT_BIAS).view(np.int64) << 52
             for i in range(m):
                 e = P[k, i] * powers[i]
                 P[k, i] = e

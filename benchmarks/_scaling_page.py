@@ -259,7 +259,7 @@ def _ooc_section(run):
 
 
 def _ooc_checks(run):
-    """The issue's out-of-core targets, judged on one size."""
+    """The out-of-core targets, judged on one size."""
     s, dist, n = run["seconds"], run["distance"], f"{run['n']:.0e} rows"
     checks = [
         (

@@ -1,6 +1,6 @@
 """SelfAttentionDynamics: how many clusters it finds, how fast, and against its peers.
 
-Measures the figures of the issue on the dynamics estimator and writes
+Measures the dynamics estimator's figures and writes
 ``results/dynamics.json`` and ``docs/dynamics.md`` (with its plots):
 
 - the number of clusters found with the automatic stopping (the longest

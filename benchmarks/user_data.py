@@ -18,7 +18,7 @@ written to ``results/user_data.json`` and the page ``docs/user_data.md``
   on the same L2-normalised TF-IDF (scikit-learn's document-clustering
   recipe) and spherical k-means (:func:`spherical_kmeans`, below), over the
   number of topics, the vocabulary size and the document length; then the
-  issue's case, 20000 documents over a 50000-word vocabulary.
+  large case, 20000 documents over a 50000-word vocabulary.
 - ``embeddings``: :func:`attention_cluster.datasets.make_embeddings`
   (d = 384) over the common offset and K.
 - ``high_dimension``: dense d = 5000, n = 20000 against ``KMeans(n_init=1)``,
@@ -609,7 +609,7 @@ def _render(p):
         f"(target: at least KMeans': {_yes(med_ac >= med_km)}). AttentionClustering's ARI is at least "
         f"KMeans' in {wins} of {len(t['grid'])} settings; it is as fast or faster in {faster} of them.",
         "",
-        f"The issue's case: {L['n_documents']} documents, vocabulary {L['n_features']} words "
+        f"The large case: {L['n_documents']} documents, vocabulary {L['n_features']} words "
         f"({L['nnz']} non-zeros; dense it would take {L['dense_mb']:.0f} MB). Peak traced memory during "
         f"fit {L['fit_peak_mb']:.0f} MB (target < 1024: {_yes(L['fit_peak_mb'] < 1024)}), during predict "
         f"{L['predict_peak_mb']:.0f} MB. Fit {L['seconds']['AttentionClustering']:.2f} s against KMeans "

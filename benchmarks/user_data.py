@@ -169,6 +169,18 @@ def _load(name):
     return np.asarray(X, dtype=np.float64), y
 
 
+def _baselines(X, y, K):
+    """ARI of KMeans(K, n_init=10) and of GaussianMixture(K, spherical) on X."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        kmeans = _ari(y, _fit_labels(lambda: KMeans(K, n_init=10, random_state=0), X))
+        gmm = _ari(
+            y,
+            _fit_labels(lambda: GaussianMixture(K, covariance_type="spherical", random_state=0), X),
+        )
+    return kmeans, gmm
+
+
 def run_real(quick):
     rows = []
     for name in REAL[:2] if quick else REAL:
@@ -181,15 +193,7 @@ def run_real(quick):
                 model = AttentionClustering(K, random_state=0)
                 labels = one_thread(model.fit_predict, X)
             messages = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                kmeans = _ari(y, _fit_labels(lambda: KMeans(K, n_init=10, random_state=0), X))
-                gmm = _ari(
-                    y,
-                    _fit_labels(
-                        lambda: GaussianMixture(K, covariance_type="spherical", random_state=0), X
-                    ),
-                )
+            kmeans, gmm = _baselines(X, y, K)
             row = {
                 "data": name,
                 "view": view,
@@ -233,13 +237,7 @@ def run_other_preprocessing(quick):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 ari = _ari(y, one_thread(AttentionClustering(K, random_state=0).fit_predict, X))
-                kmeans = _ari(y, _fit_labels(lambda: KMeans(K, n_init=10, random_state=0), X))
-                gmm = _ari(
-                    y,
-                    _fit_labels(
-                        lambda: GaussianMixture(K, covariance_type="spherical", random_state=0), X
-                    ),
-                )
+            kmeans, gmm = _baselines(X, y, K)
             rows.append({"data": name, "view": view, "ari": ari, "kmeans": kmeans, "gmm": gmm})
             print(f"{name:14s} {view:30s} AC {ari:.2f} KMeans {kmeans:.2f} GMM {gmm:.2f}")
         # After StandardScaler, ten random starts: whether another start

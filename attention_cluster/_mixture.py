@@ -152,7 +152,7 @@ def _run_em(em, p0, tol, max_iter, rho, report):
     Along a direction the data barely determine (clusters that overlap),
     EM crawls and ``rho`` near 1 makes that rule wait long for a step that
     buys nothing: the run also stops when a plain EM step gains less than
-    ``g = tol`` nats of total log-likelihood (``n`` times the mean; 0.01
+    ``g = 10 tol`` nats of total log-likelihood (``n`` times the mean; 0.01
     at the default tol). In the Fisher metric, which accounts for the
     overlap, a gain ``g`` per step at rate ``rho`` leaves the heads about
     ``sqrt(2 g rho / (1 - rho))`` standard errors from the maximum: 0.4 at
@@ -267,7 +267,7 @@ def _newton_em(em, p0, sub, p_sub, tol, max_iter, rho, report):
     be formed, the run goes on by SQUAREM (:func:`_run_em`) from the EM
     step. It stops when the estimated distance of the new iterate to the
     fixed point, ``c / (1 - c)`` times the step on the heads, is below
-    ``sqrt(tol)`` standard errors, or when a step gains less than ``tol``
+    ``sqrt(tol)`` standard errors, or when a step gains less than ``10 tol``
     nats, as :func:`_run_em` does.
     """
     d, K = p0.U.shape
@@ -312,7 +312,7 @@ _NEWTON_RTOL = 1e-2
 
 # Smallest gain of total log-likelihood (nats) worth another EM pass, per
 # unit of tol (the fraction of the squared standard error).
-_GAIN_PER_TOL = 1.0
+_GAIN_PER_TOL = 10.0
 
 # Rows of the first subsample of the EM: _SUBSAMPLE, or an eighth of the rows
 # when that is smaller, but at least _MIN_SUBSAMPLE rows and
@@ -332,7 +332,7 @@ _JACOBIAN_ROWS = 16384
 
 
 def refine_heads(
-    data, heads, mean_sq, noise, *, tol=1e-2, max_iter=500, random_state=None, verbose=0
+    data, heads, mean_sq, noise, *, tol=1e-3, max_iter=500, random_state=None, verbose=0
 ):
     """EM for the equal-norm spherical mixture, started at ``heads``.
 
@@ -360,12 +360,10 @@ def refine_heads(
     noise : float
         Starting noise level (the centroids' norm starts at 1, the weights
         equal).
-    tol : float, default=1e-2
+    tol : float, default=1e-3
         Stop when the estimated squared distance to the fixed point is below
-        ``tol`` times the squared standard error of the heads (a tenth of a
-        standard error by default, which adds at most 1% to their mean
-        squared error), or when a step gains less than ``tol`` nats of total
-        log-likelihood (:func:`_run_em`).
+        ``tol`` times the squared standard error of the heads, or when a step
+        gains less than ``10 tol`` nats of total log-likelihood (:func:`_run_em`).
     max_iter : int, default=500
         Maximum number of E steps on each data set.
     random_state : int, RandomState instance or None, default=None

@@ -343,10 +343,9 @@ def test_newton_steps_reach_the_likelihood_maximum(noise, global_random_seed):
     fit = _refined(X, C, noise=noise)
     assert fit.converged
     best, em = _plain_maximum(X, C, noise)
-    # Within sqrt(tol) = 0.1 standard errors asked (the default tol); the
-    # distance is estimated from the steps, so 0.3 is checked.
+    # Within sqrt(tol) = 0.03 standard errors asked; a tenth is checked.
     se2 = mixture.standard_error(best, em.n_effective)
-    assert np.sum((fit.heads - best.U) ** 2) < 0.09 * se2
+    assert np.sum((fit.heads - best.U) ** 2) < 0.01 * se2
     assert np.all(np.diff(fit.log_likelihood) >= -1e-12 * np.abs(fit.log_likelihood[1:]))
 
 

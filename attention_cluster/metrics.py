@@ -357,7 +357,9 @@ def information_limit(centroids, noise, n_samples, weights=None, n_draws=1_000_0
         Mixture weights, all positive; uniform when None.
     n_draws : int, default=1_000_000
         Draws of the Monte Carlo mean (its relative error is about
-        ``1 / sqrt(n_draws)`` per entry of the information).
+        ``1 / sqrt(n_draws)`` per entry of the information). The cost is
+        ``O(n_draws p^2)`` for ``p = K (d - 1) + K + 1`` parameters, and
+        ``n_draws`` should be well above ``p``.
     random_state : int, RandomState instance or None, default=0
         Draws of the Monte Carlo mean.
 

@@ -190,18 +190,23 @@ def sphere_step(U, grad, step, riemannian):
 
 
 @njit(cache=True, nogil=True)
-def draw_rows(X, cum_weights, inv_scale, state, out):
-    """Fill ``out`` with rows of ``X * inv_scale`` drawn with replacement.
+def draw_rows(X, offset, cum_weights, inv_scale, state, out):
+    """Fill ``out`` with rows of ``(X - offset) * inv_scale`` drawn with replacement.
 
     Row i is drawn with probability proportional to its weight (binary
     search on ``cum_weights``), from the caller's one-element uint64
     generator state ``state``. Reads and writes ``out.shape[0]`` rows.
+    ``offset`` (X's dtype, subtracted in it) of length 0 means none.
     """
     d = X.shape[1]
+    centred = offset.shape[0] > 0
     for r in range(out.shape[0]):
         i = _draw_index(state, cum_weights)
         for j in range(d):
-            out[r, j] = X[i, j] * inv_scale
+            if centred:
+                out[r, j] = (X[i, j] - offset[j]) * inv_scale
+            else:
+                out[r, j] = X[i, j] * inv_scale
 
 
 @njit(cache=True, nogil=True, fastmath=FASTMATH)

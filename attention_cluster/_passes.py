@@ -16,7 +16,7 @@ Attributes ``n_samples``, ``n_features``, ``dtype``, ``scale``,
 - :meth:`~DenseRows.rescaled` (the same rows divided by another scale, sharing
   the thread pool);
 - :meth:`~DenseRows.mean` and :meth:`~DenseRows.centred` (the rows minus a
-  vector: a centred copy for dense rows, implicit for sparse ones);
+  vector, subtracted as each pass reads the rows: X is never copied);
 - :meth:`~DenseRows.second_moment` (``sum_i w_i x_i x_i^T / sum_i w_i``),
   :meth:`~DenseRows.scaled_second_moment` (the same with a scale that keeps
   it finite for data of any magnitude) and :meth:`~DenseRows.moment_action`
@@ -216,6 +216,8 @@ class DenseRows(_Rows):
         self._pool = _Pool(usable_threads(n_threads))
         self._bounds = _chunk_bounds(self.n_samples, _chunk_rows(self.n_features))
         self._cum_weights = None
+        # The rows are X - _offset (see centred); an empty offset is none.
+        self._offset = np.empty(0, dtype=X.dtype)
 
     # -- life cycle ---------------------------------------------------------
 
@@ -232,11 +234,15 @@ class DenseRows(_Rows):
     def _weights(self, lo, hi):
         return np.empty(0) if self.sample_weight is None else self.sample_weight[lo:hi]
 
+    def _rows(self, lo, hi):
+        """Rows lo..hi as the passes see them (centred, unscaled)."""
+        B = self._X[lo:hi]
+        return B - self._offset if self._offset.size else B
+
     def _map(self, fn):
         """``fn(rows, weights, lo, hi)`` on every chunk, results in chunk order."""
-        X = self._X
         return self._pool.map(
-            lambda lo, hi: fn(X[lo:hi], self._weights(lo, hi), lo, hi), self._bounds
+            lambda lo, hi: fn(self._rows(lo, hi), self._weights(lo, hi), lo, hi), self._bounds
         )
 
     # -- passes -------------------------------------------------------------
@@ -321,10 +327,14 @@ class DenseRows(_Rows):
         return sum(self._map(chunk), np.zeros(self.n_features)) / self.total_weight
 
     def centred(self, offset):
-        """The rows ``x - offset`` (``offset`` unscaled), as a centred copy of X."""
+        """The rows ``x - offset`` (``offset`` unscaled), never a centred copy of X.
+
+        Each pass subtracts ``offset`` (in X's dtype) from the chunk it reads,
+        so the memory of a centred fit stays that of X plus a chunk per thread.
+        """
         other = copy.copy(self)
-        other._X = self._X - np.asarray(offset).astype(self.dtype)
-        other._cum_weights = None
+        offset = np.asarray(offset).astype(self.dtype)
+        other._offset = self._offset + offset if self._offset.size else offset
         return other
 
     def second_moment(self):
@@ -453,7 +463,7 @@ class DenseRows(_Rows):
         out = np.empty((self.n_samples, values_t.shape[0]), dtype=dtype)
         log_norm = np.empty(self.n_samples, dtype=dtype)
         beta = dtype.type(beta)
-        X = self._X
+        X = self._X - self._offset if self._offset.size else self._X
 
         def chunk(lo, hi):
             _dynamics_kernels.attention_rows(
@@ -467,6 +477,7 @@ class DenseRows(_Rows):
         """Unit-weight rows X (C-contiguous) on this object's pool, in chunks of ``chunk_rows``."""
         other = copy.copy(self)
         other._X = X
+        other._offset = np.empty(0, dtype=X.dtype)
         other.sample_weight = None
         other.n_samples, other.n_features = X.shape
         other.dtype = X.dtype
@@ -489,8 +500,10 @@ class DenseRows(_Rows):
             return self
         idx = distinct_rows(rng, self.n_samples, size)
         weight = None if self.sample_weight is None else self.sample_weight[idx]
-        rows = np.asarray(np.take(self._X, idx, axis=0), dtype=np.float64)
-        return DenseRows(rows, weight, self.scale, n_threads=1)
+        rows = np.take(self._X, idx, axis=0)
+        if self._offset.size:
+            rows -= self._offset
+        return DenseRows(np.asarray(rows, dtype=np.float64), weight, self.scale, n_threads=1)
 
     def project(self, V):
         """``(X / s) V`` for V of shape (d, K): an (n, K) array, by chunks (no float64 copy of X)."""
@@ -505,7 +518,9 @@ class DenseRows(_Rows):
         Row i is drawn with probability ``w_i / sum w`` from the one-element
         uint64 generator state ``state`` (see :func:`_kernels.draw_rows`).
         """
-        _kernels.draw_rows(self._X, self._cumulative_weights(), 1.0 / self.scale, state, out)
+        _kernels.draw_rows(
+            self._X, self._offset, self._cumulative_weights(), 1.0 / self.scale, state, out
+        )
         return out
 
 

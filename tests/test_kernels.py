@@ -131,7 +131,7 @@ def test_psgd_chunk_matches_reference(kind, riemannian, dtype, global_random_see
     heads_sum = np.zeros_like(U)
     reg_kind = kern.REG_NONE if kind is None else REG_KINDS[kind]
     rows = np.empty((3 * 2 * 6, 4))
-    kern.draw_rows(X, cum, 0.5, np.array([seed], dtype=np.uint64), rows)
+    kern.draw_rows(X, np.empty(0), cum, 0.5, np.array([seed], dtype=np.uint64), rows)
     kern.psgd_chunk(rows, U, 0.9, 6, 2, steps, reg_kind, 0.3, riemannian, losses, heads_sum)
     U_ref, losses_ref = psgd_steps(X, cum, U0, 0.5, 0.9, 6, 2, steps, kind, 0.3, riemannian, seed)
     np.testing.assert_allclose(U, U_ref, rtol=1e-6, atol=1e-7)
@@ -147,7 +147,7 @@ def test_heads_stay_unit_norm_after_every_step(seed, step, riemannian):
     state = np.array([seed + 1], dtype=np.uint64)
     rows = np.empty((2 * 5, 5))
     for _ in range(10):
-        kern.draw_rows(X, cum, 1.0, state, rows)
+        kern.draw_rows(X, np.empty(0), cum, 1.0, state, rows)
         kern.psgd_chunk(
             rows,
             U,

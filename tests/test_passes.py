@@ -7,6 +7,7 @@ threads must equal the serial one bit for bit.
 
 import multiprocessing
 import threading
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -15,8 +16,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from reference import head_signs, mixture_e_step
 
-from attention_cluster import _passes
+from attention_cluster import AttentionClustering, _passes
 from attention_cluster._passes import DenseRows, SparseRows, rows_of
+from attention_cluster.datasets import make_mixture
 
 
 @pytest.fixture
@@ -111,7 +113,6 @@ def test_subsample_and_draw(global_random_seed):
 
 def _fit_labels(queue=None):
     from attention_cluster import AttentionClustering
-    from attention_cluster.datasets import make_mixture
 
     X, _, _ = make_mixture(3000, 5, 2, noise=0.5, random_state=0)
     centers = AttentionClustering(random_state=0, n_threads=2).fit(X).cluster_centers_
@@ -252,3 +253,59 @@ def test_moments_report_nan_before_infinity(small_chunks, dtype, weighted):
     X[10, 3] = np.nan
     with pytest.raises(ValueError, match="^Input X contains NaN.$"):
         DenseRows(X, w, n_threads=2).moments()
+
+
+@given(
+    seed=st.integers(0, 2**16),
+    dtype=st.sampled_from([np.float64, np.float32]),
+    weighted=st.booleans(),
+)
+def test_centred_rows_read_as_a_centred_copy(seed, dtype, weighted):
+    # DenseRows.centred subtracts the offset from each chunk as a pass reads
+    # it (in X's dtype): every pass gives bit for bit what it gives on the
+    # centred copy of X, which is never made.
+    rng = np.random.default_rng(seed)
+    X = (rng.standard_normal((700, 5)) + 3.0).astype(dtype)
+    w = rng.uniform(0.5, 2.0, 700) if weighted else None
+    m = X.mean(axis=0)
+    lazy = DenseRows(X, w, scale=1.7, n_threads=1).centred(m)
+    copy = DenseRows(X - m.astype(dtype), w, scale=1.7, n_threads=1)
+    U = np.linalg.qr(rng.standard_normal((5, 3)))[0]
+    same = np.testing.assert_array_equal
+    for a, b in zip(lazy.moments(), copy.moments()):
+        same(a, b)
+    for a, b in zip(
+        lazy.e_step(U, np.log([0.2, 0.3, 0.5]), 2.0), copy.e_step(U, np.log([0.2, 0.3, 0.5]), 2.0)
+    ):
+        same(a, b)
+    same(lazy.head_totals(U), copy.head_totals(U))
+    same(lazy.labels(U.T, 1.0, np.zeros(3)), copy.labels(U.T, 1.0, np.zeros(3)))
+    same(lazy.moment_action(U), copy.moment_action(U))
+    same(lazy.norm_moments(), copy.norm_moments())
+    same(lazy.project(U), copy.project(U))
+    for a, b in zip(
+        lazy.exact_terms(U, U, 0.1, 9.0, 1, 0.1), copy.exact_terms(U, U, 0.1, 9.0, 1, 0.1)
+    ):
+        same(a, b)
+    same(
+        lazy.subsample(np.random.RandomState(0), 100)._X,
+        copy.subsample(np.random.RandomState(0), 100)._X,
+    )
+    state = np.array([seed + 1], dtype=np.uint64)
+    drawn = lazy.draw(state.copy(), np.empty((50, 5)))
+    same(drawn, copy.draw(state.copy(), np.empty((50, 5))))
+
+
+def test_a_centred_fit_never_copies_X():
+    # The traced peak of a centred fit stays far below the size of X (the
+    # centring happens chunk by chunk, the subsamples are small).
+    X = make_mixture(400_000, 20, 3, noise=0.5, random_state=0)[0] + 2.0
+    model = AttentionClustering(3, center=True, random_state=0)
+    model.fit(X[:2000])  # compile outside the traced fit
+    tracemalloc.start()
+    try:
+        model.fit(X)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 0.5 * X.nbytes

@@ -381,6 +381,9 @@ def information_limit(centroids, noise, n_samples, weights=None, n_draws=1_000_0
     centroids = _as_2d(centroids, "centroids")
     K, d = centroids.shape
     sigma = check_noise(noise)
+    if sigma.ndim != 0:
+        raise ValueError(f"noise must be one number, got shape {sigma.shape}.")
+    sigma = float(sigma)
     n = check_count(n_samples, "n_samples")
     n_draws = check_count(n_draws, "n_draws")
     if not sigma > 0:

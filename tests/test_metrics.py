@@ -263,6 +263,7 @@ def test_information_limit_ignores_a_rotation_and_a_relabelling(seed, K, noise):
     [
         ({"centroids": [[1.0, 0.0], [0.0, 2.0]]}, "common norm"),
         ({"noise": 0.0}, "noise must be positive"),
+        ({"noise": [0.5, 0.6]}, "noise must be one number"),
         ({"weights": [1.0, 0.0]}, "weights must all be positive"),
         ({"centroids": [1.0, 0.0]}, "2-D array"),
     ],

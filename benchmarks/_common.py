@@ -45,6 +45,18 @@ def verdict(ok):
     return "yes" if ok else "**no**"
 
 
+def mixture_limits(n, d, K, noise, n_draws=200_000):
+    """``(efficient, floor)`` of :func:`attention_cluster.metrics.information_limit`
+    for the paper's mixture (orthogonal unit centroids, equal weights) at n
+    points: the expected distance of an efficient estimator and of the class
+    means (math.md section 7, "The information limit"). Both are invariant
+    to a rotation of the centroids, so they are taken at the first K unit
+    vectors."""
+    from attention_cluster.metrics import information_limit
+
+    return information_limit(np.eye(d)[:K], noise, n, n_draws=n_draws)
+
+
 def side_by_side(candidates, repeats=7, warmup=True):
     """Median wall time of each callable, interleaved round by round.
 

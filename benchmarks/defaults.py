@@ -24,7 +24,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-from _common import ROOT, quick_cli, save, timed, unit_rows, verdict
+from _common import ROOT, mixture_limits, quick_cli, save, timed, unit_rows, verdict
 from sklearn.cluster import KMeans
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import adjusted_rand_score
@@ -32,7 +32,7 @@ from sklearn.mixture import GaussianMixture
 
 from attention_cluster import AttentionClustering
 from attention_cluster.datasets import make_mixture
-from attention_cluster.metrics import centroid_distance, class_means_distance, information_limit
+from attention_cluster.metrics import centroid_distance, class_means_distance
 
 NOISES = (0.0, 0.3, 0.6, 1.2)
 # (d, K): d from K to 500, K from 2 to 20.
@@ -54,7 +54,7 @@ def efficient_limit(n, d, K, noise):
     """
     if noise <= 0 or K * (d - 1) + K + 1 > LIMIT_MAX_PARAMETERS:
         return None
-    efficient, floor = information_limit(np.eye(d)[:K], noise, n, n_draws=200_000)
+    efficient, floor = mixture_limits(n, d, K, noise)
     return efficient / floor
 
 
@@ -107,7 +107,7 @@ def seeds_check(row, seeds):
     """Mean distance of the default fit over ``seeds`` further seeds, over an
     efficient estimator's expected distance, with its standard error."""
     n, d, K, noise = row["n"], row["d"], row["K"], row["noise"]
-    efficient = information_limit(np.eye(d)[:K], noise, n, n_draws=200_000)[0]
+    efficient = mixture_limits(n, d, K, noise)[0]
     distances = []
     for seed in range(1, seeds + 1):
         X, _, C = make_mixture(n, d, K, noise=noise, random_state=seed)

@@ -29,13 +29,22 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-from _common import ROOT, cold_start_times, one_thread, quick_cli, save, side_by_side, verdict
+from _common import (
+    ROOT,
+    cold_start_times,
+    mixture_limits,
+    one_thread,
+    quick_cli,
+    save,
+    side_by_side,
+    verdict,
+)
 from sklearn.cluster import KMeans
 
 from attention_cluster import AttentionClustering
 from attention_cluster._passes import DenseRows
 from attention_cluster.datasets import make_mixture
-from attention_cluster.metrics import centroid_distance, class_means_distance, information_limit
+from attention_cluster.metrics import centroid_distance, class_means_distance
 
 # One pass is timed as a run of _PASSES products inside one thread limit,
 # whose setting costs about a millisecond, more than a pass over 1e5 rows.
@@ -62,10 +71,8 @@ def accuracy(n, d, K, noise, seeds, **data):
         fits.append(centroid_distance(model.cluster_centers_, C))
         floors.append(class_means_distance(X, y, C))
         passes.append(model.refine_n_iter_)
-    # The expected distance of an efficient estimator over the floor's
-    # (math.md section 7, "The information limit"; rotation-invariant, so
-    # taken at the first K unit vectors).
-    efficient, floor = information_limit(np.eye(d)[:K], noise, n, n_draws=200_000)
+    # The expected distance of an efficient estimator over the floor's.
+    efficient, floor = mixture_limits(n, d, K, noise)
     return {
         "distance": float(np.median(fits)),
         "floor": float(np.median(floors)),

@@ -33,14 +33,14 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-from _common import RESULTS, ROOT, quick_cli, save, timed
+from _common import RESULTS, ROOT, mixture_limits, quick_cli, save, timed
 from sklearn.exceptions import ConvergenceWarning
 
 from attention_cluster import AttentionClustering
 from attention_cluster._mixture import LinearisedEM, OnlineEM
 from attention_cluster._passes import DenseRows
 from attention_cluster.datasets import make_mixture
-from attention_cluster.metrics import centroid_distance, class_means_distance, information_limit
+from attention_cluster.metrics import centroid_distance, class_means_distance
 
 BATCH = 10_000
 VARIANTS = {
@@ -119,7 +119,7 @@ def main(quick=False, out=None):
     # (math.md section 7, "The information limit"): what no method that
     # does not see the labels beats in expectation.
     limits = {
-        str(noise): float(np.divide(*information_limit(np.eye(10)[:2], noise, n)))
+        str(noise): float(np.divide(*mixture_limits(n, 10, 2, noise, n_draws=1_000_000)))
         for noise in (0.3, 1.0)
     }
     payload = {"quick": quick, "n": n, "batch": BATCH, "rows": rows, "information_limit": limits}

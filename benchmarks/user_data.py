@@ -153,9 +153,7 @@ def run_centring(quick):
         for K in (3, 10):
             X, y, _ = make_embeddings(n, 384, K, offset=offset, noise=0.1, random_state=0)
             rows.append(_centring_row(f"embeddings, offset {offset:g}, K={K}", X, y, K))
-    for name in REAL[:2] if quick else REAL:
-        X, y = _load(name)
-        K = len(np.unique(y))
+    for name, X, y, K in _real_sets(quick):
         rows.append(_centring_row(f"{name} (raw)", X, y, K))
         rows.append(_centring_row(f"{name} (Normalizer)", Normalizer().fit_transform(X), y, K))
     return rows
@@ -181,11 +179,16 @@ def _baselines(X, y, K):
     return kmeans, gmm
 
 
+def _real_sets(quick):
+    """``(name, X, y, K)`` for each of scikit-learn's data sets the page uses."""
+    for name in REAL[:2] if quick else REAL:
+        X, y = _load(name)
+        yield name, X, y, len(np.unique(y))
+
+
 def run_real(quick):
     rows = []
-    for name in REAL[:2] if quick else REAL:
-        X_raw, y = _load(name)
-        K = len(np.unique(y))
+    for name, X_raw, y, K in _real_sets(quick):
         for view, factory in VIEWS.items():
             X = X_raw if factory is None else factory().fit_transform(X_raw)
             with warnings.catch_warnings(record=True) as caught:
@@ -229,9 +232,7 @@ OTHER_PREPROCESSING = {
 def run_other_preprocessing(quick):
     """Other pipelines before the estimator, and random restarts after StandardScaler."""
     rows = []
-    for name in REAL[:2] if quick else REAL:
-        X_raw, y = _load(name)
-        K = len(np.unique(y))
+    for name, X_raw, y, K in _real_sets(quick):
         for view, factory in OTHER_PREPROCESSING.items():
             X = factory().fit_transform(X_raw)
             with warnings.catch_warnings():

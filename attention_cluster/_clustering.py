@@ -174,8 +174,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     (``center``), with a warning; a fit that leaves clusters nearly empty
     warns and names the fix. With d >= 1000 features the solver runs in the
     principal subspace of dimension K + 5, found by subspace iteration
-    without a d x d matrix, and the EM refinement on the rows in R^d. Rows that are measurements in different units
-    (scikit-learn's tabular data sets) suit the model after a
+    without a d x d matrix, and the EM refinement on the rows in R^d. Rows
+    that are measurements in different units (scikit-learn's tabular data
+    sets) suit the model after a
     :class:`~sklearn.preprocessing.StandardScaler`; TF-IDF rows and
     embeddings need none (see the user guide, "When to use it", and
     :doc:`/user_data`). A row with no direction (all zeros, or equal to

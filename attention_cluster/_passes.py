@@ -463,7 +463,7 @@ class DenseRows(_Rows):
         out = np.empty((self.n_samples, values_t.shape[0]), dtype=dtype)
         log_norm = np.empty(self.n_samples, dtype=dtype)
         beta = dtype.type(beta)
-        X = self._X - self._offset if self._offset.size else self._X
+        X = self._rows(0, self.n_samples)
 
         def chunk(lo, hi):
             _dynamics_kernels.attention_rows(

@@ -90,7 +90,7 @@ def _probe_pair(fun, U, g, step):
     return s, y
 
 
-def minimize_on_spheres(fun, U0, *, tol, max_iter, memory_size=10, memory=None):
+def minimize_on_spheres(fun, U0, *, tol, max_iter, memory_size=10, memory=None, min_iter=0):
     """Riemannian L-BFGS on the product of unit spheres, with Armijo backtracking.
 
     The Riemannian gradient is the Euclidean one projected on each head's
@@ -104,8 +104,9 @@ def minimize_on_spheres(fun, U0, *, tol, max_iter, memory_size=10, memory=None):
     to the local curvature.
 
     Stops, ``converged=True``, when the Frobenius norm of the Riemannian
-    gradient (all heads together) is at most ``tol``; ``converged=False``
-    after ``max_iter`` iterations or when no step decreases the objective.
+    gradient (all heads together) is at most ``tol`` after at least
+    ``min_iter`` iterations (or is zero); ``converged=False`` after
+    ``max_iter`` iterations or when no step decreases the objective.
 
     Parameters
     ----------
@@ -120,6 +121,8 @@ def minimize_on_spheres(fun, U0, *, tol, max_iter, memory_size=10, memory=None):
         Number of stored pairs.
     memory : tuple or None, default=None
         Pairs ``(S, Y)`` from a previous run, tangent at U0 (warm start).
+    min_iter : int, default=0
+        Iterations taken whatever the gradient's norm, unless it is zero.
 
     Returns
     -------
@@ -133,7 +136,7 @@ def minimize_on_spheres(fun, U0, *, tol, max_iter, memory_size=10, memory=None):
     n_iter = 0
     while n_iter < max_iter:
         gnorm = _norm(g)
-        if gnorm <= tol:
+        if gnorm <= tol and (n_iter >= min_iter or gnorm == 0.0):
             converged = True
             break
         fresh = memory is None

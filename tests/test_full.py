@@ -301,6 +301,28 @@ def test_minimize_reports_non_convergence():
     assert not result.converged and result.n_iter == 3 and result.objective_curve.size == 4
 
 
+def test_min_iter_steps_from_a_start_within_tolerance():
+    X, _, _ = make_mixture(500, 5, 2, noise=0.3, random_state=0)
+    args = objective_args(X, None, np.eye(5)[:, :2])
+
+    def fun(U):
+        return exact_objective(*args[:2], U, *args[3:])
+
+    U0 = np.ones((5, 2)) + np.eye(5)[:, :2]
+    loose = minimize_on_spheres(fun, U0, tol=np.inf, max_iter=10)
+    assert loose.converged and loose.n_iter == 0
+    stepped = minimize_on_spheres(fun, U0, tol=np.inf, max_iter=10, min_iter=1)
+    assert stepped.converged and stepped.n_iter == 1
+    assert stepped.objective_curve[1] < stepped.objective_curve[0]
+
+    # A zero gradient is a stationary point: no step is asked for.
+    def flat(U):
+        return 0.0, np.zeros_like(U)
+
+    still = minimize_on_spheres(flat, U0, tol=np.inf, max_iter=10, min_iter=1)
+    assert still.converged and still.n_iter == 0
+
+
 # --- Initialisation --------------------------------------------------------------
 
 

@@ -214,7 +214,7 @@ def test_auto_refits_centred_when_the_uncentred_fit_loses_clusters(monkeypatch):
     # while the mean carries more than _SHARE_TO_RETRY of the second moment
     # is done again on the centred rows.
     monkeypatch.setattr(_clustering, "_CENTER_RATIO", np.inf)
-    X, y = make_embeddings(3000, 64, 5, offset=1.5, noise=0.1, random_state=0)[:2]
+    X, y = make_embeddings(3000, 64, 5, offset=2.0, noise=0.1, random_state=0)[:2]
     with pytest.warns(UserWarning, match="pass center=True"):
         plain = AttentionClustering(5, center=False, random_state=0).fit(X)
     with pytest.warns(UserWarning, match="the uncentred fit lost"):

@@ -57,19 +57,27 @@ def mixture_limits(n, d, K, noise, n_draws=200_000):
     return information_limit(np.eye(d)[:K], noise, n, n_draws=n_draws)
 
 
-def side_by_side(candidates, repeats=7, warmup=True):
+def side_by_side(candidates, repeats=7, warmup=True, seconds=0.0):
     """Median wall time of each callable, interleaved round by round.
 
     The machine is shared and noisy: interleaving the candidates in every
     round exposes them to the same load, so their ratio is meaningful even
     when absolute times drift. Each callable is run once first (warm-up)
-    unless ``warmup`` is False, for callers that have just run them.
+    unless ``warmup`` is False, for callers that have just run them. At
+    least ``repeats`` rounds, and more (up to 101) until the rounds add up
+    to about ``seconds``, as the warm-up round's time predicts: a fit of a
+    few milliseconds gets enough rounds for a stable median.
     """
+    rounds = repeats
     if warmup:
+        start = time.perf_counter()
         for fn in candidates.values():
             fn()
+        per_round = time.perf_counter() - start
+        if per_round > 0:
+            rounds = int(min(max(repeats, np.ceil(seconds / per_round)), max(repeats, 101)))
     times = {name: [] for name in candidates}
-    for _ in range(repeats):
+    for _ in range(rounds):
         for name, fn in candidates.items():
             times[name].append(timed(fn)[0])
     return {name: float(np.median(t)) for name, t in times.items()}

@@ -88,6 +88,10 @@ def _limit(row):
     return f"{row['information_limit']:.2f}" if "information_limit" in row else ""
 
 
+# Seconds of interleaved rounds that side_by_side aims at for one timing.
+_ROUNDS_SECONDS = 2.0
+
+
 def timing(X, K, repeats):
     """Interleaved medians: default fit, KMeans(n_init=1) and one pass."""
     times = side_by_side(
@@ -98,6 +102,7 @@ def timing(X, K, repeats):
             "one_pass": one_pass(X, K),
         },
         repeats,
+        seconds=_ROUNDS_SECONDS,
     )
     times = timed_passes(times)
     return {
@@ -316,6 +321,7 @@ def main(quick=False, out=None):
     )
     payload = {
         "mode": "quick" if quick else "full",
+        "repeats": repeats,
         "grid": grid,
         "wide": wide,
         "small": small,
@@ -344,7 +350,9 @@ def write_page(p, out=None):
         "```",
         "",
         "Times are medians of interleaved rounds in one process, after Numba's",
-        "compile, on a shared machine (2 cores). The estimator runs with its",
+        f"compile, on a shared machine (2 cores): at least {p['repeats']} rounds, and up to",
+        f"101 for fits of a few milliseconds, about {_ROUNDS_SECONDS:.0f} s of rounds in all.",
+        "The estimator runs with its",
         'defaults (`solver="auto"`, the exact path with the EM refinement, and',
         "`n_threads=None`, every usable core). KMeans is `KMeans(n_init=1)` at its",
         "default threads and on one thread. One pass is `X @ W`, W of shape",

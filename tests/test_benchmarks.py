@@ -158,7 +158,7 @@ def _run_quick(script, out):
 
 
 def test_solvers_benchmark_quick_mode(tmp_path):
-    # benchmarks/solvers.py (issue figures of the exact solver) in quick mode:
+    # benchmarks/solvers.py (the figures of the exact solver) in quick mode:
     # the page and its figure are written and the targets table is filled.
     _, payload = _run_quick("solvers.py", tmp_path)
     assert {r["noise"] for r in payload["rows"]} == {0.3, 1.0}
@@ -189,8 +189,8 @@ def test_defaults_benchmark_quick_mode(tmp_path):
 
 @pytest.mark.slow
 def test_scaling_benchmarks_quick_mode(tmp_path):
-    # benchmarks/streaming.py then benchmarks/out_of_core.py (issue 15's
-    # figures) in quick mode: every candidate is measured, the temporary file
+    # benchmarks/streaming.py then benchmarks/out_of_core.py (the scaling
+    # page's figures) in quick mode: every candidate is measured, the temporary file
     # is gone, and the page judges every target.
     pytest.importorskip("dask_ml")
     stream = _run_quick("streaming.py", tmp_path)[1]
@@ -226,7 +226,7 @@ def test_engine_benchmark_quick_mode(tmp_path):
 
 @pytest.mark.slow
 def test_dynamics_benchmark_quick_mode(tmp_path):
-    # benchmarks/dynamics.py (issue 16's figures for SelfAttentionDynamics)
+    # benchmarks/dynamics.py (the figures for SelfAttentionDynamics)
     # in quick mode: every section filled, the page and its plots written.
     _, payload = _run_quick("dynamics.py", tmp_path)
     assert sorted({r["K"] for r in payload["k_recovery"]}) == [2, 3, 4, 5, 6]
@@ -251,7 +251,7 @@ def test_choose_k_benchmark_quick_mode(tmp_path):
 
 @pytest.mark.slow
 def test_user_data_benchmark_quick_mode(tmp_path):
-    # benchmarks/user_data.py (issue 14's figures) in quick mode: every
+    # benchmarks/user_data.py (the users' data page) in quick mode: every
     # section is measured, judged on the page, and the figure is written.
     _, payload = _run_quick("user_data.py", tmp_path)
     assert {"centring", "real", "text", "embeddings", "high_dimension"} <= set(payload)
@@ -262,3 +262,20 @@ def test_user_data_benchmark_quick_mode(tmp_path):
         in page
     )
     assert (tmp_path / "_static" / "benchmarks" / "user_data_text.png").stat().st_size > 0
+
+
+def test_free_norm_em_separates_centres_along_one_direction(monkeypatch):
+    # Two clusters on one ray (centres e_1 and 3 e_1): one common norm cannot
+    # tell them apart, one norm per centre does. The start leans weakly
+    # towards a wrong split (at 1.2, not 2); EM must move it to the labels.
+    monkeypatch.syspath_prepend(str(BENCH))
+    import user_data
+
+    rng = np.random.default_rng(0)
+    y = np.repeat([0, 1], 300)
+    X = 0.2 * rng.standard_normal((600, 5))
+    X[:, 0] += np.where(y == 0, 1.0, 3.0)
+    lean = np.where(X[:, 0] < 1.2, 0.55, 0.45)
+    assert np.sum((lean < 0.5) != (y == 1)) > 30  # the start's labels are wrong
+    labels = user_data.free_norm_em(X, np.column_stack([lean, 1 - lean]))
+    assert np.array_equal(labels, y) or np.array_equal(labels, 1 - y)

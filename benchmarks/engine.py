@@ -1,6 +1,6 @@
 """The pass engine's figures: default fit against KMeans, one-pass equivalents, threads, float32.
 
-Every figure of the pass-engine issue, measured in one run after Numba's
+Every figure of the fit-time page, measured in one run after Numba's
 compile (the cold-start compile is measured apart, in a fresh process):
 
 - d=10, K=2, sigma in {0.3, 1}, n in {1e5, 1e6}: the default fit's time

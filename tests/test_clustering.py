@@ -38,7 +38,7 @@ def fitted(paper_data):
 )
 def test_recovers_the_centroids_from_a_random_start(solver, K, noise, bound, global_random_seed):
     # The paper's setting (d=10, n=20000, random start, default settings);
-    # the bounds are the paper's plateaus (issue figures; the 10-seed medians
+    # the bounds are the paper's plateaus (its figures; the 10-seed medians
     # are measured by benchmarks/psgd_accuracy.py and benchmarks/solvers.py).
     X, y, C = make_mixture(20000, 10, K, noise=noise, random_state=global_random_seed)
     model = AttentionClustering(

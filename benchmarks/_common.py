@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -57,6 +58,10 @@ def mixture_limits(n, d, K, noise, n_draws=200_000):
     return information_limit(np.eye(d)[:K], noise, n, n_draws=n_draws)
 
 
+# Most interleaved rounds that side_by_side adds to reach its ``seconds``.
+MAX_ROUNDS = 101
+
+
 def side_by_side(candidates, repeats=7, warmup=True, seconds=0.0):
     """Median wall time of each callable, interleaved round by round.
 
@@ -64,7 +69,7 @@ def side_by_side(candidates, repeats=7, warmup=True, seconds=0.0):
     round exposes them to the same load, so their ratio is meaningful even
     when absolute times drift. Each callable is run once first (warm-up)
     unless ``warmup`` is False, for callers that have just run them. At
-    least ``repeats`` rounds, and more (up to 101) until the rounds add up
+    least ``repeats`` rounds, and more (up to ``MAX_ROUNDS``) until the rounds add up
     to about ``seconds``, as the warm-up round's time predicts: a fit of a
     few milliseconds gets enough rounds for a stable median.
     """
@@ -75,7 +80,7 @@ def side_by_side(candidates, repeats=7, warmup=True, seconds=0.0):
             fn()
         per_round = time.perf_counter() - start
         if per_round > 0:
-            rounds = int(min(max(repeats, np.ceil(seconds / per_round)), max(repeats, 101)))
+            rounds = max(repeats, min(MAX_ROUNDS, math.ceil(seconds / per_round)))
     times = {name: [] for name in candidates}
     for _ in range(rounds):
         for name, fn in candidates.items():

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 from _common import (
+    MAX_ROUNDS,
     ROOT,
     cold_start_times,
     mixture_limits,
@@ -351,7 +352,7 @@ def write_page(p, out=None):
         "",
         "Times are medians of interleaved rounds in one process, after Numba's",
         f"compile, on a shared machine (2 cores): at least {p['repeats']} rounds, and up to",
-        f"101 for fits of a few milliseconds, about {_ROUNDS_SECONDS:.0f} s of rounds in all.",
+        f"{MAX_ROUNDS} for fits of a few milliseconds, about {_ROUNDS_SECONDS:.0f} s of rounds in all.",
         "The estimator runs with its",
         'defaults (`solver="auto"`, the exact path with the EM refinement, and',
         "`n_threads=None`, every usable core). KMeans is `KMeans(n_init=1)` at its",

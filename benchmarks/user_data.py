@@ -261,6 +261,9 @@ OTHER_PREPROCESSING = {
     ),
 }
 
+# The row of run_other_preprocessing that is not the estimator (free_norm_em).
+_FREE_NORMS = "StandardScaler, one norm per centre (not the estimator)"
+
 
 def run_other_preprocessing(quick):
     """Other pipelines before the estimator, and random restarts after StandardScaler."""
@@ -291,10 +294,6 @@ def run_other_preprocessing(quick):
         rows.append({"data": name, "view": _FREE_NORMS, "ari": ari})
         print(f"{name:14s} {_FREE_NORMS} {ari:.2f}")
     return rows
-
-
-# The row of run_other_preprocessing that is not the estimator (free_norm_em).
-_FREE_NORMS = "StandardScaler, one norm per centre (not the estimator)"
 
 
 # ---------------------------------------------------------------- text

@@ -239,6 +239,18 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         solver, that solver stops after its subsample stage. ``None``: the
         attention heads as they are, the paper's estimator. ``"auto"``:
         ``"em"`` after the exact solver, None after PSGD.
+    centroid_norms : {"auto", "equal", "free"}, default="auto"
+        The norms of the EM refinement's centroids. ``"equal"``: one common
+        norm, the paper's mixture. ``"free"``: one norm per centroid (a
+        Gaussian mixture with one shared spherical variance; ``math.md``
+        section 7, "One norm per centroid"). ``"auto"``: equal, unless at
+        the equal-norm fit one EM step with free norms gains more than the
+        Bayesian information criterion's price of the ``K - 1`` extra
+        norms, ``(K - 1) log(n) / 2`` nats; the refinement then goes on with
+        free norms (``centroid_norms_``). Clusters at different distances
+        from the mean, such as standardised wine's (:doc:`/user_data`),
+        take free norms; the paper's mixtures keep equal ones. Used only
+        with the EM refinement.
     learning_rate : float, default=1.0
         Base step size, relative to the curvature scale
         ``lambda K tr(M)`` of the risk (M the unit-scale second moment).
@@ -330,18 +342,26 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         the (sample-weighted) fractions of points in each cluster without
         it.
     means_ : ndarray of shape (n_clusters, n_features)
-        With the EM refinement: the fitted mixture's means ``mean_ + s r
-        mu_k``, all at one distance from ``mean_`` (``math.md`` section 7).
+        With the EM refinement: the fitted mixture's means ``mean_ + s r_k
+        mu_k``, all at one distance from ``mean_`` unless
+        ``centroid_norms_`` is ``"free"`` (``math.md`` section 7).
     covariances_ : ndarray of shape (n_clusters,)
         With the EM refinement: the variance ``(s tau)^2`` of each
         component, one value shared by all (spherical, as
         :class:`~sklearn.mixture.GaussianMixture`'s ``"spherical"``).
-    concentration_ : float or None
-        After the EM refinement, ``beta / scale_`` with ``beta = r / tau^2``
-        the inverse temperature of the fitted mixture's posterior
-        (``math.md`` section 7): :meth:`predict` takes ``argmax_h
-        concentration_ <x, c_h> + log weights_[h]``. None without the
-        refinement, where :meth:`predict` takes ``argmax_h <x, c_h>``.
+    concentration_ : ndarray of shape (n_clusters,) or None
+        After the EM refinement, ``r_h / (tau^2 scale_)`` for each centre,
+        with ``r_h / tau^2`` the inverse temperature of the fitted
+        mixture's posterior (``math.md`` section 7; one value shared by all
+        when the norms are equal): :meth:`predict` takes ``argmax_h
+        concentration_[h] <x - mean_, c_h> - concentration_[h]^2
+        covariances_[h] / 2 + log weights_[h]``. None without the
+        refinement, where :meth:`predict` takes ``argmax_h <x - mean_,
+        c_h>``.
+    centroid_norms_ : str or None
+        ``"equal"`` or ``"free"``: the norms of the fitted mixture's
+        centroids (``centroid_norms="auto"`` resolved); None without the
+        EM refinement.
     center_ : bool
         Whether the data were centred (``center="auto"`` resolved).
     mean_ : ndarray of shape (n_features,)
@@ -394,6 +414,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         reg_strength="auto",
         solver="auto",
         refine="auto",
+        centroid_norms="auto",
         learning_rate=1.0,
         batch_size=2,
         max_iter="auto",
@@ -413,6 +434,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         self.reg_strength = reg_strength
         self.solver = solver
         self.refine = refine
+        self.centroid_norms = centroid_norms
         self.learning_rate = learning_rate
         self.batch_size = batch_size
         self.max_iter = max_iter
@@ -441,6 +463,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         check_auto_or_positive(self.reg_strength, "reg_strength", strict=False)
         check_options(self.solver, "solver", ["auto", "psgd", "full"])
         check_options(self.refine, "refine", ["auto", "em", None])
+        check_options(self.centroid_norms, "centroid_norms", ["auto", "equal", "free"])
         check_positive(self.learning_rate, "learning_rate")
         check_positive(self.batch_size, "batch_size", numbers.Integral, min_val=1, strict=False)
         if not (isinstance(self.max_iter, str) and self.max_iter == "auto"):
@@ -625,6 +648,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             signs = np.where(unit.head_totals(best.heads) < 0, -1.0, 1.0)
             self.cluster_centers_ = (best.heads * signs).T
             self.concentration_ = None
+            self.centroid_norms_ = None
             self.refine_n_iter_ = 0
         centers = np.asarray(self.cluster_centers_, dtype=np.float64)
         if rows is unit:
@@ -862,6 +886,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             heads,
             float(np.trace(spectrum.moment)) if mean_sq is None else float(mean_sq),
             spectrum.noise,
+            norms=self.centroid_norms,
             max_iter=settings.max_iter,
             random_state=rng,
             verbose=self.verbose,
@@ -879,14 +904,15 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             )
         self.cluster_centers_ = fit.heads.T.astype(unit.dtype, copy=False)
         self.weights_ = fit.weights
-        self.concentration_ = fit.beta / spectrum.scale
+        self.concentration_ = _concentration(fit.radii, fit.variance, spectrum.scale)
+        self.centroid_norms_ = "free" if fit.free else "equal"
         self.refine_n_iter_ = fit.n_iter
         # The fitted mixture in the data's units (math.md section 7):
-        # X | Z = k ~ N(s r mu_k, (s tau)^2 I).
+        # X | Z = k ~ N(s r_k mu_k, (s tau)^2 I).
         scale = spectrum.scale
-        self.means_ = (scale * fit.radius) * fit.heads.T
+        self.means_ = (scale * fit.radii[:, None]) * fit.heads.T
         self.covariances_ = np.full(
-            self.n_clusters, max((scale * fit.noise * fit.radius) ** 2, np.finfo(float).tiny)
+            self.n_clusters, max(scale**2 * fit.variance, np.finfo(float).tiny)
         )
 
     def _psgd(self, data, U, spectrum, settings, rng, index):
@@ -958,11 +984,13 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     def _labels(self, data):
         """predict's rule on the rows of ``data`` (as given): see :meth:`predict`."""
         if self.concentration_ is None:
-            gain, bias = 1.0, np.zeros(self.n_clusters)
+            gain, bias = np.ones(self.n_clusters), np.zeros(self.n_clusters)
         else:
+            # log pi_h - ||m_h||^2 / (2 v) with ||m_h|| = s r_h and v = (s tau)^2
+            # (math.md section 7): concentration_[h]^2 v / 2.
             gain = self.concentration_
             with np.errstate(divide="ignore"):
-                bias = np.log(self.weights_)
+                bias = np.log(self.weights_) - 0.5 * gain**2 * self.covariances_
         # <x - m, c_h> = <x, c_h> - <m, c_h>: the centring goes in the bias.
         bias = bias - gain * (np.asarray(self.cluster_centers_, dtype=np.float64) @ self.mean_)
         return data.labels(self.cluster_centers_, gain, bias)
@@ -972,9 +1000,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
         Without the refinement the rule is ``argmax_h <x, mu_h>`` (user
         guide, :doc:`/user_guide/model`); after the EM refinement it is the fitted mixture's posterior
-        mode ``argmax_h log pi_h + beta <mu_h, x / s>`` (``math.md`` section
-        7), that is ``argmax_h concentration_ <x, c_h> + log weights_[h]``
-        from the fitted attributes, which differs only when the weights
+        mode ``argmax_h log pi_h + (r_h <mu_h, x / s> - r_h^2 / 2) / tau^2``
+        (``math.md`` section 7), that is ``argmax_h concentration_[h] <x,
+        c_h> - concentration_[h]^2 covariances_[h] / 2 + log weights_[h]``
+        from the fitted attributes (for data that were not centred), which
+        differs from the direction rule only when the weights or the norms
         differ.
 
         Parameters
@@ -1054,8 +1084,13 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         if not hasattr(self, "n_steps_"):
             self.fit(X, sample_weight=sample_weight)
             d, K = self.cluster_centers_.shape[1], self.n_clusters
-            stream = LinearisedEM if d * K + 2 + K <= _LINEARISED_MAX_PARAMETERS else OnlineEM
-            self._stream = stream(self.cluster_centers_.T, self.weights_, self.noise_scale_)
+            radii = None
+            if self.centroid_norms_ == "free":
+                # The fitted norms r_k, of the data divided by scale_.
+                radii = np.linalg.norm(self.means_ - self.mean_, axis=1) / self.scale_
+            n_parameters = d * K + 2 + K + (0 if radii is None else K - 1)
+            stream = LinearisedEM if n_parameters <= _LINEARISED_MAX_PARAMETERS else OnlineEM
+            self._stream = stream(self.cluster_centers_.T, self.weights_, self.noise_scale_, radii)
             self.n_steps_ = 0
         X = validate_data(self, X, dtype=[np.float64, np.float32], order="C", reset=False)
         weights = check_sample_weight(sample_weight, X)
@@ -1063,7 +1098,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             p = self._stream.update(data)
             self.cluster_centers_ = p.U.T.astype(X.dtype, copy=False)
             self.weights_ = np.exp(p.log_pi)
-            self.concentration_ = p.radius / p.variance / self.scale_
+            self.concentration_ = _concentration(p.radii, p.variance, self.scale_)
+            self.means_ = (self.scale_ * p.radii[:, None]) * p.U.T + self.mean_
+            self.covariances_ = np.full(
+                self.n_clusters, max(self.scale_**2 * p.variance, np.finfo(float).tiny)
+            )
             self.labels_ = self._labels(data)
         self.moment_heads_ = (self._stream.moment @ p.U).T
         self.n_steps_ += 1
@@ -1132,7 +1171,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     def score_samples(self, X):
         """Log-likelihood of each row under the fitted mixture.
 
-        ``log p(x) = logsumexp_k(log pi_k + log N(x; s r mu_k, (s tau)^2 I))``:
+        ``log p(x) = logsumexp_k(log pi_k + log N(x; s r_k mu_k, (s tau)^2 I))``:
         the mixture of ``math.md`` section 7 fitted by the EM refinement
         (only with it; ``refine=None`` and PSGD without refinement fit no
         likelihood).
@@ -1153,9 +1192,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     def predict_proba(self, X):
         """Posterior probability of each cluster under the fitted mixture.
 
-        ``gamma_k(x) = softmax_k(log pi_k + beta <mu_k, x / s>)`` with
-        ``beta = r / tau^2`` (``math.md`` section 7): a softmax attention of
-        the point, as query, over the heads, as keys. Its argmax is
+        ``gamma_k(x) = softmax_k(log pi_k + (r_k <mu_k, x / s> - r_k^2 / 2) /
+        tau^2)`` (``math.md`` section 7): a softmax attention of the point,
+        as query, over the heads, as keys (with one norm r, ``softmax_k(log
+        pi_k + beta <mu_k, x / s>)``, ``beta = r / tau^2``). Its argmax is
         :meth:`predict`.
 
         Parameters
@@ -1177,9 +1217,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
     def _n_parameters(self):
         """Free parameters of the mixture: K (d - 1) directions, r, tau, K - 1 weights = K d + 1,
-        and the d coordinates of the mean when the data were centred."""
-        d = self.n_features_in_
-        return self.n_clusters * d + 1 + (d if self.center_ else 0)
+        K - 1 more norms when they are free, and the d coordinates of the mean
+        when the data were centred (``math.md`` section 7)."""
+        d, K = self.n_features_in_, self.n_clusters
+        free = K - 1 if self.centroid_norms_ == "free" else 0
+        return K * d + 1 + free + (d if self.center_ else 0)
 
     @available_if(_has_mixture)
     def bic(self, X):
@@ -1187,8 +1229,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
         ``BIC = -2 sum_i log p(x_i) + p log n`` with ``p = K d + 1`` free
         parameters: K unit directions (d - 1 each), the common norm r, the
-        noise tau and K - 1 weights (``math.md`` section 7), and d more for
-        the mean when the data were centred (``center_``). Fit one
+        noise tau and K - 1 weights (``math.md`` section 7), ``K - 1`` more
+        when each centroid has its own norm (``centroid_norms_``), and d
+        more for the mean when the data were centred (``center_``). Fit one
         estimator per candidate K and keep the K of the smallest BIC (see
         the user guide, "Choosing K").
 
@@ -1206,7 +1249,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     def aic(self, X):
         """Akaike information criterion of the fitted mixture on X (lower is better).
 
-        ``AIC = -2 sum_i log p(x_i) + 2 p`` with ``p = K d + 1`` (see :meth:`bic`).
+        ``AIC = -2 sum_i log p(x_i) + 2 p`` with p as in :meth:`bic`.
 
         Parameters
         ----------
@@ -1261,6 +1304,14 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         errors = DaskRows(X).map_rows(_reconstruction_errors, *args)
         error = errors.sum() if weights is None else (errors * weights).sum()
         return -float(error.compute()) / total
+
+
+def _concentration(radii, variance, scale):
+    """``r_h / (tau^2 s)`` for each centre (see ``concentration_``); 1 / s for
+    a mixture without noise (all-zero data), where the rule is the direction."""
+    if not variance > 0.0:
+        return np.full(len(radii), 1.0 / scale)
+    return radii / variance / scale
 
 
 def _reconstruction_errors(X, heads, out, mean):

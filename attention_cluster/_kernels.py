@@ -304,13 +304,13 @@ def head_totals(X, U, weights, totals):
 
 @njit(cache=True, nogil=True)
 def argmax_rows(scores, gain, bias, out):
-    """``out[i] = argmax_h gain scores[i, h] + bias_h``, ties to the first head."""
+    """``out[i] = argmax_h gain_h scores[i, h] + bias_h``, ties to the first head."""
     n, K = scores.shape
     for i in range(n):
         best = 0
-        top = gain * scores[i, 0] + bias[0]
+        top = gain[0] * scores[i, 0] + bias[0]
         for k in range(1, K):
-            v = gain * scores[i, k] + bias[k]
+            v = gain[k] * scores[i, k] + bias[k]
             if v > top:
                 top = v
                 best = k

@@ -14,7 +14,7 @@ subsample stage, by Newton's steps with the subsample's Jacobian of the EM
 map (:func:`_newton_em`), kept only when the likelihood does not decrease.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.sparse.linalg import LinearOperator, gmres
@@ -31,9 +31,9 @@ class MixtureFit:
 
     heads: np.ndarray  #: d x K unit heads mu_k
     weights: np.ndarray  #: mixture weights pi, shape (K,)
-    radius: float  #: common centroid norm r
-    noise: float  #: noise standard deviation relative to the radius, tau / r
-    beta: float  #: inverse temperature r / tau^2 of the posterior (E step)
+    radii: np.ndarray  #: centroid norms r_k, shape (K,): all equal unless ``free``
+    variance: float  #: noise variance tau^2
+    free: bool  #: whether each centroid has its own norm (``math.md`` section 7)
     log_likelihood: np.ndarray  #: mean log-likelihood of each accepted iterate
     n_iter: int  #: E steps (passes over the data)
     converged: bool
@@ -41,31 +41,58 @@ class MixtureFit:
 
 @dataclass(frozen=True)
 class _Params:
-    U: np.ndarray  # d x K
-    radius: float
+    U: np.ndarray  # d x K unit heads
+    radii: np.ndarray  # K centroid norms; all equal unless free
     variance: float
     log_pi: np.ndarray  # K
+    free: bool = False  # one norm per centroid (math.md section 7, "One norm per centroid")
 
     def vector(self):
-        return np.concatenate([self.U.ravel(), [self.radius, np.log(self.variance)], self.log_pi])
+        """The parameter vector (heads, r, log tau^2, log pi), with r the K norms
+        when they are free and the common norm otherwise."""
+        radii = self.radii if self.free else self.radii[:1]
+        return np.concatenate([self.U.ravel(), radii, [np.log(self.variance)], self.log_pi])
 
-    @classmethod
-    def from_vector(cls, v, d, K, floor):
-        """Map an extrapolated vector back to valid parameters."""
+    def from_vector(self, v, floor):
+        """Parameters of this model from an extrapolated vector (see :meth:`vector`), or None."""
+        d, K = self.U.shape
+        m = K if self.free else 1
         U = v[: d * K].reshape(d, K)
         norms = np.linalg.norm(U, axis=0)
-        radius = float(v[d * K])
-        if np.any(norms == 0.0) or not np.all(np.isfinite(v)) or radius <= 0.0:
+        radii = np.broadcast_to(v[d * K : d * K + m], (K,)).copy()
+        if np.any(norms == 0.0) or not np.all(np.isfinite(v)) or np.any(radii <= 0.0):
             return None
-        log_pi = v[d * K + 2 :] - np.logaddexp.reduce(v[d * K + 2 :])
-        return cls(U / norms, radius, max(float(np.exp(v[d * K + 1])), floor), log_pi)
+        tail = v[d * K + m + 1 :]
+        log_pi = tail - np.logaddexp.reduce(tail)
+        variance = max(float(np.exp(v[d * K + m])), floor)
+        return _Params(U / norms, radii, variance, log_pi, self.free)
+
+    def attention(self):
+        """The E step's softmax ``softmax_k(b_k + beta <key_k, x>)`` at these parameters.
+
+        Returns ``(keys, b, beta, r0)``: the posterior ``softmax_k(log pi_k
+        + (r_k <mu_k, x> - r_k^2 / 2) / tau^2)`` (``math.md`` section 7) is
+        written with ``r0 = max_k r_k``, ``beta = r0 / tau^2``, ``key_k =
+        (r_k / r0) mu_k`` and ``b_k = log pi_k - (r_k^2 - r0^2) / (2
+        tau^2)``; with a common norm the keys are the heads and ``b = log
+        pi``, and the mean log-likelihood is :func:`mixture_log_likelihood`
+        with ``radius = r0``.
+        """
+        r0 = float(np.max(self.radii))
+        if not r0 > 0.0:
+            return self.U, self.log_pi, 0.0, 0.0
+        keys = self.U * (self.radii / r0)
+        bias = self.log_pi - (self.radii**2 - r0**2) / (2.0 * self.variance)
+        return keys, bias, r0 / self.variance, r0
 
 
 def mixture_log_likelihood(partial, mean_sq, radius, variance, d):
     """Mean log-likelihood from the E step's ``partial`` (``math.md`` section 7).
 
     ``l = partial - (m2 + r^2) / (2 tau^2) - (d / 2) log(2 pi tau^2)`` with
-    ``partial = mean_i logsumexp_k(log pi_k + (r / tau^2) <mu_k, x_i>)``.
+    ``partial = mean_i logsumexp_k(b_k + (r / tau^2) <key_k, x_i>)``, the
+    E step of :meth:`_Params.attention` at ``radius = r0`` (``b = log pi``
+    and the keys the heads when the norms are equal).
     """
     return (
         partial
@@ -88,12 +115,12 @@ class _EM:
         self.passes = 0
 
     def expect(self, p):
-        """E step at ``p``: (S, counts, mean log-likelihood of p)."""
-        S, counts, partial = self.data.e_step(p.U, p.log_pi, p.radius / p.variance)
+        """E step at ``p``: (S, counts, mean log-likelihood of p), also kept as ``last``."""
+        keys, bias, beta, r0 = p.attention()
+        S, counts, partial = self.data.e_step(keys, bias, beta)
         self.passes += 1
-        ll = mixture_log_likelihood(
-            partial / self.total, self.mean_sq, p.radius, p.variance, self.d
-        )
+        ll = mixture_log_likelihood(partial / self.total, self.mean_sq, r0, p.variance, self.d)
+        self.last = (p, S, counts)
         return S, counts, ll
 
     def maximize(self, S, counts, previous):
@@ -102,20 +129,46 @@ class _EM:
 
 
 def _maximize(S, counts, total, mean_sq, floor, previous):
-    """M step: ``mu_k = S_k / ||S_k||``, ``r = sum_k ||S_k|| / N``,
-    ``pi_k = counts_k / N``, ``tau^2 = (m2 - r^2) / d`` (``math.md`` section
+    """M step: ``mu_k = S_k / ||S_k||``, ``pi_k = counts_k / N`` and, with a
+    common norm, ``r = sum_k ||S_k|| / N``, ``tau^2 = (m2 - r^2) / d``; with
+    one norm per centroid (``previous.free``), ``r_k = ||S_k|| / N_k``,
+    ``tau^2 = (m2 - sum_k ||S_k||^2 / (N_k N)) / d`` (``math.md`` section
     7), from sums ``S``, ``counts`` over a total weight ``N``. A head that
-    no point takes keeps its direction in ``previous``; ``tau^2`` is at least
-    ``floor``."""
+    no point takes keeps its direction (and norm) in ``previous``; ``tau^2``
+    is at least ``floor``."""
     norms = np.linalg.norm(S, axis=1)
     alive = norms > 0.0
     U = previous.U.copy()
     U[:, alive] = (S[alive] / norms[alive, None]).T
-    radius = float(np.sum(norms)) / total
-    variance = max((mean_sq - radius**2) / S.shape[1], floor)
+    if previous.free:
+        radii = previous.radii.copy()
+        radii[alive] = norms[alive] / counts[alive]
+        explained = float(np.sum(norms[alive] ** 2 / counts[alive])) / total
+    else:
+        radius = float(np.sum(norms)) / total
+        radii = np.full(S.shape[0], radius)
+        explained = radius**2
+    variance = max((mean_sq - explained) / S.shape[1], floor)
     with np.errstate(divide="ignore"):
         log_pi = np.log(counts / total)
-    return _Params(U, radius, variance, log_pi)
+    return _Params(U, radii, variance, log_pi, previous.free)
+
+
+def free_norm_gain(S, counts, variance):
+    """Nats of total log-likelihood that one norm per centroid gains, at least, in one EM step.
+
+    From the E step's sums at the equal-norm fit, the M step with free
+    norms raises the expected complete log-likelihood above the equal-norm
+    M step's by ``(sum_k ||S_k||^2 / N_k - (sum_k ||S_k||)^2 / N) / (2
+    tau^2)`` at the same ``tau^2`` (``math.md`` section 7, "One norm per
+    centroid"); EM's likelihood gains at least that much.
+    """
+    norms = np.linalg.norm(S, axis=1)
+    alive = norms > 0.0
+    spread = float(np.sum(norms[alive] ** 2 / counts[alive])) - float(np.sum(norms)) ** 2 / float(
+        np.sum(counts)
+    )
+    return max(spread, 0.0) / (2.0 * variance)
 
 
 def standard_error(p, n_effective):
@@ -131,9 +184,18 @@ def standard_error(p, n_effective):
     d = p.U.shape[0]
     pi = np.exp(p.log_pi)
     alive = pi > 0
-    if not np.any(alive) or p.radius <= 0.0:
+    if not np.any(alive) or not np.all(p.radii[alive] > 0.0):
         return 0.0
-    return (d - 1) * p.variance / (n_effective * p.radius**2) * float(np.sum(1.0 / pi[alive]))
+    if p.free:
+        # Each head at its own radius: sum_k 1 / (pi_k r_k^2).
+        return (
+            (d - 1)
+            * p.variance
+            / n_effective
+            * float(np.sum(1.0 / (pi[alive] * p.radii[alive] ** 2)))
+        )
+    r = p.radii[0]
+    return (d - 1) * p.variance / (n_effective * r**2) * float(np.sum(1.0 / pi[alive]))
 
 
 def _run_em(em, p0, tol, max_iter, rho, report):
@@ -162,14 +224,16 @@ def _run_em(em, p0, tol, max_iter, rho, report):
     is not, and runs were measured to stop up to about 0.7 standard errors
     away.
     """
-    d, K = p0.U.shape
     S0, c0, ll0 = em.expect(p0)
     report(em, ll0)
     start = em.passes - 1
     while em.passes - start < max_iter:
         p1 = em.maximize(S0, c0, p0)
         delta = float(np.sum((p1.U - p0.U) ** 2))
-        if delta <= tol * standard_error(p1, em.n_effective) * (1.0 - rho) ** 2 or p1.radius == 0.0:
+        if (
+            delta <= tol * standard_error(p1, em.n_effective) * (1.0 - rho) ** 2
+            or not np.max(p1.radii) > 0.0
+        ):
             return p1, True, rho
         S1, c1, ll1 = em.expect(p1)
         p2 = em.maximize(S1, c1, p1)
@@ -196,7 +260,7 @@ def _run_em(em, p0, tol, max_iter, rho, report):
         candidate = None
         if np.isfinite(nr) and np.isfinite(nv) and nv > 0.0:
             alpha = min(-nr / nv, -1.0)
-            candidate = _Params.from_vector(v0 - 2.0 * alpha * r + alpha**2 * v, d, K, em.floor)
+            candidate = p0.from_vector(v0 - 2.0 * alpha * r + alpha**2 * v, em.floor)
         if candidate is not None and em.passes - start < max_iter:
             Sc, cc, llc = em.expect(candidate)
             if llc >= ll1:
@@ -211,9 +275,10 @@ def _run_em(em, p0, tol, max_iter, rho, report):
     return p0, False, rho
 
 
-def _em_map(em, v, d, K):
-    """The EM map on parameter vectors (:meth:`_Params.vector`): one E step and the M step."""
-    p = _Params.from_vector(v, d, K, em.floor)
+def _em_map(em, like, v):
+    """The EM map on parameter vectors (:meth:`_Params.vector`) of the model of
+    ``like``: one E step and the M step."""
+    p = like.from_vector(v, em.floor)
     S, counts, _ = em.expect(p)
     return em.maximize(S, counts, p).vector()
 
@@ -229,9 +294,10 @@ class _NewtonSystem:
     was measured to need more products, not fewer.)
     """
 
-    def __init__(self, sub, v, d, K):
-        self.sub, self.v, self.d, self.K = sub, v, d, K
-        self.g = _em_map(sub, v, d, K)
+    def __init__(self, sub, p):
+        self.sub, self.p = sub, p
+        self.v = v = p.vector()
+        self.g = _em_map(sub, p, v)
         self.eps = 1e-7 * (1.0 + np.linalg.norm(v))
         self.operator = LinearOperator((v.size, v.size), matvec=self._product, dtype=np.float64)
 
@@ -241,7 +307,7 @@ class _NewtonSystem:
         if size == 0.0:
             return y
         eps = self.eps / size
-        return y - (_em_map(self.sub, self.v + eps * y, self.d, self.K) - self.g) / eps
+        return y - (_em_map(self.sub, self.p, self.v + eps * y) - self.g) / eps
 
     def solve(self, r):
         """x with ``||(I - J) x - r|| <= _NEWTON_RTOL ||r||`` (or GMRES's best), or None."""
@@ -270,7 +336,6 @@ def _newton_em(em, p0, sub, p_sub, tol, max_iter, rho, report):
     ``sqrt(tol)`` standard errors, or when a step gains less than ``10 tol``
     nats, as :func:`_run_em` does.
     """
-    d, K = p0.U.shape
     v_sub = p_sub.vector()
     S, counts, ll = em.expect(p0)
     report(em, ll)
@@ -279,13 +344,13 @@ def _newton_em(em, p0, sub, p_sub, tol, max_iter, rho, report):
     if not np.all(np.isfinite(v_sub)):
         # A head that no point takes (log pi = -inf): no derivative there.
         return _run_em(em, p, tol, max_iter - 1, rho, report)
-    solver = _NewtonSystem(sub, v_sub, d, K)
+    solver = _NewtonSystem(sub, p_sub)
     rate, previous = 0.5, None
     while em.passes - start < max_iter:
         p_em = em.maximize(S, counts, p)
         residual = p_em.vector() - p.vector()
         step = solver.solve(residual) if np.all(np.isfinite(residual)) else None
-        candidate = None if step is None else _Params.from_vector(p.vector() + step, d, K, em.floor)
+        candidate = None if step is None else p.from_vector(p.vector() + step, em.floor)
         if candidate is None:
             return _run_em(em, p_em, tol, max_iter - (em.passes - start), rho, report)
         moved = float(np.sum((candidate.U - p.U) ** 2))
@@ -332,9 +397,18 @@ _JACOBIAN_ROWS = 16384
 
 
 def refine_heads(
-    data, heads, mean_sq, noise, *, tol=1e-3, max_iter=500, random_state=None, verbose=0
+    data,
+    heads,
+    mean_sq,
+    noise,
+    *,
+    norms="equal",
+    tol=1e-3,
+    max_iter=500,
+    random_state=None,
+    verbose=0,
 ):
-    """EM for the equal-norm spherical mixture, started at ``heads``.
+    """EM for the spherical mixture of centroids of equal (or free) norms, started at ``heads``.
 
     Passes are spent where they buy accuracy: when the data have more than
     4 times the first subsample's rows, EM first runs on a subsample (65536
@@ -360,6 +434,14 @@ def refine_heads(
     noise : float
         Starting noise level (the centroids' norm starts at 1, the weights
         equal).
+    norms : {"equal", "free", "auto"}, default="equal"
+        ``"equal"``: the paper's centroids of one common norm. ``"free"``:
+        one norm per centroid. ``"auto"``: equal, then free when, at the
+        equal-norm fit on all rows, the free M step gains more than the
+        Bayesian information criterion's price of the ``K - 1`` extra
+        norms, ``(K - 1) log(n) / 2`` nats (:func:`free_norm_gain`, a lower
+        bound on the likelihood ratio; ``math.md`` section 7, "One norm per
+        centroid"); EM then goes on with free norms from that M step.
     tol : float, default=1e-3
         Stop when the estimated squared distance to the fixed point is below
         ``tol`` times the squared standard error of the heads, or when a step
@@ -381,16 +463,16 @@ def refine_heads(
         return MixtureFit(
             np.array(heads, dtype=np.float64),
             np.full(K, 1.0 / K),
+            np.zeros(K),
             0.0,
-            0.0,
-            1.0,
+            norms == "free",
             np.empty(0),
             0,
             True,
         )
     rng = check_random_state(random_state)
     sizes = []
-    n_parameters = d * K + 2 + K
+    n_parameters = d * K + 2 + K + (K - 1 if norms == "free" else 0)
     size = max(
         min(_SUBSAMPLE, data.n_samples // 8),
         _MIN_SUBSAMPLE,
@@ -416,7 +498,13 @@ def refine_heads(
     # points at every stage.
     U = np.array(heads, dtype=np.float64)
     U *= np.where(stages[0].head_totals(U) < 0, -1.0, 1.0)
-    p = _Params(U, 1.0, max(float(noise) ** 2, mean_sq * _MIN_VARIANCE / d), np.full(K, -np.log(K)))
+    p = _Params(
+        U,
+        np.ones(K),
+        max(float(noise) ** 2, mean_sq * _MIN_VARIANCE / d),
+        np.full(K, -np.log(K)),
+        free=norms == "free",
+    )
     rho = 0.9
     sub_em = None
     for sub in stages[:-1]:
@@ -428,14 +516,19 @@ def refine_heads(
     else:
         rows = sub_em.data.subsample(rng, max(_JACOBIAN_ROWS, _ROWS_PER_PARAMETER * n_parameters))
         jacobian_em = _EM(rows, float(rows.norm_moments()[0]))
-        p, converged, _ = _newton_em(em, p, jacobian_em, p, tol, max_iter, rho, report)
-    radius = p.radius
+        p, converged, rho = _newton_em(em, p, jacobian_em, p, tol, max_iter, rho, report)
+    if norms == "auto" and K > 1:
+        at, S, counts = em.last
+        gain = free_norm_gain(S, counts, at.variance) * em.n_effective / em.total
+        if 2.0 * gain > (K - 1) * np.log(em.n_effective):
+            free = em.maximize(S, counts, replace(at, free=True))
+            p, converged, _ = _run_em(em, free, tol, max_iter, rho, report)
     return MixtureFit(
         heads=p.U,
         weights=np.exp(p.log_pi),
-        radius=radius,
-        noise=float(np.sqrt(p.variance)) / radius if radius > 0 else np.inf,
-        beta=radius / p.variance,
+        radii=p.radii,
+        variance=p.variance,
+        free=p.free,
         log_likelihood=np.array(curve),
         n_iter=em.passes,
         converged=converged,
@@ -444,13 +537,19 @@ def refine_heads(
 
 class _OneBatch:
     """What :class:`OnlineEM` and :class:`LinearisedEM` share: the parameters,
-    and the exact running mean of the second moment with the weight seen."""
+    and the exact running mean of the second moment with the weight seen.
 
-    def __init__(self, heads, weights, noise):
+    ``radii``: None for centroids of one common norm, starting at 1; the
+    starting norms for one norm per centroid (``math.md`` section 7).
+    """
+
+    def __init__(self, heads, weights, noise, radii=None):
         with np.errstate(divide="ignore"):
             log_pi = np.log(np.asarray(weights, dtype=np.float64))
+        free = radii is not None
+        radii = np.array(radii, dtype=np.float64) if free else np.ones(len(log_pi))
         self.params = _Params(
-            np.array(heads, dtype=np.float64), 1.0, max(float(noise) ** 2, 0.0), log_pi
+            np.array(heads, dtype=np.float64), radii, max(float(noise) ** 2, 0.0), log_pi, free
         )
         self.moment = None
         self.seen = 0.0
@@ -477,7 +576,7 @@ class _OneBatch:
         floor = _MIN_VARIANCE * mean_sq / data.n_features
         p = self.params
         if p.variance < floor:
-            p = _Params(p.U, p.radius, floor, p.log_pi)
+            p = replace(p, variance=floor)
         return batch, share, mean_sq, floor, p
 
 
@@ -507,8 +606,8 @@ class OnlineEM(_OneBatch):
     ``alpha``, ``g`` and ``eta`` are chosen in ``benchmarks/streaming.py``.
     """
 
-    def __init__(self, heads, weights, noise, alpha=0.6, gain=16.0, eta=0.0):
-        super().__init__(heads, weights, noise)
+    def __init__(self, heads, weights, noise, radii=None, alpha=0.6, gain=16.0, eta=0.0):
+        super().__init__(heads, weights, noise, radii)
         d, K = heads.shape
         self.alpha = alpha
         self.eta = eta
@@ -524,7 +623,7 @@ class OnlineEM(_OneBatch):
         if taken is None:
             return self.params
         batch, share, mean_sq, floor, p = taken
-        S, counts, _ = data.e_step(p.U, p.log_pi, p.radius / p.variance)
+        S, counts, _ = data.e_step(*p.attention()[:3])
         gamma = min(1.0, self.gain * share) ** self.alpha
         self.stats = tuple(s + gamma * (new / batch - s) for s, new in zip(self.stats, (S, counts)))
         self.params = _maximize(*self.stats, 1.0, mean_sq, floor, p)
@@ -562,17 +661,16 @@ class LinearisedEM(_OneBatch):
     ``1 + n_parameters`` when D is renewed.
     """
 
-    def __init__(self, heads, weights, noise):
-        super().__init__(heads, weights, noise)
+    def __init__(self, heads, weights, noise, radii=None):
+        super().__init__(heads, weights, noise, radii)
         self.mean_stats = None
         self.mean_params = None
         self.jacobian = None
         self.renew_at = 0.0
 
     def _statistics(self, data, v, floor):
-        d, K = self.params.U.shape
-        p = _Params.from_vector(v, d, K, floor)
-        S, counts, _ = data.e_step(p.U, p.log_pi, p.radius / p.variance)
+        p = self.params.from_vector(v, floor)
+        S, counts, _ = data.e_step(*p.attention()[:3])
         return np.concatenate([S.ravel(), counts]) / data.total_weight
 
     def _m_step(self, s, mean_sq, floor, previous):
@@ -589,7 +687,7 @@ class LinearisedEM(_OneBatch):
         if not np.all(np.isfinite(v)):
             # A head no point takes (log pi = -inf): no derivative there;
             # the batch's plain EM step.
-            S, counts, _ = data.e_step(p.U, p.log_pi, p.radius / p.variance)
+            S, counts, _ = data.e_step(*p.attention()[:3])
             self.params = _maximize(S, counts, batch, mean_sq, floor, p)
             return self.params
         s = self._statistics(data, v, floor)
@@ -643,7 +741,7 @@ class LinearisedEM(_OneBatch):
             system = np.eye(v.size) - J
             for _ in range(_NEWTON_STEPS):
                 step = np.linalg.lstsq(system, g - v, rcond=None)[0]
-                q = _Params.from_vector(v + step, d, K, floor)
+                q = q.from_vector(v + step, floor)
                 if q is None:
                     return None
                 v = q.vector()

@@ -429,17 +429,19 @@ class DenseRows(_Rows):
         return sum(self._map(chunk), np.zeros(K))
 
     def labels(self, centers, gain, bias):
-        """``argmax_h gain <x, c_h> + bias_h`` for every row (X as it is, not scaled).
+        """``argmax_h gain_h <x, c_h> + bias_h`` for every row (X as it is, not scaled).
 
-        ``centers`` has shape (K, d); ties go to the first head. Scores are
-        float64: one BLAS product per chunk, then :func:`_kernels.argmax_rows`.
+        ``centers`` has shape (K, d) and ``gain`` is one number or one per
+        head; ties go to the first head. Scores are float64: one BLAS
+        product per chunk, then :func:`_kernels.argmax_rows`.
         """
         C = np.asarray(centers, dtype=np.float64).T
+        gain = _per_head(gain, C.shape[1])
         bias = np.asarray(bias, dtype=np.float64)
         out = np.empty(self.n_samples, dtype=np.intp)
 
         def chunk(B, w, lo, hi):
-            _kernels.argmax_rows(B @ C, float(gain), bias, out[lo:hi])
+            _kernels.argmax_rows(B @ C, gain, bias, out[lo:hi])
 
         self._map(chunk)
         return out
@@ -565,6 +567,11 @@ def _block_map(block, fn, *args):
     if not np.isfinite(block).all():
         raise ValueError("Input X contains NaN or infinity.")
     return fn(np.ascontiguousarray(block), *args)
+
+
+def _per_head(gain, K):
+    """``gain`` (one number or one per head) as K float64 values."""
+    return np.ascontiguousarray(np.broadcast_to(np.asarray(gain, dtype=np.float64), (K,)))
 
 
 def _labels(rows, centers, gain, bias):
@@ -860,7 +867,7 @@ class DaskRows(_Rows):
         return self.map_rows(
             _labels,
             np.asarray(centers, dtype=np.float64),
-            float(gain),
+            _per_head(gain, len(centers)),
             np.asarray(bias, dtype=np.float64),
             dtype=np.intp,
         )
@@ -1075,8 +1082,9 @@ class SparseRows(_Rows):
         return np.bincount(best, weights=wins, minlength=P.shape[1])
 
     def labels(self, centers, gain, bias):
-        """``argmax_h gain <x - m, c_h> + bias_h`` (not scaled; ties to the first head)."""
+        """``argmax_h gain_h <x - m, c_h> + bias_h`` (not scaled; ties to the first head)."""
         C = np.asarray(centers, dtype=np.float64).T
+        gain = _per_head(gain, C.shape[1])
         return np.argmax(gain * self._project(C) + np.asarray(bias, dtype=np.float64), axis=1)
 
     def subsample(self, rng, size):

@@ -110,15 +110,19 @@ def head_signs(X, heads, weights=None):
 
 
 def mixture_log_likelihood(X, weights, U, pi, radius, tau):
-    """Weighted mean of log sum_k pi_k N(x; r mu_k, tau^2 I), by scipy (math.md section 7)."""
+    """Weighted mean of log sum_k pi_k N(x; r_k mu_k, tau^2 I), by scipy (math.md section 7).
+
+    ``radius`` is the common norm r or the K norms r_k.
+    """
     from scipy.special import logsumexp
     from scipy.stats import multivariate_normal
 
-    d = X.shape[1]
+    d, K = U.shape
+    radii = np.broadcast_to(radius, (K,))
     logs = np.column_stack(
         [
-            np.log(pi[k]) + multivariate_normal(radius * U[:, k], tau**2 * np.eye(d)).logpdf(X)
-            for k in range(U.shape[1])
+            np.log(pi[k]) + multivariate_normal(radii[k] * U[:, k], tau**2 * np.eye(d)).logpdf(X)
+            for k in range(K)
         ]
     )
     w = np.ones(len(X)) if weights is None else weights
@@ -136,20 +140,27 @@ def mixture_e_step(X, U, log_pi, beta, weights=None):
     return (gamma * w[:, None]).T @ X, gamma.T @ w, float(np.sum(w * norm))
 
 
-def mixture_em_step(X, weights, U, pi, radius, tau):
-    """One EM step written as the maximiser of the expected complete log-likelihood."""
-    w = np.ones(len(X)) if weights is None else weights
-    N = np.sum(w)
-    S, counts, _ = mixture_e_step(X, U, np.log(pi), radius / tau**2, w)
-    new_U = (S / np.linalg.norm(S, axis=1, keepdims=True)).T
+def mixture_em_step(X, weights, U, pi, radius, tau, free=False):
+    """One EM step written as the maximiser of the expected complete log-likelihood.
+
+    ``radius``: the common norm r, or the K norms r_k; ``free``: the M step
+    gives each centroid its own norm.
+    """
     from scipy.special import softmax
 
-    gamma_w = softmax(np.log(pi) + (radius / tau**2) * (X @ U), axis=1) * w[:, None]
-    # r maximises sum_ik g_ik (r <mu_k, x_i> - r^2 / 2).
-    new_r = np.sum(gamma_w * (X @ new_U)) / N
-    sq = np.stack(
-        [np.sum((X - new_r * new_U[:, k]) ** 2, axis=1) for k in range(U.shape[1])], axis=1
-    )
+    w = np.ones(len(X)) if weights is None else weights
+    N = np.sum(w)
+    K = U.shape[1]
+    radii = np.broadcast_to(radius, (K,))
+    # Posterior of N(r_k mu_k, tau^2 I) with weights pi, written out.
+    sq_in = np.stack([np.sum((X - radii[k] * U[:, k]) ** 2, axis=1) for k in range(K)], axis=1)
+    gamma_w = softmax(np.log(pi) - sq_in / (2 * tau**2), axis=1) * w[:, None]
+    S, counts = gamma_w.T @ X, gamma_w.sum(axis=0)
+    new_U = (S / np.linalg.norm(S, axis=1, keepdims=True)).T
+    # r (or r_k) maximises sum_ik g_ik (r_k <mu_k, x_i> - r_k^2 / 2).
+    along = gamma_w * (X @ new_U)
+    new_r = along.sum(axis=0) / counts if free else np.full(K, np.sum(along) / N)
+    sq = np.stack([np.sum((X - new_r[k] * new_U[:, k]) ** 2, axis=1) for k in range(K)], axis=1)
     new_tau2 = np.sum(gamma_w * sq) / (N * X.shape[1])
     return new_U, counts / N, new_r, np.sqrt(new_tau2)
 

@@ -262,20 +262,3 @@ def test_user_data_benchmark_quick_mode(tmp_path):
         in page
     )
     assert (tmp_path / "_static" / "benchmarks" / "user_data_text.png").stat().st_size > 0
-
-
-def test_free_norm_em_separates_centres_along_one_direction(monkeypatch):
-    # Two clusters on one ray (centres e_1 and 3 e_1): one common norm cannot
-    # tell them apart, one norm per centre does. The start leans weakly
-    # towards a wrong split (at 1.2, not 2); EM must move it to the labels.
-    monkeypatch.syspath_prepend(str(BENCH))
-    import user_data
-
-    rng = np.random.default_rng(0)
-    y = np.repeat([0, 1], 300)
-    X = 0.2 * rng.standard_normal((600, 5))
-    X[:, 0] += np.where(y == 0, 1.0, 3.0)
-    lean = np.where(X[:, 0] < 1.2, 0.55, 0.45)
-    assert np.sum((lean < 0.5) != (y == 1)) > 30  # the start's labels are wrong
-    labels = user_data.free_norm_em(X, np.column_stack([lean, 1 - lean]))
-    assert np.array_equal(labels, y) or np.array_equal(labels, 1 - y)

@@ -100,10 +100,13 @@ def test_direction_labels_invariant_to_positive_rescaling(fitted_unrefined, pape
 @given(c=st.floats(1e-3, 1e3))
 def test_refined_labels_are_the_posterior_mode(fitted, paper_data, c):
     # After the refinement a label is the fitted mixture's posterior mode,
-    # argmax_h log pi_h + beta <mu_h, x / s> (math.md section 7), which
-    # depends on the norm of x as a Gaussian mixture's does.
+    # argmax_h log pi_h + (r_h <mu_h, x / s> - r_h^2 / 2) / tau^2 (math.md
+    # section 7), which depends on the norm of x as a Gaussian mixture's does.
     X, _, _ = paper_data
-    scores = (c * X) @ fitted.cluster_centers_.T * fitted.concentration_ + np.log(fitted.weights_)
+    g = fitted.concentration_
+    scores = (c * X) @ fitted.cluster_centers_.T * g + (
+        np.log(fitted.weights_) - 0.5 * g**2 * fitted.covariances_
+    )
     np.testing.assert_array_equal(fitted.predict(c * X), np.argmax(scores, axis=1))
 
 

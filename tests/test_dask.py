@@ -81,8 +81,9 @@ def test_every_pass_matches_dense_rows(weighted, global_random_seed):
         ]
         for a, b in pairs:
             np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+        gains = np.array([0.5, 2.0])  # one per head
         np.testing.assert_array_equal(
-            lazy.labels(U.T, 1.0, np.zeros(2)).compute(), dense.labels(U.T, 1.0, np.zeros(2))
+            lazy.labels(U.T, gains, np.zeros(2)).compute(), dense.labels(U.T, gains, np.zeros(2))
         )
         sub_lazy = lazy.subsample(np.random.RandomState(0), 500)
         sub_dense = dense.subsample(np.random.RandomState(0), 500)

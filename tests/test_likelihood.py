@@ -4,17 +4,32 @@ import numpy as np
 import pytest
 from scipy.special import logsumexp
 from scipy.stats import multivariate_normal
+from sklearn.metrics import adjusted_rand_score
 
 from attention_cluster import AttentionClustering
 from attention_cluster.datasets import make_mixture
 
 
-@pytest.fixture(scope="module")
-def fitted():
-    X, y, C = make_mixture(
-        3000, n_features=5, n_clusters=3, noise=0.4, weights=[0.2, 0.3, 0.5], random_state=0
+def _unequal_norms(n=3000, seed=0):
+    """The paper's mixture (d = 5, noise 0.4) with its centroids at norms 0.6, 1 and 1.8."""
+    _, y, C = make_mixture(
+        n, n_features=5, n_clusters=3, noise=0.0, weights=[0.2, 0.3, 0.5], random_state=seed
     )
-    return AttentionClustering(3, random_state=0).fit(X), X
+    noise = 0.4 * np.random.default_rng(seed).standard_normal((n, 5))
+    return np.array([0.6, 1.0, 1.8])[y, None] * C[y] + noise, y, C
+
+
+@pytest.fixture(scope="module", params=["equal", "free"])
+def fitted(request):
+    # The default fit on the paper's mixture (equal norms), and the fit with
+    # one norm per centroid on clusters at three norms.
+    if request.param == "equal":
+        X, y, C = make_mixture(
+            3000, n_features=5, n_clusters=3, noise=0.4, weights=[0.2, 0.3, 0.5], random_state=0
+        )
+        return AttentionClustering(3, random_state=0).fit(X), X
+    X, _, _ = _unequal_norms()
+    return AttentionClustering(3, centroid_norms="free", random_state=0).fit(X), X
 
 
 def _scipy_components(model, X):
@@ -46,22 +61,44 @@ def test_predict_proba_is_the_posterior(fitted):
     np.testing.assert_array_equal(np.argmax(proba, axis=1), model.predict(X[:200]))
 
 
-def test_bic_and_aic_count_k_d_plus_one_parameters(fitted):
+def test_bic_and_aic_count_the_free_parameters(fitted):
     model, X = fitted
     n, d = X.shape
     loglik = np.sum(logsumexp(_scipy_components(model, X), axis=1))
-    p = 3 * (d - 1) + 1 + 1 + (3 - 1)  # directions, radius, noise, weights
-    assert p == 3 * d + 1
+    free = model.centroid_norms_ == "free"
+    # directions, radius (or radii), noise, weights, and the mean if centred
+    p = 3 * (d - 1) + (3 if free else 1) + 1 + (3 - 1) + (d if model.center_ else 0)
     np.testing.assert_allclose(model.bic(X), -2 * loglik + p * np.log(n), rtol=1e-10)
     np.testing.assert_allclose(model.aic(X), -2 * loglik + 2 * p, rtol=1e-10)
 
 
 def test_fitted_mixture_structure(fitted):
     model, _ = fitted
-    norms = np.linalg.norm(model.means_, axis=1)
-    np.testing.assert_allclose(norms, norms[0], rtol=1e-10)  # one common norm r
-    np.testing.assert_allclose(model.means_ / norms[:, None], model.cluster_centers_, atol=1e-12)
+    offsets = model.means_ - model.mean_
+    norms = np.linalg.norm(offsets, axis=1)
+    if model.centroid_norms_ == "equal":
+        np.testing.assert_allclose(norms, norms[0], rtol=1e-10)  # one common norm r
+    else:
+        assert np.ptp(norms) > 0.5 * np.max(norms)  # norms 0.6, 1 and 1.8 (times 1 / s)
+    np.testing.assert_allclose(offsets / norms[:, None], model.cluster_centers_, atol=1e-12)
     assert np.ptp(model.covariances_) == 0
+    # concentration_ is r_h / (tau^2 s): ||m_h - mean_|| / covariances_.
+    np.testing.assert_allclose(model.concentration_, norms / model.covariances_, rtol=1e-10)
+
+
+def test_auto_norms_follow_the_data(global_random_seed):
+    # centroid_norms="auto": equal on the paper's mixture, free on clusters at
+    # norms 0.6, 1 and 1.8, where free norms find the classes better.
+    X, y, _ = make_mixture(
+        3000, n_features=5, n_clusters=3, noise=0.4, random_state=global_random_seed
+    )
+    assert AttentionClustering(3, random_state=0).fit(X).centroid_norms_ == "equal"
+    X, y, _ = _unequal_norms(seed=global_random_seed)
+    auto = AttentionClustering(3, random_state=0).fit(X)
+    equal = AttentionClustering(3, centroid_norms="equal", random_state=0).fit(X)
+    assert auto.centroid_norms_ == "free" and equal.centroid_norms_ == "equal"
+    assert auto.bic(X) < equal.bic(X)
+    assert adjusted_rand_score(y, auto.labels_) > adjusted_rand_score(y, equal.labels_)
 
 
 def test_density_integrates_to_one(global_random_seed):
@@ -113,3 +150,4 @@ def test_no_likelihood_without_the_refinement():
     model.fit(make_mixture(300, n_features=4, n_clusters=2, random_state=0)[0])
     for name in ("score_samples", "predict_proba", "bic", "aic"):
         assert not hasattr(model, name)
+    assert model.centroid_norms_ is None

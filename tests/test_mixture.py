@@ -1,6 +1,7 @@
 """The EM refinement (math.md section 7) against NumPy/scipy references and Monte Carlo."""
 
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -58,17 +59,23 @@ def test_e_step_matches_reference(n, d, K, dtype, weighted, global_random_seed):
     np.testing.assert_allclose(partial, partial_ref, rtol=rtol)
 
 
-def test_log_likelihood_matches_scipy(global_random_seed):
+@pytest.mark.parametrize("free", [False, True])
+def test_log_likelihood_matches_scipy(free, global_random_seed):
+    # The E step of _Params.attention (keys r_k / r0 mu_k, biases) and
+    # mixture_log_likelihood against scipy's densities of N(r_k mu_k, tau^2 I).
     X, _, _ = _problem(global_random_seed)
     rng = np.random.default_rng(global_random_seed)
     d, K = X.shape[1], 3
     U = rng.standard_normal((d, K))
     U /= np.linalg.norm(U, axis=0)
-    pi, radius, tau = rng.dirichlet(np.ones(K)), 0.9, 0.7
-    _, _, partial = _kernel_e_step(X, U, np.log(pi), radius / tau**2)
+    pi, tau = rng.dirichlet(np.ones(K)), 0.7
+    radii = rng.uniform(0.3, 2.0, size=K) if free else np.full(K, 0.9)
+    p = _Params(U, radii, tau**2, np.log(pi), free)
+    keys, bias, beta, r0 = p.attention()
+    _, _, partial = _kernel_e_step(X, np.ascontiguousarray(keys), bias, beta)
     mean_sq = float(np.mean(np.sum(X**2, axis=1)))
-    ours = mixture_log_likelihood(partial / len(X), mean_sq, radius, tau**2, d)
-    assert ours == pytest.approx(reference_log_likelihood(X, None, U, pi, radius, tau), rel=1e-10)
+    ours = mixture_log_likelihood(partial / len(X), mean_sq, r0, tau**2, d)
+    assert ours == pytest.approx(reference_log_likelihood(X, None, U, pi, radii, tau), rel=1e-10)
 
 
 def test_posterior_is_calibrated_monte_carlo(global_random_seed):
@@ -90,24 +97,46 @@ def test_posterior_is_calibrated_monte_carlo(global_random_seed):
     )
 
 
-def test_m_step_matches_reference(global_random_seed):
-    # The code's closed forms (tau^2 = (m2 - r^2) / d, r = sum ||S_k|| / N)
-    # against the maximiser of the expected complete log-likelihood written out.
+@pytest.mark.parametrize("free", [False, True])
+def test_m_step_matches_reference(free, global_random_seed):
+    # The code's closed forms (tau^2 = (m2 - r^2) / d, r = sum ||S_k|| / N;
+    # with free norms r_k = ||S_k|| / N_k, tau^2 = (m2 - sum ||S_k||^2 /
+    # (N_k N)) / d) against the maximiser of the expected complete
+    # log-likelihood written out.
     X, _, C = _problem(global_random_seed)
     rng = np.random.default_rng(global_random_seed + 1)
     w = rng.uniform(0.5, 2.0, size=len(X))
     U = C.T + 0.3 * rng.standard_normal(C.T.shape)
     U /= np.linalg.norm(U, axis=0)
-    pi, radius, tau = np.array([0.5, 0.3, 0.2]), 1.1, 0.5
+    pi, tau = np.array([0.5, 0.3, 0.2]), 0.5
+    radii = np.array([0.8, 1.1, 1.6]) if free else np.full(3, 1.1)
     em = _EM(DenseRows(X, w), float(np.average(np.sum(X**2, axis=1), weights=w)))
-    p = _Params(U, radius, tau**2, np.log(pi))
+    p = _Params(U, radii, tau**2, np.log(pi), free)
     S, counts, _ = em.expect(p)
     new = em.maximize(S, counts, p)
-    U_ref, pi_ref, r_ref, tau_ref = mixture_em_step(X, w, U, pi, radius, tau)
+    U_ref, pi_ref, r_ref, tau_ref = mixture_em_step(X, w, U, pi, radii, tau, free=free)
     np.testing.assert_allclose(new.U, U_ref, rtol=1e-10)
     np.testing.assert_allclose(np.exp(new.log_pi), pi_ref, rtol=1e-10)
-    assert new.radius == pytest.approx(r_ref, rel=1e-10)
+    np.testing.assert_allclose(new.radii, r_ref, rtol=1e-10)
     assert new.variance == pytest.approx(tau_ref**2, rel=1e-9)
+
+
+def test_free_norm_gain_bounds_the_likelihood_gain(global_random_seed):
+    # free_norm_gain is what the free M step gains in the expected complete
+    # log-likelihood over the equal-norm one, from the same E step; EM's
+    # likelihood (scipy reference) gains at least that much.
+    X, y, C = make_mixture(2000, 5, 3, noise=0.4, random_state=global_random_seed)
+    X = X * np.array([0.6, 1.0, 1.8])[y, None]
+    em = _EM(DenseRows(X), float(np.mean(np.sum(X**2, axis=1))))
+    p = _Params(np.ascontiguousarray(C.T), np.ones(3), 0.4**2, np.full(3, -np.log(3)))
+    S, counts, ll = em.expect(p)
+    gain = mixture.free_norm_gain(S, counts, p.variance)
+    free = mixture._maximize(S, counts, em.total, em.mean_sq, em.floor, replace(p, free=True))
+    ll_free = reference_log_likelihood(
+        X, None, free.U, np.exp(free.log_pi), free.radii, np.sqrt(free.variance)
+    )
+    assert gain > 10.0
+    assert len(X) * (ll_free - ll) >= gain * (1 - 1e-9)
 
 
 def _refined(X, C, weights=None, noise=0.6, **kwargs):
@@ -117,16 +146,17 @@ def _refined(X, C, weights=None, noise=0.6, **kwargs):
     return refine_heads(DenseRows(X, weights), np.ascontiguousarray(C.T), mean_sq, noise, **kwargs)
 
 
-def test_fixed_point_is_the_likelihood_maximum(global_random_seed):
+@pytest.mark.parametrize("norms", ["equal", "free"])
+def test_fixed_point_is_the_likelihood_maximum(norms, global_random_seed):
     # At convergence every derivative of the likelihood (scipy reference) in the
-    # heads (tangent to the spheres), r, tau and the weights vanishes; at the
-    # starting point they do not.
+    # heads (tangent to the spheres), r (each r_k when free), tau and the
+    # weights vanishes; at the starting point they do not.
     X, _, C = _problem(global_random_seed, n=2000)
     rng = np.random.default_rng(global_random_seed)
     start = C + 0.15 * rng.standard_normal(C.shape)
     start /= np.linalg.norm(start, axis=1, keepdims=True)
-    fit = _refined(X, start, tol=1e-20, max_iter=2000)
-    assert fit.converged
+    fit = _refined(X, start, norms=norms, tol=1e-20, max_iter=2000)
+    assert fit.converged and fit.free == (norms == "free")
 
     def derivatives(U, pi, radius, tau, eps=1e-5):
         ll = lambda *p: reference_log_likelihood(X, None, *p)  # noqa: E731
@@ -139,29 +169,38 @@ def test_fixed_point_is_the_likelihood_maximum(global_random_seed):
             for sign, V in zip((1, -1), moved):
                 V[:, k] = np.cos(eps) * U[:, k] + sign * np.sin(eps) * v
             out.append((ll(moved[0], pi, radius, tau) - ll(moved[1], pi, radius, tau)) / (2 * eps))
-        out.append((ll(U, pi, radius + eps, tau) - ll(U, pi, radius - eps, tau)) / (2 * eps))
+        moves = np.eye(3) if norms == "free" else np.ones((1, 3))
+        for e in eps * moves:
+            out.append((ll(U, pi, radius + e, tau) - ll(U, pi, radius - e, tau)) / (2 * eps))
         out.append((ll(U, pi, radius, tau + eps) - ll(U, pi, radius, tau - eps)) / (2 * eps))
         shift = np.array([eps, -eps, 0.0])
         out.append((ll(U, pi + shift, radius, tau) - ll(U, pi - shift, radius, tau)) / (2 * eps))
         return np.abs(out)
 
-    radius = fit.radius
-    at_fit = derivatives(fit.heads, fit.weights, radius, fit.noise * radius)
-    at_start = derivatives(np.ascontiguousarray(start.T), np.full(3, 1 / 3), 1.0, 0.6)
+    at_fit = derivatives(fit.heads, fit.weights, fit.radii, np.sqrt(fit.variance))
+    at_start = derivatives(np.ascontiguousarray(start.T), np.full(3, 1 / 3), np.ones(3), 0.6)
     assert np.max(at_fit) < 1e-6
     assert np.max(at_start) > 1e-3
 
 
-@given(seed=st.integers(0, 2**31 - 1), noise=st.floats(0.05, 1.5), K=st.integers(1, 4))
-def test_log_likelihood_never_decreases(seed, noise, K):
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    noise=st.floats(0.05, 1.5),
+    K=st.integers(1, 4),
+    norms=st.sampled_from(["equal", "free"]),
+)
+def test_log_likelihood_never_decreases(seed, noise, K, norms):
     rng = np.random.default_rng(seed)
     X, _, _ = make_mixture(300, 4, K, noise=noise, centroids="random", random_state=seed)
     start = rng.standard_normal((K, 4))
     start /= np.linalg.norm(start, axis=1, keepdims=True)
-    fit = _refined(X, start, noise=noise, tol=1e-12, max_iter=60)
+    fit = _refined(X, start, noise=noise, norms=norms, tol=1e-12, max_iter=60)
     assert np.all(np.diff(fit.log_likelihood) >= -1e-12 * np.abs(fit.log_likelihood[:-1]))
     np.testing.assert_allclose(np.linalg.norm(fit.heads, axis=0), 1.0, rtol=1e-12)
-    assert fit.weights.sum() == pytest.approx(1.0) and fit.radius >= 0 and fit.noise > 0
+    assert fit.weights.sum() == pytest.approx(1.0) and fit.variance > 0
+    assert np.all(fit.radii >= 0) and fit.free == (norms == "free")
+    if norms == "equal":
+        assert np.all(fit.radii == fit.radii[0])
 
 
 @given(seed=st.integers(0, 2**31 - 1), scale=st.floats(1e-3, 1e3))
@@ -331,7 +370,7 @@ def _plain_maximum(X, start, noise):
     data = DenseRows(X)
     mean_sq = float(np.mean(np.sum(X**2, axis=1)))
     em = _EM(data, mean_sq)
-    p = _Params(np.ascontiguousarray(start.T), 1.0, noise**2, np.full(2, -np.log(2)))
+    p = _Params(np.ascontiguousarray(start.T), np.ones(2), noise**2, np.full(2, -np.log(2)))
     p, converged, _ = mixture._run_em(em, p, 1e-20, 5000, 0.9, lambda em, ll: None)
     assert converged
     return p, em

@@ -78,6 +78,10 @@ def test_passes_match_numpy(small_chunks, weighted, dtype, global_random_seed):
     np.testing.assert_array_equal(
         labels, np.argmax(2.0 * (X.astype(np.float64) @ U) + bias, axis=1)
     )
+    gains = np.array([0.5, 2.0, 3.5])  # one per head (centroids of free norms)
+    np.testing.assert_array_equal(
+        data.labels(U.T, gains, bias), np.argmax(gains * (X.astype(np.float64) @ U) + bias, axis=1)
+    )
 
 
 def test_threads_give_the_serial_result(small_chunks, global_random_seed):
@@ -180,7 +184,10 @@ def test_sparse_rows_match_dense_rows(weighted, centred, global_random_seed):
     for one, two in zip(sparse.e_step(U, log_pi, 1.7), dense.e_step(U, log_pi, 1.7)):
         np.testing.assert_allclose(one, two, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(sparse.head_totals(U), dense.head_totals(U), rtol=1e-9, atol=1e-12)
-    np.testing.assert_array_equal(sparse.labels(U.T, 2.0, log_pi), dense.labels(U.T, 2.0, log_pi))
+    for gain in (2.0, np.array([0.5, 2.0, 3.5])):
+        np.testing.assert_array_equal(
+            sparse.labels(U.T, gain, log_pi), dense.labels(U.T, gain, log_pi)
+        )
     np.testing.assert_allclose(sparse.project(U), dense.project(U), rtol=1e-10, atol=1e-12)
     # Same generator, same draws: the same rows, densified.
     one = sparse.draw(np.array([99], dtype=np.uint64), np.empty((30, 6)))

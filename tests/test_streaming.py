@@ -152,3 +152,22 @@ def test_many_parameters_stream_by_online_em():
     assert centroid_distance(model.cluster_centers_, C) < 0.1
     small = _stream(AttentionClustering(2, random_state=0), _batches(X[:, :10], 2000))
     assert isinstance(small._stream, LinearisedEM)
+
+
+def test_free_norms_stream_to_the_in_memory_fit(global_random_seed):
+    # Centroids at norms 0.6, 1 and 1.6: the first batch's fit takes one norm
+    # per centroid (centroid_norms="auto"), and one pass over ten batches
+    # ends as close to the centroids as the fit of all rows in memory.
+    X, y, C = make_mixture(20_000, 5, 3, noise=0.5, random_state=global_random_seed)
+    norms = np.array([0.6, 1.0, 1.6])
+    X = X + (norms - 1.0)[y, None] * C[y]
+    stream = _stream(AttentionClustering(3, random_state=0), _batches(X, 2000))
+    whole = AttentionClustering(3, random_state=0).fit(X)
+    assert stream.centroid_norms_ == whole.centroid_norms_ == "free"
+    assert isinstance(stream._stream, LinearisedEM)
+    ratio = centroid_distance(stream.cluster_centers_, C) / centroid_distance(
+        whole.cluster_centers_, C
+    )
+    assert ratio < 1.25
+    fitted = np.sort(np.linalg.norm(stream.means_ - stream.mean_, axis=1))
+    np.testing.assert_allclose(fitted, norms, atol=0.05)

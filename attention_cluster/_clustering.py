@@ -81,6 +81,10 @@ _SHARE_TO_RETRY = 0.05
 # step per parameter); above it, online EM.
 _LINEARISED_MAX_PARAMETERS = 512
 
+# Relative spread of the squared row norms under which the rows lie on one
+# sphere, where centroid_norms="auto" keeps equal norms (see refine_heads).
+_ONE_NORM_RTOL = 1e-3
+
 
 @dataclass(frozen=True)
 class _Settings:
@@ -642,7 +646,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                     spectrum.scale
                 )
                 heads, mean_sq, basis = basis @ best.heads, rows.norm_moments()[0], None
-            self._refine(rows, spectrum, heads, settings, rng, mean_sq)
+            self._refine(rows, spectrum, heads, settings, rng, mean_sq, lambda: _one_norm(given))
         else:
             # Each head turned towards the points it wins (math.md section 5).
             signs = np.where(unit.head_totals(best.heads) < 0, -1.0, 1.0)
@@ -875,11 +879,13 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 )
         return run
 
-    def _refine(self, unit, spectrum, heads, settings, rng, mean_sq=None):
+    def _refine(self, unit, spectrum, heads, settings, rng, mean_sq=None, spherical_rows=None):
         """The EM refinement (math.md section 7): centres, weights and the posterior's concentration.
 
         ``mean_sq`` is the rows' mean ``||x / s||^2`` (default: the trace of
-        the spectrum's moment, when ``unit`` holds the rows it was taken on).
+        the spectrum's moment, when ``unit`` holds the rows it was taken on);
+        ``spherical_rows`` tells ``centroid_norms="auto"`` whether the rows
+        as given have one norm (see :func:`refine_heads`).
         """
         fit = refine_heads(
             unit,
@@ -887,6 +893,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             float(np.trace(spectrum.moment)) if mean_sq is None else float(mean_sq),
             spectrum.noise,
             norms=self.centroid_norms,
+            spherical_rows=spherical_rows,
             max_iter=settings.max_iter,
             random_state=rng,
             verbose=self.verbose,
@@ -1304,6 +1311,13 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         errors = DaskRows(X).map_rows(_reconstruction_errors, *args)
         error = errors.sum() if weights is None else (errors * weights).sum()
         return -float(error.compute()) / total
+
+
+def _one_norm(data):
+    """Whether the rows of ``data`` all have one norm (one pass): the spread of
+    ``||x||^2`` under 1e-3 of its mean (unit rows in float32 included)."""
+    m2, m4 = data.norm_moments()
+    return m2 > 0.0 and np.sqrt(max(m4 - m2 * m2, 0.0)) <= _ONE_NORM_RTOL * m2
 
 
 def _concentration(radii, variance, scale):

@@ -403,6 +403,7 @@ def refine_heads(
     noise,
     *,
     norms="equal",
+    spherical_rows=None,
     tol=1e-3,
     max_iter=500,
     random_state=None,
@@ -442,6 +443,14 @@ def refine_heads(
         norms, ``(K - 1) log(n) / 2`` nats (:func:`free_norm_gain`, a lower
         bound on the likelihood ratio; ``math.md`` section 7, "One norm per
         centroid"); EM then goes on with free norms from that M step.
+    spherical_rows : callable or None, default=None
+        With ``norms="auto"``, called (once, and only when the free norms
+        pass the test) to ask whether the rows, as the user gave them, all
+        have one norm; then the norms stay equal. On a sphere the norm of a
+        cluster's mean measures how spread the cluster is, not how far it
+        lies: a centroid of small norm collects the points of weak
+        direction from every cluster (TF-IDF rows of short documents,
+        ``benchmarks/user_data.py``).
     tol : float, default=1e-3
         Stop when the estimated squared distance to the fixed point is below
         ``tol`` times the squared standard error of the heads, or when a step
@@ -520,7 +529,9 @@ def refine_heads(
     if norms == "auto" and K > 1:
         at, S, counts = em.last
         gain = free_norm_gain(S, counts, at.variance) * em.n_effective / em.total
-        if 2.0 * gain > (K - 1) * np.log(em.n_effective):
+        if 2.0 * gain > (K - 1) * np.log(em.n_effective) and not (
+            spherical_rows is not None and spherical_rows()
+        ):
             free = em.maximize(S, counts, replace(at, free=True))
             p, converged, _ = _run_em(em, free, tol, max_iter, rho, report)
     return MixtureFit(

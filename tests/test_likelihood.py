@@ -151,3 +151,18 @@ def test_no_likelihood_without_the_refinement():
     for name in ("score_samples", "predict_proba", "bic", "aic"):
         assert not hasattr(model, name)
     assert model.centroid_norms_ is None
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_auto_norms_stay_equal_on_rows_of_one_norm(dtype):
+    # On a sphere a cluster's mean norm measures its spread, not its place:
+    # rows of one norm (TF-IDF, Normalizer's output) keep equal norms under
+    # "auto"; "free" is still honoured.
+    X, _, _ = _unequal_norms()
+    unit = (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(dtype)
+    assert AttentionClustering(3, random_state=0).fit(unit).centroid_norms_ == "equal"
+    free = AttentionClustering(3, centroid_norms="free", random_state=0).fit(unit)
+    assert free.centroid_norms_ == "free"
+    # The same rows at three norms: the test of the norms decides again.
+    scaled = unit * np.array([1.0, 2.0, 3.0])[np.arange(len(unit)) % 3, None]
+    assert AttentionClustering(3, random_state=0).fit(scaled).centroid_norms_ == "free"

@@ -222,6 +222,23 @@ def test_centred_fit_as_numpy(client, mixture):
     )
 
 
+def test_free_norms_as_numpy(client):
+    # Centroids at norms 0.6, 1 and 1.6: both fits take one norm per
+    # centroid and agree; the same rows scaled to one norm keep equal norms
+    # (the test of the rows' norms is a pass on the workers).
+    X, y, C = make_mixture(20_000, 5, 3, noise=0.4, random_state=4)
+    X = X + np.array([-0.4, 0.0, 0.6])[y, None] * C[y]
+    dense = AttentionClustering(3, random_state=0).fit(X)
+    lazy = AttentionClustering(3, random_state=0).fit(_on_cluster(X, (7000, -1)))
+    assert dense.centroid_norms_ == lazy.centroid_norms_ == "free"
+    np.testing.assert_allclose(lazy.cluster_centers_, dense.cluster_centers_, atol=ATOL[np.float64])
+    np.testing.assert_allclose(lazy.means_, dense.means_, atol=1e-8)
+    np.testing.assert_array_equal(lazy.labels_.compute(), dense.labels_)
+    unit = X / np.linalg.norm(X, axis=1, keepdims=True)
+    lazy_unit = AttentionClustering(3, random_state=0).fit(_on_cluster(unit, (7000, -1)))
+    assert lazy_unit.centroid_norms_ == "equal"
+
+
 def test_predict_transform_fit_predict_are_lazy(client, mixture):
     X = mixture[0]
     Xd = _on_cluster(X, (9000, -1))

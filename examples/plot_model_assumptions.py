@@ -6,17 +6,20 @@ When the model fits the data, and when it does not
 head ``mu`` scores a pair of points by ``<x_l, mu> <mu, x_k>``, and a point
 goes to the head it is most aligned with. The paper's model has this
 shape: clusters around unit centroids that are orthogonal, i.e. directions
-through the origin. This example draws four data sets in dimension 10,
+through the origin. This example draws five data sets in dimension 10,
 with the centroids in the plane of the first two coordinates (so the plots
 show the origin and the clusters as they are), and compares
-AttentionClustering, the same after a :class:`~sklearn.preprocessing.Normalizer`,
-and :class:`~sklearn.cluster.KMeans`:
+AttentionClustering at its defaults, the paper's estimator alone (the
+attention layer's heads, directions from the origin: ``center=False,
+refine=None``), AttentionClustering after a
+:class:`~sklearn.preprocessing.Normalizer`, and :class:`~sklearn.cluster.KMeans`:
 
 1. the paper's model: orthogonal unit centroids;
 2. the same directions, each point multiplied by a random positive radius:
    the clusters are directions, their norms are noise;
 3. two clusters in the same direction at different norms;
-4. two clusters away from the origin, seen from it under a small angle.
+4. two clusters away from the origin, seen from it under a small angle;
+5. two clusters on opposite sides of the origin.
 """
 
 # %%
@@ -56,10 +59,14 @@ datasets = {
     "2. directions, random norms": (radius * X_dir, y_dir),
     "3. one direction, two norms": mixture([e1, 3 * e1]),
     "4. away from the origin": mixture([4 * e1 + e2, 4 * e1 - e2]),
+    "5. opposite directions": mixture([e1, -e1]),
 }
 
 models = {
     "AttentionClustering": lambda: AttentionClustering(2, random_state=0),
+    "attention layer alone": lambda: AttentionClustering(
+        2, center=False, refine=None, random_state=0
+    ),
     "Normalizer + AttentionClustering": lambda: make_pipeline(
         Normalizer(), AttentionClustering(2, random_state=0)
     ),
@@ -86,18 +93,27 @@ for data_name, (X, y) in datasets.items():
 # Points in the plane of the centroids, one row per method, coloured by its
 # labels; the black cross is the origin.
 #
-# - 1: all three find the clusters.
+# - 1: every method finds the clusters.
 # - 2: the norms spread the clusters along rays. KMeans, which compares
-#   distances, cuts the rays by norm. AttentionClustering alone is
+#   distances, cuts the rays by norm. The attention layer alone is
 #   unreliable: its risk is a polynomial of degree six in the data, so the
-#   few rows of large norm dominate the stochastic gradients (a
-#   ``ConvergenceWarning`` may show above). A Normalizer puts every point
-#   on the sphere and leaves only the directions, which is what the heads
-#   use.
+#   few rows of large norm dominate it. The default estimator's EM
+#   refinement labels by direction and finds the clusters, as does the
+#   layer after a Normalizer, which puts every point on the sphere.
 # - 3 and 4: the clusters differ by position, not by direction from the
-#   origin. The heads cannot tell them apart; KMeans can.
+#   origin, and the attention layer alone cannot tell them apart. Their
+#   common mean dominates the second moment, so the default
+#   (``center="auto"``) subtracts it, says so in a warning, and finds the
+#   clusters as directions from the mean, each centroid at its own norm
+#   (``centroid_norms="auto"``: the centred centres lie at different
+#   distances from the mean). A Normalizer destroys the difference in 3:
+#   both clusters become one direction.
+# - 5: one axis through the origin carries both clusters. The attention
+#   layer's heads are axes (defined up to sign) and both lie near that one,
+#   so whether its labels split the two sides depends on the draw; the EM
+#   refinement's centroids are vectors, not axes, and separate them.
 
-fig, axes = plt.subplots(3, 4, figsize=(12, 9), layout="constrained")
+fig, axes = plt.subplots(len(models), len(datasets), figsize=(15, 12), layout="constrained")
 for col, (data_name, (X, y)) in enumerate(datasets.items()):
     for row, model_name in enumerate(models):
         ax = axes[row, col]

@@ -110,6 +110,34 @@ def test_collapse_warns_and_names_the_fix():
     np.testing.assert_allclose(auto.mean_, X.mean(axis=0))
 
 
+@pytest.mark.parametrize(
+    ("centroids", "layer_fails"),
+    [
+        # Both heads of the layer lie near the one axis (heads are defined
+        # up to sign): its labels split the two sides or not by the draw.
+        pytest.param([[1.0, 0.0], [-1.0, 0.0]], False, id="opposite"),
+        pytest.param([[4.0, 1.0], [4.0, -1.0]], True, id="away-from-the-origin"),
+        pytest.param([[1.0, 0.0], [3.0, 0.0]], True, id="one-direction-two-norms"),
+    ],
+)
+def test_default_finds_what_the_attention_layer_alone_misses(
+    centroids, layer_fails, global_random_seed
+):
+    # The user guide's poor fits of the attention layer (heads are axes
+    # through the origin) that the default estimator's centring and EM
+    # refinement turn into good ones.
+    C = np.zeros((2, 10))
+    C[:, :2] = centroids
+    X, y, _ = make_mixture(2000, 10, 2, noise=0.3, centroids=C, random_state=global_random_seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        default = AttentionClustering(2, random_state=0).fit(X)
+    assert adjusted_rand_score(y, default.labels_) > 0.95
+    if layer_fails:
+        layer = AttentionClustering(2, center=False, refine=None, random_state=0).fit(X)
+        assert adjusted_rand_score(y, layer.labels_) < 0.2
+
+
 @pytest.mark.parametrize("weights", [None, [0.75, 0.25], [0.9, 0.1]])
 def test_auto_keeps_the_papers_mixtures(weights, global_random_seed):
     X, y, _ = make_mixture(2000, 10, 2, noise=0.3, weights=weights, random_state=global_random_seed)

@@ -42,7 +42,7 @@ _DEFAULT_TOL = {"psgd": 1e-4, "full": 1e-6}
 _DEFAULT_MAX_ITER = {"psgd": 5000, "full": 500}
 # center="auto" centres the data when the squared norm of their mean exceeds
 # this many times the K-th eigenvalue of their second moment. On the paper's
-# mixtures the ratio stays below 5 (weights up to 9:1, sigma >= 0.1); where
+# mixtures the ratio stays below 10 (weights up to 9:1, sigma >= 0.1); where
 # the common mean makes the fit collapse it is above 12 (benchmarks/user_data.py,
 # docs/user_data.md).
 _CENTER_RATIO = 10.0
@@ -50,9 +50,10 @@ _CENTER_RATIO = 10.0
 # dimension K + _SUBSPACE_EXTRA found by subspace iteration, never forming a
 # d x d matrix, and the EM refinement on the rows in R^d.
 # benchmarks/user_data.py times both paths and compares their ARI: the same
-# at every d once the EM leaves the subspace; the subspace path is the
-# faster from d = 1000 on (the d x d path's O(n d^2) against the EM's
-# passes in R^d, which high noise makes more numerous).
+# up to d = 1000 once the EM leaves the subspace (lower at d = 2000 and high
+# noise, where both are near chance); the subspace path is the faster from
+# d = 1000 on (the d x d path's O(n d^2) against the EM's passes in R^d,
+# which high noise makes more numerous).
 _SUBSPACE_MIN_FEATURES = 1000
 _SUBSPACE_EXTRA = 5
 # Dask data never take the subspace path, which needs the rows' projections
@@ -228,8 +229,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         few passes over the data (see :doc:`/performance`).
     refine : {"auto", "em"} or None, default="auto"
         ``"em"``: after the attention solver, maximise the likelihood of the
-        paper's mixture (K centroids of equal norm, isotropic noise, free
-        weights; ``math.md`` section 7) by expectation-maximisation started
+        paper's mixture (K centroids of equal norm, or one norm each with
+        ``centroid_norms``; isotropic noise, free weights; ``math.md``
+        section 7) by expectation-maximisation started
         at the heads. Its E step is a softmax attention of each point over
         the heads. The heads of the attention risk span the principal
         subspace of the second moment, about ``1 + K sigma^2`` times

@@ -776,16 +776,13 @@ def _summary(p):
             )
             or "none"
         )
-        + ". Raw and after Normalizer alone the estimator centres and warns; it is then behind KMeans on "
+        + ". Raw and after Normalizer alone the estimator centres and warns; it is then below 0.8x "
+        + "KMeans' ARI on "
         + (
             ", ".join(
-                sorted(
-                    {
-                        r["data"]
-                        for r in p["real"]
-                        if r["view"] != "StandardScaler" and r["ari"] < 0.8 * r["kmeans"]
-                    }
-                )
+                f"{r['data']} ({r['view']}: {r['ari']:.2f} against {r['kmeans']:.2f})"
+                for r in p["real"]
+                if r["view"] != "StandardScaler" and r["ari"] < 0.8 * r["kmeans"]
             )
             or "none"
         )

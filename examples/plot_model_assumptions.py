@@ -23,7 +23,7 @@ refine=None``), AttentionClustering after a
 """
 
 # %%
-# Four data sets
+# Five data sets
 # --------------
 
 import os

@@ -1103,7 +1103,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             self.n_steps_ = 0
         X = validate_data(self, X, dtype=[np.float64, np.float32], order="C", reset=False)
         weights = check_sample_weight(sample_weight, X)
-        with DenseRows(X, weights, self.scale_, self.n_threads) as data, one_blas_thread():
+        with DenseRows(X, weights, self.scale_, self.n_threads) as rows, one_blas_thread():
+            # The stream's statistics are those of the rows the first fit
+            # clustered: centred on its mean_ when it centred.
+            data = rows.centred(self.mean_) if self.center_ else rows
             p = self._stream.update(data)
             self.cluster_centers_ = p.U.T.astype(X.dtype, copy=False)
             self.weights_ = np.exp(p.log_pi)

@@ -10,7 +10,7 @@ from sklearn.metrics import adjusted_rand_score
 from attention_cluster import AttentionClustering
 from attention_cluster._mixture import LinearisedEM, OnlineEM, refine_heads
 from attention_cluster._passes import DenseRows
-from attention_cluster.datasets import make_mixture
+from attention_cluster.datasets import make_embeddings, make_mixture
 from attention_cluster.metrics import centroid_distance
 
 
@@ -171,3 +171,19 @@ def test_free_norms_stream_to_the_in_memory_fit(global_random_seed):
     assert ratio < 1.25
     fitted = np.sort(np.linalg.norm(stream.means_ - stream.mean_, axis=1))
     np.testing.assert_allclose(fitted, norms, atol=0.05)
+
+
+def test_a_centred_stream_updates_on_centred_rows(global_random_seed):
+    # A common offset makes the first batch's fit centre the data
+    # (center="auto"); the later batches are centred on the same mean_, so
+    # one pass ends at the in-memory fit's centres, not at those of the
+    # uncentred rows.
+    X, y, _ = make_embeddings(6000, 64, 4, offset=3.0, noise=0.05, random_state=global_random_seed)
+    with pytest.warns(UserWarning, match="centred the data"):
+        stream = _stream(AttentionClustering(4, random_state=0), _batches(X, 1000))
+        whole = AttentionClustering(4, random_state=0).fit(X)
+    assert stream.center_ and whole.center_
+    assert adjusted_rand_score(y, stream.predict(X)) > 0.99
+    order = [np.argmax(whole.means_ @ m) for m in stream.means_]
+    assert sorted(order) == list(range(4))
+    np.testing.assert_allclose(stream.means_, whole.means_[order], atol=0.02)

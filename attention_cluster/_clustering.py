@@ -1105,9 +1105,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         weights = check_sample_weight(sample_weight, X)
         with DenseRows(X, weights, self.scale_, self.n_threads) as rows, one_blas_thread():
             # The stream's statistics are those of the rows the first fit
-            # clustered: centred on its mean_ when it centred.
-            data = rows.centred(self.mean_) if self.center_ else rows
-            p = self._stream.update(data)
+            # clustered: centred on its mean_ when it centred. The labels
+            # take the rows as given (predict's rule puts mean_ in the bias).
+            p = self._stream.update(rows.centred(self.mean_) if self.center_ else rows)
             self.cluster_centers_ = p.U.T.astype(X.dtype, copy=False)
             self.weights_ = np.exp(p.log_pi)
             self.concentration_ = _concentration(p.radii, p.variance, self.scale_)
@@ -1115,7 +1115,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             self.covariances_ = np.full(
                 self.n_clusters, max(self.scale_**2 * p.variance, np.finfo(float).tiny)
             )
-            self.labels_ = self._labels(data)
+            self.labels_ = self._labels(rows)
         self.moment_heads_ = (self._stream.moment @ p.U).T
         self.n_steps_ += 1
         return self

@@ -187,3 +187,14 @@ def test_a_centred_stream_updates_on_centred_rows(global_random_seed):
     order = [np.argmax(whole.means_ @ m) for m in stream.means_]
     assert sorted(order) == list(range(4))
     np.testing.assert_allclose(stream.means_, whole.means_[order], atol=0.02)
+
+
+def test_a_centred_stream_labels_its_last_batch_as_predict_does(global_random_seed):
+    # predict's rule puts mean_ in the bias, so labels_ must be taken on the
+    # rows as given; on rows centred first, mean_ would count twice (2% of
+    # the labels differ at this noise).
+    X, _, _ = make_embeddings(6000, 64, 4, offset=3.0, noise=0.4, random_state=global_random_seed)
+    with pytest.warns(UserWarning, match="centred the data"):
+        stream = _stream(AttentionClustering(4, random_state=0), _batches(X, 1000))
+    assert stream.center_
+    np.testing.assert_array_equal(stream.labels_, stream.predict(X[-1000:]))

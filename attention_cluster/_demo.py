@@ -3,8 +3,8 @@
 Fits AttentionClustering, KMeans and GaussianMixture on the paper's mixture
 (d=10, K=2, sigma in {0.3, 1}, n=20000) and on the wine data set that ships
 with scikit-learn (standardised in a Pipeline, the preprocessing the user
-guide recommends for measurements in different units), and prints one table, then one line explaining each column
-(``COLUMNS``).
+guide recommends for measurements in different units), and prints one
+table, then one line explaining each column (``COLUMNS``).
 """
 
 import time

@@ -77,6 +77,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     ``mean_``) gets the label with the largest bias: the heaviest cluster
     after the EM refinement, cluster 0 without it.
 
+    Every fitted array has X's dtype (float32 stays float32), except those
+    of ``mixture_``, which keep float64. How a fit runs, stage by stage,
+    and where each attribute comes from: the user guide, :doc:`/user_guide/fit`.
+
     Parameters
     ----------
     n_clusters : int, default=2
@@ -243,7 +247,17 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     covariances_ : ndarray of shape (n_clusters,)
         With the EM refinement: the variance ``(s tau)^2`` of each
         component, one value shared by all (spherical, as
-        :class:`~sklearn.mixture.GaussianMixture`'s ``"spherical"``).
+        :class:`~sklearn.mixture.GaussianMixture`'s ``"spherical"``);
+        infinite where it exceeds the dtype's range (rows beyond about
+        ``1e154`` in float64), which no prediction reads: they use
+        ``mixture_``.
+    mixture_ : SphericalMixture or None
+        The fitted mixture at unit scale, ``(x - mean_) / scale_ | Z = k ~
+        N(r_k mu_k, tau^2 I)`` (``math.md`` section 7), whose methods give
+        :meth:`predict_proba`, :meth:`score_samples`, :meth:`bic` and
+        :meth:`aic` from one centred formula, with its variance floored at
+        ``1e-12`` of the rows' mean squared norm per feature; float64. None
+        without the EM refinement.
     concentration_ : ndarray of shape (n_clusters,) or None
         After the EM refinement, ``r_h / (tau^2 scale_)`` for each centre,
         with ``r_h / tau^2`` the inverse temperature of the fitted
@@ -546,7 +560,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
         The stream's statistics are held at the scale ``scale_`` of the
         first batch: a later batch whose rows are more than ``1e100`` times
-        that scale raises ValueError and leaves the estimator as it was.
+        that scale (``1.8e16`` for float32 rows) raises ValueError and leaves
+        the estimator as it was.
         Sparse batches are not densified.
 
         Parameters
@@ -590,7 +605,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         result = self._result
         unit = (rows.centred(result.mean) if result.centred else rows).rescaled(result.scale)
         peak = unit.peak()
-        if not peak <= _STREAM_MAX_MAGNITUDE:
+        # Squares of the rows at unit scale (moment_heads_) must stay finite in X's dtype.
+        limit = min(_STREAM_MAX_MAGNITUDE, 1e-3 * np.sqrt(np.finfo(rows.dtype).max))
+        if not peak <= limit:
             raise ValueError(
                 f"This batch's rows reach {peak:.3g} times the scale fixed by the first batch "
                 f"(scale_={result.scale:.3g}): the stream's statistics cannot hold both "

@@ -58,7 +58,8 @@ class _Params:
         U = v[: d * K].reshape(d, K)
         norms = np.linalg.norm(U, axis=0)
         radii = np.broadcast_to(v[d * K : d * K + m], (K,)).copy()
-        if np.any(norms == 0.0) or not np.all(np.isfinite(v)) or np.any(radii <= 0.0):
+        # A zero norm is a centroid at the mean; a negative one is off the model.
+        if np.any(norms == 0.0) or not np.all(np.isfinite(v)) or np.any(radii < 0.0):
             return None
         tail = v[d * K + m + 1 :]
         log_pi = tail - np.logaddexp.reduce(tail)

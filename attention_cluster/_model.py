@@ -38,6 +38,9 @@ MIN_VARIANCE = 1e-12
 class SphericalMixture:
     """A spherical Gaussian mixture in the unit coordinates ``y = (x - offset) / scale``.
 
+    The fitted model of :class:`~attention_cluster.AttentionClustering` (its ``mixture_``),
+    from which every prediction of the estimator is computed.
+
     Parameters
     ----------
     centers : ndarray of shape (n_clusters, n_features)

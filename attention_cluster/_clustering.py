@@ -489,7 +489,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         self.n_iter_ = result.n_iter
         self.loss_curve_ = result.loss_curve
         self.refine_n_iter_ = result.refine_n_iter
-        self._result = result
+        # What partial_fit's stream starts from and updates (labels_ holds the labels).
+        self._result = replace(result, labels=None)
 
     def predict(self, X):
         """Cluster of each row: ``argmax_h <x - mean_, c_h>``, or the posterior mode.

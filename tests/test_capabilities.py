@@ -31,6 +31,7 @@ ESTIMATORS = {
     "free-norms": AttentionClustering(3, centroid_norms="free", random_state=0),
     "no-refinement": AttentionClustering(3, refine=None, random_state=0),
     "psgd": AttentionClustering(3, solver="psgd", max_iter=500, random_state=0),
+    "psgd-em": AttentionClustering(3, solver="psgd", refine="em", max_iter=500, random_state=0),
     "dynamics": SelfAttentionDynamics(),
     "quantizer": InContextQuantizer(3),
     "quantizer-softmax": InContextQuantizer(3, attention="softmax"),
@@ -119,7 +120,7 @@ DOCUMENTED = {
     # A stream's batches are in memory; fit reads Dask arrays in passes.
     **{
         (name, kind, "partial_fit"): (TypeError, lambda e: "batches in memory" in str(e))
-        for name in ("default", "free-norms", "no-refinement", "psgd")
+        for name in ("default", "free-norms", "no-refinement", "psgd", "psgd-em")
         for kind in ("dask-sync", "dask-cluster", "dask-dataframe")
     },
 }

@@ -12,6 +12,8 @@ from pathlib import Path
 DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
 sys.path.insert(0, str(ROOT))
+# docs/gallery_order.py, named by the gallery's configuration below.
+sys.path.insert(0, str(DOCS))
 
 import attention_cluster  # noqa: E402
 
@@ -69,7 +71,8 @@ sphinx_gallery_conf = {
     # Only plot_*.py files are gallery examples; helper modules that live in
     # examples/ (shared code, figure drivers) are neither run nor listed.
     "ignore_pattern": r"^(?!plot_)",
-    "within_subsection_order": "FileNameSortKey",
+    # The tasks users bring first, then the paper's figures.
+    "within_subsection_order": "gallery_order.tasks_first",
     "download_all_examples": False,
     "remove_config_comments": True,
     "plot_gallery": "True",

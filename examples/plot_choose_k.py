@@ -39,7 +39,7 @@ from attention_cluster import AttentionClustering, SelfAttentionDynamics
 from attention_cluster.datasets import make_mixture
 
 TRUE_K = 4
-X, y, _ = make_mixture(3000, 10, TRUE_K, noise=0.5, random_state=0)
+X, y, _ = make_mixture(2000, 10, TRUE_K, noise=0.5, random_state=0)
 
 start = time.perf_counter()
 dynamics = SelfAttentionDynamics(random_state=0).fit(X)

@@ -1,6 +1,6 @@
 """
 Clustering embeddings: tens of clusters in 384 dimensions, against KMeans
-========================================================================
+=========================================================================
 
 The task: sentence or image embeddings (unit vectors from a model), and
 tens of groups to find among them. Embeddings are directions, and they

@@ -1,6 +1,6 @@
 """
 A stream of batches: partial_fit against MiniBatchKMeans
-=======================================================
+========================================================
 
 The task: the data arrive in batches (a log, a sensor, a crawl) and are not
 kept. scikit-learn's answer is :meth:`sklearn.cluster.MiniBatchKMeans.partial_fit`:

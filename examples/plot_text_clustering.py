@@ -1,6 +1,6 @@
 """
 Clustering documents: TF-IDF, against KMeans and MiniBatchKMeans
-===============================================================
+================================================================
 
 The task: a pile of documents, no labels, and the question "what are they
 about?". The usual recipe is scikit-learn's: a

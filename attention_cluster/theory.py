@@ -1,18 +1,20 @@
-"""Closed forms of the paper's theory: temperatures, risks, population PGD.
+r"""Closed forms of the paper's theory: temperatures, risks, population PGD.
 
 Every function cites the proposition of the paper (or the section of
-``math.md``) it implements and is tested against a Monte Carlo estimate or an
+:mathmd:`math.md <1>`) it implements and is tested against a Monte Carlo estimate or an
 exact enumeration in ``tests/test_theory.py``; ``docs/theory.md`` gives the
 derivations. ``noise`` is the mixture's sigma, ``sequence_length`` its L
 (``np.inf`` for the limit), ``temperature`` the lambda of the layer. Unless
 stated otherwise, the mixture has ``n_clusters`` equal-weight orthonormal
-centroids (``math.md`` section 1) and the linear layer with K heads
-``U = [mu_1 ... mu_K]`` is (``math.md`` section 2)::
+centroids (:mathmd:`1`) and the linear layer with K heads
+:math:`U = [\mu_1, \dots, \mu_K]` is (:mathmd:`2`)
 
-    T(X)_l = (lambda K / L) * sum_k X_k X_k^T U U^T X_l.
+.. math::
+
+    T(X)_\ell = \frac{\lambda K}{L} \sum_{k=1}^{L} X_k X_k^\top U U^\top X_\ell .
 
 All the risks below are exact: they come from one computation, the Gaussian
-moments of ``E||X_1 - T(X)_1||^2`` (Isserlis' theorem, through the cumulants
+moments of :math:`\mathbb{E} \|X_1 - T(X)_1\|^2` (Isserlis' theorem, through the cumulants
 of Gaussian quadratic forms), written out in ``docs/theory.md``.
 """
 
@@ -106,7 +108,7 @@ def unbiased_temperature(noise, sequence_length=np.inf, n_clusters=2):
         lambda = L / (K (1 + (K + 2) sigma^2) + (L - 1)(1 + K sigma^2)),
 
     which for the paper's K = 2 is ``L / ((L + 1) + 2 (L + 3) sigma^2)``
-    (Prop. 4.1, ``math.md`` section 4) and tends to ``1 / (1 + K sigma^2)``
+    (Prop. 4.1, :mathmd:`4`) and tends to ``1 / (1 + K sigma^2)``
     as ``L -> infinity``. The K-cluster form is derived the same way
     (Isserlis: ``E[||P X||^2 X | Z = c] = (1 + (K + 2) sigma^2) mu*_c`` for
     the projection P onto the centroids' span).
@@ -150,7 +152,7 @@ def in_context_unbiased_temperature(noise, sequence_length, n_features, n_cluste
         lambda = (L / K) / (1 + (d + 2) sigma^2 + (L - 1)(1/K + sigma^2)),
 
     which for the paper's K = 2 is Prop. 5.1, ``(L / 2) / (1 + (d + 2)
-    sigma^2 + (L - 1)(1/2 + sigma^2))`` (``math.md`` section 4), and tends
+    sigma^2 + (L - 1)(1/2 + sigma^2))`` (:mathmd:`4`), and tends
     to ``1 / (1 + K sigma^2)`` as ``L -> infinity``. With it,
     ``E[T^ctx(X)_1 | Z_1 = c] = mu*_c``.
 
@@ -327,8 +329,8 @@ def population_risk(heads, centroids, noise, temperature, sequence_length=np.inf
 
     ``R(U) = E[(1/L) sum_l ||X_l - T(X)_l||^2] = E||X_1 - T(X)_1||^2`` for the
     layer ``T(X)_l = (lambda K / L) sum_k X_k X_k^T U U^T X_l`` with K heads
-    (``math.md`` sections 2-3) and i.i.d. tokens from the Gaussian mixture
-    with the given centroids, weights and noise (``math.md`` section 1).
+    (:mathmd:`math.md sections 2-3 <2>`) and i.i.d. tokens from the Gaussian mixture
+    with the given centroids, weights and noise (:mathmd:`1`).
 
     The paper gives this risk as a polynomial in the overlaps of the heads
     with the centroids (Prop. 3.1; its Appendix C.1 is not available). Here it
@@ -389,8 +391,8 @@ def population_risk_gradient(
 
     ``R`` depends on the heads through ``P = U U^T`` only, so
     ``grad_U R = 2 G U`` with ``G = dR/dP`` (``docs/theory.md``, "Gradient").
-    The Riemannian gradient on the sphere used by PGD (``math.md``
-    section 3) is its projection ``(I - mu_h mu_h^T) grad_{mu_h}``.
+    The Riemannian gradient on the sphere used by PGD (:mathmd:`math.md
+    section 3 <3>`) is its projection ``(I - mu_h mu_h^T) grad_{mu_h}``.
 
     Parameters
     ----------
@@ -507,7 +509,7 @@ def _pairwise_terms(U, centroids, weights, s):
 
 
 def pairwise_regularizer(heads, centroids, noise, weights=None):
-    """Population value of the pairwise regularizer (``math.md`` section 3).
+    """Population value of the pairwise regularizer (:mathmd:`3`).
 
     ``r(U) = sum_{j<k} E[<mu_j, X>^2 <mu_k, X>^2]`` for X drawn from the
     mixture (paper, section 3.3: ``r(mu_0, mu_1) = E[<mu_0, X_1>^2
@@ -546,7 +548,7 @@ def pairwise_regularizer_gradient(heads, centroids, noise, weights=None):
     """Euclidean gradient of :func:`pairwise_regularizer` in the heads.
 
     ``grad_{mu_j} r = 2 sum_{k != j} E[<mu_k, X>^2 X X^T] mu_j``
-    (``math.md`` section 3; closed form in ``docs/theory.md``).
+    (:mathmd:`3`; closed form in ``docs/theory.md``).
 
     Parameters
     ----------
@@ -828,7 +830,7 @@ def auto_temperature(noise, sequence_length, n_clusters, n_features, eigenvalues
       eigenvalue of the unit-scale second moment M (``eigenvalues``, in
       descending order). For large L a head on a direction of second moment
       m lowers the risk by ``f(m) = a m^2 (2 - a m)``, ``a = lambda K``
-      (``math.md`` section 3), which grows with m only while ``a m < 4/3``;
+      (:mathmd:`3`), which grows with m only while ``a m < 4/3``;
       the token's attention to itself adds about ``tr(M) / L`` to m. With
       equal weights the cap is near the unbiased temperature; with unequal
       weights the heaviest cluster has the largest m and, without the cap,
@@ -1083,7 +1085,7 @@ def _in_context(noise, temperature, sequence_length, n_features, n_clusters):
 def in_context_risk(noise, temperature, sequence_length, n_features, n_clusters=2):
     """Risk of the parameter-free in-context layer (Prop. 5.2).
 
-    ``T^ctx(X)_l = (lambda K / L) (X^T X) X_l`` (``math.md`` section 2, the
+    ``T^ctx(X)_l = (lambda K / L) (X^T X) X_l`` (:mathmd:`2`, the
     sum of d orthonormal heads, K = 2 in the paper) on prompts whose
     orthonormal centroids are drawn afresh for each prompt. The layer is
     rotation invariant, so the risk is that of any fixed centroids:
@@ -1217,7 +1219,7 @@ def population_pgd(
 ):
     """Projected (Riemannian) gradient descent on the exact population risk.
 
-    The paper's (PGD) iterates (section 2; ``math.md`` section 3) on the
+    The paper's (PGD) iterates (section 2; :mathmd:`3`) on the
     closed-form objective ``R(U) + rho r(U)`` (:func:`population_risk`,
     :func:`pairwise_regularizer`), with no sampling::
 
@@ -1358,8 +1360,8 @@ def sequence_loss_gradient(tokens, heads, temperature, *, n_clusters=None):
     For a sequence ``X`` of L tokens (L x d) and the heads as the columns of
     U, the loss is ``(1/L) ||T(X) - X||_F^2`` with the linear layer
     ``T(X) = c X U U^T X^T X``, ``c = lambda K / L``; with ``A = X U``,
-    ``G = X^T A`` and ``E = c A G^T - X``, its gradient is (``math.md``
-    section 3)::
+    ``G = X^T A`` and ``E = c A G^T - X``, its gradient is (:mathmd:`math.md
+    section 3 <3>`)::
 
         grad_U = (2c / L) X^T (E G + X (E^T A)),
 
@@ -1427,7 +1429,7 @@ def psgd_path(
 ):
     """The paper's PSGD with a constant step, and the heads it passes through.
 
-    The (PSGD) iterates of the paper (section 2; ``math.md`` section 3) on
+    The (PSGD) iterates of the paper (section 2; :mathmd:`3`) on
     sequences of ``sequence_length`` tokens drawn uniformly with replacement
     from the rows of X: step t averages the gradient of the sequence loss
     (:func:`sequence_loss_gradient`) and of ``reg_strength`` times the
@@ -1462,7 +1464,7 @@ def psgd_path(
     batch_size : int, default=1
         Sequences averaged in each step.
     regularization : {"pairwise", "product"} or None, default=None
-        The regulariser r (``math.md`` section 3); None for the risk alone.
+        The regulariser r (:mathmd:`3`); None for the risk alone.
     reg_strength : float, default=0.0
         rho >= 0, the weight of r.
     gradient : {"riemannian", "euclidean"}, default="riemannian"

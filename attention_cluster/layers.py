@@ -93,9 +93,9 @@ def _finish(out, original_ndim):
 
 
 def linear_attention(X, heads, *, temperature=1.0, n_clusters=None):
-    """Predictor with linear attention heads, on one prompt or a batch.
+    r"""Predictor with linear attention heads, on one prompt or a batch.
 
-    ``T(X)_l = (lambda K / L) sum_h sum_k <X_l, mu_h><mu_h, X_k> X_k``
+    :math:`T(X)_\ell = \frac{\lambda K}{L} \sum_h \sum_k \langle X_\ell, \mu_h \rangle \langle \mu_h, X_k \rangle X_k`
     (:mathmd:`2`; paper, section 2, where ``K = 2`` gives the
     factor ``2 / L``). With ``U = heads.T`` it is computed as ``A = X U``,
     ``G = X^T A``, ``T = (lambda K / L) A G^T``: ``O(L d K)`` per prompt, no
@@ -147,13 +147,13 @@ def linear_attention(X, heads, *, temperature=1.0, n_clusters=None):
 
 
 def in_context_attention(X, *, temperature=1.0, n_clusters=2):
-    """In-context linear attention layer, without any learned parameter.
+    r"""In-context linear attention layer, without any learned parameter.
 
-    ``T^ctx(X)_l = (lambda K / L) sum_k <X_l, X_k> X_k = (lambda K / L)
-    (X^T X) X_l`` (:mathmd:`2`; paper, section 5): the sum of
+    :math:`T^{\mathrm{ctx}}(X)_\ell = \frac{\lambda K}{L} \sum_k \langle X_\ell, X_k \rangle X_k
+    = \frac{\lambda K}{L} (X^\top X) X_\ell` (:mathmd:`2`; paper, section 5): the sum of
     ``d`` orthonormal linear heads, i.e. keys, queries and values equal to
     the identity. It is computed as ``X (X^T X)``, ``O(L d^2)`` per prompt.
-    At a fixed temperature it is cubic in X: ``T^ctx(c X) = c^3 T^ctx(X)``.
+    At a fixed temperature it is cubic in X: :math:`T^{\mathrm{ctx}}(c X) = c^3 T^{\mathrm{ctx}}(X)`.
     Prop. 5.1 gives the temperature that centres ``T^ctx(X)_l`` on the
     centroid of token l (see :class:`attention_cluster.InContextQuantizer`).
 
@@ -227,9 +227,9 @@ def _softmax_aggregate(queries, keys, values, temperature):
 
 
 def softmax_attention(X, heads, *, temperature=1.0):
-    """Softmax attention heads, summed over the heads, on one prompt or a batch.
+    r"""Softmax attention heads, summed over the heads, on one prompt or a batch.
 
-    ``T^soft(X)_l = sum_h sum_k softmax_k(lambda <X_l, mu_h><mu_h, X_k>) X_k``
+    :math:`T^{\mathrm{soft}}(X)_\ell = \sum_h \sum_k \mathrm{softmax}_k(\lambda \langle X_\ell, \mu_h \rangle \langle \mu_h, X_k \rangle) X_k`
     (:mathmd:`2`: the practical head ``H^soft_mu`` that the paper
     simplifies into a linear head, summed over heads like the linear
     predictor). The softmax normalises each head, so no ``K / L`` factor
@@ -275,9 +275,9 @@ def softmax_attention(X, heads, *, temperature=1.0):
 
 
 def in_context_softmax_attention(X, *, temperature=1.0):
-    """Softmax attention with keys, queries and values equal to the identity.
+    r"""Softmax attention with keys, queries and values equal to the identity.
 
-    ``T^soft,ctx(X)_l = sum_k softmax_k(lambda <X_l, X_k>) X_k``: the softmax
+    :math:`T^{\mathrm{soft,ctx}}(X)_\ell = \sum_k \mathrm{softmax}_k(\lambda \langle X_\ell, X_k \rangle) X_k`: the softmax
     counterpart of :func:`in_context_attention` (paper, section 5, before the
     linear simplification). Unlike the linear layer it is not a sum of
     ``d`` one-dimensional heads; it is one head whose query-key matrix is the

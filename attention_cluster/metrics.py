@@ -191,13 +191,13 @@ def _error_independent(gap, scale_c, scale_others):
 
 
 def bayes_error(centroids, noise, weights=None, heads=None):
-    """Error rate of the labelling rule ``argmax_c <x, mu_c>`` on a mixture.
+    r"""Error rate of the labelling rule ``argmax_c <x, mu_c>`` on a mixture.
 
-    For the mixture ``Z ~ Categorical(weights)``, ``X | Z = c ~
-    N(mu*_c, sigma^2 I)`` (:mathmd:`1`), the rule labels x with
-    ``argmax_c <x, mu_c>``, where ``mu_c = heads[c]`` (default: the
+    For the mixture :math:`Z \sim \mathrm{Categorical}(w)`,
+    :math:`X \mid Z = c \sim \mathcal{N}(\mu^\star_c, \sigma^2 I)` (:mathmd:`1`), the rule labels x with
+    :math:`\arg\max_c \langle x, \mu_c \rangle`, where ``mu_c = heads[c]`` (default: the
     centroids themselves), and errs with probability
-    ``sum_c w_c P(argmax_j <X, mu_j> != c | Z = c)``. With equal weights and
+    :math:`\sum_c w_c \mathbb{P}(\arg\max_j \langle X, \mu_j \rangle \ne c \mid Z = c)`. With equal weights and
     equal-norm centroids this rule is the Bayes classifier and the value is
     the Bayes error; otherwise it is the error of the rule the paper uses.
 
@@ -293,15 +293,18 @@ def bayes_error(centroids, noise, weights=None, heads=None):
 
 
 def interference(noise, n_clusters=2):
-    """The paper's interference I(sigma), for K orthonormal clusters.
+    r"""The paper's interference I(sigma), for K orthonormal clusters.
 
-    Error of the rule ``argmax_c <x, mu*_c>`` on the equal-weight mixture of
-    K orthonormal centroids (:mathmd:`1`; paper, section 3.2)::
+    Error of the rule :math:`\arg\max_c \langle x, \mu^\star_c \rangle` on the equal-weight mixture of
+    K orthonormal centroids (:mathmd:`1`; paper, section 3.2)
 
-        I(sigma) = P(N(0, sigma^2) >= sqrt(2) / 2) = Phi(-1 / (sqrt(2) sigma))
+    .. math::
+
+        I(\sigma) = \mathbb{P}\big(\mathcal{N}(0, \sigma^2) \ge \tfrac{\sqrt 2}{2}\big)
+        = \Phi\Big(-\frac{1}{\sqrt 2\, \sigma}\Big)
 
     for K = 2, and for any K the 1-D integral
-    ``1 - E_t[Phi(t + 1 / sigma)^(K - 1)]``, ``t ~ N(0, 1)`` (the scores are
+    :math:`1 - \mathbb{E}_t[\Phi(t + 1 / \sigma)^{K - 1}]`, :math:`t \sim \mathcal{N}(0, 1)` (the scores are
     independent), as in :func:`bayes_error`. ``I(0.3) ~ 0.0092`` (low
     interference) and ``I(1) ~ 0.240`` (high interference).
 

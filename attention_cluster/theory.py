@@ -634,13 +634,15 @@ def _needs_dimension(s, L, n_features):
 def manifold_risk_coefficients(
     noise, temperature, sequence_length=np.inf, n_clusters=2, n_features=None
 ):
-    """Constants of the risk restricted to the manifold M (Lemma 3.2).
+    r"""Constants of the risk restricted to the manifold M (Lemma 3.2).
 
     On ``M = {heads with <mu_h, mu*_j> = 0 and <mu_h, mu_j> = 0 for j != h}``
-    the risk only depends on the alignments ``kappa_h = <mu_h, mu*_h>``::
+    the risk only depends on the alignments :math:`\kappa_h = \langle \mu_h, \mu^\star_h \rangle`
 
-        R(kappa) = D - B sum_h kappa_h^2 + A sum_h kappa_h^4
-                   + C (sum_h kappa_h^2)^2
+    .. math::
+
+        R(\kappa) = D - B \sum_h \kappa_h^2 + A \sum_h \kappa_h^4
+        + C \Big(\sum_h \kappa_h^2\Big)^2
 
     (Lemma 3.2 for K = 2; the paper's explicit constants, Lemma C.1, are not
     available and were re-derived, see ``docs/theory.md``). ``A, C >= 0``,
@@ -760,26 +762,30 @@ def manifold_optimal_alignment(
 
 
 def lambda_star(noise, sequence_length=np.inf, n_clusters=2, n_features=None):
-    """Largest temperature with the heads at the centroids as minimisers on M.
+    r"""Largest temperature with the heads at the centroids as minimisers on M.
 
     Prop. 3.3 (explicit form in the paper's Prop. C.2, not available,
     re-derived here): on the manifold M the risk is convex in
     ``u = (kappa_h^2)_h`` (:func:`manifold_risk_coefficients`), so the
     corners ``kappa_h = +-1`` are its global minimisers iff
-    ``dR/du_h <= 0`` at ``u = 1``, i.e. iff ``lambda <= lambda*`` with::
+    ``dR/du_h <= 0`` at ``u = 1``, i.e. iff :math:`\lambda \le \lambda^\star` with
 
-        lambda* = (2 / K) a1' / (a2' + 2 a2'' + 2 K a2'''),
+    .. math::
+
+        \lambda^\star = \frac{2}{K} \, \frac{a_1'}{a_2' + 2 a_2'' + 2 K a_2'''} ,
 
     where ``a1'`` and ``a2', a2'', a2'''`` are the coefficients of
     ``S1 = sum u``, ``S2 = sum u^2`` and ``S1^2`` in the two moments of the
     layer (``docs/theory.md``, "lambda*"). This is a closed form, exact for
     any K (orthonormal equal-weight centroids, K heads, factor
-    ``c = lambda K / L``). Special cases::
+    ``c = lambda K / L``). Special cases:
 
-        sigma = 0:       lambda* = L (L + K - 1) / (K^2 + 3K(L-1) + (L-1)(L-2))
-                                 = (L + 1) / (L + 3)                  (K = 2)
-        L -> infinity:   lambda* = 2 (1 + 2K sigma^2) / (2 + 5K sigma^2 + 3K^2 sigma^4)
-                                 = (1 + 4 sigma^2) / (1 + 5 sigma^2 + 6 sigma^4)  (K = 2)
+    .. math::
+
+        \sigma = 0: \quad \lambda^\star &= \frac{L (L + K - 1)}{K^2 + 3K(L-1) + (L-1)(L-2)}
+        = \frac{L + 1}{L + 3} \quad (K = 2), \\
+        L \to \infty: \quad \lambda^\star &= \frac{2 (1 + 2K\sigma^2)}{2 + 5K\sigma^2 + 3K^2\sigma^4}
+        = \frac{1 + 4\sigma^2}{1 + 5\sigma^2 + 6\sigma^4} \quad (K = 2).
 
     For finite L and sigma > 0, lambda* also depends on d (the paper writes
     ``lambda*(sigma, L)``): the token attending to itself brings
@@ -956,14 +962,16 @@ def _oracle(noise, temperature, sequence_length, n_features, n_clusters):
 
 
 def oracle_risk(noise, temperature, sequence_length, n_features, n_clusters=2):
-    """Risk of the oracle linear layer, heads at the centroids (Prop. 4.2).
+    r"""Risk of the oracle linear layer, heads at the centroids (Prop. 4.2).
 
     ``R = a0 - 2 lambda K a1 + (lambda K)^2 a2``: the manifold risk
     (:func:`manifold_risk`) at ``kappa = 1``, for any temperature and finite
     or infinite L (``docs/theory.md``, "Oracle layer"). As L -> infinity,
-    with ``s = sigma^2``::
+    with :math:`s = \sigma^2`
 
-        R_inf(lambda) = 1 + d s - 2 lambda (1 + K s)^2 + lambda^2 (1 + K s)^3,
+    .. math::
+
+        R_\infty(\lambda) = 1 + d s - 2 \lambda (1 + K s)^2 + \lambda^2 (1 + K s)^3 ,
 
     minimal at ``lambda = 1 / (1 + K s)`` (Prop. 4.2's
     ``(1 + 4s + 4s^2) / (1 + 6s + 12s^2 + 8s^3)`` for K = 2) where it equals
@@ -1083,7 +1091,7 @@ def _in_context(noise, temperature, sequence_length, n_features, n_clusters):
 
 
 def in_context_risk(noise, temperature, sequence_length, n_features, n_clusters=2):
-    """Risk of the parameter-free in-context layer (Prop. 5.2).
+    r"""Risk of the parameter-free in-context layer (Prop. 5.2).
 
     ``T^ctx(X)_l = (lambda K / L) (X^T X) X_l`` (:mathmd:`2`, the
     sum of d orthonormal heads, K = 2 in the paper) on prompts whose
@@ -1091,10 +1099,12 @@ def in_context_risk(noise, temperature, sequence_length, n_features, n_clusters=
     rotation invariant, so the risk is that of any fixed centroids:
     ``a0 - 2 lambda K a1 + (lambda K)^2 a2`` for finite or infinite L and any
     temperature (``docs/theory.md``, "In-context layer"). As L -> infinity,
-    with ``s = sigma^2``::
+    with :math:`s = \sigma^2`
 
-        R_inf = 1 + d s - 2 lambda K [K (1/K + s)^2 + (d - K) s^2]
-                + (lambda K)^2 [K (1/K + s)^3 + (d - K) s^3],
+    .. math::
+
+        R_\infty = 1 + d s - 2 \lambda K \big[K (1/K + s)^2 + (d - K) s^2\big]
+        + (\lambda K)^2 \big[K (1/K + s)^3 + (d - K) s^3\big] ,
 
     below ``d sigma^2`` for a range of temperatures around
     :func:`in_context_optimal_temperature`.
@@ -1154,12 +1164,14 @@ def in_context_conditional_variance(noise, temperature, sequence_length, n_featu
 
 
 def in_context_optimal_temperature(noise, n_features, sequence_length=np.inf, n_clusters=2):
-    """Temperature minimising :func:`in_context_risk` (Prop. 5.2).
+    r"""Temperature minimising :func:`in_context_risk` (Prop. 5.2).
 
-    ``lambda K = a1 / a2``; as L -> infinity, for K = 2::
+    ``lambda K = a1 / a2``; as L -> infinity, for K = 2
 
-        lambda = [2 (sigma^2 + 1/2)^2 + (d - 2) sigma^4]
-                 / (2 [2 (sigma^2 + 1/2)^3 + (d - 2) sigma^6]),
+    .. math::
+
+        \lambda = \frac{2 (\sigma^2 + 1/2)^2 + (d - 2) \sigma^4}
+        {2 \big[2 (\sigma^2 + 1/2)^3 + (d - 2) \sigma^6\big]} ,
 
     the temperature of Prop. 5.2.
 
@@ -1217,14 +1229,16 @@ def population_pgd(
     tol=1e-10,
     weights=None,
 ):
-    """Projected (Riemannian) gradient descent on the exact population risk.
+    r"""Projected (Riemannian) gradient descent on the exact population risk.
 
     The paper's (PGD) iterates (section 2; :mathmd:`3`) on the
     closed-form objective ``R(U) + rho r(U)`` (:func:`population_risk`,
-    :func:`pairwise_regularizer`), with no sampling::
+    :func:`pairwise_regularizer`), with no sampling:
 
-        g_h  = (I - mu_h mu_h^T) grad_{mu_h},
-        mu_h <- (mu_h - gamma g_h) / ||mu_h - gamma g_h||.
+    .. math::
+
+        g_h = (I - \mu_h \mu_h^\top) \nabla_{\mu_h}, \qquad
+        \mu_h \leftarrow \frac{\mu_h - \gamma g_h}{\|\mu_h - \gamma g_h\|} .
 
     Started on the manifold M with ``lambda <= lambda*`` (Thm. 3.4) the
     heads converge to the centroids up to sign; with ``sigma = 0`` this is
@@ -1355,15 +1369,17 @@ def _finite_matrix(a, name, n_features=None):
 
 
 def sequence_loss_gradient(tokens, heads, temperature, *, n_clusters=None):
-    """Loss of the linear layer on one sequence and its Euclidean gradient in the heads.
+    r"""Loss of the linear layer on one sequence and its Euclidean gradient in the heads.
 
     For a sequence ``X`` of L tokens (L x d) and the heads as the columns of
     U, the loss is ``(1/L) ||T(X) - X||_F^2`` with the linear layer
     ``T(X) = c X U U^T X^T X``, ``c = lambda K / L``; with ``A = X U``,
     ``G = X^T A`` and ``E = c A G^T - X``, its gradient is (:mathmd:`math.md
-    section 3 <3>`)::
+    section 3 <3>`)
 
-        grad_U = (2c / L) X^T (E G + X (E^T A)),
+    .. math::
+
+        \nabla_U = \frac{2c}{L} X^\top \big(E G + X (E^\top A)\big) ,
 
     the per-sequence gradient that PSGD averages (:func:`psgd_path`),
     computed by the same kernel in O(L d K), without the L x L attention
@@ -1427,17 +1443,19 @@ def psgd_path(
     n_clusters=None,
     random_state=None,
 ):
-    """The paper's PSGD with a constant step, and the heads it passes through.
+    r"""The paper's PSGD with a constant step, and the heads it passes through.
 
     The (PSGD) iterates of the paper (section 2; :mathmd:`3`) on
     sequences of ``sequence_length`` tokens drawn uniformly with replacement
     from the rows of X: step t averages the gradient of the sequence loss
     (:func:`sequence_loss_gradient`) and of ``reg_strength`` times the
     regulariser ``r`` on the same tokens over ``batch_size`` sequences, then
-    moves each head on its sphere::
+    moves each head on its sphere:
 
-        g_h  = (I - mu_h mu_h^T) grad_{mu_h},
-        mu_h <- (mu_h - gamma g_h) / ||mu_h - gamma g_h||.
+    .. math::
+
+        g_h = (I - \mu_h \mu_h^\top) \nabla_{\mu_h}, \qquad
+        \mu_h \leftarrow \frac{\mu_h - \gamma g_h}{\|\mu_h - \gamma g_h\|} .
 
     These are the plain iterates: a constant step gamma, no iterate
     averaging, no stopping rule and no rescaling of X, all of which

@@ -16,20 +16,20 @@ __all__ = ["InContextQuantizer"]
 
 
 class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
-    """Quantise a prompt in context with a parameter-free attention layer.
+    r"""Quantise a prompt in context with a parameter-free attention layer.
 
     The rows of X are the L tokens of one prompt. :meth:`transform` returns
     the in-context attention layer of the paper's section 5,
-    ``T^ctx(X)_l = (lambda K / L) sum_k <X_l, X_k> X_k``
+    :math:`T^{\mathrm{ctx}}(X)_\ell = \frac{\lambda K}{L} \sum_k \langle X_\ell, X_k \rangle X_k`
     (:func:`attention_cluster.layers.in_context_attention`), whose keys,
     queries and values are the identity: no parameter is learned, and each
     token is moved towards the centroid of its cluster within the prompt.
     Each output row depends on all the rows of X, the whole prompt (see
     Notes for what this means for scikit-learn's estimator checks).
-    Since ``T^ctx(X)_l = lambda K M X_l`` with ``M`` the prompt's second
+    Since :math:`T^{\mathrm{ctx}}(X)_\ell = \lambda K M X_\ell` with :math:`M` the prompt's second
     moment, it is one linear map per prompt: with ``temperature="auto"`` and
     L large it keeps the span of the centroids and shrinks the other
-    directions by ``K sigma^2 / (1 + K sigma^2)``.
+    directions by :math:`K \sigma^2 / (1 + K \sigma^2)`.
 
     Parameters
     ----------
@@ -42,7 +42,7 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         c^3 transform(X)``. ``"auto"`` makes the output unbiased for each
         token's centroid (Prop. 5.1) at any scale: the overall scale s and
         the noise sigma of the prompt are estimated from its second-moment
-        spectrum (the mixture of ``math.md`` section 1 scaled by s), the
+        spectrum (the mixture of :mathmd:`1` scaled by s), the
         layer is applied to ``X / s``, whose centroids have unit norm as in
         the paper, at ``lambda = (L / K) / (1 + (d + 2) sigma^2 + (L - 1)
         (1/K + sigma^2))``, and the result is multiplied back by s. Hence

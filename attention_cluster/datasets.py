@@ -1,11 +1,14 @@
-"""Data models of the paper: Gaussian mixtures with centroids on the sphere.
+r"""Data models of the paper: Gaussian mixtures with centroids on the sphere.
 
-The mixture ``(P_sigma)`` of ``math.md`` section 1 (paper, section 2):
+The mixture :math:`(P_\sigma)` of :mathmd:`1` (paper, section 2):
 
-    Z ~ Categorical(weights),   X | Z = c  ~  N(mu*_c, sigma^2 I_d),
+.. math::
 
-with unit-norm centroids ``mu*_c``, mutually orthogonal by default
-(``K <= d``). ``sigma = 0`` is the Dirac mixture ``(P_0)``.
+    Z \sim \mathrm{Categorical}(w), \qquad
+    X \mid Z = c \sim \mathcal{N}(\mu^\star_c, \sigma^2 I_d),
+
+with unit-norm centroids :math:`\mu^\star_c`, mutually orthogonal by default
+(:math:`K \le d`). :math:`\sigma = 0` is the Dirac mixture :math:`(P_0)`.
 
 Two generators mimic data that directional clustering meets in practice,
 without any download: :func:`make_corpus`, documents drawn from K topics
@@ -116,10 +119,12 @@ def make_mixture(
     weights=None,
     random_state=None,
 ):
-    """Draw i.i.d. samples of the Gaussian mixture ``(P_sigma)``.
+    r"""Draw i.i.d. samples of the Gaussian mixture :math:`(P_\sigma)`.
 
-    ``x = mu*_z + noise * eps`` with ``z ~ Categorical(weights)`` and
-    ``eps ~ N(0, I_d)`` (``math.md`` section 1; paper, section 2).
+    :math:`x = \mu^\star_z + \sigma \varepsilon` with
+    :math:`z \sim \mathrm{Categorical}(w)` (``weights``), :math:`\sigma` the
+    ``noise`` and :math:`\varepsilon \sim \mathcal{N}(0, I_d)` (:mathmd:`1`;
+    paper, section 2).
 
     Parameters
     ----------
@@ -223,7 +228,7 @@ def make_prompts(
 ):
     """Draw in-context prompts, each with its own random orthogonal centroids.
 
-    The in-context model of the paper's section 5 (``math.md`` section 1):
+    The in-context model of the paper's section 5 (:mathmd:`1`):
     prompt i has centroids ``mu*_i0, ..., mu*_i(K-1)``, a uniformly random
     orthonormal K-frame of ``R^d`` (:func:`make_centroids`), and L i.i.d.
     tokens ``X_il = mu*_{i Z_il} + noise * eps_il`` with
@@ -294,15 +299,17 @@ def make_corpus(
     output="texts",
     random_state=None,
 ):
-    """Draw documents from K topics over a Zipf vocabulary.
+    r"""Draw documents from K topics over a Zipf vocabulary.
 
     Word ``j`` of the vocabulary (``"w0"``, ``"w1"``, ...) has background
-    frequency ``p_j`` proportional to ``(j + 1)^(-s)``, Zipf's law with
-    exponent ``s = zipf_exponent``. Topic k ranks the same vocabulary in its
-    own random order ``pi_k``, with the same Zipf law over ranks, and its
-    word distribution is the mixture
+    frequency :math:`p_j \propto (j + 1)^{-s}`, Zipf's law with
+    exponent :math:`s` = ``zipf_exponent``. Topic k ranks the same vocabulary in its
+    own random order :math:`\pi_k`, with the same Zipf law over ranks, and its
+    word distribution is the mixture, with :math:`a` = ``topic_share``,
 
-        phi_k = (1 - topic_share) p + topic_share p o pi_k,
+    .. math::
+
+        \phi_k = (1 - a)\, p + a\, p \circ \pi_k ,
 
     so frequent words are shared by every topic, as stop words are, and
     each topic has its own frequent words. A document has a topic ``z``
@@ -398,13 +405,16 @@ def make_embeddings(
     weights=None,
     random_state=None,
 ):
-    """Draw unit vectors in directional clusters that share a common offset.
+    r"""Draw unit vectors in directional clusters that share a common offset.
 
     Sentence embeddings are unit vectors whose pairwise cosines are mostly
     positive: they share a common direction (anisotropy), and topics are
-    directions around it. Here
+    directions around it. Here, with :math:`a` the ``offset`` and
+    :math:`\sigma` the ``noise``,
 
-        x = (offset o + mu_z + noise eps) / ||offset o + mu_z + noise eps||,
+    .. math::
+
+        x = \frac{a o + \mu_z + \sigma \varepsilon}{\| a o + \mu_z + \sigma \varepsilon \|},
 
     with ``o`` a random unit vector, the ``mu_c`` random unit vectors
     orthogonal to ``o`` (nearly orthogonal to each other in high

@@ -1,4 +1,4 @@
-"""Attention layers of the paper as functions of one prompt or a batch of prompts.
+r"""Attention layers of the paper as functions of one prompt or a batch of prompts.
 
 A prompt is an ``(L, d)`` array of tokens ``X = (X_1, ..., X_L)``; a batch is
 an ``(n_prompts, L, d)`` array. Every function returns an array of the same
@@ -6,18 +6,18 @@ shape and dtype (float32 stays float32, other real input becomes float64).
 Heads are given one per row, ``heads[h] = mu_h`` (shape ``(n_heads, d)``), as
 in ``cluster_centers_`` of the estimators.
 
-The layers (``math.md`` section 2; paper, sections 2 and 5), with temperature
+The layers (:mathmd:`2`; paper, sections 2 and 5), with temperature
 ``lambda`` and ``K`` clusters:
 
-- :func:`linear_attention`, the predictor with linear heads ``mu_h``,
-  ``T(X)_l = (lambda K / L) sum_h sum_k <X_l, mu_h><mu_h, X_k> X_k``;
+- :func:`linear_attention`, the predictor with linear heads :math:`\mu_h`,
+  :math:`T(X)_\ell = \frac{\lambda K}{L} \sum_h \sum_k \langle X_\ell, \mu_h \rangle \langle \mu_h, X_k \rangle X_k`;
 - :func:`softmax_attention`, the same heads with softmax scores,
-  ``sum_h sum_k softmax_k(lambda <X_l, mu_h><mu_h, X_k>) X_k``;
+  :math:`\sum_h \sum_k \mathrm{softmax}_k(\lambda \langle X_\ell, \mu_h \rangle \langle \mu_h, X_k \rangle) X_k`;
 - :func:`in_context_attention`, ``d`` orthonormal linear heads, i.e. keys,
   queries and values equal to the identity (section 5),
-  ``T^ctx(X)_l = (lambda K / L) (X^T X) X_l``;
+  :math:`T^{\mathrm{ctx}}(X)_\ell = \frac{\lambda K}{L} (X^\top X) X_\ell`;
 - :func:`in_context_softmax_attention`, its softmax counterpart,
-  ``sum_k softmax_k(lambda <X_l, X_k>) X_k``.
+  :math:`\sum_k \mathrm{softmax}_k(\lambda \langle X_\ell, X_k \rangle) X_k`.
 
 The linear layers cost ``O(L d K)`` and ``O(L d^2)`` per prompt and never form
 the ``L x L`` attention matrix. The softmax layers must form attention scores;
@@ -93,10 +93,10 @@ def _finish(out, original_ndim):
 
 
 def linear_attention(X, heads, *, temperature=1.0, n_clusters=None):
-    """Predictor with linear attention heads, on one prompt or a batch.
+    r"""Predictor with linear attention heads, on one prompt or a batch.
 
-    ``T(X)_l = (lambda K / L) sum_h sum_k <X_l, mu_h><mu_h, X_k> X_k``
-    (``math.md`` section 2; paper, section 2, where ``K = 2`` gives the
+    :math:`T(X)_\ell = \frac{\lambda K}{L} \sum_h \sum_k \langle X_\ell, \mu_h \rangle \langle \mu_h, X_k \rangle X_k`
+    (:mathmd:`2`; paper, section 2, where ``K = 2`` gives the
     factor ``2 / L``). With ``U = heads.T`` it is computed as ``A = X U``,
     ``G = X^T A``, ``T = (lambda K / L) A G^T``: ``O(L d K)`` per prompt, no
     ``L x L`` matrix.
@@ -147,13 +147,13 @@ def linear_attention(X, heads, *, temperature=1.0, n_clusters=None):
 
 
 def in_context_attention(X, *, temperature=1.0, n_clusters=2):
-    """In-context linear attention layer, without any learned parameter.
+    r"""In-context linear attention layer, without any learned parameter.
 
-    ``T^ctx(X)_l = (lambda K / L) sum_k <X_l, X_k> X_k = (lambda K / L)
-    (X^T X) X_l`` (``math.md`` section 2; paper, section 5): the sum of
+    :math:`T^{\mathrm{ctx}}(X)_\ell = \frac{\lambda K}{L} \sum_k \langle X_\ell, X_k \rangle X_k
+    = \frac{\lambda K}{L} (X^\top X) X_\ell` (:mathmd:`2`; paper, section 5): the sum of
     ``d`` orthonormal linear heads, i.e. keys, queries and values equal to
     the identity. It is computed as ``X (X^T X)``, ``O(L d^2)`` per prompt.
-    At a fixed temperature it is cubic in X: ``T^ctx(c X) = c^3 T^ctx(X)``.
+    At a fixed temperature it is cubic in X: :math:`T^{\mathrm{ctx}}(c X) = c^3 T^{\mathrm{ctx}}(X)`.
     Prop. 5.1 gives the temperature that centres ``T^ctx(X)_l`` on the
     centroid of token l (see :class:`attention_cluster.InContextQuantizer`).
 
@@ -227,10 +227,10 @@ def _softmax_aggregate(queries, keys, values, temperature):
 
 
 def softmax_attention(X, heads, *, temperature=1.0):
-    """Softmax attention heads, summed over the heads, on one prompt or a batch.
+    r"""Softmax attention heads, summed over the heads, on one prompt or a batch.
 
-    ``T^soft(X)_l = sum_h sum_k softmax_k(lambda <X_l, mu_h><mu_h, X_k>) X_k``
-    (``math.md`` section 2: the practical head ``H^soft_mu`` that the paper
+    :math:`T^{\mathrm{soft}}(X)_\ell = \sum_h \sum_k \mathrm{softmax}_k(\lambda \langle X_\ell, \mu_h \rangle \langle \mu_h, X_k \rangle) X_k`
+    (:mathmd:`2`: the practical head ``H^soft_mu`` that the paper
     simplifies into a linear head, summed over heads like the linear
     predictor). The softmax normalises each head, so no ``K / L`` factor
     appears. The ``L x L`` scores of each head are formed by blocks of rows
@@ -275,9 +275,9 @@ def softmax_attention(X, heads, *, temperature=1.0):
 
 
 def in_context_softmax_attention(X, *, temperature=1.0):
-    """Softmax attention with keys, queries and values equal to the identity.
+    r"""Softmax attention with keys, queries and values equal to the identity.
 
-    ``T^soft,ctx(X)_l = sum_k softmax_k(lambda <X_l, X_k>) X_k``: the softmax
+    :math:`T^{\mathrm{soft,ctx}}(X)_\ell = \sum_k \mathrm{softmax}_k(\lambda \langle X_\ell, X_k \rangle) X_k`: the softmax
     counterpart of :func:`in_context_attention` (paper, section 5, before the
     linear simplification). Unlike the linear layer it is not a sum of
     ``d`` one-dimensional heads; it is one head whose query-key matrix is the

@@ -1,16 +1,20 @@
-"""Metrics of the paper: distance to the centroids, error of the labelling rule,
+r"""Metrics of the paper: distance to the centroids, error of the labelling rule,
 and the limits of the distance (class means with labels, efficient estimator).
 
-``math.md`` section 5 (paper, section 3.2)::
+The distance of :mathmd:`5` (paper, section 3.2), over permutations
+:math:`\pi` and signs :math:`\varepsilon`,
 
-    D(U, U*) = min over permutations pi and signs eps of
-               sum_h || eps_h mu_{pi(h)} - mu*_h ||^2
+.. math::
 
-and the error rate of the post-hoc labelling rule ``argmax_h <x, mu_h>``
-(``math.md`` sections 1 and 5; the paper's interference I(sigma), section
+    D(U, U^\star) = \min_{\pi, \varepsilon} \sum_h
+    \| \varepsilon_h \mu_{\pi(h)} - \mu^\star_h \|^2 ,
+
+and the error rate of the post-hoc labelling rule
+:math:`\arg\max_h \langle x, \mu_h \rangle`
+(:mathmd:`1` and :mathmd:`5`; the paper's interference I(sigma), section
 3.2; the authors' answer W3). The limits of the distance that the
 benchmarks measure against: :func:`class_means_distance` on a sample, and
-:func:`information_limit` in expectation (``math.md`` section 7, "The
+:func:`information_limit` in expectation (:mathmd:`7`, "The
 information limit").
 """
 
@@ -41,7 +45,7 @@ def _as_2d(a, name):
 def match_centroids(estimated, true):
     """Best assignment of estimated heads to true centroids, up to sign.
 
-    Solves the assignment problem of ``math.md`` section 5 exactly with the
+    Solves the assignment problem of :mathmd:`5` exactly with the
     Hungarian method (:func:`scipy.optimize.linear_sum_assignment`) on the
     cost ``min_eps ||eps mu_j - mu*_h||^2 = ||mu_j||^2 + ||mu*_h||^2 -
     2 |<mu_j, mu*_h>|``, in O(K^3) rather than over K! permutations. When
@@ -92,10 +96,10 @@ def match_centroids(estimated, true):
 
 
 def centroid_distance(estimated, true):
-    """Distance to the centroids, invariant to relabelling and sign flips.
+    r"""Distance to the centroids, invariant to relabelling and sign flips.
 
-    ``D(U, U*) = min_{pi, eps} sum_h ||eps_h mu_{pi(h)} - mu*_h||^2``
-    (``math.md`` section 5; the paper's metric of section 3.2, generalised to
+    :math:`D(U, U^\star) = \min_{\pi, \varepsilon} \sum_h \|\varepsilon_h \mu_{\pi(h)} - \mu^\star_h\|^2`
+    (:mathmd:`5`; the paper's metric of section 3.2, generalised to
     K heads). It is a sum of squared distances, as plotted in the paper's
     figures 1 and 2.
 
@@ -187,13 +191,13 @@ def _error_independent(gap, scale_c, scale_others):
 
 
 def bayes_error(centroids, noise, weights=None, heads=None):
-    """Error rate of the labelling rule ``argmax_c <x, mu_c>`` on a mixture.
+    r"""Error rate of the labelling rule ``argmax_c <x, mu_c>`` on a mixture.
 
-    For the mixture ``Z ~ Categorical(weights)``, ``X | Z = c ~
-    N(mu*_c, sigma^2 I)`` (``math.md`` section 1), the rule labels x with
-    ``argmax_c <x, mu_c>``, where ``mu_c = heads[c]`` (default: the
+    For the mixture :math:`Z \sim \mathrm{Categorical}(w)`,
+    :math:`X \mid Z = c \sim \mathcal{N}(\mu^\star_c, \sigma^2 I)` (:mathmd:`1`), the rule labels x with
+    :math:`\arg\max_c \langle x, \mu_c \rangle`, where ``mu_c = heads[c]`` (default: the
     centroids themselves), and errs with probability
-    ``sum_c w_c P(argmax_j <X, mu_j> != c | Z = c)``. With equal weights and
+    :math:`\sum_c w_c \mathbb{P}(\arg\max_j \langle X, \mu_j \rangle \ne c \mid Z = c)`. With equal weights and
     equal-norm centroids this rule is the Bayes classifier and the value is
     the Bayes error; otherwise it is the error of the rule the paper uses.
 
@@ -289,15 +293,18 @@ def bayes_error(centroids, noise, weights=None, heads=None):
 
 
 def interference(noise, n_clusters=2):
-    """The paper's interference I(sigma), for K orthonormal clusters.
+    r"""The paper's interference I(sigma), for K orthonormal clusters.
 
-    Error of the rule ``argmax_c <x, mu*_c>`` on the equal-weight mixture of
-    K orthonormal centroids (``math.md`` section 1; paper, section 3.2)::
+    Error of the rule :math:`\arg\max_c \langle x, \mu^\star_c \rangle` on the equal-weight mixture of
+    K orthonormal centroids (:mathmd:`1`; paper, section 3.2)
 
-        I(sigma) = P(N(0, sigma^2) >= sqrt(2) / 2) = Phi(-1 / (sqrt(2) sigma))
+    .. math::
+
+        I(\sigma) = \mathbb{P}\big(\mathcal{N}(0, \sigma^2) \ge \tfrac{\sqrt 2}{2}\big)
+        = \Phi\Big(-\frac{1}{\sqrt 2\, \sigma}\Big)
 
     for K = 2, and for any K the 1-D integral
-    ``1 - E_t[Phi(t + 1 / sigma)^(K - 1)]``, ``t ~ N(0, 1)`` (the scores are
+    :math:`1 - \mathbb{E}_t[\Phi(t + 1 / \sigma)^{K - 1}]`, :math:`t \sim \mathcal{N}(0, 1)` (the scores are
     independent), as in :func:`bayes_error`. ``I(0.3) ~ 0.0092`` (low
     interference) and ``I(1) ~ 0.240`` (high interference).
 
@@ -334,7 +341,7 @@ def information_limit(centroids, noise, n_samples, weights=None, n_draws=1_000_0
     """Expected distance to the centroids of an efficient estimator, and of the class means.
 
     For the mixture ``X | Z = k ~ N(mu*_k, sigma^2 I)`` with centroids of a
-    common norm r (the model of the EM refinement, ``math.md`` section 7,
+    common norm r (the model of the EM refinement, :mathmd:`7`,
     "The information limit"): the Cramer-Rao value ``D_eff``, the expected
     :func:`centroid_distance` at ``n_samples`` points of an asymptotically
     efficient estimator of the directions (the maximum likelihood), from

@@ -1,18 +1,20 @@
-"""Closed forms of the paper's theory: temperatures, risks, population PGD.
+r"""Closed forms of the paper's theory: temperatures, risks, population PGD.
 
 Every function cites the proposition of the paper (or the section of
-``math.md``) it implements and is tested against a Monte Carlo estimate or an
+:mathmd:`math.md <1>`) it implements and is tested against a Monte Carlo estimate or an
 exact enumeration in ``tests/test_theory.py``; ``docs/theory.md`` gives the
 derivations. ``noise`` is the mixture's sigma, ``sequence_length`` its L
 (``np.inf`` for the limit), ``temperature`` the lambda of the layer. Unless
 stated otherwise, the mixture has ``n_clusters`` equal-weight orthonormal
-centroids (``math.md`` section 1) and the linear layer with K heads
-``U = [mu_1 ... mu_K]`` is (``math.md`` section 2)::
+centroids (:mathmd:`1`) and the linear layer with K heads
+:math:`U = [\mu_1, \dots, \mu_K]` is (:mathmd:`2`)
 
-    T(X)_l = (lambda K / L) * sum_k X_k X_k^T U U^T X_l.
+.. math::
+
+    T(X)_\ell = \frac{\lambda K}{L} \sum_{k=1}^{L} X_k X_k^\top U U^\top X_\ell .
 
 All the risks below are exact: they come from one computation, the Gaussian
-moments of ``E||X_1 - T(X)_1||^2`` (Isserlis' theorem, through the cumulants
+moments of :math:`\mathbb{E} \|X_1 - T(X)_1\|^2` (Isserlis' theorem, through the cumulants
 of Gaussian quadratic forms), written out in ``docs/theory.md``.
 """
 
@@ -106,7 +108,7 @@ def unbiased_temperature(noise, sequence_length=np.inf, n_clusters=2):
         lambda = L / (K (1 + (K + 2) sigma^2) + (L - 1)(1 + K sigma^2)),
 
     which for the paper's K = 2 is ``L / ((L + 1) + 2 (L + 3) sigma^2)``
-    (Prop. 4.1, ``math.md`` section 4) and tends to ``1 / (1 + K sigma^2)``
+    (Prop. 4.1, :mathmd:`4`) and tends to ``1 / (1 + K sigma^2)``
     as ``L -> infinity``. The K-cluster form is derived the same way
     (Isserlis: ``E[||P X||^2 X | Z = c] = (1 + (K + 2) sigma^2) mu*_c`` for
     the projection P onto the centroids' span).
@@ -150,7 +152,7 @@ def in_context_unbiased_temperature(noise, sequence_length, n_features, n_cluste
         lambda = (L / K) / (1 + (d + 2) sigma^2 + (L - 1)(1/K + sigma^2)),
 
     which for the paper's K = 2 is Prop. 5.1, ``(L / 2) / (1 + (d + 2)
-    sigma^2 + (L - 1)(1/2 + sigma^2))`` (``math.md`` section 4), and tends
+    sigma^2 + (L - 1)(1/2 + sigma^2))`` (:mathmd:`4`), and tends
     to ``1 / (1 + K sigma^2)`` as ``L -> infinity``. With it,
     ``E[T^ctx(X)_1 | Z_1 = c] = mu*_c``.
 
@@ -327,8 +329,8 @@ def population_risk(heads, centroids, noise, temperature, sequence_length=np.inf
 
     ``R(U) = E[(1/L) sum_l ||X_l - T(X)_l||^2] = E||X_1 - T(X)_1||^2`` for the
     layer ``T(X)_l = (lambda K / L) sum_k X_k X_k^T U U^T X_l`` with K heads
-    (``math.md`` sections 2-3) and i.i.d. tokens from the Gaussian mixture
-    with the given centroids, weights and noise (``math.md`` section 1).
+    (:mathmd:`math.md sections 2-3 <2>`) and i.i.d. tokens from the Gaussian mixture
+    with the given centroids, weights and noise (:mathmd:`1`).
 
     The paper gives this risk as a polynomial in the overlaps of the heads
     with the centroids (Prop. 3.1; its Appendix C.1 is not available). Here it
@@ -389,8 +391,8 @@ def population_risk_gradient(
 
     ``R`` depends on the heads through ``P = U U^T`` only, so
     ``grad_U R = 2 G U`` with ``G = dR/dP`` (``docs/theory.md``, "Gradient").
-    The Riemannian gradient on the sphere used by PGD (``math.md``
-    section 3) is its projection ``(I - mu_h mu_h^T) grad_{mu_h}``.
+    The Riemannian gradient on the sphere used by PGD (:mathmd:`math.md
+    section 3 <3>`) is its projection ``(I - mu_h mu_h^T) grad_{mu_h}``.
 
     Parameters
     ----------
@@ -507,7 +509,7 @@ def _pairwise_terms(U, centroids, weights, s):
 
 
 def pairwise_regularizer(heads, centroids, noise, weights=None):
-    """Population value of the pairwise regularizer (``math.md`` section 3).
+    """Population value of the pairwise regularizer (:mathmd:`3`).
 
     ``r(U) = sum_{j<k} E[<mu_j, X>^2 <mu_k, X>^2]`` for X drawn from the
     mixture (paper, section 3.3: ``r(mu_0, mu_1) = E[<mu_0, X_1>^2
@@ -546,7 +548,7 @@ def pairwise_regularizer_gradient(heads, centroids, noise, weights=None):
     """Euclidean gradient of :func:`pairwise_regularizer` in the heads.
 
     ``grad_{mu_j} r = 2 sum_{k != j} E[<mu_k, X>^2 X X^T] mu_j``
-    (``math.md`` section 3; closed form in ``docs/theory.md``).
+    (:mathmd:`3`; closed form in ``docs/theory.md``).
 
     Parameters
     ----------
@@ -632,13 +634,15 @@ def _needs_dimension(s, L, n_features):
 def manifold_risk_coefficients(
     noise, temperature, sequence_length=np.inf, n_clusters=2, n_features=None
 ):
-    """Constants of the risk restricted to the manifold M (Lemma 3.2).
+    r"""Constants of the risk restricted to the manifold M (Lemma 3.2).
 
     On ``M = {heads with <mu_h, mu*_j> = 0 and <mu_h, mu_j> = 0 for j != h}``
-    the risk only depends on the alignments ``kappa_h = <mu_h, mu*_h>``::
+    the risk only depends on the alignments :math:`\kappa_h = \langle \mu_h, \mu^\star_h \rangle`
 
-        R(kappa) = D - B sum_h kappa_h^2 + A sum_h kappa_h^4
-                   + C (sum_h kappa_h^2)^2
+    .. math::
+
+        R(\kappa) = D - B \sum_h \kappa_h^2 + A \sum_h \kappa_h^4
+        + C \Big(\sum_h \kappa_h^2\Big)^2
 
     (Lemma 3.2 for K = 2; the paper's explicit constants, Lemma C.1, are not
     available and were re-derived, see ``docs/theory.md``). ``A, C >= 0``,
@@ -758,26 +762,30 @@ def manifold_optimal_alignment(
 
 
 def lambda_star(noise, sequence_length=np.inf, n_clusters=2, n_features=None):
-    """Largest temperature with the heads at the centroids as minimisers on M.
+    r"""Largest temperature with the heads at the centroids as minimisers on M.
 
     Prop. 3.3 (explicit form in the paper's Prop. C.2, not available,
     re-derived here): on the manifold M the risk is convex in
     ``u = (kappa_h^2)_h`` (:func:`manifold_risk_coefficients`), so the
     corners ``kappa_h = +-1`` are its global minimisers iff
-    ``dR/du_h <= 0`` at ``u = 1``, i.e. iff ``lambda <= lambda*`` with::
+    ``dR/du_h <= 0`` at ``u = 1``, i.e. iff :math:`\lambda \le \lambda^\star` with
 
-        lambda* = (2 / K) a1' / (a2' + 2 a2'' + 2 K a2'''),
+    .. math::
+
+        \lambda^\star = \frac{2}{K} \, \frac{a_1'}{a_2' + 2 a_2'' + 2 K a_2'''} ,
 
     where ``a1'`` and ``a2', a2'', a2'''`` are the coefficients of
     ``S1 = sum u``, ``S2 = sum u^2`` and ``S1^2`` in the two moments of the
     layer (``docs/theory.md``, "lambda*"). This is a closed form, exact for
     any K (orthonormal equal-weight centroids, K heads, factor
-    ``c = lambda K / L``). Special cases::
+    ``c = lambda K / L``). Special cases:
 
-        sigma = 0:       lambda* = L (L + K - 1) / (K^2 + 3K(L-1) + (L-1)(L-2))
-                                 = (L + 1) / (L + 3)                  (K = 2)
-        L -> infinity:   lambda* = 2 (1 + 2K sigma^2) / (2 + 5K sigma^2 + 3K^2 sigma^4)
-                                 = (1 + 4 sigma^2) / (1 + 5 sigma^2 + 6 sigma^4)  (K = 2)
+    .. math::
+
+        \sigma = 0: \quad \lambda^\star &= \frac{L (L + K - 1)}{K^2 + 3K(L-1) + (L-1)(L-2)}
+        = \frac{L + 1}{L + 3} \quad (K = 2), \\
+        L \to \infty: \quad \lambda^\star &= \frac{2 (1 + 2K\sigma^2)}{2 + 5K\sigma^2 + 3K^2\sigma^4}
+        = \frac{1 + 4\sigma^2}{1 + 5\sigma^2 + 6\sigma^4} \quad (K = 2).
 
     For finite L and sigma > 0, lambda* also depends on d (the paper writes
     ``lambda*(sigma, L)``): the token attending to itself brings
@@ -828,7 +836,7 @@ def auto_temperature(noise, sequence_length, n_clusters, n_features, eigenvalues
       eigenvalue of the unit-scale second moment M (``eigenvalues``, in
       descending order). For large L a head on a direction of second moment
       m lowers the risk by ``f(m) = a m^2 (2 - a m)``, ``a = lambda K``
-      (``math.md`` section 3), which grows with m only while ``a m < 4/3``;
+      (:mathmd:`3`), which grows with m only while ``a m < 4/3``;
       the token's attention to itself adds about ``tr(M) / L`` to m. With
       equal weights the cap is near the unbiased temperature; with unequal
       weights the heaviest cluster has the largest m and, without the cap,
@@ -954,14 +962,16 @@ def _oracle(noise, temperature, sequence_length, n_features, n_clusters):
 
 
 def oracle_risk(noise, temperature, sequence_length, n_features, n_clusters=2):
-    """Risk of the oracle linear layer, heads at the centroids (Prop. 4.2).
+    r"""Risk of the oracle linear layer, heads at the centroids (Prop. 4.2).
 
     ``R = a0 - 2 lambda K a1 + (lambda K)^2 a2``: the manifold risk
     (:func:`manifold_risk`) at ``kappa = 1``, for any temperature and finite
     or infinite L (``docs/theory.md``, "Oracle layer"). As L -> infinity,
-    with ``s = sigma^2``::
+    with :math:`s = \sigma^2`
 
-        R_inf(lambda) = 1 + d s - 2 lambda (1 + K s)^2 + lambda^2 (1 + K s)^3,
+    .. math::
+
+        R_\infty(\lambda) = 1 + d s - 2 \lambda (1 + K s)^2 + \lambda^2 (1 + K s)^3 ,
 
     minimal at ``lambda = 1 / (1 + K s)`` (Prop. 4.2's
     ``(1 + 4s + 4s^2) / (1 + 6s + 12s^2 + 8s^3)`` for K = 2) where it equals
@@ -1081,18 +1091,20 @@ def _in_context(noise, temperature, sequence_length, n_features, n_clusters):
 
 
 def in_context_risk(noise, temperature, sequence_length, n_features, n_clusters=2):
-    """Risk of the parameter-free in-context layer (Prop. 5.2).
+    r"""Risk of the parameter-free in-context layer (Prop. 5.2).
 
-    ``T^ctx(X)_l = (lambda K / L) (X^T X) X_l`` (``math.md`` section 2, the
+    ``T^ctx(X)_l = (lambda K / L) (X^T X) X_l`` (:mathmd:`2`, the
     sum of d orthonormal heads, K = 2 in the paper) on prompts whose
     orthonormal centroids are drawn afresh for each prompt. The layer is
     rotation invariant, so the risk is that of any fixed centroids:
     ``a0 - 2 lambda K a1 + (lambda K)^2 a2`` for finite or infinite L and any
     temperature (``docs/theory.md``, "In-context layer"). As L -> infinity,
-    with ``s = sigma^2``::
+    with :math:`s = \sigma^2`
 
-        R_inf = 1 + d s - 2 lambda K [K (1/K + s)^2 + (d - K) s^2]
-                + (lambda K)^2 [K (1/K + s)^3 + (d - K) s^3],
+    .. math::
+
+        R_\infty = 1 + d s - 2 \lambda K \big[K (1/K + s)^2 + (d - K) s^2\big]
+        + (\lambda K)^2 \big[K (1/K + s)^3 + (d - K) s^3\big] ,
 
     below ``d sigma^2`` for a range of temperatures around
     :func:`in_context_optimal_temperature`.
@@ -1152,12 +1164,14 @@ def in_context_conditional_variance(noise, temperature, sequence_length, n_featu
 
 
 def in_context_optimal_temperature(noise, n_features, sequence_length=np.inf, n_clusters=2):
-    """Temperature minimising :func:`in_context_risk` (Prop. 5.2).
+    r"""Temperature minimising :func:`in_context_risk` (Prop. 5.2).
 
-    ``lambda K = a1 / a2``; as L -> infinity, for K = 2::
+    ``lambda K = a1 / a2``; as L -> infinity, for K = 2
 
-        lambda = [2 (sigma^2 + 1/2)^2 + (d - 2) sigma^4]
-                 / (2 [2 (sigma^2 + 1/2)^3 + (d - 2) sigma^6]),
+    .. math::
+
+        \lambda = \frac{2 (\sigma^2 + 1/2)^2 + (d - 2) \sigma^4}
+        {2 \big[2 (\sigma^2 + 1/2)^3 + (d - 2) \sigma^6\big]} ,
 
     the temperature of Prop. 5.2.
 
@@ -1215,14 +1229,16 @@ def population_pgd(
     tol=1e-10,
     weights=None,
 ):
-    """Projected (Riemannian) gradient descent on the exact population risk.
+    r"""Projected (Riemannian) gradient descent on the exact population risk.
 
-    The paper's (PGD) iterates (section 2; ``math.md`` section 3) on the
+    The paper's (PGD) iterates (section 2; :mathmd:`3`) on the
     closed-form objective ``R(U) + rho r(U)`` (:func:`population_risk`,
-    :func:`pairwise_regularizer`), with no sampling::
+    :func:`pairwise_regularizer`), with no sampling:
 
-        g_h  = (I - mu_h mu_h^T) grad_{mu_h},
-        mu_h <- (mu_h - gamma g_h) / ||mu_h - gamma g_h||.
+    .. math::
+
+        g_h = (I - \mu_h \mu_h^\top) \nabla_{\mu_h}, \qquad
+        \mu_h \leftarrow \frac{\mu_h - \gamma g_h}{\|\mu_h - \gamma g_h\|} .
 
     Started on the manifold M with ``lambda <= lambda*`` (Thm. 3.4) the
     heads converge to the centroids up to sign; with ``sigma = 0`` this is
@@ -1353,15 +1369,17 @@ def _finite_matrix(a, name, n_features=None):
 
 
 def sequence_loss_gradient(tokens, heads, temperature, *, n_clusters=None):
-    """Loss of the linear layer on one sequence and its Euclidean gradient in the heads.
+    r"""Loss of the linear layer on one sequence and its Euclidean gradient in the heads.
 
     For a sequence ``X`` of L tokens (L x d) and the heads as the columns of
     U, the loss is ``(1/L) ||T(X) - X||_F^2`` with the linear layer
     ``T(X) = c X U U^T X^T X``, ``c = lambda K / L``; with ``A = X U``,
-    ``G = X^T A`` and ``E = c A G^T - X``, its gradient is (``math.md``
-    section 3)::
+    ``G = X^T A`` and ``E = c A G^T - X``, its gradient is (:mathmd:`math.md
+    section 3 <3>`)
 
-        grad_U = (2c / L) X^T (E G + X (E^T A)),
+    .. math::
+
+        \nabla_U = \frac{2c}{L} X^\top \big(E G + X (E^\top A)\big) ,
 
     the per-sequence gradient that PSGD averages (:func:`psgd_path`),
     computed by the same kernel in O(L d K), without the L x L attention
@@ -1425,17 +1443,19 @@ def psgd_path(
     n_clusters=None,
     random_state=None,
 ):
-    """The paper's PSGD with a constant step, and the heads it passes through.
+    r"""The paper's PSGD with a constant step, and the heads it passes through.
 
-    The (PSGD) iterates of the paper (section 2; ``math.md`` section 3) on
+    The (PSGD) iterates of the paper (section 2; :mathmd:`3`) on
     sequences of ``sequence_length`` tokens drawn uniformly with replacement
     from the rows of X: step t averages the gradient of the sequence loss
     (:func:`sequence_loss_gradient`) and of ``reg_strength`` times the
     regulariser ``r`` on the same tokens over ``batch_size`` sequences, then
-    moves each head on its sphere::
+    moves each head on its sphere:
 
-        g_h  = (I - mu_h mu_h^T) grad_{mu_h},
-        mu_h <- (mu_h - gamma g_h) / ||mu_h - gamma g_h||.
+    .. math::
+
+        g_h = (I - \mu_h \mu_h^\top) \nabla_{\mu_h}, \qquad
+        \mu_h \leftarrow \frac{\mu_h - \gamma g_h}{\|\mu_h - \gamma g_h\|} .
 
     These are the plain iterates: a constant step gamma, no iterate
     averaging, no stopping rule and no rescaling of X, all of which
@@ -1462,7 +1482,7 @@ def psgd_path(
     batch_size : int, default=1
         Sequences averaged in each step.
     regularization : {"pairwise", "product"} or None, default=None
-        The regulariser r (``math.md`` section 3); None for the risk alone.
+        The regulariser r (:mathmd:`3`); None for the risk alone.
     reg_strength : float, default=0.0
         rho >= 0, the weight of r.
     gradient : {"riemannian", "euclidean"}, default="riemannian"

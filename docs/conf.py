@@ -6,12 +6,18 @@ is set, so the build stays fast enough for ``make test``.
 """
 
 import os
+import re
 import sys
 from pathlib import Path
+
+from docutils import nodes
+from sphinx.util.nodes import split_explicit_title
 
 DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
 sys.path.insert(0, str(ROOT))
+# docs/gallery_order.py, named by the gallery's configuration below.
+sys.path.insert(0, str(DOCS))
 
 import attention_cluster  # noqa: E402
 
@@ -69,7 +75,8 @@ sphinx_gallery_conf = {
     # Only plot_*.py files are gallery examples; helper modules that live in
     # examples/ (shared code, figure drivers) are neither run nor listed.
     "ignore_pattern": r"^(?!plot_)",
-    "within_subsection_order": "FileNameSortKey",
+    # The tasks users bring first, then the paper's figures.
+    "within_subsection_order": "gallery_order.tasks_first",
     "download_all_examples": False,
     "remove_config_comments": True,
     "plot_gallery": "True",
@@ -111,5 +118,37 @@ def _skip_metadata_request_setters(app, what, name, obj, skip, options):
     return skip
 
 
+def _math_sections():
+    """``{"7": "likelihood-refinement-beyond-the-paper", ...}``: the id of each
+    numbered section of docs/math.md ("## 7. Title"), as docutils makes it."""
+    text = (DOCS / "math.md").read_text(encoding="utf-8")
+    return {
+        m.group(1): nodes.make_id(m.group(0)[3:])
+        for m in re.finditer(r"^## (\d+)\. .+$", text, flags=re.M)
+    }
+
+
+MATH_SECTIONS = _math_sections()
+
+
+def math_section_role(name, rawtext, text, lineno, inliner, options=None, content=None):
+    """``:mathmd:`7``` is a link "math.md section 7" to that section of the maths page.
+
+    ``:mathmd:`sections 2-3 <2>``` gives its own text and links to section 2;
+    ``:mathmd:`2-3``` reads "math.md section 2-3". An unknown section is an
+    error of the build.
+    """
+    has_title, title, target = split_explicit_title(text)
+    number = target.split("-")[0].strip()
+    if number not in MATH_SECTIONS:
+        message = inliner.reporter.error(f"docs/math.md has no section {target!r}", line=lineno)
+        return [inliner.problematic(rawtext, rawtext, message)], [message]
+    env = inliner.document.settings.env
+    uri = env.app.builder.get_relative_uri(env.docname, "math") + "#" + MATH_SECTIONS[number]
+    label = title if has_title else f"math.md section {target}"
+    return [nodes.reference(rawtext, label, refuri=uri)], []
+
+
 def setup(app):
     app.connect("autodoc-skip-member", _skip_metadata_request_setters)
+    app.add_role("mathmd", math_section_role)

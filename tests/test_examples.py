@@ -12,6 +12,7 @@ import importlib
 import json
 import os
 import runpy
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,11 @@ def test_example_runs_in_quick_mode(script, quick_env):
         runpy.run_path(str(EXAMPLES / script), run_name="__main__")
     finally:
         plt.close("all")
+    # An example that starts a Dask cluster closes it: no client is left
+    # behind for the next script (or the docs build, which runs them all in
+    # one process).
+    if "distributed" in sys.modules:
+        assert sys.modules["distributed"].client._get_global_client() is None
     name = script[len("plot_") : -len(".py")]
     results = quick_env / f"{name}.json"
     if not results.exists():  # an example that is not a figure of the paper
@@ -137,3 +143,19 @@ def test_figures_module_reads_the_environment_when_asked(monkeypatch):
     monkeypatch.setenv("ATTENTION_CLUSTER_QUICK", "1")
     monkeypatch.setenv("ATTENTION_CLUSTER_OUTPUT", "out")
     assert F.quick() and F.output_dir() == "out" and F.sample_size() == 2000
+
+
+def test_gallery_lists_the_tasks_first():
+    # docs/gallery_order.py puts the examples of users' tasks before the
+    # paper's figures: every name it lists exists, and every example that is
+    # not one of the paper's figures (built on _figures) is listed.
+    sys.path.insert(0, str(EXAMPLES.parent / "docs"))
+    try:
+        order = importlib.import_module("gallery_order")
+    finally:
+        sys.path.remove(str(EXAMPLES.parent / "docs"))
+    assert set(order.TASKS) <= set(SCRIPTS)
+    paper = {s for s in SCRIPTS if "import _figures" in (EXAMPLES / s).read_text()}
+    assert set(SCRIPTS) - paper <= set(order.TASKS)
+    ranked = sorted(SCRIPTS, key=order.tasks_first)
+    assert ranked[: len(order.TASKS)] == list(order.TASKS)

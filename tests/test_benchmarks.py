@@ -243,10 +243,14 @@ def test_dynamics_benchmark_quick_mode(tmp_path):
 
 @pytest.mark.slow
 def test_choose_k_benchmark_quick_mode(tmp_path):
-    # benchmarks/choose_k.py (BIC, AIC, redundant heads) in quick mode.
+    # benchmarks/choose_k.py (BIC, AIC, redundant heads, n_clusters="auto"; the
+    # real-data panel) in quick mode.
     _, payload = _run_quick("choose_k.py", tmp_path)
-    assert all(set(r["picks"]) == {"bic", "aic", "redundant"} for r in payload["runs"])
-    assert "BIC target" in (tmp_path / "choose_k.md").read_text()
+    assert all(set(r["picks"]) == {"bic", "aic", "redundant", "auto"} for r in payload["runs"])
+    assert len(payload["panel"]) >= 12
+    assert sum(p["held_out"] for p in payload["panel"]) == 4
+    page = (tmp_path / "choose_k.md").read_text()
+    assert "BIC target" in page and "natural clusters?" in page and "at most 10x" in page
 
 
 @pytest.mark.slow

@@ -32,6 +32,7 @@ ESTIMATORS = {
     "no-refinement": AttentionClustering(3, refine=None, random_state=0),
     "psgd": AttentionClustering(3, solver="psgd", max_iter=500, random_state=0),
     "psgd-em": AttentionClustering(3, solver="psgd", refine="em", max_iter=500, random_state=0),
+    "auto-k": AttentionClustering("auto", random_state=0),
     "dynamics": SelfAttentionDynamics(),
     "quantizer": InContextQuantizer(3),
     "quantizer-softmax": InContextQuantizer(3, attention="softmax"),
@@ -113,14 +114,16 @@ DOCUMENTED = {
     ("psgd", "*", "aic"): (AttributeError, _needs_refinement),
     # The dynamics read dense rows only (its sparse rows are being added).
     **{
-        ("dynamics", kind, method): (TypeError, lambda e: "Sparse data was passed" in str(e))
+        (name, kind, method): (TypeError, lambda e: "Sparse data was passed" in str(e))
+        for name in ("dynamics", "auto-k")
         for kind in ("csr", "csc")
-        for method in ("fit", "fit_predict", "predict")
+        for method in METHODS
+        if method != "partial_fit" or name == "auto-k"
     },
     # A stream's batches are in memory; fit reads Dask arrays in passes.
     **{
         (name, kind, "partial_fit"): (TypeError, lambda e: "batches in memory" in str(e))
-        for name in ("default", "free-norms", "no-refinement", "psgd", "psgd-em")
+        for name in ("default", "free-norms", "no-refinement", "psgd", "psgd-em", "auto-k")
         for kind in ("dask-sync", "dask-cluster", "dask-dataframe")
     },
 }

@@ -50,6 +50,7 @@ def _expected_failed_checks(estimator):
         AttentionClustering(solver="full", random_state=0),
         AttentionClustering(solver="full", refine=None, random_state=0),
         AttentionClustering(solver="psgd", random_state=0),
+        AttentionClustering(n_clusters="auto", random_state=0),
         InContextQuantizer(),
         InContextQuantizer(attention="softmax"),
         InContextQuantizer(temperature=0.5),

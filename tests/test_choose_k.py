@@ -1,0 +1,168 @@
+"""Choosing the number of clusters: choose_n_clusters and n_clusters="auto"."""
+
+import pickle
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given
+from hypothesis import strategies as st
+
+from attention_cluster import (
+    AttentionClustering,
+    SelfAttentionDynamics,
+    choose_n_clusters,
+    plot_n_clusters_scores,
+)
+from attention_cluster._choose_k import plateau_lengths
+from attention_cluster.datasets import make_mixture
+
+
+def plateau_lengths_reference(path, n_tokens):
+    """Run-length encoding by NumPy: the longest run of each value below n_tokens."""
+    path = np.asarray(path)
+    starts = np.flatnonzero(np.r_[True, path[1:] != path[:-1]])
+    runs = np.diff(np.r_[starts, len(path)])
+    out = {}
+    for value, run in zip(path[starts].tolist(), runs.tolist()):
+        if value < n_tokens:
+            out[value] = max(out.get(value, 0), run)
+    return out
+
+
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=40), st.integers(2, 7))
+def test_plateau_lengths_match_run_length_reference(path, n_tokens):
+    assert plateau_lengths(path, n_tokens) == plateau_lengths_reference(path, n_tokens)
+
+
+def test_plateau_lengths_skip_the_initial_state():
+    # 5 tokens that have not met, then 3 clusters for 2 steps, 2 for 4, 3 for 1.
+    assert plateau_lengths([5, 5, 5, 3, 3, 2, 2, 2, 2, 3], 5) == {3: 2, 2: 4}
+
+
+@pytest.fixture(scope="module")
+def mixture():
+    X, y, _ = make_mixture(600, 6, 3, noise=0.2, random_state=0)
+    return X, y
+
+
+def test_auto_finds_the_mixture_k_and_its_curve(mixture):
+    X, _ = mixture
+    model = AttentionClustering("auto", random_state=0).fit(X)
+    assert model.n_clusters_ == 3
+    assert model.cluster_centers_.shape == (3, 6)
+    assert model.predict_proba(X).shape == (600, 3)
+    scores = model.n_clusters_scores_
+    assert list(scores) == list(range(1, 51))
+    assert max(scores, key=scores.get) == 3
+    # The curve is the dynamics' own: the same run on the same rows.
+    dynamics = SelfAttentionDynamics(min_cluster_size=0.02).fit(X)
+    assert dynamics.n_clusters_ == 3
+    assert scores[3] == plateau_lengths(dynamics.n_clusters_path_, len(X))[3]
+
+
+def test_integer_n_clusters_sets_n_clusters_(mixture):
+    X, _ = mixture
+    assert AttentionClustering(2, random_state=0).fit(X).n_clusters_ == 2
+
+
+def test_choose_n_clusters_returns_the_fit_at_k(mixture):
+    X, y = mixture
+    choice = choose_n_clusters(X, AttentionClustering(random_state=0))
+    assert choice.n_clusters == choice.model.n_clusters == 3
+    reference = AttentionClustering(3, random_state=0).fit(X)
+    np.testing.assert_array_equal(choice.model.labels_, reference.labels_)
+
+
+def test_range_clips_the_choice(mixture):
+    X, _ = mixture
+    choice = choose_n_clusters(X, AttentionClustering(random_state=0), range(1, 3))
+    assert set(choice.scores) == {1, 2}
+    assert choice.n_clusters in (1, 2)
+
+
+@pytest.mark.parametrize("bad", [[], [0, 2], [-1]], ids=["empty", "zero", "negative"])
+def test_bad_range_raises(mixture, bad):
+    with pytest.raises(ValueError, match="n_clusters_range must hold positive integers"):
+        choose_n_clusters(mixture[0], AttentionClustering(), bad)
+
+
+def test_bad_string_raises(mixture):
+    with pytest.raises(ValueError, match="n_clusters must be one of 'auto'"):
+        AttentionClustering("many").fit(mixture[0])
+
+
+@pytest.mark.parametrize("kind", ["csr", "dask", "float32"])
+def test_auto_on_sparse_dask_and_float32(mixture, kind):
+    X, _ = mixture
+    dense = AttentionClustering("auto", random_state=0).fit(X)
+    if kind == "csr":
+        data = sp.csr_matrix(X)
+    elif kind == "dask":
+        da = pytest.importorskip("dask.array")
+        data = da.from_array(X, chunks=(150, 6))
+    else:
+        data = X.astype(np.float32)
+    model = AttentionClustering("auto", random_state=0).fit(data)
+    assert model.n_clusters_ == dense.n_clusters_
+    assert model.n_clusters_scores_ == dense.n_clusters_scores_
+    if kind == "float32":
+        assert model.cluster_centers_.dtype == np.float32
+
+
+def test_subsample_and_weights(mixture):
+    X, y = mixture
+    # Only the rows of two clusters weigh: the subsample holds no other.
+    weights = (y != 0).astype(float)
+    choice = choose_n_clusters(
+        X, AttentionClustering(random_state=0), sample_weight=weights, max_samples=300
+    )
+    assert choice.n_clusters == 2
+
+
+def test_auto_is_picklable_and_streams(mixture):
+    X, _ = mixture
+    model = AttentionClustering("auto", random_state=0).fit(X)
+    again = pickle.loads(pickle.dumps(model))
+    np.testing.assert_array_equal(again.predict(X), model.predict(X))
+    model.partial_fit(X[:100])
+    assert model.n_steps_ == 1 and model.cluster_centers_.shape == (3, 6)
+
+
+def test_plot_helper_draws_the_curve(mixture):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    scores = {1: 0, 2: 3, 3: 7, 4: 1}
+    ax = plot_n_clusters_scores(scores, 3)
+    x, h = ax.lines[0].get_data()
+    np.testing.assert_array_equal(x, [1, 2, 3, 4])
+    np.testing.assert_array_equal(h, [0, 3, 7, 1])
+    assert ax.get_legend().get_texts()[0].get_text() == "chosen K = 3"
+    plt.close(ax.figure)
+
+
+def test_xmeans_bic_matches_the_gaussian_log_density(monkeypatch):
+    # The X-means peer of benchmarks/choose_k.py: its closed form against
+    # sum_i log(n_k / n) + log N(x_i; c_k, sigma^2 I) by scipy.
+    from pathlib import Path
+
+    from scipy.stats import multivariate_normal
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from choose_k import xmeans_bic
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((40, 3))
+    labels = rng.integers(0, 3, 40)
+    centers = np.array([X[labels == k].mean(axis=0) for k in range(3)])
+    n, d, K = 40, 3, 3
+    variance = ((X - centers[labels]) ** 2).sum() / ((n - K) * d)
+    loglik = sum(
+        np.log(np.mean(labels == labels[i]))
+        + multivariate_normal(centers[labels[i]], variance * np.eye(d)).logpdf(X[i])
+        for i in range(n)
+    )
+    expected = -2 * loglik + K * (d + 1) * np.log(n)
+    assert xmeans_bic(X, labels, centers) == pytest.approx(expected, rel=1e-10)

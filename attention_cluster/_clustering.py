@@ -32,7 +32,7 @@ from ._validation import (
 
 
 class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, BaseEstimator):
-    """Clustering with K linear attention heads learned on the unit sphere.
+    r"""Clustering with K linear attention heads learned on the unit sphere.
 
     Used like KMeans (``fit``, ``predict``, ``labels_``,
     ``cluster_centers_``), with two differences a KMeans user meets first:
@@ -42,14 +42,16 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     not the distances to the centres that KMeans' ``transform`` returns.
 
     The estimator of "Attention-based clustering" (NeurIPS 2025). Each head
-    ``mu_h`` is a unit vector; the layer maps a sequence of L tokens to
+    :math:`\mu_h` is a unit vector; the layer maps a sequence of L tokens to
 
-        T(X)_l = (lambda K / L) sum_h sum_k <X_l, mu_h> <mu_h, X_k> X_k
+    .. math::
 
-    (``math.md`` section 2). The heads minimise, without labels, the risk
-    ``E ||X_1 - T(X)_1||^2`` over sequences of L rows drawn from the data,
-    plus ``reg_strength`` times an orthogonality regulariser (``math.md``
-    section 3; paper, section 3.3), by projected stochastic gradient
+        T(X)_l = \frac{\lambda K}{L} \sum_h \sum_k
+        \langle X_l, \mu_h \rangle \langle \mu_h, X_k \rangle X_k
+
+    (:mathmd:`2`). The heads minimise, without labels, the risk
+    :math:`\mathbb{E} \| X_1 - T(X)_1 \|^2` over sequences of L rows drawn from the data,
+    plus ``reg_strength`` times an orthogonality regulariser (:mathmd:`3`; paper, section 3.3), by projected stochastic gradient
     descent on the sphere or by the exact solver (``solver``). At a
     minimiser the heads are the cluster directions, and a point's cluster
     is ``argmax_h <x, mu_h>`` (user guide, :doc:`/user_guide/model`, "From
@@ -57,7 +59,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     the exact solver's heads are then refined to the maximum-likelihood
     centroid directions of the paper's mixture, by EM whose E step is a
     softmax attention of the points over the heads (``refine``,
-    ``math.md`` section 7).
+    :mathmd:`7`).
 
     Data are divided by an estimated overall scale ``scale_`` before
     fitting, so that the centroids are near the unit sphere as the paper
@@ -115,8 +117,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         directions (see ``reg_strength_`` and the user guide).
     solver : {"auto", "full", "psgd"}, default="auto"
         ``"full"``: the exact solver. For data held in memory the expected
-        risk over sampled sequences has a closed form (``math.md`` section
-        3), minimised deterministically by Riemannian L-BFGS on the product
+        risk over sampled sequences has a closed form (:mathmd:`3`), minimised deterministically by Riemannian L-BFGS on the product
         of spheres (on a subsample of 16384 rows first when n is larger,
         then Newton steps on all rows), at O(n d K) per iteration after
         O(n d^2) moments: no sampling plateau, unlike PSGD. ``"psgd"``:
@@ -127,8 +128,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     refine : {"auto", "em"} or None, default="auto"
         ``"em"``: after the attention solver, maximise the likelihood of the
         paper's mixture (K centroids of equal norm, or one norm each with
-        ``centroid_norms``; isotropic noise, free weights; ``math.md``
-        section 7) by expectation-maximisation started
+        ``centroid_norms``; isotropic noise, free weights; :mathmd:`7`) by expectation-maximisation started
         at the heads. Its E step is a softmax attention of each point over
         the heads. The heads of the attention risk span the principal
         subspace of the second moment, about ``1 + K sigma^2`` times
@@ -138,15 +138,14 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         runs on subsamples, then takes Newton's steps on all rows with the
         subsample's Jacobian, and every stage stops when the heads are
         estimated to be within a small fraction of their standard error of
-        the fixed point (``math.md`` section 7). When it follows the exact
+        the fixed point (:mathmd:`7`). When it follows the exact
         solver, that solver stops after its subsample stage. ``None``: the
         attention heads as they are, the paper's estimator. ``"auto"``:
         ``"em"`` after the exact solver, None after PSGD.
     centroid_norms : {"auto", "equal", "free"}, default="auto"
         The norms of the EM refinement's centroids. ``"equal"``: one common
         norm, the paper's mixture. ``"free"``: one norm per centroid (a
-        Gaussian mixture with one shared spherical variance; ``math.md``
-        section 7, "One norm per centroid"). ``"auto"``: equal, unless at
+        Gaussian mixture with one shared spherical variance; :mathmd:`7`, "One norm per centroid"). ``"auto"``: equal, unless at
         the equal-norm fit one EM step with free norms gains more than the
         Bayesian information criterion's price of the ``K - 1`` extra
         norms, ``(K - 1) log(n) / 2`` nats; the refinement then goes on with
@@ -168,8 +167,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         PSGD (``"auto"``: 1e-4): every 100 steps the heads averaged over the
         second half of the run so far (Polyak-Ruppert averaging) are
         compared with their previous value, and the run stops when ``sum_h
-        ||mu_h - mu_h^prev||^2 < tol``, the squared distance of ``math.md``
-        section 5. Exact solver (``"auto"``: 1e-6): stop when the norm of
+        ||mu_h - mu_h^prev||^2 < tol``, the squared distance of :mathmd:`5`. Exact solver (``"auto"``: 1e-6): stop when the norm of
         the Riemannian gradient is below ``tol`` times the objective's
         scale ``mean ||x||^2``.
     n_init : int, default=1
@@ -181,14 +179,14 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         a warning, as KMeans does for an explicit start.
     init : {"spectral", "random"} or array-like of shape (n_clusters, n_features), default="spectral"
         ``"spectral"``: the top-K eigenvectors of the second-moment matrix
-        (where the risk's minimisers lie as L grows, ``math.md`` section 3),
+        (where the risk's minimisers lie as L grows, :mathmd:`3`),
         rotated inside their span to minimise the regulariser (Jacobi
         sweeps, as in kurtosis-based ICA). ``"random"``: heads drawn
         uniformly on the sphere, the paper's random start. An array gives
         the starting heads (rows, normalised to unit norm).
     gradient : {"riemannian", "euclidean"}, default="riemannian"
         ``"riemannian"`` projects each head's gradient on the sphere's
-        tangent space before the step (``math.md`` section 3);
+        tangent space before the step (:mathmd:`3`);
         ``"euclidean"`` steps along the plain gradient, then normalises
         (paper, Appendix G.3).
     center : {"auto", True, False}, default="auto"
@@ -254,7 +252,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     means_ : ndarray of shape (n_clusters, n_features)
         With the EM refinement: the fitted mixture's means ``mean_ + s r_k
         mu_k``, all at one distance from ``mean_`` unless
-        ``centroid_norms_`` is ``"free"`` (``math.md`` section 7).
+        ``centroid_norms_`` is ``"free"`` (:mathmd:`7`).
     covariances_ : ndarray of shape (n_clusters,)
         With the EM refinement: the variance ``(s tau)^2`` of each
         component, one value shared by all (spherical, as
@@ -264,7 +262,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         ``mixture_``.
     mixture_ : SphericalMixture or None
         The fitted mixture at unit scale, ``(x - mean_) / scale_ | Z = k ~
-        N(r_k mu_k, tau^2 I)`` (``math.md`` section 7), whose methods give
+        N(r_k mu_k, tau^2 I)`` (:mathmd:`7`), whose methods give
         :meth:`predict_proba`, :meth:`score_samples`, :meth:`bic` and
         :meth:`aic` from one centred formula, with its variance floored at
         ``1e-12`` of the rows' mean squared norm per feature; float64. None
@@ -272,7 +270,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     concentration_ : ndarray of shape (n_clusters,) or None
         After the EM refinement, ``r_h / (tau^2 scale_)`` for each centre,
         with ``r_h / tau^2`` the inverse temperature of the fitted
-        mixture's posterior (``math.md`` section 7; one value shared by all
+        mixture's posterior (:mathmd:`7`; one value shared by all
         when the norms are equal): :meth:`predict` takes ``argmax_h
         concentration_[h] <x - mean_, c_h> - concentration_[h]^2
         covariances_[h] / 2 + log weights_[h]``. None without the
@@ -521,15 +519,17 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         self._result = replace(result, labels=None)
 
     def predict(self, X):
-        """Cluster of each row: ``argmax_h <x - mean_, c_h>``, or the posterior mode.
+        r"""Cluster of each row: the head most aligned with it, or the posterior mode.
 
-        Without the refinement the rule is ``argmax_h <x - mean_, c_h>``
+        Without the refinement the rule is
+        :math:`\arg\max_h \langle x - m, c_h \rangle` with ``m = mean_``
         (user guide, :doc:`/user_guide/model`); after the EM refinement it
         is the fitted mixture's posterior mode, the argmax of
-        :meth:`predict_proba`: ``argmax_h log pi_h + (r_h <mu_h, y> -
-        r_h^2 / 2) / tau^2`` with ``y = (x - mean_) / scale_`` (``math.md``
-        section 7; see ``mixture_``), which differs from the direction rule
-        only when the weights or the norms differ.
+        :meth:`predict_proba`,
+        :math:`\arg\max_h \log \pi_h + (r_h \langle \mu_h, y \rangle - r_h^2 / 2) / \tau^2`
+        with :math:`y = (x - m) / s`, ``s = scale_`` (:mathmd:`7`; see
+        ``mixture_``), which differs from the direction rule only when the
+        weights or the norms differ.
 
         Parameters
         ----------
@@ -572,12 +572,12 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         the first call (or the first after :meth:`fit`) fits the batch as
         :meth:`fit` does, which fixes the scale ``scale_``, the temperature
         and the random state's use; each later call updates the mixture of
-        ``math.md`` section 7 with the batch. Each batch's E-step statistics,
+        :mathmd:`7` with the batch. Each batch's E-step statistics,
         taken at the parameters of its time, are kept as their running mean
         together with their Jacobian in the parameters, so that the centres
         solve the M step of the whole stream's statistics linearised around
         the parameters each batch saw: one pass ends near the maximum
-        likelihood of the whole stream (``math.md`` section 7, "One pass
+        likelihood of the whole stream (:mathmd:`7`, "One pass
         over a stream"). The Jacobian costs one E step on the batch per
         parameter of the mixture (``K d + K + 2``), at the first update and
         whenever the weight seen has doubled; above 512 parameters the
@@ -668,16 +668,15 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         )
 
     def transform(self, X):
-        """The attention layer's output for each row, in context of the training data.
+        r"""The attention layer's output for each row, in context of the training data.
 
         Not distances to the centres, unlike KMeans' ``transform``: the
         output has the shape of X, each row moved towards its centroid.
-        ``T(x) = lambda K (M / s^2) U U^T y`` with ``y = x - mean_`` (``mean_``
+        :math:`T(x) = \lambda K (M / s^2) U U^\top y` with ``y = x - mean_`` (``mean_``
         is zero unless the data were centred), where ``M`` is the second
         moment of the (centred) training data, ``s = scale_``, ``lambda =
         temperature_`` and U the heads (computed as ``lambda K (y^T U)
-        moment_heads_``, never a d x d matrix): the layer of ``math.md``
-        section 2 with the n training rows as its context (``L = n``).
+        moment_heads_``, never a d x d matrix): the layer of :mathmd:`2` with the n training rows as its context (``L = n``).
         Row-wise and deterministic, of rank K; without centring linear,
         ``transform(c X) = c transform(X)``. Near the centroids the output
         is the point's centroid direction, scaled (approximate
@@ -732,11 +731,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
     @available_if(_check_mixture)
     def score_samples(self, X):
-        """Log-likelihood of each row under the fitted mixture.
+        r"""Log-likelihood of each row under the fitted mixture.
 
-        ``log p(x) = logsumexp_k(log pi_k + log N(x; m_k, (s tau)^2 I))``
-        with ``m_k = mean_ + s r_k mu_k``: the mixture of ``math.md`` section
-        7 fitted by the EM refinement (only with it; ``refine=None`` and
+        :math:`\log p(x) = \operatorname{logsumexp}_k \bigl(\log \pi_k
+        + \log \mathcal{N}(x; m_k, (s \tau)^2 I)\bigr)` with
+        :math:`m_k = m + s r_k \mu_k`: the mixture of :mathmd:`7` fitted by the EM refinement (only with it; ``refine=None`` and
         PSGD without refinement fit no likelihood), computed from the
         centred rows at unit scale (``mixture_``).
 
@@ -754,13 +753,15 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
     @available_if(_check_mixture)
     def predict_proba(self, X):
-        """Posterior probability of each cluster under the fitted mixture.
+        r"""Posterior probability of each cluster under the fitted mixture.
 
-        ``gamma_k(x) = softmax_k(log pi_k + (r_k <mu_k, y> - r_k^2 / 2) /
-        tau^2)`` with ``y = (x - mean_) / s`` (``math.md`` section 7): a
-        softmax attention of the point, as query, over the heads, as keys
-        (with one norm r, ``softmax_k(log pi_k + beta <mu_k, y>)``, ``beta
-        = r / tau^2``). Each row sums to one; its argmax is :meth:`predict`.
+        :math:`\gamma_k(x) = \operatorname{softmax}_k \bigl(\log \pi_k
+        + (r_k \langle \mu_k, y \rangle - r_k^2 / 2) / \tau^2\bigr)` with
+        :math:`y = (x - m) / s` (:mathmd:`7`): a softmax attention of the
+        point, as query, over the heads, as keys (with one norm r,
+        :math:`\operatorname{softmax}_k(\log \pi_k + \beta \langle \mu_k, y \rangle)`,
+        :math:`\beta = r / \tau^2`). Each row sums to one; its argmax is
+        :meth:`predict`.
 
         Parameters
         ----------
@@ -786,11 +787,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
     @available_if(_check_mixture)
     def bic(self, X):
-        """Bayesian information criterion of the fitted mixture on X (lower is better).
+        r"""Bayesian information criterion of the fitted mixture on X (lower is better).
 
-        ``BIC = -2 sum_i log p(x_i) + p log n`` with ``p = K d + 1`` free
+        :math:`\mathrm{BIC} = -2 \sum_i \log p(x_i) + p \log n` with ``p = K d + 1`` free
         parameters: K unit directions (d - 1 each), the common norm r, the
-        noise tau and K - 1 weights (``math.md`` section 7), ``K - 1`` more
+        noise tau and K - 1 weights (:mathmd:`7`), ``K - 1`` more
         when each centroid has its own norm (``centroid_norms_``), and d
         more for the mean when the data were centred (``center_``). Fit one
         estimator per candidate K and keep the K of the smallest BIC (see
@@ -808,9 +809,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
     @available_if(_check_mixture)
     def aic(self, X):
-        """Akaike information criterion of the fitted mixture on X (lower is better).
+        r"""Akaike information criterion of the fitted mixture on X (lower is better).
 
-        ``AIC = -2 sum_i log p(x_i) + 2 p`` with p as in :meth:`bic`.
+        :math:`\mathrm{AIC} = -2 \sum_i \log p(x_i) + 2 p` with p as in :meth:`bic`.
 
         Parameters
         ----------

@@ -1,6 +1,6 @@
 """The fitted mixture: one object whose methods give every prediction of the estimator.
 
-The EM refinement fits the mixture of ``math.md`` section 7 to the rows
+The EM refinement fits the mixture of :mathmd:`7` to the rows
 ``y = (x - m) / s`` (m the mean the fit subtracted, zero when it did not
 centre; s the overall scale):
 
@@ -15,7 +15,7 @@ rows far from the origin and close to each other. From the two per-row terms
 (:func:`attention_cluster._passes.unit_terms`, one product with the K heads):
 
 - logits ``a_ik = log pi_k + (r_k P_ik - r_k^2 / 2) / tau^2``, the posterior
-  ``softmax_k(a_ik)`` and the label ``argmax_k a_ik`` (``math.md`` section 7);
+  ``softmax_k(a_ik)`` and the label ``argmax_k a_ik`` (:mathmd:`7`);
 - ``log p(x_i) = logsumexp_k(a_ik) - q_i / (2 tau^2) - (d / 2) log(2 pi
   tau^2) - d log s``, the density of x in the data's units.
 """
@@ -86,7 +86,7 @@ class SphericalMixture:
     # -- per-row quantities from the unit terms (P, q) -----------------------
 
     def logits(self, P):
-        """``a_ik = log pi_k + (r_k P_ik - r_k^2 / 2) / tau^2`` (``math.md`` section 7)."""
+        """``a_ik = log pi_k + (r_k P_ik - r_k^2 / 2) / tau^2`` (:mathmd:`7`)."""
         r, v = self.radii, self.variance
         return self.log_weights + (P * r - 0.5 * r * r) / v
 
@@ -112,6 +112,6 @@ class SphericalMixture:
     def n_parameters(self, free_norms, centred):
         """Free parameters: K (d - 1) directions, one norm (K with free norms),
         tau and K - 1 weights, plus d for the mean when the rows were centred
-        (``math.md`` section 7)."""
+        (:mathmd:`7`)."""
         K, d = self.centers.shape
         return K * d + 1 + (K - 1 if free_norms else 0) + (d if centred else 0)

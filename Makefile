@@ -52,6 +52,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/run.py
 	$(PY) benchmarks/dynamics.py
 	$(PY) benchmarks/choose_k.py
+	$(PY) benchmarks/many_clusters.py
 
 clean:
 	rm -rf $(VENV) docs/_build docs/auto_examples docs/generated .pytest_cache .hypothesis

@@ -18,6 +18,7 @@ from ._mixture import LinearisedEM, OnlineEM, refine_heads
 from ._objective import exact_objective, regularizer_code
 from ._passes import DaskRows, DenseRows, one_blas_thread, rows_of
 from ._scale import estimate_spectrum, principal_basis
+from ._seeding import seeded_start
 from ._settings import auto_reg_strength
 from ._spectral import SUBSAMPLE, spectral_heads
 from ._validation import (
@@ -551,11 +552,14 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 "the principal-subspace path that wide data need holds the rows' projections "
                 "in memory."
             )
-        if K > d:
+        if K > d and not self._seeds_centres(d, init, self._solver_and_refine()[1]):
+            # Only heads that stay directions (no mixture with free norms to
+            # carry seeded centres) are crowded by K > d.
             warn(
                 f"n_clusters={K} > n_features={d}: the heads cannot be mutually "
                 "orthogonal, so the clusters are separated by direction only "
-                "approximately."
+                "approximately (the default init, refine and centroid_norms place "
+                "K centres instead)."
             )
         # The passes run on the pool's threads already: BLAS threads in each
         # chunk's products would only oversubscribe the cores.
@@ -621,7 +625,12 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 "init='random' for different starts."
             )
             n_init = 1
-        best = None
+        best = seeds = None
+        # The seeded start: K >= d points for the free-norm mixture, no
+        # attention solver (see _seeds_centres).
+        if basis is None and self._seeds_centres(data.n_features, init, settings.refine):
+            seeds = seeded_start(unit.subsample(rng, SUBSAMPLE), self.n_clusters, rng)
+            best, n_init = _Run(seeds.heads, np.empty(0), 0, True, None), 0
         for index in range(n_init):
             sample = unit.subsample(rng, SUBSAMPLE)
             start = self._start(sample, spectrum, init, rng)
@@ -648,7 +657,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                     spectrum.scale
                 )
                 heads, mean_sq, basis = basis @ best.heads, rows.norm_moments()[0], None
-            self._refine(rows, spectrum, heads, settings, rng, mean_sq, lambda: _one_norm(given))
+            self._refine(
+                rows, spectrum, heads, settings, rng, mean_sq, lambda: _one_norm(given), seeds
+            )
         else:
             # Each head turned towards the points it wins (math.md section 5).
             signs = np.where(unit.head_totals(best.heads) < 0, -1.0, 1.0)
@@ -781,10 +792,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             )
         else:
             reg_strength = float(self.reg_strength)
-        # solver="auto" is the exact solver, the more accurate at every n;
-        # refine="auto" adds EM after it, none after PSGD.
-        solver = "full" if self.solver == "auto" else self.solver
-        refine = ("em" if solver == "full" else None) if self.refine == "auto" else self.refine
+        solver, refine = self._solver_and_refine()
         return _Settings(
             temperature=temperature,
             reg_strength=reg_strength,
@@ -793,6 +801,16 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             tol=_DEFAULT_TOL[solver] if isinstance(self.tol, str) else self.tol,
             max_iter=_DEFAULT_MAX_ITER[solver] if isinstance(self.max_iter, str) else self.max_iter,
         )
+
+    def _solver_and_refine(self):
+        """The solver and refinement ``"auto"`` resolves to.
+
+        solver="auto" is the exact solver, the more accurate at every n;
+        refine="auto" adds EM after it, none after PSGD.
+        """
+        solver = "full" if self.solver == "auto" else self.solver
+        refine = ("em" if solver == "full" else None) if self.refine == "auto" else self.refine
+        return solver, refine
 
     def _runs_can_differ(self, data, settings):
         """Whether two runs can differ: only through what they draw at random.
@@ -807,6 +825,25 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             or settings.solver == "psgd"
             or data.n_samples > SUBSAMPLE
             or self.n_clusters > data.n_features
+        )
+
+    def _seeds_centres(self, n_features, init, refine):
+        """Whether the start is seeded (:func:`seeded_start`) instead of spectral.
+
+        When ``n_clusters >= n_features`` the spectrum has fewer than K
+        directions: the default start then places K points among the rows
+        (k-means++ on a subsample), which the mixture with one norm per
+        centroid carries as its centres ``mean_ + s r_k mu_k`` (math.md
+        section 7); the attention solver, whose heads are directions, is
+        skipped. Only with the EM refinement and norms that may be free.
+        """
+        return (
+            init is None
+            and self.init == "spectral"
+            and refine == "em"
+            and self.centroid_norms != "equal"
+            and 1 < self.n_clusters
+            and n_features <= self.n_clusters
         )
 
     def _start(self, sample, spectrum, init, rng):
@@ -881,20 +918,24 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 )
         return run
 
-    def _refine(self, unit, spectrum, heads, settings, rng, mean_sq=None, spherical_rows=None):
+    def _refine(
+        self, unit, spectrum, heads, settings, rng, mean_sq=None, spherical_rows=None, seeds=None
+    ):
         """The EM refinement (math.md section 7): centres, weights and the posterior's concentration.
 
         ``mean_sq`` is the rows' mean ``||x / s||^2`` (default: the trace of
         the spectrum's moment, when ``unit`` holds the rows it was taken on);
         ``spherical_rows`` tells ``centroid_norms="auto"`` whether the rows
-        as given have one norm (see :func:`refine_heads`).
+        as given have one norm (see :func:`refine_heads`); ``seeds``, a
+        seeded start (:func:`seeded_start`), gives the starting norms and noise.
         """
         fit = refine_heads(
             unit,
             heads,
             float(np.trace(spectrum.moment)) if mean_sq is None else float(mean_sq),
-            spectrum.noise,
+            spectrum.noise if seeds is None else seeds.noise,
             norms=self.centroid_norms,
+            radii=None if seeds is None else seeds.radii,
             spherical_rows=spherical_rows,
             max_iter=settings.max_iter,
             random_state=rng,

@@ -250,6 +250,17 @@ def test_choose_k_benchmark_quick_mode(tmp_path):
 
 
 @pytest.mark.slow
+def test_many_clusters_benchmark_quick_mode(tmp_path):
+    # benchmarks/many_clusters.py (make_blobs with K > d) in quick mode:
+    # every cell measured and judged, the load average on the page.
+    _, payload = _run_quick("many_clusters.py", tmp_path)
+    assert [(c["d"], c["K"]) for c in payload["cells"]] == [(2, 5), (5, 10), (10, 20), (10, 50)]
+    assert len(payload["bic_curve"]) == 8
+    text = (tmp_path / "many_clusters.md").read_text()
+    assert "Load average" in text and "target: ours >= both" in text
+
+
+@pytest.mark.slow
 def test_user_data_benchmark_quick_mode(tmp_path):
     # benchmarks/user_data.py (the users' data page) in quick mode: every
     # section is measured, judged on the page, and the figure is written.

@@ -85,3 +85,25 @@ def test_seeded_start_finds_the_centres_of_separated_clusters(kind, global_rando
     # tau^2 = inertia / d: the noise variance per coordinate, 0.1^2.
     assert seeds.noise == pytest.approx(np.sqrt(seeds.inertia / d))
     assert seeds.noise == pytest.approx(0.1, rel=0.15)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(2, 6), st.floats(0.0, 3.0))
+def test_noise_at_as_many_clusters_as_features_is_below_every_eigenvalue(seed, d, stretch):
+    # math.md section 1: every eigenvalue of M is s^2 (w_c + sigma^2) or
+    # more when K >= d, so s^2 sigma^2 <= the smallest; rows stretched
+    # along one axis (norms spread past the isotropic model's range) once
+    # gave sigma = infinity and a scale of 1e-6 of the data's.
+    from attention_cluster._scale import estimate_spectrum
+
+    rng = np.random.RandomState(seed)
+    X = rng.standard_normal((300, d))
+    X[:, 0] *= 10.0**stretch
+    spectrum = estimate_spectrum(DenseRows(X), d)
+    M = X.T @ X / len(X)
+    smallest = np.linalg.eigvalsh(M)[0] / spectrum.scale**2
+    assert spectrum.noise**2 <= smallest * (1 + 1e-9)
+    # the signal, s^2 = tr(M) - d s^2 sigma^2, is the rest of the trace
+    assert spectrum.scale**2 == pytest.approx(
+        np.trace(M) - d * (spectrum.noise * spectrum.scale) ** 2
+    )

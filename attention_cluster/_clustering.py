@@ -14,7 +14,13 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from . import _kernels
 from ._exact import solve_exact
-from ._mixture import LinearisedEM, OnlineEM, refine_heads
+from ._mixture import (
+    LinearisedEM,
+    OnlineEM,
+    mixture_parameters,
+    refine_heads,
+    subsample_sizes,
+)
 from ._objective import exact_objective, regularizer_code
 from ._passes import DaskRows, DenseRows, one_blas_thread, rows_of
 from ._scale import estimate_spectrum, principal_basis
@@ -561,6 +567,20 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 "approximately (the default init, refine and centroid_norms place "
                 "K centres instead)."
             )
+        if self.n_init == 1:
+            # Nested subsamples: one draw serves the start's rows and the
+            # EM's stages (one read of X on Dask data; _draws).
+            data.prepare_subsamples(
+                check_random_state(self.random_state).randint(2**31 - 1),
+                max(
+                    [SUBSAMPLE]
+                    + [
+                        size
+                        for free in (False, True)
+                        for size in subsample_sizes(n, mixture_parameters(d, K, free))
+                    ]
+                ),
+            )
         # The passes run on the pool's threads already: BLAS threads in each
         # chunk's products would only oversubscribe the cores.
         with data, one_blas_thread():
@@ -686,10 +706,13 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             self.means_ = means + self.mean_
         # The training labels are predict's, from the stored attributes.
         self.labels_ = self._labels(given)
-        # np.asarray computes the counts of Dask data's lazy labels.
-        counts = np.asarray(
-            np.bincount(self.labels_, weights=given.sample_weight, minlength=self.n_clusters)
-        )
+        if isinstance(given, DaskRows):
+            # One counted pass over the lazy labels.
+            counts = given.label_counts(self.labels_, self.n_clusters)
+        else:
+            counts = np.bincount(
+                self.labels_, weights=given.sample_weight, minlength=self.n_clusters
+            )
         if settings.refine is None:
             self.weights_ = counts / np.sum(counts)
         self.temperature_ = settings.temperature

@@ -396,6 +396,25 @@ _GROWTH = 16
 _JACOBIAN_ROWS = 16384
 
 
+def mixture_parameters(n_features, n_clusters, free=False):
+    """Free parameters of the mixture: K heads in R^d, the norm(s), tau^2 and the K weights."""
+    return n_features * n_clusters + 2 + n_clusters + (n_clusters - 1 if free else 0)
+
+
+def subsample_sizes(n_samples, n_parameters):
+    """Rows of :func:`refine_heads`' subsample stages, smallest first (see its docstring)."""
+    sizes = []
+    size = max(
+        min(_SUBSAMPLE, n_samples // 8),
+        _MIN_SUBSAMPLE,
+        _ROWS_PER_PARAMETER * n_parameters,
+    )
+    while 4 * size < n_samples:
+        sizes.append(size)
+        size *= _GROWTH
+    return sizes
+
+
 def refine_heads(
     data,
     heads,
@@ -486,17 +505,9 @@ def refine_heads(
             True,
         )
     rng = check_random_state(random_state)
-    sizes = []
     free = norms == "free" or radii is not None
-    n_parameters = d * K + 2 + K + (K - 1 if free else 0)
-    size = max(
-        min(_SUBSAMPLE, data.n_samples // 8),
-        _MIN_SUBSAMPLE,
-        _ROWS_PER_PARAMETER * n_parameters,
-    )
-    while 4 * size < data.n_samples:
-        sizes.append(size)
-        size *= _GROWTH
+    n_parameters = mixture_parameters(d, K, free)
+    sizes = subsample_sizes(data.n_samples, n_parameters)
     curve = []
 
     def report(em, ll):

@@ -706,7 +706,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             self.means_ = means + self.mean_
         # The training labels are predict's, from the stored attributes.
         self.labels_ = self._labels(given)
-        if isinstance(given, DaskRows):
+        if isinstance(given, DaskRows) and settings.refine == "em":
+            # The fitted weights stand for the labels' shares: counting the
+            # lazy labels would read X once more.
+            counts = self.weights_ * given.total_weight
+        elif isinstance(given, DaskRows):
             # One counted pass over the lazy labels.
             counts = given.label_counts(self.labels_, self.n_clusters)
         else:

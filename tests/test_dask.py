@@ -313,23 +313,29 @@ def _reads(out):
 @pytest.mark.parametrize("on_workers", [False, True], ids=["pulled", "kept-on-workers"])
 def test_one_read_draws_every_subsample_on_any_chunking(client, monkeypatch, capsys, on_workers):
     # The start's rows (16384) and the EM's subsample stage (made small
-    # here: 12500 rows) come from one nested draw, taken in one read of X; the others read X for the moments, each E step on all rows
-    # and the labels' counts. Each block draws its own rows' keys from the
-    # fit's seed and the rows' indices: two chunkings give the same fit,
-    # equal to the NumPy fit's.
+    # here: 12500 rows) come from one nested draw, taken in one read of X;
+    # the other reads are the moments' and each E step's on all rows (the
+    # fitted weights stand for the labels' shares; without the refinement
+    # the labels' counts are a read of their own). Each block draws its own
+    # rows' keys from the fit's seed and the rows' indices: two chunkings
+    # give the same fit, equal to the NumPy fit's.
     if on_workers:
         monkeypatch.setattr(_passes, "_CLIENT_ROWS", 16384)
     monkeypatch.setattr(_mixture, "_SUBSAMPLE", 20_000)
     monkeypatch.setattr(_mixture, "_MIN_SUBSAMPLE", 4_000)
     X = make_mixture(100_000, 6, 2, noise=0.8, random_state=4)[0]
     dense = AttentionClustering(random_state=0).fit(X)
+    AttentionClustering(refine=None, random_state=0, verbose=1).fit(_on_cluster(X, (12_500, -1)))
+    assert _reads(capsys.readouterr().out)[-1] == "labels' counts"
     fits = []
     for chunks in [(12_500, -1), ((30_000, 5_000, 41_000, 24_000), -1)]:
         fits.append(AttentionClustering(random_state=0, verbose=1).fit(_on_cluster(X, chunks)))
         reads = _reads(capsys.readouterr().out)
-        assert reads == ["second moment, mean and finiteness", "nested subsamples drawn"] + [
-            "e_step"
-        ] * fits[-1].refine_n_iter_ + ["labels' counts"]
+        assert (
+            reads
+            == ["second moment, mean and finiteness", "nested subsamples drawn"]
+            + ["e_step"] * fits[-1].refine_n_iter_
+        )
     for lazy in fits:
         np.testing.assert_allclose(
             lazy.cluster_centers_, dense.cluster_centers_, atol=ATOL[np.float64]

@@ -150,31 +150,32 @@ have `attention_cluster` installed (its Numba kernels are module functions,
 unpickled by reference on the workers). Each pass is one Dask computation:
 the NumPy pass runs on every block where the block lives and only the
 blocks' small results (K x d, d x d at most) come back to the client, which
-adds them in the blocks' order. Subsamples cost one read pass apiece: the
-attention solver's 16384 rows, and the EM refinement's stages (65536 rows,
-fewer below 5.2e5 rows, then 16 times more while under a quarter of n:
-2^20 rows from 4.2e6 rows on, 2^24 from 6.7e7, 2^28 from 1.1e9), on the
-last of which the Newton steps' Jacobian is taken (math.md section 7). A subsample of at most 2^20 rows
-(80 MB in float64 at d = 10) is pulled to the client; a larger one is taken
-from each block where the block lives and persisted on the workers (1.3 GB
-for 2^24 rows at d = 10, spread over them, released after the fit), and
-the EM's passes over it are Dask computations like those over X. The
-client draws the subsample's indices into a bitmap of n bits (12.5 MB at n
-= 1e8) and sends each block its part (indices or bitmap, whichever is
-smaller): in the task graph while they are small (4 MB in all, which
-covers every subsample pulled to the client), else scattered to the
-workers, so that the client's memory does not grow with the subsamples.
-Parts in the graph are recomputed with the tasks when a worker is lost;
-scattered parts cannot be recomputed, so every worker holds a copy of them
-and a fit survives the loss of a worker, except during the scatter itself
-(less than a second per subsample kept on the workers), which was seen to
-wait for good when a worker died in it. `solver="psgd"`
+adds them in the blocks' order. With `n_init=1` (the default) every
+subsample of a fit is a part of one nested draw (`_draws`): each row has a
+key, uniform on [0, 1), drawn by the block that holds it from the fit's
+seed and the row's index, and a subsample of fraction f is the rows whose
+keys are below f, so the smaller subsamples are subsets of the larger and
+one read of X takes them all: the attention solver's 16384 rows and the EM
+refinement's stages (65536 rows, fewer below 5.2e5 rows, then 16 times more
+while under a quarter of n: 2^20 rows from 4.2e6 rows on, 2^24 from 6.7e7,
+2^28 from 1.1e9), on the last of which the Newton steps' Jacobian is taken
+(math.md section 7). A fit with the EM refinement reads X once for the
+moments and the mean, once for the draw, and once per E step on all rows
+(the verbose log numbers the reads). Rows drawn of at most 2^20 in all
+(80 MB in float64 at d = 10) are pulled to the client; more are kept and
+persisted on the workers (1.3 GB for 2^24 rows at d = 10, spread over
+them, released after the fit), and the subsamples and the EM's passes over
+them are Dask computations like those over X. Nothing of size n is on the
+client: the draw's seed travels in the task graph, and a lost worker's
+draws are recomputed with its tasks. The draw depends on the seed and the
+rows' indices only, so the same seed gives the same fit on any chunking.
+`solver="psgd"`
 draws its sequences from 2^20 rows pulled once. `fit` does not persist X:
 a file is read again at each pass. If X fits in the cluster's memory,
 `X = X.persist()` first makes the passes read memory instead.
 
 - **Same result as NumPy.** The same `random_state` gives the same
-  subsample and the same passes; only the grouping of the partial sums
+  subsamples (the in-memory backends draw the same keys) and the same passes; only the grouping of the partial sums
   differs (blocks instead of the NumPy path's chunks), so the centres agree
   up to rounding: the tests ask for 1e-7 (float64) and 1e-4 (float32),
   observed about 1e-13 with the default EM refinement and 1e-8 without it

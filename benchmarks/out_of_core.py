@@ -141,6 +141,35 @@ def fit_dask(X, reads=False):
     return model, passes
 
 
+def _save(payload, out, keep):
+    """Print ``payload``, ``keep`` it in results/out_of_core.json (the other
+    results stay), write the page; returns ``payload``."""
+    print({k: v for k, v in payload.items() if k not in ("times", "pass_s")}, flush=True)
+    directory = Path(out) if out else RESULTS
+    saved = directory / "out_of_core.json"
+    results = json.loads(saved.read_text()) if saved.exists() else {}
+    keep(results)
+    save("out_of_core", results, directory)
+    from _scaling_page import write_page
+
+    write_page(directory, Path(out) if out else ROOT / "docs")
+    return payload
+
+
+def _setting(quick, n, rounds):
+    """The payload's description of the data and the run."""
+    return {
+        "quick": quick,
+        "n": n,
+        "d": D,
+        "K": K,
+        "noise": NOISE,
+        "block_rows": BLOCK_ROWS,
+        "gigabytes": n * D * 4 / 1e9,
+        "rounds": rounds,
+    }
+
+
 def write_zarr(path, n, seed=0):
     """Write the mixture to a Zarr store at ``path`` in chunks of BLOCK_ROWS rows."""
     import zarr
@@ -196,14 +225,7 @@ def main_zarr(quick, out, n, rounds):
         seconds = {name: float(np.median(t)) for name, t in times.items()}
         in_memory = results["load and fit"]
         payload = {
-            "quick": quick,
-            "n": n,
-            "d": D,
-            "K": K,
-            "noise": NOISE,
-            "block_rows": BLOCK_ROWS,
-            "gigabytes": n * D * 4 / 1e9,
-            "rounds": rounds,
+            **_setting(quick, n, rounds),
             "write_s": seconds_write,
             "seconds": seconds,
             "times": times,
@@ -225,16 +247,11 @@ def main_zarr(quick, out, n, rounds):
         }
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print({k: v for k, v in payload.items() if k not in ("times", "pass_s")}, flush=True)
-    directory = Path(out) if out else RESULTS
-    saved = directory / "out_of_core.json"
-    previous = json.loads(saved.read_text()) if saved.exists() else {}
-    previous["zarr"] = payload
-    save("out_of_core", previous, directory)
-    from _scaling_page import write_page
 
-    write_page(directory, Path(out) if out else ROOT / "docs")
-    return payload
+    def keep(results):
+        results["zarr"] = payload
+
+    return _save(payload, out, keep)
 
 
 def main(quick=False, out=None, rows=None, rounds=None, kmeans_rounds=None, source=None):
@@ -302,14 +319,7 @@ def main(quick=False, out=None, rows=None, rounds=None, kmeans_rounds=None, sour
                 unit_rows(np.asarray(kmeans.cluster_centers_)), C
             )
         payload = {
-            "quick": quick,
-            "n": n,
-            "d": D,
-            "K": K,
-            "noise": NOISE,
-            "block_rows": BLOCK_ROWS,
-            "gigabytes": n * D * 4 / 1e9,
-            "rounds": rounds,
+            **_setting(quick, n, rounds),
             "kmeans_rounds": kmeans_rounds,
             "write_s": seconds_write,
             "seconds": seconds,
@@ -329,18 +339,13 @@ def main(quick=False, out=None, rows=None, rounds=None, kmeans_rounds=None, sour
         }
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print({k: v for k, v in payload.items() if k not in ("times", "pass_s")}, flush=True)
-    directory = Path(out) if out else RESULTS
-    saved = directory / "out_of_core.json"
-    previous = json.loads(saved.read_text()) if saved.exists() else {}
-    runs = previous.get("runs", {})
-    runs[str(n)] = payload
-    previous["runs"] = dict(sorted(runs.items(), key=lambda r: int(r[0])))
-    save("out_of_core", previous, directory)
-    from _scaling_page import write_page
 
-    write_page(directory, Path(out) if out else ROOT / "docs")
-    return payload
+    def keep(results):
+        runs = results.get("runs", {})
+        runs[str(n)] = payload
+        results["runs"] = dict(sorted(runs.items(), key=lambda r: int(r[0])))
+
+    return _save(payload, out, keep)
 
 
 if __name__ == "__main__":

@@ -619,7 +619,7 @@ def _product(rows, left, shift, right):
 _CLIENT_ROWS = 1 << 20
 
 
-def _block_nested(block, weights, seed, n_samples, lo, hi, fraction):
+def _block_nested(block, weights, lo, hi, seed, n_samples, fraction):
     """The rows ``lo:hi`` of one Dask block whose keys are below ``fraction``
     (:func:`~._draws.nested_rows`): ``(rows as float64, their weights or
     None, their keys)``."""
@@ -738,8 +738,9 @@ class DaskRows(_Rows):
         it), not a subsample or the rows a draw kept."""
         return self._passes[1]
 
-    def _blocks(self, name, fn, *args):
-        """``fn(block, weights, *args)`` on every block, computed at once, in block order."""
+    def _tasks(self, fn, *args, bounds=False):
+        """``fn(block, weights, *args)`` for every block, as delayed tasks in
+        block order; with ``bounds``, ``fn(block, weights, lo, hi, *args)``."""
         import dask
 
         blocks = self._X.to_delayed(optimize_graph=False).ravel()
@@ -748,27 +749,37 @@ class DaskRows(_Rows):
         else:
             weights = self.sample_weight.to_delayed(optimize_graph=False).ravel()
         task = dask.delayed(fn, pure=True)
-        return self._compute(name, *[task(b, w, *args) for b, w in zip(blocks, weights)])
+        if not bounds:
+            return [task(b, w, *args) for b, w in zip(blocks, weights)]
+        edges = np.cumsum((0,) + self._X.chunks[0])
+        return [
+            task(b, w, int(lo), int(hi), *args)
+            for b, w, lo, hi in zip(blocks, weights, edges, edges[1:])
+        ]
 
-    def _compute(self, name, *collections):
+    def _blocks(self, name, fn, *args):
+        """``fn(block, weights, *args)`` on every block, computed at once, in block order."""
+        return self._compute(name, *self._tasks(fn, *args))
+
+    def _compute(self, name, *collections, read=True):
         """One Dask computation, counted as a pass and reported under verbose."""
         import dask
 
         return self._counted(
-            name, functools.partial(dask.compute, optimize_graph=False), *collections
+            name, functools.partial(dask.compute, optimize_graph=False), *collections, read=read
         )
 
-    def _counted(self, name, run, *args):
+    def _counted(self, name, run, *args, read=True):
         """``run(*args)``, counted as a pass and reported under verbose.
 
-        A pass reads X unless it runs on a subsample kept on the workers or
-        on the rows a draw kept (their names say "subsample of" or "drawn
-        rows"); the verbose line of a read says which read of X it is.
+        ``read``: whether the pass reads X (not a subsample kept on the
+        workers, nor the rows a draw kept); the verbose line of a read says
+        which read of X it is.
         """
         start = time.perf_counter()
         out = run(*args)
         self._passes[0] += 1
-        read = self._reads_x and "drawn rows" not in name
+        read = read and self._reads_x
         self._passes[1] += read
         if self.verbose:
             what = f", read {self.n_reads} of X" if read else ""
@@ -805,9 +816,13 @@ class DaskRows(_Rows):
         ``sum_b W_b (c_b / c)^2 (M_b / c_b^2) / sum_b W_b``, and their means
         as ``sum_b W_b mean_b / sum_b W_b``.
         """
-        parts = self._blocks(
-            "second moment, mean and finiteness", _block_moment, self.scale, self.offset
-        )
+        tasks = self._tasks(_block_moment, self.scale, self.offset)
+        draw = self._nested
+        if draw is not None and draw.taken is None and draw.fraction < 1.0:
+            # The prepared draw's rows are taken in the same read of X.
+            parts = self._take_draw(draw, tasks, "second moment, mean, finiteness and ")
+        else:
+            parts = self._compute("second moment, mean and finiteness", *tasks)
         if any(nan for nan, _, _, _, _ in parts):
             raise ValueError("Input X contains NaN.")
         if any(inf for _, inf, _, _, _ in parts):
@@ -929,39 +944,38 @@ class DaskRows(_Rows):
             return _block_rows(np.asarray(rows, dtype=self.dtype), weight, self.scale, self.offset)
         draw, fraction = self._draw_for(rng, size)
         if draw.taken is None:
-            draw.taken = self._take_draw(draw)
+            self._take_draw(draw)
         return self._drawn_subsample(draw.taken, fraction)
 
-    def _take_draw(self, draw):
-        """One read of X: every block's rows of keys below ``draw.fraction`` (a :class:`_Drawn`)."""
+    def _take_draw(self, draw, tasks=(), name=""):
+        """One read of X: every block's rows of keys below ``draw.fraction``,
+        kept as ``draw.taken`` (a :class:`_Drawn`); returns the results of
+        ``tasks``, delayed tasks on the same blocks computed in the same read
+        (``name`` prefixes the pass's name)."""
         import dask
 
-        bounds = np.cumsum((0,) + self._X.chunks[0])
-        blocks = self._X.to_delayed(optimize_graph=False).ravel()
-        if self.sample_weight is None:
-            weights = [None] * len(blocks)
-        else:
-            weights = self.sample_weight.to_delayed(optimize_graph=False).ravel()
-        task = dask.delayed(_block_nested, pure=True)
-        parts = [
-            task(b, w, draw.seed, self.n_samples, int(lo), int(hi), draw.fraction)
-            for b, w, lo, hi in zip(blocks, weights, bounds, bounds[1:])
-        ]
+        parts = self._tasks(_block_nested, draw.seed, self.n_samples, draw.fraction, bounds=True)
+        name += "nested subsamples drawn"
         if draw.fraction * self.n_samples <= _CLIENT_ROWS:
-            parts = self._compute("nested subsamples drawn", *parts)
+            out = self._compute(name, *parts, *tasks)
+            parts, results = out[: len(parts)], out[len(parts) :]
             weights = (
                 None if self.sample_weight is None else np.concatenate([w for _, w, _ in parts])
             )
-            return _Drawn(
+            draw.taken = _Drawn(
                 np.concatenate([r for r, _, _ in parts]),
                 weights,
                 [np.concatenate([k for _, _, k in parts])],
                 None,
             )
-        parts = self._counted("nested subsamples drawn, kept on the workers", _persisted, *parts)
+            return results
+        out = self._counted(name + ", kept on the workers", _persisted, *parts, *tasks)
+        parts, results = list(out[: len(parts)]), out[len(parts) :]
         take = dask.delayed(_drawn_keys, pure=True)
-        keys = self._compute("keys of the drawn rows", *[take(p) for p in parts])
-        return _Drawn(None, None, list(keys), list(parts))
+        keys = self._compute("keys of the drawn rows", *[take(p) for p in parts], read=False)
+        results = self._compute("results of that read", *results, read=False) if tasks else ()
+        draw.taken = _Drawn(None, None, list(keys), parts)
+        return results
 
     def _drawn_subsample(self, drawn, fraction):
         """The subsample of the rows in ``drawn`` whose keys are below ``fraction``."""
@@ -977,7 +991,7 @@ class DaskRows(_Rows):
         chosen = [select(p, fraction) for p in drawn.parts]
         where = f" of {sum(counts)} rows from the drawn rows"
         if sum(counts) <= _CLIENT_ROWS:
-            pairs = self._compute("subsample" + where, *chosen)
+            pairs = self._compute("subsample" + where, *chosen, read=False)
             rows = np.concatenate([r for r, _ in pairs])
             weight = None if self.sample_weight is None else np.concatenate([w for _, w in pairs])
             return _block_rows(rows, weight, self.scale, self.offset)
@@ -995,7 +1009,7 @@ class DaskRows(_Rows):
         rows = taken(0, (self.n_features,))
         weight = None if self.sample_weight is None else taken(1, ())
         rows, weight = self._counted(
-            "subsample" + where + ", kept on the workers", _persisted, rows, weight
+            "subsample" + where + ", kept on the workers", _persisted, rows, weight, read=False
         )
         other = copy.copy(self)
         other._X, other.sample_weight, other._drawn = rows, weight, None

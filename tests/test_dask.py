@@ -297,7 +297,7 @@ def test_verbose_reports_each_pass(client, mixture, capsys):
     model = AttentionClustering(solver="full", random_state=0, verbose=1).fit(X)
     passes = [line for line in capsys.readouterr().out.splitlines() if "Dask pass" in line]
     assert [int(line.split()[3].rstrip(",")) for line in passes] == list(range(1, len(passes) + 1))
-    assert "read 1 of X (second moment, mean and finiteness)" in passes[0]
+    assert "read 1 of X (second moment, mean, finiteness and nested subsamples drawn)" in passes[0]
     assert sum("(e_step)" in line for line in passes) == model.refine_n_iter_
 
 
@@ -313,8 +313,8 @@ def _reads(out):
 @pytest.mark.parametrize("on_workers", [False, True], ids=["pulled", "kept-on-workers"])
 def test_one_read_draws_every_subsample_on_any_chunking(client, monkeypatch, capsys, on_workers):
     # The start's rows (16384) and the EM's subsample stage (made small
-    # here: 12500 rows) come from one nested draw, taken in one read of X;
-    # the other reads are the moments' and each E step's on all rows (the
+    # here: 12500 rows) come from one nested draw, taken in the read of X
+    # that finds the moments; the other reads are the E steps' (the
     # fitted weights stand for the labels' shares; without the refinement
     # the labels' counts are a read of their own). Each block draws its own
     # rows' keys from the fit's seed and the rows' indices: two chunkings
@@ -333,7 +333,7 @@ def test_one_read_draws_every_subsample_on_any_chunking(client, monkeypatch, cap
         reads = _reads(capsys.readouterr().out)
         assert (
             reads
-            == ["second moment, mean and finiteness", "nested subsamples drawn"]
+            == ["second moment, mean, finiteness and nested subsamples drawn"]
             + ["e_step"] * fits[-1].refine_n_iter_
         )
     for lazy in fits:

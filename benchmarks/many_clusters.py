@@ -163,6 +163,17 @@ def page(p):
     ]
     for r in p["bic_curve"]:
         lines.append(f"| {r['k']} | {r['bic']:.1f} | {r['scale']:.4g} | {r['temperature']:.4g} |")
+    bic = {r["k"]: r["bic"] for r in p["bic_curve"]}
+    if bic[5] < bic[4]:
+        lines += [
+            "",
+            f"The curve has no wall at K = d = 5 (the scale stays that of the data), but it drops "
+            f"there ({bic[4]:.0f} to {bic[5]:.0f}): below d the start is spectral and its heads "
+            "are directions, so two centres cannot share the variable's one direction; from d on "
+            "the seeded start places K points along it, which the mixture with one norm per "
+            "centroid carries. The BIC then chooses the largest K tried: a line of Gaussian "
+            "points is no mixture of spherical clusters.",
+        ]
     return "\n".join(lines) + "\n"
 
 

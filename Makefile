@@ -48,6 +48,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/quantizer_pipeline.py
 	$(PY) benchmarks/streaming.py
 	$(PY) benchmarks/out_of_core.py
+	$(PY) benchmarks/out_of_core.py --source zarr
 	$(PY) benchmarks/user_data.py
 	$(PY) benchmarks/run.py
 	$(PY) benchmarks/dynamics.py

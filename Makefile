@@ -48,10 +48,12 @@ bench: $(STAMP)
 	$(PY) benchmarks/quantizer_pipeline.py
 	$(PY) benchmarks/streaming.py
 	$(PY) benchmarks/out_of_core.py
+	$(PY) benchmarks/out_of_core.py --source zarr
 	$(PY) benchmarks/user_data.py
 	$(PY) benchmarks/run.py
 	$(PY) benchmarks/dynamics.py
 	$(PY) benchmarks/choose_k.py
+	$(PY) benchmarks/many_clusters.py
 
 clean:
 	rm -rf $(VENV) docs/_build docs/auto_examples docs/generated .pytest_cache .hypothesis

@@ -397,6 +397,25 @@ _GROWTH = 16
 _JACOBIAN_ROWS = 16384
 
 
+def mixture_parameters(n_features, n_clusters, free=False):
+    """Free parameters of the mixture: K heads in R^d, the norm(s), tau^2 and the K weights."""
+    return n_features * n_clusters + 2 + n_clusters + (n_clusters - 1 if free else 0)
+
+
+def subsample_sizes(n_samples, n_parameters):
+    """Rows of :func:`refine_heads`' subsample stages, smallest first (see its docstring)."""
+    sizes = []
+    size = max(
+        min(_SUBSAMPLE, n_samples // 8),
+        _MIN_SUBSAMPLE,
+        _ROWS_PER_PARAMETER * n_parameters,
+    )
+    while 4 * size < n_samples:
+        sizes.append(size)
+        size *= _GROWTH
+    return sizes
+
+
 def refine_heads(
     data,
     heads,
@@ -404,6 +423,7 @@ def refine_heads(
     noise,
     *,
     norms="equal",
+    radii=None,
     spherical_rows=None,
     tol=1e-3,
     max_iter=500,
@@ -444,6 +464,11 @@ def refine_heads(
         norms, ``(K - 1) log(n) / 2`` nats (:func:`free_norm_gain`, a lower
         bound on the likelihood ratio; ``math.md`` section 7, "One norm per
         centroid"); EM then goes on with free norms from that M step.
+    radii : ndarray of shape (n_clusters,) or None, default=None
+        Starting norms, one per centroid (a seeded start,
+        :func:`~attention_cluster._seeding.seeded_start`): the norms are
+        then free from the start, whatever ``norms``, and the heads keep
+        their signs (the centres ``r_k mu_k`` are points, not directions).
     spherical_rows : callable or None, default=None
         With ``norms="auto"``, called (once, and only when the free norms
         pass the test) to ask whether the rows, as the user gave them, all
@@ -481,16 +506,9 @@ def refine_heads(
             True,
         )
     rng = check_random_state(random_state)
-    sizes = []
-    n_parameters = d * K + 2 + K + (K - 1 if norms == "free" else 0)
-    size = max(
-        min(_SUBSAMPLE, data.n_samples // 8),
-        _MIN_SUBSAMPLE,
-        _ROWS_PER_PARAMETER * n_parameters,
-    )
-    while 4 * size < data.n_samples:
-        sizes.append(size)
-        size *= _GROWTH
+    free = norms == "free" or radii is not None
+    n_parameters = mixture_parameters(d, K, free)
+    sizes = subsample_sizes(data.n_samples, n_parameters)
     curve = []
 
     def report(em, ll):
@@ -507,13 +525,14 @@ def refine_heads(
     # on the first stage's rows: EM then finds the signs again from its
     # points at every stage.
     U = np.array(heads, dtype=np.float64)
-    U *= np.where(stages[0].head_totals(U) < 0, -1.0, 1.0)
+    if radii is None:
+        U *= np.where(stages[0].head_totals(U) < 0, -1.0, 1.0)
     p = _Params(
         U,
-        np.ones(K),
+        np.ones(K) if radii is None else np.array(radii, dtype=np.float64),
         max(float(noise) ** 2, mean_sq * MIN_VARIANCE / d),
         np.full(K, -np.log(K)),
-        free=norms == "free",
+        free=free,
     )
     rho = 0.9
     sub_em = None
@@ -527,7 +546,7 @@ def refine_heads(
         rows = sub_em.data.subsample(rng, max(_JACOBIAN_ROWS, _ROWS_PER_PARAMETER * n_parameters))
         jacobian_em = _EM(rows, float(rows.norm_moments()[0]))
         p, converged, rho = _newton_em(em, p, jacobian_em, p, tol, max_iter, rho, report)
-    if norms == "auto" and K > 1:
+    if norms == "auto" and K > 1 and not p.free:
         at, S, counts = em.last
         gain = free_norm_gain(S, counts, at.variance) * em.n_effective / em.total
         if 2.0 * gain > (K - 1) * np.log(em.n_effective) and not (

@@ -63,6 +63,7 @@ import functools
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
@@ -71,6 +72,7 @@ from sklearn.utils.validation import validate_data
 from threadpoolctl import ThreadpoolController
 
 from . import _dynamics_kernels, _kernels
+from ._draws import NestedDraw, nested_rows
 from ._validation import (
     check_dask_array,
     check_dask_sample_weight,
@@ -147,30 +149,44 @@ class _Pool:
             self.executor = None
 
 
-def distinct_rows(rng, n, size):
-    """Sorted distinct indices of about ``size`` rows out of ``n``, uniformly.
-
-    ``size`` indices drawn with replacement, duplicates dropped, sorted: the
-    set ``np.unique`` gives. When the rows drawn are a large share of ``n``
-    (``n <= _BITMAP_RATIO * size``) they are marked in a mask of ``n``
-    booleans, in O(n); else sorted, in O(size log size) whatever ``n``.
-    """
-    idx = rng.randint(0, n, size=size)
-    if n <= _BITMAP_RATIO * size:
-        mask = np.zeros(n, dtype=bool)
-        mask[idx] = True
-        return np.flatnonzero(mask)
-    idx.sort()
-    return idx[np.concatenate(([True], idx[1:] != idx[:-1]))]
-
-
-# Above this ratio of n to the rows drawn, sorting the draws is faster than a
-# mask of n booleans (measured at n = 1e5 to 1e7).
-_BITMAP_RATIO = 64
+# Seeds of the subsamples' draws are drawn below this.
+_SEED_LIMIT = 2**31 - 1
 
 
 class _Rows:
-    """What every backend shares: it is a context manager (see ``close``)."""
+    """What every backend shares: it is a context manager (see ``close``), and
+    its subsamples are nested draws (:mod:`._draws`)."""
+
+    _nested = None  # the NestedDraw of prepare_subsamples, shared by copies
+
+    def prepare_subsamples(self, seed, size):
+        """Draw every later subsample of at most ``size`` rows from one nested draw.
+
+        The subsamples are then nested (a smaller one is a subset of a
+        larger) and seeded by ``seed``, not by the ``rng`` passed to
+        :meth:`subsample`; on Dask data the rows of the largest are taken in
+        one read of X. Copies made after this call (rescaled, centred) share
+        the draw.
+        """
+        self._nested = NestedDraw(seed, min(size / max(self.n_samples, 1), 1.0))
+
+    def _draw_for(self, rng, size):
+        """``(draw, fraction)`` for a subsample of about ``size`` rows: the
+        prepared draw when it holds them, else a draw of its own seeded by
+        ``rng`` (one integer drawn)."""
+        fraction = size / self.n_samples
+        if self._nested is not None and fraction <= self._nested.fraction:
+            return self._nested, fraction
+        return NestedDraw(rng.randint(_SEED_LIMIT), fraction), fraction
+
+    def _subsample_indices(self, rng, size):
+        """Indices (increasing) of the rows of a subsample of about ``size``
+        rows, for the backends in memory."""
+        draw, fraction = self._draw_for(rng, size)
+        if draw.taken is None:
+            draw.taken = nested_rows(draw.seed, self.n_samples, 0, self.n_samples, draw.fraction)
+        idx, keys = draw.taken
+        return idx[keys < np.float32(fraction)]
 
     def __enter__(self):
         return self
@@ -183,6 +199,10 @@ class _Rows:
         (two passes; one where a backend computes both together)."""
         c, M = self.scaled_second_moment()
         return c, M, self.mean()
+
+    def label_counts(self, labels, minlength):
+        """The weighted counts of ``labels`` (of :meth:`labels`)."""
+        return np.bincount(labels, weights=self.sample_weight, minlength=minlength)
 
     def rescaled(self, scale):
         """The same rows seen divided by ``scale`` (sharing a thread pool, if any)."""
@@ -506,6 +526,7 @@ class DenseRows(_Rows):
         other.dtype = X.dtype
         other.total_weight = float(X.shape[0])
         other._cum_weights = None
+        other._nested = None
         other._bounds = _chunk_bounds(other.n_samples, chunk_rows or _chunk_rows(other.n_features))
         return other
 
@@ -514,14 +535,16 @@ class DenseRows(_Rows):
     def subsample(self, rng, size):
         """About ``size`` distinct rows drawn uniformly, with their weights, or self.
 
-        Indices are drawn with replacement and duplicates dropped (O(size),
-        unlike a permutation of n). Returns ``self`` when ``n_samples <=
-        size``; otherwise a :class:`DenseRows` on the float64 copy of those
-        rows, with the same scale, run on one thread (it is small).
+        The rows whose keys are below ``size / n`` (:mod:`._draws`: each row
+        drawn with that probability, independently), from the prepared draw
+        (:meth:`prepare_subsamples`) or from one seeded by ``rng``. Returns
+        ``self`` when ``n_samples <= size``; otherwise a :class:`DenseRows`
+        on the float64 copy of those rows, with the same scale, run on one
+        thread (it is small).
         """
         if self.n_samples <= size:
             return self
-        idx = distinct_rows(rng, self.n_samples, size)
+        idx = self._subsample_indices(rng, size)
         weight = None if self.sample_weight is None else self.sample_weight[idx]
         rows = np.take(self._X, idx, axis=0)
         if self._offset.size:
@@ -595,7 +618,8 @@ def _block_pass(block, weights, scale, offset, name, args):
 
 def _block_moment(block, weights, scale, offset):
     """The first pass on one Dask block: (NaN seen, inf seen, weight,
-    :meth:`DenseRows.scaled_second_moment`).
+    :meth:`DenseRows.scaled_second_moment`, the block's weighted mean), from
+    :meth:`DenseRows.moments`.
 
     NaN propagates through max and min, and an infinity is the max or the
     min: two scans of the block find both before the moment is computed.
@@ -603,11 +627,12 @@ def _block_moment(block, weights, scale, offset):
     if block.size:
         peak = max(float(np.max(block)), -float(np.min(block)))
         if not np.isfinite(peak):
-            return bool(np.isnan(peak)), not np.isnan(peak), 0.0, None
+            return bool(np.isnan(peak)), not np.isnan(peak), 0.0, None, None
     rows = _block_rows(block, weights, scale, offset)
     if rows.total_weight == 0.0:
-        return False, False, 0.0, None
-    return False, False, rows.total_weight, rows.scaled_second_moment()
+        return False, False, 0.0, None, None
+    c, M, mean = rows.moments()
+    return False, False, rows.total_weight, (c, M), mean
 
 
 def _block_map(block, fn, *args):
@@ -615,6 +640,11 @@ def _block_map(block, fn, *args):
     if not np.isfinite(block).all():
         raise ValueError("Input X contains NaN or infinity.")
     return fn(np.ascontiguousarray(block), *args)
+
+
+def _block_counts(labels, weights, minlength):
+    """One block's weighted label counts, as a row (for :meth:`DaskRows.label_counts`)."""
+    return np.bincount(labels, weights=weights, minlength=minlength)[None, :].astype(np.float64)
 
 
 def _per_head(gain, K):
@@ -640,78 +670,43 @@ def _product(rows, left, shift, right):
 # which they project in memory.
 _CLIENT_ROWS = 1 << 20
 
-# Indices drawn at a time into the bitmap of a subsample (DaskRows.subsample).
-_DRAW_PIECE = 1 << 20
+
+def _block_nested(block, weights, lo, hi, seed, n_samples, fraction):
+    """The rows ``lo:hi`` of one Dask block whose keys are below ``fraction``
+    (:func:`~._draws.nested_rows`): ``(rows as float64, their weights or
+    None, their keys)``."""
+    idx, keys = nested_rows(seed, n_samples, lo, hi, fraction)
+    idx -= lo
+    rows = np.asarray(np.asarray(block)[idx], dtype=np.float64)
+    w = None if weights is None else np.asarray(np.asarray(weights)[idx], dtype=np.float64)
+    return rows, w, keys
 
 
-def _drawn_rows(rng, n, size):
-    """The rows of :func:`distinct_rows` as a bitmap.
-
-    Little-endian bits of ``n / 8`` bytes (bit i of the bitmap is row i).
-    The indices are drawn in pieces: a legacy ``RandomState`` gives the same
-    stream in pieces as at once, so the rows, and ``rng``'s state after, are
-    those of :meth:`DenseRows.subsample`.
-    """
-    bits = np.zeros((n + 7) // 8, dtype=np.uint8)
-    for start in range(0, size, _DRAW_PIECE):
-        idx = rng.randint(0, n, size=min(_DRAW_PIECE, size - start))
-        np.bitwise_or.at(bits, idx >> 3, np.left_shift(1, idx & 7).astype(np.uint8))
-    return bits
+def _drawn_keys(part):
+    """The keys of one block's drawn rows (:func:`_block_nested`)."""
+    return part[2]
 
 
-def _block_drawn(bits, lo, hi):
-    """``(piece, count)``: the drawn rows among rows ``lo:hi`` of the bitmap
-    ``bits``, as their indices in the block (uint32) when those are the
-    smaller, else as the block's own bitmap; and how many there are."""
-    mask = np.unpackbits(bits[lo // 8 : (hi + 7) // 8], bitorder="little")[
-        lo % 8 : lo % 8 + hi - lo
-    ].view(bool)
-    idx = np.flatnonzero(mask)
-    if 4 * len(idx) < len(mask) / 8 and hi - lo <= 2**32:
-        return idx.astype(np.uint32), len(idx)
-    return np.packbits(mask, bitorder="little"), len(idx)
+def _drawn_below(part, fraction):
+    """``(rows, weights)`` of one block's drawn rows whose keys are below ``fraction``."""
+    keep = part[2] < np.float32(fraction)
+    return part[0][keep], None if part[1] is None else part[1][keep]
 
 
-def _block_take(block, drawn):
-    """The drawn rows (or weights) of one Dask block, as float64 (``drawn``
-    from :func:`_block_drawn`)."""
-    block = np.asarray(block)
-    if drawn.dtype == np.uint8:
-        drawn = np.unpackbits(drawn, count=len(block), bitorder="little").view(bool)
-    return np.asarray(block[drawn], dtype=np.float64)
+def _item(pair, i):
+    return pair[i]
 
 
-def _on_workers(pieces):
-    """The pieces as they are, in the task graph, when they are small
-    (``_GRAPH_BYTES`` in all); larger ones (a subsample's bitmaps are n / 8
-    bytes) scattered to the workers when the passes run on a
-    ``distributed`` client.
+@dataclass
+class _Drawn:
+    """What one read of X kept of a nested draw (:meth:`DaskRows.subsample`):
+    the rows, weights and keys on the client, or the blocks' parts persisted
+    on the workers (``parts``) with their keys on the client (one array per block)."""
 
-    Pieces in the graph are recomputed with the tasks that need them when a
-    worker is lost. Scattered data are not tasks: a copy held by one worker
-    only is lost with that worker, and the fit with it, so every worker
-    holds a copy (``broadcast``) and a fit survives the loss of workers as
-    long as one is left; a worker lost while the copies are being sent
-    leaves the scatter waiting (it was seen to wait for good)."""
-    if sum(piece.nbytes for piece in pieces) <= _GRAPH_BYTES:
-        return pieces
-    try:
-        from distributed import default_client
-
-        client = default_client()
-    except (ImportError, ValueError):  # no distributed client
-        return pieces
-    import dask.base
-
-    if dask.base.get_scheduler() != client.get:
-        return pieces
-    return client.scatter(pieces, hash=False, broadcast=True)
-
-
-# Bytes of a subsample's drawn rows that travel in the task graph (Dask warns
-# about graphs above 10 MB); the drawn rows of a subsample pulled to the
-# client (at most _CLIENT_ROWS rows, 4 bytes each) stay below it.
-_GRAPH_BYTES = 4 << 20
+    rows: np.ndarray | None
+    weights: np.ndarray | None
+    keys: list
+    parts: list | None
 
 
 def _persisted(*collections):
@@ -776,7 +771,8 @@ class DaskRows(_Rows):
                 else float(sample_weight.sum().compute())
             )
         self.total_weight = total_weight
-        self._passes = [0]  # shared with rescaled copies
+        self._passes = [0, 0]  # computations and reads of X, shared with copies
+        self._reads_x = True  # False for a subsample kept on the workers
         self.verbose = verbose
         self._drawn = None
         self.offset = None
@@ -790,8 +786,15 @@ class DaskRows(_Rows):
         """Dask computations so far, by this object and its rescaled copies."""
         return self._passes[0]
 
-    def _blocks(self, name, fn, *args):
-        """``fn(block, weights, *args)`` on every block, computed at once, in block order."""
+    @property
+    def n_reads(self):
+        """Of :attr:`n_passes`, the computations that read X (every block of
+        it), not a subsample or the rows a draw kept."""
+        return self._passes[1]
+
+    def _tasks(self, fn, *args, bounds=False):
+        """``fn(block, weights, *args)`` for every block, as delayed tasks in
+        block order; with ``bounds``, ``fn(block, weights, lo, hi, *args)``."""
         import dask
 
         blocks = self._X.to_delayed(optimize_graph=False).ravel()
@@ -800,24 +803,42 @@ class DaskRows(_Rows):
         else:
             weights = self.sample_weight.to_delayed(optimize_graph=False).ravel()
         task = dask.delayed(fn, pure=True)
-        return self._compute(name, *[task(b, w, *args) for b, w in zip(blocks, weights)])
+        if not bounds:
+            return [task(b, w, *args) for b, w in zip(blocks, weights)]
+        edges = np.cumsum((0,) + self._X.chunks[0])
+        return [
+            task(b, w, int(lo), int(hi), *args)
+            for b, w, lo, hi in zip(blocks, weights, edges, edges[1:])
+        ]
 
-    def _compute(self, name, *collections):
+    def _blocks(self, name, fn, *args):
+        """``fn(block, weights, *args)`` on every block, computed at once, in block order."""
+        return self._compute(name, *self._tasks(fn, *args))
+
+    def _compute(self, name, *collections, read=True):
         """One Dask computation, counted as a pass and reported under verbose."""
         import dask
 
         return self._counted(
-            name, functools.partial(dask.compute, optimize_graph=False), *collections
+            name, functools.partial(dask.compute, optimize_graph=False), *collections, read=read
         )
 
-    def _counted(self, name, run, *args):
-        """``run(*args)``, counted as a pass and reported under verbose."""
+    def _counted(self, name, run, *args, read=True):
+        """``run(*args)``, counted as a pass and reported under verbose.
+
+        ``read``: whether the pass reads X (not a subsample kept on the
+        workers, nor the rows a draw kept); the verbose line of a read says
+        which read of X it is.
+        """
         start = time.perf_counter()
         out = run(*args)
         self._passes[0] += 1
+        read = read and self._reads_x
+        self._passes[1] += read
         if self.verbose:
+            what = f", read {self.n_reads} of X" if read else ""
             print(
-                f"[AttentionClustering] Dask pass {self.n_passes} ({name}{self._where}): "
+                f"[AttentionClustering] Dask pass {self.n_passes}{what} ({name}{self._where}): "
                 f"{time.perf_counter() - start:.3g} s"
             )
         return out
@@ -839,27 +860,40 @@ class DaskRows(_Rows):
             return tuple(sum(r[j] for r in results) for j in range(len(results[0])))
         return sum(results)
 
-    def scaled_second_moment(self):
-        """``(c, M / c^2)`` as :meth:`DenseRows.scaled_second_moment`; raises
-        ValueError on NaN or infinity.
+    def moments(self):
+        """``(c, M / c^2, mean)`` as :meth:`DenseRows.moments`, in one pass;
+        raises ValueError on NaN or infinity.
 
         The first pass of a fit, so bad values are reported before the
         others, with scikit-learn's messages. Each block has its own scale
         ``c_b``; with ``c = max_b c_b`` the blocks' ``M_b / c_b^2`` add up as
-        ``sum_b W_b (c_b / c)^2 (M_b / c_b^2) / sum_b W_b``.
+        ``sum_b W_b (c_b / c)^2 (M_b / c_b^2) / sum_b W_b``, and their means
+        as ``sum_b W_b mean_b / sum_b W_b``.
         """
-        parts = self._blocks("second moment and finiteness", _block_moment, self.scale, self.offset)
-        if any(nan for nan, _, _, _ in parts):
+        tasks = self._tasks(_block_moment, self.scale, self.offset)
+        draw = self._nested
+        if draw is not None and draw.taken is None and draw.fraction < 1.0:
+            # The prepared draw's rows are taken in the same read of X.
+            parts = self._take_draw(draw, tasks, "second moment, mean, finiteness and ")
+        else:
+            parts = self._compute("second moment, mean and finiteness", *tasks)
+        if any(nan for nan, _, _, _, _ in parts):
             raise ValueError("Input X contains NaN.")
-        if any(inf for _, inf, _, _ in parts):
+        if any(inf for _, inf, _, _, _ in parts):
             raise ValueError(f"Input X contains infinity or a value too large for {self.dtype!r}.")
-        parts = [(w, *moment) for _, _, w, moment in parts if w > 0.0]
-        parts = [(w, c, M) for w, c, M in parts if c > 0.0]
+        parts = [(w, *moment, mean) for _, _, w, moment, mean in parts if w > 0.0]
         d = self.n_features
+        mean = sum((w * m for w, _, _, m in parts), np.zeros(d)) / self.total_weight
+        parts = [(w, c, M) for w, c, M, _ in parts if c > 0.0]
         if not parts:
-            return 0.0, np.zeros((d, d))
+            return 0.0, np.zeros((d, d)), mean
         c = max(c for _, c, _ in parts)
-        return c, sum(w * (cb / c) ** 2 * M for w, cb, M in parts) / self.total_weight
+        return c, sum(w * (cb / c) ** 2 * M for w, cb, M in parts) / self.total_weight, mean
+
+    def scaled_second_moment(self):
+        """``(c, M / c^2)`` of :meth:`moments` (the same one pass)."""
+        c, M, _ = self.moments()
+        return c, M
 
     def second_moment(self):
         c, M = self.scaled_second_moment()
@@ -921,6 +955,22 @@ class DaskRows(_Rows):
             _product, left, shift, right, dtype=self.dtype, columns=self.n_features
         )
 
+    def label_counts(self, labels, minlength):
+        """The weighted counts of the lazy ``labels`` (of :meth:`labels`), in
+        one pass: each block counts its own, the client adds them."""
+        import dask.array as da
+
+        parts = da.map_blocks(
+            _block_counts,
+            labels,
+            self.sample_weight,
+            minlength,
+            new_axis=1,
+            chunks=((1,) * labels.numblocks[0], (minlength,)),
+            dtype=np.float64,
+        )
+        return self._compute("labels' counts", parts)[0].sum(axis=0)
+
     def labels(self, centers, gain, bias):
         """Labels as a lazy Dask array (:meth:`DenseRows.labels` on each block)."""
         return self.map_rows(
@@ -934,51 +984,99 @@ class DaskRows(_Rows):
     def subsample(self, rng, size):
         """About ``size`` distinct rows drawn uniformly, with their weights, or self.
 
-        The indices are drawn as :meth:`DenseRows.subsample` draws them (the
-        same ``rng`` gives the same rows as the NumPy array), in pieces into
-        a bitmap of the rows (``n / 8`` bytes on the client). A subsample of
-        at most ``_CLIENT_ROWS`` rows is pulled to the client once and
-        returned as a :class:`DenseRows` (in memory, one thread); a larger
-        one stays on the workers: its rows (float64, as the pulled ones) are
-        taken from every block where the block lives and persisted there,
-        and it is returned as a :class:`DaskRows` whose passes are Dask
-        computations over those blocks. Returns ``self`` when there are at
-        most ``size`` rows and more than ``_CLIENT_ROWS``.
+        The rows whose keys are below ``size / n``, as
+        :meth:`DenseRows.subsample` draws them (the same ``rng``, or the same
+        prepared draw, gives the same rows as the NumPy array). Each block
+        draws the keys of its own rows from the draw's seed and the rows'
+        indices (:func:`~._draws.nested_rows`), so nothing of size n is on
+        the client. The first subsample of a prepared draw
+        (:meth:`prepare_subsamples`) reads X once and keeps the rows of the
+        draw's largest fraction with their keys; every later subsample of
+        that draw is taken from them without reading X. Rows kept are pulled
+        to the client when they are at most ``_CLIENT_ROWS`` (expected), else
+        persisted on the workers. A subsample of at most ``_CLIENT_ROWS``
+        rows is returned as a :class:`DenseRows` (in memory, one thread); a
+        larger one stays on the workers, as a :class:`DaskRows` whose passes
+        are Dask computations over its blocks. Returns ``self`` when there
+        are at most ``size`` rows and more than ``_CLIENT_ROWS``.
         """
         if self.n_samples <= size:
             if self.n_samples > _CLIENT_ROWS:
                 return self
             rows, weight = self._compute("subsample", self._X, self.sample_weight)
             return _block_rows(np.asarray(rows, dtype=self.dtype), weight, self.scale, self.offset)
+        draw, fraction = self._draw_for(rng, size)
+        if draw.taken is None:
+            self._take_draw(draw)
+        return self._drawn_subsample(draw.taken, fraction)
+
+    def _take_draw(self, draw, tasks=(), name=""):
+        """One read of X: every block's rows of keys below ``draw.fraction``,
+        kept as ``draw.taken`` (a :class:`_Drawn`); returns the results of
+        ``tasks``, delayed tasks on the same blocks computed in the same read
+        (``name`` prefixes the pass's name)."""
+        import dask
+
+        parts = self._tasks(_block_nested, draw.seed, self.n_samples, draw.fraction, bounds=True)
+        name += "nested subsamples drawn"
+        if draw.fraction * self.n_samples <= _CLIENT_ROWS:
+            out = self._compute(name, *parts, *tasks)
+            parts, results = out[: len(parts)], out[len(parts) :]
+            weights = (
+                None if self.sample_weight is None else np.concatenate([w for _, w, _ in parts])
+            )
+            draw.taken = _Drawn(
+                np.concatenate([r for r, _, _ in parts]),
+                weights,
+                [np.concatenate([k for _, _, k in parts])],
+                None,
+            )
+            return results
+        out = self._counted(name + ", kept on the workers", _persisted, *parts, *tasks)
+        parts, results = list(out[: len(parts)]), out[len(parts) :]
+        take = dask.delayed(_drawn_keys, pure=True)
+        keys = self._compute("keys of the drawn rows", *[take(p) for p in parts], read=False)
+        results = self._compute("results of that read", *results, read=False) if tasks else ()
+        draw.taken = _Drawn(None, None, list(keys), parts)
+        return results
+
+    def _drawn_subsample(self, drawn, fraction):
+        """The subsample of the rows in ``drawn`` whose keys are below ``fraction``."""
+        if drawn.parts is None:
+            keep = drawn.keys[0] < np.float32(fraction)
+            weight = None if drawn.weights is None else drawn.weights[keep]
+            return _block_rows(drawn.rows[keep], weight, self.scale, self.offset)
         import dask
         import dask.array as da
 
-        drawn = _drawn_rows(rng, self.n_samples, size)
-        bounds = np.cumsum((0,) + self._X.chunks[0])
-        pieces = [_block_drawn(drawn, lo, hi) for lo, hi in zip(bounds, bounds[1:])]
-        counts = [m for _, m in pieces]
-        pieces = _on_workers([piece for piece, _ in pieces])
-        take = dask.delayed(_block_take, pure=True)
+        counts = [int(np.count_nonzero(k < np.float32(fraction))) for k in drawn.keys]
+        select = dask.delayed(_drawn_below, pure=True)
+        chosen = [select(p, fraction) for p in drawn.parts]
+        where = f" of {sum(counts)} rows from the drawn rows"
+        if sum(counts) <= _CLIENT_ROWS:
+            pairs = self._compute("subsample" + where, *chosen, read=False)
+            rows = np.concatenate([r for r, _ in pairs])
+            weight = None if self.sample_weight is None else np.concatenate([w for _, w in pairs])
+            return _block_rows(rows, weight, self.scale, self.offset)
+        item = dask.delayed(_item, pure=True)
 
-        def taken(array, shape):
+        def taken(i, shape):
             return da.concatenate(
                 [
-                    da.from_delayed(take(b, piece), shape=(m, *shape), dtype=np.float64)
-                    for b, piece, m in zip(
-                        array.to_delayed(optimize_graph=False).ravel(), pieces, counts
-                    )
+                    da.from_delayed(item(c, i), shape=(m, *shape), dtype=np.float64)
+                    for c, m in zip(chosen, counts)
                     if m
                 ]
             )
 
-        rows = taken(self._X, (self.n_features,))
-        weight = None if self.sample_weight is None else taken(self.sample_weight, ())
-        if sum(counts) <= _CLIENT_ROWS:
-            rows, weight = self._compute("subsample", rows, weight)
-            return _block_rows(rows, weight, self.scale, self.offset)
-        rows, weight = self._counted("subsample, kept on the workers", _persisted, rows, weight)
+        rows = taken(0, (self.n_features,))
+        weight = None if self.sample_weight is None else taken(1, ())
+        rows, weight = self._counted(
+            "subsample" + where + ", kept on the workers", _persisted, rows, weight, read=False
+        )
         other = copy.copy(self)
         other._X, other.sample_weight, other._drawn = rows, weight, None
+        other._nested, other._reads_x = None, False
         other.n_samples, other.dtype = rows.shape[0], np.dtype(np.float64)
         other._where = f" on the subsample of {other.n_samples} rows"
         other.total_weight = (
@@ -1187,7 +1285,7 @@ class SparseRows(_Rows):
         """As :meth:`DenseRows.subsample`: a :class:`SparseRows` on about ``size`` rows."""
         if self.n_samples <= size:
             return self
-        idx = distinct_rows(rng, self.n_samples, size)
+        idx = self._subsample_indices(rng, size)
         weight = None if self.sample_weight is None else self.sample_weight[idx]
         return SparseRows(self._X[idx], weight, self.scale, self.offset)
 

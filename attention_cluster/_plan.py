@@ -28,11 +28,12 @@ from sklearn.utils import check_random_state
 
 from . import _kernels
 from ._exact import solve_exact
-from ._mixture import refine_heads
+from ._mixture import mixture_parameters, refine_heads, subsample_sizes
 from ._model import MIN_VARIANCE, SphericalMixture
 from ._objective import exact_objective, regularizer_code
 from ._passes import DenseRows
 from ._scale import estimate_spectrum, principal_basis
+from ._seeding import seeded_start
 from ._settings import auto_reg_strength
 from ._spectral import SUBSAMPLE, spectral_heads
 from ._validation import warn
@@ -182,11 +183,29 @@ def fit_plan(rows, params, init=None, tuning=None):
         )
     if _in_subspace(rows, K, tuning):
         rows.check_finite()
-    if K > d:
+    refine = resolve_methods(params.solver, params.refine)[1]
+    if K > d and not _seeds_centres(params, d, init, refine):
+        # Only heads that stay directions (no mixture with free norms to
+        # carry seeded centres) are crowded by K > d.
         warn(
             f"n_clusters={K} > n_features={d}: the heads cannot be mutually "
             "orthogonal, so the clusters are separated by direction only "
-            "approximately."
+            "approximately (the default init, refine and centroid_norms place "
+            "K centres instead)."
+        )
+    if params.n_init == 1:
+        # Nested subsamples: one draw serves the start's rows and the EM's
+        # stages (one read of X on Dask data; _draws).
+        rows.prepare_subsamples(
+            check_random_state(params.random_state).randint(2**31 - 1),
+            max(
+                [SUBSAMPLE]
+                + [
+                    size
+                    for free in (False, True)
+                    for size in subsample_sizes(rows.n_samples, mixture_parameters(d, K, free))
+                ]
+            ),
         )
     prepared = _prepare(rows, K, tuning)
     if params.center == "auto":
@@ -285,7 +304,12 @@ def _fit_once(given, prepared, params, init, centre, tuning):
             "init='random' for different starts."
         )
         n_init = 1
-    best = None
+    best = seeds = None
+    if basis is None and _seeds_centres(params, data.n_features, init, settings.refine):
+        # K points among the rows for the free-norm mixture, no attention
+        # solver (see _seeds_centres).
+        seeds = seeded_start(unit.subsample(rng, SUBSAMPLE), K, rng)
+        best, n_init = _Run(seeds.heads, np.empty(0), 0, True, None), 0
     for index in range(n_init):
         sample = unit.subsample(rng, SUBSAMPLE)
         start = _start(params, sample, spectrum, init, rng)
@@ -310,7 +334,7 @@ def _fit_once(given, prepared, params, init, centre, tuning):
             # (benchmarks/user_data.py). From here on the centres are in R^d.
             rows = (given.centred(prepared.full_mean) if centre else given).rescaled(spectrum.scale)
             heads, mean_sq = basis @ best.heads, rows.norm_moments()[0]
-        fit = _refine(params, rows, spectrum, heads, settings, rng, mean_sq, given, tuning)
+        fit = _refine(params, rows, spectrum, heads, settings, rng, mean_sq, given, tuning, seeds)
         mixture = SphericalMixture(
             centers=fit.heads.T.copy(),
             radii=np.array(fit.radii, dtype=np.float64),
@@ -332,10 +356,14 @@ def _fit_once(given, prepared, params, init, centre, tuning):
             centers, moment_heads = centers @ basis.T, moment_heads @ basis.T
         mixture, refine_n_iter, free_norms = None, 0, None
     labels = given.labels(*predict_rule(centers, mixture, mean))
-    # np.asarray computes the counts of Dask rows' lazy labels.
-    counts = np.asarray(np.bincount(labels, weights=given.sample_weight, minlength=K))
-    fractions = counts / np.sum(counts)
-    weights = fractions if mixture is None else np.exp(mixture.log_weights)
+    if mixture is not None and not given.in_memory:
+        # The fitted weights stand for the labels' shares: counting Dask
+        # rows' lazy labels would read X once more.
+        fractions = weights = np.exp(mixture.log_weights)
+    else:
+        counts = given.label_counts(labels, K)
+        fractions = counts / np.sum(counts)
+        weights = fractions if mixture is None else np.exp(mixture.log_weights)
     return FitResult(
         centers=centers,
         mixture=mixture,
@@ -437,6 +465,26 @@ def _runs_can_differ(params, data, settings):
     )
 
 
+def _seeds_centres(params, n_features, init, refine):
+    """Whether the start is seeded (:func:`seeded_start`) instead of spectral.
+
+    When ``n_clusters >= n_features`` the spectrum has fewer than K
+    directions: the default start then places K points among the rows
+    (k-means++ on a subsample), which the mixture with one norm per
+    centroid carries as its centres ``mean_ + s r_k mu_k`` (math.md
+    section 7); the attention solver, whose heads are directions, is
+    skipped. Only with the EM refinement and norms that may be free.
+    """
+    return (
+        init is None
+        and params.init == "spectral"
+        and refine == "em"
+        and params.centroid_norms != "equal"
+        and 1 < params.n_clusters
+        and n_features <= params.n_clusters
+    )
+
+
 def _random_heads(rng, n_features, n_clusters):
     """Heads drawn uniformly on the sphere (columns of a d x K array)."""
     U = rng.standard_normal((n_features, n_clusters))
@@ -517,18 +565,21 @@ def _run(params, unit, sample, spectrum, settings, start, rng, index, rank, tuni
     return run
 
 
-def _refine(params, unit, spectrum, heads, settings, rng, mean_sq, given, tuning):
+def _refine(params, unit, spectrum, heads, settings, rng, mean_sq, given, tuning, seeds=None):
     """The EM refinement (math.md section 7); returns the :class:`~attention_cluster._mixture.MixtureFit`.
 
     ``mean_sq`` is the rows' mean ``||x / s||^2``; ``centroid_norms="auto"``
-    asks whether the rows as given have one norm (see :func:`refine_heads`).
+    asks whether the rows as given have one norm (see :func:`refine_heads`);
+    ``seeds``, a seeded start (:func:`seeded_start`), gives the starting
+    norms and noise.
     """
     fit = refine_heads(
         unit,
         heads,
         mean_sq,
-        spectrum.noise,
+        spectrum.noise if seeds is None else seeds.noise,
         norms=params.centroid_norms,
+        radii=None if seeds is None else seeds.radii,
         spherical_rows=lambda: _one_norm(given, tuning.one_norm_rtol),
         max_iter=settings.max_iter,
         random_state=rng,

@@ -69,7 +69,9 @@ def estimate_spectrum(data, n_clusters, moment=None):
     underflows for finite data of any magnitude. When ``n_clusters >=
     n_features`` the spectrum cannot separate signal from noise, and sigma
     comes from the spread of the squared norms instead
-    (:func:`_noise_from_norms`). All-zero data get ``scale = 1``.
+    (:func:`_noise_from_norms`), at most the smallest eigenvalue's
+    ``s^2 sigma^2`` (each eigenvalue is ``s^2 (w_c + sigma^2)`` or more).
+    All-zero data get ``scale = 1``.
 
     Returns
     -------
@@ -89,6 +91,10 @@ def estimate_spectrum(data, n_clusters, moment=None):
         # trace = s^2 (1 + d sigma^2) gives s^2 sigma^2 once sigma is known.
         sigma2 = _noise_from_norms(trace, prescaled.norm_moments()[1], d)
         noise_var = trace / d if np.isinf(sigma2) else trace * sigma2 / (1.0 + d * sigma2)
+        # Every eigenvalue is s^2 (signal + sigma^2): the noise is at most the
+        # smallest. Norms spread past the model's range (one dominant
+        # direction, say) would otherwise call everything noise.
+        noise_var = min(noise_var, float(eig[-1]))
     signal = max(float(np.sum(eig[:k])) - k * noise_var, 1e-12 * trace)
     scale_unit = np.sqrt(signal)
     noise = np.sqrt(noise_var) / scale_unit

@@ -30,12 +30,24 @@ of rows in benchmarks/results/out_of_core.json (a run replaces only its own
 size's), then docs/scaling_out.md (with benchmarks/results/streaming.json)
 and its figure are written with every size measured.
 
+With ``--source zarr`` the rows are written to a Zarr store (chunks of
+``BLOCK_ROWS`` rows, the docs' own example source) and read by
+``da.from_zarr``; on the same cluster, in interleaved rounds, the Dask fit
+(its reads of X counted from the verbose pass log, which numbers every
+pass that reads X) is compared with opening the store, loading it into the
+client's memory and fitting there; the client's peak resident memory is
+sampled during a first fit, and the load average (``os.getloadavg``) is
+recorded before and after. The results go under ``zarr`` in the same
+JSON, and the page gets a section of their own.
+
     python benchmarks/out_of_core.py [--quick] [--rows N] [--rounds R] [--kmeans-rounds R]
+    python benchmarks/out_of_core.py --source zarr [--quick] [--rows N] [--rounds R]
 """
 
 import contextlib
 import io
 import json
+import os
 import resource
 import shutil
 import tempfile
@@ -112,25 +124,144 @@ class PeakRSS:
         self._thread.join()
 
 
-def fit_dask(X):
-    """The Dask fit, with its verbose lines captured: (model, pass times)."""
+def fit_dask(X, reads=False):
+    """The Dask fit, with its verbose lines captured: (model, pass times), and
+    with ``reads`` the names of the passes that read X (numbered "read N of X")."""
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
         model = AttentionClustering(K, solver="full", random_state=0, verbose=1).fit(X)
-    passes = [
-        float(line.rsplit(":", 1)[1].split()[0])
-        for line in buffer.getvalue().splitlines()
-        if "Dask pass" in line
-    ]
+    lines = [line for line in buffer.getvalue().splitlines() if "Dask pass" in line]
+    passes = [float(line.rsplit(":", 1)[1].split()[0]) for line in lines]
+    if reads:
+        return (
+            model,
+            passes,
+            [line.split("(", 1)[1].rsplit(")", 1)[0] for line in lines if " of X " in line],
+        )
     return model, passes
 
 
-def main(quick=False, out=None, rows=None, rounds=None, kmeans_rounds=None):
+def _save(payload, out, keep):
+    """Print ``payload``, ``keep`` it in results/out_of_core.json (the other
+    results stay), write the page; returns ``payload``."""
+    print({k: v for k, v in payload.items() if k not in ("times", "pass_s")}, flush=True)
+    directory = Path(out) if out else RESULTS
+    saved = directory / "out_of_core.json"
+    results = json.loads(saved.read_text()) if saved.exists() else {}
+    keep(results)
+    save("out_of_core", results, directory)
+    from _scaling_page import write_page
+
+    write_page(directory, Path(out) if out else ROOT / "docs")
+    return payload
+
+
+def _setting(quick, n, rounds):
+    """The payload's description of the data and the run."""
+    return {
+        "quick": quick,
+        "n": n,
+        "d": D,
+        "K": K,
+        "noise": NOISE,
+        "block_rows": BLOCK_ROWS,
+        "gigabytes": n * D * 4 / 1e9,
+        "rounds": rounds,
+    }
+
+
+def write_zarr(path, n, seed=0):
+    """Write the mixture to a Zarr store at ``path`` in chunks of BLOCK_ROWS rows."""
+    import zarr
+
+    C = make_centroids(K, D, random_state=seed)
+    store = zarr.create_array(path, shape=(n, D), chunks=(BLOCK_ROWS, D), dtype="f4")
+    for i, lo in enumerate(range(0, n, WRITE_ROWS)):
+        hi = min(lo + WRITE_ROWS, n)
+        X, _, _ = make_mixture(hi - lo, D, K, noise=NOISE, centroids=C, random_state=seed + 1 + i)
+        store[lo:hi] = X
+    return C
+
+
+def main_zarr(quick, out, n, rounds):
+    """The Zarr case: reads of X, time against loading and fitting in memory, client peak."""
+    import dask.array as da
+    import distributed
+    import zarr
+
+    load_before = os.getloadavg()
+    tmp = Path(tempfile.mkdtemp(prefix="attention_cluster_zarr_"))
+    try:
+        path = str(tmp / "mixture.zarr")
+        seconds_write, C = timed(lambda: write_zarr(path, n))
+        print(f"wrote {n} x {D} float32 to Zarr in {seconds_write:.1f} s", flush=True)
+        with (
+            distributed.LocalCluster(
+                n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+            ) as cluster,
+            distributed.Client(cluster),
+        ):
+            X = da.from_zarr(path)
+            small = X[: min(n, 2 * BLOCK_ROWS)]
+            fit_dask(small)  # compile on the workers and in the client
+            AttentionClustering(K, solver="full", random_state=0).fit(small.compute())
+            memory_before = psutil.Process().memory_info().rss
+            with PeakRSS() as rss:
+                model, passes, reads = fit_dask(X, reads=True)
+            print(f"first dask fit: reads of X {reads}, peak {rss.peak / 1e9:.2f} GB", flush=True)
+            candidates = {
+                "dask fit": lambda: fit_dask(X, reads=True),
+                "load and fit": lambda: AttentionClustering(K, solver="full", random_state=0).fit(
+                    zarr.open_array(path, mode="r")[:]
+                ),
+            }
+            times = {name: [] for name in candidates}
+            results = {}
+            for r in range(rounds):
+                for name, fn in candidates.items():
+                    seconds, results[name] = timed(fn)
+                    times[name].append(seconds)
+                    print(f"round {r} {name}: {seconds:.1f} s", flush=True)
+        seconds = {name: float(np.median(t)) for name, t in times.items()}
+        in_memory = results["load and fit"]
+        payload = {
+            **_setting(quick, n, rounds),
+            "write_s": seconds_write,
+            "seconds": seconds,
+            "times": times,
+            "ratio": seconds["dask fit"] / seconds["load and fit"],
+            "reads": reads,
+            "passes": len(passes),
+            "pass_s": passes,
+            "client_rss_before": memory_before,
+            "client_rss_peak": rss.peak,
+            "distance": {
+                "dask fit": centroid_distance(model.cluster_centers_, C),
+                "load and fit": centroid_distance(in_memory.cluster_centers_, C),
+            },
+            "same_centres_max_abs": float(
+                np.max(np.abs(model.cluster_centers_ - in_memory.cluster_centers_))
+            ),
+            "load_before": list(load_before),
+            "load_after": list(os.getloadavg()),
+        }
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    def keep(results):
+        results["zarr"] = payload
+
+    return _save(payload, out, keep)
+
+
+def main(quick=False, out=None, rows=None, rounds=None, kmeans_rounds=None, source=None):
+    n = int(rows) if rows else (200_000 if quick else 20_000_000)
+    rounds = rounds or (2 if quick else 3)
+    if source == "zarr":
+        return main_zarr(quick, out, n, rounds)
     import distributed
     from dask_ml.cluster import KMeans
 
-    n = int(rows) if rows else (200_000 if quick else 20_000_000)
-    rounds = rounds or (2 if quick else 3)
     kmeans_rounds = rounds if kmeans_rounds is None else min(kmeans_rounds, rounds)
     tmp = Path(tempfile.mkdtemp(prefix="attention_cluster_ooc_"))
     try:
@@ -188,14 +319,7 @@ def main(quick=False, out=None, rows=None, rounds=None, kmeans_rounds=None):
                 unit_rows(np.asarray(kmeans.cluster_centers_)), C
             )
         payload = {
-            "quick": quick,
-            "n": n,
-            "d": D,
-            "K": K,
-            "noise": NOISE,
-            "block_rows": BLOCK_ROWS,
-            "gigabytes": n * D * 4 / 1e9,
-            "rounds": rounds,
+            **_setting(quick, n, rounds),
             "kmeans_rounds": kmeans_rounds,
             "write_s": seconds_write,
             "seconds": seconds,
@@ -215,16 +339,13 @@ def main(quick=False, out=None, rows=None, rounds=None, kmeans_rounds=None):
         }
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print({k: v for k, v in payload.items() if k not in ("times", "pass_s")}, flush=True)
-    directory = Path(out) if out else RESULTS
-    saved = directory / "out_of_core.json"
-    runs = json.loads(saved.read_text()).get("runs", {}) if saved.exists() else {}
-    runs[str(n)] = payload
-    save("out_of_core", {"runs": dict(sorted(runs.items(), key=lambda r: int(r[0])))}, directory)
-    from _scaling_page import write_page
 
-    write_page(directory, Path(out) if out else ROOT / "docs")
-    return payload
+    def keep(results):
+        runs = results.get("runs", {})
+        runs[str(n)] = payload
+        results["runs"] = dict(sorted(runs.items(), key=lambda r: int(r[0])))
+
+    return _save(payload, out, keep)
 
 
 if __name__ == "__main__":
@@ -234,4 +355,5 @@ if __name__ == "__main__":
         rows=dict(type=float, help="rows of the array (default 2e7; 2e5 with --quick)"),
         rounds=dict(type=int, help="interleaved rounds (default 3; 2 with --quick)"),
         kmeans_rounds=dict(type=int, help="rounds that also time dask-ml KMeans (0: none)"),
+        source=dict(choices=["npy", "zarr"], help="npy (default) or the Zarr case"),
     )

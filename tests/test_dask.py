@@ -142,7 +142,7 @@ def test_fit_with_subsamples_on_the_workers_as_numpy(client, monkeypatch, capsys
     dense = AttentionClustering(random_state=0).fit(X)
     lazy = AttentionClustering(random_state=0, verbose=1).fit(_on_cluster(X, (12_500, -1)))
     out = capsys.readouterr().out
-    assert "(subsample, kept on the workers)" in out and "(e_step on the subsample of" in out
+    assert "kept on the workers)" in out and "(e_step on the subsample of" in out
     np.testing.assert_allclose(lazy.cluster_centers_, dense.cluster_centers_, atol=ATOL[np.float64])
     np.testing.assert_array_equal(lazy.labels_.compute(), dense.labels_)
     assert lazy.refine_n_iter_ == dense.refine_n_iter_
@@ -177,7 +177,7 @@ def test_fit_of_a_lazily_read_array_with_a_subsample_on_the_workers(client, monk
     worker.start()
     worker.join(timeout=120)
     assert not worker.is_alive(), "the Dask fit did not finish: a deadlock"
-    assert "(subsample, kept on the workers)" in capsys.readouterr().out
+    assert "kept on the workers)" in capsys.readouterr().out
     dense = AttentionClustering(random_state=0).fit(X)
     np.testing.assert_allclose(
         result["model"].cluster_centers_, dense.cluster_centers_, atol=ATOL[np.float64]
@@ -296,9 +296,54 @@ def test_verbose_reports_each_pass(client, mixture, capsys):
     X = _on_cluster(mixture[0], (10_000, -1))
     model = AttentionClustering(solver="full", random_state=0, verbose=1).fit(X)
     passes = [line for line in capsys.readouterr().out.splitlines() if "Dask pass" in line]
-    assert [int(line.split()[3]) for line in passes] == list(range(1, len(passes) + 1))
-    assert "(second moment and finiteness)" in passes[0]
+    assert [int(line.split()[3].rstrip(",")) for line in passes] == list(range(1, len(passes) + 1))
+    assert "read 1 of X (second moment, mean, finiteness and nested subsamples drawn)" in passes[0]
     assert sum("(e_step)" in line for line in passes) == model.refine_n_iter_
+
+
+def _reads(out):
+    """The names of the verbose passes that read X, checked numbered 1, 2, ..."""
+    lines = [line for line in out.splitlines() if "Dask pass" in line and " of X " in line]
+    assert [int(line.split(" of X ")[0].rsplit(" ", 1)[1]) for line in lines] == list(
+        range(1, len(lines) + 1)
+    )
+    return [line.split("(", 1)[1].rsplit(")", 1)[0] for line in lines]
+
+
+@pytest.mark.parametrize("on_workers", [False, True], ids=["pulled", "kept-on-workers"])
+def test_one_read_draws_every_subsample_on_any_chunking(client, monkeypatch, capsys, on_workers):
+    # The start's rows (16384) and the EM's subsample stage (made small
+    # here: 12500 rows) come from one nested draw, taken in the read of X
+    # that finds the moments; the other reads are the E steps' (the
+    # fitted weights stand for the labels' shares; without the refinement
+    # the labels' counts are a read of their own). Each block draws its own
+    # rows' keys from the fit's seed and the rows' indices: two chunkings
+    # give the same fit, equal to the NumPy fit's.
+    if on_workers:
+        monkeypatch.setattr(_passes, "_CLIENT_ROWS", 16384)
+    monkeypatch.setattr(_mixture, "_SUBSAMPLE", 20_000)
+    monkeypatch.setattr(_mixture, "_MIN_SUBSAMPLE", 4_000)
+    X = make_mixture(100_000, 6, 2, noise=0.8, random_state=4)[0]
+    dense = AttentionClustering(random_state=0).fit(X)
+    AttentionClustering(refine=None, random_state=0, verbose=1).fit(_on_cluster(X, (12_500, -1)))
+    assert _reads(capsys.readouterr().out)[-1] == "labels' counts"
+    fits = []
+    for chunks in [(12_500, -1), ((30_000, 5_000, 41_000, 24_000), -1)]:
+        fits.append(AttentionClustering(random_state=0, verbose=1).fit(_on_cluster(X, chunks)))
+        reads = _reads(capsys.readouterr().out)
+        assert (
+            reads
+            == ["second moment, mean, finiteness and nested subsamples drawn"]
+            + ["e_step"] * fits[-1].refine_n_iter_
+        )
+    for lazy in fits:
+        np.testing.assert_allclose(
+            lazy.cluster_centers_, dense.cluster_centers_, atol=ATOL[np.float64]
+        )
+        assert lazy.refine_n_iter_ == dense.refine_n_iter_
+    np.testing.assert_allclose(
+        fits[0].cluster_centers_, fits[1].cluster_centers_, atol=ATOL[np.float64]
+    )
 
 
 def test_dataframe(client, mixture):
@@ -395,21 +440,6 @@ def test_incremental_is_partial_fit_on_the_blocks(client, mixture):
     np.testing.assert_allclose(
         wrapped.estimator_.cluster_centers_, stream.cluster_centers_, rtol=1e-8, atol=1e-10
     )
-
-
-def test_drawn_rows_scattered_to_every_worker(client, monkeypatch):
-    # Small pieces stay in the task graph, recomputed with its tasks. Larger
-    # ones are scattered, and scattered data cannot be recomputed: a
-    # subsample's drawn rows held by one worker would be lost with it (and
-    # the fit with them), so every worker holds a copy.
-    small = [np.arange(5, dtype=np.uint32), np.ones(3, np.uint8)]
-    assert _passes._on_workers(small) is small
-    monkeypatch.setattr(_passes, "_GRAPH_BYTES", 0)
-    pieces = _passes._on_workers(small)
-    holders = client.who_has(pieces)
-    workers = set(client.scheduler_info()["workers"])
-    assert len(workers) == 2
-    assert all(set(holders[f.key]) == workers for f in pieces)
 
 
 def test_killed_worker_does_not_change_the_fit(client):

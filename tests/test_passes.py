@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from reference import head_signs, mixture_e_step
 
 from attention_cluster import AttentionClustering, _passes
+from attention_cluster._draws import nested_rows
 from attention_cluster._passes import DenseRows, SparseRows, rows_of
 from attention_cluster.datasets import make_mixture
 
@@ -109,7 +110,9 @@ def test_subsample_and_draw(global_random_seed):
     data = DenseRows(X, w, scale=2.0)
     assert data.subsample(np.random.RandomState(0), 5000) is data
     sub = data.subsample(np.random.RandomState(0), 100)
-    assert sub.n_samples <= 100 and sub.scale == 2.0 and sub.sample_weight.shape == (sub.n_samples,)
+    # About 100 rows: each drawn with probability 100 / n (sd < 10).
+    assert abs(sub.n_samples - 100) < 50
+    assert sub.scale == 2.0 and sub.sample_weight.shape == (sub.n_samples,)
     rows = data.draw(np.array([12345], dtype=np.uint64), np.empty((20, 4)))
     # Each drawn row is a row of X / s.
     assert all(np.any(np.all(np.isclose(X / 2.0, r), axis=1)) for r in rows)
@@ -194,7 +197,8 @@ def test_sparse_rows_match_dense_rows(weighted, centred, global_random_seed):
     two = dense.draw(np.array([99], dtype=np.uint64), np.empty((30, 6)))
     np.testing.assert_allclose(one, two, atol=1e-12)
     sub = sparse.subsample(np.random.RandomState(0), 100)
-    assert isinstance(sub, SparseRows) and sub.n_samples <= 100 and sub.scale == sparse.scale
+    assert isinstance(sub, SparseRows) and abs(sub.n_samples - 100) < 50
+    assert sub.scale == sparse.scale
 
 
 def test_rows_of_picks_the_backend():
@@ -204,46 +208,62 @@ def test_rows_of_picks_the_backend():
 
 
 @given(
-    n=st.integers(1, 100_000),
-    size=st.integers(1, 3000),
+    n=st.integers(1, 300_000),
+    fractions=st.lists(st.floats(0.0, 1.0), min_size=2, max_size=2),
+    cuts=st.lists(st.integers(0, 300_000), max_size=6),
     seed=st.integers(0, 2**31 - 1),
 )
-def test_distinct_rows_are_the_unique_draws(n, size, seed):
-    # Both ways (a mask of n booleans, or sorting the draws) give np.unique
-    # of the same draws and leave the generator at the same state.
-    rng, reference = np.random.RandomState(seed), np.random.RandomState(seed)
-    np.testing.assert_array_equal(
-        _passes.distinct_rows(rng, n, size), np.unique(reference.randint(0, n, size=size))
-    )
-    assert rng.randint(2**31) == reference.randint(2**31)
-
-
-@given(
-    n=st.integers(1, 5000),
-    size=st.integers(1, 3000),
-    cuts=st.lists(st.integers(0, 5000), max_size=6),
-    seed=st.integers(0, 2**31 - 1),
-)
-def test_drawn_rows_by_block_are_the_subsample_rows(n, size, cuts, seed):
-    # A Dask subsample's rows (DaskRows.subsample): the bitmap drawn in
-    # pieces holds distinct_rows' set and leaves the generator where it
-    # does; each block's piece (indices or bitmap, whichever is smaller)
-    # takes exactly the block's drawn rows.
-    rngs = np.random.RandomState(seed), np.random.RandomState(seed)
-    expected = _passes.distinct_rows(rngs[0], n, size)
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(_passes, "_DRAW_PIECE", 97)
-        bits = _passes._drawn_rows(rngs[1], n, size)
-    assert rngs[0].randint(2**31) == rngs[1].randint(2**31)
+def test_nested_rows_are_nested_and_do_not_depend_on_the_chunks(n, fractions, cuts, seed):
+    # _draws: the draw over rows lo:hi is the whole draw restricted to them
+    # (any chunking gives the same rows), and the rows of a smaller fraction
+    # are those of a larger one with keys below it.
+    small, large = sorted(fractions)
+    rows, keys = nested_rows(seed, n, 0, n, large)
+    assert np.all(np.diff(rows) > 0) and np.all(keys < np.float32(large))
     bounds = sorted({0, n, *(c for c in cuts if c < n)})
-    rows = np.arange(n, dtype=np.float32)
-    taken = []
-    for lo, hi in zip(bounds, bounds[1:]):
-        piece, count = _passes._block_drawn(bits, lo, hi)
-        got = _passes._block_take(rows[lo:hi], piece)
-        assert got.dtype == np.float64 and len(got) == count
-        taken.append(got)
-    np.testing.assert_array_equal(np.concatenate(taken), expected)
+    pieces = [nested_rows(seed, n, lo, hi, large) for lo, hi in zip(bounds, bounds[1:])]
+    np.testing.assert_array_equal(np.concatenate([r for r, _ in pieces]), rows)
+    np.testing.assert_array_equal(np.concatenate([k for _, k in pieces]), keys)
+    fewer, _ = nested_rows(seed, n, 0, n, small)
+    np.testing.assert_array_equal(fewer, rows[keys < np.float32(small)])
+
+
+def test_nested_rows_draw_each_row_with_its_fraction():
+    # Monte Carlo: over seeds, each row is drawn with probability f,
+    # independently of the others (pairs drawn together with f^2), and the
+    # keys of the rows drawn are uniform below f.
+    n, f, seeds = 100, 0.3, 4000
+    drawn = np.zeros((seeds, n), dtype=bool)
+    keys = []
+    for seed in range(seeds):
+        rows, k = nested_rows(seed, n, 0, n, f)
+        drawn[seed, rows] = True
+        keys.append(k)
+    freq = drawn.mean(axis=0)
+    assert np.all(np.abs(freq - f) < 5 * np.sqrt(f * (1 - f) / seeds))
+    pairs = (drawn[:, 0] & drawn[:, 1]).mean()
+    assert abs(pairs - f * f) < 5 * np.sqrt(f * f * (1 - f * f) / seeds)
+    keys = np.concatenate(keys) / f
+    assert abs(np.mean(keys) - 0.5) < 5 * np.sqrt(1 / 12 / len(keys))
+
+
+@pytest.mark.parametrize("kind", ["dense", "sparse"])
+def test_prepared_subsamples_are_nested_and_ignore_the_generator(kind):
+    # After prepare_subsamples every subsample is a part of one draw: the
+    # smaller are subsets of the larger, whatever generator is passed, and
+    # a centred copy shares the draw.
+    X = np.arange(200_000, dtype=np.float64).reshape(-1, 2)
+    rows = DenseRows(X) if kind == "dense" else SparseRows(sp.csr_matrix(X))
+    rows.prepare_subsamples(7, 20_000)
+    big = rows.subsample(np.random.RandomState(1), 20_000).project(np.eye(2))
+    small = rows.centred(np.zeros(2)).subsample(np.random.RandomState(2), 3000).project(np.eye(2))
+    assert abs(len(big) - 20_000) < 5 * np.sqrt(20_000) and abs(len(small) - 3000) < 300
+    assert set(small[:, 0]) <= set(big[:, 0])
+    # Unprepared: a draw of its own, seeded by the generator.
+    other = DenseRows(X) if kind == "dense" else SparseRows(sp.csr_matrix(X))
+    one = other.subsample(np.random.RandomState(1), 3000).project(np.eye(2))
+    two = other.subsample(np.random.RandomState(1), 3000).project(np.eye(2))
+    np.testing.assert_array_equal(one, two)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

@@ -23,3 +23,16 @@ def global_random_seed():
     suite under another seed.
     """
     return GLOBAL_SEED
+
+
+@pytest.fixture(scope="module")
+def client():
+    """A real distributed.LocalCluster of two worker processes, and its client (one per module)."""
+    distributed = pytest.importorskip("distributed")
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        yield client

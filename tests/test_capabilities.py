@@ -13,7 +13,6 @@ import warnings
 import dask
 import dask.array as da
 import dask.dataframe as dd
-import distributed
 import numpy as np
 import pandas as pd
 import pytest
@@ -150,21 +149,10 @@ def rows():
     return make_mixture(300, 5, 3, noise=0.15, random_state=0)[0]
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    with (
-        distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
-        ) as cluster,
-        distributed.Client(cluster) as client,
-    ):
-        yield client
-
-
-def _scheduler(kind, cluster):
+def _scheduler(kind, client):
     """The cluster's client is the default scheduler; the other Dask kinds run synchronously."""
     if kind == "dask-cluster":
-        return cluster.as_current()
+        return client.as_current()
     if kind.startswith("dask"):
         return dask.config.set(scheduler="synchronous")
     return contextlib.nullcontext()
@@ -203,11 +191,11 @@ def _assert_close(got, want, rtol, what):
 
 
 @pytest.mark.parametrize("name, kind, method", list(_cells()))
-def test_capability(name, kind, method, rows, cluster, tmp_path_factory):
+def test_capability(name, kind, method, rows, client, tmp_path_factory):
     convert, rtol = KINDS[kind]
     X = convert(rows, tmp_path_factory)
     documented = _documented(name, kind, method)
-    with _scheduler(kind, cluster):
+    with _scheduler(kind, client):
         if documented is not None:
             error, says = documented
             with pytest.raises(error) as raised:

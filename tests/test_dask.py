@@ -27,17 +27,6 @@ distributed = pytest.importorskip("distributed")
 ATOL = {np.float64: 1e-7, np.float32: 1e-4}
 
 
-@pytest.fixture(scope="module")
-def client():
-    with (
-        distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
-        ) as cluster,
-        distributed.Client(cluster) as client,
-    ):
-        yield client
-
-
 def _on_cluster(X, chunks):
     return da.from_array(X, chunks=chunks).persist()
 

@@ -552,6 +552,72 @@ def _exp_reduced(x):
 
 
 @njit(cache=True, nogil=True, fastmath=FASTMATH)
+def _posterior_block(P, m, W, unit, top, Z, bits, counts):
+    """Scores to weighted responsibilities, in place, for columns ``0..m-1`` of P.
+
+    Column i of ``P`` (K x block) holds row i's scores ``log pi_k + beta
+    <mu_k, x_i>``; it becomes ``W_i softmax_k`` of them (``math.md`` section
+    7), ``counts[k]`` gains their sum over the columns, and the function
+    returns ``sum_i W_i logsumexp_k``. ``W`` holds the rows' weights (all
+    ones when ``unit``); a row no head can take (every score -inf), or of
+    zero weight, adds nothing (its column becomes zero). ``top``, ``Z`` and
+    ``bits`` (int64) are scratch of at least m entries. Every loop runs
+    along a row of P, over contiguous memory, so that it vectorises: the
+    maximum, the exponentials (see ``_exp_reduced``), the normalisers, one
+    log per ``_LOG_GROUP`` rows for unit weights, the responsibilities.
+    """
+    K = P.shape[0]
+    powers = bits.view(np.float64)
+    for i in range(m):
+        top[i] = P[0, i]
+        Z[i] = 0.0
+    for k in range(1, K):
+        for i in range(m):
+            top[i] = max(top[i], P[k, i])
+    for i in range(m):
+        if top[i] == -np.inf:
+            top[i] = 0.0
+            W[i] = 0.0
+    for k in range(K):
+        for i in range(m):
+            s = P[k, i] - top[i]
+            e, q = _exp_reduced(max(s, _EXP_FLOOR))
+            P[k, i] = e if s > _EXP_FLOOR else 0.0
+            # 2^q: q + 1023 in [1, 1023] is exact in the low bits of
+            # q + 1023 + 2^52, shifted into the exponent field (no
+            # float-to-integer conversion, which AVX2 lacks).
+            bits[i] = np.float64(q + _EXPONENT_BIAS).view(np.int64) << 52
+        for i in range(m):
+            e = P[k, i] * powers[i]
+            P[k, i] = e
+            Z[i] += e
+    for i in range(m):
+        if W[i] == 0.0:
+            Z[i] = 1.0
+    total = 0.0
+    if unit:
+        for g in range(0, m, _LOG_GROUP):
+            product = 1.0
+            for i in range(g, min(g + _LOG_GROUP, m)):
+                product *= Z[i]
+                total += top[i]
+            total += np.log(product)
+    else:
+        for i in range(m):
+            if W[i] != 0.0:
+                total += W[i] * (top[i] + np.log(Z[i]))
+    for i in range(m):
+        Z[i] = W[i] / Z[i]
+    for k in range(K):
+        c = 0.0
+        for i in range(m):
+            P[k, i] *= Z[i]
+            c += P[k, i]
+        counts[k] += c
+    return total
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def mixture_e_step(X, U, log_weights, beta, inv_scale, weights, S, counts):
     """One E step of the equal-norm spherical mixture, accumulated over X.
 
@@ -564,9 +630,9 @@ def mixture_e_step(X, U, log_weights, beta, inv_scale, weights, S, counts):
     means unit weights. Sums are in float64 whatever X's dtype. One chunk
     of rows: the pass layer (``_passes``) runs chunks on its threads and
     adds their results. Rows go by blocks, copied transposed to float64:
-    scores, their maximum, the exponentials (see ``_exp_reduced``), the
-    log-normalisers, the responsibilities, then the weighted sums. A row no
-    head can take (every score -inf), or of zero weight, adds nothing.
+    scores, then :func:`_posterior_block`, then the weighted sums. For
+    large ``d K`` the pass layer forms the scores and sums by BLAS instead
+    and calls :func:`posterior_columns` (see ``_passes.DenseRows.e_step``).
     """
     n, d = X.shape
     K = U.shape[1]
@@ -582,7 +648,6 @@ def mixture_e_step(X, U, log_weights, beta, inv_scale, weights, S, counts):
     Z = np.empty(_E_BLOCK)
     W = np.empty(_E_BLOCK)
     bits = np.empty(_E_BLOCK, np.int64)
-    powers = bits.view(np.float64)
     total = 0.0
     for lo in range(0, n, _E_BLOCK):
         m = min(_E_BLOCK, n - lo)
@@ -597,51 +662,9 @@ def mixture_e_step(X, U, log_weights, beta, inv_scale, weights, S, counts):
                 for i in range(m):
                     P[k, i] += u * XT[j, i]
         for i in range(m):
-            top[i] = P[0, i]
-            Z[i] = 0.0
             W[i] = 1.0 if unit else weights[lo + i]
-        for k in range(1, K):
-            for i in range(m):
-                top[i] = max(top[i], P[k, i])
-        for i in range(m):
-            if top[i] == -np.inf:
-                top[i] = 0.0
-                W[i] = 0.0
+        total += _posterior_block(P, m, W, unit, top, Z, bits, counts)
         for k in range(K):
-            for i in range(m):
-                s = P[k, i] - top[i]
-                e, q = _exp_reduced(max(s, _EXP_FLOOR))
-                P[k, i] = e if s > _EXP_FLOOR else 0.0
-                # 2^q: q + 1023 in [1, 1023] is exact in the low bits of
-                # q + 1023 + 2^52, shifted into the exponent field (no
-                # float-to-integer conversion, which AVX2 lacks).
-                bits[i] = np.float64(q + _EXPONENT_BIAS).view(np.int64) << 52
-            for i in range(m):
-                e = P[k, i] * powers[i]
-                P[k, i] = e
-                Z[i] += e
-        for i in range(m):
-            if W[i] == 0.0:
-                Z[i] = 1.0
-        if unit:
-            for g in range(0, m, _LOG_GROUP):
-                product = 1.0
-                for i in range(g, min(g + _LOG_GROUP, m)):
-                    product *= Z[i]
-                    total += top[i]
-                total += np.log(product)
-        else:
-            for i in range(m):
-                if W[i] != 0.0:
-                    total += W[i] * (top[i] + np.log(Z[i]))
-        for i in range(m):
-            Z[i] = W[i] / Z[i]
-        for k in range(K):
-            c = 0.0
-            for i in range(m):
-                P[k, i] *= Z[i]
-                c += P[k, i]
-            counts[k] += c
             for j in range(d):
                 s = 0.0
                 for i in range(m):
@@ -651,6 +674,32 @@ def mixture_e_step(X, U, log_weights, beta, inv_scale, weights, S, counts):
         for j in range(d):
             S[k, j] *= inv_scale
     return total
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def posterior_columns(P, log_weights, weights, counts):
+    """The E step's softmax on scores formed elsewhere (by BLAS), in place.
+
+    Column i of ``P`` (K x m, float64, C-contiguous) holds ``beta <mu_k,
+    x_i / s>``; adds ``log_weights`` and applies :func:`_posterior_block`:
+    the column becomes ``w_i softmax_k(log pi_k + beta <mu_k, x_i / s>)``
+    (``math.md`` section 7), ``counts[k]`` gains their sum, and the function
+    returns ``sum_i w_i logsumexp_k``. ``weights`` of length 0 means unit
+    weights.
+    """
+    K, m = P.shape
+    unit = weights.shape[0] == 0
+    for k in range(K):
+        b = log_weights[k]
+        for i in range(m):
+            P[k, i] += b
+    W = np.empty(m)
+    for i in range(m):
+        W[i] = 1.0 if unit else weights[i]
+    top = np.empty(m)
+    Z = np.empty(m)
+    bits = np.empty(m, np.int64)
+    return _posterior_block(P, m, W, unit, top, Z, bits, counts)
 
 
 @njit(cache=True)

@@ -284,22 +284,30 @@ def head_totals(X, U, weights, totals):
     head) and adds ``w <x, mu_h>`` to that head's total; a head whose total
     over all rows is negative points away from its points and is flipped
     (``math.md`` section 5, post-hoc labels). ``weights`` of length 0 means
-    unit weights.
+    unit weights. ``U`` is C-contiguous float64. The projections are formed
+    by blocks of ``_PROJECTION_BLOCK`` rows, converted to float64, with one
+    BLAS product each (Numba's ``np.dot``).
     """
     n, d = X.shape
     K = U.shape[1]
-    proj = np.empty(K)
-    for i in range(n):
-        best = 0
-        for k in range(K):
-            s = 0.0
+    for lo in range(0, n, _PROJECTION_BLOCK):
+        hi = min(lo + _PROJECTION_BLOCK, n)
+        B = np.empty((hi - lo, d))
+        for i in range(hi - lo):
             for j in range(d):
-                s += X[i, j] * U[j, k]
-            proj[k] = s
-            if abs(s) > abs(proj[best]):
-                best = k
-        w = 1.0 if weights.shape[0] == 0 else weights[i]
-        totals[best] += w * proj[best]
+                B[i, j] = X[lo + i, j]
+        P = np.dot(B, U)
+        for i in range(hi - lo):
+            best = 0
+            for k in range(1, K):
+                if abs(P[i, k]) > abs(P[i, best]):
+                    best = k
+            w = 1.0 if weights.shape[0] == 0 else weights[lo + i]
+            totals[best] += w * P[i, best]
+
+
+# Rows per block of head_totals' products.
+_PROJECTION_BLOCK = 1024
 
 
 @njit(cache=True, nogil=True)
@@ -459,45 +467,68 @@ def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
     """
     m, d = X.shape
     K = U.shape[1]
-    # Rows go by blocks copied transposed to float64 (as in mixture_e_step):
-    # the projections, the row terms and the sums over rows run along
-    # contiguous memory.
-    XT = np.empty((d, _E_BLOCK))
-    AB = np.empty((K, _E_BLOCK))
-    GB = np.empty((K, _E_BLOCK))
-    CB = np.empty((3 * K, _E_BLOCK))
-    SB = np.empty((3, _E_BLOCK))
-    nrm = np.empty(_E_BLOCK)
-    W = np.empty(_E_BLOCK)
+    # Rows go by blocks copied transposed to float64 (as in mixture_e_step),
+    # the row terms run along contiguous memory. From d K of _PRODUCT_MIN_WORK
+    # on, the projections and the sums over rows are BLAS products (Numba's
+    # np.dot) on larger blocks, the last one padded with zero rows, whose
+    # coefficients are zero; below, loops (the products' calls cost more
+    # than they save).
+    blas = d * K >= _PRODUCT_MIN_WORK
+    block = _PRODUCT_BLOCK if blas else _E_BLOCK
+    AB = np.empty((K, block))
+    GB = np.empty((K, block))
+    XT = np.zeros((d, block))
+    CB = np.zeros((3 * K, block))
+    SB = np.empty((3, block))
+    nrm = np.empty(block)
+    W = np.empty(block)
+    UT = np.ascontiguousarray(U.T)
+    MUT = np.ascontiguousarray(MU.T)
     total = 0.0
-    for lo in range(0, m, _E_BLOCK):
-        size = min(_E_BLOCK, m - lo)
+    for lo in range(0, m, block):
+        size = min(block, m - lo)
         for i in range(size):
             nrm[i] = 0.0
             W[i] = 1.0 if w.size == 0 else w[lo + i]
+        if size < block:
+            XT[:, size:] = 0.0
+            CB[:, size:] = 0.0
         for j in range(d):
             for i in range(size):
                 v = X[lo + i, j] * inv_scale
                 XT[j, i] = v
                 nrm[i] += v * v
-        for k in range(K):
-            for i in range(size):
-                AB[k, i] = 0.0
-                GB[k, i] = 0.0
-            for j in range(d):
-                u = U[j, k]
-                mu = MU[j, k]
+        if blas:
+            AB = np.dot(UT, XT)
+            GB = np.dot(MUT, XT)
+        else:
+            for k in range(K):
                 for i in range(size):
-                    AB[k, i] += u * XT[j, i]
-                    GB[k, i] += mu * XT[j, i]
+                    AB[k, i] = 0.0
+                    GB[k, i] = 0.0
+                for j in range(d):
+                    u = U[j, k]
+                    mu = MU[j, k]
+                    for i in range(size):
+                        AB[k, i] += u * XT[j, i]
+                        GB[k, i] += mu * XT[j, i]
         total += _block_row_terms(AB, GB, nrm, W, size, c, lm1, reg, rho, SB, CB)
-        for r in range(3 * K):
-            for j in range(d):
-                acc = 0.0
-                for i in range(size):
-                    acc += CB[r, i] * XT[j, i]
-                P[r, j] += acc
+        if blas:
+            P += np.dot(CB, XT.T)
+        else:
+            for r in range(3 * K):
+                for j in range(d):
+                    acc = 0.0
+                    for i in range(size):
+                        acc += CB[r, i] * XT[j, i]
+                    P[r, j] += acc
     return total
+
+
+# Rows per block of exact_row_terms when d K is at least _PRODUCT_MIN_WORK:
+# larger blocks make its BLAS products efficient.
+_PRODUCT_BLOCK = 1024
+_PRODUCT_MIN_WORK = 256
 
 
 # Rows per block of the mixture E step: the block, transposed, and its scores

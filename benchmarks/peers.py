@@ -19,7 +19,9 @@ the page keeps to about ten minutes by sweeping K at d = 384 and d at K =
 10 (n = 1e5), with a few cells at n = 1e6 (see ``CELLS``). The peers are an
 optional extra: ``pip install attention_cluster[bench]`` (``make bench``).
 
-Writes benchmarks/results/peers.json, docs/peers.md and two plots.
+Writes benchmarks/results/peers.json, the section "Against faiss and
+scikit-learn-intelex" of docs/performance.md (the rest of that page is
+``benchmarks/engine.py``'s: run this script after it) and two plots.
 
     python benchmarks/peers.py [--quick] [--out DIR]
 """
@@ -183,15 +185,18 @@ def main(quick=False, out=None):
     start = time.perf_counter()
     cells = QUICK_CELLS if quick else CELLS
     repeats = 1 if quick else 3
-    # Every method's first call (Numba's kernels load or compile, the peers
-    # initialise) on a small problem, before any timing.
+    # Every method's first calls (Numba's kernels load or compile, the peers
+    # initialise) on small problems, before any timing: one of few features
+    # (the fused kernels) and one of many (the BLAS E step), in both dtypes.
     first = {}
-    Xs, _, _ = make_mixture(2000, 64, 10, noise=0.3, random_state=1)
-    for name, fn in methods(10).items():
-        for dtype in (np.float64, np.float32):
-            t = time.perf_counter()
-            fn(Xs.astype(dtype))
-            first[f"{name}_{np.dtype(dtype).name}"] = time.perf_counter() - t
+    for d, K in ((10, 2), (64, 10)):
+        Xs, _, _ = make_mixture(2000, d, K, noise=0.3, random_state=1)
+        for name, fn in methods(K).items():
+            for dtype in (np.float64, np.float32):
+                t = time.perf_counter()
+                fn(Xs.astype(dtype))
+                key = f"{name}_{np.dtype(dtype).name}"
+                first[key] = first.get(key, 0.0) + time.perf_counter() - t
     compile_ = None
     if not quick:
         compile_ = cold_start_times(
@@ -270,6 +275,9 @@ def _plots(p, static):
     return files
 
 
+SECTION = "## Against faiss and scikit-learn-intelex"
+
+
 def write_page(p, out=None):
     docs = Path(out) if out else ROOT / "docs"
     static = docs / "_static" / "benchmarks"
@@ -277,9 +285,9 @@ def write_page(p, out=None):
     plots = _plots(p, static)
     v = p["versions"]
     lines = [
-        "# Against faiss and scikit-learn-intelex",
+        SECTION,
         "",
-        "This page is written by `benchmarks/peers.py` (results in",
+        "This section is written by `benchmarks/peers.py` (results in",
         "`benchmarks/results/peers.json`); the peers are the `[bench]` extra:",
         "",
         "```console",
@@ -308,7 +316,7 @@ def write_page(p, out=None):
         "min(sklearnex, faiss), ARI and distance at least as good as the best",
         "peer's, at most 30 passes.",
         "",
-        "## Cells run",
+        "### Cells run",
         "",
         "The issue's grid has 300 cells; a run that fits in about ten minutes on",
         "two cores sweeps K at d = 384 (float32, as embeddings are) and d at",
@@ -340,10 +348,10 @@ def write_page(p, out=None):
         lines += [f"![{name}](_static/benchmarks/{name})", ""]
     first = p["first_call_seconds"]
     lines += [
-        "## First calls and compile",
+        "### First calls and compile",
         "",
-        "Seconds of each method's first call in this process (n = 2000, d = 64, K = 10), before",
-        "the timings: "
+        "Seconds of each method's first calls in this process (n = 2000; d = 10, K = 2 and",
+        "d = 64, K = 10, added), before the timings: "
         + ", ".join(f"{k.replace('_', ' ')} {v:.2f}" for k, v in sorted(first.items()))
         + ".",
     ]
@@ -360,7 +368,27 @@ def write_page(p, out=None):
         "machine (the load averages above say how idle this one was).",
         "",
     ]
-    (docs / "peers.md").write_text("\n".join(lines))
+    splice(docs / "performance.md", "\n".join(lines))
+
+
+def splice(page, section):
+    """Put ``section`` into ``page`` in place of its previous version.
+
+    The rest of the page is ``benchmarks/engine.py``'s (run this script
+    after it, as ``make bench`` does): the section replaces the text from
+    its heading to the next heading of level 2, or goes before "## Other
+    pages", or at the end.
+    """
+    text = page.read_text() if page.exists() else ""
+    if SECTION in text:
+        head, rest = text.split(SECTION, 1)
+        tail = rest[rest.index("\n## ") + 1 :] if "\n## " in rest else ""
+    elif "## Other pages" in text:
+        head, tail = text.split("## Other pages", 1)
+        tail = "## Other pages" + tail
+    else:
+        head, tail = text + ("\n" if text else ""), ""
+    page.write_text(head + section.rstrip("\n") + "\n\n" + tail)
 
 
 if __name__ == "__main__":

@@ -489,3 +489,31 @@ def test_newton_falls_back_to_em_when_a_step_loses_likelihood(monkeypatch, globa
     # errors), within the statistical resolution.
     assert np.sum((fit.heads - best.U) ** 2) < mixture.standard_error(best, em.n_effective)
     assert np.all(np.diff(fit.log_likelihood) >= -1e-12 * np.abs(fit.log_likelihood[1:]))
+
+
+# --- Stopping rules ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("free", [False, True])
+def test_free_parameters_are_the_bic_count(free):
+    # math.md section 7: p = K d + 1 with a common norm, K d + K with free norms.
+    d, K = 7, 4
+    p = _Params(np.eye(d)[:, :K], np.ones(K), 0.5, np.full(K, -np.log(K)), free)
+    assert mixture.free_parameters(p) == (K * d + K if free else K * d + 1)
+
+
+@given(
+    st.floats(min_value=0.01, max_value=0.999),
+    st.floats(min_value=0.1, max_value=10.0),
+    st.floats(min_value=0.1, max_value=10.0),
+)
+def test_remaining_gain_of_a_linear_iteration(rho, curvature, start):
+    # EM near its fixed point: x_{t+1} = rho x_t on the gap a x^2 / 2. A step
+    # that gains g leaves the sum of all later gains, which is the gap after it.
+    def gap(x):
+        return curvature * x * x / 2.0
+
+    gain = gap(start) - gap(rho * start)
+    later = sum(gap(rho**t * start) - gap(rho ** (t + 1) * start) for t in range(1, 20_000))
+    assert mixture.remaining_gain(gain, rho) == pytest.approx(later, rel=1e-6, abs=1e-12)
+    assert mixture.remaining_gain(-1.0, rho) == 0.0

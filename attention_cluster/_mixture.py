@@ -273,16 +273,18 @@ def _run_em(em, p0, tol, max_iter, rho, report):
         rho = min(float(np.sqrt(delta2 / delta)), 0.99) if delta > 0 else rho
         if delta2 <= tol * standard_error(p2, em.n_effective) * (1.0 - rho):
             return p2, True, rho
-        if remaining_gain(em.n_effective * (ll1 - ll0), rho) <= tol * free_parameters(p2) / 2.0:
-            return p2, True, rho
-        min_gain = _GAIN_PER_TOL * tol
         # EM does not lose likelihood: a loss is rounding. A threshold below
         # the likelihood's rounding leaves the stop to the rule on the heads
         # (near the maximum the likelihood is flat to second order, so its
         # rounding hides moves of the heads of order sqrt(eps)).
-        if min_gain > 1e-12 * em.n_effective * (1.0 + abs(ll1)):
-            if abs(em.n_effective * (ll1 - ll0)) < min_gain:
-                return p2, True, rho
+        rounding = 1e-12 * em.n_effective * (1.0 + abs(ll1))
+        gain = em.n_effective * (ll1 - ll0)
+        rest = tol * free_parameters(p2) / 2.0
+        if rest > rounding and remaining_gain(gain, rho) <= rest:
+            return p2, True, rho
+        min_gain = _GAIN_PER_TOL * tol
+        if min_gain > rounding and abs(gain) < min_gain:
+            return p2, True, rho
         # SQUAREM step (Varadhan and Roland's SqS3): extrapolate along the
         # two EM steps, then take one EM step from there; fall back to the
         # second EM iterate if that loses likelihood.

@@ -39,7 +39,9 @@ figures: $(STAMP)
 	$(PY) -m examples.make_figures
 
 bench: $(STAMP)
+	$(PY) -m pip install --quiet -e ".[bench]"
 	$(PY) benchmarks/engine.py
+	$(PY) benchmarks/peers.py
 	$(PY) benchmarks/fit_time.py
 	$(PY) benchmarks/psgd_accuracy.py
 	$(PY) benchmarks/solvers.py

@@ -284,22 +284,30 @@ def head_totals(X, U, weights, totals):
     head) and adds ``w <x, mu_h>`` to that head's total; a head whose total
     over all rows is negative points away from its points and is flipped
     (``math.md`` section 5, post-hoc labels). ``weights`` of length 0 means
-    unit weights.
+    unit weights. ``U`` is C-contiguous float64. The projections are formed
+    by blocks of ``_PROJECTION_BLOCK`` rows, converted to float64, with one
+    BLAS product each (Numba's ``np.dot``).
     """
     n, d = X.shape
     K = U.shape[1]
-    proj = np.empty(K)
-    for i in range(n):
-        best = 0
-        for k in range(K):
-            s = 0.0
+    for lo in range(0, n, _PROJECTION_BLOCK):
+        hi = min(lo + _PROJECTION_BLOCK, n)
+        B = np.empty((hi - lo, d))
+        for i in range(hi - lo):
             for j in range(d):
-                s += X[i, j] * U[j, k]
-            proj[k] = s
-            if abs(s) > abs(proj[best]):
-                best = k
-        w = 1.0 if weights.shape[0] == 0 else weights[i]
-        totals[best] += w * proj[best]
+                B[i, j] = X[lo + i, j]
+        P = np.dot(B, U)
+        for i in range(hi - lo):
+            best = 0
+            for k in range(1, K):
+                if abs(P[i, k]) > abs(P[i, best]):
+                    best = k
+            w = 1.0 if weights.shape[0] == 0 else weights[lo + i]
+            totals[best] += w * P[i, best]
+
+
+# Rows per block of head_totals' products.
+_PROJECTION_BLOCK = 1024
 
 
 @njit(cache=True, nogil=True)
@@ -459,45 +467,68 @@ def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
     """
     m, d = X.shape
     K = U.shape[1]
-    # Rows go by blocks copied transposed to float64 (as in mixture_e_step):
-    # the projections, the row terms and the sums over rows run along
-    # contiguous memory.
-    XT = np.empty((d, _E_BLOCK))
-    AB = np.empty((K, _E_BLOCK))
-    GB = np.empty((K, _E_BLOCK))
-    CB = np.empty((3 * K, _E_BLOCK))
-    SB = np.empty((3, _E_BLOCK))
-    nrm = np.empty(_E_BLOCK)
-    W = np.empty(_E_BLOCK)
+    # Rows go by blocks copied transposed to float64 (as in mixture_e_step),
+    # the row terms run along contiguous memory. From d K of _PRODUCT_MIN_WORK
+    # on, the projections and the sums over rows are BLAS products (Numba's
+    # np.dot) on larger blocks, the last one padded with zero rows, whose
+    # coefficients are zero; below, loops (the products' calls cost more
+    # than they save).
+    blas = d * K >= _PRODUCT_MIN_WORK
+    block = _PRODUCT_BLOCK if blas else _E_BLOCK
+    AB = np.empty((K, block))
+    GB = np.empty((K, block))
+    XT = np.zeros((d, block))
+    CB = np.zeros((3 * K, block))
+    SB = np.empty((3, block))
+    nrm = np.empty(block)
+    W = np.empty(block)
+    UT = np.ascontiguousarray(U.T)
+    MUT = np.ascontiguousarray(MU.T)
     total = 0.0
-    for lo in range(0, m, _E_BLOCK):
-        size = min(_E_BLOCK, m - lo)
+    for lo in range(0, m, block):
+        size = min(block, m - lo)
         for i in range(size):
             nrm[i] = 0.0
             W[i] = 1.0 if w.size == 0 else w[lo + i]
+        if size < block:
+            XT[:, size:] = 0.0
+            CB[:, size:] = 0.0
         for j in range(d):
             for i in range(size):
                 v = X[lo + i, j] * inv_scale
                 XT[j, i] = v
                 nrm[i] += v * v
-        for k in range(K):
-            for i in range(size):
-                AB[k, i] = 0.0
-                GB[k, i] = 0.0
-            for j in range(d):
-                u = U[j, k]
-                mu = MU[j, k]
+        if blas:
+            AB = np.dot(UT, XT)
+            GB = np.dot(MUT, XT)
+        else:
+            for k in range(K):
                 for i in range(size):
-                    AB[k, i] += u * XT[j, i]
-                    GB[k, i] += mu * XT[j, i]
+                    AB[k, i] = 0.0
+                    GB[k, i] = 0.0
+                for j in range(d):
+                    u = U[j, k]
+                    mu = MU[j, k]
+                    for i in range(size):
+                        AB[k, i] += u * XT[j, i]
+                        GB[k, i] += mu * XT[j, i]
         total += _block_row_terms(AB, GB, nrm, W, size, c, lm1, reg, rho, SB, CB)
-        for r in range(3 * K):
-            for j in range(d):
-                acc = 0.0
-                for i in range(size):
-                    acc += CB[r, i] * XT[j, i]
-                P[r, j] += acc
+        if blas:
+            P += np.dot(CB, XT.T)
+        else:
+            for r in range(3 * K):
+                for j in range(d):
+                    acc = 0.0
+                    for i in range(size):
+                        acc += CB[r, i] * XT[j, i]
+                    P[r, j] += acc
     return total
+
+
+# Rows per block of exact_row_terms when d K is at least _PRODUCT_MIN_WORK:
+# larger blocks make its BLAS products efficient.
+_PRODUCT_BLOCK = 1024
+_PRODUCT_MIN_WORK = 256
 
 
 # Rows per block of the mixture E step: the block, transposed, and its scores
@@ -552,6 +583,72 @@ def _exp_reduced(x):
 
 
 @njit(cache=True, nogil=True, fastmath=FASTMATH)
+def _posterior_block(P, m, W, unit, top, Z, bits, counts):
+    """Scores to weighted responsibilities, in place, for columns ``0..m-1`` of P.
+
+    Column i of ``P`` (K x block) holds row i's scores ``log pi_k + beta
+    <mu_k, x_i>``; it becomes ``W_i softmax_k`` of them (``math.md`` section
+    7), ``counts[k]`` gains their sum over the columns, and the function
+    returns ``sum_i W_i logsumexp_k``. ``W`` holds the rows' weights (all
+    ones when ``unit``); a row no head can take (every score -inf), or of
+    zero weight, adds nothing (its column becomes zero). ``top``, ``Z`` and
+    ``bits`` (int64) are scratch of at least m entries. Every loop runs
+    along a row of P, over contiguous memory, so that it vectorises: the
+    maximum, the exponentials (see ``_exp_reduced``), the normalisers, one
+    log per ``_LOG_GROUP`` rows for unit weights, the responsibilities.
+    """
+    K = P.shape[0]
+    powers = bits.view(np.float64)
+    for i in range(m):
+        top[i] = P[0, i]
+        Z[i] = 0.0
+    for k in range(1, K):
+        for i in range(m):
+            top[i] = max(top[i], P[k, i])
+    for i in range(m):
+        if top[i] == -np.inf:
+            top[i] = 0.0
+            W[i] = 0.0
+    for k in range(K):
+        for i in range(m):
+            s = P[k, i] - top[i]
+            e, q = _exp_reduced(max(s, _EXP_FLOOR))
+            P[k, i] = e if s > _EXP_FLOOR else 0.0
+            # 2^q: q + 1023 in [1, 1023] is exact in the low bits of
+            # q + 1023 + 2^52, shifted into the exponent field (no
+            # float-to-integer conversion, which AVX2 lacks).
+            bits[i] = np.float64(q + _EXPONENT_BIAS).view(np.int64) << 52
+        for i in range(m):
+            e = P[k, i] * powers[i]
+            P[k, i] = e
+            Z[i] += e
+    for i in range(m):
+        if W[i] == 0.0:
+            Z[i] = 1.0
+    total = 0.0
+    if unit:
+        for g in range(0, m, _LOG_GROUP):
+            product = 1.0
+            for i in range(g, min(g + _LOG_GROUP, m)):
+                product *= Z[i]
+                total += top[i]
+            total += np.log(product)
+    else:
+        for i in range(m):
+            if W[i] != 0.0:
+                total += W[i] * (top[i] + np.log(Z[i]))
+    for i in range(m):
+        Z[i] = W[i] / Z[i]
+    for k in range(K):
+        c = 0.0
+        for i in range(m):
+            P[k, i] *= Z[i]
+            c += P[k, i]
+        counts[k] += c
+    return total
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def mixture_e_step(X, U, log_weights, beta, inv_scale, weights, S, counts):
     """One E step of the equal-norm spherical mixture, accumulated over X.
 
@@ -564,9 +661,9 @@ def mixture_e_step(X, U, log_weights, beta, inv_scale, weights, S, counts):
     means unit weights. Sums are in float64 whatever X's dtype. One chunk
     of rows: the pass layer (``_passes``) runs chunks on its threads and
     adds their results. Rows go by blocks, copied transposed to float64:
-    scores, their maximum, the exponentials (see ``_exp_reduced``), the
-    log-normalisers, the responsibilities, then the weighted sums. A row no
-    head can take (every score -inf), or of zero weight, adds nothing.
+    scores, then :func:`_posterior_block`, then the weighted sums. For
+    large ``d K`` the pass layer forms the scores and sums by BLAS instead
+    and calls :func:`posterior_columns` (see ``_passes.DenseRows.e_step``).
     """
     n, d = X.shape
     K = U.shape[1]
@@ -582,7 +679,6 @@ def mixture_e_step(X, U, log_weights, beta, inv_scale, weights, S, counts):
     Z = np.empty(_E_BLOCK)
     W = np.empty(_E_BLOCK)
     bits = np.empty(_E_BLOCK, np.int64)
-    powers = bits.view(np.float64)
     total = 0.0
     for lo in range(0, n, _E_BLOCK):
         m = min(_E_BLOCK, n - lo)
@@ -597,51 +693,9 @@ def mixture_e_step(X, U, log_weights, beta, inv_scale, weights, S, counts):
                 for i in range(m):
                     P[k, i] += u * XT[j, i]
         for i in range(m):
-            top[i] = P[0, i]
-            Z[i] = 0.0
             W[i] = 1.0 if unit else weights[lo + i]
-        for k in range(1, K):
-            for i in range(m):
-                top[i] = max(top[i], P[k, i])
-        for i in range(m):
-            if top[i] == -np.inf:
-                top[i] = 0.0
-                W[i] = 0.0
+        total += _posterior_block(P, m, W, unit, top, Z, bits, counts)
         for k in range(K):
-            for i in range(m):
-                s = P[k, i] - top[i]
-                e, q = _exp_reduced(max(s, _EXP_FLOOR))
-                P[k, i] = e if s > _EXP_FLOOR else 0.0
-                # 2^q: q + 1023 in [1, 1023] is exact in the low bits of
-                # q + 1023 + 2^52, shifted into the exponent field (no
-                # float-to-integer conversion, which AVX2 lacks).
-                bits[i] = np.float64(q + _EXPONENT_BIAS).view(np.int64) << 52
-            for i in range(m):
-                e = P[k, i] * powers[i]
-                P[k, i] = e
-                Z[i] += e
-        for i in range(m):
-            if W[i] == 0.0:
-                Z[i] = 1.0
-        if unit:
-            for g in range(0, m, _LOG_GROUP):
-                product = 1.0
-                for i in range(g, min(g + _LOG_GROUP, m)):
-                    product *= Z[i]
-                    total += top[i]
-                total += np.log(product)
-        else:
-            for i in range(m):
-                if W[i] != 0.0:
-                    total += W[i] * (top[i] + np.log(Z[i]))
-        for i in range(m):
-            Z[i] = W[i] / Z[i]
-        for k in range(K):
-            c = 0.0
-            for i in range(m):
-                P[k, i] *= Z[i]
-                c += P[k, i]
-            counts[k] += c
             for j in range(d):
                 s = 0.0
                 for i in range(m):
@@ -651,6 +705,32 @@ def mixture_e_step(X, U, log_weights, beta, inv_scale, weights, S, counts):
         for j in range(d):
             S[k, j] *= inv_scale
     return total
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def posterior_columns(P, log_weights, weights, counts):
+    """The E step's softmax on scores formed elsewhere (by BLAS), in place.
+
+    Column i of ``P`` (K x m, float64, C-contiguous) holds ``beta <mu_k,
+    x_i / s>``; adds ``log_weights`` and applies :func:`_posterior_block`:
+    the column becomes ``w_i softmax_k(log pi_k + beta <mu_k, x_i / s>)``
+    (``math.md`` section 7), ``counts[k]`` gains their sum, and the function
+    returns ``sum_i w_i logsumexp_k``. ``weights`` of length 0 means unit
+    weights.
+    """
+    K, m = P.shape
+    unit = weights.shape[0] == 0
+    for k in range(K):
+        b = log_weights[k]
+        for i in range(m):
+            P[k, i] += b
+    W = np.empty(m)
+    for i in range(m):
+        W[i] = 1.0 if unit else weights[i]
+    top = np.empty(m)
+    Z = np.empty(m)
+    bits = np.empty(m, np.int64)
+    return _posterior_block(P, m, W, unit, top, Z, bits, counts)
 
 
 @njit(cache=True)

@@ -199,15 +199,47 @@ def standard_error(p, n_effective):
     return (d - 1) * p.variance / (n_effective * r**2) * float(np.sum(1.0 / pi[alive]))
 
 
+def free_parameters(p):
+    """Free parameters of the mixture at ``p``: ``K (d - 1)`` for the unit
+    heads, one norm (or K), the variance and ``K - 1`` weights (``math.md``
+    section 7)."""
+    d, K = p.U.shape
+    return K * (d - 1) + (K if p.free else 1) + 1 + (K - 1)
+
+
+def remaining_gain(gain, rho):
+    """Nats of total log-likelihood still to be gained after a plain EM step that gained ``gain``.
+
+    EM converges linearly at rate ``rho`` on the parameters, so near the
+    maximum the likelihood's gap (quadratic in the distance) falls by
+    ``rho^2`` per step: a step that gains ``g`` leaves ``g rho^2 / (1 -
+    rho^2)`` (``math.md`` section 7).
+    """
+    if not gain > 0.0:
+        return 0.0
+    return gain * rho**2 / (1.0 - rho**2)
+
+
 def _run_em(em, p0, tol, max_iter, rho, report):
     """SQUAREM iterations on one data set; returns ``(params, converged, rho)``.
 
     A plain EM step from ``p0`` to ``p1`` moves the heads by ``delta``; EM
     converges linearly with some rate ``rho``, so ``p0`` is about ``delta /
-    (1 - rho)`` from the fixed point, and the run stops, returning ``p1``,
-    when that distance squared is below ``tol`` times the squared standard
-    error of the heads (:func:`standard_error`): further passes would move
-    the heads by much less than their statistical error. ``rho`` is
+    (1 - rho)`` from the fixed point. ``rho`` is also the fraction of the
+    information that the labels would add (Dempster, Laird and Rubin 1977)
+    along the slow direction, where the standard error is therefore the
+    complete-data one (:func:`standard_error`) times ``1 / sqrt(1 - rho)``.
+    The run stops, returning ``p1``, when the distance squared is below
+    ``tol`` times that squared standard error, ``delta^2 / (1 - rho)^2 <=
+    tol SE^2 / (1 - rho)``, i.e. ``delta^2 <= tol SE^2 (1 - rho)``
+    (``math.md`` section 7): further passes would move the heads by much
+    less than their statistical error. It also stops when the likelihood
+    that remains to be gained, :func:`remaining_gain`, is below ``tol p / 2``
+    nats, ``p`` the free parameters (:func:`free_parameters`): in the
+    Fisher metric the squared distance to the maximum is twice the remaining
+    gain, and the maximum's own squared error has mean ``p``, so this is the
+    same ``tol`` fraction of the squared standard error, in the metric that
+    accounts for the overlap of the clusters in every direction. ``rho`` is
     estimated from the two EM steps of each SQUAREM iteration (the caller's
     value, from a previous data set or a cautious 0.9, until then), and the
     rule is checked after each of the two.
@@ -232,7 +264,7 @@ def _run_em(em, p0, tol, max_iter, rho, report):
         p1 = em.maximize(S0, c0, p0)
         delta = float(np.sum((p1.U - p0.U) ** 2))
         if (
-            delta <= tol * standard_error(p1, em.n_effective) * (1.0 - rho) ** 2
+            delta <= tol * standard_error(p1, em.n_effective) * (1.0 - rho)
             or not np.max(p1.radii) > 0.0
         ):
             return p1, True, rho
@@ -240,16 +272,20 @@ def _run_em(em, p0, tol, max_iter, rho, report):
         p2 = em.maximize(S1, c1, p1)
         delta2 = float(np.sum((p2.U - p1.U) ** 2))
         rho = min(float(np.sqrt(delta2 / delta)), 0.99) if delta > 0 else rho
-        if delta2 <= tol * standard_error(p2, em.n_effective) * (1.0 - rho) ** 2:
+        if delta2 <= tol * standard_error(p2, em.n_effective) * (1.0 - rho):
             return p2, True, rho
-        min_gain = _GAIN_PER_TOL * tol
         # EM does not lose likelihood: a loss is rounding. A threshold below
         # the likelihood's rounding leaves the stop to the rule on the heads
         # (near the maximum the likelihood is flat to second order, so its
         # rounding hides moves of the heads of order sqrt(eps)).
-        if min_gain > 1e-12 * em.n_effective * (1.0 + abs(ll1)):
-            if abs(em.n_effective * (ll1 - ll0)) < min_gain:
-                return p2, True, rho
+        rounding = 1e-12 * em.n_effective * (1.0 + abs(ll1))
+        gain = em.n_effective * (ll1 - ll0)
+        rest = tol * free_parameters(p2) / 2.0
+        if rest > rounding and remaining_gain(gain, rho) <= rest:
+            return p2, True, rho
+        min_gain = _GAIN_PER_TOL * tol
+        if min_gain > rounding and abs(gain) < min_gain:
+            return p2, True, rho
         # SQUAREM step (Varadhan and Roland's SqS3): extrapolate along the
         # two EM steps, then take one EM step from there; fall back to the
         # second EM iterate if that loses likelihood.

@@ -59,6 +59,89 @@ def test_e_step_matches_reference(n, d, K, dtype, weighted, global_random_seed):
     np.testing.assert_allclose(partial, partial_ref, rtol=rtol)
 
 
+def _rows(X, weights, scale, offset, sparse, n_threads=1):
+    import scipy.sparse as sparse_matrix
+
+    from attention_cluster._passes import SparseRows
+
+    if sparse:
+        return SparseRows(sparse_matrix.csr_matrix(X), weights, scale, offset)
+    data = DenseRows(X, weights, scale, n_threads=n_threads)
+    return data if offset is None else data.centred(offset)
+
+
+@pytest.mark.parametrize("path", ["blas", "fused"])
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("centred", [False, True])
+def test_pass_e_step_matches_reference(
+    path, sparse, dtype, weighted, centred, monkeypatch, global_random_seed
+):
+    # The E step of the pass layer (BLAS tiles, or the fused kernel; sparse
+    # rows by tiles of sparse products) against the NumPy reference, on the
+    # rows (x - m) / s, with weights; several tiles and chunks of rows.
+    from attention_cluster import _passes
+
+    monkeypatch.setattr(_passes, "_BLAS_MIN_WORK", 0 if path == "blas" else 10**9)
+    monkeypatch.setattr(_passes, "_BLAS_MIN_FEATURES", 0 if path == "blas" else 10**9)
+    monkeypatch.setattr(_passes, "_E_TILE", 100)
+    monkeypatch.setattr(_passes, "_SPARSE_TILE", 300)
+    monkeypatch.setattr(_passes, "_CHUNK_BYTES", 256 * 8 * 40)
+    rng = np.random.default_rng(global_random_seed)
+    n, d, K = 1500, 40, 7
+    X = rng.standard_normal((n, d)) + 1.5
+    if sparse:
+        X[rng.random((n, d)) < 0.7] = 0.0
+    X = X.astype(dtype)
+    U = rng.standard_normal((d, K))
+    U /= np.linalg.norm(U, axis=0)
+    log_pi = np.log(rng.dirichlet(np.ones(K)))
+    weights = rng.integers(0, 4, size=n).astype(float) if weighted else None
+    offset = X.astype(np.float64).mean(axis=0) if centred else None
+    scale, beta = 2.0, 3.0
+    data = _rows(X, weights, scale, offset, sparse, n_threads=2)
+    S, counts, partial = data.e_step(U, log_pi, beta)
+    # Dense rows are centred in X's dtype, as the pass layer does.
+    Z = X.astype(np.float64)
+    if centred:
+        Z = (X - offset.astype(dtype)).astype(np.float64) if not sparse else Z - offset
+    S_ref, counts_ref, partial_ref = mixture_e_step(Z / scale, U, log_pi, beta, weights)
+    # float32 rows are multiplied in float32 (_passes._blas_e_step): scores
+    # and sums carry float32 rounding.
+    rtol = 1e-10 if dtype == np.float64 or sparse or path == "fused" else 2e-5
+    np.testing.assert_allclose(S, S_ref, rtol=rtol, atol=rtol * np.abs(S_ref).max())
+    np.testing.assert_allclose(counts, counts_ref, rtol=rtol, atol=rtol * n)
+    assert partial == pytest.approx(partial_ref, rel=rtol)
+    if not sparse:
+        # The same result on one thread as on two: fixed chunks and tiles,
+        # added in order.
+        one = _rows(X, weights, scale, offset, sparse, n_threads=1).e_step(U, log_pi, beta)
+        for a, b in zip(one, (S, counts, partial)):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_blas_e_step_keeps_rows_no_head_takes_out(global_random_seed):
+    # Rows of zero weight, and rows every head scores -inf (a head of
+    # log-weight -inf everywhere but one), add nothing, as in the fused kernel.
+    from attention_cluster import _passes
+
+    rng = np.random.default_rng(global_random_seed)
+    X = rng.standard_normal((300, 64))
+    U = rng.standard_normal((64, 5))
+    U /= np.linalg.norm(U, axis=0)
+    log_pi = np.array([-np.inf, np.log(0.5), -np.inf, np.log(0.5), -np.inf])
+    weights = rng.integers(0, 3, size=300).astype(float)
+    S, counts, partial = _passes._blas_e_step(
+        X, weights, np.ascontiguousarray(2.0 * U.T), log_pi, 1.0
+    )
+    S_ref, counts_ref, partial_ref = mixture_e_step(X, U, log_pi, 2.0, weights)
+    np.testing.assert_allclose(S, S_ref, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(counts, counts_ref, rtol=1e-10)
+    assert partial == pytest.approx(partial_ref, rel=1e-10)
+    assert np.all(S[[0, 2, 4]] == 0.0)
+
+
 @pytest.mark.parametrize("free", [False, True])
 def test_log_likelihood_matches_scipy(free, global_random_seed):
     # The E step of _Params.attention (keys r_k / r0 mu_k, biases) and
@@ -406,3 +489,31 @@ def test_newton_falls_back_to_em_when_a_step_loses_likelihood(monkeypatch, globa
     # errors), within the statistical resolution.
     assert np.sum((fit.heads - best.U) ** 2) < mixture.standard_error(best, em.n_effective)
     assert np.all(np.diff(fit.log_likelihood) >= -1e-12 * np.abs(fit.log_likelihood[1:]))
+
+
+# --- Stopping rules ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("free", [False, True])
+def test_free_parameters_are_the_bic_count(free):
+    # math.md section 7: p = K d + 1 with a common norm, K d + K with free norms.
+    d, K = 7, 4
+    p = _Params(np.eye(d)[:, :K], np.ones(K), 0.5, np.full(K, -np.log(K)), free)
+    assert mixture.free_parameters(p) == (K * d + K if free else K * d + 1)
+
+
+@given(
+    st.floats(min_value=0.01, max_value=0.999),
+    st.floats(min_value=0.1, max_value=10.0),
+    st.floats(min_value=0.1, max_value=10.0),
+)
+def test_remaining_gain_of_a_linear_iteration(rho, curvature, start):
+    # EM near its fixed point: x_{t+1} = rho x_t on the gap a x^2 / 2. A step
+    # that gains g leaves the sum of all later gains, which is the gap after it.
+    def gap(x):
+        return curvature * x * x / 2.0
+
+    gain = gap(start) - gap(rho * start)
+    later = sum(gap(rho**t * start) - gap(rho ** (t + 1) * start) for t in range(1, 20_000))
+    assert mixture.remaining_gain(gain, rho) == pytest.approx(later, rel=1e-6, abs=1e-12)
+    assert mixture.remaining_gain(-1.0, rho) == 0.0

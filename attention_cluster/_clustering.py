@@ -233,7 +233,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         one; after :meth:`partial_fit`, the last batch's).
     n_iter_ : int
         PSGD steps, or iterations of the exact solver (all its stages), of
-        the kept run.
+        the kept run; with the seeded start at K >= d, Lloyd's iterations of
+        the seeding.
     loss_curve_ : ndarray
         PSGD: the mini-batch objective at each step. Exact solver: the
         objective of its last stage (on all rows, or on the subsample when
@@ -722,10 +723,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             )
         return True
 
-    def _mixture_rows(self, X, fn, columns=None):
-        """``fn(rows, mixture_)`` on the rows of X, one value (or ``columns``) per row, in X's dtype."""
+    def _mixture_rows(self, X, fn, per_cluster=False):
+        """``fn(rows, mixture_)`` on the rows of X, one value (or one per cluster) per row, in X's dtype."""
         check_is_fitted(self)
         self._check_mixture()
+        columns = self.n_clusters_ if per_cluster else None
         with self._rows(X) as rows, one_blas_thread():
             return rows.map_rows(fn, self.mixture_, rows.dtype, dtype=rows.dtype, columns=columns)
 
@@ -773,7 +775,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         proba : ndarray of shape (n_samples, n_clusters)
             A lazy Dask array for Dask input.
         """
-        return self._mixture_rows(X, _posteriors, columns=self.n_clusters_)
+        return self._mixture_rows(X, _posteriors, per_cluster=True)
 
     def _information(self, X, penalty):
         """``-2 sum_i log p(x_i) + penalty(p, n)`` (one Dask computation for Dask input)."""

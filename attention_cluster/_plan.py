@@ -309,7 +309,7 @@ def _fit_once(given, prepared, params, init, centre, tuning):
         # K points among the rows for the free-norm mixture, no attention
         # solver (see _seeds_centres).
         seeds = seeded_start(unit.subsample(rng, SUBSAMPLE), K, rng)
-        best, n_init = _Run(seeds.heads, np.empty(0), 0, True, None), 0
+        best, n_init = _Run(seeds.heads, np.empty(0), seeds.n_iter, True, None), 0
     for index in range(n_init):
         sample = unit.subsample(rng, SUBSAMPLE)
         start = _start(params, sample, spectrum, init, rng)

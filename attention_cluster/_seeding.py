@@ -33,6 +33,7 @@ class Seeds:
     radii: np.ndarray  #: the centres' norms r_k, shape (K,)
     noise: float  #: tau, the noise level: sqrt(inertia / (N d))
     inertia: float  #: weighted mean squared distance to the nearest centre
+    n_iter: int  #: Lloyd's iterations of the kept seeding
 
 
 def _squared_distances(points, centres):
@@ -78,19 +79,21 @@ def kmeans_plus_plus(points, weights, n_clusters, rng, n_trials=None):
 
 
 def lloyd(points, weights, centres, max_iter=_LLOYD_MAX_ITER):
-    """Lloyd's iterations from ``centres`` (K x d): ``(centres, labels, inertia)``.
+    """Lloyd's iterations from ``centres`` (K x d): ``(centres, labels, inertia, n_iter)``.
 
     Each iteration assigns every row to its nearest centre and moves each
     centre to the weighted mean of its rows; a centre that loses all its
     rows stays. Stops when no label changes. ``inertia`` is the weighted
-    mean of the squared distance to the nearest centre at the end.
+    mean of the squared distance to the nearest centre at the end;
+    ``n_iter`` counts the assignments made.
     """
     n = points.shape[0]
     w = np.ones(n) if weights is None else np.asarray(weights, dtype=np.float64)
     K = centres.shape[0]
     centres = np.array(centres, dtype=np.float64)
     labels = None
-    for _ in range(max_iter):
+    n_iter = 0
+    for n_iter in range(1, max_iter + 1):  # noqa: B007 (the count is returned)
         new = np.argmin(_squared_distances(points, centres), axis=1)
         if labels is not None and np.array_equal(new, labels):
             break
@@ -103,7 +106,7 @@ def lloyd(points, weights, centres, max_iter=_LLOYD_MAX_ITER):
     sq = _squared_distances(points, centres)
     labels = np.argmin(sq, axis=1)
     inertia = float(w @ sq[np.arange(n), labels]) / float(np.sum(w))
-    return centres, labels, inertia
+    return centres, labels, inertia, n_iter
 
 
 def seeded_start(sample, n_clusters, rng, n_seedings=_N_SEEDINGS):
@@ -124,10 +127,10 @@ def seeded_start(sample, n_clusters, rng, n_seedings=_N_SEEDINGS):
     best = None
     for _ in range(n_seedings):
         centres = kmeans_plus_plus(points, weights, n_clusters, rng)
-        centres, _, inertia = lloyd(points, weights, centres)
+        centres, _, inertia, n_iter = lloyd(points, weights, centres)
         if best is None or inertia < best[1]:
-            best = centres, inertia
-    centres, inertia = best
+            best = centres, inertia, n_iter
+    centres, inertia, n_iter = best
     radii = np.linalg.norm(centres, axis=1)
     # A centre at the origin has no direction: any unit head with r = 0.
     safe = np.where(radii > 0.0, radii, 1.0)
@@ -138,4 +141,5 @@ def seeded_start(sample, n_clusters, rng, n_seedings=_N_SEEDINGS):
         radii=radii,
         noise=float(np.sqrt(inertia / d)),
         inertia=inertia,
+        n_iter=n_iter,
     )

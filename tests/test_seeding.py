@@ -57,7 +57,8 @@ def test_lloyd_matches_reference_and_lowers_inertia(seed, K):
     rng = np.random.RandomState(seed)
     points = rng.standard_normal((40, 3))
     start = points[rng.choice(40, K, replace=False)]
-    centres, labels, inertia = lloyd(points, None, start, max_iter=3)
+    centres, labels, inertia, n_iter = lloyd(points, None, start, max_iter=3)
+    assert 1 <= n_iter <= 3
     np.testing.assert_allclose(centres, _reference_lloyd(points, start, 3), atol=1e-10)
     d2 = ((points[:, None] - centres[None]) ** 2).sum(-1)
     np.testing.assert_array_equal(labels, np.argmin(d2, axis=1))

@@ -311,7 +311,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         the thread pool); blocks are smaller when the keys are many, so that
         a block's logits stay in cache.
     n_threads : int or None, default=None
-        Threads of the pass layer's pool; None: the cores this process may
+        Threads of the attention products' pool; None: the cores this process may
         use. The result does not depend on it.
     random_state : int, RandomState instance or None, default=None
         Draws the subsample.

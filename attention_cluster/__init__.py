@@ -9,6 +9,7 @@ layer that quantises each prompt in context.
 from . import datasets, layers, metrics, theory
 from ._clustering import AttentionClustering
 from ._dynamics import SelfAttentionDynamics, attention_flow
+from ._model import SphericalMixture
 from ._quantizer import InContextQuantizer
 
 __version__ = "0.1.0"
@@ -17,6 +18,7 @@ __all__ = [
     "AttentionClustering",
     "InContextQuantizer",
     "SelfAttentionDynamics",
+    "SphericalMixture",
     "attention_flow",
     "datasets",
     "layers",

@@ -1,144 +1,33 @@
-"""AttentionClustering: K linear attention heads trained on the unit sphere."""
+"""AttentionClustering: K linear attention heads trained on the unit sphere.
 
+The estimator is a shell: it validates X into pass-layer rows
+(``_passes.rows_from``), hands them to the fit plan (``_plan.fit_plan``) and
+writes the plan's one result as its fitted attributes (``_write``). Every
+prediction is one call on the rows of X with the fitted mixture
+(``_model.SphericalMixture``), whatever the input kind.
+"""
+
+import copy
 import numbers
-from dataclasses import dataclass
+from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
-import scipy.sparse as sp
-from scipy.special import logsumexp
 from sklearn.base import BaseEstimator, ClusterMixin, OneToOneFeatureMixin, TransformerMixin
-from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils import assert_all_finite, check_random_state
 from sklearn.utils.metaestimators import available_if
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
-from . import _kernels
-from ._exact import solve_exact
-from ._mixture import LinearisedEM, OnlineEM, refine_heads
-from ._objective import exact_objective, regularizer_code
-from ._passes import DaskRows, DenseRows, one_blas_thread, rows_of
-from ._scale import estimate_spectrum, principal_basis
-from ._settings import auto_reg_strength
-from ._spectral import SUBSAMPLE, spectral_heads
+from ._mixture import LinearisedEM, OnlineEM
+from ._model import MIN_VARIANCE, SphericalMixture
+from ._passes import one_blas_thread, rows_from, unit_terms
+from ._plan import fit_plan, predict_rule, resolve_methods
 from ._validation import (
     atomic_fit,
     check_auto_or_positive,
-    check_dask_array,
-    check_dask_sample_weight,
     check_n_samples,
     check_options,
     check_positive,
-    check_sample_weight,
-    is_dask_collection,
-    warn,
 )
-from .theory import auto_temperature
-
-# PSGD bookkeeping: the driver checks convergence every _STEPS_PER_CHECK
-# steps, and the step size decays as 1 / (1 + t / _DECAY).
-_STEPS_PER_CHECK = 100
-_DECAY = 200.0
-_DEFAULT_TOL = {"psgd": 1e-4, "full": 1e-6}
-_DEFAULT_MAX_ITER = {"psgd": 5000, "full": 500}
-# center="auto" centres the data when the squared norm of their mean exceeds
-# this many times the K-th eigenvalue of their second moment. On the paper's
-# mixtures the ratio stays below 10 (weights up to 9:1, sigma >= 0.1); where
-# the common mean makes the fit collapse it is above 12 (benchmarks/user_data.py,
-# docs/user_data.md).
-_CENTER_RATIO = 10.0
-# From this many features on, the solver runs in the principal subspace of
-# dimension K + _SUBSPACE_EXTRA found by subspace iteration, never forming a
-# d x d matrix, and the EM refinement on the rows in R^d.
-# benchmarks/user_data.py times both paths and compares their ARI: the same
-# up to d = 1000 once the EM leaves the subspace (lower at d = 2000 and high
-# noise, where both are near chance); the subspace path is the faster from
-# d = 1000 on (the d x d path's O(n d^2) against the EM's passes in R^d,
-# which high noise makes more numerous).
-_SUBSPACE_MIN_FEATURES = 1000
-_SUBSPACE_EXTRA = 5
-# Dask data never take the subspace path, which needs the rows' projections
-# in memory: they run the d x d path, up to this many features.
-_DASK_MAX_FEATURES = 2000
-
-
-def _in_subspace(n_features, n_clusters, lazy=False):
-    """Whether a fit runs in the principal subspace (``_SUBSPACE_MIN_FEATURES``; never for Dask data)."""
-    return (
-        not lazy
-        and n_features >= _SUBSPACE_MIN_FEATURES
-        and n_features > n_clusters + _SUBSPACE_EXTRA
-    )
-
-
-# A cluster that receives less than this fraction of 1/K of the points
-# counts as lost: the fit warns. With center="auto", a fit that loses
-# clusters while the mean carries more than _SHARE_TO_RETRY of the second
-# moment is done again on the centred rows (TF-IDF rows, whose ratio lies
-# among the paper's unequal mixtures', benchmarks/user_data.py).
-_LOST_FRACTION = 0.1
-_SHARE_TO_RETRY = 0.05
-# Largest number of mixture parameters (K d + K + 2) for which partial_fit
-# linearises the batches' statistics (LinearisedEM, whose Jacobian costs one E
-# step per parameter); above it, online EM.
-_LINEARISED_MAX_PARAMETERS = 512
-
-# Relative spread of the squared row norms under which the rows lie on one
-# sphere, where centroid_norms="auto" keeps equal norms (see refine_heads).
-_ONE_NORM_RTOL = 1e-3
-
-
-@dataclass(frozen=True)
-class _Settings:
-    """The settings of one fit, resolved once from the parameters and the spectrum."""
-
-    temperature: float
-    reg_strength: float
-    solver: str  #: "full" or "psgd"
-    refine: object  #: "em" or None
-    tol: float
-    max_iter: int
-
-
-@dataclass(frozen=True)
-class _Prepared:
-    """The rows a fit runs on, before the centring decision."""
-
-    data: object  #: pass-layer data object (the principal-subspace rows in high dimension)
-    basis: object  #: (d, r) orthonormal basis of that subspace, or None
-    spectrum: object  #: spectrum of ``data`` (not centred)
-    mean: np.ndarray  #: mean of ``data``'s rows
-    full_mean: np.ndarray  #: mean of the rows in R^d
-    share: float  #: ||m||^2 / tr(M) at unit scale
-    ratio: float  #: ||m||^2 / lambda_K(M) at unit scale
-
-
-@dataclass
-class _Run:
-    """Outcome of one run of a solver."""
-
-    heads: np.ndarray  #: (d, K) unit columns
-    loss_curve: np.ndarray
-    n_iter: int  #: PSGD steps, or iterations of the exact solver (all stages)
-    converged: bool
-    objective: object  #: float used to rank runs, None until computed
-
-
-def _tail_average(chunk_sums, fallback):
-    """Polyak-Ruppert average of the iterates over the second half of the run.
-
-    Averaging removes most of the stochastic-gradient jitter around the
-    minimiser; the first half is dropped as the transient.
-    """
-    avg = np.sum(chunk_sums[len(chunk_sums) // 2 :], axis=0)
-    norms = np.linalg.norm(avg, axis=0)
-    ok = norms > 0
-    return np.where(ok, avg / np.where(ok, norms, 1.0), fallback)
-
-
-def _random_heads(rng, n_features, n_clusters):
-    """Heads drawn uniformly on the sphere (columns of a d x K array)."""
-    U = rng.standard_normal((n_features, n_clusters))
-    return U / np.linalg.norm(U, axis=0)
 
 
 class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, BaseEstimator):
@@ -187,6 +76,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     :doc:`/user_data`). A row with no direction (all zeros, or equal to
     ``mean_``) gets the label with the largest bias: the heaviest cluster
     after the EM refinement, cluster 0 without it.
+
+    Every fitted array has X's dtype (float32 stays float32), except those
+    of ``mixture_``, which keep float64. How a fit runs, stage by stage,
+    and where each attribute comes from: the user guide, :doc:`/user_guide/fit`.
 
     Parameters
     ----------
@@ -354,7 +247,17 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     covariances_ : ndarray of shape (n_clusters,)
         With the EM refinement: the variance ``(s tau)^2`` of each
         component, one value shared by all (spherical, as
-        :class:`~sklearn.mixture.GaussianMixture`'s ``"spherical"``).
+        :class:`~sklearn.mixture.GaussianMixture`'s ``"spherical"``);
+        infinite where it exceeds the dtype's range (rows beyond about
+        ``1e154`` in float64), which no prediction reads: they use
+        ``mixture_``.
+    mixture_ : SphericalMixture or None
+        The fitted mixture at unit scale, ``(x - mean_) / scale_ | Z = k ~
+        N(r_k mu_k, tau^2 I)`` (``math.md`` section 7), whose methods give
+        :meth:`predict_proba`, :meth:`score_samples`, :meth:`bic` and
+        :meth:`aic` from one centred formula, with its variance floored at
+        ``1e-12`` of the rows' mean squared norm per feature; float64. None
+        without the EM refinement.
     concentration_ : ndarray of shape (n_clusters,) or None
         After the EM refinement, ``r_h / (tau^2 scale_)`` for each centre,
         with ``r_h / tau^2`` the inverse temperature of the fitted
@@ -459,7 +362,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         tags.input_tags.sparse = True
         return tags
 
-    def _check_params(self, X):
+    def _check_params(self, n_features):
+        """Validate the parameters; returns the starting heads (d x K unit columns) of an array ``init``, else None."""
         check_positive(self.n_clusters, "n_clusters", numbers.Integral, min_val=1, strict=False)
         check_auto_or_positive(self.temperature, "temperature")
         check_positive(
@@ -485,15 +389,27 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             check_options(self.init, "init", ["spectral", "random"])
             return None
         init = np.array(self.init, dtype=np.float64)
-        if init.shape != (self.n_clusters, X.shape[1]):
+        if init.shape != (self.n_clusters, n_features):
             raise ValueError(
                 f"init must have shape (n_clusters, n_features) = "
-                f"({self.n_clusters}, {X.shape[1]}), got {init.shape}."
+                f"({self.n_clusters}, {n_features}), got {init.shape}."
             )
         norms = np.linalg.norm(init, axis=1)
         if not np.all(np.isfinite(init)) or np.any(norms == 0):
             raise ValueError("init must have finite, non-zero rows.")
         return (init / norms[:, None]).T
+
+    def _rows(self, X, *, reset=False, sample_weight=None, defer_finite=False):
+        """X as pass-layer rows (``_passes.rows_from``), validated against this estimator."""
+        return rows_from(
+            self,
+            X,
+            reset=reset,
+            sample_weight=sample_weight,
+            n_threads=self.n_threads,
+            verbose=self.verbose,
+            defer_finite=defer_finite,
+        )
 
     @atomic_fit
     def fit(self, X, y=None, sample_weight=None):
@@ -501,7 +417,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
         Parameters
         ----------
-        X : array-like, dask array or dask DataFrame of shape (n_samples, n_features)
+        X : {array-like, sparse matrix}, dask array or dask DataFrame of shape (n_samples, n_features)
             Training data. A Dask array (chunked along rows only) or DataFrame
             is read by passes, one Dask computation each, and never gathered
             (see the "Scaling out" page); ``labels_`` is then a lazy Dask array.
@@ -517,508 +433,78 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         self : AttentionClustering
             Fitted estimator.
         """
-        lazy = is_dask_collection(X)
-        if lazy:
-            X = check_dask_array(self, X, reset=True)
-        else:
-            # NaN and infinity in a dense X are found by the first pass
-            # (DenseRows.moments) instead of a pass of their own, except on
-            # the principal-subspace path, which starts with other passes.
-            X = validate_data(
-                self,
-                X,
-                accept_sparse=["csr", "csc"],
-                dtype=[np.float64, np.float32],
-                order="C",
-                ensure_all_finite=False,
-            )
-            if sp.issparse(X) or _in_subspace(X.shape[1], self.n_clusters):
-                assert_all_finite(X, input_name="X")
+        # NaN and infinity in dense rows are found by the fit's first pass
+        # (DenseRows.moments) instead of a pass of their own.
+        rows = self._rows(X, reset=True, sample_weight=sample_weight, defer_finite=True)
         # A fit starts over: the next partial_fit starts a new stream.
         self.__dict__.pop("n_steps_", None)
-        init = self._check_params(X)
-        K = self.n_clusters
-        check_n_samples(X, K)
-        if lazy:
-            weights, total = check_dask_sample_weight(sample_weight, X)
-            data = DaskRows(X, weights, total_weight=total, verbose=self.verbose)
-        else:
-            data = rows_of(X, check_sample_weight(sample_weight, X), n_threads=self.n_threads)
-        n, d = X.shape
-        if lazy and d >= _DASK_MAX_FEATURES:
-            raise ValueError(
-                f"Dask input with n_features={d} >= {_DASK_MAX_FEATURES} is not supported: "
-                "the principal-subspace path that wide data need holds the rows' projections "
-                "in memory."
-            )
-        if K > d:
-            warn(
-                f"n_clusters={K} > n_features={d}: the heads cannot be mutually "
-                "orthogonal, so the clusters are separated by direction only "
-                "approximately."
-            )
+        self.__dict__.pop("_stream", None)
+        return self._fit_rows(rows)
+
+    def _fit_rows(self, rows):
+        """validate the parameters -> the fit plan -> the fitted attributes."""
+        init = self._check_params(rows.n_features)
+        check_n_samples(rows.n_samples, self.n_clusters)
         # The passes run on the pool's threads already: BLAS threads in each
         # chunk's products would only oversubscribe the cores.
-        with data, one_blas_thread():
-            return self._fit(data, init)
-
-    def _fit(self, data, init):
-        """validate -> subspace and centring -> settings from the spectrum -> runs -> refinement -> attributes."""
-        prepared = self._prepare(data)
-        if self.center == "auto":
-            centre, reason = (
-                prepared.ratio > _CENTER_RATIO,
-                "their common mean dominates the second moment",
-            )
-        else:
-            centre, reason = bool(self.center), None
-        fractions, spectrum = self._fit_prepared(data, prepared, init, centre)
-        lost = np.sum(fractions < _LOST_FRACTION / self.n_clusters)
-        if self.center == "auto" and not centre and lost and prepared.share > _SHARE_TO_RETRY:
-            # The uncentred fit lost clusters to a common mean below the
-            # ratio's threshold (TF-IDF rows, say): fit the centred rows.
-            centre, reason = (
-                True,
-                f"the uncentred fit lost {lost} of the n_clusters={self.n_clusters} clusters",
-            )
-            fractions, spectrum = self._fit_prepared(data, prepared, init, centre)
-        if self.center == "auto" and centre:
-            warn(
-                f"center='auto' centred the data ({reason}; the mean carries {prepared.share:.0%} "
-                "of the second moment): the model clusters directions from the origin, and now "
-                "finds directions from the mean. If the features have different units, put a "
-                "StandardScaler before the estimator (see the user guide, 'When to use it'); "
-                "pass center=True to centre without this warning.",
-                UserWarning,
-            )
-        self._warn_lost_clusters(fractions, spectrum, centre, prepared.share)
+        with rows, one_blas_thread():
+            result = fit_plan(rows, SimpleNamespace(**self.get_params(deep=False)), init)
+        self._write(result, rows.dtype)
         return self
 
-    def _fit_prepared(self, given, prepared, init, centre):
-        """One fit of the prepared rows, centred or not; sets every fitted attribute.
+    def _write(self, result, dtype):
+        """The one place that writes the fitted attributes, from a :class:`~attention_cluster._plan.FitResult`.
 
-        Returns the size of each cluster (the smaller of its fraction of the
-        weighted points and its weight) and the spectrum the settings came
-        from.
+        Arrays take the input's dtype (float32 stays float32); ``mixture_``
+        keeps float64, the precision of the predictions' arithmetic.
         """
-        data, basis, spectrum = prepared.data, prepared.basis, prepared.spectrum
-        if centre:
-            data = data.centred(prepared.mean)
-            spectrum = estimate_spectrum(data, self.n_clusters)
-        if basis is not None and init is not None:
-            init = basis.T @ init
-            init /= np.maximum(np.linalg.norm(init, axis=0), np.finfo(np.float64).tiny)
-        settings = self._settings(data, spectrum)
-        unit = data.rescaled(spectrum.scale)
-        rng = check_random_state(self.random_state)
-        n_init = self.n_init
-        if n_init > 1 and not self._runs_can_differ(data, settings):
-            # As KMeans does with an explicit start: one run, and say why.
-            warn(
-                f"n_init={n_init} would repeat one identical run: on data of this "
-                "size the exact solver from a deterministic start (init='spectral' "
-                "or an array) draws nothing at random. Performing one run; pass "
-                "init='random' for different starts."
-            )
-            n_init = 1
-        best = None
-        for index in range(n_init):
-            sample = unit.subsample(rng, SUBSAMPLE)
-            start = self._start(sample, spectrum, init, rng)
-            run = self._run(unit, sample, spectrum, settings, start, rng, index, rank=n_init > 1)
-            if best is None or run.objective < best.objective:
-                best = run
-        if not best.converged:
-            what = "steps" if settings.solver == "psgd" else "iterations"
-            warn(
-                f"The {settings.solver} solver did not reach tol={settings.tol} in "
-                f"max_iter={settings.max_iter} {what}; increase max_iter or tol.",
-                ConvergenceWarning,
-            )
-        rows = unit
-        if settings.refine == "em":
-            heads, mean_sq = best.heads, None
-            if basis is not None:
-                # In high dimension the EM runs on the rows in R^d, from the
-                # subspace's heads, which it moves out of the principal
-                # subspace: that subspace is estimated with the noise, and at
-                # high noise a fit confined to it loses most of its accuracy
-                # (benchmarks/user_data.py). From here on the centres are in R^d.
-                rows = (given.centred(prepared.full_mean) if centre else given).rescaled(
-                    spectrum.scale
-                )
-                heads, mean_sq, basis = basis @ best.heads, rows.norm_moments()[0], None
-            self._refine(rows, spectrum, heads, settings, rng, mean_sq, lambda: _one_norm(given))
-        else:
-            # Each head turned towards the points it wins (math.md section 5).
-            signs = np.where(unit.head_totals(best.heads) < 0, -1.0, 1.0)
-            self.cluster_centers_ = (best.heads * signs).T
+        mixture = result.mixture
+
+        def cast(a):
+            return np.asarray(a, dtype=np.float64).astype(dtype, copy=False)
+
+        self.cluster_centers_ = cast(result.centers)
+        self.labels_ = result.labels
+        self.weights_ = cast(result.weights)
+        self.mixture_ = mixture
+        if mixture is None:
             self.concentration_ = None
             self.centroid_norms_ = None
-            self.refine_n_iter_ = 0
-        centers = np.asarray(self.cluster_centers_, dtype=np.float64)
-        if rows is unit:
-            moment_heads = (spectrum.moment @ centers.T).T
+            for name in ("means_", "covariances_"):
+                self.__dict__.pop(name, None)
         else:
-            moment_heads = rows.moment_action(centers.T).T
-        if basis is not None:
-            # Heads in the principal subspace are heads in R^d.
-            centers, moment_heads = centers @ basis.T, moment_heads @ basis.T
-        self.cluster_centers_ = centers.astype(given.dtype, copy=False)
-        self.moment_heads_ = moment_heads
-        self.center_ = bool(centre)
-        self.mean_ = prepared.full_mean if centre else np.zeros_like(prepared.full_mean)
-        if settings.refine == "em":
-            # The mixture in the data's coordinates: out of the principal
-            # subspace, plus the mean the centring removed.
-            means = self.means_ if basis is None else self.means_ @ basis.T
-            self.means_ = means + self.mean_
-        # The training labels are predict's, from the stored attributes.
-        self.labels_ = self._labels(given)
-        # np.asarray computes the counts of Dask data's lazy labels.
-        counts = np.asarray(
-            np.bincount(self.labels_, weights=given.sample_weight, minlength=self.n_clusters)
-        )
-        if settings.refine is None:
-            self.weights_ = counts / np.sum(counts)
-        self.temperature_ = settings.temperature
-        self.reg_strength_ = settings.reg_strength
-        self.solver_ = settings.solver
-        self.refine_ = settings.refine
-        self.noise_scale_ = spectrum.noise
-        self.scale_ = spectrum.scale
-        self.n_iter_ = best.n_iter
-        self.loss_curve_ = best.loss_curve
-        # A cluster is as large as the smaller of its share of the labels and
-        # its fitted weight (EM can empty a cluster that still wins a few points).
-        return np.minimum(counts / np.sum(counts), self.weights_), spectrum
-
-    def _prepare(self, data):
-        """The rows the solvers see, their spectrum, and the common mean's weight.
-
-        In high dimension (``_SUBSPACE_MIN_FEATURES``) the rows are replaced
-        by their coordinates in the principal subspace of dimension
-        K + ``_SUBSPACE_EXTRA`` (:func:`~attention_cluster._scale.principal_basis`),
-        computed without a d x d matrix. Returns a :class:`_Prepared`: the
-        ``ratio`` ``||m||^2 / lambda_K`` and the ``share`` ``||m||^2 /
-        tr(M)`` of the mean m, at unit scale, that ``center="auto"`` reads.
-        """
-        K = self.n_clusters
-        if _in_subspace(data.n_features, K, lazy=isinstance(data, DaskRows)):
-            full_mean = data.mean()
-            basis = principal_basis(data, K + _SUBSPACE_EXTRA, K)
-            data = DenseRows(data.project(basis), data.sample_weight, n_threads=data.n_threads)
-            mean = basis.T @ full_mean
-            spectrum = estimate_spectrum(data, K)
-        else:
-            # The spectrum's pass comes first: it finds NaN and infinity
-            # before any other pass, and the rows' mean in the same read.
-            basis = None
-            peak, moment, mean = data.moments()
-            full_mean = mean
-            spectrum = estimate_spectrum(data, K, moment=(peak, moment))
-        m = mean / spectrum.scale
-        mean_sq = float(m @ m)
-        trace = float(np.sum(spectrum.eigenvalues))
-        kth = float(spectrum.eigenvalues[min(K, data.n_features) - 1])
-        return _Prepared(
-            data=data,
-            basis=basis,
-            spectrum=spectrum,
-            mean=mean,
-            full_mean=full_mean,
-            share=mean_sq / trace if trace > 0 else 0.0,
-            ratio=mean_sq / kth if kth > 0 else (np.inf if mean_sq > 0 else 0.0),
-        )
-
-    def _warn_lost_clusters(self, fractions, spectrum, centred, share):
-        """Warn when the fit leaves clusters (nearly) empty: never one cluster in silence."""
-        K = self.n_clusters
-        if K == 1:
-            return
-        if not np.any(spectrum.eigenvalues > 0):
-            warn(
-                "All rows of X are equal"
-                + (" once centred" if centred else " (zero)")
-                + f": there is nothing to cluster, and every point is in one of the "
-                f"n_clusters={K} clusters.",
-                UserWarning,
-            )
-            return
-        lost = int(np.sum(fractions < _LOST_FRACTION / K))
-        if lost == 0:
-            return
-        found = f"{lost} of the n_clusters={K} clusters received fewer than {_LOST_FRACTION / K:.1%} of the points"
-        if not centred and share > _SHARE_TO_RETRY:
-            advice = (
-                f"the data's common mean carries {share:.0%} of their second moment and "
-                "every head sees it: pass center=True, or put a StandardScaler before the estimator"
-            )
-        else:
-            advice = (
-                "the clusters may not be distinct directions from the origin"
-                + (" of the centred data" if centred else "")
-                + ": try fewer clusters, a StandardScaler before the estimator, or KMeans"
-            )
-        warn(f"{found}; {advice} (see the user guide, 'When to use it').", UserWarning)
-
-    def _settings(self, data, spectrum):
-        """Every data-dependent setting, resolved once from the spectrum."""
-        K, d, L = self.n_clusters, data.n_features, self.sequence_length
-        if isinstance(self.temperature, str):
-            temperature = auto_temperature(spectrum.noise, L, K, d, spectrum.eigenvalues)
-        else:
-            temperature = float(self.temperature)
-        if self.regularization is None:
-            reg_strength = 0.0
-        elif isinstance(self.reg_strength, str):
-            reg_strength = auto_reg_strength(
-                spectrum.noise,
-                temperature,
-                K,
-                self.regularization,
-                spectrum.eigenvalues[min(K, d) - 1],
-            )
-        else:
-            reg_strength = float(self.reg_strength)
-        # solver="auto" is the exact solver, the more accurate at every n;
-        # refine="auto" adds EM after it, none after PSGD.
-        solver = "full" if self.solver == "auto" else self.solver
-        refine = ("em" if solver == "full" else None) if self.refine == "auto" else self.refine
-        return _Settings(
-            temperature=temperature,
-            reg_strength=reg_strength,
-            solver=solver,
-            refine=refine,
-            tol=_DEFAULT_TOL[solver] if isinstance(self.tol, str) else self.tol,
-            max_iter=_DEFAULT_MAX_ITER[solver] if isinstance(self.max_iter, str) else self.max_iter,
-        )
-
-    def _runs_can_differ(self, data, settings):
-        """Whether two runs can differ: only through what they draw at random.
-
-        They draw a random start, PSGD's sequences, the subsample of more than
-        ``SUBSAMPLE`` rows (the spectral start's rows and the exact solver's
-        first stage) and the spectral start's heads beyond d.
-        """
-        random_start = isinstance(self.init, str) and self.init == "random"
-        return (
-            random_start
-            or settings.solver == "psgd"
-            or data.n_samples > SUBSAMPLE
-            or self.n_clusters > data.n_features
-        )
-
-    def _start(self, sample, spectrum, init, rng):
-        """The starting heads (d x K), for every solver: the one place that chooses them.
-
-        ``init`` is the validated array (unit columns) or None; ``"random"``
-        draws heads uniformly on the spheres; ``"spectral"`` rotates the top
-        eigenvectors of the second moment on the rows of ``sample``.
-        """
-        if init is not None:
-            return init.copy()
-        if self.init == "random":
-            return _random_heads(rng, sample.n_features, self.n_clusters)
-        return spectral_heads(sample, spectrum.moment, self.n_clusters, self.regularization, rng)
-
-    def _run(self, unit, sample, spectrum, settings, start, rng, index, rank):
-        """One run of the chosen solver from ``start``; returns a :class:`_Run`.
-
-        ``rank``: the run is one of several, ranked by the exact objective on
-        all rows (computed here when the solver did not end on all rows).
-        """
-        if settings.solver == "psgd":
-            run = self._psgd(unit, start, spectrum, settings, rng, index)
-        else:
-            # The exact solver's last stage is on all rows unless the
-            # refinement follows, which makes its own passes over all rows.
-            polish = settings.refine is None
-            solution = solve_exact(
-                unit,
-                start,
-                settings.temperature,
-                self.sequence_length,
-                regularization=self.regularization,
-                reg_strength=settings.reg_strength,
-                tol=settings.tol,
-                max_iter=settings.max_iter,
-                moment=spectrum.moment,
-                sample=sample,
-                polish=polish,
-            )
-            curve = solution.objective_curve
-            if self.verbose:
-                stages = f"{solution.n_iter} iterations on all rows"
-                if solution.n_iter_warm:
-                    stages = f"{solution.n_iter_warm} iterations on {sample.n_samples} rows" + (
-                        f", then {stages}" if polish else ""
-                    )
-                print(
-                    f"[AttentionClustering] init {index}: exact solver, {stages}, objective {curve[-1]:.6g}"
-                )
-            run = _Run(
-                solution.heads,
-                curve,
-                solution.n_iter + solution.n_iter_warm,
-                solution.converged,
-                float(curve[-1]) if polish or not solution.n_iter_warm else None,
-            )
-        if rank and run.objective is None:
-            # Rank the runs by the exact objective on all rows.
-            run.objective = exact_objective(
-                unit,
-                spectrum.moment,
-                run.heads,
-                settings.temperature,
-                self.sequence_length,
-                self.regularization,
-                settings.reg_strength,
-            )[0]
-            if self.verbose:
-                print(
-                    f"[AttentionClustering] init {index}: exact objective on all rows {run.objective:.6g}"
-                )
-        return run
-
-    def _refine(self, unit, spectrum, heads, settings, rng, mean_sq=None, spherical_rows=None):
-        """The EM refinement (math.md section 7): centres, weights and the posterior's concentration.
-
-        ``mean_sq`` is the rows' mean ``||x / s||^2`` (default: the trace of
-        the spectrum's moment, when ``unit`` holds the rows it was taken on);
-        ``spherical_rows`` tells ``centroid_norms="auto"`` whether the rows
-        as given have one norm (see :func:`refine_heads`).
-        """
-        fit = refine_heads(
-            unit,
-            heads,
-            float(np.trace(spectrum.moment)) if mean_sq is None else float(mean_sq),
-            spectrum.noise,
-            norms=self.centroid_norms,
-            spherical_rows=spherical_rows,
-            max_iter=settings.max_iter,
-            random_state=rng,
-            verbose=self.verbose,
-        )
-        if not fit.converged:
-            warn(
-                f"The EM refinement did not converge in max_iter={settings.max_iter} "
-                "E steps; increase max_iter.",
-                ConvergenceWarning,
-            )
-        if self.verbose:
-            print(
-                f"[AttentionClustering] EM refinement: {fit.n_iter} passes over all rows, "
-                f"mean log-likelihood {fit.log_likelihood[-1]:.6g}"
-            )
-        self.cluster_centers_ = fit.heads.T.astype(unit.dtype, copy=False)
-        self.weights_ = fit.weights
-        self.concentration_ = _concentration(fit.radii, fit.variance, spectrum.scale)
-        self.centroid_norms_ = "free" if fit.free else "equal"
-        self.refine_n_iter_ = fit.n_iter
-        # The fitted mixture in the data's units (math.md section 7):
-        # X | Z = k ~ N(s r_k mu_k, (s tau)^2 I).
-        scale = spectrum.scale
-        self.means_ = (scale * fit.radii[:, None]) * fit.heads.T
-        self.covariances_ = np.full(
-            self.n_clusters, max(scale**2 * fit.variance, np.finfo(float).tiny)
-        )
-
-    def _psgd(self, data, U, spectrum, settings, rng, index):
-        """One PSGD run from U (d x K); returns a :class:`_Run`."""
-        # Curvature scale of the risk; an all-zero X has none (and no gradient).
-        curvature = settings.temperature * self.n_clusters * float(np.trace(spectrum.moment)) or 1.0
-        max_iter, tol = settings.max_iter, settings.tol
-        L = self.sequence_length
-        state = np.array([rng.randint(1, np.iinfo(np.int64).max)], dtype=np.uint64)
-        reg_kind = regularizer_code(self.regularization)
-        riemannian = self.gradient == "riemannian"
-        t = np.arange(max_iter, dtype=np.float64)
-        steps = self.learning_rate / (curvature * (1.0 + t / _DECAY))
-        losses = np.empty(max_iter)
-        chunk_sums = []
-        rows = np.empty((_STEPS_PER_CHECK * self.batch_size * L, data.n_features))
-        previous = None
-        converged = False
-        done = 0
-        while done < max_iter:
-            start, stop = done, min(done + _STEPS_PER_CHECK, max_iter)
-            heads_sum = np.zeros_like(U)
-            tokens = data.draw(state, rows[: (stop - start) * self.batch_size * L])
-            _kernels.psgd_chunk(
-                tokens,
-                U,
-                settings.temperature,
-                L,
-                self.batch_size,
-                steps[start:stop],
-                reg_kind,
-                settings.reg_strength,
-                riemannian,
-                losses[start:stop],
-                heads_sum,
-            )
-            done = stop
-            chunk_sums.append(heads_sum)
-            current = _tail_average(chunk_sums, U)
-            change = None if previous is None else float(np.sum((current - previous) ** 2))
-            previous = current
-            if self.verbose:
-                moved = "" if change is None else f", change of the averaged heads {change:.3g}"
-                print(
-                    f"[AttentionClustering] init {index}, step {done}: "
-                    f"objective {np.mean(losses[start:done]):.6g}{moved}"
-                )
-            if change is not None and change < tol:
-                converged = True
-                break
-        losses = losses[:done].copy()
-        return _Run(previous, losses, done, converged, float(np.mean(losses[done // 2 :])))
-
-    def _check_new_data(self, X):
-        """``(X, lazy)`` for predict, transform and score: a checked Dask array
-        (``lazy``), or validated dense or sparse rows."""
-        if is_dask_collection(X):
-            return check_dask_array(self, X, reset=False), True
-        X = validate_data(
-            self,
-            X,
-            accept_sparse=["csr", "csc"],
-            dtype=[np.float64, np.float32],
-            order="C",
-            reset=False,
-        )
-        return X, False
-
-    def _labels(self, data):
-        """predict's rule on the rows of ``data`` (as given): see :meth:`predict`."""
-        if self.concentration_ is None:
-            gain, bias = np.ones(self.n_clusters), np.zeros(self.n_clusters)
-        else:
-            # log pi_h - ||m_h||^2 / (2 v) with ||m_h|| = s r_h and v = (s tau)^2
-            # (math.md section 7): concentration_[h]^2 v / 2.
-            gain = self.concentration_
-            with np.errstate(divide="ignore"):
-                bias = np.log(self.weights_) - 0.5 * gain**2 * self.covariances_
-        # <x - m, c_h> = <x, c_h> - <m, c_h>: the centring goes in the bias.
-        bias = bias - gain * (np.asarray(self.cluster_centers_, dtype=np.float64) @ self.mean_)
-        return data.labels(self.cluster_centers_, gain, bias)
+            self.concentration_ = cast(mixture.concentration)
+            self.centroid_norms_ = "free" if result.free_norms else "equal"
+            self.means_ = cast(mixture.means)
+            self.covariances_ = cast(mixture.covariances)
+        self.center_ = result.centred
+        self.mean_ = cast(result.mean)
+        self.moment_heads_ = cast(result.moment_heads)
+        self.temperature_ = result.settings.temperature
+        self.reg_strength_ = result.settings.reg_strength
+        self.solver_ = result.settings.solver
+        self.refine_ = result.settings.refine
+        self.noise_scale_ = result.noise
+        self.scale_ = result.scale
+        self.n_iter_ = result.n_iter
+        self.loss_curve_ = result.loss_curve
+        self.refine_n_iter_ = result.refine_n_iter
+        self._result = result
 
     def predict(self, X):
-        """Cluster of each row: ``argmax_h <x, mu_h>``, or the posterior mode.
+        """Cluster of each row: ``argmax_h <x - mean_, c_h>``, or the posterior mode.
 
-        Without the refinement the rule is ``argmax_h <x, mu_h>`` (user
-        guide, :doc:`/user_guide/model`); after the EM refinement it is the fitted mixture's posterior
-        mode ``argmax_h log pi_h + (r_h <mu_h, x / s> - r_h^2 / 2) / tau^2``
-        (``math.md`` section 7), that is ``argmax_h concentration_[h] <x,
-        c_h> - concentration_[h]^2 covariances_[h] / 2 + log weights_[h]``
-        from the fitted attributes (for data that were not centred), which
-        differs from the direction rule only when the weights or the norms
-        differ.
+        Without the refinement the rule is ``argmax_h <x - mean_, c_h>``
+        (user guide, :doc:`/user_guide/model`); after the EM refinement it
+        is the fitted mixture's posterior mode, the argmax of
+        :meth:`predict_proba`: ``argmax_h log pi_h + (r_h <mu_h, y> -
+        r_h^2 / 2) / tau^2`` with ``y = (x - mean_) / scale_`` (``math.md``
+        section 7; see ``mixture_``), which differs from the direction rule
+        only when the weights or the norms differ.
 
         Parameters
         ----------
-        X : array-like, dask array or dask DataFrame of shape (n_samples, n_features)
+        X : {array-like, sparse matrix}, dask array or dask DataFrame of shape (n_samples, n_features)
             New data.
 
         Returns
@@ -1027,18 +513,15 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             A lazy Dask array for Dask input.
         """
         check_is_fitted(self)
-        X, lazy = self._check_new_data(X)
-        if lazy:
-            return self._labels(DaskRows(X))
-        with rows_of(X, n_threads=self.n_threads) as data:
-            return self._labels(data)
+        with self._rows(X) as rows, one_blas_thread():
+            return rows.labels(*predict_rule(self.cluster_centers_, self.mixture_, self.mean_))
 
     def fit_predict(self, X, y=None, sample_weight=None):
         """Fit, then return ``labels_``.
 
         Parameters
         ----------
-        X : array-like, dask array or dask DataFrame of shape (n_samples, n_features)
+        X : {array-like, sparse matrix}, dask array or dask DataFrame of shape (n_samples, n_features)
             Training data.
         y : Ignored
             Not used, present for API consistency.
@@ -1075,9 +558,15 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         (for :meth:`transform`). The updates are compared in
         ``benchmarks/streaming.py`` (see the "Scaling out" page).
 
+        The stream's statistics are held at the scale ``scale_`` of the
+        first batch: a later batch whose rows are more than ``1e100`` times
+        that scale (``1.8e16`` for float32 rows) raises ValueError and leaves
+        the estimator as it was.
+        Sparse batches are not densified.
+
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
             One batch; at least ``n_clusters`` rows in the first.
         y : Ignored
             Not used, present for API consistency.
@@ -1090,35 +579,64 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             The updated estimator; ``n_steps_`` counts the calls and
             ``labels_`` labels the last batch.
         """
-        if not hasattr(self, "n_steps_"):
-            self.fit(X, sample_weight=sample_weight)
-            d, K = self.cluster_centers_.shape[1], self.n_clusters
-            radii = None
-            if self.centroid_norms_ == "free":
-                # The fitted norms r_k, of the data divided by scale_.
-                radii = np.linalg.norm(self.means_ - self.mean_, axis=1) / self.scale_
-            n_parameters = d * K + 2 + K + (0 if radii is None else K - 1)
-            stream = LinearisedEM if n_parameters <= _LINEARISED_MAX_PARAMETERS else OnlineEM
-            self._stream = stream(self.cluster_centers_.T, self.weights_, self.noise_scale_, radii)
-            self.n_steps_ = 0
-        X = validate_data(self, X, dtype=[np.float64, np.float32], order="C", reset=False)
-        weights = check_sample_weight(sample_weight, X)
-        with DenseRows(X, weights, self.scale_, self.n_threads) as rows, one_blas_thread():
-            # The stream's statistics are those of the rows the first fit
-            # clustered: centred on its mean_ when it centred. The labels
-            # take the rows as given (predict's rule puts mean_ in the bias).
-            p = self._stream.update(rows.centred(self.mean_) if self.center_ else rows)
-            self.cluster_centers_ = p.U.T.astype(X.dtype, copy=False)
-            self.weights_ = np.exp(p.log_pi)
-            self.concentration_ = _concentration(p.radii, p.variance, self.scale_)
-            self.means_ = (self.scale_ * p.radii[:, None]) * p.U.T + self.mean_
-            self.covariances_ = np.full(
-                self.n_clusters, max(self.scale_**2 * p.variance, np.finfo(float).tiny)
+        first = not hasattr(self, "n_steps_")
+        rows = self._rows(X, reset=first, sample_weight=sample_weight, defer_finite=first)
+        if not rows.in_memory:
+            raise TypeError(
+                "partial_fit takes batches in memory (arrays or sparse matrices); "
+                "fit reads a Dask array in passes."
             )
-            self.labels_ = self._labels(rows)
-        self.moment_heads_ = (self._stream.moment @ p.U).T
+        if first:
+            self._fit_rows(rows)
+            self._stream = _new_stream(self._result)
+            self.n_steps_ = 0
+        with rows, one_blas_thread():
+            self._write(self._stream_update(rows), rows.dtype)
         self.n_steps_ += 1
         return self
+
+    def _stream_update(self, rows):
+        """The stream updated with the batch ``rows``: a new :class:`FitResult`.
+
+        The stream's statistics are those of the rows the first fit
+        clustered: centred on its ``mean_`` when it centred, divided by
+        ``scale_``. The update runs on a copy, kept only when it succeeds.
+        """
+        result = self._result
+        unit = (rows.centred(result.mean) if result.centred else rows).rescaled(result.scale)
+        peak = unit.peak()
+        # Squares of the rows at unit scale (moment_heads_) must stay finite in X's dtype.
+        limit = min(_STREAM_MAX_MAGNITUDE, 1e-3 * np.sqrt(np.finfo(rows.dtype).max))
+        if not peak <= limit:
+            raise ValueError(
+                f"This batch's rows reach {peak:.3g} times the scale fixed by the first batch "
+                f"(scale_={result.scale:.3g}): the stream's statistics cannot hold both "
+                "magnitudes. Scale the batches alike (one scaler fitted on a first batch), "
+                "or call fit on data at the new magnitude."
+            )
+        stream = copy.deepcopy(self._stream)
+        p = stream.update(unit)
+        mixture = SphericalMixture(
+            centers=p.U.T.copy(),
+            radii=np.array(p.radii, dtype=np.float64),
+            variance=max(
+                p.variance, MIN_VARIANCE * (np.trace(stream.moment) / rows.n_features or 1.0)
+            ),
+            log_weights=np.array(p.log_pi, dtype=np.float64),
+            offset=result.mean,
+            scale=result.scale,
+        )
+        labels = rows.labels(*predict_rule(mixture.centers, mixture, result.mean))
+        self._stream = stream
+        return replace(
+            result,
+            centers=mixture.centers,
+            mixture=mixture,
+            weights=np.exp(mixture.log_weights),
+            moment_heads=(stream.moment @ p.U).T,
+            free_norms=bool(p.free),
+            labels=labels,
+        )
 
     def transform(self, X):
         """The attention layer's output for each row, in context of the training data.
@@ -1148,49 +666,54 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             Same dtype as X; a lazy Dask array, chunked as X, for Dask input.
         """
         check_is_fitted(self)
-        X, lazy = self._check_new_data(X)
-        K = self.n_clusters
-        moment_heads = (self.temperature_ * K * self.moment_heads_).astype(X.dtype, copy=False)
-        if lazy:
-            heads = self.cluster_centers_.T.astype(X.dtype, copy=False)
-            shift = (self.mean_ @ heads).astype(X.dtype)
-            return DaskRows(X).product(heads, shift, moment_heads)
-        return self._heads_projection(X) @ moment_heads
+        with self._rows(X) as rows, one_blas_thread():
+            heads = np.asarray(self.cluster_centers_, dtype=np.float64).T
+            out = self.temperature_ * self.n_clusters * np.asarray(self.moment_heads_, np.float64)
+            return rows.map_rows(
+                _layer_output,
+                heads,
+                self.mean_ @ heads,
+                out,
+                rows.dtype,
+                dtype=rows.dtype,
+                columns=rows.n_features,
+            )
 
-    def _heads_projection(self, X):
-        """``(X - mean_) U`` (n x K) in X's dtype, for dense or sparse X."""
-        heads = self.cluster_centers_.T.astype(X.dtype, copy=False)
-        return np.asarray(X @ heads) - (self.mean_ @ heads).astype(X.dtype)
-
-    def _has_mixture(self):
-        """Whether the fit is (or will be) the EM refinement's mixture."""
-        if hasattr(self, "refine_"):
-            return self.refine_ == "em"
-        return self.refine == "em" or (self.refine == "auto" and self.solver != "psgd")
+    def _check_mixture(self):
+        """Whether the fit is (or will be) the EM refinement's mixture; else an AttributeError that says why."""
+        refine = (
+            self.refine_
+            if hasattr(self, "refine_")
+            else resolve_methods(self.solver, self.refine)[1]
+        )
+        if refine != "em" and getattr(self, "mixture_", None) is None:
+            raise AttributeError(
+                "This AttentionClustering fits no likelihood: predict_proba, score_samples, bic "
+                f"and aic need the EM refinement's mixture (refine='em'), and it has "
+                f"solver={self.solver!r}, refine={self.refine!r}."
+            )
+        return True
 
     def _mixture_rows(self, X, fn, columns=None):
-        """``fn(X, means_, variance, weights_)`` on the validated rows of X; for
-        Dask input a lazy Dask array (``fn`` on each block)."""
+        """``fn(rows, mixture_)`` on the rows of X, one value (or ``columns``) per row, in X's dtype."""
         check_is_fitted(self)
-        mixture = (self.means_, float(self.covariances_[0]), self.weights_)
-        if is_dask_collection(X):
-            X = check_dask_array(self, X, reset=False)
-            return DaskRows(X).map_rows(fn, *mixture, columns=columns)
-        X = validate_data(self, X, dtype=[np.float64, np.float32], order="C", reset=False)
-        return fn(X, *mixture)
+        self._check_mixture()
+        with self._rows(X) as rows, one_blas_thread():
+            return rows.map_rows(fn, self.mixture_, rows.dtype, dtype=rows.dtype, columns=columns)
 
-    @available_if(_has_mixture)
+    @available_if(_check_mixture)
     def score_samples(self, X):
         """Log-likelihood of each row under the fitted mixture.
 
-        ``log p(x) = logsumexp_k(log pi_k + log N(x; s r_k mu_k, (s tau)^2 I))``:
-        the mixture of ``math.md`` section 7 fitted by the EM refinement
-        (only with it; ``refine=None`` and PSGD without refinement fit no
-        likelihood).
+        ``log p(x) = logsumexp_k(log pi_k + log N(x; m_k, (s tau)^2 I))``
+        with ``m_k = mean_ + s r_k mu_k``: the mixture of ``math.md`` section
+        7 fitted by the EM refinement (only with it; ``refine=None`` and
+        PSGD without refinement fit no likelihood), computed from the
+        centred rows at unit scale (``mixture_``).
 
         Parameters
         ----------
-        X : array-like, dask array or dask DataFrame of shape (n_samples, n_features)
+        X : {array-like, sparse matrix}, dask array or dask DataFrame of shape (n_samples, n_features)
             New data.
 
         Returns
@@ -1200,19 +723,19 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         """
         return self._mixture_rows(X, _log_likelihoods)
 
-    @available_if(_has_mixture)
+    @available_if(_check_mixture)
     def predict_proba(self, X):
         """Posterior probability of each cluster under the fitted mixture.
 
-        ``gamma_k(x) = softmax_k(log pi_k + (r_k <mu_k, x / s> - r_k^2 / 2) /
-        tau^2)`` (``math.md`` section 7): a softmax attention of the point,
-        as query, over the heads, as keys (with one norm r, ``softmax_k(log
-        pi_k + beta <mu_k, x / s>)``, ``beta = r / tau^2``). Its argmax is
-        :meth:`predict`.
+        ``gamma_k(x) = softmax_k(log pi_k + (r_k <mu_k, y> - r_k^2 / 2) /
+        tau^2)`` with ``y = (x - mean_) / s`` (``math.md`` section 7): a
+        softmax attention of the point, as query, over the heads, as keys
+        (with one norm r, ``softmax_k(log pi_k + beta <mu_k, y>)``, ``beta
+        = r / tau^2``). Each row sums to one; its argmax is :meth:`predict`.
 
         Parameters
         ----------
-        X : array-like, dask array or dask DataFrame of shape (n_samples, n_features)
+        X : {array-like, sparse matrix}, dask array or dask DataFrame of shape (n_samples, n_features)
             New data.
 
         Returns
@@ -1222,20 +745,17 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         """
         return self._mixture_rows(X, _posteriors, columns=self.n_clusters)
 
-    def _deviance(self, X):
-        """``-2 sum_i log p(x_i)`` under the fitted mixture (one Dask computation for Dask input)."""
-        total = self.score_samples(X).sum()
-        return -2 * float(total.compute() if is_dask_collection(total) else total)
+    def _information(self, X, penalty):
+        """``-2 sum_i log p(x_i) + penalty(p, n)`` (one Dask computation for Dask input)."""
+        check_is_fitted(self)
+        self._check_mixture()
+        with self._rows(X) as rows, one_blas_thread():
+            mean = rows.weighted_mean(_log_likelihoods, self.mixture_, np.float64)
+            n = rows.n_samples
+        p = self.mixture_.n_parameters(self.centroid_norms_ == "free", self.center_)
+        return -2.0 * n * mean + penalty(p, n)
 
-    def _n_parameters(self):
-        """Free parameters of the mixture: K (d - 1) directions, r, tau, K - 1 weights = K d + 1,
-        K - 1 more norms when they are free, and the d coordinates of the mean
-        when the data were centred (``math.md`` section 7)."""
-        d, K = self.n_features_in_, self.n_clusters
-        free = K - 1 if self.centroid_norms_ == "free" else 0
-        return K * d + 1 + free + (d if self.center_ else 0)
-
-    @available_if(_has_mixture)
+    @available_if(_check_mixture)
     def bic(self, X):
         """Bayesian information criterion of the fitted mixture on X (lower is better).
 
@@ -1249,15 +769,15 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
         Parameters
         ----------
-        X : array-like, dask array or dask DataFrame of shape (n_samples, n_features)
+        X : {array-like, sparse matrix}, dask array or dask DataFrame of shape (n_samples, n_features)
 
         Returns
         -------
         bic : float
         """
-        return self._deviance(X) + self._n_parameters() * np.log(X.shape[0])
+        return self._information(X, lambda p, n: p * np.log(n))
 
-    @available_if(_has_mixture)
+    @available_if(_check_mixture)
     def aic(self, X):
         """Akaike information criterion of the fitted mixture on X (lower is better).
 
@@ -1265,28 +785,33 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
         Parameters
         ----------
-        X : array-like, dask array or dask DataFrame of shape (n_samples, n_features)
+        X : {array-like, sparse matrix}, dask array or dask DataFrame of shape (n_samples, n_features)
 
         Returns
         -------
         aic : float
         """
-        return self._deviance(X) + 2 * self._n_parameters()
+        return self._information(X, lambda p, n: 2.0 * p)
 
     def score(self, X, y=None, sample_weight=None):
         """Negative mean squared reconstruction error ``-mean ||y - T(y)||^2``, ``y = x - mean_``.
 
-        Expanded as ``||y||^2 - 2 <y, T(y)> + ||T(y)||^2`` from the rows'
-        products with the heads and ``moment_heads_`` (2K columns), so that
-        sparse X is never densified. For Dask input the mean is one Dask
+        Computed at unit scale from the rows' products with the heads and
+        ``moment_heads_`` (:func:`_passes.unit_terms`), then multiplied by
+        ``scale_^2``, so that sparse X is never densified and nothing is
+        squared at the data's magnitude. For Dask input the mean is one Dask
         computation (a reduction over the blocks): X is not gathered.
 
         The attention layer's own objective (the paper's risk, with the
         training data as context; see :meth:`transform`), not a likelihood:
-        it does not penalise a point for being far from every head along
-        the heads' span, and it is not comparable across K as a model
-        selection score. For the mixture's log-likelihood use
-        :meth:`score_samples` (its mean) and, to choose K, :meth:`bic`.
+        unlike :meth:`sklearn.mixture.GaussianMixture.score` it is not the
+        mean of :meth:`score_samples`, and unlike
+        :meth:`sklearn.cluster.KMeans.score` it is not the negative sum of
+        squared distances to the centres. It does not penalise a point for
+        being far from every head along the heads' span, and it is not
+        comparable across K as a model selection score. For the mixture's
+        log-likelihood use :meth:`score_samples` (its mean) and, to choose
+        K, :meth:`bic`.
 
         Parameters
         ----------
@@ -1303,71 +828,60 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             Higher is better.
         """
         check_is_fitted(self)
-        X, lazy = self._check_new_data(X)
-        K = self.n_clusters
-        heads = np.asarray(self.cluster_centers_, dtype=np.float64).T
-        out = self.temperature_ * K * self.moment_heads_
-        args = (heads, out, self.mean_)
-        if not lazy:
-            weights = check_sample_weight(sample_weight, X)
-            return -float(np.average(_reconstruction_errors(X, *args), weights=weights))
-        # One Dask computation: the rows' errors and their weighted mean.
-        weights, total = check_dask_sample_weight(sample_weight, X)
-        errors = DaskRows(X).map_rows(_reconstruction_errors, *args)
-        error = errors.sum() if weights is None else (errors * weights).sum()
-        return -float(error.compute()) / total
+        heads = np.asarray(self.cluster_centers_, dtype=np.float64)
+        out = self.temperature_ * self.n_clusters * np.asarray(self.moment_heads_, np.float64)
+        with self._rows(X, sample_weight=sample_weight) as rows, one_blas_thread():
+            error = rows.weighted_mean(_reconstruction_errors, heads, out, self.mean_, self.scale_)
+        with np.errstate(over="ignore"):
+            return -error * self.scale_**2
 
 
-def _one_norm(data):
-    """Whether the rows of ``data`` all have one norm (one pass): the spread of
-    ``||x||^2`` under 1e-3 of its mean (unit rows in float32 included)."""
-    m2, m4 = data.norm_moments()
-    return m2 > 0.0 and np.sqrt(max(m4 - m2 * m2, 0.0)) <= _ONE_NORM_RTOL * m2
+# A partial_fit batch whose rows, divided by the first batch's scale, exceed
+# this magnitude would overflow the stream's squared statistics.
+_STREAM_MAX_MAGNITUDE = 1e100
+# Largest number of mixture parameters (K d + K + 2) for which partial_fit
+# linearises the batches' statistics (LinearisedEM, whose Jacobian costs one E
+# step per parameter); above it, online EM.
+_LINEARISED_MAX_PARAMETERS = 512
 
 
-def _concentration(radii, variance, scale):
-    """``r_h / (tau^2 s)`` for each centre (see ``concentration_``); 1 / s for
-    a mixture without noise (all-zero data), where the rule is the direction."""
-    if not variance > 0.0:
-        return np.full(len(radii), 1.0 / scale)
-    return radii / variance / scale
+def _new_stream(result):
+    """The stream of :meth:`AttentionClustering.partial_fit`, started at a fit's result."""
+    d, K = result.centers.shape[1], len(result.centers)
+    radii = None
+    if result.free_norms:
+        radii = result.mixture.radii
+    n_parameters = d * K + 2 + K + (0 if radii is None else K - 1)
+    stream = LinearisedEM if n_parameters <= _LINEARISED_MAX_PARAMETERS else OnlineEM
+    return stream(result.centers.T, result.weights, result.noise, radii)
 
 
-def _reconstruction_errors(X, heads, out, mean):
-    """``||y - T(y)||^2`` for every row of X (dense or sparse), ``y = x - mean``
-    and ``T(y) = out^T heads^T y`` (see :meth:`AttentionClustering.score`), float64.
+def _layer_output(rows, heads, shift, out, dtype):
+    """``((x - mean_) U) out`` for a block of rows (see :meth:`AttentionClustering.transform`)."""
+    return ((np.asarray(rows @ heads, dtype=np.float64) - shift) @ out).astype(dtype, copy=False)
 
-    Expanded as ``||y||^2 - 2 <y, T(y)> + ||T(y)||^2`` from the rows' products
-    with ``heads`` (d x K) and ``out`` (K x d), so that sparse X is never
+
+def _log_likelihoods(rows, mixture, dtype):
+    """``log p(x)`` of every row of a block under ``mixture`` (see :mod:`._model`)."""
+    P, q = unit_terms(rows, mixture.centers, mixture.offset, mixture.scale)
+    return mixture.log_likelihoods(P, q).astype(dtype, copy=False)
+
+
+def _posteriors(rows, mixture, dtype):
+    """Posterior probabilities of the components for every row of a block."""
+    P, _ = unit_terms(rows, mixture.centers, mixture.offset, mixture.scale)
+    return mixture.posteriors(P).astype(dtype, copy=False)
+
+
+def _reconstruction_errors(rows, heads, out, mean, scale):
+    """``||y - T(y)||^2 / s^2`` for every row of a block, ``y = x - mean``, at unit scale.
+
+    ``T(y) = out^T heads y`` (see :meth:`AttentionClustering.score`), expanded
+    as ``||y||^2 - 2 <y, T(y)> + ||T(y)||^2`` from the rows' products with
+    ``heads`` (K x d) and ``out`` (K x d), so that sparse rows are never
     densified.
     """
-    K = heads.shape[1]
-    both = np.hstack([heads, out.T])
-    P = np.asarray(X @ both, dtype=np.float64) - mean @ both
+    K = len(heads)
+    P, q = unit_terms(rows, np.vstack([heads, out]), mean, scale)
     A, B = P[:, :K], P[:, K:]
-    if sp.issparse(X):
-        sq = np.asarray(X.multiply(X).sum(axis=1), dtype=np.float64).ravel()
-    else:
-        sq = np.einsum("ij,ij->i", X, X, dtype=np.float64)
-    sq += mean @ mean - 2.0 * np.asarray(X @ mean, dtype=np.float64).ravel()
-    return sq - 2.0 * np.sum(A * B, axis=1) + np.sum((A @ (out @ out.T)) * A, axis=1)
-
-
-def _component_scores(X, means, variance, weights):
-    """``log pi_k + log N(x; m_k, v I)`` for every row of dense X and every component (float64)."""
-    X = np.asarray(X, dtype=np.float64)
-    sq = np.sum(X**2, axis=1)[:, None] - 2 * X @ means.T + np.sum(means**2, axis=1)[None, :]
-    with np.errstate(divide="ignore"):
-        log_w = np.log(weights)
-    return log_w[None, :] - sq / (2 * variance) - 0.5 * X.shape[1] * np.log(2 * np.pi * variance)
-
-
-def _log_likelihoods(X, *mixture):
-    """``log p(x)`` of every row under the mixture ``(means, variance, weights)``."""
-    return logsumexp(_component_scores(X, *mixture), axis=1)
-
-
-def _posteriors(X, *mixture):
-    """Posterior probabilities of the components for every row."""
-    scores = _component_scores(X, *mixture)
-    return np.exp(scores - logsumexp(scores, axis=1, keepdims=True))
+    return q - 2.0 * np.sum(A * B, axis=1) + np.sum((A @ (out @ out.T)) * A, axis=1)

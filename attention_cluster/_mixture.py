@@ -20,9 +20,7 @@ import numpy as np
 from scipy.sparse.linalg import LinearOperator, gmres
 from sklearn.utils import check_random_state
 
-# Smallest noise variance, relative to the mean squared norm m2 / d: keeps the
-# inverse temperature beta = r / tau^2 finite when the clusters are points.
-_MIN_VARIANCE = 1e-12
+from ._model import MIN_VARIANCE
 
 
 @dataclass(frozen=True)
@@ -60,7 +58,8 @@ class _Params:
         U = v[: d * K].reshape(d, K)
         norms = np.linalg.norm(U, axis=0)
         radii = np.broadcast_to(v[d * K : d * K + m], (K,)).copy()
-        if np.any(norms == 0.0) or not np.all(np.isfinite(v)) or np.any(radii <= 0.0):
+        # A zero norm is a centroid at the mean; a negative one is off the model.
+        if np.any(norms == 0.0) or not np.all(np.isfinite(v)) or np.any(radii < 0.0):
             return None
         tail = v[d * K + m + 1 :]
         log_pi = tail - np.logaddexp.reduce(tail)
@@ -111,7 +110,7 @@ class _EM:
         self.d = data.n_features
         w = data.sample_weight
         self.n_effective = data.n_samples if w is None else self.total**2 / float(np.sum(w * w))
-        self.floor = _MIN_VARIANCE * mean_sq / self.d
+        self.floor = MIN_VARIANCE * mean_sq / self.d
         self.passes = 0
 
     def expect(self, p):
@@ -133,17 +132,19 @@ def _maximize(S, counts, total, mean_sq, floor, previous):
     common norm, ``r = sum_k ||S_k|| / N``, ``tau^2 = (m2 - r^2) / d``; with
     one norm per centroid (``previous.free``), ``r_k = ||S_k|| / N_k``,
     ``tau^2 = (m2 - sum_k ||S_k||^2 / (N_k N)) / d`` (``math.md`` section
-    7), from sums ``S``, ``counts`` over a total weight ``N``. A head that
-    no point takes keeps its direction (and norm) in ``previous``; ``tau^2``
-    is at least ``floor``."""
+    7), from sums ``S``, ``counts`` over a total weight ``N``. A head whose
+    sum is zero keeps its direction in ``previous``; with free norms its norm
+    is ``||S_k|| / N_k = 0`` when points take it (its centroid is the mean)
+    and the previous one when none does; ``tau^2`` is at least ``floor``."""
     norms = np.linalg.norm(S, axis=1)
     alive = norms > 0.0
     U = previous.U.copy()
     U[:, alive] = (S[alive] / norms[alive, None]).T
     if previous.free:
+        taken = counts > 0.0
         radii = previous.radii.copy()
-        radii[alive] = norms[alive] / counts[alive]
-        explained = float(np.sum(norms[alive] ** 2 / counts[alive])) / total
+        radii[taken] = norms[taken] / counts[taken]
+        explained = float(np.sum(norms[taken] ** 2 / counts[taken])) / total
     else:
         radius = float(np.sum(norms)) / total
         radii = np.full(S.shape[0], radius)
@@ -510,7 +511,7 @@ def refine_heads(
     p = _Params(
         U,
         np.ones(K),
-        max(float(noise) ** 2, mean_sq * _MIN_VARIANCE / d),
+        max(float(noise) ** 2, mean_sq * MIN_VARIANCE / d),
         np.full(K, -np.log(K)),
         free=norms == "free",
     )
@@ -584,7 +585,7 @@ class _OneBatch:
         mean_sq = float(np.trace(self.moment))
         if not mean_sq > 0.0:
             return None
-        floor = _MIN_VARIANCE * mean_sq / data.n_features
+        floor = MIN_VARIANCE * mean_sq / data.n_features
         p = self.params
         if p.variance < floor:
             p = replace(p, variance=floor)

@@ -39,7 +39,7 @@ Attributes ``n_samples``, ``n_features``, ``dtype``, ``scale``,
 centring applied inside its products) and :class:`DaskRows` the passes of a
 fit for Dask arrays (each pass one Dask computation over the blocks); nothing
 else changes: this module is the one place where dense, sparse and Dask data
-differ (:func:`rows_of` picks the class for in-memory data). The chunks'
+differ (:func:`rows_from` validates any accepted X and picks the class). The chunks'
 results are added in the chunks' order, and the chunks do not depend on the
 number of threads, so a fit gives the same result on one thread or many, in a
 thread or after ``fork``.
@@ -62,11 +62,28 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import scipy.sparse as sp
+from sklearn.utils import assert_all_finite
+from sklearn.utils.validation import validate_data
 from threadpoolctl import ThreadpoolController
 
 from . import _kernels
+from ._validation import (
+    check_dask_array,
+    check_dask_sample_weight,
+    check_sample_weight,
+    is_dask_collection,
+)
 
-__all__ = ["DaskRows", "DenseRows", "SparseRows", "one_blas_thread", "rows_of", "usable_threads"]
+__all__ = [
+    "DaskRows",
+    "DenseRows",
+    "SparseRows",
+    "one_blas_thread",
+    "dense_block",
+    "rows_from",
+    "unit_terms",
+    "usable_threads",
+]
 
 # Bytes of X per chunk: large enough that a pass has few chunks (each costs a
 # task on the pool), small enough that a float64 copy of a chunk stays small.
@@ -183,6 +200,8 @@ class _Rows:
 class DenseRows(_Rows):
     """Dense rows in memory (a C-contiguous float32 or float64 array).
 
+    ``in_memory`` is True: the rows can be indexed, projected and streamed.
+
     Parameters
     ----------
     X : ndarray of shape (n_samples, n_features)
@@ -195,6 +214,8 @@ class DenseRows(_Rows):
     n_threads : int or None, default=None
         Threads of the pool; None: the cores this process may use.
     """
+
+    in_memory = True
 
     def __init__(self, X, sample_weight=None, scale=1.0, n_threads=None):
         self._X = X
@@ -468,6 +489,33 @@ class DenseRows(_Rows):
         parts = self._map(lambda B, w, lo, hi: (np.asarray(B, dtype=np.float64) @ V) * inv)
         return np.concatenate(parts) if parts else np.empty((0, V.shape[1]))
 
+    def peak(self):
+        """The largest ``|x_ij| / s`` of the rows as the passes see them (centred)."""
+        tops = self._map(lambda B, w, lo, hi: float(np.max(np.abs(B))) if B.size else 0.0)
+        return max(tops, default=0.0) / self.scale
+
+    def map_rows(self, fn, *args, dtype=np.float64, columns=None):
+        """``fn(rows, *args)`` on the rows as given (neither centred nor scaled), by chunks.
+
+        ``fn`` returns one value per row (``columns=None``) or ``columns``
+        values per row; the chunks' results are stacked in order.
+        """
+        parts = self._pool.map(lambda lo, hi: fn(self._X[lo:hi], *args), self._bounds)
+        if parts:
+            return np.concatenate(parts)
+        return np.empty((0,) if columns is None else (0, columns), dtype=dtype)
+
+    def weighted_mean(self, fn, *args):
+        """The weighted mean over the rows of ``fn(rows, *args)`` (one value per row; a float)."""
+        values = self.map_rows(fn, *args)
+        w = self.sample_weight
+        total = np.sum(values) if w is None else values @ w
+        return float(total) / self.total_weight
+
+    def check_finite(self):
+        """Raise ValueError, with scikit-learn's message, when X holds NaN or infinity."""
+        assert_all_finite(self._X, input_name="X")
+
     def draw(self, state, out):
         """Fill ``out`` (m x d, float64) with rows ``x / s`` drawn with replacement.
 
@@ -667,6 +715,8 @@ class DaskRows(_Rows):
         counts them).
     """
 
+    in_memory = False
+
     def __init__(self, X, sample_weight=None, scale=1.0, total_weight=None, verbose=0):
         self._X = X
         self.sample_weight = sample_weight
@@ -810,6 +860,15 @@ class DaskRows(_Rows):
             _block_map, fn, *args, dtype=dtype, chunks=(self._X.chunks[0], (columns,))
         )
 
+    def weighted_mean(self, fn, *args):
+        """As :meth:`DenseRows.weighted_mean`: one Dask computation (a reduction over the blocks)."""
+        values = self.map_rows(fn, *args)
+        total = values.sum() if self.sample_weight is None else values @ self.sample_weight
+        return float(self._compute("weighted mean", total)[0]) / self.total_weight
+
+    def check_finite(self):
+        """Nothing before the passes: each pass raises ValueError on a block with NaN or infinity."""
+
     def product(self, left, shift, right):
         """``(X @ left - shift) @ right`` (d x K, K, K x d) as a lazy Dask array, chunked as X."""
         return self.map_rows(
@@ -920,6 +979,8 @@ class SparseRows(_Rows):
         Kept for the interface; the sparse products run on one thread.
     """
 
+    in_memory = True
+
     def __init__(self, X, sample_weight=None, scale=1.0, offset=None, n_threads=None):
         self.dtype = X.dtype
         self._X = sp.csr_matrix(X, dtype=np.float64)
@@ -956,10 +1017,8 @@ class SparseRows(_Rows):
         return self._X.T @ A - np.outer(self.offset, A.sum(axis=0))
 
     def _squared_norms(self):
-        """``||x_i - m||^2`` (unscaled)."""
-        X = self._X
-        sq = np.asarray(X.multiply(X).sum(axis=1)).ravel()
-        return sq - 2.0 * (X @ self.offset) + self.offset @ self.offset
+        """``||(x_i - m) / s||^2``, computed at unit scale (:func:`unit_terms`)."""
+        return unit_terms(self._X, np.empty((0, self.n_features)), self.offset, self.scale)[1]
 
     # -- passes -------------------------------------------------------------
 
@@ -974,19 +1033,44 @@ class SparseRows(_Rows):
         return other
 
     def scaled_second_moment(self):
-        """``(c, M / c^2)`` as :meth:`DenseRows.scaled_second_moment`, c the largest diagonal's root."""
-        M = self.second_moment()
-        top = float(np.max(np.diag(M))) if M.size else 0.0
+        """``(c, M / c^2)`` as :meth:`DenseRows.scaled_second_moment`, c the largest diagonal's root.
+
+        The first pass of a fit: raises ValueError on NaN or infinity, and
+        forms the products at the magnitude of the largest entry
+        (:meth:`_moment_at`), so that finite rows of any magnitude neither
+        overflow nor underflow.
+        """
+        assert_all_finite(self._X.data, input_name="X")
+        peak = max(self.peak() * self.scale, 0.0)
+        if not peak > 0.0:
+            return 0.0, np.zeros((self.n_features, self.n_features))
+        c = np.ldexp(1.0, int(np.frexp(peak)[1]))
+        M = self._moment_at(c)
+        top = float(np.max(np.diag(M)))
         if not top > 0.0:
             return 0.0, np.zeros_like(M)
-        return np.sqrt(top), M / top
+        return c * np.sqrt(top) / self.scale, M / top
 
-    def second_moment(self):
-        """``M`` (d x d, float64): ``X^T W X / W - b m^T - m b^T + m m^T``, b the weighted mean."""
-        X, w, m = self._X, self._w(), self.offset
+    def _moment_at(self, c):
+        """The second moment of the rows ``(x - m) / c``, c a power of two:
+        ``X^T W X / W - b m^T - m b^T + m m^T`` at that scale, b the weighted mean."""
+        X = self._X.copy()
+        X.data = X.data / c
+        w, m = self._w(), self.offset / c
         S = np.asarray((X.T @ X.multiply(w[:, None]).tocsr()).todense()) / self.total_weight
         b = X.T @ w / self.total_weight
-        return (S - np.outer(b, m) - np.outer(m, b) + np.outer(m, m)) / self.scale**2
+        return S - np.outer(b, m) - np.outer(m, b) + np.outer(m, m)
+
+    def second_moment(self):
+        """``M`` (d x d, float64) of the rows ``(x - m) / s``."""
+        c = np.ldexp(1.0, int(np.frexp(self.scale)[1]))
+        return self._moment_at(c) * (c / self.scale) ** 2
+
+    def peak(self):
+        """A bound on the largest ``|x_ij - m_j| / s``: ``(max |x_ij| + max |m_j|) / s``."""
+        top = float(np.max(np.abs(self._X.data))) if self._X.nnz else 0.0
+        off = float(np.max(np.abs(self.offset))) if self.offset.size else 0.0
+        return (top + off) / self.scale
 
     def moment_action(self, V):
         """``M V`` for V of shape (d, K), in two sparse products."""
@@ -996,7 +1080,7 @@ class SparseRows(_Rows):
 
     def norm_moments(self):
         """Weighted means of ``||x||^2`` and ``||x||^4``."""
-        sq = self._squared_norms() / self.scale**2
+        sq = self._squared_norms()
         w = self._w()
         return float(w @ sq / self.total_weight), float(w @ (sq * sq) / self.total_weight)
 
@@ -1006,7 +1090,7 @@ class SparseRows(_Rows):
         K = U.shape[1]
         AG = self._project(np.hstack([U, np.asarray(MU, dtype=np.float64)])) / self.scale
         A, G = np.ascontiguousarray(AG[:, :K]), np.ascontiguousarray(AG[:, K:])
-        nrm = self._squared_norms() / self.scale**2
+        nrm = self._squared_norms()
         w = np.empty(0) if self.sample_weight is None else self.sample_weight
         C = np.empty((self.n_samples, 3 * K))
         value = _kernels.projected_row_terms(A, G, nrm, w, c, lm1, reg, rho, C)
@@ -1041,6 +1125,18 @@ class SparseRows(_Rows):
         gain = _per_head(gain, C.shape[1])
         return np.argmax(gain * self._project(C) + np.asarray(bias, dtype=np.float64), axis=1)
 
+    def map_rows(self, fn, *args, dtype=np.float64, columns=None):
+        """``fn(X, *args)`` on the rows as given (CSR, float64; the offset not subtracted)."""
+        return fn(self._X, *args)
+
+    def weighted_mean(self, fn, *args):
+        """As :meth:`DenseRows.weighted_mean`."""
+        return float(self._w() @ fn(self._X, *args)) / self.total_weight
+
+    def check_finite(self):
+        """As :meth:`DenseRows.check_finite` (on the stored non-zeros)."""
+        assert_all_finite(self._X.data, input_name="X")
+
     def subsample(self, rng, size):
         """As :meth:`DenseRows.subsample`: a :class:`SparseRows` on about ``size`` rows."""
         if self.n_samples <= size:
@@ -1069,8 +1165,98 @@ class SparseRows(_Rows):
         return out
 
 
+def rows_from(
+    estimator,
+    X,
+    *,
+    reset,
+    sample_weight=None,
+    n_threads=None,
+    verbose=0,
+    defer_finite=False,
+):
+    """The data object for any X an estimator accepts: the one place that asks what X is.
+
+    ndarray, memmap, pandas DataFrame and lists give :class:`DenseRows`;
+    CSR and CSC matrices :class:`SparseRows`; a Dask array or DataFrame
+    :class:`DaskRows` (never computed here). X is validated against
+    ``estimator`` (``validate_data``, or ``_validation.check_dask_array``
+    for Dask), recording ``n_features_in_`` when ``reset``; float32 stays
+    float32, anything else becomes float64.
+
+    Parameters
+    ----------
+    estimator : BaseEstimator
+    X : array-like, sparse matrix, dask array or dask DataFrame of shape (n_samples, n_features)
+    reset : bool
+        True in ``fit`` (records the features), False after.
+    sample_weight : array-like of shape (n_samples,) or None, default=None
+    n_threads : int or None, default=None
+        Threads of the passes over in-memory rows.
+    verbose : int, default=0
+        Dask passes are reported when positive.
+    defer_finite : bool, default=False
+        Leave the check for NaN and infinity of dense rows to the caller's
+        first pass (:meth:`DenseRows.moments` raises the same errors), or to
+        :meth:`DenseRows.check_finite`.
+    """
+    if is_dask_collection(X):
+        X = check_dask_array(estimator, X, reset=reset)
+        weights, total = check_dask_sample_weight(sample_weight, X)
+        return DaskRows(X, weights, total_weight=total, verbose=verbose)
+    X = validate_data(
+        estimator,
+        X,
+        accept_sparse=["csr", "csc"],
+        dtype=[np.float64, np.float32],
+        order="C",
+        reset=reset,
+        ensure_all_finite=False,
+    )
+    rows = rows_of(X, check_sample_weight(sample_weight, X), n_threads=n_threads)
+    if not defer_finite:
+        rows.check_finite()
+    return rows
+
+
 def rows_of(X, sample_weight=None, n_threads=None):
-    """The data object for validated X: :class:`SparseRows` for a sparse matrix, else :class:`DenseRows`."""
+    """The data object for validated in-memory X: :class:`SparseRows` for a
+    sparse matrix, else :class:`DenseRows` (see :func:`rows_from`)."""
     if sp.issparse(X):
         return SparseRows(X, sample_weight, n_threads=n_threads)
     return DenseRows(X, sample_weight, n_threads=n_threads)
+
+
+def dense_block(rows, dtype):
+    """A block of rows as given (dense or sparse) as a dense array of ``dtype``."""
+    if sp.issparse(rows):
+        rows = rows.toarray()
+    return np.asarray(rows).astype(dtype, copy=False)
+
+
+def unit_terms(rows, centers, offset, scale):
+    """``P = Y C^T`` and ``q_i = ||y_i||^2`` (float64) of the rows ``y = (x - offset) / scale``.
+
+    The two per-row terms of every formula of the fitted mixture
+    (:mod:`attention_cluster._model`) and of the reconstruction error, for a
+    dense or sparse block of rows as given. The block is first divided by
+    the power of two ``2^e`` nearest ``scale`` (exact), so that nothing is
+    squared at the data's magnitude: no overflow or underflow for finite
+    rows of any magnitude near ``scale``. Dense rows are centred before the
+    products; sparse rows are not densified, and their ``q`` is expanded as
+    ``||x||^2 - 2 <x, m> + ||m||^2`` at unit scale.
+    """
+    C = np.asarray(centers, dtype=np.float64)
+    f, e = np.frexp(float(scale))
+    m = np.ldexp(np.asarray(offset, dtype=np.float64), -e)
+    if sp.issparse(rows):
+        Y = sp.csr_matrix(rows, dtype=np.float64, copy=True)
+        Y.data = np.ldexp(Y.data, -e)
+        P = np.asarray(Y @ C.T) - m @ C.T
+        q = np.asarray(Y.multiply(Y).sum(axis=1)).ravel() - 2.0 * np.asarray(Y @ m).ravel() + m @ m
+        q = np.maximum(q, 0.0)
+    else:
+        Y = np.ldexp(np.asarray(rows, dtype=np.float64), -e) - m
+        P = Y @ C.T
+        q = np.einsum("ij,ij->i", Y, Y)
+    return P / f, q / (f * f)

@@ -3,14 +3,13 @@
 from numbers import Integral
 
 import numpy as np
-import scipy.sparse as sp
 from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._passes import DenseRows, SparseRows
+from ._passes import dense_block, rows_of
 from ._scale import estimate_spectrum
 from ._validation import atomic_fit, check_auto_or_positive, check_options, check_positive
-from .layers import in_context_attention, in_context_softmax_attention
+from .layers import finite_output, in_context_softmax_attention
 from .theory import in_context_unbiased_temperature
 
 __all__ = ["InContextQuantizer"]
@@ -150,7 +149,7 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         self : InContextQuantizer
             Fitted estimator.
         """
-        validate_data(self, X, accept_sparse=self._sparse_formats(), dtype=[np.float64, np.float32])
+        validate_data(self, X, accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32])
         check_positive(self.n_clusters, "n_clusters", Integral, min_val=1, strict=False)
         check_auto_or_positive(self.temperature, "temperature")
         check_options(self.attention, "attention", ["linear", "softmax"])
@@ -162,9 +161,11 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         Parameters
         ----------
         X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            The L tokens of one prompt. Sparse X (linear attention only) is
-            not densified: the layer is ``X (lambda K M)`` with the d x d
-            second moment ``M`` of the prompt; the output is dense.
+            The L tokens of one prompt. The linear layer does not densify
+            sparse X: it is ``X (lambda K M)`` with the d x d second moment
+            ``M`` of the prompt. The softmax layer's L x L scores and its
+            output are dense, so it reads a sparse prompt densely (no more
+            memory than its output).
 
         Returns
         -------
@@ -175,61 +176,60 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         X = validate_data(
             self,
             X,
-            accept_sparse=self._sparse_formats(),
+            accept_sparse=["csr", "csc"],
             dtype=[np.float64, np.float32],
             reset=False,
         )
-        if sp.issparse(X):
-            return self._transform_sparse(X)
-        if self.temperature != "auto":
-            if self.attention == "linear":
-                return in_context_attention(
-                    X, temperature=self.temperature, n_clusters=self.n_clusters
-                )
-            return in_context_softmax_attention(X, temperature=self.temperature)
-        spectrum = estimate_spectrum(DenseRows(X, n_threads=1), self.n_clusters)
+        rows = rows_of(X, n_threads=1)
         L, d = X.shape
-        temperature = float(in_context_unbiased_temperature(spectrum.noise, L, d, self.n_clusters))
+        if self.temperature == "auto":
+            spectrum = estimate_spectrum(rows, self.n_clusters)
+            temperature = float(
+                in_context_unbiased_temperature(spectrum.noise, L, d, self.n_clusters)
+            )
+        else:
+            spectrum, temperature = None, float(self.temperature)
         if self.attention == "linear":
             # s T^ctx(X / s)_l = lambda K (X^T X / (L s^2)) X_l, and X^T X / (L s^2)
             # is the spectrum's unit-scale moment, accumulated without overflow:
-            # one product with a d x d matrix, at the magnitude of X.
-            return X @ (temperature * self.n_clusters * spectrum.moment).astype(X.dtype)
+            # one product with a d x d matrix, at the magnitude of X (s = 1
+            # for a given temperature).
+            moment = rows.second_moment() if spectrum is None else spectrum.moment
+            context = (temperature * self.n_clusters * moment).astype(X.dtype)
+            with np.errstate(over="ignore", invalid="ignore"):  # refused by finite_output
+                out = rows.map_rows(_times, context, dtype=X.dtype, columns=d)
+            return finite_output(out)
+        tokens = rows.map_rows(dense_block, X.dtype, dtype=X.dtype, columns=d)
+        if spectrum is None:
+            return in_context_softmax_attention(tokens, temperature=temperature)
         # Divide by the largest entry first, then by the remaining unit-scale
         # factor of s, so that X / s neither overflows nor underflows.
-        peak = float(np.max(np.abs(X)))
+        peak = float(np.max(np.abs(tokens)))
         if peak == 0.0:
-            return np.zeros_like(X)
+            return np.zeros_like(tokens)
         unit_scale = spectrum.scale / peak
-        X_unit = X / peak
+        X_unit = tokens / peak
         X_unit /= unit_scale
         out = in_context_softmax_attention(X_unit, temperature=temperature)
         out *= unit_scale
         out *= peak
         return out
 
-    def _sparse_formats(self):
-        # The softmax layer's L x L scores are dense: it takes dense X only.
-        return ["csr", "csc"] if self.attention == "linear" else False
-
-    def _transform_sparse(self, X):
-        """Linear in-context attention of sparse tokens, ``(lambda K / L) X (X^T X)``."""
-        L, d = X.shape
-        data = SparseRows(X)
-        if self.temperature == "auto":
-            spectrum = estimate_spectrum(data, self.n_clusters)
-            temperature = float(
-                in_context_unbiased_temperature(spectrum.noise, L, d, self.n_clusters)
-            )
-            # X^T X / (L s^2) is the spectrum's unit-scale moment (see transform).
-            context = spectrum.moment
-        else:
-            temperature, context = self.temperature, data.second_moment()
-        return np.asarray(X @ (temperature * self.n_clusters * context)).astype(X.dtype, copy=False)
-
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         # Both layers compute in the precision of their input.
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
-        tags.input_tags.sparse = self.attention == "linear"
+        tags.input_tags.sparse = True
         return tags
+
+
+def _times(rows, context):
+    """``rows @ context`` as a dense array (rows dense or sparse)."""
+    return np.asarray(rows @ context)
+
+
+def _dense(rows, dtype):
+    """The rows as a dense array of ``dtype``."""
+    return (rows.toarray() if hasattr(rows, "toarray") else np.asarray(rows)).astype(
+        dtype, copy=False
+    )

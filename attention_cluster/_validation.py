@@ -45,10 +45,10 @@ def check_positive(value, name, target_type=numbers.Real, *, min_val=0, strict=T
     return value
 
 
-def check_n_samples(X, n_clusters):
+def check_n_samples(n_samples, n_clusters):
     """A clustering needs at least ``n_clusters`` samples."""
-    if X.shape[0] < n_clusters:
-        raise ValueError(f"n_samples={X.shape[0]} should be >= n_clusters={n_clusters}.")
+    if n_samples < n_clusters:
+        raise ValueError(f"n_samples={n_samples} should be >= n_clusters={n_clusters}.")
 
 
 def check_sample_weight(sample_weight, X):

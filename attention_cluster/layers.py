@@ -76,13 +76,19 @@ def _check_heads(heads, n_features, dtype):
     return heads.astype(dtype, copy=False)
 
 
-def _finish(out, original_ndim):
+def finite_output(out):
     """Refuse overflowed output rather than return inf or NaN."""
     if not np.all(np.isfinite(out)):
         raise FloatingPointError(
             "The attention layer overflowed the floating-point range; rescale X "
             "or lower the temperature."
         )
+    return out
+
+
+def _finish(out, original_ndim):
+    """:func:`finite_output`, one prompt returned as a 2-D array."""
+    finite_output(out)
     return out if original_ndim == 3 else out[0]
 
 

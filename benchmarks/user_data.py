@@ -33,6 +33,7 @@ the tracemalloc peak of one more fit, above the data.
 """
 
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -53,7 +54,7 @@ from sklearn.preprocessing import (
     normalize,
 )
 
-import attention_cluster._clustering as _clustering
+import attention_cluster._plan as _plan
 from attention_cluster import AttentionClustering
 from attention_cluster.datasets import make_centroids, make_corpus, make_embeddings, make_mixture
 
@@ -117,7 +118,7 @@ def _centring_row(name, X, y, K):
         for center in (False, True):
             model = AttentionClustering(K, center=center, random_state=0)
             row[f"ari_{center}"] = _ari(y, one_thread(model.fit_predict, X))
-        row["auto"] = bool(ratio > _clustering._CENTER_RATIO)
+        row["auto"] = bool(ratio > _plan.DEFAULT_TUNING.center_ratio)
         row["kmeans"] = _ari(y, _fit_labels(lambda: KMeans(K, n_init=10, random_state=0), X))
     print(
         f"{name:45s} ratio {ratio:9.2f} share {share:.2f}  AC raw {row['ari_False']:.2f} "
@@ -407,12 +408,12 @@ def run_embeddings(quick):
 
 
 def _with_switch(value, fn):
-    saved = _clustering._SUBSPACE_MIN_FEATURES
-    _clustering._SUBSPACE_MIN_FEATURES = value
+    saved = _plan.DEFAULT_TUNING
+    _plan.DEFAULT_TUNING = replace(saved, subspace_min_features=value)
     try:
         return fn()
     finally:
-        _clustering._SUBSPACE_MIN_FEATURES = saved
+        _plan.DEFAULT_TUNING = saved
 
 
 def run_high_dimension(quick):
@@ -519,7 +520,7 @@ def _yes(flag):
 
 
 def _render(p):
-    threshold = _clustering._CENTER_RATIO
+    threshold = _plan.DEFAULT_TUNING.center_ratio
     lines = [
         "# Users' data: uncentred, sparse, high-dimensional",
         "",
@@ -657,8 +658,8 @@ def _render(p):
         f"{H['seconds']['KMeans(n_init=1)']:.2f} s, {hr:.2f}x (target <= 1: {_yes(hr <= 1)}); ARI {H['ari']:.3f} "
         f"against {H['kmeans_ari']:.3f}.",
         "",
-        f"Switch point (`_SUBSPACE_MIN_FEATURES = {_clustering._SUBSPACE_MIN_FEATURES}`): the subspace "
-        f"path (spectrum and solver in the principal subspace of dimension K + {_clustering._SUBSPACE_EXTRA}, "
+        f"Switch point (`subspace_min_features = {_plan.DEFAULT_TUNING.subspace_min_features}`): the subspace "
+        f"path (spectrum and solver in the principal subspace of dimension K + {_plan.DEFAULT_TUNING.subspace_extra}, "
         "found by subspace iteration; the EM refinement on the rows in R^d) against the "
         f"d x d path, `make_mixture`, n = {h['switch'][0]['n']}, K = {h['switch'][0]['K']}, at low and high noise.",
         "",
@@ -677,7 +678,7 @@ def _render(p):
         "",
         f"At sigma = 0.6 the subspace path loses more than 0.01 ARI against the d x d path in "
         f"{losses} of {len(noisy)} rows; KMeans(n_init=1) is at or below the subspace path "
-        f"(within 0.01) in {below} of them. The subspace's K + {_clustering._SUBSPACE_EXTRA} "
+        f"(within 0.01) in {below} of them. The subspace's K + {_plan.DEFAULT_TUNING.subspace_extra} "
         "principal directions are estimated with the noise: confined to them, the heads lose "
         "most of their accuracy at high noise, and the EM refinement on the rows in R^d takes "
         "them out. The exact objective is not minimised in all d dimensions (through products "

@@ -341,18 +341,22 @@ def test_bad_input_raises_the_numpy_errors_and_leaves_no_state(client, mixture, 
 
 
 def test_wide_dask_arrays_take_the_d_x_d_path_up_to_its_limit(client, monkeypatch):
-    # Between the subspace switch and _DASK_MAX_FEATURES a Dask array takes
+    # Between the subspace switch and dask_max_features a Dask array takes
     # the d x d path (in memory the subspace path): the same centres as a
     # NumPy fit on that path. Wider Dask arrays are refused before any pass.
-    from attention_cluster import _clustering
+    from dataclasses import replace
 
-    d = _clustering._SUBSPACE_MIN_FEATURES
+    from attention_cluster import _plan
+
+    d = _plan.DEFAULT_TUNING.subspace_min_features
     X = make_mixture(600, d, 2, noise=0.1, random_state=0)[0]
     lazy = AttentionClustering(2, random_state=0).fit(da.from_array(X, chunks=(200, -1)))
-    monkeypatch.setattr(_clustering, "_SUBSPACE_MIN_FEATURES", 10**9)
+    monkeypatch.setattr(
+        _plan, "DEFAULT_TUNING", replace(_plan.DEFAULT_TUNING, subspace_min_features=10**9)
+    )
     dense = AttentionClustering(2, random_state=0).fit(X)
     np.testing.assert_allclose(lazy.cluster_centers_, dense.cluster_centers_, atol=1e-6)
-    wide = da.zeros((100, _clustering._DASK_MAX_FEATURES), chunks=(50, -1))
+    wide = da.zeros((100, _plan.DEFAULT_TUNING.dask_max_features), chunks=(50, -1))
     with pytest.raises(ValueError, match="is not supported"):
         AttentionClustering(2).fit(wide)
 

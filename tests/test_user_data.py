@@ -7,6 +7,7 @@ small data with fixed seeds.
 
 import tracemalloc
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import adjusted_rand_score
 
-import attention_cluster._clustering as _clustering
+import attention_cluster._plan as _plan
 from attention_cluster import AttentionClustering
 from attention_cluster._passes import DenseRows
 from attention_cluster._scale import principal_basis
@@ -171,7 +172,9 @@ def test_principal_basis_spans_the_top_eigenvectors(global_random_seed):
 def test_high_dimension_runs_in_the_subspace(monkeypatch, global_random_seed):
     X, y, _ = make_mixture(1500, 80, 3, noise=0.05, random_state=global_random_seed)
     low = AttentionClustering(3, random_state=0).fit(X)
-    monkeypatch.setattr(_clustering, "_SUBSPACE_MIN_FEATURES", 50)
+    monkeypatch.setattr(
+        _plan, "DEFAULT_TUNING", replace(_plan.DEFAULT_TUNING, subspace_min_features=50)
+    )
     high = AttentionClustering(3, random_state=0).fit(X)
     assert high.cluster_centers_.shape == (3, 80) and high.moment_heads_.shape == (3, 80)
     assert adjusted_rand_score(y, high.labels_) == pytest.approx(
@@ -190,9 +193,11 @@ def test_high_dimension_refines_out_of_the_subspace(monkeypatch, global_random_s
     # within a small fraction of their distance to the centroids.
     X, _, C = make_mixture(4000, 120, 3, noise=0.5, random_state=global_random_seed)
     low = AttentionClustering(3, random_state=0).fit(X)
-    monkeypatch.setattr(_clustering, "_SUBSPACE_MIN_FEATURES", 50)
+    monkeypatch.setattr(
+        _plan, "DEFAULT_TUNING", replace(_plan.DEFAULT_TUNING, subspace_min_features=50)
+    )
     high = AttentionClustering(3, random_state=0).fit(X)
-    B = principal_basis(DenseRows(X), 3 + _clustering._SUBSPACE_EXTRA, 3)
+    B = principal_basis(DenseRows(X), 3 + _plan.DEFAULT_TUNING.subspace_extra, 3)
     outside = high.cluster_centers_ - (high.cluster_centers_ @ B) @ B.T
     assert np.linalg.norm(outside) > 1e-3
     assert centroid_distance(
@@ -239,9 +244,9 @@ def test_quantizer_on_sparse_tokens_equals_the_dense_layer(temperature, global_r
 def test_auto_refits_centred_when_the_uncentred_fit_loses_clusters(monkeypatch):
     # The second rule of center="auto" on its own: with the ratio's rule
     # switched off, an uncentred fit that loses clusters to a common offset
-    # while the mean carries more than _SHARE_TO_RETRY of the second moment
+    # while the mean carries more than share_to_retry of the second moment
     # is done again on the centred rows.
-    monkeypatch.setattr(_clustering, "_CENTER_RATIO", np.inf)
+    monkeypatch.setattr(_plan, "DEFAULT_TUNING", replace(_plan.DEFAULT_TUNING, center_ratio=np.inf))
     X, y = make_embeddings(3000, 64, 5, offset=2.0, noise=0.1, random_state=0)[:2]
     with pytest.warns(UserWarning, match="pass center=True"):
         plain = AttentionClustering(5, center=False, random_state=0).fit(X)

@@ -1,0 +1,117 @@
+"""The fitted mixture: one object whose methods give every prediction of the estimator.
+
+The EM refinement fits the mixture of ``math.md`` section 7 to the rows
+``y = (x - m) / s`` (m the mean the fit subtracted, zero when it did not
+centre; s the overall scale):
+
+    y | Z = k ~ N(r_k mu_k, tau^2 I),   P(Z = k) = pi_k.
+
+Every formula below is written in ``y``, never in the data's units, so that
+no square of an entry of X is formed: the same labels, posteriors and
+likelihoods (shifted by ``-d log s``) for X and ``c X`` at any finite
+magnitude, and no cancellation in ``||x||^2 - 2 <x, m_k> + ||m_k||^2`` for
+rows far from the origin and close to each other. From the two per-row terms
+``P_ik = <y_i, mu_k>`` and ``q_i = ||y_i||^2``
+(:func:`attention_cluster._passes.unit_terms`, one product with the K heads):
+
+- logits ``a_ik = log pi_k + (r_k P_ik - r_k^2 / 2) / tau^2``, the posterior
+  ``softmax_k(a_ik)`` and the label ``argmax_k a_ik`` (``math.md`` section 7);
+- ``log p(x_i) = logsumexp_k(a_ik) - q_i / (2 tau^2) - (d / 2) log(2 pi
+  tau^2) - d log s``, the density of x in the data's units.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import logsumexp, softmax
+
+__all__ = ["SphericalMixture", "MIN_VARIANCE"]
+
+# Smallest variance tau^2, relative to the mean squared norm per feature of the
+# rows y: a mixture fitted to equal rows (all zero once centred) has no spread,
+# and its density stays finite at this floor. The EM refinement floors its
+# iterates at the same value (attention_cluster._mixture).
+MIN_VARIANCE = 1e-12
+
+
+@dataclass(frozen=True)
+class SphericalMixture:
+    """A spherical Gaussian mixture in the unit coordinates ``y = (x - offset) / scale``.
+
+    The fitted model of :class:`~attention_cluster.AttentionClustering` (its ``mixture_``),
+    from which every prediction of the estimator is computed.
+
+    Parameters
+    ----------
+    centers : ndarray of shape (n_clusters, n_features)
+        Unit directions mu_k (rows).
+    radii : ndarray of shape (n_clusters,)
+        Norms r_k of the centroids ``r_k mu_k`` (all equal unless each
+        centroid has its own norm).
+    variance : float
+        tau^2 > 0, the variance of each coordinate of y.
+    log_weights : ndarray of shape (n_clusters,)
+        log pi_k (-inf for an empty component).
+    offset : ndarray of shape (n_features,)
+        m, the mean subtracted from the rows (zeros when none was).
+    scale : float
+        s > 0.
+    """
+
+    centers: np.ndarray
+    radii: np.ndarray
+    variance: float
+    log_weights: np.ndarray
+    offset: np.ndarray
+    scale: float
+
+    # -- the parameters in the data's units ---------------------------------
+
+    @property
+    def means(self):
+        """``m + s r_k mu_k`` (n_clusters, n_features)."""
+        return self.offset + (self.scale * self.radii)[:, None] * self.centers
+
+    @property
+    def covariances(self):
+        """``(s tau)^2`` for each component (spherical); infinite where it overflows."""
+        with np.errstate(over="ignore"):
+            return np.full(len(self.radii), self.scale**2 * self.variance)
+
+    @property
+    def concentration(self):
+        """``r_k / (tau^2 s)``: the gain of ``<x - m, mu_k>`` in the logits."""
+        return self.radii / self.variance / self.scale
+
+    # -- per-row quantities from the unit terms (P, q) -----------------------
+
+    def logits(self, P):
+        """``a_ik = log pi_k + (r_k P_ik - r_k^2 / 2) / tau^2`` (``math.md`` section 7)."""
+        r, v = self.radii, self.variance
+        return self.log_weights + (P * r - 0.5 * r * r) / v
+
+    def labels(self, P):
+        """``argmax_k a_ik``: the posterior mode (ties to the first component)."""
+        return np.argmax(self.logits(P), axis=1)
+
+    def posteriors(self, P):
+        """``softmax_k(a_ik)``; each row sums to one."""
+        return softmax(self.logits(P), axis=1)
+
+    def log_likelihoods(self, P, q):
+        """``log p(x_i)`` in the data's units (see the module docstring)."""
+        d = self.centers.shape[1]
+        v = self.variance
+        return (
+            logsumexp(self.logits(P), axis=1)
+            - q / (2.0 * v)
+            - 0.5 * d * np.log(2.0 * np.pi * v)
+            - d * np.log(self.scale)
+        )
+
+    def n_parameters(self, free_norms, centred):
+        """Free parameters: K (d - 1) directions, one norm (K with free norms),
+        tau and K - 1 weights, plus d for the mean when the rows were centred
+        (``math.md`` section 7)."""
+        K, d = self.centers.shape
+        return K * d + 1 + (K - 1 if free_norms else 0) + (d if centred else 0)

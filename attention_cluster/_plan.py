@@ -1,0 +1,667 @@
+"""The fit plan: from rows and parameters to one :class:`FitResult`, without an estimator.
+
+One direction, read top to bottom in :func:`fit_plan`:
+
+1. **prepare** the rows (:func:`_prepare`): in high dimension the principal
+   subspace, then the spectrum (scale, noise, unit-scale second moment) and
+   the weight of the rows' common mean;
+2. **centre or not** (``center``), with the retry on centred rows when an
+   uncentred fit loses clusters to a common mean;
+3. **settings** (:func:`resolve_methods`, :func:`_settings`): solver,
+   refinement, temperature, regulariser strength, tolerances, resolved once;
+4. **runs** of the attention solver from their starts (:func:`_start`,
+   :func:`_run`), the best kept;
+5. **refinement** by EM (:func:`attention_cluster._mixture.refine_heads`)
+   into the fitted mixture (:class:`attention_cluster._model.SphericalMixture`);
+6. **labels** by the fitted rule, and the warnings a user needs.
+
+The estimator validates X into rows (``_passes.rows_from``), calls
+:func:`fit_plan` and writes the result's fields as its fitted attributes in
+one method. The user guide's "How a fit runs" page draws this plan.
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import check_random_state
+
+from . import _kernels
+from ._exact import solve_exact
+from ._mixture import refine_heads
+from ._model import MIN_VARIANCE, SphericalMixture
+from ._objective import exact_objective, regularizer_code
+from ._passes import DenseRows
+from ._scale import estimate_spectrum, principal_basis
+from ._settings import auto_reg_strength
+from ._spectral import SUBSAMPLE, spectral_heads
+from ._validation import warn
+from .theory import auto_temperature
+
+__all__ = ["DEFAULT_TUNING", "FitResult", "Settings", "Tuning", "fit_plan", "resolve_methods"]
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The fit's tuning values: documented fields, set by replacing the object.
+
+    The values are chosen by the benchmark pages named beside each field;
+    tests and benchmarks that need others pass ``replace(DEFAULT_TUNING,
+    ...)`` to :func:`fit_plan` (or replace ``DEFAULT_TUNING``).
+    """
+
+    #: PSGD checks convergence every this many steps (math.md section 5).
+    steps_per_check: int = 100
+    #: PSGD's step size decays as ``1 / (1 + t / decay)``.
+    decay: float = 200.0
+    #: ``center="auto"`` centres when ``||mean||^2`` exceeds this many times
+    #: the K-th eigenvalue of the second moment, at unit scale
+    #: (benchmarks/user_data.py, docs/user_data.md).
+    center_ratio: float = 10.0
+    #: From this many features on, the solver runs in the principal subspace
+    #: of dimension K + ``subspace_extra`` and the EM refinement on the rows
+    #: in R^d (benchmarks/user_data.py times both paths).
+    subspace_min_features: int = 1000
+    subspace_extra: int = 5
+    #: Dask rows never take the subspace path, which holds the rows'
+    #: projections in memory: they run the d x d path up to this width.
+    dask_max_features: int = 2000
+    #: A cluster with less than this fraction of 1/K of the points is lost.
+    lost_fraction: float = 0.1
+    #: ``center="auto"`` fits the centred rows again when an uncentred fit
+    #: loses clusters while the mean carries more than this share of the
+    #: second moment (TF-IDF rows, benchmarks/user_data.py).
+    share_to_retry: float = 0.05
+    #: Relative spread of the squared row norms under which the rows lie on
+    #: one sphere, where ``centroid_norms="auto"`` keeps equal norms.
+    one_norm_rtol: float = 1e-3
+
+
+DEFAULT_TUNING = Tuning()
+
+# The solvers' defaults of tol and max_iter ("auto").
+_DEFAULT_TOL = {"psgd": 1e-4, "full": 1e-6}
+_DEFAULT_MAX_ITER = {"psgd": 5000, "full": 500}
+
+
+def resolve_methods(solver, refine):
+    """``(solver, refine)`` with ``"auto"`` resolved: the one place that chooses them.
+
+    ``solver="auto"`` is the exact solver (``"full"``), the more accurate at
+    every n; ``refine="auto"`` is the EM refinement after it and none after
+    PSGD.
+    """
+    solver = "full" if solver == "auto" else solver
+    refine = ("em" if solver == "full" else None) if refine == "auto" else refine
+    return solver, refine
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The settings of one fit, resolved once from the parameters and the spectrum."""
+
+    temperature: float
+    reg_strength: float
+    solver: str  #: "full" or "psgd"
+    refine: object  #: "em" or None
+    tol: float
+    max_iter: int
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """Everything a fit found; the estimator's fitted attributes are its fields.
+
+    Every array is float64 and in the data's coordinates (R^d, not the
+    principal subspace); the estimator casts to the input's dtype.
+    """
+
+    centers: np.ndarray  #: (K, d) unit heads, signed towards their points
+    mixture: object  #: the EM refinement's SphericalMixture, or None without it
+    weights: np.ndarray  #: (K,) mixture weights, or label fractions without the EM
+    moment_heads: np.ndarray  #: (K, d) ``M c_h`` at unit scale
+    mean: np.ndarray  #: (d,) the mean subtracted (zeros when not centred)
+    centred: bool
+    settings: Settings
+    noise: float  #: the spectrum's sigma
+    scale: float  #: s
+    n_iter: int  #: PSGD steps or the exact solver's iterations
+    loss_curve: np.ndarray
+    refine_n_iter: int  #: E steps of the EM refinement on all rows
+    free_norms: object  #: True or False with the EM refinement, None without
+    labels: object  #: predict's labels of the training rows (lazy for Dask rows)
+    fractions: np.ndarray = field(repr=False)  #: (K,) size of each cluster
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """The rows a fit runs on, before the centring decision."""
+
+    data: object  #: rows (the principal-subspace rows in high dimension)
+    basis: object  #: (d, r) orthonormal basis of that subspace, or None
+    spectrum: object  #: spectrum of ``data`` (not centred)
+    mean: np.ndarray  #: mean of ``data``'s rows
+    full_mean: np.ndarray  #: mean of the rows in R^d
+    share: float  #: ||m||^2 / tr(M) at unit scale
+    ratio: float  #: ||m||^2 / lambda_K(M) at unit scale
+
+
+@dataclass
+class _Run:
+    """Outcome of one run of a solver."""
+
+    heads: np.ndarray  #: (d, K) unit columns
+    loss_curve: np.ndarray
+    n_iter: int  #: PSGD steps, or iterations of the exact solver (all stages)
+    converged: bool
+    objective: object  #: float used to rank runs, None until computed
+
+
+def fit_plan(rows, params, init=None, tuning=None):
+    """Fit the rows; returns a :class:`FitResult`.
+
+    Parameters
+    ----------
+    rows : pass-layer rows (``_passes.rows_from``), unit scale
+    params : object
+        The estimator's parameters as attributes (``n_clusters``,
+        ``center``, ``solver``, ...), already validated.
+    init : ndarray of shape (d, K) or None
+        Validated starting heads (unit columns) when ``params.init`` is an array.
+    tuning : Tuning or None
+        None: :data:`DEFAULT_TUNING`.
+    """
+    tuning = DEFAULT_TUNING if tuning is None else tuning
+    K = params.n_clusters
+    d = rows.n_features
+    if not rows.in_memory and d >= tuning.dask_max_features:
+        raise ValueError(
+            f"Dask input with n_features={d} >= {tuning.dask_max_features} is not supported: "
+            "the principal-subspace path that wide data need holds the rows' projections "
+            "in memory."
+        )
+    if _in_subspace(rows, K, tuning):
+        rows.check_finite()
+    if K > d:
+        warn(
+            f"n_clusters={K} > n_features={d}: the heads cannot be mutually "
+            "orthogonal, so the clusters are separated by direction only "
+            "approximately."
+        )
+    prepared = _prepare(rows, K, tuning)
+    if params.center == "auto":
+        centre = prepared.ratio > tuning.center_ratio
+        reason = "their common mean dominates the second moment"
+    else:
+        centre, reason = bool(params.center), None
+    result = _fit_once(rows, prepared, params, init, centre, tuning)
+    lost = int(np.sum(result.fractions < tuning.lost_fraction / K))
+    if params.center == "auto" and not centre and lost and prepared.share > tuning.share_to_retry:
+        # The uncentred fit lost clusters to a common mean below the
+        # ratio's threshold (TF-IDF rows, say): fit the centred rows.
+        centre = True
+        reason = f"the uncentred fit lost {lost} of the n_clusters={K} clusters"
+        result = _fit_once(rows, prepared, params, init, centre, tuning)
+    if params.center == "auto" and centre:
+        warn(
+            f"center='auto' centred the data ({reason}; the mean carries {prepared.share:.0%} "
+            "of the second moment): the model clusters directions from the origin, and now "
+            "finds directions from the mean. If the features have different units, put a "
+            "StandardScaler before the estimator (see the user guide, 'When to use it'); "
+            "pass center=True to centre without this warning.",
+            UserWarning,
+        )
+    _warn_lost_clusters(result, K, prepared.share, tuning)
+    return result
+
+
+def _in_subspace(rows, n_clusters, tuning):
+    """Whether a fit runs in the principal subspace (never for Dask rows)."""
+    d = rows.n_features
+    return (
+        rows.in_memory
+        and d >= tuning.subspace_min_features
+        and d > n_clusters + tuning.subspace_extra
+    )
+
+
+def _prepare(data, K, tuning):
+    """The rows the solvers see, their spectrum, and the common mean's weight.
+
+    In high dimension the rows are replaced by their coordinates in the
+    principal subspace of dimension K + ``subspace_extra``
+    (:func:`~attention_cluster._scale.principal_basis`), computed without a
+    d x d matrix. ``ratio`` ``||m||^2 / lambda_K`` and ``share`` ``||m||^2 /
+    tr(M)`` of the mean m, at unit scale, are what ``center="auto"`` reads.
+    """
+    if _in_subspace(data, K, tuning):
+        full_mean = data.mean()
+        basis = principal_basis(data, K + tuning.subspace_extra, K)
+        data = DenseRows(data.project(basis), data.sample_weight, n_threads=data.n_threads)
+        mean = basis.T @ full_mean
+        spectrum = estimate_spectrum(data, K)
+    else:
+        # The spectrum's pass comes first: it finds NaN and infinity
+        # before any other pass, and the rows' mean in the same read.
+        basis = None
+        peak, moment, mean = data.moments()
+        full_mean = mean
+        spectrum = estimate_spectrum(data, K, moment=(peak, moment))
+    m = mean / spectrum.scale
+    mean_sq = float(m @ m)
+    trace = float(np.sum(spectrum.eigenvalues))
+    kth = float(spectrum.eigenvalues[min(K, data.n_features) - 1])
+    return _Prepared(
+        data=data,
+        basis=basis,
+        spectrum=spectrum,
+        mean=mean,
+        full_mean=full_mean,
+        share=mean_sq / trace if trace > 0 else 0.0,
+        ratio=mean_sq / kth if kth > 0 else (np.inf if mean_sq > 0 else 0.0),
+    )
+
+
+def _fit_once(given, prepared, params, init, centre, tuning):
+    """One fit of the prepared rows, centred or not."""
+    K = params.n_clusters
+    data, basis, spectrum = prepared.data, prepared.basis, prepared.spectrum
+    if centre:
+        data = data.centred(prepared.mean)
+        spectrum = estimate_spectrum(data, K)
+    if basis is not None and init is not None:
+        init = basis.T @ init
+        init /= np.maximum(np.linalg.norm(init, axis=0), np.finfo(np.float64).tiny)
+    settings = _settings(params, data.n_features, spectrum)
+    unit = data.rescaled(spectrum.scale)
+    rng = check_random_state(params.random_state)
+    n_init = params.n_init
+    if n_init > 1 and not _runs_can_differ(params, data, settings):
+        # As KMeans does with an explicit start: one run, and say why.
+        warn(
+            f"n_init={n_init} would repeat one identical run: on data of this "
+            "size the exact solver from a deterministic start (init='spectral' "
+            "or an array) draws nothing at random. Performing one run; pass "
+            "init='random' for different starts."
+        )
+        n_init = 1
+    best = None
+    for index in range(n_init):
+        sample = unit.subsample(rng, SUBSAMPLE)
+        start = _start(params, sample, spectrum, init, rng)
+        run = _run(params, unit, sample, spectrum, settings, start, rng, index, n_init > 1, tuning)
+        if best is None or run.objective < best.objective:
+            best = run
+    if not best.converged:
+        what = "steps" if settings.solver == "psgd" else "iterations"
+        warn(
+            f"The {settings.solver} solver did not reach tol={settings.tol} in "
+            f"max_iter={settings.max_iter} {what}; increase max_iter or tol.",
+            ConvergenceWarning,
+        )
+    mean = prepared.full_mean if centre else np.zeros_like(prepared.full_mean)
+    if settings.refine == "em":
+        rows, heads, mean_sq = unit, best.heads, float(np.trace(spectrum.moment))
+        if basis is not None:
+            # In high dimension the EM runs on the rows in R^d, from the
+            # subspace's heads, which it moves out of the principal subspace:
+            # that subspace is estimated with the noise, and at high noise a
+            # fit confined to it loses most of its accuracy
+            # (benchmarks/user_data.py). From here on the centres are in R^d.
+            rows = (given.centred(prepared.full_mean) if centre else given).rescaled(spectrum.scale)
+            heads, mean_sq = basis @ best.heads, rows.norm_moments()[0]
+        fit = _refine(params, rows, spectrum, heads, settings, rng, mean_sq, given, tuning)
+        mixture = SphericalMixture(
+            centers=fit.heads.T.copy(),
+            radii=np.array(fit.radii, dtype=np.float64),
+            variance=max(fit.variance, MIN_VARIANCE * (mean_sq / rows.n_features or 1.0)),
+            log_weights=_log(fit.weights),
+            offset=mean,
+            scale=spectrum.scale,
+        )
+        centers = mixture.centers
+        moment_heads = _moment_heads(rows, unit, spectrum, centers)
+        refine_n_iter, free_norms = fit.n_iter, bool(fit.free)
+    else:
+        # Each head turned towards the points it wins (math.md section 5).
+        signs = np.where(unit.head_totals(best.heads) < 0, -1.0, 1.0)
+        centers = (best.heads * signs).T
+        moment_heads = _moment_heads(unit, unit, spectrum, centers)
+        if basis is not None:
+            # Heads in the principal subspace are heads in R^d.
+            centers, moment_heads = centers @ basis.T, moment_heads @ basis.T
+        mixture, refine_n_iter, free_norms = None, 0, None
+    labels = given.labels(*predict_rule(centers, mixture, mean))
+    # np.asarray computes the counts of Dask rows' lazy labels.
+    counts = np.asarray(np.bincount(labels, weights=given.sample_weight, minlength=K))
+    fractions = counts / np.sum(counts)
+    weights = fractions if mixture is None else np.exp(mixture.log_weights)
+    return FitResult(
+        centers=centers,
+        mixture=mixture,
+        weights=weights,
+        moment_heads=moment_heads,
+        mean=mean,
+        centred=bool(centre),
+        settings=settings,
+        noise=spectrum.noise,
+        scale=spectrum.scale,
+        n_iter=best.n_iter,
+        loss_curve=best.loss_curve,
+        refine_n_iter=refine_n_iter,
+        free_norms=free_norms,
+        labels=labels,
+        # A cluster is as large as the smaller of its share of the labels and
+        # its fitted weight (EM can empty a cluster that still wins a few points).
+        fractions=np.minimum(fractions, weights),
+    )
+
+
+def _log(weights):
+    with np.errstate(divide="ignore"):
+        return np.log(np.asarray(weights, dtype=np.float64))
+
+
+def _moment_heads(rows, unit, spectrum, centers):
+    """``M c_h`` (rows) at unit scale: from the spectrum's moment when ``rows``
+    are the rows it was taken on, else by one pass."""
+    if rows is unit:
+        return (spectrum.moment @ centers.T).T
+    return rows.moment_action(centers.T).T
+
+
+def predict_rule(centers, mixture, mean):
+    """``(centers, gain, bias)`` of the labels ``argmax_h gain_h <x, c_h> + bias_h``.
+
+    Without the EM refinement, ``argmax_h <x - m, c_h>``; with it, the
+    fitted mixture's posterior mode, ``log pi_h + (r_h <y, mu_h> - r_h^2 /
+    2) / tau^2`` with ``y = (x - m) / s`` (``math.md`` section 7; the
+    logits of :meth:`SphericalMixture.logits`), whose terms in ``r_h^2 /
+    tau^2`` are computed at unit scale. The centring goes in the bias:
+    ``<x - m, c_h> = <x, c_h> - <m, c_h>``.
+    """
+    centers = np.asarray(centers, dtype=np.float64)
+    K = len(centers)
+    if mixture is None:
+        gain, bias = np.ones(K), np.zeros(K)
+    else:
+        r, v = mixture.radii, mixture.variance
+        gain = mixture.concentration
+        bias = mixture.log_weights - 0.5 * r * r / v
+    return centers, gain, bias - gain * (centers @ mean)
+
+
+def _settings(params, d, spectrum):
+    """Every data-dependent setting, resolved once from the spectrum."""
+    K, L = params.n_clusters, params.sequence_length
+    if isinstance(params.temperature, str):
+        temperature = auto_temperature(spectrum.noise, L, K, d, spectrum.eigenvalues)
+    else:
+        temperature = float(params.temperature)
+    if params.regularization is None:
+        reg_strength = 0.0
+    elif isinstance(params.reg_strength, str):
+        reg_strength = auto_reg_strength(
+            spectrum.noise,
+            temperature,
+            K,
+            params.regularization,
+            spectrum.eigenvalues[min(K, d) - 1],
+        )
+    else:
+        reg_strength = float(params.reg_strength)
+    solver, refine = resolve_methods(params.solver, params.refine)
+    return Settings(
+        temperature=temperature,
+        reg_strength=reg_strength,
+        solver=solver,
+        refine=refine,
+        tol=_DEFAULT_TOL[solver] if isinstance(params.tol, str) else params.tol,
+        max_iter=_DEFAULT_MAX_ITER[solver] if isinstance(params.max_iter, str) else params.max_iter,
+    )
+
+
+def _runs_can_differ(params, data, settings):
+    """Whether two runs can differ: only through what they draw at random.
+
+    They draw a random start, PSGD's sequences, the subsample of more than
+    ``SUBSAMPLE`` rows (the spectral start's rows and the exact solver's
+    first stage) and the spectral start's heads beyond d.
+    """
+    random_start = isinstance(params.init, str) and params.init == "random"
+    return (
+        random_start
+        or settings.solver == "psgd"
+        or data.n_samples > SUBSAMPLE
+        or params.n_clusters > data.n_features
+    )
+
+
+def _random_heads(rng, n_features, n_clusters):
+    """Heads drawn uniformly on the sphere (columns of a d x K array)."""
+    U = rng.standard_normal((n_features, n_clusters))
+    return U / np.linalg.norm(U, axis=0)
+
+
+def _start(params, sample, spectrum, init, rng):
+    """The starting heads (d x K), for every solver: the one place that chooses them.
+
+    ``init`` is the validated array (unit columns) or None; ``"random"``
+    draws heads uniformly on the spheres; ``"spectral"`` rotates the top
+    eigenvectors of the second moment on the rows of ``sample``.
+    """
+    if init is not None:
+        return init.copy()
+    if params.init == "random":
+        return _random_heads(rng, sample.n_features, params.n_clusters)
+    return spectral_heads(sample, spectrum.moment, params.n_clusters, params.regularization, rng)
+
+
+def _run(params, unit, sample, spectrum, settings, start, rng, index, rank, tuning):
+    """One run of the chosen solver from ``start``; returns a :class:`_Run`.
+
+    ``rank``: the run is one of several, ranked by the exact objective on
+    all rows (computed here when the solver did not end on all rows).
+    """
+    if settings.solver == "psgd":
+        run = _psgd(params, unit, start, spectrum, settings, rng, index, tuning)
+    else:
+        # The exact solver's last stage is on all rows unless the
+        # refinement follows, which makes its own passes over all rows.
+        polish = settings.refine is None
+        solution = solve_exact(
+            unit,
+            start,
+            settings.temperature,
+            params.sequence_length,
+            regularization=params.regularization,
+            reg_strength=settings.reg_strength,
+            tol=settings.tol,
+            max_iter=settings.max_iter,
+            moment=spectrum.moment,
+            sample=sample,
+            polish=polish,
+        )
+        curve = solution.objective_curve
+        if params.verbose:
+            stages = f"{solution.n_iter} iterations on all rows"
+            if solution.n_iter_warm:
+                stages = f"{solution.n_iter_warm} iterations on {sample.n_samples} rows" + (
+                    f", then {stages}" if polish else ""
+                )
+            print(
+                f"[AttentionClustering] init {index}: exact solver, {stages}, objective {curve[-1]:.6g}"
+            )
+        run = _Run(
+            solution.heads,
+            curve,
+            solution.n_iter + solution.n_iter_warm,
+            solution.converged,
+            float(curve[-1]) if polish or not solution.n_iter_warm else None,
+        )
+    if rank and run.objective is None:
+        # Rank the runs by the exact objective on all rows.
+        run.objective = exact_objective(
+            unit,
+            spectrum.moment,
+            run.heads,
+            settings.temperature,
+            params.sequence_length,
+            params.regularization,
+            settings.reg_strength,
+        )[0]
+        if params.verbose:
+            print(
+                f"[AttentionClustering] init {index}: exact objective on all rows {run.objective:.6g}"
+            )
+    return run
+
+
+def _refine(params, unit, spectrum, heads, settings, rng, mean_sq, given, tuning):
+    """The EM refinement (math.md section 7); returns the :class:`~attention_cluster._mixture.MixtureFit`.
+
+    ``mean_sq`` is the rows' mean ``||x / s||^2``; ``centroid_norms="auto"``
+    asks whether the rows as given have one norm (see :func:`refine_heads`).
+    """
+    fit = refine_heads(
+        unit,
+        heads,
+        mean_sq,
+        spectrum.noise,
+        norms=params.centroid_norms,
+        spherical_rows=lambda: _one_norm(given, tuning.one_norm_rtol),
+        max_iter=settings.max_iter,
+        random_state=rng,
+        verbose=params.verbose,
+    )
+    if not fit.converged:
+        warn(
+            f"The EM refinement did not converge in max_iter={settings.max_iter} "
+            "E steps; increase max_iter.",
+            ConvergenceWarning,
+        )
+    if params.verbose:
+        print(
+            f"[AttentionClustering] EM refinement: {fit.n_iter} passes over all rows, "
+            f"mean log-likelihood {fit.log_likelihood[-1]:.6g}"
+            if fit.log_likelihood.size
+            else f"[AttentionClustering] EM refinement: {fit.n_iter} passes over all rows"
+        )
+    return fit
+
+
+def _one_norm(data, rtol):
+    """Whether the rows of ``data`` all have one norm (one pass): the spread of
+    ``||x||^2`` under ``rtol`` of its mean (unit rows in float32 included)."""
+    m2, m4 = data.norm_moments()
+    return m2 > 0.0 and np.sqrt(max(m4 - m2 * m2, 0.0)) <= rtol * m2
+
+
+def _tail_average(chunk_sums, fallback):
+    """Polyak-Ruppert average of the iterates over the second half of the run.
+
+    Averaging removes most of the stochastic-gradient jitter around the
+    minimiser; the first half is dropped as the transient.
+    """
+    avg = np.sum(chunk_sums[len(chunk_sums) // 2 :], axis=0)
+    norms = np.linalg.norm(avg, axis=0)
+    ok = norms > 0
+    return np.where(ok, avg / np.where(ok, norms, 1.0), fallback)
+
+
+def _psgd(params, data, U, spectrum, settings, rng, index, tuning):
+    """One PSGD run from U (d x K); returns a :class:`_Run`."""
+    # Curvature scale of the risk; an all-zero X has none (and no gradient).
+    curvature = settings.temperature * params.n_clusters * float(np.trace(spectrum.moment)) or 1.0
+    max_iter, tol = settings.max_iter, settings.tol
+    L, batch_size, per_check = params.sequence_length, params.batch_size, tuning.steps_per_check
+    state = np.array([rng.randint(1, np.iinfo(np.int64).max)], dtype=np.uint64)
+    reg_kind = regularizer_code(params.regularization)
+    riemannian = params.gradient == "riemannian"
+    t = np.arange(max_iter, dtype=np.float64)
+    steps = params.learning_rate / (curvature * (1.0 + t / tuning.decay))
+    losses = np.empty(max_iter)
+    chunk_sums = []
+    rows = np.empty((per_check * batch_size * L, data.n_features))
+    previous = None
+    converged = False
+    done = 0
+    while done < max_iter:
+        start, stop = done, min(done + per_check, max_iter)
+        heads_sum = np.zeros_like(U)
+        tokens = data.draw(state, rows[: (stop - start) * batch_size * L])
+        _kernels.psgd_chunk(
+            tokens,
+            U,
+            settings.temperature,
+            L,
+            batch_size,
+            steps[start:stop],
+            reg_kind,
+            settings.reg_strength,
+            riemannian,
+            losses[start:stop],
+            heads_sum,
+        )
+        done = stop
+        chunk_sums.append(heads_sum)
+        current = _tail_average(chunk_sums, U)
+        change = None if previous is None else float(np.sum((current - previous) ** 2))
+        previous = current
+        if params.verbose:
+            moved = "" if change is None else f", change of the averaged heads {change:.3g}"
+            print(
+                f"[AttentionClustering] init {index}, step {done}: "
+                f"objective {np.mean(losses[start:done]):.6g}{moved}"
+            )
+        if change is not None and change < tol:
+            converged = True
+            break
+    losses = losses[:done].copy()
+    return _Run(previous, losses, done, converged, float(np.mean(losses[done // 2 :])))
+
+
+def _warn_lost_clusters(result, K, share, tuning):
+    """Warn when the fit leaves clusters (nearly) empty, or has nothing to cluster."""
+    if result.mixture is not None and result.mixture.variance <= MIN_VARIANCE * (
+        1.0 + float(np.max(result.mixture.radii, initial=0.0)) ** 2
+    ):
+        what = (
+            "All rows of X are equal" + (" once centred" if result.centred else "")
+            if not np.any(result.moment_heads)
+            else "The fitted clusters have no spread (every row equals its cluster's centre)"
+        )
+        warn(
+            f"{what}: the mixture's variance is floored at "
+            f"{MIN_VARIANCE:g} of the rows' mean squared norm per feature, and score_samples, "
+            "bic and aic measure that floor.",
+            UserWarning,
+        )
+        return
+    if K == 1:
+        return
+    if not np.any(result.moment_heads):
+        warn(
+            "All rows of X are equal"
+            + (" once centred" if result.centred else " (zero)")
+            + f": there is nothing to cluster, and every point is in one of the "
+            f"n_clusters={K} clusters.",
+            UserWarning,
+        )
+        return
+    lost = int(np.sum(result.fractions < tuning.lost_fraction / K))
+    if lost == 0:
+        return
+    found = f"{lost} of the n_clusters={K} clusters received fewer than {tuning.lost_fraction / K:.1%} of the points"
+    if not result.centred and share > tuning.share_to_retry:
+        advice = (
+            f"the data's common mean carries {share:.0%} of their second moment and "
+            "every head sees it: pass center=True, or put a StandardScaler before the estimator"
+        )
+    else:
+        advice = (
+            "the clusters may not be distinct directions from the origin"
+            + (" of the centred data" if result.centred else "")
+            + ": try fewer clusters, a StandardScaler before the estimator, or KMeans"
+        )
+    warn(f"{found}; {advice} (see the user guide, 'When to use it').", UserWarning)

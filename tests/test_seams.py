@@ -1,0 +1,174 @@
+"""Where two paths of the estimator meet: input kinds x methods, degenerate data, magnitudes.
+
+Each test of a numbered case reproduces an input on which an earlier
+estimator returned a wrong answer in silence (a positive score, probabilities
+that do not sum to one, NaN parameters, a label rule that disagreed with its
+own posterior), and checks the answer against an independent computation.
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from scipy.special import logsumexp
+from sklearn.metrics import adjusted_rand_score
+
+from attention_cluster import AttentionClustering
+from attention_cluster.datasets import make_mixture
+
+
+def _quiet(model, X, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return model.fit(X, **kwargs)
+
+
+# -- 1. the reconstruction score in float32 sparse rows at tiny and large scales
+
+
+@pytest.mark.parametrize("magnitude", [1e-24, 1e22])
+def test_sparse_float32_score_equals_the_dense_score(magnitude):
+    rng = np.random.default_rng(0)
+    X = (rng.standard_normal((50, 3)) * magnitude).astype(np.float32)
+    model = _quiet(AttentionClustering(2, random_state=0), X)
+    dense, sparse = model.score(X), model.score(sp.csr_matrix(X))
+    assert np.isfinite(dense) and dense < 0
+    assert sparse == pytest.approx(dense, rel=1e-5)
+
+
+# -- 2. a partial_fit batch at another magnitude
+
+
+@pytest.mark.parametrize(
+    "first, later",
+    [(1e-150, 1e5), (1.0, 1e155)],
+    ids=["tiny-then-large", "unit-then-huge"],
+)
+def test_partial_fit_refuses_a_batch_its_statistics_cannot_hold(first, later):
+    rng = np.random.default_rng(0)
+    model = AttentionClustering(2, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.partial_fit(first * rng.standard_normal((50, 4)))
+        model.partial_fit(first * rng.standard_normal((50, 4)))
+    before = {k: np.copy(v) for k, v in vars(model).items() if isinstance(v, np.ndarray)}
+    with pytest.raises(ValueError, match="times the scale fixed by the first batch"):
+        model.partial_fit(later * rng.standard_normal((10, 4)))
+    for name, value in before.items():
+        np.testing.assert_array_equal(getattr(model, name), value, err_msg=name)
+    assert model.n_steps_ == 2
+    for name in ("cluster_centers_", "means_", "covariances_", "moment_heads_", "weights_"):
+        assert np.all(np.isfinite(getattr(model, name))), name
+    # The stream still takes batches at its own magnitude.
+    model.partial_fit(first * rng.standard_normal((10, 4)))
+    assert model.n_steps_ == 3 and np.all(np.isfinite(model.means_))
+
+
+def test_partial_fit_takes_a_moderately_rescaled_batch():
+    # Within the stream's range a batch at another magnitude updates the
+    # model (the statistics hold it) and leaves every parameter finite.
+    X = make_mixture(600, 4, 2, noise=0.2, random_state=0)[0]
+    model = AttentionClustering(2, random_state=0).partial_fit(X[:300])
+    model.partial_fit(1e3 * X[300:])
+    for name in ("cluster_centers_", "means_", "covariances_", "moment_heads_"):
+        assert np.all(np.isfinite(getattr(model, name))), name
+
+
+# -- 3. a fit to equal rows
+
+
+@pytest.mark.parametrize("K", [1, 3])
+@pytest.mark.parametrize("value", [0.0, 2.5])
+def test_equal_rows_give_a_finite_normalised_mixture(K, value):
+    X = np.full((4, 2), value)
+    with pytest.warns(UserWarning, match="All rows of X are equal|no spread"):
+        model = AttentionClustering(K, random_state=0).fit(X)
+    for Z in (X, 10 * X + 1.0):
+        proba = model.predict_proba(Z)
+        np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-12)
+        assert np.all(np.isfinite(model.score_samples(Z)))
+        assert np.isfinite(model.bic(Z)) and np.isfinite(model.aic(Z))
+        np.testing.assert_array_equal(np.argmax(proba, axis=1), model.predict(Z))
+
+
+# -- 4. rows far from the origin and close to each other
+
+
+def _single_gaussian_log_likelihood(X):
+    """Mean log-likelihood of the maximum-likelihood spherical Gaussian, in closed form."""
+    n, d = X.shape
+    variance = np.sum((X - X.mean(axis=0)) ** 2) / (n * d)
+    return -0.5 * d * (np.log(2 * np.pi * variance) + 1.0)
+
+
+def test_densities_of_a_tight_cloud_far_from_the_origin():
+    rng = np.random.default_rng(0)
+    X = np.array([-0.727, 1.28, 0.035]) + 1e-13 * rng.standard_normal((40, 3))
+    model = _quiet(AttentionClustering(2, random_state=0), X)
+    proba = model.predict_proba(X)
+    np.testing.assert_array_equal(np.argmax(proba, axis=1), model.predict(X))
+    # Two components fitted by maximum likelihood gain a few nats at most
+    # over one Gaussian on a single Gaussian cloud, and lose nothing.
+    gain = np.mean(model.score_samples(X)) - _single_gaussian_log_likelihood(X)
+    assert -0.5 < gain < 2.0
+
+
+def test_score_samples_equal_a_numpy_reference():
+    X = make_mixture(500, 5, 3, noise=0.4, random_state=1)[0] * 7.0 + 3.0
+    model = _quiet(AttentionClustering(3, random_state=0), X)
+    # log sum_k pi_k N(x; m_k, v_k I), with the fitted attributes in the data's units.
+    v = model.covariances_
+    sq = ((X[:, None, :] - model.means_[None]) ** 2).sum(axis=2)
+    logs = np.log(model.weights_) - sq / (2 * v) - 0.5 * X.shape[1] * np.log(2 * np.pi * v)
+    np.testing.assert_allclose(model.score_samples(X), logsumexp(logs, axis=1), rtol=1e-10)
+    np.testing.assert_allclose(
+        model.predict_proba(X), np.exp(logs - logsumexp(logs, axis=1)[:, None]), atol=1e-10
+    )
+
+
+# -- 5. free norms when a centroid is the mean
+
+
+def test_free_norm_centroid_at_the_mean():
+    X = np.array([[1.0, 0.0], [-1.0, 0.0], [0.0, 2.0], [0.0, -2.0]]) * 5 + [3.0, 1.0]
+    model = _quiet(AttentionClustering(1, centroid_norms="free", center=True, random_state=0), X)
+    np.testing.assert_allclose(model.means_[0], X.mean(axis=0), atol=1e-12)
+
+
+# -- 7. any finite magnitude
+
+
+@pytest.mark.parametrize("exponent", [-1000, -520, -60, 60, 520, 1000])
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+def test_labels_do_not_depend_on_a_power_of_two(exponent, sparse):
+    X, y, _ = make_mixture(400, 5, 3, noise=0.2, random_state=0)
+    kind = sp.csr_matrix if sparse else np.asarray
+    base = _quiet(AttentionClustering(3, random_state=0), kind(X))
+    scaled = _quiet(AttentionClustering(3, random_state=0), kind(np.ldexp(X, exponent)))
+    np.testing.assert_array_equal(scaled.labels_, base.labels_)
+    assert adjusted_rand_score(y, base.labels_) > 0.9
+    Z = kind(np.ldexp(X, exponent))
+    assert np.all(np.isfinite(scaled.score_samples(Z)))
+    np.testing.assert_allclose(scaled.predict_proba(Z), base.predict_proba(kind(X)), atol=1e-9)
+    # Densities shift by -d log 2^k: the same model in other units.
+    np.testing.assert_allclose(
+        scaled.score_samples(Z),
+        base.score_samples(kind(X)) - X.shape[1] * exponent * np.log(2.0),
+        rtol=1e-9,
+    )
+
+
+# -- what a mixture needs, said
+
+
+@pytest.mark.parametrize("kwargs", [{"refine": None}, {"solver": "psgd"}])
+def test_likelihood_methods_say_they_need_the_refinement(kwargs):
+    X = make_mixture(300, 4, 2, noise=0.2, random_state=0)[0]
+    model = AttentionClustering(2, random_state=0, max_iter=200, **kwargs).fit(X)
+    for method in ("predict_proba", "score_samples", "bic", "aic"):
+        assert not hasattr(model, method)
+        # scikit-learn's available_if raises its own message, caused by ours.
+        with pytest.raises(AttributeError) as raised:
+            getattr(model, method)(X)
+        assert "refine='em'" in str(raised.value.__cause__)

@@ -8,39 +8,44 @@ weights read as a flow in time. Formulas are in ``docs/math.md`` section 8.
 
 ``attention_flow`` integrates the flow and returns the trajectories;
 ``SelfAttentionDynamics`` runs it as a clustering estimator whose number of
-clusters emerges from the data. The O(n^2 d) work of a step is the pass
-layer's attention pass (``_passes.DenseRows.attention``): the kernel
-``attention_rows`` of ``_dynamics_kernels.py`` on chunks of query rows, on
-the pass layer's thread pool.
+clusters emerges from the data. The O(n^2 d) work of a step is
+``_dynamics_kernels.attention``: blocked matrix products and a vectorised
+exponential, on a thread pool.
 """
 
-import contextlib
 import math
 import numbers
 import time
-import warnings
 
 import numpy as np
+import scipy.sparse as sp
 from scipy.linalg import expm
 from scipy.special import logsumexp
 from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.preprocessing import normalize
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._dynamics_kernels import group_tokens
-from ._passes import DenseRows
-from ._validation import atomic_fit, check_options, check_positive
+from ._dynamics_kernels import attention, group_tokens
+from ._passes import usable_threads
+from ._validation import atomic_fit, check_options, check_positive, warn
 
 __all__ = ["SelfAttentionDynamics", "attention_flow"]
 
 MODELS = ("sa", "usa", "unnormalized")
 SPHERE_MODELS = ("sa", "usa")
 
-# Radius under which the tracers' pass merges coincident active tokens into
-# one key of multiplicity m (bias log m): a logit changes by at most
-# beta |q| radius, far below the clustering radius.
-_KEY_MERGE_RADIUS = 1e-4
+# max_samples="auto": the exact dynamics when one step's products, n^2 d
+# multiply-adds, are at most _AUTO_WORK (a fit of about ten steps then takes
+# seconds); otherwise a subsample whose steps cost at most that, and whose
+# tracers' labelling pass, n m d, at most ten steps' worth (benchmarks/
+# dynamics.py measures both paths).
+_AUTO_WORK = 2e9
+_AUTO_MIN_SAMPLES = 1024
+# Largest array of moving tokens built from sparse input (bytes): beyond it
+# fit asks for a subsample or a projection instead of densifying the data.
+DENSE_LIMIT_BYTES = 1 << 30
 
 
 def _weight_matrix(value, name, n_features):
@@ -63,21 +68,19 @@ def _apply(W, X):
 
 
 def _unit_rows(X):
-    """Rows projected on the unit sphere; a zero row, which has no direction, stays zero."""
+    """Rows projected on the unit sphere; a zero row, which has no direction, stays zero.
+
+    Sparse rows stay sparse (CSR).
+    """
+    if sp.issparse(X):
+        return normalize(X.tocsr(), copy=True)
     norms = np.linalg.norm(X, axis=1, keepdims=True)
     return X / np.where(norms > 0, norms, 1)
 
 
-def _merged_keys(X):
-    """Coincident tokens as one key each: (points, log multiplicities)."""
-    labels = np.empty(X.shape[0], dtype=np.int64)
-    n_groups = group_tokens(X, _KEY_MERGE_RADIUS * max(1.0, float(np.abs(X).max())), labels)
-    if n_groups > X.shape[0] // 2:
-        return X, None
-    counts = np.bincount(labels, minlength=n_groups)
-    points = np.zeros((n_groups, X.shape[1]), dtype=np.float64)
-    np.add.at(points, labels, X)
-    return (points / counts[:, None]).astype(X.dtype), np.log(counts)
+def _dense(X):
+    """X as a C-contiguous ndarray (sparse rows densified)."""
+    return np.ascontiguousarray(X.toarray() if sp.issparse(X) else X)
 
 
 class _Flow:
@@ -95,16 +98,13 @@ class _Flow:
         self.step_size = step_size
         self.query, self.key, self.value = query, key, value
         self.chunk_size = chunk_size
-        self._rows = DenseRows(np.empty((0, 1)), n_threads=n_threads)
+        self.n_threads = usable_threads(n_threads)
 
-    def close(self):
-        """Shut down the thread pool."""
-        self._rows.close()
-
-    def attention(self, queries, keys, values, key_bias=None):
-        """``sum_j P_ij v_j`` and ``log Z_i`` for every query, on the pass layer's pool."""
-        rows = self._rows.with_rows(np.ascontiguousarray(queries), self.chunk_size)
-        return rows.attention(keys, values, self.beta, key_bias)
+    def attention(self, queries, keys, values):
+        """``sum_j P_ij v_j`` and ``log Z_i`` for every query (:func:`_dynamics_kernels.attention`)."""
+        return attention(
+            queries, keys, values, self.beta, block_rows=self.chunk_size, n_threads=self.n_threads
+        )
 
     def _embed(self, Z, t):
         """Tokens whose attention is computed: x = exp(tV) z (unnormalised model), else z."""
@@ -113,32 +113,19 @@ class _Flow:
         growth = np.exp(t) * np.eye(Z.shape[1]) if self.value is None else expm(t * self.value)
         return Z @ growth.T.astype(Z.dtype, copy=False)
 
-    def step(self, Z, t, tracers=None):
-        """Advance the tokens (and passive tracers) from time t by one step.
+    def step(self, Z, t):
+        """Advance the tokens from time t by one step.
 
-        Returns the new tokens, the new tracers and ``log Z_i`` of the tokens
-        at time t (for the energy and the self-attention of each token).
+        Returns the new tokens and ``log Z_i`` of the tokens at time t (for
+        the energy and the self-attention of each token).
         """
         X = self._embed(Z, t)
         keys = _apply(self.key, X)
         values = Z if self.model == "unnormalized" else _apply(self.value, X)
-        moved, log_norm = self._move(Z, _apply(self.query, X), keys, values, None)
-        if tracers is None:
-            return moved, None, log_norm
-        if self.model == "unnormalized":
-            point_keys, point_values, bias = keys, values, None
-        else:
-            points, bias = _merged_keys(X)
-            point_keys = _apply(self.key, points)
-            point_values = _apply(self.value, points)
-        Xt = self._embed(tracers, t)
-        moved_tracers, _ = self._move(
-            tracers, _apply(self.query, Xt), point_keys, point_values, bias
-        )
-        return moved, moved_tracers, log_norm
+        return self._move(Z, _apply(self.query, X), keys, values)
 
-    def _move(self, Z, queries, keys, values, bias):
-        mean, log_norm = self.attention(queries, keys, values, bias)
+    def _move(self, Z, queries, keys, values):
+        mean, log_norm = self.attention(queries, keys, values)
         if self.model == "unnormalized":
             # dz_i/dt = sum_j P_ij V (z_j - z_i)
             return Z + self.step_size * _apply(self.value, mean - Z), log_norm
@@ -205,7 +192,7 @@ def attention_flow(
     """
     X = np.asarray(X, dtype=np.float64)
     check_positive(n_steps, "n_steps", numbers.Integral, min_val=0, strict=False)
-    flow = _check_flow(X, model, beta, step_size, query, key, value, chunk_size=1024, n_threads=1)
+    flow = _check_flow(X, model, beta, step_size, query, key, value, chunk_size=None, n_threads=1)
     Z = _unit_rows(X) if model in SPHERE_MODELS else X.copy()
     path = np.empty((n_steps + 1,) + Z.shape)
     path[0] = Z
@@ -264,9 +251,17 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
 
     With ``max_samples`` below the number of rows, the dynamics of a random
     subsample of ``max_samples`` tokens is integrated exactly and the other
-    rows are carried along as passive tracers: they attend to the subsample
-    and move with it, without acting on it. A step then costs
-    O(max_samples (n + max_samples) d) instead of O(n^2 d).
+    rows are passive tracers, labelled once: each joins the cluster that
+    its attention to the subsample's initial tokens weighs most (the
+    direction of its first step). A step then costs O(max_samples^2 d)
+    instead of O(n^2 d), and the tracers one pass of O(n max_samples d).
+    By default (``max_samples="auto"``) the dynamics is exact unless a step
+    would cost more than a few seconds; the fit then warns and takes a
+    subsample.
+
+    Sparse input (CSR, CSC; TF-IDF rows, for instance) is accepted: the
+    moving tokens are held densely (the subsample only, under
+    ``max_samples``), the tracers and new points stay sparse.
 
     Parameters
     ----------
@@ -301,13 +296,22 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         largest groups count.
     query, key, value : array of shape (n_features, n_features), default=None
         Q, K, V of the attention; ``None`` is the identity.
-    max_samples : int, default=None
+    max_samples : int, "auto" or None, default="auto"
         Size of the subsample whose dynamics is integrated; the other rows
-        are passive tracers. ``None`` integrates all rows.
+        are passive tracers. ``None`` integrates all rows. ``"auto"``
+        integrates all rows when one step's products, ``n^2 d``
+        multiply-adds, are at most 2e9 (n = 14142 at d = 10; a fit then
+        takes seconds), and otherwise warns and draws a subsample of
+        ``min(sqrt(2e9 / d), max(1024, 2e10 / (n d)))`` tokens. With sparse
+        X, a ``ValueError`` is raised before any work when the moving tokens
+        would take more than 1 GiB densely: pass a smaller ``max_samples``,
+        or reduce the features first (``TruncatedSVD``).
     chunk_size : int, default=1024
-        Rows of queries per kernel call (a task of the thread pool).
+        Most rows of queries per block of the attention products (a task of
+        the thread pool); blocks are smaller when the keys are many, so that
+        a block's logits stay in cache.
     n_threads : int or None, default=None
-        Threads of the pass layer's pool; None: the cores this process may
+        Threads of the attention products' pool; None: the cores this process may
         use. The result does not depend on it.
     random_state : int, RandomState instance or None, default=None
         Draws the subsample.
@@ -328,8 +332,9 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         limit polytope when V = I (arXiv 2305.05465). Empty for the sphere
         models, where the theory names no leaders.
     n_clusters_path_ : ndarray of shape (``n_iter_ + 1``,)
-        Number of clusters (groups of at least ``min_cluster_size`` tokens)
-        at each step, from the initial tokens on.
+        Number of clusters (groups of at least ``min_cluster_size`` tokens;
+        0 while no group is that large) at each step, from the initial
+        tokens on.
     energy_path_ : ndarray of shape (``n_iter_``,)
         ``E_beta`` at the start of each step (the subsample's under
         ``max_samples``); it overflows to ``inf`` in the unnormalised model
@@ -337,7 +342,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
     stopping_step_ : int
         The step whose state is clustered.
     subsample_indices_ : ndarray of int or None
-        Rows whose dynamics was integrated, when ``max_samples`` applies.
+        Rows whose dynamics was integrated, when a subsample was drawn.
     n_iter_ : int
         Steps taken.
     n_features_in_ : int
@@ -365,7 +370,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         query=None,
         key=None,
         value=None,
-        max_samples=None,
+        max_samples="auto",
         chunk_size=1024,
         n_threads=None,
         random_state=None,
@@ -387,6 +392,11 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         self.random_state = random_state
         self.verbose = verbose
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
+
     def _check_params(self, X):
         check_positive(self.max_iter, "max_iter", numbers.Integral, min_val=1, strict=False)
         check_options(self.stopping, "stopping", ["plateau", "horizon"])
@@ -401,7 +411,9 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
                 raise ValueError(
                     f"min_cluster_size must be an integer or a fraction below 1, got {self.min_cluster_size!r}."
                 )
-        if self.max_samples is not None:
+        if isinstance(self.max_samples, str):
+            check_options(self.max_samples, "max_samples", ["auto"])
+        elif self.max_samples is not None:
             check_positive(
                 self.max_samples, "max_samples", numbers.Integral, min_val=1, strict=False
             )
@@ -427,7 +439,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
             Training data: the initial tokens.
         y : Ignored
             Not used, present for API consistency.
@@ -437,23 +449,57 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         self : SelfAttentionDynamics
             Fitted estimator.
         """
-        X = validate_data(self, X, dtype=[np.float64, np.float32], order="C")
-        with contextlib.closing(self._check_params(X)) as flow:
-            return self._run(flow, X)
+        X = validate_data(
+            self, X, accept_sparse=("csr", "csc"), dtype=[np.float64, np.float32], order="C"
+        )
+        flow = self._check_params(X)
+        return self._run(flow, X, self._subsample_size(X))
 
-    def _run(self, flow, X):
+    def _subsample_size(self, X):
+        """Tokens whose dynamics is integrated (n for the exact dynamics), checked before any work."""
+        n, d = X.shape
+        if self.max_samples is None:
+            m = n
+        elif self.max_samples == "auto":
+            if n * n * d <= _AUTO_WORK:
+                m = n
+            else:
+                m = min(
+                    n,
+                    math.isqrt(int(_AUTO_WORK / d)),
+                    max(_AUTO_MIN_SAMPLES, int(10 * _AUTO_WORK / (n * d))),
+                )
+                warn(
+                    f"The exact dynamics of {n} tokens in {d} dimensions would take long: "
+                    f"integrating a subsample of {m} tokens, the others labelled as passive "
+                    "tracers. Set max_samples=None for the exact dynamics, or an integer to "
+                    "choose the subsample."
+                )
+        else:
+            m = min(n, int(self.max_samples))
+        size = m * d * X.dtype.itemsize
+        if sp.issparse(X) and size > DENSE_LIMIT_BYTES:
+            raise ValueError(
+                f"The {m} moving tokens of this sparse input would take {size / 2**30:.1f} GiB "
+                f"as a dense array (more than {DENSE_LIMIT_BYTES / 2**30:.0f} GiB): pass a smaller "
+                "max_samples (the other rows stay sparse, as passive tracers), or reduce the "
+                "features first (sklearn.decomposition.TruncatedSVD)."
+            )
+        return m
+
+    def _run(self, flow, X, m):
         on_sphere = self.model in SPHERE_MODELS
-        Z0 = _unit_rows(X) if on_sphere else X.copy()
         n = X.shape[0]
         rng = check_random_state(self.random_state)
-        if self.max_samples is not None and self.max_samples < n:
-            active = np.sort(rng.choice(n, self.max_samples, replace=False))
+        if m < n:
+            active = np.sort(rng.choice(n, m, replace=False))
             passive = np.setdiff1d(np.arange(n), active)
-            Z, tracers = Z0[active], Z0[passive]
+            tracers = _unit_rows(X[passive]) if on_sphere else X[passive]
+            X = X[active]
         else:
             active = passive = tracers = None
-            Z = Z0
-        m = Z.shape[0]
+        Z = _dense(_unit_rows(X) if on_sphere else X.copy())
+        Z0 = Z
         if isinstance(self.min_cluster_size, numbers.Integral):
             min_size = int(self.min_cluster_size)
         else:
@@ -463,69 +509,66 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         )
         h = 1.0 if isinstance(self.step_size, str) else float(self.step_size)
 
-        counts = [self._count(Z, radius, min_size)[0]]
+        counts = [_count(Z, radius, min_size)[0]]
         energies = []
         best = _Plateau()
-        saved = (0, Z, tracers)
+        saved = (0, Z)
         run_start, n_iter, settled = 0, 0, False
         started = time.perf_counter()
         for s in range(self.max_iter):
-            Z_next, tracers_next, log_norm = flow.step(Z, s * h, tracers)
+            Z, log_norm = flow.step(Z, s * h)
             energies.append(_energy(log_norm, self.beta))
-            count = self._count(Z_next, radius, min_size)[0]
+            count = _count(Z, radius, min_size)[0]
             n_iter = s + 1
             if count != counts[-1]:
                 run_start = n_iter
             counts.append(count)
-            Z, tracers = Z_next, tracers_next
             if self.verbose:
                 print(
                     f"[SelfAttentionDynamics] step {n_iter}: {count} clusters, energy {energies[-1]:.6g}, "
                     f"{time.perf_counter() - started:.1f} s"
                 )
-            if run_start > 0 and count < m and best.offer(run_start, n_iter):
-                saved = (n_iter, Z, tracers)
+            # A plateau counts once tokens have met: some group reaches
+            # min_size, and not every token is a group of its own.
+            met = 0 < count < m
+            if run_start > 0 and met and best.offer(run_start, n_iter):
+                saved = (n_iter, Z)
             if (
                 self.stopping == "plateau"
                 and run_start > 0
-                and count < m
+                and met
                 and n_iter - run_start + 1 > run_start
             ):
                 settled = True
                 break
         if self.stopping == "horizon" or best.length == 0:
-            saved = (n_iter, Z, tracers)
+            saved = (n_iter, Z)
             if self.stopping == "plateau":
-                warnings.warn(
+                warn(
                     f"No tokens met within max_iter={self.max_iter} steps: the final state is clustered. "
                     "Increase max_iter, step_size or beta.",
                     ConvergenceWarning,
-                    stacklevel=4,  # the caller of fit: _run, fit, atomic_fit, caller
                 )
         elif self.stopping == "plateau" and not settled and self.verbose:
             print(
                 f"[SelfAttentionDynamics] horizon reached; longest plateau ends at step {saved[0]}"
             )
-        self.stopping_step_, Z_stop, tracers_stop = saved
+        self.stopping_step_, Z_stop = saved
         self.subsample_indices_ = active
-        self._set_clusters(
-            flow, Z_stop, tracers_stop, active, passive, radius, min_size, self.stopping_step_ * h
-        )
+        self._set_clusters(flow, Z0, Z_stop, radius, min_size, self.stopping_step_ * h)
+        if active is not None:
+            labels = np.empty(n, dtype=np.intp)
+            labels[active] = self.labels_
+            labels[passive] = self._vote(flow, tracers, Z0, self.labels_)
+            self.labels_ = labels
         self.n_clusters_path_ = np.asarray(counts, dtype=np.intp)
         self.energy_path_ = np.asarray(energies, dtype=np.float64)
         self.n_iter_ = n_iter
         return self
 
-    @staticmethod
-    def _count(Z, radius, min_size):
-        """(number of clusters, group labels, group sizes) of a state."""
-        labels = np.empty(Z.shape[0], dtype=np.int64)
-        n_groups = group_tokens(Z, radius, labels)
-        sizes = np.bincount(labels, minlength=n_groups)
-        return int(np.sum(sizes >= min(min_size, sizes.max()))), labels, sizes
-
-    def _set_clusters(self, flow, Z, tracers, active, passive, radius, min_size, t):
-        _, groups, sizes = self._count(Z, radius, min_size)
+    def _set_clusters(self, flow, Z0, Z, radius, min_size, t):
+        """Clusters of the stopping state Z: centres, labels of the integrated tokens, leaders."""
+        _, groups, sizes = _count(Z, radius, min_size)
         kept = np.flatnonzero(sizes >= min(min_size, sizes.max()))
         kept = kept[np.argsort(-sizes[kept], kind="stable")]
         centers = np.stack([Z[groups == g].astype(np.float64).mean(axis=0) for g in kept])
@@ -535,25 +578,33 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         self.n_clusters_ = len(kept)
         rank = np.full(len(sizes), -1, dtype=np.intp)
         rank[kept] = np.arange(len(kept))
-        labels_active = rank[groups]
-        stray = labels_active < 0
+        labels = rank[groups]
+        stray = labels < 0
         if np.any(stray):
-            labels_active[stray] = self._nearest(Z[stray])
-        if active is None:
-            self.labels_ = labels_active
-        else:
-            self.labels_ = np.empty(len(active) + len(passive), dtype=np.intp)
-            self.labels_[active] = labels_active
-            self.labels_[passive] = self._nearest(tracers)
+            labels[stray] = self._nearest(Z[stray])
+        self.labels_ = labels
         self.leaders_ = (
             self._leaders(flow, Z, t)
             if self.model == "unnormalized"
             else np.empty(0, dtype=np.intp)
         )
 
+    def _vote(self, flow, tracers, Z0, labels):
+        """Cluster of each passive tracer: ``argmax_k sum_{j in cluster k} P_ij``.
+
+        ``P_ij`` is the tracer's attention to the subsample's initial tokens
+        (``docs/math.md`` section 8, at time 0): the cluster its first step
+        heads for, by the weight of the tokens pulling it. One attention
+        pass with the clusters' indicators as values.
+        """
+        indicators = np.eye(self.n_clusters_, dtype=Z0.dtype)[labels]
+        queries = tracers if flow.query is None else _apply(flow.query, _dense(tracers))
+        weight, _ = flow.attention(queries, _apply(flow.key, Z0), indicators)
+        return np.argmax(weight, axis=1).astype(np.intp)
+
     def _nearest(self, Z):
         """Index of the closest limit point of moved tokens."""
-        C = self.cluster_centers_
+        C = self.cluster_centers_.astype(np.float64)
         d2 = np.sum(C**2, axis=1)[None, :] - 2 * Z.astype(np.float64) @ C.T
         return np.argmin(d2, axis=1).astype(np.intp)
 
@@ -576,7 +627,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
             New data.
 
         Returns
@@ -584,12 +635,21 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         labels : ndarray of shape (n_samples,)
         """
         check_is_fitted(self)
-        X = validate_data(self, X, dtype=[np.float64, np.float32], order="C", reset=False)
+        X = validate_data(
+            self,
+            X,
+            accept_sparse=("csr", "csc"),
+            dtype=[np.float64, np.float32],
+            order="C",
+            reset=False,
+        )
         if self.model in SPHERE_MODELS:
             X = _unit_rows(X)
         query = _weight_matrix(self.query, "query", X.shape[1])
         key = _weight_matrix(self.key, "key", X.shape[1])
-        scores = _apply(query, X.astype(np.float64)) @ _apply(key, self.cluster_centers_).T
+        keys = _apply(key, self.cluster_centers_.astype(np.float64))
+        queries = X.astype(np.float64)
+        scores = (queries @ keys.T) if query is None else queries @ (keys @ query).T
         return np.argmax(scores, axis=1).astype(np.intp)
 
 
@@ -605,6 +665,18 @@ class _Plateau:
             self.length = end - start + 1
             return True
         return False
+
+
+def _count(Z, radius, min_size):
+    """(number of clusters, group labels, group sizes) of a state.
+
+    The number of clusters counts the groups of at least ``min_size``
+    tokens: 0 while none is that large.
+    """
+    labels = np.empty(Z.shape[0], dtype=np.int64)
+    n_groups = group_tokens(Z, radius, labels)
+    sizes = np.bincount(labels, minlength=n_groups)
+    return int(np.sum(sizes >= min_size)), labels, sizes
 
 
 def _energy(log_norm, beta):

@@ -1,13 +1,18 @@
-"""Numba kernels of the self-attention dynamics (``SelfAttentionDynamics``).
+"""The attention pass and the grouping of the self-attention dynamics.
 
 A module of its own rather than a section of ``_kernels.py``: the mixture
-kernels there are being reorganised around the pass engine, and these
-kernels share nothing with them but the fastmath flags.
+kernels there are organised around the pass engine, and these share
+nothing with them.
 
-Each kernel works on a row range ``[start, stop)`` of the queries, so the
-driver in ``_dynamics.py`` can split one step into chunks (and run them on
-threads: the kernels release the GIL). Their NumPy reference twins live in
-``tests/reference.py``.
+:func:`attention` is the O(n m d) work of a step: softmax attention of n
+queries over m keys, as blocked matrix products. The logits of a tile of
+queries x keys come from one BLAS product, their exponentials from one
+vectorised pass (NumPy's in float32; the Numba kernel :func:`exp_shifted`
+in float64, where NumPy's exponential is a scalar loop), and the values'
+weighted sums from a second BLAS product. Tiles of queries run on a thread
+pool with BLAS on one thread, each tile's reduction over the keys in a
+fixed order, so the result does not depend on the number of threads.
+Their NumPy reference twins live in ``tests/test_dynamics.py``.
 
 Notation (``docs/math.md`` section 8): tokens ``x_i``, queries
 ``q_i = Q x_i``, keys ``k_j = K x_j``, values ``v_j = V x_j``, inverse
@@ -15,50 +20,175 @@ temperature ``beta``; the attention of token i on token j is
 ``P_ij = exp(beta <q_i, k_j>) / Z_i`` with ``Z_i = sum_j exp(beta <q_i, k_j>)``.
 """
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
+import scipy.sparse as sp
 from numba import njit
 
-from ._kernels import FASTMATH
+from ._passes import one_blas_thread
+
+# Logits per tile (queries x keys): 2^18 entries (2 MB in float64) stay in
+# cache between the two products and the exponential, and make each tile's
+# handful of NumPy calls cheap beside its work (smaller tiles measured
+# slower, from the calls' overhead, at n = 1e4 and 1e5).
+_TILE_ENTRIES = 1 << 18
+# Keys per tile: enough that the products are long, few enough that
+# ``_TILE_ENTRIES`` leaves room for a block of queries.
+_TILE_KEYS = 4096
+
+# Constants of exp(x) = 2^k exp(r), x = k ln 2 + r, |r| <= ln(2) / 2 (Cody
+# and Waite's range reduction, ln 2 split in a high part exact in k ln2_hi
+# and a low part); adding 1.5 * 2^52 rounds x log2(e) to the integer k held
+# in the low bits of the sum.
+_LOG2E = 1.4426950408889634
+_LN2_HI = 6.93147180369123816490e-01
+_LN2_LO = 1.90821492927058770002e-10
+_ROUND = 6755399441055744.0  # 1.5 * 2^52
+_ROUND_BITS = 0x4338000000000000  # its bit pattern
+# exp(-708) is the smallest exponential that stays a normal float64.
+_EXP_FLOOR = -708.0
 
 
-@njit(cache=True, fastmath=FASTMATH, nogil=True)
-def attention_rows(queries, keys_t, values_t, key_bias, beta, start, stop, out, log_norm):
-    """Softmax attention of the queries ``start..stop-1`` over all keys.
+@njit(cache=True, nogil=True, fastmath={"contract"})
+def exp_shifted(logits, top, buffer):
+    """``logits[i, j] <- exp(logits[i, j] - top[i])`` in float64, for ``logits <= top``.
 
-    ``out[i - start] = sum_j P_ij v_j`` and ``log_norm[i - start] = log Z_i``
-    with ``P_ij = exp(b_j + beta <q_i, k_j>) / Z_i`` (``docs/math.md``
-    section 8). The key bias ``b_j`` is 0 for plain tokens and the log of
-    the multiplicity when one key stands for several coincident tokens
-    (the passive tracers' pass). Keys and values are passed transposed
-    (d x n) so the loops over the tokens run on contiguous memory; the
-    row maximum is subtracted before ``exp``, so any ``beta`` and any norm
-    of the tokens is safe. O((stop - start) n d) work, an n-long buffer.
+    ``exp(x) = 2^k p(r)`` with ``k = round(x / ln 2)``, ``r = x - k ln 2``
+    and ``p`` the Taylor polynomial of degree 12 (its remainder
+    ``|r|^13 / 13! < 2e-16`` for ``|r| <= ln(2) / 2``); ``2^k`` is built
+    from its bits, so the loops hold no call and vectorise. Arguments below
+    -708 count as -708 (an exponential below 3e-308, next to the row's
+    largest, which is 1). Without ``reassoc`` in the flags: the rounding
+    by ``_ROUND`` must not be simplified away. ``buffer`` holds one row
+    (float64, at least ``logits.shape[1]`` entries).
     """
-    d, n = keys_t.shape
-    dv = values_t.shape[0]
-    logits = np.empty(n, dtype=keys_t.dtype)
-    for i in range(start, stop):
-        for j in range(n):
-            logits[j] = key_bias[j]
-        for k in range(d):
-            q = beta * queries[i, k]
-            for j in range(n):
-                logits[j] += q * keys_t[k, j]
-        top = logits[0]
-        for j in range(1, n):
-            if logits[j] > top:
-                top = logits[j]
-        total = 0.0
-        for j in range(n):
-            w = np.exp(logits[j] - top)
-            logits[j] = w
-            total += w
-        for k in range(dv):
-            s = 0.0
-            for j in range(n):
-                s += logits[j] * values_t[k, j]
-            out[i - start, k] = s / total
-        log_norm[i - start] = top + np.log(total)
+    b, m = logits.shape
+    bits = buffer.view(np.int64)
+    for i in range(b):
+        shift = top[i]
+        for j in range(m):
+            x = max(logits[i, j] - shift, _EXP_FLOOR)
+            t = x * _LOG2E + _ROUND
+            k = t - _ROUND
+            r = x - k * _LN2_HI - k * _LN2_LO
+            p = 1.0 / 479001600.0
+            p = p * r + 1.0 / 39916800.0
+            p = p * r + 1.0 / 3628800.0
+            p = p * r + 1.0 / 362880.0
+            p = p * r + 1.0 / 40320.0
+            p = p * r + 1.0 / 5040.0
+            p = p * r + 1.0 / 720.0
+            p = p * r + 1.0 / 120.0
+            p = p * r + 1.0 / 24.0
+            p = p * r + 1.0 / 6.0
+            p = p * r + 0.5
+            p = p * r + 1.0
+            logits[i, j] = p * r + 1.0
+            buffer[j] = t
+        for j in range(m):
+            # the low bits of t hold k: 2^k has the exponent field k + 1023
+            bits[j] = (bits[j] - _ROUND_BITS + 1023) << 52
+        for j in range(m):
+            logits[i, j] *= buffer[j]
+
+
+def _exp_rows(tile, top, buffer):
+    """``tile <- exp(tile - top[:, None])``, vectorised in either dtype."""
+    if tile.dtype == np.float64:
+        exp_shifted(tile, top, buffer)
+    else:
+        np.subtract(tile, top[:, None], out=tile)
+        np.exp(tile, out=tile)
+
+
+def _attend_block(queries, keys_t, values, out, log_norm):
+    """Softmax attention of one block of queries over all keys, tile by tile.
+
+    Online softmax over the tiles of keys, in their order: the running row
+    maximum ``top``, the sum of ``exp(logit - top)`` (in float64) and the
+    weighted sum of the values, both rescaled by ``exp(old top - new top)``
+    when the maximum grows (``docs/math.md`` section 8's ``Z_i`` and
+    ``sum_j P_ij v_j``).
+    """
+    b, m = queries.shape[0], keys_t.shape[1]
+    dtype = queries.dtype
+    step = min(m, _TILE_KEYS)
+    tile_buffer = np.empty((b, step), dtype=dtype)
+    buffer = np.empty(step, dtype=np.float64)
+    top = np.full(b, -np.inf, dtype=dtype)
+    total = np.zeros(b, dtype=np.float64)
+    acc = np.zeros((b, values.shape[1]), dtype=dtype)
+    for lo in range(0, m, step):
+        hi = min(lo + step, m)
+        tile = tile_buffer[:, : hi - lo]
+        np.matmul(queries, keys_t[:, lo:hi], out=tile)
+        new_top = np.maximum(top, tile.max(axis=1))
+        if lo > 0:
+            factor = np.exp((top - new_top).astype(np.float64))
+            total *= factor
+            acc *= factor[:, None].astype(dtype)
+        top = new_top
+        _exp_rows(tile, top, buffer)
+        total += tile.sum(axis=1, dtype=np.float64)
+        acc += tile @ values[lo:hi]
+    out[...] = acc / total[:, None].astype(dtype)
+    log_norm[...] = top + np.log(total).astype(dtype)
+
+
+def attention(queries, keys, values, beta, block_rows=None, n_threads=1):
+    """``sum_j P_ij v_j`` and ``log Z_i`` for every query (``docs/math.md`` section 8).
+
+    ``P_ij = exp(beta <q_i, k_j>) / Z_i``. Keys and values are cast to the
+    queries' dtype, which the results keep. The row maximum is subtracted
+    before the exponential, so any ``beta`` and any norm of the tokens is
+    safe. Blocks of at most ``block_rows`` queries (fewer when the keys are
+    many, so that a block's logits stay in cache) run on ``n_threads``
+    threads; the result does not depend on their number. Sparse queries
+    (CSR) are densified one block at a time.
+
+    Parameters
+    ----------
+    queries : ndarray or CSR matrix of shape (n, d), float32 or float64
+    keys : ndarray of shape (m, d)
+    values : ndarray of shape (m, d_v)
+    beta : float
+    block_rows : int or None
+    n_threads : int
+
+    Returns
+    -------
+    out : ndarray of shape (n, d_v)
+    log_norm : ndarray of shape (n,)
+    """
+    sparse = sp.issparse(queries)
+    queries = queries.tocsr() if sparse else np.ascontiguousarray(queries)
+    dtype = queries.dtype
+    n, m = queries.shape[0], keys.shape[0]
+    keys_t = np.ascontiguousarray((beta * np.asarray(keys, dtype=np.float64)).T, dtype=dtype)
+    values = np.ascontiguousarray(values, dtype=dtype)
+    out = np.empty((n, values.shape[1]), dtype=dtype)
+    log_norm = np.empty(n, dtype=dtype)
+    rows = max(8, _TILE_ENTRIES // min(max(m, 1), _TILE_KEYS))
+    if block_rows is not None:
+        rows = min(rows, block_rows)
+    blocks = list(range(0, n, rows))
+
+    def run(task):
+        # every n_tasks-th block; the blocks do not depend on the number of threads
+        for lo in blocks[task::n_tasks]:
+            hi = min(lo + rows, n)
+            q = queries[lo:hi].toarray() if sparse else queries[lo:hi]
+            _attend_block(q, keys_t, values, out[lo:hi], log_norm[lo:hi])
+
+    n_tasks = max(1, min(n_threads, len(blocks)))
+    with one_blas_thread():
+        if n_tasks == 1:
+            run(0)
+        else:
+            with ThreadPoolExecutor(max_workers=n_tasks) as pool:
+                list(pool.map(run, range(n_tasks)))
+    return out, log_norm
 
 
 @njit(cache=True)
@@ -69,26 +199,53 @@ def group_tokens(X, radius, labels):
     Writes ``labels`` and returns the number of groups. Clusters of the
     dynamics collapse to points far apart compared with ``radius``, so the
     order in which tokens are visited does not matter once they have
-    formed. O(n g d) for g groups.
+    formed. The groups' first tokens are filed in cells of width at least
+    ``radius`` along the coordinate of widest span: a first token within
+    ``radius`` of token i lies in i's cell or a neighbour, so only those are
+    searched, in the order the groups were made. O(n g d) for g groups at
+    worst (all in three cells), O(n d) when the tokens are spread out.
     """
     n, d = X.shape
+    axis, low, span = 0, 0.0, -1.0
+    for k in range(d):
+        lo_k, hi_k = X[0, k], X[0, k]
+        for i in range(1, n):
+            lo_k = min(lo_k, X[i, k])
+            hi_k = max(hi_k, X[i, k])
+        if hi_k - lo_k > span:
+            axis, low, span = k, float(lo_k), float(hi_k - lo_k)
+    # the margin keeps neighbours within radius in adjacent cells despite rounding
+    width = max(radius * (1.0 + 1e-6), span / (4.0 * n))
+    n_cells = int(span / width) + 1
+    head = np.full(n_cells, -1, dtype=np.int64)
+    tail = np.full(n_cells, -1, dtype=np.int64)
+    following = np.full(n, -1, dtype=np.int64)
     firsts = np.empty(n, dtype=np.int64)
     n_groups = 0
     r2 = radius * radius
     for i in range(n):
+        cell = min(int((X[i, axis] - low) / width), n_cells - 1)
         found = -1
-        for g in range(n_groups):
-            f = firsts[g]
-            s = 0.0
-            for k in range(d):
-                diff = X[i, k] - X[f, k]
-                s += diff * diff
-            if s <= r2:
-                found = g
-                break
+        for c in range(max(cell - 1, 0), min(cell + 2, n_cells)):
+            g = head[c]
+            while g >= 0 and (found < 0 or g < found):
+                f = firsts[g]
+                s = 0.0
+                for k in range(d):
+                    diff = X[i, k] - X[f, k]
+                    s += diff * diff
+                if s <= r2:
+                    found = g
+                    break
+                g = following[g]
         if found < 0:
-            firsts[n_groups] = i
             found = n_groups
+            firsts[found] = i
+            if head[cell] < 0:
+                head[cell] = found
+            else:
+                following[tail[cell]] = found
+            tail[cell] = found
             n_groups += 1
         labels[i] = found
     return n_groups

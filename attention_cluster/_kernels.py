@@ -810,9 +810,17 @@ def jacobi_rotation(Y, weight, product, max_sweeps, tol):
     place.
     """
     n, K = Y.shape
-    R = np.eye(K)
+    # Written as loops: Numba's array expressions for the identity, the
+    # transposed copy and the slice assignment bring its string formatting
+    # (error messages) into the compile, seconds of a first fit.
+    R = np.zeros((K, K))
+    for i in range(K):
+        R[i, i] = 1.0
     # The columns, copied to rows: each pair's passes run along contiguous memory.
-    YT = np.ascontiguousarray(Y.T)
+    YT = np.empty((K, n))
+    for i in range(n):
+        for j in range(K):
+            YT[j, i] = Y[i, j]
     w = np.empty(n)
     for _ in range(max_sweeps):
         largest = 0.0
@@ -845,5 +853,7 @@ def jacobi_rotation(Y, weight, product, max_sweeps, tol):
                     R[i, k] = -s * a + c * b
         if largest < tol:
             break
-    Y[:, :] = YT.T
+    for i in range(n):
+        for j in range(K):
+            Y[i, j] = YT[j, i]
     return R

@@ -29,10 +29,6 @@ Attributes ``n_samples``, ``n_features``, ``dtype``, ``scale``,
   log-likelihood, ``math.md`` section 7);
 - :meth:`~DenseRows.head_totals` (the post-hoc signs' sums) and
   :meth:`~DenseRows.labels`;
-- :meth:`~DenseRows.attention` (softmax attention of every row, as a query,
-  over given keys and values: the self-attention dynamics' step, ``math.md``
-  section 8) and :meth:`~DenseRows.with_rows` (other rows on the same pool,
-  for data that move from step to step);
 - :meth:`~DenseRows.subsample` (a data object on about ``size`` rows drawn
   uniformly, held in memory; for Dask data, on the workers when it is larger
   than the client's budget), :meth:`~DenseRows.project` (``X V`` of a
@@ -71,7 +67,7 @@ from sklearn.utils import assert_all_finite
 from sklearn.utils.validation import validate_data
 from threadpoolctl import ThreadpoolController
 
-from . import _dynamics_kernels, _kernels
+from . import _kernels
 from ._draws import NestedDraw, nested_rows
 from ._validation import (
     check_dask_array,
@@ -495,49 +491,6 @@ class DenseRows(_Rows):
 
         self._map(chunk)
         return out
-
-    def attention(self, keys, values, beta, key_bias=None):
-        """``sum_j P_ij v_j`` and ``log Z_i`` for every row ``q_i`` (X as it is, not scaled).
-
-        ``P_ij = exp(b_j + beta <q_i, k_j>) / Z_i`` (``math.md`` section 8),
-        with ``b = key_bias`` (zeros by default); keys (m, d) and values
-        (m, d_v) are cast to the rows' dtype. O(n m d) work, in chunks of
-        rows (:func:`_dynamics_kernels.attention_rows`).
-        """
-        dtype = self.dtype
-        keys_t = np.ascontiguousarray(np.asarray(keys).T, dtype=dtype)
-        values_t = np.ascontiguousarray(np.asarray(values).T, dtype=dtype)
-        bias = (
-            np.zeros(keys_t.shape[1], dtype=dtype)
-            if key_bias is None
-            else np.asarray(key_bias, dtype=dtype)
-        )
-        out = np.empty((self.n_samples, values_t.shape[0]), dtype=dtype)
-        log_norm = np.empty(self.n_samples, dtype=dtype)
-        beta = dtype.type(beta)
-        X = self._rows(0, self.n_samples)
-
-        def chunk(lo, hi):
-            _dynamics_kernels.attention_rows(
-                X, keys_t, values_t, bias, beta, lo, hi, out[lo:hi], log_norm[lo:hi]
-            )
-
-        self._pool.map(chunk, self._bounds)
-        return out, log_norm
-
-    def with_rows(self, X, chunk_rows=None):
-        """Unit-weight rows X (C-contiguous) on this object's pool, in chunks of ``chunk_rows``."""
-        other = copy.copy(self)
-        other._X = X
-        other._offset = np.empty(0, dtype=X.dtype)
-        other.sample_weight = None
-        other.n_samples, other.n_features = X.shape
-        other.dtype = X.dtype
-        other.total_weight = float(X.shape[0])
-        other._cum_weights = None
-        other._nested = None
-        other._bounds = _chunk_bounds(other.n_samples, chunk_rows or _chunk_rows(other.n_features))
-        return other
 
     # -- rows for subsamples and sampled sequences --------------------------
 

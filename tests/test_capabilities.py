@@ -111,14 +111,6 @@ DOCUMENTED = {
     ("psgd", "*", "score_samples"): (AttributeError, _needs_refinement),
     ("psgd", "*", "bic"): (AttributeError, _needs_refinement),
     ("psgd", "*", "aic"): (AttributeError, _needs_refinement),
-    # The dynamics read dense rows only (its sparse rows are being added).
-    **{
-        (name, kind, method): (TypeError, lambda e: "Sparse data was passed" in str(e))
-        for name in ("dynamics", "auto-k")
-        for kind in ("csr", "csc")
-        for method in METHODS
-        if method != "partial_fit" or name == "auto-k"
-    },
     # A stream's batches are in memory; fit reads Dask arrays in passes.
     **{
         (name, kind, "partial_fit"): (TypeError, lambda e: "batches in memory" in str(e))

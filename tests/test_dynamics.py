@@ -5,6 +5,7 @@ import warnings
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from hypothesis import given
 from hypothesis import strategies as st
 from reference import attention_rows, group_tokens, sphere_euler_step
@@ -23,51 +24,75 @@ def _unit(rng, n, d):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
-@pytest.mark.parametrize(
-    "n, d, start, stop", [(1, 1, 0, 1), (7, 3, 2, 6), (40, 10, 0, 40)], ids=str
-)
-def test_attention_rows_matches_reference(n, d, start, stop, dtype, global_random_seed):
+@pytest.mark.parametrize("n, m, d", [(1, 1, 1), (7, 5, 3), (40, 9000, 10)], ids=str)
+def test_attention_matches_reference(n, m, d, dtype, global_random_seed):
+    # 9000 keys: three tiles of keys, the online softmax's rescaling.
     rng = np.random.default_rng(global_random_seed)
-    Q, K, V = (rng.standard_normal((n, d)).astype(dtype) for _ in range(3))
-    bias = np.log(rng.integers(1, 5, n)).astype(dtype)
-    out = np.empty((stop - start, d), dtype=dtype)
-    log_norm = np.empty(stop - start, dtype=dtype)
-    kern.attention_rows(
-        Q,
-        np.ascontiguousarray(K.T),
-        np.ascontiguousarray(V.T),
-        bias,
-        dtype(3.0),
-        start,
-        stop,
-        out,
-        log_norm,
-    )
-    ref, ref_log = attention_rows(Q[start:stop], K, V, bias, 3.0)
+    Q = rng.standard_normal((n, d)).astype(dtype)
+    K, V = (rng.standard_normal((m, d)).astype(dtype) for _ in range(2))
+    out, log_norm = kern.attention(Q, K, V, 3.0)
+    assert out.dtype == log_norm.dtype == dtype
+    ref, ref_log = attention_rows(Q, K, V, np.zeros(m), 3.0)
     rtol = 1e-10 if dtype == np.float64 else 2e-4
     np.testing.assert_allclose(out, ref, rtol=rtol, atol=rtol)
     np.testing.assert_allclose(log_norm, ref_log, rtol=rtol)
 
 
-def test_attention_rows_survives_huge_logits():
+def test_attention_survives_huge_logits():
     # beta <q, k> of 1e4 overflows exp without the row maximum subtracted.
     X = np.array([[1.0, 0.0], [0.0, 1.0], [0.8, 0.6]])
-    out = np.empty((3, 2))
-    log_norm = np.empty(3)
-    kern.attention_rows(
-        X,
-        np.ascontiguousarray(X.T),
-        np.ascontiguousarray(X.T),
-        np.zeros(3),
-        1e4,
-        0,
-        3,
-        out,
-        log_norm,
-    )
+    out, log_norm = kern.attention(X, X, X, 1e4)
     assert np.all(np.isfinite(out))
     np.testing.assert_allclose(out, X, atol=1e-12)
     np.testing.assert_allclose(log_norm, 1e4, rtol=1e-12)
+
+
+@given(
+    st.lists(st.floats(-800.0, 0.0), min_size=1, max_size=40),
+    st.floats(-50.0, 50.0),
+)
+def test_exp_shifted_is_numpy_exp(xs, top):
+    # exp(x - top) within 1e-15 of NumPy's; below exp(-708) it may stay at
+    # the floor exp(-708) (3e-308), next to the row's largest entry 1.
+    logits = np.array([xs]) + top
+    expected = np.exp(logits - top)
+    got = logits.copy()
+    kern.exp_shifted(got, np.array([top]), np.empty(len(xs)))
+    normal = logits - top >= -708.0
+    np.testing.assert_allclose(got[normal], expected[normal], rtol=1e-15, atol=0)
+    assert np.all(got[~normal] <= np.exp(-708.0) * (1 + 1e-15))
+
+
+@pytest.mark.parametrize("block_rows", [1, 7, 1000])
+def test_attention_matches_reference_on_any_blocks(block_rows, global_random_seed):
+    rng = np.random.default_rng(global_random_seed)
+    Q, K, V = (
+        rng.standard_normal((30, 4)),
+        rng.standard_normal((12, 4)),
+        rng.standard_normal((12, 2)),
+    )
+    out, log_norm = kern.attention(Q, K, V, 1.5, block_rows=block_rows, n_threads=2)
+    ref, ref_log = attention_rows(Q, K, V, np.zeros(12), 1.5)
+    np.testing.assert_allclose(out, ref, rtol=1e-10)
+    np.testing.assert_allclose(log_norm, ref_log, rtol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
+def test_attention_does_not_depend_on_threads(dtype, global_random_seed):
+    rng = np.random.default_rng(global_random_seed)
+    Q, K, V = (rng.standard_normal((3000, 6)).astype(dtype) for _ in range(3))
+    one = kern.attention(Q, K, V, 2.0, n_threads=1)
+    three = kern.attention(Q, K, V, 2.0, n_threads=3)
+    for a, b in zip(one, three):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_attention_of_sparse_queries_is_dense_attention(global_random_seed):
+    rng = np.random.default_rng(global_random_seed)
+    Q = sp.random(50, 8, density=0.3, format="csr", random_state=global_random_seed)
+    K, V = rng.standard_normal((20, 8)), rng.standard_normal((20, 3))
+    for a, b in zip(kern.attention(Q, K, V, 2.0), kern.attention(Q.toarray(), K, V, 2.0)):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
 
 
 def test_group_tokens_matches_reference(global_random_seed):
@@ -78,6 +103,28 @@ def test_group_tokens_matches_reference(global_random_seed):
     n_groups = kern.group_tokens(X, 0.05, labels)
     ref_labels, ref_groups = group_tokens(X, 0.05)
     assert n_groups == ref_groups == 5
+    np.testing.assert_array_equal(labels, ref_labels)
+
+
+@given(
+    st.integers(1, 60),
+    st.integers(1, 4),
+    st.floats(1e-3, 2.0),
+    st.floats(1e-4, 1.0),
+    st.integers(0, 2**32 - 1),
+)
+def test_group_tokens_matches_reference_on_any_spread(n, d, spread, radius, seed):
+    # Tokens near a few centres at any spread and radius, one coordinate
+    # constant (the cells then file every token in one): the cells change
+    # nothing but the work.
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((3, d))
+    X = centres[rng.integers(0, 3, n)] + spread * rng.standard_normal((n, d))
+    X[:, 0] = 0.5
+    labels = np.empty(n, dtype=np.int64)
+    n_groups = kern.group_tokens(X, radius, labels)
+    ref_labels, ref_groups = group_tokens(X, radius)
+    assert n_groups == ref_groups
     np.testing.assert_array_equal(labels, ref_labels)
 
 
@@ -300,26 +347,71 @@ def test_horizon_and_plateau_agree_once_settled(mixture):
         SelfAttentionDynamics().fit(X)
 
 
-@pytest.mark.parametrize("chunk_rows", [1, 7, 1000])
-def test_attention_pass_matches_reference_on_any_chunks(chunk_rows, global_random_seed):
-    from attention_cluster._passes import DenseRows
-
-    rng = np.random.default_rng(global_random_seed)
-    Q, K, V = (
-        rng.standard_normal((30, 4)),
-        rng.standard_normal((12, 4)),
-        rng.standard_normal((12, 2)),
-    )
-    with DenseRows(np.empty((0, 4)), n_threads=2) as rows:
-        out, log_norm = rows.with_rows(Q, chunk_rows).attention(K, V, 1.5)
-    ref, ref_log = attention_rows(Q, K, V, np.zeros(12), 1.5)
-    np.testing.assert_allclose(out, ref, rtol=1e-10)
-    np.testing.assert_allclose(log_norm, ref_log, rtol=1e-10)
-
-
 def test_threads_do_not_change_the_fit(mixture):
     X = mixture[0][:800]
     one = SelfAttentionDynamics(n_threads=1, chunk_size=64).fit(X)
     two = SelfAttentionDynamics(n_threads=2, chunk_size=64).fit(X)
     np.testing.assert_array_equal(one.labels_, two.labels_)
     np.testing.assert_array_equal(one.energy_path_, two.energy_path_)
+
+
+def test_n_clusters_path_counts_groups_of_min_cluster_size(mixture):
+    # The docstring's quantity from the first step: the initial tokens are
+    # apart (no group of 1 % of the tokens), and every entry is a count of
+    # groups of at least min_cluster_size tokens.
+    X = mixture[0][:600]
+    model = SelfAttentionDynamics(max_samples=None).fit(X)
+    path = model.n_clusters_path_
+    assert path[0] == 0
+    assert np.all(path <= 600 // 6)
+    assert path[model.stopping_step_] == model.n_clusters_
+    each = SelfAttentionDynamics(min_cluster_size=1, max_iter=2, stopping="horizon").fit(X)
+    assert each.n_clusters_path_[0] == 600  # every token a group of one
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc"])
+def test_sparse_input_fits_like_dense(fmt, global_random_seed):
+    # Rows on the sphere with zeros (TF-IDF-like): the same dynamics as the
+    # dense array, up to rounding in the order of the products.
+    X = make_mixture(800, n_features=10, n_clusters=3, noise=0.3, random_state=0)[0]
+    X = np.where(np.abs(X) < 0.2, 0.0, X)
+    dense = SelfAttentionDynamics(max_samples=None).fit(X)
+    sparse = SelfAttentionDynamics(max_samples=None).fit(sp.csr_matrix(X).asformat(fmt))
+    assert sparse.n_clusters_ == dense.n_clusters_
+    np.testing.assert_array_equal(sparse.labels_, dense.labels_)
+    np.testing.assert_allclose(sparse.cluster_centers_, dense.cluster_centers_, atol=1e-10)
+    np.testing.assert_array_equal(sparse.predict(sp.csr_matrix(X[:100])), dense.predict(X[:100]))
+    sub = dict(max_samples=300, random_state=global_random_seed)
+    a = SelfAttentionDynamics(**sub).fit(X)
+    b = SelfAttentionDynamics(**sub).fit(sp.csr_matrix(X).asformat(fmt))
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+
+
+def test_sparse_input_too_large_to_densify_raises_before_work():
+    # 2^15 x 2^13 float64 is 2 GiB densely: refused at once, naming the ways out.
+    rng = np.random.default_rng(0)
+    X = sp.csr_matrix(
+        (rng.random(3000), (rng.integers(0, 2**15, 3000), rng.integers(0, 2**13, 3000))),
+        shape=(2**15, 2**13),
+    )
+    with pytest.raises(ValueError, match="max_samples.*TruncatedSVD"):
+        SelfAttentionDynamics(max_samples=None).fit(X)
+    with pytest.raises(ValueError, match="GiB"):
+        SelfAttentionDynamics(max_samples=2**14 + 1).fit(X)
+
+
+def test_auto_subsample_warns_and_records_it(mixture, monkeypatch):
+    from attention_cluster import _dynamics
+
+    X = mixture[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        exact = SelfAttentionDynamics().fit(X)  # 1500^2 x 10: exact, silently
+    assert exact.subsample_indices_ is None
+    # a budget of 400^2 x 10 per step: a subsample of sqrt(budget / d) = 400
+    monkeypatch.setattr(_dynamics, "_AUTO_WORK", 400**2 * 10)
+    with pytest.warns(UserWarning, match="subsample of 400 tokens.*max_samples=None") as record:
+        model = SelfAttentionDynamics(random_state=0).fit(X)
+    assert record[0].filename == __file__
+    assert len(model.subsample_indices_) == 400
+    assert adjusted_rand_score(exact.labels_, model.labels_) > 0.9

@@ -19,7 +19,7 @@ HERE = Path(__file__).resolve().parent
     "tests",
     [
         ["test_kernels.py"],
-        ["test_dynamics.py", "-k", "attention_rows or group_tokens or attention_pass"],
+        ["test_dynamics.py", "-k", "attention_matches or exp_shifted or group_tokens"],
     ],
     ids=["kernels", "dynamics_kernels"],
 )

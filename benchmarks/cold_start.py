@@ -1,0 +1,259 @@
+"""Cold start: the wait before the first result, and where Numba's compile goes.
+
+Each figure is measured in fresh Python processes (the median of
+``--repeats`` of them), Numba's on-disk cache pointed at a new empty
+directory unless said otherwise:
+
+- the import of ``attention_cluster``;
+- the first default ``AttentionClustering`` fit with an empty cache
+  (target: at most 3 s), then the first fit of a new process from that
+  cache;
+- the first fit on float32 input, and with ``solver="psgd"``, empty cache;
+- the first fit of ``SelfAttentionDynamics``, empty cache;
+- the first Dask fit on a fresh ``distributed.LocalCluster`` (2 workers,
+  one thread each, the kernels already in the cache) against a second fit
+  on the same cluster;
+- the compile time of each Numba kernel in the first default fit (Numba's
+  compile events, inclusive of the kernels each one calls).
+
+It writes ``results/cold_start.json`` and the "Cold start" section of
+``docs/performance.md`` (between its markers, the rest of the page left as
+it is), with the load average of the machine before and after. Run
+``python benchmarks/cold_start.py`` (``--quick``: one process per figure,
+into ``--out``).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from _common import ROOT, quick_cli, save
+
+TARGET_S = 3.0
+BEGIN = "<!-- Cold start: written by benchmarks/cold_start.py -->"
+END = "<!-- end of Cold start -->"
+
+DATA = (
+    "from attention_cluster.datasets import make_mixture\n"
+    "X = make_mixture(20000, n_features=10, n_clusters=3, noise=0.5, random_state=0)[0]\n"
+)
+
+SNIPPETS = {
+    "default": "from attention_cluster import AttentionClustering\n"
+    "AttentionClustering(3, random_state=0).fit(X)\n",
+    "float32": "from attention_cluster import AttentionClustering\n"
+    "AttentionClustering(3, random_state=0).fit(X.astype('float32'))\n",
+    "psgd": "from attention_cluster import AttentionClustering\n"
+    "AttentionClustering(3, solver='psgd', random_state=0).fit(X)\n",
+    "dynamics": "from attention_cluster import SelfAttentionDynamics\n"
+    "SelfAttentionDynamics().fit(X[:2000])\n",
+}
+
+# The fit of the snippet timed in a child process: import, data, first fit.
+CHILD = """
+import json, sys, time
+t0 = time.perf_counter()
+import attention_cluster
+t1 = time.perf_counter()
+{data}
+t2 = time.perf_counter()
+{snippet}
+t3 = time.perf_counter()
+print(json.dumps(dict(import_s=t1 - t0, fit_s=t3 - t2)))
+"""
+
+DASK_CHILD = """
+import json, time
+from distributed import Client, LocalCluster
+import dask.array as da
+from attention_cluster import AttentionClustering
+from attention_cluster.datasets import make_mixture
+X = make_mixture(20000, n_features=10, n_clusters=3, noise=0.5, random_state=0)[0]
+with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, Client(cluster):
+    Xd = da.from_array(X, chunks=5000).persist()
+    times = []
+    for _ in range(2):
+        t = time.perf_counter()
+        AttentionClustering(3, random_state=0).fit(Xd)
+        times.append(time.perf_counter() - t)
+print(json.dumps(dict(first_s=times[0], second_s=times[1])))
+"""
+
+# Compile time of each dispatcher in the first default fit (Numba's events).
+COMPILE_CHILD = """
+import json, time
+from numba.core import event
+{data}
+from attention_cluster import AttentionClustering
+starts, totals = {{}}, {{}}
+class Timer(event.Listener):
+    def on_start(self, ev):
+        starts[id(ev.data["dispatcher"]), str(ev.data["args"])] = time.perf_counter()
+    def on_end(self, ev):
+        key = id(ev.data["dispatcher"]), str(ev.data["args"])
+        d = ev.data["dispatcher"]
+        name = d.py_func.__module__.rsplit(".", 1)[-1] + "." + d.py_func.__name__
+        totals.setdefault(name, []).append(time.perf_counter() - starts.pop(key))
+event.register("numba:compile", Timer())
+t = time.perf_counter()
+AttentionClustering(3, random_state=0).fit(X)
+fit_s = time.perf_counter() - t
+print(json.dumps(dict(fit_s=fit_s, kernels={{k: [sum(v), len(v)] for k, v in totals.items()}})))
+"""
+
+# The E-step kernels (rewritten elsewhere as BLAS products): their share is reported.
+E_STEP_KERNELS = ("_kernels.mixture_e_step", "_kernels._exp_reduced")
+
+
+def _run(code, cache):
+    env = dict(os.environ, NUMBA_CACHE_DIR=cache, PYTHONPATH=str(ROOT))
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _median(runs, key):
+    return float(np.median([r[key] for r in runs]))
+
+
+def measure(repeats):
+    """Every figure, each the median over ``repeats`` fresh processes."""
+    out = {"repeats": repeats}
+    empty, cached, imports = [], [], []
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as cache:
+            first = _run(CHILD.format(data=DATA, snippet=SNIPPETS["default"]), cache)
+            empty.append(first)
+            cached.append(_run(CHILD.format(data=DATA, snippet=SNIPPETS["default"]), cache))
+            imports.append(first["import_s"])
+    out["import_s"] = float(np.median(imports))
+    out["default_empty_s"] = _median(empty, "fit_s")
+    out["default_cached_s"] = _median(cached, "fit_s")
+    print(
+        f"import {out['import_s']:.2f} s; first default fit {out['default_empty_s']:.2f} s "
+        f"(empty cache), {out['default_cached_s']:.2f} s (from the cache)",
+        flush=True,
+    )
+    for name in ("float32", "psgd", "dynamics"):
+        runs = []
+        for _ in range(repeats):
+            with tempfile.TemporaryDirectory() as cache:
+                runs.append(_run(CHILD.format(data=DATA, snippet=SNIPPETS[name]), cache))
+        out[f"{name}_empty_s"] = _median(runs, "fit_s")
+        print(f"first {name} fit, empty cache: {out[f'{name}_empty_s']:.2f} s", flush=True)
+    with tempfile.TemporaryDirectory() as cache:
+        out["compile"] = _run(COMPILE_CHILD.format(data=DATA), cache)
+        _run(CHILD.format(data=DATA, snippet=SNIPPETS["default"]), cache)  # fill the cache
+        try:
+            dask = [_run(DASK_CHILD, cache) for _ in range(repeats)]
+            out["dask"] = {k: _median(dask, k) for k in ("first_s", "second_s")}
+            print(
+                f"Dask LocalCluster: first fit {out['dask']['first_s']:.2f} s, second "
+                f"{out['dask']['second_s']:.2f} s",
+                flush=True,
+            )
+        except subprocess.CalledProcessError as err:  # distributed not installed
+            out["dask"] = {"error": err.stderr.strip().splitlines()[-1]}
+    return out
+
+
+def main(quick=False, out=None):
+    payload = {"quick": quick, "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    payload["load_before"] = os.getloadavg()
+    payload.update(measure(1 if quick else 3))
+    payload["load_after"] = os.getloadavg()
+    save("cold_start", payload, **({"directory": out} if out else {}))
+    write_section(payload, out)
+    return payload
+
+
+def _load(load):
+    return ", ".join(f"{x:.2f}" for x in load)
+
+
+def section(payload):
+    """The "Cold start" section of the performance page, as lines."""
+    p = payload
+    kernels = sorted(p["compile"]["kernels"].items(), key=lambda kv: -kv[1][0])
+    e_step = sum(t for name, (t, _) in kernels if name in E_STEP_KERNELS)
+    met = p["default_empty_s"] <= TARGET_S
+    lines = [
+        BEGIN,
+        "## Cold start",
+        "",
+        f"Written by `python benchmarks/cold_start.py{' --quick' if p['quick'] else ''}` (run started "
+        f"{p['started']}; results in `benchmarks/results/cold_start.json`). Each figure is the median "
+        f"of {p['repeats']} fresh Python processes, Numba's cache (`NUMBA_CACHE_DIR`) a new empty "
+        "directory unless said otherwise; the data: the paper's mixture, n = 20000, d = 10, K = 3. "
+        f"Load average of the machine (1, 5, 15 min): {_load(p['load_before'])} before, "
+        f"{_load(p['load_after'])} after (2 cores).",
+        "",
+        "| what | seconds |",
+        "|---|---|",
+        f"| `import attention_cluster` | {p['import_s']:.2f} |",
+        f"| first default fit, empty cache | **{p['default_empty_s']:.2f}** |",
+        f"| first default fit of a new process, from the cache | {p['default_cached_s']:.2f} |",
+        f"| first fit on float32 input, empty cache | {p['float32_empty_s']:.2f} |",
+        f'| first fit with `solver="psgd"`, empty cache | {p["psgd_empty_s"]:.2f} |',
+        f"| first `SelfAttentionDynamics` fit (n = 2000), empty cache | {p['dynamics_empty_s']:.2f} |",
+    ]
+    dask = p["dask"]
+    if "error" in dask:
+        lines.append(f"| Dask `LocalCluster` | not measured: {dask['error']} |")
+    else:
+        lines += [
+            f"| first Dask fit on a fresh `LocalCluster` (2 workers, kernels in the cache) | "
+            f"{dask['first_s']:.2f} |",
+            f"| second Dask fit on the same cluster | {dask['second_s']:.2f} |",
+        ]
+    lines += [
+        "",
+        f"Target: the first default fit with an empty cache in at most {TARGET_S:.0f} s: "
+        f"**{'met' if met else 'not met'}**"
+        + (
+            ""
+            if "error" in dask
+            else f"; the first Dask fit at most twice the second: **"
+            f"{'met' if dask['first_s'] <= 2 * dask['second_s'] else 'not met'}** "
+            f"({dask['first_s'] / dask['second_s']:.1f}x)"
+        )
+        + ".",
+        "",
+        f"Where the compile goes in the first default fit ({p['compile']['fit_s']:.2f} s in all; "
+        "Numba's compile events, each kernel's time including the kernels it calls, so the column "
+        f"does not add up; the E-step kernels {', '.join(f'`{k}`' for k in E_STEP_KERNELS)} take "
+        f"{e_step:.2f} s):",
+        "",
+        "| kernel | compile (s) | signatures |",
+        "|---|---|---|",
+    ]
+    lines += [f"| `{name}` | {t:.2f} | {count} |" for name, (t, count) in kernels]
+    lines += ["", END]
+    return lines
+
+
+def write_section(payload, out=None):
+    """Put the section in the performance page, in place of an earlier one or before "Other pages"."""
+    page = (Path(out) if out else ROOT / "docs") / "performance.md"
+    text = page.read_text() if page.exists() else (ROOT / "docs" / "performance.md").read_text()
+    block = "\n".join(section(payload)) + "\n"
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        text = head + block + rest.split(END, 1)[1].lstrip("\n")
+    elif "## Other pages" in text:
+        head, rest = text.split("## Other pages", 1)
+        text = head + block + "\n## Other pages" + rest
+    else:
+        text = text.rstrip() + "\n\n" + block
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text(text)
+
+
+if __name__ == "__main__":
+    quick_cli(__doc__, main)

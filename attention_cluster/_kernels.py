@@ -495,7 +495,9 @@ def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
             CB[:, size:] = 0.0
         for j in range(d):
             for i in range(size):
-                v = X[lo + i, j] * inv_scale
+                # float64 whatever X's dtype, compiled or not (NumPy keeps a
+                # float32 scalar times a Python float in float32).
+                v = np.float64(X[lo + i, j]) * inv_scale
                 XT[j, i] = v
                 nrm[i] += v * v
         if blas:

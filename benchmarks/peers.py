@@ -51,7 +51,7 @@ NOISE = {"separated": 0.2, "weak": 0.35, "unclusterable": 0.5}
 CELLS = (
     [
         (100_000, 384, K, noise, "float32")
-        for K in (2, 10, 50, 200)
+        for K in (2, 10, 50)
         for noise in ("separated", "weak")
     ]
     + [
@@ -59,15 +59,21 @@ CELLS = (
         for d in (10, 64, 384, 768)
         for noise in ("separated", "weak")
     ]
-    + [
-        (100_000, 384, 50, "unclusterable", "float32"),
-        (100_000, 64, 10, "unclusterable", "float64"),
-    ]
+    + [(100_000, 64, 10, "unclusterable", "float64")]
     + [
         (1_000_000, 10, 2, "separated", "float64"),
         (1_000_000, 64, 10, "weak", "float32"),
         (1_000_000, 384, 10, "separated", "float32"),
     ]
+)
+# Cells of the grid left out of a run of the page, and why (said on the page).
+LEFT_OUT = (
+    "K = 200 at d = 384: the spectral start's Jacobi sweeps cost O(K^2) pairs on "
+    "16384 rows, minutes per fit before the EM starts; and the unclusterable cell "
+    "at d = 384, K = 50 (sigma = 0.5), where the EM's steps each still gain several "
+    "of their own sampling errors of likelihood: one fit ran 478 passes in 596 s "
+    "(on a loaded machine) to its stop. Both bound the run's length, and both are "
+    "slower than every peer."
 )
 # Seconds of a first round above which a cell is timed on that round alone.
 _ROUND_BUDGET = 30.0
@@ -336,6 +342,8 @@ def write_page(p, out=None):
         "level on two cells and three cells at n = 1e6. Cells at n = 1e6 and d =",
         "768 are bounded by the BLAS pass: multiply the *one pass* column by the",
         "passes to read the floor of any method that reads X once per iteration.",
+        "",
+        f"Left out of this run: {LEFT_OUT}",
         "",
         "| n | d | K | noise | dtype | rounds | attention | sklearn | sklearnex | faiss | faiss sph. | one pass | passes (ours / sklearnex) | ARI (ours / best peer) | distance (ours / best peer) | met (time, ARI, distance, passes) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",

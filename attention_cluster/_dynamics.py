@@ -18,17 +18,15 @@ import numbers
 import time
 
 import numpy as np
-import scipy.sparse as sp
 from scipy.linalg import expm
 from scipy.special import logsumexp
 from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.preprocessing import normalize
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._dynamics_kernels import attention, group_tokens
-from ._passes import usable_threads
+from ._passes import dense_block, stored_bytes, unit_rows, usable_threads
 from ._validation import atomic_fit, check_options, check_positive, warn
 
 __all__ = ["SelfAttentionDynamics", "attention_flow"]
@@ -65,22 +63,6 @@ def _weight_matrix(value, name, n_features):
 def _apply(W, X):
     """Rows of X mapped by W (``x -> W x``); the identity when W is None."""
     return X if W is None else X @ W.T.astype(X.dtype, copy=False)
-
-
-def _unit_rows(X):
-    """Rows projected on the unit sphere; a zero row, which has no direction, stays zero.
-
-    Sparse rows stay sparse (CSR).
-    """
-    if sp.issparse(X):
-        return normalize(X.tocsr(), copy=True)
-    norms = np.linalg.norm(X, axis=1, keepdims=True)
-    return X / np.where(norms > 0, norms, 1)
-
-
-def _dense(X):
-    """X as a C-contiguous ndarray (sparse rows densified)."""
-    return np.ascontiguousarray(X.toarray() if sp.issparse(X) else X)
 
 
 class _Flow:
@@ -137,7 +119,7 @@ class _Flow:
             factor = np.exp(log_norm.astype(np.float64) - math.log(keys.shape[0]))
             mean = mean * factor[:, None].astype(mean.dtype)
         tangent = mean - np.sum(mean * Z, axis=1, keepdims=True) * Z
-        return _unit_rows(Z + self.step_size * tangent), log_norm
+        return unit_rows(Z + self.step_size * tangent), log_norm
 
 
 def attention_flow(
@@ -193,7 +175,7 @@ def attention_flow(
     X = np.asarray(X, dtype=np.float64)
     check_positive(n_steps, "n_steps", numbers.Integral, min_val=0, strict=False)
     flow = _check_flow(X, model, beta, step_size, query, key, value, chunk_size=None, n_threads=1)
-    Z = _unit_rows(X) if model in SPHERE_MODELS else X.copy()
+    Z = unit_rows(X) if model in SPHERE_MODELS else X.copy()
     path = np.empty((n_steps + 1,) + Z.shape)
     path[0] = Z
     h = 1.0 if isinstance(step_size, str) else step_size
@@ -478,7 +460,8 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         else:
             m = min(n, int(self.max_samples))
         size = m * d * X.dtype.itemsize
-        if sp.issparse(X) and size > DENSE_LIMIT_BYTES:
+        # Dense input holds its moving tokens already; sparse input densifies them.
+        if size > DENSE_LIMIT_BYTES and size > stored_bytes(X):
             raise ValueError(
                 f"The {m} moving tokens of this sparse input would take {size / 2**30:.1f} GiB "
                 f"as a dense array (more than {DENSE_LIMIT_BYTES / 2**30:.0f} GiB): pass a smaller "
@@ -494,11 +477,11 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         if m < n:
             active = np.sort(rng.choice(n, m, replace=False))
             passive = np.setdiff1d(np.arange(n), active)
-            tracers = _unit_rows(X[passive]) if on_sphere else X[passive]
+            tracers = unit_rows(X[passive]) if on_sphere else X[passive]
             X = X[active]
         else:
             active = passive = tracers = None
-        Z = _dense(_unit_rows(X) if on_sphere else X.copy())
+        Z = dense_block(unit_rows(X) if on_sphere else X.copy(), X.dtype)
         Z0 = Z
         if isinstance(self.min_cluster_size, numbers.Integral):
             min_size = int(self.min_cluster_size)
@@ -598,7 +581,11 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         pass with the clusters' indicators as values.
         """
         indicators = np.eye(self.n_clusters_, dtype=Z0.dtype)[labels]
-        queries = tracers if flow.query is None else _apply(flow.query, _dense(tracers))
+        queries = (
+            tracers
+            if flow.query is None
+            else _apply(flow.query, dense_block(tracers, tracers.dtype))
+        )
         weight, _ = flow.attention(queries, _apply(flow.key, Z0), indicators)
         return np.argmax(weight, axis=1).astype(np.intp)
 
@@ -644,7 +631,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             reset=False,
         )
         if self.model in SPHERE_MODELS:
-            X = _unit_rows(X)
+            X = unit_rows(X)
         query = _weight_matrix(self.query, "query", X.shape[1])
         key = _weight_matrix(self.key, "key", X.shape[1])
         keys = _apply(key, self.cluster_centers_.astype(np.float64))

@@ -63,6 +63,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
+from sklearn.preprocessing import normalize
 from sklearn.utils import assert_all_finite
 from sklearn.utils.validation import validate_data
 from threadpoolctl import ThreadpoolController
@@ -83,6 +84,8 @@ __all__ = [
     "one_blas_thread",
     "dense_block",
     "rows_from",
+    "stored_bytes",
+    "unit_rows",
     "unit_terms",
     "usable_threads",
 ]
@@ -1402,10 +1405,29 @@ def rows_of(X, sample_weight=None, n_threads=None):
 
 
 def dense_block(rows, dtype):
-    """A block of rows as given (dense or sparse) as a dense array of ``dtype``."""
+    """A block of rows as given (dense or sparse) as a C-contiguous dense array of ``dtype``."""
     if sp.issparse(rows):
         rows = rows.toarray()
-    return np.asarray(rows).astype(dtype, copy=False)
+    return np.ascontiguousarray(rows, dtype=dtype)
+
+
+def unit_rows(rows):
+    """Rows projected on the unit sphere; a zero row, which has no direction, stays zero.
+
+    Sparse rows stay sparse (CSR); dense rows keep their dtype.
+    """
+    if sp.issparse(rows):
+        return normalize(rows.tocsr(), copy=True)
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    return rows / np.where(norms > 0, norms, 1)
+
+
+def stored_bytes(rows):
+    """The memory a block of rows takes as it is stored (the non-zeros and their indices when sparse)."""
+    if sp.issparse(rows):
+        rows = rows.tocsr()
+        return rows.data.nbytes + rows.indices.nbytes + rows.indptr.nbytes
+    return np.asarray(rows).nbytes
 
 
 def unit_terms(rows, centers, offset, scale):

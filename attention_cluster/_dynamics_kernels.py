@@ -23,10 +23,9 @@ temperature ``beta``; the attention of token i on token j is
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-import scipy.sparse as sp
 from numba import njit
 
-from ._passes import one_blas_thread
+from ._passes import dense_block, one_blas_thread, row_major
 
 # Logits per tile (queries x keys): 2^18 entries (2 MB in float64) stay in
 # cache between the two products and the exponential, and make each tile's
@@ -161,8 +160,7 @@ def attention(queries, keys, values, beta, block_rows=None, n_threads=1):
     out : ndarray of shape (n, d_v)
     log_norm : ndarray of shape (n,)
     """
-    sparse = sp.issparse(queries)
-    queries = queries.tocsr() if sparse else np.ascontiguousarray(queries)
+    queries = row_major(queries)
     dtype = queries.dtype
     n, m = queries.shape[0], keys.shape[0]
     keys_t = np.ascontiguousarray((beta * np.asarray(keys, dtype=np.float64)).T, dtype=dtype)
@@ -178,7 +176,7 @@ def attention(queries, keys, values, beta, block_rows=None, n_threads=1):
         # every n_tasks-th block; the blocks do not depend on the number of threads
         for lo in blocks[task::n_tasks]:
             hi = min(lo + rows, n)
-            q = queries[lo:hi].toarray() if sparse else queries[lo:hi]
+            q = dense_block(queries[lo:hi], dtype)
             _attend_block(q, keys_t, values, out[lo:hi], log_norm[lo:hi])
 
     n_tasks = max(1, min(n_threads, len(blocks)))

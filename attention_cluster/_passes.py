@@ -83,6 +83,7 @@ __all__ = [
     "SparseRows",
     "one_blas_thread",
     "dense_block",
+    "row_major",
     "rows_from",
     "stored_bytes",
     "unit_rows",
@@ -1409,6 +1410,12 @@ def dense_block(rows, dtype):
     if sp.issparse(rows):
         rows = rows.toarray()
     return np.ascontiguousarray(rows, dtype=dtype)
+
+
+def row_major(rows):
+    """The rows in row-major storage (CSR when sparse, C-contiguous when dense),
+    so that a block of rows is a slice of contiguous memory."""
+    return rows.tocsr() if sp.issparse(rows) else np.ascontiguousarray(rows)
 
 
 def unit_rows(rows):

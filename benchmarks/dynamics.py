@@ -71,7 +71,7 @@ PEERS = {
 }
 
 
-@njit(cache=True, fastmath=FASTMATH, nogil=True)
+@njit(fastmath=FASTMATH, nogil=True)
 def scalar_attention_rows(queries, keys_t, values_t, beta, start, stop, out, log_norm):
     """The earlier kernel: per query, a scalar walk over all keys (math.md section 8)."""
     d, n = keys_t.shape

@@ -105,7 +105,7 @@ def main(quick=False, out=None):
         minutes=(time.perf_counter() - started) / 60,
         quick=quick,
     )
-    save("many_clusters", payload, Path(out) if out else None)
+    save("many_clusters", payload, **({"directory": Path(out)} if out else {}))
     docs = Path(out) if out else ROOT / "docs"
     docs.mkdir(parents=True, exist_ok=True)
     (docs / "many_clusters.md").write_text(page(payload))

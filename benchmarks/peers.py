@@ -49,11 +49,7 @@ NOISE = {"separated": 0.2, "weak": 0.35, "unclusterable": 0.5}
 # (n, d, K, noise name, dtype): the K sweep at d = 384 (float32, as
 # embeddings are), the d sweep at K = 10 (float64), and cells at n = 1e6.
 CELLS = (
-    [
-        (100_000, 384, K, noise, "float32")
-        for K in (2, 10, 50)
-        for noise in ("separated", "weak")
-    ]
+    [(100_000, 384, K, noise, "float32") for K in (2, 10, 50) for noise in ("separated", "weak")]
     + [
         (100_000, d, 10, noise, "float64")
         for d in (10, 64, 384, 768)

@@ -18,8 +18,8 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from ._choose_k import count_clusters
-from ._mixture import LinearisedEM, OnlineEM
-from ._model import MIN_VARIANCE, SphericalMixture
+from ._mixture import LinearisedEM, OnlineEM, mixture_parameters
+from ._model import SphericalMixture
 from ._passes import one_blas_thread, rows_from, unit_terms
 from ._plan import fit_plan, predict_rule, resolve_methods
 from ._validation import (
@@ -646,15 +646,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             )
         stream = copy.deepcopy(self._stream)
         p = stream.update(unit)
-        mixture = SphericalMixture(
-            centers=p.U.T.copy(),
-            radii=np.array(p.radii, dtype=np.float64),
-            variance=max(
-                p.variance, MIN_VARIANCE * (np.trace(stream.moment) / rows.n_features or 1.0)
-            ),
-            log_weights=np.array(p.log_pi, dtype=np.float64),
-            offset=result.mean,
-            scale=result.scale,
+        mixture = SphericalMixture.from_heads(
+            p.U, p.radii, p.variance, p.log_pi, np.trace(stream.moment), result.mean, result.scale
         )
         labels = rows.labels(*predict_rule(mixture.centers, mixture, result.mean))
         self._stream = stream
@@ -883,7 +876,7 @@ def _new_stream(result):
     radii = None
     if result.free_norms:
         radii = result.mixture.radii
-    n_parameters = d * K + 2 + K + (0 if radii is None else K - 1)
+    n_parameters = mixture_parameters(d, K, free=radii is not None)
     stream = LinearisedEM if n_parameters <= _LINEARISED_MAX_PARAMETERS else OnlineEM
     return stream(result.centers.T, result.weights, result.noise, radii)
 

@@ -65,6 +65,25 @@ class SphericalMixture:
     offset: np.ndarray
     scale: float
 
+    @classmethod
+    def from_heads(cls, heads, radii, variance, log_weights, mean_sq, offset, scale):
+        """The mixture of the EM's parameters: heads as columns (d x K), tau^2 floored.
+
+        The one variance floor: ``MIN_VARIANCE`` times the rows' mean squared
+        norm per feature ``mean_sq / d`` at unit scale (times 1 for all-zero
+        rows, whose scale is 1).
+        """
+        heads = np.asarray(heads, dtype=np.float64)
+        d = heads.shape[0]
+        return cls(
+            centers=heads.T.copy(),
+            radii=np.array(radii, dtype=np.float64),
+            variance=max(float(variance), MIN_VARIANCE * (mean_sq / d or 1.0)),
+            log_weights=np.array(log_weights, dtype=np.float64),
+            offset=offset,
+            scale=scale,
+        )
+
     # -- the parameters in the data's units ---------------------------------
 
     @property

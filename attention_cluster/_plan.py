@@ -335,13 +335,8 @@ def _fit_once(given, prepared, params, init, centre, tuning):
             rows = (given.centred(prepared.full_mean) if centre else given).rescaled(spectrum.scale)
             heads, mean_sq = basis @ best.heads, rows.norm_moments()[0]
         fit = _refine(params, rows, spectrum, heads, settings, rng, mean_sq, given, tuning, seeds)
-        mixture = SphericalMixture(
-            centers=fit.heads.T.copy(),
-            radii=np.array(fit.radii, dtype=np.float64),
-            variance=max(fit.variance, MIN_VARIANCE * (mean_sq / rows.n_features or 1.0)),
-            log_weights=_log(fit.weights),
-            offset=mean,
-            scale=spectrum.scale,
+        mixture = SphericalMixture.from_heads(
+            fit.heads, fit.radii, fit.variance, _log(fit.weights), mean_sq, mean, spectrum.scale
         )
         centers = mixture.centers
         moment_heads = _moment_heads(rows, unit, spectrum, centers)

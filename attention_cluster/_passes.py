@@ -237,11 +237,14 @@ class DenseRows(_Rows):
         ``s``: every pass sees ``x / s``.
     n_threads : int or None, default=None
         Threads of the pool; None: the cores this process may use.
+    pool : _Pool or None, default=None
+        A pool to share (a subsample's passes run on its parent's threads);
+        None: a pool of ``n_threads`` of its own.
     """
 
     in_memory = True
 
-    def __init__(self, X, sample_weight=None, scale=1.0, n_threads=None):
+    def __init__(self, X, sample_weight=None, scale=1.0, n_threads=None, pool=None):
         self._X = X
         self.sample_weight = (
             None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
@@ -254,7 +257,7 @@ class DenseRows(_Rows):
             if self.sample_weight is None
             else float(np.sum(self.sample_weight))
         )
-        self._pool = _Pool(usable_threads(n_threads))
+        self._pool = _Pool(usable_threads(n_threads)) if pool is None else pool
         self._bounds = _chunk_bounds(self.n_samples, _chunk_rows(self.n_features))
         self._cum_weights = None
         # The rows are X - _offset (see centred); an empty offset is none.
@@ -505,8 +508,9 @@ class DenseRows(_Rows):
         drawn with that probability, independently), from the prepared draw
         (:meth:`prepare_subsamples`) or from one seeded by ``rng``. Returns
         ``self`` when ``n_samples <= size``; otherwise a :class:`DenseRows`
-        on the float64 copy of those rows, with the same scale, run on one
-        thread (it is small).
+        on the float64 copy of those rows, with the same scale, whose passes
+        run on this one's thread pool (by the same chunks whatever the
+        threads, so the sums do not depend on them).
         """
         if self.n_samples <= size:
             return self
@@ -515,7 +519,7 @@ class DenseRows(_Rows):
         rows = np.take(self._X, idx, axis=0)
         if self._offset.size:
             rows -= self._offset
-        return DenseRows(np.asarray(rows, dtype=np.float64), weight, self.scale, n_threads=1)
+        return DenseRows(np.asarray(rows, dtype=np.float64), weight, self.scale, pool=self._pool)
 
     def project(self, V):
         """``(X / s) V`` for V of shape (d, K): an (n, K) array, by chunks (no float64 copy of X)."""

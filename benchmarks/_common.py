@@ -16,6 +16,9 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from attention_cluster import AttentionClustering
+from attention_cluster._passes import DenseRows
+
 RESULTS = Path(__file__).resolve().parent / "results"
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -194,3 +197,36 @@ def quick_cli(doc, main, **options):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         main(args.quick, args.out, **{name: getattr(args, name) for name in options})
+
+
+def where_passes_go(X, K, warm=True):
+    """One default fit with every pass of the pass layer logged: ``{pass: [count, ms]}``.
+
+    A pass over all rows is logged under its method's name; passes over
+    subsamples are added up under "subsample passes". ``warm``: fit once
+    unlogged first (Numba's kernels loaded).
+    """
+    log = {}
+    original = DenseRows._map
+
+    def logged(self, fn):
+        start = time.perf_counter()
+        out = original(self, fn)
+        seconds = time.perf_counter() - start
+        name = sys._getframe(1).f_code.co_name
+        key = name if self.n_samples == X.shape[0] else "subsample passes"
+        entry = log.setdefault(key, [0, 0.0])
+        entry[0] += 1
+        entry[1] += seconds * 1e3
+        return out
+
+    if warm:
+        AttentionClustering(K, random_state=0).fit(X)
+    DenseRows._map = logged
+    try:
+        start = time.perf_counter()
+        AttentionClustering(K, random_state=0).fit(X)
+        total = (time.perf_counter() - start) * 1e3
+    finally:
+        DenseRows._map = original
+    return {"fit_ms": total, "passes": log}

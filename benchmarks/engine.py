@@ -22,9 +22,7 @@ Writes benchmarks/results/engine.json and docs/performance.md.
 """
 
 import multiprocessing
-import sys
 import threading
-import time
 import warnings
 from pathlib import Path
 
@@ -39,6 +37,7 @@ from _common import (
     save,
     side_by_side,
     verdict,
+    where_passes_go,
 )
 from sklearn.cluster import KMeans
 
@@ -234,37 +233,6 @@ def float32(n, seeds, repeats):
             }
         )
     return out
-
-
-def where_passes_go(X, K):
-    """One default fit with every pass of the pass layer logged: ``{pass: [count, ms]}``.
-
-    A pass over all rows is logged under its method's name; passes over
-    subsamples are added up under "subsample passes".
-    """
-    log = {}
-    original = DenseRows._map
-
-    def logged(self, fn):
-        start = time.perf_counter()
-        out = original(self, fn)
-        seconds = time.perf_counter() - start
-        name = sys._getframe(1).f_code.co_name
-        key = name if self.n_samples == X.shape[0] else "subsample passes"
-        entry = log.setdefault(key, [0, 0.0])
-        entry[0] += 1
-        entry[1] += seconds * 1e3
-        return out
-
-    AttentionClustering(K, random_state=0).fit(X)  # warm
-    DenseRows._map = logged
-    try:
-        start = time.perf_counter()
-        AttentionClustering(K, random_state=0).fit(X)
-        total = (time.perf_counter() - start) * 1e3
-    finally:
-        DenseRows._map = original
-    return {"fit_ms": total, "passes": log}
 
 
 def main(quick=False, out=None):

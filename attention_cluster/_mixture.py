@@ -346,15 +346,64 @@ class _NewtonSystem:
         eps = self.eps / size
         return y - (_em_map(self.sub, self.p, self.v + eps * y) - self.g) / eps
 
+    def solve(self, r, rtol):
+        """``(x, reached)``: x with ``||(I - J) x - r|| <= rtol ||r||`` when
+        ``reached`` (else GMRES's best), or ``(None, False)``."""
+        x, info = gmres(self.operator, r, rtol=rtol, atol=0.0, restart=min(r.size, 40), maxiter=1)
+        if info < 0 or not np.all(np.isfinite(x)):
+            return None, False
+        return x, info == 0
+
+
+class _SplitNewton:
+    """Newton's step as the mean of two, each with the Jacobian of one half of the rows.
+
+    The step's error comes mostly from the Jacobian's sampling error, which
+    is independent between two disjoint halves of the subsample
+    (:meth:`~._passes._Rows.halves`); each half's step errs about twice as
+    much in variance as a step with the Jacobian of all the subsample's rows,
+    their mean as much as it, and ``||x_1 - x_2||^2 / 4`` estimates the mean's
+    squared error on the heads (the split-half estimate of a sampling
+    variance; ``math.md`` section 7). GMRES's own error, at most its
+    relative residual (``_SPLIT_RTOL``) times ``||x|| (1 + rho) / (1 - rho)``
+    (``||(I - J)^-1|| <= 1 / (1 - rho)``, rho the EM map's rate), is added.
+    The split-half estimate is taken twice (``_SPLIT_SAFETY``): one draw's
+    estimate scatters by a factor of a few either way around the error
+    (``tests/test_mixture.py``), and the stop asks for a squared error of
+    ``tol`` (a thousandth) of the estimator's own, so that an error a few
+    times the estimate still leaves the fit within a hundredth of it.
+    Rows not in memory, or too few to halve: one system on all of them, and
+    no estimate (infinity).
+    """
+
+    def __init__(self, sub, p, rho):
+        data = sub.data
+        if data.in_memory and data.n_samples >= 2 * _MIN_HALF_ROWS:
+            self.systems = [
+                _NewtonSystem(_EM(half, float(half.norm_moments()[0])), p) for half in data.halves()
+            ]
+        else:
+            self.systems = [_NewtonSystem(sub, p)]
+        self.n_heads = p.U.size
+        self.amplification = (1.0 + rho) / (1.0 - rho)
+
     def solve(self, r):
-        """x with ``||(I - J) x - r|| <= _NEWTON_RTOL ||r||`` (or GMRES's best), or None."""
-        x, info = gmres(
-            self.operator, r, rtol=_NEWTON_RTOL, atol=0.0, restart=min(r.size, 40), maxiter=1
-        )
-        return x if info >= 0 and np.all(np.isfinite(x)) else None
+        """``(x, error)``: the step and its estimated squared error on the heads, or (None, None)."""
+        rtol = _SPLIT_RTOL if len(self.systems) == 2 else _NEWTON_RTOL
+        solved = [system.solve(r, rtol) for system in self.systems]
+        if any(x is None for x, _ in solved):
+            return None, None
+        steps = [x for x, _ in solved]
+        x = np.mean(steps, axis=0)
+        if len(steps) == 1 or not all(reached for _, reached in solved):
+            return x, np.inf
+        heads = slice(0, self.n_heads)
+        spread = float(np.sum((steps[0][heads] - steps[1][heads]) ** 2)) / 4.0
+        gmres = (rtol * self.amplification * float(np.linalg.norm(x))) ** 2
+        return x, _SPLIT_SAFETY * spread + gmres
 
 
-def _newton_em(em, p0, sub, p_sub, tol, max_iter, rho, report):
+def _newton_em(em, p0, sub, p_sub, tol, max_iter, rho, report, n_stage=None):
     """Newton iterations on all rows for the fixed point of EM; ``(params, converged, rho)``.
 
     The maximum on all rows is the fixed point of the EM map G: ``G(v) =
@@ -371,7 +420,14 @@ def _newton_em(em, p0, sub, p_sub, tol, max_iter, rho, report):
     step. It stops when the estimated distance of the new iterate to the
     fixed point, ``c / (1 - c)`` times the step on the heads, is below
     ``sqrt(tol)`` standard errors, or when a step gains less than ``10 tol``
-    nats, as :func:`_run_em` does.
+    nats, as :func:`_run_em` does. It also stops, without the E step at its
+    end, after a step whose error estimated from two halves of the
+    Jacobian's rows (:class:`_SplitNewton`) is below ``sqrt(tol)`` standard
+    errors, when the step is within ``sqrt(_SPLIT_TRUST)`` standard errors
+    of the fit on the stage's subsample of ``n_stage`` rows (inflated by
+    ``1 / (1 - rho)``): there the EM map is close to linear and the
+    Jacobian's sampling error is the step's error; on well-separated
+    clusters one E step on all rows then suffices.
     """
     v_sub = p_sub.vector()
     S, counts, ll = em.expect(p0)
@@ -381,19 +437,28 @@ def _newton_em(em, p0, sub, p_sub, tol, max_iter, rho, report):
     if not np.all(np.isfinite(v_sub)):
         # A head that no point takes (log pi = -inf): no derivative there.
         return _run_em(em, p, tol, max_iter - 1, rho, report)
-    solver = _NewtonSystem(sub, p_sub)
+    solver = _SplitNewton(sub, p_sub, rho)
     rate, previous = 0.5, None
     while em.passes - start < max_iter:
         p_em = em.maximize(S, counts, p)
         residual = p_em.vector() - p.vector()
-        step = solver.solve(residual) if np.all(np.isfinite(residual)) else None
+        step, error = solver.solve(residual) if np.all(np.isfinite(residual)) else (None, None)
         candidate = None if step is None else p.from_vector(p.vector() + step, em.floor)
         if candidate is None:
             return _run_em(em, p_em, tol, max_iter - (em.passes - start), rho, report)
         moved = float(np.sum((candidate.U - p.U) ** 2))
         if previous is not None and previous > 0.0:
             rate = min(float(np.sqrt(moved / previous)), 0.9)
-        if moved * (rate / (1.0 - rate)) ** 2 <= tol * standard_error(candidate, em.n_effective):
+        se = tol * standard_error(candidate, em.n_effective)
+        if moved * (rate / (1.0 - rate)) ** 2 <= se:
+            return candidate, True, rho
+        # The step's estimated error is trusted for a step within the
+        # statistical error of the subsample's fit, where the EM map is
+        # close to linear: a larger one is checked by the next E step.
+        within = n_stage is not None and moved <= _SPLIT_TRUST * standard_error(p, n_stage) / (
+            1.0 - rho
+        )
+        if within and error <= se:
             return candidate, True, rho
         S1, counts1, ll1 = em.expect(candidate)
         if ll1 < ll - 1e-12 * (1.0 + abs(ll)):
@@ -410,6 +475,19 @@ def _newton_em(em, p0, sub, p_sub, tol, max_iter, rho, report):
 # Relative residual of the GMRES solve of each Newton step: the Jacobian is
 # the subsample's, off by its sampling error, so a closer solve buys nothing.
 _NEWTON_RTOL = 1e-2
+
+# Fewest rows in each half of the Jacobian's rows (_SplitNewton), and the
+# relative residual of each half's GMRES solve: closer than _NEWTON_RTOL, so
+# that the solve's error stays below the statistical stop.
+_MIN_HALF_ROWS = 1024
+_SPLIT_RTOL = 1e-4
+_SPLIT_SAFETY = 2.0
+
+# Largest first Newton step, in squared standard errors of the subsample's
+# fit (inflated by 1 / (1 - rho) where the clusters overlap), whose
+# estimated error _newton_em trusts without an E step at its end: 3
+# standard errors.
+_SPLIT_TRUST = 9.0
 
 
 # Smallest gain of total log-likelihood (nats) worth another EM pass, per
@@ -581,7 +659,9 @@ def refine_heads(
     else:
         rows = sub_em.data.subsample(rng, max(_JACOBIAN_ROWS, _ROWS_PER_PARAMETER * n_parameters))
         jacobian_em = _EM(rows, float(rows.norm_moments()[0]))
-        p, converged, rho = _newton_em(em, p, jacobian_em, p, tol, max_iter, rho, report)
+        p, converged, rho = _newton_em(
+            em, p, jacobian_em, p, tol, max_iter, rho, report, n_stage=sub_em.n_effective
+        )
     if norms == "auto" and K > 1 and not p.free:
         at, S, counts = em.last
         gain = free_norm_gain(S, counts, at.variance) * em.n_effective / em.total

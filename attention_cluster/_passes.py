@@ -188,6 +188,15 @@ class _Rows:
         idx, keys = draw.taken
         return idx[keys < np.float32(fraction)]
 
+    def halves(self):
+        """The rows at even and at odd positions, for the backends in memory.
+
+        Of a subsample (rows drawn independently, kept in their order), two
+        disjoint subsamples of half its size, independent of each other.
+        """
+        idx = np.arange(self.n_samples)
+        return self._taken(idx[0::2]), self._taken(idx[1::2])
+
     def __enter__(self):
         return self
 
@@ -514,7 +523,10 @@ class DenseRows(_Rows):
         """
         if self.n_samples <= size:
             return self
-        idx = self._subsample_indices(rng, size)
+        return self._taken(self._subsample_indices(rng, size))
+
+    def _taken(self, idx):
+        """The rows ``idx`` (centred) as a float64 :class:`DenseRows` on this pool."""
         weight = None if self.sample_weight is None else self.sample_weight[idx]
         rows = np.take(self._X, idx, axis=0)
         if self._offset.size:
@@ -1323,7 +1335,10 @@ class SparseRows(_Rows):
         """As :meth:`DenseRows.subsample`: a :class:`SparseRows` on about ``size`` rows."""
         if self.n_samples <= size:
             return self
-        idx = self._subsample_indices(rng, size)
+        return self._taken(self._subsample_indices(rng, size))
+
+    def _taken(self, idx):
+        """The rows ``idx`` as a :class:`SparseRows` with the same offset and scale."""
         weight = None if self.sample_weight is None else self.sample_weight[idx]
         return SparseRows(self._X[idx], weight, self.scale, self.offset)
 

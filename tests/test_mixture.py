@@ -491,6 +491,60 @@ def test_newton_falls_back_to_em_when_a_step_loses_likelihood(monkeypatch, globa
     assert np.all(np.diff(fit.log_likelihood) >= -1e-12 * np.abs(fit.log_likelihood[1:]))
 
 
+def _first_split_steps(monkeypatch, noise, seeds):
+    # Each seed's first Newton step on all rows: (estimated squared error of
+    # the heads, without the safety factor; actual squared distance of the
+    # step's end to the maximum; that maximum's squared standard error).
+    recorded = []
+    solve = mixture._SplitNewton.solve
+
+    def recording(self, r):
+        x, error = solve(self, r)
+        recorded.append((self, r, x))
+        return x, error
+
+    monkeypatch.setattr(mixture._SplitNewton, "solve", recording)
+    out = []
+    for seed in seeds:
+        recorded.clear()
+        X, C = _newton_problem(seed, noise)
+        _refined(X, C, noise=noise, random_state=seed)
+        solver, r, x = recorded[0]
+        steps = [system.solve(r, mixture._SPLIT_RTOL)[0] for system in solver.systems]
+        heads = slice(0, solver.n_heads)
+        spread = float(np.sum((steps[0][heads] - steps[1][heads]) ** 2)) / 4.0
+        best, em = _plain_maximum(X, C, noise)
+        # The step's end, as _newton_em forms it from the subsample's fit.
+        start = solver.systems[0].p
+        end = start.from_vector(start.vector() + x, em.floor)
+        se2 = mixture.standard_error(best, em.n_effective)
+        out.append((spread, float(np.sum((end.U - best.U) ** 2)), se2))
+    return out
+
+
+@pytest.mark.parametrize("noise", [0.4, 1.0])
+def test_split_half_estimate_tracks_the_newton_steps_error(monkeypatch, noise):
+    # _SplitNewton: ||x_1 - x_2||^2 / 4 estimates the squared error of the
+    # mean step on the heads (the Jacobian's sampling error). One draw's
+    # estimate scatters by a factor of a few either way; over ten draws its
+    # median is within a factor 5 of the actual error's (halves that shared
+    # their rows would give 0, a wrong scale a factor 4 or 16 more).
+    out = _first_split_steps(monkeypatch, noise, range(10))
+    spread, actual, _ = (np.array(v) for v in zip(*out))
+    assert 1 / 5 < np.median(spread) / np.median(actual) < 5
+
+
+def test_one_pass_over_all_rows_when_the_first_step_is_resolved(global_random_seed):
+    # Well-separated clusters: the first Newton step's estimated error is
+    # below sqrt(tol) standard errors, and the refinement stops there, one E
+    # step on all rows, within a tenth of a standard error of the maximum.
+    X, C = _newton_problem(global_random_seed, 0.3)
+    fit = _refined(X, C, noise=0.3, random_state=global_random_seed)
+    assert fit.converged and fit.n_iter == 1
+    best, em = _plain_maximum(X, C, 0.3)
+    assert np.sum((fit.heads - best.U) ** 2) < 0.01 * mixture.standard_error(best, em.n_effective)
+
+
 # --- Stopping rules ----------------------------------------------------------
 
 

@@ -336,3 +336,20 @@ def test_a_centred_fit_never_copies_X():
     finally:
         tracemalloc.stop()
     assert peak < 0.5 * X.nbytes
+
+
+@pytest.mark.parametrize("kind", ["dense", "sparse"])
+def test_halves_are_the_even_and_odd_rows_as_the_passes_see_them(kind, global_random_seed):
+    # _Rows.halves: two disjoint halves whose passes are those of the even
+    # and odd rows, centred and scaled as the whole.
+    rng = np.random.default_rng(global_random_seed)
+    X = rng.standard_normal((9, 4))
+    w = rng.uniform(0.5, 2.0, 9)
+    mean = X.mean(axis=0)
+    rows = rows_of(sp.csr_matrix(X) if kind == "sparse" else X, sample_weight=w)
+    rows = rows.centred(mean).rescaled(2.0)
+    even, odd = rows.halves()
+    for half, part in ((even, slice(0, None, 2)), (odd, slice(1, None, 2))):
+        np.testing.assert_allclose(half.sample_weight, w[part])
+        V = rng.standard_normal((4, 2))
+        np.testing.assert_allclose(half.project(V), (X[part] - mean) / 2.0 @ V, atol=1e-12)

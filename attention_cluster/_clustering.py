@@ -225,9 +225,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         The number of clusters fitted: ``n_clusters``, or the K chosen when
         it is ``"auto"``.
     n_clusters_scores_ : dict of int to int
-        Only with ``n_clusters="auto"``: the criterion's curve, for each K
-        the longest run of the dynamics' steps that held K clusters
-        (plotted by :func:`~attention_cluster.plot_n_clusters_scores`).
+        Only with ``n_clusters="auto"``: the curve of its first stage, for
+        each K the longest run of the dynamics' steps that held K clusters
+        (plotted by :func:`~attention_cluster.plot_n_clusters_scores`); the
+        silhouettes of the second stage are ``choose_n_clusters(...).silhouettes``.
     cluster_centers_ : ndarray of shape (n_clusters, n_features)
         The heads, unit rows, each signed so that the points of its cluster
         project positively on it.

@@ -73,6 +73,19 @@ def test_sphere_silhouette_matches_the_loop_reference(seed):
     )
 
 
+@pytest.mark.parametrize("kind", ["dense", "csr"])
+def test_sphere_silhouette_matches_scikit_learn(kind):
+    from sklearn.metrics import silhouette_score
+
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((200, 6)) + 3 * np.eye(6)[rng.integers(0, 4, 200)]
+    labels = np.argmax(X, axis=1) % 4
+    data = sp.csr_matrix(X) if kind == "csr" else X
+    assert sphere_silhouette(data, labels) == pytest.approx(
+        silhouette_score(X, labels, metric="cosine"), abs=1e-12
+    )
+
+
 def test_sphere_silhouette_undefined_for_one_cluster_or_all_singletons():
     X = np.random.default_rng(0).standard_normal((5, 3))
     assert sphere_silhouette(X, np.zeros(5, dtype=int)) is None

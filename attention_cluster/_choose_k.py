@@ -1,16 +1,19 @@
-"""Choosing the number of clusters by the self-attention dynamics' clock.
+"""Choosing the number of clusters: the dynamics' clock, then the silhouette of its neighbours.
 
-``choose_n_clusters`` reads K off :class:`SelfAttentionDynamics` run on (a
-subsample of) the rows, then fits :class:`AttentionClustering` at that K.
-The dynamics' number of clusters along its steps is a staircase of
-metastable states; the state it clusters is the last of the longest plateau
-(``docs/math.md`` section 8, "Stopping time"), and the plateau's length is
-the criterion: the curve ``scores`` gives, for each K, the longest run of
-steps that held K clusters. Groups of fewer than ``min_cluster_size`` of the
-rows are outliers, not clusters, and are not counted (section 8,
-"Clusters"). The choice and its peers are measured on labelled real data and
-on the paper's mixtures in ``benchmarks/choose_k.py`` (the "Choosing K"
-page).
+``count_clusters`` reads a first K off :class:`SelfAttentionDynamics` run on
+(a subsample of) the rows: the number of clusters of the dynamics' longest
+plateau (``docs/math.md`` section 8, "Stopping time"; the curve ``scores``
+gives, for each K, the longest run of steps that held K clusters). Groups of
+fewer than ``min_cluster_size`` of the rows are outliers, not clusters, and
+are not counted (section 8, "Clusters"). The dynamics is often one off on
+real data, so :class:`AttentionClustering` is fitted at that K and at its
+two neighbours, and each fit's labels of the dynamics' rows are scored by
+their silhouette on the sphere (Rousseeuw, J. Comput. Appl. Math. 1987,
+with the cosine distance, the dynamics' geometry): a neighbour replaces the
+dynamics' K only when its silhouette is higher by more than
+``SILHOUETTE_MARGIN``. The fit at the chosen K is the one kept. The choice
+and its peers are measured on labelled real data and on the paper's
+mixtures in ``benchmarks/choose_k.py`` (the "Choosing K" page).
 """
 
 import numbers
@@ -18,12 +21,15 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.preprocessing import normalize
 from sklearn.utils import check_random_state
 
 from ._dynamics import SelfAttentionDynamics
 from ._passes import rows_from
+from ._plan import predict_rule
 from ._validation import check_positive, warn
 
 # Inverse temperature of the dynamics on the unit sphere (its default).
@@ -34,6 +40,11 @@ MIN_CLUSTER_SIZE = 0.02
 MAX_SAMPLES = 2000
 # Largest K tried by default (at most the number of rows).
 MAX_CLUSTERS = 50
+# A neighbour of the dynamics' K is chosen only when its mean silhouette is
+# higher by more than this (on the silhouette's scale of -1 to 1): chosen on
+# the tuning part of the real-data panel of benchmarks/choose_k.py, whose
+# page lists the silhouettes compared.
+SILHOUETTE_MARGIN = 0.05
 
 
 @dataclass(frozen=True)
@@ -47,12 +58,16 @@ class ClusterCount:
     scores : dict of int to int
         For each K of the range, the longest run of steps of the dynamics
         that held K clusters (0 for a K it never held).
+    silhouettes : dict of int to float
+        The mean silhouette, on the sphere, of the fits at the dynamics' K
+        and at its neighbours (the K compared).
     model : AttentionClustering
         The estimator fitted at ``n_clusters``.
     """
 
     n_clusters: int
     scores: dict
+    silhouettes: dict
     model: object
 
 
@@ -71,6 +86,61 @@ def plateau_lengths(path, n_tokens):
     return lengths
 
 
+def sphere_silhouette(tokens, labels):
+    """Mean silhouette of ``labels`` on the rows ``tokens`` with the cosine
+    distance ``1 - <u_i, u_j>``, ``u = x / |x|`` (Rousseeuw 1987):
+
+        s_i = (b_i - a_i) / max(a_i, b_i),
+
+    a_i the mean distance from row i to the other rows of its cluster c,
+    b_i the smallest mean distance to the rows of another cluster; s_i = 0
+    for a row alone in its cluster. Both means are linear in u_i, so with
+    the sums S_k = sum_{j in k} u_j and the sizes n_k they cost O(m d K),
+    not O(m^2 d):
+
+        a_i = (n_c - 1 - <u_i, S_c> + |u_i|^2) / (n_c - 1),
+        mean distance to cluster k != c = 1 - <u_i, S_k> / n_k.
+
+    None when the labels do not hold 2 to m - 1 clusters (the silhouette is
+    then undefined). ``tokens`` may be sparse.
+    """
+    m = tokens.shape[0]
+    _, labels = np.unique(labels, return_inverse=True)
+    K = int(labels.max()) + 1
+    if not 2 <= K <= m - 1:
+        return None
+    U = normalize(tokens)
+    members = sp.csr_matrix((np.ones(m), (labels, np.arange(m))), shape=(K, m))
+    sums = np.asarray((members @ U).todense() if sp.issparse(U) else members @ U)
+    counts = np.bincount(labels, minlength=K).astype(np.float64)
+    cosines = np.asarray(U @ sums.T)
+    rows = np.arange(m)
+    own = counts[labels]
+    self_cosine = (
+        np.asarray(U.multiply(U).sum(axis=1)).ravel() if sp.issparse(U) else (U * U).sum(axis=1)
+    )
+    a = (own - 1 - cosines[rows, labels] + self_cosine) / np.maximum(own - 1, 1)
+    others = 1.0 - cosines / counts
+    others[rows, labels] = np.inf
+    b = others.min(axis=1)
+    top = np.maximum(a, b)
+    s = np.where((own > 1) & (top > 0), (b - a) / np.where(top > 0, top, 1.0), 0.0)
+    return float(np.mean(s))
+
+
+def choose_by_silhouette(k_dynamics, silhouettes, margin=SILHOUETTE_MARGIN):
+    """The dynamics' K, or the neighbour whose silhouette beats it by more than ``margin``.
+
+    ``silhouettes`` maps each K compared to its silhouette (None where
+    undefined). With no silhouette at the dynamics' K, the neighbour with
+    the highest one, if any.
+    """
+    own = silhouettes.get(k_dynamics)
+    bar = -np.inf if own is None else own + margin
+    better = {k: s for k, s in silhouettes.items() if s is not None and s > bar}
+    return max(better, key=better.get) if better else k_dynamics
+
+
 def _tokens(rows, size, rng):
     """At most ``size`` rows of the data, as given, for the dynamics: distinct
     rows drawn uniformly (all of them when there are fewer), or, with sample
@@ -87,6 +157,7 @@ def _as_given(block):
 
 def count_clusters(
     rows,
+    fit_at,
     *,
     random_state=None,
     n_threads=None,
@@ -95,13 +166,25 @@ def count_clusters(
     min_cluster_size=MIN_CLUSTER_SIZE,
     max_samples=MAX_SAMPLES,
 ):
-    """K and the plateau lengths by K, read off the dynamics on (a subsample of) ``rows``.
+    """K, the plateau lengths by K, the silhouettes compared and the fit at K.
 
     Runs ``SelfAttentionDynamics(beta=beta, min_cluster_size=min_cluster_size)``
     on at most ``max_samples`` rows; its number of clusters at the end of
-    the longest plateau of its clock is K (``docs/math.md`` section 8),
-    clipped to ``n_clusters_range`` (if outside, the K of the range held
-    longest). ``rows`` are pass-layer rows (``_passes.rows_from``) of any kind.
+    the longest plateau of its clock (``docs/math.md`` section 8), clipped
+    to ``n_clusters_range`` (if outside, the K of the range held longest),
+    is the dynamics' K. ``fit_at(k)`` returns ``(fit, (centers, gain,
+    bias))``, a fit at k and its labelling rule ``argmax_h gain_h <x, c_h>
+    + bias_h`` (``_plan.predict_rule``); it is called at the dynamics' K and
+    at its neighbours in the range, and :func:`choose_by_silhouette` picks
+    among them by the silhouette of each rule's labels of the dynamics'
+    rows. ``rows`` are pass-layer rows (``_passes.rows_from``) of any kind.
+
+    Returns
+    -------
+    n_clusters : int
+    scores : dict of int to int
+    silhouettes : dict of int to float or None
+    fit : the ``fit_at(n_clusters)`` fit
     """
     check_positive(max_samples, "max_samples", numbers.Integral, min_val=1, strict=False)
     n = rows.n_samples
@@ -129,7 +212,21 @@ def count_clusters(
     K = int(dynamics.n_clusters_)
     if K not in scores:
         K = max(scores, key=lambda k: (scores[k], -abs(k - K)))
-    return K, scores
+    m = tokens.shape[0]
+    fits, silhouettes, caught = {}, {}, {}
+    # A silhouette needs 2 to m - 1 clusters of the m rows it is taken on.
+    for k in (K, K - 1, K + 1):
+        if k in scores and k <= n and (k == K or 2 <= k < m):
+            # Only the warnings of the fit kept reach the caller.
+            with warnings.catch_warnings(record=True) as caught[k]:
+                warnings.simplefilter("always")
+                fits[k], (centers, gain, bias) = fit_at(k)
+            logits = gain * np.asarray(tokens @ centers.T) + bias
+            silhouettes[k] = sphere_silhouette(tokens, np.argmax(logits, axis=1))
+    K = choose_by_silhouette(K, silhouettes)
+    for w in caught[K]:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return K, scores, silhouettes, fits[K]
 
 
 def choose_n_clusters(
@@ -142,17 +239,18 @@ def choose_n_clusters(
     min_cluster_size=MIN_CLUSTER_SIZE,
     max_samples=MAX_SAMPLES,
 ):
-    """Choose K by the dynamics' longest plateau, and fit the estimator at K.
+    """Choose K by the dynamics' longest plateau and the silhouette of its neighbours; fit at K.
 
-    :func:`count_clusters` on X's rows, then a clone of ``estimator`` with
-    ``n_clusters=K`` fitted on X.
+    :func:`count_clusters` on X's rows, with clones of ``estimator`` at
+    ``n_clusters=k`` fitted on X for the K compared; the clone at the
+    chosen K is returned.
 
     Parameters
     ----------
     X : {array-like, sparse matrix}, dask array or dask DataFrame of shape (n_samples, n_features)
         Training data.
     estimator : AttentionClustering
-        Its parameters (other than ``n_clusters``) are those of the fit at K;
+        Its parameters (other than ``n_clusters``) are those of the fits;
         its ``random_state`` draws the subsample.
     n_clusters_range : iterable of int, default=None
         The K allowed; by default 1 to ``min(n_samples, 50)``.
@@ -163,18 +261,24 @@ def choose_n_clusters(
     min_cluster_size : float, default=0.02
         Fraction of the subsample's rows below which a group is not a cluster.
     max_samples : int, default=2000
-        Rows the dynamics runs on.
+        Rows the dynamics runs on, and the silhouettes are taken on.
 
     Returns
     -------
     ClusterCount
-        The chosen K, the plateau lengths by K and the fitted estimator.
+        The chosen K, the plateau lengths by K, the silhouettes compared
+        and the fitted estimator.
     """
-    model = clone(estimator)
-    params = model.get_params(deep=False)
-    with rows_from(model, X, reset=True, sample_weight=sample_weight) as rows:
-        K, scores = count_clusters(
+    params = estimator.get_params(deep=False)
+
+    def fit_at(k):
+        model = clone(estimator).set_params(n_clusters=k).fit(X, sample_weight=sample_weight)
+        return model, predict_rule(model.cluster_centers_, model.mixture_, model.mean_)
+
+    with rows_from(clone(estimator), X, reset=True, sample_weight=sample_weight) as rows:
+        K, scores, silhouettes, model = count_clusters(
             rows,
+            fit_at,
             random_state=params.get("random_state"),
             n_threads=params.get("n_threads"),
             n_clusters_range=n_clusters_range,
@@ -182,8 +286,7 @@ def choose_n_clusters(
             min_cluster_size=min_cluster_size,
             max_samples=max_samples,
         )
-    model.set_params(n_clusters=K).fit(X, sample_weight=sample_weight)
-    return ClusterCount(n_clusters=K, scores=scores, model=model)
+    return ClusterCount(n_clusters=K, scores=scores, silhouettes=silhouettes, model=model)
 
 
 def plot_n_clusters_scores(scores, n_clusters=None, ax=None):

@@ -87,10 +87,13 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     Parameters
     ----------
     n_clusters : int or "auto", default=2
-        Number of clusters K, and of attention heads. ``"auto"`` chooses K
-        by the self-attention dynamics' longest plateau on at most 2000 rows
-        (:func:`~attention_cluster.choose_n_clusters`; :mathmd:`8`) and fits
-        at that K: see ``n_clusters_`` and ``n_clusters_scores_``.
+        Number of clusters K, and of attention heads. ``"auto"`` takes the
+        K of the self-attention dynamics' longest plateau on at most 2000
+        rows (:mathmd:`8`), fits at that K and at its two neighbours, and
+        keeps a neighbour only when the silhouette of its labels on those
+        rows, on the sphere, is clearly higher
+        (:func:`~attention_cluster.choose_n_clusters`): see ``n_clusters_``
+        and ``n_clusters_scores_``.
     temperature : "auto" or float, default="auto"
         lambda > 0, applied to data divided by ``scale_``. ``"auto"``
         estimates the noise sigma from the second-moment spectrum and takes
@@ -222,9 +225,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         The number of clusters fitted: ``n_clusters``, or the K chosen when
         it is ``"auto"``.
     n_clusters_scores_ : dict of int to int
-        Only with ``n_clusters="auto"``: the criterion's curve, for each K
-        the longest run of the dynamics' steps that held K clusters
-        (plotted by :func:`~attention_cluster.plot_n_clusters_scores`).
+        Only with ``n_clusters="auto"``: the curve of its first stage, for
+        each K the longest run of the dynamics' steps that held K clusters
+        (plotted by :func:`~attention_cluster.plot_n_clusters_scores`); the
+        silhouettes of the second stage are ``choose_n_clusters(...).silhouettes``.
     cluster_centers_ : ndarray of shape (n_clusters, n_features)
         The heads, unit rows, each signed so that the points of its cluster
         project positively on it.
@@ -466,11 +470,19 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         with rows, one_blas_thread():
             if params.n_clusters == "auto":
                 rows.check_finite()
-                params.n_clusters, scores = count_clusters(
-                    rows, random_state=self.random_state, n_threads=self.n_threads
+
+                def fit_at(k):
+                    result = fit_plan(
+                        rows, SimpleNamespace(**{**vars(params), "n_clusters": k}), init
+                    )
+                    return result, predict_rule(result.centers, result.mixture, result.mean)
+
+                _, scores, _, result = count_clusters(
+                    rows, fit_at, random_state=self.random_state, n_threads=self.n_threads
                 )
-            check_n_samples(rows.n_samples, params.n_clusters)
-            result = fit_plan(rows, params, init)
+            else:
+                check_n_samples(rows.n_samples, params.n_clusters)
+                result = fit_plan(rows, params, init)
         self._write(result, rows.dtype)
         if scores is None:
             self.__dict__.pop("n_clusters_scores_", None)

@@ -35,7 +35,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import adjusted_rand_score
 from sklearn.mixture import GaussianMixture
 
-from attention_cluster import AttentionClustering, SelfAttentionDynamics
+from attention_cluster import AttentionClustering, SelfAttentionDynamics, choose_n_clusters
 from attention_cluster.datasets import make_mixture
 
 TRUE_K = 4
@@ -80,9 +80,20 @@ print(f"ARI of AttentionClustering at K = {best}: {adjusted_rand_score(y, fits[b
 # %%
 # The automatic choice
 # --------------------
-# *Where an automatic choice of K in AttentionClustering itself would join
-# this comparison*: the loop above is what it replaces, and its answer
-# would be one more marker on the BIC panel below.
+# ``AttentionClustering(n_clusters="auto")`` replaces the loop above: it
+# takes the dynamics' K (on at most 2000 rows), fits at that K and at its
+# two neighbours, and keeps a neighbour only when the silhouette of its
+# labels on the sphere is clearly higher (:doc:`/choose_k`, "The
+# criterion"). :func:`~attention_cluster.choose_n_clusters` returns the
+# silhouettes it compared.
+
+auto = AttentionClustering("auto", random_state=0).fit(X)
+choice = choose_n_clusters(X, AttentionClustering(random_state=0))
+print(
+    f'n_clusters="auto": K = {auto.n_clusters_}, ARI {adjusted_rand_score(y, auto.labels_):.2f}; '
+    "silhouettes compared: "
+    + ", ".join(f"K = {k}: {s:.3f}" for k, s in choice.silhouettes.items() if s is not None)
+)
 
 # %%
 # The criteria's curves
@@ -124,8 +135,9 @@ plt.show()
 # %%
 # How often each finds K
 # ----------------------
-# One data set proves little: :doc:`/choose_k` counts how often BIC finds
-# the true K over seeds and K = 2 to 6, and :doc:`/dynamics` does the same
+# One data set proves little: :doc:`/choose_k` counts how often BIC and
+# ``n_clusters="auto"`` find the true K over seeds and K = 2 to 6, and on a
+# panel of labelled real data sets against the peers; :doc:`/dynamics` does the same
 # for the dynamics, against MeanShift, HDBSCAN, DBSCAN and
 # AffinityPropagation. Both need clusters that are distinct directions:
 # the same caveats as :doc:`/user_guide/when_to_use`.

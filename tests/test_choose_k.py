@@ -14,7 +14,12 @@ from attention_cluster import (
     choose_n_clusters,
     plot_n_clusters_scores,
 )
-from attention_cluster._choose_k import plateau_lengths
+from attention_cluster._choose_k import (
+    SILHOUETTE_MARGIN,
+    choose_by_silhouette,
+    plateau_lengths,
+    sphere_silhouette,
+)
 from attention_cluster.datasets import make_mixture
 
 
@@ -40,6 +45,69 @@ def test_plateau_lengths_skip_the_initial_state():
     assert plateau_lengths([5, 5, 5, 3, 3, 2, 2, 2, 2, 3], 5) == {3: 2, 2: 4}
 
 
+def sphere_silhouette_reference(X, labels):
+    """Rousseeuw's silhouette by loops over the rows, with 1 - cos as the distance."""
+    U = X / np.linalg.norm(X, axis=1, keepdims=True)
+    D = 1.0 - U @ U.T
+    values = []
+    for i, k in enumerate(labels):
+        own = (labels == k) & (np.arange(len(X)) != i)
+        if not own.any():
+            values.append(0.0)
+            continue
+        a = D[i, own].mean()
+        b = min(D[i, labels == j].mean() for j in set(labels.tolist()) - {k})
+        values.append((b - a) / max(a, b))
+    return float(np.mean(values))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_sphere_silhouette_matches_the_loop_reference(seed):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((30, 4))
+    labels = rng.integers(0, 3, 30)
+    labels[:3] = [0, 1, 2]
+    labels[3] = 3  # a cluster of one row: s = 0
+    assert sphere_silhouette(X, labels) == pytest.approx(
+        sphere_silhouette_reference(X, labels), abs=1e-12
+    )
+
+
+@pytest.mark.parametrize("kind", ["dense", "csr"])
+def test_sphere_silhouette_matches_scikit_learn(kind):
+    from sklearn.metrics import silhouette_score
+
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((200, 6)) + 3 * np.eye(6)[rng.integers(0, 4, 200)]
+    labels = np.argmax(X, axis=1) % 4
+    data = sp.csr_matrix(X) if kind == "csr" else X
+    assert sphere_silhouette(data, labels) == pytest.approx(
+        silhouette_score(X, labels, metric="cosine"), abs=1e-12
+    )
+
+
+def test_sphere_silhouette_undefined_for_one_cluster_or_all_singletons():
+    X = np.random.default_rng(0).standard_normal((5, 3))
+    assert sphere_silhouette(X, np.zeros(5, dtype=int)) is None
+    assert sphere_silhouette(X, np.arange(5)) is None
+
+
+@pytest.mark.parametrize(
+    "silhouettes, expected",
+    [
+        ({3: 0.50, 2: 0.52, 4: 0.40}, 3),  # within the margin: the dynamics' K
+        ({3: 0.50, 2: 0.60, 4: 0.40}, 2),  # clearly higher: the neighbour
+        ({3: 0.50, 2: 0.60, 4: 0.70}, 4),  # both clearly higher: the highest
+        ({3: None, 2: 0.10, 4: 0.20}, 4),  # undefined at K: the highest defined
+        ({1: None, 2: None}, 1),  # nothing to compare: the dynamics' K
+    ],
+    ids=["margin", "lower", "both", "undefined", "none"],
+)
+def test_choose_by_silhouette(silhouettes, expected):
+    k_dynamics = next(iter(silhouettes))
+    assert choose_by_silhouette(k_dynamics, silhouettes, margin=0.05) == expected
+
+
 @pytest.fixture(scope="module")
 def mixture():
     X, y, _ = make_mixture(600, 6, 3, noise=0.2, random_state=0)
@@ -59,6 +127,23 @@ def test_auto_finds_the_mixture_k_and_its_curve(mixture):
     dynamics = SelfAttentionDynamics(min_cluster_size=0.02).fit(X)
     assert dynamics.n_clusters_ == 3
     assert scores[3] == plateau_lengths(dynamics.n_clusters_path_, len(X))[3]
+
+
+def test_auto_compares_the_neighbours_and_keeps_the_fit_at_k(mixture, recwarn):
+    X, _ = mixture
+    choice = choose_n_clusters(X, AttentionClustering(random_state=0))
+    dynamics = SelfAttentionDynamics(min_cluster_size=0.02).fit(X)
+    k = dynamics.n_clusters_
+    assert list(choice.silhouettes) == [k, k - 1, k + 1]
+    labels = choice.model.predict(X)
+    assert choice.silhouettes[choice.n_clusters] == pytest.approx(
+        sphere_silhouette_reference(X, labels), abs=1e-12
+    )
+    assert choice.n_clusters == choose_by_silhouette(k, choice.silhouettes, SILHOUETTE_MARGIN)
+    # The fits at the K not chosen keep their warnings to themselves.
+    recwarn.clear()
+    AttentionClustering("auto", random_state=0).fit(X)
+    assert not [w for w in recwarn if "n_clusters=4" in str(w.message)]
 
 
 def test_integer_n_clusters_sets_n_clusters_(mixture):

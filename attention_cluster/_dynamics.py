@@ -25,7 +25,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._dynamics_kernels import attention, group_tokens
+from ._dynamics_kernels import attention, group_tokens, self_attention
 from ._passes import dense_block, stored_bytes, unit_rows, usable_threads
 from ._validation import atomic_fit, check_options, check_positive, warn
 
@@ -99,6 +99,22 @@ class _Flow:
             n_threads=self.n_threads,
         )
 
+    def self_attention(self, tokens, values, log_weights=None):
+        """:meth:`attention` of the tokens over themselves when Q = K, each tile of logits
+        computed once (:func:`_dynamics_kernels.self_attention`)."""
+        if self.query is None and self.key is None:
+            return self_attention(
+                tokens,
+                values,
+                self.beta,
+                log_weights=log_weights,
+                block_rows=self.chunk_size,
+                n_threads=self.n_threads,
+            )
+        return self.attention(
+            _apply(self.query, tokens), _apply(self.key, tokens), values, log_weights
+        )
+
     def _embed(self, Z, t):
         """Tokens whose attention is computed: x = exp(tV) z (unnormalised model), else z."""
         if self.model != "unnormalized" or t == 0:
@@ -115,14 +131,10 @@ class _Flow:
         energy and the self-attention of each token).
         """
         X = self._embed(Z, t)
-        keys = _apply(self.key, X)
         values = Z if self.model == "unnormalized" else _apply(self.value, X)
-        return self._move(Z, _apply(self.query, X), keys, values, weights)
-
-    def _move(self, Z, queries, keys, values, weights):
         # weights of 1 add log 1 = 0 to every logit: no extra coordinate then
         log_weights = None if weights is None or np.all(weights == 1) else np.log(weights)
-        mean, log_norm = self.attention(queries, keys, values, log_weights)
+        mean, log_norm = self.self_attention(X, values, log_weights)
         if self.model == "unnormalized":
             # dz_i/dt = sum_j P_ij V (z_j - z_i)
             return Z + self.step_size * _apply(self.value, mean - Z), log_norm
@@ -131,7 +143,7 @@ class _Flow:
             return np.where(norms > 0, mean / np.where(norms > 0, norms, 1), Z), log_norm
         if self.model == "usa":
             # Z_i = n instead of sum_j exp(beta <q_i, k_j>)
-            n = keys.shape[0] if weights is None else float(np.sum(weights))
+            n = Z.shape[0] if weights is None else float(np.sum(weights))
             factor = np.exp(log_norm.astype(np.float64) - math.log(n))
             mean = mean * factor[:, None].astype(mean.dtype)
         tangent = mean - np.sum(mean * Z, axis=1, keepdims=True) * Z

@@ -24,6 +24,7 @@ temperature ``beta``; the attention of token i on token j is
 ``P_ij = exp(beta <q_i, k_j>) / Z_i`` with ``Z_i = sum_j exp(beta <q_i, k_j>)``.
 """
 
+import math
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -162,13 +163,15 @@ def _attend_block(queries, keys_t, values, out, log_norm):
     b, m = queries.shape[0], keys_t.shape[1]
     dtype = queries.dtype
     step = min(m, _TILE_KEYS)
-    tile_buffer = np.empty((b, step), dtype=dtype)
+    # one flat buffer, so that every tile, the last one narrower, is C-contiguous
+    # (one compiled specialisation of the exponential, vectorised)
+    tile_buffer = np.empty(b * step, dtype=dtype)
     buffer = np.empty(step, dtype=dtype)
     top = np.full(b, -np.inf, dtype=dtype)
     acc = np.zeros((b, values.shape[1]), dtype=np.float64)
     for lo in range(0, m, step):
         hi = min(lo + step, m)
-        tile = tile_buffer[:, : hi - lo]
+        tile = tile_buffer[: b * (hi - lo)].reshape(b, hi - lo)
         np.matmul(queries, keys_t[:, lo:hi], out=tile)
         new_top = np.maximum(top, tile.max(axis=1))
         if lo > 0:
@@ -243,6 +246,80 @@ def attention(queries, keys, values, beta, log_weights=None, block_rows=None, n_
         else:
             with ThreadPoolExecutor(max_workers=n_tasks) as pool:
                 list(pool.map(run, range(n_tasks)))
+    return out, log_norm
+
+
+# Tokens per block of the symmetric pass: a tile of 512 x 512 logits (1 MB
+# in float32) stays in cache between its product, its exponential and the
+# two products with the values.
+_SELF_BLOCK = 512
+# Largest spread of the shifts s_i + log w_i for which the symmetric pass
+# is used: every row keeps its own term exp(-spread) above float's
+# underflow by more than float's precision.
+_SELF_SPREAD = {np.dtype(np.float32): 60.0, np.dtype(np.float64): 600.0}
+
+
+def self_attention(tokens, values, beta, log_weights=None, block_rows=None, n_threads=1):
+    """:func:`attention` of the tokens over themselves (queries = keys), each tile of
+    logits computed once for the two blocks it joins (``docs/math.md`` section 8).
+
+    With ``s_i = beta |x_i|^2 / 2``, ``beta <x_i, x_j> - s_i - s_j = -beta
+    |x_i - x_j|^2 / 2 <= 0``, so ``E_ij = exp(beta <x_i, x_j> - s_i - s_j)``
+    is symmetric and at most 1, and
+
+        sum_j w_j exp(beta <x_i, x_j>) [v_j, 1] = exp(s_i + S) sum_j E_ij u_j [v_j, 1]
+
+    with ``u_j = w_j exp(s_j - S) <= 1``, ``S = max_j (s_j + log w_j)``: a tile
+    ``E_IJ`` of blocks I, J gives row block I ``E_IJ U_J`` and row block J
+    ``E_IJ^T U_I``. Row i holds its own term ``E_ii u_i = u_i``, the largest
+    up to ``exp(S - s_i - log w_i)``: when that spread exceeds
+    ``_SELF_SPREAD`` (float underflow could then lose a row), this is
+    :func:`attention`. Blocks have ``_SELF_BLOCK`` tokens, or ``block_rows``
+    if fewer. Row block I sums its tiles in the order of J, whatever the
+    number of threads; ``x_i`` enter the products as ``[sqrt(beta) x_i,
+    -s_i, 1]`` against ``[sqrt(beta) x_j, 1, -s_j]``.
+
+    Returns ``sum_j P_ij v_j`` and ``log Z_i`` as :func:`attention` does.
+    """
+    tokens = np.ascontiguousarray(tokens)
+    dtype = tokens.dtype
+    n = tokens.shape[0]
+    X = np.asarray(tokens, dtype=np.float64)
+    half = 0.5 * beta * np.einsum("ij,ij->i", X, X)
+    shift = half if log_weights is None else half + np.asarray(log_weights, dtype=np.float64)
+    top = shift.max()
+    if top - shift.min() > _SELF_SPREAD[dtype]:
+        return attention(tokens, tokens, values, beta, log_weights, block_rows, n_threads)
+    root = math.sqrt(beta) * X
+    ones = np.ones((n, 1))
+    rows = np.hstack([root, -half[:, None], ones]).astype(dtype)
+    cols_t = np.ascontiguousarray(np.hstack([root, ones, -half[:, None]]).T, dtype=dtype)
+    u = np.exp(shift - top)
+    U = np.column_stack([np.asarray(values, dtype=np.float64) * u[:, None], u]).astype(dtype)
+    step = _SELF_BLOCK if block_rows is None else min(block_rows, _SELF_BLOCK)
+    blocks = [(lo, min(lo + step, n)) for lo in range(0, n, step)]
+    acc = np.zeros((n, U.shape[1]), dtype=np.float64)
+
+    def tile(first, other):
+        (a, b), (c, d) = blocks[first], blocks[other]
+        E = rows[a:b] @ cols_t[:, c:d]
+        _exp_rows(E, np.zeros(b - a, dtype=dtype), np.empty(d - c, dtype=dtype))
+        return E @ U[c:d], (E.T @ U[a:b] if other != first else None)
+
+    with one_blas_thread(), ThreadPoolExecutor(max_workers=max(1, n_threads)) as pool:
+        for first in range(len(blocks)):
+            # row block `first` against the later blocks: the earlier ones gave it their share
+            others = range(first, len(blocks))
+            parts = pool.map(tile, [first] * len(others), others)
+            for other, (mine, theirs) in zip(others, parts):
+                a, b = blocks[first]
+                acc[a:b] += mine
+                if theirs is not None:
+                    c, d = blocks[other]
+                    acc[c:d] += theirs
+    total = acc[:, -1]
+    out = (acc[:, :-1] / total[:, None]).astype(dtype)
+    log_norm = (half + top + np.log(total)).astype(dtype)
     return out, log_norm
 
 

@@ -516,3 +516,47 @@ def test_equal_tokens_are_one_particle_from_the_start():
     both = SelfAttentionDynamics(min_cluster_size=16, stopping="horizon", max_iter=12).fit(twice)
     np.testing.assert_array_equal(both.labels_, np.tile(once.labels_, 2))
     np.testing.assert_allclose(both.energy_path_, once.energy_path_, rtol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("weighted", [False, True], ids=["equal", "weighted"])
+@pytest.mark.parametrize("block_rows", [None, 7], ids=["blocks", "small blocks"])
+def test_self_attention_matches_reference(block_rows, weighted, dtype, global_random_seed):
+    # Queries = keys, each symmetric tile used for both of its blocks.
+    rng = np.random.default_rng(global_random_seed)
+    X = (_unit(rng, 1300, 5) * rng.uniform(0.5, 1.5, (1300, 1))).astype(dtype)
+    V = rng.standard_normal((1300, 3)).astype(dtype)
+    log_w = np.log(rng.integers(1, 30, 1300).astype(np.float64)) if weighted else None
+    out, log_norm = kern.self_attention(X, V, 4.0, log_w, block_rows=block_rows, n_threads=2)
+    assert out.dtype == log_norm.dtype == dtype
+    ref, ref_log = attention_rows(X, X, V, np.zeros(1300) if log_w is None else log_w, 4.0)
+    rtol = 1e-10 if dtype == np.float64 else 2e-4
+    np.testing.assert_allclose(out, ref, rtol=rtol, atol=rtol)
+    np.testing.assert_allclose(log_norm, ref_log, rtol=rtol)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
+def test_self_attention_does_not_depend_on_threads(dtype, global_random_seed):
+    rng = np.random.default_rng(global_random_seed)
+    X = _unit(rng, 2100, 6).astype(dtype)
+    log_w = np.log(rng.integers(1, 9, 2100).astype(np.float64))
+    one = kern.self_attention(X, X, 10.0, log_w, n_threads=1)
+    three = kern.self_attention(X, X, 10.0, log_w, n_threads=3)
+    for a, b in zip(one, three):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_self_attention_of_far_spread_norms_is_attention(monkeypatch):
+    # Norms 1 and 12 at beta 1: the shifts beta |x|^2 / 2 spread over 71, more than
+    # float32 allows: the rows are attended over with their own maxima instead.
+    rng = np.random.default_rng(0)
+    X = (_unit(rng, 50, 3) * np.where(np.arange(50) < 25, 1.0, 12.0)[:, None]).astype(np.float32)
+    calls = []
+    attention = kern.attention
+    monkeypatch.setattr(kern, "attention", lambda *args: calls.append(1) or attention(*args))
+    out, log_norm = kern.self_attention(X, X, 1.0)
+    assert calls == [1]
+    ref, ref_log = attention_rows(X, X, X, np.zeros(50), 1.0)
+    assert np.all(np.isfinite(out))
+    np.testing.assert_allclose(out, ref, rtol=2e-4, atol=2e-4)
+    np.testing.assert_allclose(log_norm, ref_log, rtol=2e-4)

@@ -295,7 +295,12 @@ def self_attention(tokens, values, beta, log_weights=None, block_rows=None, n_th
     rows = np.hstack([root, -half[:, None], ones]).astype(dtype)
     cols_t = np.ascontiguousarray(np.hstack([root, ones, -half[:, None]]).T, dtype=dtype)
     u = np.exp(shift - top)
-    U = np.column_stack([np.asarray(values, dtype=np.float64) * u[:, None], u]).astype(dtype)
+    d_v = values.shape[1]
+    # [u_j v_j, u_j], padded with zeros to a multiple of 8 columns: BLAS's
+    # products with the tiles measured a quarter faster so (11 -> 16 at d = 10)
+    U = np.zeros((n, -(-(d_v + 1) // 8) * 8), dtype=dtype)
+    U[:, :d_v] = np.asarray(values, dtype=np.float64) * u[:, None]
+    U[:, d_v] = u
     step = _SELF_BLOCK if block_rows is None else min(block_rows, _SELF_BLOCK)
     blocks = [(lo, min(lo + step, n)) for lo in range(0, n, step)]
     acc = np.zeros((n, U.shape[1]), dtype=np.float64)
@@ -317,8 +322,8 @@ def self_attention(tokens, values, beta, log_weights=None, block_rows=None, n_th
                 if theirs is not None:
                     c, d = blocks[other]
                     acc[c:d] += theirs
-    total = acc[:, -1]
-    out = (acc[:, :-1] / total[:, None]).astype(dtype)
+    total = acc[:, d_v]
+    out = (acc[:, :d_v] / total[:, None]).astype(dtype)
     log_norm = (half + top + np.log(total)).astype(dtype)
     return out, log_norm
 

@@ -9,8 +9,10 @@ weights read as a flow in time. Formulas are in ``docs/math.md`` section 8.
 ``attention_flow`` integrates the flow and returns the trajectories;
 ``SelfAttentionDynamics`` runs it as a clustering estimator whose number of
 clusters emerges from the data. The O(n^2 d) work of a step is
-``_dynamics_kernels.attention``: blocked matrix products and a vectorised
-exponential, on a thread pool.
+``_dynamics_kernels.self_attention`` (Q = K) or ``attention``: blocked
+matrix products and a vectorised exponential, on a thread pool; tokens
+that have met move on as weighted particles, so that the steps after the
+clusters form cost little.
 """
 
 import math
@@ -323,7 +325,8 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
     chunk_size : int, default=1024
         Most rows of queries per block of the attention products (a task of
         the thread pool); blocks are smaller when the keys are many, so that
-        a block's logits stay in cache.
+        a block's logits stay in cache (512 tokens when Q = K, whose tiles
+        of logits serve two blocks).
     n_threads : int or None, default=None
         Threads of the attention products' pool; None: the cores this process may
         use. The result does not depend on it.

@@ -16,7 +16,11 @@ product (the values with a column of ones), accumulated over the tiles of
 keys in float64. Tiles of queries run on a thread
 pool with BLAS on one thread, each tile's reduction over the keys in a
 fixed order, so the result does not depend on the number of threads.
-Their NumPy reference twins live in ``tests/test_dynamics.py``.
+:func:`self_attention` is the same pass for tokens attending to
+themselves with Q = K (the dynamics' default): its logits are symmetric,
+so each tile is computed and exponentiated once for the two blocks of
+tokens it joins. The NumPy reference twins are ``tests/reference.py``'s
+``attention_rows`` and the tests in ``tests/test_dynamics.py``.
 
 Notation (``docs/math.md`` section 8): tokens ``x_i``, queries
 ``q_i = Q x_i``, keys ``k_j = K x_j``, values ``v_j = V x_j``, inverse

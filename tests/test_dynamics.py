@@ -522,14 +522,15 @@ def test_equal_tokens_are_one_particle_from_the_start():
 @pytest.mark.parametrize("weighted", [False, True], ids=["equal", "weighted"])
 @pytest.mark.parametrize("block_rows", [None, 7], ids=["blocks", "small blocks"])
 def test_self_attention_matches_reference(block_rows, weighted, dtype, global_random_seed):
-    # Queries = keys, each symmetric tile used for both of its blocks.
+    # Queries = keys, each symmetric tile used for both of its blocks (600
+    # tokens: two blocks of at most 512, or 86 of 7).
     rng = np.random.default_rng(global_random_seed)
-    X = (_unit(rng, 1300, 5) * rng.uniform(0.5, 1.5, (1300, 1))).astype(dtype)
-    V = rng.standard_normal((1300, 3)).astype(dtype)
-    log_w = np.log(rng.integers(1, 30, 1300).astype(np.float64)) if weighted else None
+    X = (_unit(rng, 600, 5) * rng.uniform(0.5, 1.5, (600, 1))).astype(dtype)
+    V = rng.standard_normal((600, 3)).astype(dtype)
+    log_w = np.log(rng.integers(1, 30, 600).astype(np.float64)) if weighted else None
     out, log_norm = kern.self_attention(X, V, 4.0, log_w, block_rows=block_rows, n_threads=2)
     assert out.dtype == log_norm.dtype == dtype
-    ref, ref_log = attention_rows(X, X, V, np.zeros(1300) if log_w is None else log_w, 4.0)
+    ref, ref_log = attention_rows(X, X, V, np.zeros(600) if log_w is None else log_w, 4.0)
     rtol = 1e-10 if dtype == np.float64 else 2e-4
     np.testing.assert_allclose(out, ref, rtol=rtol, atol=rtol)
     np.testing.assert_allclose(log_norm, ref_log, rtol=rtol)

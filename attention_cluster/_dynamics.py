@@ -9,8 +9,10 @@ weights read as a flow in time. Formulas are in ``docs/math.md`` section 8.
 ``attention_flow`` integrates the flow and returns the trajectories;
 ``SelfAttentionDynamics`` runs it as a clustering estimator whose number of
 clusters emerges from the data. The O(n^2 d) work of a step is
-``_dynamics_kernels.attention``: blocked matrix products and a vectorised
-exponential, on a thread pool.
+``_dynamics_kernels.self_attention`` (Q = K) or ``attention``: blocked
+matrix products and a vectorised exponential, on a thread pool; tokens
+that have met move on as weighted particles, so that the steps after the
+clusters form cost little.
 """
 
 import math
@@ -25,7 +27,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._dynamics_kernels import attention, group_tokens
+from ._dynamics_kernels import attention, group_tokens, self_attention
 from ._passes import dense_block, stored_bytes, unit_rows, usable_threads
 from ._validation import atomic_fit, check_options, check_positive, warn
 
@@ -44,6 +46,11 @@ _AUTO_MIN_SAMPLES = 1024
 # Largest array of moving tokens built from sparse input (bytes): beyond it
 # fit asks for a subsample or a projection instead of densifying the data.
 DENSE_LIMIT_BYTES = 1 << 30
+# Tokens closer than this fraction of the grouping radius are carried as one
+# weighted particle (docs/math.md section 8): a thousandth of the radius
+# moves no token across it, and is far above float32's rounding of tokens
+# of norm 1 (6e-8).
+_MERGE_FRACTION = 1e-3
 
 
 def _weight_matrix(value, name, n_features):
@@ -82,10 +89,32 @@ class _Flow:
         self.chunk_size = chunk_size
         self.n_threads = usable_threads(n_threads)
 
-    def attention(self, queries, keys, values):
+    def attention(self, queries, keys, values, log_weights=None):
         """``sum_j P_ij v_j`` and ``log Z_i`` for every query (:func:`_dynamics_kernels.attention`)."""
         return attention(
-            queries, keys, values, self.beta, block_rows=self.chunk_size, n_threads=self.n_threads
+            queries,
+            keys,
+            values,
+            self.beta,
+            log_weights=log_weights,
+            block_rows=self.chunk_size,
+            n_threads=self.n_threads,
+        )
+
+    def self_attention(self, tokens, values, log_weights=None):
+        """:meth:`attention` of the tokens over themselves when Q = K, each tile of logits
+        computed once (:func:`_dynamics_kernels.self_attention`)."""
+        if self.query is None and self.key is None:
+            return self_attention(
+                tokens,
+                values,
+                self.beta,
+                log_weights=log_weights,
+                block_rows=self.chunk_size,
+                n_threads=self.n_threads,
+            )
+        return self.attention(
+            _apply(self.query, tokens), _apply(self.key, tokens), values, log_weights
         )
 
     def _embed(self, Z, t):
@@ -95,19 +124,19 @@ class _Flow:
         growth = np.exp(t) * np.eye(Z.shape[1]) if self.value is None else expm(t * self.value)
         return Z @ growth.T.astype(Z.dtype, copy=False)
 
-    def step(self, Z, t):
+    def step(self, Z, t, weights=None):
         """Advance the tokens from time t by one step.
 
-        Returns the new tokens and ``log Z_i`` of the tokens at time t (for
-        the energy and the self-attention of each token).
+        Row j of Z stands for ``weights[j]`` tokens at one place (1 each when
+        None): the weighted particles of ``docs/math.md`` section 8. Returns
+        the new tokens and ``log Z_i`` of the tokens at time t (for the
+        energy and the self-attention of each token).
         """
         X = self._embed(Z, t)
-        keys = _apply(self.key, X)
         values = Z if self.model == "unnormalized" else _apply(self.value, X)
-        return self._move(Z, _apply(self.query, X), keys, values)
-
-    def _move(self, Z, queries, keys, values):
-        mean, log_norm = self.attention(queries, keys, values)
+        # weights of 1 add log 1 = 0 to every logit: no extra coordinate then
+        log_weights = None if weights is None or np.all(weights == 1) else np.log(weights)
+        mean, log_norm = self.self_attention(X, values, log_weights)
         if self.model == "unnormalized":
             # dz_i/dt = sum_j P_ij V (z_j - z_i)
             return Z + self.step_size * _apply(self.value, mean - Z), log_norm
@@ -116,7 +145,8 @@ class _Flow:
             return np.where(norms > 0, mean / np.where(norms > 0, norms, 1), Z), log_norm
         if self.model == "usa":
             # Z_i = n instead of sum_j exp(beta <q_i, k_j>)
-            factor = np.exp(log_norm.astype(np.float64) - math.log(keys.shape[0]))
+            n = Z.shape[0] if weights is None else float(np.sum(weights))
+            factor = np.exp(log_norm.astype(np.float64) - math.log(n))
             mean = mean * factor[:, None].astype(mean.dtype)
         tangent = mean - np.sum(mean * Z, axis=1, keepdims=True) * Z
         return unit_rows(Z + self.step_size * tangent), log_norm
@@ -227,7 +257,11 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
     Tokens closer than ``cluster_tol`` (Euclidean; relative to the largest
     initial norm for the unnormalised model) belong to one group; groups of
     at least ``min_cluster_size`` tokens are the clusters, whose limit
-    points are ``cluster_centers_``. Tokens of smaller groups, and any new
+    points are ``cluster_centers_``. Tokens that the dynamics has brought
+    within a thousandth of ``cluster_tol`` of each other move on as one
+    weighted particle (exact for equal tokens, ``docs/math.md`` section 8),
+    so that a step costs O(p^2 d) for p particles left: once clusters
+    form, steps are nearly free. Tokens of smaller groups, and any new
     point, are assigned by attention to the limit points:
     ``argmax_k <Q x, K c_k>``.
 
@@ -291,7 +325,8 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
     chunk_size : int, default=1024
         Most rows of queries per block of the attention products (a task of
         the thread pool); blocks are smaller when the keys are many, so that
-        a block's logits stay in cache.
+        a block's logits stay in cache (512 tokens when Q = K, whose tiles
+        of logits serve two blocks).
     n_threads : int or None, default=None
         Threads of the attention products' pool; None: the cores this process may
         use. The result does not depend on it.
@@ -492,16 +527,18 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         )
         h = 1.0 if isinstance(self.step_size, str) else float(self.step_size)
 
-        counts = [_count(Z, radius, min_size)[0]]
+        state = _Particles.of(Z, radius * _MERGE_FRACTION)
+        counts = [_count(state.Z, radius, min_size, state.weights)[0]]
         energies = []
         best = _Plateau()
-        saved = (0, Z)
+        saved = (0, state)
         run_start, n_iter, settled = 0, 0, False
         started = time.perf_counter()
         for s in range(self.max_iter):
-            Z, log_norm = flow.step(Z, s * h)
-            energies.append(_energy(log_norm, self.beta))
-            count = _count(Z, radius, min_size)[0]
+            Z, log_norm = flow.step(state.Z, s * h, state.weights)
+            energies.append(_energy(log_norm, self.beta, state.weights))
+            state = state.moved(Z)
+            count = _count(state.Z, radius, min_size, state.weights)[0]
             n_iter = s + 1
             if count != counts[-1]:
                 run_start = n_iter
@@ -509,13 +546,13 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             if self.verbose:
                 print(
                     f"[SelfAttentionDynamics] step {n_iter}: {count} clusters, energy {energies[-1]:.6g}, "
-                    f"{time.perf_counter() - started:.1f} s"
+                    f"{len(state.Z)} particles, {time.perf_counter() - started:.1f} s"
                 )
             # A plateau counts once tokens have met: some group reaches
             # min_size, and not every token is a group of its own.
             met = 0 < count < m
             if run_start > 0 and met and best.offer(run_start, n_iter):
-                saved = (n_iter, Z)
+                saved = (n_iter, state)
             if (
                 self.stopping == "plateau"
                 and run_start > 0
@@ -525,7 +562,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
                 settled = True
                 break
         if self.stopping == "horizon" or best.length == 0:
-            saved = (n_iter, Z)
+            saved = (n_iter, state)
             if self.stopping == "plateau":
                 warn(
                     f"No tokens met within max_iter={self.max_iter} steps: the final state is clustered. "
@@ -536,7 +573,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             print(
                 f"[SelfAttentionDynamics] horizon reached; longest plateau ends at step {saved[0]}"
             )
-        self.stopping_step_, Z_stop = saved
+        self.stopping_step_, Z_stop = saved[0], saved[1].tokens()
         self.subsample_indices_ = active
         self._set_clusters(flow, Z0, Z_stop, radius, min_size, self.stopping_step_ * h)
         if active is not None:
@@ -640,6 +677,44 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         return np.argmax(scores, axis=1).astype(np.intp)
 
 
+class _Particles:
+    """Tokens as weighted particles: ``Z[owner[i]]`` is token i, ``weights[j]``
+    the number of tokens particle j stands for.
+
+    After each step, particles within ``merge_radius`` of an earlier one
+    (:func:`_dynamics_kernels.group_tokens`, first come first served) join
+    it: the weighted softmax of ``docs/math.md`` section 8 then moves the
+    particle exactly as it moves its tokens when they are at one place.
+    Particles keep the order of their first tokens, so that the grouping of
+    the particles is the grouping of the tokens.
+    """
+
+    def __init__(self, Z, weights, owner, merge_radius):
+        self.Z, self.weights, self.owner = Z, weights, owner
+        self.merge_radius = merge_radius
+
+    @classmethod
+    def of(cls, Z, merge_radius):
+        """One particle per token, equal tokens merged."""
+        n = Z.shape[0]
+        return cls(Z, np.ones(n), np.arange(n), merge_radius).moved(Z)
+
+    def moved(self, Z):
+        """The particles at their new places Z, those within ``merge_radius`` merged."""
+        groups = np.empty(Z.shape[0], dtype=np.int64)
+        n_groups = group_tokens(Z, self.merge_radius, groups)
+        if n_groups == Z.shape[0]:
+            return _Particles(Z, self.weights, self.owner, self.merge_radius)
+        firsts = np.full(n_groups, Z.shape[0], dtype=np.int64)
+        np.minimum.at(firsts, groups, np.arange(Z.shape[0]))
+        weights = np.bincount(groups, weights=self.weights, minlength=n_groups)
+        return _Particles(Z[firsts], weights, groups[self.owner], self.merge_radius)
+
+    def tokens(self):
+        """Every token's place."""
+        return self.Z[self.owner]
+
+
 class _Plateau:
     """The longest run of a constant number of clusters seen so far."""
 
@@ -654,20 +729,25 @@ class _Plateau:
         return False
 
 
-def _count(Z, radius, min_size):
+def _count(Z, radius, min_size, weights=None):
     """(number of clusters, group labels, group sizes) of a state.
 
-    The number of clusters counts the groups of at least ``min_size``
-    tokens: 0 while none is that large.
+    Row j of Z stands for ``weights[j]`` tokens (1 when None). The number of
+    clusters counts the groups of at least ``min_size`` tokens: 0 while none
+    is that large.
     """
     labels = np.empty(Z.shape[0], dtype=np.int64)
     n_groups = group_tokens(Z, radius, labels)
-    sizes = np.bincount(labels, minlength=n_groups)
+    sizes = np.bincount(labels, weights=weights, minlength=n_groups)
     return int(np.sum(sizes >= min_size)), labels, sizes
 
 
-def _energy(log_norm, beta):
-    """E_beta = (1 / (2 beta n^2)) sum_i Z_i from log Z_i (``docs/math.md`` section 8)."""
-    n = log_norm.shape[0]
+def _energy(log_norm, beta, weights=None):
+    """E_beta = (1 / (2 beta n^2)) sum_i Z_i from log Z_i (``docs/math.md`` section 8).
+
+    Row i stands for ``weights[i]`` tokens (1 when None), each with the same ``Z_i``.
+    """
+    log_norm = log_norm.astype(np.float64)
+    n = log_norm.shape[0] if weights is None else float(np.sum(weights))
     with np.errstate(over="ignore"):  # the unnormalised model's logits grow like e^{2t}
-        return float(np.exp(logsumexp(log_norm.astype(np.float64)) - math.log(2 * beta * n * n)))
+        return float(np.exp(logsumexp(log_norm, b=weights) - math.log(2 * beta * n * n)))

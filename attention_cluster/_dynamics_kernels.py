@@ -6,13 +6,21 @@ nothing with them.
 
 :func:`attention` is the O(n m d) work of a step: softmax attention of n
 queries over m keys, as blocked matrix products. The logits of a tile of
-queries x keys come from one BLAS product, their exponentials from one
-vectorised pass (NumPy's in float32; the Numba kernel :func:`exp_shifted`
-in float64, where NumPy's exponential is a scalar loop), and the values'
-weighted sums from a second BLAS product. Tiles of queries run on a thread
+queries x keys come from one BLAS product (the keys' log-weights, when
+tokens are carried as weighted particles, entering it as one more
+coordinate), their exponentials from one vectorised pass (the Numba
+kernels :func:`exp_shifted` in float64 and :func:`exp_shifted_f32` in
+float32, where NumPy's exponential is a scalar loop or a slower vector
+one), and the values' weighted sums and the normaliser from a second BLAS
+product (the values with a column of ones), accumulated over the tiles of
+keys in float64. Tiles of queries run on a thread
 pool with BLAS on one thread, each tile's reduction over the keys in a
 fixed order, so the result does not depend on the number of threads.
-Their NumPy reference twins live in ``tests/test_dynamics.py``.
+:func:`self_attention` is the same pass for tokens attending to
+themselves with Q = K (the dynamics' default): its logits are symmetric,
+so each tile is computed and exponentiated once for the two blocks of
+tokens it joins. The NumPy reference twins are ``tests/reference.py``'s
+``attention_rows`` and the tests in ``tests/test_dynamics.py``.
 
 Notation (``docs/math.md`` section 8): tokens ``x_i``, queries
 ``q_i = Q x_i``, keys ``k_j = K x_j``, values ``v_j = V x_j``, inverse
@@ -20,6 +28,7 @@ temperature ``beta``; the attention of token i on token j is
 ``P_ij = exp(beta <q_i, k_j>) / Z_i`` with ``Z_i = sum_j exp(beta <q_i, k_j>)``.
 """
 
+import math
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -47,6 +56,16 @@ _ROUND = 6755399441055744.0  # 1.5 * 2^52
 _ROUND_BITS = 0x4338000000000000  # its bit pattern
 # exp(-708) is the smallest exponential that stays a normal float64.
 _EXP_FLOOR = -708.0
+# The same in float32: adding 1.5 * 2^23 rounds to the integer in the low
+# bits, ln 2 split so that k * _LN2_HI_F32 is exact for |k| < 2^8, and
+# exp(-87) the smallest exponential that stays a normal float32.
+_F32 = np.float32
+_ROUND_F32 = _F32(12582912.0)  # 1.5 * 2^23
+_ROUND_BITS_F32 = np.int32(0x4B400000)  # its bit pattern
+_LN2_HI_F32 = _F32(0.693359375)
+_LN2_LO_F32 = _F32(-2.12194440e-4)
+_LOG2E_F32 = _F32(_LOG2E)
+_EXP_FLOOR_F32 = _F32(-87.0)
 
 
 @njit(cache=True, nogil=True, fastmath={"contract"})
@@ -92,54 +111,93 @@ def exp_shifted(logits, top, buffer):
             logits[i, j] *= buffer[j]
 
 
+@njit(cache=True, nogil=True, fastmath={"contract"})
+def exp_shifted_f32(logits, top, buffer):
+    """:func:`exp_shifted` in float32: ``logits[i, j] <- exp(logits[i, j] - top[i])``.
+
+    The same range reduction in float32 arithmetic, ``p`` the Taylor
+    polynomial of degree 7 (its remainder ``|r|^8 / 8! < 5e-9`` for
+    ``|r| <= ln(2) / 2``, below float32's rounding, 6e-8); arguments below
+    -87 count as -87 (an exponential below 2e-38, next to the row's largest,
+    1). ``buffer`` holds one row (float32, at least ``logits.shape[1]``
+    entries).
+    """
+    b, m = logits.shape
+    bits = buffer.view(np.int32)
+    for i in range(b):
+        shift = top[i]
+        for j in range(m):
+            x = max(logits[i, j] - shift, _EXP_FLOOR_F32)
+            t = x * _LOG2E_F32 + _ROUND_F32
+            k = t - _ROUND_F32
+            r = x - k * _LN2_HI_F32 - k * _LN2_LO_F32
+            p = _F32(1.0 / 5040.0)
+            p = p * r + _F32(1.0 / 720.0)
+            p = p * r + _F32(1.0 / 120.0)
+            p = p * r + _F32(1.0 / 24.0)
+            p = p * r + _F32(1.0 / 6.0)
+            p = p * r + _F32(0.5)
+            p = p * r + _F32(1.0)
+            logits[i, j] = p * r + _F32(1.0)
+            buffer[j] = t
+        for j in range(m):
+            # the low bits of t hold k: 2^k has the exponent field k + 127
+            bits[j] = (bits[j] - _ROUND_BITS_F32 + np.int32(127)) << np.int32(23)
+        for j in range(m):
+            logits[i, j] *= buffer[j]
+
+
 def _exp_rows(tile, top, buffer):
     """``tile <- exp(tile - top[:, None])``, vectorised in either dtype."""
     if tile.dtype == np.float64:
         exp_shifted(tile, top, buffer)
     else:
-        np.subtract(tile, top[:, None], out=tile)
-        np.exp(tile, out=tile)
+        exp_shifted_f32(tile, top, buffer)
 
 
 def _attend_block(queries, keys_t, values, out, log_norm):
     """Softmax attention of one block of queries over all keys, tile by tile.
 
     Online softmax over the tiles of keys, in their order: the running row
-    maximum ``top``, the sum of ``exp(logit - top)`` (in float64) and the
-    weighted sum of the values, both rescaled by ``exp(old top - new top)``
-    when the maximum grows (``docs/math.md`` section 8's ``Z_i`` and
-    ``sum_j P_ij v_j``).
+    maximum ``top``, and ``sum_j exp(logit_ij - top_i) [v_j, 1]`` (in
+    float64), rescaled by ``exp(old top - new top)`` when the maximum grows
+    (``docs/math.md`` section 8's ``Z_i`` and ``sum_j P_ij v_j``). The last
+    column of ``values`` is ones: its sum is ``Z_i``.
     """
     b, m = queries.shape[0], keys_t.shape[1]
     dtype = queries.dtype
     step = min(m, _TILE_KEYS)
-    tile_buffer = np.empty((b, step), dtype=dtype)
-    buffer = np.empty(step, dtype=np.float64)
+    # one flat buffer, so that every tile, the last one narrower, is C-contiguous
+    # (one compiled specialisation of the exponential, vectorised)
+    tile_buffer = np.empty(b * step, dtype=dtype)
+    buffer = np.empty(step, dtype=dtype)
     top = np.full(b, -np.inf, dtype=dtype)
-    total = np.zeros(b, dtype=np.float64)
-    acc = np.zeros((b, values.shape[1]), dtype=dtype)
+    acc = np.zeros((b, values.shape[1]), dtype=np.float64)
     for lo in range(0, m, step):
         hi = min(lo + step, m)
-        tile = tile_buffer[:, : hi - lo]
+        tile = tile_buffer[: b * (hi - lo)].reshape(b, hi - lo)
         np.matmul(queries, keys_t[:, lo:hi], out=tile)
         new_top = np.maximum(top, tile.max(axis=1))
         if lo > 0:
-            factor = np.exp((top - new_top).astype(np.float64))
-            total *= factor
-            acc *= factor[:, None].astype(dtype)
+            acc *= np.exp((top - new_top).astype(np.float64))[:, None]
         top = new_top
         _exp_rows(tile, top, buffer)
-        total += tile.sum(axis=1, dtype=np.float64)
         acc += tile @ values[lo:hi]
-    out[...] = acc / total[:, None].astype(dtype)
-    log_norm[...] = top + np.log(total).astype(dtype)
+    total = acc[:, -1]
+    out[...] = acc[:, :-1] / total[:, None]
+    log_norm[...] = top + np.log(total)
 
 
-def attention(queries, keys, values, beta, block_rows=None, n_threads=1):
+def attention(queries, keys, values, beta, log_weights=None, block_rows=None, n_threads=1):
     """``sum_j P_ij v_j`` and ``log Z_i`` for every query (``docs/math.md`` section 8).
 
-    ``P_ij = exp(beta <q_i, k_j>) / Z_i``. Keys and values are cast to the
-    queries' dtype, which the results keep. The row maximum is subtracted
+    ``P_ij = w_j exp(beta <q_i, k_j>) / Z_i``, ``Z_i = sum_j w_j exp(beta
+    <q_i, k_j>)``, with the keys' weights ``w_j = exp(log_weights[j])`` (1
+    when None): key j stands for ``w_j`` tokens at one place (``docs/math.md``
+    section 8, weighted particles). ``log w_j`` is one more coordinate of
+    the keys, against a coordinate 1 of the queries, so that the logits of
+    the BLAS product hold it. Keys and values are cast to the queries'
+    dtype, which the results keep. The row maximum is subtracted
     before the exponential, so any ``beta`` and any norm of the tokens is
     safe. Blocks of at most ``block_rows`` queries (fewer when the keys are
     many, so that a block's logits stay in cache) run on ``n_threads``
@@ -152,6 +210,7 @@ def attention(queries, keys, values, beta, block_rows=None, n_threads=1):
     keys : ndarray of shape (m, d)
     values : ndarray of shape (m, d_v)
     beta : float
+    log_weights : ndarray of shape (m,) or None
     block_rows : int or None
     n_threads : int
 
@@ -163,9 +222,12 @@ def attention(queries, keys, values, beta, block_rows=None, n_threads=1):
     queries = row_major(queries)
     dtype = queries.dtype
     n, m = queries.shape[0], keys.shape[0]
-    keys_t = np.ascontiguousarray((beta * np.asarray(keys, dtype=np.float64)).T, dtype=dtype)
-    values = np.ascontiguousarray(values, dtype=dtype)
-    out = np.empty((n, values.shape[1]), dtype=dtype)
+    keys_t = (beta * np.asarray(keys, dtype=np.float64)).T
+    if log_weights is not None:
+        keys_t = np.vstack([keys_t, np.asarray(log_weights, dtype=np.float64)[None, :]])
+    keys_t = np.ascontiguousarray(keys_t, dtype=dtype)
+    values = np.column_stack([np.asarray(values, dtype=dtype), np.ones(m, dtype=dtype)])
+    out = np.empty((n, values.shape[1] - 1), dtype=dtype)
     log_norm = np.empty(n, dtype=dtype)
     rows = max(8, _TILE_ENTRIES // min(max(m, 1), _TILE_KEYS))
     if block_rows is not None:
@@ -177,6 +239,8 @@ def attention(queries, keys, values, beta, block_rows=None, n_threads=1):
         for lo in blocks[task::n_tasks]:
             hi = min(lo + rows, n)
             q = dense_block(queries[lo:hi], dtype)
+            if log_weights is not None:
+                q = np.column_stack([q, np.ones(hi - lo, dtype=dtype)])
             _attend_block(q, keys_t, values, out[lo:hi], log_norm[lo:hi])
 
     n_tasks = max(1, min(n_threads, len(blocks)))
@@ -186,6 +250,85 @@ def attention(queries, keys, values, beta, block_rows=None, n_threads=1):
         else:
             with ThreadPoolExecutor(max_workers=n_tasks) as pool:
                 list(pool.map(run, range(n_tasks)))
+    return out, log_norm
+
+
+# Tokens per block of the symmetric pass: a tile of 512 x 512 logits (1 MB
+# in float32) stays in cache between its product, its exponential and the
+# two products with the values.
+_SELF_BLOCK = 512
+# Largest spread of the shifts s_i + log w_i for which the symmetric pass
+# is used: every row keeps its own term exp(-spread) above float's
+# underflow by more than float's precision.
+_SELF_SPREAD = {np.dtype(np.float32): 60.0, np.dtype(np.float64): 600.0}
+
+
+def self_attention(tokens, values, beta, log_weights=None, block_rows=None, n_threads=1):
+    """:func:`attention` of the tokens over themselves (queries = keys), each tile of
+    logits computed once for the two blocks it joins (``docs/math.md`` section 8).
+
+    With ``s_i = beta |x_i|^2 / 2``, ``beta <x_i, x_j> - s_i - s_j = -beta
+    |x_i - x_j|^2 / 2 <= 0``, so ``E_ij = exp(beta <x_i, x_j> - s_i - s_j)``
+    is symmetric and at most 1, and
+
+        sum_j w_j exp(beta <x_i, x_j>) [v_j, 1] = exp(s_i + S) sum_j E_ij u_j [v_j, 1]
+
+    with ``u_j = w_j exp(s_j - S) <= 1``, ``S = max_j (s_j + log w_j)``: a tile
+    ``E_IJ`` of blocks I, J gives row block I ``E_IJ U_J`` and row block J
+    ``E_IJ^T U_I``. Row i holds its own term ``E_ii u_i = u_i``, the largest
+    up to ``exp(S - s_i - log w_i)``: when that spread exceeds
+    ``_SELF_SPREAD`` (float underflow could then lose a row), this is
+    :func:`attention`. Blocks have ``_SELF_BLOCK`` tokens, or ``block_rows``
+    if fewer. Row block I sums its tiles in the order of J, whatever the
+    number of threads; ``x_i`` enter the products as ``[sqrt(beta) x_i,
+    -s_i, 1]`` against ``[sqrt(beta) x_j, 1, -s_j]``.
+
+    Returns ``sum_j P_ij v_j`` and ``log Z_i`` as :func:`attention` does.
+    """
+    tokens = np.ascontiguousarray(tokens)
+    dtype = tokens.dtype
+    n = tokens.shape[0]
+    X = np.asarray(tokens, dtype=np.float64)
+    half = 0.5 * beta * np.einsum("ij,ij->i", X, X)
+    shift = half if log_weights is None else half + np.asarray(log_weights, dtype=np.float64)
+    top = shift.max()
+    if top - shift.min() > _SELF_SPREAD[dtype]:
+        return attention(tokens, tokens, values, beta, log_weights, block_rows, n_threads)
+    root = math.sqrt(beta) * X
+    ones = np.ones((n, 1))
+    rows = np.hstack([root, -half[:, None], ones]).astype(dtype)
+    cols_t = np.ascontiguousarray(np.hstack([root, ones, -half[:, None]]).T, dtype=dtype)
+    u = np.exp(shift - top)
+    d_v = values.shape[1]
+    # [u_j v_j, u_j], padded with zeros to a multiple of 8 columns: BLAS's
+    # products with the tiles measured a quarter faster so (11 -> 16 at d = 10)
+    U = np.zeros((n, -(-(d_v + 1) // 8) * 8), dtype=dtype)
+    U[:, :d_v] = np.asarray(values, dtype=np.float64) * u[:, None]
+    U[:, d_v] = u
+    step = _SELF_BLOCK if block_rows is None else min(block_rows, _SELF_BLOCK)
+    blocks = [(lo, min(lo + step, n)) for lo in range(0, n, step)]
+    acc = np.zeros((n, U.shape[1]), dtype=np.float64)
+
+    def tile(first, other):
+        (a, b), (c, d) = blocks[first], blocks[other]
+        E = rows[a:b] @ cols_t[:, c:d]
+        _exp_rows(E, np.zeros(b - a, dtype=dtype), np.empty(d - c, dtype=dtype))
+        return E @ U[c:d], (E.T @ U[a:b] if other != first else None)
+
+    with one_blas_thread(), ThreadPoolExecutor(max_workers=max(1, n_threads)) as pool:
+        for first in range(len(blocks)):
+            # row block `first` against the later blocks: the earlier ones gave it their share
+            others = range(first, len(blocks))
+            parts = pool.map(tile, [first] * len(others), others)
+            for other, (mine, theirs) in zip(others, parts):
+                a, b = blocks[first]
+                acc[a:b] += mine
+                if theirs is not None:
+                    c, d = blocks[other]
+                    acc[c:d] += theirs
+    total = acc[:, d_v]
+    out = (acc[:, :d_v] / total[:, None]).astype(dtype)
+    log_norm = (half + top + np.log(total)).astype(dtype)
     return out, log_norm
 
 

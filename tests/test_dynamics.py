@@ -13,7 +13,7 @@ from scipy.stats import special_ortho_group
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import adjusted_rand_score
 
-from attention_cluster import SelfAttentionDynamics, attention_flow
+from attention_cluster import SelfAttentionDynamics, _dynamics, attention_flow
 from attention_cluster import _dynamics_kernels as kern
 from attention_cluster.datasets import make_mixture
 
@@ -401,8 +401,6 @@ def test_sparse_input_too_large_to_densify_raises_before_work():
 
 
 def test_auto_subsample_warns_and_records_it(mixture, monkeypatch):
-    from attention_cluster import _dynamics
-
     X = mixture[0]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -415,3 +413,151 @@ def test_auto_subsample_warns_and_records_it(mixture, monkeypatch):
     assert record[0].filename == __file__
     assert len(model.subsample_indices_) == 400
     assert adjusted_rand_score(exact.labels_, model.labels_) > 0.9
+
+
+@given(
+    st.lists(st.floats(-100.0, 0.0, width=32), min_size=1, max_size=40),
+    st.floats(-20.0, 20.0, width=32),
+)
+def test_exp_shifted_f32_is_numpy_exp(xs, top):
+    # exp(x - top) in float32 within a few of float32's roundings of the
+    # float64 exponential of the same float32 differences; below exp(-87)
+    # it may stay at the floor exp(-87) (2e-38), next to the row's largest, 1.
+    logits = np.array([xs], dtype=np.float32) + np.float32(top)
+    top32 = np.array([top], dtype=np.float32)
+    shifted = (logits - top32[:, None]).astype(np.float64)
+    got = logits.copy()
+    kern.exp_shifted_f32(got, top32, np.empty(len(xs), dtype=np.float32))
+    normal = shifted >= -87.0
+    np.testing.assert_allclose(got[normal], np.exp(shifted[normal]), rtol=3e-7, atol=0)
+    assert np.all(got[~normal] <= np.exp(-87.0) * (1 + 1e-6))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
+def test_weighted_keys_match_reference(dtype, global_random_seed):
+    # P_ij = softmax_j(beta <q_i, k_j> + log w_j) (math.md section 8, weighted particles).
+    rng = np.random.default_rng(global_random_seed)
+    Q = rng.standard_normal((30, 5)).astype(dtype)
+    K, V = (rng.standard_normal((9000, 5)).astype(dtype) for _ in range(2))
+    log_w = np.log(rng.integers(1, 50, 9000).astype(np.float64))
+    out, log_norm = kern.attention(Q, K, V, 2.0, log_weights=log_w)
+    ref, ref_log = attention_rows(Q, K, V, log_w, 2.0)
+    rtol = 1e-10 if dtype == np.float64 else 2e-4
+    np.testing.assert_allclose(out, ref, rtol=rtol, atol=rtol)
+    np.testing.assert_allclose(log_norm, ref_log, rtol=rtol)
+
+
+@given(
+    st.integers(1, 12),
+    st.lists(st.integers(1, 5), min_size=1, max_size=12),
+    st.sampled_from(["sa", "usa", "unnormalized"]),
+    st.integers(0, 2**16),
+)
+def test_weighted_particle_steps_as_its_tokens(n_queries, multiplicity, model, seed):
+    # A particle of weight w moves the others as w equal tokens would, and
+    # moves as each of them: one step of the weighted particles is the step
+    # of the tokens repeated.
+    rng = np.random.default_rng(seed)
+    Z = _unit(rng, len(multiplicity), 3)
+    weights = np.asarray(multiplicity, dtype=np.float64)
+    flow = _dynamics._check_flow(Z, model, 2.0, 0.3, None, None, None, None, 1)
+    moved, log_norm = flow.step(Z, 0.5, weights)
+    tokens = np.repeat(Z, multiplicity, axis=0)
+    ref, ref_log = flow.step(tokens, 0.5)
+    np.testing.assert_allclose(np.repeat(moved, multiplicity, axis=0), ref, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(np.repeat(log_norm, multiplicity), ref_log, rtol=1e-10)
+    energy = _dynamics._energy(log_norm, 2.0, weights)
+    np.testing.assert_allclose(energy, _dynamics._energy(ref_log, 2.0), rtol=1e-10)
+
+
+def _unmerged(particles, Z):
+    """Every token a particle of its own at every step: the dynamics without merging."""
+    return _dynamics._Particles(Z, particles.weights, particles.owner, particles.merge_radius)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("n_clusters, noise", [(3, 0.3), (5, 0.5)], ids=str)
+def test_merged_particles_fit_as_unmerged_dynamics(n_clusters, noise, dtype, monkeypatch):
+    X = make_mixture(1500, n_features=10, n_clusters=n_clusters, noise=noise, random_state=1)[0]
+    X = X.astype(dtype)
+    merged = SelfAttentionDynamics().fit(X)
+    with monkeypatch.context() as patch:
+        patch.setattr(_dynamics._Particles, "moved", _unmerged)
+        exact = SelfAttentionDynamics().fit(X)
+    assert merged.n_clusters_ == exact.n_clusters_
+    np.testing.assert_array_equal(merged.labels_, exact.labels_)
+    np.testing.assert_array_equal(merged.n_clusters_path_, exact.n_clusters_path_)
+    rtol = 1e-6 if dtype == np.float64 else 1e-4
+    np.testing.assert_allclose(merged.energy_path_, exact.energy_path_, rtol=rtol)
+    np.testing.assert_allclose(merged.cluster_centers_, exact.cluster_centers_, atol=1e-4)
+
+
+@given(st.integers(0, 2**16), st.integers(2, 5), st.sampled_from([5.0, 10.0, 20.0]))
+def test_merging_keeps_the_clusters_of_the_unmerged_dynamics(seed, n_clusters, beta):
+    X = make_mixture(300, n_features=6, n_clusters=n_clusters, noise=0.4, random_state=seed)[0]
+    params = dict(beta=beta, stopping="horizon", max_iter=15)
+    merged = SelfAttentionDynamics(**params).fit(X)
+    original = _dynamics._Particles.moved
+    try:
+        _dynamics._Particles.moved = _unmerged
+        exact = SelfAttentionDynamics(**params).fit(X)
+    finally:
+        _dynamics._Particles.moved = original
+    assert merged.n_clusters_ == exact.n_clusters_
+    assert adjusted_rand_score(merged.labels_, exact.labels_) == 1.0
+    np.testing.assert_array_equal(merged.n_clusters_path_, exact.n_clusters_path_)
+
+
+def test_equal_tokens_are_one_particle_from_the_start():
+    # Duplicated rows: the fit is that of the distinct rows, each counted with its copies.
+    X = make_mixture(400, n_features=5, n_clusters=3, noise=0.3, random_state=0)[0]
+    twice = np.vstack([X, X])
+    once = SelfAttentionDynamics(min_cluster_size=8, stopping="horizon", max_iter=12).fit(X)
+    both = SelfAttentionDynamics(min_cluster_size=16, stopping="horizon", max_iter=12).fit(twice)
+    np.testing.assert_array_equal(both.labels_, np.tile(once.labels_, 2))
+    np.testing.assert_allclose(both.energy_path_, once.energy_path_, rtol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("weighted", [False, True], ids=["equal", "weighted"])
+@pytest.mark.parametrize("block_rows", [None, 7], ids=["blocks", "small blocks"])
+def test_self_attention_matches_reference(block_rows, weighted, dtype, global_random_seed):
+    # Queries = keys, each symmetric tile used for both of its blocks (600
+    # tokens: two blocks of at most 512, or 86 of 7).
+    rng = np.random.default_rng(global_random_seed)
+    X = (_unit(rng, 600, 5) * rng.uniform(0.5, 1.5, (600, 1))).astype(dtype)
+    V = rng.standard_normal((600, 3)).astype(dtype)
+    log_w = np.log(rng.integers(1, 30, 600).astype(np.float64)) if weighted else None
+    out, log_norm = kern.self_attention(X, V, 4.0, log_w, block_rows=block_rows, n_threads=2)
+    assert out.dtype == log_norm.dtype == dtype
+    ref, ref_log = attention_rows(X, X, V, np.zeros(600) if log_w is None else log_w, 4.0)
+    rtol = 1e-10 if dtype == np.float64 else 2e-4
+    np.testing.assert_allclose(out, ref, rtol=rtol, atol=rtol)
+    np.testing.assert_allclose(log_norm, ref_log, rtol=rtol)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
+def test_self_attention_does_not_depend_on_threads(dtype, global_random_seed):
+    rng = np.random.default_rng(global_random_seed)
+    X = _unit(rng, 2100, 6).astype(dtype)
+    log_w = np.log(rng.integers(1, 9, 2100).astype(np.float64))
+    one = kern.self_attention(X, X, 10.0, log_w, n_threads=1)
+    three = kern.self_attention(X, X, 10.0, log_w, n_threads=3)
+    for a, b in zip(one, three):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_self_attention_of_far_spread_norms_is_attention(monkeypatch):
+    # Norms 1 and 12 at beta 1: the shifts beta |x|^2 / 2 spread over 71, more than
+    # float32 allows: the rows are attended over with their own maxima instead.
+    rng = np.random.default_rng(0)
+    X = (_unit(rng, 50, 3) * np.where(np.arange(50) < 25, 1.0, 12.0)[:, None]).astype(np.float32)
+    calls = []
+    attention = kern.attention
+    monkeypatch.setattr(kern, "attention", lambda *args: calls.append(1) or attention(*args))
+    out, log_norm = kern.self_attention(X, X, 1.0)
+    assert calls == [1]
+    ref, ref_log = attention_rows(X, X, X, np.zeros(50), 1.0)
+    assert np.all(np.isfinite(out))
+    np.testing.assert_allclose(out, ref, rtol=2e-4, atol=2e-4)
+    np.testing.assert_allclose(log_norm, ref_log, rtol=2e-4)

@@ -480,7 +480,7 @@ _NEWTON_RTOL = 1e-2
 # relative residual of each half's GMRES solve: closer than _NEWTON_RTOL, so
 # that the solve's error stays below the statistical stop.
 _MIN_HALF_ROWS = 1024
-_SPLIT_RTOL = 1e-4
+_SPLIT_RTOL = 1e-3
 _SPLIT_SAFETY = 2.0
 
 # Largest first Newton step, in squared standard errors of the subsample's

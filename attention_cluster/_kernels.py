@@ -1,14 +1,22 @@
-"""Numba kernels: projected stochastic gradient descent (PSGD), the exact
+"""Chunk kernels: projected stochastic gradient descent (PSGD), the exact
 objective's per-row terms, the post-hoc signs and labels, the E step of the
 EM refinement and the weighted drawing of rows.
 
-Every kernel is a module-level ``@njit`` function (nothing jitted is stored on
-an estimator, so estimators pickle). The kernels that read data rows work on
-one chunk of rows, release the GIL (``nogil``) and write into buffers the
-caller owns: the pass layer (``_passes``) runs them on its thread pool and
-adds up their results, so no kernel uses Numba's threading layer. The Python
-drivers own the loops, the step-size schedule, the stopping rules and the
-verbose output. Their NumPy reference twins live in ``tests/reference.py``.
+Every Numba kernel is a module-level ``@njit`` function (nothing jitted is
+stored on an estimator, so estimators pickle). The kernels that read data
+rows work on one chunk of rows, release the GIL (``nogil``, or NumPy's
+BLAS) and write into buffers the caller owns: the pass layer (``_passes``)
+runs them on its thread pool and adds up their results, so no kernel uses
+Numba's threading layer. The Python drivers own the loops, the step-size
+schedule, the stopping rules and the verbose output. Their NumPy reference
+twins live in ``tests/reference.py`` or the test files.
+
+Numba compiles each kernel on its first call, before a first fit's result
+(seconds per kernel with an empty cache): a kernel is written in Numba only
+where a loop beats NumPy on the paper's regime (the fused E step, the
+labels' argmax, PSGD, the draws); the exact risk's row terms and the heads'
+signs, whose calls are few and small, are NumPy, and kernels allocate no
+arrays (the wrappers pass scratch).
 
 Notation (``math.md`` sections 2-3): a sequence is ``X`` (L x d), the heads
 are the columns of ``U`` (d x K), ``c = lambda K / L``, ``A = X U``,
@@ -276,7 +284,6 @@ def psgd_chunk(
                 heads_sum[j, k] += U[j, k]
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def head_totals(X, U, weights, totals):
     """Adds to ``totals[h]`` the (weighted) projections of the rows head h wins.
 
@@ -284,30 +291,20 @@ def head_totals(X, U, weights, totals):
     head) and adds ``w <x, mu_h>`` to that head's total; a head whose total
     over all rows is negative points away from its points and is flipped
     (``math.md`` section 5, post-hoc labels). ``weights`` of length 0 means
-    unit weights. ``U`` is C-contiguous float64. The projections are formed
-    by blocks of ``_PROJECTION_BLOCK`` rows, converted to float64, with one
-    BLAS product each (Numba's ``np.dot``).
+    unit weights. NumPy: the projections (K x m, float64) by one BLAS
+    product, the winner by K passes along rows.
     """
-    n, d = X.shape
-    K = U.shape[1]
-    for lo in range(0, n, _PROJECTION_BLOCK):
-        hi = min(lo + _PROJECTION_BLOCK, n)
-        B = np.empty((hi - lo, d))
-        for i in range(hi - lo):
-            for j in range(d):
-                B[i, j] = X[lo + i, j]
-        P = np.dot(B, U)
-        for i in range(hi - lo):
-            best = 0
-            for k in range(1, K):
-                if abs(P[i, k]) > abs(P[i, best]):
-                    best = k
-            w = 1.0 if weights.shape[0] == 0 else weights[lo + i]
-            totals[best] += w * P[i, best]
-
-
-# Rows per block of head_totals' products.
-_PROJECTION_BLOCK = 1024
+    P = np.dot(np.asarray(U.T, dtype=np.float64), np.asarray(X, dtype=np.float64).T)
+    size = np.abs(P)
+    best = np.zeros(P.shape[1], dtype=np.intp)
+    top = size[0].copy()
+    for k in range(1, P.shape[0]):
+        best[size[k] > top] = k
+        np.maximum(top, size[k], out=top)
+    won = np.take_along_axis(P, best[None], axis=0)[0]
+    if weights.shape[0]:
+        won *= weights
+    totals += np.bincount(best, weights=won, minlength=P.shape[0])
 
 
 @njit(cache=True, nogil=True)
@@ -325,82 +322,52 @@ def argmax_rows(scores, gain, bias, out):
         out[i] = best
 
 
-@njit(cache=True, fastmath=FASTMATH)
-def _block_row_terms(AB, GB, nrm, W, size, c, lm1, reg, rho, SB, CB):
-    """The rows' weighted terms of the exact risk and their gradient coefficients, for a block.
+def _row_terms(AT, GT, nrm, w, c, lm1, reg, rho):
+    """The rows' weighted terms of the exact risk and their gradient coefficients.
 
-    Column i of ``AB`` and ``GB`` (K x block) is row i's ``a = U^T x`` and
-    ``g = U^T M x``, ``nrm[i] = ||x||^2`` and ``W[i]`` its weight, for the
-    first ``size`` columns. With ``s = ||a||^2``, ``h = <a, g>`` and ``e = 1 -
-    c s``, returns the sum of ``W (e^2 nrm - 2c(L-1) e h + rho r)`` and
-    fills column i of ``CB`` (3K x block) with the coefficients of ``x^T``
-    in the gradient's three sums (see :func:`exact_row_terms`). The
-    regulariser r and its coefficients are :func:`token_regularizer`'s
-    formulas, written along the block so that the loops over rows
-    vectorise. ``SB`` (3 x block) is scratch; ``GB`` is overwritten.
+    Column i of ``AT`` and ``GT`` (K x m) is row i's ``a = U^T x`` and ``g =
+    U^T M x``, ``nrm[i] = ||x||^2`` and ``w[i]`` its weight (``w`` of length
+    0: unit weights). With ``s = ||a||^2``, ``h = <a, g>`` and ``e = 1 - c
+    s``, returns the sum of ``w (e^2 nrm - 2c(L-1) e h + rho r)`` and the
+    coefficients of ``x^T`` in the gradient's three sums (3K x m, see
+    :func:`exact_row_terms`). The regulariser r and its coefficients are
+    :func:`token_regularizer`'s formulas, along the rows. NumPy, float64:
+    the arrays are K rows long, so each operation runs over the m rows.
     """
-    K = AB.shape[0]
-    s, h, e = SB[0], SB[1], SB[2]
-    for i in range(size):
-        s[i] = 0.0
-        h[i] = 0.0
-    for k in range(K):
-        for i in range(size):
-            s[i] += AB[k, i] * AB[k, i]
-            h[i] += AB[k, i] * GB[k, i]
-    total = 0.0
-    for i in range(size):
-        ei = 1.0 - c * s[i]
-        total += W[i] * (ei * ei * nrm[i] - 2.0 * c * lm1 * ei * h[i])
-        # s and h now hold alpha and beta of exact_row_terms' docstring.
-        s[i] = W[i] * (-4.0 * c * ei * nrm[i] + 4.0 * c * c * lm1 * h[i])
-        h[i] = W[i] * (-2.0 * c * lm1 * ei)
-        e[i] = W[i] * nrm[i]
-    for k in range(K):
-        for i in range(size):
-            CB[k, i] = s[i] * AB[k, i] + h[i] * GB[k, i]
-            CB[K + k, i] = h[i] * AB[k, i]
-            CB[2 * K + k, i] = e[i] * AB[k, i]
+    K = AT.shape[0]
+    q = AT * AT
+    s = q.sum(axis=0)
+    h = np.einsum("ki,ki->i", AT, GT)
+    e = 1.0 - c * s
+    terms = e * e * nrm - 2.0 * c * lm1 * e * h
+    alpha = -4.0 * c * e * nrm + 4.0 * c * c * lm1 * h
+    beta = -2.0 * c * lm1 * e
+    CT = np.empty((3 * K, AT.shape[1]))
+    CT[:K] = alpha * AT + beta * GT
+    CT[K : 2 * K] = beta * AT
+    CT[2 * K :] = nrm * AT
     if reg == REG_PAIRWISE:
-        # r = sum_k q_k (q_0 + ... + q_{k-1}), q = a^2 (no cancellation);
-        # dr/dmu_k = 2 a_k (S - q_k) x with S = sum_k q_k.
-        S, r = SB[0], SB[1]
-        for i in range(size):
-            S[i] = 0.0
-            r[i] = 0.0
-        for k in range(K):
-            for i in range(size):
-                q = AB[k, i] * AB[k, i]
-                r[i] += q * S[i]
-                S[i] += q
-        for i in range(size):
-            total += W[i] * rho * r[i]
-        for k in range(K):
-            for i in range(size):
-                q = AB[k, i] * AB[k, i]
-                CB[k, i] += W[i] * rho * 2.0 * AB[k, i] * (S[i] - q)
+        # r = sum_k q_k (q_0 + ... + q_{k-1}) (non-negative terms, no
+        # cancellation); dr/dmu_k = 2 a_k (S - q_k) x with S = sum_k q_k.
+        before = np.cumsum(q, axis=0) - q
+        terms += rho * np.einsum("ki,ki->i", q, before)
+        CT[:K] += (2.0 * rho) * AT * (s - q)
     elif reg == REG_PRODUCT:
-        # r = prod_k q_k; dr/dmu_k = 2 a_k prod_{j != k} q_j x, from prefix
-        # products (kept in GB, no longer needed) and suffix products: no
-        # division.
-        prefix, suffix = SB[0], SB[1]
-        for i in range(size):
-            prefix[i] = 1.0
-            suffix[i] = 1.0
-        for k in range(K):
-            for i in range(size):
-                GB[k, i] = prefix[i]
-                prefix[i] *= AB[k, i] * AB[k, i]
-        for i in range(size):
-            total += W[i] * rho * prefix[i]
-        for k in range(K - 1, -1, -1):
-            for i in range(size):
-                CB[k, i] += W[i] * rho * 2.0 * AB[k, i] * GB[k, i] * suffix[i]
-                suffix[i] *= AB[k, i] * AB[k, i]
-    return total
+        # r = prod_k q_k; dr/dmu_k = 2 a_k prod_{j != k} q_j x, from prefix and
+        # suffix products: no division.
+        prefix = np.ones_like(q)
+        suffix = np.ones_like(q)
+        for k in range(1, K):
+            prefix[k] = prefix[k - 1] * q[k - 1]
+            suffix[K - 1 - k] = suffix[K - k] * q[K - k]
+        terms += rho * prefix[K - 1] * q[K - 1]
+        CT[:K] += (2.0 * rho) * AT * prefix * suffix
+    if w.size == 0:
+        return float(terms.sum()), CT
+    CT *= w
+    return float(w @ terms), CT
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def projected_row_terms(A, G, nrm, w, c, lm1, reg, rho, C):
     """:func:`exact_row_terms` from the rows' projections, for sparse rows.
 
@@ -410,25 +377,8 @@ def projected_row_terms(A, G, nrm, w, c, lm1, reg, rho, C):
     gradient's sums are ``C^T X``, a product the caller makes with its
     sparse rows. ``w`` of length 0 means unit weights.
     """
-    n, K = A.shape
-    AB = np.empty((K, _E_BLOCK))
-    GB = np.empty((K, _E_BLOCK))
-    CB = np.empty((3 * K, _E_BLOCK))
-    SB = np.empty((3, _E_BLOCK))
-    W = np.empty(_E_BLOCK)
-    total = 0.0
-    for lo in range(0, n, _E_BLOCK):
-        size = min(_E_BLOCK, n - lo)
-        for k in range(K):
-            for i in range(size):
-                AB[k, i] = A[lo + i, k]
-                GB[k, i] = G[lo + i, k]
-        for i in range(size):
-            W[i] = 1.0 if w.size == 0 else w[lo + i]
-        total += _block_row_terms(AB, GB, nrm[lo:], W, size, c, lm1, reg, rho, SB, CB)
-        for r in range(3 * K):
-            for i in range(size):
-                C[lo + i, r] = CB[r, i]
+    total, CT = _row_terms(A.T, G.T, nrm, w, c, lm1, reg, rho)
+    C[:] = CT.T
     return total
 
 
@@ -448,7 +398,6 @@ def draw_sparse_rows(indptr, indices, data, cum_weights, inv_scale, offset, stat
             out[r, indices[p]] += data[p] * inv_scale
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
     """Per-row part of the exact risk and of its gradient, for one chunk.
 
@@ -464,73 +413,20 @@ def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
     (see :func:`attention_cluster._objective.exact_objective`). The regulariser
     ``r_i`` of each row is :func:`token_regularizer`'s. O(d K) per row, in
     float64 whatever X's dtype.
+
+    NumPy, not Numba: the projections and the sums over rows are BLAS
+    products of the chunk, the row terms elementwise operations on K x m
+    arrays (:func:`_row_terms`), so no compile precedes a first fit. Its
+    calls are on at most a few tens of thousands of rows per solver
+    iteration (the exact solver's subsample).
     """
-    m, d = X.shape
-    K = U.shape[1]
-    # Rows go by blocks copied transposed to float64 (as in mixture_e_step),
-    # the row terms run along contiguous memory. From d K of _PRODUCT_MIN_WORK
-    # on, the projections and the sums over rows are BLAS products (Numba's
-    # np.dot) on larger blocks, the last one padded with zero rows, whose
-    # coefficients are zero; below, loops (the products' calls cost more
-    # than they save).
-    blas = d * K >= _PRODUCT_MIN_WORK
-    block = _PRODUCT_BLOCK if blas else _E_BLOCK
-    AB = np.empty((K, block))
-    GB = np.empty((K, block))
-    XT = np.zeros((d, block))
-    CB = np.zeros((3 * K, block))
-    SB = np.empty((3, block))
-    nrm = np.empty(block)
-    W = np.empty(block)
-    UT = np.ascontiguousarray(U.T)
-    MUT = np.ascontiguousarray(MU.T)
-    total = 0.0
-    for lo in range(0, m, block):
-        size = min(block, m - lo)
-        for i in range(size):
-            nrm[i] = 0.0
-            W[i] = 1.0 if w.size == 0 else w[lo + i]
-        if size < block:
-            XT[:, size:] = 0.0
-            CB[:, size:] = 0.0
-        for j in range(d):
-            for i in range(size):
-                # float64 whatever X's dtype, compiled or not (NumPy keeps a
-                # float32 scalar times a Python float in float32).
-                v = np.float64(X[lo + i, j]) * inv_scale
-                XT[j, i] = v
-                nrm[i] += v * v
-        if blas:
-            AB = np.dot(UT, XT)
-            GB = np.dot(MUT, XT)
-        else:
-            for k in range(K):
-                for i in range(size):
-                    AB[k, i] = 0.0
-                    GB[k, i] = 0.0
-                for j in range(d):
-                    u = U[j, k]
-                    mu = MU[j, k]
-                    for i in range(size):
-                        AB[k, i] += u * XT[j, i]
-                        GB[k, i] += mu * XT[j, i]
-        total += _block_row_terms(AB, GB, nrm, W, size, c, lm1, reg, rho, SB, CB)
-        if blas:
-            P += np.dot(CB, XT.T)
-        else:
-            for r in range(3 * K):
-                for j in range(d):
-                    acc = 0.0
-                    for i in range(size):
-                        acc += CB[r, i] * XT[j, i]
-                    P[r, j] += acc
+    XT = np.asarray(X, dtype=np.float64).T * inv_scale
+    AT = np.dot(U.T, XT)
+    GT = np.dot(MU.T, XT)
+    nrm = np.einsum("ji,ji->i", XT, XT)
+    total, CT = _row_terms(AT, GT, nrm, w, c, lm1, reg, rho)
+    P += np.dot(CT, XT.T)
     return total
-
-
-# Rows per block of exact_row_terms when d K is at least _PRODUCT_MIN_WORK:
-# larger blocks make its BLAS products efficient.
-_PRODUCT_BLOCK = 1024
-_PRODUCT_MIN_WORK = 256
 
 
 # Rows per block of the mixture E step: the block, transposed, and its scores
@@ -585,7 +481,7 @@ def _exp_reduced(x):
 
 
 @njit(cache=True, nogil=True, fastmath=FASTMATH)
-def _posterior_block(P, m, W, unit, top, Z, bits, counts):
+def _posterior_block(P, m, W, unit, top, Z, bits, powers, counts):
     """Scores to weighted responsibilities, in place, for columns ``0..m-1`` of P.
 
     Column i of ``P`` (K x block) holds row i's scores ``log pi_k + beta
@@ -594,13 +490,13 @@ def _posterior_block(P, m, W, unit, top, Z, bits, counts):
     returns ``sum_i W_i logsumexp_k``. ``W`` holds the rows' weights (all
     ones when ``unit``); a row no head can take (every score -inf), or of
     zero weight, adds nothing (its column becomes zero). ``top``, ``Z`` and
-    ``bits`` (int64) are scratch of at least m entries. Every loop runs
+    ``bits`` (int64) are scratch of at least m entries, ``powers`` the view
+    of ``bits`` as float64 (see :func:`_scratch`). Every loop runs
     along a row of P, over contiguous memory, so that it vectorises: the
     maximum, the exponentials (see ``_exp_reduced``), the normalisers, one
     log per ``_LOG_GROUP`` rows for unit weights, the responsibilities.
     """
     K = P.shape[0]
-    powers = bits.view(np.float64)
     for i in range(m):
         top[i] = P[0, i]
         Z[i] = 0.0
@@ -650,7 +546,6 @@ def _posterior_block(P, m, W, unit, top, Z, bits, counts):
     return total
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def mixture_e_step(X, U, log_weights, beta, inv_scale, weights, S, counts):
     """One E step of the equal-norm spherical mixture, accumulated over X.
 
@@ -667,6 +562,29 @@ def mixture_e_step(X, U, log_weights, beta, inv_scale, weights, S, counts):
     large ``d K`` the pass layer forms the scores and sums by BLAS instead
     and calls :func:`posterior_columns` (see ``_passes.DenseRows.e_step``).
     """
+    K, d = U.shape[1], X.shape[1]
+    W, top, Z, bits, powers = _scratch(_E_BLOCK)
+    XT, P = np.empty((d, _E_BLOCK)), np.empty((K, _E_BLOCK))
+    return _fused_e_step(
+        X, U, log_weights, beta, inv_scale, weights, S, counts, XT, P, W, top, Z, bits, powers
+    )
+
+
+def _scratch(m):
+    """Scratch of :func:`_posterior_block` for m columns: ``W, top, Z, bits, powers``.
+
+    Allocated here, not in the kernels: each allocation a kernel makes is one
+    more function for Numba to compile before a first fit.
+    """
+    bits = np.empty(m, np.int64)
+    return np.empty(m), np.empty(m), np.empty(m), bits, bits.view(np.float64)
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def _fused_e_step(
+    X, U, log_weights, beta, inv_scale, weights, S, counts, XT, P, W, top, Z, bits, powers
+):
+    """:func:`mixture_e_step` on scratch buffers (``XT`` d x block, ``P`` K x block, the rest :func:`_scratch`)."""
     n, d = X.shape
     K = U.shape[1]
     b = beta * inv_scale
@@ -675,12 +593,6 @@ def mixture_e_step(X, U, log_weights, beta, inv_scale, weights, S, counts):
         counts[k] = 0.0
         for j in range(d):
             S[k, j] = 0.0
-    XT = np.empty((d, _E_BLOCK))
-    P = np.empty((K, _E_BLOCK))
-    top = np.empty(_E_BLOCK)
-    Z = np.empty(_E_BLOCK)
-    W = np.empty(_E_BLOCK)
-    bits = np.empty(_E_BLOCK, np.int64)
     total = 0.0
     for lo in range(0, n, _E_BLOCK):
         m = min(_E_BLOCK, n - lo)
@@ -696,7 +608,7 @@ def mixture_e_step(X, U, log_weights, beta, inv_scale, weights, S, counts):
                     P[k, i] += u * XT[j, i]
         for i in range(m):
             W[i] = 1.0 if unit else weights[lo + i]
-        total += _posterior_block(P, m, W, unit, top, Z, bits, counts)
+        total += _posterior_block(P, m, W, unit, top, Z, bits, powers, counts)
         for k in range(K):
             for j in range(d):
                 s = 0.0
@@ -709,7 +621,6 @@ def mixture_e_step(X, U, log_weights, beta, inv_scale, weights, S, counts):
     return total
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def posterior_columns(P, log_weights, weights, counts):
     """The E step's softmax on scores formed elsewhere (by BLAS), in place.
 
@@ -720,59 +631,12 @@ def posterior_columns(P, log_weights, weights, counts):
     returns ``sum_i w_i logsumexp_k``. ``weights`` of length 0 means unit
     weights.
     """
-    K, m = P.shape
+    m = P.shape[1]
+    P += log_weights[:, None]
+    W, top, Z, bits, powers = _scratch(m)
     unit = weights.shape[0] == 0
-    for k in range(K):
-        b = log_weights[k]
-        for i in range(m):
-            P[k, i] += b
-    W = np.empty(m)
-    for i in range(m):
-        W[i] = 1.0 if unit else weights[i]
-    top = np.empty(m)
-    Z = np.empty(m)
-    bits = np.empty(m, np.int64)
-    return _posterior_block(P, m, W, unit, top, Z, bits, counts)
-
-
-@njit(cache=True)
-def lbfgs_direction(g, S, Y):
-    """L-BFGS two-loop recursion: ``-H g`` with the inverse-Hessian model of the pairs.
-
-    ``g`` is the gradient and the rows of ``S`` and ``Y`` (m x p, oldest
-    first, ``<s_i, y_i> > 0``) the pairs, all flattened (Nocedal and Wright,
-    *Numerical Optimization*, algorithm 7.4, with the initial scaling
-    ``<s, y> / <y, y>`` of the newest pair).
-    """
-    m, p = S.shape
-    q = g.copy()
-    rho = np.empty(m)
-    alpha = np.empty(m)
-    for i in range(m):
-        rho[i] = 1.0 / _flat_dot(S[i], Y[i])
-    for i in range(m - 1, -1, -1):
-        a = rho[i] * _flat_dot(S[i], q)
-        alpha[i] = a
-        for j in range(p):
-            q[j] -= a * Y[i, j]
-    gamma = _flat_dot(S[m - 1], Y[m - 1]) / _flat_dot(Y[m - 1], Y[m - 1])
-    for j in range(p):
-        q[j] *= gamma
-    for i in range(m):
-        b = alpha[i] - rho[i] * _flat_dot(Y[i], q)
-        for j in range(p):
-            q[j] += b * S[i, j]
-    for j in range(p):
-        q[j] = -q[j]
-    return q
-
-
-@njit(cache=True)
-def _flat_dot(a, b):
-    total = 0.0
-    for j in range(a.shape[0]):
-        total += a[j] * b[j]
-    return total
+    W[:] = 1.0 if unit else weights
+    return _posterior_block(P, m, W, unit, top, Z, bits, powers, counts)
 
 
 @njit(cache=True, fastmath=FASTMATH)

@@ -322,50 +322,79 @@ def argmax_rows(scores, gain, bias, out):
         out[i] = best
 
 
-def _row_terms(AT, GT, nrm, w, c, lm1, reg, rho):
-    """The rows' weighted terms of the exact risk and their gradient coefficients.
+@njit(cache=True, fastmath=FASTMATH)
+def _block_row_terms(AB, GB, nrm, W, size, c, lm1, reg, rho, SB, CB):
+    """The rows' weighted terms of the exact risk and their gradient coefficients, for a block.
 
-    Column i of ``AT`` and ``GT`` (K x m) is row i's ``a = U^T x`` and ``g =
-    U^T M x``, ``nrm[i] = ||x||^2`` and ``w[i]`` its weight (``w`` of length
-    0: unit weights). With ``s = ||a||^2``, ``h = <a, g>`` and ``e = 1 - c
-    s``, returns the sum of ``w (e^2 nrm - 2c(L-1) e h + rho r)`` and the
-    coefficients of ``x^T`` in the gradient's three sums (3K x m, see
-    :func:`exact_row_terms`). The regulariser r and its coefficients are
-    :func:`token_regularizer`'s formulas, along the rows. NumPy, float64:
-    the arrays are K rows long, so each operation runs over the m rows.
+    Column i of ``AB`` and ``GB`` (K x block) is row i's ``a = U^T x`` and
+    ``g = U^T M x``, ``nrm[i] = ||x||^2`` and ``W[i]`` its weight, for the
+    first ``size`` columns. With ``s = ||a||^2``, ``h = <a, g>`` and ``e = 1 -
+    c s``, returns the sum of ``W (e^2 nrm - 2c(L-1) e h + rho r)`` and
+    fills column i of ``CB`` (3K x block) with the coefficients of ``x^T``
+    in the gradient's three sums (see :func:`exact_row_terms`). The
+    regulariser r and its coefficients are :func:`token_regularizer`'s
+    formulas, written along the block so that the loops over rows
+    vectorise. ``SB`` (3 x block) is scratch; ``GB`` is overwritten.
     """
-    K = AT.shape[0]
-    q = AT * AT
-    s = q.sum(axis=0)
-    h = np.einsum("ki,ki->i", AT, GT)
-    e = 1.0 - c * s
-    terms = e * e * nrm - 2.0 * c * lm1 * e * h
-    alpha = -4.0 * c * e * nrm + 4.0 * c * c * lm1 * h
-    beta = -2.0 * c * lm1 * e
-    CT = np.empty((3 * K, AT.shape[1]))
-    CT[:K] = alpha * AT + beta * GT
-    CT[K : 2 * K] = beta * AT
-    CT[2 * K :] = nrm * AT
+    K = AB.shape[0]
+    s, h, e = SB[0], SB[1], SB[2]
+    for i in range(size):
+        s[i] = 0.0
+        h[i] = 0.0
+    for k in range(K):
+        for i in range(size):
+            s[i] += AB[k, i] * AB[k, i]
+            h[i] += AB[k, i] * GB[k, i]
+    total = 0.0
+    for i in range(size):
+        ei = 1.0 - c * s[i]
+        total += W[i] * (ei * ei * nrm[i] - 2.0 * c * lm1 * ei * h[i])
+        # s and h now hold alpha and beta of exact_row_terms' docstring.
+        s[i] = W[i] * (-4.0 * c * ei * nrm[i] + 4.0 * c * c * lm1 * h[i])
+        h[i] = W[i] * (-2.0 * c * lm1 * ei)
+        e[i] = W[i] * nrm[i]
+    for k in range(K):
+        for i in range(size):
+            CB[k, i] = s[i] * AB[k, i] + h[i] * GB[k, i]
+            CB[K + k, i] = h[i] * AB[k, i]
+            CB[2 * K + k, i] = e[i] * AB[k, i]
     if reg == REG_PAIRWISE:
-        # r = sum_k q_k (q_0 + ... + q_{k-1}) (non-negative terms, no
-        # cancellation); dr/dmu_k = 2 a_k (S - q_k) x with S = sum_k q_k.
-        before = np.cumsum(q, axis=0) - q
-        terms += rho * np.einsum("ki,ki->i", q, before)
-        CT[:K] += (2.0 * rho) * AT * (s - q)
+        # r = sum_k q_k (q_0 + ... + q_{k-1}), q = a^2 (no cancellation);
+        # dr/dmu_k = 2 a_k (S - q_k) x with S = sum_k q_k.
+        S, r = SB[0], SB[1]
+        for i in range(size):
+            S[i] = 0.0
+            r[i] = 0.0
+        for k in range(K):
+            for i in range(size):
+                q = AB[k, i] * AB[k, i]
+                r[i] += q * S[i]
+                S[i] += q
+        for i in range(size):
+            total += W[i] * rho * r[i]
+        for k in range(K):
+            for i in range(size):
+                q = AB[k, i] * AB[k, i]
+                CB[k, i] += W[i] * rho * 2.0 * AB[k, i] * (S[i] - q)
     elif reg == REG_PRODUCT:
-        # r = prod_k q_k; dr/dmu_k = 2 a_k prod_{j != k} q_j x, from prefix and
-        # suffix products: no division.
-        prefix = np.ones_like(q)
-        suffix = np.ones_like(q)
-        for k in range(1, K):
-            prefix[k] = prefix[k - 1] * q[k - 1]
-            suffix[K - 1 - k] = suffix[K - k] * q[K - k]
-        terms += rho * prefix[K - 1] * q[K - 1]
-        CT[:K] += (2.0 * rho) * AT * prefix * suffix
-    if w.size == 0:
-        return float(terms.sum()), CT
-    CT *= w
-    return float(w @ terms), CT
+        # r = prod_k q_k; dr/dmu_k = 2 a_k prod_{j != k} q_j x, from prefix
+        # products (kept in GB, no longer needed) and suffix products: no
+        # division.
+        prefix, suffix = SB[0], SB[1]
+        for i in range(size):
+            prefix[i] = 1.0
+            suffix[i] = 1.0
+        for k in range(K):
+            for i in range(size):
+                GB[k, i] = prefix[i]
+                prefix[i] *= AB[k, i] * AB[k, i]
+        for i in range(size):
+            total += W[i] * rho * prefix[i]
+        for k in range(K - 1, -1, -1):
+            for i in range(size):
+                CB[k, i] += W[i] * rho * 2.0 * AB[k, i] * GB[k, i] * suffix[i]
+                suffix[i] *= AB[k, i] * AB[k, i]
+    return total
 
 
 def projected_row_terms(A, G, nrm, w, c, lm1, reg, rho, C):
@@ -375,10 +404,21 @@ def projected_row_terms(A, G, nrm, w, c, lm1, reg, rho, C):
     (scaled) rows: returns the weighted sum of the per-row terms and fills
     ``C`` (n x 3K) with each row's gradient coefficients, so that the
     gradient's sums are ``C^T X``, a product the caller makes with its
-    sparse rows. ``w`` of length 0 means unit weights.
+    sparse rows. ``w`` of length 0 means unit weights. By blocks of
+    ``_PRODUCT_BLOCK`` rows, transposed for :func:`_block_row_terms`.
     """
-    total, CT = _row_terms(A.T, G.T, nrm, w, c, lm1, reg, rho)
-    C[:] = CT.T
+    n, K = A.shape
+    total = 0.0
+    for lo in range(0, n, _PRODUCT_BLOCK):
+        hi = min(lo + _PRODUCT_BLOCK, n)
+        AB, GB = np.ascontiguousarray(A[lo:hi].T), np.ascontiguousarray(G[lo:hi].T)
+        W = np.ones(hi - lo) if w.size == 0 else np.ascontiguousarray(w[lo:hi], dtype=np.float64)
+        CB = np.empty((3 * K, hi - lo))
+        SB = np.empty((3, hi - lo))
+        total += _block_row_terms(
+            AB, GB, np.ascontiguousarray(nrm[lo:hi]), W, hi - lo, c, lm1, reg, rho, SB, CB
+        )
+        C[lo:hi] = CB.T
     return total
 
 
@@ -414,19 +454,102 @@ def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
     ``r_i`` of each row is :func:`token_regularizer`'s. O(d K) per row, in
     float64 whatever X's dtype.
 
-    NumPy, not Numba: the projections and the sums over rows are BLAS
-    products of the chunk, the row terms elementwise operations on K x m
-    arrays (:func:`_row_terms`), so no compile precedes a first fit. Its
-    calls are on at most a few tens of thousands of rows per solver
-    iteration (the exact solver's subsample).
+    Below ``_PRODUCT_MIN_WORK`` of ``d K`` (the paper's regime), one Numba
+    loop kernel reads each row once (:func:`_fused_row_terms`); from there
+    on, the projections and the sums over rows are BLAS products (NumPy's,
+    so that Numba compiles no product) by blocks of ``_PRODUCT_BLOCK`` rows,
+    and :func:`_block_row_terms` the terms.
     """
-    XT = np.asarray(X, dtype=np.float64).T * inv_scale
-    AT = np.dot(U.T, XT)
-    GT = np.dot(MU.T, XT)
-    nrm = np.einsum("ji,ji->i", XT, XT)
-    total, CT = _row_terms(AT, GT, nrm, w, c, lm1, reg, rho)
-    P += np.dot(CT, XT.T)
+    m, d = X.shape
+    K = U.shape[1]
+    if d * K < _PRODUCT_MIN_WORK:
+        XT, nrm, W = np.empty((d, _E_BLOCK)), np.empty(_E_BLOCK), np.empty(_E_BLOCK)
+        AB, GB, CB = np.empty((K, _E_BLOCK)), np.empty((K, _E_BLOCK)), np.empty((3 * K, _E_BLOCK))
+        return _fused_row_terms(
+            X,
+            w,
+            inv_scale,
+            U,
+            MU,
+            c,
+            lm1,
+            reg,
+            rho,
+            P,
+            XT,
+            nrm,
+            W,
+            AB,
+            GB,
+            CB,
+            np.empty((3, _E_BLOCK)),
+        )
+    UT, MUT = np.ascontiguousarray(U.T), np.ascontiguousarray(MU.T)
+    total = 0.0
+    for lo in range(0, m, _PRODUCT_BLOCK):
+        hi = min(lo + _PRODUCT_BLOCK, m)
+        # float64 whatever X's dtype
+        XT = np.asarray(X[lo:hi], dtype=np.float64).T * inv_scale
+        nrm = np.einsum("ji,ji->i", XT, XT)
+        W = np.ones(hi - lo) if w.size == 0 else np.ascontiguousarray(w[lo:hi], dtype=np.float64)
+        CB = np.empty((3 * K, hi - lo))
+        SB = np.empty((3, hi - lo))
+        total += _block_row_terms(
+            np.dot(UT, XT), np.dot(MUT, XT), nrm, W, hi - lo, c, lm1, reg, rho, SB, CB
+        )
+        P += np.dot(CB, XT.T)
     return total
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def _fused_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P, XT, nrm, W, AB, GB, CB, SB):
+    """:func:`exact_row_terms` for small ``d K``: rows by blocks copied transposed to float64.
+
+    The scratch (``XT`` d x block, ``nrm`` and ``W`` of the block, ``AB``,
+    ``GB`` K x block, ``CB`` 3K x block, ``SB`` 3 x block) comes from the
+    caller; the row terms run along contiguous memory, and the projections
+    and sums are loops (at this size BLAS calls cost more than they save).
+    """
+    m, d = X.shape
+    K = U.shape[1]
+    block = XT.shape[1]
+    total = 0.0
+    for lo in range(0, m, block):
+        size = min(block, m - lo)
+        for i in range(size):
+            nrm[i] = 0.0
+            W[i] = 1.0 if w.size == 0 else w[lo + i]
+        for j in range(d):
+            for i in range(size):
+                # float64 whatever X's dtype, compiled or not (NumPy keeps a
+                # float32 scalar times a Python float in float32).
+                v = np.float64(X[lo + i, j]) * inv_scale
+                XT[j, i] = v
+                nrm[i] += v * v
+        for k in range(K):
+            for i in range(size):
+                AB[k, i] = 0.0
+                GB[k, i] = 0.0
+            for j in range(d):
+                u = U[j, k]
+                mu = MU[j, k]
+                for i in range(size):
+                    AB[k, i] += u * XT[j, i]
+                    GB[k, i] += mu * XT[j, i]
+        total += _block_row_terms(AB, GB, nrm, W, size, c, lm1, reg, rho, SB, CB)
+        for r in range(3 * K):
+            for j in range(d):
+                acc = 0.0
+                for i in range(size):
+                    acc += CB[r, i] * XT[j, i]
+                P[r, j] += acc
+    return total
+
+
+# Rows per block of exact_row_terms' BLAS path (d K of at least
+# _PRODUCT_MIN_WORK) and of projected_row_terms.
+_PRODUCT_BLOCK = 4096
+_PRODUCT_MIN_WORK = 256
 
 
 # Rows per block of the mixture E step: the block, transposed, and its scores

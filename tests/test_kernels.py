@@ -225,8 +225,10 @@ def _row_terms_reference(X, w, inv_scale, U, MU, c, lm1, kind, rho):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("weighted", [True, False])
 def test_exact_row_terms_match_numpy(kind, d, K, dtype, weighted, global_random_seed):
+    # Both paths (d K below and above _PRODUCT_MIN_WORK), a last block
+    # shorter than the others, weights and each regulariser.
     rng = np.random.default_rng(global_random_seed)
-    n = 2077
+    n = 2 * kern._PRODUCT_BLOCK + 77
     X = rng.standard_normal((n, d)).astype(dtype)
     w = rng.uniform(0.0, 2.0, n) if weighted else np.empty(0)
     U = _unit_columns(rng, d, K)

@@ -12,11 +12,13 @@ schedule, the stopping rules and the verbose output. Their NumPy reference
 twins live in ``tests/reference.py`` or the test files.
 
 Numba compiles each kernel on its first call, before a first fit's result
-(seconds per kernel with an empty cache): a kernel is written in Numba only
-where a loop beats NumPy on the paper's regime (the fused E step, the
-labels' argmax, PSGD, the draws); the exact risk's row terms and the heads'
-signs, whose calls are few and small, are NumPy, and kernels allocate no
-arrays (the wrappers pass scratch).
+(seconds per kernel with an empty cache). So a kernel is written in Numba
+only where its loop beats NumPy on the paper's regime (d = 10, few heads:
+the fused E step, the exact risk's row terms, the labels' argmax, PSGD, the
+draws); the heads' signs, whose calls are few and on a subsample, and the
+products of wide data are NumPy's. The kernels of a default fit allocate
+no arrays (their Python wrappers pass the scratch): each allocation inside
+a kernel is one more function for Numba to compile.
 
 Notation (``math.md`` sections 2-3): a sequence is ``X`` (L x d), the heads
 are the columns of ``U`` (d x K), ``c = lambda K / L``, ``A = X U``,
@@ -696,8 +698,7 @@ def mixture_e_step(X, U, log_weights, beta, inv_scale, weights, S, counts):
 def _scratch(m):
     """Scratch of :func:`_posterior_block` for m columns: ``W, top, Z, bits, powers``.
 
-    Allocated here, not in the kernels: each allocation a kernel makes is one
-    more function for Numba to compile before a first fit.
+    Allocated here, not in the kernels (see the module's docstring).
     """
     bits = np.empty(m, np.int64)
     return np.empty(m), np.empty(m), np.empty(m), bits, bits.view(np.float64)

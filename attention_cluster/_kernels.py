@@ -14,9 +14,8 @@ twins live in ``tests/reference.py`` or the test files.
 Numba compiles each kernel on its first call, before a first fit's result
 (seconds per kernel with an empty cache). So a kernel is written in Numba
 only where its loop beats NumPy on the paper's regime (d = 10, few heads:
-the fused E step, the exact risk's row terms, the labels' argmax, PSGD, the
-draws); the heads' signs, whose calls are few and on a subsample, and the
-products of wide data are NumPy's. The kernels of a default fit allocate
+the fused E step, the exact risk's row terms, the heads' signs and the
+labels' argmax, PSGD, the draws); the products of wide data are NumPy's. The kernels of a default fit allocate
 no arrays (their Python wrappers pass the scratch): each allocation inside
 a kernel is one more function for Numba to compile.
 
@@ -286,6 +285,7 @@ def psgd_chunk(
                 heads_sum[j, k] += U[j, k]
 
 
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def head_totals(X, U, weights, totals):
     """Adds to ``totals[h]`` the (weighted) projections of the rows head h wins.
 
@@ -293,20 +293,25 @@ def head_totals(X, U, weights, totals):
     head) and adds ``w <x, mu_h>`` to that head's total; a head whose total
     over all rows is negative points away from its points and is flipped
     (``math.md`` section 5, post-hoc labels). ``weights`` of length 0 means
-    unit weights. NumPy: the projections (K x m, float64) by one BLAS
-    product, the winner by K passes along rows.
+    unit weights. ``U`` is C-contiguous float64; the projections are float64
+    whatever X's dtype. Loops, no product or allocation (see the module's
+    docstring): one row's K projections at a time.
     """
-    P = np.dot(np.asarray(U.T, dtype=np.float64), np.asarray(X, dtype=np.float64).T)
-    size = np.abs(P)
-    best = np.zeros(P.shape[1], dtype=np.intp)
-    top = size[0].copy()
-    for k in range(1, P.shape[0]):
-        best[size[k] > top] = k
-        np.maximum(top, size[k], out=top)
-    won = np.take_along_axis(P, best[None], axis=0)[0]
-    if weights.shape[0]:
-        won *= weights
-    totals += np.bincount(best, weights=won, minlength=P.shape[0])
+    n, d = X.shape
+    K = U.shape[1]
+    for i in range(n):
+        best = 0
+        top = 0.0
+        size = -1.0
+        for k in range(K):
+            p = 0.0
+            for j in range(d):
+                p += np.float64(X[i, j]) * U[j, k]
+            if abs(p) > size:
+                size = abs(p)
+                top = p
+                best = k
+        totals[best] += top if weights.shape[0] == 0 else weights[i] * top
 
 
 @njit(cache=True, nogil=True)

@@ -15,10 +15,9 @@ Numba compiles each kernel on its first call, before a first fit's result
 (seconds per kernel with an empty cache). So a kernel is written in Numba
 only where its loop beats NumPy on the paper's regime (d = 10, few heads:
 the fused E step, the exact risk's row terms, the heads' signs and the
-labels' argmax, PSGD, the draws); the products of wide data are NumPy's. Each kind of allocation inside a kernel
-is one more function for Numba to compile, but buffers passed in instead
-may alias, and LLVM then vectorises less (slower E steps on the paper's
-regime): the kernels allocate their buffers.
+labels' argmax, PSGD, the draws); the products of wide data are NumPy's. The kernels of a default fit allocate
+no arrays (their Python wrappers pass the scratch): each allocation inside
+a kernel is one more function for Numba to compile.
 
 Notation (``math.md`` sections 2-3): a sequence is ``X`` (L x d), the heads
 are the columns of ``U`` (d x K), ``c = lambda K / L``, ``A = X U``,
@@ -471,7 +470,27 @@ def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
     m, d = X.shape
     K = U.shape[1]
     if d * K < _PRODUCT_MIN_WORK:
-        return _fused_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P)
+        XT, nrm, W = np.empty((d, _E_BLOCK)), np.empty(_E_BLOCK), np.empty(_E_BLOCK)
+        AB, GB, CB = np.empty((K, _E_BLOCK)), np.empty((K, _E_BLOCK)), np.empty((3 * K, _E_BLOCK))
+        return _fused_row_terms(
+            X,
+            w,
+            inv_scale,
+            U,
+            MU,
+            c,
+            lm1,
+            reg,
+            rho,
+            P,
+            XT,
+            nrm,
+            W,
+            AB,
+            GB,
+            CB,
+            np.empty((3, _E_BLOCK)),
+        )
     UT, MUT = np.ascontiguousarray(U.T), np.ascontiguousarray(MU.T)
     total = 0.0
     for lo in range(0, m, _PRODUCT_BLOCK):
@@ -490,24 +509,17 @@ def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
 
 
 @njit(cache=True, nogil=True, fastmath=FASTMATH)
-def _fused_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
+def _fused_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P, XT, nrm, W, AB, GB, CB, SB):
     """:func:`exact_row_terms` for small ``d K``: rows by blocks copied transposed to float64.
 
-    The row terms run along contiguous memory, and the projections and sums
-    are loops (at this size BLAS calls cost more than they save). The
-    buffers are allocated here, not passed in: LLVM then knows they do not
-    alias, and vectorises the loops over them.
+    The scratch (``XT`` d x block, ``nrm`` and ``W`` of the block, ``AB``,
+    ``GB`` K x block, ``CB`` 3K x block, ``SB`` 3 x block) comes from the
+    caller; the row terms run along contiguous memory, and the projections
+    and sums are loops (at this size BLAS calls cost more than they save).
     """
     m, d = X.shape
     K = U.shape[1]
-    block = _E_BLOCK
-    XT = np.empty((d, block))
-    AB = np.empty((K, block))
-    GB = np.empty((K, block))
-    CB = np.empty((3 * K, block))
-    SB = np.empty((3, block))
-    nrm = np.empty(block)
-    W = np.empty(block)
+    block = XT.shape[1]
     total = 0.0
     for lo in range(0, m, block):
         size = min(block, m - lo)
@@ -664,7 +676,6 @@ def _posterior_block(P, m, W, unit, top, Z, bits, powers, counts):
     return total
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def mixture_e_step(X, U, log_weights, beta, inv_scale, weights, S, counts):
     """One E step of the equal-norm spherical mixture, accumulated over X.
 
@@ -681,6 +692,28 @@ def mixture_e_step(X, U, log_weights, beta, inv_scale, weights, S, counts):
     large ``d K`` the pass layer forms the scores and sums by BLAS instead
     and calls :func:`posterior_columns` (see ``_passes.DenseRows.e_step``).
     """
+    K, d = U.shape[1], X.shape[1]
+    W, top, Z, bits, powers = _scratch(_E_BLOCK)
+    XT, P = np.empty((d, _E_BLOCK)), np.empty((K, _E_BLOCK))
+    return _fused_e_step(
+        X, U, log_weights, beta, inv_scale, weights, S, counts, XT, P, W, top, Z, bits, powers
+    )
+
+
+def _scratch(m):
+    """Scratch of :func:`_posterior_block` for m columns: ``W, top, Z, bits, powers``.
+
+    Allocated here, not in the kernels (see the module's docstring).
+    """
+    bits = np.empty(m, np.int64)
+    return np.empty(m), np.empty(m), np.empty(m), bits, bits.view(np.float64)
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def _fused_e_step(
+    X, U, log_weights, beta, inv_scale, weights, S, counts, XT, P, W, top, Z, bits, powers
+):
+    """:func:`mixture_e_step` on scratch buffers (``XT`` d x block, ``P`` K x block, the rest :func:`_scratch`)."""
     n, d = X.shape
     K = U.shape[1]
     b = beta * inv_scale
@@ -689,15 +722,6 @@ def mixture_e_step(X, U, log_weights, beta, inv_scale, weights, S, counts):
         counts[k] = 0.0
         for j in range(d):
             S[k, j] = 0.0
-    # Allocated here (not passed in): LLVM then knows the buffers do not
-    # alias, and vectorises the loops over them.
-    XT = np.empty((d, _E_BLOCK))
-    P = np.empty((K, _E_BLOCK))
-    W = np.empty(_E_BLOCK)
-    top = np.empty(_E_BLOCK)
-    Z = np.empty(_E_BLOCK)
-    bits = np.empty(_E_BLOCK, np.int64)
-    powers = bits.view(np.float64)
     total = 0.0
     for lo in range(0, n, _E_BLOCK):
         m = min(_E_BLOCK, n - lo)
@@ -724,15 +748,6 @@ def mixture_e_step(X, U, log_weights, beta, inv_scale, weights, S, counts):
         for j in range(d):
             S[k, j] *= inv_scale
     return total
-
-
-def _scratch(m):
-    """Scratch of :func:`_posterior_block` for m columns: ``W, top, Z, bits, powers``.
-
-    Allocated by the caller of the compiled :func:`_posterior_block`.
-    """
-    bits = np.empty(m, np.int64)
-    return np.empty(m), np.empty(m), np.empty(m), bits, bits.view(np.float64)
 
 
 def posterior_columns(P, log_weights, weights, counts):

@@ -1,14 +1,23 @@
-"""Numba kernels: projected stochastic gradient descent (PSGD), the exact
+"""Chunk kernels: projected stochastic gradient descent (PSGD), the exact
 objective's per-row terms, the post-hoc signs and labels, the E step of the
 EM refinement and the weighted drawing of rows.
 
-Every kernel is a module-level ``@njit`` function (nothing jitted is stored on
-an estimator, so estimators pickle). The kernels that read data rows work on
-one chunk of rows, release the GIL (``nogil``) and write into buffers the
-caller owns: the pass layer (``_passes``) runs them on its thread pool and
-adds up their results, so no kernel uses Numba's threading layer. The Python
-drivers own the loops, the step-size schedule, the stopping rules and the
-verbose output. Their NumPy reference twins live in ``tests/reference.py``.
+Every Numba kernel is a module-level ``@njit`` function (nothing jitted is
+stored on an estimator, so estimators pickle). The kernels that read data
+rows work on one chunk of rows, release the GIL (``nogil``, or NumPy's
+BLAS) and write into buffers the caller owns: the pass layer (``_passes``)
+runs them on its thread pool and adds up their results, so no kernel uses
+Numba's threading layer. The Python drivers own the loops, the step-size
+schedule, the stopping rules and the verbose output. Their NumPy reference
+twins live in ``tests/reference.py`` or the test files.
+
+Numba compiles each kernel on its first call, before a first fit's result
+(seconds per kernel with an empty cache). So a kernel is written in Numba
+only where its loop beats NumPy on the paper's regime (d = 10, few heads:
+the fused E step, the exact risk's row terms, the heads' signs and the
+labels' argmax, PSGD, the draws); the products of wide data are NumPy's. The kernels of a default fit allocate
+no arrays (their Python wrappers pass the scratch): each allocation inside
+a kernel is one more function for Numba to compile.
 
 Notation (``math.md`` sections 2-3): a sequence is ``X`` (L x d), the heads
 are the columns of ``U`` (d x K), ``c = lambda K / L``, ``A = X U``,
@@ -284,30 +293,25 @@ def head_totals(X, U, weights, totals):
     head) and adds ``w <x, mu_h>`` to that head's total; a head whose total
     over all rows is negative points away from its points and is flipped
     (``math.md`` section 5, post-hoc labels). ``weights`` of length 0 means
-    unit weights. ``U`` is C-contiguous float64. The projections are formed
-    by blocks of ``_PROJECTION_BLOCK`` rows, converted to float64, with one
-    BLAS product each (Numba's ``np.dot``).
+    unit weights. ``U`` is C-contiguous float64; the projections are float64
+    whatever X's dtype. Loops, no product or allocation (see the module's
+    docstring): one row's K projections at a time.
     """
     n, d = X.shape
     K = U.shape[1]
-    for lo in range(0, n, _PROJECTION_BLOCK):
-        hi = min(lo + _PROJECTION_BLOCK, n)
-        B = np.empty((hi - lo, d))
-        for i in range(hi - lo):
+    for i in range(n):
+        best = 0
+        top = 0.0
+        size = -1.0
+        for k in range(K):
+            p = 0.0
             for j in range(d):
-                B[i, j] = X[lo + i, j]
-        P = np.dot(B, U)
-        for i in range(hi - lo):
-            best = 0
-            for k in range(1, K):
-                if abs(P[i, k]) > abs(P[i, best]):
-                    best = k
-            w = 1.0 if weights.shape[0] == 0 else weights[lo + i]
-            totals[best] += w * P[i, best]
-
-
-# Rows per block of head_totals' products.
-_PROJECTION_BLOCK = 1024
+                p += np.float64(X[i, j]) * U[j, k]
+            if abs(p) > size:
+                size = abs(p)
+                top = p
+                best = k
+        totals[best] += top if weights.shape[0] == 0 else weights[i] * top
 
 
 @njit(cache=True, nogil=True)
@@ -400,7 +404,6 @@ def _block_row_terms(AB, GB, nrm, W, size, c, lm1, reg, rho, SB, CB):
     return total
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def projected_row_terms(A, G, nrm, w, c, lm1, reg, rho, C):
     """:func:`exact_row_terms` from the rows' projections, for sparse rows.
 
@@ -408,27 +411,21 @@ def projected_row_terms(A, G, nrm, w, c, lm1, reg, rho, C):
     (scaled) rows: returns the weighted sum of the per-row terms and fills
     ``C`` (n x 3K) with each row's gradient coefficients, so that the
     gradient's sums are ``C^T X``, a product the caller makes with its
-    sparse rows. ``w`` of length 0 means unit weights.
+    sparse rows. ``w`` of length 0 means unit weights. By blocks of
+    ``_PRODUCT_BLOCK`` rows, transposed for :func:`_block_row_terms`.
     """
     n, K = A.shape
-    AB = np.empty((K, _E_BLOCK))
-    GB = np.empty((K, _E_BLOCK))
-    CB = np.empty((3 * K, _E_BLOCK))
-    SB = np.empty((3, _E_BLOCK))
-    W = np.empty(_E_BLOCK)
     total = 0.0
-    for lo in range(0, n, _E_BLOCK):
-        size = min(_E_BLOCK, n - lo)
-        for k in range(K):
-            for i in range(size):
-                AB[k, i] = A[lo + i, k]
-                GB[k, i] = G[lo + i, k]
-        for i in range(size):
-            W[i] = 1.0 if w.size == 0 else w[lo + i]
-        total += _block_row_terms(AB, GB, nrm[lo:], W, size, c, lm1, reg, rho, SB, CB)
-        for r in range(3 * K):
-            for i in range(size):
-                C[lo + i, r] = CB[r, i]
+    for lo in range(0, n, _PRODUCT_BLOCK):
+        hi = min(lo + _PRODUCT_BLOCK, n)
+        AB, GB = np.ascontiguousarray(A[lo:hi].T), np.ascontiguousarray(G[lo:hi].T)
+        W = np.ones(hi - lo) if w.size == 0 else np.ascontiguousarray(w[lo:hi], dtype=np.float64)
+        CB = np.empty((3 * K, hi - lo))
+        SB = np.empty((3, hi - lo))
+        total += _block_row_terms(
+            AB, GB, np.ascontiguousarray(nrm[lo:hi]), W, hi - lo, c, lm1, reg, rho, SB, CB
+        )
+        C[lo:hi] = CB.T
     return total
 
 
@@ -448,7 +445,6 @@ def draw_sparse_rows(indptr, indices, data, cum_weights, inv_scale, offset, stat
             out[r, indices[p]] += data[p] * inv_scale
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
     """Per-row part of the exact risk and of its gradient, for one chunk.
 
@@ -464,35 +460,72 @@ def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
     (see :func:`attention_cluster._objective.exact_objective`). The regulariser
     ``r_i`` of each row is :func:`token_regularizer`'s. O(d K) per row, in
     float64 whatever X's dtype.
+
+    Below ``_PRODUCT_MIN_WORK`` of ``d K`` (the paper's regime), one Numba
+    loop kernel reads each row once (:func:`_fused_row_terms`); from there
+    on, the projections and the sums over rows are BLAS products (NumPy's,
+    so that Numba compiles no product) by blocks of ``_PRODUCT_BLOCK`` rows,
+    and :func:`_block_row_terms` the terms.
     """
     m, d = X.shape
     K = U.shape[1]
-    # Rows go by blocks copied transposed to float64 (as in mixture_e_step),
-    # the row terms run along contiguous memory. From d K of _PRODUCT_MIN_WORK
-    # on, the projections and the sums over rows are BLAS products (Numba's
-    # np.dot) on larger blocks, the last one padded with zero rows, whose
-    # coefficients are zero; below, loops (the products' calls cost more
-    # than they save).
-    blas = d * K >= _PRODUCT_MIN_WORK
-    block = _PRODUCT_BLOCK if blas else _E_BLOCK
-    AB = np.empty((K, block))
-    GB = np.empty((K, block))
-    XT = np.zeros((d, block))
-    CB = np.zeros((3 * K, block))
-    SB = np.empty((3, block))
-    nrm = np.empty(block)
-    W = np.empty(block)
-    UT = np.ascontiguousarray(U.T)
-    MUT = np.ascontiguousarray(MU.T)
+    if d * K < _PRODUCT_MIN_WORK:
+        XT, nrm, W = np.empty((d, _E_BLOCK)), np.empty(_E_BLOCK), np.empty(_E_BLOCK)
+        AB, GB, CB = np.empty((K, _E_BLOCK)), np.empty((K, _E_BLOCK)), np.empty((3 * K, _E_BLOCK))
+        return _fused_row_terms(
+            X,
+            w,
+            inv_scale,
+            U,
+            MU,
+            c,
+            lm1,
+            reg,
+            rho,
+            P,
+            XT,
+            nrm,
+            W,
+            AB,
+            GB,
+            CB,
+            np.empty((3, _E_BLOCK)),
+        )
+    UT, MUT = np.ascontiguousarray(U.T), np.ascontiguousarray(MU.T)
+    total = 0.0
+    for lo in range(0, m, _PRODUCT_BLOCK):
+        hi = min(lo + _PRODUCT_BLOCK, m)
+        # float64 whatever X's dtype
+        XT = np.asarray(X[lo:hi], dtype=np.float64).T * inv_scale
+        nrm = np.einsum("ji,ji->i", XT, XT)
+        W = np.ones(hi - lo) if w.size == 0 else np.ascontiguousarray(w[lo:hi], dtype=np.float64)
+        CB = np.empty((3 * K, hi - lo))
+        SB = np.empty((3, hi - lo))
+        total += _block_row_terms(
+            np.dot(UT, XT), np.dot(MUT, XT), nrm, W, hi - lo, c, lm1, reg, rho, SB, CB
+        )
+        P += np.dot(CB, XT.T)
+    return total
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def _fused_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P, XT, nrm, W, AB, GB, CB, SB):
+    """:func:`exact_row_terms` for small ``d K``: rows by blocks copied transposed to float64.
+
+    The scratch (``XT`` d x block, ``nrm`` and ``W`` of the block, ``AB``,
+    ``GB`` K x block, ``CB`` 3K x block, ``SB`` 3 x block) comes from the
+    caller; the row terms run along contiguous memory, and the projections
+    and sums are loops (at this size BLAS calls cost more than they save).
+    """
+    m, d = X.shape
+    K = U.shape[1]
+    block = XT.shape[1]
     total = 0.0
     for lo in range(0, m, block):
         size = min(block, m - lo)
         for i in range(size):
             nrm[i] = 0.0
             W[i] = 1.0 if w.size == 0 else w[lo + i]
-        if size < block:
-            XT[:, size:] = 0.0
-            CB[:, size:] = 0.0
         for j in range(d):
             for i in range(size):
                 # float64 whatever X's dtype, compiled or not (NumPy keeps a
@@ -500,36 +533,29 @@ def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
                 v = np.float64(X[lo + i, j]) * inv_scale
                 XT[j, i] = v
                 nrm[i] += v * v
-        if blas:
-            AB = np.dot(UT, XT)
-            GB = np.dot(MUT, XT)
-        else:
-            for k in range(K):
+        for k in range(K):
+            for i in range(size):
+                AB[k, i] = 0.0
+                GB[k, i] = 0.0
+            for j in range(d):
+                u = U[j, k]
+                mu = MU[j, k]
                 for i in range(size):
-                    AB[k, i] = 0.0
-                    GB[k, i] = 0.0
-                for j in range(d):
-                    u = U[j, k]
-                    mu = MU[j, k]
-                    for i in range(size):
-                        AB[k, i] += u * XT[j, i]
-                        GB[k, i] += mu * XT[j, i]
+                    AB[k, i] += u * XT[j, i]
+                    GB[k, i] += mu * XT[j, i]
         total += _block_row_terms(AB, GB, nrm, W, size, c, lm1, reg, rho, SB, CB)
-        if blas:
-            P += np.dot(CB, XT.T)
-        else:
-            for r in range(3 * K):
-                for j in range(d):
-                    acc = 0.0
-                    for i in range(size):
-                        acc += CB[r, i] * XT[j, i]
-                    P[r, j] += acc
+        for r in range(3 * K):
+            for j in range(d):
+                acc = 0.0
+                for i in range(size):
+                    acc += CB[r, i] * XT[j, i]
+                P[r, j] += acc
     return total
 
 
-# Rows per block of exact_row_terms when d K is at least _PRODUCT_MIN_WORK:
-# larger blocks make its BLAS products efficient.
-_PRODUCT_BLOCK = 1024
+# Rows per block of exact_row_terms' BLAS path (d K of at least
+# _PRODUCT_MIN_WORK) and of projected_row_terms.
+_PRODUCT_BLOCK = 4096
 _PRODUCT_MIN_WORK = 256
 
 
@@ -585,7 +611,7 @@ def _exp_reduced(x):
 
 
 @njit(cache=True, nogil=True, fastmath=FASTMATH)
-def _posterior_block(P, m, W, unit, top, Z, bits, counts):
+def _posterior_block(P, m, W, unit, top, Z, bits, powers, counts):
     """Scores to weighted responsibilities, in place, for columns ``0..m-1`` of P.
 
     Column i of ``P`` (K x block) holds row i's scores ``log pi_k + beta
@@ -594,13 +620,13 @@ def _posterior_block(P, m, W, unit, top, Z, bits, counts):
     returns ``sum_i W_i logsumexp_k``. ``W`` holds the rows' weights (all
     ones when ``unit``); a row no head can take (every score -inf), or of
     zero weight, adds nothing (its column becomes zero). ``top``, ``Z`` and
-    ``bits`` (int64) are scratch of at least m entries. Every loop runs
+    ``bits`` (int64) are scratch of at least m entries, ``powers`` the view
+    of ``bits`` as float64 (see :func:`_scratch`). Every loop runs
     along a row of P, over contiguous memory, so that it vectorises: the
     maximum, the exponentials (see ``_exp_reduced``), the normalisers, one
     log per ``_LOG_GROUP`` rows for unit weights, the responsibilities.
     """
     K = P.shape[0]
-    powers = bits.view(np.float64)
     for i in range(m):
         top[i] = P[0, i]
         Z[i] = 0.0
@@ -650,7 +676,6 @@ def _posterior_block(P, m, W, unit, top, Z, bits, counts):
     return total
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def mixture_e_step(X, U, log_weights, beta, inv_scale, weights, S, counts):
     """One E step of the equal-norm spherical mixture, accumulated over X.
 
@@ -667,6 +692,28 @@ def mixture_e_step(X, U, log_weights, beta, inv_scale, weights, S, counts):
     large ``d K`` the pass layer forms the scores and sums by BLAS instead
     and calls :func:`posterior_columns` (see ``_passes.DenseRows.e_step``).
     """
+    K, d = U.shape[1], X.shape[1]
+    W, top, Z, bits, powers = _scratch(_E_BLOCK)
+    XT, P = np.empty((d, _E_BLOCK)), np.empty((K, _E_BLOCK))
+    return _fused_e_step(
+        X, U, log_weights, beta, inv_scale, weights, S, counts, XT, P, W, top, Z, bits, powers
+    )
+
+
+def _scratch(m):
+    """Scratch of :func:`_posterior_block` for m columns: ``W, top, Z, bits, powers``.
+
+    Allocated here, not in the kernels (see the module's docstring).
+    """
+    bits = np.empty(m, np.int64)
+    return np.empty(m), np.empty(m), np.empty(m), bits, bits.view(np.float64)
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def _fused_e_step(
+    X, U, log_weights, beta, inv_scale, weights, S, counts, XT, P, W, top, Z, bits, powers
+):
+    """:func:`mixture_e_step` on scratch buffers (``XT`` d x block, ``P`` K x block, the rest :func:`_scratch`)."""
     n, d = X.shape
     K = U.shape[1]
     b = beta * inv_scale
@@ -675,12 +722,6 @@ def mixture_e_step(X, U, log_weights, beta, inv_scale, weights, S, counts):
         counts[k] = 0.0
         for j in range(d):
             S[k, j] = 0.0
-    XT = np.empty((d, _E_BLOCK))
-    P = np.empty((K, _E_BLOCK))
-    top = np.empty(_E_BLOCK)
-    Z = np.empty(_E_BLOCK)
-    W = np.empty(_E_BLOCK)
-    bits = np.empty(_E_BLOCK, np.int64)
     total = 0.0
     for lo in range(0, n, _E_BLOCK):
         m = min(_E_BLOCK, n - lo)
@@ -696,7 +737,7 @@ def mixture_e_step(X, U, log_weights, beta, inv_scale, weights, S, counts):
                     P[k, i] += u * XT[j, i]
         for i in range(m):
             W[i] = 1.0 if unit else weights[lo + i]
-        total += _posterior_block(P, m, W, unit, top, Z, bits, counts)
+        total += _posterior_block(P, m, W, unit, top, Z, bits, powers, counts)
         for k in range(K):
             for j in range(d):
                 s = 0.0
@@ -709,7 +750,6 @@ def mixture_e_step(X, U, log_weights, beta, inv_scale, weights, S, counts):
     return total
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def posterior_columns(P, log_weights, weights, counts):
     """The E step's softmax on scores formed elsewhere (by BLAS), in place.
 
@@ -720,59 +760,12 @@ def posterior_columns(P, log_weights, weights, counts):
     returns ``sum_i w_i logsumexp_k``. ``weights`` of length 0 means unit
     weights.
     """
-    K, m = P.shape
+    m = P.shape[1]
+    P += log_weights[:, None]
+    W, top, Z, bits, powers = _scratch(m)
     unit = weights.shape[0] == 0
-    for k in range(K):
-        b = log_weights[k]
-        for i in range(m):
-            P[k, i] += b
-    W = np.empty(m)
-    for i in range(m):
-        W[i] = 1.0 if unit else weights[i]
-    top = np.empty(m)
-    Z = np.empty(m)
-    bits = np.empty(m, np.int64)
-    return _posterior_block(P, m, W, unit, top, Z, bits, counts)
-
-
-@njit(cache=True)
-def lbfgs_direction(g, S, Y):
-    """L-BFGS two-loop recursion: ``-H g`` with the inverse-Hessian model of the pairs.
-
-    ``g`` is the gradient and the rows of ``S`` and ``Y`` (m x p, oldest
-    first, ``<s_i, y_i> > 0``) the pairs, all flattened (Nocedal and Wright,
-    *Numerical Optimization*, algorithm 7.4, with the initial scaling
-    ``<s, y> / <y, y>`` of the newest pair).
-    """
-    m, p = S.shape
-    q = g.copy()
-    rho = np.empty(m)
-    alpha = np.empty(m)
-    for i in range(m):
-        rho[i] = 1.0 / _flat_dot(S[i], Y[i])
-    for i in range(m - 1, -1, -1):
-        a = rho[i] * _flat_dot(S[i], q)
-        alpha[i] = a
-        for j in range(p):
-            q[j] -= a * Y[i, j]
-    gamma = _flat_dot(S[m - 1], Y[m - 1]) / _flat_dot(Y[m - 1], Y[m - 1])
-    for j in range(p):
-        q[j] *= gamma
-    for i in range(m):
-        b = alpha[i] - rho[i] * _flat_dot(Y[i], q)
-        for j in range(p):
-            q[j] += b * S[i, j]
-    for j in range(p):
-        q[j] = -q[j]
-    return q
-
-
-@njit(cache=True)
-def _flat_dot(a, b):
-    total = 0.0
-    for j in range(a.shape[0]):
-        total += a[j] * b[j]
-    return total
+    W[:] = 1.0 if unit else weights
+    return _posterior_block(P, m, W, unit, top, Z, bits, powers, counts)
 
 
 @njit(cache=True, fastmath=FASTMATH)

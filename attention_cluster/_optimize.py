@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._kernels import lbfgs_direction
 from ._sphere import normalize_heads, project_tangent, retract
 
 __all__ = ["SphereResult", "minimize_on_spheres", "polish_on_spheres"]
@@ -75,8 +74,30 @@ def _kept_pairs(U, memory, s, y, memory_size):
     return S[-memory_size:], Y[-memory_size:]
 
 
+def lbfgs_direction(g, S, Y):
+    """L-BFGS two-loop recursion: ``-H g`` with the inverse-Hessian model of the pairs.
+
+    ``g`` is the gradient and the rows of ``S`` and ``Y`` (m x p, oldest
+    first, ``<s_i, y_i> > 0``) the pairs, all flattened (Nocedal and Wright,
+    *Numerical Optimization*, algorithm 7.4, with the initial scaling
+    ``<s, y> / <y, y>`` of the newest pair). NumPy: p is d K, and m at most
+    the memory's size.
+    """
+    m = S.shape[0]
+    q = np.array(g, dtype=np.float64)
+    rho = 1.0 / np.einsum("ij,ij->i", S, Y)
+    alpha = np.empty(m)
+    for i in range(m - 1, -1, -1):
+        alpha[i] = rho[i] * (S[i] @ q)
+        q -= alpha[i] * Y[i]
+    q *= (S[-1] @ Y[-1]) / (Y[-1] @ Y[-1])
+    for i in range(m):
+        q += (alpha[i] - rho[i] * (Y[i] @ q)) * S[i]
+    return -q
+
+
 def _two_loop(g, memory):
-    """``-H g`` with the L-BFGS inverse-Hessian model of the pairs (:func:`_kernels.lbfgs_direction`)."""
+    """``-H g`` with the L-BFGS inverse-Hessian model of the pairs (:func:`lbfgs_direction`)."""
     S, Y = memory
     m = S.shape[0]
     return lbfgs_direction(g.ravel(), S.reshape(m, -1), Y.reshape(m, -1)).reshape(g.shape)

@@ -165,19 +165,6 @@ def test_product_gradient_with_a_zero_projection(problem):
     assert np.all(np.isfinite(grad))
 
 
-def test_kernel_python_twin_matches_jit(problem):
-    # Runs the kernel's Python body, so coverage reaches it.
-    X, U, rng = problem
-    MU = rng.standard_normal(U.shape)
-    w = rng.random(len(X))
-    for reg in (0, 1, 2):
-        P_jit, P_py = np.zeros((9, X.shape[1])), np.zeros((9, X.shape[1]))
-        v_jit = _kernels.exact_row_terms(X, w, 0.5, U, MU, 0.2, 9.0, reg, 0.3, P_jit)
-        v_py = _kernels.exact_row_terms.py_func(X, w, 0.5, U, MU, 0.2, 9.0, reg, 0.3, P_py)
-        assert v_jit == pytest.approx(v_py, rel=1e-12)
-        np.testing.assert_allclose(P_jit, P_py, rtol=1e-11)
-
-
 @settings(max_examples=25, deadline=None)
 @given(counts=arrays(np.int64, 40, elements=st.integers(0, 3)), seed=st.integers(0, 2**16))
 def test_integer_weights_equal_repeated_rows(counts, seed):

@@ -16,6 +16,7 @@ from reference import (
 )
 
 from attention_cluster import _kernels as kern
+from attention_cluster._optimize import lbfgs_direction as two_loop
 
 REG_KINDS = {"pairwise": kern.REG_PAIRWISE, "product": kern.REG_PRODUCT}
 
@@ -189,42 +190,62 @@ def test_lbfgs_direction_matches_the_matrix_form(seed, m, p):
     g = rng.standard_normal(p)
     expected = lbfgs_direction(g, S, Y)
     np.testing.assert_allclose(
-        kern.lbfgs_direction(g, S, Y), expected, rtol=1e-8, atol=1e-10 * np.abs(expected).max()
+        two_loop(g, S, Y), expected, rtol=1e-8, atol=1e-10 * np.abs(expected).max()
     )
 
 
-def _row_terms_reference(X, w, inv_scale, U, MU, c, lm1, rho):
-    """exact_row_terms' docstring in NumPy, with the pairwise regulariser."""
+def _row_terms_reference(X, w, inv_scale, U, MU, c, lm1, kind, rho):
+    """exact_row_terms' docstring in NumPy, with the regulariser ``kind`` (or none)."""
     Z = X.astype(np.float64) * inv_scale
     A, G = Z @ U, Z @ MU
     s, h, nrm = np.sum(A * A, axis=1), np.sum(A * G, axis=1), np.sum(Z * Z, axis=1)
     e = 1.0 - c * s
     q = A * A
-    S = q.sum(axis=1)
-    r = (S**2 - np.sum(q * q, axis=1)) / 2.0
+    if kind == "pairwise":
+        S = q.sum(axis=1)
+        r = (S**2 - np.sum(q * q, axis=1)) / 2.0
+        grad_r = 2.0 * A * (S[:, None] - q)
+    elif kind == "product":
+        r = np.prod(q, axis=1)
+        others = [np.prod(np.delete(q, k, axis=1), axis=1) for k in range(q.shape[1])]
+        grad_r = 2.0 * A * np.column_stack(others)
+    else:
+        r, grad_r = np.zeros(len(A)), np.zeros_like(A)
     value = np.sum(w * (e * e * nrm - 2.0 * c * lm1 * e * h + rho * r))
     alpha = -4.0 * c * e * nrm + 4.0 * c * c * lm1 * h
     beta = -2.0 * c * lm1 * e
-    grad_r = 2.0 * A * (S[:, None] - q)
     first = (w[:, None] * (alpha[:, None] * A + beta[:, None] * G + rho * grad_r)).T @ Z
     second = (w[:, None] * beta[:, None] * A).T @ Z
     third = (w[:, None] * nrm[:, None] * A).T @ Z
     return value, np.vstack([first, second, third])
 
 
-@pytest.mark.parametrize("d, K", [(5, 3), (40, 8)], ids=str)
+@pytest.mark.parametrize("kind", ["pairwise", "product", None])
+@pytest.mark.parametrize("d, K", [(5, 3), (40, 8), (3, 1)], ids=str)
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_exact_row_terms_match_numpy(d, K, dtype, global_random_seed):
-    # Both block sizes (d K below and above _PRODUCT_MIN_WORK), a padded
-    # last block, weights and the pairwise regulariser.
+@pytest.mark.parametrize("weighted", [True, False])
+def test_exact_row_terms_match_numpy(kind, d, K, dtype, weighted, global_random_seed):
+    # Both paths (d K below and above _PRODUCT_MIN_WORK), a last block
+    # shorter than the others, weights and each regulariser.
     rng = np.random.default_rng(global_random_seed)
     n = 2 * kern._PRODUCT_BLOCK + 77
     X = rng.standard_normal((n, d)).astype(dtype)
-    w = rng.uniform(0.0, 2.0, n)
+    w = rng.uniform(0.0, 2.0, n) if weighted else np.empty(0)
     U = _unit_columns(rng, d, K)
     MU = rng.standard_normal((d, K))
-    P = np.zeros((3 * K, d))
-    value = kern.exact_row_terms(X, w, 0.5, U, MU, 0.2, 9.0, kern.REG_PAIRWISE, 0.3, P)
-    value_ref, P_ref = _row_terms_reference(X, w, 0.5, U, MU, 0.2, 9.0, 0.3)
+    P = np.full((3 * K, d), 0.5)  # the kernel adds to P
+    code = kern.REG_NONE if kind is None else REG_KINDS[kind]
+    value = kern.exact_row_terms(X, w, 0.5, U, MU, 0.2, 9.0, code, 0.3, P)
+    value_ref, P_ref = _row_terms_reference(
+        X, w if weighted else np.ones(n), 0.5, U, MU, 0.2, 9.0, kind, 0.3
+    )
     assert value == pytest.approx(value_ref, rel=1e-10)
-    np.testing.assert_allclose(P, P_ref, rtol=1e-9, atol=1e-9 * np.abs(P_ref).max())
+    np.testing.assert_allclose(P - 0.5, P_ref, rtol=1e-9, atol=1e-9 * np.abs(P_ref).max())
+    # The sparse rows' variant, from the projections, gives the same terms.
+    Z = X.astype(np.float64) * 0.5
+    C = np.empty((n, 3 * K))
+    value_proj = kern.projected_row_terms(
+        Z @ U, Z @ MU, np.sum(Z * Z, axis=1), w, 0.2, 9.0, code, 0.3, C
+    )
+    assert value_proj == pytest.approx(value_ref, rel=1e-10)
+    np.testing.assert_allclose(C.T @ Z, P_ref, rtol=1e-9, atol=1e-9 * np.abs(P_ref).max())

@@ -448,7 +448,12 @@ def test_killed_worker_does_not_change_the_fit(client):
     worker = threading.Thread(target=fit, daemon=True)
     worker.start()
     pids = list(client.run(os.getpid).values())
-    time.sleep(0.5)
+    # The kill lands while one of the fit's passes runs on the workers.
+    deadline = time.monotonic() + 120
+    while worker.is_alive() and time.monotonic() < deadline:
+        if any(client.processing().values()):
+            break
+        time.sleep(0.005)
     assert worker.is_alive(), "the fit ended before the kill: make it longer"
     os.kill(pids[0], signal.SIGKILL)
     worker.join(timeout=300)

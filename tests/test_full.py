@@ -523,6 +523,12 @@ def test_reg_strength_special_cases():
         local_reg_strength(0.8, 2, "ridge")
 
 
+def _jacobi_input(seed, K):
+    """Rows of K columns of unequal spreads, and weights, for the Jacobi sweeps."""
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((300, K)) * rng.uniform(0.5, 2.0, K), rng.random(300)
+
+
 @settings(max_examples=20, deadline=None)
 @given(seed=st.integers(0, 2**16), K=st.integers(2, 5), product=st.booleans())
 def test_jacobi_rotation_reaches_a_fixed_point_of_the_pair_steps(seed, K, product):
@@ -530,9 +536,7 @@ def test_jacobi_rotation_reaches_a_fixed_point_of_the_pair_steps(seed, K, produc
     # and no rotation of a pair of columns lowers that pair's criterion
     # (checked on a grid of angles; the angle itself is ill-determined where
     # the criterion is flat).
-    rng = np.random.default_rng(seed)
-    Y = rng.standard_normal((300, K)) * rng.uniform(0.5, 2.0, K)
-    weight = rng.random(300)
+    Y, weight = _jacobi_input(seed, K)
     Y0 = Y.copy()
     R = _kernels.jacobi_rotation(Y, weight, product, 200, 1e-9, 0.0)
     np.testing.assert_allclose(R.T @ R, np.eye(K), atol=1e-12)
@@ -564,9 +568,7 @@ def test_jacobi_rotation_stops_on_the_regulariser_settling(seed, K, product):
     # With rtol the sweeps stop after the first one that lowers the
     # regulariser by at most rtol of its value; the sweeps are deterministic,
     # so the run stopped by rtol is the run of that many sweeps.
-    rng = np.random.default_rng(seed)
-    Y = rng.standard_normal((300, K)) * rng.uniform(0.5, 2.0, K)
-    weight = rng.random(300)
+    Y, weight = _jacobi_input(seed, K)
     rtol = 1e-3
     R = _kernels.jacobi_rotation(Y.copy(), weight, product, 200, 0.0, rtol)
     values = [_regulariser(Y, weight, product)]

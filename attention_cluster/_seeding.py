@@ -29,9 +29,13 @@ __all__ = ["ROWS_PER_CENTRE", "Seeds", "kmeans_plus_plus", "lloyd", "seeded_star
 _LLOYD_MAX_ITER = 50
 _LLOYD_TOL = 1e-3
 
-# Seedings on the subsample, the one of least inertia kept: each costs
-# O(n K d) on the subsample's rows, far less than one pass over large data.
-_N_SEEDINGS = 4
+# Seedings on the subsample, the one of least inertia kept: as many as fit,
+# up to _MAX_SEEDINGS, in _SEEDING_BUDGET multiply-adds per Lloyd iteration
+# (rows x K x d each). Several pay on small samples (make_blobs with K > d,
+# benchmarks/many_clusters.py); on large samples at large K one places the
+# centres as well as four.
+_MAX_SEEDINGS = 4
+_SEEDING_BUDGET = 2**25
 
 #: Rows per centre the seeding runs on, at most (as faiss's k-means trains on
 #: at most 256 points per centroid): more rows place the same centres more
@@ -205,16 +209,17 @@ def lloyd(points, weights, centres, max_iter=_LLOYD_MAX_ITER, tol=_LLOYD_TOL):
     return centres, labels, (w @ closest) / total, n_iter
 
 
-def seeded_start(sample, n_clusters, rng, n_seedings=_N_SEEDINGS):
+def seeded_start(sample, n_clusters, rng, n_seedings=None):
     """A start of the free-norm mixture from the rows of ``sample``: a :class:`Seeds`.
 
     On at most ``ROWS_PER_CENTRE * K`` rows of ``sample`` (drawn uniformly,
     without replacement), ``n_seedings`` greedy k-means++ seedings
-    (:func:`kmeans_plus_plus`), each polished by :func:`lloyd` on those
-    rows (the seedings side by side, sharing each BLAS product); the one of
-    least inertia gives the centres ``c_k = r_k mu_k`` (in
-    the sample's coordinates: rows divided by s, centred when the sample is)
-    and the noise ``tau^2 = inertia / d``, the M step of the mixture's
+    (:func:`kmeans_plus_plus`; None: as many as fit in a fixed budget of
+    work per Lloyd iteration, from 1 to 4), each polished by :func:`lloyd`
+    on those rows (the seedings side by side, sharing each BLAS product);
+    the one of least inertia gives the centres ``c_k = r_k mu_k`` (in the
+    sample's coordinates: rows divided by s, centred when the sample is) and
+    the noise ``tau^2 = inertia / d``, the M step of the mixture's
     variance (``math.md`` section 7) with hard assignments. ``sample`` is a
     small pass-layer data object (dense or sparse); its rows are read
     through ``project`` onto the identity, so this is for ``d`` of the order
@@ -228,6 +233,9 @@ def seeded_start(sample, n_clusters, rng, n_seedings=_N_SEEDINGS):
         keep = np.sort(rng.choice(points.shape[0], size, replace=False))
         points = points[keep]
         weights = None if weights is None else weights[keep]
+    if n_seedings is None:
+        work = points.shape[0] * n_clusters * d
+        n_seedings = int(np.clip(_SEEDING_BUDGET // work, 1, _MAX_SEEDINGS))
     with one_blas_thread():
         stacks = kmeans_plus_plus(points, weights, n_clusters, rng, n_seedings=n_seedings)
         stacks, _, inertia, n_iter = lloyd(points, weights, stacks)

@@ -112,9 +112,12 @@ def test_noise_at_as_many_clusters_as_features_is_below_every_eigenvalue(seed, d
 
 
 def _blobs(seed, d, K, per, gap=1e3):
-    """K tight clusters of ``per`` rows, far apart: any sane seeding finds them all."""
+    """K clusters of ``per`` rows of unit noise, ``gap`` apart: with a large gap
+    any sane seeding finds them all."""
     rng = np.random.RandomState(seed)
+    # At least ``gap`` apart: spaced by gap along the first axis.
     centres = gap * rng.standard_normal((K, d))
+    centres[:, 0] = gap * rng.permutation(K)
     y = np.repeat(np.arange(K), per)
     return centres[y] + rng.standard_normal((len(y), d)), y
 

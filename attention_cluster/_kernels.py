@@ -794,15 +794,20 @@ def pair_angle(yj, yk, weight):
 
 
 @njit(cache=True)
-def jacobi_rotation(Y, weight, product, max_sweeps, tol):
+def jacobi_rotation(Y, weight, product, max_sweeps, tol, rtol):
     """Rotation R (K x K) such that ``Y R`` minimises the regulariser, by Jacobi sweeps.
 
     Sweeps over the pairs of columns (j, k) in order, each rotated by its
     exact 1-D minimiser (:func:`pair_angle`), until the largest angle of a
-    sweep is below ``tol``. With ``product`` the pair's weights are
-    multiplied by the other columns' ``prod_m a_m^2`` (the product
-    regulariser); else the pairwise criterion. ``Y`` (n x K) is rotated in
-    place.
+    sweep is below ``tol`` or, when ``rtol > 0``, a sweep lowered the
+    regulariser by at most ``rtol`` of its value: where the criterion is
+    flat in some planes (the noise's directions) the angles there stay
+    ill-determined long after the criterion has settled. The regulariser is
+    ``sum_i w_i prod_k a_ik^2`` (product) or ``sum_i w_i sum_{j<k} a_ij^2
+    a_ik^2 = sum_i w_i (||a_i||^4 - sum_k a_ik^4) / 2`` (pairwise; math.md
+    section 3). With ``product`` the pair's weights are multiplied by the
+    other columns' ``prod_m a_m^2``; else the pairwise criterion. ``Y`` (n
+    x K) is rotated in place.
     """
     n, K = Y.shape
     # Written as loops: Numba's array expressions for the identity, the
@@ -817,7 +822,27 @@ def jacobi_rotation(Y, weight, product, max_sweeps, tol):
         for j in range(K):
             YT[j, i] = Y[i, j]
     w = np.empty(n)
-    for _ in range(max_sweeps):
+    previous = np.inf
+    for sweep in range(max_sweeps):
+        # The regulariser before this sweep (after the last one).
+        criterion = 0.0
+        for i in range(n if rtol > 0.0 else 0):
+            if product:
+                term = 1.0
+                for k in range(K):
+                    term *= YT[k, i] * YT[k, i]
+            else:
+                norm = 0.0
+                fourth = 0.0
+                for k in range(K):
+                    sq = YT[k, i] * YT[k, i]
+                    norm += sq
+                    fourth += sq * sq
+                term = 0.5 * (norm * norm - fourth)
+            criterion += weight[i] * term
+        if sweep > 0 and rtol > 0.0 and previous - criterion <= rtol * previous:
+            break
+        previous = criterion
         largest = 0.0
         for j in range(K - 1):
             for k in range(j + 1, K):

@@ -18,9 +18,11 @@ __all__ = ["SUBSAMPLE", "spectral_heads", "spectral_init"]
 SUBSAMPLE = 16384
 
 
-# Jacobi sweeps of the start stop when no pair turns by more than this (rad):
+# Jacobi sweeps of the start stop when no pair turns by more than this (rad),
+# or when a sweep lowers the regulariser by at most _SWEEP_RTOL of its value:
 # the exact solver then polishes the heads.
 _SWEEP_TOL = 1e-6
+_SWEEP_RTOL = 1e-4
 
 
 def _rotate_frame(Y, weight, regularization):
@@ -37,7 +39,9 @@ def _rotate_frame(Y, weight, regularization):
     """
     Y = np.array(Y, dtype=np.float64, order="C")
     weight = np.ascontiguousarray(weight, dtype=np.float64)
-    return _kernels.jacobi_rotation(Y, weight, regularization == "product", 100, _SWEEP_TOL)
+    return _kernels.jacobi_rotation(
+        Y, weight, regularization == "product", 100, _SWEEP_TOL, _SWEEP_RTOL
+    )
 
 
 def spectral_heads(rows, moment, n_clusters, regularization, rng):

@@ -510,6 +510,12 @@ def test_reg_strength_special_cases():
         local_reg_strength(0.8, 2, "ridge")
 
 
+def _jacobi_input(seed, K):
+    """Rows of K columns of unequal spreads, and weights, for the Jacobi sweeps."""
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((300, K)) * rng.uniform(0.5, 2.0, K), rng.random(300)
+
+
 @settings(max_examples=20, deadline=None)
 @given(seed=st.integers(0, 2**16), K=st.integers(2, 5), product=st.booleans())
 def test_jacobi_rotation_reaches_a_fixed_point_of_the_pair_steps(seed, K, product):
@@ -517,11 +523,9 @@ def test_jacobi_rotation_reaches_a_fixed_point_of_the_pair_steps(seed, K, produc
     # and no rotation of a pair of columns lowers that pair's criterion
     # (checked on a grid of angles; the angle itself is ill-determined where
     # the criterion is flat).
-    rng = np.random.default_rng(seed)
-    Y = rng.standard_normal((300, K)) * rng.uniform(0.5, 2.0, K)
-    weight = rng.random(300)
+    Y, weight = _jacobi_input(seed, K)
     Y0 = Y.copy()
-    R = _kernels.jacobi_rotation(Y, weight, product, 200, 1e-9)
+    R = _kernels.jacobi_rotation(Y, weight, product, 200, 1e-9, 0.0)
     np.testing.assert_allclose(R.T @ R, np.eye(K), atol=1e-12)
     np.testing.assert_allclose(Y0 @ R, Y, atol=1e-10)
     angles = np.linspace(-np.pi / 4, np.pi / 4, 201)
@@ -535,3 +539,30 @@ def test_jacobi_rotation_reaches_a_fixed_point_of_the_pair_steps(seed, K, produc
             a_j, a_k = c * Y[:, j] + s * Y[:, k], -s * Y[:, j] + c * Y[:, k]
             values = ((a_j * a_k) ** 2) @ w
             assert values.min() >= w @ (Y[:, j] * Y[:, k]) ** 2 * (1 - 1e-9)
+
+
+def _regulariser(A, weight, product):
+    """NumPy twin of the regulariser of the columns of A (math.md section 3)."""
+    sq = A**2
+    if product:
+        return weight @ np.prod(sq, axis=1)
+    return weight @ (0.5 * (np.sum(sq, axis=1) ** 2 - np.sum(sq**2, axis=1)))
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**16), K=st.integers(2, 6), product=st.booleans())
+def test_jacobi_rotation_stops_on_the_regulariser_settling(seed, K, product):
+    # With rtol the sweeps stop after the first one that lowers the
+    # regulariser by at most rtol of its value; the sweeps are deterministic,
+    # so the run stopped by rtol is the run of that many sweeps.
+    Y, weight = _jacobi_input(seed, K)
+    rtol = 1e-3
+    R = _kernels.jacobi_rotation(Y.copy(), weight, product, 200, 0.0, rtol)
+    values = [_regulariser(Y, weight, product)]
+    for sweeps in range(1, 201):
+        R_m = _kernels.jacobi_rotation(Y.copy(), weight, product, sweeps, 0.0, 0.0)
+        values.append(_regulariser(Y @ R_m, weight, product))
+        assert values[-1] <= values[-2] * (1 + 1e-9)  # each sweep lowers it
+        if values[-2] - values[-1] <= rtol * values[-2]:
+            break
+    np.testing.assert_allclose(R, R_m, rtol=0, atol=1e-12)

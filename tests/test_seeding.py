@@ -20,7 +20,7 @@ def test_kmeans_plus_plus_draws_by_squared_distance():
     draws = 20000
     counts = np.zeros((4, 4))
     for _ in range(draws):
-        c = kmeans_plus_plus(points, w, 2, rng, n_trials=1)
+        c = kmeans_plus_plus(points, w, 2, rng, n_trials=1)[0]
         i = np.flatnonzero((points == c[0]).all(1))[0]
         j = np.flatnonzero((points == c[1]).all(1))[0]
         counts[i, j] += 1
@@ -35,7 +35,7 @@ def test_kmeans_plus_plus_greedy_keeps_the_best_trial():
     rng = np.random.RandomState(1)
     points = np.r_[rng.standard_normal((50, 2)), 100.0 + rng.standard_normal((50, 2))]
     for _ in range(20):
-        c = kmeans_plus_plus(points, None, 2, rng)
+        c = kmeans_plus_plus(points, None, 2, rng)[0]
         assert (c[0, 0] > 50) != (c[1, 0] > 50)
 
 
@@ -57,7 +57,8 @@ def test_lloyd_matches_reference_and_lowers_inertia(seed, K):
     rng = np.random.RandomState(seed)
     points = rng.standard_normal((40, 3))
     start = points[rng.choice(40, K, replace=False)]
-    centres, labels, inertia, n_iter = lloyd(points, None, start, max_iter=3)
+    centres, labels, inertia, n_iter = lloyd(points, None, start[None], max_iter=3)
+    (centres,), labels, (inertia,), (n_iter,) = centres, labels[:, 0], inertia, n_iter
     assert 1 <= n_iter <= 3
     np.testing.assert_allclose(centres, _reference_lloyd(points, start, 3), atol=1e-10)
     d2 = ((points[:, None] - centres[None]) ** 2).sum(-1)
@@ -108,3 +109,93 @@ def test_noise_at_as_many_clusters_as_features_is_below_every_eigenvalue(seed, d
     assert spectrum.scale**2 == pytest.approx(
         np.trace(M) - d * (spectrum.noise * spectrum.scale) ** 2
     )
+
+
+def _blobs(seed, d, K, per, gap=1e3):
+    """K clusters of ``per`` rows of unit noise, ``gap`` apart: with a large gap
+    any sane seeding finds them all."""
+    rng = np.random.RandomState(seed)
+    # At least ``gap`` apart: spaced by gap along the first axis.
+    centres = gap * rng.standard_normal((K, d))
+    centres[:, 0] = gap * rng.permutation(K)
+    y = np.repeat(np.arange(K), per)
+    return centres[y] + rng.standard_normal((len(y), d)), y
+
+
+def _sorted_rows(A):
+    return A[np.lexsort(A.T[::-1])]
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(1, 4), st.integers(2, 8))
+def test_seeded_start_finds_the_same_centres_for_any_order_of_the_rows(seed, d, K):
+    # With clusters far apart every seeding covers them all, and Lloyd's
+    # iterations end on the clusters' means: the centres as a set do not
+    # depend on the rows' order (nor on the draws).
+    X, y = _blobs(seed, d, K, 30)
+    order = np.random.RandomState(seed + 1).permutation(len(X))
+    found = []
+    for rows in (X, X[order]):
+        seeds = seeded_start(DenseRows(rows), K, np.random.RandomState(seed))
+        found.append(_sorted_rows((seeds.heads * seeds.radii).T))
+    means = _sorted_rows(np.array([X[y == k].mean(0) for k in range(K)]))
+    np.testing.assert_allclose(found[0], means, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(found[1], means, rtol=1e-9, atol=1e-9)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(1, 4), st.integers(2, 6), st.integers(1, 40))
+def test_rows_of_zero_weight_are_ignored(seed, d, K, n_zero):
+    # Rows of zero weight, anywhere and anywhere in space, change nothing:
+    # they are never drawn, move no mean and weigh nothing in the inertia or
+    # in the share of labels that changed.
+    rng = np.random.RandomState(seed)
+    X = rng.standard_normal((60, d)) * rng.uniform(0.5, 3.0, d)
+    w = rng.uniform(0.1, 2.0, 60)
+    outliers = 1e3 * rng.standard_normal((n_zero, d))
+    at = np.sort(rng.randint(0, 61, n_zero))
+    X_more = np.insert(X, at, outliers, axis=0)
+    w_more = np.insert(w, at, 0.0)
+    a = seeded_start(DenseRows(X, w), K, np.random.RandomState(seed))
+    b = seeded_start(DenseRows(X_more, w_more), K, np.random.RandomState(seed))
+    np.testing.assert_allclose(b.heads * b.radii, a.heads * a.radii, rtol=1e-9, atol=1e-12)
+    assert b.inertia == pytest.approx(a.inertia, rel=1e-9)
+    assert b.n_iter == a.n_iter
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(1, 5), st.integers(2, 12), st.integers(1, 4))
+def test_kmeans_plus_plus_draws_k_distinct_rows_of_positive_weight(seed, d, K, n_seedings):
+    # Few distinct rows, many copies and some of zero weight: each seeding
+    # still draws K distinct rows of positive weight (a row at distance 0 has
+    # no D^2 mass), as long as there are K of them.
+    rng = np.random.RandomState(seed)
+    distinct = rng.standard_normal((K + 1, d))
+    X = distinct[rng.randint(0, K + 1, 80)]
+    X[: K + 1] = distinct
+    w = rng.uniform(0.0, 1.0, 80)
+    w[: K + 1] = 1.0
+    w[rng.rand(80) < 0.3] = 0.0
+    w[: K + 1] = np.maximum(w[: K + 1], 0.5)
+    stacks = kmeans_plus_plus(X, w, K, rng, n_seedings=n_seedings)
+    assert stacks.shape == (n_seedings, K, d)
+    positive = X[w > 0]
+    for centres in stacks:
+        assert len(np.unique(centres, axis=0)) == K
+        assert all(np.any(np.all(positive == c, axis=1)) for c in centres)
+
+
+def test_lloyd_stops_each_stack_on_the_share_of_changed_labels(global_random_seed):
+    # Stacks run side by side give what each gives alone, and a tolerance
+    # stops a stack no later than exact stability does.
+    X, _ = _blobs(global_random_seed, 3, 5, 40, gap=3.0)
+    rng = np.random.RandomState(global_random_seed)
+    starts = np.stack([X[rng.choice(len(X), 5, replace=False)] for _ in range(3)])
+    together = lloyd(X, None, starts, tol=0.0)
+    for s in range(3):
+        alone = lloyd(X, None, starts[s : s + 1], tol=0.0)
+        np.testing.assert_allclose(together[0][s], alone[0][0], atol=1e-10)
+        np.testing.assert_array_equal(together[1][:, s], alone[1][:, 0])
+        assert together[3][s] == alone[3][0]
+    loose = lloyd(X, None, starts, tol=0.05)
+    assert np.all(loose[3] <= together[3])

@@ -198,7 +198,8 @@ def test_scaling_benchmarks_quick_mode(tmp_path):
         assert r["floor"] > 0 and r["partial_fit"] > 0 and r["PSGD"] > 0 and r["fit in memory"] > 0
     module, ooc = _run_quick("out_of_core.py", tmp_path)
     assert set(ooc["seconds"]) == {"read once", "dask fit", "load and fit", "dask-ml KMeans"}
-    assert ooc["passes"] >= 3 and len(ooc["pass_s"]) == ooc["passes"]
+    # At least the first read (moments and subsamples) and one E step on all rows.
+    assert ooc["passes"] >= 2 and len(ooc["pass_s"]) == ooc["passes"]
     assert ooc["same_centres_max_abs"] < 1e-4
     # The Zarr case: its reads of X counted from the verbose log.
     with pytest.MonkeyPatch.context() as m:

@@ -73,12 +73,17 @@ CELLS = (
 )
 # Cells of the grid left out of a run of the page, and why (said on the page).
 LEFT_OUT = (
-    "K = 200 at d = 384: the spectral start's Jacobi sweeps cost O(K^2) pairs on "
-    "16384 rows, minutes per fit before the EM starts; and the unclusterable cell "
-    "at d = 384, K = 50 (sigma = 0.5), where the EM's steps each still gain several "
-    "of their own sampling errors of likelihood: one fit ran 478 passes in 596 s "
-    "(on a loaded machine) to its stop. Both bound the run's length, and both are "
-    "slower than every peer."
+    "K = 200 at d = 384, for the run's length: a default fit there takes about half "
+    "a minute, its spectral start's Jacobi sweeps 12 to 40 s of it, and the start's "
+    "rotation does not resolve 200 directions (one seed at sigma = 0.2, measured "
+    "apart on a loaded machine: ARI 0.89 and distance 21 against scikit-learn-intelex's "
+    "0.93 and 13 in a third of the time), so the cell is not met. And the "
+    "unclusterable cell at d = 384, K = 50 (sigma = 0.5), where the EM's steps each "
+    "still gain several of their own sampling errors of likelihood: one fit ran 478 "
+    "passes in 596 s (on a loaded machine) to its stop. Between the two levels the EM "
+    "needs more than 30 passes (42 at sigma = 0.4 and 57 at 0.45, n = 1e5, measured "
+    "apart), and stopping it at 30 was measured to cost accuracy (ARI 0.300 to 0.294 "
+    "and 0.162 to 0.098), so no such cap is set: the 30-pass target is missed there."
 )
 # Seconds of a first round above which a cell is timed on that round alone.
 _ROUND_BUDGET = 30.0

@@ -414,19 +414,37 @@ def projected_row_terms(A, G, nrm, w, c, lm1, reg, rho, C):
     sparse rows. ``w`` of length 0 means unit weights. By blocks of
     ``_PRODUCT_BLOCK`` rows, transposed for :func:`_block_row_terms`.
     """
-    n, K = A.shape
     total = 0.0
-    for lo in range(0, n, _PRODUCT_BLOCK):
-        hi = min(lo + _PRODUCT_BLOCK, n)
-        AB, GB = np.ascontiguousarray(A[lo:hi].T), np.ascontiguousarray(G[lo:hi].T)
-        W = np.ones(hi - lo) if w.size == 0 else np.ascontiguousarray(w[lo:hi], dtype=np.float64)
-        CB = np.empty((3 * K, hi - lo))
-        SB = np.empty((3, hi - lo))
-        total += _block_row_terms(
-            AB, GB, np.ascontiguousarray(nrm[lo:hi]), W, hi - lo, c, lm1, reg, rho, SB, CB
-        )
+    for lo in range(0, A.shape[0], _PRODUCT_BLOCK):
+        hi = min(lo + _PRODUCT_BLOCK, A.shape[0])
+        part, CB = _projected_block(A[lo:hi].T, G[lo:hi].T, nrm[lo:hi], w, lo, hi, c, lm1, reg, rho)
+        total += part
         C[lo:hi] = CB.T
     return total
+
+
+def _projected_block(AB, GB, nrm, w, lo, hi, c, lm1, reg, rho):
+    """:func:`_block_row_terms` on rows ``lo:hi`` from their projections
+    (``AB``, ``GB`` K x block, ``nrm`` the block's squared norms); ``w`` is
+    every row's weights (length 0: unit weights). Returns ``(total, CB)``,
+    CB (3K x block) the rows' gradient coefficients."""
+    size = hi - lo
+    W = np.ones(size) if w.size == 0 else np.ascontiguousarray(w[lo:hi], dtype=np.float64)
+    CB = np.empty((3 * AB.shape[0], size))
+    total = _block_row_terms(
+        np.ascontiguousarray(AB),
+        np.ascontiguousarray(GB),
+        np.ascontiguousarray(nrm),
+        W,
+        size,
+        c,
+        lm1,
+        reg,
+        rho,
+        np.empty((3, size)),
+        CB,
+    )
+    return total, CB
 
 
 @njit(cache=True, nogil=True)
@@ -498,12 +516,10 @@ def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
         # float64 whatever X's dtype
         XT = np.asarray(X[lo:hi], dtype=np.float64).T * inv_scale
         nrm = np.einsum("ji,ji->i", XT, XT)
-        W = np.ones(hi - lo) if w.size == 0 else np.ascontiguousarray(w[lo:hi], dtype=np.float64)
-        CB = np.empty((3 * K, hi - lo))
-        SB = np.empty((3, hi - lo))
-        total += _block_row_terms(
-            np.dot(UT, XT), np.dot(MUT, XT), nrm, W, hi - lo, c, lm1, reg, rho, SB, CB
+        part, CB = _projected_block(
+            np.dot(UT, XT), np.dot(MUT, XT), nrm, w, lo, hi, c, lm1, reg, rho
         )
+        total += part
         P += np.dot(CB, XT.T)
     return total
 

@@ -403,7 +403,7 @@ class _SplitNewton:
         return x, _SPLIT_SAFETY * spread + gmres
 
 
-def _newton_em(em, p0, sub, p_sub, tol, max_iter, rho, report, n_stage=None):
+def _newton_em(em, p0, sub, p_sub, tol, max_iter, rho, report, n_stage):
     """Newton iterations on all rows for the fixed point of EM; ``(params, converged, rho)``.
 
     The maximum on all rows is the fixed point of the EM map G: ``G(v) =
@@ -455,9 +455,7 @@ def _newton_em(em, p0, sub, p_sub, tol, max_iter, rho, report, n_stage=None):
         # The step's estimated error is trusted for a step within the
         # statistical error of the subsample's fit, where the EM map is
         # close to linear: a larger one is checked by the next E step.
-        within = n_stage is not None and moved <= _SPLIT_TRUST * standard_error(p, n_stage) / (
-            1.0 - rho
-        )
+        within = moved <= _SPLIT_TRUST * standard_error(p, n_stage) / (1.0 - rho)
         if within and error <= se:
             return candidate, True, rho
         S1, counts1, ll1 = em.expect(candidate)

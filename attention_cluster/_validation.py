@@ -147,11 +147,13 @@ def check_dask_array(estimator, X, *, reset):
     Returns a ``dask.array.Array``.
     """
     import dask.array as da
-    import dask.dataframe as dd
 
+    # A Dask DataFrame's class lives in dask.dataframe: if that is not
+    # imported, X is none, and its import (a third of a second) is spared.
+    dd = sys.modules.get("dask.dataframe")
     name = type(estimator).__name__
     names = None
-    if isinstance(X, dd.DataFrame):
+    if dd is not None and isinstance(X, dd.DataFrame):
         columns = list(X.columns)
         if columns and all(isinstance(c, str) for c in columns):
             names = np.asarray(columns, dtype=object)

@@ -12,6 +12,7 @@ from ._clustering import AttentionClustering
 from ._dynamics import SelfAttentionDynamics, attention_flow
 from ._model import SphericalMixture
 from ._quantizer import InContextQuantizer
+from ._warm_up import warm_up
 
 __version__ = "0.1.0"
 
@@ -23,6 +24,7 @@ __all__ = [
     "attention_flow",
     "choose_n_clusters",
     "plot_n_clusters_scores",
+    "warm_up",
     "datasets",
     "layers",
     "metrics",

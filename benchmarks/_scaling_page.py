@@ -195,6 +195,18 @@ a file is read again at each pass. If X fits in the cluster's memory,
 - **Faults.** A worker that dies during a fit loses its blocks' results;
   Dask recomputes them and the fit is unchanged (tested by killing a worker
   process of a LocalCluster during a fit).
+- **The first fit.** Each worker process imports `attention_cluster` and
+  loads its Numba kernels (compiles them, with an empty cache) at its first
+  task, and the client loads the kernels of the subsample fits it runs in
+  memory: the first fit on a fresh cluster waits for both (measured in the
+  performance page, "Cold start"). `attention_cluster.warm_up(client)` does
+  that work beforehand, on the workers and in the client, and registers a
+  `distributed.WorkerPlugin` with the scheduler, so that workers that join
+  later, or replace a worker that died, load the kernels as they start,
+  before their first task. The kernels are those of data of a given width,
+  number of clusters and dtype: `warm_up(client, n_features=384,
+  n_clusters=50, dtype="float32")` for such data (the default: 10 features,
+  3 clusters, float64).
 """
 
 

@@ -1,0 +1,113 @@
+"""warm_up: the kernels of a fit loaded beforehand, here and on a real LocalCluster's workers.
+
+A kernel loaded (or compiled) by Numba has the signature of its call in its
+dispatcher's ``signatures``: after the warm-up, a fit of such data adds
+none, in the process that warmed up and on every worker, including one
+that joined the cluster after the warm-up.
+"""
+
+import inspect
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attention_cluster import AttentionClustering, warm_up
+from attention_cluster.datasets import make_mixture
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _signatures():
+    """The signatures each kernel of ``_kernels`` has loaded in this process."""
+    from numba.core.registry import CPUDispatcher
+
+    from attention_cluster import _kernels
+
+    return {
+        name: sorted(map(str, f.signatures))
+        for name, f in vars(_kernels).items()
+        if isinstance(f, CPUDispatcher) and f.signatures
+    }
+
+
+@pytest.mark.parametrize(
+    "value, match",
+    [
+        (dict(dtype="int64"), "dtype must be"),
+        (dict(n_clusters=0), "n_clusters must be"),
+        (dict(n_features=2.5), "n_features must be"),
+    ],
+    ids=["dtype", "n_clusters", "n_features"],
+)
+def test_invalid_arguments_raise_before_any_work(value, match):
+    with pytest.raises(ValueError, match=match):
+        warm_up(**value)
+
+
+def test_a_fit_after_the_warm_up_loads_no_kernel():
+    # A fresh process (this one has run other fits): after warm_up, float32
+    # fits of another size and seed with the same width and clusters, in
+    # memory and of a Dask array, load no kernel; the Dask fit imports no
+    # module of Dask's DataFrames (a third of a second) either.
+    code = (
+        "import json, sys\n"
+        "import dask, dask.array as da\n"
+        "from attention_cluster import AttentionClustering, warm_up\n"
+        "from attention_cluster.datasets import make_mixture\n"
+        + inspect.getsource(_signatures)
+        + "warm_up(n_features=3, n_clusters=2, dtype='float32')\n"
+        "before = _signatures()\n"
+        "X = make_mixture(6000, 3, 2, noise=0.4, random_state=1)[0].astype('float32')\n"
+        "AttentionClustering(2, random_state=1).fit(X).predict(X)\n"
+        "with dask.config.set(scheduler='sync'):\n"
+        "    AttentionClustering(2, random_state=1).fit(da.from_array(X, chunks=2000))\n"
+        "print(json.dumps([before, _signatures(), 'dask.dataframe' in sys.modules]))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True
+    ).stdout
+    before, after, dataframes = json.loads(out.strip().splitlines()[-1])
+    assert any("float32" in s for sigs in before.values() for s in sigs)
+    assert after == before
+    assert not dataframes
+
+
+def test_workers_present_and_joining_later_warm_up():
+    # A real LocalCluster of one worker: warm_up() takes the default client
+    # and registers its plugin with the scheduler; a Dask fit then loads no
+    # kernel on the worker, and a worker started afterwards has the kernels
+    # before its first task.
+    distributed = pytest.importorskip("distributed")
+    da = pytest.importorskip("dask.array")
+    with (
+        distributed.LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        warm_up(n_features=4, n_clusters=2)
+        plugins = client.run_on_scheduler(
+            lambda dask_scheduler: list(dask_scheduler.worker_plugins)
+        )
+        assert "attention_cluster-warm-up-4-2-float64" in plugins
+        (first,) = client.run(_signatures).values()
+        assert {"_fused_e_step", "_fused_row_terms", "head_totals", "argmax_rows"} <= set(first)
+        X = make_mixture(6000, 4, 2, noise=0.4, random_state=0)[0]
+        mine = _signatures()
+        model = AttentionClustering(2, random_state=0).fit(da.from_array(X, chunks=(2000, -1)))
+        model.labels_.compute()
+        assert list(client.run(_signatures).values()) == [first]
+        assert _signatures() == mine
+        old = set(client.scheduler_info()["workers"])
+        cluster.scale(2)
+        client.wait_for_workers(2)
+        (new,) = set(client.scheduler_info()["workers"]) - old
+        # A task reaches a worker once its plugins are set up.
+        assert client.submit(_signatures, workers=[new], pure=False).result() == first
+    assert np.isfinite(model.cluster_centers_).all()

@@ -810,86 +810,105 @@ def pair_angle(yj, yk, weight):
 
 
 @njit(cache=True)
+def rotation_criterion(YT, weight, product):
+    """The regulariser of the rows of ``Y`` (given as ``YT``, K x n).
+
+    ``sum_i w_i prod_k a_ik^2`` (product) or ``sum_i w_i sum_{j<k} a_ij^2
+    a_ik^2 = sum_i w_i (||a_i||^4 - sum_k a_ik^4) / 2`` (pairwise; math.md
+    section 3).
+    """
+    K, n = YT.shape
+    criterion = 0.0
+    for i in range(n):
+        if product:
+            term = 1.0
+            for k in range(K):
+                term *= YT[k, i] * YT[k, i]
+        else:
+            norm = 0.0
+            fourth = 0.0
+            for k in range(K):
+                sq = YT[k, i] * YT[k, i]
+                norm += sq
+                fourth += sq * sq
+            term = 0.5 * (norm * norm - fourth)
+        criterion += weight[i] * term
+    return criterion
+
+
+@njit(cache=True)
+def rotate_pair(YT, R, j, k, weight, product, w):
+    """One Jacobi step: rows j, k of ``YT`` and columns j, k of ``R`` turned
+    by the pair's exact 1-D minimiser (:func:`pair_angle`); returns the angle.
+
+    With ``product`` the pair's weights are ``weight`` times the other rows'
+    ``prod_m a_m^2`` (formed in ``w``); else ``weight``.
+    """
+    K, n = YT.shape
+    yj = YT[j]
+    yk = YT[k]
+    if product:
+        for i in range(n):
+            w[i] = weight[i]
+        for m in range(K):
+            if m != j and m != k:
+                for i in range(n):
+                    w[i] *= YT[m, i] * YT[m, i]
+        theta = pair_angle(yj, yk, w)
+    else:
+        theta = pair_angle(yj, yk, weight)
+    c = np.cos(theta)
+    s = np.sin(theta)
+    for i in range(n):
+        a = yj[i]
+        b = yk[i]
+        yj[i] = c * a + s * b
+        yk[i] = -s * a + c * b
+    for i in range(K):
+        a = R[i, j]
+        b = R[i, k]
+        R[i, j] = c * a + s * b
+        R[i, k] = -s * a + c * b
+    return theta
+
+
 def jacobi_rotation(Y, weight, product, max_sweeps, tol, rtol):
     """Rotation R (K x K) such that ``Y R`` minimises the regulariser, by Jacobi sweeps.
 
     Sweeps over the pairs of columns (j, k) in order, each rotated by its
-    exact 1-D minimiser (:func:`pair_angle`), until the largest angle of a
+    exact 1-D minimiser (:func:`rotate_pair`), until the largest angle of a
     sweep is below ``tol`` or, when ``rtol > 0``, a sweep lowered the
-    regulariser by at most ``rtol`` of its value: where the criterion is
-    flat in some planes (the noise's directions) the angles there stay
-    ill-determined long after the criterion has settled. The regulariser is
-    ``sum_i w_i prod_k a_ik^2`` (product) or ``sum_i w_i sum_{j<k} a_ij^2
-    a_ik^2 = sum_i w_i (||a_i||^4 - sum_k a_ik^4) / 2`` (pairwise; math.md
-    section 3). With ``product`` the pair's weights are multiplied by the
-    other columns' ``prod_m a_m^2``; else the pairwise criterion. ``Y`` (n
-    x K) is rotated in place.
+    regulariser (:func:`rotation_criterion`) by at most ``rtol`` of its
+    value: where the criterion is flat in some planes (the noise's
+    directions) the angles there stay ill-determined long after the
+    criterion has settled. With ``product`` the pair (j, k) is weighted by
+    the other columns' ``prod_m a_m^2``; else the pairwise criterion. ``Y``
+    (n x K, float64) is rotated in place.
+
+    The sweeps are driven from Python and the kernels allocate nothing: one
+    kernel that allocated its buffers and ran the sweeps itself took longer
+    to compile than these two (part of a first fit's wait, see the
+    performance page's "Cold start"), for one call per pair saved.
     """
-    n, K = Y.shape
-    # Written as loops: Numba's array expressions for the identity, the
-    # transposed copy and the slice assignment bring its string formatting
-    # (error messages) into the compile, seconds of a first fit.
-    R = np.zeros((K, K))
-    for i in range(K):
-        R[i, i] = 1.0
+    K = Y.shape[1]
+    R = np.eye(K)
     # The columns, copied to rows: each pair's passes run along contiguous memory.
-    YT = np.empty((K, n))
-    for i in range(n):
-        for j in range(K):
-            YT[j, i] = Y[i, j]
-    w = np.empty(n)
+    YT = np.ascontiguousarray(Y.T)
+    weight = np.ascontiguousarray(weight, dtype=np.float64)
+    w = np.empty(Y.shape[0])
     previous = np.inf
     for sweep in range(max_sweeps):
-        # The regulariser before this sweep (after the last one).
-        criterion = 0.0
-        for i in range(n if rtol > 0.0 else 0):
-            if product:
-                term = 1.0
-                for k in range(K):
-                    term *= YT[k, i] * YT[k, i]
-            else:
-                norm = 0.0
-                fourth = 0.0
-                for k in range(K):
-                    sq = YT[k, i] * YT[k, i]
-                    norm += sq
-                    fourth += sq * sq
-                term = 0.5 * (norm * norm - fourth)
-            criterion += weight[i] * term
-        if sweep > 0 and rtol > 0.0 and previous - criterion <= rtol * previous:
-            break
-        previous = criterion
+        if rtol > 0.0:
+            criterion = rotation_criterion(YT, weight, product)
+            if sweep > 0 and previous - criterion <= rtol * previous:
+                break
+            previous = criterion
         largest = 0.0
         for j in range(K - 1):
             for k in range(j + 1, K):
-                yj = YT[j]
-                yk = YT[k]
-                if product and K > 2:
-                    for i in range(n):
-                        w[i] = weight[i]
-                    for m in range(K):
-                        if m != j and m != k:
-                            for i in range(n):
-                                w[i] *= YT[m, i] * YT[m, i]
-                    theta = pair_angle(yj, yk, w)
-                else:
-                    theta = pair_angle(yj, yk, weight)
+                theta = rotate_pair(YT, R, j, k, weight, product and K > 2, w)
                 largest = max(largest, abs(theta))
-                c = np.cos(theta)
-                s = np.sin(theta)
-                for i in range(n):
-                    a = yj[i]
-                    b = yk[i]
-                    yj[i] = c * a + s * b
-                    yk[i] = -s * a + c * b
-                for i in range(K):
-                    a = R[i, j]
-                    b = R[i, k]
-                    R[i, j] = c * a + s * b
-                    R[i, k] = -s * a + c * b
         if largest < tol:
             break
-    for i in range(n):
-        for j in range(K):
-            Y[i, j] = YT[j, i]
+    Y[:] = YT.T
     return R

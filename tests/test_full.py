@@ -549,6 +549,17 @@ def _regulariser(A, weight, product):
     return weight @ (0.5 * (np.sum(sq, axis=1) ** 2 - np.sum(sq**2, axis=1)))
 
 
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**16), K=st.integers(2, 6), product=st.booleans())
+def test_rotation_criterion_matches_the_regulariser(seed, K, product):
+    Y, weight = _jacobi_input(seed, K)
+    np.testing.assert_allclose(
+        _kernels.rotation_criterion(np.ascontiguousarray(Y.T), weight, product),
+        _regulariser(Y, weight, product),
+        rtol=1e-12,
+    )
+
+
 @settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 2**16), K=st.integers(2, 6), product=st.booleans())
 def test_jacobi_rotation_stops_on_the_regulariser_settling(seed, K, product):

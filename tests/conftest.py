@@ -1,3 +1,4 @@
+import contextlib
 import os
 
 import numpy as np
@@ -25,14 +26,28 @@ def global_random_seed():
     return GLOBAL_SEED
 
 
-@pytest.fixture(scope="module")
-def client():
-    """A real distributed.LocalCluster of two worker processes, and its client (one per module)."""
+@contextlib.contextmanager
+def _local_cluster(n_workers):
+    """A real distributed.LocalCluster of worker processes of one thread each, and its client."""
     distributed = pytest.importorskip("distributed")
     with (
         distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+            n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None
         ) as cluster,
         distributed.Client(cluster) as client,
     ):
+        yield cluster, client
+
+
+@pytest.fixture(scope="module")
+def client():
+    """A LocalCluster of two worker processes, and its client (one per module)."""
+    with _local_cluster(2) as (_, client):
         yield client
+
+
+@pytest.fixture
+def fresh_cluster():
+    """A new LocalCluster of one worker process, and its client, for one test."""
+    with _local_cluster(1) as pair:
+        yield pair

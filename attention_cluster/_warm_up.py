@@ -10,11 +10,12 @@ future (a :class:`distributed.WorkerPlugin`, ``_worker_plugin``).
 """
 
 import sys
-import warnings
 
 import numpy as np
 
+from ._clustering import AttentionClustering
 from ._validation import check_count
+from .datasets import make_mixture
 
 __all__ = ["warm_up"]
 
@@ -30,16 +31,11 @@ def load_kernels(n_features=10, n_clusters=3, dtype="float64"):
     small mixture of that width, number of clusters and dtype: the kernels
     and their signatures are those of a fit of any size with those three
     (the passes over a Dask array's blocks run the same kernels on the
-    workers). Its warnings are silenced: the fit is thrown away.
+    workers). The fit is thrown away.
     """
-    from ._clustering import AttentionClustering
-    from .datasets import make_mixture
-
     rows = max(_ROWS, 20 * n_clusters)
     X = make_mixture(rows, n_features, n_clusters, noise=0.3, centroids="random", random_state=0)[0]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        AttentionClustering(n_clusters, random_state=0).fit(X.astype(dtype))
+    AttentionClustering(n_clusters, random_state=0).fit(X.astype(dtype))
 
 
 def warm_up(client=None, *, n_features=10, n_clusters=3, dtype="float64"):

@@ -1504,6 +1504,15 @@ def stored_bytes(rows):
     return np.asarray(rows).nbytes
 
 
+def _row_sums(values, indptr):
+    """Per row of a CSR matrix, the sum of ``values`` (one per stored entry); 0 for an empty row."""
+    out = np.zeros(len(indptr) - 1)
+    filled = indptr[:-1] < indptr[1:]
+    # Between the starts of two rows that hold entries lie only the first one's.
+    out[filled] = np.add.reduceat(values, indptr[:-1][filled]) if values.size else 0.0
+    return out
+
+
 def unit_terms(rows, centers, offset, scale):
     """``P = Y C^T`` and ``q_i = ||y_i||^2`` (float64) of the rows ``y = (x - offset) / scale``.
 
@@ -1523,7 +1532,7 @@ def unit_terms(rows, centers, offset, scale):
         Y = sp.csr_matrix(rows, dtype=np.float64, copy=True)
         Y.data = np.ldexp(Y.data, -e)
         P = np.asarray(Y @ C.T) - m @ C.T
-        q = np.asarray(Y.multiply(Y).sum(axis=1)).ravel() - 2.0 * np.asarray(Y @ m).ravel() + m @ m
+        q = _row_sums(Y.data * Y.data, Y.indptr) - 2.0 * np.asarray(Y @ m).ravel() + m @ m
         q = np.maximum(q, 0.0)
     else:
         Y = np.ldexp(np.asarray(rows, dtype=np.float64), -e) - m

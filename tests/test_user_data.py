@@ -21,7 +21,7 @@ from sklearn.metrics import adjusted_rand_score
 import attention_cluster._plan as _plan
 from attention_cluster import AttentionClustering
 from attention_cluster._passes import DenseRows, SparseRows
-from attention_cluster._scale import largest_sine, principal_basis
+from attention_cluster._scale import largest_sine, orthonormal, principal_basis
 from attention_cluster.datasets import make_corpus, make_embeddings, make_mixture
 from attention_cluster.metrics import centroid_distance
 
@@ -189,6 +189,25 @@ def test_largest_sine_is_scipys_largest_principal_angle(d, k, seed, mix):
     R = np.linalg.qr(rng.standard_normal((k, k)))[0]
     assert largest_sine(A @ R, B) == pytest.approx(largest_sine(A, B), abs=1e-7)
     assert largest_sine(A, A @ R) < 1e-6
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    r=st.integers(1, 8),
+    log_cond=st.floats(0.0, 12.0),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_orthonormal_spans_the_columns_as_householder_qr(r, log_cond, seed):
+    # Orthonormal columns with the span of Householder's QR (NumPy's), from
+    # well conditioned columns (Cholesky QR twice) to nearly dependent ones
+    # (Householder's fallback).
+    rng = np.random.default_rng(seed)
+    U = np.linalg.qr(rng.standard_normal((200, r)))[0]
+    V = np.linalg.qr(rng.standard_normal((r, r)))[0]
+    A = (U * np.logspace(0, -log_cond, r)) @ V.T
+    Q = orthonormal(A)
+    np.testing.assert_allclose(Q.T @ Q, np.eye(r), atol=1e-12)
+    assert largest_sine(Q, np.linalg.qr(A)[0]) < 1e-8 * 10**log_cond
 
 
 class _CountedRows(SparseRows):

@@ -765,6 +765,26 @@ def _persisted(*collections):
 # Passes that return weighted means, combined across blocks by their weights.
 _MEAN_PASSES = ("mean", "moment_action", "norm_moments")
 
+# Dask data of at most this fraction of the memory of a distributed cluster's
+# workers are kept in that memory after their first read (DaskRows.moments),
+# so that the fit's later passes do not read their source again: each read
+# of a file (a Zarr store, say) costs about as much as loading it. Larger
+# data are read at each pass (a few reads in all: _draws, _mixture).
+_HOLD_FRACTION = 0.25
+
+
+def _workers_memory():
+    """The summed memory limits of the workers of the current ``distributed``
+    client, or None (no client, a worker without a limit, or no workers)."""
+    try:
+        from distributed import default_client
+
+        workers = default_client().scheduler_info()["workers"].values()
+    except (ImportError, ValueError):  # no distributed, or no client
+        return None
+    limits = [worker.get("memory_limit") or 0 for worker in workers]
+    return sum(limits) if limits and all(limits) else None
+
 
 class DaskRows(_Rows):
     """Rows of a Dask array, possibly larger than memory or spread over a cluster.
@@ -776,6 +796,12 @@ class DaskRows(_Rows):
     come back to the client, which adds them in the blocks' order. The data
     are never gathered; :meth:`subsample` pulls the rows of a subsample of at
     most ``_CLIENT_ROWS`` rows once and keeps a larger one on the workers.
+    On a ``distributed`` cluster whose workers' memory holds X with room to
+    spare (``_HOLD_FRACTION``), the first pass (:meth:`moments`) keeps X's
+    blocks there, and the later passes of the fit read them from memory, not
+    from X's source; :meth:`close` releases them. Lazy outputs
+    (:meth:`map_rows`, :meth:`labels`) are built on X itself, so that a
+    fitted estimator holds nothing on the workers.
 
     Parameters
     ----------
@@ -797,8 +823,8 @@ class DaskRows(_Rows):
     in_memory = False
 
     def __init__(self, X, sample_weight=None, scale=1.0, total_weight=None, verbose=0):
-        self._X = X
-        self.sample_weight = sample_weight
+        self._X = self._lazy_X = X
+        self.sample_weight = self._lazy_weight = sample_weight
         self.n_samples, self.n_features = X.shape
         self.dtype = X.dtype
         self.scale = float(scale)
@@ -817,7 +843,25 @@ class DaskRows(_Rows):
         self._where = ""  # names a subsample's passes under verbose
 
     def close(self):
-        """Nothing to release: the scheduler belongs to the caller."""
+        """Release X's blocks kept in the workers' memory (:meth:`moments`);
+        the scheduler belongs to the caller."""
+        self._X, self.sample_weight = self._lazy_X, self._lazy_weight
+
+    def _hold(self):
+        """Whether X (and its weights) are kept in the workers' memory by the
+        next read: when they fit there with room to spare (``_HOLD_FRACTION``).
+        They are then persisted (without waiting), and the passes on them
+        read each block once, as it is kept."""
+        memory = _workers_memory()
+        size = self._X.nbytes + (0 if self.sample_weight is None else self.sample_weight.nbytes)
+        if memory is None or size > _HOLD_FRACTION * memory:
+            return False
+        import dask
+
+        self._X, self.sample_weight = dask.persist(
+            self._X, self.sample_weight, optimize_graph=False
+        )
+        return True
 
     @property
     def n_passes(self):
@@ -908,13 +952,17 @@ class DaskRows(_Rows):
         ``sum_b W_b (c_b / c)^2 (M_b / c_b^2) / sum_b W_b``, and their means
         as ``sum_b W_b mean_b / sum_b W_b``.
         """
+        held = self._reads_x and self._hold()
+        kept = ", X kept in the workers' memory" if held else ""
         tasks = self._tasks(_block_moment, self.scale, self.offset)
         draw = self._nested
         if draw is not None and draw.taken is None and draw.fraction < 1.0:
             # The prepared draw's rows are taken in the same read of X.
-            parts = self._take_draw(draw, tasks, "second moment, mean, finiteness and ")
+            parts = self._take_draw(draw, tasks, "second moment, mean, finiteness and ", kept)
         else:
-            parts = self._compute("second moment, mean and finiteness", *tasks)
+            parts = self._compute("second moment, mean and finiteness" + kept, *tasks)
+        if held:
+            self._reads_x = False  # X's source is not read again
         if any(nan for nan, _, _, _, _ in parts):
             raise ValueError("Input X contains NaN.")
         if any(inf for _, inf, _, _, _ in parts):
@@ -972,11 +1020,10 @@ class DaskRows(_Rows):
         ``columns`` values per row; the result is chunked as X's rows. A
         block with NaN or infinity raises ValueError when computed.
         """
+        X = self._lazy_X
         if columns is None:
-            return self._X.map_blocks(_block_map, fn, *args, dtype=dtype, drop_axis=1)
-        return self._X.map_blocks(
-            _block_map, fn, *args, dtype=dtype, chunks=(self._X.chunks[0], (columns,))
-        )
+            return X.map_blocks(_block_map, fn, *args, dtype=dtype, drop_axis=1)
+        return X.map_blocks(_block_map, fn, *args, dtype=dtype, chunks=(X.chunks[0], (columns,)))
 
     def weighted_mean(self, fn, *args):
         """As :meth:`DenseRows.weighted_mean`: one Dask computation (a reduction over the blocks)."""
@@ -1048,15 +1095,15 @@ class DaskRows(_Rows):
             self._take_draw(draw)
         return self._drawn_subsample(draw.taken, fraction)
 
-    def _take_draw(self, draw, tasks=(), name=""):
+    def _take_draw(self, draw, tasks=(), name="", suffix=""):
         """One read of X: every block's rows of keys below ``draw.fraction``,
         kept as ``draw.taken`` (a :class:`_Drawn`); returns the results of
         ``tasks``, delayed tasks on the same blocks computed in the same read
-        (``name`` prefixes the pass's name)."""
+        (``name`` prefixes the pass's name, ``suffix`` ends it)."""
         import dask
 
         parts = self._tasks(_block_nested, draw.seed, self.n_samples, draw.fraction, bounds=True)
-        name += "nested subsamples drawn"
+        name += "nested subsamples drawn" + suffix
         if draw.fraction * self.n_samples <= _CLIENT_ROWS:
             out = self._compute(name, *parts, *tasks)
             parts, results = out[: len(parts)], out[len(parts) :]
@@ -1114,6 +1161,7 @@ class DaskRows(_Rows):
         )
         other = copy.copy(self)
         other._X, other.sample_weight, other._drawn = rows, weight, None
+        other._lazy_X, other._lazy_weight = rows, weight
         other._nested, other._reads_x = None, False
         other.n_samples, other.dtype = rows.shape[0], np.dtype(np.float64)
         other._where = f" on the subsample of {other.n_samples} rows"
@@ -1456,6 +1504,15 @@ def stored_bytes(rows):
     return np.asarray(rows).nbytes
 
 
+def _row_sums(values, indptr):
+    """Per row of a CSR matrix, the sum of ``values`` (one per stored entry); 0 for an empty row."""
+    out = np.zeros(len(indptr) - 1)
+    filled = indptr[:-1] < indptr[1:]
+    # Between the starts of two rows that hold entries lie only the first one's.
+    out[filled] = np.add.reduceat(values, indptr[:-1][filled]) if values.size else 0.0
+    return out
+
+
 def unit_terms(rows, centers, offset, scale):
     """``P = Y C^T`` and ``q_i = ||y_i||^2`` (float64) of the rows ``y = (x - offset) / scale``.
 
@@ -1475,7 +1532,7 @@ def unit_terms(rows, centers, offset, scale):
         Y = sp.csr_matrix(rows, dtype=np.float64, copy=True)
         Y.data = np.ldexp(Y.data, -e)
         P = np.asarray(Y @ C.T) - m @ C.T
-        q = np.asarray(Y.multiply(Y).sum(axis=1)).ravel() - 2.0 * np.asarray(Y @ m).ravel() + m @ m
+        q = _row_sums(Y.data * Y.data, Y.indptr) - 2.0 * np.asarray(Y @ m).ravel() + m @ m
         q = np.maximum(q, 0.0)
     else:
         Y = np.ldexp(np.asarray(rows, dtype=np.float64), -e) - m

@@ -11,6 +11,7 @@ Hence ``s^2 sigma^2`` is the mean of the ``d - K`` smallest eigenvalues and
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.linalg
 
 
 @dataclass(frozen=True)
@@ -116,26 +117,73 @@ def principal_basis(
     (:meth:`~attention_cluster._passes.DenseRows.moment_action`, two products
     of the rows with r vectors, never the d x d matrix), from a Gaussian
     start, on about ``n_rows`` rows drawn uniformly (all rows when there
-    are fewer), then a Rayleigh-Ritz step. It stops when the first ``n_leading``
-    entries of the diagonal of the QR factor R of ``M Q`` (the leading
-    eigenvalues' estimates; the other columns only speed up their
-    convergence) move by less than ``tol`` of their values, or after
-    ``max_iter`` iterations:
-    few when the spectrum has a gap, more at high noise, where the subspace
-    decides the accuracy (``benchmarks/user_data.py``). The columns come in
-    decreasing order of their Rayleigh quotients. Seeded (``random_state``)
-    so that the basis does not depend on the estimator's random state.
+    are fewer), then a Rayleigh-Ritz step. It stops when the span of the
+    ``n_leading`` leading Ritz vectors (those of the largest eigenvalues of
+    ``Q^T M Q``; the other columns only speed up their convergence) turns
+    by less than ``tol`` between two iterations, the sine of the largest
+    principal angle between the two spans (:func:`largest_sine`), or after
+    ``max_iter`` iterations: few when the spectrum has a gap after the
+    leading eigenvalues, more at high noise, where the subspace decides the
+    accuracy (``benchmarks/user_data.py``). The span is what the fit uses:
+    leading eigenvalues that nearly coincide (clusters of equal weight) turn
+    their vectors within it from one iteration to the next, and a test on
+    each vector would wait for them. The columns come in decreasing order of
+    their Rayleigh quotients. Seeded (``random_state``) so that the basis
+    does not depend on the estimator's random state.
     """
     rng = np.random.RandomState(random_state)
     rows = data.subsample(rng, n_rows)
-    Q = np.linalg.qr(rng.standard_normal((data.n_features, n_components)))[0]
+    Q = orthonormal(rng.standard_normal((data.n_features, n_components)))
     previous = None
     for _ in range(max_iter):
-        Q, R = np.linalg.qr(rows.moment_action(Q))
-        values = np.abs(np.diag(R))[:n_leading]
-        if previous is not None and np.all(np.abs(values - previous) <= tol * values):
+        MQ = rows.moment_action(Q)
+        leading = Q @ _ritz_vectors(Q, MQ)[:, :n_leading]
+        Q = orthonormal(MQ)
+        if previous is not None and largest_sine(previous, leading) <= tol:
             break
-        previous = values
-    B = Q.T @ rows.moment_action(Q)
-    vectors = np.linalg.eigh(0.5 * (B + B.T))[1][:, ::-1]
-    return Q @ vectors
+        previous = leading
+    return Q @ _ritz_vectors(Q, rows.moment_action(Q))
+
+
+# Below this ratio of the smallest to the largest diagonal entry of the
+# Cholesky factor (about 1 / cond(A)), orthonormal takes Householder's QR.
+_CHOLESKY_QR_MIN_RATIO = 1e-6
+
+
+def orthonormal(A):
+    """An orthonormal basis (d x r) of the columns of A (d x r, d >> r, full rank).
+
+    Cholesky QR twice (CholeskyQR2: Fukaya, Nakatsukasa, Yanagisawa and
+    Yamamoto, 2014): ``R = chol(A^T A)^T``, ``Q = A R^-1``, then the same on
+    Q, which makes it orthonormal to rounding when ``cond(A)`` is below
+    about ``1e8``. Two products with A, where Householder's QR of a tall,
+    thin matrix is several times slower. Householder's QR
+    (``np.linalg.qr``) when A's columns are closer to dependent
+    (``_CHOLESKY_QR_MIN_RATIO``).
+    """
+    Q = A
+    for _ in range(2):
+        try:
+            L = np.linalg.cholesky(Q.T @ Q)
+        except np.linalg.LinAlgError:
+            return np.linalg.qr(A)[0]
+        diagonal = np.diag(L)
+        if not diagonal.min() > _CHOLESKY_QR_MIN_RATIO * diagonal.max():
+            return np.linalg.qr(A)[0]
+        Q = scipy.linalg.solve_triangular(L, Q.T, lower=True, check_finite=False).T
+    return Q
+
+
+def _ritz_vectors(Q, MQ):
+    """Eigenvectors of ``Q^T M Q`` (from ``MQ = M Q``), by decreasing eigenvalue (Rayleigh-Ritz)."""
+    B = Q.T @ MQ
+    return np.linalg.eigh(0.5 * (B + B.T))[1][:, ::-1]
+
+
+def largest_sine(A, B):
+    """Sine of the largest principal angle between the spans of two d x k
+    matrices with orthonormal columns: the largest singular value of ``B -
+    A (A^T B)``, the part of B's span outside A's (Golub and Van Loan,
+    Matrix Computations, 4th ed., section 2.5.3; accurate for small angles,
+    where ``sqrt(1 - cos^2)`` loses half the digits)."""
+    return float(np.linalg.norm(B - A @ (A.T @ B), ord=2))

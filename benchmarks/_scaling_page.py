@@ -160,8 +160,9 @@ refinement's stages (65536 rows, fewer below 5.2e5 rows, then 16 times more
 while under a quarter of n: 2^20 rows from 4.2e6 rows on, 2^24 from 6.7e7,
 2^28 from 1.1e9), on the last of which the Newton steps' Jacobian is taken
 (math.md section 7). A fit with the EM refinement reads X once for the
-moments and the mean, once for the draw, and once per E step on all rows
-(the verbose log numbers the reads). Rows drawn of at most 2^20 in all
+moments, the mean and the draw, and once per E step on all rows (the
+verbose log numbers the reads), unless X is kept in the workers' memory
+(below). Rows drawn of at most 2^20 in all
 (80 MB in float64 at d = 10) are pulled to the client; more are kept and
 persisted on the workers (1.3 GB for 2^24 rows at d = 10, spread over
 them, released after the fit), and the subsamples and the EM's passes over
@@ -170,9 +171,14 @@ client: the draw's seed travels in the task graph, and a lost worker's
 draws are recomputed with its tasks. The draw depends on the seed and the
 rows' indices only, so the same seed gives the same fit on any chunking.
 `solver="psgd"`
-draws its sequences from 2^20 rows pulled once. `fit` does not persist X:
-a file is read again at each pass. If X fits in the cluster's memory,
-`X = X.persist()` first makes the passes read memory instead.
+draws its sequences from 2^20 rows pulled once. On a `distributed` cluster
+where X (with its weights) takes at most a quarter of the workers' memory
+(the sum of their memory limits), the fit's first pass keeps X's blocks in
+that memory and its later passes read them there: X's source (a file, a
+Zarr store) is read once. They are released when the fit returns; the
+fitted estimator's lazy outputs (`labels_`, `predict`) are built on X
+itself, so it holds nothing on the workers. A larger X is read again at
+each pass.
 
 - **Same result as NumPy.** The same `random_state` gives the same
   subsamples (the in-memory backends draw the same keys) and the same passes; only the grouping of the partial sums
@@ -251,10 +257,15 @@ def _ooc_section(run):
         "",
         f"The Dask fit made {run['passes']} passes (one Dask computation each, printed under "
         f"`verbose`), median {per_pass:.2f} s per pass over the rounds, "
-        f"{per_pass / s['read once']:.2f} times one read: a pass reads the blocks and runs the "
-        "kernels, the E step's being the slowest; the passes over a subsample kept on the workers (from "
-        "6.7e7 rows on) "
-        "read memory. The in-memory fit makes the same passes except the pulls of the subsamples "
+        f"{per_pass / s['read once']:.2f} times one read: "
+        + (
+            "the first pass read X and kept its blocks in the workers' memory (X takes less than a "
+            "quarter of it), the others read that memory. "
+            if _held(run)
+            else "a pass reads the blocks and runs the kernels, the E step's being the slowest; the "
+            "passes over a subsample kept on the workers (from 6.7e7 rows on) read memory. "
+        )
+        + "The in-memory fit makes the same passes except the pulls of the subsamples "
         "(indexing into memory there). The client process's resident memory peaked at "
         f"{run['client_rss_peak'] / gb:.2f} GiB during the fit ({run['client_rss_before'] / gb:.2f} "
         "GiB before it: the interpreter, NumPy, Numba, Dask and the compiled kernels); the blocks "
@@ -302,6 +313,11 @@ def _ooc_checks(run):
     return checks
 
 
+def _held(run):
+    """Whether the run's Dask fit kept X in the workers' memory (its first read says so)."""
+    return any("X kept in the workers' memory" in name for name in run.get("reads", ()))
+
+
 def _zarr_section(z):
     """The page's lines and targets for the Zarr case (``out_of_core.py --source zarr``)."""
     s, gb = z["seconds"], 1e9
@@ -326,7 +342,13 @@ def _zarr_section(z):
         f"{z['distance']['load and fit']:.2e} |",
         "",
         f"The Dask fit read X {reads} times ({'; '.join(z['reads'])}) in {z['passes']} Dask "
-        "computations (the others run on the rows the nested draw kept); its client peaked at "
+        "computations (the others run on "
+        + (
+            "X's blocks kept in the workers' memory: X takes less than a quarter of it"
+            if _held(z)
+            else "the rows the nested draw kept"
+        )
+        + "); its client peaked at "
         f"{z['client_rss_peak'] / gb:.2f} GB ({z['client_rss_before'] / gb:.2f} GB before). Its "
         f"centres differ from the in-memory fit's by {z['same_centres_max_abs']:.1e} at most.",
         "",

@@ -283,8 +283,12 @@ def main(quick=False, out=None, rows=None, rounds=None, kmeans_rounds=None, sour
             AttentionClustering(K, solver="full", random_state=0).fit(small.compute())
             memory_before = psutil.Process().memory_info().rss
             with PeakRSS() as rss:
-                model, passes = fit_dask(X)
-            print(f"first dask fit: {len(passes)} passes, peak {rss.peak / 1e9:.2f} GB", flush=True)
+                model, passes, reads = fit_dask(X, reads=True)
+            print(
+                f"first dask fit: {len(passes)} passes, reads of X {reads}, "
+                f"peak {rss.peak / 1e9:.2f} GB",
+                flush=True,
+            )
             maxrss_after_dask = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
             candidates = {
                 "read once": lambda: X.sum(axis=0).compute(),
@@ -325,6 +329,7 @@ def main(quick=False, out=None, rows=None, rounds=None, kmeans_rounds=None, sour
             "seconds": seconds,
             "times": times,
             "passes": len(passes),
+            "reads": reads,
             "pass_s": passes,
             "round_pass_s": round_passes,
             "client_rss_before": memory_before,

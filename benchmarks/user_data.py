@@ -33,6 +33,7 @@ the tracemalloc peak of one more fit, above the data.
     python benchmarks/user_data.py [--quick] [--out DIR]
 """
 
+import os
 import warnings
 from dataclasses import replace
 from pathlib import Path
@@ -539,7 +540,16 @@ def _render(p):
         "Written by `benchmarks/user_data.py`"
         + (" in its quick mode (tiny data: not the figures to quote)" if p["quick"] else "")
         + ". Times are medians of interleaved rounds after a warm-up fit, every method on one thread; "
-        "memory is the tracemalloc peak of a fit above the data.",
+        "memory is the tracemalloc peak of a fit above the data."
+        + (
+            " Load average of the machine (1, 5, 15 min): "
+            + ", ".join(f"{x:.2f}" for x in p["load_before"])
+            + " before, "
+            + ", ".join(f"{x:.2f}" for x in p["load_after"])
+            + " after (2 cores)."
+            if "load_before" in p
+            else ""
+        ),
         "",
         '## Centring: the rule of `center="auto"`',
         "",
@@ -830,13 +840,14 @@ def render_saved(out=None):
 
 
 def main(quick=False, out=None):
-    payload = {"quick": quick}
+    payload = {"quick": quick, "load_before": os.getloadavg()}
     payload["centring"] = run_centring(quick)
     payload["real"] = run_real(quick)
     payload["other_preprocessing"] = run_other_preprocessing(quick)
     payload["text"] = run_text(quick)
     payload["embeddings"] = run_embeddings(quick)
     payload["high_dimension"] = run_high_dimension(quick)
+    payload["load_after"] = os.getloadavg()
     write_page(payload, out)
     save("user_data", payload, **({"directory": out} if out else {}))
     return payload

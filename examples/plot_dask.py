@@ -52,8 +52,9 @@ client = Client(cluster)
 parts = [dask.delayed(block)(seed) for seed in range(N_BLOCKS)]
 X = da.concatenate([da.from_delayed(p[0], (BLOCK, D), float) for p in parts])
 y = da.concatenate([da.from_delayed(p[1], (BLOCK,), int) for p in parts])
-# Held in the workers' memory once, as a fit that reads the data several
-# times wants (dask-ml persists its input the same way).
+# Held in the workers' memory once, for everything below that reads it (a
+# fit alone keeps an X that takes at most a quarter of the workers' memory
+# there for its own passes, and releases it when it returns).
 X, y = dask.persist(X, y)
 print(f"{len(client.scheduler_info()['workers'])} workers; the data: {X}")
 

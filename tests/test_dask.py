@@ -150,6 +150,7 @@ def test_fit_of_a_lazily_read_array_with_a_subsample_on_the_workers(client, monk
     import dask
 
     monkeypatch.setattr(_passes, "_CLIENT_ROWS", 16384)
+    monkeypatch.setattr(_passes, "_HOLD_FRACTION", 0.0)  # X read at each pass
     monkeypatch.setattr(_mixture, "_SUBSAMPLE", 20_000)
     monkeypatch.setattr(_mixture, "_MIN_SUBSAMPLE", 20_000)
     X = make_mixture(100_000, 6, 2, noise=0.8, random_state=3)[0]
@@ -286,7 +287,11 @@ def test_verbose_reports_each_pass(client, mixture, capsys):
     model = AttentionClustering(solver="full", random_state=0, verbose=1).fit(X)
     passes = [line for line in capsys.readouterr().out.splitlines() if "Dask pass" in line]
     assert [int(line.split()[3].rstrip(",")) for line in passes] == list(range(1, len(passes) + 1))
-    assert "read 1 of X (second moment, mean, finiteness and nested subsamples drawn)" in passes[0]
+    assert (
+        "read 1 of X (second moment, mean, finiteness and nested subsamples drawn, "
+        "X kept in the workers' memory)" in passes[0]
+    )
+    assert sum(" of X " in line for line in passes) == 1
     assert sum("(e_step)" in line for line in passes) == model.refine_n_iter_
 
 
@@ -305,9 +310,11 @@ def test_one_read_draws_every_subsample_on_any_chunking(client, monkeypatch, cap
     # here: 12500 rows) come from one nested draw, taken in the read of X
     # that finds the moments; the other reads are the E steps' (the
     # fitted weights stand for the labels' shares; without the refinement
-    # the labels' counts are a read of their own). Each block draws its own
+    # the labels' counts are a read of their own), X being too large to be
+    # kept in the workers' memory (made so here). Each block draws its own
     # rows' keys from the fit's seed and the rows' indices: two chunkings
     # give the same fit, equal to the NumPy fit's.
+    monkeypatch.setattr(_passes, "_HOLD_FRACTION", 0.0)
     if on_workers:
         monkeypatch.setattr(_passes, "_CLIENT_ROWS", 16384)
     monkeypatch.setattr(_mixture, "_SUBSAMPLE", 20_000)
@@ -333,6 +340,41 @@ def test_one_read_draws_every_subsample_on_any_chunking(client, monkeypatch, cap
     np.testing.assert_allclose(
         fits[0].cluster_centers_, fits[1].cluster_centers_, atol=ATOL[np.float64]
     )
+
+
+def _blocks_on_workers(client):
+    return sum(client.run(lambda dask_worker: len(dask_worker.data)).values())
+
+
+def test_x_kept_in_the_workers_memory_is_read_once_and_released(client, monkeypatch, capsys):
+    # X fits in the workers' memory: the first pass keeps its blocks there
+    # (X's tasks run once), the later passes read them, and the fit is
+    # NumPy's. The fitted estimator's lazy labels are built on X itself:
+    # once the fit returns, nothing of it is left on the workers.
+    import dask
+
+    monkeypatch.setattr(_mixture, "_SUBSAMPLE", 20_000)
+    monkeypatch.setattr(_mixture, "_MIN_SUBSAMPLE", 4_000)
+    X = make_mixture(100_000, 6, 2, noise=0.8, random_state=5)[0]
+    Xd = da.concatenate(
+        [
+            da.from_delayed(dask.delayed(_read_block)(X, lo, lo + 12_500), (12_500, 6), X.dtype)
+            for lo in range(0, len(X), 12_500)
+        ]
+    )
+    before = _blocks_on_workers(client)
+    dense = AttentionClustering(random_state=0).fit(X)
+    lazy = AttentionClustering(random_state=0, verbose=1).fit(Xd)
+    assert lazy.refine_n_iter_ == dense.refine_n_iter_ > 0
+    assert _reads(capsys.readouterr().out) == [
+        "second moment, mean, finiteness and nested subsamples drawn, X kept in the workers' memory"
+    ]
+    np.testing.assert_allclose(lazy.cluster_centers_, dense.cluster_centers_, atol=ATOL[np.float64])
+    deadline = time.monotonic() + 10  # the scheduler releases the blocks asynchronously
+    while _blocks_on_workers(client) > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _blocks_on_workers(client) == before
+    np.testing.assert_array_equal(lazy.labels_.compute(), dense.labels_)
 
 
 def test_dataframe(client, mixture):

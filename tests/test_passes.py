@@ -353,3 +353,25 @@ def test_halves_are_the_even_and_odd_rows_as_the_passes_see_them(kind, global_ra
         np.testing.assert_allclose(half.sample_weight, w[part])
         V = rng.standard_normal((4, 2))
         np.testing.assert_allclose(half.project(V), (X[part] - mean) / 2.0 @ V, atol=1e-12)
+
+
+@given(
+    n=st.integers(1, 30),
+    d=st.integers(1, 12),
+    density=st.sampled_from([0.0, 0.05, 0.3, 1.0]),
+    magnitude=st.sampled_from([1e-200, 1e-3, 1.0, 1e5, 1e200]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_unit_terms_of_sparse_rows_are_those_of_the_dense_rows(n, d, density, magnitude, seed):
+    # The sparse block's q, expanded from ||x||^2 (row sums of the stored
+    # squares, empty rows included) and <x, m>, and its products equal the
+    # dense block's, at any magnitude near the scale.
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, d, density=density, format="csr", random_state=rng)
+    X.data = rng.standard_normal(X.nnz) * magnitude
+    C = rng.standard_normal((3, d))
+    offset = rng.standard_normal(d) * magnitude * 0.1
+    P, q = _passes.unit_terms(X, C, offset, magnitude)
+    P_dense, q_dense = _passes.unit_terms(X.toarray(), C, offset, magnitude)
+    np.testing.assert_allclose(P, P_dense, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(q, q_dense, rtol=1e-9, atol=1e-9)

@@ -11,15 +11,17 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+import scipy.linalg
 import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.metrics import adjusted_rand_score
 
 import attention_cluster._plan as _plan
 from attention_cluster import AttentionClustering
-from attention_cluster._passes import DenseRows
-from attention_cluster._scale import principal_basis
+from attention_cluster._passes import DenseRows, SparseRows
+from attention_cluster._scale import largest_sine, orthonormal, principal_basis
 from attention_cluster.datasets import make_corpus, make_embeddings, make_mixture
 from attention_cluster.metrics import centroid_distance
 
@@ -169,6 +171,71 @@ def test_principal_basis_spans_the_top_eigenvectors(global_random_seed):
     np.testing.assert_allclose(np.linalg.norm(B.T @ top, axis=0), 1.0, atol=1e-6)
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    d=st.integers(3, 12),
+    k=st.integers(1, 3),
+    seed=st.integers(0, 2**32 - 1),
+    mix=st.floats(0.0, 1.0),
+)
+def test_largest_sine_is_scipys_largest_principal_angle(d, k, seed, mix):
+    # Against SciPy's principal angles; invariant to a change of basis of
+    # either span; zero between a span and itself.
+    rng = np.random.default_rng(seed)
+    A = np.linalg.qr(rng.standard_normal((d, k)))[0]
+    B = np.linalg.qr(A + mix * rng.standard_normal((d, k)))[0]
+    expected = np.sin(np.max(scipy.linalg.subspace_angles(A, B)))
+    assert largest_sine(A, B) == pytest.approx(expected, abs=1e-7)
+    R = np.linalg.qr(rng.standard_normal((k, k)))[0]
+    assert largest_sine(A @ R, B) == pytest.approx(largest_sine(A, B), abs=1e-7)
+    assert largest_sine(A, A @ R) < 1e-6
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    r=st.integers(1, 8),
+    log_cond=st.floats(0.0, 12.0),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_orthonormal_spans_the_columns_as_householder_qr(r, log_cond, seed):
+    # Orthonormal columns with the span of Householder's QR (NumPy's), from
+    # well conditioned columns (Cholesky QR twice) to nearly dependent ones
+    # (Householder's fallback).
+    rng = np.random.default_rng(seed)
+    U = np.linalg.qr(rng.standard_normal((200, r)))[0]
+    V = np.linalg.qr(rng.standard_normal((r, r)))[0]
+    A = (U * np.logspace(0, -log_cond, r)) @ V.T
+    Q = orthonormal(A)
+    np.testing.assert_allclose(Q.T @ Q, np.eye(r), atol=1e-12)
+    assert largest_sine(Q, np.linalg.qr(A)[0]) < 1e-8 * 10**log_cond
+
+
+class _CountedRows(SparseRows):
+    """Sparse rows that count their moment products."""
+
+    products = 0
+
+    def moment_action(self, V):
+        _CountedRows.products += 1
+        return super().moment_action(V)
+
+
+def test_principal_basis_stops_when_the_leading_span_settles():
+    # TF-IDF of topics of equal weight: the leading eigenvalues nearly
+    # coincide, so the iteration turns their vectors within their span long
+    # after the span has settled (a test on the vectors' Rayleigh quotients
+    # took 9 iterations here). The test is on the span: at most six
+    # iterations and the Rayleigh-Ritz product, and the basis holds the top
+    # eigenvectors.
+    docs = make_corpus(2000, n_topics=10, n_words=5000, document_length=100, random_state=0)[0]
+    X = TfidfVectorizer().fit_transform(docs)
+    _CountedRows.products = 0
+    B = principal_basis(_CountedRows(X), 15, 10)
+    assert _CountedRows.products <= 7
+    top = np.linalg.eigh((X.T @ X).toarray() / X.shape[0])[1][:, -10:]
+    np.testing.assert_allclose(np.linalg.norm(B.T @ top, axis=0), 1.0, atol=1e-6)
+
+
 def test_high_dimension_runs_in_the_subspace(monkeypatch, global_random_seed):
     X, y, _ = make_mixture(1500, 80, 3, noise=0.05, random_state=global_random_seed)
     low = AttentionClustering(3, random_state=0).fit(X)
@@ -209,8 +276,6 @@ def test_high_dimension_refines_out_of_the_subspace(monkeypatch, global_random_s
 def test_tfidf_fit_never_forms_a_dense_matrix():
     # Over 15000 columns: a d x d float64 matrix would take 1.8 GB or more,
     # the dense rows 240 MB; the traced peak of the fit stays far below both.
-    from sklearn.feature_extraction.text import TfidfVectorizer
-
     texts, y = make_corpus(2000, 3, n_words=60000, document_length=80, random_state=0)
     X = TfidfVectorizer().fit_transform(texts)
     assert X.shape[1] > 15000

@@ -379,9 +379,10 @@ class _SplitNewton:
     def __init__(self, sub, p, rho):
         data = sub.data
         if data.in_memory and data.n_samples >= 2 * _MIN_HALF_ROWS:
-            self.systems = [
-                _NewtonSystem(_EM(half, float(half.norm_moments()[0])), p) for half in data.halves()
-            ]
+            # The halves take the subsample's mean squared norm: the EM map
+            # depends on it only through tau^2's constant term (math.md
+            # section 7), which the Jacobian's differences cancel.
+            self.systems = [_NewtonSystem(_EM(half, sub.mean_sq), p) for half in data.halves()]
         else:
             self.systems = [_NewtonSystem(sub, p)]
         self.n_heads = p.U.size
@@ -656,7 +657,9 @@ def refine_heads(
         p, converged, _ = _run_em(em, p, tol, max_iter, rho, report)
     else:
         rows = sub_em.data.subsample(rng, max(_JACOBIAN_ROWS, _ROWS_PER_PARAMETER * n_parameters))
-        jacobian_em = _EM(rows, float(rows.norm_moments()[0]))
+        # Only the Jacobian of the EM map on these rows is used, which does
+        # not depend on their mean squared norm (see _SplitNewton).
+        jacobian_em = _EM(rows, sub_em.mean_sq)
         p, converged, rho = _newton_em(
             em, p, jacobian_em, p, tol, max_iter, rho, report, n_stage=sub_em.n_effective
         )

@@ -128,6 +128,50 @@ def test_group_tokens_matches_reference_on_any_spread(n, d, spread, radius, seed
     np.testing.assert_array_equal(labels, ref_labels)
 
 
+@given(
+    st.integers(1, 60),
+    st.integers(2, 5),
+    st.floats(1e-3, 2.0),
+    st.floats(1e-4, 1.0),
+    st.integers(0, 2**32 - 1),
+)
+def test_group_tokens_in_any_plane_matches_reference(n, d, spread, radius, seed):
+    # The plane of the cells decides which tokens are compared, not the groups.
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((3, d))[rng.integers(0, 3, n)] + spread * rng.standard_normal((n, d))
+    plane = np.linalg.qr(rng.standard_normal((d, 2)))[0]
+    labels = np.empty(n, dtype=np.int64)
+    n_groups = kern.group_tokens(X, radius, labels, plane)
+    ref_labels, ref_groups = group_tokens(X, radius)
+    assert n_groups == ref_groups
+    np.testing.assert_array_equal(labels, ref_labels)
+
+
+def test_cell_plane_spans_the_top_principal_directions(global_random_seed):
+    rng = np.random.default_rng(global_random_seed)
+    basis = special_ortho_group.rvs(12, random_state=global_random_seed)
+    X = 3.0 + (rng.standard_normal((500, 12)) * ([5.0, 4.0] + [0.1] * 10)) @ basis.T
+    V = kern.cell_plane(X)
+    np.testing.assert_allclose(V.T @ V, np.eye(2), atol=1e-12)
+    top = np.linalg.svd(X - X.mean(axis=0), full_matrices=False)[2][:2]
+    # the cosines of the principal angles between the two planes
+    np.testing.assert_allclose(np.linalg.svd(top @ V, compute_uv=False), 1.0, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "X",
+    [np.arange(5.0)[:, None], np.outer(np.arange(6.0), [1.0, 2.0, 0.0]), np.ones((4, 3))],
+    ids=["one feature", "on a line", "one point"],
+)
+def test_cell_plane_is_orthonormal_without_spread(X):
+    V = kern.cell_plane(X)
+    assert V.shape == (X.shape[1], 2)
+    expected = np.diag([1.0, 0.0]) if X.shape[1] == 1 else np.eye(2)
+    np.testing.assert_allclose(V.T @ V, expected, atol=1e-12)
+    labels = np.empty(len(X), dtype=np.int64)
+    assert kern.group_tokens(X, 0.5, labels, V) == group_tokens(X, 0.5)[1]
+
+
 @pytest.mark.parametrize("model", ["sa", "usa"])
 def test_euler_step_matches_reference(model, global_random_seed):
     X = _unit(np.random.default_rng(global_random_seed), 15, 4)
@@ -472,7 +516,9 @@ def test_weighted_particle_steps_as_its_tokens(n_queries, multiplicity, model, s
 
 def _unmerged(particles, Z):
     """Every token a particle of its own at every step: the dynamics without merging."""
-    return _dynamics._Particles(Z, particles.weights, particles.owner, particles.merge_radius)
+    return _dynamics._Particles(
+        Z, particles.weights, particles.owner, particles.merge_radius, particles.plane
+    )
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])

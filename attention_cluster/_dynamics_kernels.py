@@ -388,7 +388,8 @@ def group_tokens(X, radius, labels, plane=None):
     formed. Only the first tokens of groups filed in the token's cell of a
     grid on a plane, and in the 8 cells around it, are compared with it
     (:func:`_group_in_cells`): a projection on a plane shortens distances,
-    so a first token within ``radius`` lies there. ``plane`` is an
+    so a first token within ``radius`` lies there (``docs/math.md`` section
+    8, "Clusters"). ``plane`` is an
     orthonormal basis (d, 2) of that plane, :func:`cell_plane` of X by
     default; the groups do not depend on it, the work does.
     """

@@ -263,9 +263,10 @@ _SELF_BLOCK = 512
 _SELF_SPREAD = {np.dtype(np.float32): 60.0, np.dtype(np.float64): 600.0}
 # Multiply-adds of a symmetric pass, n^2 (d + columns of the values), below
 # which it runs on the calling thread: the pool's threads cost a few tenths
-# of a millisecond to start, a pass this small a few milliseconds (at d = 8,
-# 572 tokens ran no faster on two threads than on one).
-_SELF_PARALLEL_WORK = 1 << 23
+# of a millisecond to start, and below about two full blocks of tokens one
+# tile holds most of the work (at d = 30, 569 tokens ran no faster on two
+# threads than on one).
+_SELF_PARALLEL_WORK = 1 << 25
 
 
 def self_attention(tokens, values, beta, log_weights=None, block_rows=None, n_threads=1):

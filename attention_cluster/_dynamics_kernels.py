@@ -409,9 +409,11 @@ def _group_in_cells(X, P, radius, labels):
     span so that a cell's number fits); the groups' first tokens are filed
     in their cell in the order the groups were made, and token i searches
     its cell and the 8 around it for the earliest group within ``radius``.
-    O(n log n + n c d) for c first tokens met per search: O(n d) when the
-    tokens are spread out in the plane, O(n g d) for g groups at worst
-    (all in nine cells).
+    The cells that hold tokens are numbered row by row and kept sorted, so
+    the three cells of a row of neighbours are one binary search and a
+    scan. O(n log n + n c d) for c first tokens met per search: O(n log n +
+    n d) when the tokens are spread out in the plane, O(n g d) for g groups
+    at worst (all in nine cells).
     """
     n, d = X.shape
     low = np.empty(2)
@@ -435,6 +437,7 @@ def _group_in_cells(X, P, radius, labels):
         keys[i] = c0 * sizes[1] + c1
     cells = np.unique(keys)
     n_cells = cells.shape[0]
+    own = np.searchsorted(cells, keys)
     head = np.full(n_cells, -1, dtype=np.int64)
     tail = np.full(n_cells, -1, dtype=np.int64)
     following = np.full(n, -1, dtype=np.int64)
@@ -445,11 +448,10 @@ def _group_in_cells(X, P, radius, labels):
         c0, c1 = keys[i] // sizes[1], keys[i] % sizes[1]
         found = -1
         for n0 in range(max(c0 - 1, 0), min(c0 + 2, sizes[0])):
-            for n1 in range(max(c1 - 1, 0), min(c1 + 2, sizes[1])):
-                key = n0 * sizes[1] + n1
-                c = np.searchsorted(cells, key)
-                if c == n_cells or cells[c] != key:
-                    continue
+            # the cells (n0, c1 - 1), (n0, c1), (n0, c1 + 1): consecutive keys
+            last = n0 * sizes[1] + min(c1 + 1, sizes[1] - 1)
+            c = _first_at_least(cells, n0 * sizes[1] + max(c1 - 1, 0))
+            while c < n_cells and cells[c] <= last:
                 g = head[c]
                 while g >= 0 and (found < 0 or g < found):
                     f = firsts[g]
@@ -461,10 +463,11 @@ def _group_in_cells(X, P, radius, labels):
                         found = g
                         break
                     g = following[g]
+                c += 1
         if found < 0:
             found = n_groups
             firsts[found] = i
-            c = np.searchsorted(cells, keys[i])
+            c = own[i]
             if head[c] < 0:
                 head[c] = found
             else:
@@ -473,3 +476,16 @@ def _group_in_cells(X, P, radius, labels):
             n_groups += 1
         labels[i] = found
     return n_groups
+
+
+@njit(cache=True)
+def _first_at_least(sorted_keys, key):
+    """Index of the first entry of ``sorted_keys`` that is at least ``key`` (its length if none)."""
+    lo, hi = 0, sorted_keys.shape[0]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if sorted_keys[mid] < key:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo

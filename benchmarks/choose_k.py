@@ -137,8 +137,11 @@ FRESH = {
         ["girth4", "ext4", "girth15", "weight15"],
     ),
 }
-# Rounds of the cost of "auto" against one fit at its K, interleaved (medians).
+# The cost of "auto" against one fit at its K: interleaved rounds (medians),
+# at least COST_ROUNDS of them and more, up to about COST_SECONDS in all,
+# when the fits take milliseconds.
 COST_ROUNDS = 5
+COST_SECONDS = 1.0
 # MeanShift's bandwidth estimate and fit take minutes above this many rows.
 MEANSHIFT_MAX_ROWS = 1000
 AUTO = 'AttentionClustering(n_clusters="auto")'
@@ -314,7 +317,7 @@ def run_panel_set(name, quick):
                 "one fit": lambda: AttentionClustering(k, random_state=0).fit(X),
             },
             repeats=COST_ROUNDS,
-            warmup=False,
+            seconds=COST_SECONDS,
         )
     silhouette = float(silhouette_score(X, y)) if K_true > 1 else float("nan")
     # The silhouettes "auto" compared (not timed: a second run of its choice).
@@ -568,7 +571,9 @@ def panel_section(payload):
         "",
         'The time of `AttentionClustering(n_clusters="auto").fit(X)` over that of '
         "`AttentionClustering(K).fit(X)` at the K it chose (target: at most 10x): medians of "
-        f"{COST_ROUNDS} rounds, the two fits interleaved in each round.",
+        f"interleaved rounds (the two fits in each round; at least {COST_ROUNDS}, and more, up "
+        f"to about {COST_SECONDS:.0f} s per set, where they take milliseconds), after one "
+        "fit of each.",
         "",
         "| set | auto (s) | one fit at K (s) | ratio |",
         "|---|---|---|---|",

@@ -147,6 +147,20 @@ def test_group_tokens_in_any_plane_matches_reference(n, d, spread, radius, seed)
     np.testing.assert_array_equal(labels, ref_labels)
 
 
+@pytest.mark.parametrize("radius", [0.02, 0.05, 0.2])
+def test_group_tokens_across_many_cells_matches_reference(radius, global_random_seed):
+    # Tokens spread over a square, the groups' first tokens in every cell of
+    # the grid and its neighbours: the binary searches and scans of the rows
+    # of cells find the earliest group as the reference's loop does.
+    rng = np.random.default_rng(global_random_seed)
+    X = rng.uniform(0.0, 1.0, (400, 3)) * [1.0, 1.0, 0.01]
+    labels = np.empty(400, dtype=np.int64)
+    n_groups = kern.group_tokens(X, radius, labels)
+    ref_labels, ref_groups = group_tokens(X, radius)
+    assert n_groups == ref_groups > 10
+    np.testing.assert_array_equal(labels, ref_labels)
+
+
 def test_cell_plane_spans_the_top_principal_directions(global_random_seed):
     rng = np.random.default_rng(global_random_seed)
     basis = special_ortho_group.rvs(12, random_state=global_random_seed)

@@ -95,56 +95,43 @@ def test_attention_of_sparse_queries_is_dense_attention(global_random_seed):
         np.testing.assert_allclose(a, b, rtol=1e-12)
 
 
-def test_group_tokens_matches_reference(global_random_seed):
-    rng = np.random.default_rng(global_random_seed)
-    X = np.repeat(rng.standard_normal((5, 3)), 4, axis=0) + 1e-4 * rng.standard_normal((20, 3))
-    X = X[rng.permutation(20)]
-    labels = np.empty(20, dtype=np.int64)
-    n_groups = kern.group_tokens(X, 0.05, labels)
-    ref_labels, ref_groups = group_tokens(X, 0.05)
-    assert n_groups == ref_groups == 5
-    np.testing.assert_array_equal(labels, ref_labels)
-
-
-@given(
-    st.integers(1, 60),
-    st.integers(1, 4),
-    st.floats(1e-3, 2.0),
-    st.floats(1e-4, 1.0),
-    st.integers(0, 2**32 - 1),
-)
-def test_group_tokens_matches_reference_on_any_spread(n, d, spread, radius, seed):
-    # Tokens near a few centres at any spread and radius, one coordinate
-    # constant (the cells then file every token in one): the cells change
-    # nothing but the work.
-    rng = np.random.default_rng(seed)
-    centres = rng.standard_normal((3, d))
-    X = centres[rng.integers(0, 3, n)] + spread * rng.standard_normal((n, d))
-    X[:, 0] = 0.5
-    labels = np.empty(n, dtype=np.int64)
-    n_groups = kern.group_tokens(X, radius, labels)
-    ref_labels, ref_groups = group_tokens(X, radius)
-    assert n_groups == ref_groups
-    np.testing.assert_array_equal(labels, ref_labels)
-
-
-@given(
-    st.integers(1, 60),
-    st.integers(2, 5),
-    st.floats(1e-3, 2.0),
-    st.floats(1e-4, 1.0),
-    st.integers(0, 2**32 - 1),
-)
-def test_group_tokens_in_any_plane_matches_reference(n, d, spread, radius, seed):
-    # The plane of the cells decides which tokens are compared, not the groups.
-    rng = np.random.default_rng(seed)
-    X = rng.standard_normal((3, d))[rng.integers(0, 3, n)] + spread * rng.standard_normal((n, d))
-    plane = np.linalg.qr(rng.standard_normal((d, 2)))[0]
-    labels = np.empty(n, dtype=np.int64)
+def _assert_groups_match_reference(X, radius, plane=None):
+    """The kernel's groups are the reference loop's; returns their number."""
+    labels = np.empty(len(X), dtype=np.int64)
     n_groups = kern.group_tokens(X, radius, labels, plane)
     ref_labels, ref_groups = group_tokens(X, radius)
     assert n_groups == ref_groups
     np.testing.assert_array_equal(labels, ref_labels)
+    return n_groups
+
+
+def test_group_tokens_matches_reference(global_random_seed):
+    rng = np.random.default_rng(global_random_seed)
+    X = np.repeat(rng.standard_normal((5, 3)), 4, axis=0) + 1e-4 * rng.standard_normal((20, 3))
+    assert _assert_groups_match_reference(X[rng.permutation(20)], 0.05) == 5
+
+
+@given(
+    st.integers(1, 60),
+    st.integers(1, 5),
+    st.floats(1e-3, 2.0),
+    st.floats(1e-4, 1.0),
+    st.integers(0, 2**32 - 1),
+    st.booleans(),
+    st.booleans(),
+)
+def test_group_tokens_matches_reference_on_any_spread(
+    n, d, spread, radius, seed, constant, any_plane
+):
+    # Tokens near a few centres at any spread and radius, maybe one
+    # coordinate constant, the cells on the default plane or any other: the
+    # plane of the cells decides which tokens are compared, not the groups.
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((3, d))[rng.integers(0, 3, n)] + spread * rng.standard_normal((n, d))
+    if constant:
+        X[:, 0] = 0.5
+    plane = np.linalg.qr(rng.standard_normal((d, 2)))[0] if any_plane and d > 1 else None
+    _assert_groups_match_reference(X, radius, plane)
 
 
 @pytest.mark.parametrize("radius", [0.02, 0.05, 0.2])
@@ -154,11 +141,7 @@ def test_group_tokens_across_many_cells_matches_reference(radius, global_random_
     # of cells find the earliest group as the reference's loop does.
     rng = np.random.default_rng(global_random_seed)
     X = rng.uniform(0.0, 1.0, (400, 3)) * [1.0, 1.0, 0.01]
-    labels = np.empty(400, dtype=np.int64)
-    n_groups = kern.group_tokens(X, radius, labels)
-    ref_labels, ref_groups = group_tokens(X, radius)
-    assert n_groups == ref_groups > 10
-    np.testing.assert_array_equal(labels, ref_labels)
+    assert _assert_groups_match_reference(X, radius) > 10
 
 
 def test_cell_plane_spans_the_top_principal_directions(global_random_seed):
@@ -182,8 +165,7 @@ def test_cell_plane_is_orthonormal_without_spread(X):
     assert V.shape == (X.shape[1], 2)
     expected = np.diag([1.0, 0.0]) if X.shape[1] == 1 else np.eye(2)
     np.testing.assert_allclose(V.T @ V, expected, atol=1e-12)
-    labels = np.empty(len(X), dtype=np.int64)
-    assert kern.group_tokens(X, 0.5, labels, V) == group_tokens(X, 0.5)[1]
+    _assert_groups_match_reference(X, 0.5, V)
 
 
 @pytest.mark.parametrize("model", ["sa", "usa"])

@@ -27,7 +27,9 @@ no time holds Numba's compilation). Each set's labels are judged as natural
 clusters or not by the silhouette of the true labels (Kaufman and
 Rousseeuw's scale) and by how many methods find their number. The sets of
 ``FRESH``, listed after the criterion was chosen, are a fresh check counted
-apart from the panel.
+apart from the panel. The cost of ``n_clusters="auto"`` on each set is its
+time over that of one fit at the K it chose, both timed in interleaved
+rounds (medians; target: at most 10x).
 
 Writes ``results/choose_k.json`` and ``docs/choose_k.md``, with the load
 average before and after. Run ``python benchmarks/choose_k.py``

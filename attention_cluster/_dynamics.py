@@ -752,9 +752,9 @@ def _energy(log_norm, beta, weights=None):
     log_norm = log_norm.astype(np.float64)
     n = log_norm.shape[0] if weights is None else float(np.sum(weights))
     # log sum_i w_i Z_i, shifted by the largest log Z_i (scipy's logsumexp
-    # costs more than the rest of a step of few particles)
+    # took a tenth of a step of a few particles)
     top = float(log_norm.max())
-    if not math.isfinite(top):
+    if math.isinf(top):
         return math.inf if top > 0 else 0.0
     scaled = np.exp(log_norm - top)
     total = float(scaled.sum() if weights is None else scaled @ weights)

@@ -390,9 +390,9 @@ def group_tokens(X, radius, labels, plane=None):
     grid on a plane, and in the 8 cells around it, are compared with it
     (:func:`_group_in_cells`): a projection on a plane shortens distances,
     so a first token within ``radius`` lies there (``docs/math.md`` section
-    8, "Clusters"). ``plane`` is an
-    orthonormal basis (d, 2) of that plane, :func:`cell_plane` of X by
-    default; the groups do not depend on it, the work does.
+    8, "Clusters"). ``plane`` is an orthonormal basis (d, 2) of that plane,
+    :func:`cell_plane` of X by default; the groups do not depend on it, the
+    work does.
     """
     if plane is None:
         plane = cell_plane(X)

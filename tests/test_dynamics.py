@@ -296,6 +296,22 @@ def test_predict_attends_to_limit_points(mixture):
     )
 
 
+def test_energy_is_the_sum_of_the_normalisers(global_random_seed):
+    # E_beta = (1 / (2 beta n^2)) sum_i w_i Z_i (math.md section 8), from log Z_i.
+    rng = np.random.default_rng(global_random_seed)
+    log_norm = rng.uniform(-5.0, 30.0, 20)
+    weights = rng.integers(1, 6, 20).astype(np.float64)
+    n = weights.sum()
+    expected = np.sum(weights * np.exp(log_norm)) / (2 * 3.0 * n * n)
+    assert _dynamics._energy(log_norm, 3.0, weights) == pytest.approx(expected, rel=1e-12)
+    assert _dynamics._energy(log_norm, 3.0) == pytest.approx(
+        np.sum(np.exp(log_norm)) / (2 * 3.0 * 400), rel=1e-12
+    )
+    # beyond float's range: infinite, as the normalisers are
+    assert _dynamics._energy(np.array([1.0, np.inf]), 3.0) == np.inf
+    assert _dynamics._energy(np.array([1e3, 2e3]), 3.0) == np.inf
+
+
 def test_energy_rises_along_usa(global_random_seed):
     # arXiv 2312.10794: E_beta increases along USA (Q = K = V = I).
     X = np.random.default_rng(global_random_seed).standard_normal((40, 3))

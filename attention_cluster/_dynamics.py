@@ -701,12 +701,16 @@ class _Particles:
         n = Z.shape[0]
         return cls(Z, np.ones(n), np.arange(n), merge_radius, cell_plane(Z)).moved(Z)
 
+    def placed(self, Z):
+        """The particles at their new places Z, none merged."""
+        return _Particles(Z, self.weights, self.owner, self.merge_radius, self.plane)
+
     def moved(self, Z):
         """The particles at their new places Z, those within ``merge_radius`` merged."""
         groups = np.empty(Z.shape[0], dtype=np.int64)
         n_groups = group_tokens(Z, self.merge_radius, groups, self.plane)
         if n_groups == Z.shape[0]:
-            return _Particles(Z, self.weights, self.owner, self.merge_radius, self.plane)
+            return self.placed(Z)
         firsts = np.full(n_groups, Z.shape[0], dtype=np.int64)
         np.minimum.at(firsts, groups, np.arange(Z.shape[0]))
         weights = np.bincount(groups, weights=self.weights, minlength=n_groups)

@@ -526,13 +526,6 @@ def test_weighted_particle_steps_as_its_tokens(n_queries, multiplicity, model, s
     np.testing.assert_allclose(energy, _dynamics._energy(ref_log, 2.0), rtol=1e-10)
 
 
-def _unmerged(particles, Z):
-    """Every token a particle of its own at every step: the dynamics without merging."""
-    return _dynamics._Particles(
-        Z, particles.weights, particles.owner, particles.merge_radius, particles.plane
-    )
-
-
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("n_clusters, noise", [(3, 0.3), (5, 0.5)], ids=str)
 def test_merged_particles_fit_as_unmerged_dynamics(n_clusters, noise, dtype, monkeypatch):
@@ -540,7 +533,7 @@ def test_merged_particles_fit_as_unmerged_dynamics(n_clusters, noise, dtype, mon
     X = X.astype(dtype)
     merged = SelfAttentionDynamics().fit(X)
     with monkeypatch.context() as patch:
-        patch.setattr(_dynamics._Particles, "moved", _unmerged)
+        patch.setattr(_dynamics._Particles, "moved", _dynamics._Particles.placed)
         exact = SelfAttentionDynamics().fit(X)
     assert merged.n_clusters_ == exact.n_clusters_
     np.testing.assert_array_equal(merged.labels_, exact.labels_)
@@ -557,7 +550,7 @@ def test_merging_keeps_the_clusters_of_the_unmerged_dynamics(seed, n_clusters, b
     merged = SelfAttentionDynamics(**params).fit(X)
     original = _dynamics._Particles.moved
     try:
-        _dynamics._Particles.moved = _unmerged
+        _dynamics._Particles.moved = _dynamics._Particles.placed
         exact = SelfAttentionDynamics(**params).fit(X)
     finally:
         _dynamics._Particles.moved = original

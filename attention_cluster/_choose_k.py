@@ -24,11 +24,10 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.preprocessing import normalize
 from sklearn.utils import check_random_state
 
 from ._dynamics import SelfAttentionDynamics
-from ._passes import rows_from
+from ._passes import rows_from, unit_rows
 from ._plan import predict_rule
 from ._validation import check_positive, warn
 
@@ -109,7 +108,7 @@ def sphere_silhouette(tokens, labels):
     K = int(labels.max()) + 1
     if not 2 <= K <= m - 1:
         return None
-    U = normalize(tokens)
+    U = unit_rows(tokens)
     members = sp.csr_matrix((np.ones(m), (labels, np.arange(m))), shape=(K, m))
     sums = np.asarray((members @ U).todense() if sp.issparse(U) else members @ U)
     counts = np.bincount(labels, minlength=K).astype(np.float64)

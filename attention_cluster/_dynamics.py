@@ -21,13 +21,12 @@ import time
 
 import numpy as np
 from scipy.linalg import expm
-from scipy.special import logsumexp
 from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._dynamics_kernels import attention, group_tokens, self_attention
+from ._dynamics_kernels import attention, cell_plane, group_tokens, self_attention
 from ._passes import dense_block, stored_bytes, unit_rows, usable_threads
 from ._validation import atomic_fit, check_options, check_positive, warn
 
@@ -528,7 +527,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         h = 1.0 if isinstance(self.step_size, str) else float(self.step_size)
 
         state = _Particles.of(Z, radius * _MERGE_FRACTION)
-        counts = [_count(state.Z, radius, min_size, state.weights)[0]]
+        counts = [_count(state.Z, radius, min_size, state.weights, state.plane)[0]]
         energies = []
         best = _Plateau()
         saved = (0, state)
@@ -538,7 +537,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             Z, log_norm = flow.step(state.Z, s * h, state.weights)
             energies.append(_energy(log_norm, self.beta, state.weights))
             state = state.moved(Z)
-            count = _count(state.Z, radius, min_size, state.weights)[0]
+            count = _count(state.Z, radius, min_size, state.weights, state.plane)[0]
             n_iter = s + 1
             if count != counts[-1]:
                 run_start = n_iter
@@ -686,29 +685,36 @@ class _Particles:
     it: the weighted softmax of ``docs/math.md`` section 8 then moves the
     particle exactly as it moves its tokens when they are at one place.
     Particles keep the order of their first tokens, so that the grouping of
-    the particles is the grouping of the tokens.
+    the particles is the grouping of the tokens. ``plane`` is the plane of
+    the grouping's cells (:func:`_dynamics_kernels.cell_plane`), taken once
+    from the initial tokens: it decides the work of a grouping, not its
+    groups, and the initial spread serves every step.
     """
 
-    def __init__(self, Z, weights, owner, merge_radius):
+    def __init__(self, Z, weights, owner, merge_radius, plane):
         self.Z, self.weights, self.owner = Z, weights, owner
-        self.merge_radius = merge_radius
+        self.merge_radius, self.plane = merge_radius, plane
 
     @classmethod
     def of(cls, Z, merge_radius):
         """One particle per token, equal tokens merged."""
         n = Z.shape[0]
-        return cls(Z, np.ones(n), np.arange(n), merge_radius).moved(Z)
+        return cls(Z, np.ones(n), np.arange(n), merge_radius, cell_plane(Z)).moved(Z)
+
+    def placed(self, Z):
+        """The particles at their new places Z, none merged."""
+        return _Particles(Z, self.weights, self.owner, self.merge_radius, self.plane)
 
     def moved(self, Z):
         """The particles at their new places Z, those within ``merge_radius`` merged."""
         groups = np.empty(Z.shape[0], dtype=np.int64)
-        n_groups = group_tokens(Z, self.merge_radius, groups)
+        n_groups = group_tokens(Z, self.merge_radius, groups, self.plane)
         if n_groups == Z.shape[0]:
-            return _Particles(Z, self.weights, self.owner, self.merge_radius)
+            return self.placed(Z)
         firsts = np.full(n_groups, Z.shape[0], dtype=np.int64)
         np.minimum.at(firsts, groups, np.arange(Z.shape[0]))
         weights = np.bincount(groups, weights=self.weights, minlength=n_groups)
-        return _Particles(Z[firsts], weights, groups[self.owner], self.merge_radius)
+        return _Particles(Z[firsts], weights, groups[self.owner], self.merge_radius, self.plane)
 
     def tokens(self):
         """Every token's place."""
@@ -729,15 +735,15 @@ class _Plateau:
         return False
 
 
-def _count(Z, radius, min_size, weights=None):
+def _count(Z, radius, min_size, weights=None, plane=None):
     """(number of clusters, group labels, group sizes) of a state.
 
     Row j of Z stands for ``weights[j]`` tokens (1 when None). The number of
     clusters counts the groups of at least ``min_size`` tokens: 0 while none
-    is that large.
+    is that large. ``plane``: that of :func:`_dynamics_kernels.group_tokens`.
     """
     labels = np.empty(Z.shape[0], dtype=np.int64)
-    n_groups = group_tokens(Z, radius, labels)
+    n_groups = group_tokens(Z, radius, labels, plane)
     sizes = np.bincount(labels, weights=weights, minlength=n_groups)
     return int(np.sum(sizes >= min_size)), labels, sizes
 
@@ -749,5 +755,12 @@ def _energy(log_norm, beta, weights=None):
     """
     log_norm = log_norm.astype(np.float64)
     n = log_norm.shape[0] if weights is None else float(np.sum(weights))
+    # log sum_i w_i Z_i, shifted by the largest log Z_i (scipy's logsumexp
+    # took a tenth of a step of a few particles)
+    top = float(log_norm.max())
+    if math.isinf(top):
+        return math.inf if top > 0 else 0.0
+    scaled = np.exp(log_norm - top)
+    total = float(scaled.sum() if weights is None else scaled @ weights)
     with np.errstate(over="ignore"):  # the unnormalised model's logits grow like e^{2t}
-        return float(np.exp(logsumexp(log_norm, b=weights) - math.log(2 * beta * n * n)))
+        return float(np.exp(top + math.log(total) - math.log(2 * beta * n * n)))

@@ -261,6 +261,12 @@ _SELF_BLOCK = 512
 # is used: every row keeps its own term exp(-spread) above float's
 # underflow by more than float's precision.
 _SELF_SPREAD = {np.dtype(np.float32): 60.0, np.dtype(np.float64): 600.0}
+# Multiply-adds of a symmetric pass, n^2 (d + columns of the values), below
+# which it runs on the calling thread: the pool's threads cost a few tenths
+# of a millisecond to start, and below about two full blocks of tokens one
+# tile holds most of the work (at d = 30, 569 tokens ran no faster on two
+# threads than on one).
+_SELF_PARALLEL_WORK = 1 << 25
 
 
 def self_attention(tokens, values, beta, log_weights=None, block_rows=None, n_threads=1):
@@ -315,49 +321,123 @@ def self_attention(tokens, values, beta, log_weights=None, block_rows=None, n_th
         _exp_rows(E, np.zeros(b - a, dtype=dtype), np.empty(d - c, dtype=dtype))
         return E @ U[c:d], (E.T @ U[a:b] if other != first else None)
 
-    with one_blas_thread(), ThreadPoolExecutor(max_workers=max(1, n_threads)) as pool:
-        for first in range(len(blocks)):
-            # row block `first` against the later blocks: the earlier ones gave it their share
-            others = range(first, len(blocks))
-            parts = pool.map(tile, [first] * len(others), others)
-            for other, (mine, theirs) in zip(others, parts):
-                a, b = blocks[first]
-                acc[a:b] += mine
-                if theirs is not None:
-                    c, d = blocks[other]
-                    acc[c:d] += theirs
+    def rows_of(first, each):
+        # row block `first` against the later blocks: the earlier ones gave it their share
+        others = range(first, len(blocks))
+        for other, (mine, theirs) in zip(others, each(tile, [first] * len(others), others)):
+            a, b = blocks[first]
+            acc[a:b] += mine
+            if theirs is not None:
+                c, d = blocks[other]
+                acc[c:d] += theirs
+
+    with one_blas_thread():
+        # starting the pool's threads costs more than they save on little work
+        if n_threads <= 1 or n * n * (tokens.shape[1] + U.shape[1]) < _SELF_PARALLEL_WORK:
+            for first in range(len(blocks)):
+                rows_of(first, map)
+        else:
+            with ThreadPoolExecutor(max_workers=n_threads) as pool:
+                for first in range(len(blocks)):
+                    rows_of(first, pool.map)
     total = acc[:, d_v]
     out = (acc[:, :d_v] / total[:, None]).astype(dtype)
     log_norm = (half + top + np.log(total)).astype(dtype)
     return out, log_norm
 
 
-@njit(cache=True)
-def group_tokens(X, radius, labels):
+# Power iterations for the plane of the grouping's cells (:func:`cell_plane`):
+# the plane need not be the principal one, only spread the tokens well.
+_PLANE_ITERATIONS = 3
+
+
+def cell_plane(X):
+    """An orthonormal basis V (d, 2), float64, of a plane in which the rows of X spread widely.
+
+    About the top two principal directions of the rows: subspace iteration
+    from the two coordinates of largest variance, the covariance applied as
+    ``X^T (X V) - n mu (mu^T V)`` so that X is never copied. With one
+    feature the second column is 0. Any orthonormal V will do for
+    :func:`group_tokens`: the plane decides which tokens are compared, not
+    the groups.
+    """
+    n, d = X.shape
+    V = np.zeros((d, 2))
+    if d == 1:
+        V[0, 0] = 1.0
+        return V
+    mean = X.mean(axis=0, dtype=np.float64)
+    variance = np.einsum("ij,ij->j", X, X, dtype=np.float64) / max(n, 1) - mean * mean
+    V[np.argsort(-variance, kind="stable")[:2], [0, 1]] = 1.0
+    for _ in range(_PLANE_ITERATIONS):
+        W = X.T @ (X @ V.astype(X.dtype)) - n * np.outer(mean, mean @ V)
+        W, R = np.linalg.qr(W)
+        # no spread left outside a line: keep the last plane
+        if not np.all(np.isfinite(W)) or abs(R[1, 1]) <= 1e-12 * abs(R[0, 0]):
+            break
+        V = W
+    return V
+
+
+def group_tokens(X, radius, labels, plane=None):
     """Greedy grouping: token i joins the first earlier group whose first
     token lies within ``radius`` (Euclidean), else it starts a new group.
 
     Writes ``labels`` and returns the number of groups. Clusters of the
     dynamics collapse to points far apart compared with ``radius``, so the
     order in which tokens are visited does not matter once they have
-    formed. The groups' first tokens are filed in cells of width at least
-    ``radius`` along the coordinate of widest span: a first token within
-    ``radius`` of token i lies in i's cell or a neighbour, so only those are
-    searched, in the order the groups were made. O(n g d) for g groups at
-    worst (all in three cells), O(n d) when the tokens are spread out.
+    formed. Only the first tokens of groups filed in the token's cell of a
+    grid on a plane, and in the 8 cells around it, are compared with it
+    (:func:`_group_in_cells`): a projection on a plane shortens distances,
+    so a first token within ``radius`` lies there (``docs/math.md`` section
+    8, "Clusters"). ``plane`` is an orthonormal basis (d, 2) of that plane,
+    :func:`cell_plane` of X by default; the groups do not depend on it, the
+    work does.
+    """
+    if plane is None:
+        plane = cell_plane(X)
+    # in float64: the rounding of the coordinates stays far below the cells' margin
+    return _group_in_cells(X, X.astype(np.float64, copy=False) @ plane, radius, labels)
+
+
+@njit(cache=True)
+def _group_in_cells(X, P, radius, labels):
+    """:func:`group_tokens` with the tokens' coordinates P (n, 2) in an orthonormal plane.
+
+    Cells of width at least ``radius`` in each coordinate of the plane
+    (slightly more, for the rounding of P, and at least a 4n-th of the
+    span so that a cell's number fits); the groups' first tokens are filed
+    in their cell in the order the groups were made, and token i searches
+    its cell and the 8 around it for the earliest group within ``radius``.
+    The cells that hold tokens are numbered row by row and kept sorted, so
+    the three cells of a row of neighbours are one binary search and a
+    scan. O(n log n + n c d) for c first tokens met per search: O(n log n +
+    n d) when the tokens are spread out in the plane, O(n g d) for g groups
+    at worst (all in nine cells).
     """
     n, d = X.shape
-    axis, low, span = 0, 0.0, -1.0
-    for k in range(d):
-        lo_k, hi_k = X[0, k], X[0, k]
-        for i in range(1, n):
-            lo_k = min(lo_k, X[i, k])
-            hi_k = max(hi_k, X[i, k])
-        if hi_k - lo_k > span:
-            axis, low, span = k, float(lo_k), float(hi_k - lo_k)
-    # the margin keeps neighbours within radius in adjacent cells despite rounding
-    width = max(radius * (1.0 + 1e-6), span / (4.0 * n))
-    n_cells = int(span / width) + 1
+    low = np.empty(2)
+    width = np.empty(2)
+    sizes = np.empty(2, dtype=np.int64)
+    for a in range(2):
+        lo_a, hi_a, top = P[0, a], P[0, a], 0.0
+        for i in range(n):
+            lo_a = min(lo_a, P[i, a])
+            hi_a = max(hi_a, P[i, a])
+            top = max(top, abs(P[i, a]))
+        span = hi_a - lo_a
+        # the margins keep neighbours within radius in adjacent cells despite rounding
+        width[a] = max(radius * (1.0 + 1e-6) + 1e-9 * top, span / (4.0 * n), 1e-300)
+        low[a] = lo_a
+        sizes[a] = int(span / width[a]) + 1
+    keys = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        c0 = min(int((P[i, 0] - low[0]) / width[0]), sizes[0] - 1)
+        c1 = min(int((P[i, 1] - low[1]) / width[1]), sizes[1] - 1)
+        keys[i] = c0 * sizes[1] + c1
+    cells = np.unique(keys)
+    n_cells = cells.shape[0]
+    own = np.searchsorted(cells, keys)
     head = np.full(n_cells, -1, dtype=np.int64)
     tail = np.full(n_cells, -1, dtype=np.int64)
     following = np.full(n, -1, dtype=np.int64)
@@ -365,28 +445,47 @@ def group_tokens(X, radius, labels):
     n_groups = 0
     r2 = radius * radius
     for i in range(n):
-        cell = min(int((X[i, axis] - low) / width), n_cells - 1)
+        c0, c1 = keys[i] // sizes[1], keys[i] % sizes[1]
         found = -1
-        for c in range(max(cell - 1, 0), min(cell + 2, n_cells)):
-            g = head[c]
-            while g >= 0 and (found < 0 or g < found):
-                f = firsts[g]
-                s = 0.0
-                for k in range(d):
-                    diff = X[i, k] - X[f, k]
-                    s += diff * diff
-                if s <= r2:
-                    found = g
-                    break
-                g = following[g]
+        for n0 in range(max(c0 - 1, 0), min(c0 + 2, sizes[0])):
+            # the cells (n0, c1 - 1), (n0, c1), (n0, c1 + 1): consecutive keys
+            last = n0 * sizes[1] + min(c1 + 1, sizes[1] - 1)
+            c = _first_at_least(cells, n0 * sizes[1] + max(c1 - 1, 0))
+            while c < n_cells and cells[c] <= last:
+                g = head[c]
+                while g >= 0 and (found < 0 or g < found):
+                    f = firsts[g]
+                    s = 0.0
+                    for k in range(d):
+                        diff = X[i, k] - X[f, k]
+                        s += diff * diff
+                    if s <= r2:
+                        found = g
+                        break
+                    g = following[g]
+                c += 1
         if found < 0:
             found = n_groups
             firsts[found] = i
-            if head[cell] < 0:
-                head[cell] = found
+            c = own[i]
+            if head[c] < 0:
+                head[c] = found
             else:
-                following[tail[cell]] = found
-            tail[cell] = found
+                following[tail[c]] = found
+            tail[c] = found
             n_groups += 1
         labels[i] = found
     return n_groups
+
+
+@njit(cache=True)
+def _first_at_least(sorted_keys, key):
+    """Index of the first entry of ``sorted_keys`` that is at least ``key`` (its length if none)."""
+    lo, hi = 0, sorted_keys.shape[0]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if sorted_keys[mid] < key:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo

@@ -102,11 +102,6 @@ def previous_block(queries, keys_t, values, out, log_norm):
     log_norm[...] = top + np.log(total).astype(dtype)
 
 
-def _unmerged(particles, Z):
-    """Every token a particle of its own at every step."""
-    return _dynamics._Particles(Z, particles.weights, particles.owner, particles.merge_radius)
-
-
 def _rowwise(tokens, values, beta, log_weights=None, block_rows=None, n_threads=1):
     """Self-attention row by row, each tile of logits computed for its queries only."""
     return _dynamics_kernels.attention(
@@ -120,7 +115,7 @@ def with_previous_kernel(fn):
     with (
         mock.patch.object(_dynamics_kernels, "_attend_block", previous_block),
         mock.patch.object(_dynamics, "self_attention", _rowwise),
-        mock.patch.object(_dynamics._Particles, "moved", _unmerged),
+        mock.patch.object(_dynamics._Particles, "moved", _dynamics._Particles.placed),
     ):
         return fn()
 

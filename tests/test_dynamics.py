@@ -95,37 +95,77 @@ def test_attention_of_sparse_queries_is_dense_attention(global_random_seed):
         np.testing.assert_allclose(a, b, rtol=1e-12)
 
 
+def _assert_groups_match_reference(X, radius, plane=None):
+    """The kernel's groups are the reference loop's; returns their number."""
+    labels = np.empty(len(X), dtype=np.int64)
+    n_groups = kern.group_tokens(X, radius, labels, plane)
+    ref_labels, ref_groups = group_tokens(X, radius)
+    assert n_groups == ref_groups
+    np.testing.assert_array_equal(labels, ref_labels)
+    return n_groups
+
+
 def test_group_tokens_matches_reference(global_random_seed):
     rng = np.random.default_rng(global_random_seed)
     X = np.repeat(rng.standard_normal((5, 3)), 4, axis=0) + 1e-4 * rng.standard_normal((20, 3))
-    X = X[rng.permutation(20)]
-    labels = np.empty(20, dtype=np.int64)
-    n_groups = kern.group_tokens(X, 0.05, labels)
-    ref_labels, ref_groups = group_tokens(X, 0.05)
-    assert n_groups == ref_groups == 5
-    np.testing.assert_array_equal(labels, ref_labels)
+    assert _assert_groups_match_reference(X[rng.permutation(20)], 0.05) == 5
 
 
 @given(
     st.integers(1, 60),
-    st.integers(1, 4),
+    st.integers(1, 5),
     st.floats(1e-3, 2.0),
     st.floats(1e-4, 1.0),
     st.integers(0, 2**32 - 1),
+    st.booleans(),
+    st.booleans(),
 )
-def test_group_tokens_matches_reference_on_any_spread(n, d, spread, radius, seed):
-    # Tokens near a few centres at any spread and radius, one coordinate
-    # constant (the cells then file every token in one): the cells change
-    # nothing but the work.
+def test_group_tokens_matches_reference_on_any_spread(
+    n, d, spread, radius, seed, constant, any_plane
+):
+    # Tokens near a few centres at any spread and radius, maybe one
+    # coordinate constant, the cells on the default plane or any other: the
+    # plane of the cells decides which tokens are compared, not the groups.
     rng = np.random.default_rng(seed)
-    centres = rng.standard_normal((3, d))
-    X = centres[rng.integers(0, 3, n)] + spread * rng.standard_normal((n, d))
-    X[:, 0] = 0.5
-    labels = np.empty(n, dtype=np.int64)
-    n_groups = kern.group_tokens(X, radius, labels)
-    ref_labels, ref_groups = group_tokens(X, radius)
-    assert n_groups == ref_groups
-    np.testing.assert_array_equal(labels, ref_labels)
+    X = rng.standard_normal((3, d))[rng.integers(0, 3, n)] + spread * rng.standard_normal((n, d))
+    if constant:
+        X[:, 0] = 0.5
+    plane = np.linalg.qr(rng.standard_normal((d, 2)))[0] if any_plane and d > 1 else None
+    _assert_groups_match_reference(X, radius, plane)
+
+
+@pytest.mark.parametrize("radius", [0.02, 0.05, 0.2])
+def test_group_tokens_across_many_cells_matches_reference(radius, global_random_seed):
+    # Tokens spread over a square, the groups' first tokens in every cell of
+    # the grid and its neighbours: the binary searches and scans of the rows
+    # of cells find the earliest group as the reference's loop does.
+    rng = np.random.default_rng(global_random_seed)
+    X = rng.uniform(0.0, 1.0, (400, 3)) * [1.0, 1.0, 0.01]
+    assert _assert_groups_match_reference(X, radius) > 10
+
+
+def test_cell_plane_spans_the_top_principal_directions(global_random_seed):
+    rng = np.random.default_rng(global_random_seed)
+    basis = special_ortho_group.rvs(12, random_state=global_random_seed)
+    X = 3.0 + (rng.standard_normal((500, 12)) * ([5.0, 4.0] + [0.1] * 10)) @ basis.T
+    V = kern.cell_plane(X)
+    np.testing.assert_allclose(V.T @ V, np.eye(2), atol=1e-12)
+    top = np.linalg.svd(X - X.mean(axis=0), full_matrices=False)[2][:2]
+    # the cosines of the principal angles between the two planes
+    np.testing.assert_allclose(np.linalg.svd(top @ V, compute_uv=False), 1.0, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "X",
+    [np.arange(5.0)[:, None], np.outer(np.arange(6.0), [1.0, 2.0, 0.0]), np.ones((4, 3))],
+    ids=["one feature", "on a line", "one point"],
+)
+def test_cell_plane_is_orthonormal_without_spread(X):
+    V = kern.cell_plane(X)
+    assert V.shape == (X.shape[1], 2)
+    expected = np.diag([1.0, 0.0]) if X.shape[1] == 1 else np.eye(2)
+    np.testing.assert_allclose(V.T @ V, expected, atol=1e-12)
+    _assert_groups_match_reference(X, 0.5, V)
 
 
 @pytest.mark.parametrize("model", ["sa", "usa"])
@@ -254,6 +294,22 @@ def test_predict_attends_to_limit_points(mixture):
     np.testing.assert_array_equal(
         model.predict(X[:50]), np.argmax(Xs[:50] @ model.cluster_centers_.T, axis=1)
     )
+
+
+def test_energy_is_the_sum_of_the_normalisers(global_random_seed):
+    # E_beta = (1 / (2 beta n^2)) sum_i w_i Z_i (math.md section 8), from log Z_i.
+    rng = np.random.default_rng(global_random_seed)
+    log_norm = rng.uniform(-5.0, 30.0, 20)
+    weights = rng.integers(1, 6, 20).astype(np.float64)
+    n = weights.sum()
+    expected = np.sum(weights * np.exp(log_norm)) / (2 * 3.0 * n * n)
+    assert _dynamics._energy(log_norm, 3.0, weights) == pytest.approx(expected, rel=1e-12)
+    assert _dynamics._energy(log_norm, 3.0) == pytest.approx(
+        np.sum(np.exp(log_norm)) / (2 * 3.0 * 400), rel=1e-12
+    )
+    # beyond float's range: infinite, as the normalisers are
+    assert _dynamics._energy(np.array([1.0, np.inf]), 3.0) == np.inf
+    assert _dynamics._energy(np.array([1e3, 2e3]), 3.0) == np.inf
 
 
 def test_energy_rises_along_usa(global_random_seed):
@@ -470,11 +526,6 @@ def test_weighted_particle_steps_as_its_tokens(n_queries, multiplicity, model, s
     np.testing.assert_allclose(energy, _dynamics._energy(ref_log, 2.0), rtol=1e-10)
 
 
-def _unmerged(particles, Z):
-    """Every token a particle of its own at every step: the dynamics without merging."""
-    return _dynamics._Particles(Z, particles.weights, particles.owner, particles.merge_radius)
-
-
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("n_clusters, noise", [(3, 0.3), (5, 0.5)], ids=str)
 def test_merged_particles_fit_as_unmerged_dynamics(n_clusters, noise, dtype, monkeypatch):
@@ -482,7 +533,7 @@ def test_merged_particles_fit_as_unmerged_dynamics(n_clusters, noise, dtype, mon
     X = X.astype(dtype)
     merged = SelfAttentionDynamics().fit(X)
     with monkeypatch.context() as patch:
-        patch.setattr(_dynamics._Particles, "moved", _unmerged)
+        patch.setattr(_dynamics._Particles, "moved", _dynamics._Particles.placed)
         exact = SelfAttentionDynamics().fit(X)
     assert merged.n_clusters_ == exact.n_clusters_
     np.testing.assert_array_equal(merged.labels_, exact.labels_)
@@ -499,7 +550,7 @@ def test_merging_keeps_the_clusters_of_the_unmerged_dynamics(seed, n_clusters, b
     merged = SelfAttentionDynamics(**params).fit(X)
     original = _dynamics._Particles.moved
     try:
-        _dynamics._Particles.moved = _unmerged
+        _dynamics._Particles.moved = _dynamics._Particles.placed
         exact = SelfAttentionDynamics(**params).fit(X)
     finally:
         _dynamics._Particles.moved = original

@@ -205,8 +205,12 @@ def test_scaling_benchmarks_quick_mode(tmp_path):
     with pytest.MonkeyPatch.context() as m:
         m.syspath_prepend(str(BENCH))
         zarr_run = module["main"](quick=True, out=str(tmp_path), source="zarr")
-    assert zarr_run["reads"][0].endswith("nested subsamples drawn")
-    assert len(zarr_run["reads"]) <= zarr_run["passes"]
+    # The quick store takes far less than a quarter of the workers' memory:
+    # the first read keeps it there, and no other pass reads it.
+    assert zarr_run["reads"] == [
+        "second moment, mean, finiteness and nested subsamples drawn, X kept in the workers' memory"
+    ]
+    assert zarr_run["passes"] >= 2
     page = (tmp_path / "scaling_out.md").read_text()
     assert "Load average" in page and "### A Zarr store" in page
     assert (

@@ -22,6 +22,7 @@ Writes benchmarks/results/engine.json and docs/performance.md.
 """
 
 import multiprocessing
+import os
 import threading
 import warnings
 from pathlib import Path
@@ -236,6 +237,7 @@ def float32(n, seeds, repeats):
 
 
 def main(quick=False, out=None):
+    load_before = os.getloadavg()
     big = 20_000 if quick else 1_000_000
     mid = 5_000 if quick else 100_000
     seeds = 2 if quick else 10
@@ -299,6 +301,8 @@ def main(quick=False, out=None):
         "threads": thread,
         "float32": single,
         "cold_start": cold,
+        "load_before": list(load_before),
+        "load_after": list(os.getloadavg()),
     }
     save("engine", payload, **({"directory": out} if out else {}))
     write_page(payload, out)
@@ -321,6 +325,17 @@ def write_page(p, out=None):
         "Times are medians of interleaved rounds in one process, after Numba's",
         f"compile, on a shared machine (2 cores): at least {p['repeats']} rounds, and up to",
         f"{MAX_ROUNDS} for fits of a few milliseconds, about {_ROUNDS_SECONDS:.0f} s of rounds in all.",
+        *(
+            [
+                "Load average of the machine (1, 5, 15 min): "
+                + ", ".join(f"{x:.2f}" for x in p["load_before"])
+                + " before the run, "
+                + ", ".join(f"{x:.2f}" for x in p["load_after"])
+                + " after.",
+            ]
+            if "load_before" in p
+            else []
+        ),
         "The estimator runs with its",
         'defaults (`solver="auto"`, the exact path with the EM refinement, and',
         "`n_threads=None`, every usable core). KMeans is `KMeans(n_init=1)` at its",

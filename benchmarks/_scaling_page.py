@@ -253,6 +253,15 @@ def _ooc_section(run):
         f"`benchmarks/out_of_core.py {command}`, rounds: {run['rounds']}; writing the file took "
         f"{run['write_s']:.0f} s."
         + (
+            " Load average (1, 5, 15 min) before: "
+            + ", ".join(f"{x:.2f}" for x in run["load_before"])
+            + "; after: "
+            + ", ".join(f"{x:.2f}" for x in run["load_after"])
+            + "."
+            if "load_before" in run
+            else ""
+        )
+        + (
             ""
             if "reads" in run
             else " Measured before `fit` kept an X of at most a quarter of the workers' memory in "

@@ -262,6 +262,7 @@ def main(quick=False, out=None, rows=None, rounds=None, kmeans_rounds=None, sour
     import distributed
     from dask_ml.cluster import KMeans
 
+    load_before = os.getloadavg()
     kmeans_rounds = rounds if kmeans_rounds is None else min(kmeans_rounds, rounds)
     tmp = Path(tempfile.mkdtemp(prefix="attention_cluster_ooc_"))
     try:
@@ -341,6 +342,8 @@ def main(quick=False, out=None, rows=None, rounds=None, kmeans_rounds=None, sour
                 np.max(np.abs(model.cluster_centers_ - in_memory.cluster_centers_))
             ),
             "kmeans_n_iter": None if kmeans is None else int(kmeans.n_iter_),
+            "load_before": list(load_before),
+            "load_after": list(os.getloadavg()),
         }
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -57,6 +57,7 @@ object is a context manager).
 import copy
 import functools
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -323,9 +324,19 @@ class DenseRows(_Rows):
         estimator's ``fit`` leaves this check to this pass, its first.
         """
         inv = 1.0 / self.scale
+        scratch = {}  # a float64 buffer per thread, for float32 chunks
 
         def chunk(B, w, lo, hi):
-            B = np.asarray(B, dtype=np.float64)
+            if B.dtype != np.float64:
+                # Copied into a buffer the thread reuses: a new array per
+                # chunk is mapped afresh when the allocator hands freed
+                # memory back to the system at once (as Dask's workers have
+                # it do), and its page faults cost more than the products.
+                buffer = scratch.get(threading.get_ident())
+                if buffer is None or len(buffer) < len(B):
+                    buffer = scratch[threading.get_ident()] = np.empty(B.shape)
+                np.copyto(buffer[: len(B)], B)
+                B = buffer[: len(B)]
             # np.dot, not B.T @ B: matmul's product of an array with its own
             # transpose holds the GIL, so the pool's threads would take
             # their chunks in turn.
@@ -673,6 +684,22 @@ def _block_moment(block, weights, scale, offset):
     return False, False, rows.total_weight, (c, M), mean
 
 
+def _same_block(block):
+    return block
+
+
+def _renamed(array):
+    """``array``'s blocks under keys of their own: kept in the workers' memory
+    (:meth:`DaskRows.moments`), they cannot meet a later computation of the
+    caller's array under the same keys with another graph (``distributed``
+    warns of such keys, and they can deadlock it)."""
+    from dask.base import tokenize
+
+    return array.map_blocks(
+        _same_block, dtype=array.dtype, name="attention-cluster-kept-" + tokenize(array)
+    )
+
+
 def _block_map(block, fn, *args):
     """``fn(block, *args)`` on one Dask block once it is checked finite (for ``map_blocks``)."""
     if not np.isfinite(block).all():
@@ -701,7 +728,7 @@ def _product(rows, left, shift, right):
 
 
 # Rows of a subsample that DaskRows pulls to the client (80 MB at d = 10 in
-# float64): a larger subsample stays on the workers, so that the client's
+# float64, 40 MB in float32): a larger subsample stays on the workers, so that the client's
 # memory does not grow with n (the EM's subsamples grow with n). PSGD's draws
 # on Dask data come from a subsample of this many rows (DaskRows.draw). It
 # must exceed the solvers' own subsamples (16384 rows: _spectral, _exact),
@@ -711,11 +738,13 @@ _CLIENT_ROWS = 1 << 20
 
 def _block_nested(block, weights, lo, hi, seed, n_samples, fraction):
     """The rows ``lo:hi`` of one Dask block whose keys are below ``fraction``
-    (:func:`~._draws.nested_rows`): ``(rows as float64, their weights or
+    (:func:`~._draws.nested_rows`): ``(rows in X's dtype, their weights or
     None, their keys)``."""
     idx, keys = nested_rows(seed, n_samples, lo, hi, fraction)
     idx -= lo
-    rows = np.asarray(np.asarray(block)[idx], dtype=np.float64)
+    # X's dtype, as the in-memory backends' subsamples keep it: float32
+    # rows travel to the client in half the bytes.
+    rows = np.asarray(block)[idx]
     w = None if weights is None else np.asarray(np.asarray(weights)[idx], dtype=np.float64)
     return rows, w, keys
 
@@ -859,7 +888,7 @@ class DaskRows(_Rows):
         import dask
 
         self._X, self.sample_weight = dask.persist(
-            self._X, self.sample_weight, optimize_graph=False
+            _renamed(self._X), None if self.sample_weight is None else _renamed(self.sample_weight)
         )
         return True
 
@@ -1145,17 +1174,17 @@ class DaskRows(_Rows):
             return _block_rows(rows, weight, self.scale, self.offset)
         item = dask.delayed(_item, pure=True)
 
-        def taken(i, shape):
+        def taken(i, shape, dtype):
             return da.concatenate(
                 [
-                    da.from_delayed(item(c, i), shape=(m, *shape), dtype=np.float64)
+                    da.from_delayed(item(c, i), shape=(m, *shape), dtype=dtype)
                     for c, m in zip(chosen, counts)
                     if m
                 ]
             )
 
-        rows = taken(0, (self.n_features,))
-        weight = None if self.sample_weight is None else taken(1, ())
+        rows = taken(0, (self.n_features,), self.dtype)
+        weight = None if self.sample_weight is None else taken(1, (), np.float64)
         rows, weight = self._counted(
             "subsample" + where + ", kept on the workers", _persisted, rows, weight, read=False
         )
@@ -1163,7 +1192,7 @@ class DaskRows(_Rows):
         other._X, other.sample_weight, other._drawn = rows, weight, None
         other._lazy_X, other._lazy_weight = rows, weight
         other._nested, other._reads_x = None, False
-        other.n_samples, other.dtype = rows.shape[0], np.dtype(np.float64)
+        other.n_samples = rows.shape[0]
         other._where = f" on the subsample of {other.n_samples} rows"
         other.total_weight = (
             float(other.n_samples) if weight is None else float(weight.sum().compute())

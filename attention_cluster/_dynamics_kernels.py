@@ -393,64 +393,71 @@ def group_tokens(X, radius, labels, plane=None):
     8, "Clusters"). ``plane`` is an orthonormal basis (d, 2) of that plane,
     :func:`cell_plane` of X by default; the groups do not depend on it, the
     work does.
+
+    The cells: of width at least ``radius`` in each coordinate of the plane
+    (slightly more, for the rounding of the coordinates, and at least a
+    4n-th of the span so that a cell's number fits), numbered row by row;
+    the cells that hold tokens are kept sorted, so the three cells of a row
+    of neighbours are one binary search and a scan. Found here, with the
+    kernel's scratch, so that the kernel compiles no array function.
     """
+    n = X.shape[0]
+    if n == 0:
+        return 0
     if plane is None:
         plane = cell_plane(X)
     # in float64: the rounding of the coordinates stays far below the cells' margin
-    return _group_in_cells(X, X.astype(np.float64, copy=False) @ plane, radius, labels)
+    P = X.astype(np.float64, copy=False) @ plane
+    low, high = P.min(axis=0), P.max(axis=0)
+    top = np.abs(P).max(axis=0)
+    span = high - low
+    # the margins keep neighbours within radius in adjacent cells despite rounding
+    width = np.maximum(np.maximum(radius * (1.0 + 1e-6) + 1e-9 * top, span / (4.0 * n)), 1e-300)
+    sizes = (span / width).astype(np.int64) + 1
+    grid = np.minimum(((P - low) / width).astype(np.int64), sizes - 1)
+    keys = grid[:, 0] * sizes[1] + grid[:, 1]
+    cells = np.unique(keys)
+    return _group_in_cells(
+        X,
+        keys,
+        int(sizes[0]),
+        int(sizes[1]),
+        cells,
+        np.searchsorted(cells, keys),
+        radius * radius,
+        labels,
+        np.full(len(cells), -1, dtype=np.int64),
+        np.full(len(cells), -1, dtype=np.int64),
+        np.full(n, -1, dtype=np.int64),
+        np.empty(n, dtype=np.int64),
+    )
 
 
 @njit(cache=True)
-def _group_in_cells(X, P, radius, labels):
-    """:func:`group_tokens` with the tokens' coordinates P (n, 2) in an orthonormal plane.
+def _group_in_cells(X, keys, rows, columns, cells, own, r2, labels, head, tail, following, firsts):
+    """:func:`group_tokens`' greedy grouping over the cells found there.
 
-    Cells of width at least ``radius`` in each coordinate of the plane
-    (slightly more, for the rounding of P, and at least a 4n-th of the
-    span so that a cell's number fits); the groups' first tokens are filed
-    in their cell in the order the groups were made, and token i searches
-    its cell and the 8 around it for the earliest group within ``radius``.
-    The cells that hold tokens are numbered row by row and kept sorted, so
-    the three cells of a row of neighbours are one binary search and a
-    scan. O(n log n + n c d) for c first tokens met per search: O(n log n +
-    n d) when the tokens are spread out in the plane, O(n g d) for g groups
-    at worst (all in nine cells).
+    ``keys`` (n) numbers each token's cell ``row * columns + column`` in a
+    grid of ``rows`` x ``columns``; ``cells`` are the distinct keys, sorted,
+    and ``own`` each token's index among them. The groups' first tokens are
+    filed in their cell in the order the groups were made (``head``,
+    ``tail`` per cell and ``following`` per group, -1 at first; ``firsts``
+    the first token of each group), and token i searches its cell and the 8
+    around it for the earliest group within ``sqrt(r2)``. O(n log n + n c d)
+    for c first tokens met per search: O(n log n + n d) when the tokens are
+    spread out in the plane, O(n g d) for g groups at worst (all in nine
+    cells).
     """
     n, d = X.shape
-    low = np.empty(2)
-    width = np.empty(2)
-    sizes = np.empty(2, dtype=np.int64)
-    for a in range(2):
-        lo_a, hi_a, top = P[0, a], P[0, a], 0.0
-        for i in range(n):
-            lo_a = min(lo_a, P[i, a])
-            hi_a = max(hi_a, P[i, a])
-            top = max(top, abs(P[i, a]))
-        span = hi_a - lo_a
-        # the margins keep neighbours within radius in adjacent cells despite rounding
-        width[a] = max(radius * (1.0 + 1e-6) + 1e-9 * top, span / (4.0 * n), 1e-300)
-        low[a] = lo_a
-        sizes[a] = int(span / width[a]) + 1
-    keys = np.empty(n, dtype=np.int64)
-    for i in range(n):
-        c0 = min(int((P[i, 0] - low[0]) / width[0]), sizes[0] - 1)
-        c1 = min(int((P[i, 1] - low[1]) / width[1]), sizes[1] - 1)
-        keys[i] = c0 * sizes[1] + c1
-    cells = np.unique(keys)
     n_cells = cells.shape[0]
-    own = np.searchsorted(cells, keys)
-    head = np.full(n_cells, -1, dtype=np.int64)
-    tail = np.full(n_cells, -1, dtype=np.int64)
-    following = np.full(n, -1, dtype=np.int64)
-    firsts = np.empty(n, dtype=np.int64)
     n_groups = 0
-    r2 = radius * radius
     for i in range(n):
-        c0, c1 = keys[i] // sizes[1], keys[i] % sizes[1]
+        c0, c1 = keys[i] // columns, keys[i] % columns
         found = -1
-        for n0 in range(max(c0 - 1, 0), min(c0 + 2, sizes[0])):
+        for n0 in range(max(c0 - 1, 0), min(c0 + 2, rows)):
             # the cells (n0, c1 - 1), (n0, c1), (n0, c1 + 1): consecutive keys
-            last = n0 * sizes[1] + min(c1 + 1, sizes[1] - 1)
-            c = _first_at_least(cells, n0 * sizes[1] + max(c1 - 1, 0))
+            last = n0 * columns + min(c1 + 1, columns - 1)
+            c = _first_at_least(cells, n0 * columns + max(c1 - 1, 0))
             while c < n_cells and cells[c] <= last:
                 g = head[c]
                 while g >= 0 and (found < 0 or g < found):

@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-from _common import verdict
+from _common import load_sentence, verdict
 
 # The batch fit in memory stands next to partial_fit's update: the gap
 # between them is what one pass loses against the whole stream's fit.
@@ -251,16 +251,8 @@ def _ooc_section(run):
         f"### {run['n']:.0e} rows ({run['gigabytes']:.2f} GB)",
         "",
         f"`benchmarks/out_of_core.py {command}`, rounds: {run['rounds']}; writing the file took "
-        f"{run['write_s']:.0f} s."
-        + (
-            " Load average (1, 5, 15 min) before: "
-            + ", ".join(f"{x:.2f}" for x in run["load_before"])
-            + "; after: "
-            + ", ".join(f"{x:.2f}" for x in run["load_after"])
-            + "."
-            if "load_before" in run
-            else ""
-        )
+        f"{run['write_s']:.0f} s. "
+        + load_sentence(run)
         + (
             ""
             if "reads" in run

@@ -32,6 +32,7 @@ from _common import (
     MAX_ROUNDS,
     ROOT,
     cold_start_times,
+    load_sentence,
     mixture_limits,
     one_thread,
     quick_cli,
@@ -325,17 +326,7 @@ def write_page(p, out=None):
         "Times are medians of interleaved rounds in one process, after Numba's",
         f"compile, on a shared machine (2 cores): at least {p['repeats']} rounds, and up to",
         f"{MAX_ROUNDS} for fits of a few milliseconds, about {_ROUNDS_SECONDS:.0f} s of rounds in all.",
-        *(
-            [
-                "Load average of the machine (1, 5, 15 min): "
-                + ", ".join(f"{x:.2f}" for x in p["load_before"])
-                + " before the run, "
-                + ", ".join(f"{x:.2f}" for x in p["load_after"])
-                + " after.",
-            ]
-            if "load_before" in p
-            else []
-        ),
+        load_sentence(p),
         "The estimator runs with its",
         'defaults (`solver="auto"`, the exact path with the EM refinement, and',
         "`n_threads=None`, every usable core). KMeans is `KMeans(n_init=1)` at its",

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-from _common import ROOT, one_thread, peak_memory, quick_cli, save, side_by_side
+from _common import ROOT, load_sentence, one_thread, peak_memory, quick_cli, save, side_by_side
 from sklearn import datasets as sk_datasets
 from sklearn.cluster import KMeans, kmeans_plusplus
 from sklearn.decomposition import PCA
@@ -540,16 +540,7 @@ def _render(p):
         "Written by `benchmarks/user_data.py`"
         + (" in its quick mode (tiny data: not the figures to quote)" if p["quick"] else "")
         + ". Times are medians of interleaved rounds after a warm-up fit, every method on one thread; "
-        "memory is the tracemalloc peak of a fit above the data."
-        + (
-            " Load average of the machine (1, 5, 15 min): "
-            + ", ".join(f"{x:.2f}" for x in p["load_before"])
-            + " before, "
-            + ", ".join(f"{x:.2f}" for x in p["load_after"])
-            + " after (2 cores)."
-            if "load_before" in p
-            else ""
-        ),
+        "memory is the tracemalloc peak of a fit above the data. " + load_sentence(p),
         "",
         '## Centring: the rule of `center="auto"`',
         "",

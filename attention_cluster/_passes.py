@@ -57,6 +57,7 @@ object is a context manager).
 import copy
 import functools
 import os
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -802,16 +803,27 @@ _MEAN_PASSES = ("mean", "moment_action", "norm_moments")
 _HOLD_FRACTION = 0.25
 
 
+def running_client():
+    """The current ``distributed`` client, or None. A client runs only once
+    ``distributed`` is imported; this never imports it (a second or so)."""
+    distributed = sys.modules.get("distributed")
+    if distributed is None:
+        return None
+    try:
+        return distributed.default_client()
+    except ValueError:  # no client running
+        return None
+
+
 def _workers_memory():
     """The summed memory limits of the workers of the current ``distributed``
     client, or None (no client, a worker without a limit, or no workers)."""
-    try:
-        from distributed import default_client
-
-        workers = default_client().scheduler_info()["workers"].values()
-    except (ImportError, ValueError):  # no distributed, or no client
+    client = running_client()
+    if client is None:
         return None
-    limits = [worker.get("memory_limit") or 0 for worker in workers]
+    limits = [
+        worker.get("memory_limit") or 0 for worker in client.scheduler_info()["workers"].values()
+    ]
     return sum(limits) if limits and all(limits) else None
 
 

@@ -9,11 +9,10 @@ chooses, for this process and for the workers of a cluster, present and
 future (a :class:`distributed.WorkerPlugin`, ``_worker_plugin``).
 """
 
-import sys
-
 import numpy as np
 
 from ._clustering import AttentionClustering
+from ._passes import running_client
 from ._validation import check_count
 from .datasets import make_mixture
 
@@ -91,11 +90,8 @@ def warm_up(client=None, *, n_features=10, n_clusters=3, dtype="float64"):
     if np.dtype(dtype) not in (np.float32, np.float64):
         raise ValueError(f'dtype must be "float64" or "float32", got {dtype!r}.')
     dtype = np.dtype(dtype).name
-    if client is None and "distributed" in sys.modules:
-        try:
-            client = sys.modules["distributed"].default_client()
-        except ValueError:  # no client running
-            client = None
+    if client is None:
+        client = running_client()
     if client is not None:
         from ._worker_plugin import KernelWarmUp
 

@@ -17,7 +17,6 @@ map (:func:`_newton_em`), kept only when the likelihood does not decrease.
 from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy.sparse.linalg import LinearOperator, gmres
 from sklearn.utils import check_random_state
 
 from ._model import MIN_VARIANCE
@@ -320,15 +319,70 @@ def _em_map(em, like, v):
     return em.maximize(S, counts, p).vector()
 
 
+def gmres(product, b, rtol, max_steps):
+    """``(x, reached)``: GMRES for ``A x = b`` from ``x = 0``, ``product(y) = A y``.
+
+    At most ``max_steps`` Arnoldi steps (one cycle, no restart; Saad and
+    Schultz, SIAM J. Sci. Stat. Comput. 7, 1986): x minimises ``||A x -
+    b||`` over the Krylov space of ``b``, and the steps stop once that
+    residual is at most ``rtol ||b||`` (``reached``) or the space is
+    invariant; a product that is not finite gives NaN. Each new basis
+    vector is orthogonalised twice (classical Gram-Schmidt by matrix
+    products, repeated: orthogonal to rounding), and Givens rotations keep
+    the small least-squares problem triangular, its residual at hand. The systems of
+    Newton's steps are small (the mixture's parameters) and solved many
+    times per fit, so the solver is this loop, without a general solver's
+    operator wrapping and restart bookkeeping.
+    """
+    size = float(np.linalg.norm(b))
+    if size == 0.0:
+        return np.zeros_like(b), True
+    m = min(max_steps, b.size)
+    V = np.empty((m + 1, b.size))
+    V[0] = b / size
+    # H's columns, made upper triangular by the Givens rotations (cos, sin)
+    # as they come; g: the rotated right-hand side size e_1, whose last
+    # entry is the residual of the least-squares solution.
+    R = np.zeros((m, m))
+    cos, sin, g = np.zeros(m), np.zeros(m), np.zeros(m + 1)
+    g[0] = size
+    steps, reached = 0, False
+    for j in range(m):
+        w = product(V[j])
+        if not np.all(np.isfinite(w)):
+            return np.full_like(b, np.nan), False
+        h = V[: j + 1] @ w
+        w = w - h @ V[: j + 1]
+        again = V[: j + 1] @ w
+        w -= again @ V[: j + 1]
+        h += again
+        norm = float(np.linalg.norm(w))
+        for i in range(j):
+            h[i], h[i + 1] = cos[i] * h[i] + sin[i] * h[i + 1], cos[i] * h[i + 1] - sin[i] * h[i]
+        radius = float(np.hypot(h[j], norm))
+        cos[j], sin[j] = h[j] / radius, norm / radius
+        R[: j + 1, j] = h
+        R[j, j] = radius
+        g[j], g[j + 1] = cos[j] * g[j], -sin[j] * g[j]
+        steps = j + 1
+        reached = abs(g[j + 1]) <= rtol * size
+        if reached or norm <= 1e-14 * size:
+            break
+        V[j + 1] = w / norm
+    y = np.linalg.solve(R[:steps, :steps], g[:steps]) if steps else np.zeros(0)
+    return y @ V[:steps], reached
+
+
 class _NewtonSystem:
     """``(I - J) x = r`` for Newton's steps, J the EM map's Jacobian on a subsample.
 
     A product ``J y`` is a forward difference of the EM map at the
     subsample's fixed point ``v``: one E step on the subsample. The system is
-    solved by GMRES to a relative residual of ``_NEWTON_RTOL``: the Jacobian
-    of EM is close to low rank (its few slow directions), so GMRES needs few
-    products. (Reusing the products of earlier steps as a starting subspace
-    was measured to need more products, not fewer.)
+    solved by GMRES (:func:`gmres`) to a relative residual of
+    ``_NEWTON_RTOL``: the Jacobian of EM is close to low rank (its few slow
+    directions), so GMRES needs few products. (Reusing the products of
+    earlier steps as a starting subspace was measured to need more
+    products, not fewer.)
     """
 
     def __init__(self, sub, p):
@@ -336,10 +390,8 @@ class _NewtonSystem:
         self.v = v = p.vector()
         self.g = _em_map(sub, p, v)
         self.eps = 1e-7 * (1.0 + np.linalg.norm(v))
-        self.operator = LinearOperator((v.size, v.size), matvec=self._product, dtype=np.float64)
 
     def _product(self, y):
-        y = np.ravel(y)
         size = np.linalg.norm(y)
         if size == 0.0:
             return y
@@ -349,10 +401,10 @@ class _NewtonSystem:
     def solve(self, r, rtol):
         """``(x, reached)``: x with ``||(I - J) x - r|| <= rtol ||r||`` when
         ``reached`` (else GMRES's best), or ``(None, False)``."""
-        x, info = gmres(self.operator, r, rtol=rtol, atol=0.0, restart=min(r.size, 40), maxiter=1)
-        if info < 0 or not np.all(np.isfinite(x)):
+        x, reached = gmres(self._product, r, rtol, _GMRES_STEPS)
+        if not np.all(np.isfinite(x)):
             return None, False
-        return x, info == 0
+        return x, reached
 
 
 class _SplitNewton:
@@ -470,6 +522,9 @@ def _newton_em(em, p0, sub, p_sub, tol, max_iter, rho, report, n_stage):
             return p, True, rho
     return p, False, rho
 
+
+# Most GMRES steps of one Newton step's solve (one cycle, no restart).
+_GMRES_STEPS = 40
 
 # Relative residual of the GMRES solve of each Newton step: the Jacobian is
 # the subsample's, off by its sampling error, so a closer solve buys nothing.

@@ -286,6 +286,59 @@ def test_log_likelihood_never_decreases(seed, noise, K, norms):
         assert np.all(fit.radii == fit.radii[0])
 
 
+def _newton_like_system(seed, n, slow):
+    # I - J with J symmetric of spectral radius below 1 and a few slow
+    # directions, as the EM map's Jacobian has (mixture.gmres' systems).
+    rng = np.random.default_rng(seed)
+    Q = ortho_group.rvs(n, random_state=seed)
+    rates = rng.uniform(0.0, 0.2, n)
+    rates[:slow] = rng.uniform(0.5, 0.95, slow)
+    return np.eye(n) - (Q * rates) @ Q.T, rng.standard_normal(n)
+
+
+@given(seed=st.integers(0, 2**31 - 1), n=st.integers(2, 30), slow=st.integers(0, 3))
+def test_gmres_matches_a_direct_solve(seed, n, slow):
+    A, b = _newton_like_system(seed, n, min(slow, n))
+    x, reached = mixture.gmres(lambda y: A @ y, b, 1e-12, 40)
+    assert reached
+    np.testing.assert_allclose(x, np.linalg.solve(A, b), rtol=0, atol=1e-9 * np.linalg.norm(b))
+
+
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    steps=st.integers(1, 6),
+    rtol=st.sampled_from([1e-1, 1e-2, 1e-3, 0.0]),
+)
+def test_gmres_minimises_the_residual_over_its_krylov_space(seed, steps, rtol):
+    # Stopped by max_steps or by rtol, x is the least-squares solution over
+    # span(b, A b, ..., A^(k-1) b), k its steps: NumPy's lstsq on that basis.
+    A, b = _newton_like_system(seed, 20, 20)
+    products = []
+
+    def product(y):
+        products.append(y)
+        return A @ y
+
+    x, reached = mixture.gmres(product, b, rtol, steps)
+    k = len(products)
+    assert 1 <= k <= steps
+    basis = np.column_stack([np.linalg.matrix_power(A, i) @ b for i in range(k)])
+    coef = np.linalg.lstsq(A @ basis, b, rcond=None)[0]
+    best = np.linalg.norm(A @ basis @ coef - b)
+    residual = np.linalg.norm(A @ x - b)
+    assert residual <= best + 1e-9 * np.linalg.norm(b)
+    assert reached == (residual <= rtol * np.linalg.norm(b) * (1 + 1e-9))
+    if k < steps:
+        assert reached
+
+
+def test_gmres_edge_cases():
+    x, reached = mixture.gmres(lambda y: 2.0 * y, np.zeros(3), 1e-2, 40)
+    assert reached and np.all(x == 0.0)
+    x, reached = mixture.gmres(lambda y: np.full_like(y, np.nan), np.ones(3), 1e-2, 40)
+    assert not reached and np.all(np.isnan(x))
+
+
 @given(seed=st.integers(0, 2**31 - 1), scale=st.floats(1e-3, 1e3))
 def test_equivariances(seed, scale):
     # Rotating the data rotates the fitted heads; permuting the starting heads
@@ -476,8 +529,8 @@ def test_newton_falls_back_to_em_when_a_step_loses_likelihood(monkeypatch, globa
     # SQUAREM finishes at the same maximum.
     X, C = _newton_problem(global_random_seed)
 
-    def wild(A, b, **kwargs):
-        return 50.0 * b, 0
+    def wild(product, b, rtol, max_steps):
+        return 50.0 * b, True
 
     monkeypatch.setattr(mixture, "gmres", wild)
     fit = _refined(X, C, noise=1.0, random_state=global_random_seed)

@@ -552,12 +552,14 @@ _GAIN_PER_TOL = 10.0
 # when that is smaller, but at least _MIN_SUBSAMPLE rows and
 # _ROWS_PER_PARAMETER rows per parameter of the mixture (below that, the
 # subsample's Jacobian is too far from the one on all rows for Newton's steps
-# to beat SQUAREM's); each further one is 16 times larger, up to a quarter of
-# the rows, then all rows.
+# to beat SQUAREM's); each further one is _GROWTH times larger, up to a
+# quarter of the rows, then all rows; before the first, stages _PRE_GROWTH
+# times smaller while they keep the floor (subsample_sizes).
 _SUBSAMPLE = 65536
 _MIN_SUBSAMPLE = 8192
 _ROWS_PER_PARAMETER = 256
 _GROWTH = 16
+_PRE_GROWTH = 8
 
 # Rows on which Newton's steps take the EM map's Jacobian (at least
 # _ROWS_PER_PARAMETER per parameter, at most the last subsample's): each
@@ -581,6 +583,13 @@ def subsample_sizes(n_samples, n_parameters):
     while 4 * size < n_samples:
         sizes.append(size)
         size *= _GROWTH
+    # Before the first, stages _PRE_GROWTH times smaller while they keep
+    # the floor: the first stage's EM crawls where the clusters overlap,
+    # and on the smaller rows its passes cost less, Newton's steps then
+    # carrying each fit to the next stage.
+    floor = max(_MIN_SUBSAMPLE, _ROWS_PER_PARAMETER * n_parameters)
+    while sizes and sizes[0] // _PRE_GROWTH >= floor:
+        sizes.insert(0, sizes[0] // _PRE_GROWTH)
     return sizes
 
 
@@ -601,16 +610,19 @@ def refine_heads(
     """EM for the spherical mixture of centroids of equal (or free) norms, started at ``heads``.
 
     Passes are spent where they buy accuracy: when the data have more than
-    4 times the first subsample's rows, EM first runs on a subsample (65536
-    rows, or an eighth of the rows if that is smaller, but at least 8192 and
-    256 per parameter of the mixture; then subsamples 16 times larger while
-    they are under a quarter of the rows), each to its own
-    statistical resolution, so that the passes over all rows start within a
-    few standard errors of the maximum; on all rows, Newton's steps with the
-    last subsample's Jacobian of the EM map (:func:`_newton_em`) then take a
-    few passes where EM would crawl. The iterations stop when the heads are
-    estimated to be within ``sqrt(tol)`` standard errors of the fixed point
-    (:func:`_run_em`, ``math.md`` section 7).
+    4 times the first subsample's rows, the fit goes through subsamples
+    first (:func:`subsample_sizes`: 65536 rows, or an eighth of the rows if
+    that is smaller, but at least 8192 and 256 per parameter of the
+    mixture; then subsamples 16 times larger while they are under a quarter
+    of the rows; and before the first, subsamples an eighth as large while
+    they keep that floor), each to its own statistical resolution, so that
+    the passes over all rows start within a few standard errors of the
+    maximum. EM (SQUAREM) runs on the smallest only; each later stage, all
+    rows last, is reached by Newton's steps with the previous stage's
+    Jacobian of the EM map (:func:`_newton_em`), a few passes where EM would
+    crawl. The iterations stop when the heads are estimated to be within
+    ``sqrt(tol)`` standard errors of the fixed point (:func:`_run_em`,
+    ``math.md`` section 7).
 
     Parameters
     ----------
@@ -703,20 +715,16 @@ def refine_heads(
         free=free,
     )
     rho = 0.9
-    sub_em = None
-    for sub in stages[:-1]:
-        sub_em = _EM(sub, float(sub.norm_moments()[0]))
-        p, _, rho = _run_em(sub_em, p, tol, max_iter, rho, report)
-    em = _EM(data, mean_sq)
-    if sub_em is None:
-        p, converged, _ = _run_em(em, p, tol, max_iter, rho, report)
-    else:
-        rows = sub_em.data.subsample(rng, max(_JACOBIAN_ROWS, _ROWS_PER_PARAMETER * n_parameters))
+    ems = [_EM(sub, float(sub.norm_moments()[0])) for sub in stages[:-1]] + [_EM(data, mean_sq)]
+    em = ems[0]
+    p, converged, rho = _run_em(em, p, tol, max_iter, rho, report)
+    for em, previous in zip(ems[1:], ems[:-1]):
+        rows = previous.data.subsample(rng, max(_JACOBIAN_ROWS, _ROWS_PER_PARAMETER * n_parameters))
         # Only the Jacobian of the EM map on these rows is used, which does
         # not depend on their mean squared norm (see _SplitNewton).
-        jacobian_em = _EM(rows, sub_em.mean_sq)
+        jacobian_em = _EM(rows, previous.mean_sq)
         p, converged, rho = _newton_em(
-            em, p, jacobian_em, p, tol, max_iter, rho, report, n_stage=sub_em.n_effective
+            em, p, jacobian_em, p, tol, max_iter, rho, report, n_stage=previous.n_effective
         )
     if norms == "auto" and K > 1 and not p.free:
         at, S, counts = em.last

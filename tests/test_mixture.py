@@ -524,6 +524,45 @@ def test_newton_steps_reach_the_likelihood_maximum(noise, global_random_seed):
     assert np.all(np.diff(fit.log_likelihood) >= -1e-12 * np.abs(fit.log_likelihood[1:]))
 
 
+def test_subsample_stages():
+    # The last stage as before the smaller ones (an eighth of the rows, at
+    # most 65536, times 16 while under a quarter of the rows); smaller
+    # stages before it, an eighth each, down to the floor (8192 rows, 256 a
+    # parameter).
+    assert mixture.subsample_sizes(10**5, 24) == [12500]
+    assert mixture.subsample_sizes(10**6, 24) == [8192, 65536]
+    assert mixture.subsample_sizes(10**7, 24) == [8192, 65536, 1048576]
+    assert mixture.subsample_sizes(10**6, 100) == [65536]  # floor 25600
+    assert mixture.subsample_sizes(30000, 24) == []
+
+
+@pytest.mark.parametrize("noise", [0.4, 1.0])
+def test_newton_steps_carry_each_stage_to_the_next(monkeypatch, noise, global_random_seed):
+    # Two subsample stages (the smaller half the larger here, not an
+    # eighth, to keep the data small): the second, like all rows, is reached
+    # by Newton's steps from the first's fit; the fit ends at the maximum on
+    # all rows, as close as with one stage
+    # (test_newton_steps_reach_the_likelihood_maximum).
+    monkeypatch.setattr(mixture, "_PRE_GROWTH", 2)
+    n = 20 * mixture._MIN_SUBSAMPLE
+    X, _, C = make_mixture(n, 6, 2, noise=noise, random_state=global_random_seed)
+    assert mixture.subsample_sizes(n, mixture.mixture_parameters(6, 2)) == [n // 16, n // 8]
+    stages = []
+    newton = mixture._newton_em
+
+    def recorded(em, *args, **kwargs):
+        stages.append(em.data.n_samples)
+        return newton(em, *args, **kwargs)
+
+    monkeypatch.setattr(mixture, "_newton_em", recorded)
+    fit = _refined(X, C, noise=noise)
+    assert fit.converged
+    assert len(stages) == 2 and stages[1] == n and 0.8 < stages[0] / (n // 8) < 1.2
+    best, em = _plain_maximum(X, C, noise)
+    se2 = mixture.standard_error(best, em.n_effective)
+    assert np.sum((fit.heads - best.U) ** 2) < 0.01 * se2
+
+
 def test_newton_falls_back_to_em_when_a_step_loses_likelihood(monkeypatch, global_random_seed):
     # A solver that returns a wild step: the likelihood check rejects it and
     # SQUAREM finishes at the same maximum.

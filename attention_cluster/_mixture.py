@@ -14,6 +14,7 @@ subsample stage, by Newton's steps with the subsample's Jacobian of the EM
 map (:func:`_newton_em`), kept only when the likelihood does not decrease.
 """
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -52,17 +53,22 @@ class _Params:
 
     def from_vector(self, v, floor):
         """Parameters of this model from an extrapolated vector (see :meth:`vector`), or None."""
+        # Called for each E step of Newton's and SQUAREM's steps: array
+        # methods and a few operations, not NumPy's general functions.
         d, K = self.U.shape
         m = K if self.free else 1
+        if not np.isfinite(v).all():
+            return None
         U = v[: d * K].reshape(d, K)
-        norms = np.linalg.norm(U, axis=0)
-        radii = np.broadcast_to(v[d * K : d * K + m], (K,)).copy()
+        norms = np.sqrt((U * U).sum(axis=0))
+        radii = v[d * K : d * K + K].copy() if self.free else np.full(K, v[d * K])
         # A zero norm is a centroid at the mean; a negative one is off the model.
-        if np.any(norms == 0.0) or not np.all(np.isfinite(v)) or np.any(radii < 0.0):
+        if not (norms.min() > 0.0 and radii.min() >= 0.0):
             return None
         tail = v[d * K + m + 1 :]
-        log_pi = tail - np.logaddexp.reduce(tail)
-        variance = max(float(np.exp(v[d * K + m])), floor)
+        top = tail.max()
+        log_pi = tail - (top + math.log(np.exp(tail - top).sum()))
+        variance = max(math.exp(v[d * K + m]), floor)
         return _Params(U / norms, radii, variance, log_pi, self.free)
 
     def attention(self):
@@ -135,10 +141,13 @@ def _maximize(S, counts, total, mean_sq, floor, previous):
     sum is zero keeps its direction in ``previous``; with free norms its norm
     is ``||S_k|| / N_k = 0`` when points take it (its centroid is the mean)
     and the previous one when none does; ``tau^2`` is at least ``floor``."""
-    norms = np.linalg.norm(S, axis=1)
+    norms = np.sqrt((S * S).sum(axis=1))
     alive = norms > 0.0
-    U = previous.U.copy()
-    U[:, alive] = (S[alive] / norms[alive, None]).T
+    if alive.all():
+        U = np.ascontiguousarray((S / norms[:, None]).T)
+    else:
+        U = previous.U.copy()
+        U[:, alive] = (S[alive] / norms[alive, None]).T
     if previous.free:
         taken = counts > 0.0
         radii = previous.radii.copy()
@@ -149,8 +158,11 @@ def _maximize(S, counts, total, mean_sq, floor, previous):
         radii = np.full(S.shape[0], radius)
         explained = radius**2
     variance = max((mean_sq - explained) / S.shape[1], floor)
-    with np.errstate(divide="ignore"):
+    if counts.min() > 0.0:
         log_pi = np.log(counts / total)
+    else:
+        with np.errstate(divide="ignore"):
+            log_pi = np.log(counts / total)
     return _Params(U, radii, variance, log_pi, previous.free)
 
 

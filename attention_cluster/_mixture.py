@@ -68,7 +68,7 @@ class _Params:
         tail = v[d * K + m + 1 :]
         top = tail.max()
         log_pi = tail - (top + math.log(np.exp(tail - top).sum()))
-        variance = max(math.exp(v[d * K + m]), floor)
+        variance = max(float(np.exp(v[d * K + m])), floor)
         return _Params(U / norms, radii, variance, log_pi, self.free)
 
     def attention(self):

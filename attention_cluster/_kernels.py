@@ -341,7 +341,7 @@ def _block_row_terms(AB, GB, nrm, W, size, c, lm1, pairwise, product, SB, CB):
     in the gradient's three sums (see :func:`exact_row_terms`). The
     regulariser r and its coefficients are :func:`token_regularizer`'s
     formulas, written along the block so that the loops over rows
-    vectorise. ``SB`` (3 x block) is scratch; ``GB`` is overwritten.
+    vectorise. ``SB`` (5 x block) is scratch; ``GB`` is overwritten.
 
     ``pairwise`` and ``product`` hold rho for the regulariser in use and
     None for the others (see :func:`_strengths`): Numba prunes the branch of
@@ -349,18 +349,30 @@ def _block_row_terms(AB, GB, nrm, W, size, c, lm1, pairwise, product, SB, CB):
     own regulariser only.
     """
     K = AB.shape[0]
-    s, h, e = SB[0], SB[1], SB[2]
+    s, h, e, r, S = SB[0], SB[1], SB[2], SB[3], SB[4]
     for i in range(size):
         s[i] = 0.0
         h[i] = 0.0
+        r[i] = 0.0
     for k in range(K):
         for i in range(size):
-            s[i] += AB[k, i] * AB[k, i]
+            q = AB[k, i] * AB[k, i]
+            if pairwise is not None:
+                # r = sum_k q_k (q_0 + ... + q_{k-1}), q = a^2: non-negative
+                # terms only, no cancellation.
+                r[i] += q * s[i]
+            s[i] += q
             h[i] += AB[k, i] * GB[k, i]
     total = 0.0
     for i in range(size):
         ei = 1.0 - c * s[i]
         total += W[i] * (ei * ei * nrm[i] - 2.0 * c * lm1 * ei * h[i])
+        if pairwise is not None:
+            # dr/dmu_k = 2 a_k (S - a_k^2) x with S = ||a||^2: r now holds
+            # the factor 2 W rho, S the norm.
+            total += W[i] * pairwise * r[i]
+            r[i] = 2.0 * W[i] * pairwise
+            S[i] = s[i]
         # s and h now hold alpha and beta of exact_row_terms' docstring.
         s[i] = W[i] * (-4.0 * c * ei * nrm[i] + 4.0 * c * c * lm1 * h[i])
         h[i] = W[i] * (-2.0 * c * lm1 * ei)
@@ -368,26 +380,10 @@ def _block_row_terms(AB, GB, nrm, W, size, c, lm1, pairwise, product, SB, CB):
     for k in range(K):
         for i in range(size):
             CB[k, i] = s[i] * AB[k, i] + h[i] * GB[k, i]
+            if pairwise is not None:
+                CB[k, i] += r[i] * AB[k, i] * (S[i] - AB[k, i] * AB[k, i])
             CB[K + k, i] = h[i] * AB[k, i]
             CB[2 * K + k, i] = e[i] * AB[k, i]
-    if pairwise is not None:
-        # r = sum_k q_k (q_0 + ... + q_{k-1}), q = a^2 (no cancellation);
-        # dr/dmu_k = 2 a_k (S - q_k) x with S = sum_k q_k.
-        S, r = SB[0], SB[1]
-        for i in range(size):
-            S[i] = 0.0
-            r[i] = 0.0
-        for k in range(K):
-            for i in range(size):
-                q = AB[k, i] * AB[k, i]
-                r[i] += q * S[i]
-                S[i] += q
-        for i in range(size):
-            total += W[i] * pairwise * r[i]
-        for k in range(K):
-            for i in range(size):
-                q = AB[k, i] * AB[k, i]
-                CB[k, i] += W[i] * pairwise * 2.0 * AB[k, i] * (S[i] - q)
     if product is not None:
         # r = prod_k q_k; dr/dmu_k = 2 a_k prod_{j != k} q_j x, from prefix
         # products (kept in GB, no longer needed) and suffix products: no
@@ -450,7 +446,7 @@ def _projected_block(AB, GB, nrm, w, lo, hi, c, lm1, reg, rho):
         c,
         lm1,
         *_strengths(reg, rho),
-        np.empty((3, size)),
+        np.empty((5, size)),
         CB,
     )
     return total, CB
@@ -517,7 +513,7 @@ def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
             AB,
             GB,
             CB,
-            np.empty((3, _E_BLOCK)),
+            np.empty((5, _E_BLOCK)),
         )
     UT, MUT = np.ascontiguousarray(U.T), np.ascontiguousarray(MU.T)
     total = 0.0
@@ -541,7 +537,7 @@ def _fused_row_terms(
     """:func:`exact_row_terms` for small ``d K``: rows by blocks copied transposed to float64.
 
     The scratch (``XT`` d x block, ``nrm`` and ``W`` of the block, ``AB``,
-    ``GB`` K x block, ``CB`` 3K x block, ``SB`` 3 x block) comes from the
+    ``GB`` K x block, ``CB`` 3K x block, ``SB`` 5 x block) comes from the
     caller; the row terms run along contiguous memory, and the projections
     and sums are loops (at this size BLAS calls cost more than they save).
     ``w`` None means unit weights (``W`` all ones, left as it is).

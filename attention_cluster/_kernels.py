@@ -663,8 +663,10 @@ def _posterior_block(P, m, W, unit, top, Z, bits, powers, counts):
             top[i] = p if p > top[i] else top[i]
     for i in range(m):
         if top[i] == -np.inf:
+            # Its exponentials are all 0: Z stays 1 and its log 0.
             top[i] = 0.0
             W[i] = 0.0
+            Z[i] = 1.0
     for k in range(K):
         for i in range(m):
             s = P[k, i] - top[i]
@@ -678,9 +680,7 @@ def _posterior_block(P, m, W, unit, top, Z, bits, powers, counts):
             e = P[k, i] * powers[i]
             P[k, i] = e
             Z[i] += e
-    for i in range(m):
-        if W[i] == 0.0:
-            Z[i] = 1.0
+    # The log-likelihood, and Z becomes W / Z.
     total = 0.0
     if unit:
         for g in range(0, m, _LOG_GROUP):
@@ -688,13 +688,13 @@ def _posterior_block(P, m, W, unit, top, Z, bits, powers, counts):
             for i in range(g, g + _LOG_GROUP if g + _LOG_GROUP < m else m):
                 product *= Z[i]
                 total += top[i]
+                Z[i] = W[i] / Z[i]
             total += np.log(product)
     else:
         for i in range(m):
             if W[i] != 0.0:
                 total += W[i] * (top[i] + np.log(Z[i]))
-    for i in range(m):
-        Z[i] = W[i] / Z[i]
+            Z[i] = W[i] / Z[i]
     for k in range(K):
         c = 0.0
         for i in range(m):

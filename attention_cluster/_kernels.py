@@ -637,7 +637,10 @@ def _exp_reduced(x):
     return 1.0 + r * p, q
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
+# NumPy's error model: Z >= 1 is never 0, and Python's model would put a
+# check (and a raise) for ZeroDivisionError in the loop that divides by it,
+# which then neither vectorises nor compiles as small.
+@njit(cache=True, nogil=True, fastmath=FASTMATH, error_model="numpy")
 def _posterior_block(P, m, W, unit, top, Z, bits, powers, counts):
     """Scores to weighted responsibilities, in place, for columns ``0..m-1`` of P.
 

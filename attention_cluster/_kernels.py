@@ -330,7 +330,7 @@ def argmax_rows(scores, gain, bias, out):
 
 
 @njit(cache=True, fastmath=FASTMATH)
-def _block_row_terms(AB, GB, nrm, W, size, c, lm1, reg, rho, SB, CB):
+def _block_row_terms(AB, GB, nrm, W, size, c, lm1, pairwise, product, SB, CB):
     """The rows' weighted terms of the exact risk and their gradient coefficients, for a block.
 
     Column i of ``AB`` and ``GB`` (K x block) is row i's ``a = U^T x`` and
@@ -341,21 +341,38 @@ def _block_row_terms(AB, GB, nrm, W, size, c, lm1, reg, rho, SB, CB):
     in the gradient's three sums (see :func:`exact_row_terms`). The
     regulariser r and its coefficients are :func:`token_regularizer`'s
     formulas, written along the block so that the loops over rows
-    vectorise. ``SB`` (3 x block) is scratch; ``GB`` is overwritten.
+    vectorise. ``SB`` (5 x block) is scratch; ``GB`` is overwritten.
+
+    ``pairwise`` and ``product`` hold rho for the regulariser in use and
+    None for the others (see :func:`_strengths`): Numba prunes the branch of
+    a None argument before compiling, so a fit compiles the terms of its
+    own regulariser only.
     """
     K = AB.shape[0]
-    s, h, e = SB[0], SB[1], SB[2]
+    s, h, e, r, S = SB[0], SB[1], SB[2], SB[3], SB[4]
     for i in range(size):
         s[i] = 0.0
         h[i] = 0.0
+        r[i] = 0.0
     for k in range(K):
         for i in range(size):
-            s[i] += AB[k, i] * AB[k, i]
+            q = AB[k, i] * AB[k, i]
+            if pairwise is not None:
+                # r = sum_k q_k (q_0 + ... + q_{k-1}), q = a^2: non-negative
+                # terms only, no cancellation.
+                r[i] += q * s[i]
+            s[i] += q
             h[i] += AB[k, i] * GB[k, i]
     total = 0.0
     for i in range(size):
         ei = 1.0 - c * s[i]
         total += W[i] * (ei * ei * nrm[i] - 2.0 * c * lm1 * ei * h[i])
+        if pairwise is not None:
+            # dr/dmu_k = 2 a_k (S - a_k^2) x with S = ||a||^2: r now holds
+            # the factor 2 W rho, S the norm.
+            total += W[i] * pairwise * r[i]
+            r[i] = 2.0 * W[i] * pairwise
+            S[i] = s[i]
         # s and h now hold alpha and beta of exact_row_terms' docstring.
         s[i] = W[i] * (-4.0 * c * ei * nrm[i] + 4.0 * c * c * lm1 * h[i])
         h[i] = W[i] * (-2.0 * c * lm1 * ei)
@@ -363,27 +380,11 @@ def _block_row_terms(AB, GB, nrm, W, size, c, lm1, reg, rho, SB, CB):
     for k in range(K):
         for i in range(size):
             CB[k, i] = s[i] * AB[k, i] + h[i] * GB[k, i]
+            if pairwise is not None:
+                CB[k, i] += r[i] * AB[k, i] * (S[i] - AB[k, i] * AB[k, i])
             CB[K + k, i] = h[i] * AB[k, i]
             CB[2 * K + k, i] = e[i] * AB[k, i]
-    if reg == REG_PAIRWISE:
-        # r = sum_k q_k (q_0 + ... + q_{k-1}), q = a^2 (no cancellation);
-        # dr/dmu_k = 2 a_k (S - q_k) x with S = sum_k q_k.
-        S, r = SB[0], SB[1]
-        for i in range(size):
-            S[i] = 0.0
-            r[i] = 0.0
-        for k in range(K):
-            for i in range(size):
-                q = AB[k, i] * AB[k, i]
-                r[i] += q * S[i]
-                S[i] += q
-        for i in range(size):
-            total += W[i] * rho * r[i]
-        for k in range(K):
-            for i in range(size):
-                q = AB[k, i] * AB[k, i]
-                CB[k, i] += W[i] * rho * 2.0 * AB[k, i] * (S[i] - q)
-    elif reg == REG_PRODUCT:
+    if product is not None:
         # r = prod_k q_k; dr/dmu_k = 2 a_k prod_{j != k} q_j x, from prefix
         # products (kept in GB, no longer needed) and suffix products: no
         # division.
@@ -396,12 +397,17 @@ def _block_row_terms(AB, GB, nrm, W, size, c, lm1, reg, rho, SB, CB):
                 GB[k, i] = prefix[i]
                 prefix[i] *= AB[k, i] * AB[k, i]
         for i in range(size):
-            total += W[i] * rho * prefix[i]
+            total += W[i] * product * prefix[i]
         for k in range(K - 1, -1, -1):
             for i in range(size):
-                CB[k, i] += W[i] * rho * 2.0 * AB[k, i] * GB[k, i] * suffix[i]
+                CB[k, i] += W[i] * product * 2.0 * AB[k, i] * GB[k, i] * suffix[i]
                 suffix[i] *= AB[k, i] * AB[k, i]
     return total
+
+
+def _strengths(reg, rho):
+    """``(pairwise, product)`` of :func:`_block_row_terms`: rho for the regulariser ``reg``, None for the other."""
+    return (rho if reg == REG_PAIRWISE else None), (rho if reg == REG_PRODUCT else None)
 
 
 def projected_row_terms(A, G, nrm, w, c, lm1, reg, rho, C):
@@ -439,9 +445,8 @@ def _projected_block(AB, GB, nrm, w, lo, hi, c, lm1, reg, rho):
         size,
         c,
         lm1,
-        reg,
-        rho,
-        np.empty((3, size)),
+        *_strengths(reg, rho),
+        np.empty((5, size)),
         CB,
     )
     return total, CB
@@ -488,18 +493,19 @@ def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
     m, d = X.shape
     K = U.shape[1]
     if d * K < _PRODUCT_MIN_WORK:
-        XT, nrm, W = np.empty((d, _E_BLOCK)), np.empty(_E_BLOCK), np.empty(_E_BLOCK)
+        # Unit weights: W stays all ones and the kernel, given None, compiles
+        # no copy of them.
+        XT, nrm, W = np.empty((d, _E_BLOCK)), np.empty(_E_BLOCK), np.ones(_E_BLOCK)
         AB, GB, CB = np.empty((K, _E_BLOCK)), np.empty((K, _E_BLOCK)), np.empty((3 * K, _E_BLOCK))
         return _fused_row_terms(
             X,
-            w,
+            None if w.size == 0 else w,
             inv_scale,
             U,
             MU,
             c,
             lm1,
-            reg,
-            rho,
+            *_strengths(reg, rho),
             P,
             XT,
             nrm,
@@ -507,7 +513,7 @@ def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
             AB,
             GB,
             CB,
-            np.empty((3, _E_BLOCK)),
+            np.empty((5, _E_BLOCK)),
         )
     UT, MUT = np.ascontiguousarray(U.T), np.ascontiguousarray(MU.T)
     total = 0.0
@@ -525,23 +531,28 @@ def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
 
 
 @njit(cache=True, nogil=True, fastmath=FASTMATH)
-def _fused_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P, XT, nrm, W, AB, GB, CB, SB):
+def _fused_row_terms(
+    X, w, inv_scale, U, MU, c, lm1, pairwise, product, P, XT, nrm, W, AB, GB, CB, SB
+):
     """:func:`exact_row_terms` for small ``d K``: rows by blocks copied transposed to float64.
 
     The scratch (``XT`` d x block, ``nrm`` and ``W`` of the block, ``AB``,
-    ``GB`` K x block, ``CB`` 3K x block, ``SB`` 3 x block) comes from the
+    ``GB`` K x block, ``CB`` 3K x block, ``SB`` 5 x block) comes from the
     caller; the row terms run along contiguous memory, and the projections
     and sums are loops (at this size BLAS calls cost more than they save).
+    ``w`` None means unit weights (``W`` all ones, left as it is).
     """
     m, d = X.shape
     K = U.shape[1]
     block = XT.shape[1]
     total = 0.0
     for lo in range(0, m, block):
-        size = min(block, m - lo)
+        size = m - lo if m - lo < block else block
         for i in range(size):
             nrm[i] = 0.0
-            W[i] = 1.0 if w.size == 0 else w[lo + i]
+        if w is not None:
+            for i in range(size):
+                W[i] = w[lo + i]
         for j in range(d):
             for i in range(size):
                 # float64 whatever X's dtype, compiled or not (NumPy keeps a
@@ -559,7 +570,7 @@ def _fused_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P, XT, nrm, W, AB
                 for i in range(size):
                     AB[k, i] += u * XT[j, i]
                     GB[k, i] += mu * XT[j, i]
-        total += _block_row_terms(AB, GB, nrm, W, size, c, lm1, reg, rho, SB, CB)
+        total += _block_row_terms(AB, GB, nrm, W, size, c, lm1, pairwise, product, SB, CB)
         for r in range(3 * K):
             for j in range(d):
                 acc = 0.0
@@ -626,7 +637,10 @@ def _exp_reduced(x):
     return 1.0 + r * p, q
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
+# NumPy's error model: Z >= 1 is never 0, and Python's model would put a
+# check (and a raise) for ZeroDivisionError in the loop that divides by it,
+# which then neither vectorises nor compiles as small.
+@njit(cache=True, nogil=True, fastmath=FASTMATH, error_model="numpy")
 def _posterior_block(P, m, W, unit, top, Z, bits, powers, counts):
     """Scores to weighted responsibilities, in place, for columns ``0..m-1`` of P.
 
@@ -648,15 +662,18 @@ def _posterior_block(P, m, W, unit, top, Z, bits, powers, counts):
         Z[i] = 0.0
     for k in range(1, K):
         for i in range(m):
-            top[i] = max(top[i], P[k, i])
+            p = P[k, i]
+            top[i] = p if p > top[i] else top[i]
     for i in range(m):
         if top[i] == -np.inf:
+            # Its exponentials are all 0: Z stays 1 and its log 0.
             top[i] = 0.0
             W[i] = 0.0
+            Z[i] = 1.0
     for k in range(K):
         for i in range(m):
             s = P[k, i] - top[i]
-            e, q = _exp_reduced(max(s, _EXP_FLOOR))
+            e, q = _exp_reduced(_EXP_FLOOR if _EXP_FLOOR > s else s)
             P[k, i] = e if s > _EXP_FLOOR else 0.0
             # 2^q: q + 1023 in [1, 1023] is exact in the low bits of
             # q + 1023 + 2^52, shifted into the exponent field (no
@@ -666,23 +683,21 @@ def _posterior_block(P, m, W, unit, top, Z, bits, powers, counts):
             e = P[k, i] * powers[i]
             P[k, i] = e
             Z[i] += e
-    for i in range(m):
-        if W[i] == 0.0:
-            Z[i] = 1.0
+    # The log-likelihood, and Z becomes W / Z.
     total = 0.0
     if unit:
         for g in range(0, m, _LOG_GROUP):
             product = 1.0
-            for i in range(g, min(g + _LOG_GROUP, m)):
+            for i in range(g, g + _LOG_GROUP if g + _LOG_GROUP < m else m):
                 product *= Z[i]
                 total += top[i]
+                Z[i] = W[i] / Z[i]
             total += np.log(product)
     else:
         for i in range(m):
             if W[i] != 0.0:
                 total += W[i] * (top[i] + np.log(Z[i]))
-    for i in range(m):
-        Z[i] = W[i] / Z[i]
+            Z[i] = W[i] / Z[i]
     for k in range(K):
         c = 0.0
         for i in range(m):
@@ -711,9 +726,15 @@ def mixture_e_step(X, U, log_weights, beta, inv_scale, weights, S, counts):
     K, d = U.shape[1], X.shape[1]
     W, top, Z, bits, powers = _scratch(_E_BLOCK)
     XT, P = np.empty((d, _E_BLOCK)), np.empty((K, _E_BLOCK))
-    return _fused_e_step(
+    # The zeroing and the scaling of the sums are NumPy's: loops that Numba
+    # would compile for K d numbers.
+    S[:] = 0.0
+    counts[:] = 0.0
+    total = _fused_e_step(
         X, U, log_weights, beta, inv_scale, weights, S, counts, XT, P, W, top, Z, bits, powers
     )
+    S *= inv_scale
+    return total
 
 
 def _scratch(m):
@@ -729,18 +750,18 @@ def _scratch(m):
 def _fused_e_step(
     X, U, log_weights, beta, inv_scale, weights, S, counts, XT, P, W, top, Z, bits, powers
 ):
-    """:func:`mixture_e_step` on scratch buffers (``XT`` d x block, ``P`` K x block, the rest :func:`_scratch`)."""
+    """:func:`mixture_e_step` on scratch buffers (``XT`` d x block, ``P`` K x block, the rest :func:`_scratch`).
+
+    Adds to ``S`` the sums of the unscaled rows (the caller zeroes ``S`` and
+    ``counts`` before and scales ``S`` after).
+    """
     n, d = X.shape
     K = U.shape[1]
     b = beta * inv_scale
     unit = weights.shape[0] == 0
-    for k in range(K):
-        counts[k] = 0.0
-        for j in range(d):
-            S[k, j] = 0.0
     total = 0.0
     for lo in range(0, n, _E_BLOCK):
-        m = min(_E_BLOCK, n - lo)
+        m = n - lo if n - lo < _E_BLOCK else _E_BLOCK
         for j in range(d):
             for i in range(m):
                 XT[j, i] = X[lo + i, j]
@@ -760,9 +781,6 @@ def _fused_e_step(
                 for i in range(m):
                     s += P[k, i] * XT[j, i]
                 S[k, j] += s
-    for k in range(K):
-        for j in range(d):
-            S[k, j] *= inv_scale
     return total
 
 
@@ -809,45 +827,34 @@ def pair_angle(yj, yk, weight):
     return 0.25 * np.arctan2(-2.0 * B, C - A)
 
 
-@njit(cache=True)
 def rotation_criterion(YT, weight, product):
     """The regulariser of the rows of ``Y`` (given as ``YT``, K x n).
 
     ``sum_i w_i prod_k a_ik^2`` (product) or ``sum_i w_i sum_{j<k} a_ij^2
     a_ik^2 = sum_i w_i (||a_i||^4 - sum_k a_ik^4) / 2`` (pairwise; math.md
-    section 3).
+    section 3). NumPy: it is called once per sweep, and a kernel of its own
+    would be one more compile in a first fit.
     """
-    K, n = YT.shape
-    criterion = 0.0
-    for i in range(n):
-        if product:
-            term = 1.0
-            for k in range(K):
-                term *= YT[k, i] * YT[k, i]
-        else:
-            norm = 0.0
-            fourth = 0.0
-            for k in range(K):
-                sq = YT[k, i] * YT[k, i]
-                norm += sq
-                fourth += sq * sq
-            term = 0.5 * (norm * norm - fourth)
-        criterion += weight[i] * term
-    return criterion
+    sq = YT * YT
+    if product:
+        return float(weight @ np.prod(sq, axis=0))
+    return float(weight @ (0.5 * (np.sum(sq, axis=0) ** 2 - np.sum(sq * sq, axis=0))))
 
 
 @njit(cache=True)
-def rotate_pair(YT, R, j, k, weight, product, w):
+def rotate_pair(YT, R, j, k, weight, w):
     """One Jacobi step: rows j, k of ``YT`` and columns j, k of ``R`` turned
     by the pair's exact 1-D minimiser (:func:`pair_angle`); returns the angle.
 
-    With ``product`` the pair's weights are ``weight`` times the other rows'
-    ``prod_m a_m^2`` (formed in ``w``); else ``weight``.
+    Given a buffer ``w`` (product regulariser), the pair's weights are
+    ``weight`` times the other rows' ``prod_m a_m^2``, formed in ``w``;
+    with ``w`` None, ``weight`` (Numba prunes the other branch before
+    compiling, so the pairwise start compiles only its own).
     """
     K, n = YT.shape
     yj = YT[j]
     yk = YT[k]
-    if product:
+    if w is not None:
         for i in range(n):
             w[i] = weight[i]
         for m in range(K):
@@ -895,7 +902,8 @@ def jacobi_rotation(Y, weight, product, max_sweeps, tol, rtol):
     # The columns, copied to rows: each pair's passes run along contiguous memory.
     YT = np.ascontiguousarray(Y.T)
     weight = np.ascontiguousarray(weight, dtype=np.float64)
-    w = np.empty(Y.shape[0])
+    # The product regulariser's pair weights (two heads: the pairwise criterion).
+    w = np.empty(Y.shape[0]) if product and K > 2 else None
     previous = np.inf
     for sweep in range(max_sweeps):
         if rtol > 0.0:
@@ -906,7 +914,7 @@ def jacobi_rotation(Y, weight, product, max_sweeps, tol, rtol):
         largest = 0.0
         for j in range(K - 1):
             for k in range(j + 1, K):
-                theta = rotate_pair(YT, R, j, k, weight, product and K > 2, w)
+                theta = rotate_pair(YT, R, j, k, weight, w)
                 largest = max(largest, abs(theta))
         if largest < tol:
             break

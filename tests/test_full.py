@@ -552,10 +552,14 @@ def _regulariser(A, weight, product):
 @settings(max_examples=20, deadline=None)
 @given(seed=st.integers(0, 2**16), K=st.integers(2, 6), product=st.booleans())
 def test_rotation_criterion_matches_the_regulariser(seed, K, product):
+    # Against the definitions (math.md section 3): the product of the
+    # columns' squares, or the sum over pairs j < k of a_j^2 a_k^2.
     Y, weight = _jacobi_input(seed, K)
+    sq = Y**2
+    pairs = sum(sq[:, j] * sq[:, k] for j in range(K - 1) for k in range(j + 1, K))
     np.testing.assert_allclose(
         _kernels.rotation_criterion(np.ascontiguousarray(Y.T), weight, product),
-        _regulariser(Y, weight, product),
+        weight @ (np.prod(sq, axis=1) if product else pairs),
         rtol=1e-12,
     )
 

@@ -21,7 +21,7 @@ SUBSAMPLE = 16384
 #: few. On ``make_mixture`` at d = 384, sigma = 0.2, n = 1e5 (float32), 82
 #: rows per head (K = 200 on SUBSAMPLE rows) left 3 to 5 of the 200 heads
 #: within 45 degrees of a centroid after the sweeps, so that the EM on all
-#: rows had to find the clusters itself (20 to 30 passes, 4 to 8 clusters
+#: rows had to find the clusters itself (19 to 29 passes, 4 to 8 clusters
 #: still merged); 164 rows per head (K = 100 on SUBSAMPLE rows, K = 200 on
 #: 32768) left every head there, and the EM stopped after 4 passes at the
 #: distance it reaches from the true centroids (benchmarks/peers.py).

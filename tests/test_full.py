@@ -607,3 +607,24 @@ def test_a_fit_in_the_papers_regime_rotates_its_start_on_subsample_rows(K, monke
     assert len(seen) == 1
     # Each row is drawn with probability SUBSAMPLE / n: 6 binomial standard deviations.
     assert abs(seen[0] - SUBSAMPLE) < 6 * np.sqrt(SUBSAMPLE)
+
+
+class _Seen(Exception):
+    pass
+
+
+def test_a_fit_with_many_heads_rotates_its_start_on_rows_per_head(monkeypatch):
+    # K = 120 > 102: the spectral start is rotated on ROWS_PER_HEAD rows per
+    # head (the fit is stopped once the start's rows are seen).
+    seen = []
+
+    def recording(rows, *args):
+        seen.append(rows.n_samples)
+        raise _Seen
+
+    monkeypatch.setattr(_plan, "spectral_heads", recording)
+    X, _, _ = make_mixture(60_000, 128, 120, noise=0.2, random_state=0)
+    with pytest.raises(_Seen):
+        AttentionClustering(120, random_state=0).fit(X.astype(np.float32))
+    expected = ROWS_PER_HEAD * 120
+    assert abs(seen[0] - expected) < 6 * np.sqrt(expected)

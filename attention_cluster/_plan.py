@@ -35,7 +35,7 @@ from ._passes import DenseRows
 from ._scale import estimate_spectrum, principal_basis
 from ._seeding import seeded_start
 from ._settings import auto_reg_strength
-from ._spectral import SUBSAMPLE, spectral_heads
+from ._spectral import SUBSAMPLE, spectral_heads, start_rows
 from ._validation import warn
 from .theory import auto_temperature
 
@@ -199,7 +199,7 @@ def fit_plan(rows, params, init=None, tuning=None):
         rows.prepare_subsamples(
             check_random_state(params.random_state).randint(2**31 - 1),
             max(
-                [SUBSAMPLE]
+                [start_rows(K)]
                 + [
                     size
                     for free in (False, True)
@@ -311,7 +311,8 @@ def _fit_once(given, prepared, params, init, centre, tuning):
         seeds = seeded_start(unit.subsample(rng, SUBSAMPLE), K, rng)
         best, n_init = _Run(seeds.heads, np.empty(0), seeds.n_iter, True, None), 0
     for index in range(n_init):
-        sample = unit.subsample(rng, SUBSAMPLE)
+        # The spectral start's rows, on which the exact solver's first stage runs too.
+        sample = unit.subsample(rng, start_rows(K))
         start = _start(params, sample, spectrum, init, rng)
         run = _run(params, unit, sample, spectrum, settings, start, rng, index, n_init > 1, tuning)
         if best is None or run.objective < best.objective:
@@ -447,15 +448,16 @@ def _settings(params, d, spectrum):
 def _runs_can_differ(params, data, settings):
     """Whether two runs can differ: only through what they draw at random.
 
-    They draw a random start, PSGD's sequences, the subsample of more than
-    ``SUBSAMPLE`` rows (the spectral start's rows and the exact solver's
-    first stage) and the spectral start's heads beyond d.
+    They draw a random start, PSGD's sequences, the subsample when the data
+    have more than its rows (:func:`~attention_cluster._spectral.start_rows`:
+    the spectral start's rows and the exact solver's first stage) and the
+    spectral start's heads beyond d.
     """
     random_start = isinstance(params.init, str) and params.init == "random"
     return (
         random_start
         or settings.solver == "psgd"
-        or data.n_samples > SUBSAMPLE
+        or data.n_samples > start_rows(params.n_clusters)
         or params.n_clusters > data.n_features
     )
 

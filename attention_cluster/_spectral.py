@@ -12,10 +12,29 @@ from sklearn.utils import check_random_state
 from . import _kernels
 from ._objective import regularizer_code
 
-__all__ = ["SUBSAMPLE", "spectral_heads", "spectral_init"]
+__all__ = ["ROWS_PER_HEAD", "SUBSAMPLE", "spectral_heads", "spectral_init", "start_rows"]
 
 # Rows on which the start is rotated (and the exact solver's first stage runs).
 SUBSAMPLE = 16384
+
+#: Rows per head the rotation needs: with many heads SUBSAMPLE rows are too
+#: few. On ``make_mixture`` at d = 384, sigma = 0.2, n = 1e5 (float32), 82
+#: rows per head (K = 200 on SUBSAMPLE rows) left 3 to 5 of the 200 heads
+#: within 45 degrees of a centroid after the sweeps, so that the EM on all
+#: rows had to find the clusters itself (19 to 29 passes, 4 to 8 clusters
+#: still merged); 164 rows per head (K = 100 on SUBSAMPLE rows, K = 200 on
+#: 32768) left every head there, and the EM stopped after 4 passes at the
+#: distance it reaches from the true centroids (benchmarks/peers.py).
+ROWS_PER_HEAD = 160
+
+
+def start_rows(n_clusters):
+    """Rows of the spectral start's subsample: ``SUBSAMPLE``, or ``ROWS_PER_HEAD`` per head if more.
+
+    Up to 102 heads (the paper's regime among them) the start is rotated on
+    ``SUBSAMPLE`` rows; from 103 on, on ``ROWS_PER_HEAD * K``.
+    """
+    return max(SUBSAMPLE, ROWS_PER_HEAD * n_clusters)
 
 
 # Jacobi sweeps of the start stop when no pair turns by more than this (rad),
@@ -66,7 +85,8 @@ def spectral_init(data, moment, n_clusters, regularization="pairwise", random_st
     inside that span the regulariser picks the directions. So the start is
     the top-K eigenvectors of M, rotated by Jacobi sweeps that minimise the
     regulariser (:func:`_rotate_frame`) on about 16384 rows drawn with
-    ``random_state``. When ``n_clusters`` exceeds ``d``, the d eigenvectors
+    ``random_state`` (``ROWS_PER_HEAD`` per head when that is more,
+    :func:`start_rows`). When ``n_clusters`` exceeds ``d``, the d eigenvectors
     are completed by random unit heads.
 
     Parameters
@@ -86,5 +106,5 @@ def spectral_init(data, moment, n_clusters, regularization="pairwise", random_st
     """
     regularizer_code(regularization)
     rng = check_random_state(random_state)
-    rows = data.subsample(rng, SUBSAMPLE)
+    rows = data.subsample(rng, start_rows(n_clusters))
     return spectral_heads(rows, moment, n_clusters, regularization, rng)

@@ -309,6 +309,18 @@ def test_make_blobs_with_more_clusters_than_features_matches_kmeans(d, K):
     assert np.median(ours) >= np.median(theirs) - 1e-9
 
 
+def test_many_clusters_in_high_dimension_match_kmeans(global_random_seed):
+    # K = 40 heads in d = 64, 100 points each (the embeddings' regime, small):
+    # the default fit's ARI is at least KMeans' with one k-means++ start, with
+    # no warning.
+    X, y, _ = make_mixture(4000, 64, 40, noise=0.2, random_state=global_random_seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = AttentionClustering(40, random_state=global_random_seed).fit(X)
+    km = KMeans(40, n_init=1, random_state=global_random_seed).fit(X)
+    assert adjusted_rand_score(y, model.labels_) >= adjusted_rand_score(y, km.labels_)
+
+
 def test_one_direction_keeps_its_scale_at_as_many_clusters_as_features():
     # Standardised copies of one variable: the norms spread past the
     # isotropic model's range. At K >= d the fit once took all of it for

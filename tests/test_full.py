@@ -11,13 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from attention_cluster import _kernels, _spectral
+from attention_cluster import AttentionClustering, _kernels, _plan, _spectral
 from attention_cluster._exact import solve_exact
 from attention_cluster._objective import exact_objective
 from attention_cluster._optimize import minimize_on_spheres, polish_on_spheres
 from attention_cluster._passes import DenseRows
 from attention_cluster._settings import local_reg_strength
-from attention_cluster._spectral import spectral_init
+from attention_cluster._spectral import ROWS_PER_HEAD, SUBSAMPLE, spectral_init, start_rows
 from attention_cluster._sphere import project_tangent, retract
 from attention_cluster.datasets import make_mixture
 from attention_cluster.metrics import centroid_distance, class_means_distance
@@ -581,3 +581,54 @@ def test_jacobi_rotation_stops_on_the_regulariser_settling(seed, K, product):
         if values[-2] - values[-1] <= rtol * values[-2]:
             break
     np.testing.assert_allclose(R, R_m, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("K", [2, 3, 4, 5, 6, 50, 102], ids=str)
+def test_the_start_keeps_its_subsample_up_to_102_heads(K):
+    # The paper's regime (K = 2..6) and up to 102 heads: SUBSAMPLE rows.
+    assert start_rows(K) == SUBSAMPLE
+
+
+@pytest.mark.parametrize("K", [103, 200, 1000], ids=str)
+def test_the_start_takes_rows_per_head_beyond_102_heads(K):
+    assert start_rows(K) == ROWS_PER_HEAD * K > SUBSAMPLE
+
+
+@pytest.mark.parametrize("K", [2, 6], ids=str)
+def test_a_fit_in_the_papers_regime_rotates_its_start_on_subsample_rows(K, monkeypatch):
+    # The engine page's cells (d = 10, K = 2..6) keep their path: the
+    # spectral start is rotated on about SUBSAMPLE rows drawn from X.
+    seen = []
+    original = _plan.spectral_heads
+
+    def recording(rows, *args):
+        seen.append(rows.n_samples)
+        return original(rows, *args)
+
+    monkeypatch.setattr(_plan, "spectral_heads", recording)
+    X, _, _ = make_mixture(40_000, 10, K, noise=0.3, random_state=0)
+    AttentionClustering(K, random_state=0).fit(X)
+    assert len(seen) == 1
+    # Each row is drawn with probability SUBSAMPLE / n: 6 binomial standard deviations.
+    assert abs(seen[0] - SUBSAMPLE) < 6 * np.sqrt(SUBSAMPLE)
+
+
+class _Seen(Exception):
+    pass
+
+
+def test_a_fit_with_many_heads_rotates_its_start_on_rows_per_head(monkeypatch):
+    # K = 120 > 102: the spectral start is rotated on ROWS_PER_HEAD rows per
+    # head (the fit is stopped once the start's rows are seen).
+    seen = []
+
+    def recording(rows, *args):
+        seen.append(rows.n_samples)
+        raise _Seen
+
+    monkeypatch.setattr(_plan, "spectral_heads", recording)
+    X, _, _ = make_mixture(60_000, 128, 120, noise=0.2, random_state=0)
+    with pytest.raises(_Seen):
+        AttentionClustering(120, random_state=0).fit(X.astype(np.float32))
+    expected = ROWS_PER_HEAD * 120
+    assert abs(seen[0] - expected) < 6 * np.sqrt(expected)

@@ -375,3 +375,25 @@ def test_unit_terms_of_sparse_rows_are_those_of_the_dense_rows(n, d, density, ma
     P_dense, q_dense = _passes.unit_terms(X.toarray(), C, offset, magnitude)
     np.testing.assert_allclose(P, P_dense, rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(q, q_dense, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("weighted", [False, True], ids=["unit", "weighted"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_head_totals_by_blas_match_the_kernel(dtype, weighted, global_random_seed):
+    # At d = 64, K = 8 the projections go by BLAS (_uses_blas): the totals
+    # are the kernel's, up to the order of the sums, and the signs the
+    # NumPy reference's.
+    rng = np.random.default_rng(global_random_seed)
+    d, K = 64, 8
+    assert _passes._uses_blas(d, K)
+    X = (rng.standard_normal((3000, d)) + 0.5).astype(dtype)
+    w = rng.uniform(0.0, 2.0, 3000) if weighted else None
+    U = rng.standard_normal((d, K))
+    U /= np.linalg.norm(U, axis=0)
+    totals = DenseRows(X, w, n_threads=2).head_totals(U)
+    expected = np.zeros(K)
+    _passes._kernels.head_totals(X, U, np.empty(0) if w is None else w, expected)
+    np.testing.assert_allclose(totals, expected, rtol=1e-9, atol=1e-9)
+    np.testing.assert_array_equal(
+        np.where(totals < 0, -1.0, 1.0), head_signs(X.astype(np.float64), U.T, w)
+    )

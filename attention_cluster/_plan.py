@@ -36,6 +36,7 @@ from ._scale import estimate_spectrum, principal_basis
 from ._seeding import seeded_start
 from ._settings import auto_reg_strength
 from ._spectral import SUBSAMPLE, spectral_heads, start_rows
+from ._sphere import random_heads
 from ._validation import warn
 from .theory import auto_temperature
 
@@ -482,12 +483,6 @@ def _seeds_centres(params, n_features, init, refine):
     )
 
 
-def _random_heads(rng, n_features, n_clusters):
-    """Heads drawn uniformly on the sphere (columns of a d x K array)."""
-    U = rng.standard_normal((n_features, n_clusters))
-    return U / np.linalg.norm(U, axis=0)
-
-
 def _start(params, sample, spectrum, init, rng):
     """The starting heads (d x K), for every solver: the one place that chooses them.
 
@@ -498,7 +493,7 @@ def _start(params, sample, spectrum, init, rng):
     if init is not None:
         return init.copy()
     if params.init == "random":
-        return _random_heads(rng, sample.n_features, params.n_clusters)
+        return random_heads(rng, sample.n_features, params.n_clusters)
     return spectral_heads(sample, spectrum.moment, params.n_clusters, params.regularization, rng)
 
 

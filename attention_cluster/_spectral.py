@@ -11,6 +11,7 @@ from sklearn.utils import check_random_state
 
 from . import _kernels
 from ._objective import regularizer_code
+from ._sphere import random_heads
 
 __all__ = ["ROWS_PER_HEAD", "SUBSAMPLE", "spectral_heads", "spectral_init", "start_rows"]
 
@@ -72,8 +73,7 @@ def spectral_heads(rows, moment, n_clusters, regularization, rng):
         weight = np.ones(rows.n_samples) if rows.sample_weight is None else rows.sample_weight
         V = V @ _rotate_frame(rows.project(V), weight, regularization)
     if n_clusters > d:
-        extra = rng.standard_normal((d, n_clusters - d))
-        V = np.hstack([V, extra / np.linalg.norm(extra, axis=0)])
+        V = np.hstack([V, random_heads(rng, d, n_clusters - d)])
     return V
 
 

@@ -11,7 +11,7 @@ spheres by normalising each head (the retraction), as in pymanopt's
 
 import numpy as np
 
-__all__ = ["normalize_heads", "project_tangent", "retract"]
+__all__ = ["normalize_heads", "project_tangent", "random_heads", "retract"]
 
 
 def project_tangent(U, Z):
@@ -35,3 +35,18 @@ def normalize_heads(U):
     if np.any(norms == 0) or not np.all(np.isfinite(norms)):
         raise ValueError("Initial heads must be finite and non-zero.")
     return U / norms
+
+
+def random_heads(rng, n_features, n_heads):
+    """Heads drawn uniformly on the sphere: a ``n_features x n_heads`` array of unit columns.
+
+    The normals come from a generator seeded by one integer drawn from
+    ``rng`` (a RandomState), not from ``rng``'s own normals:
+    :func:`attention_cluster.datasets.make_centroids` draws the centroids of
+    :func:`~attention_cluster.datasets.make_mixture` as the first normals of
+    its seed's stream, so that heads drawn the same way with the data's seed
+    would start on the true centroids.
+    """
+    stream = np.random.RandomState(rng.randint(2**31 - 1))
+    U = stream.standard_normal((n_features, n_heads))
+    return U / np.linalg.norm(U, axis=0)

@@ -16,6 +16,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import Normalizer
 
 from attention_cluster import AttentionClustering
+from attention_cluster._sphere import random_heads
 from attention_cluster.datasets import make_mixture
 from attention_cluster.metrics import centroid_distance
 
@@ -48,6 +49,16 @@ def test_recovers_the_centroids_from_a_random_start(solver, K, noise, bound, glo
     assert centroid_distance(model.cluster_centers_, C) <= bound
     kmeans = KMeans(K, n_init=1, random_state=global_random_seed).fit(X)
     assert adjusted_rand_score(y, model.labels_) >= adjusted_rand_score(y, kmeans.labels_) - 0.01
+
+
+def test_a_random_start_does_not_share_the_datas_draws(global_random_seed):
+    # make_mixture draws its centroids as the first normals of its seed's
+    # stream; a random start with the same seed must not draw them again (it
+    # did: its heads were the true centroids, and the test above passed
+    # whatever the solver).
+    _, _, C = make_mixture(200, 10, 3, random_state=global_random_seed)
+    U = random_heads(np.random.RandomState(global_random_seed), 10, 3)
+    assert np.max(np.abs(C @ U)) < 0.99
 
 
 def test_attributes(fitted, paper_data):

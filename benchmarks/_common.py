@@ -232,17 +232,18 @@ def where_passes_go(X, K, warm=True):
     return {"fit_ms": total, "passes": log}
 
 
+def load_numbers(load):
+    """The three load averages of ``os.getloadavg()``, as a page prints them."""
+    return ", ".join(f"{x:.2f}" for x in load)
+
+
 def load_sentence(payload):
     """The page's sentence on how busy the machine was, from the payload's
     ``load_before`` and ``load_after`` (``os.getloadavg()``); empty for
     results that predate them."""
     if "load_before" not in payload:
         return ""
-
-    def numbers(load):
-        return ", ".join(f"{x:.2f}" for x in load)
-
     return (
-        f"Load average of the machine (1, 5, 15 min): {numbers(payload['load_before'])} before "
-        f"the run, {numbers(payload['load_after'])} after (2 cores)."
+        f"Load average of the machine (1, 5, 15 min): {load_numbers(payload['load_before'])} "
+        f"before the run, {load_numbers(payload['load_after'])} after (2 cores)."
     )

@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-from _common import load_sentence, verdict
+from _common import load_numbers, load_sentence, verdict
 
 # The batch fit in memory stands next to partial_fit's update: the gap
 # between them is what one pass loses against the whole stream's fit.
@@ -337,9 +337,9 @@ def _zarr_section(z):
         f"({z['gigabytes']:.2f} GB) in a Zarr store of {z['block_rows']:.0e}-row chunks, "
         "`da.from_zarr`, the same `LocalCluster`; medians of "
         f"{z['rounds']} interleaved rounds. Load average (1, 5, 15 min) before: "
-        + ", ".join(f"{x:.2f}" for x in z["load_before"])
+        + load_numbers(z["load_before"])
         + "; after: "
-        + ", ".join(f"{x:.2f}" for x in z["load_after"])
+        + load_numbers(z["load_after"])
         + ".",
         "",
         "| | seconds | distance to the centroids |",

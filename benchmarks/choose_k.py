@@ -42,7 +42,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-from _common import ROOT, map_runs, quick_cli, save, side_by_side
+from _common import ROOT, load_numbers, map_runs, quick_cli, save, side_by_side
 from sklearn.cluster import HDBSCAN, AffinityPropagation, KMeans, MeanShift, estimate_bandwidth
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import adjusted_rand_score, silhouette_score
@@ -650,7 +650,7 @@ def write_page(payload, out=None):
         "",
         f"Produced by `python benchmarks/choose_k.py{' --quick' if payload['quick'] else ''}`; "
         "numbers in `benchmarks/results/choose_k.json`. Load average (1, 5, 15 min) "
-        f"{', '.join(f'{x:.2f}' for x in before)} before, {', '.join(f'{x:.2f}' for x in after)} after.",
+        f"{load_numbers(before)} before, {load_numbers(after)} after.",
         "",
         "```python",
         "from attention_cluster import AttentionClustering, plot_n_clusters_scores",

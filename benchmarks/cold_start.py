@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import ROOT, quick_cli, save
+from _common import ROOT, load_numbers, quick_cli, save
 
 TARGET_S = 3.0
 BEGIN = "<!-- Cold start: written by benchmarks/cold_start.py -->"
@@ -191,10 +191,6 @@ def main(quick=False, out=None):
     return payload
 
 
-def _load(load):
-    return ", ".join(f"{x:.2f}" for x in load)
-
-
 def section(payload):
     """The "Cold start" section of the performance page, as lines."""
     p = payload
@@ -211,8 +207,8 @@ def section(payload):
         f"{p['started']}; results in `benchmarks/results/cold_start.json`). Each figure is the median "
         f"of {p['repeats']} fresh Python processes, Numba's cache (`NUMBA_CACHE_DIR`) a new empty "
         "directory unless said otherwise; the data: the paper's mixture, n = 20000, d = 10, K = 3. "
-        f"Load average of the machine (1, 5, 15 min): {_load(p['load_before'])} before, "
-        f"{_load(p['load_after'])} after (2 cores).",
+        f"Load average of the machine (1, 5, 15 min): {load_numbers(p['load_before'])} before, "
+        f"{load_numbers(p['load_after'])} after (2 cores).",
         "",
         "| what | seconds |",
         "|---|---|",

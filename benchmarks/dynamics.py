@@ -39,6 +39,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from _common import (
     ROOT,
+    load_numbers,
     map_runs,
     quick_cli,
     save,
@@ -393,10 +394,6 @@ def _num(value, missing="-", digits=2):
     return missing if value is None else f"{value:.{digits}f}"
 
 
-def _load(load):
-    return ", ".join(f"{x:.2f}" for x in load)
-
-
 def _scaling_plot(payload, static, prefix):
     rows = payload["scaling"]["rows"]
     fig, ax = plt.subplots(figsize=(6, 4), layout="constrained")
@@ -449,8 +446,8 @@ def write_page(payload, out=None):
         "on rows projected on the unit sphere. Produced by "
         f"`python benchmarks/dynamics.py{' --quick' if payload['quick'] else ''}` "
         f"(run started {payload['started']}), numbers in `benchmarks/results/dynamics.json`. "
-        f"Load average of the machine (1, 5, 15 min): {_load(payload['load_before'])} before, "
-        f"{_load(payload['load_after'])} after (2 cores: above 2, other work shared them).",
+        f"Load average of the machine (1, 5, 15 min): {load_numbers(payload['load_before'])} before, "
+        f"{load_numbers(payload['load_after'])} after (2 cores: above 2, other work shared them).",
         "",
         "## The number of clusters found",
         "",

@@ -26,7 +26,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-from _common import ROOT, quick_cli, save, verdict
+from _common import ROOT, load_numbers, quick_cli, save, verdict
 from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
 from sklearn.metrics import adjusted_rand_score
@@ -126,8 +126,8 @@ def page(p):
         "``KMeans(n_init=1)`` and ``KMeans()`` (scikit-learn's default ``n_init``). Times are "
         "one fit per seed, not interleaved: indications only.",
         "",
-        f"Load average (1, 5, 15 min) before: {', '.join(f'{x:.2f}' for x in p['load_before'])}; "
-        f"after: {', '.join(f'{x:.2f}' for x in p['load_after'])}; "
+        f"Load average (1, 5, 15 min) before: {load_numbers(p['load_before'])}; "
+        f"after: {load_numbers(p['load_after'])}; "
         f"{p['minutes']:.1f} min" + (" (quick mode)" if p["quick"] else "") + ".",
         "",
         "| d | K | ARI ours | ARI KMeans(n_init=1) | ARI KMeans() | target: ours >= both | "

@@ -36,6 +36,7 @@ import numpy as np
 from _common import (
     ROOT,
     cold_start_times,
+    load_numbers,
     quick_cli,
     save,
     side_by_side,
@@ -338,8 +339,8 @@ def write_page(p, out=None):
         f"after every method's first call; {v['cores']} cores. Versions: Python {v['python']}, "
         f"NumPy {v['numpy']}, Numba {v['numba']}, scikit-learn {v['scikit-learn']}, "
         f"scikit-learn-intelex {v['scikit-learn-intelex']}, faiss-cpu {v['faiss-cpu']}. "
-        f"Load average (1, 5, 15 min) before: {', '.join(f'{x:.2f}' for x in p['load_before'])}; "
-        f"after: {', '.join(f'{x:.2f}' for x in p['load_after'])}. Wall time of the run: "
+        f"Load average (1, 5, 15 min) before: {load_numbers(p['load_before'])}; "
+        f"after: {load_numbers(p['load_after'])}. Wall time of the run: "
         f"{p['wall_seconds']:.0f} s.",
         "",
         "Data: `datasets.make_mixture` (orthogonal unit centroids, equal weights), noise",

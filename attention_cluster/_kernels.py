@@ -879,7 +879,7 @@ def rotate_pair(YT, R, j, k, weight, w):
     return theta
 
 
-def jacobi_rotation(Y, weight, product, max_sweeps, tol, rtol):
+def jacobi_rotation(Y, weight, product, max_sweeps, tol, rtol, rotate=rotate_pair):
     """Rotation R (K x K) such that ``Y R`` minimises the regulariser, by Jacobi sweeps.
 
     Sweeps over the pairs of columns (j, k) in order, each rotated by its
@@ -890,7 +890,8 @@ def jacobi_rotation(Y, weight, product, max_sweeps, tol, rtol):
     directions) the angles there stay ill-determined long after the
     criterion has settled. With ``product`` the pair (j, k) is weighted by
     the other columns' ``prod_m a_m^2``; else the pairwise criterion. ``Y``
-    (n x K, float64) is rotated in place.
+    (n x K, float64) is rotated in place. ``rotate`` is the pair's step:
+    :func:`rotate_pair`, or its NumPy form (``_numpy_kernels``) on small data.
 
     The sweeps are driven from Python and the kernels allocate nothing: one
     kernel that allocated its buffers and ran the sweeps itself took longer
@@ -914,7 +915,7 @@ def jacobi_rotation(Y, weight, product, max_sweeps, tol, rtol):
         largest = 0.0
         for j in range(K - 1):
             for k in range(j + 1, K):
-                theta = rotate_pair(YT, R, j, k, weight, w)
+                theta = rotate(YT, R, j, k, weight, w)
                 largest = max(largest, abs(theta))
         if largest < tol:
             break

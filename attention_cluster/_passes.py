@@ -70,7 +70,7 @@ from sklearn.utils import assert_all_finite
 from sklearn.utils.validation import validate_data
 from threadpoolctl import ThreadpoolController
 
-from . import _kernels
+from . import _kernels, _numpy_kernels
 from ._draws import NestedDraw, nested_rows
 from ._validation import (
     check_dask_array,
@@ -160,6 +160,13 @@ class _Rows:
     its subsamples are nested draws (:mod:`._draws`)."""
 
     _nested = None  # the NestedDraw of prepare_subsamples, shared by copies
+    # Whether its passes run Numba's kernels or NumPy's forms (see compiles).
+    compiled = True
+
+    @property
+    def kernels(self):
+        """The module of the chunk kernels its passes run: Numba's, or NumPy's forms."""
+        return _kernels if self.compiled else _numpy_kernels
 
     def prepare_subsamples(self, seed, size):
         """Draw every later subsample of at most ``size`` rows from one nested draw.
@@ -251,11 +258,14 @@ class DenseRows(_Rows):
     pool : _Pool or None, default=None
         A pool to share (a subsample's passes run on its parent's threads);
         None: a pool of ``n_threads`` of its own.
+    compiled : bool or None, default=None
+        Whether the passes run Numba's kernels or NumPy's forms (a subsample
+        runs its parent's); None: :func:`compiles` X's size.
     """
 
     in_memory = True
 
-    def __init__(self, X, sample_weight=None, scale=1.0, n_threads=None, pool=None):
+    def __init__(self, X, sample_weight=None, scale=1.0, n_threads=None, pool=None, compiled=None):
         self._X = X
         self.sample_weight = (
             None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
@@ -270,6 +280,7 @@ class DenseRows(_Rows):
         )
         self._pool = _Pool(usable_threads(n_threads)) if pool is None else pool
         self._bounds = _chunk_bounds(self.n_samples, _chunk_rows(self.n_features))
+        self.compiled = compiles(X.size) if compiled is None else compiled
         self._cum_weights = None
         # The rows are X - _offset (see centred); an empty offset is none.
         self._offset = np.empty(0, dtype=X.dtype)
@@ -446,7 +457,7 @@ class DenseRows(_Rows):
 
         def chunk(B, w, lo, hi):
             P = np.zeros((3 * K, self.n_features))
-            value = _kernels.exact_row_terms(B, w, inv, U, MU, c, lm1, reg, rho, P)
+            value = self.kernels.exact_row_terms(B, w, inv, U, MU, c, lm1, reg, rho, P)
             return value, P
 
         parts = self._map(chunk)
@@ -461,17 +472,31 @@ class DenseRows(_Rows):
         (K x d), ``counts[k] = sum_i w_i r_ik`` and ``partial = sum_i w_i
         logsumexp_k(log pi_k + beta <mu_k, x_i>)``. Small ``d K``: the fused
         kernel :func:`_kernels.mixture_e_step`; else by matrix products
-        (:func:`_blas_e_step`), see :func:`_uses_blas`.
+        (:func:`_blas_e_step`), see :func:`_uses_blas`; on small data
+        (:func:`compiles`) by float64 matrix products and NumPy's softmax.
         """
         U = np.ascontiguousarray(U, dtype=np.float64)
         log_weights = np.asarray(log_weights, dtype=np.float64)
         K, d = U.shape[1], self.n_features
         inv = 1.0 / self.scale
-        if _uses_blas(d, K):
+        if not self.compiled:
+            # Float64 products, as the fused kernel's, and one tile a chunk:
+            # NumPy's softmax pays per call (see _E_TILE).
+            keys = (beta * inv) * U.T
+
+            def chunk(B, w, lo, hi):
+                B = np.asarray(B, dtype=np.float64)
+                return _blas_e_step(
+                    B, w, keys, log_weights, inv, _numpy_kernels.posterior_columns, B.shape[0]
+                )
+
+        elif _uses_blas(d, K):
             keys = np.ascontiguousarray((beta * inv) * U.T, dtype=self.dtype)
 
             def chunk(B, w, lo, hi):
-                return _blas_e_step(B, w, keys, log_weights, inv)
+                return _blas_e_step(
+                    B, w, keys, log_weights, inv, _kernels.posterior_columns, _E_TILE
+                )
 
         else:
 
@@ -491,13 +516,14 @@ class DenseRows(_Rows):
 
         See :func:`_kernels.head_totals`; the scale does not change the signs,
         so the sums are of X's rows as they are. Where the E step goes by
-        matrix products (:func:`_uses_blas`), so do the projections
+        matrix products (:func:`_uses_blas`), or the data is small
+        (:func:`compiles`), so do the projections
         (:func:`_blas_head_totals`): the kernel's loops take the time of
         several BLAS E steps at hundreds of features and heads.
         """
         U = np.ascontiguousarray(U, dtype=np.float64)
         K = U.shape[1]
-        blas = _uses_blas(self.n_features, K)
+        blas = _uses_blas(self.n_features, K) or not self.compiled
 
         def chunk(B, w, lo, hi):
             if blas:
@@ -521,7 +547,7 @@ class DenseRows(_Rows):
         out = np.empty(self.n_samples, dtype=np.intp)
 
         def chunk(B, w, lo, hi):
-            _kernels.argmax_rows(B @ C, gain, bias, out[lo:hi])
+            self.kernels.argmax_rows(B @ C, gain, bias, out[lo:hi])
 
         self._map(chunk)
         return out
@@ -549,7 +575,13 @@ class DenseRows(_Rows):
         rows = np.take(self._X, idx, axis=0)
         if self._offset.size:
             rows -= self._offset
-        return DenseRows(np.asarray(rows, dtype=np.float64), weight, self.scale, pool=self._pool)
+        return DenseRows(
+            np.asarray(rows, dtype=np.float64),
+            weight,
+            self.scale,
+            pool=self._pool,
+            compiled=self.compiled,
+        )
 
     def project(self, V):
         """``(X / s) V`` for V of shape (d, K): an (n, K) array, by chunks (no float64 copy of X)."""
@@ -597,6 +629,23 @@ class DenseRows(_Rows):
         return out
 
 
+def compiles(size):
+    """Whether passes over data of ``size`` numbers (dense: n d; sparse: the non-zeros) run Numba's kernels.
+
+    NumPy's forms of them (:mod:`._numpy_kernels`) below ``_COMPILE_MIN_SIZE``
+    numbers, Numba's (:mod:`._kernels`) from there on: on small data NumPy's forms take less time than
+    the seconds of Numba's compile that a first fit with an empty cache
+    pays, and from there on Numba's fused loops repay it. The choice
+    depends on the data's size alone (a subsample runs its parent's), so
+    the same data always runs the same code.
+    """
+    return size >= _COMPILE_MIN_SIZE
+
+
+# Numbers in X below which the passes run NumPy's forms of the kernels (see compiles).
+_COMPILE_MIN_SIZE = 1 << 18
+
+
 def _uses_blas(d, K):
     """Whether the E step of ``d`` features and K heads goes by matrix products.
 
@@ -639,14 +688,14 @@ def _blas_head_totals(B, w, U):
     return np.bincount(best, weights=top * w if w.size else top, minlength=U.shape[1])
 
 
-def _blas_e_step(B, w, keys, log_weights, inv_scale):
+def _blas_e_step(B, w, keys, log_weights, inv_scale, posterior, tile):
     """The E step of one chunk of dense rows by matrix products: ``(S, counts, partial)``.
 
     ``keys`` (K x d, B's dtype) is ``beta / s`` times the heads. By tiles of
-    ``_E_TILE`` rows: the scores ``keys T^T`` (K x tile, one BLAS product
+    ``tile`` rows: the scores ``keys T^T`` (K x tile, one BLAS product
     in B's dtype, float32 for float32 rows), converted to float64 for the
-    softmax and the log-likelihood (:func:`_kernels.posterior_columns`),
-    then the tile's sums ``R T`` (a second product, in B's dtype), added to
+    softmax and the log-likelihood (``posterior``: :func:`_kernels.posterior_columns`
+    or its NumPy form), then the tile's sums ``R T`` (a second product, in B's dtype), added to
     S in float64. Float32 rows are thus multiplied in float32 (twice the
     float64 rate) and everything else is float64: the scores carry float32
     rounding (relative ``1e-7`` of ``beta |<mu, x>|``), the sums that of a
@@ -656,37 +705,36 @@ def _blas_e_step(B, w, keys, log_weights, inv_scale):
     S = np.zeros((K, d))
     counts = np.zeros(K)
     partial = 0.0
-    for lo in range(0, B.shape[0], _E_TILE):
-        T = B[lo : lo + _E_TILE]
+    for lo in range(0, B.shape[0], tile):
+        T = B[lo : lo + tile]
         # np.dot releases the GIL (the pool's threads multiply at once).
         P = np.asarray(np.dot(keys, T.T), dtype=np.float64)
-        partial += _kernels.posterior_columns(
-            P, log_weights, w[lo : lo + _E_TILE] if w.size else w, counts
-        )
+        partial += posterior(P, log_weights, w[lo : lo + tile] if w.size else w, counts)
         S += np.dot(P.astype(B.dtype, copy=False), T)
     return S * inv_scale, counts, partial
 
 
-def _block_rows(block, weights, scale, offset):
+def _block_rows(block, weights, scale, offset, compiled):
     """The block as :class:`DenseRows` on one thread, centred when ``offset`` is given."""
-    rows = DenseRows(np.ascontiguousarray(block), weights, scale, n_threads=1)
+    rows = DenseRows(np.ascontiguousarray(block), weights, scale, n_threads=1, compiled=compiled)
     return rows if offset is None else rows.centred(offset)
 
 
-def _block_pass(block, weights, scale, offset, name, args):
+def _block_pass(block, weights, scale, offset, compiled, name, args):
     """One pass of :class:`DenseRows` on one Dask block: ``(weight, result)``.
 
     Module level, so workers unpickle it (and the Numba kernels it calls) by
     reference. The block's pass runs on one thread: Dask's workers are the
-    parallelism.
+    parallelism. ``compiled``: the fit's choice of kernels (:func:`compiles`
+    the whole array), not the block's.
     """
-    rows = _block_rows(block, weights, scale, offset)
+    rows = _block_rows(block, weights, scale, offset, compiled)
     if rows.total_weight == 0.0 and name in _MEAN_PASSES:
         return 0.0, None
     return rows.total_weight, getattr(rows, name)(*args)
 
 
-def _block_moment(block, weights, scale, offset):
+def _block_moment(block, weights, scale, offset, compiled):
     """The first pass on one Dask block: (NaN seen, inf seen, weight,
     :meth:`DenseRows.scaled_second_moment`, the block's weighted mean), from
     :meth:`DenseRows.moments`.
@@ -698,7 +746,7 @@ def _block_moment(block, weights, scale, offset):
         peak = max(float(np.max(block)), -float(np.min(block)))
         if not np.isfinite(peak):
             return bool(np.isnan(peak)), not np.isnan(peak), 0.0, None, None
-    rows = _block_rows(block, weights, scale, offset)
+    rows = _block_rows(block, weights, scale, offset, compiled)
     if rows.total_weight == 0.0:
         return False, False, 0.0, None, None
     c, M, mean = rows.moments()
@@ -896,6 +944,7 @@ class DaskRows(_Rows):
                 else float(sample_weight.sum().compute())
             )
         self.total_weight = total_weight
+        self.compiled = compiles(X.size)
         self._passes = [0, 0]  # computations and reads of X, shared with copies
         self._reads_x = True  # False for a subsample kept on the workers
         self.verbose = verbose
@@ -989,7 +1038,7 @@ class DaskRows(_Rows):
     def _pass(self, name, *args):
         """A :class:`DenseRows` pass over every block, combined: sums are added,
         weighted means averaged by the blocks' weights."""
-        parts = self._blocks(name, _block_pass, self.scale, self.offset, name, args)
+        parts = self._blocks(name, _block_pass, self.scale, self.offset, self.compiled, name, args)
         if name in _MEAN_PASSES:
             parts = [(w, r) for w, r in parts if w > 0.0]
             total = sum(w for w, _ in parts)
@@ -1015,7 +1064,7 @@ class DaskRows(_Rows):
         """
         held = self._reads_x and self._hold()
         kept = ", X kept in the workers' memory" if held else ""
-        tasks = self._tasks(_block_moment, self.scale, self.offset)
+        tasks = self._tasks(_block_moment, self.scale, self.offset, self.compiled)
         draw = self._nested
         if draw is not None and draw.taken is None and draw.fraction < 1.0:
             # The prepared draw's rows are taken in the same read of X.
@@ -1150,7 +1199,9 @@ class DaskRows(_Rows):
             if self.n_samples > _CLIENT_ROWS:
                 return self
             rows, weight = self._compute("subsample", self._X, self.sample_weight)
-            return _block_rows(np.asarray(rows, dtype=self.dtype), weight, self.scale, self.offset)
+            return _block_rows(
+                np.asarray(rows, dtype=self.dtype), weight, self.scale, self.offset, self.compiled
+            )
         draw, fraction = self._draw_for(rng, size)
         if draw.taken is None:
             self._take_draw(draw)
@@ -1191,7 +1242,7 @@ class DaskRows(_Rows):
         if drawn.parts is None:
             keep = drawn.keys[0] < np.float32(fraction)
             weight = None if drawn.weights is None else drawn.weights[keep]
-            return _block_rows(drawn.rows[keep], weight, self.scale, self.offset)
+            return _block_rows(drawn.rows[keep], weight, self.scale, self.offset, self.compiled)
         import dask
         import dask.array as da
 
@@ -1203,7 +1254,7 @@ class DaskRows(_Rows):
             pairs = self._compute("subsample" + where, *chosen, read=False)
             rows = np.concatenate([r for r, _ in pairs])
             weight = None if self.sample_weight is None else np.concatenate([w for _, w in pairs])
-            return _block_rows(rows, weight, self.scale, self.offset)
+            return _block_rows(rows, weight, self.scale, self.offset, self.compiled)
         item = dask.delayed(_item, pure=True)
 
         def taken(i, shape, dtype):
@@ -1268,11 +1319,15 @@ class SparseRows(_Rows):
         m, subtracted from every row (None: no centring).
     n_threads : int or None, default=None
         Kept for the interface; the sparse products run on one thread.
+    compiled : bool or None, default=None
+        As :class:`DenseRows`' (None: :func:`compiles` the non-zeros).
     """
 
     in_memory = True
 
-    def __init__(self, X, sample_weight=None, scale=1.0, offset=None, n_threads=None):
+    def __init__(
+        self, X, sample_weight=None, scale=1.0, offset=None, n_threads=None, compiled=None
+    ):
         self.dtype = X.dtype
         self._X = sp.csr_matrix(X, dtype=np.float64)
         self.sample_weight = (
@@ -1289,6 +1344,7 @@ class SparseRows(_Rows):
             else float(np.sum(self.sample_weight))
         )
         self.n_threads = 1
+        self.compiled = compiles(self._X.nnz) if compiled is None else compiled
         self._cum_weights = None
 
     def close(self):
@@ -1384,7 +1440,7 @@ class SparseRows(_Rows):
         nrm = self._squared_norms()
         w = np.empty(0) if self.sample_weight is None else self.sample_weight
         C = np.empty((self.n_samples, 3 * K))
-        value = _kernels.projected_row_terms(A, G, nrm, w, c, lm1, reg, rho, C)
+        value = self.kernels.projected_row_terms(A, G, nrm, w, c, lm1, reg, rho, C)
         return value, self._transpose_product(C).T / self.scale
 
     def e_step(self, U, log_weights, beta):
@@ -1409,7 +1465,7 @@ class SparseRows(_Rows):
             T = self._X[lo : lo + _SPARSE_TILE]
             P = np.ascontiguousarray((T @ keys - shift).T)
             before = counts.copy()
-            partial += _kernels.posterior_columns(
+            partial += self.kernels.posterior_columns(
                 P, log_weights, w[lo : lo + _SPARSE_TILE] if w.size else w, counts
             )
             S += (T.T @ P.T).T - np.outer(counts - before, self.offset)
@@ -1449,7 +1505,7 @@ class SparseRows(_Rows):
     def _taken(self, idx):
         """The rows ``idx`` as a :class:`SparseRows` with the same offset and scale."""
         weight = None if self.sample_weight is None else self.sample_weight[idx]
-        return SparseRows(self._X[idx], weight, self.scale, self.offset)
+        return SparseRows(self._X[idx], weight, self.scale, self.offset, compiled=self.compiled)
 
     def project(self, V):
         """``((X - 1 m^T) / s) V``: an (n, K) array."""

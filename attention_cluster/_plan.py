@@ -257,7 +257,12 @@ def _prepare(data, K, tuning):
     if _in_subspace(data, K, tuning):
         full_mean = data.mean()
         basis = principal_basis(data, K + tuning.subspace_extra, K)
-        data = DenseRows(data.project(basis), data.sample_weight, n_threads=data.n_threads)
+        data = DenseRows(
+            data.project(basis),
+            data.sample_weight,
+            n_threads=data.n_threads,
+            compiled=data.compiled,
+        )
         mean = basis.T @ full_mean
         spectrum = estimate_spectrum(data, K)
     else:

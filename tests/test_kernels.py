@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference import (
     XorShift,
@@ -16,6 +16,7 @@ from reference import (
 )
 
 from attention_cluster import _kernels as kern
+from attention_cluster import _numpy_kernels
 from attention_cluster._optimize import lbfgs_direction as two_loop
 
 REG_KINDS = {"pairwise": kern.REG_PAIRWISE, "product": kern.REG_PRODUCT}
@@ -220,13 +221,15 @@ def _row_terms_reference(X, w, inv_scale, U, MU, c, lm1, kind, rho):
     return value, np.vstack([first, second, third])
 
 
+@pytest.mark.parametrize("kernels", [kern, _numpy_kernels], ids=["numba", "numpy"])
 @pytest.mark.parametrize("kind", ["pairwise", "product", None])
 @pytest.mark.parametrize("d, K", [(5, 3), (40, 8), (3, 1)], ids=str)
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("weighted", [True, False])
-def test_exact_row_terms_match_numpy(kind, d, K, dtype, weighted, global_random_seed):
+def test_exact_row_terms_match_numpy(kernels, kind, d, K, dtype, weighted, global_random_seed):
     # Both paths (d K below and above _PRODUCT_MIN_WORK), a last block
-    # shorter than the others, weights and each regulariser.
+    # shorter than the others, weights and each regulariser; Numba's kernels
+    # and their NumPy forms (_numpy_kernels, the passes of small data).
     rng = np.random.default_rng(global_random_seed)
     n = 2 * kern._PRODUCT_BLOCK + 77
     X = rng.standard_normal((n, d)).astype(dtype)
@@ -235,7 +238,7 @@ def test_exact_row_terms_match_numpy(kind, d, K, dtype, weighted, global_random_
     MU = rng.standard_normal((d, K))
     P = np.full((3 * K, d), 0.5)  # the kernel adds to P
     code = kern.REG_NONE if kind is None else REG_KINDS[kind]
-    value = kern.exact_row_terms(X, w, 0.5, U, MU, 0.2, 9.0, code, 0.3, P)
+    value = kernels.exact_row_terms(X, w, 0.5, U, MU, 0.2, 9.0, code, 0.3, P)
     value_ref, P_ref = _row_terms_reference(
         X, w if weighted else np.ones(n), 0.5, U, MU, 0.2, 9.0, kind, 0.3
     )
@@ -244,8 +247,62 @@ def test_exact_row_terms_match_numpy(kind, d, K, dtype, weighted, global_random_
     # The sparse rows' variant, from the projections, gives the same terms.
     Z = X.astype(np.float64) * 0.5
     C = np.empty((n, 3 * K))
-    value_proj = kern.projected_row_terms(
+    value_proj = kernels.projected_row_terms(
         Z @ U, Z @ MU, np.sum(Z * Z, axis=1), w, 0.2, 9.0, code, 0.3, C
     )
     assert value_proj == pytest.approx(value_ref, rel=1e-10)
     np.testing.assert_allclose(C.T @ Z, P_ref, rtol=1e-9, atol=1e-9 * np.abs(P_ref).max())
+
+
+@pytest.mark.parametrize("K", [1, 2, 5], ids=str)
+@pytest.mark.parametrize("weighted", [False, True])
+def test_numpy_posterior_matches_the_kernel(K, weighted, global_random_seed):
+    # The softmax of the E step (math.md section 7) in NumPy against Numba's,
+    # rows of zero weight and rows every head scores -inf included.
+    rng = np.random.default_rng(global_random_seed)
+    m = 700
+    P = 30.0 * rng.standard_normal((K, m))
+    P[:, :3] = -np.inf
+    log_weights = np.log(rng.dirichlet(np.ones(K)))
+    w = rng.integers(0, 3, m).astype(float) if weighted else np.empty(0)
+    counts, counts_np = np.full(K, 0.25), np.full(K, 0.25)  # both add to counts
+    R, R_np = P.copy(), P.copy()
+    total = kern.posterior_columns(R, log_weights, w, counts)
+    total_np = _numpy_kernels.posterior_columns(R_np, log_weights, w, counts_np)
+    assert total_np == pytest.approx(total, rel=1e-12)
+    np.testing.assert_allclose(R_np, R, rtol=1e-12, atol=1e-300)
+    np.testing.assert_allclose(counts_np, counts, rtol=1e-12)
+    assert np.all(R_np[:, :3] == 0.0)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**16), K=st.integers(1, 6), ties=st.booleans())
+def test_numpy_argmax_rows_matches_the_kernel(seed, K, ties):
+    # Ties (rounded scores) go to the first head in both.
+    rng = np.random.default_rng(seed)
+    scores = rng.standard_normal((200, K))
+    if ties:
+        scores = np.round(scores)
+    gain, bias = rng.uniform(0.5, 2.0, K), np.round(rng.standard_normal(K))
+    out, out_np = np.empty(200, np.intp), np.empty(200, np.intp)
+    kern.argmax_rows(scores, gain, bias, out)
+    _numpy_kernels.argmax_rows(scores, gain, bias, out_np)
+    np.testing.assert_array_equal(out_np, out)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**16), K=st.integers(2, 5), product=st.booleans())
+def test_numpy_rotate_pair_matches_the_kernel(seed, K, product):
+    # One Jacobi step on each pair, the product regulariser's pair weights included.
+    rng = np.random.default_rng(seed)
+    YT = rng.standard_normal((K, 300)) * rng.uniform(0.5, 2.0, (K, 1))
+    weight = rng.random(300)
+    w = np.empty(300) if product and K > 2 else None
+    YT_np, R, R_np = YT.copy(), np.eye(K), np.eye(K)
+    for j in range(K - 1):
+        for k in range(j + 1, K):
+            theta = kern.rotate_pair(YT, R, j, k, weight, w)
+            theta_np = _numpy_kernels.rotate_pair(YT_np, R_np, j, k, weight, w)
+            assert theta_np == pytest.approx(theta, rel=1e-9, abs=1e-12)
+    np.testing.assert_allclose(YT_np, YT, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(R_np, R, rtol=1e-9, atol=1e-12)

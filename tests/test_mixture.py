@@ -59,18 +59,18 @@ def test_e_step_matches_reference(n, d, K, dtype, weighted, global_random_seed):
     np.testing.assert_allclose(partial, partial_ref, rtol=rtol)
 
 
-def _rows(X, weights, scale, offset, sparse, n_threads=1):
+def _rows(X, weights, scale, offset, sparse, n_threads=1, compiled=None):
     import scipy.sparse as sparse_matrix
 
     from attention_cluster._passes import SparseRows
 
     if sparse:
-        return SparseRows(sparse_matrix.csr_matrix(X), weights, scale, offset)
-    data = DenseRows(X, weights, scale, n_threads=n_threads)
+        return SparseRows(sparse_matrix.csr_matrix(X), weights, scale, offset, compiled=compiled)
+    data = DenseRows(X, weights, scale, n_threads=n_threads, compiled=compiled)
     return data if offset is None else data.centred(offset)
 
 
-@pytest.mark.parametrize("path", ["blas", "fused"])
+@pytest.mark.parametrize("path", ["blas", "fused", "numpy"])
 @pytest.mark.parametrize("sparse", [False, True])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("weighted", [False, True])
@@ -78,9 +78,10 @@ def _rows(X, weights, scale, offset, sparse, n_threads=1):
 def test_pass_e_step_matches_reference(
     path, sparse, dtype, weighted, centred, monkeypatch, global_random_seed
 ):
-    # The E step of the pass layer (BLAS tiles, or the fused kernel; sparse
-    # rows by tiles of sparse products) against the NumPy reference, on the
-    # rows (x - m) / s, with weights; several tiles and chunks of rows.
+    # The E step of the pass layer (BLAS tiles, or the fused kernel, or on
+    # small data NumPy's forms; sparse rows by tiles of sparse products)
+    # against the NumPy reference, on the rows (x - m) / s, with weights;
+    # several tiles and chunks of rows.
     from attention_cluster import _passes
 
     monkeypatch.setattr(_passes, "_BLAS_MIN_WORK", 0 if path == "blas" else 10**9)
@@ -100,7 +101,8 @@ def test_pass_e_step_matches_reference(
     weights = rng.integers(0, 4, size=n).astype(float) if weighted else None
     offset = X.astype(np.float64).mean(axis=0) if centred else None
     scale, beta = 2.0, 3.0
-    data = _rows(X, weights, scale, offset, sparse, n_threads=2)
+    compiled = path != "numpy"
+    data = _rows(X, weights, scale, offset, sparse, n_threads=2, compiled=compiled)
     S, counts, partial = data.e_step(U, log_pi, beta)
     # Dense rows are centred in X's dtype, as the pass layer does.
     Z = X.astype(np.float64)
@@ -109,22 +111,24 @@ def test_pass_e_step_matches_reference(
     S_ref, counts_ref, partial_ref = mixture_e_step(Z / scale, U, log_pi, beta, weights)
     # float32 rows are multiplied in float32 (_passes._blas_e_step): scores
     # and sums carry float32 rounding.
-    rtol = 1e-10 if dtype == np.float64 or sparse or path == "fused" else 2e-5
+    rtol = 1e-10 if dtype == np.float64 or sparse or path != "blas" else 2e-5
     np.testing.assert_allclose(S, S_ref, rtol=rtol, atol=rtol * np.abs(S_ref).max())
     np.testing.assert_allclose(counts, counts_ref, rtol=rtol, atol=rtol * n)
     assert partial == pytest.approx(partial_ref, rel=rtol)
     if not sparse:
         # The same result on one thread as on two: fixed chunks and tiles,
         # added in order.
-        one = _rows(X, weights, scale, offset, sparse, n_threads=1).e_step(U, log_pi, beta)
+        one = _rows(X, weights, scale, offset, sparse, 1, compiled).e_step(U, log_pi, beta)
         for a, b in zip(one, (S, counts, partial)):
             np.testing.assert_array_equal(a, b)
 
 
-def test_blas_e_step_keeps_rows_no_head_takes_out(global_random_seed):
+@pytest.mark.parametrize("compiled", [True, False], ids=["numba", "numpy"])
+def test_blas_e_step_keeps_rows_no_head_takes_out(compiled, global_random_seed):
     # Rows of zero weight, and rows every head scores -inf (a head of
-    # log-weight -inf everywhere but one), add nothing, as in the fused kernel.
-    from attention_cluster import _passes
+    # log-weight -inf everywhere but one), add nothing, as in the fused
+    # kernel; with Numba's softmax and with its NumPy form.
+    from attention_cluster import _numpy_kernels, _passes
 
     rng = np.random.default_rng(global_random_seed)
     X = rng.standard_normal((300, 64))
@@ -132,8 +136,9 @@ def test_blas_e_step_keeps_rows_no_head_takes_out(global_random_seed):
     U /= np.linalg.norm(U, axis=0)
     log_pi = np.array([-np.inf, np.log(0.5), -np.inf, np.log(0.5), -np.inf])
     weights = rng.integers(0, 3, size=300).astype(float)
+    posterior = (kern if compiled else _numpy_kernels).posterior_columns
     S, counts, partial = _passes._blas_e_step(
-        X, weights, np.ascontiguousarray(2.0 * U.T), log_pi, 1.0
+        X, weights, np.ascontiguousarray(2.0 * U.T), log_pi, 1.0, posterior, 128
     )
     S_ref, counts_ref, partial_ref = mixture_e_step(X, U, log_pi, 2.0, weights)
     np.testing.assert_allclose(S, S_ref, rtol=1e-10, atol=1e-10)

@@ -35,12 +35,14 @@ def _data(seed, n=1000, d=4, dtype=np.float64, weighted=True):
     return X, w, rng
 
 
+@pytest.mark.parametrize("compiled", [True, False], ids=["numba", "numpy"])
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_passes_match_numpy(small_chunks, weighted, dtype, global_random_seed):
+def test_passes_match_numpy(small_chunks, weighted, dtype, compiled, global_random_seed):
+    # Numba's kernels, and their NumPy forms (the passes of small data).
     X, w, rng = _data(global_random_seed, dtype=dtype, weighted=weighted)
     scale = 1.7
-    data = DenseRows(X, w, scale=scale, n_threads=2)
+    data = DenseRows(X, w, scale=scale, n_threads=2, compiled=compiled)
     assert len(data._bounds) == 4
     Z = X.astype(np.float64) / scale
     ww = np.ones(len(X)) if w is None else w
@@ -85,11 +87,12 @@ def test_passes_match_numpy(small_chunks, weighted, dtype, global_random_seed):
     )
 
 
-def test_threads_give_the_serial_result(small_chunks, global_random_seed):
+@pytest.mark.parametrize("compiled", [True, False], ids=["numba", "numpy"])
+def test_threads_give_the_serial_result(small_chunks, compiled, global_random_seed):
     X, w, rng = _data(global_random_seed)
     U = rng.standard_normal((4, 2))
-    serial = DenseRows(X, w, n_threads=1)
-    threaded = DenseRows(X, w, n_threads=3)
+    serial = DenseRows(X, w, n_threads=1, compiled=compiled)
+    threaded = DenseRows(X, w, n_threads=3, compiled=compiled)
     for one, many in [
         (serial.second_moment(), threaded.second_moment()),
         (
@@ -397,3 +400,38 @@ def test_head_totals_by_blas_match_the_kernel(dtype, weighted, global_random_see
     np.testing.assert_array_equal(
         np.where(totals < 0, -1.0, 1.0), head_signs(X.astype(np.float64), U.T, w)
     )
+
+
+@pytest.mark.parametrize("kind", ["dense", "float32", "sparse", "weighted", "free_norms"])
+@pytest.mark.parametrize("regularization", ["pairwise", "product"])
+def test_small_data_fits_as_the_compiled_kernels_do(
+    kind, regularization, monkeypatch, global_random_seed
+):
+    # Data below _COMPILE_MIN_SIZE numbers runs NumPy's forms of the kernels
+    # (_passes.compiles); the whole fit, forced onto Numba's, is the same to
+    # rounding: centres, labels and soft assignments.
+    import scipy.sparse as sparse_matrix
+
+    from attention_cluster import AttentionClustering
+
+    X, _, _ = make_mixture(2000, 6, 3, noise=0.4, random_state=global_random_seed)
+    w = None
+    if kind == "float32":
+        X = X.astype(np.float32)
+    elif kind == "sparse":
+        X[np.abs(X) < 0.3] = 0.0
+        X = sparse_matrix.csr_matrix(X)
+    elif kind == "weighted":
+        w = np.random.default_rng(global_random_seed).uniform(0.0, 2.0, X.shape[0])
+    params = dict(regularization=regularization, random_state=0)
+    if kind == "free_norms":
+        params["centroid_norms"] = "free"
+    size = X.nnz if kind == "sparse" else X.size
+    assert not _passes.compiles(size)
+    small = AttentionClustering(3, **params).fit(X, sample_weight=w)
+    monkeypatch.setattr(_passes, "_COMPILE_MIN_SIZE", 0)
+    compiled = AttentionClustering(3, **params).fit(X, sample_weight=w)
+    np.testing.assert_allclose(small.cluster_centers_, compiled.cluster_centers_, atol=1e-9)
+    np.testing.assert_array_equal(small.labels_, compiled.labels_)
+    np.testing.assert_allclose(small.predict_proba(X), compiled.predict_proba(X), atol=1e-9)
+    assert small.n_iter_ == compiled.n_iter_

@@ -1,0 +1,159 @@
+"""The chunk kernels of a default fit in NumPy, for data too small to repay Numba's compile.
+
+Numba compiles a kernel at its first call: with an empty cache the kernels
+of a default fit take seconds to compile, a wait longer than the whole fit
+of a few tens of thousands of rows in NumPy (see the performance page's
+"Cold start"). The pass layer (``_passes``, :func:`~attention_cluster._passes.compiles`)
+runs these forms on such data, and :mod:`._kernels`' Numba kernels on larger
+data, where their fused loops beat NumPy's calls. Each function here
+computes what its ``_kernels`` namesake computes, to rounding (tested
+against it and against the NumPy references of ``tests/reference.py``):
+the formulas' places in ``math.md`` are those of the namesakes.
+"""
+
+import numpy as np
+
+from ._kernels import REG_PAIRWISE, REG_PRODUCT
+
+__all__ = [
+    "argmax_rows",
+    "exact_row_terms",
+    "posterior_columns",
+    "projected_row_terms",
+    "rotate_pair",
+]
+
+
+def posterior_columns(P, log_weights, weights, counts):
+    """:func:`._kernels.posterior_columns`: the E step's softmax on scores formed by BLAS.
+
+    Column i of ``P`` (K x m, float64) holds ``beta <mu_k, x_i / s>``; it
+    becomes ``w_i softmax_k(log pi_k + beta <mu_k, x_i / s>)`` (``math.md``
+    section 7), ``counts[k]`` gains the sum of row k, and the function
+    returns ``sum_i w_i logsumexp_k``. A row no head can take (every score
+    -inf), or of zero weight, adds nothing. ``weights`` of length 0 means
+    unit weights.
+    """
+    P += log_weights[:, None]
+    top = P.max(axis=0)
+    dead = top == -np.inf
+    any_dead = bool(dead.any())
+    if any_dead:
+        top[dead] = 0.0
+    P -= top
+    np.exp(P, out=P)
+    Z = P.sum(axis=0)
+    if any_dead:
+        # A dead row's exponentials are all 0: Z = 1, its log 0.
+        Z[dead] = 1.0
+    if weights.shape[0] == 0:
+        total = float(np.sum(top) + np.sum(np.log(Z)))
+        P /= Z
+    else:
+        total = float(weights @ (top + np.log(Z)))
+        P *= weights / Z
+    counts += P.sum(axis=1)
+    return total
+
+
+def projected_row_terms(A, G, nrm, w, c, lm1, reg, rho, C):
+    """:func:`._kernels.projected_row_terms`: the exact risk's row terms from the projections.
+
+    ``A = X U``, ``G = X M U`` (n x K) and ``nrm`` the rows' squared norms;
+    with ``s = ||a||^2``, ``h = <a, g>``, ``e = 1 - c s`` returns ``sum_i
+    w_i (e_i^2 nrm_i - 2c(L-1) e_i h_i + rho r_i)`` and fills ``C`` (n x
+    3K) with each row's gradient coefficients ``(alpha a + beta g + rho grad
+    r, beta a, w nrm a)`` (``math.md`` section 3; the regulariser ``r`` as
+    :func:`._kernels.token_regularizer`). ``w`` of length 0 means unit
+    weights.
+    """
+    CT = row_terms(np.ascontiguousarray(A.T), np.ascontiguousarray(G.T), nrm, w, c, lm1, reg, rho)
+    C[:] = CT[1].T
+    return CT[0]
+
+
+def row_terms(AT, GT, nrm, w, c, lm1, reg, rho):
+    """:func:`projected_row_terms` on the transposed projections ``AT``, ``GT`` (K x n).
+
+    Returns ``(total, CT)``, CT (3K x n) the transposed coefficients: every
+    operation runs along a row of n numbers, as the kernel's loops do.
+    """
+    K, n = AT.shape
+    W = np.ones(n) if w.size == 0 else np.asarray(w, dtype=np.float64)
+    Q = AT * AT
+    s = Q.sum(axis=0)
+    h = np.einsum("ki,ki->i", AT, GT)
+    e = 1.0 - c * s
+    total = float(W @ (e * e * nrm - 2.0 * c * lm1 * e * h))
+    alpha = W * (-4.0 * c * e * nrm + 4.0 * c * c * lm1 * h)
+    beta = W * (-2.0 * c * lm1 * e)
+    CT = np.empty((3 * K, n))
+    np.multiply(AT, alpha, out=CT[:K])
+    CT[:K] += GT * beta
+    np.multiply(AT, beta, out=CT[K : 2 * K])
+    np.multiply(AT, W * nrm, out=CT[2 * K :])
+    if reg == REG_PAIRWISE:
+        # r = sum_k q_k (q_0 + ... + q_{k-1}), q = a^2: non-negative terms
+        # only, no cancellation; dr/dmu_k = 2 a_k (s - q_k) x.
+        r = np.zeros(n)
+        partial = np.zeros(n)
+        for k in range(K):
+            r += Q[k] * partial
+            partial += Q[k]
+        total += rho * float(W @ r)
+        CT[:K] += (2.0 * rho * W) * AT * (s - Q)
+    elif reg == REG_PRODUCT:
+        # r = prod_k q_k; dr/dmu_k = 2 a_k prod_{j != k} q_j x, from prefix
+        # and suffix products (no division).
+        prefix = np.empty((K, n))
+        prefix[0] = 1.0
+        for k in range(1, K):
+            prefix[k] = prefix[k - 1] * Q[k - 1]
+        suffix = np.ones(n)
+        for k in range(K - 1, -1, -1):
+            prefix[k] *= suffix
+            suffix = suffix * Q[k]
+        total += rho * float(W @ suffix)
+        CT[:K] += (2.0 * rho * W) * AT * prefix
+    return total, CT
+
+
+def argmax_rows(scores, gain, bias, out):
+    """:func:`._kernels.argmax_rows`: ``out[i] = argmax_h gain_h scores[i, h] + bias_h``, ties to the first head."""
+    np.argmax(scores * gain + bias, axis=1, out=out)
+
+
+def rotate_pair(YT, R, j, k, weight, w):
+    """:func:`._kernels.rotate_pair`: one Jacobi step on rows j, k of ``YT`` and columns j, k of ``R``.
+
+    The pair's exact 1-D minimiser (:func:`._kernels.pair_angle`, its sums
+    by NumPy); given a buffer ``w`` (product regulariser) the pair's weights
+    are ``weight`` times the other rows' ``prod_m a_m^2``. Returns the angle.
+    """
+    if w is not None:
+        others = np.delete(YT, [j, k], axis=0)
+        weight = weight * np.prod(others * others, axis=0)
+    a, b = YT[j].copy(), YT[k].copy()
+    p = a * b
+    q = 0.5 * (b * b - a * a)
+    wp = weight * p
+    theta = 0.25 * np.arctan2(-2.0 * float(wp @ q), float((weight * q) @ q) - float(wp @ p))
+    co, si = np.cos(theta), np.sin(theta)
+    YT[j] = co * a + si * b
+    YT[k] = co * b - si * a
+    R[:, [j, k]] = R[:, [j, k]] @ np.array([[co, -si], [si, co]])
+    return theta
+
+
+def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
+    """:func:`._kernels.exact_row_terms`: the exact risk's per-row part and its gradient's sums, one chunk.
+
+    The projections ``A = X U / s``, ``G = X M U / s`` and the sums ``C^T X``
+    by BLAS, the row terms by :func:`row_terms`; adds the sums to ``P`` (3K
+    x d) and returns the weighted sum of the terms. Float64 whatever X's
+    dtype.
+    """
+    XT = np.asarray(X, dtype=np.float64).T * inv_scale
+    total, CT = row_terms(U.T @ XT, MU.T @ XT, np.einsum("ji,ji->i", XT, XT), w, c, lm1, reg, rho)
+    P += CT @ XT.T
+    return total

@@ -15,7 +15,9 @@ Numba compiles each kernel on its first call, before a first fit's result
 (seconds per kernel with an empty cache). So a kernel is written in Numba
 only where its loop beats NumPy on the paper's regime (d = 10, few heads:
 the fused E step, the exact risk's row terms, the heads' signs and the
-labels' argmax, PSGD, the draws); the products of wide data are NumPy's. The kernels of a default fit allocate
+labels' argmax, PSGD, the draws); the products of wide data are NumPy's,
+and data too small to repay the compile runs NumPy forms of the default
+fit's kernels (``_numpy_kernels``, chosen by ``_passes.compiles``). The kernels of a default fit allocate
 no arrays (their Python wrappers pass the scratch): each allocation inside
 a kernel is one more function for Numba to compile.
 

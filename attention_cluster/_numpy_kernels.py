@@ -67,12 +67,12 @@ def projected_row_terms(A, G, nrm, w, c, lm1, reg, rho, C):
     :func:`._kernels.token_regularizer`). ``w`` of length 0 means unit
     weights.
     """
-    CT = row_terms(np.ascontiguousarray(A.T), np.ascontiguousarray(G.T), nrm, w, c, lm1, reg, rho)
+    CT = _row_terms(np.ascontiguousarray(A.T), np.ascontiguousarray(G.T), nrm, w, c, lm1, reg, rho)
     C[:] = CT[1].T
     return CT[0]
 
 
-def row_terms(AT, GT, nrm, w, c, lm1, reg, rho):
+def _row_terms(AT, GT, nrm, w, c, lm1, reg, rho):
     """:func:`projected_row_terms` on the transposed projections ``AT``, ``GT`` (K x n).
 
     Returns ``(total, CT)``, CT (3K x n) the transposed coefficients: every
@@ -149,11 +149,13 @@ def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
     """:func:`._kernels.exact_row_terms`: the exact risk's per-row part and its gradient's sums, one chunk.
 
     The projections ``A = X U / s``, ``G = X M U / s`` and the sums ``C^T X``
-    by BLAS, the row terms by :func:`row_terms`; adds the sums to ``P`` (3K
+    by BLAS, the row terms by :func:`_row_terms`; adds the sums to ``P`` (3K
     x d) and returns the weighted sum of the terms. Float64 whatever X's
     dtype.
     """
     XT = np.asarray(X, dtype=np.float64).T * inv_scale
-    total, CT = row_terms(U.T @ XT, MU.T @ XT, np.einsum("ji,ji->i", XT, XT), w, c, lm1, reg, rho)
+    K = U.shape[1]
+    AG = np.vstack([U.T, MU.T]) @ XT  # A^T over G^T, one product
+    total, CT = _row_terms(AG[:K], AG[K:], np.einsum("ji,ji->i", XT, XT), w, c, lm1, reg, rho)
     P += CT @ XT.T
     return total

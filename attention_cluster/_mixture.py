@@ -573,6 +573,15 @@ _ROWS_PER_PARAMETER = 256
 _GROWTH = 16
 _PRE_GROWTH = 8
 
+# tol of every stage before the last (all rows), at least the fit's: a
+# subsample's fixed point is off the maximum on all rows by its own sampling
+# error, about its standard error SE_m on its m rows, so a stage run to
+# sqrt(tol) SE_m buys nothing the next stage keeps. Stopped within
+# sqrt(_STAGE_TOL) = 1/2 SE_m of its fixed point, in a direction independent
+# of that error, it starts the next stage about a quarter farther in squared
+# distance (math.md section 7, "Subsample, then Newton's steps").
+_STAGE_TOL = 0.25
+
 # Rows on which Newton's steps take the EM map's Jacobian (at least
 # _ROWS_PER_PARAMETER per parameter, at most the last subsample's): each
 # product is an E step on them.
@@ -634,7 +643,9 @@ def refine_heads(
     Jacobian of the EM map (:func:`_newton_em`), a few passes where EM would
     crawl. The iterations stop when the heads are estimated to be within
     ``sqrt(tol)`` standard errors of the fixed point (:func:`_run_em`,
-    ``math.md`` section 7).
+    ``math.md`` section 7) on all rows, and within half of their own
+    standard error on each subsample (``tol`` at least ``_STAGE_TOL``): a
+    subsample's fit only starts the next stage.
 
     Parameters
     ----------
@@ -728,15 +739,25 @@ def refine_heads(
     )
     rho = 0.9
     ems = [_EM(sub, float(sub.norm_moments()[0])) for sub in stages[:-1]] + [_EM(data, mean_sq)]
+    # A subsample stage only starts the next one (see _STAGE_TOL).
+    stage_tol = max(tol, _STAGE_TOL)
     em = ems[0]
-    p, converged, rho = _run_em(em, p, tol, max_iter, rho, report)
+    p, converged, rho = _run_em(em, p, stage_tol if len(ems) > 1 else tol, max_iter, rho, report)
     for em, previous in zip(ems[1:], ems[:-1]):
         rows = previous.data.subsample(rng, max(_JACOBIAN_ROWS, _ROWS_PER_PARAMETER * n_parameters))
         # Only the Jacobian of the EM map on these rows is used, which does
         # not depend on their mean squared norm (see _SplitNewton).
         jacobian_em = _EM(rows, previous.mean_sq)
         p, converged, rho = _newton_em(
-            em, p, jacobian_em, p, tol, max_iter, rho, report, n_stage=previous.n_effective
+            em,
+            p,
+            jacobian_em,
+            p,
+            tol if em is ems[-1] else stage_tol,
+            max_iter,
+            rho,
+            report,
+            n_stage=previous.n_effective,
         )
     if norms == "auto" and K > 1 and not p.free:
         at, S, counts = em.last

@@ -568,6 +568,34 @@ def test_newton_steps_carry_each_stage_to_the_next(monkeypatch, noise, global_ra
     assert np.sum((fit.heads - best.U) ** 2) < 0.01 * se2
 
 
+@pytest.mark.parametrize("tol", [1e-3, 1.0])
+def test_subsample_stages_stop_at_their_own_resolution(monkeypatch, tol, global_random_seed):
+    # Every stage before the last (SQUAREM on the smallest subsample, Newton's
+    # steps to the larger) runs to max(tol, _STAGE_TOL); only all rows to tol.
+    monkeypatch.setattr(mixture, "_PRE_GROWTH", 2)
+    n = 20 * mixture._MIN_SUBSAMPLE
+    X, _, C = make_mixture(n, 6, 2, noise=1.0, random_state=global_random_seed)
+    calls = []
+
+    def recording(name, original):
+        def run(em, *args, **kwargs):
+            # tol is the fourth argument from the end in both signatures.
+            calls.append((name, em.data.n_samples, args[-4]))
+            return original(em, *args, **kwargs)
+
+        return run
+
+    monkeypatch.setattr(mixture, "_run_em", recording("em", mixture._run_em))
+    monkeypatch.setattr(mixture, "_newton_em", recording("newton", mixture._newton_em))
+    fit = _refined(X, C, noise=1.0, tol=tol, random_state=global_random_seed)
+    assert fit.converged
+    stage_tol = max(tol, mixture._STAGE_TOL)
+    assert [name for name, _, _ in calls[:3]] == ["em", "newton", "newton"]
+    assert [rows < n for _, rows, _ in calls[:3]] == [True, True, False]
+    # (SQUAREM that takes over from a rejected Newton step keeps its stage's tol.)
+    assert all(tol_ == (tol if rows == n else stage_tol) for _, rows, tol_ in calls)
+
+
 def test_newton_falls_back_to_em_when_a_step_loses_likelihood(monkeypatch, global_random_seed):
     # A solver that returns a wild step: the likelihood check rejects it and
     # SQUAREM finishes at the same maximum.

@@ -11,7 +11,6 @@ future (a :class:`distributed.WorkerPlugin`, ``_worker_plugin``).
 
 import numpy as np
 
-from . import _passes
 from ._clustering import AttentionClustering
 from ._passes import running_client
 from ._validation import check_count
@@ -19,9 +18,8 @@ from .datasets import make_mixture
 
 __all__ = ["warm_up"]
 
-# Rows of the warm-up fit (at least 20 per cluster, and enough for its passes
-# to run the compiled kernels, see _passes.compiles): few enough that its
-# arithmetic costs little next to the kernels' loading.
+# Rows of the warm-up fit (at least 20 per cluster): few enough that its
+# arithmetic costs nothing next to the kernels' loading.
 _ROWS = 256
 
 
@@ -29,16 +27,22 @@ def load_kernels(n_features=10, n_clusters=3, dtype="float64"):
     """Load (or compile) in this process the kernels of a default fit of such data.
 
     One default :class:`~attention_cluster.AttentionClustering` fit of a
-    mixture of that width, number of clusters and dtype, just large enough
-    for its passes to run Numba's kernels (smaller data runs NumPy's forms
-    of them, :func:`~attention_cluster._passes.compiles`): the kernels and
-    their signatures are those of a compiled fit of any size with those
-    three (the passes over a Dask array's blocks run the same kernels on
-    the workers). The fit is thrown away.
+    small mixture of that width, number of clusters and dtype, its passes
+    set to run Numba's kernels (data that small would run NumPy's forms of
+    them, :func:`~attention_cluster._passes.compiles`), and for float32 the
+    same fit in float64, the dtype of the subsamples of larger data: the
+    kernels and their signatures are those of a fit of any size with those
+    three that runs Numba's kernels (the passes over a Dask array's blocks
+    run the same kernels on the workers). The fits are thrown away.
     """
-    rows = max(_ROWS, 20 * n_clusters, -(-_passes._COMPILE_MIN_SIZE // n_features))
+    rows = max(_ROWS, 20 * n_clusters)
     X = make_mixture(rows, n_features, n_clusters, noise=0.3, centroids="random", random_state=0)[0]
-    AttentionClustering(n_clusters, random_state=0).fit(X.astype(dtype))
+    # The subsamples of larger data are float64 copies, whatever X's dtype.
+    for kind in dict.fromkeys([dtype, "float64"]):
+        model = AttentionClustering(n_clusters, random_state=0)
+        rows = model._rows(X.astype(kind), reset=True)
+        rows.compiled = True
+        model._fit_rows(rows)  # closes the rows
 
 
 def warm_up(client=None, *, n_features=10, n_clusters=3, dtype="float64"):

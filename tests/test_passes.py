@@ -5,6 +5,7 @@ small enough that the data span several of them, and a pass on several
 threads must equal the serial one bit for bit.
 """
 
+import contextlib
 import multiprocessing
 import threading
 import tracemalloc
@@ -402,36 +403,42 @@ def test_head_totals_by_blas_match_the_kernel(dtype, weighted, global_random_see
     )
 
 
-@pytest.mark.parametrize("kind", ["dense", "float32", "sparse", "weighted", "free_norms"])
+@pytest.mark.parametrize("kind", ["dense", "float32", "sparse", "weighted", "free_norms", "dask"])
 @pytest.mark.parametrize("regularization", ["pairwise", "product"])
 def test_small_data_fits_as_the_compiled_kernels_do(
     kind, regularization, monkeypatch, global_random_seed
 ):
     # Data below _COMPILE_MIN_SIZE numbers runs NumPy's forms of the kernels
     # (_passes.compiles); the whole fit, forced onto Numba's, is the same to
-    # rounding: centres, labels and soft assignments.
-    import scipy.sparse as sparse_matrix
-
-    from attention_cluster import AttentionClustering
-
+    # rounding: centres, labels and soft assignments. Dask blocks run the
+    # choice made for the whole array.
     X, _, _ = make_mixture(2000, 6, 3, noise=0.4, random_state=global_random_seed)
-    w = None
+    size, w = X.size, None
     if kind == "float32":
         X = X.astype(np.float32)
     elif kind == "sparse":
         X[np.abs(X) < 0.3] = 0.0
-        X = sparse_matrix.csr_matrix(X)
+        X = sp.csr_matrix(X)
+        size = X.nnz
     elif kind == "weighted":
         w = np.random.default_rng(global_random_seed).uniform(0.0, 2.0, X.shape[0])
+    elif kind == "dask":
+        dask = pytest.importorskip("dask")
+        X = pytest.importorskip("dask.array").from_array(X, chunks=(500, -1))
     params = dict(regularization=regularization, random_state=0)
     if kind == "free_norms":
         params["centroid_norms"] = "free"
-    size = X.nnz if kind == "sparse" else X.size
     assert not _passes.compiles(size)
-    small = AttentionClustering(3, **params).fit(X, sample_weight=w)
-    monkeypatch.setattr(_passes, "_COMPILE_MIN_SIZE", 0)
-    compiled = AttentionClustering(3, **params).fit(X, sample_weight=w)
+
+    def fit():
+        model = AttentionClustering(3, **params).fit(X, sample_weight=w)
+        return model, np.asarray(model.labels_), np.asarray(model.predict_proba(X))
+
+    with dask.config.set(scheduler="sync") if kind == "dask" else contextlib.nullcontext():
+        small, labels, proba = fit()
+        monkeypatch.setattr(_passes, "_COMPILE_MIN_SIZE", 0)
+        compiled, labels_compiled, proba_compiled = fit()
     np.testing.assert_allclose(small.cluster_centers_, compiled.cluster_centers_, atol=1e-9)
-    np.testing.assert_array_equal(small.labels_, compiled.labels_)
-    np.testing.assert_allclose(small.predict_proba(X), compiled.predict_proba(X), atol=1e-9)
+    np.testing.assert_array_equal(labels, labels_compiled)
+    np.testing.assert_allclose(proba, proba_compiled, atol=1e-9)
     assert small.n_iter_ == compiled.n_iter_

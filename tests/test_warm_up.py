@@ -52,7 +52,8 @@ def test_invalid_arguments_raise_before_any_work(value, match):
 def test_a_fit_after_the_warm_up_loads_no_kernel():
     # A fresh process (this one has run other fits): after warm_up, float32
     # fits of another size and seed with the same width and clusters, in
-    # memory and of a Dask array, load no kernel; the Dask fit imports no
+    # memory and of a Dask array, large enough to run Numba's kernels
+    # (_passes.compiles), load no kernel; the Dask fit imports no
     # module of Dask's DataFrames (a third of a second) either.
     code = (
         "import json, sys\n"
@@ -62,10 +63,10 @@ def test_a_fit_after_the_warm_up_loads_no_kernel():
         + inspect.getsource(_signatures)
         + "warm_up(n_features=3, n_clusters=2, dtype='float32')\n"
         "before = _signatures()\n"
-        "X = make_mixture(6000, 3, 2, noise=0.4, random_state=1)[0].astype('float32')\n"
+        "X = make_mixture(100000, 3, 2, noise=0.4, random_state=1)[0].astype('float32')\n"
         "AttentionClustering(2, random_state=1).fit(X).predict(X)\n"
         "with dask.config.set(scheduler='sync'):\n"
-        "    AttentionClustering(2, random_state=1).fit(da.from_array(X, chunks=2000))\n"
+        "    AttentionClustering(2, random_state=1).fit(da.from_array(X, chunks=25000))\n"
         "print(json.dumps([before, _signatures(), 'dask.dataframe' in sys.modules]))\n"
     )
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -99,8 +100,9 @@ def test_workers_present_and_joining_later_warm_up(fresh_cluster):
     joined = client.submit(_signatures, workers=[new], pure=False).result()
     assert {"_fused_e_step", "_fused_row_terms", "head_totals", "argmax_rows"} <= set(joined)
     before, mine = client.run(_signatures), _signatures()
-    X = make_mixture(6000, 4, 2, noise=0.4, random_state=0)[0]
-    model = AttentionClustering(2, random_state=0).fit(da.from_array(X, chunks=(1000, -1)))
+    # Data large enough to run Numba's kernels (_passes.compiles).
+    X = make_mixture(70000, 4, 2, noise=0.4, random_state=0)[0]
+    model = AttentionClustering(2, random_state=0).fit(da.from_array(X, chunks=(17500, -1)))
     model.labels_.compute()
     assert client.run(_signatures) == before
     assert _signatures() == mine

@@ -480,15 +480,13 @@ class DenseRows(_Rows):
         K, d = U.shape[1], self.n_features
         inv = 1.0 / self.scale
         if not self.compiled:
-            # Float64 products, as the fused kernel's, and one tile a chunk:
-            # NumPy's softmax pays per call (see _E_TILE).
+            # Float64 products, as the fused kernel's, by the NumPy forms' blocks.
             keys = (beta * inv) * U.T
+            posterior = _numpy_kernels.posterior_columns
 
             def chunk(B, w, lo, hi):
                 B = np.asarray(B, dtype=np.float64)
-                return _blas_e_step(
-                    B, w, keys, log_weights, inv, _numpy_kernels.posterior_columns, B.shape[0]
-                )
+                return _blas_e_step(B, w, keys, log_weights, inv, posterior, _numpy_kernels.BLOCK)
 
         elif _uses_blas(d, K):
             keys = np.ascontiguousarray((beta * inv) * U.T, dtype=self.dtype)

@@ -203,7 +203,8 @@ each pass.
   process of a LocalCluster during a fit).
 - **The first fit.** Each worker process imports `attention_cluster` and
   loads its Numba kernels (compiles them, with an empty cache) at its first
-  task, and the client loads the kernels of the subsample fits it runs in
+  task (for an array of 2^18 numbers or more; a smaller one runs NumPy
+  forms of the kernels, which need no compile), and the client loads the kernels of the subsample fits it runs in
   memory: the first fit on a fresh cluster waits for both (measured in the
   performance page, "Cold start"). `attention_cluster.warm_up(client)` does
   that work beforehand, on the workers and in the client, and registers a

@@ -741,8 +741,12 @@ def render(payload, page, figures):
         lines.append("## Compile time\n")
         lines.append(
             "A fresh process with an empty Numba cache, fitting n=1000, d=10, K=2: the first fit "
-            "compiles the kernels; the compile time is that fit minus a warm fit of the same data. "
-            "With the on-disk cache (the default), later processes load the compiled kernels instead.\n"
+            "compiles the kernels it runs; the compile time is that fit minus a warm fit of the "
+            "same data. Data this small (fewer than 2^18 numbers) runs NumPy forms of the full "
+            "solver's kernels, which need no compile (the performance page's \"Cold start\" "
+            "measures a first fit on both sides of that size); PSGD's kernels are compiled at any "
+            "size. With the on-disk cache (the default), later processes load the compiled "
+            "kernels instead.\n"
         )
         body = [
             [

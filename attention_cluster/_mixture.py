@@ -739,11 +739,12 @@ def refine_heads(
     )
     rho = 0.9
     ems = [_EM(sub, float(sub.norm_moments()[0])) for sub in stages[:-1]] + [_EM(data, mean_sq)]
-    # A subsample stage only starts the next one (see _STAGE_TOL).
-    stage_tol = max(tol, _STAGE_TOL)
+    # A subsample stage only starts the next one (see _STAGE_TOL): all rows
+    # alone are held to tol.
+    tols = [max(tol, _STAGE_TOL)] * (len(ems) - 1) + [tol]
     em = ems[0]
-    p, converged, rho = _run_em(em, p, stage_tol if len(ems) > 1 else tol, max_iter, rho, report)
-    for em, previous in zip(ems[1:], ems[:-1]):
+    p, converged, rho = _run_em(em, p, tols[0], max_iter, rho, report)
+    for em, previous, stage_tol in zip(ems[1:], ems[:-1], tols[1:]):
         rows = previous.data.subsample(rng, max(_JACOBIAN_ROWS, _ROWS_PER_PARAMETER * n_parameters))
         # Only the Jacobian of the EM map on these rows is used, which does
         # not depend on their mean squared norm (see _SplitNewton).
@@ -753,7 +754,7 @@ def refine_heads(
             p,
             jacobian_em,
             p,
-            tol if em is ems[-1] else stage_tol,
+            stage_tol,
             max_iter,
             rho,
             report,

@@ -784,9 +784,9 @@ def _per_head(gain, K):
     return np.ascontiguousarray(np.broadcast_to(np.asarray(gain, dtype=np.float64), (K,)))
 
 
-def _labels(rows, centers, gain, bias):
-    """:meth:`DenseRows.labels` of dense rows, on one thread."""
-    return DenseRows(rows, n_threads=1).labels(centers, gain, bias)
+def _labels(rows, centers, gain, bias, compiled):
+    """:meth:`DenseRows.labels` of dense rows, on one thread, with the whole array's kernels (``compiled``)."""
+    return DenseRows(rows, n_threads=1, compiled=compiled).labels(centers, gain, bias)
 
 
 def _product(rows, left, shift, right):
@@ -1171,6 +1171,7 @@ class DaskRows(_Rows):
             np.asarray(centers, dtype=np.float64),
             _per_head(gain, len(centers)),
             np.asarray(bias, dtype=np.float64),
+            self.compiled,
             dtype=np.intp,
         )
 

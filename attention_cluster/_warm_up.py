@@ -35,8 +35,10 @@ def load_kernels(n_features=10, n_clusters=3, dtype="float64"):
     three that runs Numba's kernels (the passes over a Dask array's blocks
     run the same kernels on the workers). The fits are thrown away.
     """
-    rows = max(_ROWS, 20 * n_clusters)
-    X = make_mixture(rows, n_features, n_clusters, noise=0.3, centroids="random", random_state=0)[0]
+    n_samples = max(_ROWS, 20 * n_clusters)
+    X = make_mixture(
+        n_samples, n_features, n_clusters, noise=0.3, centroids="random", random_state=0
+    )[0]
     # The subsamples of larger data are float64 copies, whatever X's dtype.
     for kind in dict.fromkeys([dtype, "float64"]):
         model = AttentionClustering(n_clusters, random_state=0)

@@ -806,7 +806,7 @@ def posterior_columns(P, log_weights, weights, counts):
 
 @njit(cache=True, fastmath=FASTMATH)
 def pair_angle(yj, yk, weight):
-    """Angle theta minimising ``sum_i weight_i (a_ij a_ik)^2`` over plane rotations.
+    """Angle theta minimising ``sum_i weight_i (a_ij a_ik)^2`` over plane rotations, and the drop.
 
     After rotating columns j, k by theta, ``a_j a_k = cos(2 theta) p +
     sin(2 theta) q`` with ``p = y_j y_k`` and ``q = (y_k^2 - y_j^2) / 2``, so
@@ -815,7 +815,9 @@ def pair_angle(yj, yk, weight):
     2theta)``, minimised along its eigenvector of smallest eigenvalue, at
     angle ``phi = atan2(-2B, C - A) / 2`` (the Jacobi step of kurtosis-based
     ICA). Returns ``theta = phi / 2``, the smallest such rotation, in
-    [-pi/4, pi/4].
+    [-pi/4, pi/4], and the criterion's drop ``A - lambda_min = (A - C) / 2
+    + sqrt(((A - C) / 2)^2 + B^2)`` from its value at theta = 0 (A) to its
+    minimum (``math.md`` section 3, the spectral start).
     """
     A = 0.0
     B = 0.0
@@ -826,7 +828,8 @@ def pair_angle(yj, yk, weight):
         A += weight[i] * p * p
         B += weight[i] * p * q
         C += weight[i] * q * q
-    return 0.25 * np.arctan2(-2.0 * B, C - A)
+    half = 0.5 * (A - C)
+    return 0.25 * np.arctan2(-2.0 * B, C - A), half + np.sqrt(half * half + B * B)
 
 
 def rotation_criterion(YT, weight, product):
@@ -843,15 +846,20 @@ def rotation_criterion(YT, weight, product):
     return float(weight @ (0.5 * (np.sum(sq, axis=0) ** 2 - np.sum(sq * sq, axis=0))))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def rotate_pair(YT, R, j, k, weight, w):
     """One Jacobi step: rows j, k of ``YT`` and columns j, k of ``R`` turned
-    by the pair's exact 1-D minimiser (:func:`pair_angle`); returns the angle.
+    by the pair's exact 1-D minimiser (:func:`pair_angle`); returns the angle
+    and the regulariser's drop.
 
     Given a buffer ``w`` (product regulariser), the pair's weights are
     ``weight`` times the other rows' ``prod_m a_m^2``, formed in ``w``;
     with ``w`` None, ``weight`` (Numba prunes the other branch before
-    compiling, so the pairwise start compiles only its own).
+    compiling, so the pairwise start compiles only its own). The drop of the
+    pair's criterion is the whole regulariser's (``math.md`` section 3): the
+    rotation keeps ``a_j^2 + a_k^2``, so the pairs (j, m) and (k, m) of the
+    pairwise regulariser keep their sum, and the product's other factors
+    are the pair's weights.
     """
     K, n = YT.shape
     yj = YT[j]
@@ -863,9 +871,9 @@ def rotate_pair(YT, R, j, k, weight, w):
             if m != j and m != k:
                 for i in range(n):
                     w[i] *= YT[m, i] * YT[m, i]
-        theta = pair_angle(yj, yk, w)
+        theta, drop = pair_angle(yj, yk, w)
     else:
-        theta = pair_angle(yj, yk, weight)
+        theta, drop = pair_angle(yj, yk, weight)
     c = np.cos(theta)
     s = np.sin(theta)
     for i in range(n):
@@ -878,22 +886,61 @@ def rotate_pair(YT, R, j, k, weight, w):
         b = R[i, k]
         R[i, j] = c * a + s * b
         R[i, k] = -s * a + c * b
-    return theta
+    return theta, drop
 
 
-def jacobi_rotation(Y, weight, product, max_sweeps, tol, rtol, rotate=rotate_pair):
+# Pairs of heads are turned in parallel from this many heads on (pairwise
+# regulariser only), in _BLOCKS blocks of heads (see pair_schedule).
+_PARALLEL_HEADS = 32
+_BLOCKS = 8
+
+
+def pair_schedule(K, product):
+    """The pairs (j, k) of one sweep, as rounds of tasks that touch disjoint heads.
+
+    Each round is a list of tasks, each task a list of pairs; the tasks of
+    a round turn disjoint columns, so they may run on different threads in
+    any order and give the same result. Below ``_PARALLEL_HEADS`` heads, and
+    for the product regulariser (whose pair weights read every other
+    column), one task of all pairs in cyclic order. From there on the heads
+    are cut into ``_BLOCKS`` blocks: a first round turns the pairs inside
+    each block, then the round-robin tournament of the blocks (the circle
+    method) turns every pair of blocks once, ``_BLOCKS / 2`` disjoint
+    pairings per round (disjoint pairwise steps commute, ``math.md``
+    section 3). Within a task the pairs keep the cyclic order, so a
+    column stays in cache across its consecutive pairs. The schedule
+    depends on K only, never on the number of threads.
+    """
+    if product or K < _PARALLEL_HEADS:
+        return [[[(j, k) for j in range(K - 1) for k in range(j + 1, K)]]]
+    edges = np.linspace(0, K, _BLOCKS + 1).astype(np.int64)
+    blocks = [range(edges[b], edges[b + 1]) for b in range(_BLOCKS)]
+    rounds = [[[(j, k) for j in block for k in block if j < k] for block in blocks]]
+    order = list(range(_BLOCKS))
+    for _ in range(_BLOCKS - 1):
+        pairings = [sorted((order[i], order[-1 - i])) for i in range(_BLOCKS // 2)]
+        rounds.append([[(j, k) for j in blocks[a] for k in blocks[b]] for a, b in pairings])
+        order = [order[0], order[-1], *order[1:-1]]
+    return rounds
+
+
+def jacobi_rotation(Y, weight, product, max_sweeps, tol, rtol, rotate=rotate_pair, map_tasks=None):
     """Rotation R (K x K) such that ``Y R`` minimises the regulariser, by Jacobi sweeps.
 
-    Sweeps over the pairs of columns (j, k) in order, each rotated by its
-    exact 1-D minimiser (:func:`rotate_pair`), until the largest angle of a
-    sweep is below ``tol`` or, when ``rtol > 0``, a sweep lowered the
-    regulariser (:func:`rotation_criterion`) by at most ``rtol`` of its
-    value: where the criterion is flat in some planes (the noise's
+    Sweeps over the pairs of columns (j, k) (:func:`pair_schedule`), each
+    rotated by its exact 1-D minimiser (:func:`rotate_pair`), until the
+    largest angle of a sweep is below ``tol`` or, when ``rtol > 0``, a sweep
+    lowered the regulariser (:func:`rotation_criterion`) by at most ``rtol``
+    of its value: where the criterion is flat in some planes (the noise's
     directions) the angles there stay ill-determined long after the
-    criterion has settled. With ``product`` the pair (j, k) is weighted by
-    the other columns' ``prod_m a_m^2``; else the pairwise criterion. ``Y``
-    (n x K, float64) is rotated in place. ``rotate`` is the pair's step:
-    :func:`rotate_pair`, or its NumPy form (``_numpy_kernels``) on small data.
+    criterion has settled. The regulariser is computed once; each sweep
+    lowers it by the sum of its pairs' drops (:func:`rotate_pair`). With
+    ``product`` the pair (j, k) is weighted by the other columns' ``prod_m
+    a_m^2``; else the pairwise criterion. ``Y`` (n x K, float64) is rotated
+    in place. ``rotate`` is the pair's step: :func:`rotate_pair`, or its
+    NumPy form (``_numpy_kernels``) on small data. ``map_tasks(fn, tasks)``
+    runs ``fn(*task)`` for each task (a thread pool's map; None: in turn):
+    the tasks of a round of the schedule turn disjoint heads.
 
     The sweeps are driven from Python and the kernels allocate nothing: one
     kernel that allocated its buffers and ran the sweeps itself took longer
@@ -907,19 +954,27 @@ def jacobi_rotation(Y, weight, product, max_sweeps, tol, rtol, rotate=rotate_pai
     weight = np.ascontiguousarray(weight, dtype=np.float64)
     # The product regulariser's pair weights (two heads: the pairwise criterion).
     w = np.empty(Y.shape[0]) if product and K > 2 else None
-    previous = np.inf
-    for sweep in range(max_sweeps):
-        if rtol > 0.0:
-            criterion = rotation_criterion(YT, weight, product)
-            if sweep > 0 and previous - criterion <= rtol * previous:
-                break
-            previous = criterion
-        largest = 0.0
-        for j in range(K - 1):
-            for k in range(j + 1, K):
-                theta = rotate(YT, R, j, k, weight, w)
-                largest = max(largest, abs(theta))
-        if largest < tol:
+    schedule = pair_schedule(K, product)
+
+    def turn(pairs):
+        largest = dropped = 0.0
+        for j, k in pairs:
+            theta, drop = rotate(YT, R, j, k, weight, w)
+            largest = max(largest, abs(theta))
+            dropped += drop
+        return largest, dropped
+
+    if map_tasks is None:
+        map_tasks = lambda fn, tasks: [fn(*t) for t in tasks]  # noqa: E731
+    value = rotation_criterion(YT, weight, product) if rtol > 0.0 else 0.0
+    for _ in range(max_sweeps):
+        largest = dropped = 0.0
+        for tasks in schedule:
+            for task_largest, task_dropped in map_tasks(turn, [(pairs,) for pairs in tasks]):
+                largest = max(largest, task_largest)
+                dropped += task_dropped
+        if largest < tol or (rtol > 0.0 and dropped <= rtol * value):
             break
+        value -= dropped
     Y[:] = YT.T
     return R

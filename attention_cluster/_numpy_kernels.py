@@ -146,7 +146,8 @@ def rotate_pair(YT, R, j, k, weight, w):
 
     The pair's exact 1-D minimiser (:func:`._kernels.pair_angle`, its sums
     by NumPy); given a buffer ``w`` (product regulariser) the pair's weights
-    are ``weight`` times the other rows' ``prod_m a_m^2``. Returns the angle.
+    are ``weight`` times the other rows' ``prod_m a_m^2``. Returns the angle
+    and the regulariser's drop.
     """
     if w is not None:
         others = np.delete(YT, [j, k], axis=0)
@@ -155,12 +156,14 @@ def rotate_pair(YT, R, j, k, weight, w):
     p = a * b
     q = 0.5 * (b * b - a * a)
     wp = weight * p
-    theta = 0.25 * np.arctan2(-2.0 * float(wp @ q), float((weight * q) @ q) - float(wp @ p))
+    A, B, C = float(wp @ p), float(wp @ q), float((weight * q) @ q)
+    theta = 0.25 * np.arctan2(-2.0 * B, C - A)
+    half = 0.5 * (A - C)
     co, si = np.cos(theta), np.sin(theta)
     YT[j] = co * a + si * b
     YT[k] = co * b - si * a
     R[:, [j, k]] = R[:, [j, k]] @ np.array([[co, -si], [si, co]])
-    return theta
+    return theta, half + np.sqrt(half * half + B * B)
 
 
 def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):

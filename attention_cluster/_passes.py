@@ -168,6 +168,15 @@ class _Rows:
         """The module of the chunk kernels its passes run: Numba's, or NumPy's forms."""
         return _kernels if self.compiled else _numpy_kernels
 
+    def map_tasks(self, fn, tasks):
+        """``[fn(*task) for task in tasks]``, on the rows' threads where they have a pool.
+
+        For work on the rows' own scale that is not a pass (the Jacobi sweeps
+        of the start turn disjoint pairs of heads in parallel); ``fn`` must
+        release the GIL to gain from the threads.
+        """
+        return [fn(*task) for task in tasks]
+
     def prepare_subsamples(self, seed, size):
         """Draw every later subsample of at most ``size`` rows from one nested draw.
 
@@ -304,6 +313,9 @@ class DenseRows(_Rows):
         """Rows lo..hi as the passes see them (centred, unscaled)."""
         B = self._X[lo:hi]
         return B - self._offset if self._offset.size else B
+
+    def map_tasks(self, fn, tasks):
+        return self._pool.map(fn, tasks)
 
     def _map(self, fn):
         """``fn(rows, weights, lo, hi)`` on every chunk, results in chunk order."""

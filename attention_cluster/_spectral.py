@@ -45,7 +45,7 @@ _SWEEP_TOL = 1e-6
 _SWEEP_RTOL = 1e-4
 
 
-def _rotate_frame(Y, weight, regularization, kernels):
+def _rotate_frame(Y, weight, regularization, rows):
     """Rotation R (K x K) such that ``Y R`` minimises the regulariser.
 
     Jacobi sweeps over the pairs of heads, each an exact 1-D minimisation
@@ -55,14 +55,21 @@ def _rotate_frame(Y, weight, regularization, kernels):
     a_k^4``: kurtosis-based ICA restricted to the span (``math.md`` section
     3: the regulariser picks the directions inside the span). The pair (j,
     k) of the product regulariser is weighted by the other heads' ``prod
-    a_m^2``; None uses the pairwise criterion. ``kernels``: the module whose
-    ``rotate_pair`` turns each pair (that of the rows' passes, their
-    ``kernels``).
+    a_m^2``; None uses the pairwise criterion. ``rows``: the data object
+    whose rows gave ``Y``; its ``kernels`` turn each pair (``rotate_pair``)
+    and its threads the disjoint pairs of a round (``map_tasks``).
     """
     Y = np.array(Y, dtype=np.float64, order="C")
     weight = np.ascontiguousarray(weight, dtype=np.float64)
     return _kernels.jacobi_rotation(
-        Y, weight, regularization == "product", 100, _SWEEP_TOL, _SWEEP_RTOL, kernels.rotate_pair
+        Y,
+        weight,
+        regularization == "product",
+        100,
+        _SWEEP_TOL,
+        _SWEEP_RTOL,
+        rows.kernels.rotate_pair,
+        rows.map_tasks,
     )
 
 
@@ -73,7 +80,7 @@ def spectral_heads(rows, moment, n_clusters, regularization, rng):
     V = np.linalg.eigh(moment)[1][:, ::-1][:, :k]
     if k > 1:
         weight = np.ones(rows.n_samples) if rows.sample_weight is None else rows.sample_weight
-        V = V @ _rotate_frame(rows.project(V), weight, regularization, rows.kernels)
+        V = V @ _rotate_frame(rows.project(V), weight, regularization, rows)
     if n_clusters > d:
         V = np.hstack([V, random_heads(rng, d, n_clusters - d)])
     return V

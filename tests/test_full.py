@@ -319,7 +319,7 @@ def test_pair_angle_finds_the_exact_minimiser(theta, seed):
     rng = np.random.default_rng(seed)
     Y = rng.standard_normal((200, 2)) * [1.0, 0.5] + rng.standard_normal(2)
     weight = rng.random(200)
-    best = _kernels.pair_angle(Y[:, 0].copy(), Y[:, 1].copy(), weight)
+    best, drop = _kernels.pair_angle(Y[:, 0].copy(), Y[:, 1].copy(), weight)
 
     def criterion(t):
         a = Y @ np.array([[np.cos(t), -np.sin(t)], [np.sin(t), np.cos(t)]])
@@ -327,6 +327,8 @@ def test_pair_angle_finds_the_exact_minimiser(theta, seed):
 
     assert abs(best) <= np.pi / 4 + 1e-12
     assert criterion(best) <= criterion(theta) + 1e-9 * criterion(theta)
+    # The drop is the criterion's, from theta = 0 to the minimiser.
+    assert drop == pytest.approx(criterion(0.0) - criterion(best), rel=1e-9, abs=1e-12)
 
 
 @pytest.mark.parametrize("regularization", REGULARIZATIONS)
@@ -517,7 +519,7 @@ def _jacobi_input(seed, K):
 
 
 @settings(max_examples=20, deadline=None)
-@given(seed=st.integers(0, 2**16), K=st.integers(2, 5), product=st.booleans())
+@given(seed=st.integers(0, 2**16), K=st.sampled_from([2, 3, 4, 5, 34]), product=st.booleans())
 def test_jacobi_rotation_reaches_a_fixed_point_of_the_pair_steps(seed, K, product):
     # After the sweeps R is a rotation, Y R is what the kernel left in Y,
     # and no rotation of a pair of columns lowers that pair's criterion
@@ -564,8 +566,60 @@ def test_rotation_criterion_matches_the_regulariser(seed, K, product):
     )
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(seed=st.integers(0, 2**16), K=st.integers(2, 6), product=st.booleans())
+def test_a_pair_step_drops_the_regulariser_by_what_it_returns(seed, K, product):
+    # The drop of one pair's step is the whole regulariser's (math.md section
+    # 3): the sweeps track the regulariser by these drops.
+    Y, weight = _jacobi_input(seed, K)
+    YT, R = np.ascontiguousarray(Y.T), np.eye(K)
+    w = np.empty(Y.shape[0]) if product and K > 2 else None
+    for j in range(K - 1):
+        for k in range(j + 1, K):
+            before = _regulariser(YT.T, weight, product)
+            _, drop = _kernels.rotate_pair(YT, R, j, k, weight, w)
+            after = _regulariser(YT.T, weight, product)
+            assert drop >= 0.0
+            assert drop == pytest.approx(before - after, rel=1e-8, abs=1e-10 * before)
+
+
+@pytest.mark.parametrize("K", [2, 7, 31, 32, 45, 200], ids=str)
+@pytest.mark.parametrize("product", [False, True], ids=["pairwise", "product"])
+def test_a_sweeps_schedule_turns_every_pair_once_in_rounds_of_disjoint_tasks(K, product):
+    schedule = _kernels.pair_schedule(K, product)
+    pairs = [pair for tasks in schedule for pairs in tasks for pair in pairs]
+    assert sorted(pairs) == [(j, k) for j in range(K - 1) for k in range(j + 1, K)]
+    for tasks in schedule:
+        heads = [{h for pair in pairs for h in pair} for pairs in tasks]
+        assert sum(map(len, heads)) == len(set().union(*heads))
+    # Few heads, or the product's pair weights (every other column): one task.
+    assert (len(schedule) == 1) == (product or K < 32)
+
+
+@pytest.mark.parametrize("product", [False, True], ids=["pairwise", "product"])
+def test_jacobi_rotation_on_threads_is_the_rotation_on_one(product):
+    # A round's tasks turn disjoint heads: run on a pool of threads, in any
+    # order, the sweeps give the rotation of the serial run, bit for bit.
+    from concurrent.futures import ThreadPoolExecutor
+
+    Y, weight = _jacobi_input(3, 40)
+    serial = Y.copy()
+    R = _kernels.jacobi_rotation(serial, weight, product, 6, 1e-9, 1e-6)
+    with ThreadPoolExecutor(3) as pool:
+
+        def map_tasks(fn, tasks):
+            return list(pool.map(lambda t: fn(*t), tasks[::-1]))[::-1]
+
+        threaded = Y.copy()
+        R_threads = _kernels.jacobi_rotation(
+            threaded, weight, product, 6, 1e-9, 1e-6, map_tasks=map_tasks
+        )
+    np.testing.assert_array_equal(R_threads, R)
+    np.testing.assert_array_equal(threaded, serial)
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**16), K=st.sampled_from([2, 3, 4, 5, 6, 33]), product=st.booleans())
 def test_jacobi_rotation_stops_on_the_regulariser_settling(seed, K, product):
     # With rtol the sweeps stop after the first one that lowers the
     # regulariser by at most rtol of its value; the sweeps are deterministic,

@@ -301,8 +301,9 @@ def test_numpy_rotate_pair_matches_the_kernel(seed, K, product):
     YT_np, R, R_np = YT.copy(), np.eye(K), np.eye(K)
     for j in range(K - 1):
         for k in range(j + 1, K):
-            theta = kern.rotate_pair(YT, R, j, k, weight, w)
-            theta_np = _numpy_kernels.rotate_pair(YT_np, R_np, j, k, weight, w)
+            theta, drop = kern.rotate_pair(YT, R, j, k, weight, w)
+            theta_np, drop_np = _numpy_kernels.rotate_pair(YT_np, R_np, j, k, weight, w)
             assert theta_np == pytest.approx(theta, rel=1e-9, abs=1e-12)
+            assert drop_np == pytest.approx(drop, rel=1e-9, abs=1e-12)
     np.testing.assert_allclose(YT_np, YT, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(R_np, R, rtol=1e-9, atol=1e-12)

@@ -680,9 +680,7 @@ def _blas_head_totals(B, w, U):
     and adds ``w <x, mu_h>`` to that head's total. ``w`` of length 0 means
     unit weights.
     """
-    P = B @ U
-    best = np.argmax(np.abs(P), axis=1)
-    top = P[np.arange(P.shape[0]), best]
+    best, top = _numpy_kernels.abs_argmax_rows(B @ U)
     return np.bincount(best, weights=top * w if w.size else top, minlength=U.shape[1])
 
 

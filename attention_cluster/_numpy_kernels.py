@@ -32,6 +32,7 @@ __all__ = [
     "posterior_columns",
     "projected_row_terms",
     "rotate_pair",
+    "scaled_blocks",
 ]
 
 
@@ -237,29 +238,40 @@ def rotate_pair(YT, R, j, k, weight, w):
     return theta
 
 
-def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
+def scaled_blocks(X, inv_scale):
+    """The blocks of :func:`exact_row_terms`: per ``BLOCK`` rows, ``(XT, nrm)``.
+
+    ``XT`` (d x block, float64) is the block's rows ``x / s`` transposed and
+    ``nrm`` their squared norms: they depend on the rows alone, so a caller
+    that evaluates the risk again on the same rows (the exact solver's
+    steps) keeps them (``_passes.DenseRows.exact_terms``).
+    """
+    blocks = []
+    for lo in range(0, X.shape[0], BLOCK):
+        XT = np.asarray(X[lo : lo + BLOCK], dtype=np.float64).T * inv_scale
+        blocks.append((XT, np.einsum("ji,ji->i", XT, XT)))
+    return blocks
+
+
+def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P, blocks=None):
     """:func:`._kernels.exact_row_terms`: the exact risk's per-row part and its gradient's sums, one chunk.
 
     By blocks of ``BLOCK`` rows: the projections ``A = X U / s``, ``G = X M
     U / s`` and the sums ``C^T X`` by BLAS, the row terms by
     :func:`_row_terms`; adds the sums to ``P`` (3K x d) and returns the
-    weighted sum of the terms. Float64 whatever X's dtype.
+    weighted sum of the terms. Float64 whatever X's dtype. ``blocks``: the
+    chunk's :func:`scaled_blocks`, if kept (None: formed here).
     """
+    if blocks is None:
+        blocks = scaled_blocks(X, inv_scale)
     K = U.shape[1]
     keys = np.vstack([U.T, MU.T])
     total = 0.0
-    for lo in range(0, X.shape[0], BLOCK):
-        XT = np.asarray(X[lo : lo + BLOCK], dtype=np.float64).T * inv_scale
+    for i, (XT, nrm) in enumerate(blocks):
+        lo = i * BLOCK
         AG = keys @ XT  # A^T over G^T, one product
         part, CT = _row_terms(
-            AG[:K],
-            AG[K:],
-            np.einsum("ji,ji->i", XT, XT),
-            w[lo : lo + BLOCK] if w.size else w,
-            c,
-            lm1,
-            reg,
-            rho,
+            AG[:K], AG[K:], nrm, w[lo : lo + BLOCK] if w.size else w, c, lm1, reg, rho
         )
         total += part
         P += CT @ XT.T

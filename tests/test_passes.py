@@ -327,6 +327,36 @@ def test_centred_rows_read_as_a_centred_copy(seed, dtype, weighted):
     same(drawn, copy.draw(state.copy(), np.empty((50, 5))))
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+def test_kept_scaled_blocks_follow_the_rows(weighted, global_random_seed):
+    # NumPy's forms keep each chunk's scaled blocks between evaluations of
+    # the exact risk: a second evaluation gives the first's numbers, and a
+    # rescaled or centred copy made after one (its rows differ) gives those
+    # of a fresh object on its rows.
+    rng = np.random.default_rng(global_random_seed)
+    X = rng.standard_normal((3 * 4096 + 55, 5)) + 1.0
+    w = rng.uniform(0.5, 2.0, X.shape[0]) if weighted else None
+    U = np.linalg.qr(rng.standard_normal((5, 3)))[0]
+    MU = rng.standard_normal((5, 3))
+
+    def terms(rows):
+        return rows.exact_terms(U, MU, 0.1, 9.0, 1, 0.1)
+
+    def same(a, b):
+        assert a[0] == b[0]
+        np.testing.assert_array_equal(a[1], b[1])
+
+    rows = DenseRows(X, w, scale=1.7, n_threads=1, compiled=False)
+    first = terms(rows)
+    same(terms(rows), first)
+    same(first, terms(DenseRows(X, w, scale=1.7, n_threads=1, compiled=False)))
+    rescaled, centred = rows.rescaled(0.6), rows.centred(X.mean(axis=0))
+    same(terms(rescaled), terms(DenseRows(X, w, scale=0.6, n_threads=1, compiled=False)))
+    fresh = DenseRows(X, w, scale=1.7, n_threads=1, compiled=False).centred(X.mean(axis=0))
+    same(terms(centred), terms(fresh))
+    assert not np.isclose(terms(rescaled)[0], first[0])
+
+
 def test_a_centred_fit_never_copies_X():
     # The traced peak of a centred fit stays far below the size of X (the
     # centring happens chunk by chunk, the subsamples are small).

@@ -16,9 +16,10 @@ import scipy.sparse as sp
 from hypothesis import given
 from hypothesis import strategies as st
 from reference import head_signs, mixture_e_step
+from sklearn.utils import check_random_state
 
 from attention_cluster import AttentionClustering, _passes
-from attention_cluster._draws import nested_rows
+from attention_cluster._draws import first_draw, nested_rows
 from attention_cluster._passes import DenseRows, SparseRows, rows_of
 from attention_cluster.datasets import make_mixture
 
@@ -230,6 +231,20 @@ def test_nested_rows_are_nested_and_do_not_depend_on_the_chunks(n, fractions, cu
     np.testing.assert_array_equal(np.concatenate([k for _, k in pieces]), keys)
     fewer, _ = nested_rows(seed, n, 0, n, small)
     np.testing.assert_array_equal(fewer, rows[keys < np.float32(small)])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2**32 - 1, np.int64(12345)], ids=str)
+def test_first_draw_is_that_of_check_random_state(seed):
+    # An int's draw is kept (the same number every call); a generator is
+    # advanced by the one draw, as check_random_state(...).randint would.
+    expected = check_random_state(seed).randint(2**31 - 1)
+    assert first_draw(seed, 2**31 - 1) == expected
+    assert first_draw(seed, 2**31 - 1) == expected
+    generator, twin = np.random.RandomState(7), np.random.RandomState(7)
+    assert first_draw(generator, 1000) == twin.randint(1000)
+    assert generator.randint(1000) == twin.randint(1000)
+    with pytest.raises(ValueError, match="Seed must be between"):
+        first_draw(-1, 10)
 
 
 def test_nested_rows_draw_each_row_with_its_fraction():

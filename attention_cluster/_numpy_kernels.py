@@ -20,12 +20,19 @@ from ._kernels import REG_PAIRWISE, REG_PRODUCT
 # several times as much per row.
 BLOCK = 4096
 
+# Heads up to which the argmax of a row runs by columns (see argmax_rows):
+# at 20000 rows the columns take a third of np.argmax's time at 2 or 3
+# heads, half at 10, as much at about 30.
+_COLUMN_HEADS = 16
+
 __all__ = [
+    "abs_argmax_rows",
     "argmax_rows",
     "exact_row_terms",
     "posterior_columns",
     "projected_row_terms",
     "rotate_pair",
+    "scaled_blocks",
 ]
 
 
@@ -94,22 +101,38 @@ def _row_terms(AT, GT, nrm, w, c, lm1, reg, rho):
     """:func:`projected_row_terms` on the transposed projections ``AT``, ``GT`` (K x n).
 
     Returns ``(total, CT)``, CT (3K x n) the transposed coefficients: every
-    operation runs along a row of n numbers, as the kernel's loops do.
+    operation runs along a row of n numbers, as the kernel's loops do. The
+    three parts of CT are one product of the rows ``(alpha, beta, w nrm)``
+    with ``AT``; unit weights multiply nothing.
     """
     K, n = AT.shape
-    W = np.ones(n) if w.size == 0 else np.asarray(w, dtype=np.float64)
+    unit = w.size == 0
+    W = np.ones(n) if unit else np.asarray(w, dtype=np.float64)
     Q = AT * AT
     s = Q.sum(axis=0)
     h = np.einsum("ki,ki->i", AT, GT)
     e = 1.0 - c * s
-    total = float(W @ (e * e * nrm - 2.0 * c * lm1 * e * h))
-    alpha = W * (-4.0 * c * e * nrm + 4.0 * c * c * lm1 * h)
-    beta = W * (-2.0 * c * lm1 * e)
-    CT = np.empty((3 * K, n))
-    np.multiply(AT, alpha, out=CT[:K])
-    CT[:K] += GT * beta
-    np.multiply(AT, beta, out=CT[K : 2 * K])
-    np.multiply(AT, W * nrm, out=CT[2 * K :])
+    coef = np.empty((3, n))
+    alpha, beta, wn = coef
+    # 2c(L-1) e; beta is minus it (times w): (-2c)(L-1) = -(2c(L-1)) exactly.
+    ke = (2.0 * c * lm1) * e
+    terms = e * e
+    terms *= nrm
+    terms -= ke * h
+    total = float(W @ terms)
+    np.multiply(-4.0 * c * e, nrm, out=alpha)
+    alpha += (4.0 * c * c * lm1) * h
+    np.negative(ke, out=beta)
+    if unit:
+        wn[:] = nrm
+    else:
+        alpha *= W
+        beta *= W
+        np.multiply(W, nrm, out=wn)
+    # (alpha a, beta a, w nrm a), then beta g added to the first.
+    CT = (coef[:, None, :] * AT).reshape(3 * K, n)
+    first = CT[:K]
+    first += GT * beta
     if reg == REG_PAIRWISE:
         # r = sum_k q_k (q_0 + ... + q_{k-1}), q = a^2: non-negative terms
         # only, no cancellation; dr/dmu_k = 2 a_k (s - q_k) x.
@@ -119,26 +142,66 @@ def _row_terms(AT, GT, nrm, w, c, lm1, reg, rho):
             r += Q[k] * partial
             partial += Q[k]
         total += rho * float(W @ r)
-        CT[:K] += (2.0 * rho * W) * AT * (s - Q)
+        grad = (2.0 * rho) * AT if unit else (2.0 * rho * W) * AT
+        grad *= np.subtract(s, Q, out=Q)
+        first += grad
     elif reg == REG_PRODUCT:
         # r = prod_k q_k; dr/dmu_k = 2 a_k prod_{j != k} q_j x, from prefix
         # and suffix products (no division).
         prefix = np.empty((K, n))
         prefix[0] = 1.0
         for k in range(1, K):
-            prefix[k] = prefix[k - 1] * Q[k - 1]
+            np.multiply(prefix[k - 1], Q[k - 1], out=prefix[k])
         suffix = np.ones(n)
         for k in range(K - 1, -1, -1):
             prefix[k] *= suffix
             suffix = suffix * Q[k]
         total += rho * float(W @ suffix)
-        CT[:K] += (2.0 * rho * W) * AT * prefix
+        grad = (2.0 * rho) * AT if unit else (2.0 * rho * W) * AT
+        grad *= prefix
+        first += grad
     return total, CT
 
 
 def argmax_rows(scores, gain, bias, out):
-    """:func:`._kernels.argmax_rows`: ``out[i] = argmax_h gain_h scores[i, h] + bias_h``, ties to the first head."""
-    np.argmax(scores * gain + bias, axis=1, out=out)
+    """:func:`._kernels.argmax_rows`: ``out[i] = argmax_h gain_h scores[i, h] + bias_h``, ties to the first head.
+
+    Up to ``_COLUMN_HEADS`` heads by columns (a running maximum, a head
+    taking a row only when strictly above it): ``np.argmax`` along rows of
+    a few numbers costs a call per row. Finite scores.
+    """
+    K = scores.shape[1]
+    if K > _COLUMN_HEADS:
+        np.argmax(scores * gain + bias, axis=1, out=out)
+        return
+    top = scores[:, 0] * gain[0] + bias[0]
+    out[:] = 0
+    for k in range(1, K):
+        column = scores[:, k] * gain[k] + bias[k]
+        np.copyto(out, k, where=column > top)
+        np.maximum(top, column, out=top)
+
+
+def abs_argmax_rows(P):
+    """``(best, top)``: per row of ``P`` (n x K) the head of largest ``|P|`` (ties to the first) and its entry.
+
+    As :func:`argmax_rows`, by columns up to ``_COLUMN_HEADS`` heads.
+    """
+    n, K = P.shape
+    if K > _COLUMN_HEADS:
+        best = np.argmax(np.abs(P), axis=1)
+        return best, P[np.arange(n), best]
+    top = P[:, 0].copy()
+    size = np.abs(top)
+    best = np.zeros(n, dtype=np.intp)
+    for k in range(1, K):
+        column = P[:, k]
+        column_size = np.abs(column)
+        wins = column_size > size
+        np.copyto(best, k, where=wins)
+        np.copyto(top, column, where=wins)
+        np.maximum(size, column_size, out=size)
+    return best, top
 
 
 def rotate_pair(YT, R, j, k, weight, w):
@@ -146,49 +209,71 @@ def rotate_pair(YT, R, j, k, weight, w):
 
     The pair's exact 1-D minimiser (:func:`._kernels.pair_angle`, its sums
     by NumPy); given a buffer ``w`` (product regulariser) the pair's weights
-    are ``weight`` times the other rows' ``prod_m a_m^2``. Returns the angle
-    and the regulariser's drop.
+    are ``weight`` times the other rows' ``prod_m a_m^2``, formed in ``w``.
+    Returns the angle and the regulariser's drop. The rows turn in place.
     """
     if w is not None:
-        others = np.delete(YT, [j, k], axis=0)
-        weight = weight * np.prod(others * others, axis=0)
-    a, b = YT[j].copy(), YT[k].copy()
+        others = None
+        for m in range(YT.shape[0]):
+            if m != j and m != k:
+                if others is None:
+                    others = YT[m] * YT[m]
+                else:
+                    others *= YT[m] * YT[m]
+        weight = np.multiply(weight, others, out=w)
+    a, b = YT[j], YT[k]
     p = a * b
-    q = 0.5 * (b * b - a * a)
+    q = b * b
+    q -= a * a
+    q *= 0.5
     wp = weight * p
     A, B, C = float(wp @ p), float(wp @ q), float((weight * q) @ q)
     theta = 0.25 * np.arctan2(-2.0 * B, C - A)
     half = 0.5 * (A - C)
     co, si = np.cos(theta), np.sin(theta)
-    YT[j] = co * a + si * b
-    YT[k] = co * b - si * a
+    turned = co * a
+    turned += si * b
+    b *= co
+    b -= si * a
+    a[:] = turned
     R[:, [j, k]] = R[:, [j, k]] @ np.array([[co, -si], [si, co]])
     return theta, half + np.sqrt(half * half + B * B)
 
 
-def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
+def scaled_blocks(X, inv_scale):
+    """The blocks of :func:`exact_row_terms`: per ``BLOCK`` rows, ``(XT, nrm)``.
+
+    ``XT`` (d x block, float64) is the block's rows ``x / s`` transposed and
+    ``nrm`` their squared norms: they depend on the rows alone, so a caller
+    that evaluates the risk again on the same rows (the exact solver's
+    steps) keeps them (``_passes.DenseRows.exact_terms``).
+    """
+    blocks = []
+    for lo in range(0, X.shape[0], BLOCK):
+        XT = np.asarray(X[lo : lo + BLOCK], dtype=np.float64).T * inv_scale
+        blocks.append((XT, np.einsum("ji,ji->i", XT, XT)))
+    return blocks
+
+
+def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P, blocks=None):
     """:func:`._kernels.exact_row_terms`: the exact risk's per-row part and its gradient's sums, one chunk.
 
     By blocks of ``BLOCK`` rows: the projections ``A = X U / s``, ``G = X M
     U / s`` and the sums ``C^T X`` by BLAS, the row terms by
     :func:`_row_terms`; adds the sums to ``P`` (3K x d) and returns the
-    weighted sum of the terms. Float64 whatever X's dtype.
+    weighted sum of the terms. Float64 whatever X's dtype. ``blocks``: the
+    chunk's :func:`scaled_blocks`, if kept (None: formed here).
     """
+    if blocks is None:
+        blocks = scaled_blocks(X, inv_scale)
     K = U.shape[1]
     keys = np.vstack([U.T, MU.T])
     total = 0.0
-    for lo in range(0, X.shape[0], BLOCK):
-        XT = np.asarray(X[lo : lo + BLOCK], dtype=np.float64).T * inv_scale
+    for i, (XT, nrm) in enumerate(blocks):
+        lo = i * BLOCK
         AG = keys @ XT  # A^T over G^T, one product
         part, CT = _row_terms(
-            AG[:K],
-            AG[K:],
-            np.einsum("ji,ji->i", XT, XT),
-            w[lo : lo + BLOCK] if w.size else w,
-            c,
-            lm1,
-            reg,
-            rho,
+            AG[:K], AG[K:], nrm, w[lo : lo + BLOCK] if w.size else w, c, lm1, reg, rho
         )
         total += part
         P += CT @ XT.T

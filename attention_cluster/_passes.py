@@ -293,6 +293,9 @@ class DenseRows(_Rows):
         self._cum_weights = None
         # The rows are X - _offset (see centred); an empty offset is none.
         self._offset = np.empty(0, dtype=X.dtype)
+        # NumPy's forms: each chunk's scaled blocks, by the chunk's first row
+        # (see exact_terms); a copy seeing other rows starts without.
+        self._scaled_blocks = {}
 
     # -- life cycle ---------------------------------------------------------
 
@@ -423,6 +426,13 @@ class DenseRows(_Rows):
         other = copy.copy(self)
         offset = np.asarray(offset).astype(self.dtype)
         other._offset = self._offset + offset if self._offset.size else offset
+        other._scaled_blocks = {}
+        return other
+
+    def rescaled(self, scale):
+        """The same rows seen divided by ``scale`` (sharing the thread pool)."""
+        other = super().rescaled(scale)
+        other._scaled_blocks = {}
         return other
 
     def second_moment(self):
@@ -469,7 +479,17 @@ class DenseRows(_Rows):
 
         def chunk(B, w, lo, hi):
             P = np.zeros((3 * K, self.n_features))
-            value = self.kernels.exact_row_terms(B, w, inv, U, MU, c, lm1, reg, rho, P)
+            if self.compiled:
+                value = _kernels.exact_row_terms(B, w, inv, U, MU, c, lm1, reg, rho, P)
+            else:
+                # The scaled blocks are kept: the solver's steps evaluate the
+                # risk again on the same rows.
+                blocks = self._scaled_blocks.get(lo)
+                if blocks is None:
+                    blocks = self._scaled_blocks[lo] = _numpy_kernels.scaled_blocks(B, inv)
+                value = _numpy_kernels.exact_row_terms(
+                    B, w, inv, U, MU, c, lm1, reg, rho, P, blocks
+                )
             return value, P
 
         parts = self._map(chunk)
@@ -692,9 +712,7 @@ def _blas_head_totals(B, w, U):
     and adds ``w <x, mu_h>`` to that head's total. ``w`` of length 0 means
     unit weights.
     """
-    P = B @ U
-    best = np.argmax(np.abs(P), axis=1)
-    top = P[np.arange(P.shape[0]), best]
+    best, top = _numpy_kernels.abs_argmax_rows(B @ U)
     return np.bincount(best, weights=top * w if w.size else top, minlength=U.shape[1])
 
 

@@ -27,6 +27,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 
 from . import _kernels
+from ._draws import first_draw
 from ._exact import solve_exact
 from ._mixture import mixture_parameters, refine_heads, subsample_sizes
 from ._model import MIN_VARIANCE, SphericalMixture
@@ -198,7 +199,7 @@ def fit_plan(rows, params, init=None, tuning=None):
         # Nested subsamples: one draw serves the start's rows and the EM's
         # stages (one read of X on Dask data; _draws).
         rows.prepare_subsamples(
-            check_random_state(params.random_state).randint(2**31 - 1),
+            first_draw(params.random_state, 2**31 - 1),
             max(
                 [start_rows(K)]
                 + [

@@ -276,9 +276,10 @@ def test_numpy_posterior_matches_the_kernel(K, weighted, global_random_seed):
 
 
 @settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 2**16), K=st.integers(1, 6), ties=st.booleans())
+@given(seed=st.integers(0, 2**16), K=st.sampled_from([1, 2, 3, 6, 17, 30]), ties=st.booleans())
 def test_numpy_argmax_rows_matches_the_kernel(seed, K, ties):
-    # Ties (rounded scores) go to the first head in both.
+    # Ties (rounded scores) go to the first head in both; by columns up to
+    # _COLUMN_HEADS heads, by np.argmax above.
     rng = np.random.default_rng(seed)
     scores = rng.standard_normal((200, K))
     if ties:
@@ -288,6 +289,21 @@ def test_numpy_argmax_rows_matches_the_kernel(seed, K, ties):
     kern.argmax_rows(scores, gain, bias, out)
     _numpy_kernels.argmax_rows(scores, gain, bias, out_np)
     np.testing.assert_array_equal(out_np, out)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**16), K=st.sampled_from([1, 2, 3, 6, 17, 30]), ties=st.booleans())
+def test_abs_argmax_rows_is_argmax_of_the_magnitudes(seed, K, ties):
+    # The head of largest |p| per row, ties (rounded entries, opposite signs
+    # included) to the first, and that head's entry with its sign.
+    rng = np.random.default_rng(seed)
+    P = 2.0 * rng.standard_normal((300, K))
+    if ties:
+        P = np.round(P)
+    best, top = _numpy_kernels.abs_argmax_rows(P)
+    expected = np.argmax(np.abs(P), axis=1)
+    np.testing.assert_array_equal(best, expected)
+    np.testing.assert_array_equal(top, P[np.arange(300), expected])
 
 
 @settings(max_examples=25, deadline=None)

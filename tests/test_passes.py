@@ -16,9 +16,10 @@ import scipy.sparse as sp
 from hypothesis import given
 from hypothesis import strategies as st
 from reference import head_signs, mixture_e_step
+from sklearn.utils import check_random_state
 
 from attention_cluster import AttentionClustering, _passes
-from attention_cluster._draws import nested_rows
+from attention_cluster._draws import first_draw, nested_rows
 from attention_cluster._passes import DenseRows, SparseRows, rows_of
 from attention_cluster.datasets import make_mixture
 
@@ -232,6 +233,20 @@ def test_nested_rows_are_nested_and_do_not_depend_on_the_chunks(n, fractions, cu
     np.testing.assert_array_equal(fewer, rows[keys < np.float32(small)])
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2**32 - 1, np.int64(12345)], ids=str)
+def test_first_draw_is_that_of_check_random_state(seed):
+    # An int's draw is kept (the same number every call); a generator is
+    # advanced by the one draw, as check_random_state(...).randint would.
+    expected = check_random_state(seed).randint(2**31 - 1)
+    assert first_draw(seed, 2**31 - 1) == expected
+    assert first_draw(seed, 2**31 - 1) == expected
+    generator, twin = np.random.RandomState(7), np.random.RandomState(7)
+    assert first_draw(generator, 1000) == twin.randint(1000)
+    assert generator.randint(1000) == twin.randint(1000)
+    with pytest.raises(ValueError, match="Seed must be between"):
+        first_draw(-1, 10)
+
+
 def test_nested_rows_draw_each_row_with_its_fraction():
     # Monte Carlo: over seeds, each row is drawn with probability f,
     # independently of the others (pairs drawn together with f^2), and the
@@ -325,6 +340,36 @@ def test_centred_rows_read_as_a_centred_copy(seed, dtype, weighted):
     state = np.array([seed + 1], dtype=np.uint64)
     drawn = lazy.draw(state.copy(), np.empty((50, 5)))
     same(drawn, copy.draw(state.copy(), np.empty((50, 5))))
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_kept_scaled_blocks_follow_the_rows(weighted, global_random_seed):
+    # NumPy's forms keep each chunk's scaled blocks between evaluations of
+    # the exact risk: a second evaluation gives the first's numbers, and a
+    # rescaled or centred copy made after one (its rows differ) gives those
+    # of a fresh object on its rows.
+    rng = np.random.default_rng(global_random_seed)
+    X = rng.standard_normal((3 * 4096 + 55, 5)) + 1.0
+    w = rng.uniform(0.5, 2.0, X.shape[0]) if weighted else None
+    U = np.linalg.qr(rng.standard_normal((5, 3)))[0]
+    MU = rng.standard_normal((5, 3))
+
+    def terms(rows):
+        return rows.exact_terms(U, MU, 0.1, 9.0, 1, 0.1)
+
+    def same(a, b):
+        assert a[0] == b[0]
+        np.testing.assert_array_equal(a[1], b[1])
+
+    rows = DenseRows(X, w, scale=1.7, n_threads=1, compiled=False)
+    first = terms(rows)
+    same(terms(rows), first)
+    same(first, terms(DenseRows(X, w, scale=1.7, n_threads=1, compiled=False)))
+    rescaled, centred = rows.rescaled(0.6), rows.centred(X.mean(axis=0))
+    same(terms(rescaled), terms(DenseRows(X, w, scale=0.6, n_threads=1, compiled=False)))
+    fresh = DenseRows(X, w, scale=1.7, n_threads=1, compiled=False).centred(X.mean(axis=0))
+    same(terms(centred), terms(fresh))
+    assert not np.isclose(terms(rescaled)[0], first[0])
 
 
 def test_a_centred_fit_never_copies_X():

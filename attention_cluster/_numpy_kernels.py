@@ -136,9 +136,11 @@ def _row_terms(AT, GT, nrm, w, c, lm1, reg, rho):
     return total, CT
 
 
-def argmax_rows(scores, gain, bias, out):
-    """:func:`._kernels.argmax_rows`: ``out[i] = argmax_h gain_h scores[i, h] + bias_h``, ties to the first head."""
+def argmax_rows(scores, gain, bias, weights, out, counts):
+    """:func:`._kernels.argmax_rows`: ``out[i] = argmax_h gain_h scores[i, h] + bias_h``, ties to
+    the first head, and ``counts[h]`` gains the weight of the rows labelled h."""
     np.argmax(scores * gain + bias, axis=1, out=out)
+    counts += np.bincount(out, weights=weights if weights.size else None, minlength=len(counts))
 
 
 def rotate_pair(YT, R, j, k, weight, w):

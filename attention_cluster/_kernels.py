@@ -1,6 +1,7 @@
 """Chunk kernels: projected stochastic gradient descent (PSGD), the exact
 objective's per-row terms, the post-hoc signs and labels, the E step of the
-EM refinement and the weighted drawing of rows.
+EM refinement, the moments' sums of few features and the weighted drawing
+of rows.
 
 Every Numba kernel is a module-level ``@njit`` function (nothing jitted is
 stored on an estimator, so estimators pickle). The kernels that read data
@@ -14,8 +15,8 @@ twins live in ``tests/reference.py`` or the test files.
 Numba compiles each kernel on its first call, before a first fit's result
 (seconds per kernel with an empty cache). So a kernel is written in Numba
 only where its loop beats NumPy on the paper's regime (d = 10, few heads:
-the fused E step, the exact risk's row terms, the heads' signs and the
-labels' argmax, PSGD, the draws); the products of wide data are NumPy's,
+the fused E step, the exact risk's row terms, the moments' sums, the
+heads' signs and the labels' argmax, PSGD, the draws); the products of wide data are NumPy's,
 and data too small to repay the compile runs NumPy forms of the default
 fit's kernels (``_numpy_kernels``, chosen by ``_passes.compiles``). The kernels of a default fit allocate
 no arrays (their Python wrappers pass the scratch): each allocation inside

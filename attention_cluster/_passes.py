@@ -340,7 +340,10 @@ class DenseRows(_Rows):
         Raises ValueError, with scikit-learn's messages, when X holds NaN or
         infinity: a non-finite entry makes its column's sum of squares
         non-finite, and the largest entry of the chunk then tells which. The
-        estimator's ``fit`` leaves this check to this pass, its first.
+        estimator's ``fit`` leaves this check to this pass, its first. Each
+        chunk's sums are :func:`_kernels.moment_sums` (one read) up to
+        ``_MOMENT_MAX_FEATURES`` features when the passes run Numba's
+        kernels, else two BLAS products (:func:`_blas_moment_sums`).
         """
         inv = 1.0 / self.scale
         scratch = {}  # a float64 buffer per thread, for float32 chunks

@@ -1,6 +1,7 @@
 """Chunk kernels: projected stochastic gradient descent (PSGD), the exact
 objective's per-row terms, the post-hoc signs and labels, the E step of the
-EM refinement and the weighted drawing of rows.
+EM refinement, the moments' sums of few features and the weighted drawing
+of rows.
 
 Every Numba kernel is a module-level ``@njit`` function (nothing jitted is
 stored on an estimator, so estimators pickle). The kernels that read data
@@ -14,8 +15,8 @@ twins live in ``tests/reference.py`` or the test files.
 Numba compiles each kernel on its first call, before a first fit's result
 (seconds per kernel with an empty cache). So a kernel is written in Numba
 only where its loop beats NumPy on the paper's regime (d = 10, few heads:
-the fused E step, the exact risk's row terms, the heads' signs and the
-labels' argmax, PSGD, the draws); the products of wide data are NumPy's,
+the fused E step, the exact risk's row terms, the moments' sums, the
+heads' signs and the labels' argmax, PSGD, the draws); the products of wide data are NumPy's,
 and data too small to repay the compile runs NumPy forms of the default
 fit's kernels (``_numpy_kernels``, chosen by ``_passes.compiles``). The kernels of a default fit allocate
 no arrays (their Python wrappers pass the scratch): each allocation inside
@@ -317,9 +318,15 @@ def head_totals(X, U, weights, totals):
 
 
 @njit(cache=True, nogil=True)
-def argmax_rows(scores, gain, bias, out):
-    """``out[i] = argmax_h gain_h scores[i, h] + bias_h``, ties to the first head."""
+def argmax_rows(scores, gain, bias, weights, out, counts):
+    """``out[i] = argmax_h gain_h scores[i, h] + bias_h``, ties to the first head.
+
+    ``counts[h]`` gains the weight of each row labelled h (1 per row when
+    ``weights`` has length 0): the labels' counts in the labels' pass, not
+    a second read of the labels.
+    """
     n, K = scores.shape
+    unit = weights.shape[0] == 0
     for i in range(n):
         best = 0
         top = gain[0] * scores[i, 0] + bias[0]
@@ -329,6 +336,60 @@ def argmax_rows(scores, gain, bias, out):
                 top = v
                 best = k
         out[i] = best
+        counts[best] += 1.0 if unit else weights[i]
+
+
+def moment_sums(X, weights):
+    """``(G, t)``: ``G = sum_i w_i x_i x_i^T`` (d x d) and ``t = sum_i w_i x_i`` over one chunk.
+
+    The second moment's and the mean's sums (``_passes.DenseRows.moments``)
+    in one read of the rows, float64 whatever X's dtype: rows go by blocks
+    of ``_MOMENT_BLOCK``, copied transposed to float64, and each of the
+    ``d (d + 1) / 2`` entries of the upper triangle is one product of two
+    contiguous rows of the block (the lower triangle is copied). For few
+    features (``_passes`` calls it up to ``d = 16``): there it reads the
+    chunk once where BLAS's two products (``X^T X`` and ``1^T X``) read it
+    twice and multiply slower at that width; wider, BLAS wins. NaN and
+    infinity propagate into the sums. ``weights`` of length 0 means unit
+    weights.
+    """
+    d = X.shape[1]
+    G = np.zeros((d, d))
+    t = np.zeros(d)
+    _moment_block_sums(X, weights, np.empty((d, _MOMENT_BLOCK)), np.empty(_MOMENT_BLOCK), G, t)
+    # The upper triangle mirrored (NumPy's: the kernel allocates nothing).
+    lower = np.tril_indices(d, -1)
+    G[lower] = G.T[lower]
+    return G, t
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def _moment_block_sums(X, weights, XT, wx, G, t):
+    """:func:`moment_sums` on scratch buffers (``XT`` d x block, ``wx`` one block): adds to
+    the upper triangle of ``G`` and to ``t``."""
+    n, d = X.shape
+    unit = weights.shape[0] == 0
+    for lo in range(0, n, _MOMENT_BLOCK):
+        m = n - lo if n - lo < _MOMENT_BLOCK else _MOMENT_BLOCK
+        for i in range(m):
+            for j in range(d):
+                XT[j, i] = X[lo + i, j]
+        for j in range(d):
+            s = 0.0
+            if unit:
+                for i in range(m):
+                    wx[i] = XT[j, i]
+                    s += XT[j, i]
+            else:
+                for i in range(m):
+                    wx[i] = weights[lo + i] * XT[j, i]
+                    s += wx[i]
+            t[j] += s
+            for k in range(j, d):
+                s = 0.0
+                for i in range(m):
+                    s += wx[i] * XT[k, i]
+                G[j, k] += s
 
 
 @njit(cache=True, fastmath=FASTMATH)
@@ -581,6 +642,11 @@ def _fused_row_terms(
                 P[r, j] += acc
     return total
 
+
+# Rows per block of moment_sums: its transposed block (d x block float64,
+# 32 KiB at d = 16) stays in the first-level cache, where the d (d + 1) / 2
+# products read it.
+_MOMENT_BLOCK = 256
 
 # Rows per block of exact_row_terms' BLAS path (d K of at least
 # _PRODUCT_MIN_WORK) and of projected_row_terms.

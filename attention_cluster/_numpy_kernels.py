@@ -163,8 +163,9 @@ def _row_terms(AT, GT, nrm, w, c, lm1, reg, rho):
     return total, CT
 
 
-def argmax_rows(scores, gain, bias, out):
-    """:func:`._kernels.argmax_rows`: ``out[i] = argmax_h gain_h scores[i, h] + bias_h``, ties to the first head.
+def argmax_rows(scores, gain, bias, weights, out, counts):
+    """:func:`._kernels.argmax_rows`: ``out[i] = argmax_h gain_h scores[i, h] + bias_h``, ties to
+    the first head, and ``counts[h]`` gains the weight of the rows labelled h.
 
     Up to ``_COLUMN_HEADS`` heads by columns (a running maximum, a head
     taking a row only when strictly above it): ``np.argmax`` along rows of
@@ -173,13 +174,14 @@ def argmax_rows(scores, gain, bias, out):
     K = scores.shape[1]
     if K > _COLUMN_HEADS:
         np.argmax(scores * gain + bias, axis=1, out=out)
-        return
-    top = scores[:, 0] * gain[0] + bias[0]
-    out[:] = 0
-    for k in range(1, K):
-        column = scores[:, k] * gain[k] + bias[k]
-        np.copyto(out, k, where=column > top)
-        np.maximum(top, column, out=top)
+    else:
+        top = scores[:, 0] * gain[0] + bias[0]
+        out[:] = 0
+        for k in range(1, K):
+            column = scores[:, k] * gain[k] + bias[k]
+            np.copyto(out, k, where=column > top)
+            np.maximum(top, column, out=top)
+    counts += np.bincount(out, weights=weights if weights.size else None, minlength=len(counts))
 
 
 def abs_argmax_rows(P):

@@ -358,13 +358,14 @@ def _fit_once(given, prepared, params, init, centre, tuning):
             # Heads in the principal subspace are heads in R^d.
             centers, moment_heads = centers @ basis.T, moment_heads @ basis.T
         mixture, refine_n_iter, free_norms = None, 0, None
-    labels = given.labels(*predict_rule(centers, mixture, mean))
+    rule = predict_rule(centers, mixture, mean)
     if mixture is not None and not given.in_memory:
         # The fitted weights stand for the labels' shares: counting Dask
         # rows' lazy labels would read X once more.
+        labels = given.labels(*rule)
         fractions = weights = np.exp(mixture.log_weights)
     else:
-        counts = given.label_counts(labels, K)
+        labels, counts = given.labels_and_counts(*rule)
         fractions = counts / np.sum(counts)
         weights = fractions if mixture is None else np.exp(mixture.log_weights)
     return FitResult(

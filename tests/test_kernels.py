@@ -286,9 +286,16 @@ def test_numpy_argmax_rows_matches_the_kernel(seed, K, ties):
         scores = np.round(scores)
     gain, bias = rng.uniform(0.5, 2.0, K), np.round(rng.standard_normal(K))
     out, out_np = np.empty(200, np.intp), np.empty(200, np.intp)
-    kern.argmax_rows(scores, gain, bias, out)
-    _numpy_kernels.argmax_rows(scores, gain, bias, out_np)
-    np.testing.assert_array_equal(out_np, out)
+    # Unit weights (length 0) and weights: the counts are the labels' weighted counts.
+    for weights in (np.empty(0), rng.random(200)):
+        counts, counts_np = np.ones(K), np.ones(K)
+        kern.argmax_rows(scores, gain, bias, weights, out, counts)
+        _numpy_kernels.argmax_rows(scores, gain, bias, weights, out_np, counts_np)
+        np.testing.assert_array_equal(out_np, out)
+        np.testing.assert_array_equal(out, np.argmax(scores * gain + bias, axis=1))
+        expected = 1.0 + np.bincount(out, weights=weights if weights.size else None, minlength=K)
+        np.testing.assert_allclose(counts, expected, rtol=1e-12)
+        np.testing.assert_allclose(counts_np, expected, rtol=1e-12)
 
 
 @settings(max_examples=25, deadline=None)
@@ -323,3 +330,35 @@ def test_numpy_rotate_pair_matches_the_kernel(seed, K, product):
             assert drop_np == pytest.approx(drop, rel=1e-9, abs=1e-12)
     np.testing.assert_allclose(YT_np, YT, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(R_np, R, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("d", [1, 3, 10, 16])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("weighted", [True, False])
+def test_moment_sums_match_numpy(d, dtype, weighted, global_random_seed):
+    # The moments pass's fused sums against the products they replace: a
+    # last block shorter than the others, float32 rows summed in float64,
+    # weights (zeros among them).
+    rng = np.random.default_rng(global_random_seed)
+    n = 3 * kern._MOMENT_BLOCK + 37
+    X = (rng.standard_normal((n, d)) + rng.standard_normal(d)).astype(dtype)
+    w = rng.uniform(0.0, 2.0, n) if weighted else np.empty(0)
+    if weighted:
+        w[:5] = 0.0
+    G, t = kern.moment_sums(X, w)
+    Z = X.astype(np.float64)
+    ww = w if weighted else np.ones(n)
+    np.testing.assert_allclose(G, (Z * ww[:, None]).T @ Z, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(G, G.T)
+    np.testing.assert_allclose(t, ww @ Z, rtol=1e-12, atol=1e-10)
+
+
+def test_moment_sums_propagate_nan_and_infinity():
+    # The moments pass finds non-finite rows by the sums' diagonal.
+    X = np.ones((600, 4))
+    X[400, 2] = np.inf
+    G, t = kern.moment_sums(X, np.empty(0))
+    assert np.isinf(G[2, 2]) and np.isinf(t[2]) and np.isfinite(G[0, 0])
+    X[500, 1] = np.nan
+    G, _ = kern.moment_sums(X, np.empty(0))
+    assert np.isnan(G[1, 1])

@@ -285,20 +285,34 @@ def test_prepared_subsamples_are_nested_and_ignore_the_generator(kind):
     np.testing.assert_array_equal(one, two)
 
 
+@pytest.mark.parametrize("compiled", [True, False], ids=["numba", "numpy"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("weighted", [False, True])
-def test_moments_report_nan_before_infinity(small_chunks, dtype, weighted):
+def test_moments_report_nan_before_infinity(small_chunks, dtype, weighted, compiled):
     # The fit's first pass finds NaN and infinity in any chunk, even on rows
-    # of zero weight, with scikit-learn's messages (NaN first, as it does).
+    # of zero weight, with scikit-learn's messages (NaN first, as it does),
+    # by the fused sums of few features and by BLAS's products.
     X, w, _ = _data(0, dtype=dtype, weighted=weighted)
     if weighted:
         w[[10, 900]] = 0.0
     X[900, 1] = np.inf
     with pytest.raises(ValueError, match="^Input X contains infinity or a value too large"):
-        DenseRows(X, w, n_threads=2).moments()
+        DenseRows(X, w, n_threads=2, compiled=compiled).moments()
     X[10, 3] = np.nan
     with pytest.raises(ValueError, match="^Input X contains NaN.$"):
-        DenseRows(X, w, n_threads=2).moments()
+        DenseRows(X, w, n_threads=2, compiled=compiled).moments()
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["numba", "numpy"])
+@pytest.mark.parametrize("magnitude", [1e-200, 1e200])
+def test_moments_of_any_magnitude(small_chunks, magnitude, compiled):
+    # Squares that underflow or overflow float64 are rescaled by the
+    # chunk's largest entry: the moments of finite data of any magnitude.
+    X, w, _ = _data(0)
+    ref = DenseRows(X, w, compiled=compiled)
+    data = DenseRows(X * magnitude, w, scale=magnitude, compiled=compiled)
+    np.testing.assert_allclose(data.second_moment(), ref.second_moment(), rtol=1e-12)
+    np.testing.assert_allclose(data.moments()[2], ref.moments()[2], rtol=1e-12)
 
 
 @given(

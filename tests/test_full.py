@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from attention_cluster import AttentionClustering, _kernels, _plan, _spectral
+from attention_cluster import AttentionClustering, _kernels, _numpy_kernels, _plan, _spectral
 from attention_cluster._exact import solve_exact
 from attention_cluster._objective import exact_objective
 from attention_cluster._optimize import minimize_on_spheres, polish_on_spheres
@@ -596,15 +596,16 @@ def test_a_sweeps_schedule_turns_every_pair_once_in_rounds_of_disjoint_tasks(K, 
     assert (len(schedule) == 1) == (product or K < 32)
 
 
+@pytest.mark.parametrize("kernels", [_kernels, _numpy_kernels], ids=["numba", "numpy"])
 @pytest.mark.parametrize("product", [False, True], ids=["pairwise", "product"])
-def test_jacobi_rotation_on_threads_is_the_rotation_on_one(product):
+def test_jacobi_rotation_on_threads_is_the_rotation_on_one(product, kernels):
     # A round's tasks turn disjoint heads: run on a pool of threads, in any
     # order, the sweeps give the rotation of the serial run, bit for bit.
     from concurrent.futures import ThreadPoolExecutor
 
     Y, weight = _jacobi_input(3, 40)
     serial = Y.copy()
-    R = _kernels.jacobi_rotation(serial, weight, product, 6, 1e-9, 1e-6)
+    R = _kernels.jacobi_rotation(serial, weight, product, 6, 1e-9, 1e-6, kernels.rotate_pair)
     with ThreadPoolExecutor(3) as pool:
 
         def map_tasks(fn, tasks):
@@ -612,10 +613,23 @@ def test_jacobi_rotation_on_threads_is_the_rotation_on_one(product):
 
         threaded = Y.copy()
         R_threads = _kernels.jacobi_rotation(
-            threaded, weight, product, 6, 1e-9, 1e-6, map_tasks=map_tasks
+            threaded, weight, product, 6, 1e-9, 1e-6, kernels.rotate_pair, map_tasks
         )
     np.testing.assert_array_equal(R_threads, R)
     np.testing.assert_array_equal(threaded, serial)
+
+
+@pytest.mark.parametrize("n_samples", [4000, 12000], ids=["numpy", "numba"])
+def test_a_fit_with_many_heads_does_not_depend_on_threads(n_samples):
+    # From 32 heads the start's sweeps turn pairs on the rows' threads; on
+    # small data NumPy's forms of the kernels run (below 2^18 numbers), on
+    # larger Numba's.
+    X, _, _ = make_mixture(n_samples, 40, 36, noise=0.1, random_state=0)
+    fits = [
+        AttentionClustering(36, random_state=0, n_threads=t, max_iter=3, refine=None).fit(X)
+        for t in (1, 2)
+    ]
+    np.testing.assert_array_equal(fits[1].cluster_centers_, fits[0].cluster_centers_)
 
 
 @settings(max_examples=15, deadline=None)

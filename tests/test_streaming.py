@@ -157,20 +157,27 @@ def test_many_parameters_stream_by_online_em():
 def test_free_norms_stream_to_the_in_memory_fit(global_random_seed):
     # Centroids at norms 0.6, 1 and 1.6: the first batch's fit takes one norm
     # per centroid (centroid_norms="auto"), and one pass over ten batches
-    # ends as close to the centroids as the fit of all rows in memory.
-    X, y, C = make_mixture(20_000, 5, 3, noise=0.5, random_state=global_random_seed)
+    # ends as close to the centroids as the fit of all rows in memory. On
+    # one data set the ratio of the two distances exceeds 1.25 for about 5%
+    # of the seeds (a small distance of the fit in memory); summed over five
+    # data sets, 150 seeds measured gave a mean ratio of 1.01, standard
+    # deviation 0.05.
     norms = np.array([0.6, 1.0, 1.6])
-    X = X + (norms - 1.0)[y, None] * C[y]
-    stream = _stream(AttentionClustering(3, random_state=0), _batches(X, 2000))
-    whole = AttentionClustering(3, random_state=0).fit(X)
-    assert stream.centroid_norms_ == whole.centroid_norms_ == "free"
-    assert isinstance(stream._stream, LinearisedEM)
-    ratio = centroid_distance(stream.cluster_centers_, C) / centroid_distance(
-        whole.cluster_centers_, C
-    )
-    assert ratio < 1.25
-    fitted = np.sort(np.linalg.norm(stream.means_ - stream.mean_, axis=1))
-    np.testing.assert_allclose(fitted, norms, atol=0.05)
+    distances = np.zeros(2)
+    for seed in np.random.default_rng(global_random_seed).integers(2**31 - 1, size=5):
+        X, y, C = make_mixture(20_000, 5, 3, noise=0.5, random_state=int(seed))
+        X = X + (norms - 1.0)[y, None] * C[y]
+        stream = _stream(AttentionClustering(3, random_state=0), _batches(X, 2000))
+        whole = AttentionClustering(3, random_state=0).fit(X)
+        assert stream.centroid_norms_ == whole.centroid_norms_ == "free"
+        assert isinstance(stream._stream, LinearisedEM)
+        distances += [
+            centroid_distance(stream.cluster_centers_, C),
+            centroid_distance(whole.cluster_centers_, C),
+        ]
+        fitted = np.sort(np.linalg.norm(stream.means_ - stream.mean_, axis=1))
+        np.testing.assert_allclose(fitted, norms, atol=0.05)
+    assert distances[0] / distances[1] < 1.25
 
 
 def test_a_centred_stream_updates_on_centred_rows(global_random_seed):

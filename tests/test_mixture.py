@@ -18,7 +18,12 @@ from attention_cluster import _mixture as mixture
 from attention_cluster._mixture import _EM, _Params, mixture_log_likelihood, refine_heads
 from attention_cluster._passes import DenseRows
 from attention_cluster.datasets import make_mixture
-from attention_cluster.metrics import centroid_distance, class_means_distance, match_centroids
+from attention_cluster.metrics import (
+    centroid_distance,
+    class_means_distance,
+    information_limit,
+    match_centroids,
+)
 
 
 def _problem(seed, n=600, d=5, K=3, noise=0.6, weights=None):
@@ -425,24 +430,26 @@ def test_refine_finds_unequal_weights(global_random_seed):
 
 
 def test_refine_beats_the_attention_heads_at_high_noise(global_random_seed):
-    # sigma = 1, K = 2: the attention heads are about 3x the class means'
-    # distance (1 + K sigma^2), the refined ones within 2x (math.md section 7).
-    ratios = []
-    for seed in range(global_random_seed, global_random_seed + 5):
-        X, y, C = make_mixture(20_000, 10, 2, noise=1.0, random_state=seed)
-        floor = class_means_distance(X, y, C)
+    # sigma = 1, K = 2: the attention heads' distance is several times the
+    # class means' (1 + K sigma^2 and more), the refined heads' is at the
+    # efficient limit, D_eff (2.06 times the class means' here; math.md
+    # section 7, "The information limit"). Distances scatter like chi-squares:
+    # over 150 seeds the refined heads were farther than the attention heads
+    # on 5% of the data sets and at 3.5 D_eff at most, so the claims are
+    # medians over nine data sets (a failure chance below 1e-4 for either,
+    # resampling those 150).
+    refined_over_plain, refined_over_limit = [], []
+    for seed in np.random.default_rng(global_random_seed).integers(2**31 - 1, size=9):
+        X, y, C = make_mixture(20_000, 10, 2, noise=1.0, random_state=int(seed))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            refined = AttentionClustering(2, solver="full", random_state=seed).fit(X)
-            plain = AttentionClustering(2, solver="full", refine=None, random_state=seed).fit(X)
-        ratios.append(
-            (
-                centroid_distance(refined.cluster_centers_, C) / floor,
-                centroid_distance(plain.cluster_centers_, C) / floor,
-            )
-        )
-    refined_ratio, plain_ratio = np.median(ratios, axis=0)
-    assert refined_ratio < 2.0 < plain_ratio
+            refined = AttentionClustering(2, solver="full", random_state=0).fit(X)
+            plain = AttentionClustering(2, solver="full", refine=None, random_state=0).fit(X)
+        distance = centroid_distance(refined.cluster_centers_, C)
+        refined_over_plain.append(distance / centroid_distance(plain.cluster_centers_, C))
+        refined_over_limit.append(distance / information_limit(C, 1.0, 20_000, n_draws=100_000)[0])
+    assert np.median(refined_over_plain) < 1.0
+    assert np.median(refined_over_limit) < 2.0
 
 
 def test_posterior_labels_beat_the_direction_rule_with_unequal_weights(global_random_seed):

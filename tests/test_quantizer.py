@@ -324,8 +324,15 @@ def test_extreme_scales_and_zero_rows_stay_finite(scale, dtype, attention, globa
         out = quantizer.transform((scale * X).astype(dtype))
     assert out.dtype == dtype
     assert np.all(np.isfinite(out))
+    # In float32 an output near 0 is a cancellation in a sum over the 50
+    # rows: its rounding error is on the rows' scale (seen at 1e-8 on an
+    # entry of 6e-5).
+    float32_rounding = 50 * np.finfo(np.float32).eps * np.abs(X).max()
     np.testing.assert_allclose(
-        out / scale, reference, rtol=1e-4 if dtype == np.float32 else 1e-9, atol=1e-12
+        out / scale,
+        reference,
+        rtol=1e-4 if dtype == np.float32 else 1e-9,
+        atol=float32_rounding if dtype == np.float32 else 1e-12,
     )
     if attention == "linear":  # T^ctx(X)_l = lambda K M X_l vanishes with X_l
         assert np.all(out[::7] == 0.0)

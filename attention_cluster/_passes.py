@@ -377,8 +377,9 @@ class DenseRows(_Rows):
                     return ("NaN" if np.isnan(peak) else "infinity"), 0.0, G, total
                 if peak == 0.0:
                     return None, 0.0, G, total
-                B = np.asarray(B, dtype=np.float64) / peak
-                G = np.dot(B.T, B if w.size == 0 else B * w[:, None])
+                # The chunk divided by its largest entry, by BLAS's products
+                # whatever the width (the column sums kept from above).
+                G = _blas_moment_sums(np.asarray(B, dtype=np.float64) / peak, w, scratch)[0]
                 top = float(np.max(np.diag(G)))
                 if top == 0.0:  # only zero-weight rows
                     return None, 0.0, G, total

@@ -327,10 +327,12 @@ class DenseRows(_Rows):
     def map_tasks(self, fn, tasks):
         return self._pool.map(fn, tasks)
 
-    def _map(self, fn):
-        """``fn(rows, weights, lo, hi)`` on every chunk, results in chunk order."""
+    def _map(self, fn, bounds=None):
+        """``fn(rows, weights, lo, hi)`` on every chunk (``bounds``, default the
+        passes' chunks), results in chunk order."""
         return self._pool.map(
-            lambda lo, hi: fn(self._rows(lo, hi), self._weights(lo, hi), lo, hi), self._bounds
+            lambda lo, hi: fn(self._rows(lo, hi), self._weights(lo, hi), lo, hi),
+            self._bounds if bounds is None else bounds,
         )
 
     # -- passes -------------------------------------------------------------
@@ -343,8 +345,10 @@ class DenseRows(_Rows):
         same pass, so that ``M / c^2`` is computed without overflow or
         underflow for finite data of any magnitude: a chunk whose product
         overflows is divided by its largest entry first. float64 chunks are
-        multiplied as they are; float32 chunks are converted to float64
-        first, so float32 input loses no precision.
+        multiplied as they are; float32 chunks are converted to float64 up
+        to ``_MOMENT_MAX_FEATURES`` features, and wider ones multiplied in
+        float32 by tiles whose sums are added in float64
+        (:func:`_blas_moment_sums`).
         """
         c, M, _ = self.moments()
         return c, M
@@ -361,9 +365,15 @@ class DenseRows(_Rows):
         kernels, else two BLAS products (:func:`_blas_moment_sums`).
         """
         inv = 1.0 / self.scale
-        scratch = {}  # a float64 buffer per thread, for float32 chunks
+        scratch = {}  # a float64 buffer per thread, for narrow float32 chunks
         # Few features: one Numba kernel reads each chunk once (see moment_sums).
         fused = self.compiled and self.n_features <= _MOMENT_MAX_FEATURES
+        # A chunk whose largest column sum of squares is below ``tiny`` is
+        # divided by its largest entry first: its entries' squares may lie
+        # under the smallest normal number of the products' dtype (float32
+        # for wide float32 chunks, see _blas_moment_sums).
+        float32 = self.dtype == np.float32 and self.n_features > _MOMENT_MAX_FEATURES
+        tiny = _FLOAT32_TINY if float32 else 1e-250
 
         def chunk(B, w, lo, hi):
             if fused:
@@ -371,7 +381,7 @@ class DenseRows(_Rows):
             else:
                 G, total = _blas_moment_sums(B, w, scratch)
             top = float(np.max(np.diag(G))) if G.size else 0.0
-            if not (np.isfinite(top) and top > 1e-250):
+            if not (np.isfinite(top) and top > tiny):
                 peak = max(float(np.max(B)), -float(np.min(B))) if B.size else 0.0
                 if not np.isfinite(peak):  # NaN propagates through max and min
                     return ("NaN" if np.isnan(peak) else "infinity"), 0.0, G, total
@@ -386,7 +396,13 @@ class DenseRows(_Rows):
                 return None, peak * np.sqrt(top), G / top, total
             return None, np.sqrt(top), G / top, total
 
-        found = self._map(chunk)
+        step = _chunk_rows(self.n_features)
+        if not fused:
+            # Each chunk's d x d sums are scaled and added apart: chunks of
+            # at least _MOMENT_ROWS_PER_FEATURE d rows keep that O(d^2)
+            # memory traffic below the chunk's products (rows d^2 / 2).
+            step = max(step, _MOMENT_ROWS_PER_FEATURE * self.n_features)
+        found = self._map(chunk, _chunk_bounds(self.n_samples, step))
         bad = {b for b, _, _, _ in found}
         if "NaN" in bad:
             raise ValueError("Input X contains NaN.")
@@ -706,23 +722,43 @@ _BLAS_MIN_WORK = 256
 # 1.4x faster at d = 10, 1.3x at 16, slower from about 24 on).
 _MOMENT_MAX_FEATURES = 16
 
+# Rows per chunk of the moments pass by BLAS, per feature (DenseRows.moments):
+# its chunks' d x d sums are scaled and added apart, which the passes' 4 MB
+# chunks made cost more than the products from a few hundred features on
+# (timed at d = 384 and 768 on two threads; 16 gained little more than 8).
+_MOMENT_ROWS_PER_FEATURE = 8
+
 # Rows per tile of SparseRows.e_step: its scores are tile x K float64.
 _SPARSE_TILE = 8192
 
-# Rows per tile of the BLAS E step: each tile's sums are formed in the rows'
-# dtype, then added in float64, so that float32 rows' sums carry the rounding
-# of at most this many terms.
+# Rows per tile of the BLAS E step and moments pass: each tile's sums are
+# formed in the rows' dtype, then added in float64, so that float32 rows'
+# sums carry the rounding of at most this many terms.
 _E_TILE = 1024
+
+# A float32 chunk whose largest column sum of squares is below this is
+# divided by its largest entry before its products (see DenseRows.moments):
+# float32's smallest normal number is 1.2e-38.
+_FLOAT32_TINY = 1e-30
 
 
 def _blas_moment_sums(B, w, scratch):
-    """``(G, t)`` of :func:`_kernels.moment_sums` for one chunk, by two BLAS products.
+    """``(G, t)`` of :func:`_kernels.moment_sums` for one chunk, by BLAS products.
 
-    float32 chunks are converted to float64 first, into a buffer per thread
-    kept in ``scratch`` (a dict), so float32 input loses no precision. NaN,
-    infinity and overflow propagate into the sums, without warnings.
+    float64 chunks: ``B^T (w B)`` and ``w B``. float32 chunks of more than
+    ``_MOMENT_MAX_FEATURES`` features: by tiles of ``_E_TILE`` rows, as the
+    E step's sums (:func:`_blas_e_step`): each tile's two products in
+    float32 (twice the float64 rate, and no float64 copy of the chunk),
+    added in float64, so that an entry carries the float32 rounding of one
+    tile's terms: at most ``_E_TILE`` times float32's epsilon (``6e-5``)
+    relative to ``sqrt(G_ii G_jj)``, about the square root of that for
+    rounding errors of either sign. Narrower float32 chunks are converted
+    to float64 first, into a buffer per thread kept in ``scratch`` (a
+    dict), as :func:`_kernels.moment_sums` sums them: a fit's passes then
+    give the same moments to rounding on either kernel path. NaN, infinity
+    and overflow propagate into the sums, without warnings.
     """
-    if B.dtype != np.float64:
+    if B.dtype != np.float64 and B.shape[1] <= _MOMENT_MAX_FEATURES:
         # Copied into a buffer the thread reuses: a new array per chunk is
         # mapped afresh when the allocator hands freed memory back to the
         # system at once (as Dask's workers have it do), and its page
@@ -736,9 +772,23 @@ def _blas_moment_sums(B, w, scratch):
     # transpose holds the GIL, so the pool's threads would take their
     # chunks in turn.
     with np.errstate(over="ignore", invalid="ignore"):
-        wB = B if w.size == 0 else B * w[:, None]
-        total = np.dot(np.ones(B.shape[0]) if w.size == 0 else w, B)
-        G = np.dot(B.T, wB)
+        if B.dtype == np.float64:
+            wB = B if w.size == 0 else B * w[:, None]
+            return np.dot(B.T, wB), np.dot(np.ones(B.shape[0]) if w.size == 0 else w, B)
+        d = B.shape[1]
+        G, total = np.zeros((d, d)), np.zeros(d)
+        ones = np.ones(min(len(B), _E_TILE), dtype=B.dtype)
+        w = w.astype(B.dtype)
+        for lo in range(0, B.shape[0], _E_TILE):
+            T = B[lo : lo + _E_TILE]
+            if w.size:
+                v = w[lo : lo + _E_TILE]
+                G += np.dot(T.T, T * v[:, None])
+            else:
+                # The product of T with its own transpose: BLAS's syrk, half the work.
+                v = ones[: len(T)]
+                G += np.dot(T.T, T)
+            total += np.dot(v, T)
     return G, total
 
 

@@ -89,6 +89,41 @@ def test_passes_match_numpy(small_chunks, weighted, dtype, compiled, global_rand
     )
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+def test_wide_float32_moments_within_their_tile_rounding(
+    small_chunks, weighted, global_random_seed
+):
+    # Above _MOMENT_MAX_FEATURES, float32 chunks are multiplied in float32
+    # by tiles of at most _E_TILE rows, added in float64: each entry of the
+    # second moment is within (tile + 1) float32 epsilons of sqrt(M_ii M_jj)
+    # of the float64 reference (the tile's sum of |w x_i x_j|, by
+    # Cauchy-Schwarz; one more epsilon for the weights in float32). The
+    # pass spans several chunks, and is the same on one and three threads.
+    d = 40
+    assert d > _passes._MOMENT_MAX_FEATURES
+    X, w, _ = _data(global_random_seed, n=3000, d=d, dtype=np.float32, weighted=weighted)
+    scale = 1.7
+    data = DenseRows(X, w, scale=scale, n_threads=3)
+    Z = X.astype(np.float64) / scale
+    ww = np.ones(len(X)) if w is None else w
+    M = (Z * ww[:, None]).T @ Z / ww.sum()
+    got = data.second_moment()
+    eps = np.finfo(np.float32).eps
+    bound = (_passes._E_TILE + 1) * eps * np.sqrt(np.outer(np.diag(M), np.diag(M)))
+    assert np.all(np.abs(got - M) <= bound)
+    np.testing.assert_allclose(data.mean(), ww @ Z / ww.sum(), rtol=1e-12)
+    np.testing.assert_allclose(data.moments()[2], ww @ Z / ww.sum(), rtol=1e-5, atol=1e-6)
+    serial = DenseRows(X, w, scale=scale, n_threads=1)
+    np.testing.assert_array_equal(serial.second_moment(), got)
+    # Squares under float32's smallest normal number, or past its largest:
+    # those chunks go by float64, divided by their largest entry.
+    for factor in (1e-25, 1e25):
+        Y = (X.astype(np.float64) * factor).astype(np.float32)
+        Zy = Y.astype(np.float64)
+        My = (Zy * ww[:, None]).T @ Zy / ww.sum()
+        np.testing.assert_allclose(DenseRows(Y, w).second_moment(), My, rtol=1e-12)
+
+
 @pytest.mark.parametrize("compiled", [True, False], ids=["numba", "numpy"])
 def test_threads_give_the_serial_result(small_chunks, compiled, global_random_seed):
     X, w, rng = _data(global_random_seed)

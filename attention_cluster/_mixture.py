@@ -623,6 +623,7 @@ def refine_heads(
     norms="equal",
     radii=None,
     spherical_rows=None,
+    sign_rows=None,
     tol=1e-3,
     max_iter=500,
     random_state=None,
@@ -680,6 +681,11 @@ def refine_heads(
         lies: a centroid of small norm collects the points of weak
         direction from every cluster (TF-IDF rows of short documents,
         ``benchmarks/user_data.py``).
+    sign_rows : pass-layer data object or None, default=None
+        Rows of ``data`` (a subsample the caller holds, at ``data``'s scale)
+        on which each head is first turned towards the points it wins; None
+        takes the first stage's rows (all rows when there is no subsample
+        stage). Unused with ``radii``.
     tol : float, default=1e-3
         Stop when the estimated squared distance to the fixed point is below
         ``tol`` times the squared standard error of the heads, or when a step
@@ -725,11 +731,11 @@ def refine_heads(
 
     stages = [data.subsample(rng, size) for size in sizes] + [data]
     # Each head is turned towards the points it wins (math.md section 5),
-    # on the first stage's rows: EM then finds the signs again from its
-    # points at every stage.
+    # on a subsample (sign_rows, or the first stage's rows): EM then finds
+    # the signs again from its points at every stage.
     U = np.array(heads, dtype=np.float64)
     if radii is None:
-        U *= np.where(stages[0].head_totals(U) < 0, -1.0, 1.0)
+        U *= np.where((stages[0] if sign_rows is None else sign_rows).head_totals(U) < 0, -1.0, 1.0)
     p = _Params(
         U,
         np.ones(K) if radii is None else np.array(radii, dtype=np.float64),

@@ -311,7 +311,7 @@ def _fit_once(given, prepared, params, init, centre, tuning):
             "init='random' for different starts."
         )
         n_init = 1
-    best = seeds = None
+    best = seeds = best_sample = None
     if basis is None and _seeds_centres(params, data.n_features, init, settings.refine):
         # K points among the rows for the free-norm mixture, no attention
         # solver (see _seeds_centres).
@@ -323,7 +323,7 @@ def _fit_once(given, prepared, params, init, centre, tuning):
         start = _start(params, sample, spectrum, init, rng)
         run = _run(params, unit, sample, spectrum, settings, start, rng, index, n_init > 1, tuning)
         if best is None or run.objective < best.objective:
-            best = run
+            best, best_sample = run, sample
     if not best.converged:
         what = "steps" if settings.solver == "psgd" else "iterations"
         warn(
@@ -342,7 +342,12 @@ def _fit_once(given, prepared, params, init, centre, tuning):
             # (benchmarks/user_data.py). From here on the centres are in R^d.
             rows = (given.centred(prepared.full_mean) if centre else given).rescaled(spectrum.scale)
             heads, mean_sq = basis @ best.heads, rows.norm_moments()[0]
-        fit = _refine(params, rows, spectrum, heads, settings, rng, mean_sq, given, tuning, seeds)
+        # The heads are turned towards their points on the start's rows,
+        # which are in R^d unless the start ran in the principal subspace.
+        sign_rows = best_sample if basis is None else None
+        fit = _refine(
+            params, rows, spectrum, heads, settings, rng, mean_sq, given, tuning, seeds, sign_rows
+        )
         mixture = SphericalMixture.from_heads(
             fit.heads, fit.radii, fit.variance, _log(fit.weights), mean_sq, mean, spectrum.scale
         )
@@ -564,13 +569,16 @@ def _run(params, unit, sample, spectrum, settings, start, rng, index, rank, tuni
     return run
 
 
-def _refine(params, unit, spectrum, heads, settings, rng, mean_sq, given, tuning, seeds=None):
+def _refine(
+    params, unit, spectrum, heads, settings, rng, mean_sq, given, tuning, seeds=None, sign_rows=None
+):
     """The EM refinement (math.md section 7); returns the :class:`~attention_cluster._mixture.MixtureFit`.
 
     ``mean_sq`` is the rows' mean ``||x / s||^2``; ``centroid_norms="auto"``
     asks whether the rows as given have one norm (see :func:`refine_heads`);
     ``seeds``, a seeded start (:func:`seeded_start`), gives the starting
-    norms and noise.
+    norms and noise; ``sign_rows``, rows on which the heads' signs are
+    found (see :func:`refine_heads`).
     """
     fit = refine_heads(
         unit,
@@ -580,6 +588,7 @@ def _refine(params, unit, spectrum, heads, settings, rng, mean_sq, given, tuning
         norms=params.centroid_norms,
         radii=None if seeds is None else seeds.radii,
         spherical_rows=lambda: _one_norm(given, tuning.one_norm_rtol),
+        sign_rows=sign_rows,
         max_iter=settings.max_iter,
         random_state=rng,
         verbose=params.verbose,

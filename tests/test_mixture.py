@@ -703,3 +703,35 @@ def test_remaining_gain_of_a_linear_iteration(rho, curvature, start):
     later = sum(gap(rho**t * start) - gap(rho ** (t + 1) * start) for t in range(1, 20_000))
     assert mixture.remaining_gain(gain, rho) == pytest.approx(later, rel=1e-6, abs=1e-12)
     assert mixture.remaining_gain(-1.0, rho) == 0.0
+
+
+def test_signs_from_the_rows_given_and_no_pass_over_all_rows(monkeypatch, global_random_seed):
+    # Heads that start with wrong signs are turned on the rows given as
+    # sign_rows (a subsample), with no pass of head_totals over all rows,
+    # and the fit is the one that turns them on all rows (at d = 24 the
+    # mixture's 256 rows per parameter leave no subsample stage at this n).
+    # The default fit turns them on its start's rows: no such pass either.
+    X, _, C = make_mixture(70_000, 24, 3, noise=0.4, random_state=global_random_seed)
+    assert mixture.subsample_sizes(len(X), mixture.mixture_parameters(24, 3, False)) == []
+    flipped = C * np.array([-1.0, 1.0, -1.0])[:, None]
+    calls = []
+    original = DenseRows.head_totals
+
+    def counted(self, U):
+        calls.append(self.n_samples)
+        return original(self, U)
+
+    monkeypatch.setattr(DenseRows, "head_totals", counted)
+    rows = DenseRows(X)
+    mean_sq = float(np.mean(np.sum(X**2, axis=1)))
+    sample = rows.subsample(np.random.RandomState(global_random_seed), 16384)
+    assert sample.n_samples < len(X)
+    given_rows = refine_heads(rows, flipped.T.copy(), mean_sq, 0.4, sign_rows=sample)
+    assert calls == [sample.n_samples]
+    on_all = refine_heads(rows, flipped.T.copy(), mean_sq, 0.4)
+    assert calls[-1] == len(X)
+    np.testing.assert_allclose(given_rows.heads, on_all.heads, atol=1e-9)
+    assert np.all(np.sum(given_rows.heads * C.T, axis=0) > 0.9)
+    calls.clear()
+    AttentionClustering(3, random_state=global_random_seed).fit(X)
+    assert len(X) not in calls

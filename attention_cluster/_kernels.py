@@ -955,6 +955,88 @@ def rotate_pair(YT, R, j, k, weight, w):
     return theta, drop
 
 
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def rotate_pairs(YT, R, pairs, weight, w):
+    """The Jacobi steps of ``pairs`` (an int64 array of rows ``(j, k)``) in
+    turn, each as :func:`rotate_pair`; returns the largest angle and the sum
+    of the drops.
+
+    ``weight`` of length 0 means unit weights (pairwise regulariser only).
+    With ``w`` None (pairwise regulariser) a step whose next pair shares its
+    first head j forms that pair's sums (:func:`pair_angle`'s ``A, B, C``)
+    in the loop that turns rows j and k, on the turned values: row j is
+    then read once for both, where the pair-by-pair steps read it twice.
+    The steps are the same to rounding. With ``w`` (product regulariser)
+    each pair is :func:`rotate_pair`.
+    """
+    K, n = YT.shape
+    largest = 0.0
+    dropped = 0.0
+    if w is not None:
+        for t in range(pairs.shape[0]):
+            theta, drop = rotate_pair(YT, R, pairs[t, 0], pairs[t, 1], weight, w)
+            largest = max(largest, abs(theta))
+            dropped += drop
+        return largest, dropped
+    unit = weight.shape[0] == 0
+    A = 0.0
+    B = 0.0
+    C = 0.0
+    summed = False  # whether A, B, C hold the current pair's sums
+    for t in range(pairs.shape[0]):
+        j = pairs[t, 0]
+        yj = YT[j]
+        yk = YT[pairs[t, 1]]
+        if not summed:
+            A = 0.0
+            B = 0.0
+            C = 0.0
+            for i in range(n):
+                p = yj[i] * yk[i]
+                q = 0.5 * (yk[i] * yk[i] - yj[i] * yj[i])
+                wi = 1.0 if unit else weight[i]
+                A += wi * p * p
+                B += wi * p * q
+                C += wi * q * q
+        half = 0.5 * (A - C)
+        theta = 0.25 * np.arctan2(-2.0 * B, C - A)
+        largest = max(largest, abs(theta))
+        dropped += half + np.sqrt(half * half + B * B)
+        c = np.cos(theta)
+        s = np.sin(theta)
+        k = pairs[t, 1]
+        for i in range(K):
+            a = R[i, j]
+            b = R[i, k]
+            R[i, j] = c * a + s * b
+            R[i, k] = -s * a + c * b
+        summed = t + 1 < pairs.shape[0] and pairs[t + 1, 0] == j
+        if summed:
+            yn = YT[pairs[t + 1, 1]]
+            A = 0.0
+            B = 0.0
+            C = 0.0
+            for i in range(n):
+                a = yj[i]
+                b = yk[i]
+                turned = c * a + s * b
+                yj[i] = turned
+                yk[i] = -s * a + c * b
+                p = turned * yn[i]
+                q = 0.5 * (yn[i] * yn[i] - turned * turned)
+                wi = 1.0 if unit else weight[i]
+                A += wi * p * p
+                B += wi * p * q
+                C += wi * q * q
+        else:
+            for i in range(n):
+                a = yj[i]
+                b = yk[i]
+                yj[i] = c * a + s * b
+                yk[i] = -s * a + c * b
+    return largest, dropped
+
+
 # Pairs of heads are turned in parallel from this many heads on (pairwise
 # regulariser only), in _BLOCKS blocks of heads (see pair_schedule).
 _PARALLEL_HEADS = 32
@@ -990,11 +1072,12 @@ def pair_schedule(K, product):
     return rounds
 
 
-def jacobi_rotation(Y, weight, product, max_sweeps, tol, rtol, rotate=rotate_pair, map_tasks=None):
+def jacobi_rotation(Y, weight, product, max_sweeps, tol, rtol, rotate=rotate_pairs, map_tasks=None):
     """Rotation R (K x K) such that ``Y R`` minimises the regulariser, by Jacobi sweeps.
 
     Sweeps over the pairs of columns (j, k) (:func:`pair_schedule`), each
-    rotated by its exact 1-D minimiser (:func:`rotate_pair`), until the
+    rotated by its exact 1-D minimiser (:func:`rotate_pair`, a task of
+    pairs at a time by :func:`rotate_pairs`), until the
     largest angle of a sweep is below ``tol`` or, when ``rtol > 0``, a sweep
     lowered the regulariser (:func:`rotation_criterion`) by at most ``rtol``
     of its value: where the criterion is flat in some planes (the noise's
@@ -1003,15 +1086,15 @@ def jacobi_rotation(Y, weight, product, max_sweeps, tol, rtol, rotate=rotate_pai
     lowers it by the sum of its pairs' drops (:func:`rotate_pair`). With
     ``product`` the pair (j, k) is weighted by the other columns' ``prod_m
     a_m^2``; else the pairwise criterion. ``Y`` (n x K, float64) is rotated
-    in place. ``rotate`` is the pair's step: :func:`rotate_pair`, or its
+    in place. ``rotate`` is a task's steps: :func:`rotate_pairs`, or its
     NumPy form (``_numpy_kernels``) on small data. ``map_tasks(fn, tasks)``
     runs ``fn(*task)`` for each task (a thread pool's map; None: in turn):
     the tasks of a round of the schedule turn disjoint heads.
 
-    The sweeps are driven from Python and the kernels allocate nothing: one
-    kernel that allocated its buffers and ran the sweeps itself took longer
-    to compile than these two (part of a first fit's wait, see the
-    performance page's "Cold start"), for one call per pair saved.
+    The sweeps are driven from Python, a task per call, and the kernels
+    allocate nothing: one kernel that allocated its buffers and ran the
+    sweeps itself took longer to compile (part of a first fit's wait, see
+    the performance page's "Cold start").
     """
     K = Y.shape[1]
     R = np.eye(K)
@@ -1020,15 +1103,15 @@ def jacobi_rotation(Y, weight, product, max_sweeps, tol, rtol, rotate=rotate_pai
     weight = np.ascontiguousarray(weight, dtype=np.float64)
     # The product regulariser's pair weights (two heads: the pairwise criterion).
     w = np.empty(Y.shape[0]) if product and K > 2 else None
-    schedule = pair_schedule(K, product)
+    # Unit weights as an empty array: the pairwise steps then read no weights.
+    task_weight = weight[:0] if w is None and np.all(weight == 1.0) else weight
+    schedule = [
+        [np.array(pairs, dtype=np.int64).reshape(-1, 2) for pairs in tasks]
+        for tasks in pair_schedule(K, product)
+    ]
 
     def turn(pairs):
-        largest = dropped = 0.0
-        for j, k in pairs:
-            theta, drop = rotate(YT, R, j, k, weight, w)
-            largest = max(largest, abs(theta))
-            dropped += drop
-        return largest, dropped
+        return rotate(YT, R, pairs, task_weight, w)
 
     if map_tasks is None:
         map_tasks = lambda fn, tasks: [fn(*t) for t in tasks]  # noqa: E731
@@ -1042,5 +1125,11 @@ def jacobi_rotation(Y, weight, product, max_sweeps, tol, rtol, rotate=rotate_pai
         if largest < tol or (rtol > 0.0 and dropped <= rtol * value):
             break
         value -= dropped
+        if value < _RECOMPUTE_BELOW * computed:
+            # The drops' sum cancels the value it was subtracted from: its
+            # rounding, relative to that value, grows as the regulariser
+            # falls (the product regulariser's can fall by ten orders of
+            # magnitude), so the value is computed anew.
+            value = computed = rotation_criterion(YT, weight, product)
     Y[:] = YT.T
     return R

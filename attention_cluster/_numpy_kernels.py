@@ -32,6 +32,7 @@ __all__ = [
     "posterior_columns",
     "projected_row_terms",
     "rotate_pair",
+    "rotate_pairs",
     "scaled_blocks",
 ]
 
@@ -240,6 +241,20 @@ def rotate_pair(YT, R, j, k, weight, w):
     a[:] = turned
     R[:, [j, k]] = R[:, [j, k]] @ np.array([[co, -si], [si, co]])
     return theta, half + np.sqrt(half * half + B * B)
+
+
+def rotate_pairs(YT, R, pairs, weight, w):
+    """:func:`._kernels.rotate_pairs`: the Jacobi steps of ``pairs`` in turn
+    (:func:`rotate_pair`); returns the largest angle and the sum of the
+    drops. ``weight`` of length 0 means unit weights."""
+    if weight.shape[0] == 0:
+        weight = np.ones(YT.shape[1])
+    largest = dropped = 0.0
+    for j, k in pairs:
+        theta, drop = rotate_pair(YT, R, j, k, weight, w)
+        largest = max(largest, abs(theta))
+        dropped += drop
+    return largest, dropped
 
 
 def scaled_blocks(X, inv_scale):

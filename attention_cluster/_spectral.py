@@ -56,8 +56,9 @@ def _rotate_frame(Y, weight, regularization, rows):
     3: the regulariser picks the directions inside the span). The pair (j,
     k) of the product regulariser is weighted by the other heads' ``prod
     a_m^2``; None uses the pairwise criterion. ``rows``: the data object
-    whose rows gave ``Y``; its ``kernels`` turn each pair (``rotate_pair``)
-    and its threads the disjoint pairs of a round (``map_tasks``).
+    whose rows gave ``Y``; its ``kernels`` turn each task's pairs
+    (``rotate_pairs``) and its threads the disjoint tasks of a round
+    (``map_tasks``).
     """
     Y = np.array(Y, dtype=np.float64, order="C")
     weight = np.ascontiguousarray(weight, dtype=np.float64)
@@ -68,7 +69,7 @@ def _rotate_frame(Y, weight, regularization, rows):
         100,
         _SWEEP_TOL,
         _SWEEP_RTOL,
-        rows.kernels.rotate_pair,
+        rows.kernels.rotate_pairs,
         rows.map_tasks,
     )
 

@@ -583,6 +583,39 @@ def test_a_pair_step_drops_the_regulariser_by_what_it_returns(seed, K, product):
             assert drop == pytest.approx(before - after, rel=1e-8, abs=1e-10 * before)
 
 
+@settings(max_examples=20, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    K=st.integers(2, 6),
+    product=st.booleans(),
+    unit=st.booleans(),
+)
+def test_a_task_of_pair_steps_is_the_steps_in_turn(seed, K, product, unit):
+    # rotate_pairs (Numba's, whose pairwise steps form the next pair's sums
+    # while turning the current pair, and NumPy's) turns rows and R as the
+    # pair steps of rotate_pair in turn, to rounding, and returns their
+    # largest angle and summed drops. The task's pairs run in cyclic order
+    # (consecutive pairs share their first head) with one pair out of it.
+    Y, weight = _jacobi_input(seed, K)
+    if unit:
+        weight = np.ones_like(weight)
+    pairs = [(j, k) for j in range(K - 1) for k in range(j + 1, K)] + [(K - 1, 0)]
+    w = np.empty(Y.shape[0]) if product and K > 2 else None
+    YT, R = np.ascontiguousarray(Y.T), np.eye(K)
+    steps = [_kernels.rotate_pair(YT, R, j, k, weight, w) for j, k in pairs]
+    task_weight = weight[:0] if unit and w is None else weight
+    for kernels in (_kernels, _numpy_kernels):
+        YT_task, R_task = np.ascontiguousarray(Y.T), np.eye(K)
+        largest, dropped = kernels.rotate_pairs(
+            YT_task, R_task, np.array(pairs, dtype=np.int64), task_weight, w
+        )
+        np.testing.assert_allclose(R_task, R, rtol=1e-9, atol=1e-11)
+        np.testing.assert_allclose(YT_task, YT, rtol=1e-9, atol=1e-11 * np.abs(Y).max())
+        assert largest == pytest.approx(max(abs(theta) for theta, _ in steps), rel=1e-9, abs=1e-12)
+        total = sum(drop for _, drop in steps)
+        assert dropped == pytest.approx(total, rel=1e-9, abs=1e-12 * max(total, 1.0))
+
+
 @pytest.mark.parametrize("kernels", [_kernels, _numpy_kernels], ids=["numba", "numpy"])
 def test_the_sweeps_in_blocks_find_the_clusters_frame(kernels, global_random_seed):
     # 34 heads (the schedule in blocks): rows near one of 34 orthonormal
@@ -595,7 +628,7 @@ def test_the_sweeps_in_blocks_find_the_clusters_frame(kernels, global_random_see
     E = np.eye(K)[labels] + 0.1 * rng.standard_normal((60 * K, K))
     Q = np.linalg.qr(rng.standard_normal((K, K)))[0]
     R = _kernels.jacobi_rotation(
-        E @ Q, np.ones(60 * K), False, 100, 1e-9, 1e-9, kernels.rotate_pair
+        E @ Q, np.ones(60 * K), False, 100, 1e-9, 1e-9, kernels.rotate_pairs
     )
     found = np.abs(Q @ R)
     assert np.all(found.max(axis=0) > 0.99)
@@ -624,7 +657,7 @@ def test_jacobi_rotation_on_threads_is_the_rotation_on_one(product, kernels):
 
     Y, weight = _jacobi_input(3, 40)
     serial = Y.copy()
-    R = _kernels.jacobi_rotation(serial, weight, product, 6, 1e-9, 1e-6, kernels.rotate_pair)
+    R = _kernels.jacobi_rotation(serial, weight, product, 6, 1e-9, 1e-6, kernels.rotate_pairs)
     with ThreadPoolExecutor(3) as pool:
 
         def map_tasks(fn, tasks):
@@ -632,7 +665,7 @@ def test_jacobi_rotation_on_threads_is_the_rotation_on_one(product, kernels):
 
         threaded = Y.copy()
         R_threads = _kernels.jacobi_rotation(
-            threaded, weight, product, 6, 1e-9, 1e-6, kernels.rotate_pair, map_tasks
+            threaded, weight, product, 6, 1e-9, 1e-6, kernels.rotate_pairs, map_tasks
         )
     np.testing.assert_array_equal(R_threads, R)
     np.testing.assert_array_equal(threaded, serial)

@@ -1072,6 +1072,13 @@ def pair_schedule(K, product):
     return rounds
 
 
+# The sweeps' regulariser, tracked by its pairs' drops, is computed anew once
+# it has fallen below this fraction of its last computed value (see
+# jacobi_rotation): its rounding, relative to the value, stays below about
+# float64's epsilon over this fraction times the drops summed since.
+_RECOMPUTE_BELOW = 1e-4
+
+
 def jacobi_rotation(Y, weight, product, max_sweeps, tol, rtol, rotate=rotate_pairs, map_tasks=None):
     """Rotation R (K x K) such that ``Y R`` minimises the regulariser, by Jacobi sweeps.
 
@@ -1082,7 +1089,8 @@ def jacobi_rotation(Y, weight, product, max_sweeps, tol, rtol, rotate=rotate_pai
     lowered the regulariser (:func:`rotation_criterion`) by at most ``rtol``
     of its value: where the criterion is flat in some planes (the noise's
     directions) the angles there stay ill-determined long after the
-    criterion has settled. The regulariser is computed once; each sweep
+    criterion has settled. The regulariser is computed once, and again
+    whenever it has fallen by a factor ``1 / _RECOMPUTE_BELOW``; each sweep
     lowers it by the sum of its pairs' drops (:func:`rotate_pair`). With
     ``product`` the pair (j, k) is weighted by the other columns' ``prod_m
     a_m^2``; else the pairwise criterion. ``Y`` (n x K, float64) is rotated
@@ -1115,7 +1123,7 @@ def jacobi_rotation(Y, weight, product, max_sweeps, tol, rtol, rotate=rotate_pai
 
     if map_tasks is None:
         map_tasks = lambda fn, tasks: [fn(*t) for t in tasks]  # noqa: E731
-    value = rotation_criterion(YT, weight, product) if rtol > 0.0 else 0.0
+    value = computed = rotation_criterion(YT, weight, product) if rtol > 0.0 else 0.0
     for _ in range(max_sweeps):
         largest = dropped = 0.0
         for tasks in schedule:

@@ -1072,10 +1072,11 @@ def pair_schedule(K, product):
     return rounds
 
 
-# The sweeps' regulariser, tracked by its pairs' drops, is computed anew once
-# it has fallen below this fraction of its last computed value (see
-# jacobi_rotation): its rounding, relative to the value, stays below about
-# float64's epsilon over this fraction times the drops summed since.
+# The sweeps' regulariser, tracked by subtracting its pairs' drops, is
+# computed anew once it has fallen below this fraction of its last computed
+# value (see jacobi_rotation): the tracked value's rounding, some epsilons of
+# that computed value per drop subtracted, then stays within 1 / this
+# fraction of such epsilons relative to the value itself.
 _RECOMPUTE_BELOW = 1e-4
 
 

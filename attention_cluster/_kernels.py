@@ -878,12 +878,7 @@ def pair_angle(yj, yk, weight):
     sin(2 theta) q`` with ``p = y_j y_k`` and ``q = (y_k^2 - y_j^2) / 2``, so
     the criterion is the quadratic form ``[[A, B], [B, C]]`` (``A = sum w
     p^2``, ``B = sum w p q``, ``C = sum w q^2``) in ``(cos 2theta, sin
-    2theta)``, minimised along its eigenvector of smallest eigenvalue, at
-    angle ``phi = atan2(-2B, C - A) / 2`` (the Jacobi step of kurtosis-based
-    ICA). Returns ``theta = phi / 2``, the smallest such rotation, in
-    [-pi/4, pi/4], and the criterion's drop ``A - lambda_min = (A - C) / 2
-    + sqrt(((A - C) / 2)^2 + B^2)`` from its value at theta = 0 (A) to its
-    minimum (``math.md`` section 3, the spectral start).
+    2theta)``: see :func:`_angle_and_drop`.
     """
     A = 0.0
     B = 0.0
@@ -894,6 +889,21 @@ def pair_angle(yj, yk, weight):
         A += weight[i] * p * p
         B += weight[i] * p * q
         C += weight[i] * q * q
+    return _angle_and_drop(A, B, C)
+
+
+@njit(inline="always")
+def _angle_and_drop(A, B, C):
+    """The pair's step from its sums (:func:`pair_angle`): ``(theta, drop)``.
+
+    The quadratic form ``[[A, B], [B, C]]`` in ``(cos 2theta, sin 2theta)``
+    is minimised along its eigenvector of smallest eigenvalue, at angle
+    ``phi = atan2(-2B, C - A) / 2`` (the Jacobi step of kurtosis-based
+    ICA). Returns ``theta = phi / 2``, the smallest such rotation, in
+    [-pi/4, pi/4], and the criterion's drop ``A - lambda_min = (A - C) / 2
+    + sqrt(((A - C) / 2)^2 + B^2)`` from its value at theta = 0 (A) to its
+    minimum (``math.md`` section 3, the spectral start).
+    """
     half = 0.5 * (A - C)
     return 0.25 * np.arctan2(-2.0 * B, C - A), half + np.sqrt(half * half + B * B)
 
@@ -998,10 +1008,9 @@ def rotate_pairs(YT, R, pairs, weight, w):
                 A += wi * p * p
                 B += wi * p * q
                 C += wi * q * q
-        half = 0.5 * (A - C)
-        theta = 0.25 * np.arctan2(-2.0 * B, C - A)
+        theta, drop = _angle_and_drop(A, B, C)
         largest = max(largest, abs(theta))
-        dropped += half + np.sqrt(half * half + B * B)
+        dropped += drop
         c = np.cos(theta)
         s = np.sin(theta)
         k = pairs[t, 1]

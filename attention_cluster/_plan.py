@@ -506,7 +506,9 @@ def _start(params, sample, spectrum, init, rng):
         return init.copy()
     if params.init == "random":
         return random_heads(rng, sample.n_features, params.n_clusters)
-    return spectral_heads(sample, spectrum.moment, params.n_clusters, params.regularization, rng)
+    return spectral_heads(
+        sample, spectrum.eigenvectors, params.n_clusters, params.regularization, rng
+    )
 
 
 def _run(params, unit, sample, spectrum, settings, start, rng, index, rank, tuning):

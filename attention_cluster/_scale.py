@@ -22,6 +22,9 @@ class Spectrum:
     noise: float  #: sigma, the noise level relative to s
     moment: np.ndarray  #: M / s^2 in float64, shape (d, d)
     eigenvalues: np.ndarray  #: eigenvalues of ``moment``, descending
+    #: their eigenvectors (columns, in the same order): the spectral start's
+    #: top K, so that one eigendecomposition of the d x d moment serves both
+    eigenvectors: np.ndarray
 
 
 # Relative distance from the kurtosis' upper end under which sigma is infinite
@@ -81,9 +84,16 @@ def estimate_spectrum(data, n_clusters, moment=None):
     peak, M = data.scaled_second_moment() if moment is None else moment
     d = data.n_features
     if peak == 0.0:
-        return Spectrum(scale=1.0, noise=0.0, moment=np.zeros((d, d)), eigenvalues=np.zeros(d))
+        return Spectrum(
+            scale=1.0,
+            noise=0.0,
+            moment=np.zeros((d, d)),
+            eigenvalues=np.zeros(d),
+            eigenvectors=np.eye(d),
+        )
     prescaled = data.rescaled(peak)
-    eig = np.clip(np.linalg.eigvalsh(M)[::-1], 0.0, None)
+    eig, vectors = np.linalg.eigh(M)
+    eig, vectors = np.clip(eig[::-1], 0.0, None), vectors[:, ::-1]
     k = min(n_clusters, d)
     trace = float(np.sum(eig))
     if k < d:
@@ -104,6 +114,7 @@ def estimate_spectrum(data, n_clusters, moment=None):
         noise=float(noise),
         moment=M / signal,
         eigenvalues=eig / signal,
+        eigenvectors=vectors,
     )
 
 

@@ -74,11 +74,12 @@ def _rotate_frame(Y, weight, regularization, rows):
     )
 
 
-def spectral_heads(rows, moment, n_clusters, regularization, rng):
-    """Top-K eigenvectors of ``moment``, rotated on ``rows`` (a small data object)."""
-    d = moment.shape[0]
+def spectral_heads(rows, eigenvectors, n_clusters, regularization, rng):
+    """The top-K ``eigenvectors`` of the second moment (d x d, columns by
+    decreasing eigenvalue), rotated on ``rows`` (a small data object)."""
+    d = eigenvectors.shape[0]
     k = min(n_clusters, d)
-    V = np.linalg.eigh(moment)[1][:, ::-1][:, :k]
+    V = eigenvectors[:, :k]
     if k > 1:
         weight = np.ones(rows.n_samples) if rows.sample_weight is None else rows.sample_weight
         V = V @ _rotate_frame(rows.project(V), weight, regularization, rows)
@@ -117,4 +118,5 @@ def spectral_init(data, moment, n_clusters, regularization="pairwise", random_st
     regularizer_code(regularization)
     rng = check_random_state(random_state)
     rows = data.subsample(rng, start_rows(n_clusters))
-    return spectral_heads(rows, moment, n_clusters, regularization, rng)
+    eigenvectors = np.linalg.eigh(moment)[1][:, ::-1]
+    return spectral_heads(rows, eigenvectors, n_clusters, regularization, rng)

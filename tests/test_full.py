@@ -16,6 +16,7 @@ from attention_cluster._exact import solve_exact
 from attention_cluster._objective import exact_objective
 from attention_cluster._optimize import minimize_on_spheres, polish_on_spheres
 from attention_cluster._passes import DenseRows
+from attention_cluster._scale import estimate_spectrum
 from attention_cluster._settings import local_reg_strength
 from attention_cluster._spectral import ROWS_PER_HEAD, SUBSAMPLE, spectral_init, start_rows
 from attention_cluster._sphere import project_tangent, retract
@@ -349,6 +350,50 @@ def test_spectral_init_is_close_at_moderate_noise():
     X, _, C = make_mixture(20000, 10, 4, noise=0.3, random_state=0)
     heads = spectral_init(DenseRows(X), second_moment(X), 4, "pairwise", random_state=0)
     assert centroid_distance(heads.T, C) < 0.01
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    d=st.integers(2, 12),
+    magnitude=st.sampled_from([1e-150, 1.0, 1e150]),
+)
+def test_the_spectrum_carries_the_eigenvectors_of_its_moment(seed, d, magnitude):
+    # One eigendecomposition serves the spectrum and the spectral start:
+    # its eigenvectors are orthonormal, each turned by the moment into its
+    # eigenvalue times itself, in the eigenvalues' descending order.
+    X = np.random.default_rng(seed).standard_normal((50, d)) * magnitude
+    spectrum = estimate_spectrum(DenseRows(X), 2)
+    V, lam, M = spectrum.eigenvectors, spectrum.eigenvalues, spectrum.moment
+    np.testing.assert_allclose(V.T @ V, np.eye(d), atol=1e-12)
+    np.testing.assert_allclose(M @ V, V * lam, atol=1e-12 * lam[0])
+    assert np.all(np.diff(lam) <= 0)
+    # ... and the same vectors as NumPy's of M (up to sign), where the
+    # eigenvalues are apart.
+    reference = np.linalg.eigh(M)[1][:, ::-1]
+    apart = np.min(np.abs(np.diff(lam[:2]))) > 1e-6 * lam[0]
+    if apart:
+        assert abs(reference[:, 0] @ V[:, 0]) == pytest.approx(1.0, abs=1e-9)
+
+
+def test_the_default_start_takes_the_spectrums_eigenvectors(monkeypatch):
+    # The fit decomposes its d x d moment once: the spectral start takes
+    # the spectrum's top eigenvectors, no second eigh.
+    calls = []
+
+    def counting(original):
+        def call(A, *args, **kwargs):
+            if A.shape == (30, 30):
+                calls.append(original.__name__)
+            return original(A, *args, **kwargs)
+
+        return call
+
+    for name in ("eigh", "eigvalsh"):
+        monkeypatch.setattr(np.linalg, name, counting(getattr(np.linalg, name)))
+    X, _, _ = make_mixture(3000, 30, 4, noise=0.3, random_state=0)
+    AttentionClustering(4, random_state=0).fit(X)
+    assert len(calls) == 1
 
 
 # --- The whole solve -------------------------------------------------------------

@@ -63,12 +63,16 @@ class Tuning:
     center_ratio: float = 10.0
     #: From this many features on, the solver runs in the principal subspace
     #: of dimension K + ``subspace_extra`` and the EM refinement on the rows
-    #: in R^d (benchmarks/user_data.py times both paths).
-    subspace_min_features: int = 1000
+    #: in R^d (benchmarks/user_data.py times both paths). That subspace is
+    #: found on a subsample, which at high noise with many clusters misses
+    #: the centroids' directions and leaves the EM a poor start: below this
+    #: width the d x d moment of all rows costs less than the passes that
+    #: start then needs (the user data page's second switch table).
+    subspace_min_features: int = 2000
     subspace_extra: int = 5
     #: Dask rows never take the subspace path, which holds the rows'
     #: projections in memory: they run the d x d path up to this width.
-    dask_max_features: int = 2000
+    dask_max_features: int = 4000
     #: A cluster with less than this fraction of 1/K of the points is lost.
     lost_fraction: float = 0.1
     #: ``center="auto"`` fits the centred rows again when an uncentred fit

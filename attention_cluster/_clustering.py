@@ -69,9 +69,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     Input and preprocessing: X may be dense or sparse (CSR/CSC, never
     densified). A mean common to all rows is subtracted when it dominates
     (``center``), with a warning; a fit that leaves clusters nearly empty
-    warns and names the fix. With d >= 2000 features the solver runs in the
-    principal subspace of dimension K + 5, found by subspace iteration
-    without a d x d matrix, and the EM refinement on the rows in R^d. Rows
+    warns and names the fix. With d >= 1000 features (dense rows beyond
+    32768 of them: d >= 2000) the solver runs in the principal subspace of
+    dimension K + 5, found by subspace iteration without a d x d matrix,
+    and the EM refinement on the rows in R^d. Rows
     that are measurements in different units (scikit-learn's tabular data
     sets) suit the model after a
     :class:`~sklearn.preprocessing.StandardScaler`; TF-IDF rows and

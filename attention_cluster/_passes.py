@@ -163,6 +163,8 @@ class _Rows:
     _nested = None  # the NestedDraw of prepare_subsamples, shared by copies
     # Whether its passes run Numba's kernels or NumPy's forms (see compiles).
     compiled = True
+    # Whether the rows are a sparse matrix (SparseRows: passes cost O(nnz K)).
+    sparse = False
 
     @property
     def kernels(self):
@@ -1441,6 +1443,7 @@ class SparseRows(_Rows):
     """
 
     in_memory = True
+    sparse = True
 
     def __init__(
         self, X, sample_weight=None, scale=1.0, offset=None, n_threads=None, compiled=None

@@ -33,7 +33,7 @@ from ._mixture import mixture_parameters, refine_heads, subsample_sizes
 from ._model import MIN_VARIANCE, SphericalMixture
 from ._objective import exact_objective, regularizer_code
 from ._passes import DenseRows
-from ._scale import estimate_spectrum, principal_basis
+from ._scale import BASIS_ROWS, estimate_spectrum, principal_basis
 from ._seeding import seeded_start
 from ._settings import auto_reg_strength
 from ._spectral import SUBSAMPLE, spectral_heads, start_rows
@@ -63,12 +63,18 @@ class Tuning:
     center_ratio: float = 10.0
     #: From this many features on, the solver runs in the principal subspace
     #: of dimension K + ``subspace_extra`` and the EM refinement on the rows
-    #: in R^d (benchmarks/user_data.py times both paths). That subspace is
-    #: found on a subsample, which at high noise with many clusters misses
-    #: the centroids' directions and leaves the EM a poor start: below this
-    #: width the d x d moment of all rows costs less than the passes that
-    #: start then needs (the user data page's second switch table).
-    subspace_min_features: int = 2000
+    #: in R^d (benchmarks/user_data.py times both paths), ...
+    subspace_min_features: int = 1000
+    #: ... except dense rows below this width with more than
+    #: ``subspace_rows_ratio`` times the subspace's rows (``_scale.BASIS_ROWS``):
+    #: that subspace is found on a subsample, which at high noise with many
+    #: clusters misses the centroids' directions that all rows show, and the
+    #: EM crawls from the poor start; there the d x d moment of all rows costs
+    #: less (the user data page's second switch table). Sparse rows keep the
+    #: subspace: their passes cost O(nnz K), the d x d path's
+    #: eigendecomposition d^3 whatever the non-zeros.
+    dense_subspace_min_features: int = 2000
+    subspace_rows_ratio: int = 4
     subspace_extra: int = 5
     #: Dask rows never take the subspace path, which holds the rows'
     #: projections in memory: they run the d x d path up to this width.
@@ -243,11 +249,13 @@ def fit_plan(rows, params, init=None, tuning=None):
 def _in_subspace(rows, n_clusters, tuning):
     """Whether a fit runs in the principal subspace (never for Dask rows)."""
     d = rows.n_features
-    return (
-        rows.in_memory
-        and d >= tuning.subspace_min_features
-        and d > n_clusters + tuning.subspace_extra
+    many_rows = rows.n_samples > tuning.subspace_rows_ratio * BASIS_ROWS
+    minimum = (
+        tuning.dense_subspace_min_features
+        if many_rows and not rows.sparse
+        else tuning.subspace_min_features
     )
+    return rows.in_memory and d >= minimum and d > n_clusters + tuning.subspace_extra
 
 
 def _prepare(data, K, tuning):

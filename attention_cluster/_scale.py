@@ -118,8 +118,12 @@ def estimate_spectrum(data, n_clusters, moment=None):
     )
 
 
+# Rows on which principal_basis finds the principal subspace.
+BASIS_ROWS = 8192
+
+
 def principal_basis(
-    data, n_components, n_leading, n_rows=8192, max_iter=10, tol=1e-2, random_state=0
+    data, n_components, n_leading, n_rows=BASIS_ROWS, max_iter=10, tol=1e-2, random_state=0
 ):
     """Orthonormal basis (d x r) of the top eigenvectors of the second moment.
 

@@ -33,7 +33,6 @@ the tracemalloc peak of one more fit, above the data.
     python benchmarks/user_data.py [--quick] [--out DIR]
 """
 
-import inspect
 import os
 import time
 import warnings
@@ -61,7 +60,7 @@ from sklearn.preprocessing import (
 
 import attention_cluster._plan as _plan
 from attention_cluster import AttentionClustering
-from attention_cluster._scale import principal_basis
+from attention_cluster._scale import BASIS_ROWS
 from attention_cluster.datasets import make_centroids, make_corpus, make_embeddings, make_mixture
 from attention_cluster.metrics import centroid_distance
 
@@ -422,7 +421,9 @@ def run_embeddings(quick):
 
 def _with_switch(value, fn):
     saved = _plan.DEFAULT_TUNING
-    _plan.DEFAULT_TUNING = replace(saved, subspace_min_features=value)
+    _plan.DEFAULT_TUNING = replace(
+        saved, subspace_min_features=value, dense_subspace_min_features=value
+    )
     try:
         return fn()
     finally:
@@ -525,10 +526,6 @@ def run_switch_many(quick):
             )
             rows.append(row)
     return rows
-
-
-# Rows of the subspace path's subspace iteration.
-_BASIS_ROWS = inspect.signature(principal_basis).parameters["n_rows"].default
 
 
 def _unit_rows(A):
@@ -725,7 +722,9 @@ def _render(p):
         f"{H['seconds']['KMeans(n_init=1)']:.2f} s, {hr:.2f}x (target <= 1: {_yes(hr <= 1)}); ARI {H['ari']:.3f} "
         f"against {H['kmeans_ari']:.3f}.",
         "",
-        f"Switch point (`subspace_min_features = {_plan.DEFAULT_TUNING.subspace_min_features}`): the subspace "
+        f"Switch points (`subspace_min_features = {_plan.DEFAULT_TUNING.subspace_min_features}`; dense rows "
+        f"with more than {_plan.DEFAULT_TUNING.subspace_rows_ratio} x {BASIS_ROWS} rows from "
+        f"`dense_subspace_min_features = {_plan.DEFAULT_TUNING.dense_subspace_min_features}`): the subspace "
         f"path (spectrum and solver in the principal subspace of dimension K + {_plan.DEFAULT_TUNING.subspace_extra}, "
         "found by subspace iteration; the EM refinement on the rows in R^d) against the "
         f"d x d path, `make_mixture`, n = {h['switch'][0]['n']}, K = {h['switch'][0]['K']}, at low and high noise.",
@@ -900,7 +899,7 @@ def _switch_many_lines(rows):
             f"{sub['ari']:.3f} | {full['ari']:.3f} | {sub['distance']:.3f} | "
             f"{full['distance']:.3f} | {passes(sub)} / {passes(full)} |"
         )
-    switch = _plan.DEFAULT_TUNING.subspace_min_features
+    switch = _plan.DEFAULT_TUNING.dense_subspace_min_features
     below = [r for r in rows if r["d"] < switch]
     worse = [
         r
@@ -910,12 +909,12 @@ def _switch_many_lines(rows):
     ]
     noisy = [r for r in rows if r["noise"] == max(q["noise"] for q in rows)]
     spike = 1.0 / (first["K"] * noisy[0]["noise"] ** 2)
-    m = min(first["n"], _BASIS_ROWS)
+    m = min(first["n"], BASIS_ROWS)
     edges = [np.sqrt(r["d"] / m) for r in noisy]
     hidden = sum(spike < edge for edge in edges)
     lines += [
         "",
-        f"Below the switch (d < {switch}) the subspace path is slower or more than 10% farther "
+        f"Below the dense switch (d < {switch}) the subspace path is slower or more than 10% farther "
         f"from the centroids in {len(worse)} of {len(below)} rows. A cluster's eigenvalue shows "
         "in the sample spectrum of m rows only when its signal exceeds sqrt(d / m) times the "
         "noise variance (the bulk's edge); the subspace is found on "

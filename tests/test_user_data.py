@@ -21,7 +21,7 @@ from sklearn.metrics import adjusted_rand_score
 import attention_cluster._plan as _plan
 from attention_cluster import AttentionClustering
 from attention_cluster._passes import DenseRows, SparseRows
-from attention_cluster._scale import largest_sine, orthonormal, principal_basis
+from attention_cluster._scale import BASIS_ROWS, largest_sine, orthonormal, principal_basis
 from attention_cluster.datasets import make_corpus, make_embeddings, make_mixture
 from attention_cluster.metrics import centroid_distance
 
@@ -271,6 +271,48 @@ def test_high_dimension_refines_out_of_the_subspace(monkeypatch, global_random_s
         high.cluster_centers_, low.cluster_centers_
     ) < 0.05 * centroid_distance(low.cluster_centers_, C)
     np.testing.assert_array_equal(high.predict(X), high.labels_)
+
+
+@pytest.mark.parametrize(
+    "n_samples, kind, expected",
+    [
+        (4 * BASIS_ROWS, "dense", True),  # few rows: the subsample sees what all rows see
+        (4 * BASIS_ROWS + 1, "dense", False),  # many: the d x d moment of all rows
+        (4 * BASIS_ROWS + 1, "sparse", True),  # sparse: O(nnz K) passes, d^3 eigh
+    ],
+    ids=["dense-few-rows", "dense-many-rows", "sparse-many-rows"],
+)
+def test_the_subspace_path_between_the_two_widths(monkeypatch, n_samples, kind, expected):
+    # Between subspace_min_features and dense_subspace_min_features (here
+    # 20 and 40 features, the rule's two widths scaled down), the subspace
+    # path takes sparse rows and dense rows of at most 4 x BASIS_ROWS; at
+    # and above the dense width every in-memory kind takes it.
+    monkeypatch.setattr(
+        _plan,
+        "DEFAULT_TUNING",
+        replace(_plan.DEFAULT_TUNING, subspace_min_features=20, dense_subspace_min_features=40),
+    )
+    taken = []
+
+    def recording(rows, n_components, n_leading):
+        taken.append(rows.sparse)
+        raise _Taken
+
+    monkeypatch.setattr(_plan, "principal_basis", recording)
+    for d, subspace in ((30, expected), (40, True)):
+        taken.clear()
+        rng = np.random.default_rng(0)
+        X = rng.random((n_samples, d)) * (rng.random((n_samples, d)) < 0.2)
+        X = sp.csr_matrix(X) if kind == "sparse" else X
+        try:
+            AttentionClustering(2, random_state=0, max_iter=1).fit(X)
+        except _Taken:
+            pass
+        assert taken == ([kind == "sparse"] if subspace else [])
+
+
+class _Taken(Exception):
+    pass
 
 
 def test_tfidf_fit_never_forms_a_dense_matrix():

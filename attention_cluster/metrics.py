@@ -15,7 +15,9 @@ and the error rate of the post-hoc labelling rule
 3.2; the authors' answer W3). The limits of the distance that the
 benchmarks measure against: :func:`class_means_distance` on a sample, and
 :func:`information_limit` in expectation (:mathmd:`7`, "The
-information limit").
+information limit"); and whether the second moment of n rows shows the
+clusters at all, :func:`spectral_visibility` (:mathmd:`7`, "When the
+spectrum shows the clusters").
 """
 
 import numpy as np
@@ -32,6 +34,7 @@ __all__ = [
     "bayes_error",
     "interference",
     "information_limit",
+    "spectral_visibility",
 ]
 
 
@@ -430,3 +433,65 @@ def information_limit(centroids, noise, n_samples, weights=None, n_draws=1_000_0
     efficient = float(np.trace(covariance[:directions, :directions])) / n
     class_means = float(np.sum((d - 1) * tau2 / (n * pi * r * r)))
     return efficient, class_means
+
+
+def spectral_visibility(centroids, noise, n_samples, weights=None):
+    """How far above the noise the second moment of ``n_samples`` rows shows each direction.
+
+    For the mixture ``X | Z = k ~ N(c_k, sigma^2 I_d)`` the second moment is
+    ``sum_k pi_k c_k c_k^T + sigma^2 I``: a signal matrix of rank at most K
+    over isotropic noise. In the sample second moment of n rows an
+    eigenvalue ``ell sigma^2`` of the signal (``ell`` its ratio to the
+    noise variance) separates from the noise's bulk, which ends at ``sigma^2
+    (1 + sqrt(d / n))^2``, only when ``ell > sqrt(d / n)``; below that its
+    eigenvalue sits at the bulk's edge and its eigenvector carries no trace
+    of the direction (:mathmd:`7`, "When the spectrum shows the clusters";
+    Baik, Ben Arous and Peche, Ann. Probab. 2005). Every method that starts
+    from the spectrum, the default fit's included, then starts blind.
+
+    Parameters
+    ----------
+    centroids : array-like of shape (n_clusters, n_features)
+        The centroids ``c_k`` (any norms and angles).
+    noise : float
+        sigma > 0.
+    n_samples : int
+        Number of rows n.
+    weights : array-like of shape (n_clusters,), default=None
+        Mixture weights; uniform when None.
+
+    Returns
+    -------
+    ndarray of shape (min(n_clusters, n_features),)
+        The signal's largest eigenvalues over ``sigma^2 sqrt(d / n)``,
+        descending: above 1 the direction shows in the sample spectrum.
+        For orthogonal centroids, ``pi_k ||c_k||^2 / (sigma^2 sqrt(d /
+        n))``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attention_cluster.metrics import spectral_visibility
+    >>> # 20 orthogonal unit centroids in d = 1536 at sigma = 0.45: all rows
+    >>> # of 50000 show them, the 8192 of a subsample do not.
+    >>> C = np.eye(1536)[:20]
+    >>> float(spectral_visibility(C, 0.45, 50000)[-1].round(2))
+    1.41
+    >>> float(spectral_visibility(C, 0.45, 8192)[-1].round(2))
+    0.57
+    """
+    centroids = _as_2d(centroids, "centroids")
+    K, d = centroids.shape
+    sigma = check_noise(noise)
+    if sigma.ndim != 0:
+        raise ValueError(f"noise must be one number, got shape {sigma.shape}.")
+    sigma = float(sigma)
+    if not sigma > 0:
+        raise ValueError("noise must be positive: without noise every direction shows.")
+    n = check_count(n_samples, "n_samples")
+    pi = check_weights(weights, K)
+    # The signal's non-zero eigenvalues are those of the K x K matrix
+    # sqrt(pi) C C^T sqrt(pi) (same non-zero spectrum as C^T diag(pi) C).
+    root = np.sqrt(pi)[:, None] * centroids
+    signal = np.linalg.eigvalsh(root @ root.T)[::-1][: min(K, d)]
+    return np.clip(signal, 0.0, None) / (sigma * sigma * np.sqrt(d / n))

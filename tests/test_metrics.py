@@ -24,6 +24,7 @@ from attention_cluster.metrics import (
     information_limit,
     interference,
     match_centroids,
+    spectral_visibility,
 )
 
 # ---------------------------------------------------------------------------
@@ -280,3 +281,79 @@ def test_information_limit_values_quoted_in_the_docs(noise, quoted):
     # paper's d = 10, K = 2 (Monte Carlo error about 0.1% at 1e6 draws).
     efficient, floor = information_limit(np.eye(10)[:2], noise, 10**6)
     assert efficient / floor == pytest.approx(quoted, abs=0.01)
+
+
+# ---------------------------------------------------------------------------
+# spectral_visibility
+
+
+def test_spectral_visibility_is_the_signals_spectrum_over_the_threshold():
+    # NumPy reference: the d x d signal sum_k pi_k c_k c_k^T, decomposed,
+    # over sigma^2 sqrt(d / n); for orthogonal centroids pi_k r_k^2 / (...).
+    rng = np.random.default_rng(0)
+    C, weights = rng.standard_normal((4, 7)), rng.dirichlet(np.ones(4))
+    signal = np.linalg.eigvalsh(C.T @ np.diag(weights) @ C)[::-1][:4]
+    expected = signal / (0.3**2 * np.sqrt(7 / 500))
+    np.testing.assert_allclose(spectral_visibility(C, 0.3, 500, weights), expected, rtol=1e-10)
+    orthogonal = spectral_visibility(2.0 * np.eye(7)[:3], 0.5, 700, [0.5, 0.3, 0.2])
+    np.testing.assert_allclose(orthogonal, np.array([0.5, 0.3, 0.2]) * 4 / (0.25 * 0.1))
+    # More clusters than features: at most d directions.
+    assert spectral_visibility(np.eye(3)[[0, 1, 2, 0]], 0.5, 100).shape == (3,)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    K=st.integers(1, 4),
+    scale=st.floats(0.01, 100.0),
+)
+def test_spectral_visibility_ignores_a_rotation_a_relabelling_and_a_scale(seed, K, scale):
+    rng = np.random.default_rng(seed)
+    C = rng.standard_normal((K, 5))
+    Q = np.linalg.qr(rng.standard_normal((5, 5)))[0]
+    weights, order = rng.dirichlet(np.ones(K)), rng.permutation(K)
+    base = spectral_visibility(C, 0.7, 300, weights)
+    moved = spectral_visibility(scale * (C @ Q)[order], 0.7 * scale, 300, weights[order])
+    np.testing.assert_allclose(moved, base, rtol=1e-8, atol=1e-12 * base[0])
+
+
+@pytest.mark.parametrize("visibility", [0.5, 2.0], ids=["hidden", "shown"])
+def test_spectral_visibility_tells_where_the_sample_spectrum_shows_the_clusters(visibility):
+    # Monte Carlo of math.md section 7, "When the spectrum shows the
+    # clusters": two orthogonal unit centroids, n = 8000 rows in d = 800
+    # (gamma = 0.1), sigma set so that ell = visibility * sqrt(gamma). Shown:
+    # the two top eigenvalues of the sample second moment at sigma^2 (1 +
+    # ell)(1 + gamma / ell), apart from the bulk; hidden: at the bulk's edge
+    # sigma^2 (1 + sqrt(gamma))^2. Finite-size deviations of the edge are
+    # O(n^(-2/3)), a fraction of a percent here.
+    n, d, K = 8000, 800, 2
+    gamma = d / n
+    ell = visibility * np.sqrt(gamma)
+    sigma = np.sqrt((1.0 / K) / ell)
+    C = np.eye(d)[:K]
+    assert spectral_visibility(C, sigma, n)[-1] == pytest.approx(visibility)
+    X, _, _ = make_mixture(n, d, K, noise=sigma, random_state=0)
+    top = np.linalg.eigvalsh(X.T @ X / n)[::-1][: K + 1]
+    edge = sigma**2 * (1 + np.sqrt(gamma)) ** 2
+    if visibility > 1:
+        spike = sigma**2 * (1 + ell) * (1 + gamma / ell)
+        np.testing.assert_allclose(top[:K], spike, rtol=0.02)
+        assert top[K] == pytest.approx(edge, rel=0.02)
+        assert top[K - 1] > 1.04 * edge
+    else:
+        np.testing.assert_allclose(top, edge, rtol=0.02)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"noise": 0.0}, "noise must be positive"),
+        ({"noise": [0.5, 0.6]}, "noise must be one number"),
+        ({"centroids": [1.0, 0.0]}, "2-D array"),
+        ({"n_samples": 0}, "n_samples"),
+    ],
+)
+def test_spectral_visibility_rejects_what_it_cannot_measure(kwargs, message):
+    args = {"centroids": np.eye(2), "noise": 0.5, "n_samples": 100, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        spectral_visibility(**args)

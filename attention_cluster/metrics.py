@@ -45,6 +45,17 @@ def _as_2d(a, name):
     return a
 
 
+def _positive_noise(noise, why_not_zero):
+    """sigma as one positive float, or a ValueError that says why zero is excluded."""
+    sigma = check_noise(noise)
+    if sigma.ndim != 0:
+        raise ValueError(f"noise must be one number, got shape {sigma.shape}.")
+    sigma = float(sigma)
+    if not sigma > 0:
+        raise ValueError(f"noise must be positive: {why_not_zero}.")
+    return sigma
+
+
 def match_centroids(estimated, true):
     """Best assignment of estimated heads to true centroids, up to sign.
 
@@ -390,14 +401,9 @@ def information_limit(centroids, noise, n_samples, weights=None, n_draws=1_000_0
     """
     centroids = _as_2d(centroids, "centroids")
     K, d = centroids.shape
-    sigma = check_noise(noise)
-    if sigma.ndim != 0:
-        raise ValueError(f"noise must be one number, got shape {sigma.shape}.")
-    sigma = float(sigma)
+    sigma = _positive_noise(noise, "at sigma = 0 every estimator is exact")
     n = check_count(n_samples, "n_samples")
     n_draws = check_count(n_draws, "n_draws")
-    if not sigma > 0:
-        raise ValueError("noise must be positive: at sigma = 0 every estimator is exact.")
     pi = check_weights(weights, K)
     if np.any(pi <= 0):
         raise ValueError("weights must all be positive.")
@@ -482,12 +488,7 @@ def spectral_visibility(centroids, noise, n_samples, weights=None):
     """
     centroids = _as_2d(centroids, "centroids")
     K, d = centroids.shape
-    sigma = check_noise(noise)
-    if sigma.ndim != 0:
-        raise ValueError(f"noise must be one number, got shape {sigma.shape}.")
-    sigma = float(sigma)
-    if not sigma > 0:
-        raise ValueError("noise must be positive: without noise every direction shows.")
+    sigma = _positive_noise(noise, "without noise every direction shows")
     n = check_count(n_samples, "n_samples")
     pi = check_weights(weights, K)
     # The signal's non-zero eigenvalues are those of the K x K matrix

@@ -778,6 +778,59 @@ def test_a_fit_in_the_papers_regime_rotates_its_start_on_subsample_rows(K, monke
     assert abs(seen[0] - SUBSAMPLE) < 6 * np.sqrt(SUBSAMPLE)
 
 
+@pytest.mark.parametrize(
+    "d, kwargs, subspace",
+    [
+        (64, {}, True),  # the default: spectral start, EM to follow
+        (64, {"refine": None}, False),  # the paper's estimator: the solver's heads are the fit
+        (64, {"init": "random"}, False),  # a start outside the principal subspace
+        (17, {}, False),  # K + 5 = 9 does not halve d = 17
+        (18, {}, True),
+    ],
+    ids=["default", "no-refine", "random-start", "d-17", "d-18"],
+)
+def test_the_start_solver_runs_in_the_principal_subspace_before_the_em(
+    d, kwargs, subspace, monkeypatch
+):
+    # With the EM to follow, the exact solver that starts it runs on the
+    # start's rows in the top K + subspace_extra eigenvectors (the
+    # spectral start's span and the risk's minimisers' as L grows,
+    # math.md section 3), where d is at least twice that.
+    seen = []
+    original = _plan.solve_exact
+
+    def recording(data, start, *args, **kwargs):
+        seen.append((data.n_features, start.shape[0]))
+        return original(data, start, *args, **kwargs)
+
+    monkeypatch.setattr(_plan, "solve_exact", recording)
+    X, _, _ = make_mixture(3000, d, 4, noise=0.3, random_state=0)
+    model = AttentionClustering(4, random_state=0, **kwargs).fit(X)
+    r = 4 + _plan.DEFAULT_TUNING.subspace_extra
+    assert seen == [(r, r)] if subspace else seen == [(d, d)]
+    assert model.cluster_centers_.shape == (4, d)
+
+
+def test_the_em_from_the_subspace_solver_reaches_the_r_d_solvers_maximum(
+    monkeypatch, global_random_seed
+):
+    # The solver only starts the EM: from its heads in the principal
+    # subspace the EM in R^d reaches the maximum likelihood that it reaches
+    # from the solver's heads in R^d, to within a small fraction of the
+    # distance to the centroids, and the labels agree.
+    X, y, C = make_mixture(20000, 64, 6, noise=0.45, random_state=global_random_seed)
+    sub = AttentionClustering(6, random_state=0).fit(X)
+    monkeypatch.setattr(_plan, "_start_basis", lambda *args: None)
+    full = AttentionClustering(6, random_state=0).fit(X)
+
+    def unit(A):
+        return A / np.linalg.norm(A, axis=1, keepdims=True)
+
+    apart = centroid_distance(unit(sub.cluster_centers_), unit(full.cluster_centers_))
+    assert apart < 0.02 * centroid_distance(unit(full.cluster_centers_), C)
+    assert np.mean(sub.labels_ == full.labels_) > 0.99
+
+
 class _Seen(Exception):
     pass
 

@@ -118,6 +118,28 @@ def estimate_spectrum(data, n_clusters, moment=None):
     )
 
 
+def spike_overlap(eigenvalue, noise_variance, n_features, n_samples):
+    """Squared cosine between a sample eigenvector and the direction it estimates.
+
+    For a sample second moment of n rows in d dimensions over isotropic
+    noise of variance v, ``gamma = d / n``: an eigenvalue ``lambda`` at or
+    below the noise's bulk edge ``v (1 + sqrt(gamma))^2`` carries no trace of
+    a direction (0); above it, it is ``v (1 + ell) (1 + gamma / ell)`` for
+    the signal ``ell v``, solved here for ell, and the squared cosine is
+    ``(1 - gamma / ell^2) / (1 + gamma / ell)`` (``math.md`` section 7,
+    "When the spectrum shows the clusters").
+    """
+    gamma = n_features / n_samples
+    if not noise_variance > 0.0:
+        return 1.0
+    x = eigenvalue / noise_variance
+    if not x > (1.0 + np.sqrt(gamma)) ** 2:
+        return 0.0
+    b = x - 1.0 - gamma
+    ell = 0.5 * (b + np.sqrt(max(b * b - 4.0 * gamma, 0.0)))
+    return max((1.0 - gamma / ell**2) / (1.0 + gamma / ell), 0.0)
+
+
 # Rows on which principal_basis finds the principal subspace.
 BASIS_ROWS = 8192
 

@@ -811,6 +811,26 @@ def test_the_start_solver_runs_in_the_principal_subspace_before_the_em(
     assert model.cluster_centers_.shape == (4, d)
 
 
+def test_the_start_solver_keeps_r_d_where_the_span_misses_the_clusters(monkeypatch):
+    # Near the spectrum's threshold the top eigenvectors hold less than half
+    # of each centroid's direction (_scale.spike_overlap): the solver's
+    # heads in R^d leave the span towards the centroids, so R^d is kept.
+    # n = 3000, d = 64, K = 4: visibility 1.2 at sigma = 1.2, 19 at 0.3.
+    seen = []
+    original = _plan.solve_exact
+
+    def recording(data, start, *args, **kwargs):
+        seen.append(data.n_features)
+        return original(data, start, *args, **kwargs)
+
+    monkeypatch.setattr(_plan, "solve_exact", recording)
+    for noise, expected in ((1.2, 64), (0.3, 4 + _plan.DEFAULT_TUNING.subspace_extra)):
+        seen.clear()
+        X, _, _ = make_mixture(3000, 64, 4, noise=noise, random_state=0)
+        AttentionClustering(4, random_state=0).fit(X)
+        assert seen == [expected]
+
+
 def test_the_em_from_the_subspace_solver_reaches_the_r_d_solvers_maximum(
     monkeypatch, global_random_seed
 ):

@@ -41,7 +41,16 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-from _common import ROOT, load_sentence, one_thread, peak_memory, quick_cli, save, side_by_side
+from _common import (
+    ROOT,
+    load_sentence,
+    one_thread,
+    peak_memory,
+    quick_cli,
+    save,
+    side_by_side,
+    unit_rows,
+)
 from sklearn import datasets as sk_datasets
 from sklearn.cluster import KMeans, kmeans_plusplus
 from sklearn.decomposition import PCA
@@ -509,7 +518,7 @@ def run_switch_many(quick):
                 row[path] = {
                     "seconds": seconds,
                     "ari": _ari(y, model.labels_),
-                    "distance": centroid_distance(_unit_rows(model.cluster_centers_), C),
+                    "distance": centroid_distance(unit_rows(model.cluster_centers_), C),
                     "em_passes": int(model.refine_n_iter_),
                     "converged": not any(
                         issubclass(w.category, ConvergenceWarning) for w in caught
@@ -526,10 +535,6 @@ def run_switch_many(quick):
             )
             rows.append(row)
     return rows
-
-
-def _unit_rows(A):
-    return A / np.linalg.norm(A, axis=1, keepdims=True)
 
 
 # ---------------------------------------------------------------- page

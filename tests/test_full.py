@@ -796,18 +796,11 @@ def test_the_start_solver_runs_in_the_principal_subspace_before_the_em(
     # start's rows in the top K + subspace_extra eigenvectors (the
     # spectral start's span and the risk's minimisers' as L grows,
     # math.md section 3), where d is at least twice that.
-    seen = []
-    original = _plan.solve_exact
-
-    def recording(data, start, *args, **kwargs):
-        seen.append((data.n_features, start.shape[0]))
-        return original(data, start, *args, **kwargs)
-
-    monkeypatch.setattr(_plan, "solve_exact", recording)
+    seen = _solver_widths(monkeypatch)
     X, _, _ = make_mixture(3000, d, 4, noise=0.3, random_state=0)
     model = AttentionClustering(4, random_state=0, **kwargs).fit(X)
     r = 4 + _plan.DEFAULT_TUNING.subspace_extra
-    assert seen == [(r, r)] if subspace else seen == [(d, d)]
+    assert seen == ([(r, r)] if subspace else [(d, d)])
     assert model.cluster_centers_.shape == (4, d)
 
 
@@ -816,19 +809,25 @@ def test_the_start_solver_keeps_r_d_where_the_span_misses_the_clusters(monkeypat
     # of each centroid's direction (_scale.spike_overlap): the solver's
     # heads in R^d leave the span towards the centroids, so R^d is kept.
     # n = 3000, d = 64, K = 4: visibility 1.2 at sigma = 1.2, 19 at 0.3.
-    seen = []
-    original = _plan.solve_exact
-
-    def recording(data, start, *args, **kwargs):
-        seen.append(data.n_features)
-        return original(data, start, *args, **kwargs)
-
-    monkeypatch.setattr(_plan, "solve_exact", recording)
+    seen = _solver_widths(monkeypatch)
     for noise, expected in ((1.2, 64), (0.3, 4 + _plan.DEFAULT_TUNING.subspace_extra)):
         seen.clear()
         X, _, _ = make_mixture(3000, 64, 4, noise=noise, random_state=0)
         AttentionClustering(4, random_state=0).fit(X)
-        assert seen == [expected]
+        assert seen == [(expected, expected)]
+
+
+def _solver_widths(monkeypatch):
+    """A list that each call of the plan's exact solver appends its rows' and start's widths to."""
+    seen = []
+    original = _plan.solve_exact
+
+    def recording(data, start, *args, **kwargs):
+        seen.append((data.n_features, start.shape[0]))
+        return original(data, start, *args, **kwargs)
+
+    monkeypatch.setattr(_plan, "solve_exact", recording)
+    return seen
 
 
 def test_the_em_from_the_subspace_solver_reaches_the_r_d_solvers_maximum(

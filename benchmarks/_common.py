@@ -4,6 +4,7 @@ import argparse
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -247,3 +248,45 @@ def load_sentence(payload):
         f"Load average of the machine (1, 5, 15 min): {load_numbers(payload['load_before'])} "
         f"before the run, {load_numbers(payload['load_after'])} after (2 cores)."
     )
+
+
+def section_markers(name, script):
+    """The comments that bound the section ``name`` a script writes into a shared page."""
+    return f"<!-- {name}: written by benchmarks/{script} -->", f"<!-- end of {name} -->"
+
+
+_MARKED = re.compile(r"<!-- (.+?): written by benchmarks/\S+ -->.*?<!-- end of \1 -->\n?", re.S)
+
+
+def marked_sections(text):
+    """Every marked section of a page's text, in order, each with its markers."""
+    return [m.group(0).rstrip("\n") for m in _MARKED.finditer(text)]
+
+
+def before_other_pages(text, block):
+    """``text`` with ``block`` put before its "## Other pages" heading, or at its end."""
+    if "## Other pages" in text:
+        head, rest = text.split("## Other pages", 1)
+        return head + block.rstrip("\n") + "\n\n## Other pages" + rest
+    return text.rstrip("\n") + "\n\n" + block.rstrip("\n") + "\n"
+
+
+def splice_section(page, markers, lines):
+    """Write the section ``lines`` into ``page`` between ``markers``.
+
+    The section replaces its previous version, or goes before "## Other
+    pages", or at the end; the rest of the page, other scripts' sections
+    among it, is left as it is. A page not yet in ``page``'s folder (a
+    ``--out`` run) starts from the repository's copy of it.
+    """
+    begin, end = markers
+    source = page if page.exists() else ROOT / "docs" / page.name
+    text = source.read_text() if source.exists() else ""
+    block = "\n".join([begin, *lines, end]) + "\n"
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        text = head + block + rest.split(end, 1)[1].lstrip("\n")
+    else:
+        text = before_other_pages(text, block)
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text(text)

@@ -39,11 +39,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import ROOT, load_numbers, quick_cli, save
+from _common import ROOT, load_numbers, quick_cli, save, section_markers, splice_section
 
 TARGET_S = 3.0
-BEGIN = "<!-- Cold start: written by benchmarks/cold_start.py -->"
-END = "<!-- end of Cold start -->"
+MARKERS = section_markers("Cold start", "cold_start.py")
 
 DATA = (
     "from attention_cluster.datasets import make_mixture\n"
@@ -241,7 +240,6 @@ def section(payload):
     exact = compiled.get(EXACT_KERNEL, [0.0])[0]
     met = p["default_empty_s"] <= TARGET_S
     lines = [
-        BEGIN,
         "## Cold start",
         "",
         f"Written by `python benchmarks/cold_start.py{' --quick' if p['quick'] else ''}` (run started "
@@ -322,25 +320,14 @@ def section(payload):
         "|---|---|---|",
     ]
     lines += [f"| `{name}` | {t:.2f} | {count} |" for name, (t, count) in kernels]
-    lines += ["", END]
+    lines += [""]
     return lines
 
 
 def write_section(payload, out=None):
-    """Put the section in the performance page, in place of an earlier one or before "Other pages"."""
+    """Put the section in the performance page, the rest of the page left as it is."""
     page = (Path(out) if out else ROOT / "docs") / "performance.md"
-    text = page.read_text() if page.exists() else (ROOT / "docs" / "performance.md").read_text()
-    block = "\n".join(section(payload)) + "\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + block + rest.split(END, 1)[1].lstrip("\n")
-    elif "## Other pages" in text:
-        head, rest = text.split("## Other pages", 1)
-        text = head + block + "\n## Other pages" + rest
-    else:
-        text = text.rstrip() + "\n\n" + block
-    page.parent.mkdir(parents=True, exist_ok=True)
-    page.write_text(text)
+    splice_section(page, MARKERS, section(payload))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ compile (the cold-start compile is measured apart, in a fresh process):
   serial fit bit for bit;
 - float32 input against float64: time and distance at n=1e6.
 
-Writes benchmarks/results/engine.json and docs/performance.md.
+Writes benchmarks/results/engine.json and docs/performance.md (the sections
+that peers.py and cold_start.py write into that page are kept).
 
     python benchmarks/engine.py [--quick] [--out DIR]
 """
@@ -31,8 +32,10 @@ import numpy as np
 from _common import (
     MAX_ROUNDS,
     ROOT,
+    before_other_pages,
     cold_start_times,
     load_sentence,
+    marked_sections,
     mixture_limits,
     one_thread,
     quick_cli,
@@ -480,7 +483,12 @@ def write_page(p, out=None):
         "{doc}`defaults`, the comparison with other methods in {doc}`benchmarks`.",
         "",
     ]
-    (docs / "performance.md").write_text("\n".join(lines))
+    page = docs / "performance.md"
+    text = "\n".join(lines)
+    # The sections of other scripts (peers, cold start) stay on the page.
+    for block in marked_sections(page.read_text() if page.exists() else ""):
+        text = before_other_pages(text, block)
+    page.write_text(text)
 
 
 if __name__ == "__main__":

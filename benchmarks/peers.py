@@ -20,8 +20,9 @@ the page keeps to about ten minutes by sweeping K at d = 384 and d at K =
 optional extra: ``pip install attention_cluster[bench]`` (``make bench``).
 
 Writes benchmarks/results/peers.json, the section "Against faiss and
-scikit-learn-intelex" of docs/performance.md (the rest of that page is
-``benchmarks/engine.py``'s: run this script after it) and two plots.
+scikit-learn-intelex" of docs/performance.md (between its markers; the
+rest of the page is ``benchmarks/engine.py``'s and ``cold_start.py``'s) and
+two plots.
 
     python benchmarks/peers.py [--quick] [--out DIR]
 """
@@ -39,7 +40,9 @@ from _common import (
     load_numbers,
     quick_cli,
     save,
+    section_markers,
     side_by_side,
+    splice_section,
     unit_rows,
     verdict,
     where_passes_go,
@@ -334,6 +337,7 @@ def _plots(p, static):
 
 
 SECTION = "## Against faiss and scikit-learn-intelex"
+MARKERS = section_markers("Against faiss and scikit-learn-intelex", "peers.py")
 
 
 def write_page(p, out=None):
@@ -462,27 +466,7 @@ def write_page(p, out=None):
         "machine (the load averages above say how idle this one was).",
         "",
     ]
-    splice(docs / "performance.md", "\n".join(lines))
-
-
-def splice(page, section):
-    """Put ``section`` into ``page`` in place of its previous version.
-
-    The rest of the page is ``benchmarks/engine.py``'s (run this script
-    after it, as ``make bench`` does): the section replaces the text from
-    its heading to the next heading of level 2, or goes before "## Other
-    pages", or at the end.
-    """
-    text = page.read_text() if page.exists() else ""
-    if SECTION in text:
-        head, rest = text.split(SECTION, 1)
-        tail = rest[rest.index("\n## ") + 1 :] if "\n## " in rest else ""
-    elif "## Other pages" in text:
-        head, tail = text.split("## Other pages", 1)
-        tail = "## Other pages" + tail
-    else:
-        head, tail = text + ("\n" if text else ""), ""
-    page.write_text(head + section.rstrip("\n") + "\n\n" + tail)
+    splice_section(docs / "performance.md", MARKERS, lines)
 
 
 if __name__ == "__main__":

@@ -236,6 +236,40 @@ def test_engine_benchmark_quick_mode(tmp_path):
     assert page.count("| yes |") + page.count("| **no** |") == 7
 
 
+def test_shared_page_keeps_each_scripts_section(tmp_path, bench_modules):
+    # docs/performance.md is written by three scripts: engine.py writes the
+    # page, peers.py and cold_start.py their sections between markers. Any
+    # order of runs leaves every section on the page, once.
+    import _common
+
+    page = tmp_path / "performance.md"
+    page.write_text("# Engine\n\nfigures 1\n\n## Other pages\n\nlinks\n")
+    peers = _common.section_markers("Peers", "peers.py")
+    cold = _common.section_markers("Cold start", "cold_start.py")
+    _common.splice_section(page, peers, ["## Peers", "", "run 1"])
+    _common.splice_section(page, cold, ["## Cold start", "", "run 1"])
+    _common.splice_section(page, peers, ["## Peers", "", "run 2"])
+    text = page.read_text()
+    assert text.count(peers[0]) == 1 and "run 2" in text and "Peers\n\nrun 1" not in text
+    assert text.index("## Peers") < text.index("## Other pages")
+    assert text.index("## Cold start") < text.index("## Other pages")
+    # The engine's page written anew around the marked sections.
+    blocks = _common.marked_sections(text)
+    assert [b.splitlines()[0] for b in blocks] == [peers[0], cold[0]]
+    fresh = "# Engine\n\nfigures 2\n\n## Other pages\n\nlinks\n"
+    for block in blocks:
+        fresh = _common.before_other_pages(fresh, block)
+    assert _common.marked_sections(fresh) == blocks and "figures 2" in fresh
+
+
+def test_performance_page_holds_every_scripts_section():
+    # The committed page: engine.py's run after peers.py once dropped the
+    # peers' section that the README links to.
+    text = (ROOT / "docs" / "performance.md").read_text()
+    for heading in ("## Cold start", "## Against faiss and scikit-learn-intelex"):
+        assert text.count(heading) == 1, heading
+
+
 @pytest.mark.slow
 def test_dynamics_benchmark_quick_mode(tmp_path):
     # benchmarks/dynamics.py (the figures for SelfAttentionDynamics)

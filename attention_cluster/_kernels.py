@@ -878,7 +878,7 @@ def pair_angle(yj, yk, weight):
     sin(2 theta) q`` with ``p = y_j y_k`` and ``q = (y_k^2 - y_j^2) / 2``, so
     the criterion is the quadratic form ``[[A, B], [B, C]]`` (``A = sum w
     p^2``, ``B = sum w p q``, ``C = sum w q^2``) in ``(cos 2theta, sin
-    2theta)``: see :func:`_angle_and_drop`.
+    2theta)``: see :func:`angle_and_drop`.
     """
     A = 0.0
     B = 0.0
@@ -892,8 +892,7 @@ def pair_angle(yj, yk, weight):
     return _angle_and_drop(A, B, C)
 
 
-@njit(inline="always")
-def _angle_and_drop(A, B, C):
+def angle_and_drop(A, B, C):
     """The pair's step from its sums (:func:`pair_angle`): ``(theta, drop)``.
 
     The quadratic form ``[[A, B], [B, C]]`` in ``(cos 2theta, sin 2theta)``
@@ -906,6 +905,11 @@ def _angle_and_drop(A, B, C):
     """
     half = 0.5 * (A - C)
     return 0.25 * np.arctan2(-2.0 * B, C - A), half + np.sqrt(half * half + B * B)
+
+
+# The kernels' form, inlined where they call it; NumPy's forms call the
+# Python function above (nothing to compile).
+_angle_and_drop = njit(inline="always")(angle_and_drop)
 
 
 def rotation_criterion(YT, weight, product):

@@ -13,7 +13,7 @@ the formulas' places in ``math.md`` are those of the namesakes.
 
 import numpy as np
 
-from ._kernels import REG_PAIRWISE, REG_PRODUCT
+from ._kernels import REG_PAIRWISE, REG_PRODUCT, angle_and_drop
 
 # Rows per block of these forms: a block's temporaries (a few K x BLOCK
 # float64 arrays) stay in cache, where a whole chunk's would not and costs
@@ -210,9 +210,10 @@ def abs_argmax_rows(P):
 def rotate_pair(YT, R, j, k, weight, w):
     """:func:`._kernels.rotate_pair`: one Jacobi step on rows j, k of ``YT`` and columns j, k of ``R``.
 
-    The pair's exact 1-D minimiser (:func:`._kernels.pair_angle`, its sums
-    by NumPy); given a buffer ``w`` (product regulariser) the pair's weights
-    are ``weight`` times the other rows' ``prod_m a_m^2``, formed in ``w``.
+    The pair's exact 1-D minimiser (:func:`._kernels.pair_angle`: its sums
+    by NumPy, its angle by :func:`._kernels.angle_and_drop`);
+    given a buffer ``w`` (product regulariser) the pair's weights are
+    ``weight`` times the other rows' ``prod_m a_m^2``, formed in ``w``.
     Returns the angle and the regulariser's drop. The rows turn in place.
     """
     if w is not None:
@@ -230,9 +231,7 @@ def rotate_pair(YT, R, j, k, weight, w):
     q -= a * a
     q *= 0.5
     wp = weight * p
-    A, B, C = float(wp @ p), float(wp @ q), float((weight * q) @ q)
-    theta = 0.25 * np.arctan2(-2.0 * B, C - A)
-    half = 0.5 * (A - C)
+    theta, drop = angle_and_drop(float(wp @ p), float(wp @ q), float((weight * q) @ q))
     co, si = np.cos(theta), np.sin(theta)
     turned = co * a
     turned += si * b
@@ -240,7 +239,7 @@ def rotate_pair(YT, R, j, k, weight, w):
     b -= si * a
     a[:] = turned
     R[:, [j, k]] = R[:, [j, k]] @ np.array([[co, -si], [si, co]])
-    return theta, half + np.sqrt(half * half + B * B)
+    return theta, drop
 
 
 def rotate_pairs(YT, R, pairs, weight, w):

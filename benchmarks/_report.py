@@ -15,7 +15,7 @@ import matplotlib.ticker
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from _common import loglog_slope  # noqa: E402
+from _common import load_numbers, loglog_slope  # noqa: E402
 from _methods import FLOOR  # noqa: E402
 from scipy.stats import spearmanr  # noqa: E402
 
@@ -711,7 +711,13 @@ def render(payload, page, figures):
         info = meta["sections"][section]
         lines.append(
             f"- {section}: ``{info['command']}`` on {info['date']}, {info['seconds'] / 60:.1f} min "
-            f"(time budget {info['budget']:g} s per fit, up to {info['repeats']} timing rounds)."
+            f"(time budget {info['budget']:g} s per fit, up to {info['repeats']} timing rounds)"
+            + (
+                f"; load average (1, 5, 15 min) {load_numbers(info['load_before'])} before, "
+                f"{load_numbers(info['load_after'])} after (2 cores)."
+                if "load_before" in info
+                else "; the load average was not recorded then."
+            )
         )
     pools = ", ".join(f"{p['internal_api']} x{p['num_threads']}" for p in env["thread_pools"])
     lines += [

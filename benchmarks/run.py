@@ -569,7 +569,7 @@ def run(args, config, ctx, payload):
     total = sum(n_tasks(s, config[s], len(ctx["solvers"])) for s in args.sections)
     with tqdm(total=total, desc="benchmarks", file=sys.stderr) as bar:
         for section in args.sections:
-            start = time.perf_counter()
+            start, load_before = time.perf_counter(), os.getloadavg()
             # A section may time fewer rounds (the synthetic grid is about accuracy).
             repeats = args.repeats or config[section].get("repeats", config["repeats"])
             section_ctx = dict(ctx, repeats=repeats)
@@ -579,6 +579,8 @@ def run(args, config, ctx, payload):
                 "command": command_line(args),
                 "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                 "seconds": time.perf_counter() - start,
+                "load_before": load_before,
+                "load_after": os.getloadavg(),
                 "config": config[section],
                 **{k: section_ctx[k] for k in ("repeats", "budget", "max_gb", "threads")},
             }

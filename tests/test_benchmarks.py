@@ -91,6 +91,11 @@ def test_quick_run_writes_results_and_page(tmp_path, bench_modules):
     rows = payload["rows"]
     by_section = {s: [r for r in rows if r["section"] == s] for s in payload["meta"]["sections"]}
     assert all(by_section.values())
+    # Each section records how busy the machine was, and the page says it.
+    for info in payload["meta"]["sections"].values():
+        assert len(info["load_before"]) == len(info["load_after"]) == 3
+    page = (tmp_path / "benchmarks.md").read_text()
+    assert page.count("load average (1, 5, 15 min)") == 4
 
     synthetic = by_section["synthetic"]
     methods = {r["method"] for r in synthetic}

@@ -285,7 +285,9 @@ def splice_section(page, markers, lines):
     block = "\n".join([begin, *lines, end]) + "\n"
     if begin in text and end in text:
         head, rest = text.split(begin, 1)
-        text = head + block + rest.split(end, 1)[1].lstrip("\n")
+        tail = rest.split(end, 1)[1].lstrip("\n")
+        # One blank line after the section, as where it was first put.
+        text = head + block + ("\n" + tail if tail else "")
     else:
         text = before_other_pages(text, block)
     page.parent.mkdir(parents=True, exist_ok=True)

@@ -42,7 +42,8 @@ import numpy as np
 from _common import ROOT, load_numbers, quick_cli, save, section_markers, splice_section
 
 TARGET_S = 3.0
-MARKERS = section_markers("Cold start", "cold_start.py")
+SECTION = "Cold start"
+MARKERS = section_markers(SECTION, "cold_start.py")
 
 DATA = (
     "from attention_cluster.datasets import make_mixture\n"
@@ -240,7 +241,7 @@ def section(payload):
     exact = compiled.get(EXACT_KERNEL, [0.0])[0]
     met = p["default_empty_s"] <= TARGET_S
     lines = [
-        "## Cold start",
+        f"## {SECTION}",
         "",
         f"Written by `python benchmarks/cold_start.py{' --quick' if p['quick'] else ''}` (run started "
         f"{p['started']}; results in `benchmarks/results/cold_start.json`). Each figure is the median "

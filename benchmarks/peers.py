@@ -336,8 +336,8 @@ def _plots(p, static):
     return files
 
 
-SECTION = "## Against faiss and scikit-learn-intelex"
-MARKERS = section_markers("Against faiss and scikit-learn-intelex", "peers.py")
+SECTION = "Against faiss and scikit-learn-intelex"
+MARKERS = section_markers(SECTION, "peers.py")
 
 
 def write_page(p, out=None):
@@ -347,7 +347,7 @@ def write_page(p, out=None):
     plots = _plots(p, static)
     v = p["versions"]
     lines = [
-        SECTION,
+        f"## {SECTION}",
         "",
         "This section is written by `benchmarks/peers.py` (results in",
         "`benchmarks/results/peers.json`); the peers are the `[bench]` extra:",

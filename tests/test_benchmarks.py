@@ -258,6 +258,9 @@ def test_shared_page_keeps_each_scripts_section(tmp_path, bench_modules):
     assert text.count(peers[0]) == 1 and "run 2" in text and "Peers\n\nrun 1" not in text
     assert text.index("## Peers") < text.index("## Other pages")
     assert text.index("## Cold start") < text.index("## Other pages")
+    # Writing a section again as it is leaves the page as it is.
+    _common.splice_section(page, cold, ["## Cold start", "", "run 1"])
+    assert page.read_text() == text
     # The engine's page written anew around the marked sections.
     blocks = _common.marked_sections(text)
     assert [b.splitlines()[0] for b in blocks] == [peers[0], cold[0]]

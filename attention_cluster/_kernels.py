@@ -923,7 +923,8 @@ def rotation_criterion(YT, weight, product):
     sq = YT * YT
     if product:
         return float(weight @ np.prod(sq, axis=0))
-    return float(weight @ (0.5 * (np.sum(sq, axis=0) ** 2 - np.sum(sq * sq, axis=0))))
+    # The fourth powers' sums by einsum: no second K x n temporary.
+    return float(weight @ (0.5 * (np.sum(sq, axis=0) ** 2 - np.einsum("ij,ij->j", sq, sq))))
 
 
 @njit(cache=True, nogil=True)

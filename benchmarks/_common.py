@@ -201,11 +201,14 @@ def quick_cli(doc, main, **options):
 
 
 def where_passes_go(X, K, warm=True):
-    """One default fit with every pass of the pass layer logged: ``{pass: [count, ms]}``.
+    """One default fit with every pass of the pass layer logged.
 
-    A pass over all rows is logged under its method's name; passes over
-    subsamples are added up under "subsample passes". ``warm``: fit once
-    unlogged first (Numba's kernels loaded).
+    Returns ``{"fit_ms": ms, "passes": [[pass, count, ms], ...]}``, the
+    passes in the order the fit first ran them: a list, as a results file
+    saved with sorted keys would lose a mapping's order. A pass over all
+    rows is logged under its method's name; passes over subsamples are
+    added up under "subsample passes". ``warm``: fit once unlogged first
+    (Numba's kernels loaded).
     """
     log = {}
     original = DenseRows._map
@@ -230,7 +233,7 @@ def where_passes_go(X, K, warm=True):
         total = (time.perf_counter() - start) * 1e3
     finally:
         DenseRows._map = original
-    return {"fit_ms": total, "passes": log}
+    return {"fit_ms": total, "passes": [[key, count, ms] for key, (count, ms) in log.items()]}
 
 
 def load_numbers(load):

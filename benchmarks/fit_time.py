@@ -2,16 +2,15 @@
 
 n=100000, d=10, K=2 on the paper's mixture at sigma in {0.3, 1}. Every
 candidate is warmed up (Numba compiled) first; then the candidates are
-timed in interleaved rounds and the medians compared. The compile time of a
-cold start (empty Numba cache) and the import time are measured apart, in a
-fresh process.
+timed in interleaved rounds and the medians compared. The compile a first
+fit pays with an empty Numba cache, and the import, are cold_start.py's.
 
     python benchmarks/fit_time.py [--n 100000] [--repeats 7]
 """
 
 import argparse
 
-from _common import cold_start_times, one_thread, save, side_by_side
+from _common import one_thread, save, side_by_side
 from sklearn.cluster import KMeans
 
 from attention_cluster import AttentionClustering
@@ -40,17 +39,9 @@ def main(n=100000, d=10, K=2, repeats=7):
         for name, t in times.items():
             rows.append({"noise": noise, "method": name, "seconds": t, "ratio_to_kmeans": t / base})
             print(f"sigma={noise}  {name:36s} {t * 1e3:8.1f} ms   x{t / base:.2f} KMeans")
-    cold = cold_start_times(
-        "from attention_cluster.datasets import make_mixture\n"
-        "X, _, _ = make_mixture(1000, 10, 2, random_state=0)\n"
-        "attention_cluster.AttentionClustering(random_state=0).fit(X)"
-    )
-    print(
-        f"import: {cold['import_s']:.2f} s; first fit with a cold Numba cache: {cold['first_call_s']:.2f} s"
-    )
     save(
         "fit_time",
-        {"n_samples": n, "n_features": d, "n_clusters": K, "rows": rows, "cold_start": cold},
+        {"n_samples": n, "n_features": d, "n_clusters": K, "rows": rows},
     )
 
 

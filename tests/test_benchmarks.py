@@ -227,7 +227,7 @@ def test_scaling_benchmarks_quick_mode(tmp_path):
 def test_engine_benchmark_quick_mode(tmp_path):
     # benchmarks/engine.py (the pass engine's figures) in quick mode: every
     # figure is measured and the page judges each target.
-    _, payload = _run_quick("engine.py", tmp_path)
+    module, payload = _run_quick("engine.py", tmp_path)
     assert len(payload["grid"]) == 4 and len(payload["small"]) == 2 and len(payload["float32"]) == 2
     for r in payload["grid"] + [payload["wide"]] + payload["small"]:
         assert r["ratio_to_kmeans"] > 0 and set(r["seconds"]) == {
@@ -239,6 +239,10 @@ def test_engine_benchmark_quick_mode(tmp_path):
     assert all(payload["threads"]["identical_to_serial"].values())
     page = (tmp_path / "performance.md").read_text()
     assert page.count("| yes |") + page.count("| **no** |") == 7
+    # The page rendered again from its results file (saved with sorted keys)
+    # is the page the run wrote: no column or list takes the file's order.
+    module["write_page"](json.loads((tmp_path / "engine.json").read_text()), str(tmp_path))
+    assert (tmp_path / "performance.md").read_text() == page
 
 
 def test_shared_page_keeps_each_scripts_section(tmp_path, bench_modules):

@@ -870,7 +870,7 @@ def posterior_columns(P, log_weights, weights, counts):
     return _posterior_block(P, m, W, unit, top, Z, bits, powers, counts)
 
 
-@njit(cache=True, fastmath=FASTMATH)
+@njit(cache=True, fastmath=FASTMATH, inline="always")
 def pair_angle(yj, yk, weight):
     """Angle theta minimising ``sum_i weight_i (a_ij a_ik)^2`` over plane rotations, and the drop.
 
@@ -878,17 +878,20 @@ def pair_angle(yj, yk, weight):
     sin(2 theta) q`` with ``p = y_j y_k`` and ``q = (y_k^2 - y_j^2) / 2``, so
     the criterion is the quadratic form ``[[A, B], [B, C]]`` (``A = sum w
     p^2``, ``B = sum w p q``, ``C = sum w q^2``) in ``(cos 2theta, sin
-    2theta)``: see :func:`angle_and_drop`.
+    2theta)``: see :func:`angle_and_drop`. ``weight`` of length 0 means
+    unit weights.
     """
+    unit = weight.shape[0] == 0
     A = 0.0
     B = 0.0
     C = 0.0
     for i in range(yj.shape[0]):
         p = yj[i] * yk[i]
         q = 0.5 * (yk[i] * yk[i] - yj[i] * yj[i])
-        A += weight[i] * p * p
-        B += weight[i] * p * q
-        C += weight[i] * q * q
+        wi = 1.0 if unit else weight[i]
+        A += wi * p * p
+        B += wi * p * q
+        C += wi * q * q
     return _angle_and_drop(A, B, C)
 
 
@@ -1002,18 +1005,10 @@ def rotate_pairs(YT, R, pairs, weight, w):
         j = pairs[t, 0]
         yj = YT[j]
         yk = YT[pairs[t, 1]]
-        if not summed:
-            A = 0.0
-            B = 0.0
-            C = 0.0
-            for i in range(n):
-                p = yj[i] * yk[i]
-                q = 0.5 * (yk[i] * yk[i] - yj[i] * yj[i])
-                wi = 1.0 if unit else weight[i]
-                A += wi * p * p
-                B += wi * p * q
-                C += wi * q * q
-        theta, drop = _angle_and_drop(A, B, C)
+        if summed:
+            theta, drop = _angle_and_drop(A, B, C)
+        else:
+            theta, drop = pair_angle(yj, yk, weight)
         largest = max(largest, abs(theta))
         dropped += drop
         c = np.cos(theta)

@@ -330,6 +330,9 @@ def test_pair_angle_finds_the_exact_minimiser(theta, seed):
     assert criterion(best) <= criterion(theta) + 1e-9 * criterion(theta)
     # The drop is the criterion's, from theta = 0 to the minimiser.
     assert drop == pytest.approx(criterion(0.0) - criterion(best), rel=1e-9, abs=1e-12)
+    # Weights of length 0 mean unit weights, as in the sweeps' pairwise steps.
+    unit = _kernels.pair_angle(Y[:, 0].copy(), Y[:, 1].copy(), np.empty(0))
+    assert unit == pytest.approx(_kernels.pair_angle(Y[:, 0].copy(), Y[:, 1].copy(), np.ones(200)))
 
 
 @pytest.mark.parametrize("regularization", REGULARIZATIONS)

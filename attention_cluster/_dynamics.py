@@ -301,8 +301,10 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         ``"plateau"``: stop at the end of the longest plateau of the number
         of clusters, not counting the first one (no tokens met yet); the run
         ends early once the current plateau, begun at step s, holds more than
-        s states (it is then the longest so far). ``"horizon"``: run
-        ``max_iter`` steps and cluster the final state.
+        s states (it is then the longest so far), and takes no step when the
+        tokens start as one group (every row the same, up to
+        ``cluster_tol``). ``"horizon"``: run ``max_iter`` steps and cluster
+        the final state.
     cluster_tol : float, default=1e-2
         Distance under which tokens are one group.
     min_cluster_size : int or float, default=0.01
@@ -527,13 +529,18 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         h = 1.0 if isinstance(self.step_size, str) else float(self.step_size)
 
         state = _Particles.of(Z, radius * _MERGE_FRACTION)
-        counts = [_count(state.Z, radius, min_size, state.weights, state.plane)[0]]
+        count, _, sizes = _count(state.Z, radius, min_size, state.weights, state.plane)
+        counts = [count]
         energies = []
         best = _Plateau()
         saved = (0, state)
-        run_start, n_iter, settled = 0, 0, False
+        run_start, n_iter = 0, 0
+        # Every token within cluster_tol of the others from the start (all
+        # rows the same, up to it): one cluster, which no step can split, so
+        # the plateau rule has settled at the initial state.
+        settled = self.stopping == "plateau" and sizes.size == 1
         started = time.perf_counter()
-        for s in range(self.max_iter):
+        for s in range(0 if settled else self.max_iter):
             Z, log_norm = flow.step(state.Z, s * h, state.weights)
             energies.append(_energy(log_norm, self.beta, state.weights))
             state = state.moved(Z)
@@ -562,7 +569,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
                 break
         if self.stopping == "horizon" or best.length == 0:
             saved = (n_iter, state)
-            if self.stopping == "plateau":
+            if self.stopping == "plateau" and not settled:
                 warn(
                     f"No tokens met within max_iter={self.max_iter} steps: the final state is clustered. "
                     "Increase max_iter, step_size or beta.",

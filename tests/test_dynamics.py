@@ -13,7 +13,7 @@ from scipy.stats import special_ortho_group
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import adjusted_rand_score
 
-from attention_cluster import SelfAttentionDynamics, _dynamics, attention_flow
+from attention_cluster import AttentionClustering, SelfAttentionDynamics, _dynamics, attention_flow
 from attention_cluster import _dynamics_kernels as kern
 from attention_cluster.datasets import make_mixture
 
@@ -557,6 +557,34 @@ def test_merging_keeps_the_clusters_of_the_unmerged_dynamics(seed, n_clusters, b
     assert merged.n_clusters_ == exact.n_clusters_
     assert adjusted_rand_score(merged.labels_, exact.labels_) == 1.0
     np.testing.assert_array_equal(merged.n_clusters_path_, exact.n_clusters_path_)
+
+
+@pytest.mark.parametrize("model", ["sa", "usa", "unnormalized"])
+def test_equal_rows_are_one_cluster_without_a_step(model):
+    # Every row the same: the tokens start as one group, which no step can
+    # split, so the plateau rule stops at the initial state; before, it ran
+    # to max_iter and warned that no tokens had met.
+    X = np.tile([[0.3, -1.2, 0.5]], (40, 1))
+    # The mean-shift step (the default) is a step on the sphere.
+    step = {"step_size": 0.1} if model == "unnormalized" else {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        dynamics = SelfAttentionDynamics(model=model, random_state=0, **step).fit(X)
+    assert dynamics.n_clusters_ == 1 and dynamics.n_iter_ == dynamics.stopping_step_ == 0
+    np.testing.assert_array_equal(dynamics.labels_, 0)
+    np.testing.assert_array_equal(dynamics.n_clusters_path_, [1])
+    # The horizon rule still runs its steps, to the same single cluster.
+    horizon = SelfAttentionDynamics(model=model, stopping="horizon", max_iter=3, **step).fit(X)
+    assert horizon.n_clusters_ == 1 and horizon.n_iter_ == 3
+
+
+def test_choosing_k_on_equal_rows_gives_one_cluster_without_a_convergence_warning():
+    X = np.ones((50, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        warnings.simplefilter("ignore", UserWarning)  # the fit's own: the rows have no spread
+        model = AttentionClustering("auto", random_state=0).fit(X)
+    assert model.n_clusters_ == 1 and model.n_clusters_scores_[1] > 0
 
 
 def test_equal_tokens_are_one_particle_from_the_start():

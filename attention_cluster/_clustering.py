@@ -264,8 +264,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         component, one value shared by all (spherical, as
         :class:`~sklearn.mixture.GaussianMixture`'s ``"spherical"``);
         infinite where it exceeds the dtype's range (rows beyond about
-        ``1e154`` in float64), which no prediction reads: they use
-        ``mixture_``.
+        ``1e154`` in float64, ``1e19`` in float32), which no prediction
+        reads: they use ``mixture_``.
     mixture_ : SphericalMixture or None
         The fitted mixture at unit scale, ``(x - mean_) / scale_ | Z = k ~
         N(r_k mu_k, tau^2 I)`` (:mathmd:`7`), whose methods give
@@ -500,7 +500,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         mixture = result.mixture
 
         def cast(a):
-            return np.asarray(a, dtype=np.float64).astype(dtype, copy=False)
+            # Infinite where a value exceeds the dtype's range, as documented
+            # (covariances_), not a RuntimeWarning from inside the package.
+            with np.errstate(over="ignore"):
+                return np.asarray(a, dtype=np.float64).astype(dtype, copy=False)
 
         self.n_clusters_ = len(result.centers)
         self.cluster_centers_ = cast(result.centers)

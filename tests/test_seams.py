@@ -159,6 +159,22 @@ def test_labels_do_not_depend_on_a_power_of_two(exponent, sparse):
     )
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_variances_beyond_the_dtypes_range_are_infinite_without_a_runtime_warning(dtype):
+    # covariances_ is (s tau)^2 in the data's units: past the dtype's range
+    # (float32 rows of about 1e19, float64 rows of about 1e154) it is
+    # infinite, as documented, and the fit says nothing from inside the
+    # package; the predictions, which read the float64 mixture, stay finite.
+    exponent = 80 if dtype == np.float32 else 600
+    X = np.ldexp(make_mixture(400, 5, 3, noise=0.2, random_state=0)[0], exponent).astype(dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        model = AttentionClustering(3, random_state=0).fit(X)
+    assert model.covariances_.dtype == dtype and np.all(np.isinf(model.covariances_))
+    assert np.all(np.isfinite(model.score_samples(X)))
+    np.testing.assert_allclose(model.predict_proba(X).sum(axis=1), 1.0, rtol=1e-5)
+
+
 # -- what a mixture needs, said
 
 

@@ -234,9 +234,10 @@ def check_count(value, name, minimum=1):
 
 def check_noise(noise):
     """sigma: finite and >= 0, as a float array (a 0-d array for a scalar)."""
+    given = noise
     noise = np.asarray(noise, dtype=np.float64)
     if np.any(~np.isfinite(noise)) or np.any(noise < 0):
-        raise ValueError(f"noise must be a finite number >= 0, got {noise!r}.")
+        raise ValueError(f"noise must be a finite number >= 0, got {given!r}.")
     return noise
 
 

@@ -56,7 +56,7 @@ def test_make_prompts_is_reproducible_and_noise_free_at_zero():
         ({"n_prompts": 0}, "n_prompts must be an integer >= 1"),
         ({"sequence_length": 2.5}, "sequence_length must be an integer >= 1"),
         ({"n_clusters": 5, "n_features": 3}, "n_clusters <= n_features"),
-        ({"noise": -0.1}, "noise must be a finite number >= 0"),
+        ({"noise": -0.1}, r"noise must be a finite number >= 0, got -0\.1\."),
         ({"noise": np.nan}, "noise must be a finite number >= 0"),
     ],
 )

@@ -42,6 +42,8 @@ def _as_2d(a, name):
     a = np.asarray(a, dtype=np.float64)
     if a.ndim != 2:
         raise ValueError(f"{name} must be a 2-D array (one centroid per row), got shape {a.shape}.")
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} must be finite, got NaN or infinite entries.")
     return a
 
 

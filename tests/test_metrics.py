@@ -260,6 +260,15 @@ def test_information_limit_ignores_a_rotation_and_a_relabelling(seed, K, noise):
     assert base[0] >= base[1] * (1 - 0.02)
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+@pytest.mark.parametrize("which", ["estimated", "true"])
+def test_centroid_distance_names_non_finite_centroids(which, bad):
+    args = {"estimated": np.eye(3), "true": np.eye(3)}
+    args[which] = np.where(np.eye(3) > 0, bad, 0.0)
+    with pytest.raises(ValueError, match=f"{which} must be finite"):
+        centroid_distance(**args)
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [

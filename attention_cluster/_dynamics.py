@@ -301,10 +301,9 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         ``"plateau"``: stop at the end of the longest plateau of the number
         of clusters, not counting the first one (no tokens met yet); the run
         ends early once the current plateau, begun at step s, holds more than
-        s states (it is then the longest so far), and takes no step when the
-        tokens start as one group (every row the same, up to
-        ``cluster_tol``). ``"horizon"``: run ``max_iter`` steps and cluster
-        the final state.
+        s states (it is then the longest so far), and takes no step when
+        every row is the same (one cluster). ``"horizon"``: run ``max_iter``
+        steps and cluster the final state.
     cluster_tol : float, default=1e-2
         Distance under which tokens are one group.
     min_cluster_size : int or float, default=0.01
@@ -529,16 +528,15 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         h = 1.0 if isinstance(self.step_size, str) else float(self.step_size)
 
         state = _Particles.of(Z, radius * _MERGE_FRACTION)
-        count, _, sizes = _count(state.Z, radius, min_size, state.weights, state.plane)
-        counts = [count]
+        counts = [_count(state.Z, radius, min_size, state.weights, state.plane)[0]]
         energies = []
         best = _Plateau()
         saved = (0, state)
         run_start, n_iter = 0, 0
-        # Every token within cluster_tol of the others from the start (all
-        # rows the same, up to it): one cluster, which no step can split, so
-        # the plateau rule has settled at the initial state.
-        settled = self.stopping == "plateau" and sizes.size == 1
+        # Every token at one place from the start (all rows the same): one
+        # particle, which moves as one, so one cluster at every step and the
+        # plateau rule has settled at the initial state.
+        settled = self.stopping == "plateau" and len(state.Z) == 1
         started = time.perf_counter()
         for s in range(0 if settled else self.max_iter):
             Z, log_norm = flow.step(state.Z, s * h, state.weights)

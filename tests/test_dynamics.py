@@ -561,9 +561,9 @@ def test_merging_keeps_the_clusters_of_the_unmerged_dynamics(seed, n_clusters, b
 
 @pytest.mark.parametrize("model", ["sa", "usa", "unnormalized"])
 def test_equal_rows_are_one_cluster_without_a_step(model):
-    # Every row the same: the tokens start as one group, which no step can
-    # split, so the plateau rule stops at the initial state; before, it ran
-    # to max_iter and warned that no tokens had met.
+    # Every row the same: the tokens start as one particle, which moves as
+    # one, so the plateau rule stops at the initial state; before, it ran to
+    # max_iter and warned that no tokens had met.
     X = np.tile([[0.3, -1.2, 0.5]], (40, 1))
     # The mean-shift step (the default) is a step on the sphere.
     step = {"step_size": 0.1} if model == "unnormalized" else {}

@@ -286,9 +286,10 @@ def splice_section(page, markers, lines):
     source = page if page.exists() else ROOT / "docs" / page.name
     text = source.read_text() if source.exists() else ""
     block = "\n".join([begin, *lines, end]) + "\n"
-    if begin in text and end in text:
-        head, rest = text.split(begin, 1)
-        tail = rest.split(end, 1)[1].lstrip("\n")
+    previous = [old for old in marked_sections(text) if old.startswith(begin)]
+    if previous:
+        head, rest = text.split(previous[0], 1)
+        tail = rest.lstrip("\n")
         # One blank line after the section, as where it was first put.
         text = head + block + ("\n" + tail if tail else "")
     else:

@@ -711,13 +711,9 @@ def render(payload, page, figures):
         info = meta["sections"][section]
         lines.append(
             f"- {section}: ``{info['command']}`` on {info['date']}, {info['seconds'] / 60:.1f} min "
-            f"(time budget {info['budget']:g} s per fit, up to {info['repeats']} timing rounds)"
-            + (
-                f"; load average (1, 5, 15 min) {load_numbers(info['load_before'])} before, "
-                f"{load_numbers(info['load_after'])} after (2 cores)."
-                if "load_before" in info
-                else "; the load average was not recorded then."
-            )
+            f"(time budget {info['budget']:g} s per fit, up to {info['repeats']} timing rounds); "
+            f"load average (1, 5, 15 min) {load_numbers(info['load_before'])} before, "
+            f"{load_numbers(info['load_after'])} after (2 cores)."
         )
     pools = ", ".join(f"{p['internal_api']} x{p['num_threads']}" for p in env["thread_pools"])
     lines += [

@@ -585,15 +585,20 @@ class DenseRows(_Rows):
         """``argmax_h gain_h <x, c_h> + bias_h`` for every row (X as it is, not scaled).
 
         ``centers`` has shape (K, d) and ``gain`` is one number or one per
-        head; ties go to the first head. Scores are float64: one BLAS
-        product per chunk, then :func:`_kernels.argmax_rows`.
+        head; ties go to the first head. The scores ``<x, c_h>`` are one BLAS
+        product per chunk in X's dtype (float32 rows are not copied to
+        float64: as scikit-learn's KMeans labels them), then
+        :func:`_kernels.argmax_rows` adds gain and bias in float64.
         """
         return self.labels_and_counts(centers, gain, bias)[0]
 
     def labels_and_counts(self, centers, gain, bias):
         """``(labels, counts)``: :meth:`labels` and their weighted counts
         (:meth:`label_counts`), counted in the same pass."""
-        C = np.asarray(centers, dtype=np.float64).T
+        C64 = np.asarray(centers, dtype=np.float64).T
+        # In X's dtype: a float64 C would have BLAS copy each float32 chunk
+        # to float64 first, which took about as long as an E step.
+        C = C64.astype(self.dtype)
         K = C.shape[1]
         gain = _per_head(gain, K)
         bias = np.asarray(bias, dtype=np.float64)
@@ -601,7 +606,12 @@ class DenseRows(_Rows):
 
         def chunk(B, w, lo, hi):
             counts = np.zeros(K)
-            self.kernels.argmax_rows(B @ C, gain, bias, w, out[lo:hi], counts)
+            with np.errstate(over="ignore", invalid="ignore"):
+                scores = B @ C
+            if scores.dtype != np.float64 and not np.isfinite(scores).all():
+                # float32's range exceeded (|x| |c_h| beyond about 3e38): in float64.
+                scores = np.asarray(B, dtype=np.float64) @ C64
+            self.kernels.argmax_rows(scores, gain, bias, w, out[lo:hi], counts)
             return counts
 
         return out, sum(self._map(chunk), np.zeros(K))

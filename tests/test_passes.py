@@ -82,14 +82,41 @@ def test_passes_match_numpy(small_chunks, weighted, dtype, compiled, global_rand
         np.where(totals < 0, -1.0, 1.0), head_signs(X.astype(np.float64), U.T, w)
     )
     bias = np.log([0.5, 0.2, 0.3])
-    labels = data.labels(U.T, 2.0, bias)
-    np.testing.assert_array_equal(
-        labels, np.argmax(2.0 * (X.astype(np.float64) @ U) + bias, axis=1)
-    )
+    _assert_labels(data.labels(U.T, 2.0, bias), X, U, 2.0, bias)
     gains = np.array([0.5, 2.0, 3.5])  # one per head (centroids of free norms)
-    np.testing.assert_array_equal(
-        data.labels(U.T, gains, bias), np.argmax(gains * (X.astype(np.float64) @ U) + bias, axis=1)
-    )
+    _assert_labels(data.labels(U.T, gains, bias), X, U, gains, bias)
+
+
+def _assert_labels(labels, X, U, gain, bias):
+    # The float64 argmax, except on rows whose two best scores are closer
+    # than the rounding of the scores' products in X's dtype (float32 rows
+    # are labelled by float32 products): d eps |x| |u_h| (Higham's bound
+    # for an inner product of length d) times the gain, for each of the two.
+    scores = gain * (X.astype(np.float64) @ U) + bias
+    expected = np.argmax(scores, axis=1)
+    top2 = np.sort(scores, axis=1)[:, -2:]
+    eps = np.finfo(X.dtype).eps
+    rounding = X.shape[1] * eps * np.linalg.norm(X.astype(np.float64), axis=1)
+    rounding = rounding * np.max(np.abs(gain) * np.linalg.norm(U, axis=0))
+    clear = top2[:, 1] - top2[:, 0] > 2 * rounding
+    assert clear.mean() > 0.99
+    np.testing.assert_array_equal(labels[clear], expected[clear])
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["numba", "numpy"])
+def test_float32_labels_beyond_float32_products_range(compiled):
+    # Rows whose scores <x, c_h> exceed float32's range (about 3.4e38) are
+    # scored in float64: the float32 products would be infinite and tie.
+    rng = np.random.default_rng(0)
+    X = (rng.uniform(1.0, 3.0, (600, 4)) * 1e38).astype(np.float32)
+    U = np.abs(rng.standard_normal((4, 3)))
+    U /= np.linalg.norm(U, axis=0)
+    with np.errstate(over="ignore"):
+        assert not np.isfinite(X @ U.astype(np.float32)).all()
+    data = DenseRows(X, n_threads=2, compiled=compiled)
+    labels, counts = data.labels_and_counts(U.T, 1.0, np.zeros(3))
+    np.testing.assert_array_equal(labels, np.argmax(X.astype(np.float64) @ U, axis=1))
+    np.testing.assert_array_equal(counts, np.bincount(labels, minlength=3))
 
 
 @pytest.mark.parametrize("weighted", [False, True])

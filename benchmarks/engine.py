@@ -458,8 +458,10 @@ def write_page(p, out=None):
         )
     lines += [
         "",
-        "float32 rows are read as float32 (half the bytes per pass) and every",
-        "product and sum is accumulated in float64.",
+        "float32 rows are read as float32 (half the bytes per pass); at this",
+        "width the moments and the E steps accumulate in float64 and the labels'",
+        "scores are float32 products (the user guide's *Precision* says which",
+        "passes multiply in float32).",
         "",
         "## Compile time",
         "",

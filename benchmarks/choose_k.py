@@ -537,7 +537,7 @@ def panel_section(payload):
         "compilation, the subject of the cold-start page). In the comparisons with every peer "
         "below, a set a peer skipped counts as a miss.",
         "",
-        "Two of the criteria the issue proposed are rows of the table, measured and not adopted. "
+        "Two more criteria are rows of the table, measured and not adopted. "
         "*GaussianMixture(spherical) by ICL*: one variance per cluster, and the integrated "
         "completed likelihood (Biernacki, Celeux and Govaert 2000), BIC plus twice the "
         "posterior's entropy, which penalises the overlapping components BIC keeps. "

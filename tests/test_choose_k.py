@@ -251,3 +251,44 @@ def test_xmeans_bic_matches_the_gaussian_log_density(monkeypatch):
     )
     expected = -2 * loglik + K * (d + 1) * np.log(n)
     assert xmeans_bic(X, labels, centers) == pytest.approx(expected, rel=1e-10)
+
+
+def test_icl_is_minus_twice_the_completed_likelihood(monkeypatch):
+    # The ICL peer of benchmarks/choose_k.py: BIC + 2 EN equals
+    # -2 sum_ik t_ik log(pi_k N(x_i; mu_k, sigma_k^2 I)) + p log n
+    # (log L = that sum + EN), each density by scipy.
+    from pathlib import Path
+
+    from scipy.stats import multivariate_normal
+    from sklearn.mixture import GaussianMixture
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from choose_k import icl
+
+    rng = np.random.default_rng(0)
+    X = np.vstack([rng.standard_normal((30, 2)), rng.standard_normal((30, 2)) + 1.5])
+    g = GaussianMixture(2, covariance_type="spherical", random_state=0).fit(X)
+    t = g.predict_proba(X)
+    log_joint = np.column_stack(
+        [
+            np.log(g.weights_[k])
+            + multivariate_normal(g.means_[k], g.covariances_[k] * np.eye(2)).logpdf(X)
+            for k in range(2)
+        ]
+    )
+    n, d, K = 60, 2, 2
+    p = K * d + K + (K - 1)  # means, one variance per component, weights
+    expected = -2 * float(np.sum(t * log_joint)) + p * np.log(n)
+    assert icl(g, X) == pytest.approx(expected, rel=1e-9)
+    assert icl(g, X) > g.bic(X)  # the clusters overlap: the entropy is positive
+
+
+def test_stability_is_one_on_separated_clusters(monkeypatch):
+    # Fits on two subsamples of well separated clusters label every row alike.
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from choose_k import stability
+
+    X = make_mixture(300, 5, 3, noise=0.05, random_state=0)[0]
+    assert stability(X, 3) == pytest.approx(1.0)

@@ -560,7 +560,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         """
         check_is_fitted(self)
         with self._rows(X) as rows, one_blas_thread():
-            return rows.labels(*predict_rule(self.cluster_centers_, self.mixture_, self.mean_))
+            rule = predict_rule(self.cluster_centers_, self.mixture_, self.mean_)
+            return rows.labels(*rule, origin=self.mean_)
 
     def fit_predict(self, X, y=None, sample_weight=None):
         """Fit, then return ``labels_``.
@@ -665,7 +666,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         mixture = SphericalMixture.from_heads(
             p.U, p.radii, p.variance, p.log_pi, np.trace(stream.moment), result.mean, result.scale
         )
-        labels = rows.labels(*predict_rule(mixture.centers, mixture, result.mean))
+        labels = rows.labels(
+            *predict_rule(mixture.centers, mixture, result.mean), origin=result.mean
+        )
         self._stream = stream
         return replace(
             result,

@@ -234,10 +234,10 @@ class _Rows:
         """The weighted counts of ``labels`` (of :meth:`labels`)."""
         return np.bincount(labels, weights=self.sample_weight, minlength=minlength)
 
-    def labels_and_counts(self, centers, gain, bias):
+    def labels_and_counts(self, centers, gain, bias, origin=None):
         """``(labels, counts)``: :meth:`labels` and :meth:`label_counts` (one
         pass where a backend counts as it labels)."""
-        labels = self.labels(centers, gain, bias)
+        labels = self.labels(centers, gain, bias, origin)
         return labels, self.label_counts(labels, len(centers))
 
     def rescaled(self, scale):
@@ -581,7 +581,7 @@ class DenseRows(_Rows):
 
         return sum(self._map(chunk), np.zeros(K))
 
-    def labels(self, centers, gain, bias):
+    def labels(self, centers, gain, bias, origin=None):
         """``argmax_h gain_h <x, c_h> + bias_h`` for every row (X as it is, not scaled).
 
         ``centers`` has shape (K, d) and ``gain`` is one number or one per
@@ -589,10 +589,16 @@ class DenseRows(_Rows):
         product per chunk in X's dtype (float32 rows are not copied to
         float64: as scikit-learn's KMeans labels them), then
         :func:`_kernels.argmax_rows` adds gain and bias in float64.
+        ``origin`` (the fit's mean; None or zero: the origin): float32 rows
+        are multiplied as ``x - o``, ``o`` the origin in float32, and ``gain_h
+        <o, c_h>`` is added to the bias in float64, the same scores up to
+        rounding, whose float32 part then scales with the rows' spread about
+        the origin instead of their distance from zero (data far from zero
+        would lose the digits that separate its clusters).
         """
-        return self.labels_and_counts(centers, gain, bias)[0]
+        return self.labels_and_counts(centers, gain, bias, origin)[0]
 
-    def labels_and_counts(self, centers, gain, bias):
+    def labels_and_counts(self, centers, gain, bias, origin=None):
         """``(labels, counts)``: :meth:`labels` and their weighted counts
         (:meth:`label_counts`), counted in the same pass."""
         C64 = np.asarray(centers, dtype=np.float64).T
@@ -603,9 +609,19 @@ class DenseRows(_Rows):
         gain = _per_head(gain, K)
         bias = np.asarray(bias, dtype=np.float64)
         out = np.empty(self.n_samples, dtype=np.intp)
+        shift = None
+        if self.dtype != np.float64 and origin is not None and np.any(origin):
+            shift = np.asarray(origin, dtype=np.float64).astype(self.dtype)
+            bias = bias + gain * (shift.astype(np.float64) @ C64)
+            scratch = {}  # a buffer per thread for the shifted chunk
 
         def chunk(B, w, lo, hi):
             counts = np.zeros(K)
+            if shift is not None:
+                buffer = scratch.get(threading.get_ident())
+                if buffer is None or len(buffer) < len(B):
+                    buffer = scratch[threading.get_ident()] = np.empty(B.shape, B.dtype)
+                B = np.subtract(B, shift, out=buffer[: len(B)])
             with np.errstate(over="ignore", invalid="ignore"):
                 scores = B @ C
             if scores.dtype != np.float64 and not np.isfinite(scores).all():
@@ -914,9 +930,9 @@ def _per_head(gain, K):
     return np.ascontiguousarray(np.broadcast_to(np.asarray(gain, dtype=np.float64), (K,)))
 
 
-def _labels(rows, centers, gain, bias, compiled):
+def _labels(rows, centers, gain, bias, origin, compiled):
     """:meth:`DenseRows.labels` of dense rows, on one thread, with the whole array's kernels (``compiled``)."""
-    return DenseRows(rows, n_threads=1, compiled=compiled).labels(centers, gain, bias)
+    return DenseRows(rows, n_threads=1, compiled=compiled).labels(centers, gain, bias, origin)
 
 
 def _product(rows, left, shift, right):
@@ -1294,13 +1310,14 @@ class DaskRows(_Rows):
         )
         return self._compute("labels' counts", parts)[0].sum(axis=0)
 
-    def labels(self, centers, gain, bias):
+    def labels(self, centers, gain, bias, origin=None):
         """Labels as a lazy Dask array (:meth:`DenseRows.labels` on each block)."""
         return self.map_rows(
             _labels,
             np.asarray(centers, dtype=np.float64),
             _per_head(gain, len(centers)),
             np.asarray(bias, dtype=np.float64),
+            None if origin is None else np.asarray(origin, dtype=np.float64),
             self.compiled,
             dtype=np.intp,
         )
@@ -1608,8 +1625,11 @@ class SparseRows(_Rows):
         wins = P[np.arange(self.n_samples), best] * self._w()
         return np.bincount(best, weights=wins, minlength=P.shape[1])
 
-    def labels(self, centers, gain, bias):
-        """``argmax_h gain_h <x - m, c_h> + bias_h`` (not scaled; ties to the first head)."""
+    def labels(self, centers, gain, bias, origin=None):
+        """``argmax_h gain_h <x - m, c_h> + bias_h`` (not scaled; ties to the first head).
+
+        The products are float64: ``origin`` (:meth:`DenseRows.labels`) changes nothing.
+        """
         C = np.asarray(centers, dtype=np.float64).T
         gain = _per_head(gain, C.shape[1])
         return np.argmax(gain * self._project(C) + np.asarray(bias, dtype=np.float64), axis=1)

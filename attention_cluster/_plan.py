@@ -381,10 +381,10 @@ def _fit_once(given, prepared, params, init, centre, tuning):
     if mixture is not None and not given.in_memory:
         # The fitted weights stand for the labels' shares: counting Dask
         # rows' lazy labels would read X once more.
-        labels = given.labels(*rule)
+        labels = given.labels(*rule, origin=mean)
         fractions = weights = np.exp(mixture.log_weights)
     else:
-        labels, counts = given.labels_and_counts(*rule)
+        labels, counts = given.labels_and_counts(*rule, origin=mean)
         fractions = counts / np.sum(counts)
         weights = fractions if mixture is None else np.exp(mixture.log_weights)
     return FitResult(
@@ -429,7 +429,9 @@ def predict_rule(centers, mixture, mean):
     2) / tau^2`` with ``y = (x - m) / s`` (``math.md`` section 7; the
     logits of :meth:`SphericalMixture.logits`), whose terms in ``r_h^2 /
     tau^2`` are computed at unit scale. The centring goes in the bias:
-    ``<x - m, c_h> = <x, c_h> - <m, c_h>``.
+    ``<x - m, c_h> = <x, c_h> - <m, c_h>``; the rows' ``labels`` pass takes
+    ``m`` as its ``origin`` too, so that float32 rows are multiplied about it
+    (:meth:`_passes.DenseRows.labels`).
     """
     centers = np.asarray(centers, dtype=np.float64)
     K = len(centers)

@@ -104,6 +104,29 @@ def _assert_labels(labels, X, U, gain, bias):
 
 
 @pytest.mark.parametrize("compiled", [True, False], ids=["numba", "numpy"])
+def test_float32_labels_about_the_origin_keep_the_digits_of_far_rows(compiled):
+    # Rows 1e4 from zero with a spread of 1: their float32 products with the
+    # centres round at about 1e4 eps, which flips labels near the clusters'
+    # boundaries; about the origin (the fit's mean) they round at eps, and
+    # the labels are the float64 argmax but within that bound of a tie.
+    rng = np.random.default_rng(0)
+    offset = np.full(16, 1e4)
+    X = (rng.standard_normal((20000, 16)) + offset).astype(np.float32)
+    U = rng.standard_normal((16, 5))
+    U /= np.linalg.norm(U, axis=0)
+    bias = np.log([0.1, 0.2, 0.3, 0.2, 0.2]) - 2.0 * (offset @ U)
+    data = DenseRows(X, n_threads=2, compiled=compiled)
+    labels = data.labels(U.T, 2.0, bias, origin=offset)
+    _assert_labels(labels, X - offset.astype(np.float32), U, 2.0, bias + 2.0 * (offset @ U))
+    # Without the origin the rounding is that of the far rows: labels differ.
+    assert np.any(data.labels(U.T, 2.0, bias) != labels)
+    # A zero origin is no origin.
+    np.testing.assert_array_equal(
+        data.labels(U.T, 2.0, bias, origin=np.zeros(16)), data.labels(U.T, 2.0, bias)
+    )
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["numba", "numpy"])
 def test_float32_labels_beyond_float32_products_range(compiled):
     # Rows whose scores <x, c_h> exceed float32's range (about 3.4e38) are
     # scored in float64: the float32 products would be infinite and tie.

@@ -150,6 +150,9 @@ MEANSHIFT_MAX_ROWS = 1000
 # subsamples of this fraction of the rows, drawn without replacement.
 STABILITY_PAIRS = 5
 STABILITY_FRACTION = 0.8
+# Reference data sets of the gap statistic (Tibshirani, Walther and Hastie,
+# JRSS B 2001), drawn uniformly in the data's bounding box.
+GAP_REFERENCES = 10
 AUTO = 'AttentionClustering(n_clusters="auto")'
 # The project's other K-finders; the rest are other libraries' methods.
 OWN = (
@@ -169,6 +172,8 @@ SHORT = {
     "GaussianMixture(spherical) by BIC": "GMM spherical",
     "GaussianMixture(spherical) by ICL": "GMM spherical ICL",
     "X-means (BIC over KMeans)": "X-means",
+    "KMeans by silhouette": "KM silhouette",
+    "KMeans by gap statistic": "KM gap",
     "HDBSCAN": "HDBSCAN",
     "MeanShift (estimated bandwidth)": "MeanShift",
     "AffinityPropagation": "AP",
@@ -253,6 +258,34 @@ def stability(X, k, seed=0):
     return float(np.mean(agree))
 
 
+def gap_statistic(X, ks, seed=0):
+    """K by the gap statistic (Tibshirani, Walther and Hastie, JRSS B 2001).
+
+    ``Gap(k) = mean_b log W*_kb - log W_k``, ``W_k`` the within-cluster sum
+    of squares of ``KMeans(k)`` on X and ``W*_kb`` on ``GAP_REFERENCES``
+    reference sets drawn uniformly in X's bounding box (their reference
+    (a)); the chosen K is the smallest k of ``ks`` with ``Gap(k) >= Gap(k +
+    1) - s_{k+1}``, ``s_k = sd_b(log W*_kb) sqrt(1 + 1 / B)`` (the largest k
+    when none is).
+    """
+    rng = np.random.default_rng(seed)
+    low, high = X.min(axis=0), X.max(axis=0)
+    references = [rng.uniform(low, high, X.shape) for _ in range(GAP_REFERENCES)]
+
+    def log_w(data, k):
+        return np.log(KMeans(k, n_init=1, random_state=0).fit(data).inertia_)
+
+    gap, s = {}, {}
+    for k in ks:
+        ref = np.array([log_w(R, k) for R in references])
+        gap[k] = float(ref.mean() - log_w(X, k))
+        s[k] = float(ref.std() * np.sqrt(1.0 + 1.0 / GAP_REFERENCES))
+    for k, following in zip(ks, ks[1:]):
+        if gap[k] >= gap[following] - s[following]:
+            return k
+    return ks[-1]
+
+
 def _by_lowest(fits, score):
     """``(K, labels)`` of the fit with the lowest score."""
     k = min(fits, key=lambda k: score(fits[k]))
@@ -293,6 +326,16 @@ def panel_methods(X, ks):
             km = KMeans(k, n_init=1, random_state=0).fit(X)
             fits[k] = (km, km.labels_)
         return _by_lowest(fits, lambda f: xmeans_bic(X, f[1], f[0].cluster_centers_))
+
+    def kmeans_silhouette():
+        # K = 1 has no silhouette.
+        fits = {k: KMeans(k, n_init=1, random_state=0).fit(X).labels_ for k in ks if k > 1}
+        k = max(fits, key=lambda k: silhouette_score(X, fits[k]))
+        return k, fits[k]
+
+    def kmeans_gap():
+        k = gap_statistic(X, ks)
+        return k, KMeans(k, n_init=1, random_state=0).fit(X).labels_
 
     def auto():
         m = AttentionClustering("auto", random_state=0).fit(X)
@@ -336,6 +379,8 @@ def panel_methods(X, ks):
         "GaussianMixture(spherical) by BIC": gmm("spherical"),
         "GaussianMixture(spherical) by ICL": gmm("spherical", "icl"),
         "X-means (BIC over KMeans)": xmeans,
+        "KMeans by silhouette": kmeans_silhouette,
+        "KMeans by gap statistic": kmeans_gap,
         "HDBSCAN": hdbscan,
         "MeanShift (estimated bandwidth)": meanshift,
         "AffinityPropagation": affinity,
@@ -546,6 +591,12 @@ def panel_section(payload):
         "label every row, and the K whose pairs agree best (mean ARI) is chosen (Ben-Hur, "
         "Elisseeff and Guyon 2002; Lange et al. 2004).",
         "",
+        "Two practitioners' K-finders over scikit-learn's `KMeans(n_init=1)` are peers: "
+        "*KMeans by silhouette*, the K >= 2 of the range whose labels have the highest mean "
+        "silhouette (Rousseeuw 1987); *KMeans by gap statistic* (Tibshirani, Walther and Hastie "
+        f"2001), against {GAP_REFERENCES} reference sets drawn uniformly in the data's bounding "
+        "box, the smallest K with Gap(K) >= Gap(K + 1) - s(K + 1).",
+        "",
         f"A fresh check, outside the panel's counts: {len(FRESH)} more labelled sets "
         f"({', '.join(FRESH)}), listed in the script after the criterion was chosen and before "
         "any method was run on them by it; no version of this page had seen them.",
@@ -570,7 +621,8 @@ def panel_section(payload):
         "Each group below is judged twice: against every other method of the table, the "
         "project's own other K-finders among them (the dynamics alone, the lowest BIC or AIC, "
         "subsample stability), "
-        "and against the other libraries' methods alone (GaussianMixture, X-means, HDBSCAN, "
+        "and against the other libraries' methods alone (GaussianMixture, X-means, KMeans by "
+        "silhouette or gap statistic, HDBSCAN, "
         "MeanShift, AffinityPropagation).",
         "",
     ]

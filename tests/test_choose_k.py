@@ -292,3 +292,20 @@ def test_stability_is_one_on_separated_clusters(monkeypatch):
 
     X = make_mixture(300, 5, 3, noise=0.05, random_state=0)[0]
     assert stability(X, 3) == pytest.approx(1.0)
+
+
+def test_gap_statistic_finds_separated_blobs_and_none_in_uniform_data(monkeypatch):
+    # The gap statistic peer of benchmarks/choose_k.py (Tibshirani, Walther
+    # and Hastie 2001): three tight blobs give K = 3; uniform data, whose
+    # within-cluster dispersion falls as the reference's does, give K = 1.
+    from pathlib import Path
+
+    from sklearn.datasets import make_blobs
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from choose_k import gap_statistic
+
+    X, _ = make_blobs(300, n_features=2, centers=3, cluster_std=0.3, random_state=0)
+    assert gap_statistic(X, list(range(1, 7))) == 3
+    U = np.random.default_rng(0).uniform(size=(300, 2))
+    assert gap_statistic(U, list(range(1, 7))) == 1

@@ -476,7 +476,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                     result = fit_plan(
                         rows, SimpleNamespace(**{**vars(params), "n_clusters": k}), init
                     )
-                    return result, predict_rule(result.centers, result.mixture, result.mean)
+                    rule = predict_rule(result.centers, result.mixture, result.mean, rows.dtype)
+                    return result, rule
 
                 _, scores, _, result = count_clusters(
                     rows, fit_at, random_state=self.random_state, n_threads=self.n_threads
@@ -667,7 +668,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             p.U, p.radii, p.variance, p.log_pi, np.trace(stream.moment), result.mean, result.scale
         )
         labels = rows.labels(
-            *predict_rule(mixture.centers, mixture, result.mean), origin=result.mean
+            *predict_rule(mixture.centers, mixture, result.mean, rows.dtype), origin=result.mean
         )
         self._stream = stream
         return replace(

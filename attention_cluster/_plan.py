@@ -377,7 +377,7 @@ def _fit_once(given, prepared, params, init, centre, tuning):
             # Heads in the principal subspace are heads in R^d.
             centers, moment_heads = centers @ basis.T, moment_heads @ basis.T
         mixture, refine_n_iter, free_norms = None, 0, None
-    rule = predict_rule(centers, mixture, mean)
+    rule = predict_rule(centers, mixture, mean, given.dtype)
     if mixture is not None and not given.in_memory:
         # The fitted weights stand for the labels' shares: counting Dask
         # rows' lazy labels would read X once more.
@@ -421,8 +421,13 @@ def _moment_heads(rows, unit, spectrum, centers):
     return rows.moment_action(centers.T).T
 
 
-def predict_rule(centers, mixture, mean):
+def predict_rule(centers, mixture, mean, dtype=np.float64):
     """``(centers, gain, bias)`` of the labels ``argmax_h gain_h <x, c_h> + bias_h``.
+
+    ``centers`` and ``mean`` are taken as the fitted attributes keep them,
+    in X's ``dtype`` (``cluster_centers_``, ``mean_``), so that the fit's
+    labels and :meth:`~AttentionClustering.predict`'s come from the same
+    numbers.
 
     Without the EM refinement, ``argmax_h <x - m, c_h>``; with it, the
     fitted mixture's posterior mode, ``log pi_h + (r_h <y, mu_h> - r_h^2 /
@@ -433,7 +438,9 @@ def predict_rule(centers, mixture, mean):
     ``m`` as its ``origin`` too, so that float32 rows are multiplied about it
     (:meth:`_passes.DenseRows.labels`).
     """
-    centers = np.asarray(centers, dtype=np.float64)
+    centers, mean = (
+        np.asarray(a, dtype=np.float64).astype(dtype).astype(np.float64) for a in (centers, mean)
+    )
     K = len(centers)
     if mixture is None:
         gain, bias = np.ones(K), np.zeros(K)

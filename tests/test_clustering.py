@@ -87,6 +87,19 @@ def test_fit_predict_equals_labels(paper_data):
     np.testing.assert_array_equal(model.predict(X), model.labels_)
 
 
+@pytest.mark.parametrize("refine", ["em", None])
+def test_float32_predict_equals_labels(refine):
+    # float32 fits keep cluster_centers_ and mean_ in float32; the fit's
+    # labels come from those stored numbers, as predict's do. From the float64
+    # values before they were stored, one row of these (a near tie, after
+    # centring on a mean 500 from zero) took another label than predict gave.
+    X = make_mixture(200_000, 8, 3, noise=0.3, random_state=1)[0]
+    X = (X + 500.0).astype(np.float32)
+    model = AttentionClustering(3, refine=refine, random_state=0).fit(X)
+    assert model.center_
+    np.testing.assert_array_equal(model.predict(X), model.labels_)
+
+
 @pytest.fixture(scope="module")
 def fitted_unrefined(paper_data):
     X, _, _ = paper_data

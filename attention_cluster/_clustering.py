@@ -776,7 +776,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         point, as query, over the heads, as keys (with one norm r,
         :math:`\operatorname{softmax}_k(\log \pi_k + \beta \langle \mu_k, y \rangle)`,
         :math:`\beta = r / \tau^2`). Each row sums to one; its argmax is
-        :meth:`predict`.
+        :meth:`predict`, but where a row's two best clusters tie within
+        rounding: the probabilities are float64 products, the labels of
+        float32 X float32 products (:meth:`predict`), so that such a row
+        may take the other label.
 
         Parameters
         ----------

@@ -10,6 +10,7 @@ model to finite values or raises and leaves it as it was.
 import warnings
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -88,6 +89,21 @@ def test_partition_does_not_depend_on_a_power_of_two(data, exponent):
     # The same partition: each label of one fit is one label of the other.
     pairs = set(zip(a.tolist(), b.tolist()))
     assert len(pairs) == len(set(a.tolist())) == len(set(b.tolist()))
+
+
+@pytest.mark.parametrize("exponent", [-300, -290, 300])
+def test_free_norms_do_not_depend_on_a_power_of_two(exponent):
+    # centroid_norms="auto" keeps equal norms when the rows lie on one
+    # sphere, tested on ||x||^2 and ||x||^4: at 2^-290 the fourth powers of
+    # rows as given underflow to zero, which read as one sphere and kept
+    # equal norms where the unit-scale fit frees them (Hypothesis found such
+    # rank-one rows). The test runs at the fit's scale.
+    rng = np.random.default_rng(3)
+    X = np.outer(rng.standard_normal(21), rng.standard_normal(3))
+    base, scaled = _fit(X, 2), _fit(np.ldexp(X, exponent), 2)
+    assert base.centroid_norms_ == "free"
+    assert scaled.centroid_norms_ == base.centroid_norms_
+    np.testing.assert_array_equal(scaled.labels_, base.labels_)
 
 
 @given(inputs(), inputs(), st.integers(-400, 400))

@@ -377,11 +377,11 @@ class DenseRows(_Rows):
         float32 = self.dtype == np.float32 and self.n_features > _MOMENT_MAX_FEATURES
         tiny = _FLOAT32_TINY if float32 else 1e-250
 
+        def sums(B, w):
+            return _kernels.moment_sums(B, w) if fused else _blas_moment_sums(B, w, scratch)
+
         def chunk(B, w, lo, hi):
-            if fused:
-                G, total = _kernels.moment_sums(B, w)
-            else:
-                G, total = _blas_moment_sums(B, w, scratch)
+            G, total = sums(B, w)
             top = float(np.max(np.diag(G))) if G.size else 0.0
             if not (np.isfinite(top) and top > tiny):
                 peak = max(float(np.max(B)), -float(np.min(B))) if B.size else 0.0
@@ -389,13 +389,19 @@ class DenseRows(_Rows):
                     return ("NaN" if np.isnan(peak) else "infinity"), 0.0, G, total
                 if peak == 0.0:
                     return None, 0.0, G, total
-                # The chunk divided by its largest entry, by BLAS's products
-                # whatever the width (the column sums kept from above).
-                G = _blas_moment_sums(np.asarray(B, dtype=np.float64) / peak, w, scratch)[0]
+                # The chunk divided by the power of two nearest its largest
+                # entry (the column sums kept from above), by the same
+                # products: exact, so that the moments of X and of 2^k X
+                # differ by 4^k to the last bit on either branch. Wide
+                # float32 chunks, whose plain products are float32 tiles, are
+                # multiplied in float64 here (their squares left float32's
+                # range).
+                exponent = int(np.frexp(peak)[1])
+                G = sums(np.ldexp(np.asarray(B, np.float64) if float32 else B, -exponent), w)[0]
                 top = float(np.max(np.diag(G)))
                 if top == 0.0:  # only zero-weight rows
                     return None, 0.0, G, total
-                return None, peak * np.sqrt(top), G / top, total
+                return None, np.ldexp(np.sqrt(top), exponent), G / top, total
             return None, np.sqrt(top), G / top, total
 
         step = _chunk_rows(self.n_features)

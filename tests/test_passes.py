@@ -142,6 +142,23 @@ def test_float32_labels_beyond_float32_products_range(compiled):
     np.testing.assert_array_equal(counts, np.bincount(labels, minlength=3))
 
 
+@pytest.mark.parametrize("compiled", [True, False], ids=["numba", "numpy"])
+def test_moments_of_a_power_of_two_times_x_are_exact(compiled):
+    # Rows near 1e-110 square to 1e-219 and take the moments' plain branch;
+    # 2^-60 of them square below its floor (1e-250) and are divided by a
+    # power of two first: c scales by exactly 2^-60 and M / c^2 is the same
+    # to the last bit. (Divided by their largest entry instead, the two
+    # branches rounded apart, and a fit of 2^-60 X found another optimum.)
+    rng = np.random.default_rng(0)
+    X = np.ldexp(rng.standard_normal((200, 5)) + [0.1, 4.0, 2.0, 0.0, -1.0], -365)
+    c, M, mean = DenseRows(X, compiled=compiled).moments()
+    c_small, M_small, mean_small = DenseRows(np.ldexp(X, -60), compiled=compiled).moments()
+    assert np.max(np.sum(np.ldexp(X, -60) ** 2, axis=0)) < 1e-250 < np.max(np.sum(X**2, axis=0))
+    assert c_small == np.ldexp(c, -60)
+    np.testing.assert_array_equal(M_small, M)
+    np.testing.assert_array_equal(mean_small, np.ldexp(mean, -60))
+
+
 @pytest.mark.parametrize("weighted", [False, True])
 def test_wide_float32_moments_within_their_tile_rounding(
     small_chunks, weighted, global_random_seed

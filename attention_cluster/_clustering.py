@@ -19,7 +19,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._choose_k import count_clusters
 from ._mixture import LinearisedEM, OnlineEM, mixture_parameters
-from ._model import SphericalMixture
+from ._model import MIN_VARIANCE, SphericalMixture
 from ._passes import one_blas_thread, rows_from, unit_terms
 from ._plan import fit_plan, predict_rule, resolve_methods
 from ._validation import (
@@ -608,8 +608,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
         The stream's statistics are held at the scale ``scale_`` of the
         first batch: a later batch whose rows are more than ``1e100`` times
-        that scale (``1.8e16`` for float32 rows) raises ValueError and leaves
-        the estimator as it was.
+        that scale (``1.8e16`` for float32 rows), or non-zero and less than
+        about ``1e-145`` times it, raises ValueError and leaves the estimator
+        as it was.
         Sparse batches are not densified.
 
         Parameters
@@ -655,7 +656,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         peak = unit.peak()
         # Squares of the rows at unit scale (moment_heads_) must stay finite in X's dtype.
         limit = min(_STREAM_MAX_MAGNITUDE, 1e-3 * np.sqrt(np.finfo(rows.dtype).max))
-        if not peak <= limit:
+        # Non-zero rows far below it would floor the variance (MIN_VARIANCE
+        # of their mean square) under float64's smallest normal number.
+        if not (peak <= limit and (peak == 0.0 or peak >= _STREAM_MIN_MAGNITUDE)):
             raise ValueError(
                 f"This batch's rows reach {peak:.3g} times the scale fixed by the first batch "
                 f"(scale_={result.scale:.3g}): the stream's statistics cannot hold both "
@@ -887,6 +890,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 # A partial_fit batch whose rows, divided by the first batch's scale, exceed
 # this magnitude would overflow the stream's squared statistics.
 _STREAM_MAX_MAGNITUDE = 1e100
+# A non-zero batch whose largest entry, divided by the first batch's scale, is
+# below this would floor the stream's variance (MIN_VARIANCE times the rows'
+# mean square) below float64's smallest normal number, where it rounds to 0:
+# 1e3 sqrt(tiny / MIN_VARIANCE), about 1.5e-145.
+_STREAM_MIN_MAGNITUDE = 1e3 * float(np.sqrt(np.finfo(np.float64).tiny / MIN_VARIANCE))
 # Largest number of mixture parameters (K d + K + 2) for which partial_fit
 # linearises the batches' statistics (LinearisedEM, whose Jacobian costs one E
 # step per parameter); above it, online EM.

@@ -42,8 +42,8 @@ def test_sparse_float32_score_equals_the_dense_score(magnitude):
 
 @pytest.mark.parametrize(
     "first, later",
-    [(1e-150, 1e5), (1.0, 1e155)],
-    ids=["tiny-then-large", "unit-then-huge"],
+    [(1e-150, 1e5), (1.0, 1e155), (1.0, 1e-150)],
+    ids=["tiny-then-large", "unit-then-huge", "unit-then-tiny"],
 )
 def test_partial_fit_refuses_a_batch_its_statistics_cannot_hold(first, later):
     rng = np.random.default_rng(0)

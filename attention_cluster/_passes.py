@@ -615,19 +615,16 @@ class DenseRows(_Rows):
         gain = _per_head(gain, K)
         bias = np.asarray(bias, dtype=np.float64)
         out = np.empty(self.n_samples, dtype=np.intp)
-        shift = None
+        rows = self
         if self.dtype != np.float64 and origin is not None and np.any(origin):
+            # The rows' own centring (:meth:`centred`, in X's dtype) about the
+            # origin, whose products go in the bias.
             shift = np.asarray(origin, dtype=np.float64).astype(self.dtype)
+            rows = self.centred(shift)
             bias = bias + gain * (shift.astype(np.float64) @ C64)
-            scratch = {}  # a buffer per thread for the shifted chunk
 
         def chunk(B, w, lo, hi):
             counts = np.zeros(K)
-            if shift is not None:
-                buffer = scratch.get(threading.get_ident())
-                if buffer is None or len(buffer) < len(B):
-                    buffer = scratch[threading.get_ident()] = np.empty(B.shape, B.dtype)
-                B = np.subtract(B, shift, out=buffer[: len(B)])
             with np.errstate(over="ignore", invalid="ignore"):
                 scores = B @ C
             if scores.dtype != np.float64 and not np.isfinite(scores).all():
@@ -636,7 +633,7 @@ class DenseRows(_Rows):
             self.kernels.argmax_rows(scores, gain, bias, w, out[lo:hi], counts)
             return counts
 
-        return out, sum(self._map(chunk), np.zeros(K))
+        return out, sum(rows._map(chunk), np.zeros(K))
 
     # -- rows for subsamples and sampled sequences --------------------------
 

@@ -1036,9 +1036,11 @@ def _workers_memory():
     client = running_client()
     if client is None:
         return None
-    limits = [
-        worker.get("memory_limit") or 0 for worker in client.scheduler_info()["workers"].values()
-    ]
+    # Asked of the scheduler itself: ``client.scheduler_info()`` returns the
+    # client's cached copy, which its periodic refresh can replace, between
+    # the update and the return, by one that lists no workers.
+    workers = client.sync(client.scheduler.identity, n_workers=-1)["workers"]
+    limits = [worker.get("memory_limit") or 0 for worker in workers.values()]
     return sum(limits) if limits and all(limits) else None
 
 

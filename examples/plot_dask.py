@@ -56,7 +56,7 @@ y = da.concatenate([da.from_delayed(p[1], (BLOCK,), int) for p in parts])
 # fit alone keeps an X that takes at most a quarter of the workers' memory
 # there for its own passes, and releases it when it returns).
 X, y = dask.persist(X, y)
-print(f"{len(client.scheduler_info()['workers'])} workers; the data: {X}")
+print(f"{len(client.nthreads())} workers; the data: {X}")
 
 # %%
 # Fit, with the log of passes

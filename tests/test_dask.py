@@ -377,6 +377,28 @@ def test_x_kept_in_the_workers_memory_is_read_once_and_released(client, monkeypa
     np.testing.assert_array_equal(lazy.labels_.compute(), dense.labels_)
 
 
+def test_x_is_kept_while_the_client_refreshes_its_scheduler_info(client, mixture):
+    # The client refreshes its cached scheduler_info() in the background,
+    # every 2 s by default, with a copy that lists no workers. A client that
+    # refreshes every millisecond makes the race frequent: each fit must still
+    # see the workers' memory and keep X there.
+    import dask
+    import distributed
+
+    X = _on_cluster(mixture[0][:8000], (2000, -1))
+    with (
+        dask.config.set({"distributed.client.scheduler-info-interval": "1ms"}),
+        distributed.Client(client.scheduler.address) as refreshing,
+    ):
+        assert distributed.default_client() is refreshing
+        for _ in range(20):
+            rows = DaskRows(X)
+            rows.moments()
+            rows.moments()  # from the workers' memory, when the first kept X there
+            assert (rows.n_passes, rows.n_reads) == (2, 1)
+            rows.close()
+
+
 def test_dataframe(client, mixture):
     pd = pytest.importorskip("pandas")
     X = mixture[0]

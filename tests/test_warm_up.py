@@ -92,10 +92,10 @@ def test_workers_present_and_joining_later_warm_up(fresh_cluster):
     warm_up(n_features=4, n_clusters=2)
     plugins = client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.worker_plugins))
     assert "attention_cluster-warm-up-4-2-float64" in plugins
-    old = set(client.scheduler_info()["workers"])
+    old = set(client.nthreads())
     cluster.scale(2)
     client.wait_for_workers(2)
-    (new,) = set(client.scheduler_info()["workers"]) - old
+    (new,) = set(client.nthreads()) - old
     # A task reaches a worker once its plugins are set up.
     joined = client.submit(_signatures, workers=[new], pure=False).result()
     assert {"_fused_e_step", "_fused_row_terms", "head_totals", "argmax_rows"} <= set(joined)

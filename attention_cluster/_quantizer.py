@@ -198,6 +198,8 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
             context = (temperature * self.n_clusters * moment).astype(X.dtype)
             with np.errstate(over="ignore", invalid="ignore"):  # refused by finite_output
                 out = rows.map_rows(_times, context, dtype=X.dtype, columns=d)
+                # Sparse rows are held in float64 (SparseRows), and so is their product.
+                out = out.astype(X.dtype, copy=False)
             return finite_output(out)
         tokens = rows.map_rows(dense_block, X.dtype, dtype=X.dtype, columns=d)
         if spectrum is None:

@@ -52,10 +52,12 @@ KINDS = {
     "float32": (lambda X, tmp: X.astype(np.float32), 2e-3),
     "csr": (lambda X, tmp: sp.csr_matrix(X), 1e-6),
     "csc": (lambda X, tmp: sp.csc_matrix(X), 1e-6),
+    "csr-float32": (lambda X, tmp: sp.csr_matrix(X.astype(np.float32)), 2e-3),
     "memmap": (_memmap, 1e-6),
     "pandas": (lambda X, tmp: pd.DataFrame(X, columns=[f"f{j}" for j in range(X.shape[1])]), 1e-6),
     "dask-sync": (lambda X, tmp: da.from_array(X, chunks=(100, -1)), 1e-6),
     "dask-cluster": (lambda X, tmp: da.from_array(X, chunks=(100, -1)), 1e-6),
+    "dask-float32": (lambda X, tmp: da.from_array(X.astype(np.float32), chunks=(100, -1)), 2e-3),
     "dask-dataframe": (
         lambda X, tmp: dd.from_pandas(pd.DataFrame(X), npartitions=3),
         1e-6,
@@ -115,7 +117,7 @@ DOCUMENTED = {
     **{
         (name, kind, "partial_fit"): (TypeError, lambda e: "batches in memory" in str(e))
         for name in ("default", "free-norms", "no-refinement", "psgd", "psgd-em", "auto-k")
-        for kind in ("dask-sync", "dask-cluster", "dask-dataframe")
+        for kind in ("dask-sync", "dask-cluster", "dask-float32", "dask-dataframe")
     },
 }
 
@@ -197,5 +199,7 @@ def test_capability(name, kind, method, rows, client, tmp_path_factory):
         got = _run(name, method, X)
     want = _run(name, method, rows)
     _assert_close(got, want, rtol, f"{name} {method} on {kind}")
-    if kind == "float32" and isinstance(want, np.ndarray) and want.dtype.kind == "f":
-        assert np.asarray(got).dtype == np.float32, "float32 in, float32 out"
+    if getattr(X, "dtype", None) == np.float32:
+        outputs = got.values() if isinstance(got, dict) else [got]
+        floats = [np.asarray(v).dtype for v in outputs if isinstance(v, np.ndarray)]
+        assert all(t == np.float32 for t in floats if t.kind == "f"), "float32 in, float32 out"

@@ -596,8 +596,9 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         kept = np.flatnonzero(sizes >= min(min_size, sizes.max()))
         kept = kept[np.argsort(-sizes[kept], kind="stable")]
         centers = np.stack([Z[groups == g].astype(np.float64).mean(axis=0) for g in kept])
-        if self.model in SPHERE_MODELS:
-            centers /= np.linalg.norm(centers, axis=1, keepdims=True)
+        if self.model in SPHERE_MODELS:  # zero tokens (zero rows) keep a zero centre
+            norms = np.linalg.norm(centers, axis=1, keepdims=True)
+            centers /= np.where(norms > 0, norms, 1)
         self.cluster_centers_ = centers.astype(Z.dtype)
         self.n_clusters_ = len(kept)
         rank = np.full(len(sizes), -1, dtype=np.intp)

@@ -1760,10 +1760,22 @@ def row_major(rows):
 def unit_rows(rows):
     """Rows projected on the unit sphere; a zero row, which has no direction, stays zero.
 
-    Sparse rows stay sparse (CSR); dense rows keep their dtype.
+    Sparse rows stay sparse (CSR); dense rows keep their dtype. Each row is
+    divided by its largest entry before its norm is taken, so that squares
+    neither overflow nor underflow at any magnitude of the dtype (a float32
+    row at 1e30 would otherwise have an infinite norm and become zero).
     """
     if sp.issparse(rows):
-        return normalize(rows.tocsr(), copy=True)
+        rows = rows.tocsr(copy=True)
+        counts = np.diff(rows.indptr)
+        peaks = np.zeros(rows.shape[0], dtype=rows.dtype)
+        filled = counts > 0
+        if rows.nnz:
+            peaks[filled] = np.maximum.reduceat(np.abs(rows.data), rows.indptr[:-1][filled])
+        rows.data /= np.repeat(np.where(peaks > 0, peaks, 1), counts)
+        return normalize(rows, copy=False)
+    peaks = np.max(np.abs(rows), axis=1, keepdims=True)
+    rows = rows / np.where(peaks > 0, peaks, 1)
     norms = np.linalg.norm(rows, axis=1, keepdims=True)
     return rows / np.where(norms > 0, norms, 1)
 

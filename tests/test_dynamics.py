@@ -393,6 +393,30 @@ def test_zero_row_has_no_direction():
     np.testing.assert_allclose(path[1, 2], [1.0, 0.0], atol=1e-12)
 
 
+@pytest.mark.parametrize("scale", [1e-30, 1e30])
+def test_sphere_dynamics_at_any_magnitude_of_float32(mixture, scale):
+    # The sphere models read directions only: float32 rows whose squares
+    # underflow or overflow (1e-30, 1e30) give the fit of the rows at unit scale.
+    X = mixture[0][:300].astype(np.float32)
+    want = SelfAttentionDynamics().fit(X)
+    got = SelfAttentionDynamics().fit(X * np.float32(scale))
+    np.testing.assert_array_equal(got.labels_, want.labels_)
+    np.testing.assert_allclose(got.cluster_centers_, want.cluster_centers_, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["dense", "sparse"])
+def test_all_zero_rows_are_one_cluster_with_a_zero_centre(kind):
+    # Zero rows have no direction: on the sphere they stay zero tokens (no
+    # token pulls them anywhere), one cluster whose centre is zero, not 0 / 0.
+    X = np.zeros((20, 3)) if kind == "dense" else sp.csr_matrix((20, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        model = SelfAttentionDynamics().fit(X)
+    assert model.n_clusters_ == 1
+    np.testing.assert_array_equal(model.cluster_centers_, np.zeros((1, 3)))
+    np.testing.assert_array_equal(model.labels_, np.zeros(20))
+
+
 def test_horizon_and_plateau_agree_once_settled(mixture):
     X = mixture[0][:600]
     plateau = SelfAttentionDynamics().fit(X)

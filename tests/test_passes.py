@@ -553,6 +553,35 @@ def test_unit_terms_of_sparse_rows_are_those_of_the_dense_rows(n, d, density, ma
     np.testing.assert_allclose(q, q_dense, rtol=1e-9, atol=1e-9)
 
 
+@given(
+    n=st.integers(1, 20),
+    d=st.integers(1, 12),
+    density=st.sampled_from([0.0, 0.3, 1.0]),
+    dtype=st.sampled_from([np.float64, np.float32]),
+    exponent=st.integers(-1000, 1000),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_unit_rows_at_any_magnitude_of_the_dtype(n, d, density, dtype, exponent, seed):
+    # unit_rows(2^k X) is unit_rows(X) for every k at which 2^k X is normal
+    # in the dtype (float32 rows up to about 1e38 and down to 1e-38, where
+    # their squares overflow or underflow): the unit rows of a NumPy
+    # reference in float64, zero rows kept zero, dense and sparse alike.
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, d, density=density, format="csr", random_state=rng, dtype=np.float64)
+    X.data = rng.standard_normal(X.nnz) * 2.0 ** rng.integers(-4, 5, X.nnz)
+    info = np.finfo(dtype)
+    exponent = int(np.clip(exponent, info.minexp + 10, info.maxexp - 10))
+    dense = X.toarray()
+    norms = np.linalg.norm(dense, axis=1, keepdims=True)
+    want = dense / np.where(norms > 0, norms, 1)
+    scaled = (dense * 2.0**exponent).astype(dtype)
+    for rows in (scaled, sp.csr_matrix(scaled)):
+        got = _passes.unit_rows(rows)
+        got = got.toarray() if sp.issparse(got) else got
+        assert got.dtype == dtype
+        np.testing.assert_allclose(got, want, rtol=8 * info.eps, atol=8 * info.eps)
+
+
 @pytest.mark.parametrize("weighted", [False, True], ids=["unit", "weighted"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_head_totals_by_blas_match_the_kernel(dtype, weighted, global_random_seed):

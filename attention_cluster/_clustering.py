@@ -13,6 +13,7 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClusterMixin, OneToOneFeatureMixin, TransformerMixin
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
@@ -876,7 +877,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         Returns
         -------
         score : float
-            Higher is better.
+            Higher is better. ``-inf`` when the mean squared error exceeds
+            float64's range (rows beyond about 1e154), as squares there do.
         """
         check_is_fitted(self)
         heads = np.asarray(self.cluster_centers_, dtype=np.float64)
@@ -887,6 +889,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             return -error * self.scale_**2
 
 
+# Rows within this magnitude of the scale are squared at unit scale without
+# overflow (their squared norms stay below 1e200 times the features).
+_SQUARE_SAFE = 1e100
 # A partial_fit batch whose rows, divided by the first batch's scale, exceed
 # this magnitude would overflow the stream's squared statistics.
 _STREAM_MAX_MAGNITUDE = 1e100
@@ -938,6 +943,14 @@ def _reconstruction_errors(rows, heads, out, mean, scale):
     densified.
     """
     K = len(heads)
-    P, q = unit_terms(rows, np.vstack([heads, out]), mean, scale)
+    # A block far beyond the scale, whose squares at unit scale would
+    # overflow into inf - inf, is read at a power of two 2^e of its own
+    # magnitude: its errors are 4^e times those, and overflow to inf alone.
+    data = rows.data if sp.issparse(rows) else rows
+    extent = max(float(np.max(np.abs(data), initial=0.0)), float(np.max(np.abs(mean)))) / scale
+    e = int(np.frexp(extent)[1]) if extent > _SQUARE_SAFE else 0
+    P, q = unit_terms(rows, np.vstack([heads, out]), mean, np.ldexp(scale, e))
     A, B = P[:, :K], P[:, K:]
-    return q - 2.0 * np.sum(A * B, axis=1) + np.sum((A @ (out @ out.T)) * A, axis=1)
+    errors = q - 2.0 * np.sum(A * B, axis=1) + np.sum((A @ (out @ out.T)) * A, axis=1)
+    with np.errstate(over="ignore"):
+        return np.ldexp(errors, 2 * e)

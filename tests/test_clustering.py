@@ -5,6 +5,7 @@ import warnings
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from hypothesis import given
 from hypothesis import strategies as st
 from sklearn.cluster import KMeans
@@ -380,6 +381,25 @@ def test_all_zero_and_extreme_rows_give_finite_output():
             m = AttentionClustering(random_state=0).fit(c * X2)
             assert np.all(np.isfinite(m.cluster_centers_))
             assert np.all(np.isfinite(m.transform(c * X2)))
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+@pytest.mark.parametrize("k", [0, 300, 520, 700, 1000])
+def test_score_of_rows_far_beyond_the_fit_scale(k, sparse):
+    # score is quadratic in the rows (uncentred: mean_ = 0), so the rows times
+    # 2^k score 4^k times as much: -inf once that leaves float64's range,
+    # never NaN, and without a RuntimeWarning (squares at the fit's scale
+    # overflow from 2^512 on, where inf - inf gave NaN).
+    X, _, _ = make_mixture(200, 3, 2, random_state=0)
+    model = AttentionClustering(2, center=False, random_state=0).fit(X)
+    far = np.ldexp(X, k)
+    if sparse:
+        far = sp.csr_matrix(far)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        score = model.score(far)
+    want = np.ldexp(model.score(X), 2 * k)
+    assert score == pytest.approx(want, rel=1e-12)
 
 
 def test_unfitted_raises():

@@ -420,7 +420,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             raise ValueError("init must have finite, non-zero rows.")
         return (init / norms[:, None]).T
 
-    def _rows(self, X, *, reset=False, sample_weight=None, defer_finite=False):
+    def _rows(self, X, *, reset=False, sample_weight=None, defer_finite=False, weight_unit=None):
         """X as pass-layer rows (``_passes.rows_from``), validated against this estimator."""
         return rows_from(
             self,
@@ -430,6 +430,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             n_threads=self.n_threads,
             verbose=self.verbose,
             defer_finite=defer_finite,
+            weight_unit=weight_unit,
         )
 
     @atomic_fit
@@ -447,7 +448,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         sample_weight : array-like of shape (n_samples,), default=None
             Non-negative weights: rows are drawn with probability
             proportional to their weight, so an integer weight acts as
-            repeated rows.
+            repeated rows. Only their ratios count: ``c * sample_weight``
+            gives the same fit at any magnitude ``c > 0``.
 
         Returns
         -------
@@ -611,7 +613,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         first batch: a later batch whose rows are more than ``1e100`` times
         that scale (``1.8e16`` for float32 rows), or non-zero and less than
         about ``1e-145`` times it, raises ValueError and leaves the estimator
-        as it was.
+        as it was; so does a batch whose largest weight is more than ``1e100``
+        times the first batch's, or less than ``1e-100`` times it.
         Sparse batches are not densified.
 
         Parameters
@@ -621,7 +624,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         y : Ignored
             Not used, present for API consistency.
         sample_weight : array-like of shape (n_samples,), default=None
-            Non-negative weights of the batch's rows.
+            Non-negative weights of the batch's rows, on one scale across
+            the batches (unit weights when None).
 
         Returns
         -------
@@ -630,7 +634,13 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             ``labels_`` labels the last batch.
         """
         first = not hasattr(self, "n_steps_")
-        rows = self._rows(X, reset=first, sample_weight=sample_weight, defer_finite=first)
+        rows = self._rows(
+            X,
+            reset=first,
+            sample_weight=sample_weight,
+            defer_finite=first,
+            weight_unit=None if first else self._stream_weight_unit,
+        )
         if not rows.in_memory:
             raise TypeError(
                 "partial_fit takes batches in memory (arrays or sparse matrices); "
@@ -639,6 +649,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         if first:
             self._fit_rows(rows)
             self._stream = _new_stream(self._result)
+            self._stream_weight_unit = rows.weight_unit
             self.n_steps_ = 0
         with rows, one_blas_thread():
             self._write(self._stream_update(rows), rows.dtype)
@@ -665,6 +676,14 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 f"(scale_={result.scale:.3g}): the stream's statistics cannot hold both "
                 "magnitudes. Scale the batches alike (one scaler fitted on a first batch), "
                 "or call fit on data at the new magnitude."
+            )
+        w = rows.sample_weight
+        heaviest = 1.0 if w is None else float(np.max(w))  # relative to the first batch's
+        if not (heaviest <= _STREAM_MAX_WEIGHT and heaviest >= 1.0 / _STREAM_MAX_WEIGHT):
+            raise ValueError(
+                f"This batch's largest weight is {heaviest:.3g} times the first batch's: "
+                "the stream's statistics cannot hold both magnitudes. Give the batches "
+                "weights on one scale."
             )
         stream = copy.deepcopy(self._stream)
         p = stream.update(unit)
@@ -900,6 +919,10 @@ _STREAM_MAX_MAGNITUDE = 1e100
 # mean square) below float64's smallest normal number, where it rounds to 0:
 # 1e3 sqrt(tiny / MIN_VARIANCE), about 1.5e-145.
 _STREAM_MIN_MAGNITUDE = 1e3 * float(np.sqrt(np.finfo(np.float64).tiny / MIN_VARIANCE))
+# A partial_fit batch whose largest weight is beyond this factor of the first
+# batch's (above or below) is refused: the stream's weighted statistics would
+# lose the lighter batches' rows to rounding, or overflow.
+_STREAM_MAX_WEIGHT = 1e100
 # Largest number of mixture parameters (K d + K + 2) for which partial_fit
 # linearises the batches' statistics (LinearisedEM, whose Jacobian costs one E
 # step per parameter); above it, online EM.

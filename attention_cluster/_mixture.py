@@ -114,6 +114,8 @@ class _EM:
         self.mean_sq = mean_sq
         self.d = data.n_features
         w = data.sample_weight
+        # Weights are relative to a power of two near the largest (rows_from):
+        # their squares stay in float64's range.
         self.n_effective = data.n_samples if w is None else self.total**2 / float(np.sum(w * w))
         self.floor = MIN_VARIANCE * mean_sq / self.d
         self.passes = 0

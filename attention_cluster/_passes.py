@@ -161,6 +161,9 @@ class _Rows:
     its subsamples are nested draws (:mod:`._draws`)."""
 
     _nested = None  # the NestedDraw of prepare_subsamples, shared by copies
+    # The rows' weights are the caller's sample_weight divided by this power
+    # of two (rows_from): weights are relative, and so never overflow.
+    weight_unit = 1.0
     # Whether its passes run Numba's kernels or NumPy's forms (see compiles).
     compiled = True
     # Whether the rows are a sparse matrix (SparseRows: passes cost O(nnz K)).
@@ -1691,6 +1694,7 @@ def rows_from(
     n_threads=None,
     verbose=0,
     defer_finite=False,
+    weight_unit=None,
 ):
     """The data object for any X an estimator accepts: the one place that asks what X is.
 
@@ -1716,11 +1720,18 @@ def rows_from(
         Leave the check for NaN and infinity of dense rows to the caller's
         first pass (:meth:`DenseRows.moments` raises the same errors), or to
         :meth:`DenseRows.check_finite`.
+    weight_unit : float or None, default=None
+        The rows' weights are ``sample_weight / weight_unit``
+        (:attr:`_Rows.weight_unit`); None for the power of two of the largest
+        weight (``_validation.weight_unit``). A stream passes its first
+        batch's, so that its batches' weights keep their ratios.
     """
     if is_dask_collection(X):
         X = check_dask_array(estimator, X, reset=reset)
-        weights, total = check_dask_sample_weight(sample_weight, X)
-        return DaskRows(X, weights, total_weight=total, verbose=verbose)
+        weights, total, unit = check_dask_sample_weight(sample_weight, X)
+        rows = DaskRows(X, weights, total_weight=total, verbose=verbose)
+        rows.weight_unit = unit
+        return rows
     X = validate_data(
         estimator,
         X,
@@ -1730,7 +1741,9 @@ def rows_from(
         reset=reset,
         ensure_all_finite=False,
     )
-    rows = rows_of(X, check_sample_weight(sample_weight, X), n_threads=n_threads)
+    weights, unit = check_sample_weight(sample_weight, X, weight_unit)
+    rows = rows_of(X, weights, n_threads=n_threads)
+    rows.weight_unit = unit
     if not defer_finite:
         rows.check_finite()
     return rows

@@ -51,14 +51,23 @@ def check_n_samples(n_samples, n_clusters):
         raise ValueError(f"n_samples={n_samples} should be >= n_clusters={n_clusters}.")
 
 
-def check_sample_weight(sample_weight, X):
+def weight_unit(peak):
+    """The power of two ``2^e`` with ``peak / 2^e`` in [0.5, 1): weights
+    divided by it keep their ratios exactly, and no product or square of
+    them leaves float64's range, whatever their magnitude."""
+    return float(np.ldexp(1.0, int(np.frexp(float(peak))[1])))
+
+
+def check_sample_weight(sample_weight, X, unit=None):
     """Validate weights: 1-D, one per row, finite, non-negative, positive sum.
 
-    Returns float64 weights, or None for unit weights (so callers can take
-    fast unweighted paths).
+    Returns ``(w / unit, unit)``: float64 weights relative to ``unit``
+    (:func:`weight_unit` of their largest when None: weights are relative,
+    and the fit is the same for ``c w`` at any ``c > 0``), or ``(None, 1.0)``
+    for unit weights (so callers can take fast unweighted paths).
     """
     if sample_weight is None:
-        return None
+        return None, 1.0
     w = np.asarray(sample_weight)
     if np.iscomplexobj(w):
         raise ValueError("Complex data not supported for sample_weight.")
@@ -68,7 +77,8 @@ def check_sample_weight(sample_weight, X):
     if w.shape != (X.shape[0],):
         raise ValueError(f"sample_weight.shape == {w.shape}, expected {(X.shape[0],)}.")
     _check_weight_summary(bool(np.all(np.isfinite(w))), bool(np.any(w < 0)), float(np.sum(w)))
-    return w
+    unit = weight_unit(np.max(w)) if unit is None else unit
+    return w / unit, unit
 
 
 def _check_weight_summary(finite, negative, total):
@@ -203,21 +213,29 @@ def check_dask_array(estimator, X, *, reset):
 
 
 def check_dask_sample_weight(sample_weight, X):
-    """Validate weights for a Dask X: returns (weights chunked as X's rows, or
-    None, and their sum). Dask weights are checked in one small computation."""
+    """Validate weights for a Dask X: returns (weights chunked as X's rows,
+    relative to their :func:`weight_unit` as in :func:`check_sample_weight`,
+    or None; their sum; the unit). Dask weights are checked in one small computation."""
     import dask.array as da
 
     if sample_weight is None:
-        return None, float(X.shape[0])
+        return None, float(X.shape[0]), 1.0
     if not isinstance(sample_weight, da.Array):
-        w = check_sample_weight(np.asarray(sample_weight), np.empty((X.shape[0], 0)))
-        return da.from_array(w, chunks=(X.chunks[0],)), float(np.sum(w))
+        w, unit = check_sample_weight(np.asarray(sample_weight), np.empty((X.shape[0], 0)))
+        return da.from_array(w, chunks=(X.chunks[0],)), float(np.sum(w)), unit
     if sample_weight.shape != (X.shape[0],):
         raise ValueError(f"sample_weight.shape == {sample_weight.shape}, expected {(X.shape[0],)}.")
     w = sample_weight.astype(np.float64).rechunk((X.chunks[0],))
-    finite, negative, total = da.compute(da.isfinite(w).all(), (w < 0).any(), w.sum())
+    finite, negative, peak, total = da.compute(
+        da.isfinite(w).all(), (w < 0).any(), w.max(), w.sum()
+    )
     _check_weight_summary(bool(finite), bool(negative), float(total))
-    return w, float(total)
+    unit = weight_unit(peak)
+    w = w / unit
+    # Dividing by a power of two is exact: the sum of w / unit, unless the
+    # weights' own sum overflowed.
+    total = float(total) / unit if np.isfinite(total) else float(w.sum().compute())
+    return w, total, unit
 
 
 def check_count(value, name, minimum=1):

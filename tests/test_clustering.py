@@ -274,6 +274,29 @@ def test_zero_weight_rows_are_ignored(global_random_seed):
     assert centroid_distance(model.cluster_centers_, C) < 1e-2
 
 
+@pytest.mark.parametrize("kind", ["dense", "sparse", "dask"])
+@pytest.mark.parametrize("exponent", [-1070, -600, -1, 600, 1020])
+def test_weights_count_by_their_ratios_at_any_magnitude(kind, exponent):
+    # Weights are relative: 2^k w gives the fit of w to the last bit, down to
+    # weights in float64's subnormal range and up to its largest (their
+    # squares, in Kish's effective size, overflowed or underflowed from
+    # about 1e-155 and 1e155 on, and the fit changed or raised). A factor
+    # that is not a power of two changes only the rounding.
+    X, _, _ = make_mixture(600, 4, 3, noise=0.3, random_state=0)
+    w = np.random.default_rng(0).integers(1, 4, len(X)).astype(float)
+    if kind == "sparse":
+        X = sp.csr_matrix(np.abs(X))
+    if kind == "dask":
+        da = pytest.importorskip("dask.array")
+        X, w = da.from_array(X, chunks=(200, -1)), da.from_array(w, chunks=200)
+    want = AttentionClustering(3, random_state=0).fit(X, sample_weight=w)
+    got = AttentionClustering(3, random_state=0).fit(X, sample_weight=np.ldexp(w, exponent))
+    np.testing.assert_array_equal(got.cluster_centers_, want.cluster_centers_)
+    np.testing.assert_array_equal(np.asarray(got.labels_), np.asarray(want.labels_))
+    tenfold = AttentionClustering(3, random_state=0).fit(X, sample_weight=w * 10.0)
+    np.testing.assert_allclose(tenfold.cluster_centers_, want.cluster_centers_, atol=1e-10)
+
+
 def test_convergence_warning_and_verbose(paper_data, capsys):
     X, _, _ = paper_data
     with pytest.warns(ConvergenceWarning, match="max_iter"):

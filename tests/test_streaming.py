@@ -81,6 +81,31 @@ def test_wrong_width_raises_and_keeps_the_state(stream_data):
     np.testing.assert_array_equal(model.cluster_centers_, centers)
 
 
+@pytest.mark.parametrize("exponent", [-1070, -600, 600, 1020])
+def test_batch_weights_count_by_their_ratios_at_any_magnitude(stream_data, exponent):
+    # The batches' weights are divided by the first batch's power of two: a
+    # stream of 2^k w is the stream of w to the last bit.
+    X, _, _ = stream_data
+    batches = _batches(X[:6000], 2000)
+    w = np.random.default_rng(0).integers(1, 4, (3, 2000)).astype(float)
+    want = _stream(AttentionClustering(random_state=0), batches, w)
+    got = _stream(AttentionClustering(random_state=0), batches, np.ldexp(w, exponent))
+    np.testing.assert_array_equal(got.cluster_centers_, want.cluster_centers_)
+    np.testing.assert_array_equal(got.labels_, want.labels_)
+
+
+@pytest.mark.parametrize("factor", [1e-120, 1e120])
+def test_a_batch_weighted_far_from_the_first_raises_and_keeps_the_state(stream_data, factor):
+    X, _, _ = stream_data
+    model = AttentionClustering(random_state=0).partial_fit(X[:2000])
+    centers = model.cluster_centers_.copy()
+    with pytest.raises(ValueError, match="largest weight is .* times the first batch's"):
+        model.partial_fit(X[2000:2100], sample_weight=np.full(100, factor))
+    assert model.n_steps_ == 1
+    np.testing.assert_array_equal(model.cluster_centers_, centers)
+    model.partial_fit(X[2000:2100], sample_weight=np.full(100, 1e-90))  # within the range
+
+
 def test_fit_starts_over(stream_data):
     X, _, _ = stream_data
     model = AttentionClustering(random_state=0).partial_fit(X[:2000]).partial_fit(X[2000:4000])

@@ -667,7 +667,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         unit = (rows.centred(result.mean) if result.centred else rows).rescaled(result.scale)
         peak = unit.peak()
         # Squares of the rows at unit scale (moment_heads_) must stay finite in X's dtype.
-        limit = min(_STREAM_MAX_MAGNITUDE, 1e-3 * np.sqrt(np.finfo(rows.dtype).max))
+        limit = min(_STREAM_MAX_MAGNITUDE, 1e-3 * float(np.sqrt(np.finfo(rows.dtype).max)))
         # Non-zero rows far below it would floor the variance (MIN_VARIANCE
         # of their mean square) under float64's smallest normal number.
         if not (peak <= limit and (peak == 0.0 or peak >= _STREAM_MIN_MAGNITUDE)):

@@ -76,9 +76,13 @@ def check_sample_weight(sample_weight, X, unit=None):
     w = np.asarray(w, dtype=np.float64)
     if w.shape != (X.shape[0],):
         raise ValueError(f"sample_weight.shape == {w.shape}, expected {(X.shape[0],)}.")
-    _check_weight_summary(bool(np.all(np.isfinite(w))), bool(np.any(w < 0)), float(np.sum(w)))
-    unit = weight_unit(np.max(w)) if unit is None else unit
-    return w / unit, unit
+    finite, negative = bool(np.all(np.isfinite(w))), bool(np.any(w < 0))
+    if finite and not negative:
+        unit = weight_unit(np.max(w)) if unit is None else unit
+        with np.errstate(over="ignore"):  # beyond a stream's unit: refused by the stream
+            w = w / unit
+    _check_weight_summary(finite, negative, float(np.sum(w)) if finite else 0.0)
+    return w, unit
 
 
 def _check_weight_summary(finite, negative, total):
@@ -215,7 +219,8 @@ def check_dask_array(estimator, X, *, reset):
 def check_dask_sample_weight(sample_weight, X):
     """Validate weights for a Dask X: returns (weights chunked as X's rows,
     relative to their :func:`weight_unit` as in :func:`check_sample_weight`,
-    or None; their sum; the unit). Dask weights are checked in one small computation."""
+    or None; their sum; the unit). Dask weights are checked in two small
+    computations: their largest, then the sum of the relative weights."""
     import dask.array as da
 
     if sample_weight is None:
@@ -226,15 +231,13 @@ def check_dask_sample_weight(sample_weight, X):
     if sample_weight.shape != (X.shape[0],):
         raise ValueError(f"sample_weight.shape == {sample_weight.shape}, expected {(X.shape[0],)}.")
     w = sample_weight.astype(np.float64).rechunk((X.chunks[0],))
-    finite, negative, peak, total = da.compute(
-        da.isfinite(w).all(), (w < 0).any(), w.max(), w.sum()
-    )
-    _check_weight_summary(bool(finite), bool(negative), float(total))
+    finite, negative, peak = da.compute(da.isfinite(w).all(), (w < 0).any(), w.max())
+    if not finite or negative:
+        _check_weight_summary(bool(finite), bool(negative), 0.0)
     unit = weight_unit(peak)
     w = w / unit
-    # Dividing by a power of two is exact: the sum of w / unit, unless the
-    # weights' own sum overflowed.
-    total = float(total) / unit if np.isfinite(total) else float(w.sum().compute())
+    total = float(w.sum().compute())  # of the relative weights: it cannot overflow
+    _check_weight_summary(True, False, total)
     return w, total, unit
 
 

@@ -460,8 +460,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         # (DenseRows.moments) instead of a pass of their own.
         rows = self._rows(X, reset=True, sample_weight=sample_weight, defer_finite=True)
         # A fit starts over: the next partial_fit starts a new stream.
-        self.__dict__.pop("n_steps_", None)
-        self.__dict__.pop("_stream", None)
+        for name in ("n_steps_", "_stream", "_stream_weight_unit"):
+            self.__dict__.pop(name, None)
         return self._fit_rows(rows)
 
     def _fit_rows(self, rows):
@@ -649,6 +649,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         if first:
             self._fit_rows(rows)
             self._stream = _new_stream(self._result)
+            # The batches' weights are divided by the first batch's unit (rows_from).
             self._stream_weight_unit = rows.weight_unit
             self.n_steps_ = 0
         with rows, one_blas_thread():

@@ -194,9 +194,17 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
             # is the spectrum's unit-scale moment, accumulated without overflow:
             # one product with a d x d matrix, at the magnitude of X (s = 1
             # for a given temperature).
-            moment = rows.second_moment() if spectrum is None else spectrum.moment
-            context = (temperature * self.n_clusters * moment).astype(X.dtype)
-            with np.errstate(over="ignore", invalid="ignore"):  # refused by finite_output
+            # A given temperature multiplies the moment at X's magnitude c^2,
+            # taken as (lambda K c) c times the unit-scale moment: the context
+            # is finite whenever it is representable, and an output beyond
+            # the dtype's range is refused by finite_output.
+            with np.errstate(over="ignore", invalid="ignore"):
+                if spectrum is None:
+                    c, moment = rows.scaled_second_moment()
+                    context = (temperature * self.n_clusters * c) * c * moment
+                else:
+                    context = temperature * self.n_clusters * spectrum.moment
+                context = context.astype(X.dtype)
                 out = rows.map_rows(_times, context, dtype=X.dtype, columns=d)
                 # Sparse rows are held in float64 (SparseRows), and so is their product.
                 out = out.astype(X.dtype, copy=False)

@@ -4,6 +4,7 @@ import warnings
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -109,6 +110,24 @@ def test_numeric_temperature_is_the_layer_on_x(global_random_seed):
     np.testing.assert_allclose(
         InContextQuantizer(3, temperature=0.4).fit_transform(2.0 * X), 8.0 * out, rtol=1e-12
     )
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+def test_numeric_temperature_with_a_moment_beyond_the_range(sparse, global_random_seed):
+    # The linear layer is cubic in X: at a temperature of 2^-1000 the rows
+    # times 2^540 give 2^620 times the output at temperature 1, although
+    # their second moment (2^1080 times X's) is beyond float64's range; the
+    # context is built from the unit-scale moment. Where the output itself
+    # leaves the range, FloatingPointError says so, without a RuntimeWarning.
+    X = np.abs(np.random.default_rng([global_random_seed, 2]).standard_normal((30, 4)))
+    wrap = sp.csr_matrix if sparse else np.asarray
+    want = InContextQuantizer(3, temperature=1.0).fit_transform(wrap(X))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        got = InContextQuantizer(3, temperature=2.0**-1000).fit_transform(wrap(np.ldexp(X, 540)))
+        np.testing.assert_allclose(got, np.ldexp(want, 620), rtol=1e-12)
+        with pytest.raises(FloatingPointError, match="overflowed"):
+            InContextQuantizer(3, temperature=0.5).fit_transform(wrap(np.ldexp(X, 540)))
 
 
 # ---------------------------------------------------------------------------

@@ -200,16 +200,20 @@ def standard_error(p, n_effective):
     alive = pi > 0
     if not np.any(alive) or not np.all(p.radii[alive] > 0.0):
         return 0.0
-    if p.free:
-        # Each head at its own radius: sum_k 1 / (pi_k r_k^2).
-        return (
-            (d - 1)
-            * p.variance
-            / n_effective
-            * float(np.sum(1.0 / (pi[alive] * p.radii[alive] ** 2)))
-        )
-    r = p.radii[0]
-    return (d - 1) * p.variance / (n_effective * r**2) * float(np.sum(1.0 / pi[alive]))
+    # A head of weight or radius near zero (a cluster of almost no points, or
+    # none seen from the origin) has an infinite standard error, as it should:
+    # inf, not a RuntimeWarning.
+    with np.errstate(over="ignore", divide="ignore"):
+        if p.free:
+            # Each head at its own radius: sum_k 1 / (pi_k r_k^2).
+            return (
+                (d - 1)
+                * p.variance
+                / n_effective
+                * float(np.sum(1.0 / (pi[alive] * p.radii[alive] ** 2)))
+            )
+        r = p.radii[0]
+        return (d - 1) * p.variance / (n_effective * r**2) * float(np.sum(1.0 / pi[alive]))
 
 
 def free_parameters(p):
@@ -983,27 +987,30 @@ class LinearisedEM(_OneBatch):
                 raise _OutOfDomain
             return self._m_step(s, mean_sq, floor, previous)
 
-        try:
-            q = G(p.vector(), p)
-            v = q.vector()
-            g = G(v, q).vector()
-            eps = _FORWARD_STEP * (1.0 + np.abs(v))
-            J = np.column_stack(
-                [(G(v + e * eye, q).vector() - g) / e for e, eye in zip(eps, np.eye(v.size))]
-            )
-            system = np.eye(v.size) - J
-            for _ in range(_NEWTON_STEPS):
-                step = np.linalg.lstsq(system, g - v, rcond=None)[0]
-                q = q.from_vector(v + step, floor)
-                if q is None:
-                    return None
+        # Far from the batches' parameters the iterates may overflow: that is
+        # the domain's edge, returned as None below, not a RuntimeWarning.
+        with np.errstate(over="ignore", invalid="ignore"):
+            try:
+                q = G(p.vector(), p)
                 v = q.vector()
-                if np.linalg.norm(step) <= 1e-12 * (1.0 + np.linalg.norm(v)):
-                    break
                 g = G(v, q).vector()
-        except (_OutOfDomain, np.linalg.LinAlgError):
-            return None
-        return q if np.all(np.isfinite(q.vector())) else None
+                eps = _FORWARD_STEP * (1.0 + np.abs(v))
+                J = np.column_stack(
+                    [(G(v + e * eye, q).vector() - g) / e for e, eye in zip(eps, np.eye(v.size))]
+                )
+                system = np.eye(v.size) - J
+                for _ in range(_NEWTON_STEPS):
+                    step = np.linalg.lstsq(system, g - v, rcond=None)[0]
+                    q = q.from_vector(v + step, floor)
+                    if q is None:
+                        return None
+                    v = q.vector()
+                    if np.linalg.norm(step) <= 1e-12 * (1.0 + np.linalg.norm(v)):
+                        break
+                    g = G(v, q).vector()
+            except (_OutOfDomain, np.linalg.LinAlgError):
+                return None
+            return q if np.all(np.isfinite(q.vector())) else None
 
 
 class _OutOfDomain(Exception):

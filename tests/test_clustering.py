@@ -297,6 +297,20 @@ def test_weights_count_by_their_ratios_at_any_magnitude(kind, exponent):
     np.testing.assert_allclose(tenfold.cluster_centers_, want.cluster_centers_, atol=1e-10)
 
 
+def test_zero_weight_rows_take_no_part_in_the_seeding():
+    # Once centred on the weighted mean, the one row of positive weight is
+    # zero: the unit scale is 1, at which the row of zero weight (at 1e154)
+    # squares to infinity. k-means++ drew its seeds with mass w D^2 = 0 x inf
+    # (NaN) and failed with an IndexError; rows of zero weight are now left
+    # out of the seeding, as they are out of every weighted sum.
+    X = np.array([[6.74306662e153], [-7.08494653e153]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        model = AttentionClustering(2, random_state=0).fit(X, sample_weight=[1.0, 0.0])
+    assert np.all(np.isfinite(model.cluster_centers_))
+    assert model.labels_[0] == model.predict(X[:1])[0]
+
+
 def test_convergence_warning_and_verbose(paper_data, capsys):
     X, _, _ = paper_data
     with pytest.warns(ConvergenceWarning, match="max_iter"):

@@ -688,6 +688,18 @@ def test_free_parameters_are_the_bic_count(free):
     assert mixture.free_parameters(p) == (K * d + K if free else K * d + 1)
 
 
+@pytest.mark.parametrize("free", [False, True])
+def test_standard_error_of_a_head_of_almost_no_weight_is_infinite(free):
+    # math.md section 7: sum_k 1 / pi_k. A head whose weight underflows to a
+    # subnormal number (exp(-740)) has an infinite standard error: inf, not a
+    # RuntimeWarning (the suite turns the package's into errors).
+    d, K = 5, 3
+    p = _Params(np.eye(d)[:, :K], np.ones(K), 0.5, np.array([-740.0, -0.7, -0.7]), free)
+    assert mixture.standard_error(p, 1000.0) == np.inf
+    p = _Params(np.eye(d)[:, :K], np.ones(K), 0.5, np.full(K, -np.log(K)), free)
+    assert mixture.standard_error(p, 1000.0) == pytest.approx((d - 1) * 0.5 / 1000.0 * K * K)
+
+
 @given(
     st.floats(min_value=0.01, max_value=0.999),
     st.floats(min_value=0.1, max_value=10.0),

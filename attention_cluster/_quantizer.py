@@ -192,12 +192,11 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         if self.attention == "linear":
             # s T^ctx(X / s)_l = lambda K (X^T X / (L s^2)) X_l, and X^T X / (L s^2)
             # is the spectrum's unit-scale moment, accumulated without overflow:
-            # one product with a d x d matrix, at the magnitude of X (s = 1
-            # for a given temperature).
-            # A given temperature multiplies the moment at X's magnitude c^2,
-            # taken as (lambda K c) c times the unit-scale moment: the context
-            # is finite whenever it is representable, and an output beyond
-            # the dtype's range is refused by finite_output.
+            # one product with a d x d matrix, at the magnitude of X. A given
+            # temperature multiplies the moment at X's own magnitude c^2, taken
+            # as (lambda K c) c times the unit-scale moment M / c^2: the context
+            # is finite whenever it is representable, and an output beyond the
+            # dtype's range is refused by finite_output.
             with np.errstate(over="ignore", invalid="ignore"):
                 if spectrum is None:
                     c, moment = rows.scaled_second_moment()

@@ -64,10 +64,14 @@ def check_sample_weight(sample_weight, X, unit=None):
     Returns ``(w / unit, unit)``: float64 weights relative to ``unit``
     (:func:`weight_unit` of their largest when None: weights are relative,
     and the fit is the same for ``c w`` at any ``c > 0``), or ``(None, 1.0)``
-    for unit weights (so callers can take fast unweighted paths).
+    for unit weights (so callers can take fast unweighted paths). Given a
+    unit other than 1, no weights are ones divided by it.
     """
     if sample_weight is None:
-        return None, 1.0
+        if unit is None or unit == 1.0:
+            return None, 1.0
+        # Unit weights, relative to a stream's unit (weights on one scale).
+        return np.full(X.shape[0], 1.0 / unit), unit
     w = np.asarray(sample_weight)
     if np.iscomplexobj(w):
         raise ValueError("Complex data not supported for sample_weight.")

@@ -95,6 +95,17 @@ def test_batch_weights_count_by_their_ratios_at_any_magnitude(stream_data, expon
     np.testing.assert_array_equal(got.labels_, want.labels_)
 
 
+def test_unweighted_batches_weigh_one_on_the_first_batch_scale(stream_data):
+    # No weights are unit weights in the caller's units, also after a first
+    # batch weighted 2^-100: the stream divides both by its first unit.
+    X, _, _ = stream_data
+    batches = _batches(X[:6000], 2000)
+    w = np.ldexp(np.random.default_rng(1).integers(1, 4, 2000).astype(float), -100)
+    want = _stream(AttentionClustering(random_state=0), batches, [w, np.ones(2000), np.ones(2000)])
+    got = _stream(AttentionClustering(random_state=0), batches, [w, None, None])
+    np.testing.assert_array_equal(got.cluster_centers_, want.cluster_centers_)
+
+
 @pytest.mark.parametrize("factor", [1e-120, 1e120])
 def test_a_batch_weighted_far_from_the_first_raises_and_keeps_the_state(stream_data, factor):
     X, _, _ = stream_data

@@ -681,8 +681,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         w = rows.sample_weight
         heaviest = 1.0 if w is None else float(np.max(w))  # relative to the first batch's
         if not (heaviest <= _STREAM_MAX_WEIGHT and heaviest >= 1.0 / _STREAM_MAX_WEIGHT):
+            ratio = f"{heaviest:.3g}" if np.isfinite(heaviest) else "more than 1e308"
             raise ValueError(
-                f"This batch's largest weight is {heaviest:.3g} times the first batch's: "
+                f"This batch's largest weight is {ratio} times the first batch's: "
                 "the stream's statistics cannot hold both magnitudes. Give the batches "
                 "weights on one scale."
             )

@@ -106,16 +106,27 @@ def test_unweighted_batches_weigh_one_on_the_first_batch_scale(stream_data):
     np.testing.assert_array_equal(got.cluster_centers_, want.cluster_centers_)
 
 
-@pytest.mark.parametrize("factor", [1e-120, 1e120])
-def test_a_batch_weighted_far_from_the_first_raises_and_keeps_the_state(stream_data, factor):
+@pytest.mark.parametrize(
+    "first, factor",
+    [(1.0, 1e-120), (1.0, 1e120), (1e-200, 1e200)],
+    ids=["light", "heavy", "beyond"],
+)
+def test_a_batch_weighted_far_from_the_first_raises_and_keeps_the_state(stream_data, first, factor):
+    # "beyond": the batch's weights relative to the first's exceed float64.
     X, _, _ = stream_data
-    model = AttentionClustering(random_state=0).partial_fit(X[:2000])
+    model = AttentionClustering(random_state=0).partial_fit(
+        X[:2000], sample_weight=np.full(2000, first)
+    )
     centers = model.cluster_centers_.copy()
-    with pytest.raises(ValueError, match="largest weight is .* times the first batch's"):
+    with pytest.raises(
+        ValueError,
+        match="largest weight is (more than 1e308|[0-9.]+e[-+][0-9]+) times the first batch's",
+    ):
         model.partial_fit(X[2000:2100], sample_weight=np.full(100, factor))
     assert model.n_steps_ == 1
     np.testing.assert_array_equal(model.cluster_centers_, centers)
-    model.partial_fit(X[2000:2100], sample_weight=np.full(100, 1e-90))  # within the range
+    # Within the range:
+    model.partial_fit(X[2000:2100], sample_weight=np.full(100, 1e-90 * first))
 
 
 def test_fit_starts_over(stream_data):

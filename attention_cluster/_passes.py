@@ -1780,12 +1780,8 @@ def unit_rows(rows):
     """
     if sp.issparse(rows):
         rows = rows.tocsr(copy=True)
-        counts = np.diff(rows.indptr)
-        peaks = np.zeros(rows.shape[0], dtype=rows.dtype)
-        filled = counts > 0
-        if rows.nnz:
-            peaks[filled] = np.maximum.reduceat(np.abs(rows.data), rows.indptr[:-1][filled])
-        rows.data /= np.repeat(np.where(peaks > 0, peaks, 1), counts)
+        peaks = _row_reduce(np.maximum, np.abs(rows.data), rows.indptr)
+        rows.data /= np.repeat(np.where(peaks > 0, peaks, 1), np.diff(rows.indptr))
         return normalize(rows, copy=False)
     peaks = np.max(np.abs(rows), axis=1, keepdims=True)
     rows = rows / np.where(peaks > 0, peaks, 1)
@@ -1801,12 +1797,13 @@ def stored_bytes(rows):
     return np.asarray(rows).nbytes
 
 
-def _row_sums(values, indptr):
-    """Per row of a CSR matrix, the sum of ``values`` (one per stored entry); 0 for an empty row."""
-    out = np.zeros(len(indptr) - 1)
+def _row_reduce(ufunc, values, indptr):
+    """Per row of a CSR matrix, ``ufunc``'s reduction (``np.add``, ``np.maximum``)
+    of ``values`` (one per stored entry); 0 for an empty row."""
+    out = np.zeros(len(indptr) - 1, dtype=values.dtype)
     filled = indptr[:-1] < indptr[1:]
     # Between the starts of two rows that hold entries lie only the first one's.
-    out[filled] = np.add.reduceat(values, indptr[:-1][filled]) if values.size else 0.0
+    out[filled] = ufunc.reduceat(values, indptr[:-1][filled]) if values.size else 0.0
     return out
 
 
@@ -1829,7 +1826,7 @@ def unit_terms(rows, centers, offset, scale):
         Y = sp.csr_matrix(rows, dtype=np.float64, copy=True)
         Y.data = np.ldexp(Y.data, -e)
         P = np.asarray(Y @ C.T) - m @ C.T
-        q = _row_sums(Y.data * Y.data, Y.indptr) - 2.0 * np.asarray(Y @ m).ravel() + m @ m
+        q = _row_reduce(np.add, Y.data * Y.data, Y.indptr) - 2.0 * np.asarray(Y @ m).ravel() + m @ m
         q = np.maximum(q, 0.0)
     else:
         Y = np.ldexp(np.asarray(rows, dtype=np.float64), -e) - m

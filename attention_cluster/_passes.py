@@ -1302,6 +1302,13 @@ class DaskRows(_Rows):
             _product, left, shift, right, dtype=self.dtype, columns=self.n_features
         )
 
+    def peak(self):
+        """As :meth:`DenseRows.peak`: one Dask computation, the largest of the blocks'."""
+        parts = self._blocks(
+            "peak", _block_pass, self.scale, self.offset, self.compiled, "peak", ()
+        )
+        return max((top for _, top in parts), default=0.0)
+
     def label_counts(self, labels, minlength):
         """The weighted counts of the lazy ``labels`` (of :meth:`labels`), in
         one pass: each block counts its own, the client adds them."""

@@ -1,5 +1,6 @@
 """AttentionClustering: accuracy on the paper's mixture, properties, bad input."""
 
+import functools
 import pickle
 import warnings
 
@@ -309,6 +310,28 @@ def test_zero_weight_rows_take_no_part_in_the_seeding():
         model = AttentionClustering(2, random_state=0).fit(X, sample_weight=[1.0, 0.0])
     assert np.all(np.isfinite(model.cluster_centers_))
     assert model.labels_[0] == model.predict(X[:1])[0]
+
+
+@pytest.mark.parametrize("kind", ["dense", "dask"])
+def test_zero_weight_rows_set_the_scale_when_the_weighted_rows_do_not(kind):
+    # Centred on the weighted mean, the one row of positive weight is zero:
+    # the rows' unit scale was 1, at which the row of zero weight (about
+    # 3e154) squares to infinity, and the fit failed ("Initial heads must be
+    # finite and non-zero"). The scale is now that row's largest entry, and
+    # the fit is the fit of the rows divided by a power of two.
+    X = np.array([[6.74e153, -7.08e153, 3.43e154], [5.63e153, -2.87e154, 1.94e154]])
+    w = np.array([3.0, 0.0])
+    wrap = np.asarray
+    if kind == "dask":
+        da = pytest.importorskip("dask.array")
+        wrap = functools.partial(da.from_array, chunks=(1, -1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        far = AttentionClustering(2, random_state=0).fit(wrap(X), sample_weight=w)
+        near = AttentionClustering(2, random_state=0).fit(wrap(np.ldexp(X, -510)), sample_weight=w)
+    assert np.all(np.isfinite(far.cluster_centers_))
+    np.testing.assert_array_equal(far.cluster_centers_, near.cluster_centers_)
+    np.testing.assert_array_equal(np.asarray(far.labels_), np.asarray(near.labels_))
 
 
 def test_convergence_warning_and_verbose(paper_data, capsys):

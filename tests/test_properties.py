@@ -152,12 +152,7 @@ def test_weights_count_by_their_ratios(data, exponent, seed):
     X, K = data
     w = np.random.default_rng(seed).integers(0, 4, len(X)).astype(float)
     w[0] = max(w[0], 1.0)  # a positive total
-    try:
-        base = _fit(X, K, w)
-    except ValueError as error:  # fewer rows of positive weight than K, for one
-        with pytest.raises(ValueError, match=str(error)[:30]):
-            _fit(X, K, np.ldexp(w, exponent))
-        return
+    base = _fit(X, K, w)
     scaled = _fit(X, K, np.ldexp(w, exponent))
     np.testing.assert_array_equal(scaled.labels_, base.labels_)
     np.testing.assert_array_equal(scaled.cluster_centers_, base.cluster_centers_)

@@ -299,17 +299,25 @@ def test_weights_count_by_their_ratios_at_any_magnitude(kind, exponent):
 
 
 def test_zero_weight_rows_take_no_part_in_the_seeding():
-    # Once centred on the weighted mean, the one row of positive weight is
-    # zero: the unit scale is 1, at which the row of zero weight (at 1e154)
-    # squares to infinity. k-means++ drew its seeds with mass w D^2 = 0 x inf
-    # (NaN) and failed with an IndexError; rows of zero weight are now left
-    # out of the seeding, as they are out of every weighted sum.
-    X = np.array([[6.74306662e153], [-7.08494653e153]])
+    # Two clusters at unit scale and a row of zero weight at 1e160, with more
+    # clusters than features (the k-means++ start): at the rows' unit scale
+    # that row squares to infinity, and the seeds were drawn with mass
+    # w D^2 = 0 x inf (NaN), an IndexError. Rows of zero weight now take no
+    # part in the seeding, as they take none in any weighted sum. (The
+    # spectrum's squared norms of that row still overflow, on terms it
+    # weighs zero, with a RuntimeWarning: silenced here.)
+    rng = np.random.default_rng(0)
+    X = np.vstack(
+        [rng.normal(size=(40, 2)) + 3.0, rng.normal(size=(40, 2)) - 3.0, [[1e160, 2e160]]]
+    )
+    w = np.r_[np.ones(80), 0.0]
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        model = AttentionClustering(2, random_state=0).fit(X, sample_weight=[1.0, 0.0])
+        warnings.simplefilter("ignore")
+        model = AttentionClustering(3, random_state=0).fit(X, sample_weight=w)
+        unweighted = AttentionClustering(3, random_state=0).fit(X[:80])
     assert np.all(np.isfinite(model.cluster_centers_))
-    assert model.labels_[0] == model.predict(X[:1])[0]
+    np.testing.assert_array_equal(model.labels_, model.predict(X))
+    assert adjusted_rand_score(model.labels_[:80], unweighted.labels_) > 0.9
 
 
 @pytest.mark.parametrize("kind", ["dense", "dask"])

@@ -171,9 +171,9 @@ def count_clusters(
     on at most ``max_samples`` rows; its number of clusters at the end of
     the longest plateau of its clock (``docs/math.md`` section 8), clipped
     to ``n_clusters_range`` (if outside, the K of the range held longest),
-    is the dynamics' K. ``fit_at(k)`` returns ``(fit, (centers, gain,
-    bias))``, a fit at k and its labelling rule ``argmax_h gain_h <x, c_h>
-    + bias_h`` (``_plan.predict_rule``); it is called at the dynamics' K and
+    is the dynamics' K. ``fit_at(k)`` returns ``(fit, rule)``, a fit at k
+    and its labels' rule (``_passes.LabelRule``, of ``_plan.predict_rule``);
+    it is called at the dynamics' K and
     at its neighbours in the range, and :func:`choose_by_silhouette` picks
     among them by the silhouette of each rule's labels of the dynamics'
     rows. ``rows`` are pass-layer rows (``_passes.rows_from``) of any kind.
@@ -219,9 +219,8 @@ def count_clusters(
             # Only the warnings of the fit kept reach the caller.
             with warnings.catch_warnings(record=True) as caught[k]:
                 warnings.simplefilter("always")
-                fits[k], (centers, gain, bias) = fit_at(k)
-            logits = gain * np.asarray(tokens @ centers.T) + bias
-            silhouettes[k] = sphere_silhouette(tokens, np.argmax(logits, axis=1))
+                fits[k], rule = fit_at(k)
+            silhouettes[k] = sphere_silhouette(tokens, rule.labels_of(tokens))
     K = choose_by_silhouette(K, silhouettes)
     for w in caught[K]:
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)

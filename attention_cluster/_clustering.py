@@ -282,7 +282,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         concentration_[h] <x - mean_, c_h> - concentration_[h]^2
         covariances_[h] / 2 + log weights_[h]``. None without the
         refinement, where :meth:`predict` takes ``argmax_h <x - mean_,
-        c_h>``.
+        c_h>``. Infinite where it overflows (data of about 1e-300 in tight
+        clusters); :meth:`predict` takes the same rule at unit scale.
     centroid_norms_ : str or None
         ``"equal"`` or ``"free"``: the norms of the fitted mixture's
         centroids (``centroid_norms="auto"`` resolved); None without the
@@ -564,8 +565,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         """
         check_is_fitted(self)
         with self._rows(X) as rows, one_blas_thread():
-            rule = predict_rule(self.cluster_centers_, self.mixture_, self.mean_)
-            return rows.labels(*rule, origin=self.mean_)
+            return rows.labels(*predict_rule(self.cluster_centers_, self.mixture_, self.mean_))
 
     def fit_predict(self, X, y=None, sample_weight=None):
         """Fit, then return ``labels_``.
@@ -692,9 +692,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         mixture = SphericalMixture.from_heads(
             p.U, p.radii, p.variance, p.log_pi, np.trace(stream.moment), result.mean, result.scale
         )
-        labels = rows.labels(
-            *predict_rule(mixture.centers, mixture, result.mean, rows.dtype), origin=result.mean
-        )
+        labels = rows.labels(*predict_rule(mixture.centers, mixture, result.mean, rows.dtype))
         self._stream = stream
         return replace(
             result,

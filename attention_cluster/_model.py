@@ -99,8 +99,9 @@ class SphericalMixture:
 
     @property
     def concentration(self):
-        """``r_k / (tau^2 s)``: the gain of ``<x - m, mu_k>`` in the logits."""
-        return self.radii / self.variance / self.scale
+        """``r_k / (tau^2 s)``: the gain of ``<x - m, mu_k>`` in the logits; infinite where it overflows."""
+        with np.errstate(over="ignore"):
+            return self.radii / self.variance / self.scale
 
     # -- per-row quantities from the unit terms (P, q) -----------------------
 

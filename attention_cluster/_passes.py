@@ -63,6 +63,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -237,10 +238,10 @@ class _Rows:
         """The weighted counts of ``labels`` (of :meth:`labels`)."""
         return np.bincount(labels, weights=self.sample_weight, minlength=minlength)
 
-    def labels_and_counts(self, centers, gain, bias, origin=None):
+    def labels_and_counts(self, centers, gain, bias, origin=None, scale=1.0):
         """``(labels, counts)``: :meth:`labels` and :meth:`label_counts` (one
         pass where a backend counts as it labels)."""
-        labels = self.labels(centers, gain, bias, origin)
+        labels = self.labels(centers, gain, bias, origin, scale)
         return labels, self.label_counts(labels, len(centers))
 
     def rescaled(self, scale):
@@ -536,22 +537,32 @@ class DenseRows(_Rows):
         U = np.ascontiguousarray(U, dtype=np.float64)
         log_weights = np.asarray(log_weights, dtype=np.float64)
         K, d = U.shape[1], self.n_features
-        inv = 1.0 / self.scale
+        blas = self.compiled and _uses_blas(d, K)
+        # The rows times 2^k and 1 / s divided by it (k = 0 but at the ends
+        # of the range; see _key_shift).
+        k = _key_shift(beta, 1.0 / self.scale, self.dtype if blas else np.float64)
+        inv = np.ldexp(1.0 / self.scale, -k)
         if not self.compiled:
             # Float64 products, as the fused kernel's, by the NumPy forms' blocks.
             keys = (beta * inv) * U.T
             posterior = _numpy_kernels.posterior_columns
 
             def chunk(B, w, lo, hi):
-                B = np.asarray(B, dtype=np.float64)
+                B = _shifted(np.asarray(B, dtype=np.float64), k)
                 return _blas_e_step(B, w, keys, log_weights, inv, posterior, _numpy_kernels.BLOCK)
 
-        elif _uses_blas(d, K):
+        elif blas:
             keys = np.ascontiguousarray((beta * inv) * U.T, dtype=self.dtype)
 
             def chunk(B, w, lo, hi):
                 return _blas_e_step(
-                    B, w, keys, log_weights, inv, _kernels.posterior_columns, _E_TILE
+                    _shifted(B, k),
+                    w,
+                    keys,
+                    log_weights,
+                    inv,
+                    _kernels.posterior_columns,
+                    _E_TILE,
                 )
 
         else:
@@ -559,6 +570,7 @@ class DenseRows(_Rows):
             def chunk(B, w, lo, hi):
                 S = np.empty((K, d))
                 counts = np.empty(K)
+                B = _shifted(B, k)
                 partial = _kernels.mixture_e_step(B, U, log_weights, beta, inv, w, S, counts)
                 return S, counts, partial
 
@@ -590,24 +602,27 @@ class DenseRows(_Rows):
 
         return sum(self._map(chunk), np.zeros(K))
 
-    def labels(self, centers, gain, bias, origin=None):
-        """``argmax_h gain_h <x, c_h> + bias_h`` for every row (X as it is, not scaled).
+    def labels(self, centers, gain, bias, origin=None, scale=1.0):
+        """``argmax_h (gain_h / s) <x - o, c_h> + bias_h`` for every row (:class:`LabelRule`).
 
-        ``centers`` has shape (K, d) and ``gain`` is one number or one per
-        head; ties go to the first head. The scores ``<x, c_h>`` are one BLAS
+        ``centers`` has shape (K, d), ``gain`` is one number or one per
+        head, ``o`` the ``origin`` (None: zero) and ``s`` the ``scale``;
+        ties go to the first head. The scores ``<x, c_h>`` are one BLAS
         product per chunk in X's dtype (float32 rows are not copied to
         float64: as scikit-learn's KMeans labels them), then
-        :func:`_kernels.argmax_rows` adds gain and bias in float64.
-        ``origin`` (the fit's mean; None or zero: the origin): float32 rows
-        are multiplied as ``x - o``, ``o`` the origin in float32, and ``gain_h
-        <o, c_h>`` is added to the bias in float64, the same scores up to
-        rounding, whose float32 part then scales with the rows' spread about
-        the origin instead of their distance from zero (data far from zero
-        would lose the digits that separate its clusters).
+        :func:`_kernels.argmax_rows` adds gain and bias in float64, with
+        ``(gain_h / s) <o, c_h>`` in the bias. Float32 rows are multiplied
+        as ``x - o'``, ``o'`` the origin in float32, whose products go in the
+        bias too: the same scores up to rounding, whose float32 part then
+        scales with the rows' spread about the origin instead of their
+        distance from zero (data far from zero would lose the digits that
+        separate its clusters). Where ``gain / s`` leaves float64's range
+        (rows of about 1e-300 in tight clusters), the scores and the origin
+        are multiplied by a power of two first (:func:`_label_shift`).
         """
-        return self.labels_and_counts(centers, gain, bias, origin)[0]
+        return self.labels_and_counts(centers, gain, bias, origin, scale)[0]
 
-    def labels_and_counts(self, centers, gain, bias, origin=None):
+    def labels_and_counts(self, centers, gain, bias, origin=None, scale=1.0):
         """``(labels, counts)``: :meth:`labels` and their weighted counts
         (:meth:`label_counts`), counted in the same pass."""
         C64 = np.asarray(centers, dtype=np.float64).T
@@ -615,16 +630,15 @@ class DenseRows(_Rows):
         # to float64 first, which took about as long as an E step.
         C = C64.astype(self.dtype)
         K = C.shape[1]
-        gain = _per_head(gain, K)
-        bias = np.asarray(bias, dtype=np.float64)
+        gain, bias, origin, k = _label_terms(C64, gain, bias, origin, scale)
         out = np.empty(self.n_samples, dtype=np.intp)
         rows = self
         if self.dtype != np.float64 and origin is not None and np.any(origin):
             # The rows' own centring (:meth:`centred`, in X's dtype) about the
             # origin, whose products go in the bias.
-            shift = np.asarray(origin, dtype=np.float64).astype(self.dtype)
+            shift = origin.astype(self.dtype)
             rows = self.centred(shift)
-            bias = bias + gain * (shift.astype(np.float64) @ C64)
+            bias = bias + gain * (_shifted(shift.astype(np.float64), k) @ C64)
 
         def chunk(B, w, lo, hi):
             counts = np.zeros(K)
@@ -633,6 +647,8 @@ class DenseRows(_Rows):
             if scores.dtype != np.float64 and not np.isfinite(scores).all():
                 # float32's range exceeded (|x| |c_h| beyond about 3e38): in float64.
                 scores = np.asarray(B, dtype=np.float64) @ C64
+            if k:
+                scores = _shifted(np.asarray(scores, dtype=np.float64), k)
             self.kernels.argmax_rows(scores, gain, bias, w, out[lo:hi], counts)
             return counts
 
@@ -838,6 +854,85 @@ def _blas_head_totals(B, w, U):
     return np.bincount(best, weights=top * w if w.size else top, minlength=U.shape[1])
 
 
+def _key_shift(beta, inv_scale, dtype):
+    """``k`` such that the E step's keys ``(beta / s) 2^-k`` times the heads lie in ``dtype``'s range.
+
+    The keys' factor ``beta / s`` multiplies X's rows, whose unit-scale
+    values ``x / s`` are moderate, but at the ends of float64's range (rows
+    of about 1e-300, clusters tight: beta / s beyond 1e308; or the reverse)
+    the factor itself overflows or underflows, and float32 keys (the BLAS
+    path) from about 1e38. There the rows are multiplied by ``2^k`` (exact)
+    and the factor divided by it, so that the scores ``beta <mu, x / s>``
+    are the same numbers; elsewhere ``k = 0``.
+    """
+    with np.errstate(over="ignore", under="ignore"):
+        factor = beta * inv_scale
+    limit = 2.0 ** (np.finfo(dtype).maxexp - 2)
+    if beta == 0.0 or 1.0 / limit <= factor <= limit:
+        return 0
+    return int(np.frexp(beta)[1]) + int(np.frexp(inv_scale)[1])
+
+
+def _shifted(B, k):
+    """``B 2^k`` (a copy; exact unless it leaves the dtype's range), B itself when ``k = 0``."""
+    return np.ldexp(B, k) if k else B
+
+
+class LabelRule(NamedTuple):
+    """The labels ``argmax_h (gain_h / scale) <x - origin, c_h> + bias_h``.
+
+    The arguments of the rows' ``labels`` (:meth:`DenseRows.labels`), in
+    their order: ``rows.labels(*rule)``. ``centers`` (K x d), ``gain`` and
+    ``bias`` (K), ``origin`` (d, or None for zero), ``scale`` a positive
+    number; the gain stays at the unit scale of the rows ``(x - origin) /
+    scale``, where it is a moderate number, and the labels pass divides it
+    by the scale (:func:`_label_terms`).
+    """
+
+    centers: np.ndarray
+    gain: np.ndarray
+    bias: np.ndarray
+    origin: np.ndarray = None
+    scale: float = 1.0
+
+    def labels_of(self, X):
+        """The labels of an in-memory array (dense or sparse), by float64 products."""
+        C64 = np.asarray(self.centers, dtype=np.float64).T
+        gain, bias, _, k = _label_terms(C64, self.gain, self.bias, self.origin, self.scale)
+        scores = np.asarray(X @ C64, dtype=np.float64)
+        return np.argmax(gain * _shifted(scores, k) + bias, axis=1)
+
+
+def _label_terms(C64, gain, bias, origin, scale):
+    """``(gain, bias, origin, k)`` of :meth:`DenseRows.labels` in the terms its kernel adds.
+
+    ``argmax_h (gain_h / s) <x - o, c_h> + bias_h`` is taken as ``argmax_h
+    g_h 2^k <x, c_h> + b_h``: ``g = gain / (s 2^k)`` and ``b = bias - g 2^k
+    <o, c_h>``; ``k = 0`` unless ``gain / s`` leaves float64's range (rows
+    of about 1e-300 in tight clusters, whose gain ``r / (tau^2 s)`` then
+    overflows, or the reverse), where ``s 2^k`` is about 1 and the
+    scores ``<x, c_h>`` (moderate numbers of the rows' magnitude) and the
+    origin are multiplied by ``2^k``. ``origin`` comes back as float64, or
+    None.
+    """
+    K = C64.shape[1]
+    gain = _per_head(gain, K)
+    scale = float(scale)
+    with np.errstate(over="ignore", under="ignore"):
+        unit = gain / scale
+    peak = float(np.max(np.abs(unit), initial=0.0))
+    limit = 2.0 ** (np.finfo(np.float64).maxexp - 2)
+    k = 0
+    if np.any(gain) and not 1.0 / limit <= peak <= limit:
+        k = -int(np.frexp(scale)[1])
+        unit = gain / np.ldexp(scale, k)
+    bias = np.asarray(bias, dtype=np.float64)
+    if origin is not None:
+        origin = np.asarray(origin, dtype=np.float64)
+        bias = bias - unit * (_shifted(C64.T @ origin, k))
+    return unit, bias, origin, k
+
+
 def _blas_e_step(B, w, keys, log_weights, inv_scale, posterior, tile):
     """The E step of one chunk of dense rows by matrix products: ``(S, counts, partial)``.
 
@@ -936,9 +1031,11 @@ def _per_head(gain, K):
     return np.ascontiguousarray(np.broadcast_to(np.asarray(gain, dtype=np.float64), (K,)))
 
 
-def _labels(rows, centers, gain, bias, origin, compiled):
+def _labels(rows, centers, gain, bias, origin, scale, compiled):
     """:meth:`DenseRows.labels` of dense rows, on one thread, with the whole array's kernels (``compiled``)."""
-    return DenseRows(rows, n_threads=1, compiled=compiled).labels(centers, gain, bias, origin)
+    return DenseRows(rows, n_threads=1, compiled=compiled).labels(
+        centers, gain, bias, origin, scale
+    )
 
 
 def _product(rows, left, shift, right):
@@ -1325,7 +1422,7 @@ class DaskRows(_Rows):
         )
         return self._compute("labels' counts", parts)[0].sum(axis=0)
 
-    def labels(self, centers, gain, bias, origin=None):
+    def labels(self, centers, gain, bias, origin=None, scale=1.0):
         """Labels as a lazy Dask array (:meth:`DenseRows.labels` on each block)."""
         return self.map_rows(
             _labels,
@@ -1333,6 +1430,7 @@ class DaskRows(_Rows):
             _per_head(gain, len(centers)),
             np.asarray(bias, dtype=np.float64),
             None if origin is None else np.asarray(origin, dtype=np.float64),
+            float(scale),
             self.compiled,
             dtype=np.intp,
         )
@@ -1617,21 +1715,28 @@ class SparseRows(_Rows):
         U = np.asarray(U, dtype=np.float64)
         log_weights = np.asarray(log_weights, dtype=np.float64)
         K = U.shape[1]
-        keys = (beta / self.scale) * U
-        shift = self.offset @ keys
+        # The rows and the scale times 2^k (see _key_shift).
+        k = _key_shift(beta, 1.0 / self.scale, np.float64)
+        scale = np.ldexp(self.scale, k)
+        keys = (beta / scale) * U
+        offset = _shifted(self.offset, k)
+        shift = offset @ keys
         S = np.zeros((K, self.n_features))
         counts = np.zeros(K)
         partial = 0.0
         w = np.empty(0) if self.sample_weight is None else self.sample_weight
         for lo in range(0, self.n_samples, _SPARSE_TILE):
             T = self._X[lo : lo + _SPARSE_TILE]
+            if k:
+                T = T.copy()
+                T.data = _shifted(T.data, k)
             P = np.ascontiguousarray((T @ keys - shift).T)
             before = counts.copy()
             partial += self.kernels.posterior_columns(
                 P, log_weights, w[lo : lo + _SPARSE_TILE] if w.size else w, counts
             )
-            S += (T.T @ P.T).T - np.outer(counts - before, self.offset)
-        return S / self.scale, counts, partial
+            S += (T.T @ P.T).T - np.outer(counts - before, offset)
+        return S / scale, counts, partial
 
     def head_totals(self, U):
         """As :meth:`DenseRows.head_totals`."""
@@ -1640,14 +1745,13 @@ class SparseRows(_Rows):
         wins = P[np.arange(self.n_samples), best] * self._w()
         return np.bincount(best, weights=wins, minlength=P.shape[1])
 
-    def labels(self, centers, gain, bias, origin=None):
-        """``argmax_h gain_h <x - m, c_h> + bias_h`` (not scaled; ties to the first head).
-
-        The products are float64: ``origin`` (:meth:`DenseRows.labels`) changes nothing.
-        """
+    def labels(self, centers, gain, bias, origin=None, scale=1.0):
+        """As :meth:`DenseRows.labels`, the rows' own offset ``m`` subtracted
+        (``argmax_h (gain_h / s) <x - m - o, c_h> + bias_h``; ties to the first
+        head). The products are float64: the origin goes in the bias."""
         C = np.asarray(centers, dtype=np.float64).T
-        gain = _per_head(gain, C.shape[1])
-        return np.argmax(gain * self._project(C) + np.asarray(bias, dtype=np.float64), axis=1)
+        gain, bias, _, k = _label_terms(C, gain, bias, origin, scale)
+        return np.argmax(gain * _shifted(self._project(C), k) + bias, axis=1)
 
     def map_rows(self, fn, *args, dtype=np.float64, columns=None):
         """``fn(X, *args)`` on the rows as given (CSR, float64; the offset not subtracted)."""

@@ -32,7 +32,7 @@ from ._exact import solve_exact
 from ._mixture import mixture_parameters, refine_heads, subsample_sizes
 from ._model import MIN_VARIANCE, SphericalMixture
 from ._objective import exact_objective, regularizer_code
-from ._passes import DenseRows
+from ._passes import DenseRows, LabelRule
 from ._scale import BASIS_ROWS, estimate_spectrum, principal_basis, spike_overlap
 from ._seeding import seeded_start
 from ._settings import auto_reg_strength
@@ -381,10 +381,10 @@ def _fit_once(given, prepared, params, init, centre, tuning):
     if mixture is not None and not given.in_memory:
         # The fitted weights stand for the labels' shares: counting Dask
         # rows' lazy labels would read X once more.
-        labels = given.labels(*rule, origin=mean)
+        labels = given.labels(*rule)
         fractions = weights = np.exp(mixture.log_weights)
     else:
-        labels, counts = given.labels_and_counts(*rule, origin=mean)
+        labels, counts = given.labels_and_counts(*rule)
         fractions = counts / np.sum(counts)
         weights = fractions if mixture is None else np.exp(mixture.log_weights)
     return FitResult(
@@ -422,20 +422,19 @@ def _moment_heads(rows, unit, spectrum, centers):
 
 
 def predict_rule(centers, mixture, mean, dtype=np.float64):
-    """``(centers, gain, bias)`` of the labels ``argmax_h gain_h <x, c_h> + bias_h``.
+    """The labels' rule (:class:`_passes.LabelRule`): ``argmax_h (gain_h / s) <x - m, c_h> + bias_h``.
 
     ``centers`` and ``mean`` are taken as the fitted attributes keep them,
     in X's ``dtype`` (``cluster_centers_``, ``mean_``), so that the fit's
     labels and :meth:`~AttentionClustering.predict`'s come from the same
     numbers.
 
-    Without the EM refinement, ``argmax_h <x - m, c_h>``; with it, the
-    fitted mixture's posterior mode, ``log pi_h + (r_h <y, mu_h> - r_h^2 /
-    2) / tau^2`` with ``y = (x - m) / s`` (``math.md`` section 7; the
-    logits of :meth:`SphericalMixture.logits`), whose terms in ``r_h^2 /
-    tau^2`` are computed at unit scale. The centring goes in the bias:
-    ``<x - m, c_h> = <x, c_h> - <m, c_h>``; the rows' ``labels`` pass takes
-    ``m`` as its ``origin`` too, so that float32 rows are multiplied about it
+    Without the EM refinement, ``argmax_h <x - m, c_h>`` (gain 1, scale 1);
+    with it, the fitted mixture's posterior mode, ``log pi_h + (r_h <y,
+    mu_h> - r_h^2 / 2) / tau^2`` with ``y = (x - m) / s`` (``math.md``
+    section 7; the logits of :meth:`SphericalMixture.logits`), whose gain
+    ``r_h / tau^2`` and bias are at unit scale. The rows' ``labels`` pass
+    puts the centring in the bias and multiplies float32 rows about ``m``
     (:meth:`_passes.DenseRows.labels`).
     """
     centers, mean = (
@@ -443,12 +442,9 @@ def predict_rule(centers, mixture, mean, dtype=np.float64):
     )
     K = len(centers)
     if mixture is None:
-        gain, bias = np.ones(K), np.zeros(K)
-    else:
-        r, v = mixture.radii, mixture.variance
-        gain = mixture.concentration
-        bias = mixture.log_weights - 0.5 * r * r / v
-    return centers, gain, bias - gain * (centers @ mean)
+        return LabelRule(centers, np.ones(K), np.zeros(K), mean, 1.0)
+    r, v = mixture.radii, mixture.variance
+    return LabelRule(centers, r / v, mixture.log_weights - 0.5 * r * r / v, mean, mixture.scale)
 
 
 def _settings(params, d, spectrum):

@@ -74,6 +74,10 @@ def test_every_pass_matches_dense_rows(weighted, global_random_seed):
         np.testing.assert_array_equal(
             lazy.labels(U.T, gains, np.zeros(2)).compute(), dense.labels(U.T, gains, np.zeros(2))
         )
+        # The rule's origin and scale reach each block (the far rows' terms:
+        # tests/test_passes.py).
+        rule = (U.T, gains, np.log([0.3, 0.7]), X[:10].mean(axis=0), 0.25)
+        np.testing.assert_array_equal(lazy.labels(*rule).compute(), dense.labels(*rule))
         sub_lazy = lazy.subsample(np.random.RandomState(0), 500)
         sub_dense = dense.subsample(np.random.RandomState(0), 500)
         np.testing.assert_array_equal(sub_lazy.project(U), sub_dense.project(U))

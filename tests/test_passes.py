@@ -114,12 +114,13 @@ def test_float32_labels_about_the_origin_keep_the_digits_of_far_rows(compiled):
     X = (rng.standard_normal((20000, 16)) + offset).astype(np.float32)
     U = rng.standard_normal((16, 5))
     U /= np.linalg.norm(U, axis=0)
-    bias = np.log([0.1, 0.2, 0.3, 0.2, 0.2]) - 2.0 * (offset @ U)
+    bias = np.log([0.1, 0.2, 0.3, 0.2, 0.2])
     data = DenseRows(X, n_threads=2, compiled=compiled)
     labels = data.labels(U.T, 2.0, bias, origin=offset)
-    _assert_labels(labels, X - offset.astype(np.float32), U, 2.0, bias + 2.0 * (offset @ U))
-    # Without the origin the rounding is that of the far rows: labels differ.
-    assert np.any(data.labels(U.T, 2.0, bias) != labels)
+    _assert_labels(labels, X - offset.astype(np.float32), U, 2.0, bias)
+    # The same rule with the origin's term in the bias and the rows' float32
+    # products taken from zero rounds as the far rows do: labels differ.
+    assert np.any(data.labels(U.T, 2.0, bias - 2.0 * (offset @ U)) != labels)
     # A zero origin is no origin.
     np.testing.assert_array_equal(
         data.labels(U.T, 2.0, bias, origin=np.zeros(16)), data.labels(U.T, 2.0, bias)
@@ -643,3 +644,66 @@ def test_small_data_fits_as_the_compiled_kernels_do(
     np.testing.assert_array_equal(labels, labels_compiled)
     np.testing.assert_allclose(proba, proba_compiled, atol=1e-9)
     assert small.n_iter_ == compiled.n_iter_
+
+
+# Paths of the E step and the labels: (compiled, d, K, dtype, exponent, beta).
+# The keys' factor beta / s and the labels' gain / s leave the dtype's range
+# at rows 2^e X of scale 2^e s: beyond 2^1021 (float64) or 2^125 (float32,
+# the BLAS path's keys) at e < 0, below their inverse at e > 0.
+_FAR_PATHS = {
+    "numpy": (False, 5, 3, np.float64),
+    "fused": (True, 5, 3, np.float64),
+    "blas": (True, 64, 10, np.float64),
+    "blas-float32": (True, 64, 10, np.float32),
+    "sparse": (False, 5, 3, "csr"),
+}
+
+
+@pytest.mark.parametrize(
+    "path, side",
+    # At the top of float64's range no moderate beta underflows far; float32
+    # keys do (subnormal, losing digits), from beta / s below 2^-126.
+    [(path, "tiny") for path in _FAR_PATHS] + [("blas-float32", "huge")],
+)
+def test_e_step_and_labels_at_the_ends_of_the_range(path, side):
+    # Rows 2^e X seen at scale 2^e s give the unit-scale numbers of X at
+    # scale s to the last bit: the E step's sums (at unit scale), counts and
+    # log-likelihood, and the labels of the same rule (the origin 2^e o).
+    # Before, the keys' factor overflowed (NaN sums) or, in float32,
+    # underflowed (keys that lost their digits), and the labels' gain
+    # overflowed (NaN scores, every row the first head's).
+    compiled, d, K, kind = _FAR_PATHS[path]
+    dtype = np.float32 if kind is np.float32 else np.float64
+    top = np.finfo(dtype).maxexp
+    # Entries of magnitude 1/4 to 4: the far rows stay normal numbers.
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0.25, 4.0, (3000, d)) * rng.choice([-1.0, 1.0], (3000, d))
+    X = X.astype(dtype)
+    e, beta = (-(top - 30), 2.0**40) if side == "tiny" else (top - 30, 2.0**-40)
+    far = np.ldexp(X, e)
+    assert far.dtype == dtype and np.all(np.abs(far) >= np.finfo(dtype).tiny)
+    scale = 3.0
+    if kind == "csr":
+        near_rows = SparseRows(sp.csr_matrix(X), scale=scale, compiled=compiled)
+        far_rows = SparseRows(sp.csr_matrix(far), scale=np.ldexp(scale, e), compiled=compiled)
+    else:
+        near_rows = DenseRows(X, scale=scale, compiled=compiled)
+        far_rows = DenseRows(far, scale=np.ldexp(scale, e), compiled=compiled)
+    assert near_rows.compiled == compiled and _passes._uses_blas(d, K) == (d == 64)
+    limit = 2.0 ** (top - 2)
+    with np.errstate(over="ignore", under="ignore"):
+        assert not 1.0 / limit <= beta / np.ldexp(scale, e) <= limit
+    U = rng.standard_normal((d, K))
+    U /= np.linalg.norm(U, axis=0)
+    log_pi = np.log(rng.dirichlet(np.ones(K)))
+    for one, two in zip(near_rows.e_step(U, log_pi, beta), far_rows.e_step(U, log_pi, beta)):
+        np.testing.assert_array_equal(one, two)
+    # The labels' gain and bias on beta's scale: the scores decide them.
+    gain = rng.uniform(0.5, 2.0, K) * beta
+    bias = 0.1 * beta * np.log(rng.dirichlet(np.ones(K)))
+    origin = X[:50].mean(axis=0).astype(np.float64)
+    labels = near_rows.labels(U.T, gain, bias, origin, scale)
+    assert len(np.unique(labels)) == K
+    np.testing.assert_array_equal(
+        far_rows.labels(U.T, gain, bias, np.ldexp(origin, e), np.ldexp(scale, e)), labels
+    )

@@ -188,3 +188,30 @@ def test_likelihood_methods_say_they_need_the_refinement(kwargs):
         with pytest.raises(AttributeError) as raised:
             getattr(model, method)(X)
         assert "refine='em'" in str(raised.value.__cause__)
+
+
+# -- tight clusters at the bottom of float64's range
+
+
+@pytest.mark.parametrize("exponent", [-1015, -1010])
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+def test_tight_clusters_near_the_smallest_numbers(exponent, sparse):
+    # Clusters of spread 1e-3 at 2^-1010: the E step's keys beta / s and the
+    # labels' gain r / (tau^2 s) were about 1e310, beyond float64: the fit
+    # raised RuntimeWarnings and found NaN heads, labels and probabilities.
+    # Now the fit is that of X (the suite turns the package's RuntimeWarnings
+    # into errors), but concentration_, r / (tau^2 s), which is infinite.
+    X, y, _ = make_mixture(400, 5, 3, noise=0.001, random_state=0)
+    kind = sp.csr_matrix if sparse else np.asarray
+    base = _quiet(AttentionClustering(3, random_state=0), kind(X))
+    assert adjusted_rand_score(y, base.labels_) == 1.0
+    Z = kind(np.ldexp(X, exponent))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        scaled = AttentionClustering(3, random_state=0).fit(Z)
+    np.testing.assert_array_equal(scaled.labels_, base.labels_)
+    np.testing.assert_array_equal(scaled.predict(Z), base.labels_)
+    np.testing.assert_allclose(scaled.predict_proba(Z), base.predict_proba(kind(X)), atol=1e-9)
+    np.testing.assert_allclose(scaled.cluster_centers_, base.cluster_centers_, rtol=1e-9)
+    np.testing.assert_allclose(np.ldexp(scaled.means_, -exponent), base.means_, rtol=1e-9)
+    assert np.all(np.isinf(scaled.concentration_))

@@ -215,3 +215,19 @@ def test_tight_clusters_near_the_smallest_numbers(exponent, sparse):
     np.testing.assert_allclose(scaled.cluster_centers_, base.cluster_centers_, rtol=1e-9)
     np.testing.assert_allclose(np.ldexp(scaled.means_, -exponent), base.means_, rtol=1e-9)
     assert np.all(np.isinf(scaled.concentration_))
+
+
+def test_tight_float32_clusters_near_the_smallest_float32_numbers():
+    # Float32 rows in 10 clusters of spread 1e-3 at 2^-110 (about 8e-34),
+    # wide enough that the E step goes by float32 BLAS products: its keys
+    # beta / s (about 1e39) overflowed float32, and the fit labelled every
+    # row alike (ARI 0). Now it is the fit of X.
+    X, y, _ = make_mixture(6000, 64, 10, noise=0.001, random_state=0)
+    X = X.astype(np.float32)
+    base = _quiet(AttentionClustering(10, random_state=0), X)
+    assert adjusted_rand_score(y, base.labels_) == 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        scaled = AttentionClustering(10, random_state=0).fit(np.ldexp(X, -110))
+    assert scaled.cluster_centers_.dtype == np.float32
+    np.testing.assert_array_equal(scaled.labels_, base.labels_)

@@ -963,17 +963,32 @@ def _reconstruction_errors(rows, heads, out, mean, scale):
     ``T(y) = out^T heads y`` (see :meth:`AttentionClustering.score`), expanded
     as ``||y||^2 - 2 <y, T(y)> + ||T(y)||^2`` from the rows' products with
     ``heads`` (K x d) and ``out`` (K x d), so that sparse rows are never
-    densified.
+    densified. Rows far beyond the scale, whose squares at unit scale would
+    overflow into inf - inf, are read at a power of two 2^e of their own
+    magnitude (rows within a factor 2^64 of each other together): their
+    errors are 4^e times those, and overflow to inf alone; the other rows'
+    errors are not touched by theirs (a row of zero weight far away left
+    the mean of the others).
     """
+    peaks = np.abs(rows).max(axis=1)
+    peaks = np.asarray(peaks.todense() if sp.issparse(peaks) else peaks, dtype=np.float64)
+    extent = np.maximum(peaks.ravel(), float(np.max(np.abs(mean), initial=0.0))) / scale
+    exponents = np.frexp(extent)[1]
+    groups = np.where(extent > _SQUARE_SAFE, exponents // 64 + 1, 0)
+    errors = np.empty(len(extent))
+    for group in np.unique(groups):
+        idx = np.flatnonzero(groups == group)
+        e = 0 if group == 0 else int(np.max(exponents[idx]))
+        block = rows if len(idx) == len(extent) else rows[idx]
+        errors[idx] = _errors_at(block, heads, out, mean, np.ldexp(scale, e), 2 * e)
+    return errors
+
+
+def _errors_at(rows, heads, out, mean, scale, e):
+    """:func:`_reconstruction_errors` of rows read at ``scale``, times ``2^e``."""
     K = len(heads)
-    # A block far beyond the scale, whose squares at unit scale would
-    # overflow into inf - inf, is read at a power of two 2^e of its own
-    # magnitude: its errors are 4^e times those, and overflow to inf alone.
-    data = rows.data if sp.issparse(rows) else rows
-    extent = max(float(np.max(np.abs(data), initial=0.0)), float(np.max(np.abs(mean)))) / scale
-    e = int(np.frexp(extent)[1]) if extent > _SQUARE_SAFE else 0
-    P, q = unit_terms(rows, np.vstack([heads, out]), mean, np.ldexp(scale, e))
+    P, q = unit_terms(rows, np.vstack([heads, out]), mean, scale)
     A, B = P[:, :K], P[:, K:]
     errors = q - 2.0 * np.sum(A * B, axis=1) + np.sum((A @ (out @ out.T)) * A, axis=1)
     with np.errstate(over="ignore"):
-        return np.ldexp(errors, 2 * e)
+        return np.ldexp(errors, e)

@@ -333,13 +333,19 @@ class DenseRows(_Rows):
     def map_tasks(self, fn, tasks):
         return self._pool.map(fn, tasks)
 
-    def _map(self, fn, bounds=None):
+    def _map(self, fn, bounds=None, positive=False):
         """``fn(rows, weights, lo, hi)`` on every chunk (``bounds``, default the
-        passes' chunks), results in chunk order."""
-        return self._pool.map(
-            lambda lo, hi: fn(self._rows(lo, hi), self._weights(lo, hi), lo, hi),
-            self._bounds if bounds is None else bounds,
-        )
+        passes' chunks), results in chunk order.
+
+        ``positive``: the chunk's rows of positive weight alone, for the
+        passes that sum over rows (:func:`_positive`).
+        """
+
+        def run(lo, hi):
+            B, w = self._rows(lo, hi), self._weights(lo, hi)
+            return fn(*(_positive(B, w) if positive else (B, w)), lo, hi)
+
+        return self._pool.map(run, self._bounds if bounds is None else bounds)
 
     # -- passes -------------------------------------------------------------
 
@@ -414,8 +420,8 @@ class DenseRows(_Rows):
             # at least _MOMENT_ROWS_PER_FEATURE d rows keep that O(d^2)
             # memory traffic below the chunk's products (rows d^2 / 2).
             step = max(step, _MOMENT_ROWS_PER_FEATURE * self.n_features)
-        found = self._map(chunk, _chunk_bounds(self.n_samples, step))
-        bad = {b for b, _, _, _ in found}
+        found = self._map(chunk, _chunk_bounds(self.n_samples, step), positive=True)
+        bad = {b for b, _, _, _ in found} | {_finiteness(_dropped(self._X, self.sample_weight))}
         if "NaN" in bad:
             raise ValueError("Input X contains NaN.")
         if "infinity" in bad:
@@ -442,7 +448,7 @@ class DenseRows(_Rows):
             B = np.asarray(B, dtype=np.float64)
             return ((np.ones(B.shape[0]) if w.size == 0 else w) @ B) * inv
 
-        return sum(self._map(chunk), np.zeros(self.n_features)) / self.total_weight
+        return sum(self._map(chunk, positive=True), np.zeros(self.n_features)) / self.total_weight
 
     def centred(self, offset):
         """The rows ``x - offset`` (``offset`` unscaled), never a centred copy of X.
@@ -477,7 +483,7 @@ class DenseRows(_Rows):
             A = B @ V
             return B.T @ (A if w.size == 0 else A * w[:, None])
 
-        return sum(self._map(chunk), np.zeros(V.shape)) / self.total_weight
+        return sum(self._map(chunk, positive=True), np.zeros(V.shape)) / self.total_weight
 
     def norm_moments(self):
         """Weighted means of ``||x||^2`` and ``||x||^4`` (float64)."""
@@ -489,7 +495,7 @@ class DenseRows(_Rows):
             ww = np.ones_like(sq) if w.size == 0 else w
             return np.array([ww @ sq, ww @ (sq * sq)])
 
-        total = sum(self._map(chunk), np.zeros(2)) / self.total_weight
+        total = sum(self._map(chunk, positive=True), np.zeros(2)) / self.total_weight
         return float(total[0]), float(total[1])
 
     def exact_terms(self, U, MU, c, lm1, reg, rho):
@@ -519,7 +525,7 @@ class DenseRows(_Rows):
                 )
             return value, P
 
-        parts = self._map(chunk)
+        parts = self._map(chunk, positive=True)
         return sum(v for v, _ in parts), sum(
             (P for _, P in parts), np.zeros((3 * K, self.n_features))
         )
@@ -574,7 +580,7 @@ class DenseRows(_Rows):
                 partial = _kernels.mixture_e_step(B, U, log_weights, beta, inv, w, S, counts)
                 return S, counts, partial
 
-        parts = self._map(chunk)
+        parts = self._map(chunk, positive=True)
         S = sum((p[0] for p in parts), np.zeros((K, d)))
         counts = sum((p[1] for p in parts), np.zeros(K))
         return S, counts, float(sum(p[2] for p in parts))
@@ -600,7 +606,7 @@ class DenseRows(_Rows):
             _kernels.head_totals(B, U, w, totals)
             return totals
 
-        return sum(self._map(chunk), np.zeros(K))
+        return sum(self._map(chunk, positive=True), np.zeros(K))
 
     def labels(self, centers, gain, bias, origin=None, scale=1.0):
         """``argmax_h (gain_h / s) <x - o, c_h> + bias_h`` for every row (:class:`LabelRule`).
@@ -665,14 +671,21 @@ class DenseRows(_Rows):
         ``self`` when ``n_samples <= size``; otherwise a :class:`DenseRows`
         on the float64 copy of those rows, with the same scale, whose passes
         run on this one's thread pool (by the same chunks whatever the
-        threads, so the sums do not depend on them).
+        threads, so the sums do not depend on them). A subsample holds no
+        row of zero weight (:func:`_positive`): where some weight is zero,
+        rows drawn with it are left out, and the whole rows are a copy of
+        the others.
         """
         if self.n_samples <= size:
-            return self
+            if _all_positive(self.sample_weight):
+                return self
+            return self._taken(np.arange(self.n_samples))
         return self._taken(self._subsample_indices(rng, size))
 
     def _taken(self, idx):
-        """The rows ``idx`` (centred) as a float64 :class:`DenseRows` on this pool."""
+        """The rows ``idx`` of positive weight (centred) as a float64 :class:`DenseRows` on this pool."""
+        if self.sample_weight is not None:
+            idx = idx[self.sample_weight[idx] > 0.0]
         weight = None if self.sample_weight is None else self.sample_weight[idx]
         rows = np.take(self._X, idx, axis=0)
         if self._offset.size:
@@ -694,7 +707,9 @@ class DenseRows(_Rows):
 
     def peak(self):
         """The largest ``|x_ij| / s`` of the rows as the passes see them (centred)."""
-        tops = self._map(lambda B, w, lo, hi: float(np.max(np.abs(B))) if B.size else 0.0)
+        tops = self._map(
+            lambda B, w, lo, hi: float(np.max(np.abs(B))) if B.size else 0.0, positive=True
+        )
         return max(tops, default=0.0) / self.scale
 
     def map_rows(self, fn, *args, dtype=np.float64, columns=None):
@@ -712,7 +727,8 @@ class DenseRows(_Rows):
         """The weighted mean over the rows of ``fn(rows, *args)`` (one value per row; a float)."""
         values = self.map_rows(fn, *args)
         w = self.sample_weight
-        total = np.sum(values) if w is None else values @ w
+        # Rows of zero weight left out: an infinite value would weigh 0 x inf.
+        total = np.sum(values) if w is None else values[w > 0.0] @ w[w > 0.0]
         return float(total) / self.total_weight
 
     def check_finite(self):
@@ -959,8 +975,50 @@ def _blas_e_step(B, w, keys, log_weights, inv_scale, posterior, tile):
     return S * inv_scale, counts, partial
 
 
+def _all_positive(w):
+    """Whether no weight is zero (None or length 0: unit weights)."""
+    return w is None or w.size == 0 or bool(np.all(w > 0.0))
+
+
+def _positive(B, w):
+    """``(B, w)`` without the rows of zero weight (``w`` of length 0: unit weights).
+
+    The passes that sum over rows read these alone: a row of zero weight
+    adds nothing, but its terms are still computed, and a row far beyond
+    the weighted rows' scale squares to infinity there (0 x inf: NaN).
+    Subsamples do not hold them either (:meth:`DenseRows.subsample`).
+    """
+    if _all_positive(w):
+        return B, w
+    keep = w > 0.0
+    return B[keep], w[keep]
+
+
+def _dropped(X, w):
+    """The rows of zero weight that :func:`_positive` leaves out (X's first rows, none, when none)."""
+    return X[:0] if _all_positive(w) else X[w <= 0.0]
+
+
+def _finiteness(B):
+    """``"NaN"`` or ``"infinity"`` when B holds one (NaN first), else None.
+
+    NaN propagates through max and min, and an infinity is the max or the
+    min: two scans find both.
+    """
+    peak = max(float(np.max(B)), -float(np.min(B))) if B.size else 0.0
+    if np.isfinite(peak):
+        return None
+    return "NaN" if np.isnan(peak) else "infinity"
+
+
 def _block_rows(block, weights, scale, offset, compiled):
-    """The block as :class:`DenseRows` on one thread, centred when ``offset`` is given."""
+    """The block's rows of positive weight (:func:`_positive`) as
+    :class:`DenseRows` on one thread, centred when ``offset`` is given.
+
+    For the passes that sum over rows, and the subsamples; the labels of
+    every row are a pass of their own (:func:`_labels`).
+    """
+    block, weights = _positive(block, weights)
     rows = DenseRows(np.ascontiguousarray(block), weights, scale, n_threads=1, compiled=compiled)
     return rows if offset is None else rows.centred(offset)
 
@@ -984,13 +1042,12 @@ def _block_moment(block, weights, scale, offset, compiled):
     :meth:`DenseRows.scaled_second_moment`, the block's weighted mean), from
     :meth:`DenseRows.moments`.
 
-    NaN propagates through max and min, and an infinity is the max or the
-    min: two scans of the block find both before the moment is computed.
+    The block's NaN and infinity (rows of zero weight included) are found
+    before the moment is computed (:func:`_finiteness`).
     """
-    if block.size:
-        peak = max(float(np.max(block)), -float(np.min(block)))
-        if not np.isfinite(peak):
-            return bool(np.isnan(peak)), not np.isnan(peak), 0.0, None, None
+    bad = _finiteness(block)
+    if bad is not None:
+        return bad == "NaN", bad == "infinity", 0.0, None, None
     rows = _block_rows(block, weights, scale, offset, compiled)
     if rows.total_weight == 0.0:
         return False, False, 0.0, None, None
@@ -1054,15 +1111,18 @@ _CLIENT_ROWS = 1 << 20
 
 def _block_nested(block, weights, lo, hi, seed, n_samples, fraction):
     """The rows ``lo:hi`` of one Dask block whose keys are below ``fraction``
-    (:func:`~._draws.nested_rows`): ``(rows in X's dtype, their weights or
-    None, their keys)``."""
+    (:func:`~._draws.nested_rows`) and whose weight is not zero (a subsample
+    holds none, :meth:`DenseRows.subsample`): ``(rows in X's dtype, their
+    weights or None, their keys)``."""
     idx, keys = nested_rows(seed, n_samples, lo, hi, fraction)
     idx -= lo
+    w = None
+    if weights is not None:
+        w = np.asarray(np.asarray(weights)[idx], dtype=np.float64)
+        idx, keys, w = idx[w > 0.0], keys[w > 0.0], w[w > 0.0]
     # X's dtype, as the in-memory backends' subsamples keep it: float32
     # rows travel to the client in half the bytes.
-    rows = np.asarray(block)[idx]
-    w = None if weights is None else np.asarray(np.asarray(weights)[idx], dtype=np.float64)
-    return rows, w, keys
+    return np.asarray(block)[idx], w, keys
 
 
 def _drawn_keys(part):
@@ -1386,8 +1446,12 @@ class DaskRows(_Rows):
 
     def weighted_mean(self, fn, *args):
         """As :meth:`DenseRows.weighted_mean`: one Dask computation (a reduction over the blocks)."""
+        import dask.array as da
+
         values = self.map_rows(fn, *args)
-        total = values.sum() if self.sample_weight is None else values @ self.sample_weight
+        w = self.sample_weight
+        # Rows of zero weight left out, as in memory.
+        total = values.sum() if w is None else da.where(w > 0.0, values, 0.0) @ w
         return float(self._compute("weighted mean", total)[0]) / self.total_weight
 
     def check_finite(self):
@@ -1398,13 +1462,6 @@ class DaskRows(_Rows):
         return self.map_rows(
             _product, left, shift, right, dtype=self.dtype, columns=self.n_features
         )
-
-    def peak(self):
-        """As :meth:`DenseRows.peak`: one Dask computation, the largest of the blocks'."""
-        parts = self._blocks(
-            "peak", _block_pass, self.scale, self.offset, self.compiled, "peak", ()
-        )
-        return max((top for _, top in parts), default=0.0)
 
     def label_counts(self, labels, minlength):
         """The weighted counts of the lazy ``labels`` (of :meth:`labels`), in
@@ -1554,6 +1611,19 @@ class DaskRows(_Rows):
         return self._drawn.draw(state, out)
 
 
+def _on_weighted_rows(method):
+    """A :class:`SparseRows` pass that sums over rows, run on its rows of positive weight.
+
+    See :func:`_positive`; :meth:`SparseRows._weighted_rows` keeps them.
+    """
+
+    @functools.wraps(method)
+    def wrapper(self, *args):
+        return method(self._weighted_rows(), *args)
+
+    return wrapper
+
+
 class SparseRows(_Rows):
     """Sparse rows (CSR), optionally centred, never densified.
 
@@ -1615,6 +1685,20 @@ class SparseRows(_Rows):
     def _w(self):
         return np.ones(self.n_samples) if self.sample_weight is None else self.sample_weight
 
+    # The rows of positive weight and their weights, when some weight is
+    # zero: computed once, shared by the centred and rescaled copies.
+    _kept = None
+
+    def _weighted_rows(self):
+        """Self, or its rows of positive weight with the same scale and offset (:func:`_positive`)."""
+        w = self.sample_weight
+        if _all_positive(w):
+            return self
+        if self._kept is None:
+            self._kept = (self._X[w > 0.0], w[w > 0.0])
+        X, w = self._kept
+        return SparseRows(X, w, self.scale, self.offset, compiled=self.compiled)
+
     def _project(self, V):
         """``(X - 1 m^T) V`` (unscaled), V of shape (d, k)."""
         return self._X @ V - self.offset @ V
@@ -1629,6 +1713,7 @@ class SparseRows(_Rows):
 
     # -- passes -------------------------------------------------------------
 
+    @_on_weighted_rows
     def mean(self):
         """Weighted mean of the rows ``(x - m) / s``."""
         return (self._X.T @ self._w() / self.total_weight - self.offset) / self.scale
@@ -1652,7 +1737,7 @@ class SparseRows(_Rows):
         if not peak > 0.0:
             return 0.0, np.zeros((self.n_features, self.n_features))
         c = np.ldexp(1.0, int(np.frexp(peak)[1]))
-        M = self._moment_at(c)
+        M = self._weighted_rows()._moment_at(c)
         top = float(np.max(np.diag(M)))
         if not top > 0.0:
             return 0.0, np.zeros_like(M)
@@ -1668,29 +1753,34 @@ class SparseRows(_Rows):
         b = X.T @ w / self.total_weight
         return S - np.outer(b, m) - np.outer(m, b) + np.outer(m, m)
 
+    @_on_weighted_rows
     def second_moment(self):
         """``M`` (d x d, float64) of the rows ``(x - m) / s``."""
         c = np.ldexp(1.0, int(np.frexp(self.scale)[1]))
         return self._moment_at(c) * (c / self.scale) ** 2
 
+    @_on_weighted_rows
     def peak(self):
         """A bound on the largest ``|x_ij - m_j| / s``: ``(max |x_ij| + max |m_j|) / s``."""
         top = float(np.max(np.abs(self._X.data))) if self._X.nnz else 0.0
         off = float(np.max(np.abs(self.offset))) if self.offset.size else 0.0
         return (top + off) / self.scale
 
+    @_on_weighted_rows
     def moment_action(self, V):
         """``M V`` for V of shape (d, K), in two sparse products."""
         V = np.asarray(V, dtype=np.float64)
         A = self._project(V) * self._w()[:, None]
         return self._transpose_product(A) / (self.total_weight * self.scale**2)
 
+    @_on_weighted_rows
     def norm_moments(self):
         """Weighted means of ``||x||^2`` and ``||x||^4``."""
         sq = self._squared_norms()
         w = self._w()
         return float(w @ sq / self.total_weight), float(w @ (sq * sq) / self.total_weight)
 
+    @_on_weighted_rows
     def exact_terms(self, U, MU, c, lm1, reg, rho):
         """As :meth:`DenseRows.exact_terms`, with :func:`_kernels.projected_row_terms`."""
         U = np.asarray(U, dtype=np.float64)
@@ -1703,6 +1793,7 @@ class SparseRows(_Rows):
         value = self.kernels.projected_row_terms(A, G, nrm, w, c, lm1, reg, rho, C)
         return value, self._transpose_product(C).T / self.scale
 
+    @_on_weighted_rows
     def e_step(self, U, log_weights, beta):
         """As :meth:`DenseRows.e_step` (``math.md`` section 7), by tiles of rows.
 
@@ -1738,6 +1829,7 @@ class SparseRows(_Rows):
             S += (T.T @ P.T).T - np.outer(counts - before, offset)
         return S / scale, counts, partial
 
+    @_on_weighted_rows
     def head_totals(self, U):
         """As :meth:`DenseRows.head_totals`."""
         P = self._project(np.asarray(U, dtype=np.float64))
@@ -1758,8 +1850,9 @@ class SparseRows(_Rows):
         return fn(self._X, *args)
 
     def weighted_mean(self, fn, *args):
-        """As :meth:`DenseRows.weighted_mean`."""
-        return float(self._w() @ fn(self._X, *args)) / self.total_weight
+        """As :meth:`DenseRows.weighted_mean` (rows of zero weight left out)."""
+        w, values = self._w(), fn(self._X, *args)
+        return float(values[w > 0.0] @ w[w > 0.0]) / self.total_weight
 
     def check_finite(self):
         """As :meth:`DenseRows.check_finite` (on the stored non-zeros)."""
@@ -1768,11 +1861,15 @@ class SparseRows(_Rows):
     def subsample(self, rng, size):
         """As :meth:`DenseRows.subsample`: a :class:`SparseRows` on about ``size`` rows."""
         if self.n_samples <= size:
-            return self
+            if _all_positive(self.sample_weight):
+                return self
+            return self._taken(np.arange(self.n_samples))
         return self._taken(self._subsample_indices(rng, size))
 
     def _taken(self, idx):
-        """The rows ``idx`` as a :class:`SparseRows` with the same offset and scale."""
+        """The rows ``idx`` of positive weight as a :class:`SparseRows` with the same offset and scale."""
+        if self.sample_weight is not None:
+            idx = idx[self.sample_weight[idx] > 0.0]
         weight = None if self.sample_weight is None else self.sample_weight[idx]
         return SparseRows(self._X[idx], weight, self.scale, self.offset, compiled=self.compiled)
 
@@ -1937,8 +2034,15 @@ def unit_terms(rows, centers, offset, scale):
         Y = sp.csr_matrix(rows, dtype=np.float64, copy=True)
         Y.data = np.ldexp(Y.data, -e)
         P = np.asarray(Y @ C.T) - m @ C.T
-        q = _row_reduce(np.add, Y.data * Y.data, Y.indptr) - 2.0 * np.asarray(Y @ m).ravel() + m @ m
-        q = np.maximum(q, 0.0)
+        # Rows beyond about 1e154 times the scale square to inf, as the dense
+        # rows' terms do (inf - inf, when <x, m> overflows too, is inf).
+        with np.errstate(over="ignore", invalid="ignore"):
+            q = (
+                _row_reduce(np.add, Y.data * Y.data, Y.indptr)
+                - 2.0 * np.asarray(Y @ m).ravel()
+                + m @ m
+            )
+        q = np.where(np.isnan(q), np.inf, np.maximum(q, 0.0))
     else:
         Y = np.ldexp(np.asarray(rows, dtype=np.float64), -e) - m
         P = Y @ C.T

@@ -75,9 +75,8 @@ def estimate_spectrum(data, n_clusters, moment=None):
     comes from the spread of the squared norms instead
     (:func:`_noise_from_norms`), at most the smallest eigenvalue's
     ``s^2 sigma^2`` (each eigenvalue is ``s^2 (w_c + sigma^2)`` or more).
-    Data whose weighted rows are all zero get the scale of their rows of
-    zero weight, the largest entry (at which those rows' squares stay
-    finite), or 1 when every row is zero.
+    Data whose rows are all zero get scale 1 (the passes read the rows of
+    positive weight alone: ``_passes._positive``).
 
     Returns
     -------
@@ -86,12 +85,8 @@ def estimate_spectrum(data, n_clusters, moment=None):
     peak, M = data.scaled_second_moment() if moment is None else moment
     d = data.n_features
     if peak == 0.0:
-        # Rows of zero weight, if any are not zero; a NumPy float as the other
-        # branch's scale, whose square overflows to inf (covariances_), not
-        # an OverflowError.
-        extent = np.float64(data.peak())
         return Spectrum(
-            scale=extent if extent > 0.0 else 1.0,
+            scale=1.0,
             noise=0.0,
             moment=np.zeros((d, d)),
             eigenvalues=np.zeros(d),

@@ -228,10 +228,6 @@ def seeded_start(sample, n_clusters, rng, n_seedings=None):
     d = sample.n_features
     points = sample.project(np.eye(d))
     weights = sample.sample_weight
-    if weights is not None:
-        # Rows of zero weight take no part (the unit scale is their weighted
-        # rows', at which they may not even be finite to square).
-        points, weights = points[weights > 0], weights[weights > 0]
     size = ROWS_PER_CENTRE * n_clusters
     if points.shape[0] > size:
         keep = np.sort(rng.choice(points.shape[0], size, replace=False))

@@ -213,9 +213,9 @@ def where_passes_go(X, K, warm=True):
     log = {}
     original = DenseRows._map
 
-    def logged(self, fn, bounds=None):
+    def logged(self, fn, bounds=None, positive=False):
         start = time.perf_counter()
-        out = original(self, fn, bounds)
+        out = original(self, fn, bounds, positive)
         seconds = time.perf_counter() - start
         name = sys._getframe(1).f_code.co_name
         key = name if self.n_samples == X.shape[0] else "subsample passes"

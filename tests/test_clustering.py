@@ -298,35 +298,46 @@ def test_weights_count_by_their_ratios_at_any_magnitude(kind, exponent):
     np.testing.assert_allclose(tenfold.cluster_centers_, want.cluster_centers_, atol=1e-10)
 
 
-def test_zero_weight_rows_take_no_part_in_the_seeding():
-    # Two clusters at unit scale and a row of zero weight at 1e160, with more
-    # clusters than features (the k-means++ start): at the rows' unit scale
-    # that row squares to infinity, and the seeds were drawn with mass
-    # w D^2 = 0 x inf (NaN), an IndexError. Rows of zero weight now take no
-    # part in the seeding, as they take none in any weighted sum. (The
-    # spectrum's squared norms of that row still overflow, on terms it
-    # weighs zero, with a RuntimeWarning: silenced here.)
-    rng = np.random.default_rng(0)
-    X = np.vstack(
-        [rng.normal(size=(40, 2)) + 3.0, rng.normal(size=(40, 2)) - 3.0, [[1e160, 2e160]]]
-    )
-    w = np.r_[np.ones(80), 0.0]
+@pytest.mark.parametrize("kind", ["dense", "sparse", "dask"])
+@pytest.mark.parametrize("magnitude", [1e60, 1e160, 1e300])
+@pytest.mark.parametrize("d, K", [(5, 3), (2, 3)], ids=["K<d", "K>d"])
+def test_rows_of_zero_weight_take_no_part_in_the_fit(kind, magnitude, d, K):
+    # Two rows of zero weight far beyond the weighted rows' unit scale: their
+    # terms in the passes' sums overflowed (0 x inf: RuntimeWarnings, and
+    # NaN), and from about 1e154 the fit failed ('Initial heads must be
+    # finite and non-zero'; with K > d the k-means++ seeding drew with mass 0
+    # x inf, an IndexError). The passes that sum over rows, and the
+    # subsamples, now leave them out: the fit is that of the weighted rows
+    # (the suite turns the package's RuntimeWarnings into errors), and they
+    # are still labelled and scored (below -1e100; -inf from about 1e154).
+    X, _, _ = make_mixture(400, d, K, noise=0.2, centroids="random", random_state=0)
+    far = np.vstack([np.full((1, d), magnitude), -0.5 * np.full((1, d), magnitude)])
+    Xz, w = np.vstack([X[:200], far, X[200:]]), np.r_[np.ones(200), 0.0, 0.0, np.ones(200)]
+    wrap = {"dense": np.asarray, "sparse": sp.csr_matrix}.get(kind)
+    if kind == "dask":
+        da = pytest.importorskip("dask.array")
+        wrap = functools.partial(da.from_array, chunks=(101, -1))
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = AttentionClustering(3, random_state=0).fit(X, sample_weight=w)
-        unweighted = AttentionClustering(3, random_state=0).fit(X[:80])
-    assert np.all(np.isfinite(model.cluster_centers_))
-    np.testing.assert_array_equal(model.labels_, model.predict(X))
-    assert adjusted_rand_score(model.labels_[:80], unweighted.labels_) > 0.9
+        warnings.simplefilter("ignore", UserWarning)
+        model = AttentionClustering(K, random_state=0).fit(wrap(Xz), sample_weight=w)
+        alone = AttentionClustering(K, random_state=0).fit(wrap(X), sample_weight=np.ones(400))
+    labels = np.asarray(model.labels_)
+    np.testing.assert_array_equal(np.r_[labels[:200], labels[202:]], np.asarray(alone.labels_))
+    np.testing.assert_allclose(model.means_, alone.means_, rtol=1e-9, atol=1e-12)
+    np.testing.assert_array_equal(np.asarray(model.predict(wrap(Xz))), labels)
+    proba = np.asarray(model.predict_proba(wrap(Xz)))
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-12)
+    assert np.all(np.asarray(model.score_samples(wrap(Xz)))[200:202] < -1e100)
+    assert model.score(wrap(Xz), sample_weight=w) == pytest.approx(alone.score(wrap(X)), rel=1e-9)
 
 
 @pytest.mark.parametrize("kind", ["dense", "dask"])
 def test_zero_weight_rows_set_the_scale_when_the_weighted_rows_do_not(kind):
     # Centred on the weighted mean, the one row of positive weight is zero:
-    # the rows' unit scale was 1, at which the row of zero weight (about
-    # 3e154) squares to infinity, and the fit failed ("Initial heads must be
-    # finite and non-zero"). The scale is now that row's largest entry, and
-    # the fit is the fit of the rows divided by a power of two.
+    # the rows' unit scale is 1, at which the row of zero weight (about
+    # 3e154) squared to infinity, and the fit failed ("Initial heads must be
+    # finite and non-zero"). The passes now leave that row out: the fit is
+    # the fit of the rows divided by a power of two.
     X = np.array([[6.74e153, -7.08e153, 3.43e154], [5.63e153, -2.87e154, 1.94e154]])
     w = np.array([3.0, 0.0])
     wrap = np.asarray

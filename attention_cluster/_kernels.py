@@ -34,7 +34,12 @@ from numba import njit
 
 # Flags that keep NaN and Inf semantics (no "nnan"/"ninf"): results stay
 # comparable to the NumPy reference while allowing vectorised reductions.
-FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}
+# Not "nsz" either: with it (and "reassoc"), the code Numba compiles in a
+# process and the code it loads from its on-disk cache differed in the last
+# bits of a fit's results, so the first process of a machine (or a Dask
+# worker that compiled) fitted otherwise than the next; without it they are
+# the same (tests/test_kernels.py), at a cost within the machine's noise.
+FASTMATH = {"arcp", "contract", "afn", "reassoc"}
 
 REG_NONE = 0
 REG_PAIRWISE = 1

@@ -908,9 +908,13 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             return -error * self.scale_**2
 
 
-# Rows within this magnitude of the scale are squared at unit scale without
-# overflow (their squared norms stay below 1e200 times the features).
-_SQUARE_SAFE = 1e100
+# Rows within 2^this of the scale are squared at unit scale without overflow
+# (their squared norms stay below about 1e200 times the features).
+_SQUARE_SAFE_EXPONENT = 332
+# Rows beyond 2^this times the scale are at the edge of float64's range at
+# unit scale: their logits (products with the heads over a variance down to
+# 1e-12) would overflow, and from 2^1024 their unit-scale entries do.
+_UNIT_LIMIT = 900
 # A partial_fit batch whose rows, divided by the first batch's scale, exceed
 # this magnitude would overflow the stream's squared statistics.
 _STREAM_MAX_MAGNITUDE = 1e100
@@ -946,15 +950,51 @@ def _layer_output(rows, heads, shift, out, dtype):
 
 
 def _log_likelihoods(rows, mixture, dtype):
-    """``log p(x)`` of every row of a block under ``mixture`` (see :mod:`._model`)."""
-    P, q = unit_terms(rows, mixture.centers, mixture.offset, mixture.scale)
-    return mixture.log_likelihoods(P, q).astype(dtype, copy=False)
+    """``log p(x)`` of every row of a block under ``mixture`` (see :mod:`._model`).
+
+    ``-inf`` for rows beyond float64's range at the mixture's unit scale
+    (:func:`_row_exponents`), whose density is below any float.
+    """
+    far = _row_exponents(rows, mixture.offset, mixture.scale) > _UNIT_LIMIT
+    out = np.full(far.shape, -np.inf)
+    if not far.all():
+        near = rows if not far.any() else rows[~far]
+        P, q = unit_terms(near, mixture.centers, mixture.offset, mixture.scale)
+        out[~far] = mixture.log_likelihoods(P, q)
+    return out.astype(dtype, copy=False)
 
 
 def _posteriors(rows, mixture, dtype):
-    """Posterior probabilities of the components for every row of a block."""
-    P, _ = unit_terms(rows, mixture.centers, mixture.offset, mixture.scale)
-    return mixture.posteriors(P).astype(dtype, copy=False)
+    """Posterior probabilities of the components for every row of a block.
+
+    Rows beyond float64's range at the mixture's unit scale
+    (:func:`_row_exponents`) have one component of probability 1: the limit
+    of the posterior as the row moves out, ``argmax_k r_k <x - m, mu_k>``
+    (the logits' other terms are below their rounding there).
+    """
+    far = _row_exponents(rows, mixture.offset, mixture.scale) > _UNIT_LIMIT
+    out = np.zeros((len(far), len(mixture.radii)))
+    if not far.all():
+        near = rows if not far.any() else rows[~far]
+        P, _ = unit_terms(near, mixture.centers, mixture.offset, mixture.scale)
+        out[~far] = mixture.posteriors(P)
+    if far.any():
+        C = mixture.centers
+        raw = np.asarray(rows[far] @ C.T, dtype=np.float64) - mixture.offset @ C.T
+        out[np.flatnonzero(far), np.argmax(raw * mixture.radii, axis=1)] = 1.0
+    return out.astype(dtype, copy=False)
+
+
+def _row_exponents(rows, mean, scale):
+    """Per row of a block, the power of two of ``max(|x_ij|, |mean_j|) / scale`` (frexp's exponent).
+
+    Taken without the division, which overflows for rows beyond float64's
+    range at that scale.
+    """
+    peaks = np.abs(rows).max(axis=1)
+    peaks = np.asarray(peaks.todense() if sp.issparse(peaks) else peaks, dtype=np.float64)
+    extent = np.maximum(peaks.ravel(), float(np.max(np.abs(mean), initial=0.0)))
+    return np.frexp(extent)[1] - np.frexp(float(scale))[1]
 
 
 def _reconstruction_errors(rows, heads, out, mean, scale):
@@ -970,16 +1010,13 @@ def _reconstruction_errors(rows, heads, out, mean, scale):
     errors are not touched by theirs (a row of zero weight far away left
     the mean of the others).
     """
-    peaks = np.abs(rows).max(axis=1)
-    peaks = np.asarray(peaks.todense() if sp.issparse(peaks) else peaks, dtype=np.float64)
-    extent = np.maximum(peaks.ravel(), float(np.max(np.abs(mean), initial=0.0))) / scale
-    exponents = np.frexp(extent)[1]
-    groups = np.where(extent > _SQUARE_SAFE, exponents // 64 + 1, 0)
-    errors = np.empty(len(extent))
+    exponents = _row_exponents(rows, mean, scale)
+    groups = np.where(exponents > _SQUARE_SAFE_EXPONENT, exponents // 64 + 1, 0)
+    errors = np.empty(len(exponents))
     for group in np.unique(groups):
         idx = np.flatnonzero(groups == group)
         e = 0 if group == 0 else int(np.max(exponents[idx]))
-        block = rows if len(idx) == len(extent) else rows[idx]
+        block = rows if len(idx) == len(exponents) else rows[idx]
         errors[idx] = _errors_at(block, heads, out, mean, np.ldexp(scale, e), 2 * e)
     return errors
 

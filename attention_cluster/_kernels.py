@@ -328,10 +328,13 @@ def argmax_rows(scores, gain, bias, weights, out, counts):
 
     ``counts[h]`` gains the weight of each row labelled h (1 per row when
     ``weights`` has length 0): the labels' counts in the labels' pass, not
-    a second read of the labels.
+    a second read of the labels. Returns the number of rows whose largest
+    value is not finite (beyond float64's range: the caller labels them,
+    ``_passes._far_labels``).
     """
     n, K = scores.shape
     unit = weights.shape[0] == 0
+    far = 0
     for i in range(n):
         best = 0
         top = gain[0] * scores[i, 0] + bias[0]
@@ -342,6 +345,9 @@ def argmax_rows(scores, gain, bias, weights, out, counts):
                 best = k
         out[i] = best
         counts[best] += 1.0 if unit else weights[i]
+        if not (-np.inf < top < np.inf):
+            far += 1
+    return far
 
 
 def moment_sums(X, weights):

@@ -170,19 +170,25 @@ def argmax_rows(scores, gain, bias, weights, out, counts):
 
     Up to ``_COLUMN_HEADS`` heads by columns (a running maximum, a head
     taking a row only when strictly above it): ``np.argmax`` along rows of
-    a few numbers costs a call per row. Finite scores.
+    a few numbers costs a call per row. Finite scores; returns the number of
+    rows whose largest value is not finite.
     """
     K = scores.shape[1]
-    if K > _COLUMN_HEADS:
-        np.argmax(scores * gain + bias, axis=1, out=out)
-    else:
-        top = scores[:, 0] * gain[0] + bias[0]
-        out[:] = 0
-        for k in range(1, K):
-            column = scores[:, k] * gain[k] + bias[k]
-            np.copyto(out, k, where=column > top)
-            np.maximum(top, column, out=top)
+    # Values beyond float64's range are infinite (the caller relabels them).
+    with np.errstate(over="ignore"):
+        if K > _COLUMN_HEADS:
+            values = scores * gain + bias
+            np.argmax(values, axis=1, out=out)
+            top = values[np.arange(len(out)), out]
+        else:
+            top = scores[:, 0] * gain[0] + bias[0]
+            out[:] = 0
+            for k in range(1, K):
+                column = scores[:, k] * gain[k] + bias[k]
+                np.copyto(out, k, where=column > top)
+                np.maximum(top, column, out=top)
     counts += np.bincount(out, weights=weights if weights.size else None, minlength=len(counts))
+    return int(np.count_nonzero(~np.isfinite(top)))
 
 
 def abs_argmax_rows(P):

@@ -653,9 +653,13 @@ class DenseRows(_Rows):
             if scores.dtype != np.float64 and not np.isfinite(scores).all():
                 # float32's range exceeded (|x| |c_h| beyond about 3e38): in float64.
                 scores = np.asarray(B, dtype=np.float64) @ C64
+            raw = scores
             if k:
-                scores = _shifted(np.asarray(scores, dtype=np.float64), k)
-            self.kernels.argmax_rows(scores, gain, bias, w, out[lo:hi], counts)
+                with np.errstate(over="ignore"):
+                    scores = _shifted(np.asarray(scores, dtype=np.float64), k)
+            if self.kernels.argmax_rows(scores, gain, bias, w, out[lo:hi], counts):
+                _far_labels(raw, scores, gain, bias, out[lo:hi])
+                counts = np.bincount(out[lo:hi], weights=w if w.size else None, minlength=K)
             return counts
 
         return out, sum(rows._map(chunk), np.zeros(K))
@@ -915,8 +919,33 @@ class LabelRule(NamedTuple):
         """The labels of an in-memory array (dense or sparse), by float64 products."""
         C64 = np.asarray(self.centers, dtype=np.float64).T
         gain, bias, _, k = _label_terms(C64, self.gain, self.bias, self.origin, self.scale)
-        scores = np.asarray(X @ C64, dtype=np.float64)
-        return np.argmax(gain * _shifted(scores, k) + bias, axis=1)
+        return _rule_labels(np.asarray(X @ C64, dtype=np.float64), gain, bias, k)
+
+
+def _rule_labels(raw, gain, bias, k):
+    """``argmax_h gain_h raw_ih 2^k + bias_h`` by NumPy (float64 ``raw``), far rows by :func:`_far_labels`."""
+    with np.errstate(over="ignore"):
+        scores = _shifted(raw, k)
+        values = gain * scores + bias
+    labels = np.argmax(values, axis=1)
+    if not np.isfinite(values).all():
+        _far_labels(raw, scores, gain, bias, labels)
+    return labels
+
+
+def _far_labels(raw, scores, gain, bias, labels):
+    """Relabel, in place, the rows whose largest ``gain_h scores_ih + bias_h`` is not finite.
+
+    Rows beyond float64's range at the rule's scale (about 1e308 times it
+    and more), whose values overflow and tie: their label is the limit of
+    the rule, ``argmax_h gain_h raw_ih``, from their products ``raw`` as
+    computed (``scores`` is ``raw`` times a power of two): the bias is
+    below those values' rounding.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        far = ~np.isfinite(np.max(scores * gain + bias, axis=1))
+    raw = np.asarray(raw[far], dtype=np.float64)
+    labels[far] = np.argmax(raw * (gain / np.max(np.abs(gain))), axis=1)
 
 
 def _label_terms(C64, gain, bias, origin, scale):
@@ -1843,7 +1872,7 @@ class SparseRows(_Rows):
         head). The products are float64: the origin goes in the bias."""
         C = np.asarray(centers, dtype=np.float64).T
         gain, bias, _, k = _label_terms(C, gain, bias, origin, scale)
-        return np.argmax(gain * _shifted(self._project(C), k) + bias, axis=1)
+        return _rule_labels(self._project(C), gain, bias, k)
 
     def map_rows(self, fn, *args, dtype=np.float64, columns=None):
         """``fn(X, *args)`` on the rows as given (CSR, float64; the offset not subtracted)."""

@@ -301,6 +301,16 @@ def test_numpy_argmax_rows_matches_the_kernel(seed, K, ties):
         expected = 1.0 + np.bincount(out, weights=weights if weights.size else None, minlength=K)
         np.testing.assert_allclose(counts, expected, rtol=1e-12)
         np.testing.assert_allclose(counts_np, expected, rtol=1e-12)
+    # Both count the rows whose largest value leaves float64's range (the
+    # labels pass relabels those rows): beyond it either way, or not.
+    far = scores.copy()
+    far[::7] *= 1e300
+    weights, counts = np.empty(0), np.zeros(K)
+    with np.errstate(over="ignore"):
+        far[::7] *= 1e8
+        expected = int(np.count_nonzero(~np.isfinite(np.max(far * gain + bias, axis=1))))
+        assert kern.argmax_rows(far, gain, bias, weights, out, counts) == expected
+        assert _numpy_kernels.argmax_rows(far, gain, bias, weights, out_np, counts) == expected
 
 
 @settings(max_examples=25, deadline=None)

@@ -231,3 +231,53 @@ def test_tight_float32_clusters_near_the_smallest_float32_numbers():
         scaled = AttentionClustering(10, random_state=0).fit(np.ldexp(X, -110))
     assert scaled.cluster_centers_.dtype == np.float32
     np.testing.assert_array_equal(scaled.labels_, base.labels_)
+
+
+# -- rows beyond float64's range at the fit's unit scale
+
+
+@pytest.mark.parametrize("noise, exponent", [(0.05, 1020), (1e-4, 1000)])
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+def test_rows_beyond_the_range_of_the_fit_scale(noise, exponent, sparse):
+    # Rows 2^1020 times a fit at unit scale, whose unit-scale entries leave
+    # float64's range from 2^1024, and rows 2^1000 times a fit of tight
+    # clusters, whose logits (products over a variance of 1e-8) do: their
+    # posterior was NaN (inf - inf in the softmax), with RuntimeWarnings.
+    # Now it is the limit as the row moves out, one-hot at argmax_k r_k <x -
+    # m, mu_k> (here the label of the row it scales), the label agrees, and
+    # the density and the score are -inf.
+    X, _, _ = make_mixture(300, 4, 3, noise=noise, random_state=0)
+    kind = sp.csr_matrix if sparse else np.asarray
+    model = _quiet(AttentionClustering(3, random_state=0), kind(X))
+    far = kind(np.ldexp(X[:20], exponent))
+    labels = model.predict(far)
+    np.testing.assert_array_equal(labels, model.labels_[:20])
+    proba = model.predict_proba(far)
+    np.testing.assert_array_equal(proba, np.eye(3)[labels])
+    np.testing.assert_array_equal(model.score_samples(far), -np.inf)
+    assert model.score(far) == -np.inf
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+def test_zero_weight_rows_beyond_the_range_of_the_fit_scale(sparse):
+    # A fit at 2^-1000 with rows of zero weight at about 1e150: those rows
+    # are 2^1500 times the fit's scale. The fit's last pass labels every
+    # row, and their values overflowed there (RuntimeWarnings, and ties
+    # among infinite values: the first head). They now take the rule's
+    # limit, the largest r_k <x - m, mu_k>, and the methods answer without
+    # a warning.
+    X, _, _ = make_mixture(300, 4, 3, noise=0.05, random_state=0)
+    rng = np.random.default_rng(0)
+    Xz = np.ldexp(X, -1000)
+    Xz[:3] = rng.normal(size=(3, 4)) * 1e150
+    w = np.r_[np.zeros(3), np.ones(297)]
+    kind = sp.csr_matrix if sparse else np.asarray
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        model = AttentionClustering(3, random_state=0).fit(kind(Xz), sample_weight=w)
+    raw = (Xz[:3] - model.mean_) @ model.cluster_centers_.T
+    np.testing.assert_array_equal(model.labels_[:3], np.argmax(raw * model.mixture_.radii, axis=1))
+    np.testing.assert_array_equal(model.predict(kind(Xz)), model.labels_)
+    np.testing.assert_array_equal(model.predict_proba(kind(Xz))[:3], np.eye(3)[model.labels_[:3]])
+    np.testing.assert_array_equal(model.score_samples(kind(Xz))[:3], -np.inf)
+    assert np.isfinite(model.score(kind(Xz), sample_weight=w))

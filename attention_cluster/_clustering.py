@@ -953,14 +953,11 @@ def _log_likelihoods(rows, mixture, dtype):
     """``log p(x)`` of every row of a block under ``mixture`` (see :mod:`._model`).
 
     ``-inf`` for rows beyond float64's range at the mixture's unit scale
-    (:func:`_row_exponents`), whose density is below any float.
+    (:func:`_near_terms`), whose density is below any float.
     """
-    far = _row_exponents(rows, mixture.offset, mixture.scale) > _UNIT_LIMIT
+    far, P, q = _near_terms(rows, mixture)
     out = np.full(far.shape, -np.inf)
-    if not far.all():
-        near = rows if not far.any() else rows[~far]
-        P, q = unit_terms(near, mixture.centers, mixture.offset, mixture.scale)
-        out[~far] = mixture.log_likelihoods(P, q)
+    out[~far] = mixture.log_likelihoods(P, q)
     return out.astype(dtype, copy=False)
 
 
@@ -968,21 +965,28 @@ def _posteriors(rows, mixture, dtype):
     """Posterior probabilities of the components for every row of a block.
 
     Rows beyond float64's range at the mixture's unit scale
-    (:func:`_row_exponents`) have one component of probability 1: the limit
+    (:func:`_near_terms`) have one component of probability 1: the limit
     of the posterior as the row moves out, ``argmax_k r_k <x - m, mu_k>``
     (the logits' other terms are below their rounding there).
     """
-    far = _row_exponents(rows, mixture.offset, mixture.scale) > _UNIT_LIMIT
+    far, P, _ = _near_terms(rows, mixture)
     out = np.zeros((len(far), len(mixture.radii)))
-    if not far.all():
-        near = rows if not far.any() else rows[~far]
-        P, _ = unit_terms(near, mixture.centers, mixture.offset, mixture.scale)
-        out[~far] = mixture.posteriors(P)
+    out[~far] = mixture.posteriors(P)
     if far.any():
         C = mixture.centers
         raw = np.asarray(rows[far] @ C.T, dtype=np.float64) - mixture.offset @ C.T
         out[np.flatnonzero(far), np.argmax(raw * mixture.radii, axis=1)] = 1.0
     return out.astype(dtype, copy=False)
+
+
+def _near_terms(rows, mixture):
+    """``(far, P, q)``: the rows beyond 2^``_UNIT_LIMIT`` times the mixture's
+    scale (:func:`_row_exponents`), and :func:`_passes.unit_terms` of the others."""
+    far = _row_exponents(rows, mixture.offset, mixture.scale) > _UNIT_LIMIT
+    if far.all():
+        return far, np.empty((0, len(mixture.radii))), np.empty(0)
+    near = rows[~far] if far.any() else rows
+    return (far, *unit_terms(near, mixture.centers, mixture.offset, mixture.scale))
 
 
 def _row_exponents(rows, mean, scale):

@@ -624,7 +624,9 @@ class DenseRows(_Rows):
         distance from zero (data far from zero would lose the digits that
         separate its clusters). Where ``gain / s`` leaves float64's range
         (rows of about 1e-300 in tight clusters), the scores and the origin
-        are multiplied by a power of two first (:func:`_label_shift`).
+        are multiplied by a power of two first (:func:`_label_terms`), and rows
+        beyond float64's range at the scale take the rule's limit
+        (:func:`_far_labels`).
         """
         return self.labels_and_counts(centers, gain, bias, origin, scale)[0]
 

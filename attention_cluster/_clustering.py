@@ -911,10 +911,6 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 # Rows within 2^this of the scale are squared at unit scale without overflow
 # (their squared norms stay below about 1e200 times the features).
 _SQUARE_SAFE_EXPONENT = 332
-# Rows beyond 2^this times the scale are at the edge of float64's range at
-# unit scale: their logits (products with the heads over a variance down to
-# 1e-12) would overflow, and from 2^1024 their unit-scale entries do.
-_UNIT_LIMIT = 900
 # A partial_fit batch whose rows, divided by the first batch's scale, exceed
 # this magnitude would overflow the stream's squared statistics.
 _STREAM_MAX_MAGNITUDE = 1e100
@@ -980,24 +976,35 @@ def _posteriors(rows, mixture, dtype):
 
 
 def _near_terms(rows, mixture):
-    """``(far, P, q)``: the rows beyond 2^``_UNIT_LIMIT`` times the mixture's
-    scale (:func:`_row_exponents`), and :func:`_passes.unit_terms` of the others."""
-    far = _row_exponents(rows, mixture.offset, mixture.scale) > _UNIT_LIMIT
-    if far.all():
-        return far, np.empty((0, len(mixture.radii))), np.empty(0)
-    near = rows[~far] if far.any() else rows
-    return (far, *unit_terms(near, mixture.centers, mixture.offset, mixture.scale))
+    """``(far, P, q)``: :func:`_passes.unit_terms` of a block's rows, and
+    which rows are beyond float64's range at the mixture's unit scale.
+
+    Those rows' unit-scale terms, or their logits (products with the heads
+    over a variance down to ``1e-12``), are not finite numbers; the other
+    rows' ``P`` and ``q`` are returned, in order.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        P, q = unit_terms(rows, mixture.centers, mixture.offset, mixture.scale)
+        top = np.max(mixture.logits(P), axis=1)
+    far = ~(np.isfinite(P).all(axis=1) & np.isfinite(top))
+    return far, P[~far], q[~far]
 
 
 def _row_exponents(rows, mean, scale):
-    """Per row of a block, the power of two of ``max(|x_ij|, |mean_j|) / scale`` (frexp's exponent).
+    """Per row of a block, the power of two (frexp's exponent) of its extent over ``scale``.
 
-    Taken without the division, which overflows for rows beyond float64's
-    range at that scale.
+    The extent is that of the terms :func:`_passes.unit_terms` forms: of the
+    centred row ``max_j |x_ij - mean_j|`` for dense rows, and for sparse
+    rows, whose squared norms are expanded about the mean, ``max(max_j
+    |x_ij|, max_j |mean_j|)``. Taken without dividing by the scale, which
+    overflows for rows beyond float64's range there.
     """
-    peaks = np.abs(rows).max(axis=1)
-    peaks = np.asarray(peaks.todense() if sp.issparse(peaks) else peaks, dtype=np.float64)
-    extent = np.maximum(peaks.ravel(), float(np.max(np.abs(mean), initial=0.0)))
+    if sp.issparse(rows):
+        peaks = np.asarray(abs(rows).max(axis=1).todense(), dtype=np.float64).ravel()
+        extent = np.maximum(peaks, float(np.max(np.abs(mean), initial=0.0)))
+    else:
+        with np.errstate(over="ignore"):
+            extent = np.max(np.abs(np.asarray(rows, dtype=np.float64) - mean), axis=1, initial=0.0)
     return np.frexp(extent)[1] - np.frexp(float(scale))[1]
 
 

@@ -281,3 +281,23 @@ def test_zero_weight_rows_beyond_the_range_of_the_fit_scale(sparse):
     np.testing.assert_array_equal(model.predict_proba(kind(Xz))[:3], np.eye(3)[model.labels_[:3]])
     np.testing.assert_array_equal(model.score_samples(kind(Xz))[:3], -np.inf)
     assert np.isfinite(model.score(kind(Xz), sample_weight=w))
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+def test_rows_at_a_far_mean_are_not_beyond_the_range(sparse):
+    # Two equal rows at 1.7e271 (found by the property tests at 2000
+    # examples): centred, their unit-scale rows are zero, within range,
+    # though the rows themselves are 2^900 times the scale (1, for rows
+    # with no spread). Rows are beyond the range where their unit-scale
+    # terms or logits are not numbers, not where the rows are large: the
+    # posterior is 0.5 each, and the dense density finite.
+    X = np.array([[1.72513026e271], [1.72513026e271]])
+    kind = sp.csr_matrix if sparse else np.asarray
+    model = _quiet(AttentionClustering(2, random_state=0), X)
+    np.testing.assert_allclose(model.predict_proba(kind(X)), 0.5)
+    if not sparse:
+        assert np.all(np.isfinite(model.score_samples(X)))
+    else:
+        # Sparse rows' squared norms are expanded about the mean, whose
+        # square (about 3e542) leaves float64's range: -inf, never NaN.
+        assert np.all(model.score_samples(kind(X)) == -np.inf)

@@ -309,6 +309,16 @@ def _fit_once(given, prepared, params, init, centre, tuning):
     if centre:
         data = data.centred(prepared.mean)
         spectrum = estimate_spectrum(data, K)
+    with np.errstate(over="ignore"):
+        inverse = 1.0 / spectrum.scale
+    if not np.isfinite(inverse):
+        # Every pass divides the rows by the scale (``_passes``).
+        where = "their mean" if centre else "the origin"
+        raise ValueError(
+            f"X's rows spread about {where} by about {spectrum.scale:.3g}, a scale whose "
+            "inverse float64 cannot hold (below about 5.6e-309): the fit divides the rows "
+            "by it. Multiply X by a power of two: 2**k * X has the partition of X."
+        )
     if basis is not None and init is not None:
         init = basis.T @ init
         init /= np.maximum(np.linalg.norm(init, axis=0), np.finfo(np.float64).tiny)

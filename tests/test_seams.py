@@ -301,3 +301,19 @@ def test_rows_at_a_far_mean_are_not_beyond_the_range(sparse):
         # Sparse rows' squared norms are expanded about the mean, whose
         # square (about 3e542) leaves float64's range: -inf, never NaN.
         assert np.all(model.score_samples(kind(X)) == -np.inf)
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+def test_rows_whose_scale_has_no_inverse_are_refused_clearly(sparse):
+    # Rows spread by about 1e-311 (subnormal numbers): every pass divides
+    # the rows by their scale, whose inverse overflows. The fit failed deep
+    # in the solver ('Initial heads must be finite and non-zero', after
+    # RuntimeWarnings); it now says why after the first pass, and what to
+    # do. At 2^-1022 (the smallest normal numbers) the fit is that of X.
+    X, _, _ = make_mixture(400, 4, 3, noise=0.1, random_state=0)
+    kind = sp.csr_matrix if sparse else np.asarray
+    base = _quiet(AttentionClustering(3, random_state=0), kind(X))
+    near = _quiet(AttentionClustering(3, random_state=0), kind(np.ldexp(X, -1022)))
+    np.testing.assert_array_equal(near.labels_, base.labels_)
+    with pytest.raises(ValueError, match="inverse float64 cannot hold.*power of two"):
+        AttentionClustering(3, random_state=0).fit(kind(np.ldexp(X, -1030)))

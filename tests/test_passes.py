@@ -646,9 +646,9 @@ def test_small_data_fits_as_the_compiled_kernels_do(
     assert small.n_iter_ == compiled.n_iter_
 
 
-# Paths of the E step and the labels: (compiled, d, K, dtype, exponent, beta).
+# Paths of the E step and the labels: (compiled, d, K, dtype or "csr").
 # The keys' factor beta / s and the labels' gain / s leave the dtype's range
-# at rows 2^e X of scale 2^e s: beyond 2^1021 (float64) or 2^125 (float32,
+# at rows 2^e X of scale 2^e s: beyond 2^1022 (float64) or 2^126 (float32,
 # the BLAS path's keys) at e < 0, below their inverse at e > 0.
 _FAR_PATHS = {
     "numpy": (False, 5, 3, np.float64),

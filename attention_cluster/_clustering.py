@@ -21,7 +21,7 @@ from sklearn.utils.validation import check_is_fitted
 from ._choose_k import count_clusters
 from ._mixture import LinearisedEM, OnlineEM, mixture_parameters
 from ._model import MIN_VARIANCE, SphericalMixture
-from ._passes import one_blas_thread, rows_from, unit_terms
+from ._passes import one_blas_thread, row_peaks, rows_from, unit_terms
 from ._plan import fit_plan, predict_rule, resolve_methods
 from ._validation import (
     atomic_fit,
@@ -1000,11 +1000,10 @@ def _row_exponents(rows, mean, scale):
     overflows for rows beyond float64's range there.
     """
     if sp.issparse(rows):
-        peaks = np.asarray(abs(rows).max(axis=1).todense(), dtype=np.float64).ravel()
-        extent = np.maximum(peaks, float(np.max(np.abs(mean), initial=0.0)))
+        extent = np.maximum(row_peaks(rows), float(np.max(np.abs(mean), initial=0.0)))
     else:
         with np.errstate(over="ignore"):
-            extent = np.max(np.abs(np.asarray(rows, dtype=np.float64) - mean), axis=1, initial=0.0)
+            extent = row_peaks(np.asarray(rows, dtype=np.float64) - mean)
     return np.frexp(extent)[1] - np.frexp(float(scale))[1]
 
 

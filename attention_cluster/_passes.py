@@ -204,6 +204,31 @@ class _Rows:
             return self._nested, fraction
         return NestedDraw(rng.randint(_SEED_LIMIT), fraction), fraction
 
+    def subsample(self, rng, size):
+        """About ``size`` distinct rows drawn uniformly, with their weights, or self.
+
+        The rows whose keys are below ``size / n`` (:mod:`._draws`: each row
+        drawn with that probability, independently), from the prepared draw
+        (:meth:`prepare_subsamples`) or from one seeded by ``rng``, as
+        :meth:`_taken` keeps them (:class:`DenseRows`: a float64 copy, with
+        the same scale, whose passes run on this one's thread pool, by the
+        same chunks whatever the threads, so the sums do not depend on them;
+        :class:`SparseRows`: CSR rows). A subsample holds no row of zero
+        weight (:func:`_positive`): those drawn are left out. With
+        ``n_samples <= size``, every row of positive weight: ``self`` when
+        no weight is zero. (:class:`DaskRows` has its own.)
+        """
+        if self.n_samples > size:
+            return self._taken(self._subsample_indices(rng, size))
+        if _all_positive(self.sample_weight):
+            return self
+        return self._taken(np.arange(self.n_samples))
+
+    def _weighted_indices(self, idx):
+        """Of the row indices ``idx``, those of positive weight (:func:`_positive`)."""
+        w = self.sample_weight
+        return idx if w is None else idx[w[idx] > 0.0]
+
     def _subsample_indices(self, rng, size):
         """Indices (increasing) of the rows of a subsample of about ``size``
         rows, for the backends in memory."""
@@ -668,30 +693,9 @@ class DenseRows(_Rows):
 
     # -- rows for subsamples and sampled sequences --------------------------
 
-    def subsample(self, rng, size):
-        """About ``size`` distinct rows drawn uniformly, with their weights, or self.
-
-        The rows whose keys are below ``size / n`` (:mod:`._draws`: each row
-        drawn with that probability, independently), from the prepared draw
-        (:meth:`prepare_subsamples`) or from one seeded by ``rng``. Returns
-        ``self`` when ``n_samples <= size``; otherwise a :class:`DenseRows`
-        on the float64 copy of those rows, with the same scale, whose passes
-        run on this one's thread pool (by the same chunks whatever the
-        threads, so the sums do not depend on them). A subsample holds no
-        row of zero weight (:func:`_positive`): where some weight is zero,
-        rows drawn with it are left out, and the whole rows are a copy of
-        the others.
-        """
-        if self.n_samples <= size:
-            if _all_positive(self.sample_weight):
-                return self
-            return self._taken(np.arange(self.n_samples))
-        return self._taken(self._subsample_indices(rng, size))
-
     def _taken(self, idx):
         """The rows ``idx`` of positive weight (centred) as a float64 :class:`DenseRows` on this pool."""
-        if self.sample_weight is not None:
-            idx = idx[self.sample_weight[idx] > 0.0]
+        idx = self._weighted_indices(idx)
         weight = None if self.sample_weight is None else self.sample_weight[idx]
         rows = np.take(self._X, idx, axis=0)
         if self._offset.size:
@@ -876,6 +880,13 @@ def _blas_head_totals(B, w, U):
     return np.bincount(best, weights=top * w if w.size else top, minlength=U.shape[1])
 
 
+def _within_range(value, dtype=np.float64):
+    """Whether ``value`` lies within ``2^±(maxexp - 2)`` of ``dtype``: far from
+    overflow, and from the subnormal numbers that lose digits."""
+    limit = 2.0 ** (np.finfo(dtype).maxexp - 2)
+    return 1.0 / limit <= value <= limit
+
+
 def _key_shift(beta, inv_scale, dtype):
     """``k`` such that the E step's keys ``(beta / s) 2^-k`` times the heads lie in ``dtype``'s range.
 
@@ -889,8 +900,7 @@ def _key_shift(beta, inv_scale, dtype):
     """
     with np.errstate(over="ignore", under="ignore"):
         factor = beta * inv_scale
-    limit = 2.0 ** (np.finfo(dtype).maxexp - 2)
-    if beta == 0.0 or 1.0 / limit <= factor <= limit:
+    if beta == 0.0 or _within_range(factor, dtype):
         return 0
     return int(np.frexp(beta)[1]) + int(np.frexp(inv_scale)[1])
 
@@ -968,9 +978,8 @@ def _label_terms(C64, gain, bias, origin, scale):
     with np.errstate(over="ignore", under="ignore"):
         unit = gain / scale
     peak = float(np.max(np.abs(unit), initial=0.0))
-    limit = 2.0 ** (np.finfo(np.float64).maxexp - 2)
     k = 0
-    if np.any(gain) and not 1.0 / limit <= peak <= limit:
+    if np.any(gain) and not _within_range(peak):
         k = -int(np.frexp(scale)[1])
         unit = gain / np.ldexp(scale, k)
     bias = np.asarray(bias, dtype=np.float64)
@@ -1889,18 +1898,9 @@ class SparseRows(_Rows):
         """As :meth:`DenseRows.check_finite` (on the stored non-zeros)."""
         assert_all_finite(self._X.data, input_name="X")
 
-    def subsample(self, rng, size):
-        """As :meth:`DenseRows.subsample`: a :class:`SparseRows` on about ``size`` rows."""
-        if self.n_samples <= size:
-            if _all_positive(self.sample_weight):
-                return self
-            return self._taken(np.arange(self.n_samples))
-        return self._taken(self._subsample_indices(rng, size))
-
     def _taken(self, idx):
         """The rows ``idx`` of positive weight as a :class:`SparseRows` with the same offset and scale."""
-        if self.sample_weight is not None:
-            idx = idx[self.sample_weight[idx] > 0.0]
+        idx = self._weighted_indices(idx)
         weight = None if self.sample_weight is None else self.sample_weight[idx]
         return SparseRows(self._X[idx], weight, self.scale, self.offset, compiled=self.compiled)
 
@@ -2019,13 +2019,20 @@ def unit_rows(rows):
     """
     if sp.issparse(rows):
         rows = rows.tocsr(copy=True)
-        peaks = _row_reduce(np.maximum, np.abs(rows.data), rows.indptr)
+        peaks = row_peaks(rows)
         rows.data /= np.repeat(np.where(peaks > 0, peaks, 1), np.diff(rows.indptr))
         return normalize(rows, copy=False)
-    peaks = np.max(np.abs(rows), axis=1, keepdims=True)
+    peaks = row_peaks(rows)[:, None]
     rows = rows / np.where(peaks > 0, peaks, 1)
     norms = np.linalg.norm(rows, axis=1, keepdims=True)
     return rows / np.where(norms > 0, norms, 1)
+
+
+def row_peaks(rows):
+    """The largest ``|x_ij|`` of each row of a dense block or a CSR matrix (0 for a zero row)."""
+    if sp.issparse(rows):
+        return _row_reduce(np.maximum, np.abs(rows.data), rows.indptr)
+    return np.max(np.abs(rows), axis=1, initial=0.0)
 
 
 def stored_bytes(rows):

@@ -936,11 +936,13 @@ class LabelRule(NamedTuple):
 
 def _rule_labels(raw, gain, bias, k):
     """``argmax_h gain_h raw_ih 2^k + bias_h`` by NumPy (float64 ``raw``), far rows by :func:`_far_labels`."""
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):
         scores = _shifted(raw, k)
         values = gain * scores + bias
     labels = np.argmax(values, axis=1)
-    if not np.isfinite(values).all():
+    # A head of weight zero has bias -inf: its values are -inf, and only a
+    # row whose largest value is not finite is beyond the range.
+    if not np.isfinite(np.take_along_axis(values, labels[:, None], axis=1)).all():
         _far_labels(raw, scores, gain, bias, labels)
     return labels
 
@@ -952,12 +954,15 @@ def _far_labels(raw, scores, gain, bias, labels):
     and more), whose values overflow and tie: their label is the limit of
     the rule, ``argmax_h gain_h raw_ih``, from their products ``raw`` as
     computed (``scores`` is ``raw`` times a power of two): the bias is
-    below those values' rounding.
+    below those values' rounding. A head of weight zero (bias -inf) takes
+    no row, there as everywhere.
     """
     with np.errstate(over="ignore", invalid="ignore"):
         far = ~np.isfinite(np.max(scores * gain + bias, axis=1))
-    raw = np.asarray(raw[far], dtype=np.float64)
-    labels[far] = np.argmax(raw * (gain / np.max(np.abs(gain))), axis=1)
+        if not far.any():
+            return
+        limit = np.asarray(raw[far], dtype=np.float64) * (gain / np.max(np.abs(gain)))
+    labels[far] = np.argmax(np.where(np.isnan(limit) | (bias == -np.inf), -np.inf, limit), axis=1)
 
 
 def _label_terms(C64, gain, bias, origin, scale):

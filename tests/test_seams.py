@@ -317,3 +317,50 @@ def test_rows_whose_scale_has_no_inverse_are_refused_clearly(sparse):
     np.testing.assert_array_equal(near.labels_, base.labels_)
     with pytest.raises(ValueError, match="inverse float64 cannot hold.*power of two"):
         AttentionClustering(3, random_state=0).fit(kind(np.ldexp(X, -1030)))
+
+
+@pytest.mark.parametrize("far", [False, True], ids=["in-range", "beyond-range"])
+def test_a_head_of_weight_zero_takes_no_row_of_the_numpy_label_rule(far):
+    # The label rule of sparse rows (and of any array, LabelRule.labels_of)
+    # took a head of weight zero, whose bias log(0) = -inf makes its values
+    # -inf, for rows beyond the range; the rule's limit then divided by the
+    # largest gain, zero where no centroid has a norm: a RuntimeWarning from
+    # a partial_fit of sparse rows whose weighted rows are all equal. Only a
+    # row whose largest value is not finite is beyond the range, and there
+    # the limit, argmax_h gain_h <x, c_h> over the heads of positive weight.
+    from attention_cluster._passes import LabelRule
+
+    rng = np.random.default_rng(0)
+    C = rng.standard_normal((3, 4))
+    X0 = rng.standard_normal((30, 4))
+    X = X0 * (2.0**1020 if far else 1.0)
+    gain, bias = np.array([1.0, 2.0, 0.5]), np.array([0.0, -np.inf, 0.1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        labels = LabelRule(C, gain, bias).labels_of(X)
+        sparse_labels = LabelRule(C, gain, bias).labels_of(sp.csr_matrix(X))
+        zero_gain = LabelRule(C, np.zeros(3), bias).labels_of(X)
+    # Beyond the range the bias is below the values' rounding: the limit.
+    expected = np.argmax(
+        gain * (X0 @ C.T) + (np.where(bias > -np.inf, 0.0, bias) if far else bias), axis=1
+    )
+    np.testing.assert_array_equal(labels, expected)
+    np.testing.assert_array_equal(sparse_labels, expected)
+    assert 1 not in labels
+    np.testing.assert_array_equal(zero_gain, 2)
+
+
+def test_partial_fit_of_sparse_rows_whose_weighted_rows_are_equal():
+    # The case the rule above reproduces, end to end: two weighted rows, the
+    # same row, of data that repeat three rows.
+    rng = np.random.default_rng(0)
+    X = sp.csr_matrix(np.repeat(rng.standard_normal((3, 5)), 20, axis=0))
+    w = np.zeros(60)
+    w[[35, 36]] = [1.0, 3.0]
+    model = AttentionClustering(3, solver="psgd", random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        warnings.simplefilter("error", RuntimeWarning)
+        model.fit(X, sample_weight=w)
+        model.partial_fit(X, sample_weight=w)
+    np.testing.assert_array_equal(model.predict(X), model.labels_)

@@ -78,7 +78,7 @@ class SphericalMixture:
         return cls(
             centers=heads.T.copy(),
             radii=np.array(radii, dtype=np.float64),
-            variance=max(float(variance), MIN_VARIANCE * (mean_sq / d or 1.0)),
+            variance=max(float(variance), MIN_VARIANCE * (mean_sq / d if mean_sq > 0.0 else 1.0)),
             log_weights=np.array(log_weights, dtype=np.float64),
             offset=offset,
             scale=scale,

@@ -79,6 +79,7 @@ from ._validation import (
     check_dask_sample_weight,
     check_sample_weight,
     is_dask_collection,
+    warn,
 )
 
 __all__ = [
@@ -1656,6 +1657,29 @@ class DaskRows(_Rows):
         return self._drawn.draw(state, out)
 
 
+def _lost_spread(variance, terms, magnitude):
+    """Warn when a feature's variance about the offset is within the rounding
+    of its implicit centring (:meth:`SparseRows._moment_at`).
+
+    Each entry of the expanded moment sums ``terms`` products of the
+    ``magnitude`` of the offset's and the rows' squares; sequential sums of
+    equal terms err by up to about ``terms * eps`` of it (measured: 0.05 to
+    0.07 ``terms * eps`` for rows all equal to the mean, from 10 to 1e5 rows).
+    Below that bound the variance is not resolved.
+    """
+    rounding = terms * np.finfo(np.float64).eps * magnitude
+    lost = (variance > 0.0) & (variance <= rounding)
+    if np.any(lost):
+        warn(
+            f"X is sparse and centred without densifying it ((X - 1 m^T) in every product): "
+            f"{int(np.sum(lost))} of its {len(variance)} features spread about the mean by "
+            "less than the rounding of that centring (about sqrt(n * 2.2e-16) times the "
+            "mean, for n rows), so their variances and the fit are not resolved. Pass X "
+            "dense (X.toarray()) or subtract the mean from the stored values first.",
+            UserWarning,
+        )
+
+
 def _on_weighted_rows(method):
     """A :class:`SparseRows` pass that sums over rows, run on its rows of positive weight.
 
@@ -1790,13 +1814,36 @@ class SparseRows(_Rows):
 
     def _moment_at(self, c):
         """The second moment of the rows ``(x - m) / c``, c a power of two:
-        ``X^T W X / W - b m^T - m b^T + m m^T`` at that scale, b the weighted mean."""
+        ``X^T W X / W - b m^T - m b^T + m m^T`` at that scale, b the weighted mean.
+
+        The expansion subtracts terms of the offset's magnitude, and keeps of
+        a feature's spread about m only what exceeds their rounding: a column
+        of one value, centred on it, has a variance of rounding errors, of
+        either sign, that grow with the rows (a spurious direction beside
+        features of small spread). Each feature's variance is therefore held
+        to Popoviciu's bound, ``max((hi_j - m_j)^2, (m_j - lo_j)^2)`` for
+        values in ``[lo_j, hi_j]`` (zero for one value), and to zero from
+        below, its row and column scaled alike (the matrix stays positive
+        semi-definite). A variance left within the expansion's rounding
+        (``_lost_spread``) is warned of.
+        """
         X = self._X.copy()
         X.data = X.data / c
         w, m = self._w(), self.offset / c
         S = np.asarray((X.T @ X.multiply(w[:, None]).tocsr()).todense()) / self.total_weight
         b = X.T @ w / self.total_weight
-        return S - np.outer(b, m) - np.outer(m, b) + np.outer(m, m)
+        M = S - np.outer(b, m) - np.outer(m, b) + np.outer(m, m)
+        if not np.any(m):
+            return M
+        hi, lo = (np.asarray(f(axis=0).todense()).ravel() for f in (X.max, X.min))
+        bound = np.maximum(hi - m, m - lo) ** 2
+        variance = np.diag(M).copy()
+        held = np.clip(variance, 0.0, bound)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            factor = np.where(variance > 0.0, np.sqrt(held / variance), 0.0)
+        M *= np.outer(factor, factor)
+        _lost_spread(held, X.getnnz(axis=0), np.diag(S) + 2.0 * np.abs(b * m) + m * m)
+        return M
 
     @_on_weighted_rows
     def second_moment(self):

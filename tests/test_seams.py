@@ -364,3 +364,85 @@ def test_partial_fit_of_sparse_rows_whose_weighted_rows_are_equal():
         model.fit(X, sample_weight=w)
         model.partial_fit(X, sample_weight=w)
     np.testing.assert_array_equal(model.predict(X), model.labels_)
+
+
+# -- sparse rows centred without densifying them
+
+
+def _fit_recorded(X, K, sample_weight=None):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = AttentionClustering(K, random_state=0).fit(X, sample_weight=sample_weight)
+        proba = model.predict_proba(X)
+    return model, proba, caught
+
+
+def test_sparse_rows_with_a_constant_column_far_from_zero_fit_as_dense_rows():
+    # A column of one value, pi 1e8, beside three clusters of unit spread:
+    # sparse rows are centred inside the products ((X - 1 m^T) V), whose
+    # expanded second moment gave that column a variance of rounding
+    # errors, of the order of the clusters' (2.2e-16 x 1e16 per row
+    # summed): a spurious direction. Its variance is held to Popoviciu's
+    # bound, zero for one value: the sparse fit is the dense one.
+    rng = np.random.default_rng(0)
+    clusters = np.repeat(4.0 * np.eye(3), 100, axis=0) + rng.standard_normal((300, 3))
+    X = np.hstack([clusters, np.full((300, 1), np.pi * 1e8)])
+    dense, _, _ = _fit_recorded(X, 3)
+    sparse, _, caught = _fit_recorded(sp.csr_matrix(X), 3)
+    assert not [w for w in caught if w.category is RuntimeWarning]
+    np.testing.assert_array_equal(sparse.labels_, dense.labels_)
+    np.testing.assert_allclose(sparse.cluster_centers_, dense.cluster_centers_, atol=1e-6)
+    assert sparse.scale_ == pytest.approx(dense.scale_, rel=1e-6)
+
+
+def test_sparse_rows_whose_weighted_rows_are_copies_of_one_row_fit_as_dense_rows():
+    # The rows of positive weight are copies of one row: centred, only the
+    # rounding of their weighted mean is left (a unit in the last place).
+    # Dense rows see that (a scale of about 1e-16 of the rows). Sparse rows
+    # saw the rounding of the expanded moment instead, about sqrt(n eps) =
+    # 1e-7 of the rows, fitted it as clusters at a scale of 1e-9, and, where
+    # those errors summed to a negative mean square, divided by a variance
+    # floored at zero (RuntimeWarnings). Held to Popoviciu's bound, their
+    # spread is the dense rows' again, and they warn that it is not resolved.
+    rng = np.random.default_rng(3)
+    X = np.repeat(rng.standard_normal((3, 5)), 20, axis=0)
+    w = np.zeros(60)
+    w[:20] = rng.integers(0, 3, 20)
+    dense, _, _ = _fit_recorded(X, 2, w)
+    sparse, proba, caught = _fit_recorded(sp.csr_matrix(X), 2, w)
+    assert not [w for w in caught if w.category is RuntimeWarning]
+    assert any("not resolved" in str(w.message) for w in caught)
+    assert sparse.scale_ < 1e-14 and dense.scale_ < 1e-14
+    assert sparse.mixture_.variance > 0.0
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+
+
+@pytest.mark.parametrize("seed", [2, 5, 9])
+def test_sparse_rows_at_a_mean_far_beyond_their_spread_warn(seed):
+    # Rows 1e8 from zero with a unit spread: the expansion keeps no digit of
+    # the spread (2.2e-16 x 1e16 per row summed), a mean square of rounding
+    # errors that was at times negative, and a mixture variance floored at
+    # zero (RuntimeWarnings: 0 / 0 in the labels' rule). The fit now warns
+    # that the spread is not resolved and what to do, and its variance is
+    # positive, its probabilities numbers. The dense fit needs no warning.
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((50, 4)) + 1e8
+    sparse, proba, caught = _fit_recorded(sp.csr_matrix(X), 2)
+    assert not [w for w in caught if w.category is RuntimeWarning]
+    assert any("not resolved" in str(w.message) for w in caught)
+    assert sparse.mixture_.variance > 0.0
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    _, _, dense_caught = _fit_recorded(X, 2)
+    assert not any("not resolved" in str(w.message) for w in dense_caught)
+
+
+def test_the_variance_floor_of_rows_whose_mean_square_rounds_below_zero():
+    # MIN_VARIANCE of the mean square per feature, and of 1 where the mean
+    # square is zero or (a sum of rounding errors) negative: never zero.
+    from attention_cluster._model import MIN_VARIANCE, SphericalMixture
+
+    for mean_sq in (0.0, -1e-9):
+        mixture = SphericalMixture.from_heads(
+            np.eye(2), np.ones(2), 0.0, np.log([0.5, 0.5]), mean_sq, np.zeros(2), 1.0
+        )
+        assert mixture.variance == MIN_VARIANCE

@@ -217,9 +217,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         depend on it: the chunks and the order in which their sums are added
         are the same for any number of threads.
     verbose : int, default=0
-        When positive, print the objective every 100 PSGD steps, each exact
-        solver run's outcome, and the log-likelihood of each accepted EM
-        iterate; on Dask data also each pass over the data and its time.
+        When positive, print each sweep of the spectral start's rotation,
+        the objective every 100 PSGD steps, each exact solver run's outcome,
+        and the log-likelihood of each accepted EM iterate; on Dask data
+        also each pass over the data and its time.
 
     Attributes
     ----------

@@ -1100,7 +1100,9 @@ def pair_schedule(K, product):
 _RECOMPUTE_BELOW = 1e-4
 
 
-def jacobi_rotation(Y, weight, product, max_sweeps, tol, rtol, rotate=rotate_pairs, map_tasks=None):
+def jacobi_rotation(
+    Y, weight, product, max_sweeps, tol, rtol, rotate=rotate_pairs, map_tasks=None, report=None
+):
     """Rotation R (K x K) such that ``Y R`` minimises the regulariser, by Jacobi sweeps.
 
     Sweeps over the pairs of columns (j, k) (:func:`pair_schedule`), each
@@ -1118,7 +1120,9 @@ def jacobi_rotation(Y, weight, product, max_sweeps, tol, rtol, rotate=rotate_pai
     in place. ``rotate`` is a task's steps: :func:`rotate_pairs`, or its
     NumPy form (``_numpy_kernels``) on small data. ``map_tasks(fn, tasks)``
     runs ``fn(*task)`` for each task (a thread pool's map; None: in turn):
-    the tasks of a round of the schedule turn disjoint heads.
+    the tasks of a round of the schedule turn disjoint heads. ``report(sweep,
+    largest)``, if given, is called after each sweep with its number and
+    its largest angle (the progress of a long rotation, under verbose).
 
     The sweeps are driven from Python, a task per call, and the kernels
     allocate nothing: one kernel that allocated its buffers and ran the
@@ -1145,12 +1149,14 @@ def jacobi_rotation(Y, weight, product, max_sweeps, tol, rtol, rotate=rotate_pai
     if map_tasks is None:
         map_tasks = lambda fn, tasks: [fn(*t) for t in tasks]  # noqa: E731
     value = computed = rotation_criterion(YT, weight, product) if rtol > 0.0 else 0.0
-    for _ in range(max_sweeps):
+    for sweep in range(max_sweeps):
         largest = dropped = 0.0
         for tasks in schedule:
             for task_largest, task_dropped in map_tasks(turn, [(pairs,) for pairs in tasks]):
                 largest = max(largest, task_largest)
                 dropped += task_dropped
+        if report is not None:
+            report(sweep + 1, largest)
         if largest < tol or (rtol > 0.0 and dropped <= rtol * value):
             break
         value -= dropped

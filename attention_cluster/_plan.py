@@ -536,7 +536,12 @@ def _start(params, sample, spectrum, init, rng):
     if params.init == "random":
         return random_heads(rng, sample.n_features, params.n_clusters)
     return spectral_heads(
-        sample, spectrum.eigenvectors, params.n_clusters, params.regularization, rng
+        sample,
+        spectrum.eigenvectors,
+        params.n_clusters,
+        params.regularization,
+        rng,
+        params.verbose,
     )
 
 

@@ -6,6 +6,8 @@ that span the regulariser picks the directions (Jacobi sweeps, as in
 kurtosis-based ICA).
 """
 
+import time
+
 import numpy as np
 from sklearn.utils import check_random_state
 
@@ -45,7 +47,7 @@ _SWEEP_TOL = 1e-6
 _SWEEP_RTOL = 1e-4
 
 
-def _rotate_frame(Y, weight, regularization, rows):
+def _rotate_frame(Y, weight, regularization, rows, report=None):
     """Rotation R (K x K) such that ``Y R`` minimises the regulariser.
 
     Jacobi sweeps over the pairs of heads, each an exact 1-D minimisation
@@ -58,7 +60,7 @@ def _rotate_frame(Y, weight, regularization, rows):
     a_m^2``; None uses the pairwise criterion. ``rows``: the data object
     whose rows gave ``Y``; its ``kernels`` turn each task's pairs
     (``rotate_pairs``) and its threads the disjoint tasks of a round
-    (``map_tasks``).
+    (``map_tasks``). ``report(sweep, largest)`` follows the sweeps.
     """
     Y = np.array(Y, dtype=np.float64, order="C")
     weight = np.ascontiguousarray(weight, dtype=np.float64)
@@ -71,21 +73,38 @@ def _rotate_frame(Y, weight, regularization, rows):
         _SWEEP_RTOL,
         rows.kernels.rotate_pairs,
         rows.map_tasks,
+        report,
     )
 
 
-def spectral_heads(rows, eigenvectors, n_clusters, regularization, rng):
+def spectral_heads(rows, eigenvectors, n_clusters, regularization, rng, verbose=0):
     """The top-K ``eigenvectors`` of the second moment (d x d, columns by
-    decreasing eigenvalue), rotated on ``rows`` (a small data object)."""
+    decreasing eigenvalue), rotated on ``rows`` (a small data object);
+    with ``verbose``, each sweep of the rotation is printed."""
     d = eigenvectors.shape[0]
     k = min(n_clusters, d)
     V = eigenvectors[:, :k]
     if k > 1:
         weight = np.ones(rows.n_samples) if rows.sample_weight is None else rows.sample_weight
-        V = V @ _rotate_frame(rows.project(V), weight, regularization, rows)
+        report = _sweep_report(k, rows.n_samples) if verbose else None
+        V = V @ _rotate_frame(rows.project(V), weight, regularization, rows, report)
     if n_clusters > d:
         V = np.hstack([V, random_heads(rng, d, n_clusters - d)])
     return V
+
+
+def _sweep_report(n_heads, n_rows):
+    """``report(sweep, largest)`` for :func:`_rotate_frame`: a line per sweep, with its time."""
+    started = time.perf_counter()
+
+    def report(sweep, largest):
+        print(
+            f"[AttentionClustering] spectral start: sweep {sweep} over the pairs of "
+            f"{n_heads} heads on {n_rows} rows, largest turn {largest:.3g} rad, "
+            f"{time.perf_counter() - started:.1f} s"
+        )
+
+    return report
 
 
 def spectral_init(data, moment, n_clusters, regularization="pairwise", random_state=None):

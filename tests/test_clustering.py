@@ -360,6 +360,24 @@ def test_convergence_warning_and_verbose(paper_data, capsys):
     assert "objective" in capsys.readouterr().out
 
 
+def test_verbose_reports_each_sweep_of_the_spectral_start(capsys):
+    # The start's rotation is the longest silent stage of a fit with many
+    # heads (seconds at K = 200): under verbose each sweep is a line, the
+    # number of sweeps it ran, ending with the one that settled.
+    X, _, _ = make_mixture(4000, 20, 8, noise=0.2, random_state=0)
+    AttentionClustering(8, random_state=0, verbose=1).fit(X)
+    lines = [
+        line for line in capsys.readouterr().out.splitlines() if "spectral start: sweep" in line
+    ]
+    assert lines
+    assert [int(line.split("sweep ")[1].split()[0]) for line in lines] == list(
+        range(1, len(lines) + 1)
+    )
+    assert all("8 heads" in line for line in lines)
+    AttentionClustering(8, random_state=0).fit(X)
+    assert "sweep" not in capsys.readouterr().out
+
+
 _CALLS = {
     "fit": lambda model, X: model.fit(X),
     "fit_predict": lambda model, X: model.fit_predict(X),

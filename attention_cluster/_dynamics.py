@@ -338,6 +338,13 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
     Attributes
     ----------
     labels_ : ndarray of shape (n_samples,)
+        The cluster each token reached: its group at the stopping step
+        (clusters numbered by decreasing size); a token in a group smaller
+        than ``min_cluster_size``, the limit point nearest to where it
+        stopped; beyond ``max_samples``, the cluster its attention to the
+        subsample heads for (passive tracers). :meth:`predict` on the same
+        rows assigns each row by its attention, where it starts, to the
+        limit points, which differs where a trajectory ended elsewhere.
     cluster_centers_ : ndarray of shape (``n_clusters_``, n_features)
         The limit points (mean of each cluster's tokens at the stopping
         step; projected on the sphere for the sphere models; rescaled

@@ -193,6 +193,10 @@ def count_clusters(
         ks = sorted({int(k) for k in n_clusters_range})
     if not ks or ks[0] < 1:
         raise ValueError(f"n_clusters_range must hold positive integers, got {ks!r}.")
+    if ks[0] > n:
+        raise ValueError(f"n_clusters_range must hold a K of at most n_samples={n}, got {ks!r}.")
+    # A fit needs at least as many rows as clusters.
+    ks = [k for k in ks if k <= n]
     tokens = _tokens(rows, max_samples, check_random_state(random_state))
     dynamics = SelfAttentionDynamics(
         beta=beta, min_cluster_size=min_cluster_size, n_threads=n_threads

@@ -172,6 +172,19 @@ def test_bad_range_raises(mixture, bad):
         choose_n_clusters(mixture[0], AttentionClustering(), bad)
 
 
+def test_a_range_beyond_the_rows_raises_and_its_ks_beyond_them_are_dropped(mixture):
+    # No fit has more clusters than rows: a range of such K raised a
+    # KeyError after the dynamics ran; now a ValueError before it, and a
+    # range that also holds such K chooses among the others.
+    X = mixture[0][:40]
+    with pytest.raises(ValueError, match="at most n_samples=40"):
+        choose_n_clusters(X, AttentionClustering(random_state=0), [50, 500])
+    choice = choose_n_clusters(X, AttentionClustering(random_state=0), [1, 2, 3, 500])
+    assert set(choice.scores) == {1, 2, 3}
+    assert choice.n_clusters in (1, 2, 3)
+    assert choice.model.n_clusters == choice.n_clusters
+
+
 def test_bad_string_raises(mixture):
     with pytest.raises(ValueError, match="n_clusters must be one of 'auto'"):
         AttentionClustering("many").fit(mixture[0])

@@ -593,8 +593,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
         The contract of :meth:`sklearn.cluster.MiniBatchKMeans.partial_fit`:
         the first call (or the first after :meth:`fit`) fits the batch as
-        :meth:`fit` does, which fixes the scale ``scale_``, the temperature
-        and the random state's use; each later call updates the mixture of
+        :meth:`fit` does, which fixes the scale ``scale_``, the temperature,
+        the random state's use and, with ``n_clusters="auto"``, the number
+        of clusters (chosen on that batch); each later call updates the mixture of
         :mathmd:`7` with the batch. Each batch's E-step statistics,
         taken at the parameters of its time, are kept as their running mean
         together with their Jacobian in the parameters, so that the centres

@@ -2134,7 +2134,11 @@ def unit_terms(rows, centers, offset, scale):
             )
         q = np.where(np.isnan(q), np.inf, np.maximum(q, 0.0))
     else:
-        Y = np.ldexp(np.asarray(rows, dtype=np.float64), -e) - m
+        # One float64 copy of the block, scaled and centred in place (the
+        # same numbers as ldexp(x) - m: a power of two is exact).
+        Y = np.array(rows, dtype=np.float64)
+        np.ldexp(Y, -e, out=Y)
+        Y -= m
         P = Y @ C.T
         q = np.einsum("ij,ij->i", Y, Y)
     return P / f, q / (f * f)

@@ -1825,7 +1825,8 @@ class SparseRows(_Rows):
         values in ``[lo_j, hi_j]`` (zero for one value), and to zero from
         below, its row and column scaled alike (the matrix stays positive
         semi-definite). A variance left within the expansion's rounding
-        (``_lost_spread``) is warned of.
+        (``_lost_spread``) is warned of (``math.md`` section 7, "The second
+        moment of sparse rows about their mean").
         """
         X = self._X.copy()
         X.data = X.data / c

@@ -446,3 +446,27 @@ def test_the_variance_floor_of_rows_whose_mean_square_rounds_below_zero():
             np.eye(2), np.ones(2), 0.0, np.log([0.5, 0.5]), mean_sq, np.zeros(2), 1.0
         )
         assert mixture.variance == MIN_VARIANCE
+
+
+def test_the_second_moment_of_sparse_rows_about_their_mean_against_numpy():
+    # math.md section 7, "The second moment of sparse rows about their
+    # mean": the expanded moment, each variance held to [0, Popoviciu's
+    # bound] and its row and column scaled alike, against the weighted
+    # moment of the rows centred before they are squared (NumPy). The
+    # column of one value far from zero had a variance of rounding errors
+    # in the hundreds; its variance about the mean (which rounding puts
+    # 1e-7 off the value) is (x - m)^2, its bound, and it is warned of.
+    from attention_cluster._passes import SparseRows
+
+    rng = np.random.default_rng(0)
+    X = np.hstack([rng.standard_normal((500, 3)) * [1.0, 2.0, 0.5], np.full((500, 1), np.pi * 1e8)])
+    X[rng.random(500) < 0.3, 1] = 0.0
+    w = rng.integers(1, 4, 500).astype(float)
+    mean = w @ X / w.sum()
+    centred = X - mean
+    expected = (centred * w[:, None]).T @ centred / w.sum()
+    with pytest.warns(UserWarning, match="1 of its 4 features .* not resolved"):
+        moment = SparseRows(sp.csr_matrix(X), w).centred(mean).second_moment()
+    np.testing.assert_allclose(moment, expected, rtol=1e-10, atol=1e-12)
+    assert moment[3, 3] == pytest.approx(expected[3, 3], rel=1e-6)
+    assert np.all(np.linalg.eigvalsh(moment) >= -1e-12)

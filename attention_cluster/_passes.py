@@ -1657,7 +1657,7 @@ class DaskRows(_Rows):
         return self._drawn.draw(state, out)
 
 
-def _lost_spread(variance, terms, magnitude):
+def _lost_spread(variance, exact, terms, magnitude):
     """Warn when a feature's variance about the offset is within the rounding
     of its implicit centring (:meth:`SparseRows._moment_at`).
 
@@ -1665,10 +1665,11 @@ def _lost_spread(variance, terms, magnitude):
     ``magnitude`` of the offset's and the rows' squares; sequential sums of
     equal terms err by up to about ``terms * eps`` of it (measured: 0.05 to
     0.07 ``terms * eps`` for rows all equal to the mean, from 10 to 1e5 rows).
-    Below that bound the variance is not resolved.
+    Below that bound the variance is not resolved, unless it is ``exact``
+    (a column of one value).
     """
     rounding = terms * np.finfo(np.float64).eps * magnitude
-    lost = (variance > 0.0) & (variance <= rounding)
+    lost = ~exact & (variance <= rounding)
     if np.any(lost):
         warn(
             f"X is sparse and centred without densifying it ((X - 1 m^T) in every product): "
@@ -1822,9 +1823,9 @@ class SparseRows(_Rows):
         either sign, that grow with the rows (a spurious direction beside
         features of small spread). Each feature's variance is therefore held
         to Popoviciu's bound, ``max((hi_j - m_j)^2, (m_j - lo_j)^2)`` for
-        values in ``[lo_j, hi_j]`` (zero for one value), and to zero from
-        below, its row and column scaled alike (the matrix stays positive
-        semi-definite). A variance left within the expansion's rounding
+        values in ``[lo_j, hi_j]`` (for one value, exactly ``(x_j - m_j)^2``),
+        and to zero from below, its row and column scaled alike (the matrix
+        stays positive semi-definite). A variance left within the expansion's rounding
         (``_lost_spread``) is warned of (``math.md`` section 7, "The second
         moment of sparse rows about their mean").
         """
@@ -1838,12 +1839,15 @@ class SparseRows(_Rows):
             return M
         hi, lo = (np.asarray(f(axis=0).todense()).ravel() for f in (X.max, X.min))
         bound = np.maximum(hi - m, m - lo) ** 2
+        # A column of one value x has the variance (x - m)^2 exactly.
+        one_value = hi == lo
         variance = np.diag(M).copy()
-        held = np.clip(variance, 0.0, bound)
+        held = np.where(one_value, bound, np.clip(variance, 0.0, bound))
         with np.errstate(divide="ignore", invalid="ignore"):
             factor = np.where(variance > 0.0, np.sqrt(held / variance), 0.0)
         M *= np.outer(factor, factor)
-        _lost_spread(held, X.getnnz(axis=0), np.diag(S) + 2.0 * np.abs(b * m) + m * m)
+        np.fill_diagonal(M, held)
+        _lost_spread(held, one_value, X.getnnz(axis=0), np.diag(S) + 2.0 * np.abs(b * m) + m * m)
         return M
 
     @_on_weighted_rows

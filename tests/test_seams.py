@@ -382,14 +382,16 @@ def test_sparse_rows_with_a_constant_column_far_from_zero_fit_as_dense_rows():
     # sparse rows are centred inside the products ((X - 1 m^T) V), whose
     # expanded second moment gave that column a variance of rounding
     # errors, of the order of the clusters' (2.2e-16 x 1e16 per row
-    # summed): a spurious direction. Its variance is held to Popoviciu's
-    # bound, zero for one value: the sparse fit is the dense one.
+    # summed): a spurious direction. A column of one value x has the
+    # variance (x - m)^2 (Popoviciu's bound, exact there): the sparse fit
+    # is the dense one, with no warning.
     rng = np.random.default_rng(0)
     clusters = np.repeat(4.0 * np.eye(3), 100, axis=0) + rng.standard_normal((300, 3))
     X = np.hstack([clusters, np.full((300, 1), np.pi * 1e8)])
     dense, _, _ = _fit_recorded(X, 3)
     sparse, _, caught = _fit_recorded(sp.csr_matrix(X), 3)
     assert not [w for w in caught if w.category is RuntimeWarning]
+    assert not any("not resolved" in str(w.message) for w in caught)
     np.testing.assert_array_equal(sparse.labels_, dense.labels_)
     np.testing.assert_allclose(sparse.cluster_centers_, dense.cluster_centers_, atol=1e-6)
     assert sparse.scale_ == pytest.approx(dense.scale_, rel=1e-6)
@@ -402,8 +404,8 @@ def test_sparse_rows_whose_weighted_rows_are_copies_of_one_row_fit_as_dense_rows
     # saw the rounding of the expanded moment instead, about sqrt(n eps) =
     # 1e-7 of the rows, fitted it as clusters at a scale of 1e-9, and, where
     # those errors summed to a negative mean square, divided by a variance
-    # floored at zero (RuntimeWarnings). Held to Popoviciu's bound, their
-    # spread is the dense rows' again, and they warn that it is not resolved.
+    # floored at zero (RuntimeWarnings). Each column holds one value, whose
+    # variance is (x - m)^2 exactly: their spread is the dense rows' again.
     rng = np.random.default_rng(3)
     X = np.repeat(rng.standard_normal((3, 5)), 20, axis=0)
     w = np.zeros(60)
@@ -411,8 +413,9 @@ def test_sparse_rows_whose_weighted_rows_are_copies_of_one_row_fit_as_dense_rows
     dense, _, _ = _fit_recorded(X, 2, w)
     sparse, proba, caught = _fit_recorded(sp.csr_matrix(X), 2, w)
     assert not [w for w in caught if w.category is RuntimeWarning]
-    assert any("not resolved" in str(w.message) for w in caught)
-    assert sparse.scale_ < 1e-14 and dense.scale_ < 1e-14
+    assert not any("not resolved" in str(w.message) for w in caught)
+    assert sparse.scale_ == pytest.approx(dense.scale_, rel=1e-6)
+    assert dense.scale_ < 1e-14
     assert sparse.mixture_.variance > 0.0
     np.testing.assert_allclose(proba.sum(axis=1), 1.0)
 
@@ -455,7 +458,7 @@ def test_the_second_moment_of_sparse_rows_about_their_mean_against_numpy():
     # moment of the rows centred before they are squared (NumPy). The
     # column of one value far from zero had a variance of rounding errors
     # in the hundreds; its variance about the mean (which rounding puts
-    # 1e-7 off the value) is (x - m)^2, its bound, and it is warned of.
+    # 1e-7 off the value) is (x - m)^2 exactly, with no warning.
     from attention_cluster._passes import SparseRows
 
     rng = np.random.default_rng(0)
@@ -465,7 +468,8 @@ def test_the_second_moment_of_sparse_rows_about_their_mean_against_numpy():
     mean = w @ X / w.sum()
     centred = X - mean
     expected = (centred * w[:, None]).T @ centred / w.sum()
-    with pytest.warns(UserWarning, match="1 of its 4 features .* not resolved"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         moment = SparseRows(sp.csr_matrix(X), w).centred(mean).second_moment()
     np.testing.assert_allclose(moment, expected, rtol=1e-10, atol=1e-12)
     assert moment[3, 3] == pytest.approx(expected[3, 3], rel=1e-6)

@@ -1825,9 +1825,10 @@ class SparseRows(_Rows):
         to Popoviciu's bound, ``max((hi_j - m_j)^2, (m_j - lo_j)^2)`` for
         values in ``[lo_j, hi_j]`` (for one value, exactly ``(x_j - m_j)^2``),
         and to zero from below, its row and column scaled alike (the matrix
-        stays positive semi-definite). A variance left within the expansion's rounding
-        (``_lost_spread``) is warned of (``math.md`` section 7, "The second
-        moment of sparse rows about their mean").
+        stays positive semi-definite). A variance of more than one value left
+        within the expansion's rounding (``_lost_spread``) is warned of
+        (``math.md`` section 7, "The second moment of sparse rows about
+        their mean").
         """
         X = self._X.copy()
         X.data = X.data / c

@@ -686,7 +686,9 @@ class DenseRows(_Rows):
                 with np.errstate(over="ignore"):
                     scores = _shifted(np.asarray(scores, dtype=np.float64), k)
             if self.kernels.argmax_rows(scores, gain, bias, w, out[lo:hi], counts):
-                _far_labels(raw, scores, gain, bias, out[lo:hi])
+                with np.errstate(over="ignore", invalid="ignore"):
+                    values = gain * scores + bias
+                _far_labels(raw, values, gain, bias, out[lo:hi])
                 counts = np.bincount(out[lo:hi], weights=w if w.size else None, minlength=K)
             return counts
 
@@ -938,30 +940,27 @@ class LabelRule(NamedTuple):
 def _rule_labels(raw, gain, bias, k):
     """``argmax_h gain_h raw_ih 2^k + bias_h`` by NumPy (float64 ``raw``), far rows by :func:`_far_labels`."""
     with np.errstate(over="ignore", invalid="ignore"):
-        scores = _shifted(raw, k)
-        values = gain * scores + bias
+        values = gain * _shifted(raw, k) + bias
     labels = np.argmax(values, axis=1)
-    # A head of weight zero has bias -inf: its values are -inf, and only a
-    # row whose largest value is not finite is beyond the range.
-    if not np.isfinite(np.take_along_axis(values, labels[:, None], axis=1)).all():
-        _far_labels(raw, scores, gain, bias, labels)
+    _far_labels(raw, values, gain, bias, labels)
     return labels
 
 
-def _far_labels(raw, scores, gain, bias, labels):
-    """Relabel, in place, the rows whose largest ``gain_h scores_ih + bias_h`` is not finite.
+def _far_labels(raw, values, gain, bias, labels):
+    """Relabel, in place, the rows whose largest value ``values_ih = gain_h
+    raw_ih 2^k + bias_h`` is not finite.
 
     Rows beyond float64's range at the rule's scale (about 1e308 times it
     and more), whose values overflow and tie: their label is the limit of
     the rule, ``argmax_h gain_h raw_ih``, from their products ``raw`` as
-    computed (``scores`` is ``raw`` times a power of two): the bias is
-    below those values' rounding. A head of weight zero (bias -inf) takes
-    no row, there as everywhere.
+    computed: the bias is below those values' rounding. A head of weight
+    zero (bias -inf, whose values are -inf for every row) takes no row,
+    there as everywhere.
     """
+    far = ~np.isfinite(np.max(values, axis=1, initial=-np.inf))
+    if not far.any():
+        return
     with np.errstate(over="ignore", invalid="ignore"):
-        far = ~np.isfinite(np.max(scores * gain + bias, axis=1))
-        if not far.any():
-            return
         limit = np.asarray(raw[far], dtype=np.float64) * (gain / np.max(np.abs(gain)))
     labels[far] = np.argmax(np.where(np.isnan(limit) | (bias == -np.inf), -np.inf, limit), axis=1)
 

@@ -964,16 +964,17 @@ def _posteriors(rows, mixture, dtype):
 
     Rows beyond float64's range at the mixture's unit scale
     (:func:`_near_terms`) have one component of probability 1: the limit
-    of the posterior as the row moves out, ``argmax_k r_k <x - m, mu_k>``
-    (the logits' other terms are below their rounding there).
+    of the posterior as the row moves out, which is the labels' rule's
+    there (``_passes._far_labels``: ``argmax_k r_k <x, mu_k>`` over the
+    components of positive weight; the logits' other terms are below their
+    rounding).
     """
     far, P, _ = _near_terms(rows, mixture)
     out = np.zeros((len(far), len(mixture.radii)))
     out[~far] = mixture.posteriors(P)
     if far.any():
-        C = mixture.centers
-        raw = np.asarray(rows[far] @ C.T, dtype=np.float64) - mixture.offset @ C.T
-        out[np.flatnonzero(far), np.argmax(raw * mixture.radii, axis=1)] = 1.0
+        limit = predict_rule(mixture.centers, mixture, mixture.offset).labels_of(rows[far])
+        out[np.flatnonzero(far), limit] = 1.0
     return out.astype(dtype, copy=False)
 
 

@@ -174,8 +174,10 @@ def argmax_rows(scores, gain, bias, weights, out, counts):
     rows whose largest value is not finite.
     """
     K = scores.shape[1]
-    # Values beyond float64's range are infinite (the caller relabels them).
-    with np.errstate(over="ignore"):
+    # Values beyond float64's range are infinite (the caller relabels them),
+    # and NaN where an infinite product meets the bias -inf of a head of
+    # weight zero: such a value never takes a row, as in the compiled loop.
+    with np.errstate(over="ignore", invalid="ignore"):
         if K > _COLUMN_HEADS:
             values = scores * gain + bias
             np.argmax(values, axis=1, out=out)
@@ -185,8 +187,9 @@ def argmax_rows(scores, gain, bias, weights, out, counts):
             out[:] = 0
             for k in range(1, K):
                 column = scores[:, k] * gain[k] + bias[k]
-                np.copyto(out, k, where=column > top)
-                np.maximum(top, column, out=top)
+                taken = column > top
+                np.copyto(out, k, where=taken)
+                np.copyto(top, column, where=taken)
     counts += np.bincount(out, weights=weights if weights.size else None, minlength=len(counts))
     return int(np.count_nonzero(~np.isfinite(top)))
 

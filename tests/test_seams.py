@@ -474,3 +474,24 @@ def test_the_second_moment_of_sparse_rows_about_their_mean_against_numpy():
     np.testing.assert_allclose(moment, expected, rtol=1e-10, atol=1e-12)
     assert moment[3, 3] == pytest.approx(expected[3, 3], rel=1e-6)
     assert np.all(np.linalg.eigvalsh(moment) >= -1e-12)
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+def test_rows_beyond_the_range_take_no_component_of_weight_zero(sparse):
+    # A fitted component of weight zero (EM can empty one; here set so): for
+    # rows beyond float64's range at the fit's scale, predict took the
+    # labels' limit over the components of positive weight, while
+    # predict_proba put probability 1 on the largest r_k <x - m, mu_k> of
+    # all of them, the empty one included. Both now take the one limit.
+    from dataclasses import replace
+
+    X, _, _ = make_mixture(300, 4, 3, noise=0.05, random_state=0)
+    kind = sp.csr_matrix if sparse else np.asarray
+    model = _quiet(AttentionClustering(3, random_state=0), kind(X))
+    log_weights = model.mixture_.log_weights.copy()
+    log_weights[1] = -np.inf
+    model.mixture_ = replace(model.mixture_, log_weights=log_weights)
+    far = kind(np.ldexp(X[model.labels_ == 1][:5], 1020))
+    labels = model.predict(far)
+    assert 1 not in labels
+    np.testing.assert_array_equal(model.predict_proba(far), np.eye(3)[labels])

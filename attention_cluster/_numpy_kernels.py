@@ -174,9 +174,11 @@ def argmax_rows(scores, gain, bias, weights, out, counts):
     rows whose largest value is not finite.
     """
     K = scores.shape[1]
-    # Values beyond float64's range are infinite (the caller relabels them),
-    # and NaN where an infinite product meets the bias -inf of a head of
-    # weight zero: such a value never takes a row, as in the compiled loop.
+    # Values beyond float64's range are infinite (the caller relabels those
+    # rows), and NaN where an infinite product meets the bias -inf of a head
+    # of weight zero. By columns such a value never takes a row, as in the
+    # compiled loop; np.argmax takes it, and its row, whose largest value is
+    # then not finite, is relabelled by the caller as well.
     with np.errstate(over="ignore", invalid="ignore"):
         if K > _COLUMN_HEADS:
             values = scores * gain + bias

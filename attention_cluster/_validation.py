@@ -250,6 +250,7 @@ def check_count(value, name, minimum=1):
     if (
         isinstance(value, bool)
         or not isinstance(value, numbers.Real)
+        or not np.isfinite(value)
         or int(value) != value
         or value < minimum
     ):
@@ -266,13 +267,16 @@ def check_noise(noise):
     return noise
 
 
-def check_temperature(temperature, *, allow_zero=False):
-    """lambda: finite and > 0 (>= 0 with ``allow_zero``).
+def check_temperature(temperature, *, allow_zero=False, curve=False):
+    """lambda: finite and > 0 (>= 0 with ``allow_zero``), one number unless ``curve``.
 
     Returns a Python float for a scalar, which keeps float32 arrays in
-    float32 (NEP 50), and a float64 array otherwise.
+    float32 (NEP 50), and, with ``curve`` (theory's functions, evaluated at
+    many temperatures at once), a float64 array otherwise.
     """
-    bad = isinstance(temperature, bool)
+    if not curve and np.ndim(temperature) != 0:
+        raise ValueError(f"temperature must be one number, got shape {np.shape(temperature)}.")
+    bad = isinstance(temperature, (bool, np.bool_, str, bytes))
     if not bad:
         try:
             t = np.asarray(temperature, dtype=np.float64)

@@ -73,7 +73,13 @@ def _check_heads(heads, n_features, dtype):
         )
     if not np.all(np.isfinite(heads)):
         raise ValueError("heads contains NaN or infinity.")
-    return heads.astype(dtype, copy=False)
+    with np.errstate(over="ignore"):
+        cast = heads.astype(dtype, copy=False)
+    if not np.all(np.isfinite(cast)):
+        raise ValueError(
+            f"heads exceed the range of X's dtype ({np.dtype(dtype).name}): pass X as float64."
+        )
+    return cast
 
 
 def finite_output(out):
@@ -122,7 +128,7 @@ def linear_attention(X, heads, *, temperature=1.0, n_clusters=None):
     ValueError
         If X or heads is empty, complex, not finite or of the wrong shape.
     FloatingPointError
-        If the output overflows.
+        If the output, or a product on the way to it, overflows.
 
     Examples
     --------
@@ -176,7 +182,7 @@ def in_context_attention(X, *, temperature=1.0, n_clusters=2):
     ValueError
         If X is empty, complex, not finite or not 2-D or 3-D.
     FloatingPointError
-        If the output overflows.
+        If the output, or a product on the way to it, overflows.
 
     Examples
     --------
@@ -200,8 +206,8 @@ def in_context_attention(X, *, temperature=1.0, n_clusters=2):
 def _softmax_aggregate(queries, keys, values, temperature):
     """``sum_k softmax_k(lambda <q_l, k_k>) v_k``, summed over the head axis.
 
-    ``queries`` and ``keys`` have shape (n, H, L, r), ``values`` (n, 1, L, d);
-    returns (n, L, d). Scores are formed by blocks of prompts and rows holding
+    ``queries`` and ``keys`` have shape (n, H, L, r), ``values`` (n, 1, L, d),
+    one set of values for every head; returns (n, L, d). Scores are formed by blocks of prompts and rows holding
     at most ``_SCORE_BUDGET`` numbers, shifted by their row maximum before
     ``exp`` (log-sum-exp), so no score overflows.
     """
@@ -220,9 +226,10 @@ def _softmax_aggregate(queries, keys, values, temperature):
                 scores = temperature * (queries[P, :, R] @ keys_t[P])  # (np, H, nr, L)
                 scores -= np.max(scores, axis=-1, keepdims=True)
                 np.exp(scores, out=scores)
-                weighted = scores @ values[P]  # (np, H, nr, d)
-                weighted /= np.sum(scores, axis=-1, keepdims=True)
-            out[P, R] = np.sum(weighted, axis=1)
+                scores /= np.sum(scores, axis=-1, keepdims=True)  # each head's softmax
+                # The heads share the values: their weights are summed
+                # first, so no (np, H, nr, d) array is formed.
+                out[P, R] = np.sum(scores, axis=1) @ values[P, 0]
     return out
 
 
@@ -234,7 +241,7 @@ def softmax_attention(X, heads, *, temperature=1.0):
     simplifies into a linear head, summed over heads like the linear
     predictor). The softmax normalises each head, so no ``K / L`` factor
     appears. The ``L x L`` scores of each head are formed by blocks of rows
-    with the log-sum-exp shift: ``O(L^2 K)`` time, bounded memory.
+    with the log-sum-exp shift: ``O(L^2 (K + d))`` time, bounded memory.
 
     Parameters
     ----------
@@ -255,7 +262,7 @@ def softmax_attention(X, heads, *, temperature=1.0):
     ValueError
         If X or heads is empty, complex, not finite or of the wrong shape.
     FloatingPointError
-        If the scores overflow.
+        If the scores, or the product on the way to them, overflow.
 
     Examples
     --------
@@ -302,7 +309,7 @@ def in_context_softmax_attention(X, *, temperature=1.0):
     ValueError
         If X is empty, complex, not finite or not 2-D or 3-D.
     FloatingPointError
-        If the scores overflow.
+        If the scores, or the product on the way to them, overflow.
 
     Examples
     --------

@@ -74,7 +74,7 @@ def _check_length(sequence_length):
 
 def _temperatures(temperature):
     """lambda >= 0 as a float array (theory's curves take arrays)."""
-    return np.asarray(check_temperature(temperature, allow_zero=True), dtype=np.float64)
+    return np.asarray(check_temperature(temperature, allow_zero=True, curve=True), dtype=np.float64)
 
 
 def _length_weights(L):

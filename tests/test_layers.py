@@ -1,5 +1,8 @@
 """The attention layers against direct O(L^2) NumPy formulas, and their symmetries."""
 
+import tracemalloc
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -243,12 +246,32 @@ def test_bad_prompts_raise(name, X, match):
         layer(X, np.ones((1, 3)), 1.0)
 
 
-@pytest.mark.parametrize("temperature", [0.0, -1.0, np.inf, np.nan, True, "auto"])
+@pytest.mark.parametrize("temperature", [0.0, -1.0, np.inf, np.nan, True, np.True_, "auto", "1"])
 @pytest.mark.parametrize("name", list(LAYERS))
 def test_bad_temperature_raises(name, temperature):
     layer, _ = LAYERS[name]
     with pytest.raises(ValueError, match="temperature must be a finite number > 0"):
         layer(np.ones((2, 3)), np.ones((1, 3)), temperature)
+
+
+@pytest.mark.parametrize(
+    "temperature", [np.array([1.0, 2.0, 3.0]), [[1.0], [2.0]], np.ones((2, 3))]
+)
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_temperature_of_several_numbers_raises(name, temperature):
+    # lambda is one number of the layer (math.md section 2): an array would
+    # broadcast over features, heads or keys instead.
+    layer, _ = LAYERS[name]
+    with pytest.raises(ValueError, match="temperature must be one number"):
+        layer(np.ones((2, 3)), np.ones((1, 3)), temperature)
+
+
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_zero_dimensional_temperature_is_a_number(name, global_random_seed):
+    layer, _ = LAYERS[name]
+    X = np.random.default_rng(global_random_seed).standard_normal((5, 3))
+    heads = np.ones((1, 3))
+    np.testing.assert_array_equal(layer(X, heads, np.array(0.7)), layer(X, heads, 0.7))
 
 
 @pytest.mark.parametrize(
@@ -267,13 +290,41 @@ def test_bad_heads_raise(layer, heads, match):
         layer(np.ones((2, 3)), heads)
 
 
-@pytest.mark.parametrize("n_clusters", [0, 1.5, True])
+@pytest.mark.parametrize("n_clusters", [0, 1.5, True, np.nan, np.inf])
 @pytest.mark.parametrize(
     "layer", [in_context_attention, lambda X, **kw: linear_attention(X, np.eye(3), **kw)]
 )
 def test_bad_n_clusters_raises(layer, n_clusters):
     with pytest.raises(ValueError, match="n_clusters must be an integer >= 1"):
         layer(np.ones((2, 3)), n_clusters=n_clusters)
+
+
+@pytest.mark.parametrize("layer", [linear_attention, softmax_attention])
+def test_heads_beyond_float32_of_float32_prompts_raise(layer):
+    X = np.ones((2, 3), dtype=np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="heads exceed the range of X's dtype"):
+            layer(X, np.full((1, 3), 1e300))
+
+
+def test_softmax_heads_hold_no_array_of_heads_by_features(monkeypatch, global_random_seed):
+    # Bounded memory: the heads' softmax weights are summed before they meet
+    # the values, so what a block holds is of the scores' size, not K d times
+    # the rows (math.md section 2's sum over heads is linear in the weights).
+    rng = np.random.default_rng(global_random_seed)
+    X, heads = rng.standard_normal((60, 400)), rng.standard_normal((50, 400))
+    expected = ref_softmax(X, heads, 0.01)
+    monkeypatch.setattr(layers, "_SCORE_BUDGET", 50 * 60 * 8)
+    tracemalloc.start()
+    try:
+        out = softmax_attention(X, heads, temperature=0.01)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_allclose(out, expected, rtol=1e-10, atol=1e-12)
+    # Before: a (1, 50, 8, 400) block of weighted values, 1.3 MB.
+    assert peak < 8 * (X.size + 4 * 50 * 60 * 8)
 
 
 @pytest.mark.parametrize("name", list(LAYERS))

@@ -24,7 +24,7 @@ from scipy.linalg import expm
 from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from ._dynamics_kernels import attention, cell_plane, group_tokens, self_attention
 from ._passes import dense_block, stored_bytes, unit_rows, usable_threads
@@ -56,6 +56,8 @@ def _weight_matrix(value, name, n_features):
     """``None`` (the identity) or a finite ``(d, d)`` float64 array."""
     if value is None:
         return None
+    if np.iscomplexobj(value):
+        raise ValueError(f"{name} must be real, got a complex array.")
     W = np.asarray(value, dtype=np.float64)
     if W.shape != (n_features, n_features):
         raise ValueError(
@@ -129,8 +131,23 @@ class _Flow:
         Row j of Z stands for ``weights[j]`` tokens at one place (1 each when
         None): the weighted particles of ``docs/math.md`` section 8. Returns
         the new tokens and ``log Z_i`` of the tokens at time t (for the
-        energy and the self-attention of each token).
+        energy and the self-attention of each token). A step that overflows
+        (a logit or a token beyond the dtype's range) raises a
+        FloatingPointError instead of returning NaN.
         """
+        with np.errstate(over="ignore", invalid="ignore"):  # refused below
+            Z, log_norm = self._advance(Z, t, weights)
+        if not np.all(np.isfinite(Z)):
+            raise FloatingPointError(
+                "The self-attention dynamics overflowed the floating-point range: a logit "
+                "beta <Q x_i, K x_j> (for the unnormalised model, growing as exp(2t)), the "
+                "factor Z_i / n of the USA model, or a token left it. Lower beta, the scale "
+                "of query and key, or the horizon (number of steps x step_size)."
+            )
+        return Z, log_norm
+
+    def _advance(self, Z, t, weights):
+        """:meth:`step` on the dtype's range, where an overflow gives inf or NaN."""
         X = self._embed(Z, t)
         values = Z if self.model == "unnormalized" else _apply(self.value, X)
         # weights of 1 add log 1 = 0 to every logit: no extra coordinate then
@@ -171,7 +188,8 @@ def attention_flow(
     Parameters
     ----------
     X : array-like of shape (n_tokens, n_features)
-        Initial tokens (projected on the sphere for the sphere models).
+        Initial tokens (projected on the sphere for the sphere models; a
+        zero row, which has no direction, stays zero).
     n_steps : int
         Number of steps (layers).
     model : {"sa", "usa", "unnormalized"}, default="sa"
@@ -190,6 +208,15 @@ def attention_flow(
         The tokens at times ``0, h, ..., n_steps h`` (the rescaled tokens z
         for the unnormalised model).
 
+    Raises
+    ------
+    ValueError
+        If X is empty, complex, not finite or not 2-D, or a parameter is invalid.
+    FloatingPointError
+        If a step overflows: a logit ``beta <Q x_i, K x_j>`` beyond float64's
+        range, which the unnormalised model reaches after a time of about
+        ``log(1e308 / beta) / 2`` with V = I, its tokens growing as ``e^t``.
+
     Examples
     --------
     >>> import numpy as np
@@ -201,7 +228,7 @@ def attention_flow(
     >>> bool(np.allclose(np.linalg.norm(path, axis=2), 1.0))
     True
     """
-    X = np.asarray(X, dtype=np.float64)
+    X = check_array(X, dtype=np.float64, input_name="X")
     check_positive(n_steps, "n_steps", numbers.Integral, min_val=0, strict=False)
     flow = _check_flow(X, model, beta, step_size, query, key, value, chunk_size=None, n_threads=1)
     Z = unit_rows(X) if model in SPHERE_MODELS else X.copy()
@@ -472,6 +499,12 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         -------
         self : SelfAttentionDynamics
             Fitted estimator.
+
+        Raises
+        ------
+        FloatingPointError
+            If a step of the dynamics overflows (see :func:`attention_flow`);
+            the estimator is then left as it was.
         """
         X = validate_data(
             self, X, accept_sparse=("csr", "csc"), dtype=[np.float64, np.float32], order="C"

@@ -385,6 +385,54 @@ def test_bad_parameters_raise(params, match):
         SelfAttentionDynamics(**params).fit(np.eye(3))
 
 
+@pytest.mark.parametrize(
+    "X, kwargs, match",
+    [
+        (np.full((3, 2), np.nan), {}, "NaN"),
+        ([[np.inf, 0.0], [1.0, 1.0]], {}, "infinity"),
+        (np.eye(3) + 1j, {}, "Complex data not supported"),
+        (np.ones((0, 3)), {}, "0 sample"),
+        (np.ones((3, 0)), {}, "0 feature"),
+        (np.eye(3), {"query": np.eye(3) + 1j}, "query must be real"),
+    ],
+    ids=["nan", "inf", "complex", "no-token", "no-feature", "complex-query"],
+)
+def test_flow_of_bad_tokens_raises_before_work(X, kwargs, match):
+    # As SelfAttentionDynamics.fit refuses them: never a trajectory of NaN.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=match):
+            attention_flow(X, 2, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "n_steps, kwargs",
+    [
+        # USA's factor Z_i / n = exp(beta <x_i, x_j>) / n beyond float64.
+        (3, {"model": "usa", "beta": 800.0}),
+        # The unnormalised model's logits grow as exp(2t): t = 400.
+        (400, {"model": "unnormalized", "step_size": 1.0}),
+        # Logits beta <Q x_i, K x_j> beyond float64.
+        (2, {"query": 1e200 * np.eye(3), "key": 1e200 * np.eye(3)}),
+    ],
+    ids=["usa", "unnormalized-horizon", "sa-logits"],
+)
+def test_overflowing_flow_raises_instead_of_returning_nan(n_steps, kwargs, global_random_seed):
+    X = np.random.default_rng(global_random_seed).standard_normal((6, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(FloatingPointError, match="overflowed"):
+            attention_flow(X, n_steps, **kwargs)
+
+
+def test_overflowing_dynamics_raises_and_leaves_the_estimator_unfitted(global_random_seed):
+    X = np.random.default_rng(global_random_seed).standard_normal((6, 3))
+    model = SelfAttentionDynamics(model="usa", beta=800.0, step_size=0.1, max_iter=5)
+    with pytest.raises(FloatingPointError, match="overflowed"):
+        model.fit(X)
+    assert not hasattr(model, "cluster_centers_")
+
+
 def test_zero_row_has_no_direction():
     # A zero token attends to all tokens alike and moves to their mean's direction.
     X = np.array([[1.0, 0.1], [1.0, -0.1], [0.0, 0.0]])

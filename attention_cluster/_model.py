@@ -34,7 +34,7 @@ __all__ = ["SphericalMixture", "MIN_VARIANCE"]
 MIN_VARIANCE = 1e-12
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class SphericalMixture:
     """A spherical Gaussian mixture in the unit coordinates ``y = (x - offset) / scale``.
 
@@ -56,6 +56,18 @@ class SphericalMixture:
         m, the mean subtracted from the rows (zeros when none was).
     scale : float
         s > 0.
+
+    Raises
+    ------
+    ValueError
+        If the shapes disagree, a parameter is not finite (but a log weight
+        of -inf), ``variance`` or ``scale`` is not positive, or no component
+        has a positive weight.
+
+    Notes
+    -----
+    Two mixtures compare equal only when they are the same object (its
+    parameters are arrays); it hashes by identity.
     """
 
     centers: np.ndarray
@@ -64,6 +76,34 @@ class SphericalMixture:
     log_weights: np.ndarray
     offset: np.ndarray
     scale: float
+
+    def __post_init__(self):
+        centers = np.asarray(self.centers)
+        if centers.ndim != 2 or centers.shape[0] == 0:
+            raise ValueError(
+                f"centers must have shape (n_clusters, n_features), got {centers.shape}."
+            )
+        K, d = centers.shape
+        for name, shape in (("radii", (K,)), ("log_weights", (K,)), ("offset", (d,))):
+            if np.shape(getattr(self, name)) != shape:
+                raise ValueError(
+                    f"{name} must have shape {shape}, got {np.shape(getattr(self, name))}."
+                )
+        for name in ("centers", "radii", "offset", "variance", "scale"):
+            if not np.all(np.isfinite(getattr(self, name))):
+                raise ValueError(f"{name} must be finite.")
+        for name in ("variance", "scale"):
+            if np.ndim(getattr(self, name)) != 0 or not getattr(self, name) > 0:
+                raise ValueError(
+                    f"{name} must be one positive number, got {getattr(self, name)!r}."
+                )
+        log_weights = np.asarray(self.log_weights, dtype=np.float64)
+        if np.any(np.isnan(log_weights) | (log_weights == np.inf)) or not np.any(
+            np.isfinite(log_weights)
+        ):
+            raise ValueError(
+                "log_weights must be finite or -inf (an empty component), with one finite at least."
+            )
 
     @classmethod
     def from_heads(cls, heads, radii, variance, log_weights, mean_sq, offset, scale):
@@ -95,7 +135,7 @@ class SphericalMixture:
     def covariances(self):
         """``(s tau)^2`` for each component (spherical); infinite where it overflows."""
         with np.errstate(over="ignore"):
-            return np.full(len(self.radii), self.scale**2 * self.variance)
+            return np.full(len(self.radii), np.float64(self.scale) ** 2 * self.variance)
 
     @property
     def concentration(self):

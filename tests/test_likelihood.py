@@ -1,12 +1,14 @@
 """AttentionClustering's mixture likelihood (math.md section 7) against SciPy and Monte Carlo."""
 
+import copy
+
 import numpy as np
 import pytest
 from scipy.special import logsumexp
 from scipy.stats import multivariate_normal
 from sklearn.metrics import adjusted_rand_score
 
-from attention_cluster import AttentionClustering
+from attention_cluster import AttentionClustering, SphericalMixture
 from attention_cluster.datasets import make_mixture
 
 
@@ -166,3 +168,44 @@ def test_auto_norms_stay_equal_on_rows_of_one_norm(dtype):
     # The same rows at three norms: the test of the norms decides again.
     scaled = unit * np.array([1.0, 2.0, 3.0])[np.arange(len(unit)) % 3, None]
     assert AttentionClustering(3, random_state=0).fit(scaled).centroid_norms_ == "free"
+
+
+def _mixture_arguments(fitted):
+    mixture = fitted[0].mixture_
+    return {
+        name: getattr(mixture, name)
+        for name in ("centers", "radii", "variance", "log_weights", "offset", "scale")
+    }
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        ({"variance": -1.0}, "variance must be one positive number"),
+        ({"variance": np.nan}, "variance must be finite"),
+        ({"scale": 0.0}, "scale must be one positive number"),
+        ({"scale": np.ones(3)}, "scale must be one positive number"),
+        ({"radii": np.ones(2)}, r"radii must have shape \(3,\)"),
+        ({"offset": np.zeros(4)}, r"offset must have shape \(5,\)"),
+        ({"centers": np.ones(5)}, "centers must have shape"),
+        ({"log_weights": np.full(3, -np.inf)}, "one finite at least"),
+        ({"log_weights": np.array([0.0, np.nan, 0.0])}, "log_weights must be finite or -inf"),
+    ],
+    ids=lambda v: str(v)[:30],
+)
+def test_mixture_of_invalid_parameters_raises(fitted, change, match):
+    # Its methods would return NaN (a negative or NaN variance, no component
+    # of positive weight) or broadcast arrays of other shapes.
+    with pytest.raises(ValueError, match=match):
+        SphericalMixture(**{**_mixture_arguments(fitted), **change})
+
+
+def test_mixture_compares_and_hashes_by_identity(fitted):
+    mixture = fitted[0].mixture_
+    assert mixture == mixture and mixture != copy.deepcopy(mixture)
+    assert len({mixture, mixture}) == 1
+
+
+def test_mixture_covariance_of_a_python_float_scale_overflows_to_infinity(fitted):
+    mixture = SphericalMixture(**{**_mixture_arguments(fitted), "scale": 1e200})
+    assert np.all(mixture.covariances == np.inf)

@@ -18,6 +18,7 @@ mixtures in ``benchmarks/choose_k.py`` (the "Choosing K" page).
 
 import numbers
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,7 +30,7 @@ from sklearn.utils import check_random_state
 from ._dynamics import SelfAttentionDynamics
 from ._passes import rows_from, unit_rows
 from ._plan import predict_rule
-from ._validation import check_positive, warn
+from ._validation import check_count, check_positive, warn
 
 # Inverse temperature of the dynamics on the unit sphere (its default).
 DYNAMICS_BETA = 10.0
@@ -307,7 +308,23 @@ def plot_n_clusters_scores(scores, n_clusters=None, ax=None):
     Returns
     -------
     ax : matplotlib Axes
+
+    Raises
+    ------
+    TypeError
+        If ``scores`` is not a non-empty mapping with integer keys.
+    ValueError
+        If ``n_clusters`` is not an integer >= 1.
     """
+    if not isinstance(scores, Mapping) or not scores:
+        raise TypeError(
+            "scores must be a non-empty mapping of K to its score, such as "
+            f"n_clusters_scores_ or choose_n_clusters(...).scores; got {type(scores).__name__}."
+        )
+    if not all(isinstance(k, numbers.Integral) and not isinstance(k, bool) for k in scores):
+        raise TypeError("scores' keys must be the integers K.")
+    if n_clusters is not None:
+        n_clusters = check_count(n_clusters, "n_clusters")
     import matplotlib.pyplot as plt
 
     if ax is None:

@@ -241,6 +241,28 @@ def test_plot_helper_draws_the_curve(mixture):
     plt.close(ax.figure)
 
 
+@pytest.mark.parametrize(
+    "scores, n_clusters, error, match",
+    [
+        ([1, 2, 3], None, TypeError, "scores must be a non-empty mapping"),
+        ({}, None, TypeError, "scores must be a non-empty mapping"),
+        ({1: 0, "2": 3}, None, TypeError, "keys must be the integers K"),
+        ({1: 0, 2: 3}, "x", ValueError, "n_clusters must be an integer"),
+        ({1: 0, 2: 3}, np.nan, ValueError, "n_clusters must be an integer"),
+    ],
+    ids=["list", "empty", "string-key", "string-K", "nan-K"],
+)
+def test_plot_helper_refuses_what_is_not_a_curve_before_drawing(scores, n_clusters, error, match):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figures = len(plt.get_fignums())
+    with pytest.raises(error, match=match):
+        plot_n_clusters_scores(scores, n_clusters)
+    assert len(plt.get_fignums()) == figures
+
+
 def test_xmeans_bic_matches_the_gaussian_log_density(monkeypatch):
     # The X-means peer of benchmarks/choose_k.py: its closed form against
     # sum_i log(n_k / n) + log N(x_i; c_k, sigma^2 I) by scipy.

@@ -73,7 +73,9 @@ def warm_up(client=None, *, n_features=10, n_clusters=3, dtype="float64"):
         ``distributed`` is imported and one is running, else this process
         only.
     n_features : int, default=10
-        Width of the data the fits will see.
+        Width of the data the fits will see. The warm-up fits a dense
+        mixture of at least 256 rows of that width (2 KiB a feature in
+        float64).
     n_clusters : int, default=3
         Number of clusters the fits will ask for.
     dtype : {"float64", "float32"}, default="float64"
@@ -97,9 +99,13 @@ def warm_up(client=None, *, n_features=10, n_clusters=3, dtype="float64"):
     """
     n_features = check_count(n_features, "n_features")
     n_clusters = check_count(n_clusters, "n_clusters")
-    if np.dtype(dtype) not in (np.float32, np.float64):
+    if dtype is None or np.dtype(dtype) not in (np.float32, np.float64):
         raise ValueError(f'dtype must be "float64" or "float32", got {dtype!r}.')
     dtype = np.dtype(dtype).name
+    if client is not None and not callable(getattr(client, "register_plugin", None)):
+        raise TypeError(
+            f"client must be a distributed.Client or None, got {type(client).__name__}."
+        )
     if client is None:
         client = running_client()
     if client is not None:

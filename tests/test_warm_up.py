@@ -41,12 +41,21 @@ def _signatures():
         (dict(dtype="int64"), "dtype must be"),
         (dict(n_clusters=0), "n_clusters must be"),
         (dict(n_features=2.5), "n_features must be"),
+        (dict(dtype=None), "dtype must be"),
+        (dict(n_features=np.nan), "n_features must be"),
+        (dict(n_clusters=np.inf), "n_clusters must be"),
     ],
-    ids=["dtype", "n_clusters", "n_features"],
+    ids=["dtype", "n_clusters", "n_features", "dtype-none", "nan-features", "inf-clusters"],
 )
 def test_invalid_arguments_raise_before_any_work(value, match):
     with pytest.raises(ValueError, match=match):
         warm_up(**value)
+
+
+@pytest.mark.parametrize("client", ["x", 1])
+def test_what_is_not_a_client_raises_before_any_work(client):
+    with pytest.raises(TypeError, match="client must be a distributed.Client or None"):
+        warm_up(client)
 
 
 def test_a_fit_after_the_warm_up_loads_no_kernel():

@@ -35,6 +35,7 @@ from ._validation import (
     check_temperature,
     check_weights,
 )
+from .layers import finite_output
 from .metrics import centroid_distance
 
 __all__ = [
@@ -133,8 +134,8 @@ def unbiased_temperature(noise, sequence_length=np.inf, n_clusters=2):
     0.9
     """
     s2 = check_noise(noise) ** 2
-    L = float(sequence_length)
-    K = float(n_clusters)
+    L = float(_check_length(sequence_length))
+    K = float(check_count(n_clusters, "n_clusters"))
     if np.isinf(L):
         return 1.0 / (1.0 + K * s2)
     return L / (K * (1.0 + (K + 2.0) * s2) + (L - 1.0) * (1.0 + K * s2))
@@ -178,8 +179,9 @@ def in_context_unbiased_temperature(noise, sequence_length, n_features, n_cluste
     0.75
     """
     s2 = check_noise(noise) ** 2
-    L = float(sequence_length)
-    K = float(n_clusters)
+    L = float(_check_length(sequence_length))
+    K = check_count(n_clusters, "n_clusters")
+    n_features = check_count(n_features, "n_features")
     if np.isinf(L):
         return 1.0 / (1.0 + K * s2)
     return (L / K) / (1.0 + (n_features + 2.0) * s2 + (L - 1.0) * (1.0 / K + s2))
@@ -302,16 +304,26 @@ class _LayerMoments:
         return self.a0, a1, a2, g1, g2
 
 
-def _problem(heads, centroids, noise, temperature, sequence_length, weights):
-    heads = np.asarray(heads, dtype=np.float64)
-    centroids = np.asarray(centroids, dtype=np.float64)
-    if centroids.ndim != 2:
-        raise ValueError(f"centroids must be a 2-D array, got shape {centroids.shape}.")
-    weights = check_weights(weights, centroids.shape[0])
-    if heads.ndim != 2 or heads.shape[1] != centroids.shape[1]:
+def _finite_matrix(a, name, n_features=None, rows="L"):
+    """A non-empty, real, finite float64 matrix of ``n_features`` columns when
+    given (lighter than check_array: psgd_path calls it once per step)."""
+    if np.iscomplexobj(a):
+        raise ValueError(f"Complex data not supported: {name} must be real.")
+    a = np.asarray(a, dtype=np.float64)
+    if a.ndim != 2 or a.size == 0 or (n_features is not None and a.shape[1] != n_features):
+        shape = f"({rows}, d)" if n_features is None else f"({rows}, {n_features})"
         raise ValueError(
-            f"heads must have shape (n_heads, {centroids.shape[1]}), got {heads.shape}."
+            f"{name} must be a non-empty array of shape {shape} (one per row), got {a.shape}."
         )
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} contains NaN or infinity.")
+    return a
+
+
+def _problem(heads, centroids, noise, temperature, sequence_length, weights):
+    centroids = _finite_matrix(centroids, "centroids", rows="n_clusters")
+    heads = _finite_matrix(heads, "heads", centroids.shape[1], rows="n_heads")
+    weights = check_weights(weights, centroids.shape[0])
     s = float(check_noise(noise)) ** 2
     tau = float(_temperatures(temperature)) * heads.shape[0]
     return heads, centroids, weights, s, tau, float(_check_length(sequence_length))
@@ -711,7 +723,14 @@ def manifold_risk(alignment, noise, temperature, sequence_length=np.inf, n_featu
     >>> float(manifold_risk([1.0, 1.0], 0.0, 1.0))  # L = inf, sigma = 0: T = X
     0.0
     """
-    u = np.asarray(alignment, dtype=np.float64) ** 2
+    kappa = np.asarray(alignment, dtype=np.float64)
+    if kappa.ndim == 0 or kappa.shape[-1] == 0:
+        raise ValueError(
+            f"alignment must hold one kappa per head along its last axis, got shape {kappa.shape}."
+        )
+    if not np.all(np.abs(kappa) <= 1.0):
+        raise ValueError("alignment must lie in [-1, 1] (kappa_h = <mu_h, mu*_h>, unit vectors).")
+    u = kappa**2
     A, B, C, D = manifold_risk_coefficients(
         noise, temperature, sequence_length, u.shape[-1], n_features
     )
@@ -870,6 +889,15 @@ def auto_temperature(noise, sequence_length, n_clusters, n_features, eigenvalues
     """
     unbiased = float(unbiased_temperature(noise, sequence_length, n_clusters))
     caps = [0.95 * float(lambda_star(noise, sequence_length, n_clusters, n_features))]
+    if eigenvalues is not None:
+        eigenvalues = np.asarray(eigenvalues, dtype=np.float64)
+        if eigenvalues.shape != (n_features,) or not np.all(np.isfinite(eigenvalues)):
+            raise ValueError(
+                f"eigenvalues must be {n_features} finite numbers (one per feature), "
+                f"got shape {eigenvalues.shape}."
+            )
+        if np.any(np.diff(eigenvalues) > 0):
+            raise ValueError("eigenvalues must be in descending order: the first is the largest.")
     if eigenvalues is not None and eigenvalues[0] > 0:
         effective = eigenvalues[0] + float(np.sum(eigenvalues)) / sequence_length
         caps.append(0.9 / (n_clusters * effective))
@@ -907,14 +935,18 @@ def manifold_heads(centroids, alignment, random_state=None):
     >>> np.round(H @ C.T, 12).tolist(), round(float(H[0] @ H[1]), 12)
     ([[0.6, 0.0], [0.0, 0.8]], 0.0)
     """
-    centroids = np.asarray(centroids, dtype=np.float64)
+    given = np.asarray(centroids)
+    centroids = _finite_matrix(centroids, "centroids", rows="n_clusters")
     K, d = centroids.shape
-    if not np.allclose(centroids @ centroids.T, np.eye(K), atol=1e-10):
+    # Orthonormal to the rounding of the centroids' dtype (float32 from a
+    # float32 QR, say).
+    rounding = 1e-10 if given.dtype != np.float32 else 1e-5
+    if not np.allclose(centroids @ centroids.T, np.eye(K), atol=rounding):
         raise ValueError("centroids must be orthonormal rows.")
     if d < 2 * K:
         raise ValueError(f"The manifold needs n_features >= 2 n_clusters, got {d} < {2 * K}.")
     kappa = np.broadcast_to(np.asarray(alignment, dtype=np.float64), (K,))
-    if np.any(np.abs(kappa) > 1):
+    if not np.all(np.abs(kappa) <= 1):
         raise ValueError("alignment must lie in [-1, 1].")
     rng = check_random_state(random_state)
     G = rng.standard_normal((d, K))
@@ -1125,7 +1157,8 @@ def in_context_risk(noise, temperature, sequence_length, n_features, n_clusters=
     True
     """
     a0, a1, a2, *_, tau = _in_context(noise, temperature, sequence_length, n_features, n_clusters)
-    return a0 - 2.0 * tau * a1 + tau**2 * a2
+    # A mean square: at 0 where its terms' rounding would take it below.
+    return np.maximum(a0 - 2.0 * tau * a1 + tau**2 * a2, 0.0)
 
 
 def in_context_conditional_variance(noise, temperature, sequence_length, n_features, n_clusters=2):
@@ -1160,7 +1193,8 @@ def in_context_conditional_variance(noise, temperature, sequence_length, n_featu
     )
     w1, _ = _length_weights(L)
     bias = tau * (w1[0] * (1.0 + (d + 2.0) * s) + w1[1] * (1.0 / K + s))
-    return tau**2 * a2 - bias**2
+    # A variance: at 0 where its terms' rounding would take it below.
+    return np.maximum(tau**2 * a2 - bias**2, 0.0)
 
 
 def in_context_optimal_temperature(noise, n_features, sequence_length=np.inf, n_clusters=2):
@@ -1266,8 +1300,11 @@ def population_pgd(
         gamma > 0. None takes ``gamma = 0.5 / (||H||_2 + 2 rho ||N||_2)`` at
         the start, where ``grad_U R = H U`` and ``N = E[(X^T U U^T X) X X^T]``
         bounds the regularizer's ``grad_{mu_j} r = 2 sum_{k != j}
-        E[<mu_k, X>^2 X X^T] mu_j``: a scale-free step, stable in the tests
-        (the iteration diverged for ``gamma ||H||_2`` above about 1).
+        E[<mu_k, X>^2 X X^T] mu_j``: a scale-free step (the iteration
+        diverged for ``gamma ||H||_2`` above about 1). ``||H||_2`` can grow
+        along the way (temperatures above ``lambda*``): a step that would
+        raise the objective is halved, for that step and the ones after,
+        until it does not, so the objective never rises.
     max_iter : int, default=10000
         Maximum number of steps.
     tol : float, default=1e-10
@@ -1292,15 +1329,17 @@ def population_pgd(
     >>> res.converged, bool(res.distance[-1] < 1e-8)
     (True, True)
     """
-    heads0 = np.asarray(heads0, dtype=np.float64)
-    heads0 = heads0 / np.linalg.norm(heads0, axis=1, keepdims=True)
     heads0, centroids, weights, s, tau, L = _problem(
         heads0, centroids, noise, temperature, sequence_length, weights
     )
-    if not reg_strength >= 0:
-        raise ValueError(f"reg_strength must be >= 0, got {reg_strength!r}.")
-    if step_size is not None and not step_size > 0:
-        raise ValueError(f"step_size must be > 0, got {step_size!r}.")
+    norms = np.linalg.norm(heads0, axis=1, keepdims=True)
+    if not np.all(norms > 0):
+        raise ValueError("heads0 must have no zero row: each head is normalised onto the sphere.")
+    heads0 = heads0 / norms
+    reg_strength = check_positive(reg_strength, "reg_strength", strict=False)
+    if step_size is not None:
+        step_size = check_positive(step_size, "step_size")
+    tol = check_positive(tol, "tol", strict=False)
     max_iter = check_count(max_iter, "max_iter", 0)
     basis, (H, means) = _reduce(heads0, centroids)
     U = H.T
@@ -1323,20 +1362,33 @@ def population_pgd(
             N = _average(weights, _n1(k_p, P, Pm, means, s, moments.eye))
             scale += 2.0 * reg_strength * np.linalg.norm(N, 2)
         step_size = 0.5 / scale if scale > 0 else 1.0  # scale 0: lambda = rho = 0
-    values = []
+    value, grad = objective(U)
+    values = [value]
     distances = [centroid_distance(U.T, means)]
     converged = False
     n_iter = 0
     while True:
-        value, grad = objective(U)
-        values.append(value)
         riem = project_tangent(U, grad)
         if np.linalg.norm(riem) <= tol:
             converged = True
             break
         if n_iter == max_iter:
             break
-        U = retract(U, -step_size * riem)
+        # A step that raises the objective (a step too long for the
+        # curvature met on the way, where the iterates would settle into a
+        # cycle) is halved until it does not; every step taken descends.
+        while True:
+            V = retract(U, -step_size * riem)
+            new_value, new_grad = objective(V)
+            if not np.isfinite(new_value):
+                raise FloatingPointError(
+                    "The population objective overflowed the floating-point range."
+                )
+            if new_value <= value + _ROUNDING * (abs(value) + moments.a0):
+                break
+            step_size *= 0.5
+        U, value, grad = V, new_value, new_grad
+        values.append(value)
         n_iter += 1
         distances.append(centroid_distance(U.T, means))
     return PGDResult(
@@ -1348,6 +1400,12 @@ def population_pgd(
     )
 
 
+# Rise of the population objective, relative to its terms' magnitude (E||X||^2
+# and the objective), that population_pgd takes for rounding, not for a step
+# too long: near a minimum a step changes the objective by less than that.
+_ROUNDING = 1e-12
+
+
 # ---------------------------------------------------------------------------
 # Projected stochastic gradient descent on sampled sequences (section 2).
 # ---------------------------------------------------------------------------
@@ -1355,17 +1413,6 @@ def population_pgd(
 # Rows drawn at once by psgd_path (8 MiB at d = 16): bounds its memory
 # whatever the gap between two recorded iterations.
 _DRAWN_ROWS = 1 << 16
-
-
-def _finite_matrix(a, name, n_features=None):
-    """A non-empty finite float64 matrix (lighter than check_array: called once per step)."""
-    a = np.asarray(a, dtype=np.float64)
-    if a.ndim != 2 or a.size == 0 or (n_features is not None and a.shape[1] != n_features):
-        shape = "(L, d)" if n_features is None else f"(n_heads, {n_features}) (one head per row)"
-        raise ValueError(f"{name} must be a non-empty array of shape {shape}, got {a.shape}.")
-    if not np.all(np.isfinite(a)):
-        raise ValueError(f"{name} contains NaN or infinity.")
-    return a
 
 
 def sequence_loss_gradient(tokens, heads, temperature, *, n_clusters=None):
@@ -1402,6 +1449,11 @@ def sequence_loss_gradient(tokens, heads, temperature, *, n_clusters=None):
     gradient : ndarray of shape (n_heads, n_features)
         The Euclidean gradient, one row per head.
 
+    Raises
+    ------
+    FloatingPointError
+        If the loss or the gradient overflows, as the layer does.
+
     See Also
     --------
     attention_cluster.layers.linear_attention : the layer T itself.
@@ -1417,7 +1469,7 @@ def sequence_loss_gradient(tokens, heads, temperature, *, n_clusters=None):
     """
     X = np.ascontiguousarray(_finite_matrix(tokens, "tokens"))
     L, d = X.shape
-    heads = _finite_matrix(heads, "heads", d)
+    heads = _finite_matrix(heads, "heads", d, rows="n_heads")
     n_heads = heads.shape[0]
     K = n_heads if n_clusters is None else check_count(n_clusters, "n_clusters")
     c = check_temperature(temperature) * K / L
@@ -1425,6 +1477,8 @@ def sequence_loss_gradient(tokens, heads, temperature, *, n_clusters=None):
     grad = np.zeros_like(U)
     A, G, E, W = (np.empty(shape) for shape in ((L, n_heads), (d, n_heads), (L, d), (L, n_heads)))
     loss = _kernels.sequence_loss_grad(X, U, c, grad, A, G, E, W)
+    # The layer's own refusal (layers.finite_output), for the loss and its gradient.
+    finite_output(np.append(grad.ravel(), loss))
     return float(loss), grad.T
 
 
@@ -1524,7 +1578,9 @@ def psgd_path(
     """
     X = check_array(X, accept_sparse="csr", dtype=[np.float64, np.float32], order="C")
     n_features = X.shape[1]
-    U = np.ascontiguousarray(normalize_heads(_finite_matrix(heads0, "heads0", n_features).T))
+    U = np.ascontiguousarray(
+        normalize_heads(_finite_matrix(heads0, "heads0", n_features, rows="n_heads").T)
+    )
     n_heads = U.shape[1]
     temperature = check_temperature(temperature)
     step_size = check_positive(step_size, "step_size")
@@ -1533,6 +1589,8 @@ def psgd_path(
         record.ndim != 1
         or record.size == 0
         or record.dtype.kind not in "iuf"
+        or not np.all(np.isfinite(record))
+        or np.any(record >= 2.0**63)
         or np.any(record != np.floor(record))
         or np.any(record < 0)
         or np.any(np.diff(record) < 0)

@@ -548,6 +548,100 @@ def test_pgd_too_much_regularisation_hurts_at_high_noise():
     assert runs[1.0].converged and runs[1.0].distance[-1] > 0.1
 
 
+@pytest.mark.parametrize(
+    "heads, centroids, match",
+    [
+        (np.where(np.eye(2, 5) == 1, np.inf, 0.0), np.eye(2, 5), "heads contains NaN or infinity"),
+        (np.eye(2, 5), np.full((2, 5), np.nan), "centroids contains NaN or infinity"),
+        (np.eye(2, 5) + 1j, np.eye(2, 5), "Complex data not supported"),
+        (np.zeros((2, 0)), np.zeros((2, 0)), "centroids must be a non-empty array"),
+        (np.eye(2, 5), np.zeros((0, 5)), "centroids must be a non-empty array"),
+        (np.zeros((0, 5)), np.eye(2, 5), "heads must be a non-empty array"),
+    ],
+    ids=["inf-heads", "nan-centroids", "complex", "no-feature", "no-centroid", "no-head"],
+)
+@pytest.mark.parametrize(
+    "function",
+    [
+        lambda H, C: theory.population_risk(H, C, 0.3, 0.5, 10),
+        lambda H, C: theory.population_risk_gradient(H, C, 0.3, 0.5, 10),
+        lambda H, C: theory.pairwise_regularizer(H, C, 0.3),
+        lambda H, C: theory.pairwise_regularizer_gradient(H, C, 0.3),
+        lambda H, C: theory.population_pgd(H, C, 0.3, 0.5, 10, max_iter=1),
+    ],
+    ids=["risk", "gradient", "regularizer", "regularizer-gradient", "pgd"],
+)
+def test_closed_forms_refuse_bad_heads_and_centroids_before_work(function, heads, centroids, match):
+    # An infinite head made the SVD of the span spin without end; NaN gave a
+    # LinAlgError or a NaN value.
+    with pytest.raises(ValueError, match=match):
+        function(heads, centroids)
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: theory.unbiased_temperature(0.3, 0), "sequence_length must be >= 1"),
+        (lambda: theory.unbiased_temperature(0.3, np.nan), "sequence_length must be >= 1"),
+        (lambda: theory.unbiased_temperature(0.3, 10, 0), "n_clusters must be an integer"),
+        (lambda: theory.unbiased_temperature(0.3, 10, 2.5), "n_clusters must be an integer"),
+        (
+            lambda: theory.in_context_unbiased_temperature(0.3, 10, 10, 0),
+            "n_clusters must be an integer",
+        ),
+        (
+            lambda: theory.in_context_unbiased_temperature(0.3, 10, 0, 2),
+            "n_features must be an integer >= 1",
+        ),
+        (lambda: theory.manifold_risk([2.0, 0.5], 0.3, 0.5, 10, 10), r"alignment must lie in"),
+        (lambda: theory.manifold_risk([np.nan, 0.5], 0.3, 0.5, 10, 10), r"alignment must lie in"),
+        (lambda: theory.manifold_risk(0.5, 0.3, 0.5, 10, 10), "one kappa per head"),
+        (lambda: theory.manifold_heads(np.eye(2, 5), np.nan), r"alignment must lie in"),
+        (lambda: theory.manifold_heads(np.ones(5), 0.5), "centroids must be a non-empty array"),
+        (lambda: theory.auto_temperature(0.3, 10, 2, 3, []), "eigenvalues must be 3 finite"),
+        (lambda: theory.auto_temperature(0.3, 10, 2, 3, [1.0, np.nan, 0.0]), "3 finite"),
+        (lambda: theory.auto_temperature(0.3, 10, 2, 3, [0.1, 0.5, 1.0]), "descending order"),
+    ],
+    ids=lambda v: "" if callable(v) else v[:24],
+)
+def test_scalar_closed_forms_refuse_impossible_settings(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_manifold_heads_take_float32_orthonormal_centroids(global_random_seed):
+    rng = np.random.default_rng(global_random_seed)
+    C = np.linalg.qr(rng.standard_normal((6, 2)).astype(np.float32))[0].T
+    H = theory.manifold_heads(C, [0.6, 0.8], random_state=0)
+    np.testing.assert_allclose(H @ C.T.astype(np.float64), np.diag([0.6, 0.8]), atol=1e-5)
+
+
+def test_in_context_risks_are_not_negative_at_vanishing_noise():
+    # At sigma = 1e-13 the unbiased layer's risk and variance are 0 up to the
+    # rounding of their terms (about 1e-16), which took them below zero.
+    for K in (2, 3, 5):
+        lam = theory.in_context_optimal_temperature(1e-13, 10, np.inf, K)
+        assert theory.in_context_risk(1e-13, lam, np.inf, 10, K) >= 0.0
+        assert theory.in_context_conditional_variance(1e-13, lam, np.inf, 10, K) >= 0.0
+
+
+def test_pgd_objective_never_rises_above_lambda_star(global_random_seed):
+    # At 3 lambda* the default step, fixed from the start's ||H||_2, met a
+    # larger curvature on the way and cycled between two objectives
+    # (1.0579 and 1.0682 from this start) without converging.
+    C = np.eye(2, 10)
+    lam = 3 * float(theory.lambda_star(0.3))
+    for start in (0, global_random_seed):
+        H = np.random.RandomState(start).standard_normal((2, 10))
+        run = theory.population_pgd(H, C, 0.3, lam, max_iter=5000)
+        rises = np.diff(run.objective)
+        # Rises within the rounding of the terms, of magnitude E||X||^2 = 1 + d sigma^2.
+        assert np.all(rises <= 1e-12 * (np.abs(run.objective[:-1]) + 1.9)), rises.max()
+        assert run.converged
+        fixed = theory.population_pgd(H, C, 0.3, lam, max_iter=5000, step_size=0.05)
+        np.testing.assert_allclose(run.objective[-1], fixed.objective[-1], rtol=1e-8)
+
+
 def test_pgd_validates_its_parameters():
     C = np.eye(2, 4)
     with pytest.raises(ValueError, match="step_size"):
@@ -558,3 +652,11 @@ def test_pgd_validates_its_parameters():
         theory.population_pgd(C, C, 0.3, 0.5, 0)
     with pytest.raises(ValueError, match="noise"):
         theory.population_risk(C, C, -0.3, 0.5, 10)
+    with pytest.raises(ValueError, match="heads0 must have no zero row"):
+        theory.population_pgd(np.eye(2, 4) * [[1.0], [0.0]], C, 0.3, 0.5, 10)
+    for name in ("reg_strength", "step_size"):
+        with pytest.raises(ValueError, match=f"{name} must be finite"):
+            theory.population_pgd(C, C, 0.3, 0.5, 10, **{name: np.inf})
+    for tol in (-1.0, np.nan):
+        with pytest.raises(ValueError, match="tol must be"):
+            theory.population_pgd(C, C, 0.3, 0.5, 10, tol=tol)

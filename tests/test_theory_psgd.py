@@ -173,6 +173,8 @@ def test_psgd_path_is_rotation_equivariant_with_unit_heads(
         (dict(record=[-1, 2]), "record must be"),
         (dict(record=[0, 1.5]), "record must be"),
         (dict(record=[]), "record must be"),
+        (dict(record=[0, np.inf]), "record must be"),
+        (dict(record=[0, 1e19]), "record must be"),
         (dict(step_size=0.0), "step_size must be > 0"),
         (dict(temperature=-1.0), "temperature must be"),
         (dict(gradient="newton"), "gradient must be one of"),
@@ -201,3 +203,11 @@ def test_psgd_path_and_gradient_validate_their_arrays():
         theory.sequence_loss_gradient(np.ones(3), np.eye(2, 3), 1.0)
     with pytest.raises(ValueError, match="heads contains NaN"):
         theory.sequence_loss_gradient(X, np.full((2, 3), np.inf), 1.0)
+    with pytest.raises(ValueError, match="Complex data not supported"):
+        theory.sequence_loss_gradient(X + 1j, np.eye(2, 3), 1.0)
+
+
+def test_overflowing_sequence_loss_raises_as_the_layer_does():
+    X = 1e80 * np.random.default_rng(0).standard_normal((5, 3))
+    with pytest.raises(FloatingPointError, match="overflowed"):
+        theory.sequence_loss_gradient(X, np.eye(1, 3), 1.0)

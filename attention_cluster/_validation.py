@@ -258,12 +258,19 @@ def check_count(value, name, minimum=1):
     return int(value)
 
 
-def check_noise(noise):
-    """sigma: finite and >= 0, as a float array (a 0-d array for a scalar)."""
+def check_noise(noise, *, scalar=False):
+    """sigma: finite and >= 0, as a float array (a 0-d array for a scalar);
+    with ``scalar``, one number, returned as a float."""
     given = noise
+    if isinstance(noise, (bool, np.bool_, str, bytes)):
+        raise ValueError(f"noise must be a finite number >= 0, got {given!r}.")
     noise = np.asarray(noise, dtype=np.float64)
     if np.any(~np.isfinite(noise)) or np.any(noise < 0):
         raise ValueError(f"noise must be a finite number >= 0, got {given!r}.")
+    if scalar:
+        if noise.ndim != 0:
+            raise ValueError(f"noise must be one number, got shape {noise.shape}.")
+        return float(noise)
     return noise
 
 
@@ -291,10 +298,21 @@ def check_temperature(temperature, *, allow_zero=False, curve=False):
 
 
 def check_weights(weights, n_clusters):
-    """Mixture weights, uniform when None: n_clusters non-negative numbers summing to 1."""
+    """Mixture weights, uniform when None: n_clusters non-negative numbers summing to 1.
+
+    A sum within ``np.isclose`` of 1 is taken as 1, and the weights are
+    divided by it, so that what is returned sums to 1 to rounding (as
+    ``RandomState.choice`` requires of its probabilities).
+    """
     if weights is None:
         return np.full(n_clusters, 1.0 / n_clusters)
     weights = np.asarray(weights, dtype=np.float64)
-    if weights.shape != (n_clusters,) or np.any(weights < 0) or not np.isclose(weights.sum(), 1.0):
+    if (
+        weights.shape != (n_clusters,)
+        or not np.all(np.isfinite(weights))
+        or np.any(weights < 0)
+        or not np.isclose(weights.sum(), 1.0)
+    ):
         raise ValueError("weights must be n_clusters non-negative numbers summing to 1.")
-    return weights
+    total = float(weights.sum())
+    return weights if total == 1.0 else weights / total

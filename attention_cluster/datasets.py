@@ -91,22 +91,16 @@ def _resolve_mixture(n_clusters, n_features, centroids, weights, rng):
     if isinstance(centroids, str):
         centroids = make_centroids(n_clusters, n_features, kind=centroids, random_state=rng)
     else:
+        if np.iscomplexobj(centroids):
+            raise ValueError("Complex data not supported: centroids must be real.")
         centroids = np.array(centroids, dtype=np.float64)
         if centroids.shape != (n_clusters, n_features):
             raise ValueError(
                 f"centroids must have shape ({n_clusters}, {n_features}), got {centroids.shape}."
             )
-    if weights is None:
-        weights = np.full(n_clusters, 1.0 / n_clusters)
-    else:
-        weights = np.asarray(weights, dtype=np.float64)
-        if (
-            weights.shape != (n_clusters,)
-            or np.any(weights < 0)
-            or not np.isclose(weights.sum(), 1.0)
-        ):
-            raise ValueError("weights must be n_clusters non-negative numbers summing to 1.")
-    return centroids, weights
+        if not np.all(np.isfinite(centroids)):
+            raise ValueError("centroids contains NaN or infinity.")
+    return centroids, check_weights(weights, n_clusters)
 
 
 def make_mixture(
@@ -162,7 +156,7 @@ def make_mixture(
     n_samples = check_count(n_samples, "n_samples")
     n_features = check_count(n_features, "n_features")
     n_clusters = check_count(n_clusters, "n_clusters")
-    check_noise(noise)
+    noise = check_noise(noise, scalar=True)
     rng = check_random_state(random_state)
     centroids, weights = _resolve_mixture(n_clusters, n_features, centroids, weights, rng)
     labels = rng.choice(n_clusters, size=n_samples, p=weights)
@@ -271,7 +265,7 @@ def make_prompts(
     sequence_length = check_count(sequence_length, "sequence_length")
     n_features = check_count(n_features, "n_features")
     n_clusters = check_count(n_clusters, "n_clusters")
-    check_noise(noise)
+    noise = check_noise(noise, scalar=True)
     rng = check_random_state(random_state)
     centroids = np.stack(
         [make_centroids(n_clusters, n_features, random_state=rng) for _ in range(n_prompts)]
@@ -468,7 +462,7 @@ def make_embeddings(
         raise ValueError(f"n_clusters must be < n_features, got {n_clusters} >= {n_features}.")
     if not (isinstance(offset, numbers.Real) and np.isfinite(offset) and offset >= 0):
         raise ValueError(f"offset must be a finite number >= 0, got {offset!r}.")
-    check_noise(noise)
+    noise = check_noise(noise, scalar=True)
     rng = check_random_state(random_state)
     direction = make_centroids(1, n_features, kind="random", random_state=rng)[0]
     weights = check_weights(weights, n_clusters)

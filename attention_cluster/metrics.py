@@ -24,8 +24,9 @@ import numpy as np
 from scipy import integrate, special, stats
 from scipy.optimize import linear_sum_assignment
 from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_array, column_or_1d
 
-from ._validation import check_count, check_noise, check_weights
+from ._validation import check_count, check_noise, check_weights, weight_unit
 
 __all__ = [
     "centroid_distance",
@@ -39,9 +40,13 @@ __all__ = [
 
 
 def _as_2d(a, name):
+    if np.iscomplexobj(a):
+        raise ValueError(f"Complex data not supported: {name} must be real.")
     a = np.asarray(a, dtype=np.float64)
-    if a.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D array (one centroid per row), got shape {a.shape}.")
+    if a.ndim != 2 or a.size == 0:
+        raise ValueError(
+            f"{name} must be a non-empty 2-D array (one centroid per row), got shape {a.shape}."
+        )
     if not np.all(np.isfinite(a)):
         raise ValueError(f"{name} must be finite, got NaN or infinite entries.")
     return a
@@ -103,12 +108,20 @@ def match_centroids(estimated, true):
             f"Need at least as many estimated heads as true centroids, got "
             f"{est.shape[0]} < {ref.shape[0]}."
         )
+    # At the scale of their largest entry (a power of two: exact), so that
+    # no square overflows or underflows; the costs are scaled back at the end.
+    unit = weight_unit(max(np.max(np.abs(est)), np.max(np.abs(ref)), np.finfo(np.float64).tiny))
+    est, ref = est / unit, ref / unit
     inner = ref @ est.T  # (n_clusters, n_heads)
     sq = np.sum(ref**2, axis=1)[:, None] + np.sum(est**2, axis=1)[None, :]
     cost = np.maximum(sq - 2.0 * np.abs(inner), 0.0)
     rows, cols = linear_sum_assignment(cost)
     signs = np.where(inner[rows, cols] >= 0, 1.0, -1.0)
-    return cols, signs, cost[rows, cols]
+    # The matched pairs' costs from their differences: the expansion above
+    # leaves rounding of the norms' size where the heads equal the centroids.
+    matched = np.sum((signs[:, None] * est[cols] - ref[rows]) ** 2, axis=1)
+    with np.errstate(over="ignore"):  # a distance beyond float64: infinite
+        return cols, signs, matched * unit * unit
 
 
 def centroid_distance(estimated, true):
@@ -152,12 +165,18 @@ def class_means_distance(X, labels, centroids):
     ----------
     X : array-like of shape (n_samples, n_features)
     labels : array-like of shape (n_samples,)
-        True component of each row, in ``0 .. n_clusters - 1``.
+        True component of each row, in ``0 .. n_clusters - 1``, each present.
     centroids : array-like of shape (n_clusters, n_features)
 
     Returns
     -------
     distance : float
+
+    Raises
+    ------
+    ValueError
+        If X is not finite or not 2-D, the labels are not one integer in
+        ``0 .. n_clusters - 1`` per row, or a class has no row.
 
     Examples
     --------
@@ -167,10 +186,28 @@ def class_means_distance(X, labels, centroids):
     >>> class_means_distance(X, y, C) < 0.01
     True
     """
-    X = np.asarray(X, dtype=np.float64)
-    labels = np.asarray(labels)
     centroids = _as_2d(centroids, "centroids")
-    means = np.array([X[labels == c].mean(axis=0) for c in range(len(centroids))])
+    K = len(centroids)
+    X = check_array(X, dtype=np.float64, input_name="X")
+    if X.shape[1] != centroids.shape[1]:
+        raise ValueError(
+            f"X has {X.shape[1]} features and centroids {centroids.shape[1]}: they must agree."
+        )
+    labels = column_or_1d(labels)
+    if labels.shape != (X.shape[0],):
+        raise ValueError(f"labels must have one entry per row of X, got shape {labels.shape}.")
+    if labels.dtype.kind not in "iub" and not (
+        labels.dtype.kind == "f" and np.all(labels == np.floor(labels))
+    ):
+        raise ValueError(f"labels must be integers in 0 .. {K - 1}, got dtype {labels.dtype}.")
+    counts = np.bincount(labels.astype(np.intp), minlength=K) if labels.min() >= 0 else None
+    if counts is None or len(counts) > K:
+        raise ValueError(f"labels must be in 0 .. {K - 1} (one per centroid).")
+    if np.any(counts == 0):
+        raise ValueError(
+            f"Every class needs a row: no row has the labels {np.flatnonzero(counts == 0).tolist()}."
+        )
+    means = np.array([X[labels == c].mean(axis=0) for c in range(K)])
     norms = np.linalg.norm(means, axis=1, keepdims=True)
     return centroid_distance(means / np.where(norms > 0, norms, 1.0), centroids)
 
@@ -206,6 +243,14 @@ def _error_independent(gap, scale_c, scale_others):
     return value
 
 
+# Largest correlation between the heads' scores (relative to their squared
+# norm) that bayes_error takes for zero: a correlation rho moves the error
+# rate by O(rho), here below the 1e-5 accuracy of the correlated path, and
+# orthonormal heads rounded to float32 (off-diagonal about 1e-8) stay on the
+# independent path, a thousand times faster.
+_INDEPENDENT = 1e-6
+
+
 def bayes_error(centroids, noise, weights=None, heads=None):
     r"""Error rate of the labelling rule ``argmax_c <x, mu_c>`` on a mixture.
 
@@ -226,14 +271,16 @@ def bayes_error(centroids, noise, weights=None, heads=None):
       mu_1||``, which is the sum of the two conditional errors; this function
       weighs them by ``w_c`` (half the sum for equal weights).
     - Mutually orthogonal heads of equal norm (``heads @ heads.T`` diagonal
-      and constant, e.g. orthonormal centroids, any K): the scores
+      and constant to 1e-6 of the norm squared, e.g. orthonormal centroids,
+      also rounded to float32, any K): the scores
       ``<X, mu_j>`` are independent and the error is a 1-D integral,
       ``1 - E_t[prod_{j != c} Phi(t + <mu*_c, mu_c - mu_j> / (sigma ||mu||))]``,
       evaluated by adaptive quadrature (relative accuracy about 1e-10).
     - Otherwise (K > 2, correlated scores): a multivariate normal orthant
       probability, computed by :func:`scipy.stats.multivariate_normal.cdf`
       (Genz's quasi-Monte Carlo, absolute accuracy about 1e-5, with a fixed
-      seed so the value is reproducible).
+      seed so the value is reproducible). Its cost grows fast with K:
+      seconds at K = 10, minutes from about K = 15.
 
     Heads are matched to clusters by their index: align estimated heads
     first, e.g. with :func:`match_centroids` (which also fixes their signs).
@@ -276,7 +323,7 @@ def bayes_error(centroids, noise, weights=None, heads=None):
             f"heads must have the shape of centroids {centroids.shape}, got {heads.shape}."
         )
     weights = check_weights(weights, K)
-    sigma = float(check_noise(noise))
+    sigma = check_noise(noise, scalar=True)
     if K == 1:
         return 0.0
     scores = centroids @ heads.T  # scores[c, j] = <mu*_c, mu_j>
@@ -296,7 +343,7 @@ def bayes_error(centroids, noise, weights=None, heads=None):
         gap, cov, sd = gap[keep], cov[np.ix_(keep, keep)], sd[keep]
         if gap.size == 1:
             errors[c] = special.ndtr(-gap[0] / (sigma * sd[0]))
-        elif np.allclose(gram, gram[0, 0] * np.eye(K), atol=1e-12 * gram[0, 0]):
+        elif np.allclose(gram, gram[0, 0] * np.eye(K), atol=_INDEPENDENT * gram[0, 0]):
             scale = np.sqrt(gram[0, 0]) * sigma
             errors[c] = _error_independent(gap, scale, np.full(gap.size, scale))
         else:
@@ -419,6 +466,11 @@ def information_limit(centroids, noise, n_samples, weights=None, n_draws=1_000_0
     # singular vectors of the column mu_k).
     bases = [np.linalg.svd(mu[k][:, None])[0][:, 1:] for k in range(K)]
     n_params = K * (d - 1) + 2 + (K - 1)
+    if n_draws < n_params:
+        raise ValueError(
+            f"n_draws={n_draws} is below the p={n_params} parameters: the information's "
+            "estimate would be singular. Draw well above p."
+        )
     information = np.zeros((n_params, n_params))
     rng = check_random_state(random_state)
     step = max(1, 2**22 // (K * d + n_params))
@@ -436,6 +488,12 @@ def information_limit(centroids, noise, n_samples, weights=None, n_draws=1_000_0
         S = np.hstack(scores)
         information += S.T @ S
     information /= n_draws
+    spectrum = np.linalg.eigvalsh(information)
+    if not spectrum[0] > n_params * np.finfo(np.float64).eps * spectrum[-1]:
+        raise ValueError(
+            "The Fisher information is singular: the directions cannot be estimated "
+            "(centroids that coincide), or n_draws is too small for p."
+        )
     covariance = np.linalg.inv(information)
     directions = K * (d - 1)
     efficient = float(np.trace(covariance[:directions, :directions])) / n

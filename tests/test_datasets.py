@@ -15,6 +15,7 @@ from attention_cluster.datasets import (
     make_corpus,
     make_embeddings,
     make_mixture,
+    make_prompts,
     make_sequences,
 )
 
@@ -101,6 +102,16 @@ def test_sequences_share_centroids_and_are_reproducible():
         (lambda: make_mixture(10, 3, 2, centroids=np.eye(3)), "centroids must have shape"),
         (lambda: make_sequences(0, 5), "n_sequences"),
         (lambda: make_sequences(2, 1.5), "sequence_length"),
+        (lambda: make_mixture(10, 3, 2, noise="0.3"), "noise must be a finite number"),
+        (lambda: make_mixture(10, 3, 2, noise=[0.1, 0.2]), "noise must be one number"),
+        (lambda: make_mixture(10, 3, 2, noise=np.full(3, 0.1)), "noise must be one number"),
+        (lambda: make_prompts(2, 5, noise=[0.1, 0.2]), "noise must be one number"),
+        (lambda: make_embeddings(10, 5, 2, noise=True), "noise must be a finite number"),
+        (
+            lambda: make_mixture(10, 2, 2, centroids=[[np.nan, 0.0], [0.0, 1.0]]),
+            "centroids contains NaN",
+        ),
+        (lambda: make_mixture(10, 2, 2, centroids=np.eye(2) + 1j), "Complex data not supported"),
     ],
 )
 def test_generators_reject_invalid_parameters(call, match):
@@ -186,3 +197,17 @@ def test_embeddings_mean_share_grows_with_the_offset():
 def test_user_data_generators_reject_invalid_parameters(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+@pytest.mark.parametrize(
+    "generate",
+    [
+        lambda w: make_mixture(400, 3, 2, weights=w, random_state=0)[1],
+        lambda w: make_embeddings(400, 5, 2, weights=w, random_state=0)[1],
+    ],
+    ids=["mixture", "embeddings"],
+)
+def test_weights_that_sum_to_one_within_the_check_are_drawn(generate):
+    # np.isclose takes a sum of 1 + 1e-7 as 1; RandomState.choice refused it.
+    labels = generate([0.5 + 1e-7, 0.5])
+    assert set(np.unique(labels)) == {0, 1}

@@ -7,6 +7,7 @@ alarm below 1e-6), with enough samples that 5 standard errors are at most
 """
 
 import itertools
+import warnings
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from scipy.stats import norm
 
 from attention_cluster import AttentionClustering, metrics
 from attention_cluster._scale import spike_overlap
-from attention_cluster.datasets import make_mixture
+from attention_cluster.datasets import make_centroids, make_mixture
 from attention_cluster.metrics import (
     bayes_error,
     centroid_distance,
@@ -267,6 +268,107 @@ def test_centroid_distance_names_non_finite_centroids(which, bad):
     args[which] = np.where(np.eye(3) > 0, bad, 0.0)
     with pytest.raises(ValueError, match=f"{which} must be finite"):
         centroid_distance(**args)
+
+
+@pytest.mark.parametrize(
+    "estimated, true, match",
+    [
+        (np.eye(2) + 1j, np.eye(2), "Complex data not supported: estimated"),
+        (np.eye(2), np.eye(2) - 1j, "Complex data not supported: true"),
+        (np.empty((0, 3)), np.empty((0, 3)), "estimated must be a non-empty 2-D array"),
+        (np.empty((2, 0)), np.empty((2, 0)), "estimated must be a non-empty 2-D array"),
+    ],
+    ids=["complex-estimated", "complex-true", "no-centroid", "no-feature"],
+)
+def test_centroid_distance_refuses_what_has_no_distance(estimated, true, match):
+    with pytest.raises(ValueError, match=match):
+        centroid_distance(estimated, true)
+
+
+@pytest.mark.parametrize("scale", [1e-200, 1.0, 1e160, 1e300])
+def test_centroid_distance_of_equal_centroids_is_zero_at_any_magnitude(scale, global_random_seed):
+    # The expansion ||a||^2 + ||b||^2 - 2 |<a, b>| left rounding of the norms'
+    # size (2.9e-15 at K = 20, d = 1536), and squares beyond float64 at 1e160.
+    C = scale * make_centroids(20, 1536, random_state=global_random_seed)
+    assert centroid_distance(C, C) == 0.0
+    assert centroid_distance(-C[::-1], C) == 0.0
+
+
+def test_centroid_distance_is_the_sum_of_the_matched_squared_differences(global_random_seed):
+    rng = np.random.default_rng(global_random_seed)
+    true, estimated = rng.standard_normal((4, 6)), rng.standard_normal((5, 6))
+    perm, signs, cost = match_centroids(estimated, true)
+    np.testing.assert_allclose(
+        cost, np.sum((signs[:, None] * estimated[perm] - true) ** 2, axis=1), rtol=1e-15
+    )
+    # Scaled by 2^-600: the same match, the costs scaled by its square.
+    small = match_centroids(estimated * 2.0**-600, true * 2.0**-600)
+    np.testing.assert_array_equal(small[0], perm)
+    np.testing.assert_array_equal(small[2], cost * 2.0**-1200)
+
+
+@pytest.mark.parametrize(
+    "X, labels, match",
+    [
+        (None, "out of range", r"labels must be in 0 \.\. 1"),
+        (None, "short", "one entry per row of X"),
+        (None, "one class", r"no row has the labels \[1\]"),
+        (None, "halves", "labels must be integers"),
+        ("wide", None, "X has 3 features and centroids 5"),
+        ("inf", None, "infinity"),
+        ("complex", None, "Complex data not supported"),
+    ],
+    ids=["out-of-range", "short", "empty-class", "non-integer", "width", "inf", "complex"],
+)
+def test_class_means_distance_refuses_labels_and_rows_it_cannot_average(X, labels, match):
+    # A label outside the range dropped its rows silently; an empty class gave
+    # "Mean of empty slice" and an error about an argument it does not take.
+    X0, y, C = make_mixture(200, 5, 2, noise=0.3, random_state=0)
+    rows = {
+        None: X0,
+        "wide": X0[:, :3],
+        "inf": np.where(np.arange(5) == 0, np.inf, X0),
+        "complex": X0 + 1j,
+    }[X]
+    y2 = {
+        None: y,
+        "out of range": np.where(np.arange(200) < 60, 2, y),
+        "short": y[:-1],
+        "one class": np.zeros_like(y),
+        "halves": y + 0.5,
+    }[labels]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=match):
+            class_means_distance(rows, y2, C)
+
+
+def test_bayes_error_of_float32_orthonormal_heads_takes_the_independent_path():
+    # Rounded to float32, orthonormal centroids are correlated by about 1e-8,
+    # which took the multivariate normal path (8.5 s at K = 15, minutes at 30):
+    # the same error to 1e-8, the integral's accuracy.
+    C = make_centroids(15, 40, random_state=0)
+    exact = bayes_error(C, 0.5)
+    rounded = bayes_error(C.astype(np.float32), 0.5)
+    np.testing.assert_allclose(rounded, exact, rtol=1e-6)
+
+
+def test_bayes_error_takes_one_noise():
+    with pytest.raises(ValueError, match="noise must be one number"):
+        bayes_error(np.eye(2), [[0.3]])
+
+
+@pytest.mark.parametrize(
+    "centroids, n_draws, match",
+    [
+        (np.eye(2, 4), 5, "n_draws=5 is below the p=9 parameters"),
+        ([[1.0, 0.0], [1.0, 0.0]], 2000, "The Fisher information is singular"),
+    ],
+    ids=["few-draws", "equal-centroids"],
+)
+def test_information_limit_refuses_a_singular_information(centroids, n_draws, match):
+    with pytest.raises(ValueError, match=match):
+        information_limit(centroids, 1.0, 100, n_draws=n_draws)
 
 
 @pytest.mark.parametrize(

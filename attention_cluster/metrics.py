@@ -530,7 +530,8 @@ def spectral_visibility(centroids, noise, n_samples, weights=None):
     -------
     ndarray of shape (min(n_clusters, n_features),)
         The signal's largest eigenvalues over ``sigma^2 sqrt(d / n)``,
-        descending: above 1 the direction shows in the sample spectrum.
+        descending: above 1 the direction shows in the sample spectrum
+        (infinite where that ratio is beyond float64's range).
         For orthogonal centroids, ``pi_k ||c_k||^2 / (sigma^2 sqrt(d /
         n))``.
 
@@ -555,4 +556,5 @@ def spectral_visibility(centroids, noise, n_samples, weights=None):
     # sqrt(pi) C C^T sqrt(pi) (same non-zero spectrum as C^T diag(pi) C).
     root = np.sqrt(pi)[:, None] * centroids
     signal = np.linalg.eigvalsh(root @ root.T)[::-1][: min(K, d)]
-    return np.clip(signal, 0.0, None) / (sigma * sigma * np.sqrt(d / n))
+    with np.errstate(over="ignore", divide="ignore"):  # sigma^2 below float64's range: infinite
+        return np.clip(signal, 0.0, None) / (sigma * sigma * np.sqrt(d / n))

@@ -67,6 +67,8 @@ __all__ = [
 
 
 def _check_length(sequence_length):
+    if isinstance(sequence_length, (bool, np.bool_, str, bytes)):
+        raise ValueError(f"sequence_length must be >= 1 or np.inf, got {sequence_length!r}.")
     L = np.asarray(sequence_length, dtype=np.float64)
     if not np.all(L >= 1):
         raise ValueError(f"sequence_length must be >= 1 or np.inf, got {sequence_length!r}.")

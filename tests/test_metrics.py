@@ -353,6 +353,12 @@ def test_bayes_error_of_float32_orthonormal_heads_takes_the_independent_path():
     np.testing.assert_allclose(rounded, exact, rtol=1e-6)
 
 
+def test_spectral_visibility_beyond_float64_is_infinite_without_a_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(spectral_visibility(np.eye(2), 1e-200, 10), np.inf)
+
+
 def test_bayes_error_takes_one_noise():
     with pytest.raises(ValueError, match="noise must be one number"):
         bayes_error(np.eye(2), [[0.3]])

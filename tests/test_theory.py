@@ -583,6 +583,8 @@ def test_closed_forms_refuse_bad_heads_and_centroids_before_work(function, heads
     [
         (lambda: theory.unbiased_temperature(0.3, 0), "sequence_length must be >= 1"),
         (lambda: theory.unbiased_temperature(0.3, np.nan), "sequence_length must be >= 1"),
+        (lambda: theory.unbiased_temperature(0.3, True), "sequence_length must be >= 1"),
+        (lambda: theory.lambda_star(0.3, "10"), "sequence_length must be >= 1"),
         (lambda: theory.unbiased_temperature(0.3, 10, 0), "n_clusters must be an integer"),
         (lambda: theory.unbiased_temperature(0.3, 10, 2.5), "n_clusters must be an integer"),
         (

@@ -187,9 +187,11 @@ def sphere_step(U, grad, step, riemannian):
     Riemannian (``math.md`` section 3): ``g = (I - mu mu^T) grad``,
     ``mu <- (mu - step g) / ||mu - step g||``. Euclidean (paper, Appendix
     G.3): ``mu <- (mu - step grad) / ||mu - step grad||``. A head whose
-    update vanishes keeps its previous value.
+    update vanishes keeps its previous value, as does a head whose update
+    overflows; returns False when one did (the caller refuses the step).
     """
     d, K = U.shape
+    finite = True
     for k in range(K):
         p = 0.0
         if riemannian:
@@ -200,10 +202,13 @@ def sphere_step(U, grad, step, riemannian):
             v = U[j, k] - step * (grad[j, k] - p * U[j, k])
             grad[j, k] = v
             nrm += v * v
-        if nrm > 0.0 and np.isfinite(nrm):
+        if not np.isfinite(nrm):
+            finite = False
+        elif nrm > 0.0:
             inv = 1.0 / np.sqrt(nrm)
             for j in range(d):
                 U[j, k] = grad[j, k] * inv
+    return finite
 
 
 @njit(cache=True, nogil=True)
@@ -249,8 +254,9 @@ def psgd_chunk(
     (``math.md`` section 3) and of ``reg_strength`` times the regulariser
     evaluated on the same tokens, and takes one step of size ``steps[t]``
     on each head, projected or not (``riemannian``). ``losses[t]`` receives
-    the mini-batch objective. ``heads_sum`` accumulates U after every step,
-    for iterate averaging.
+    the mini-batch objective, or infinity where the step overflowed (its
+    heads kept, :func:`sphere_step`). ``heads_sum`` accumulates U after
+    every step, for iterate averaging.
     """
     d, K = U.shape
     L = sequence_length
@@ -287,7 +293,8 @@ def psgd_chunk(
             for k in range(K):
                 grad[j, k] *= inv_batch
         losses[t] = loss * inv_batch + reg_strength * reg * inv_batch / L
-        sphere_step(U, grad, steps[t], riemannian)
+        if not sphere_step(U, grad, steps[t], riemannian):
+            losses[t] = np.inf
         for j in range(d):
             for k in range(K):
                 heads_sum[j, k] += U[j, k]

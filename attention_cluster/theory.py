@@ -1557,6 +1557,12 @@ def psgd_path(
     heads : ndarray of shape (len(record), n_heads, n_features)
         The heads after ``record[i]`` steps, unit rows.
 
+    Raises
+    ------
+    FloatingPointError
+        If a step overflows (its gradient or loss beyond float64's range),
+        rather than keep the heads of the step before.
+
     See Also
     --------
     population_pgd : the same step on the exact population risk, no sampling.
@@ -1637,6 +1643,11 @@ def psgd_path(
                     losses[:m],
                     heads_sum,
                 )
+                if not np.all(np.isfinite(losses[:m])):
+                    raise FloatingPointError(
+                        f"PSGD overflowed the floating-point range within steps {done + 1} to "
+                        f"{done + m}: lower the temperature or the step size, or rescale X."
+                    )
                 done += m
             path[i] = U.T
     return path

@@ -110,8 +110,17 @@ def test_riemannian_step_ignores_the_radial_gradient(seed, step):
 
 def test_sphere_step_keeps_a_head_whose_update_vanishes():
     U = np.array([[1.0], [0.0]])
-    kern.sphere_step(U, np.array([[1.0], [0.0]]), 1.0, False)
+    assert kern.sphere_step(U, np.array([[1.0], [0.0]]), 1.0, False)
     np.testing.assert_array_equal(U, [[1.0], [0.0]])
+
+
+def test_sphere_step_reports_an_update_that_overflows():
+    # Its head is kept, and the caller told: PSGD then refuses the step
+    # instead of returning the heads of the step before as the path's.
+    U = np.array([[1.0, 0.0], [0.0, 1.0]])
+    grad = np.array([[0.0, 1e300], [1e300, 0.0]])
+    assert kern.sphere_step(U, grad, 1e10, False) is False
+    np.testing.assert_array_equal(U, np.eye(2))
 
 
 def test_generator_matches_its_python_twin():

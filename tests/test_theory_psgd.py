@@ -7,6 +7,8 @@ step reference PSGD (same generator, same rows), and the invariants of the
 path: unit heads, equivariance under rotations, reproducibility.
 """
 
+import warnings
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -15,7 +17,8 @@ from hypothesis import strategies as st
 from reference import psgd_steps, sequence_grad, sequence_loss
 from scipy.stats import ortho_group
 
-from attention_cluster import theory
+from attention_cluster import AttentionClustering, theory
+from attention_cluster.datasets import make_mixture
 
 
 def _heads(rng, n_heads, d):
@@ -205,6 +208,24 @@ def test_psgd_path_and_gradient_validate_their_arrays():
         theory.sequence_loss_gradient(X, np.full((2, 3), np.inf), 1.0)
     with pytest.raises(ValueError, match="Complex data not supported"):
         theory.sequence_loss_gradient(X + 1j, np.eye(2, 3), 1.0)
+
+
+def test_overflowing_psgd_path_raises_instead_of_keeping_its_start():
+    # At temperature 1e200 every step's gradient overflows: the kernel kept
+    # the heads, and the path returned the start as the heads after 20 steps.
+    X = make_mixture(500, 5, 2, noise=0.3, random_state=0)[0]
+    with pytest.raises(FloatingPointError, match="PSGD overflowed"):
+        _path(X, np.eye(2, 5) + 0.1, temperature=1e200, record=[0, 20])
+
+
+def test_overflowing_psgd_fit_raises_and_leaves_the_estimator_unfitted():
+    X = make_mixture(500, 5, 2, noise=0.3, random_state=0)[0]
+    model = AttentionClustering(2, solver="psgd", temperature=1e200, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the settings' own overflow on the way
+        with pytest.raises(FloatingPointError, match="PSGD overflowed"):
+            model.fit(X)
+    assert not hasattr(model, "cluster_centers_")
 
 
 def test_overflowing_sequence_loss_raises_as_the_layer_does():

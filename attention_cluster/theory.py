@@ -1287,7 +1287,8 @@ def population_pgd(
     Parameters
     ----------
     heads0 : array-like of shape (n_heads, n_features)
-        Starting heads; each row is normalised onto the sphere.
+        Starting heads; each row is normalised onto the sphere. At least
+        ``n_clusters`` of them: ``distance`` matches a head to each centroid.
     centroids : array-like of shape (n_clusters, n_features)
         Centroids of the mixture.
     noise : float

@@ -73,17 +73,20 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     warns and names the fix. With d >= 1000 features (dense rows beyond
     32768 of them: d >= 2000) the solver runs in the principal subspace of
     dimension K + 5, found by subspace iteration without a d x d matrix,
-    and the EM refinement on the rows in R^d. Rows
+    and the EM refinement on the rows in R^d; that path holds the rows'
+    projections in memory, so Dask input takes the d x d moment and is
+    refused from 4000 features. Rows
     that are measurements in different units (scikit-learn's tabular data
     sets) suit the model after a
     :class:`~sklearn.preprocessing.StandardScaler`; TF-IDF rows and
     embeddings need none (see the user guide, "When to use it", and
     :doc:`/user_data`). A row with no direction (all zeros, or equal to
-    ``mean_``) gets the label with the largest bias: the heaviest cluster
-    after the EM refinement, cluster 0 without it.
+    ``mean_``) gets the label with the largest bias, ``log weights_ - r_k^2
+    / (2 tau^2)`` after the EM refinement (the heaviest cluster when the
+    norms are equal), cluster 0 without it.
 
     Every fitted array has X's dtype (float32 stays float32), except those
-    of ``mixture_``, which keep float64. How a fit runs, stage by stage,
+    of ``mixture_`` and ``loss_curve_``, which keep float64. How a fit runs, stage by stage,
     and where each attribute comes from: the user guide, :doc:`/user_guide/fit`.
 
     Parameters
@@ -91,7 +94,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     n_clusters : int or "auto", default=2
         Number of clusters K, and of attention heads. ``"auto"`` takes the
         K of the self-attention dynamics' longest plateau on at most 2000
-        rows (:mathmd:`8`), fits at that K and at its two neighbours, and
+        rows (:mathmd:`8`; groups of at least 2% of them count as
+        clusters), fits at that K and at its two neighbours, and
         keeps a neighbour only when the silhouette of its labels on those
         rows, on the sphere, is clearly higher
         (:func:`~attention_cluster.choose_n_clusters`): see ``n_clusters_``
@@ -123,8 +127,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     solver : {"auto", "full", "psgd"}, default="auto"
         ``"full"``: the exact solver. For data held in memory the expected
         risk over sampled sequences has a closed form (:mathmd:`3`), minimised deterministically by Riemannian L-BFGS on the product
-        of spheres (on a subsample of 16384 rows first when n is larger,
-        then Newton steps on all rows), at O(n d K) per iteration after
+        of spheres (on a subsample of 16384 rows first when n exceeds 4 x
+        16384, then Newton steps on all rows), at O(n d K) per iteration after
         O(n d^2) moments: no sampling plateau, unlike PSGD. ``"psgd"``:
         projected stochastic gradient descent (paper, Appendix F.1), whose
         cost does not depend on n. ``"auto"``: ``"full"`` at every n (see
@@ -167,7 +171,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     max_iter : "auto" or int, default="auto"
         Maximum number of PSGD steps (``"auto"``: 5000), of iterations of
         each stage of the exact solver (``"auto"``: 500), and of E steps of
-        each stage of the EM refinement (``"auto"``: 500).
+        each stage of the EM refinement (``"auto"``: the solver's, 500
+        after the exact solver and 5000 after PSGD).
     tol : "auto" or float, default="auto"
         PSGD (``"auto"``: 1e-4): every 100 steps the heads averaged over the
         second half of the run so far (Polyak-Ruppert averaging) are
@@ -242,7 +247,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         PSGD steps, or iterations of the exact solver (all its stages), of
         the kept run; with the seeded start at K >= d, Lloyd's iterations of
         the seeding.
-    loss_curve_ : ndarray
+    loss_curve_ : ndarray of float64
         PSGD: the mini-batch objective at each step. Exact solver: the
         objective of its last stage (on all rows, or on the subsample when
         the refinement follows) at the start and after each iteration.

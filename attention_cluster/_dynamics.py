@@ -287,9 +287,10 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
     within a thousandth of ``cluster_tol`` of each other move on as one
     weighted particle (exact for equal tokens, ``docs/math.md`` section 8),
     so that a step costs O(p^2 d) for p particles left: once clusters
-    form, steps are nearly free. Tokens of smaller groups, and any new
-    point, are assigned by attention to the limit points:
-    ``argmax_k <Q x, K c_k>``.
+    form, steps are nearly free. Tokens of smaller groups join the limit
+    point nearest to where they stopped (``labels_``); any new point is
+    assigned by attention to the limit points, ``argmax_k <Q x, K c_k>``
+    (:meth:`predict`).
 
     With ``max_samples`` below the number of rows, the dynamics of a random
     subsample of ``max_samples`` tokens is integrated exactly and the other

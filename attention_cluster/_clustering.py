@@ -179,7 +179,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         compared with their previous value, and the run stops when ``sum_h
         ||mu_h - mu_h^prev||^2 < tol``, the squared distance of :mathmd:`5`. Exact solver (``"auto"``: 1e-6): stop when the norm of
         the Riemannian gradient is below ``tol`` times the objective's
-        scale ``mean ||x||^2``.
+        scale ``mean ||x||^2``. The EM refinement has its own rule, at the
+        statistical resolution of the heads (:mathmd:`7`), which ``tol``
+        does not set.
     n_init : int, default=1
         Number of runs from different starts; the run with the lowest final
         objective is kept. Runs differ only by what they draw at random (a

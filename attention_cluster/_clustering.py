@@ -513,10 +513,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         mixture = result.mixture
 
         def cast(a):
-            # Infinite where a value exceeds the dtype's range, as documented
-            # (covariances_), not a RuntimeWarning from inside the package.
-            with np.errstate(over="ignore"):
-                return np.asarray(a, dtype=np.float64).astype(dtype, copy=False)
+            return _in_dtype(np.asarray(a, dtype=np.float64), dtype)
 
         self.n_clusters_ = len(result.centers)
         self.cluster_centers_ = cast(result.centers)
@@ -613,7 +610,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         parameter of the mixture (``K d + K + 2``), at the first update and
         whenever the weight seen has doubled; above 512 parameters the
         update is online EM (Cappe and Moulines 2009) instead, with
-        ``gamma_n = min(1, 16 / n)^0.6`` and averaging. Nothing of earlier
+        ``gamma_n = min(1, 16 / n)^0.6`` and averaging. Every update is the
+        EM refinement's, whatever ``refine`` and ``solver`` (they set the
+        first batch's fit): after ``partial_fit``, ``refine_`` is ``"em"``
+        and ``mixture_`` is the stream's mixture. Nothing of earlier
         batches is kept but these statistics and the d x d second moment
         (for :meth:`transform`). The updates are compared in
         ``benchmarks/streaming.py`` (see the "Scaling out" page).
@@ -705,6 +705,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         self._stream = stream
         return replace(
             result,
+            # The stream's update is the EM refinement's, whatever refine.
+            settings=replace(result.settings, refine="em"),
             centers=mixture.centers,
             mixture=mixture,
             weights=np.exp(mixture.log_weights),
@@ -794,7 +796,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         Returns
         -------
         log_likelihood : ndarray of shape (n_samples,)
-            A lazy Dask array for Dask input.
+            A lazy Dask array for Dask input. In X's dtype: for float32 X,
+            ``-inf`` where the value is below float32's range.
         """
         return self._mixture_rows(X, _log_likelihoods)
 
@@ -913,8 +916,12 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         out = self.temperature_ * self.n_clusters_ * np.asarray(self.moment_heads_, np.float64)
         with self._rows(X, sample_weight=sample_weight) as rows, one_blas_thread():
             error = rows.weighted_mean(_reconstruction_errors, heads, out, self.mean_, self.scale_)
+        # error s^2 by mantissas and exponents: s^2 alone leaves float64's
+        # range for a scale beyond about 1e154 (or below 1e-154) where the
+        # product does not.
+        (m_e, e_e), (m_s, e_s) = np.frexp(error), np.frexp(float(self.scale_))
         with np.errstate(over="ignore"):
-            return -error * self.scale_**2
+            return -float(np.ldexp(m_e * m_s * m_s, int(e_e) + 2 * int(e_s)))
 
 
 # Rows within 2^this of the scale are squared at unit scale without overflow
@@ -949,9 +956,17 @@ def _new_stream(result):
     return stream(result.centers.T, result.weights, result.noise, radii)
 
 
+def _in_dtype(a, dtype):
+    """``a`` in ``dtype``: infinite where a value exceeds the dtype's range, as
+    documented (``covariances_``, float32 log-likelihoods), not a
+    RuntimeWarning from inside the package."""
+    with np.errstate(over="ignore"):
+        return a.astype(dtype, copy=False)
+
+
 def _layer_output(rows, heads, shift, out, dtype):
     """``((x - mean_) U) out`` for a block of rows (see :meth:`AttentionClustering.transform`)."""
-    return ((np.asarray(rows @ heads, dtype=np.float64) - shift) @ out).astype(dtype, copy=False)
+    return _in_dtype((np.asarray(rows @ heads, dtype=np.float64) - shift) @ out, dtype)
 
 
 def _log_likelihoods(rows, mixture, dtype):
@@ -963,7 +978,7 @@ def _log_likelihoods(rows, mixture, dtype):
     far, P, q = _near_terms(rows, mixture)
     out = np.full(far.shape, -np.inf)
     out[~far] = mixture.log_likelihoods(P, q)
-    return out.astype(dtype, copy=False)
+    return _in_dtype(out, dtype)
 
 
 def _posteriors(rows, mixture, dtype):

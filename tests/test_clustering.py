@@ -500,6 +500,37 @@ def test_score_of_rows_far_beyond_the_fit_scale(k, sparse):
     assert score == pytest.approx(want, rel=1e-12)
 
 
+@pytest.mark.parametrize("fit_scale, rows", [(-600, 0), (560, 500), (-600, -500)])
+def test_score_at_a_scale_whose_square_leaves_float64(fit_scale, rows):
+    # score is -mean ||y - T(y)||^2 s^2: s^2 alone overflowed (scale 2^560)
+    # or underflowed (2^-600) where the product does not, and gave -inf,
+    # -0.0 or, times an infinite error, NaN with a RuntimeWarning. The
+    # score is scale-equivariant: rows and fit both times 2^k score 4^k
+    # times; rows 2^k times the fit's score 4^k times more.
+    X, _, _ = make_mixture(200, 3, 2, random_state=0)
+    base = AttentionClustering(2, center=False, random_state=0).fit(X)
+    model = AttentionClustering(2, center=False, random_state=0).fit(np.ldexp(X, fit_scale))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        score = model.score(np.ldexp(X, rows))
+    with np.errstate(over="ignore", under="ignore"):
+        want = np.ldexp(base.score(np.ldexp(X, rows - fit_scale)), 2 * fit_scale)
+    if np.isfinite(want):
+        assert score == pytest.approx(want, rel=1e-9, abs=0.0)
+    else:
+        assert score == -np.inf
+
+
+def test_float32_log_likelihoods_below_float32_are_infinite_without_a_warning():
+    X = make_mixture(200, 4, 2, random_state=0)[0].astype(np.float32)
+    model = AttentionClustering(2, random_state=0).fit(X)
+    far = X[:3] * np.float32(1e19)  # log-likelihoods about -1e39 in float64
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        out = model.score_samples(far)
+    assert out.dtype == np.float32 and np.all(out == -np.inf)
+
+
 def test_unfitted_raises():
     with pytest.raises(NotFittedError):
         AttentionClustering().predict(np.ones((2, 2)))

@@ -257,3 +257,13 @@ def test_a_centred_stream_labels_its_last_batch_as_predict_does(global_random_se
         stream = _stream(AttentionClustering(4, random_state=0), _batches(X, 1000))
     assert stream.center_
     np.testing.assert_array_equal(stream.labels_, stream.predict(X[-1000:]))
+
+
+@pytest.mark.parametrize("params", [{"refine": None}, {"solver": "psgd"}], ids=str)
+def test_a_stream_is_refined_whatever_refine(params):
+    # Every update is the EM refinement's: after partial_fit the attributes
+    # say so (refine_ read None beside a fitted mixture_ and predict_proba).
+    X = make_mixture(400, 4, 2, random_state=0)[0]
+    model = AttentionClustering(2, random_state=0, **params).partial_fit(X)
+    assert model.refine_ == "em" and model.mixture_ is not None
+    np.testing.assert_array_equal(model.predict(X), np.argmax(model.predict_proba(X), axis=1))

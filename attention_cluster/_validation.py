@@ -217,6 +217,11 @@ def check_dask_array(estimator, X, *, reset):
         fitted = getattr(estimator, "feature_names_in_", None)
         if names is not None and fitted is not None and not np.array_equal(names, fitted):
             raise ValueError("The feature names should match those that were passed during fit.")
+        # scikit-learn's warnings (validate_data) when one side has names.
+        if names is None and fitted is not None:
+            warn(f"X does not have valid feature names, but {name} was fitted with feature names")
+        if names is not None and fitted is None:
+            warn(f"X has feature names, but {name} was fitted without feature names")
     return X
 
 

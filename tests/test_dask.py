@@ -415,6 +415,13 @@ def test_dataframe(client, mixture):
     np.testing.assert_array_equal(lazy.predict(frame).compute(), dense.labels_)
     with pytest.raises(ValueError, match="feature names should match"):
         lazy.predict(frame.rename(columns={"f0": "g0"}))
+    # scikit-learn's warnings when one side has names, as for arrays in memory.
+    with pytest.warns(UserWarning, match="X does not have valid feature names") as record:
+        lazy.predict(da.from_array(X, chunks=(500, X.shape[1])))
+    assert record[0].filename == __file__
+    unnamed = AttentionClustering(random_state=0).fit(X)
+    with pytest.warns(UserWarning, match="X has feature names, but AttentionClustering"):
+        unnamed.predict(frame)
 
 
 def _with(X, row, value):

@@ -609,9 +609,19 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         if self.stopping == "horizon" or best.length == 0:
             saved = (n_iter, state)
             if self.stopping == "plateau" and not settled:
+                # Tokens grouped from the start (equal rows, one feature)
+                # whose count never changed have met, but not along the run.
+                grouped = 0 < counts[0] < m and min(counts) == max(counts)
                 warn(
-                    f"No tokens met within max_iter={self.max_iter} steps: the final state is clustered. "
-                    "Increase max_iter, step_size or beta.",
+                    (
+                        f"The number of clusters stayed at {counts[0]}, the groups of the "
+                        f"initial tokens, for max_iter={self.max_iter} steps: the final state "
+                        "is clustered."
+                        if grouped
+                        else f"No tokens met within max_iter={self.max_iter} steps: the final "
+                        "state is clustered."
+                    )
+                    + " Increase max_iter, step_size or beta.",
                     ConvergenceWarning,
                 )
         elif self.stopping == "plateau" and not settled and self.verbose:

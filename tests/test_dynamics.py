@@ -359,6 +359,15 @@ def test_no_meeting_warns_at_callers_line():
     assert record[0].filename == __file__
 
 
+def test_tokens_grouped_from_the_start_are_not_said_never_to_meet():
+    # One feature: the tokens on the sphere are +1 and -1, two groups at
+    # step 0 that never change; the warning said no tokens met.
+    X = make_mixture(300, 5, 2, random_state=0)[0][:, :1]
+    with pytest.warns(ConvergenceWarning, match="stayed at 2, the groups of the initial tokens"):
+        model = SelfAttentionDynamics(random_state=0).fit(X)
+    assert model.n_clusters_ == 2
+
+
 def test_fit_is_reproducible_and_pickles(mixture):
     X = mixture[0]
     a = SelfAttentionDynamics(max_samples=300, random_state=3).fit(X)

@@ -177,7 +177,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         PSGD (``"auto"``: 1e-4): every 100 steps the heads averaged over the
         second half of the run so far (Polyak-Ruppert averaging) are
         compared with their previous value, and the run stops when ``sum_h
-        ||mu_h - mu_h^prev||^2 < tol``, the squared distance of :mathmd:`5`. Exact solver (``"auto"``: 1e-6): stop when the norm of
+        ||mu_h - mu_h^prev||^2 < tol`` (each head against its own
+        previous value: no matching, unlike the distance of :mathmd:`5`).
+        Exact solver (``"auto"``: 1e-6): stop when the norm of
         the Riemannian gradient is below ``tol`` times the objective's
         scale ``mean ||x||^2``. The EM refinement has its own rule, at the
         statistical resolution of the heads (:mathmd:`7`), which ``tol``

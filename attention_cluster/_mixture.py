@@ -4,7 +4,7 @@ The heads that minimise the attention risk span the principal subspace of the
 second moment, which at high noise estimates the centroids' span less
 efficiently than the mixture's likelihood does (``math.md`` section 7).
 Started at the heads, expectation-maximisation for the data model of
-``math.md`` section 1 (K centroids of equal norm, isotropic noise) moves them
+``math.md`` section 7 (K centroids of equal norm, isotropic noise) moves them
 to the maximum-likelihood centroids. Its E step is a softmax attention of
 each point over the heads; its M step normalises the attention-weighted sums.
 Plain EM crawls along the mixture weights when the clusters overlap, so the

@@ -60,8 +60,8 @@ def exact_objective(
     section 3.3), the product ``mean_i prod_k a_ik^2`` (user guide, "The regularisers") or
     zero.
 
-    The gradient (derived by hand, checked by finite differences in the
-    tests) is, with ``e_i = 1 - c s_i``, ``g_i = U^T M x_i``,
+    The gradient (``math.md`` section 3; derived by hand, checked by
+    finite differences in the tests) is, with ``e_i = 1 - c s_i``, ``g_i = U^T M x_i``,
     ``W = U^T M U`` and ``V = U^T Q U``::
 
         mean_i x_i (alpha_i a_i + beta_i g_i)^T + M mean_i x_i (beta_i a_i)^T

@@ -53,7 +53,7 @@ class Tuning:
     ...)`` to :func:`fit_plan` (or replace ``DEFAULT_TUNING``).
     """
 
-    #: PSGD checks convergence every this many steps (math.md section 5).
+    #: PSGD checks convergence every this many steps (user guide, "The model": PSGD).
     steps_per_check: int = 100
     #: PSGD's step size decays as ``1 / (1 + t / decay)``.
     decay: float = 200.0

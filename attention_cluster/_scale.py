@@ -1,6 +1,7 @@
 """Overall scale and noise level of a data set, from its second-moment spectrum.
 
-Under the mixture of ``math.md`` section 1 scaled by ``s > 0`` (``x = s (mu*_z
+``math.md`` section 7, "Scale and noise from the spectrum". Under the
+mixture of ``math.md`` section 1 scaled by ``s > 0`` (``x = s (mu*_z
 + sigma eps)``, orthogonal unit centroids, weights ``w_c``), the second-moment
 matrix ``M = E[x x^T] = s^2 (sum_c w_c mu*_c mu*_c^T + sigma^2 I_d)`` has K
 eigenvalues ``s^2 (w_c + sigma^2)`` and ``d - K`` eigenvalues ``s^2 sigma^2``.
@@ -35,6 +36,8 @@ _NOISE_END = 1e-8
 
 def _noise_from_norms(mean_sq, mean_fourth, d):
     """sigma^2 from the kurtosis of the norms, for unit centroids (K >= d).
+
+    ``math.md`` section 7, "Scale and noise from the spectrum".
 
     With ``x = s (mu + sigma g)``, ``||mu|| = 1``: ``E||x||^2 = s^2 (1 + d
     sigma^2)`` and ``E||x||^4 = s^4 (1 + (2d + 4) sigma^2 + (d^2 + 2d)

@@ -15,7 +15,8 @@ def local_reg_strength(temperature, n_clusters, regularization="pairwise", noise
     """Default rho: a tenth of the strength at which the centroids turn unstable.
 
     The regulariser is only needed to break the rotation symmetry of the risk
-    inside the centroids' span (``math.md`` section 3); its cost is a
+    inside the centroids' span (``math.md`` section 3, "The regulariser's
+    strength", where the curvatures below are derived); its cost is a
     negative curvature out of the span, which beyond some rho turns the
     centroids into a saddle and biases the heads (paper, Fig. 2a). Both
     curvatures follow in closed form for the mixture of ``math.md`` section 1
@@ -71,7 +72,8 @@ def auto_reg_strength(
     """Default regularisation strength rho for unit-scale data.
 
     Too much rho pulls heads off the centroids' span (paper, Fig. 2a). Two
-    limits, each derived for large L (``math.md`` section 3), and rho is the
+    limits, each derived for large L (``math.md`` section 3, "The
+    regulariser's strength"), and rho is the
     smaller of the two:
 
     - locally, the centroids stop being a minimum at ``rho_max = lambda K /

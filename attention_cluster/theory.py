@@ -857,7 +857,8 @@ def auto_temperature(noise, sequence_length, n_clusters, n_features, eigenvalues
       eigenvalue of the unit-scale second moment M (``eigenvalues``, in
       descending order). For large L a head on a direction of second moment
       m lowers the risk by ``f(m) = a m^2 (2 - a m)``, ``a = lambda K``
-      (:mathmd:`3`), which grows with m only while ``a m < 4/3``;
+      (:mathmd:`3`, "The regulariser's strength"; the cap, :mathmd:`4`),
+      which grows with m only while ``a m < 4/3``;
       the token's attention to itself adds about ``tr(M) / L`` to m. With
       equal weights the cap is near the unbiased temperature; with unequal
       weights the heaviest cluster has the largest m and, without the cap,

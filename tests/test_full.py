@@ -16,13 +16,13 @@ from attention_cluster._exact import solve_exact
 from attention_cluster._objective import exact_objective
 from attention_cluster._optimize import minimize_on_spheres, polish_on_spheres
 from attention_cluster._passes import DenseRows
-from attention_cluster._scale import estimate_spectrum
+from attention_cluster._scale import _noise_from_norms, estimate_spectrum
 from attention_cluster._settings import local_reg_strength
 from attention_cluster._spectral import ROWS_PER_HEAD, SUBSAMPLE, spectral_init, start_rows
 from attention_cluster._sphere import project_tangent, retract
 from attention_cluster.datasets import make_mixture
 from attention_cluster.metrics import centroid_distance, class_means_distance
-from attention_cluster.theory import unbiased_temperature
+from attention_cluster.theory import pairwise_regularizer, population_risk, unbiased_temperature
 
 REGULARIZATIONS = [None, "pairwise", "product"]
 
@@ -547,6 +547,53 @@ def test_centroids_lose_stability_at_the_derived_strength(noise):
     assert _tilt_curvature(X, heads, temperature, L, 1.3 * rho_max, out) < 0
     rho = local_reg_strength(temperature, 2, "pairwise", noise)  # the local limit of the default
     assert 0 < rho < 0.25 * rho_max
+
+
+@pytest.mark.parametrize("K", [2, 3, 4])
+@pytest.mark.parametrize("noise", [0.3, 0.7])
+def test_tilt_curvatures_and_rho_max_match_the_population_closed_forms(K, noise):
+    # math.md section 3, "The regulariser's strength": turning head 0 by phi
+    # towards a noise direction, at L = inf and the unbiased temperature,
+    # R'' = 2 sigma^2 beta / K and r'' = -2 sigma^2 (K - 1) / K, so rho_max =
+    # -R'' / r'' = lambda K / (K - 1); the default is a tenth of it. Against
+    # finite differences of theory's exact population risk and regulariser.
+    d = K + 2
+    C = np.eye(K, d)
+    lam = float(unbiased_temperature(noise, np.inf, K))
+    out = np.eye(d)[K]
+
+    def heads(phi):
+        H = C.copy()
+        H[0] = np.cos(phi) * C[0] + np.sin(phi) * out
+        return H
+
+    def curvature(f, h=1e-3):
+        return (f(h) - 2 * f(0.0) + f(-h)) / h**2
+
+    risk = curvature(lambda p: population_risk(heads(p), C, noise, lam, np.inf))
+    reg = curvature(lambda p: pairwise_regularizer(heads(p), C, noise))
+    np.testing.assert_allclose(risk, 2 * noise**2 * lam * K / K, rtol=1e-5)
+    np.testing.assert_allclose(reg, -2 * noise**2 * (K - 1) / K, rtol=1e-5)
+    np.testing.assert_allclose(
+        local_reg_strength(lam, K, "pairwise", noise), 0.1 * -risk / reg, rtol=1e-5
+    )
+
+
+def test_noise_from_the_norms_kurtosis_matches_monte_carlo(global_random_seed):
+    # math.md section 7, "Scale and noise from the spectrum": with K >= d the
+    # noise comes from E||x||^4 / (E||x||^2)^2 of x = s (mu + sigma g).
+    rng = np.random.default_rng(global_random_seed)
+    d, n, s, sigma = 3, 400_000, 2.5, 0.4
+    mu = rng.standard_normal((8, d))
+    mu /= np.linalg.norm(mu, axis=1, keepdims=True)
+    X = s * (mu[rng.integers(0, 8, n)] + sigma * rng.standard_normal((n, d)))
+    sq = np.sum(X * X, axis=1)
+    mean_sq, mean_fourth = sq.mean(), np.mean(sq * sq)
+    # The moments' closed forms, within a few Monte Carlo standard errors.
+    assert abs(mean_sq - s**2 * (1 + d * sigma**2)) < 5 * sq.std() / np.sqrt(n)
+    fourth = s**4 * (1 + (2 * d + 4) * sigma**2 + (d * d + 2 * d) * sigma**4)
+    assert abs(mean_fourth - fourth) < 5 * np.std(sq * sq) / np.sqrt(n)
+    np.testing.assert_allclose(_noise_from_norms(mean_sq, mean_fourth, d), sigma**2, rtol=0.05)
 
 
 def test_reg_strength_special_cases():

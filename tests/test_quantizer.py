@@ -14,7 +14,7 @@ from sklearn.pipeline import make_pipeline
 from attention_cluster import InContextQuantizer
 from attention_cluster._passes import DenseRows
 from attention_cluster._scale import estimate_spectrum
-from attention_cluster.datasets import make_prompts
+from attention_cluster.datasets import make_mixture, make_prompts
 from attention_cluster.layers import in_context_attention
 from attention_cluster.metrics import interference
 from attention_cluster.theory import (
@@ -420,4 +420,23 @@ def test_memory_layout_does_not_change_the_output(tmp_path, layout, attention, g
         Y = X[:, ::2]
     np.testing.assert_allclose(
         InContextQuantizer(attention=attention).fit_transform(Y), expected, rtol=1e-12
+    )
+
+
+def test_auto_keeps_the_centroids_span_and_shrinks_the_rest(global_random_seed):
+    # With temperature="auto" and L large, T^ctx = lambda K M is one linear
+    # map: 1 on the centroids' span (lambda K (1/K + sigma^2) = 1) and
+    # K sigma^2 / (1 + K sigma^2) on the noise directions (math.md section 4,
+    # the in-context unbiased temperature's limit). The map, recovered by
+    # least squares from the output, against those values (Monte Carlo).
+    K, d, sigma = 2, 10, 0.3
+    X, _, C = make_mixture(100_000, d, K, noise=sigma, random_state=global_random_seed)
+    T = InContextQuantizer(K).fit(X).transform(X)
+    A = np.linalg.lstsq(X, T, rcond=None)[0]  # T = X A
+    rng = np.random.default_rng(global_random_seed)
+    basis = np.linalg.qr(np.vstack([C, rng.standard_normal((d - K, d))]).T)[0]
+    noise = basis[:, K:]
+    np.testing.assert_allclose(np.diag(C @ A @ C.T), 1.0, atol=0.01)
+    np.testing.assert_allclose(
+        np.diag(noise.T @ A @ noise), K * sigma**2 / (1 + K * sigma**2), atol=0.005
     )

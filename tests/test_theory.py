@@ -644,6 +644,20 @@ def test_pgd_objective_never_rises_above_lambda_star(global_random_seed):
         np.testing.assert_allclose(run.objective[-1], fixed.objective[-1], rtol=1e-8)
 
 
+@pytest.mark.parametrize("weight", [0.5, 0.8])
+@pytest.mark.parametrize("noise", [0.2, 0.6])
+def test_one_head_lowers_the_risk_by_f_of_its_second_moment(weight, noise):
+    # math.md section 3, "The regulariser's strength": at L = inf a head on
+    # an eigendirection of M with eigenvalue m lowers the risk from
+    # E||X||^2 = 1 + d sigma^2 by f(m) = a m^2 (2 - a m), a = lambda (one
+    # head): on a centroid m = w + sigma^2, off the span m = sigma^2.
+    d, lam = 6, 0.7
+    C, w = np.eye(2, d), np.array([weight, 1 - weight])
+    for head, m in ((C[0], weight + noise**2), (np.eye(d)[3], noise**2)):
+        risk = theory.population_risk(head[None], C, noise, lam, np.inf, weights=w)
+        np.testing.assert_allclose(risk, 1 + d * noise**2 - lam * m**2 * (2 - lam * m), rtol=1e-12)
+
+
 def test_pgd_validates_its_parameters():
     C = np.eye(2, 4)
     with pytest.raises(ValueError, match="step_size"):

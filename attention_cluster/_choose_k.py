@@ -29,8 +29,8 @@ from sklearn.utils import check_random_state
 
 from ._dynamics import SelfAttentionDynamics
 from ._passes import rows_from, unit_rows
-from ._plan import predict_rule
-from ._validation import check_count, check_positive, warn
+from ._plan import check_width, predict_rule
+from ._validation import check_count, check_positive, replay, warn
 
 # Inverse temperature of the dynamics on the unit sphere (its default).
 DYNAMICS_BETA = 10.0
@@ -191,8 +191,13 @@ def count_clusters(
     if n_clusters_range is None:
         ks = list(range(1, min(n, MAX_CLUSTERS) + 1))
     else:
-        ks = sorted({int(k) for k in n_clusters_range})
-    if not ks or ks[0] < 1:
+        try:
+            ks = sorted({check_count(k, "n_clusters_range's K") for k in n_clusters_range})
+        except TypeError:
+            raise ValueError(
+                f"n_clusters_range must be an iterable of integers >= 1, got {n_clusters_range!r}."
+            ) from None
+    if not ks:
         raise ValueError(f"n_clusters_range must hold positive integers, got {ks!r}.")
     if ks[0] > n:
         raise ValueError(f"n_clusters_range must hold a K of at most n_samples={n}, got {ks!r}.")
@@ -227,8 +232,7 @@ def count_clusters(
                 fits[k], rule = fit_at(k)
             silhouettes[k] = sphere_silhouette(tokens, rule.labels_of(tokens))
     K = choose_by_silhouette(K, silhouettes)
-    for w in caught[K]:
-        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    replay(caught[K])
     return K, scores, silhouettes, fits[K]
 
 
@@ -272,6 +276,12 @@ def choose_n_clusters(
         The chosen K, the plateau lengths by K, the silhouettes compared
         and the fitted estimator.
     """
+    from ._clustering import AttentionClustering  # here: _clustering imports this module
+
+    if not isinstance(estimator, AttentionClustering):
+        raise TypeError(
+            f"estimator must be an AttentionClustering, got {type(estimator).__name__}."
+        )
     params = estimator.get_params(deep=False)
 
     def fit_at(k):
@@ -279,6 +289,7 @@ def choose_n_clusters(
         return model, predict_rule(model.cluster_centers_, model.mixture_, model.mean_)
 
     with rows_from(clone(estimator), X, reset=True, sample_weight=sample_weight) as rows:
+        check_width(rows)
         K, scores, silhouettes, model = count_clusters(
             rows,
             fit_at,

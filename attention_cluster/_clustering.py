@@ -22,7 +22,7 @@ from ._choose_k import count_clusters
 from ._mixture import LinearisedEM, OnlineEM, mixture_parameters
 from ._model import MIN_VARIANCE, SphericalMixture
 from ._passes import one_blas_thread, row_peaks, rows_from, unit_terms
-from ._plan import fit_plan, predict_rule, resolve_methods
+from ._plan import check_width, fit_plan, predict_rule, resolve_methods
 from ._validation import (
     atomic_fit,
     check_auto_or_positive,
@@ -392,7 +392,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     def _check_params(self, n_features):
         """Validate the parameters; returns the starting heads (d x K unit columns) of an array ``init``, else None."""
         if isinstance(self.n_clusters, str):
-            check_options(self.n_clusters, "n_clusters", ["auto"])
+            if self.n_clusters != "auto":
+                raise ValueError(
+                    f'n_clusters must be an integer >= 1 or "auto", got {self.n_clusters!r}.'
+                )
         else:
             check_positive(self.n_clusters, "n_clusters", numbers.Integral, min_val=1, strict=False)
         check_auto_or_positive(self.temperature, "temperature")
@@ -483,6 +486,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         # The passes run on the pool's threads already: BLAS threads in each
         # chunk's products would only oversubscribe the cores.
         with rows, one_blas_thread():
+            check_width(rows)
             if params.n_clusters == "auto":
                 rows.check_finite()
 

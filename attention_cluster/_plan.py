@@ -20,6 +20,7 @@ The estimator validates X into rows (``_passes.rows_from``), calls
 one method. The user guide's "How a fit runs" page draws this plan.
 """
 
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,7 +39,7 @@ from ._seeding import seeded_start
 from ._settings import auto_reg_strength
 from ._spectral import SUBSAMPLE, spectral_heads, start_rows
 from ._sphere import normalize_heads, random_heads
-from ._validation import warn
+from ._validation import replay, warn
 from .theory import auto_temperature
 
 __all__ = ["DEFAULT_TUNING", "FitResult", "Settings", "Tuning", "fit_plan", "resolve_methods"]
@@ -194,12 +195,7 @@ def fit_plan(rows, params, init=None, tuning=None):
     tuning = DEFAULT_TUNING if tuning is None else tuning
     K = params.n_clusters
     d = rows.n_features
-    if not rows.in_memory and d >= tuning.dask_max_features:
-        raise ValueError(
-            f"Dask input with n_features={d} >= {tuning.dask_max_features} is not supported: "
-            "the principal-subspace path that wide data need holds the rows' projections "
-            "in memory."
-        )
+    check_width(rows, tuning)
     if _in_subspace(rows, K, tuning):
         rows.check_finite()
     refine = resolve_methods(params.solver, params.refine)[1]
@@ -232,7 +228,11 @@ def fit_plan(rows, params, init=None, tuning=None):
         reason = "their common mean dominates the second moment"
     else:
         centre, reason = bool(params.center), None
-    result = _fit_once(rows, prepared, params, init, centre, tuning)
+    # Only the warnings of the fit kept reach the caller (the retry below
+    # discards the first).
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = _fit_once(rows, prepared, params, init, centre, tuning)
     lost = int(np.sum(result.fractions < tuning.lost_fraction / K))
     if params.center == "auto" and not centre and lost and prepared.share > tuning.share_to_retry:
         # The uncentred fit lost clusters to a common mean below the
@@ -240,6 +240,8 @@ def fit_plan(rows, params, init=None, tuning=None):
         centre = True
         reason = f"the uncentred fit lost {lost} of the n_clusters={K} clusters"
         result = _fit_once(rows, prepared, params, init, centre, tuning)
+    else:
+        replay(caught)
     if params.center == "auto" and centre:
         warn(
             f"center='auto' centred the data ({reason}; the mean carries {prepared.share:.0%} "
@@ -251,6 +253,20 @@ def fit_plan(rows, params, init=None, tuning=None):
         )
     _warn_lost_clusters(result, K, prepared.share, tuning)
     return result
+
+
+def check_width(rows, tuning=None):
+    """Refuse Dask rows too wide for the d x d moment, before any pass (also
+    before ``n_clusters="auto"``'s dynamics); ``tuning`` as in :func:`fit_plan`."""
+    tuning = DEFAULT_TUNING if tuning is None else tuning
+    d = rows.n_features
+    if not rows.in_memory and d >= tuning.dask_max_features:
+        raise ValueError(
+            f"Dask input with n_features={d} >= {tuning.dask_max_features} is not supported: "
+            "the principal-subspace path that wide data need holds the rows' projections "
+            "in memory. Reduce the features first (dask_ml.decomposition.TruncatedSVD or "
+            "PCA), or pass X.compute() if it fits in memory."
+        )
 
 
 def _in_subspace(rows, n_clusters, tuning):

@@ -122,6 +122,14 @@ def atomic_fit(fit):
     return wrapper
 
 
+def replay(caught):
+    """Warnings recorded by ``warnings.catch_warnings(record=True)``, emitted
+    again through :func:`warn`: at the caller's line, under the caller's
+    filters (for the one fit kept of several tried)."""
+    for w in caught:
+        warn(w.message, w.category)
+
+
 def warn(message, category=UserWarning):
     """``warnings.warn``, attributed to the first caller outside the library.
 

@@ -1,12 +1,14 @@
 """Choosing the number of clusters: choose_n_clusters and n_clusters="auto"."""
 
 import pickle
+import warnings
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 from hypothesis import given
 from hypothesis import strategies as st
+from sklearn.cluster import KMeans
 
 from attention_cluster import (
     AttentionClustering,
@@ -186,8 +188,43 @@ def test_a_range_beyond_the_rows_raises_and_its_ks_beyond_them_are_dropped(mixtu
 
 
 def test_bad_string_raises(mixture):
-    with pytest.raises(ValueError, match="n_clusters must be one of 'auto'"):
+    with pytest.raises(ValueError, match='n_clusters must be an integer >= 1 or "auto"'):
         AttentionClustering("many").fit(mixture[0])
+
+
+@pytest.mark.parametrize(
+    "estimator, n_clusters_range, error, match",
+    [
+        (None, 5, ValueError, "n_clusters_range must be an iterable of integers"),
+        (None, ["a"], ValueError, "n_clusters_range's K must be an integer"),
+        (None, [2.5, 3], ValueError, "n_clusters_range's K must be an integer"),
+        ("kmeans", None, TypeError, "estimator must be an AttentionClustering"),
+    ],
+    ids=["int", "string", "half", "kmeans"],
+)
+def test_choose_n_clusters_refuses_its_bad_arguments_before_work(
+    mixture, estimator, n_clusters_range, error, match
+):
+    # An int range raised "not iterable", 2.5 was truncated to 2, and a
+    # KMeans ran the dynamics and fits before an AttributeError.
+    estimator = KMeans(2) if estimator == "kmeans" else AttentionClustering(random_state=0)
+    with pytest.raises(error, match=match):
+        choose_n_clusters(mixture[0], estimator, n_clusters_range)
+
+
+def test_kept_fits_warnings_replay_under_the_callers_filters(mixture):
+    # The warnings of the fit kept were replayed with warn_explicit, which
+    # a filter on the caller's module did not reach.
+    X = mixture[0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("ignore", module=__name__)
+        choose_n_clusters(X, AttentionClustering(max_iter=1, random_state=0))
+    assert not caught
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        choose_n_clusters(X, AttentionClustering(max_iter=1, random_state=0))
+    assert caught and all(w.filename == __file__ for w in caught)
 
 
 @pytest.mark.parametrize("kind", ["csr", "dask", "float32"])

@@ -531,6 +531,20 @@ def test_float32_log_likelihoods_below_float32_are_infinite_without_a_warning():
     assert out.dtype == np.float32 and np.all(out == -np.inf)
 
 
+def test_a_retried_centring_warns_of_the_kept_fit_alone():
+    # center="auto" refits the centred rows when the uncentred fit lost
+    # clusters; that first fit's warnings reached the caller too (each
+    # ConvergenceWarning twice).
+    X = make_mixture(400, 5, 2, noise=0.2, random_state=0)[0][:, :2]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        AttentionClustering(3, centroid_norms="equal", max_iter=1, random_state=0).fit(X)
+    messages = [str(w.message) for w in caught]
+    assert any("centred the data (the uncentred fit lost" in m for m in messages)
+    assert len(messages) == len(set(messages)), messages
+    assert all(w.filename == __file__ for w in caught)
+
+
 def test_unfitted_raises():
     with pytest.raises(NotFittedError):
         AttentionClustering().predict(np.ones((2, 2)))

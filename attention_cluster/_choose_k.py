@@ -17,7 +17,6 @@ mixtures in ``benchmarks/choose_k.py`` (the "Choosing K" page).
 """
 
 import numbers
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -30,7 +29,7 @@ from sklearn.utils import check_random_state
 from ._dynamics import SelfAttentionDynamics
 from ._passes import rows_from, unit_rows
 from ._plan import check_width, predict_rule
-from ._validation import check_count, check_positive, replay, warn
+from ._validation import check_count, check_positive, deferred_warnings, replay, warn
 
 # Inverse temperature of the dynamics on the unit sphere (its default).
 DYNAMICS_BETA = 10.0
@@ -192,10 +191,10 @@ def count_clusters(
         ks = list(range(1, min(n, MAX_CLUSTERS) + 1))
     else:
         try:
-            ks = sorted({check_count(k, "n_clusters_range's K") for k in n_clusters_range})
-        except TypeError:
+            ks = sorted({check_count(k, "K") for k in n_clusters_range})
+        except (TypeError, ValueError):
             raise ValueError(
-                f"n_clusters_range must be an iterable of integers >= 1, got {n_clusters_range!r}."
+                f"n_clusters_range must hold positive integers, got {n_clusters_range!r}."
             ) from None
     if not ks:
         raise ValueError(f"n_clusters_range must hold positive integers, got {ks!r}.")
@@ -207,10 +206,9 @@ def count_clusters(
     dynamics = SelfAttentionDynamics(
         beta=beta, min_cluster_size=min_cluster_size, n_threads=n_threads
     )
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", ConvergenceWarning)
+    with deferred_warnings() as held:
         dynamics.fit(tokens)
-    if any(issubclass(w.category, ConvergenceWarning) for w in caught):
+    if any(issubclass(category, ConvergenceWarning) for _, category in held):
         warn(
             "the self-attention dynamics that chooses n_clusters did not settle on a plateau "
             "within its steps; n_clusters is read from its last state.",
@@ -222,17 +220,16 @@ def count_clusters(
     if K not in scores:
         K = max(scores, key=lambda k: (scores[k], -abs(k - K)))
     m = tokens.shape[0]
-    fits, silhouettes, caught = {}, {}, {}
+    fits, silhouettes, held = {}, {}, {}
     # A silhouette needs 2 to m - 1 clusters of the m rows it is taken on.
     for k in (K, K - 1, K + 1):
         if k in scores and k <= n and (k == K or 2 <= k < m):
             # Only the warnings of the fit kept reach the caller.
-            with warnings.catch_warnings(record=True) as caught[k]:
-                warnings.simplefilter("always")
+            with deferred_warnings() as held[k]:
                 fits[k], rule = fit_at(k)
             silhouettes[k] = sphere_silhouette(tokens, rule.labels_of(tokens))
     K = choose_by_silhouette(K, silhouettes)
-    replay(caught[K])
+    replay(held[K])
     return K, scores, silhouettes, fits[K]
 
 

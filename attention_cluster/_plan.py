@@ -20,7 +20,6 @@ The estimator validates X into rows (``_passes.rows_from``), calls
 one method. The user guide's "How a fit runs" page draws this plan.
 """
 
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -39,7 +38,7 @@ from ._seeding import seeded_start
 from ._settings import auto_reg_strength
 from ._spectral import SUBSAMPLE, spectral_heads, start_rows
 from ._sphere import normalize_heads, random_heads
-from ._validation import replay, warn
+from ._validation import deferred_warnings, replay, warn
 from .theory import auto_temperature
 
 __all__ = ["DEFAULT_TUNING", "FitResult", "Settings", "Tuning", "fit_plan", "resolve_methods"]
@@ -230,8 +229,7 @@ def fit_plan(rows, params, init=None, tuning=None):
         centre, reason = bool(params.center), None
     # Only the warnings of the fit kept reach the caller (the retry below
     # discards the first).
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with deferred_warnings() as held:
         result = _fit_once(rows, prepared, params, init, centre, tuning)
     lost = int(np.sum(result.fractions < tuning.lost_fraction / K))
     if params.center == "auto" and not centre and lost and prepared.share > tuning.share_to_retry:
@@ -241,7 +239,7 @@ def fit_plan(rows, params, init=None, tuning=None):
         reason = f"the uncentred fit lost {lost} of the n_clusters={K} clusters"
         result = _fit_once(rows, prepared, params, init, centre, tuning)
     else:
-        replay(caught)
+        replay(held)
     if params.center == "auto" and centre:
         warn(
             f"center='auto' centred the data ({reason}; the mean carries {prepared.share:.0%} "

@@ -4,6 +4,8 @@ Built on scikit-learn's public helpers only (``check_scalar``,
 ``validate_data``): its private constraint classes change between releases.
 """
 
+import contextlib
+import contextvars
 import functools
 import numbers
 import os
@@ -122,12 +124,31 @@ def atomic_fit(fit):
     return wrapper
 
 
-def replay(caught):
-    """Warnings recorded by ``warnings.catch_warnings(record=True)``, emitted
-    again through :func:`warn`: at the caller's line, under the caller's
-    filters (for the one fit kept of several tried)."""
-    for w in caught:
-        warn(w.message, w.category)
+# The package's warnings held back in this context (deferred_warnings), or
+# None: a context variable, so that a fit in another thread is unaffected.
+_HELD = contextvars.ContextVar("attention_cluster_held_warnings", default=None)
+
+
+@contextlib.contextmanager
+def deferred_warnings():
+    """Hold the package's warnings (:func:`warn`) of the block instead of
+    emitting them; yields their list of ``(message, category)``, for
+    :func:`replay` (the warnings of the one fit kept of several tried).
+    Only this thread's (this context's) warnings are held, and the global
+    warning filters are not touched."""
+    held = []
+    token = _HELD.set(held)
+    try:
+        yield held
+    finally:
+        _HELD.reset(token)
+
+
+def replay(held):
+    """``(message, category)`` pairs emitted through :func:`warn`: at the
+    caller's line, under the caller's filters."""
+    for message, category in held:
+        warn(message, category)
 
 
 def warn(message, category=UserWarning):
@@ -136,8 +157,12 @@ def warn(message, category=UserWarning):
     A warning from ``fit`` then names the user's line, whether it was called
     directly, through ``fit_predict``, a Pipeline or a search (the frames of
     scikit-learn and joblib are skipped too), instead of a line of this
-    package.
+    package. Inside :func:`deferred_warnings` it is held instead.
     """
+    held = _HELD.get()
+    if held is not None:
+        held.append((message, category))
+        return
     frame = sys._getframe(1)
     level = 2
     while frame is not None and frame.f_code.co_filename.startswith(_LIBRARY_DIRS):

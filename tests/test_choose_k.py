@@ -195,9 +195,9 @@ def test_bad_string_raises(mixture):
 @pytest.mark.parametrize(
     "estimator, n_clusters_range, error, match",
     [
-        (None, 5, ValueError, "n_clusters_range must be an iterable of integers"),
-        (None, ["a"], ValueError, "n_clusters_range's K must be an integer"),
-        (None, [2.5, 3], ValueError, "n_clusters_range's K must be an integer"),
+        (None, 5, ValueError, "n_clusters_range must hold positive integers, got 5"),
+        (None, ["a"], ValueError, "n_clusters_range must hold positive integers"),
+        (None, [2.5, 3], ValueError, r"n_clusters_range must hold positive integers, got \[2.5"),
         ("kmeans", None, TypeError, "estimator must be an AttentionClustering"),
     ],
     ids=["int", "string", "half", "kmeans"],

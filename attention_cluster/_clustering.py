@@ -29,6 +29,8 @@ from ._validation import (
     check_n_samples,
     check_options,
     check_positive,
+    deferred_warnings,
+    replay,
 )
 
 
@@ -661,14 +663,21 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 "partial_fit takes batches in memory (arrays or sparse matrices); "
                 "fit reads a Dask array in passes."
             )
-        if first:
-            self._fit_rows(rows)
-            self._stream = _new_stream(self._result)
-            # The batches' weights are divided by the first batch's unit (rows_from).
-            self._stream_weight_unit = rows.weight_unit
-            self.n_steps_ = 0
-        with rows, one_blas_thread():
-            self._write(self._stream_update(rows), rows.dtype)
+        # The first batch is read twice, by its fit and by the stream's first
+        # update: a warning about its rows is given once.
+        held = []
+        try:
+            with deferred_warnings() as held:
+                if first:
+                    self._fit_rows(rows)
+                    self._stream = _new_stream(self._result)
+                    # The batches' weights are divided by the first batch's unit (rows_from).
+                    self._stream_weight_unit = rows.weight_unit
+                    self.n_steps_ = 0
+                with rows, one_blas_thread():
+                    self._write(self._stream_update(rows), rows.dtype)
+        finally:
+            replay(dict.fromkeys(held))
         self.n_steps_ += 1
         return self
 

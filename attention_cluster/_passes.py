@@ -1670,9 +1670,12 @@ def _lost_spread(variance, exact, terms, magnitude):
     rounding = terms * np.finfo(np.float64).eps * magnitude
     lost = ~exact & (variance <= rounding)
     if np.any(lost):
+        columns = np.flatnonzero(lost)
+        shown = ", ".join(str(j) for j in columns[:10]) + (", ..." if len(columns) > 10 else "")
         warn(
             f"X is sparse and centred without densifying it ((X - 1 m^T) in every product): "
-            f"{int(np.sum(lost))} of its {len(variance)} features spread about the mean by "
+            f"{len(columns)} of its {len(variance)} features (columns {shown}) spread about "
+            "the mean by "
             "less than the rounding of that centring (about sqrt(n * 2.2e-16) times the "
             "mean, for n rows), so their variances and the fit are not resolved. Pass X "
             "dense (X.toarray()) or subtract the mean from the stored values first.",

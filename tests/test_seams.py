@@ -439,6 +439,20 @@ def test_sparse_rows_at_a_mean_far_beyond_their_spread_warn(seed):
     assert not any("not resolved" in str(w.message) for w in dense_caught)
 
 
+def test_a_first_sparse_batch_whose_spread_is_lost_warns_once_naming_its_columns():
+    # partial_fit reads its first batch twice (the fit, then the stream's
+    # first update), and the warning came twice, naming no column.
+    rng = np.random.default_rng(0)
+    X = make_mixture(400, 5, 2, noise=0.2, random_state=0)[0]
+    X[:, 0] = 1e8 + 1e-5 * rng.standard_normal(400)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        AttentionClustering(2, center=True, random_state=0).partial_fit(sp.csr_matrix(X))
+    lost = [w for w in caught if "not resolved" in str(w.message)]
+    assert len(lost) == 1 and "(columns 0)" in str(lost[0].message)
+    assert lost[0].filename == __file__
+
+
 def test_the_variance_floor_of_rows_whose_mean_square_rounds_below_zero():
     # MIN_VARIANCE of the mean square per feature, and of 1 where the mean
     # square is zero or (a sum of rounding errors) negative: never zero.

@@ -931,11 +931,14 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         out = self.temperature_ * self.n_clusters_ * np.asarray(self.moment_heads_, np.float64)
         with self._rows(X, sample_weight=sample_weight) as rows, one_blas_thread():
             error = rows.weighted_mean(_reconstruction_errors, heads, out, self.mean_, self.scale_)
-        # error s^2 by mantissas and exponents: s^2 alone leaves float64's
-        # range for a scale beyond about 1e154 (or below 1e-154) where the
-        # product does not.
-        (m_e, e_e), (m_s, e_s) = np.frexp(error), np.frexp(float(self.scale_))
-        with np.errstate(over="ignore"):
+        with np.errstate(over="ignore", under="ignore"):
+            square = np.float64(self.scale_) ** 2
+            if np.isfinite(square) and square >= np.finfo(np.float64).tiny:
+                return -float(error * square)
+            # s^2 alone leaves float64's range (a scale beyond about 1e154 or
+            # below 1e-154) where the product need not: by mantissas and
+            # exponents.
+            (m_e, e_e), (m_s, e_s) = np.frexp(error), np.frexp(float(self.scale_))
             return -float(np.ldexp(m_e * m_s * m_s, int(e_e) + 2 * int(e_s)))
 
 

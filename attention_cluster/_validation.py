@@ -288,7 +288,7 @@ def check_count(value, name, minimum=1):
     if (
         isinstance(value, bool)
         or not isinstance(value, numbers.Real)
-        or not np.isfinite(value)
+        or (not isinstance(value, numbers.Integral) and not np.isfinite(value))
         or int(value) != value
         or value < minimum
     ):

@@ -52,6 +52,13 @@ def test_invalid_arguments_raise_before_any_work(value, match):
         warm_up(**value)
 
 
+def test_a_count_beyond_float64_is_still_a_count():
+    # Counts are checked finite for floats only: an int needs no conversion,
+    # and 10**400 made the finiteness test raise a TypeError.
+    with pytest.raises(ValueError, match="n_clusters must be an integer >= 1"):
+        warm_up(n_clusters=-(10**400))
+
+
 @pytest.mark.parametrize("client", ["x", 1])
 def test_what_is_not_a_client_raises_before_any_work(client):
     with pytest.raises(TypeError, match="client must be a distributed.Client or None"):

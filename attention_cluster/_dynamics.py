@@ -690,7 +690,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         return np.argmin(d2, axis=1).astype(np.intp)
 
     def _leaders(self, flow, Z, t):
-        """Tokens whose attention on themselves exceeds 1/2 at time t."""
+        """Tokens whose attention on themselves exceeds 1/2 at time t (``docs/math.md`` section 8)."""
         X = flow._embed(Z, t)
         queries = _apply(flow.query, X)
         keys = _apply(flow.key, X)

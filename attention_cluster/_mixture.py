@@ -595,7 +595,9 @@ _JACOBIAN_ROWS = 16384
 
 
 def mixture_parameters(n_features, n_clusters, free=False):
-    """Free parameters of the mixture: K heads in R^d, the norm(s), tau^2 and the K weights."""
+    """Parameters of the mixture, counted for the subsample sizes: K heads in R^d,
+    the norm(s), tau^2 and the K weights (``math.md`` section 7, "Subsample,
+    then Newton's steps": 256 rows per parameter)."""
     return n_features * n_clusters + 2 + n_clusters + (n_clusters - 1 if free else 0)
 
 

@@ -402,15 +402,12 @@ def _fit_once(given, prepared, params, init, centre, tuning):
             centers, moment_heads = centers @ basis.T, moment_heads @ basis.T
         mixture, refine_n_iter, free_norms = None, 0, None
     rule = predict_rule(centers, mixture, mean, given.dtype)
-    if mixture is not None and not given.in_memory:
-        # The fitted weights stand for the labels' shares: counting Dask
-        # rows' lazy labels would read X once more.
-        labels = given.labels(*rule)
-        fractions = weights = np.exp(mixture.log_weights)
-    else:
-        labels, counts = given.labels_and_counts(*rule)
-        fractions = counts / np.sum(counts)
-        weights = fractions if mixture is None else np.exp(mixture.log_weights)
+    # The labels' shares decide the lost clusters (center="auto"'s retry and
+    # its warning) for every kind of rows alike: on Dask rows, whose labels
+    # stay lazy, counting them is one pass of its own.
+    labels, counts = given.labels_and_counts(*rule)
+    fractions = counts / np.sum(counts)
+    weights = fractions if mixture is None else np.exp(mixture.log_weights)
     return FitResult(
         centers=centers,
         mixture=mixture,

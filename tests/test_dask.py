@@ -312,9 +312,9 @@ def _reads(out):
 def test_one_read_draws_every_subsample_on_any_chunking(client, monkeypatch, capsys, on_workers):
     # The start's rows (16384) and the EM's subsample stage (made small
     # here: 12500 rows) come from one nested draw, taken in the read of X
-    # that finds the moments; the other reads are the E steps' (the
-    # fitted weights stand for the labels' shares; without the refinement
-    # the labels' counts are a read of their own), X being too large to be
+    # that finds the moments; the other reads are the E steps' and the
+    # labels' counts (the lost clusters are judged by the labels' shares, as
+    # in memory), X being too large to be
     # kept in the workers' memory (made so here). Each block draws its own
     # rows' keys from the fit's seed and the rows' indices: two chunkings
     # give the same fit, equal to the NumPy fit's.
@@ -331,11 +331,9 @@ def test_one_read_draws_every_subsample_on_any_chunking(client, monkeypatch, cap
     for chunks in [(12_500, -1), ((30_000, 5_000, 41_000, 24_000), -1)]:
         fits.append(AttentionClustering(random_state=0, verbose=1).fit(_on_cluster(X, chunks)))
         reads = _reads(capsys.readouterr().out)
-        assert (
-            reads
-            == ["second moment, mean, finiteness and nested subsamples drawn"]
-            + ["e_step"] * fits[-1].refine_n_iter_
-        )
+        assert reads == ["second moment, mean, finiteness and nested subsamples drawn"] + [
+            "e_step"
+        ] * fits[-1].refine_n_iter_ + ["labels' counts"]
     for lazy in fits:
         np.testing.assert_allclose(
             lazy.cluster_centers_, dense.cluster_centers_, atol=ATOL[np.float64]
@@ -548,3 +546,21 @@ def test_killed_worker_does_not_change_the_fit(client):
         result["model"].cluster_centers_, expected.cluster_centers_, atol=ATOL[np.float64]
     )
     assert result["model"].refine_n_iter_ == expected.refine_n_iter_
+
+
+@pytest.mark.parametrize("center", ["auto", False])
+def test_lost_clusters_are_judged_by_the_labels_shares_as_in_memory(client, center):
+    # One cluster more than the data hold: the fitted weight of the extra
+    # component is 0.04, its share of the labels 0.0055. Dask fits read the
+    # weight for the share (to spare a pass), so center="auto" did not refit
+    # the centred rows as the NumPy fit does (centres 1.5 apart, 3078 of
+    # 4000 labels different), and no fit warned of the lost cluster.
+    X = make_mixture(4000, 6, 4, noise=0.7, random_state=0)[0]
+    with pytest.warns(UserWarning) as dense_warnings:
+        dense = AttentionClustering(5, center=center, random_state=0).fit(X)
+    with pytest.warns(UserWarning) as lazy_warnings:
+        lazy = AttentionClustering(5, center=center, random_state=0).fit(_on_cluster(X, (1000, -1)))
+    assert [str(w.message) for w in lazy_warnings] == [str(w.message) for w in dense_warnings]
+    assert lazy.center_ == dense.center_
+    np.testing.assert_allclose(lazy.cluster_centers_, dense.cluster_centers_, atol=ATOL[np.float64])
+    np.testing.assert_array_equal(lazy.labels_.compute(), dense.labels_)

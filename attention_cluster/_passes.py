@@ -1128,6 +1128,13 @@ def _block_counts(labels, weights, minlength):
     return np.bincount(labels, weights=weights, minlength=minlength)[None, :].astype(np.float64)
 
 
+def _block_label_counts(block, weights, centers, gain, bias, origin, scale, compiled, minlength):
+    """One block's weighted label counts, as a row, its rows labelled as
+    :func:`_labels` does (for :meth:`DaskRows.labels_and_counts`)."""
+    labels = _labels(np.ascontiguousarray(block), centers, gain, bias, origin, scale, compiled)
+    return _block_counts(labels, None if weights is None else np.asarray(weights), minlength)
+
+
 def _per_head(gain, K):
     """``gain`` (one number or one per head) as K float64 values."""
     return np.ascontiguousarray(np.broadcast_to(np.asarray(gain, dtype=np.float64), (K,)))
@@ -1523,6 +1530,23 @@ class DaskRows(_Rows):
             dtype=np.float64,
         )
         return self._compute("labels' counts", parts)[0].sum(axis=0)
+
+    def labels_and_counts(self, centers, gain, bias, origin=None, scale=1.0):
+        """``(labels, counts)``: the lazy :meth:`labels` on X, and their
+        weighted counts in one pass over the blocks the passes read (X's
+        blocks in the workers' memory when the fit keeps them there: X is
+        not read again), each block labelling and counting its rows."""
+        K = len(centers)
+        rule = (
+            np.asarray(centers, dtype=np.float64),
+            _per_head(gain, K),
+            np.asarray(bias, dtype=np.float64),
+            None if origin is None else np.asarray(origin, dtype=np.float64),
+            float(scale),
+            self.compiled,
+        )
+        parts = self._blocks("labels' counts", _block_label_counts, *rule, K)
+        return self.labels(centers, gain, bias, origin, scale), np.sum(parts, axis=0).ravel()
 
     def labels(self, centers, gain, bias, origin=None, scale=1.0):
         """Labels as a lazy Dask array (:meth:`DenseRows.labels` on each block)."""

@@ -160,8 +160,10 @@ refinement's stages (65536 rows, fewer below 5.2e5 rows, then 16 times more
 while under a quarter of n: 2^20 rows from 4.2e6 rows on, 2^24 from 6.7e7,
 2^28 from 1.1e9), on the last of which the Newton steps' Jacobian is taken
 (math.md section 7). A fit with the EM refinement reads X once for the
-moments, the mean and the draw, and once per E step on all rows (the
-verbose log numbers the reads), unless X is kept in the workers' memory
+moments, the mean and the draw, once per E step on all rows, and once to
+count the labels' shares, which decide the lost clusters (`center="auto"`'s
+retry and its warning) as in memory (the verbose log numbers the reads),
+unless X is kept in the workers' memory
 (below). Rows drawn of at most 2^20 in all
 (80 MB in float64 at d = 10) are pulled to the client; more are kept and
 persisted on the workers (1.3 GB for 2^24 rows at d = 10, spread over
@@ -193,7 +195,11 @@ each pass.
   their sums come to the client.
 - **Checks.** Width, dtype, dimensions, known row chunks and blocks that
   hold whole rows (an array chunked along its columns is refused: rechunk
-  with `X.rechunk({1: -1})`) are checked from the graph before any pass;
+  with `X.rechunk({1: -1})`) are checked from the graph before any pass.
+  A width of 4000 features or more is refused: the principal-subspace
+  path that wide rows take in memory holds their projections on the
+  client (reduce the features first, `dask_ml.decomposition.PCA` or
+  `TruncatedSVD`);
   NaN and infinity are found by the fit's first pass (which also finds the
   largest entry), before the others, with scikit-learn's messages; in
   `predict` and `transform` a block with NaN raises when computed. A

@@ -171,7 +171,9 @@ them, released after the fit), and the subsamples and the EM's passes over
 them are Dask computations like those over X. Nothing of size n is on the
 client: the draw's seed travels in the task graph, and a lost worker's
 draws are recomputed with its tasks. The draw depends on the seed and the
-rows' indices only, so the same seed gives the same fit on any chunking.
+rows' indices only, so the same seed gives the same fit on any chunking
+(to the rounding of the blocks' sums, which decides between fits that tie:
+rows in symmetric, degenerate positions, such as equidistant point masses).
 `solver="psgd"`
 draws its sequences from 2^20 rows pulled once. On a `distributed` cluster
 where X (with its weights) takes at most a quarter of the workers' memory

@@ -1124,7 +1124,7 @@ def _block_map(block, fn, *args):
 
 
 def _block_counts(labels, weights, minlength):
-    """One block's weighted label counts, as a row (for :meth:`DaskRows.label_counts`)."""
+    """One block's weighted label counts, as a row (for :func:`_block_label_counts`)."""
     return np.bincount(labels, weights=weights, minlength=minlength)[None, :].astype(np.float64)
 
 
@@ -1515,50 +1515,30 @@ class DaskRows(_Rows):
             _product, left, shift, right, dtype=self.dtype, columns=self.n_features
         )
 
-    def label_counts(self, labels, minlength):
-        """The weighted counts of the lazy ``labels`` (of :meth:`labels`), in
-        one pass: each block counts its own, the client adds them."""
-        import dask.array as da
-
-        parts = da.map_blocks(
-            _block_counts,
-            labels,
-            self.sample_weight,
-            minlength,
-            new_axis=1,
-            chunks=((1,) * labels.numblocks[0], (minlength,)),
-            dtype=np.float64,
-        )
-        return self._compute("labels' counts", parts)[0].sum(axis=0)
-
     def labels_and_counts(self, centers, gain, bias, origin=None, scale=1.0):
         """``(labels, counts)``: the lazy :meth:`labels` on X, and their
         weighted counts in one pass over the blocks the passes read (X's
         blocks in the workers' memory when the fit keeps them there: X is
         not read again), each block labelling and counting its rows."""
-        K = len(centers)
-        rule = (
-            np.asarray(centers, dtype=np.float64),
-            _per_head(gain, K),
-            np.asarray(bias, dtype=np.float64),
-            None if origin is None else np.asarray(origin, dtype=np.float64),
-            float(scale),
-            self.compiled,
-        )
-        parts = self._blocks("labels' counts", _block_label_counts, *rule, K)
+        rule = self._block_rule(centers, gain, bias, origin, scale)
+        parts = self._blocks("labels' counts", _block_label_counts, *rule, len(centers))
         return self.labels(centers, gain, bias, origin, scale), np.sum(parts, axis=0).ravel()
 
     def labels(self, centers, gain, bias, origin=None, scale=1.0):
         """Labels as a lazy Dask array (:meth:`DenseRows.labels` on each block)."""
         return self.map_rows(
-            _labels,
+            _labels, *self._block_rule(centers, gain, bias, origin, scale), dtype=np.intp
+        )
+
+    def _block_rule(self, centers, gain, bias, origin, scale):
+        """The label rule's arguments as each block's :func:`_labels` takes them."""
+        return (
             np.asarray(centers, dtype=np.float64),
             _per_head(gain, len(centers)),
             np.asarray(bias, dtype=np.float64),
             None if origin is None else np.asarray(origin, dtype=np.float64),
             float(scale),
             self.compiled,
-            dtype=np.intp,
         )
 
     def subsample(self, rng, size):

@@ -194,7 +194,6 @@ def fit_plan(rows, params, init=None, tuning=None):
     tuning = DEFAULT_TUNING if tuning is None else tuning
     K = params.n_clusters
     d = rows.n_features
-    check_width(rows, tuning)
     if _in_subspace(rows, K, tuning):
         rows.check_finite()
     refine = resolve_methods(params.solver, params.refine)[1]
@@ -253,14 +252,14 @@ def fit_plan(rows, params, init=None, tuning=None):
     return result
 
 
-def check_width(rows, tuning=None):
+def check_width(rows):
     """Refuse Dask rows too wide for the d x d moment, before any pass (also
-    before ``n_clusters="auto"``'s dynamics); ``tuning`` as in :func:`fit_plan`."""
-    tuning = DEFAULT_TUNING if tuning is None else tuning
-    d = rows.n_features
-    if not rows.in_memory and d >= tuning.dask_max_features:
+    before ``n_clusters="auto"``'s dynamics): the estimator calls it before
+    :func:`fit_plan` and ``count_clusters``."""
+    d, limit = rows.n_features, DEFAULT_TUNING.dask_max_features
+    if not rows.in_memory and d >= limit:
         raise ValueError(
-            f"Dask input with n_features={d} >= {tuning.dask_max_features} is not supported: "
+            f"Dask input with n_features={d} >= {limit} is not supported: "
             "the principal-subspace path that wide data need holds the rows' projections "
             "in memory. Reduce the features first (dask_ml.decomposition.TruncatedSVD or "
             "PCA), or pass X.compute() if it fits in memory."

@@ -54,10 +54,7 @@ def _as_2d(a, name):
 
 def _positive_noise(noise, why_not_zero):
     """sigma as one positive float, or a ValueError that says why zero is excluded."""
-    sigma = check_noise(noise)
-    if sigma.ndim != 0:
-        raise ValueError(f"noise must be one number, got shape {sigma.shape}.")
-    sigma = float(sigma)
+    sigma = check_noise(noise, scalar=True)
     if not sigma > 0:
         raise ValueError(f"noise must be positive: {why_not_zero}.")
     return sigma

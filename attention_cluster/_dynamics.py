@@ -28,7 +28,7 @@ from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from ._dynamics_kernels import attention, cell_plane, group_tokens, self_attention
 from ._passes import dense_block, stored_bytes, unit_rows, usable_threads
-from ._validation import atomic_fit, check_options, check_positive, warn
+from ._validation import atomic_fit, check_matrix, check_options, check_positive, warn
 
 __all__ = ["SelfAttentionDynamics", "attention_flow"]
 
@@ -56,16 +56,9 @@ def _weight_matrix(value, name, n_features):
     """``None`` (the identity) or a finite ``(d, d)`` float64 array."""
     if value is None:
         return None
-    if np.iscomplexobj(value):
-        raise ValueError(f"{name} must be real, got a complex array.")
-    W = np.asarray(value, dtype=np.float64)
-    if W.shape != (n_features, n_features):
-        raise ValueError(
-            f"{name} must have shape (n_features, n_features) = ({n_features}, {n_features}), got {W.shape}."
-        )
-    if not np.all(np.isfinite(W)):
-        raise ValueError(f"{name} must be finite.")
-    return W
+    return check_matrix(
+        value, name, shape=(n_features, n_features), labels=("n_features", "n_features")
+    )
 
 
 def _apply(W, X):

@@ -27,7 +27,7 @@ they do so by blocks of rows (bounded memory) with the log-sum-exp shift, so
 
 import numpy as np
 
-from ._validation import check_count, check_temperature
+from ._validation import check_count, check_matrix, check_temperature
 
 __all__ = [
     "linear_attention",
@@ -63,16 +63,7 @@ def _check_prompts(X):
 
 
 def _check_heads(heads, n_features, dtype):
-    heads = np.asarray(heads)
-    if np.iscomplexobj(heads) or heads.dtype.kind not in "biuf":
-        raise ValueError("heads must be a real numeric array.")
-    if heads.ndim != 2 or heads.shape[0] == 0 or heads.shape[1] != n_features:
-        raise ValueError(
-            f"heads must have shape (n_heads, {n_features}) with n_heads >= 1 "
-            f"(one head per row), got {heads.shape}."
-        )
-    if not np.all(np.isfinite(heads)):
-        raise ValueError("heads contains NaN or infinity.")
+    heads = check_matrix(heads, "heads", shape=(None, n_features), labels=("n_heads", "d"))
     with np.errstate(over="ignore"):
         cast = heads.astype(dtype, copy=False)
     if not np.all(np.isfinite(cast)):

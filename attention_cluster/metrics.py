@@ -26,7 +26,7 @@ from scipy.optimize import linear_sum_assignment
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_array, column_or_1d
 
-from ._validation import check_count, check_noise, check_weights, weight_unit
+from ._validation import check_count, check_matrix, check_noise, check_weights, weight_unit
 
 __all__ = [
     "centroid_distance",
@@ -40,16 +40,8 @@ __all__ = [
 
 
 def _as_2d(a, name):
-    if np.iscomplexobj(a):
-        raise ValueError(f"Complex data not supported: {name} must be real.")
-    a = np.asarray(a, dtype=np.float64)
-    if a.ndim != 2 or a.size == 0:
-        raise ValueError(
-            f"{name} must be a non-empty 2-D array (one centroid per row), got shape {a.shape}."
-        )
-    if not np.all(np.isfinite(a)):
-        raise ValueError(f"{name} must be finite, got NaN or infinite entries.")
-    return a
+    """Centroids or heads, one per row."""
+    return check_matrix(a, name, labels=("n_clusters", "d"))
 
 
 def _positive_noise(noise, why_not_zero):

@@ -28,7 +28,9 @@ from ._objective import regularizer_code
 from ._passes import rows_of
 from ._sphere import normalize_heads, project_tangent, retract
 from ._validation import (
+    as_numbers,
     check_count,
+    check_matrix,
     check_noise,
     check_options,
     check_positive,
@@ -67,10 +69,8 @@ __all__ = [
 
 
 def _check_length(sequence_length):
-    if isinstance(sequence_length, (bool, np.bool_, str, bytes)):
-        raise ValueError(f"sequence_length must be >= 1 or np.inf, got {sequence_length!r}.")
-    L = np.asarray(sequence_length, dtype=np.float64)
-    if not np.all(L >= 1):
+    L = as_numbers(sequence_length)
+    if L is None or not np.all(L >= 1):
         raise ValueError(f"sequence_length must be >= 1 or np.inf, got {sequence_length!r}.")
     return L
 
@@ -306,25 +306,9 @@ class _LayerMoments:
         return self.a0, a1, a2, g1, g2
 
 
-def _finite_matrix(a, name, n_features=None, rows="L"):
-    """A non-empty, real, finite float64 matrix of ``n_features`` columns when
-    given (lighter than check_array: psgd_path calls it once per step)."""
-    if np.iscomplexobj(a):
-        raise ValueError(f"Complex data not supported: {name} must be real.")
-    a = np.asarray(a, dtype=np.float64)
-    if a.ndim != 2 or a.size == 0 or (n_features is not None and a.shape[1] != n_features):
-        shape = f"({rows}, d)" if n_features is None else f"({rows}, {n_features})"
-        raise ValueError(
-            f"{name} must be a non-empty array of shape {shape} (one per row), got {a.shape}."
-        )
-    if not np.all(np.isfinite(a)):
-        raise ValueError(f"{name} contains NaN or infinity.")
-    return a
-
-
 def _problem(heads, centroids, noise, temperature, sequence_length, weights):
-    centroids = _finite_matrix(centroids, "centroids", rows="n_clusters")
-    heads = _finite_matrix(heads, "heads", centroids.shape[1], rows="n_heads")
+    centroids = check_matrix(centroids, "centroids", labels=("n_clusters", "d"))
+    heads = check_matrix(heads, "heads", shape=(None, centroids.shape[1]), labels=("n_heads", "d"))
     weights = check_weights(weights, centroids.shape[0])
     s = float(check_noise(noise)) ** 2
     tau = float(_temperatures(temperature)) * heads.shape[0]
@@ -939,7 +923,7 @@ def manifold_heads(centroids, alignment, random_state=None):
     ([[0.6, 0.0], [0.0, 0.8]], 0.0)
     """
     given = np.asarray(centroids)
-    centroids = _finite_matrix(centroids, "centroids", rows="n_clusters")
+    centroids = check_matrix(centroids, "centroids", labels=("n_clusters", "d"))
     K, d = centroids.shape
     # Orthonormal to the rounding of the centroids' dtype (float32 from a
     # float32 QR, say).
@@ -1471,9 +1455,9 @@ def sequence_loss_gradient(tokens, heads, temperature, *, n_clusters=None):
     >>> loss  # c = 1/2, T(X) = X U U^T / 2: squared errors 1/4 and 1, over L = 2
     0.625
     """
-    X = np.ascontiguousarray(_finite_matrix(tokens, "tokens"))
+    X = np.ascontiguousarray(check_matrix(tokens, "tokens", labels=("L", "d")))
     L, d = X.shape
-    heads = _finite_matrix(heads, "heads", d, rows="n_heads")
+    heads = check_matrix(heads, "heads", shape=(None, d), labels=("n_heads", "d"))
     n_heads = heads.shape[0]
     K = n_heads if n_clusters is None else check_count(n_clusters, "n_clusters")
     c = check_temperature(temperature) * K / L
@@ -1589,7 +1573,9 @@ def psgd_path(
     X = check_array(X, accept_sparse="csr", dtype=[np.float64, np.float32], order="C")
     n_features = X.shape[1]
     U = np.ascontiguousarray(
-        normalize_heads(_finite_matrix(heads0, "heads0", n_features, rows="n_heads").T)
+        normalize_heads(
+            check_matrix(heads0, "heads0", shape=(None, n_features), labels=("n_heads", "d")).T
+        )
     )
     n_heads = U.shape[1]
     temperature = check_temperature(temperature)

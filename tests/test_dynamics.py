@@ -385,7 +385,7 @@ def test_fit_is_reproducible_and_pickles(mixture):
         ({"stopping": "never"}, "stopping must be one of"),
         ({"min_cluster_size": 1.5}, "fraction below 1"),
         ({"max_iter": 0}, "max_iter must be >= 1"),
-        ({"value": np.eye(2)}, r"value must have shape \(n_features, n_features\)"),
+        ({"value": np.eye(2)}, r"value must be .* of shape \(n_features, n_features\)"),
         ({"query": np.full((3, 3), np.nan)}, "query must be finite"),
     ],
 )

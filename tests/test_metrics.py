@@ -285,6 +285,26 @@ def test_centroid_distance_refuses_what_has_no_distance(estimated, true, match):
         centroid_distance(estimated, true)
 
 
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        # NumPy reads the text "1" as 1.0 and True as 1.0: both are refused.
+        (
+            lambda: centroid_distance(np.array([["1", "0"]]), np.eye(1, 2)),
+            "estimated must be a real",
+        ),
+        (lambda: centroid_distance(np.eye(2, dtype=bool), np.eye(2)), "estimated must be a real"),
+        (lambda: metrics.bayes_error(np.eye(2), 0.3, weights=["0.5", "0.5"]), "weights must be"),
+        (lambda: metrics.bayes_error(np.eye(2), "0.3"), "noise must be a finite number"),
+        (lambda: metrics.bayes_error(np.eye(2), [True]), "noise must be a finite number"),
+    ],
+    ids=["text-centroids", "bool-centroids", "text-weights", "text-noise", "bool-array-noise"],
+)
+def test_metrics_refuse_text_and_bools_as_numbers(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
 @pytest.mark.parametrize("scale", [1e-200, 1.0, 1e160, 1e300])
 def test_centroid_distance_of_equal_centroids_is_zero_at_any_magnitude(scale, global_random_seed):
     # The expansion ||a||^2 + ||b||^2 - 2 |<a, b>| left rounding of the norms'

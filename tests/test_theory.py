@@ -551,12 +551,12 @@ def test_pgd_too_much_regularisation_hurts_at_high_noise():
 @pytest.mark.parametrize(
     "heads, centroids, match",
     [
-        (np.where(np.eye(2, 5) == 1, np.inf, 0.0), np.eye(2, 5), "heads contains NaN or infinity"),
-        (np.eye(2, 5), np.full((2, 5), np.nan), "centroids contains NaN or infinity"),
+        (np.where(np.eye(2, 5) == 1, np.inf, 0.0), np.eye(2, 5), "heads must be finite"),
+        (np.eye(2, 5), np.full((2, 5), np.nan), "centroids must be finite"),
         (np.eye(2, 5) + 1j, np.eye(2, 5), "Complex data not supported"),
-        (np.zeros((2, 0)), np.zeros((2, 0)), "centroids must be a non-empty array"),
-        (np.eye(2, 5), np.zeros((0, 5)), "centroids must be a non-empty array"),
-        (np.zeros((0, 5)), np.eye(2, 5), "heads must be a non-empty array"),
+        (np.zeros((2, 0)), np.zeros((2, 0)), "centroids must be a non-empty 2-D array"),
+        (np.eye(2, 5), np.zeros((0, 5)), "centroids must be a non-empty 2-D array"),
+        (np.zeros((0, 5)), np.eye(2, 5), "heads must be a non-empty 2-D array"),
     ],
     ids=["inf-heads", "nan-centroids", "complex", "no-feature", "no-centroid", "no-head"],
 )
@@ -599,7 +599,7 @@ def test_closed_forms_refuse_bad_heads_and_centroids_before_work(function, heads
         (lambda: theory.manifold_risk([np.nan, 0.5], 0.3, 0.5, 10, 10), r"alignment must lie in"),
         (lambda: theory.manifold_risk(0.5, 0.3, 0.5, 10, 10), "one kappa per head"),
         (lambda: theory.manifold_heads(np.eye(2, 5), np.nan), r"alignment must lie in"),
-        (lambda: theory.manifold_heads(np.ones(5), 0.5), "centroids must be a non-empty array"),
+        (lambda: theory.manifold_heads(np.ones(5), 0.5), "centroids must be a non-empty 2-D array"),
         (lambda: theory.auto_temperature(0.3, 10, 2, 3, []), "eigenvalues must be 3 finite"),
         (lambda: theory.auto_temperature(0.3, 10, 2, 3, [1.0, np.nan, 0.0]), "3 finite"),
         (lambda: theory.auto_temperature(0.3, 10, 2, 3, [0.1, 0.5, 1.0]), "descending order"),

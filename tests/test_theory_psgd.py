@@ -204,7 +204,7 @@ def test_psgd_path_and_gradient_validate_their_arrays():
         _path(np.full((10, 3), np.nan), np.eye(2, 3))
     with pytest.raises(ValueError, match="tokens must be"):
         theory.sequence_loss_gradient(np.ones(3), np.eye(2, 3), 1.0)
-    with pytest.raises(ValueError, match="heads contains NaN"):
+    with pytest.raises(ValueError, match="heads must be finite"):
         theory.sequence_loss_gradient(X, np.full((2, 3), np.inf), 1.0)
     with pytest.raises(ValueError, match="Complex data not supported"):
         theory.sequence_loss_gradient(X + 1j, np.eye(2, 3), 1.0)

@@ -43,7 +43,13 @@ _SCORE_BUDGET = 1 << 22
 
 def _check_prompts(X):
     """Validate one prompt (L, d) or a batch (n, L, d); return a 3-D view."""
-    X = np.asarray(X)
+    try:
+        X = np.asarray(X)
+    except ValueError:
+        raise ValueError(
+            "X must be one prompt of shape (L, d) or a batch of prompts of one shape "
+            "(n_prompts, L, d): pass prompts of different lengths in separate calls."
+        ) from None
     if np.iscomplexobj(X):
         raise ValueError("Complex data not supported: X must be real.")
     if X.dtype.kind not in "biuf":

@@ -224,6 +224,7 @@ BAD_PROMPTS = [
     (np.ones((1, 2, 3, 4)), r"shape \(L, d\)"),
     (np.ones((2, 3), dtype=complex), "Complex"),
     (np.array([["a", "b"]]), "real numeric"),
+    ([np.ones((2, 3)), np.ones((3, 3))], "prompts of different lengths"),
 ]
 BAD_PROMPT_IDS = [
     "nan",
@@ -235,6 +236,7 @@ BAD_PROMPT_IDS = [
     "4d",
     "complex",
     "str",
+    "ragged",
 ]
 
 

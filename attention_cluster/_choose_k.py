@@ -98,7 +98,10 @@ def sphere_silhouette(tokens, labels):
     not O(m^2 d):
 
         a_i = (n_c - 1 - <u_i, S_c> + |u_i|^2) / (n_c - 1),
-        mean distance to cluster k != c = 1 - <u_i, S_k> / n_k.
+        mean distance to cluster k != c = 1 - <u_i, S_k> / n_k,
+
+    ``|u_i|^2`` being 1, or 0 for a zero row (``docs/math.md`` section 8,
+    "The silhouette of a choice of K").
 
     None when the labels do not hold 2 to m - 1 clusters (the silhouette is
     then undefined). ``tokens`` may be sparse.

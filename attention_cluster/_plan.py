@@ -59,7 +59,8 @@ class Tuning:
     decay: float = 200.0
     #: ``center="auto"`` centres when ``||mean||^2`` exceeds this many times
     #: the K-th eigenvalue of the second moment, at unit scale
-    #: (benchmarks/user_data.py, docs/user_data.md).
+    #: (benchmarks/user_data.py, docs/user_data.md; ``math.md`` section 7,
+    #: "Centring or not").
     center_ratio: float = 10.0
     #: From this many features on, the solver runs in the principal subspace
     #: of dimension K + ``subspace_extra`` and the EM refinement on the rows
@@ -222,6 +223,7 @@ def fit_plan(rows, params, init=None, tuning=None):
         )
     prepared = _prepare(rows, K, tuning)
     if params.center == "auto":
+        # ||m||^2 > center_ratio lambda_K(M) (math.md section 7, "Centring or not").
         centre = prepared.ratio > tuning.center_ratio
         reason = "their common mean dominates the second moment"
     else:
@@ -285,7 +287,9 @@ def _prepare(data, K, tuning):
     principal subspace of dimension K + ``subspace_extra``
     (:func:`~attention_cluster._scale.principal_basis`), computed without a
     d x d matrix. ``ratio`` ``||m||^2 / lambda_K`` and ``share`` ``||m||^2 /
-    tr(M)`` of the mean m, at unit scale, are what ``center="auto"`` reads.
+    tr(M)`` of the mean m, at unit scale, are what ``center="auto"`` reads
+    (``math.md`` section 7, "Centring or not"; in the subspace, m and M
+    projected on it).
     """
     if _in_subspace(data, K, tuning):
         full_mean = data.mean()

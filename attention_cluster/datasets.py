@@ -298,17 +298,20 @@ def make_corpus(
     Word ``j`` of the vocabulary (``"w0"``, ``"w1"``, ...) has background
     frequency :math:`p_j \propto (j + 1)^{-s}`, Zipf's law with
     exponent :math:`s` = ``zipf_exponent``. Topic k ranks the same vocabulary in its
-    own random order :math:`\pi_k`, with the same Zipf law over ranks, and its
-    word distribution is the mixture, with :math:`a` = ``topic_share``,
+    own random order (a uniform permutation), with the same Zipf law over
+    ranks, and its word distribution is the mixture, with :math:`a` =
+    ``topic_share`` and :math:`r_k(j)` the rank topic k gives word j,
 
     .. math::
 
-        \phi_k = (1 - a)\, p + a\, p \circ \pi_k ,
+        \phi_k(j) = (1 - a)\, p_j + a\, p_{r_k(j)} ,
 
     so frequent words are shared by every topic, as stop words are, and
     each topic has its own frequent words. A document has a topic ``z``
     drawn uniformly, a length drawn from ``Poisson(document_length)`` (at
-    least one word), and its words drawn i.i.d. from ``phi_z``.
+    least one word), and its words drawn i.i.d. from ``phi_z``
+    (:mathmd:`1`, "Generators of user-like data", gives the counts' mean
+    and variance).
 
     Parameters
     ----------
@@ -369,6 +372,8 @@ def make_corpus(
     words = np.empty(rows.size, dtype=np.int64)
     topic_of_word = labels[rows]
     for k in range(n_topics):
+        # Word ranking[r] has rank r in topic k: phi_k(j) = (1 - a) p_j + a
+        # p_{r_k(j)} (math.md section 1, "Generators of user-like data").
         ranking = rng.permutation(n_words)
         phi = (1.0 - topic_share) * zipf
         phi[ranking] += topic_share * zipf
@@ -414,8 +419,10 @@ def make_embeddings(
     orthogonal to ``o`` (nearly orthogonal to each other in high
     dimension, :func:`make_centroids` with ``kind="random"``), ``z`` drawn
     from ``weights`` and ``eps ~ N(0, I_d)``. Without noise, two points of
-    different clusters have cosine ``offset^2 / (1 + offset^2)``, about 0.5
-    for the default offset.
+    different clusters j, k have cosine ``(offset^2 + <mu_j, mu_k>) / (1 +
+    offset^2)``, ``offset^2 / (1 + offset^2)`` on average (0.5 for the
+    default offset) with standard deviation ``1 / ((1 + offset^2) sqrt(d -
+    1))`` (:mathmd:`1`, "Generators of user-like data").
 
     Parameters
     ----------
@@ -466,7 +473,10 @@ def make_embeddings(
     rng = check_random_state(random_state)
     direction = make_centroids(1, n_features, kind="random", random_state=rng)[0]
     weights = check_weights(weights, n_clusters)
-    # Random directions, then their component along the offset removed.
+    # Random directions, then their component along the offset removed: the
+    # centres' norm is sqrt(1 + offset^2) before normalisation and their
+    # cosine (offset^2 + <mu_j, mu_k>) / (1 + offset^2) (math.md section 1,
+    # "Generators of user-like data").
     directions = make_centroids(n_clusters, n_features, kind="random", random_state=rng)
     directions -= np.outer(directions @ direction, direction)
     directions /= np.linalg.norm(directions, axis=1, keepdims=True)

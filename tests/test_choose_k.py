@@ -6,7 +6,7 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.cluster import KMeans
 
@@ -83,6 +83,33 @@ def test_sphere_silhouette_matches_scikit_learn(kind):
     X = rng.standard_normal((200, 6)) + 3 * np.eye(6)[rng.integers(0, 4, 200)]
     labels = np.argmax(X, axis=1) % 4
     data = sp.csr_matrix(X) if kind == "csr" else X
+    assert sphere_silhouette(data, labels) == pytest.approx(
+        silhouette_score(X, labels, metric="cosine"), abs=1e-12
+    )
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    m=st.integers(3, 40),
+    d=st.integers(1, 6),
+    n_zero=st.integers(0, 3),
+    sparse=st.booleans(),
+)
+def test_sphere_silhouette_matches_scikit_learn_with_zero_rows(seed, m, d, n_zero, sparse):
+    # math.md section 8, "The silhouette of a choice of K": a_i's self term
+    # ||u_i||^2 is 0 for a zero row (at cosine distance 1 from every row, as
+    # in scikit-learn), 1 otherwise; random labels, singletons included.
+    from sklearn.metrics import silhouette_score
+
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((m, d))
+    X[rng.choice(m, min(n_zero, m), replace=False)] = 0.0
+    labels = rng.integers(0, rng.integers(2, m) + 1, m)
+    if not 2 <= len(np.unique(labels)) <= m - 1:
+        assert sphere_silhouette(X, labels) is None
+        return
+    data = sp.csr_matrix(X) if sparse else X
     assert sphere_silhouette(data, labels) == pytest.approx(
         silhouette_score(X, labels, metric="cosine"), abs=1e-12
     )

@@ -545,6 +545,48 @@ def test_a_retried_centring_warns_of_the_kept_fit_alone():
     assert all(w.filename == __file__ for w in caught)
 
 
+def _mean_to_kth_eigenvalue(X, K, w):
+    """||m||^2 / lambda_K(M): the weighted mean m and uncentred second moment M, by NumPy."""
+    w = w / w.sum()
+    m = w @ X
+    eigenvalues = np.linalg.eigvalsh((X * w[:, None]).T @ X)[::-1]
+    return (m @ m) / eigenvalues[min(K, X.shape[1]) - 1]
+
+
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+@pytest.mark.parametrize("K", [2, 3])
+@pytest.mark.parametrize("side", [0.97, 1.03], ids=["below", "above"])
+def test_auto_centres_when_the_mean_exceeds_ten_kth_eigenvalues(side, K, weighted):
+    # math.md section 7, "Centring or not": center="auto" centres when
+    # ||m||^2 > 10 lambda_K(M). Rows of the paper's mixture (ratio below 1)
+    # plus an offset c o, c set by bisection so that the ratio, evaluated by
+    # NumPy, is 3% below or above 10.
+    X0, _, _ = make_mixture(2000, 6, K, noise=0.3, random_state=0)
+    rng = np.random.default_rng(0)
+    o = rng.standard_normal(6)
+    o /= np.linalg.norm(o)
+    w = rng.uniform(0.5, 2.0, len(X0)) if weighted else np.ones(len(X0))
+    assert _mean_to_kth_eigenvalue(X0, K, w) < 1
+    low, high = 0.0, 100.0
+    for _ in range(60):
+        c = (low + high) / 2
+        if _mean_to_kth_eigenvalue(X0 + c * o, K, w) < 10 * side:
+            low = c
+        else:
+            high = c
+    X = X0 + high * o
+    ratio = _mean_to_kth_eigenvalue(X, K, w)
+    assert ratio == pytest.approx(10 * side, rel=1e-6)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = AttentionClustering(K, random_state=0).fit(X, sample_weight=w if weighted else None)
+    dominates = any("their common mean dominates" in str(x.message) for x in caught)
+    assert dominates == (ratio > 10)
+    if ratio > 10:
+        assert model.center_
+        np.testing.assert_allclose(model.mean_, np.average(X, axis=0, weights=w))
+
+
 def test_unfitted_raises():
     with pytest.raises(NotFittedError):
         AttentionClustering().predict(np.ones((2, 2)))

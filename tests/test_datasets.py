@@ -211,3 +211,80 @@ def test_weights_that_sum_to_one_within_the_check_are_drawn(generate):
     # np.isclose takes a sum of 1 + 1e-7 as 1; RandomState.choice refused it.
     labels = generate([0.5 + 1e-7, 0.5])
     assert set(np.unique(labels)) == {0, 1}
+
+
+class _RecordingState(np.random.RandomState):
+    """A RandomState that keeps the permutations it draws (the topics' orders)."""
+
+    def __init__(self, seed):
+        super().__init__(seed)
+        self.permutations = []
+
+    def permutation(self, x):
+        out = super().permutation(x)
+        self.permutations.append(out)
+        return out
+
+
+def test_corpus_word_counts_match_the_topic_model():
+    # math.md section 1, "Generators of user-like data": given its topic k, a
+    # document's count of word j has mean E[N] phi_k(j) and variance
+    # E[N] phi_k (1 - phi_k) + Var[N] phi_k^2, with
+    # phi_k(j) = (1 - a) p_j + a p_{r_k(j)}, r_k the rank topic k gives word
+    # j (word pi_k(r) has rank r), and N = max(Poisson(lambda), 1). A short
+    # mean length makes the lengths' floor of one word count (e^-2 = 0.135).
+    n_docs, K, V, lam, a, s = 200_000, 3, 30, 2, 0.4, 1.1
+    rng = _RecordingState(0)
+    counts, topics = make_corpus(
+        n_docs,
+        K,
+        n_words=V,
+        document_length=lam,
+        topic_share=a,
+        zipf_exponent=s,
+        output="counts",
+        random_state=rng,
+    )
+    assert len(rng.permutations) == K
+    p = np.arange(1, V + 1, dtype=float) ** -s
+    p /= p.sum()
+    mean_n = lam + np.exp(-lam)
+    var_n = lam + lam**2 + np.exp(-lam) - mean_n**2
+    for k, order in enumerate(rng.permutations):
+        rank = np.empty(V, dtype=int)
+        rank[order] = np.arange(V)
+        phi = (1 - a) * p + a * p[rank]
+        docs = topics == k
+        n_k = docs.sum()
+        observed = np.asarray(counts[docs].sum(axis=0)).ravel()
+        expected = n_k * mean_n * phi
+        se = np.sqrt(n_k * (mean_n * phi * (1 - phi) + var_n * phi**2))
+        # 5 standard errors on each of the K V sums (false alarm below 1e-4 in all).
+        assert np.max(np.abs(observed - expected) / se) < 5
+
+
+@pytest.mark.parametrize("offset", [0.5, 1.0, 3.0])
+def test_embeddings_centres_cosine_matches_its_law(offset):
+    # math.md section 1, "Generators of user-like data": two centres have
+    # cosine (a^2 + t) / (1 + a^2), t = <mu_j, mu_k> the inner product of two
+    # independent uniform points of the unit sphere of R^m, m = d - 1, so
+    # t = (1 + a^2) cos - a^2 has E t = 0, E t^2 = 1/m, E t^4 = 3 / (m (m + 2)),
+    # uncorrelated over the pairs, as are the t^2. A small d makes the 1/m
+    # terms visible.
+    d, K, n_draws = 20, 19, 100
+    m = d - 1
+    pairs = np.triu_indices(K, 1)
+    t = np.concatenate(
+        [
+            (1 + offset**2) * (C @ C.T)[pairs] - offset**2
+            for C in (
+                make_embeddings(1, d, K, offset=offset, random_state=seed)[2]
+                for seed in range(n_draws)
+            )
+        ]
+    )
+    n = t.size
+    # 5 standard errors (false alarm below 1e-6 each).
+    assert abs(t.mean()) < 5 * np.sqrt(1 / m / n)
+    var_t2 = 3 / (m * (m + 2)) - 1 / m**2
+    assert abs(np.mean(t**2) - 1 / m) < 5 * np.sqrt(var_t2 / n)

@@ -50,3 +50,19 @@ def test_readme_names_the_peers_settings_of_its_real_data_claim():
     row = next(line for line in README.read_text().splitlines() if "real data sets" in line)
     assert "GaussianMixture()" in row and "full covariances" in row
     assert 'covariance_type="spherical"' in row
+
+
+def test_readme_ratios_are_those_of_the_pages_they_cite():
+    # A results row quotes its pages: each ratio it gives ("1.16 ×") is
+    # printed on one of the pages the row links, so a rerun page that moves
+    # a figure shows the README's copy as stale.
+    stale = []
+    for row in README.read_text().splitlines():
+        pages = [ROOT / t for t in re.findall(r"\]\(([^)\s#]+\.md)", row) if (ROOT / t).exists()]
+        if not row.startswith("|") or not pages:
+            continue
+        text = "\n".join(page.read_text() for page in pages)
+        for ratio in re.findall(r"(\d+\.\d+) ?×", row):
+            if not re.search(rf"(?<![\d.]){re.escape(ratio)}(?!\d)", text):
+                stale.append((ratio, [page.name for page in pages]))
+    assert not stale, f"ratios in the README that its pages do not print: {stale}"

@@ -303,9 +303,11 @@ def _run_em(em, p0, tol, max_iter, rho, report):
         min_gain = _GAIN_PER_TOL * tol
         if min_gain > rounding and abs(gain) < min_gain:
             return p2, True, rho
-        # SQUAREM step (Varadhan and Roland's SqS3): extrapolate along the
-        # two EM steps, then take one EM step from there; fall back to the
-        # second EM iterate if that loses likelihood.
+        # SQUAREM step (Varadhan and Roland's SqS3; math.md section 7): with
+        # r = v1 - v0 and v = v2 - 2 v1 + v0 in the parameter vector (heads,
+        # r, log tau^2, log pi), the point v0 - 2 alpha r + alpha^2 v, alpha =
+        # min(-||r|| / ||v||, -1), then one EM step from there; fall back to
+        # the second EM iterate if the point's likelihood is below p1's.
         v0, v1, v2 = p0.vector(), p1.vector(), p2.vector()
         with np.errstate(invalid="ignore"):
             # A head that no point takes has log pi = -inf: no extrapolation.
@@ -862,7 +864,9 @@ class OnlineEM(_OneBatch):
     seen through pass-layer data objects (``_passes``) whose scale ``s`` is
     fixed at the first batch. Plain attributes: pickles between calls.
 
-    ``alpha``, ``g`` and ``eta`` are chosen in ``benchmarks/streaming.py``.
+    ``alpha``, ``g`` and ``eta`` are chosen in ``benchmarks/streaming.py``
+    (``math.md`` section 7, "One pass over a stream": ``gamma_n = min(1, g
+    W_b / W_n)^alpha``, averaged with weights ``W_b W_n^eta``).
     """
 
     def __init__(self, heads, weights, noise, radii=None, alpha=0.6, gain=16.0, eta=0.0):

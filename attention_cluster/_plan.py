@@ -753,6 +753,7 @@ def _psgd(params, data, U, spectrum, settings, rng, index, tuning):
     reg_kind = regularizer_code(params.regularization)
     riemannian = params.gradient == "riemannian"
     t = np.arange(max_iter, dtype=np.float64)
+    # gamma_t = eta / (lambda K tr(M) (1 + t / decay)) (math.md section 3, "Steps").
     steps = params.learning_rate / (curvature * (1.0 + t / tuning.decay))
     losses = np.empty(max_iter)
     chunk_sums = []

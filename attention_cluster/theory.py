@@ -1342,6 +1342,8 @@ def population_pgd(
         return risk, grad
 
     if step_size is None:
+        # gamma = 0.5 / (||H||_2 + 2 rho ||N||_2), H = 2 grad_P R on the span
+        # where the descent runs (math.md section 3, "Steps").
         scale = np.linalg.norm(_risk_and_gradient(moments, U, tau)[1], 2)
         if reg_strength:
             P = U @ U.T

@@ -239,3 +239,149 @@ def lbfgs_direction(g, S, Y):
         V = np.eye(p) - rho * np.outer(y, s)
         H = V.T @ H @ V + rho * np.outer(s, s)
     return -H @ g
+
+
+def mixture_vector(U, radii, tau2, pi, free=False):
+    """The EM refinement's parameter vector (heads, r, log tau^2, log pi) of math.md
+    section 7 ("Subsample, then Newton's steps"): the common norm r once, or the
+    K norms r_k when they are free."""
+    radii = np.broadcast_to(np.asarray(radii, dtype=np.float64), (U.shape[1],))
+    return np.concatenate([U.ravel(), radii if free else radii[:1], [np.log(tau2)], np.log(pi)])
+
+
+def mixture_from_vector(v, d, K, free=False):
+    """(U, radii, tau^2, pi) of a parameter vector (:func:`mixture_vector`): each head
+    normalised onto its sphere, tau^2 = exp(log tau^2), pi = softmax(log pi)."""
+    from scipy.special import softmax
+
+    m = K if free else 1
+    U = v[: d * K].reshape(d, K)
+    U = U / np.linalg.norm(U, axis=0)
+    radii = np.broadcast_to(v[d * K : d * K + m], (K,)).copy()
+    return U, radii, float(np.exp(v[d * K + m])), softmax(v[d * K + m + 1 :])
+
+
+def squarem_point(v0, v1, v2):
+    """SQUAREM's extrapolated point from two EM steps v0 -> v1 -> v2.
+
+    Varadhan and Roland (Scand. J. Stat. 35, 2008), scheme SqS3: r = v1 -
+    v0, v = v2 - 2 v1 + v0, alpha = -||r|| / ||v||, taken at most -1 (the
+    step length is never shorter than two EM steps), and the point is
+    v0 - 2 alpha r + alpha^2 v (math.md section 7: "accelerated by SQUAREM").
+    """
+    r, v = v1 - v0, v2 - 2.0 * v1 + v0
+    alpha = min(-np.linalg.norm(r) / np.linalg.norm(v), -1.0)
+    return v0 - 2.0 * alpha * r + alpha**2 * v
+
+
+def online_em_step_sizes(batch_weights, alpha, gain, eta):
+    """Step sizes gamma_n and averaging weights omega_n of online EM over batches of weights W_b.
+
+    math.md section 7 ("One pass over a stream"; Cappe and Moulines, J. R.
+    Stat. Soc. B 71, 2009): gamma_n = min(1, g / n)^alpha for equal batches,
+    in general min(1, g W_b / W_n)^alpha with W_n the weight seen after batch
+    n; the published statistics average the s_n with weights omega_n =
+    W_b W_n^eta (Polyak-Ruppert, eta = 0: the batches' weights).
+    """
+    W = np.cumsum(np.asarray(batch_weights, dtype=np.float64))
+    b = np.asarray(batch_weights, dtype=np.float64)
+    return np.minimum(1.0, gain * b / W) ** alpha, b * W**eta
+
+
+def psgd_step_sizes(learning_rate, temperature, n_clusters, trace, n_steps, decay=200.0):
+    """The estimator's PSGD steps gamma_t = eta / (lambda K tr(M) (1 + t / decay)), t = 0, 1, ...
+
+    The step of math.md section 3, scaled by the risk's curvature scale
+    ``lambda K tr(M)`` (M the second moment of the data at unit scale) and
+    decaying as ``1 + t / 200``, as ``AttentionClustering``'s
+    ``learning_rate`` documentation states.
+    """
+    t = np.arange(n_steps, dtype=np.float64)
+    return learning_rate / (temperature * n_clusters * trace * (1.0 + t / decay))
+
+
+def mixture_fourth_moment(A, centroids, weights, noise):
+    """E[(x^T A x) x x^T] for the mixture of math.md section 1, A symmetric.
+
+    Isserlis' theorem for x = m + e, e ~ N(0, s I), s = sigma^2: the odd
+    moments of e vanish and E[(e^T A e) e e^T] = s^2 (tr(A) I + 2 A), so
+
+        E_m = (m^T A m + s tr A)(m m^T + s I) + 2 s (m m^T A + A m m^T) + 2 s^2 A,
+
+    averaged over the components with their weights.
+    """
+    s = noise**2
+    eye = np.eye(centroids.shape[1])
+    total = np.zeros_like(eye)
+    for w, m in zip(weights, centroids):
+        mm = np.outer(m, m)
+        total += w * (
+            (m @ A @ m + s * np.trace(A)) * (mm + s * eye)
+            + 2.0 * s * (mm @ A + A @ mm)
+            + 2.0 * s**2 * A
+        )
+    return total
+
+
+def population_pgd_steps(U0, centroids, weights, noise, temperature, n_steps, rho=0.0, step=None):
+    """Population PGD at L = infinity (math.md section 3), step by step; ``(U, gamma, objective)``.
+
+    As L -> infinity the layer is T(x) = a M P x, a = lambda K, P = U U^T,
+    M the mixture's second moment (math.md section 3, "The regulariser's
+    strength"), so
+
+        R(P) = tr M - 2 a tr(M^2 P) + a^2 tr(P M^2 P M),
+        H = 2 grad_P R = -4 a M^2 + 2 a^2 (M^2 P M + M P M^2),   grad_U R = H U,
+
+    and the pairwise regulariser r = sum_{j<k} E[<mu_j, x>^2 <mu_k, x>^2] has
+    grad_{mu_j} r = 2 sum_{k != j} E[<mu_k, x>^2 x x^T] mu_j
+    (:func:`mixture_fourth_moment`). Each step g_h = (I - mu_h mu_h^T)
+    grad_{mu_h}, mu_h <- normalise(mu_h - gamma g_h); without ``step`` the
+    first gamma is 0.5 / (||H||_2 + 2 rho ||N||_2) at U0, N = E[(x^T P x) x
+    x^T] (the docstring of theory.population_pgd), and a step that raises
+    the objective by more than 1e-12 (|objective| + E||x||^2) is halved, for
+    that step and the ones after, until it does not.
+    """
+    U = U0 / np.linalg.norm(U0, axis=0)
+    K = U.shape[1]
+    a = temperature * K
+    M = (weights * centroids.T) @ centroids + noise**2 * np.eye(centroids.shape[1])
+    M2 = M @ M
+    quartic = [None] * K
+
+    def objective(U):
+        P = U @ U.T
+        value = np.trace(M) - 2.0 * a * np.trace(M2 @ P) + a**2 * np.trace(P @ M2 @ P @ M)
+        H = -4.0 * a * M2 + 2.0 * a**2 * (M2 @ P @ M + M @ P @ M2)
+        grad = H @ U
+        if rho:
+            for k in range(K):
+                quartic[k] = mixture_fourth_moment(
+                    np.outer(U[:, k], U[:, k]), centroids, weights, noise
+                )
+            for j in range(K):
+                for k in range(K):
+                    if k != j:
+                        grad[:, j] += rho * 2.0 * quartic[k] @ U[:, j]
+                        if j < k:
+                            value += rho * U[:, k] @ quartic[j] @ U[:, k]
+        return value, grad, H
+
+    value, grad, H = objective(U)
+    if step is None:
+        N = mixture_fourth_moment(U @ U.T, centroids, weights, noise)
+        step = 0.5 / (np.linalg.norm(H, 2) + 2.0 * rho * np.linalg.norm(N, 2))
+    values = [value]
+    a0 = np.trace(M)
+    for _ in range(n_steps):
+        riem = grad - U * np.sum(U * grad, axis=0)
+        while True:
+            V = U - step * riem
+            V = V / np.linalg.norm(V, axis=0)
+            new_value, new_grad, _ = objective(V)
+            if new_value <= value + 1e-12 * (abs(value) + a0):
+                break
+            step *= 0.5
+        U, value, grad = V, new_value, new_grad
+        values.append(value)
+    return U, step, np.array(values)

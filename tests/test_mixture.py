@@ -7,7 +7,13 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from reference import mixture_e_step, mixture_em_step
+from reference import (
+    mixture_e_step,
+    mixture_em_step,
+    mixture_from_vector,
+    mixture_vector,
+    squarem_point,
+)
 from reference import mixture_log_likelihood as reference_log_likelihood
 from scipy.stats import ortho_group
 from sklearn.exceptions import ConvergenceWarning
@@ -747,3 +753,72 @@ def test_signs_from_the_rows_given_and_no_pass_over_all_rows(monkeypatch, global
     calls.clear()
     AttentionClustering(3, random_state=global_random_seed).fit(X)
     assert len(X) not in calls
+
+
+# --- SQUAREM's step ----------------------------------------------------------
+
+
+def _squarem_case(seed, free, weighted, tau0=0.55):
+    """One SQUAREM iteration of _run_em and its NumPy twin; ``(p, expected, extrapolated, ratio)``.
+
+    Three E steps (p0, its EM step p1, then the extrapolated point): the twin
+    takes two EM steps of the written-out M step, SqS3's point in the
+    parameter vector (heads, r, log tau^2, log pi) of math.md section 7, kept
+    if its likelihood is at least p1's, else the second EM iterate p2.
+    ``ratio`` is ``||r|| / ||v||``, SqS3's step length before its clip at 1.
+    """
+    X, _, C = _problem(seed, n=800, d=5, K=3, noise=0.7)
+    rng = np.random.default_rng(seed)
+    w = rng.uniform(0.2, 2.0, len(X)) if weighted else None
+    U0 = C.T + 0.4 * rng.standard_normal(C.T.shape)
+    U0 /= np.linalg.norm(U0, axis=0)
+    pi0 = np.array([0.5, 0.3, 0.2])
+    radii0 = np.array([0.8, 1.1, 1.0]) if free else np.full(3, 0.9)
+    mean_sq = float(np.average(np.sum(X**2, axis=1), weights=w))
+    em = _EM(DenseRows(X, w, n_threads=1), mean_sq)
+    p0 = _Params(U0.copy(), radii0.copy(), tau0**2, np.log(pi0), free)
+    p, converged, _ = mixture._run_em(em, p0, 0.0, 3, 0.9, lambda em, ll: None)
+    assert em.passes == 3 and not converged
+
+    steps = [(U0, pi0, radii0, tau0)]
+    for _ in range(2):
+        steps.append(mixture_em_step(X, w, *steps[-1], free=free))
+    v0, v1, v2 = (mixture_vector(U, r, tau**2, pi, free) for U, pi, r, tau in steps)
+    ratio = np.linalg.norm(v1 - v0) / np.linalg.norm(v2 - 2.0 * v1 + v0)
+    U, radii, tau2, pi = mixture_from_vector(squarem_point(v0, v1, v2), 5, 3, free)
+    extrapolated = reference_log_likelihood(
+        X, w, U, pi, radii, np.sqrt(tau2)
+    ) >= reference_log_likelihood(X, w, *steps[1])
+    if not extrapolated:
+        U, pi, radii, tau = steps[2]
+        tau2 = tau**2
+    return p, (U, radii, tau2, pi), extrapolated, ratio
+
+
+# A start at tau = 0.55 takes SqS3's step -alpha = ||r|| / ||v|| > 1; at
+# tau = 1.5, ||r|| < ||v||, and the step is clipped to alpha = -1 (whose
+# point is the second EM iterate).
+_SQUAREM_STARTS = {"unclipped": 0.55, "clipped": 1.5}
+
+
+@pytest.mark.parametrize("start", _SQUAREM_STARTS)
+@pytest.mark.parametrize("free", [False, True])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_squarem_step_is_varadhan_and_roland_sqs3(start, free, weighted, global_random_seed):
+    p, (U, radii, tau2, pi), _, _ = _squarem_case(
+        global_random_seed, free, weighted, _SQUAREM_STARTS[start]
+    )
+    np.testing.assert_allclose(p.U, U, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(p.radii, radii, rtol=1e-10)
+    np.testing.assert_allclose(p.variance, tau2, rtol=1e-10)
+    np.testing.assert_allclose(np.exp(p.log_pi), pi, rtol=1e-10)
+
+
+@pytest.mark.parametrize("free", [False, True])
+def test_squarem_starts_reach_both_step_lengths(free):
+    # The test above reaches both cases of SqS3's step length (at seed 0),
+    # and keeps the extrapolated point.
+    for start, tau0 in _SQUAREM_STARTS.items():
+        _, _, extrapolated, ratio = _squarem_case(0, free, True, tau0)
+        assert extrapolated
+        assert (ratio > 1.0) == (start == "unclipped")

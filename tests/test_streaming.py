@@ -5,7 +5,9 @@ import warnings
 
 import numpy as np
 import pytest
-from reference import online_em
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from reference import online_em, online_em_step_sizes
 from sklearn.metrics import adjusted_rand_score
 
 from attention_cluster import AttentionClustering
@@ -267,3 +269,70 @@ def test_a_stream_is_refined_whatever_refine(params):
     model = AttentionClustering(2, random_state=0, **params).partial_fit(X)
     assert model.refine_ == "em" and model.mixture_ is not None
     np.testing.assert_array_equal(model.predict(X), np.argmax(model.predict_proba(X), axis=1))
+
+
+# --- Online EM's step sizes ---------------------------------------------------
+
+
+class _GivenStatistics:
+    """A batch of weight ``weight`` whose E step gives the mean statistics
+    ``(S / N, counts / N) = (S, counts)``, whatever the parameters: the
+    online EM's stochastic approximation is then seen alone."""
+
+    def __init__(self, weight, S, counts):
+        self.total_weight = float(weight)
+        self.n_features = S.shape[1]
+        self._S, self._counts = S, counts
+
+    def second_moment(self):
+        return 4.0 * np.eye(self.n_features)  # m2 = 4 d, above any r^2 of the statistics
+
+    def e_step(self, keys, bias, beta):
+        return self._S * self.total_weight, self._counts * self.total_weight, 0.0
+
+
+def _check_online_steps(online, batch_weights, gammas, omegas, seed):
+    # s_n = s_{n-1} + gamma_n (sbar_n - s_{n-1}) from s_0 = 0, and the average
+    # of the s_n with weights omega_n, after each batch.
+    K, d = online.stats[0].shape
+    rng = np.random.default_rng(seed)
+    s = [np.zeros((K, d)), np.zeros(K)]
+    weighted = [np.zeros((K, d)), np.zeros(K)]
+    for weight, gamma, omega, total in zip(
+        batch_weights, gammas, omegas, np.cumsum(omegas), strict=True
+    ):
+        sbar = [rng.uniform(-1.0, 1.0, (K, d)), rng.uniform(0.1, 1.0, K)]
+        online.update(_GivenStatistics(weight, *sbar))
+        s = [v + gamma * (new - v) for v, new in zip(s, sbar)]
+        weighted = [a + omega * v for a, v in zip(weighted, s)]
+        for got, want in zip(online.stats, s):
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+        for got, want in zip(online.averaged, weighted):
+            np.testing.assert_allclose(got, want / total, rtol=1e-12, atol=1e-14)
+
+
+def test_online_em_default_step_sizes_are_those_of_math_md(global_random_seed):
+    # math.md section 7: gamma_n = min(1, 16 / n)^0.6 for equal batches, the
+    # s_n averaged with equal weights; 40 batches reach past n = 16.
+    U = np.linalg.qr(np.random.default_rng(0).standard_normal((4, 3)))[0]
+    online = OnlineEM(U, np.full(3, 1 / 3), 0.5)
+    n = np.arange(1, 41)
+    weights = np.full(n.size, 250.0)
+    _check_online_steps(
+        online, weights, np.minimum(1.0, 16.0 / n) ** 0.6, weights, global_random_seed
+    )
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    batch_weights=st.lists(st.floats(0.01, 100.0), min_size=1, max_size=30),
+    alpha=st.floats(0.5, 1.0),
+    gain=st.floats(0.5, 32.0),
+    eta=st.floats(-1.0, 1.0),
+)
+def test_online_em_step_sizes_of_weighted_batches(batch_weights, alpha, gain, eta):
+    # gamma_n = min(1, g W_b / W_n)^alpha, the average weighted by W_b W_n^eta.
+    U = np.linalg.qr(np.random.default_rng(1).standard_normal((4, 3)))[0]
+    online = OnlineEM(U, np.full(3, 1 / 3), 0.5, alpha=alpha, gain=gain, eta=eta)
+    gammas, omegas = online_em_step_sizes(batch_weights, alpha, gain, eta)
+    _check_online_steps(online, batch_weights, gammas, omegas, len(batch_weights))

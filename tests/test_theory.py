@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from reference import finite_difference
+from reference import finite_difference, population_pgd_steps
 
 from attention_cluster import theory
 from attention_cluster.datasets import make_centroids
@@ -676,3 +676,76 @@ def test_pgd_validates_its_parameters():
     for tol in (-1.0, np.nan):
         with pytest.raises(ValueError, match="tol must be"):
             theory.population_pgd(C, C, 0.3, 0.5, 10, tol=tol)
+
+
+# ---------------------------------------------------------------------------
+# One step of population PGD against the NumPy twin (reference.population_pgd_steps).
+# ---------------------------------------------------------------------------
+
+
+def _pgd_problem(seed, n_heads=2, n_clusters=2):
+    # d = n_heads + n_clusters: the span of heads and centroids, where
+    # population_pgd runs, is all of R^d, so that ||H||_2 is the same there.
+    rng = np.random.default_rng(seed)
+    heads, C, w = random_problem(rng, n_heads, n_clusters, d=n_heads + n_clusters)
+    return heads / np.linalg.norm(heads, axis=1, keepdims=True), C, w
+
+
+@pytest.mark.parametrize("rho", [0.0, 0.3])
+@pytest.mark.parametrize("n_heads, n_clusters", [(2, 2), (3, 2)])
+def test_pgd_default_step_is_half_the_inverse_curvature(
+    rho, n_heads, n_clusters, global_random_seed
+):
+    # gamma = 0.5 / (||H||_2 + 2 rho ||N||_2) at the start (population_pgd's
+    # docstring), one step and its objective, against the NumPy twin at L = inf.
+    heads, C, w = _pgd_problem(global_random_seed, n_heads, n_clusters)
+    noise, lam = 0.4, 0.3
+    run = theory.population_pgd(heads, C, noise, lam, reg_strength=rho, weights=w, max_iter=1)
+    U, _, values = population_pgd_steps(heads.T, C, w, noise, lam, 1, rho=rho)
+    assert run.n_iter == 1
+    # The default step descends here: no halving (the test below checks that).
+    assert values[1] < values[0]
+    np.testing.assert_allclose(run.objective, values, rtol=1e-10)
+    np.testing.assert_allclose(run.heads, U.T, rtol=1e-10, atol=1e-13)
+
+
+def _pgd_against_twin(heads, C, w, step, rho, n_steps=3):
+    noise, lam = 0.3, 1.5
+    run = theory.population_pgd(
+        heads, C, noise, lam, reg_strength=rho, weights=w, step_size=step, max_iter=n_steps, tol=0.0
+    )
+    U, gamma, values = population_pgd_steps(heads.T, C, w, noise, lam, n_steps, rho=rho, step=step)
+    np.testing.assert_allclose(run.objective, values, rtol=1e-10)
+    np.testing.assert_allclose(run.heads, U.T, rtol=1e-10, atol=1e-12)
+    return gamma
+
+
+@pytest.mark.parametrize("rho", [0.0, 0.5])
+def test_pgd_halves_a_step_that_raises_the_objective(rho):
+    # A step that raises the objective by more than the rounding allowance
+    # (1e-12 of |objective| + E||X||^2) is halved until it does not, and the
+    # halved step stays for the steps after: three steps against the twin,
+    # from a step long enough to be halved several times.
+    assert _pgd_against_twin(*_pgd_problem(3), 200.0, rho) <= 200.0 / 8
+
+
+def test_pgd_halves_a_step_that_barely_raises_the_objective():
+    # Near a minimiser a step twice the default overshoots and raises the
+    # objective by a few 1e-8 of it: above the rounding allowance, so it is
+    # halved all the same (six times here).
+    heads, C, w = _pgd_problem(3)
+    best = theory.population_pgd(heads, C, 0.3, 1.5, weights=w, max_iter=5000)
+    assert best.converged
+    start = best.heads + 1e-4 * np.random.default_rng(0).standard_normal(best.heads.shape)
+    step = 2.0 * population_pgd_steps(start.T, C, w, 0.3, 1.5, 0)[1]
+    assert _pgd_against_twin(start, C, w, step, 0.0) <= step / 8
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    step=st.floats(0.01, 200.0),
+    rho=st.sampled_from([0.0, 0.5]),
+    seed=st.integers(0, 2**16),
+)
+def test_pgd_steps_with_any_step_size_are_the_twins(step, rho, seed):
+    _pgd_against_twin(*_pgd_problem(seed), step, rho)

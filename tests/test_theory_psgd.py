@@ -14,10 +14,11 @@ import pytest
 import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from reference import psgd_steps, sequence_grad, sequence_loss
+from reference import psgd_step_sizes, psgd_steps, sequence_grad, sequence_loss
 from scipy.stats import ortho_group
+from sklearn.exceptions import ConvergenceWarning
 
-from attention_cluster import AttentionClustering, theory
+from attention_cluster import AttentionClustering, _kernels, theory
 from attention_cluster.datasets import make_mixture
 
 
@@ -232,3 +233,61 @@ def test_overflowing_sequence_loss_raises_as_the_layer_does():
     X = 1e80 * np.random.default_rng(0).standard_normal((5, 3))
     with pytest.raises(FloatingPointError, match="overflowed"):
         theory.sequence_loss_gradient(X, np.eye(1, 3), 1.0)
+
+
+def _recording_steps(monkeypatch):
+    """Record the step sizes of every call of the PSGD kernel."""
+    recorded = []
+    chunk = _kernels.psgd_chunk
+
+    def recording(tokens, U, temperature, L, batch_size, steps, *args):
+        recorded.append(np.array(steps))
+        return chunk(tokens, U, temperature, L, batch_size, steps, *args)
+
+    monkeypatch.setattr(_kernels, "psgd_chunk", recording)
+    return recorded
+
+
+@pytest.mark.parametrize(
+    "learning_rate, temperature, weighted", [(1.0, "auto", False), (0.3, 0.6, True)], ids=str
+)
+def test_estimator_psgd_step_sizes_decay_as_documented(
+    monkeypatch, learning_rate, temperature, weighted, global_random_seed
+):
+    # Step t of the estimator's PSGD is learning_rate / (lambda K tr(M) (1 +
+    # t / 200)), M the second moment of the rows divided by scale_ (the
+    # learning_rate parameter's documentation), for t = 0 .. max_iter - 1
+    # across the kernel's chunks of 100 steps.
+    X, _, _ = make_mixture(600, 5, 3, noise=0.4, random_state=global_random_seed)
+    rng = np.random.default_rng(global_random_seed)
+    w = rng.uniform(0.5, 2.0, len(X)) if weighted else None
+    recorded = _recording_steps(monkeypatch)
+    model = AttentionClustering(
+        3,
+        solver="psgd",
+        refine=None,
+        center=False,
+        learning_rate=learning_rate,
+        temperature=temperature,
+        max_iter=450,
+        tol=0.0,
+        random_state=global_random_seed,
+    )
+    with pytest.warns(ConvergenceWarning, match="did not reach tol=0.0"):
+        model.fit(X, sample_weight=w)
+    assert [len(s) for s in recorded] == [100, 100, 100, 100, 50]
+    trace = np.average(np.sum(X**2, axis=1), weights=w) / model.scale_**2
+    expected = psgd_step_sizes(learning_rate, model.temperature_, 3, trace, 450)
+    np.testing.assert_allclose(np.concatenate(recorded), expected, rtol=1e-10)
+
+
+def test_psgd_path_step_is_constant(monkeypatch, global_random_seed):
+    # psgd_path's steps are the paper's constant gamma, across its draws.
+    rng = np.random.default_rng(global_random_seed)
+    X = rng.standard_normal((50, 4))
+    monkeypatch.setattr(theory, "_DRAWN_ROWS", 7 * 5 * 3)
+    recorded = _recording_steps(monkeypatch)
+    _path(X, _heads(rng, 2, 4), record=[0, 250, 500])
+    steps = np.concatenate(recorded)
+    assert steps.size == 500
+    np.testing.assert_array_equal(steps, 0.1)

@@ -27,7 +27,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from ._dynamics_kernels import attention, cell_plane, group_tokens, self_attention
-from ._passes import dense_block, stored_bytes, unit_rows, usable_threads
+from ._passes import dense_block, row_chunks, stored_bytes, unit_rows, usable_threads
 from ._validation import atomic_fit, check_matrix, check_options, check_positive, warn
 
 __all__ = ["SelfAttentionDynamics", "attention_flow"]
@@ -717,14 +717,18 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             order="C",
             reset=False,
         )
-        if self.model in SPHERE_MODELS:
-            X = unit_rows(X)
         query = _weight_matrix(self.query, "query", X.shape[1])
         key = _weight_matrix(self.key, "key", X.shape[1])
         keys = _apply(key, self.cluster_centers_.astype(np.float64))
-        queries = X.astype(np.float64)
-        scores = (queries @ keys.T) if query is None else queries @ (keys @ query).T
-        return np.argmax(scores, axis=1).astype(np.intp)
+        keys = keys if query is None else keys @ query
+        labels = np.empty(X.shape[0], dtype=np.intp)
+        # By chunks of rows: the unit rows and their float64 copy are a chunk's.
+        for lo, hi in row_chunks(X.shape[0], X.shape[1]):
+            queries = X[lo:hi]
+            if self.model in SPHERE_MODELS:
+                queries = unit_rows(queries)
+            labels[lo:hi] = np.argmax(queries.astype(np.float64) @ keys.T, axis=1)
+        return labels
 
 
 class _Particles:

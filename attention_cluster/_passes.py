@@ -89,6 +89,7 @@ __all__ = [
     "one_blas_thread",
     "dense_block",
     "row_major",
+    "row_chunks",
     "rows_from",
     "stored_bytes",
     "unit_rows",
@@ -132,6 +133,34 @@ def _chunk_rows(n_features):
 def _chunk_bounds(n_samples, step):
     """``(lo, hi)`` of the chunks of ``step`` rows (the last one shorter)."""
     return [(lo, min(lo + step, n_samples)) for lo in range(0, n_samples, step)]
+
+
+def row_chunks(n_samples, width):
+    """``(lo, hi)`` of the chunks of rows of ``width`` numbers each that a pass takes in turn."""
+    return _chunk_bounds(n_samples, _chunk_rows(width))
+
+
+def _stacked(block_result, bounds, run, empty):
+    """The per-row results ``block_result(lo, hi)`` of the chunks ``bounds``, in order.
+
+    Dense results are written into one array allocated at the first chunk's
+    dtype (joining the chunks' arrays held them and the whole: twice the
+    output); sparse ones are stacked as CSR. ``run(fn, bounds)`` runs the
+    chunks (on a pool, or in turn); ``empty`` is returned for no rows.
+    """
+    if not bounds:
+        return empty
+    first = block_result(*bounds[0])
+    if sp.issparse(first):
+        return sp.vstack([first, *run(block_result, bounds[1:])], format="csr")
+    out = np.empty((bounds[-1][1], *first.shape[1:]), dtype=first.dtype)
+    out[: len(first)] = first
+
+    def fill(lo, hi):
+        out[lo:hi] = block_result(lo, hi)
+
+    run(fill, bounds[1:])
+    return out
 
 
 class _Pool:
@@ -731,10 +760,12 @@ class DenseRows(_Rows):
         ``fn`` returns one value per row (``columns=None``) or ``columns``
         values per row; the chunks' results are stacked in order.
         """
-        parts = self._pool.map(lambda lo, hi: fn(self._X[lo:hi], *args), self._bounds)
-        if parts:
-            return np.concatenate(parts)
-        return np.empty((0,) if columns is None else (0, columns), dtype=dtype)
+        return _stacked(
+            lambda lo, hi: fn(self._X[lo:hi], *args),
+            self._bounds,
+            self._pool.map,
+            np.empty((0,) if columns is None else (0, columns), dtype=dtype),
+        )
 
     def weighted_mean(self, fn, *args):
         """The weighted mean over the rows of ``fn(rows, *args)`` (one value per row; a float)."""
@@ -1784,8 +1815,8 @@ class SparseRows(_Rows):
         return self._X.T @ A - np.outer(self.offset, A.sum(axis=0))
 
     def _squared_norms(self):
-        """``||(x_i - m) / s||^2``, computed at unit scale (:func:`unit_terms`)."""
-        return unit_terms(self._X, np.empty((0, self.n_features)), self.offset, self.scale)[1]
+        """``||(x_i - m) / s||^2``, computed at unit scale (:func:`unit_terms`), by chunks of rows."""
+        return self.map_rows(_unit_squared_norms, self.offset, self.scale)
 
     # -- passes -------------------------------------------------------------
 
@@ -1950,12 +1981,23 @@ class SparseRows(_Rows):
         return _rule_labels(self._project(C), gain, bias, k)
 
     def map_rows(self, fn, *args, dtype=np.float64, columns=None):
-        """``fn(X, *args)`` on the rows as given (CSR, float64; the offset not subtracted)."""
-        return fn(self._X, *args)
+        """``fn(rows, *args)`` on the rows as given (CSR, float64; the offset
+        not subtracted), by chunks of rows: the temporaries of ``fn`` (a copy
+        of the rows, a dense block of ``columns`` values a row) are a chunk's."""
+        X = self._X
+        # About _CHUNK_BYTES of non-zeros or of output a chunk; a wide output
+        # (transform's n x d) takes fewer rows than dense passes' 256.
+        width = max(X.nnz // max(self.n_samples, 1), columns or 1, 1)
+        return _stacked(
+            lambda lo, hi: fn(_csr_rows(X, lo, hi), *args),
+            _chunk_bounds(self.n_samples, max(16, _CHUNK_BYTES // (8 * width))),
+            lambda run, bounds: [run(lo, hi) for lo, hi in bounds],
+            np.empty((0,) if columns is None else (0, columns), dtype=dtype),
+        )
 
     def weighted_mean(self, fn, *args):
         """As :meth:`DenseRows.weighted_mean` (rows of zero weight left out)."""
-        w, values = self._w(), fn(self._X, *args)
+        w, values = self._w(), self.map_rows(fn, *args)
         return float(values[w > 0.0] @ w[w > 0.0]) / self.total_weight
 
     def check_finite(self):
@@ -2090,6 +2132,19 @@ def unit_rows(rows):
     rows = rows / np.where(peaks > 0, peaks, 1)
     norms = np.linalg.norm(rows, axis=1, keepdims=True)
     return rows / np.where(norms > 0, norms, 1)
+
+
+def _csr_rows(X, lo, hi):
+    """Rows ``lo:hi`` of the CSR matrix X on X's own arrays (``X[lo:hi]`` copies them)."""
+    a, b = X.indptr[lo], X.indptr[hi]
+    return sp.csr_matrix(
+        (X.data[a:b], X.indices[a:b], X.indptr[lo : hi + 1] - a), shape=(hi - lo, X.shape[1])
+    )
+
+
+def _unit_squared_norms(rows, offset, scale):
+    """``||(x_i - offset) / scale||^2`` of a block of rows, by :func:`unit_terms`."""
+    return unit_terms(rows, np.empty((0, rows.shape[1])), offset, scale)[1]
 
 
 def row_peaks(rows):

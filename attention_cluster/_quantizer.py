@@ -204,9 +204,9 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
                 else:
                     context = temperature * self.n_clusters * spectrum.moment
                 context = context.astype(X.dtype)
-                out = rows.map_rows(_times, context, dtype=X.dtype, columns=d)
-                # Sparse rows are held in float64 (SparseRows), and so is their product.
-                out = out.astype(X.dtype, copy=False)
+                # Sparse rows are held in float64 (SparseRows), and so is their
+                # product: each chunk's is cast to X's dtype.
+                out = rows.map_rows(_times, context, X.dtype, dtype=X.dtype, columns=d)
             return finite_output(out)
         tokens = rows.map_rows(dense_block, X.dtype, dtype=X.dtype, columns=d)
         if spectrum is None:
@@ -232,9 +232,9 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         return tags
 
 
-def _times(rows, context):
-    """``rows @ context`` as a dense array (rows dense or sparse)."""
-    return np.asarray(rows @ context)
+def _times(rows, context, dtype):
+    """``rows @ context`` as a dense array of ``dtype`` (rows dense or sparse)."""
+    return np.asarray(rows @ context).astype(dtype, copy=False)
 
 
 def _dense(rows, dtype):

@@ -1,6 +1,7 @@
 """Self-attention dynamics: kernels against NumPy twins, the flow's invariants, the estimator."""
 
 import pickle
+import tracemalloc
 import warnings
 
 import numpy as np
@@ -13,7 +14,13 @@ from scipy.stats import special_ortho_group
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import adjusted_rand_score
 
-from attention_cluster import AttentionClustering, SelfAttentionDynamics, _dynamics, attention_flow
+from attention_cluster import (
+    AttentionClustering,
+    SelfAttentionDynamics,
+    _dynamics,
+    _passes,
+    attention_flow,
+)
 from attention_cluster import _dynamics_kernels as kern
 from attention_cluster.datasets import make_mixture
 
@@ -721,3 +728,19 @@ def test_self_attention_of_far_spread_norms_is_attention(monkeypatch):
     assert np.all(np.isfinite(out))
     np.testing.assert_allclose(out, ref, rtol=2e-4, atol=2e-4)
     np.testing.assert_allclose(log_norm, ref_log, rtol=2e-4)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_predict_works_by_chunks_of_rows(dtype, monkeypatch):
+    # Labels are n integers; predict held the unit rows twice and their
+    # float64 copy, for all rows at once: 2.5 X for float64, 4 X for float32.
+    X = make_mixture(40000, 20, 3, noise=0.3, random_state=0)[0].astype(dtype)
+    model = SelfAttentionDynamics(random_state=0, max_samples=500).fit(X[:500])
+    monkeypatch.setattr(_passes, "_CHUNK_BYTES", 1 << 16)  # chunks of 256 rows
+    tracemalloc.start()
+    try:
+        labels = model.predict(X)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 0.5 * X.nbytes + 2 * labels.nbytes

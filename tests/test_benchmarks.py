@@ -318,8 +318,11 @@ def test_many_clusters_benchmark_quick_mode(tmp_path):
     _, payload = _run_quick("many_clusters.py", tmp_path)
     assert [(c["d"], c["K"]) for c in payload["cells"]] == [(2, 5), (5, 10), (10, 20), (10, 50)]
     assert len(payload["bic_curve"]) == 8
+    assert [(c["d"], c["K"]) for c in payload["crawl"]] == [(3, 8)]
+    assert sum(payload["crawl"][0]["em_passes"]) >= 1
     text = (tmp_path / "many_clusters.md").read_text()
     assert "Load average" in text and "target: ours >= both" in text
+    assert "Where the EM refinement crawls" in text
 
 
 @pytest.mark.slow

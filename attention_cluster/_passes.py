@@ -143,23 +143,23 @@ def row_chunks(n_samples, width):
 def _stacked(block_result, bounds, run, empty):
     """The per-row results ``block_result(lo, hi)`` of the chunks ``bounds``, in order.
 
-    Dense results are written into one array allocated at the first chunk's
-    dtype (joining the chunks' arrays held them and the whole: twice the
-    output); sparse ones are stacked as CSR. ``run(fn, bounds)`` runs the
-    chunks (on a pool, or in turn); ``empty`` is returned for no rows.
+    Dense results are written into one array, allocated at the dtype and
+    width of the result for the first row (joining the chunks' arrays held
+    them and the whole: twice the output); sparse ones are stacked as CSR.
+    ``run(fn, bounds)`` runs the chunks (on a pool, or in turn); ``empty``
+    is returned for no rows.
     """
     if not bounds:
         return empty
-    first = block_result(*bounds[0])
-    if sp.issparse(first):
-        return sp.vstack([first, *run(block_result, bounds[1:])], format="csr")
-    out = np.empty((bounds[-1][1], *first.shape[1:]), dtype=first.dtype)
-    out[: len(first)] = first
+    probe = block_result(0, 1)
+    if sp.issparse(probe):
+        return sp.vstack(run(block_result, bounds), format="csr")
+    out = np.empty((bounds[-1][1], *probe.shape[1:]), dtype=probe.dtype)
 
     def fill(lo, hi):
         out[lo:hi] = block_result(lo, hi)
 
-    run(fill, bounds[1:])
+    run(fill, bounds)
     return out
 
 

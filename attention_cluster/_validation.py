@@ -309,7 +309,7 @@ def as_numbers(value):
         raw = np.asarray(value)
         if raw.dtype.kind not in "iufO":
             return None
-        return raw.astype(np.float64)
+        return raw.astype(np.float64, copy=False)
     except (TypeError, ValueError, OverflowError):
         return None
 

@@ -15,9 +15,12 @@ centroids (:mathmd:`1`) and the linear layer with K heads
 
 All the risks below are exact: they come from one computation, the Gaussian
 moments of :math:`\mathbb{E} \|X_1 - T(X)_1\|^2` (Isserlis' theorem, through the cumulants
-of Gaussian quadratic forms), written out in ``docs/theory.md``.
+of Gaussian quadratic forms), written out in ``docs/theory.md``. Where a
+quantity on the way to a value leaves float64's range (a noise or a
+temperature of 1e200, say), the function raises a FloatingPointError.
 """
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,6 +71,26 @@ __all__ = [
 ]
 
 
+def _in_float64_range(function):
+    """``function`` with an overflow on the way to its value raised as one
+    FloatingPointError that says so, not an OverflowError of Python's floats,
+    NaN or a wrong 0 or inf returned with NumPy's RuntimeWarnings (a noise or
+    temperature of 1e200 squares beyond float64)."""
+
+    @functools.wraps(function)
+    def checked(*args, **kwargs):
+        try:
+            with np.errstate(over="raise", invalid="raise"):
+                return function(*args, **kwargs)
+        except (OverflowError, FloatingPointError) as error:
+            raise FloatingPointError(
+                f"{function.__name__}: a quantity on the way to the result leaves float64's "
+                "range; lower the noise, the temperature or the scale of the heads."
+            ) from error
+
+    return checked
+
+
 def _check_length(sequence_length):
     L = as_numbers(sequence_length)
     if L is None or not np.all(L >= 1):
@@ -101,6 +124,7 @@ def _length_weights(L):
     return w1, w2
 
 
+@_in_float64_range
 def unbiased_temperature(noise, sequence_length=np.inf, n_clusters=2):
     """Temperature that makes the oracle linear layer unbiased (Prop. 4.1).
 
@@ -143,6 +167,7 @@ def unbiased_temperature(noise, sequence_length=np.inf, n_clusters=2):
     return L / (K * (1.0 + (K + 2.0) * s2) + (L - 1.0) * (1.0 + K * s2))
 
 
+@_in_float64_range
 def in_context_unbiased_temperature(noise, sequence_length, n_features, n_clusters=2):
     """Temperature that makes the in-context layer unbiased (Prop. 5.1).
 
@@ -322,6 +347,7 @@ def _risk_and_gradient(moments, U, tau):
     return risk, 2.0 * (tau**2 * g2 - 2.0 * tau * g1)
 
 
+@_in_float64_range
 def population_risk(heads, centroids, noise, temperature, sequence_length=np.inf, weights=None):
     """Exact population risk of the linear attention layer (Prop. 3.1).
 
@@ -382,6 +408,7 @@ def population_risk(heads, centroids, noise, temperature, sequence_length=np.inf
     return float(a0 - 2.0 * tau * a1 + tau**2 * a2)
 
 
+@_in_float64_range
 def population_risk_gradient(
     heads, centroids, noise, temperature, sequence_length=np.inf, weights=None
 ):
@@ -419,6 +446,7 @@ def population_risk_gradient(
     return U @ H @ basis
 
 
+@_in_float64_range
 def risk_from_overlaps(
     kappa0, kappa1, eta0, eta1, xi, noise, temperature, sequence_length, n_features
 ):
@@ -506,6 +534,7 @@ def _pairwise_terms(U, centroids, weights, s):
     return value, 2.0 * grad
 
 
+@_in_float64_range
 def pairwise_regularizer(heads, centroids, noise, weights=None):
     """Population value of the pairwise regularizer (:mathmd:`3`).
 
@@ -542,6 +571,7 @@ def pairwise_regularizer(heads, centroids, noise, weights=None):
     return float(_pairwise_terms(heads.T, centroids, weights, s)[0])
 
 
+@_in_float64_range
 def pairwise_regularizer_gradient(heads, centroids, noise, weights=None):
     """Euclidean gradient of :func:`pairwise_regularizer` in the heads.
 
@@ -629,6 +659,7 @@ def _needs_dimension(s, L, n_features):
     return check_count(n_features, "n_features")
 
 
+@_in_float64_range
 def manifold_risk_coefficients(
     noise, temperature, sequence_length=np.inf, n_clusters=2, n_features=None
 ):
@@ -682,6 +713,7 @@ def manifold_risk_coefficients(
     return coef[..., 2], -coef[..., 1], coef[..., 3], coef[..., 0]
 
 
+@_in_float64_range
 def manifold_risk(alignment, noise, temperature, sequence_length=np.inf, n_features=None):
     """Risk on the manifold M as a function of the alignments (Lemma 3.2).
 
@@ -724,6 +756,7 @@ def manifold_risk(alignment, noise, temperature, sequence_length=np.inf, n_featu
     return D - B * S1 + A * np.sum(u**2, axis=-1) + C * S1**2
 
 
+@_in_float64_range
 def manifold_optimal_alignment(
     noise, temperature, sequence_length=np.inf, n_clusters=2, n_features=None
 ):
@@ -766,6 +799,7 @@ def manifold_optimal_alignment(
     return np.sqrt(np.clip(u, 0.0, 1.0))
 
 
+@_in_float64_range
 def lambda_star(noise, sequence_length=np.inf, n_clusters=2, n_features=None):
     r"""Largest temperature with the heads at the centroids as minimisers on M.
 
@@ -827,6 +861,7 @@ def lambda_star(noise, sequence_length=np.inf, n_clusters=2, n_features=None):
     return 2.0 * a1[..., 1] / (K * (a2[..., 1] + 2.0 * a2[..., 2] + 2.0 * K * a2[..., 3]))
 
 
+@_in_float64_range
 def auto_temperature(noise, sequence_length, n_clusters, n_features, eigenvalues=None):
     """The rule of ``AttentionClustering(temperature="auto")``, for unit-scale data of noise sigma.
 
@@ -944,6 +979,7 @@ def manifold_heads(centroids, alignment, random_state=None):
     return kappa[:, None] * centroids + np.sqrt(1.0 - kappa**2)[:, None] * V
 
 
+@_in_float64_range
 def quantizer_risk(noise, n_features):
     """Risk of the optimal quantizer ``T*(X)_l = mu*_{Z_l}`` (section 4).
 
@@ -980,6 +1016,7 @@ def _oracle(noise, temperature, sequence_length, n_features, n_clusters):
     return a0, a1, a2, s, L, K, _temperatures(temperature) * K
 
 
+@_in_float64_range
 def oracle_risk(noise, temperature, sequence_length, n_features, n_clusters=2):
     r"""Risk of the oracle linear layer, heads at the centroids (Prop. 4.2).
 
@@ -1023,6 +1060,7 @@ def oracle_risk(noise, temperature, sequence_length, n_features, n_clusters=2):
     return a0 - 2.0 * tau * a1 + tau**2 * a2
 
 
+@_in_float64_range
 def oracle_conditional_variance(noise, temperature, sequence_length, n_features, n_clusters=2):
     """Conditional variance of the oracle layer's output (Prop. 4.2).
 
@@ -1053,6 +1091,7 @@ def oracle_conditional_variance(noise, temperature, sequence_length, n_features,
     return tau**2 * a2 - bias**2
 
 
+@_in_float64_range
 def oracle_optimal_temperature(noise, sequence_length, n_features, n_clusters=2):
     """Temperature minimising :func:`oracle_risk` (Prop. 4.2).
 
@@ -1109,6 +1148,7 @@ def _in_context(noise, temperature, sequence_length, n_features, n_clusters):
     return k, a1, a2, s, L, K, d, _temperatures(temperature) * K
 
 
+@_in_float64_range
 def in_context_risk(noise, temperature, sequence_length, n_features, n_clusters=2):
     r"""Risk of the parameter-free in-context layer (Prop. 5.2).
 
@@ -1148,6 +1188,7 @@ def in_context_risk(noise, temperature, sequence_length, n_features, n_clusters=
     return np.maximum(a0 - 2.0 * tau * a1 + tau**2 * a2, 0.0)
 
 
+@_in_float64_range
 def in_context_conditional_variance(noise, temperature, sequence_length, n_features, n_clusters=2):
     """Conditional variance of the in-context layer's output (Prop. 5.2).
 
@@ -1184,6 +1225,7 @@ def in_context_conditional_variance(noise, temperature, sequence_length, n_featu
     return np.maximum(tau**2 * a2 - bias**2, 0.0)
 
 
+@_in_float64_range
 def in_context_optimal_temperature(noise, n_features, sequence_length=np.inf, n_clusters=2):
     r"""Temperature minimising :func:`in_context_risk` (Prop. 5.2).
 
@@ -1237,6 +1279,7 @@ class PGDResult:
     converged: bool  #: whether the Riemannian gradient fell below tol
 
 
+@_in_float64_range
 def population_pgd(
     heads0,
     centroids,

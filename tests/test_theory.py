@@ -9,6 +9,7 @@ would move the closed form out of the tolerance and fail the test.
 
 import itertools
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -749,3 +750,32 @@ def test_pgd_halves_a_step_that_barely_raises_the_objective():
 )
 def test_pgd_steps_with_any_step_size_are_the_twins(step, rho, seed):
     _pgd_against_twin(*_pgd_problem(seed), step, rho)
+
+
+_C, _BIG = np.eye(2, 4), 1e200
+_BEYOND_RANGE = {
+    "auto_temperature": lambda: theory.auto_temperature(_BIG, 10, 2, 4),
+    "unbiased_temperature": lambda: theory.unbiased_temperature(_BIG, 10, 2),
+    "in_context_unbiased_temperature": lambda: theory.in_context_unbiased_temperature(_BIG, 10, 4),
+    "population_risk": lambda: theory.population_risk(_C, _C, 0.3, _BIG, 10),
+    "population_risk_gradient": lambda: theory.population_risk_gradient(_C, _C, _BIG, 0.5, 10),
+    "pairwise_regularizer": lambda: theory.pairwise_regularizer(_C, _C, _BIG),
+    "manifold_optimal_alignment": lambda: theory.manifold_optimal_alignment(0.3, _BIG, 10, 2, 4),
+    "lambda_star": lambda: theory.lambda_star(_BIG, 10, 2, 4),
+    "quantizer_risk": lambda: theory.quantizer_risk(_BIG, 4),
+    "oracle_risk": lambda: theory.oracle_risk(_BIG, 0.5, 10, 4),
+    "oracle_conditional_variance": lambda: theory.oracle_conditional_variance(0.3, _BIG, 10, 4),
+    "in_context_optimal_temperature": lambda: theory.in_context_optimal_temperature(_BIG, 4),
+    "population_pgd": lambda: theory.population_pgd(_C, _C, 0.3, _BIG, 10, max_iter=3),
+}
+
+
+@pytest.mark.parametrize("call", list(_BEYOND_RANGE.values()), ids=list(_BEYOND_RANGE))
+def test_a_value_beyond_float64_raises_one_clear_error(call):
+    # A noise or temperature of 1e200 squares beyond float64. These returned
+    # NaN, 0 or inf with NumPy's RuntimeWarnings, or raised Python's
+    # OverflowError (34, 'Numerical result out of range').
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(FloatingPointError, match="leaves float64's range"):
+            call()

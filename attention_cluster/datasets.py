@@ -23,6 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.utils import check_random_state
 
+from ._passes import unit_rows
 from ._validation import check_count, check_noise, check_weights
 
 __all__ = [
@@ -481,12 +482,26 @@ def make_embeddings(
     directions -= np.outer(directions @ direction, direction)
     directions /= np.linalg.norm(directions, axis=1, keepdims=True)
     labels = rng.choice(n_clusters, size=n_samples, p=weights)
-    X = (
-        offset * direction
-        + directions[labels]
-        + noise * rng.standard_normal((n_samples, n_features))
-    )
-    X /= np.linalg.norm(X, axis=1, keepdims=True)
-    centers = offset * direction + directions
-    centers /= np.linalg.norm(centers, axis=1, keepdims=True)
-    return X, labels, centers
+    with np.errstate(over="ignore", invalid="ignore"):
+        X = (
+            offset * direction
+            + directions[labels]
+            + noise * rng.standard_normal((n_samples, n_features))
+        )
+    if not np.all(np.isfinite(X)):
+        raise ValueError(
+            f"noise={noise!r} or offset={offset!r} puts the rows beyond float64's range."
+        )
+    return _unit(X), labels, _unit(offset * direction + directions)
+
+
+def _unit(rows):
+    """Rows divided by their norms; by :func:`~attention_cluster._passes.unit_rows`
+    (largest entry first) where a norm leaves float64's range (a noise or an
+    offset of 1e200: the squares overflow, and the rows became zero)."""
+    with np.errstate(over="ignore", under="ignore"):
+        norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    safe = np.isfinite(norms) & (norms > np.finfo(np.float64).tiny)
+    if np.all(safe):
+        return rows / norms
+    return unit_rows(rows)

@@ -288,3 +288,17 @@ def test_embeddings_centres_cosine_matches_its_law(offset):
     assert abs(t.mean()) < 5 * np.sqrt(1 / m / n)
     var_t2 = 3 / (m * (m + 2)) - 1 / m**2
     assert abs(np.mean(t**2) - 1 / m) < 5 * np.sqrt(var_t2 / n)
+
+
+@pytest.mark.parametrize("noise, offset", [(1e200, 1.0), (0.1, 1e200)])
+def test_embeddings_are_unit_rows_at_any_magnitude(noise, offset):
+    # The rows' squares overflowed at a noise or an offset of 1e200, and the
+    # rows (or the centres) came out zero.
+    X, _, centers = make_embeddings(200, 8, 3, noise=noise, offset=offset, random_state=0)
+    np.testing.assert_allclose(np.linalg.norm(X, axis=1), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(np.linalg.norm(centers, axis=1), 1.0, rtol=1e-12)
+
+
+def test_embeddings_refuse_rows_beyond_float64():
+    with pytest.raises(ValueError, match="beyond float64's range"):
+        make_embeddings(200, 8, 3, noise=1e308, random_state=0)

@@ -20,6 +20,7 @@ import numbers
 import time
 
 import numpy as np
+import scipy.sparse as sp
 from scipy.linalg import expm
 from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.exceptions import ConvergenceWarning
@@ -722,7 +723,9 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         keys = _apply(key, self.cluster_centers_.astype(np.float64))
         keys = keys if query is None else keys @ query
         labels = np.empty(X.shape[0], dtype=np.intp)
-        # By chunks of rows: the unit rows and their float64 copy are a chunk's.
+        # By chunks of rows (of CSR rows: slicing CSC rows reads all of X):
+        # the unit rows and their float64 copy are a chunk's.
+        X = X.tocsr() if sp.issparse(X) else X
         for lo, hi in row_chunks(X.shape[0], X.shape[1]):
             queries = X[lo:hi]
             if self.model in SPHERE_MODELS:

@@ -300,6 +300,17 @@ def psgd_chunk(
                 heads_sum[j, k] += U[j, k]
 
 
+def check_psgd_losses(losses, first_step, advice):
+    """Raise a FloatingPointError when :func:`psgd_chunk` reports an overflow:
+    ``losses`` are its chunk's (infinite at a step whose update overflowed),
+    the chunk's first step is ``first_step`` (from 0), ``advice`` what to lower."""
+    if not np.all(np.isfinite(losses)):
+        raise FloatingPointError(
+            f"PSGD overflowed the floating-point range within steps {first_step + 1} to "
+            f"{first_step + len(losses)}: {advice}."
+        )
+
+
 @njit(cache=True, nogil=True, fastmath=FASTMATH)
 def head_totals(X, U, weights, totals):
     """Adds to ``totals[h]`` the (weighted) projections of the rows head h wins.

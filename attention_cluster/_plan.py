@@ -778,11 +778,9 @@ def _psgd(params, data, U, spectrum, settings, rng, index, tuning):
             losses[start:stop],
             heads_sum,
         )
-        if not np.all(np.isfinite(losses[start:stop])):
-            raise FloatingPointError(
-                f"PSGD overflowed the floating-point range within steps {start + 1} to {stop}: "
-                "lower the temperature or the learning rate."
-            )
+        _kernels.check_psgd_losses(
+            losses[start:stop], start, "lower the temperature or the learning rate"
+        )
         done = stop
         chunk_sums.append(heads_sum)
         current = _tail_average(chunk_sums, U)

@@ -1413,10 +1413,6 @@ def population_pgd(
         while True:
             V = retract(U, -step_size * riem)
             new_value, new_grad = objective(V)
-            if not np.isfinite(new_value):
-                raise FloatingPointError(
-                    "The population objective overflowed the floating-point range."
-                )
             if new_value <= value + _ROUNDING * (abs(value) + moments.a0):
                 break
             step_size *= 0.5
@@ -1676,11 +1672,9 @@ def psgd_path(
                     losses[:m],
                     heads_sum,
                 )
-                if not np.all(np.isfinite(losses[:m])):
-                    raise FloatingPointError(
-                        f"PSGD overflowed the floating-point range within steps {done + 1} to "
-                        f"{done + m}: lower the temperature or the step size, or rescale X."
-                    )
+                _kernels.check_psgd_losses(
+                    losses[:m], done, "lower the temperature or the step size, or rescale X"
+                )
                 done += m
             path[i] = U.T
     return path

@@ -356,7 +356,7 @@ class DenseRows(_Rows):
             else float(np.sum(self.sample_weight))
         )
         self._pool = _Pool(usable_threads(n_threads)) if pool is None else pool
-        self._bounds = _chunk_bounds(self.n_samples, _chunk_rows(self.n_features))
+        self._bounds = row_chunks(self.n_samples, self.n_features)
         self.compiled = compiles(X.size) if compiled is None else compiled
         self._cum_weights = None
         # The rows are X - _offset (see centred); an empty offset is none.
@@ -1154,16 +1154,12 @@ def _block_map(block, fn, *args):
     return fn(np.ascontiguousarray(block), *args)
 
 
-def _block_counts(labels, weights, minlength):
-    """One block's weighted label counts, as a row (for :func:`_block_label_counts`)."""
-    return np.bincount(labels, weights=weights, minlength=minlength)[None, :].astype(np.float64)
-
-
 def _block_label_counts(block, weights, centers, gain, bias, origin, scale, compiled, minlength):
     """One block's weighted label counts, as a row, its rows labelled as
     :func:`_labels` does (for :meth:`DaskRows.labels_and_counts`)."""
     labels = _labels(np.ascontiguousarray(block), centers, gain, bias, origin, scale, compiled)
-    return _block_counts(labels, None if weights is None else np.asarray(weights), minlength)
+    weights = None if weights is None else np.asarray(weights)
+    return np.bincount(labels, weights=weights, minlength=minlength)[None, :].astype(np.float64)
 
 
 def _per_head(gain, K):

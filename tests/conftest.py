@@ -1,5 +1,6 @@
 import contextlib
 import os
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -51,3 +52,18 @@ def fresh_cluster():
     """A new LocalCluster of one worker process, and its client, for one test."""
     with _local_cluster(1) as pair:
         yield pair
+
+
+@pytest.fixture
+def traced_peak():
+    """``measure(fn)``: ``fn()``'s result and the peak of the memory traced while it ran, in bytes."""
+
+    def measure(fn):
+        tracemalloc.start()
+        try:
+            out = fn()
+            return out, tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    return measure

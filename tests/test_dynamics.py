@@ -1,7 +1,6 @@
 """Self-attention dynamics: kernels against NumPy twins, the flow's invariants, the estimator."""
 
 import pickle
-import tracemalloc
 import warnings
 
 import numpy as np
@@ -731,16 +730,11 @@ def test_self_attention_of_far_spread_norms_is_attention(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_predict_works_by_chunks_of_rows(dtype, monkeypatch):
+def test_predict_works_by_chunks_of_rows(dtype, monkeypatch, traced_peak):
     # Labels are n integers; predict held the unit rows twice and their
     # float64 copy, for all rows at once: 2.5 X for float64, 4 X for float32.
     X = make_mixture(40000, 20, 3, noise=0.3, random_state=0)[0].astype(dtype)
     model = SelfAttentionDynamics(random_state=0, max_samples=500).fit(X[:500])
     monkeypatch.setattr(_passes, "_CHUNK_BYTES", 1 << 16)  # chunks of 256 rows
-    tracemalloc.start()
-    try:
-        labels = model.predict(X)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    labels, peak = traced_peak(lambda: model.predict(X))
     assert peak < 0.5 * X.nbytes + 2 * labels.nbytes

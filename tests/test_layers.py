@@ -1,6 +1,5 @@
 """The attention layers against direct O(L^2) NumPy formulas, and their symmetries."""
 
-import tracemalloc
 import warnings
 
 import numpy as np
@@ -310,7 +309,9 @@ def test_heads_beyond_float32_of_float32_prompts_raise(layer):
             layer(X, np.full((1, 3), 1e300))
 
 
-def test_softmax_heads_hold_no_array_of_heads_by_features(monkeypatch, global_random_seed):
+def test_softmax_heads_hold_no_array_of_heads_by_features(
+    monkeypatch, global_random_seed, traced_peak
+):
     # Bounded memory: the heads' softmax weights are summed before they meet
     # the values, so what a block holds is of the scores' size, not K d times
     # the rows (math.md section 2's sum over heads is linear in the weights).
@@ -318,12 +319,7 @@ def test_softmax_heads_hold_no_array_of_heads_by_features(monkeypatch, global_ra
     X, heads = rng.standard_normal((60, 400)), rng.standard_normal((50, 400))
     expected = ref_softmax(X, heads, 0.01)
     monkeypatch.setattr(layers, "_SCORE_BUDGET", 50 * 60 * 8)
-    tracemalloc.start()
-    try:
-        out = softmax_attention(X, heads, temperature=0.01)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    out, peak = traced_peak(lambda: softmax_attention(X, heads, temperature=0.01))
     np.testing.assert_allclose(out, expected, rtol=1e-10, atol=1e-12)
     # Before: a (1, 50, 8, 400) block of weighted values, 1.3 MB.
     assert peak < 8 * (X.size + 4 * 50 * 60 * 8)

@@ -9,7 +9,6 @@ import contextlib
 import functools
 import multiprocessing
 import threading
-import tracemalloc
 
 import numpy as np
 import pytest
@@ -501,18 +500,15 @@ def test_kept_scaled_blocks_follow_the_rows(weighted, global_random_seed):
     assert not np.isclose(terms(rescaled)[0], first[0])
 
 
-def test_a_centred_fit_never_copies_X():
+def test_a_centred_fit_never_copies_X(traced_peak):
     # The traced peak of a centred fit stays far below the size of X (the
     # centring happens chunk by chunk, the subsamples are small).
     X = make_mixture(400_000, 20, 3, noise=0.5, random_state=0)[0] + 2.0
     model = AttentionClustering(3, center=True, random_state=0)
-    model.fit(X[:2000])  # compile outside the traced fit
-    tracemalloc.start()
-    try:
-        model.fit(X)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    # Compile outside the traced fit: Numba's kernels run from _COMPILE_MIN_SIZE
+    # numbers on (a smaller warm-up left the compile, 20 MB, in the trace).
+    model.fit(X[:20000])
+    _, peak = traced_peak(lambda: model.fit(X))
     assert peak < 0.5 * X.nbytes
 
 
@@ -713,22 +709,12 @@ def test_e_step_and_labels_at_the_ends_of_the_range(path, side):
 # --- Memory of the methods on sparse rows -----------------------------------
 
 
-def _traced_peak(fn):
-    """``fn()``'s result and the peak of the memory traced while it ran, in bytes."""
-    tracemalloc.start()
-    try:
-        out = fn()
-        return out, tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-
-
 def _csr_bytes(X):
     return X.data.nbytes + X.indices.nbytes + X.indptr.nbytes
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_sparse_methods_work_by_chunks_of_rows(dtype, monkeypatch):
+def test_sparse_methods_work_by_chunks_of_rows(dtype, monkeypatch, traced_peak):
     # Their outputs are n x K (or n); each once copied the whole matrix in
     # float64 and squared its non-zeros at once: 1.7 X for float64, 3.5 X for
     # float32 (whose rows are held in float64). A chunk's copy is now the
@@ -739,16 +725,16 @@ def test_sparse_methods_work_by_chunks_of_rows(dtype, monkeypatch):
     monkeypatch.setattr(_passes, "_CHUNK_BYTES", 1 << 16)  # chunks of 40 rows
     bound = (0.35 if dtype == np.float64 else 1.65) * _csr_bytes(X)
     for method in ("predict_proba", "score_samples", "score"):
-        _, peak = _traced_peak(functools.partial(getattr(model, method), X))
+        _, peak = traced_peak(functools.partial(getattr(model, method), X))
         assert peak < bound, method
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_sparse_transform_holds_the_dense_output_once(dtype):
+def test_sparse_transform_holds_the_dense_output_once(dtype, traced_peak):
     # transform's n x d output is dense; it was computed for the whole matrix
     # in float64 and then cast: 3 times the float32 output.
     X = sp.random(1000, 20000, density=0.01, format="csr", random_state=0, dtype=dtype)
     model = AttentionClustering(3, random_state=0).fit(X)
-    out, peak = _traced_peak(lambda: model.transform(X))
+    out, peak = traced_peak(lambda: model.transform(X))
     assert out.dtype == dtype
     assert peak < 1.15 * out.nbytes + 2 * _csr_bytes(X)

@@ -5,7 +5,6 @@ centring rule, the warnings and the principal-subspace path are checked on
 small data with fixed seeds.
 """
 
-import tracemalloc
 import warnings
 from dataclasses import replace
 
@@ -315,7 +314,7 @@ class _Taken(Exception):
     pass
 
 
-def test_tfidf_fit_never_forms_a_dense_matrix():
+def test_tfidf_fit_never_forms_a_dense_matrix(traced_peak):
     # Over 15000 columns: a d x d float64 matrix would take 1.8 GB or more,
     # the dense rows 240 MB; the traced peak of the fit stays far below both.
     texts, y = make_corpus(2000, 3, n_words=60000, document_length=80, random_state=0)
@@ -323,14 +322,9 @@ def test_tfidf_fit_never_forms_a_dense_matrix():
     assert X.shape[1] > 15000
     model = AttentionClustering(3, random_state=0)
     model.fit(X[:50])  # compile outside the traced fit
-    tracemalloc.start()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            model.fit(X)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        _, peak = traced_peak(lambda: model.fit(X))
     assert peak < 50 * 2**20
     assert adjusted_rand_score(y, model.labels_) > 0.9
 

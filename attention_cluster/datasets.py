@@ -24,7 +24,7 @@ import scipy.sparse as sp
 from sklearn.utils import check_random_state
 
 from ._passes import unit_rows
-from ._validation import check_count, check_noise, check_weights
+from ._validation import check_count, check_matrix, check_noise, check_weights
 
 __all__ = [
     "make_centroids",
@@ -92,15 +92,10 @@ def _resolve_mixture(n_clusters, n_features, centroids, weights, rng):
     if isinstance(centroids, str):
         centroids = make_centroids(n_clusters, n_features, kind=centroids, random_state=rng)
     else:
-        if np.iscomplexobj(centroids):
-            raise ValueError("Complex data not supported: centroids must be real.")
-        centroids = np.array(centroids, dtype=np.float64)
-        if centroids.shape != (n_clusters, n_features):
-            raise ValueError(
-                f"centroids must have shape ({n_clusters}, {n_features}), got {centroids.shape}."
-            )
-        if not np.all(np.isfinite(centroids)):
-            raise ValueError("centroids contains NaN or infinity.")
+        # A copy: the centroids returned are the generator's, not the caller's array.
+        centroids = np.array(
+            check_matrix(centroids, "centroids", shape=(n_clusters, n_features), labels=("K", "d"))
+        )
     return centroids, check_weights(weights, n_clusters)
 
 

@@ -99,7 +99,18 @@ def test_sequences_share_centroids_and_are_reproducible():
         (lambda: make_centroids(0, 3), "n_clusters"),
         (lambda: make_mixture(10, 3, 2, noise=-1.0), "noise"),
         (lambda: make_mixture(10, 3, 2, weights=[0.5, 0.6]), "weights"),
-        (lambda: make_mixture(10, 3, 2, centroids=np.eye(3)), "centroids must have shape"),
+        (
+            lambda: make_mixture(10, 3, 2, centroids=np.eye(3)),
+            r"centroids must be a non-empty 2-D array of shape \(K, d\) = \(2, 3\), got shape \(3, 3\)",
+        ),
+        (
+            lambda: make_mixture(10, 2, 2, centroids=[["1", "0"], ["0", "1"]]),
+            "centroids must be a real",
+        ),
+        (
+            lambda: make_mixture(10, 2, 2, centroids=np.eye(2, dtype=bool)),
+            "centroids must be a real",
+        ),
         (lambda: make_sequences(0, 5), "n_sequences"),
         (lambda: make_sequences(2, 1.5), "sequence_length"),
         (lambda: make_mixture(10, 3, 2, noise="0.3"), "noise must be a finite number"),
@@ -109,7 +120,7 @@ def test_sequences_share_centroids_and_are_reproducible():
         (lambda: make_embeddings(10, 5, 2, noise=True), "noise must be a finite number"),
         (
             lambda: make_mixture(10, 2, 2, centroids=[[np.nan, 0.0], [0.0, 1.0]]),
-            "centroids contains NaN",
+            "centroids must be finite, got NaN or infinity",
         ),
         (lambda: make_mixture(10, 2, 2, centroids=np.eye(2) + 1j), "Complex data not supported"),
     ],
@@ -302,3 +313,13 @@ def test_embeddings_are_unit_rows_at_any_magnitude(noise, offset):
 def test_embeddings_refuse_rows_beyond_float64():
     with pytest.raises(ValueError, match="beyond float64's range"):
         make_embeddings(200, 8, 3, noise=1e308, random_state=0)
+
+
+def test_given_centroids_are_copied_and_may_be_integers():
+    C = np.eye(2, dtype=int)
+    X, _, centroids = make_mixture(20, 2, 2, centroids=C, random_state=0)
+    assert centroids.dtype == np.float64 and np.array_equal(centroids, C)
+    C64 = np.eye(2)
+    centroids = make_mixture(20, 2, 2, centroids=C64, random_state=0)[2]
+    centroids[0, 0] = 5.0
+    assert C64[0, 0] == 1.0

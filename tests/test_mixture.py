@@ -676,11 +676,19 @@ def test_one_pass_over_all_rows_when_the_first_step_is_resolved(global_random_se
     # Well-separated clusters: the first Newton step's estimated error is
     # below sqrt(tol) standard errors, and the refinement stops there, one E
     # step on all rows, within a tenth of a standard error of the maximum.
-    X, C = _newton_problem(global_random_seed, 0.3)
-    fit = _refined(X, C, noise=0.3, random_state=global_random_seed)
-    assert fit.converged and fit.n_iter == 1
-    best, em = _plain_maximum(X, C, 0.3)
-    assert np.sum((fit.heads - best.U) ** 2) < 0.01 * mixture.standard_error(best, em.n_effective)
+    # The estimate is a random variable: on 3 of the draws of seeds 0 to 299
+    # it falls above and a second pass stops at the maximum, so the count is
+    # over 20 draws (4 or more second passes: probability about 5e-5).
+    passes = []
+    for seed in np.random.SeedSequence(global_random_seed).generate_state(20):
+        X, C = _newton_problem(int(seed), 0.3)
+        fit = _refined(X, C, noise=0.3, random_state=int(seed))
+        assert fit.converged
+        passes.append(fit.n_iter)
+        best, em = _plain_maximum(X, C, 0.3)
+        error = np.sum((fit.heads - best.U) ** 2)
+        assert error < 0.01 * mixture.standard_error(best, em.n_effective)
+    assert max(passes) <= 2 and passes.count(1) >= 17, passes
 
 
 # --- Stopping rules ----------------------------------------------------------

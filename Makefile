@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint docs figures bench clean
+.PHONY: demo test test-seeds test-fast lint docs figures bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,15 @@ test: $(STAMP)
 	$(MAKE) lint
 	$(MAKE) docs
 	$(PY) -m pytest -n 2 -q --doctest-modules attention_cluster tests
+
+# The tests whose numbers must hold for any seed, under 20 more seeds (about
+# 20 s each); SEEDS="7 99" runs others.
+SEEDS ?= $(shell seq 1 20)
+test-seeds: $(STAMP)
+	@for s in $(SEEDS); do \
+		echo "ATTENTION_CLUSTER_TEST_SEED=$$s"; \
+		ATTENTION_CLUSTER_TEST_SEED=$$s $(PY) -m pytest -n 2 -q -p no:cacheprovider --seeded-only tests || exit 1; \
+	done
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -n 2 -q --doctest-modules -m "not slow" attention_cluster tests

@@ -17,6 +17,22 @@ def pytest_report_header(config):
     return f"attention_cluster global_random_seed={GLOBAL_SEED} (ATTENTION_CLUSTER_TEST_SEED=<int>|random)"
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--seeded-only",
+        action="store_true",
+        help="run only the tests that take global_random_seed (a sweep of seeds: make test-seeds)",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.getoption("--seeded-only"):
+        return
+    kept = [item for item in items if "global_random_seed" in getattr(item, "fixturenames", ())]
+    config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+    items[:] = kept
+
+
 @pytest.fixture
 def global_random_seed():
     """Seed for tests whose numbers must hold for any seed.

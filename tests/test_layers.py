@@ -69,6 +69,13 @@ LAYERS = {
 TOLERANCE = {np.float32: 2e-5, np.float64: 1e-11}
 
 
+def assert_close(actual, expected, rtol=1e-12):
+    """Equal to ``rtol`` of each entry or of the largest: two sums of one
+    formula in different orders differ by rounding relative to the output's
+    scale, not to an entry that cancels (seed 46: 6e-17 on 4e-5)."""
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=rtol * np.abs(expected).max())
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
 @pytest.mark.parametrize("shape", [(17, 5), (4, 17, 5)], ids=["prompt", "batch"])
 @pytest.mark.parametrize("name", list(LAYERS))
@@ -90,9 +97,7 @@ def test_linear_attention_counts_heads_by_default(global_random_seed):
     rng = np.random.default_rng([global_random_seed, 1])
     X = rng.standard_normal((9, 4))
     heads = rng.standard_normal((3, 4))
-    np.testing.assert_allclose(
-        linear_attention(X, heads, temperature=0.4), ref_linear(X, heads, 0.4, 3), rtol=1e-12
-    )
+    assert_close(linear_attention(X, heads, temperature=0.4), ref_linear(X, heads, 0.4, 3))
 
 
 def test_in_context_attention_is_the_sum_of_d_orthonormal_heads(global_random_seed):
@@ -100,14 +105,9 @@ def test_in_context_attention_is_the_sum_of_d_orthonormal_heads(global_random_se
     rng = np.random.default_rng([global_random_seed, 2])
     X = rng.standard_normal((3, 11, 4))
     basis = np.linalg.qr(rng.standard_normal((4, 4)))[0].T
-    expected = linear_attention(X, basis, temperature=0.3, n_clusters=2)
-    # The two sum in different orders: their rounding is relative to the
-    # output's scale, not to an entry that cancels (seed 27: 4e-16 on 2e-4).
-    np.testing.assert_allclose(
+    assert_close(
         in_context_attention(X, temperature=0.3, n_clusters=2),
-        expected,
-        rtol=1e-12,
-        atol=1e-12 * np.abs(expected).max(),
+        linear_attention(X, basis, temperature=0.3, n_clusters=2),
     )
 
 
@@ -128,12 +128,8 @@ def test_softmax_blocks_match_reference(monkeypatch, budget, shape, global_rando
     rng = np.random.default_rng([global_random_seed, 3])
     X = rng.standard_normal(shape)
     heads = rng.standard_normal((2, shape[-1]))
-    np.testing.assert_allclose(
-        softmax_attention(X, heads, temperature=1.3), ref_softmax(X, heads, 1.3), rtol=1e-12
-    )
-    np.testing.assert_allclose(
-        in_context_softmax_attention(X, temperature=1.3), ref_in_context_softmax(X, 1.3), rtol=1e-12
-    )
+    assert_close(softmax_attention(X, heads, temperature=1.3), ref_softmax(X, heads, 1.3))
+    assert_close(in_context_softmax_attention(X, temperature=1.3), ref_in_context_softmax(X, 1.3))
 
 
 def test_softmax_long_prompt_does_not_overflow(global_random_seed):
@@ -344,6 +340,4 @@ def test_strided_read_only_batch_matches_contiguous(name, global_random_seed):
     X = rng.standard_normal((6, 9, 8))[::2, :, ::2]
     X.setflags(write=False)
     heads = rng.standard_normal((2, 4))
-    np.testing.assert_allclose(
-        layer(X, heads, 0.6), layer(np.ascontiguousarray(X), heads, 0.6), rtol=1e-12
-    )
+    assert_close(layer(X, heads, 0.6), layer(np.ascontiguousarray(X), heads, 0.6))

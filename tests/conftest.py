@@ -28,8 +28,11 @@ def pytest_addoption(parser):
 def pytest_collection_modifyitems(config, items):
     if not config.getoption("--seeded-only"):
         return
-    kept = [item for item in items if "global_random_seed" in getattr(item, "fixturenames", ())]
-    config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+    kept, dropped = [], []
+    for item in items:
+        seeded = "global_random_seed" in getattr(item, "fixturenames", ())
+        (kept if seeded else dropped).append(item)
+    config.hook.pytest_deselected(items=dropped)
     items[:] = kept
 
 

@@ -45,17 +45,26 @@ def test_recovers_the_centroids_from_a_random_start(solver, K, noise, bound, glo
     # The paper's setting (d=10, n=20000, random start, default settings);
     # the bounds are the paper's plateaus (its figures; the 10-seed medians
     # are measured by benchmarks/psgd_accuracy.py and benchmarks/solvers.py).
+    if solver == "psgd":
+        # PSGD stops on the paper's plateau, not at the likelihood's maximum.
+        # The plateau is a median over draws: one draw can lie above it (sigma
+        # = 1: 0.138 on 1 of seeds 0 to 39, median 0.011), so the median of 5
+        # draws is held to it (3 or more above: probability about 2e-4).
+        # Within the bound its labels can trail KMeans' (sigma = 1, seed 7:
+        # distance 0.065, ARI 0.260 against 0.274). The default solver's EM
+        # refinement labels as KMeans does.
+        distances = []
+        for seed in np.random.SeedSequence(global_random_seed).generate_state(5):
+            X, y, C = make_mixture(20000, 10, K, noise=noise, random_state=int(seed))
+            model = AttentionClustering(K, solver=solver, init="random", random_state=int(seed))
+            distances.append(centroid_distance(model.fit(X).cluster_centers_, C))
+        assert np.median(distances) <= bound, distances
+        return
     X, y, C = make_mixture(20000, 10, K, noise=noise, random_state=global_random_seed)
     model = AttentionClustering(
         K, solver=solver, init="random", random_state=global_random_seed
     ).fit(X)
     assert centroid_distance(model.cluster_centers_, C) <= bound
-    if solver == "psgd":
-        # PSGD stops on the paper's plateau, not at the likelihood's maximum:
-        # within the bound its labels can trail KMeans' (sigma = 1, seed 7:
-        # distance 0.065, ARI 0.260 against 0.274). The default solver's EM
-        # refinement labels as KMeans does.
-        return
     kmeans = KMeans(K, n_init=1, random_state=global_random_seed).fit(X)
     assert adjusted_rand_score(y, model.labels_) >= adjusted_rand_score(y, kmeans.labels_) - 0.01
 

@@ -616,7 +616,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         likelihood of the whole stream (:mathmd:`7`, "One pass
         over a stream"). The Jacobian costs one E step on the batch per
         parameter of the mixture (``K d + K + 2``), at the first update and
-        whenever the weight seen has doubled; above 512 parameters the
+        whenever the weight seen has doubled. Where a batch's parameters lie
+        beyond the linearisation's reach (a small first batch fits far from
+        the stream's maximum), the stream restarts at that batch, by EM on
+        its rows. Above 512 parameters the
         update is online EM (Cappe and Moulines 2009) instead, with
         ``gamma_n = min(1, 16 / n)^0.6`` and averaging. Every update is the
         EM refinement's, whatever ``refine`` and ``solver`` (they set the

@@ -979,9 +979,9 @@ class LinearisedEM(_OneBatch):
         if q is None:
             # Far from the parameters the batches saw, their linearised
             # statistics do not reach: kept in the mean, a far start's would
-            # fade only as 1 / m (from a first batch of 20 rows, the heads
-            # ended at 85 times the in-memory fit's distance after 20 batches
-            # of 1000, median of 60 streams). The stream restarts
+            # fade only as 1 / m (from a first batch of 20 rows they held the
+            # heads far from the maximum for the whole stream: the test of a
+            # small first batch). The stream restarts
             # at this batch, as partial_fit's first call does at the first:
             # EM on its rows from p, and the means at its statistics there;
             # D is renewed at the next batch, at the parameters it sees.

@@ -931,7 +931,7 @@ class LinearisedEM(_OneBatch):
         super().__init__(heads, weights, noise, radii)
         self.mean_stats = None
         self.mean_params = None
-        # The weight of the batches in those means: all seen, but after a restart.
+        # The weight of the batches in those means: the weight seen, until a restart.
         self.mean_weight = 0.0
         self.jacobian = None
         self.renew_at = 0.0
@@ -981,10 +981,10 @@ class LinearisedEM(_OneBatch):
             # statistics do not reach: kept in the mean, a far start's would
             # fade only as 1 / m (from a first batch of 20 rows they held the
             # heads far from the maximum for the whole stream: the test of a
-            # small first batch). The stream restarts
-            # at this batch, as partial_fit's first call does at the first:
-            # EM on its rows from p, and the means at its statistics there;
-            # D is renewed at the next batch, at the parameters it sees.
+            # small first batch). The stream restarts at this batch, as
+            # partial_fit's first call does at the first: EM on its rows from
+            # p, and the means at its statistics there; D is renewed at the
+            # next batch, at the parameters it sees.
             q, _, _ = _run_em(_EM(data, mean_sq), p, _RESTART_TOL, _RESTART_MAX_ITER, 0.9, _quiet)
             v = q.vector()
             s = self._statistics(data, v, floor)

@@ -48,13 +48,13 @@ def test_recovers_the_centroids_from_a_random_start(solver, K, noise, bound, glo
     if solver == "psgd":
         # PSGD stops on the paper's plateau, not at the likelihood's maximum.
         # The plateau is a median over draws: one draw can lie above it (sigma
-        # = 1: 0.138 on 1 of seeds 0 to 39, median 0.011), so the median of 5
-        # draws is held to it (3 or more above: probability about 2e-4).
+        # = 1: on 11 of 200 draws, median 0.011), so the median of 9 draws is
+        # held to it (5 or more above: probability about 6e-5).
         # Within the bound its labels can trail KMeans' (sigma = 1, seed 7:
         # distance 0.065, ARI 0.260 against 0.274). The default solver's EM
         # refinement labels as KMeans does.
         distances = []
-        for seed in np.random.SeedSequence(global_random_seed).generate_state(5):
+        for seed in np.random.SeedSequence(global_random_seed).generate_state(9):
             X, y, C = make_mixture(20000, 10, K, noise=noise, random_state=int(seed))
             model = AttentionClustering(K, solver=solver, init="random", random_state=int(seed))
             distances.append(centroid_distance(model.fit(X).cluster_centers_, C))

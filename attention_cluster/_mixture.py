@@ -977,21 +977,32 @@ class LinearisedEM(_OneBatch):
             self.mean_params = self.mean_params + share * (v - self.mean_params)
         q = self._fixed_point(p, mean_sq, floor)
         if q is None:
-            # Far from the parameters the batches saw, their linearised
-            # statistics do not reach: kept in the mean, a far start's would
-            # fade only as 1 / m (from a first batch of 20 rows they held the
-            # heads far from the maximum for the whole stream: the test of a
-            # small first batch). The stream restarts at this batch, as
-            # partial_fit's first call does at the first: EM on its rows from
-            # p, and the means at its statistics there; D is renewed at the
-            # next batch, at the parameters it sees.
-            q, _, _ = _run_em(_EM(data, mean_sq), p, _RESTART_TOL, _RESTART_MAX_ITER, 0.9, _quiet)
-            v = q.vector()
-            s = self._statistics(data, v, floor)
-            self.mean_stats, self.mean_params, self.mean_weight = s, v, batch
-            self.renew_at = 0.0
+            q = self._restart(data, mean_sq, floor, p, batch)
         self.params = q
         return self.params
+
+    def _restart(self, data, mean_sq, floor, p, batch):
+        """The parameters after a batch whose linearised statistics leave their domain.
+
+        Far from the parameters the batches saw, their linearised statistics
+        do not reach: kept in the mean, a far start's would fade only as
+        1 / m (from a first batch of 20 rows they held the heads far from
+        the maximum for the whole stream: the test of a small first batch).
+        The stream restarts at this batch, as partial_fit's first call does
+        at the first: EM on its rows from ``p``, and the means at its
+        statistics there; D is renewed at the next batch, at the parameters
+        it sees. Where that EM leaves a head without points (log pi = -inf),
+        there is no vector to restart the means at: the M step of their
+        running mean, each batch's at the parameters of its time.
+        """
+        fit, _, _ = _run_em(_EM(data, mean_sq), p, _RESTART_TOL, _RESTART_MAX_ITER, 0.9, _quiet)
+        v = fit.vector()
+        if not np.all(np.isfinite(v)):
+            return self._m_step(self.mean_stats, mean_sq, floor, p)
+        self.mean_stats, self.mean_params = self._statistics(data, v, floor), v
+        self.mean_weight = batch
+        self.renew_at = 0.0
+        return fit
 
     def _fixed_point(self, p, mean_sq, floor):
         """``v = M(sbar + D (v - vbar))`` from ``p`` (no data), or None.

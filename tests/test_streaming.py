@@ -227,6 +227,22 @@ def test_a_small_first_batch_does_not_hold_the_stream_off(global_random_seed):
     assert np.median(ratios) < 5.0, ratios
 
 
+def test_a_restart_that_leaves_a_head_without_points_keeps_the_mean():
+    # Hypothesis found it: two equal rows, then rows along another line. The
+    # batch's EM leaves one of two heads without points (log pi = -inf), so
+    # the stream cannot restart its means there, and it had raised an
+    # AttributeError; it takes the M step of the running mean instead.
+    row = np.array([0.12573022, -0.13210486, 0.64042265])
+    model = AttentionClustering(2, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # two equal rows for two clusters
+        model.partial_fit(np.vstack([row, row]))
+        model.partial_fit(2.0 * np.resize(row[:, None], (3, 3)))
+    assert model.n_steps_ == 2
+    assert np.all(np.isfinite(model.cluster_centers_))
+    np.testing.assert_allclose(model.weights_.sum(), 1.0)
+
+
 def test_many_parameters_stream_by_online_em():
     # Above _LINEARISED_MAX_PARAMETERS the Jacobian would cost too many E
     # steps per batch: partial_fit updates by online EM.

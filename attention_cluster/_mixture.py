@@ -590,6 +590,11 @@ _PRE_GROWTH = 8
 # distance (math.md section 7, "Subsample, then Newton's steps").
 _STAGE_TOL = 0.25
 
+# refine_heads' default resolution (its tol) and pass budget, which
+# LinearisedEM's restart at a batch takes too.
+_EM_TOL = 1e-3
+_EM_MAX_ITER = 500
+
 # Rows on which Newton's steps take the EM map's Jacobian (at least
 # _ROWS_PER_PARAMETER per parameter, at most the last subsample's): each
 # product is an E step on them.
@@ -634,8 +639,8 @@ def refine_heads(
     radii=None,
     spherical_rows=None,
     sign_rows=None,
-    tol=1e-3,
-    max_iter=500,
+    tol=_EM_TOL,
+    max_iter=_EM_MAX_ITER,
     random_state=None,
     verbose=0,
 ):
@@ -995,7 +1000,7 @@ class LinearisedEM(_OneBatch):
         there is no vector to restart the means at: the M step of their
         running mean, each batch's at the parameters of its time.
         """
-        fit, _, _ = _run_em(_EM(data, mean_sq), p, _RESTART_TOL, _RESTART_MAX_ITER, 0.9, _quiet)
+        fit, _, _ = _run_em(_EM(data, mean_sq), p, _EM_TOL, _EM_MAX_ITER, 0.9, _quiet)
         v = fit.vector()
         if not np.all(np.isfinite(v)):
             return self._m_step(self.mean_stats, mean_sq, floor, p)
@@ -1055,10 +1060,6 @@ class _OutOfDomain(Exception):
 # steps it takes for its fixed point (no data: each is one M step).
 _FORWARD_STEP = 1e-7
 _NEWTON_STEPS = 8
-# LinearisedEM's restart at a batch: EM on its rows to refine_heads' default
-# resolution and pass budget.
-_RESTART_TOL = 1e-3
-_RESTART_MAX_ITER = 500
 
 
 def _quiet(em, log_likelihood):

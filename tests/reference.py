@@ -41,7 +41,11 @@ def regularizer(X, U, kind):
     return np.mean(np.prod(A2, axis=1))
 
 
-def finite_difference(f, U, eps=1e-6):
+# Step of finite_difference.
+FD_STEP = 1e-6
+
+
+def finite_difference(f, U, eps=FD_STEP):
     """Central finite-difference gradient of a scalar function of U."""
     G = np.zeros_like(U)
     for idx in np.ndindex(U.shape):
@@ -49,6 +53,16 @@ def finite_difference(f, U, eps=1e-6):
         E[idx] = eps
         G[idx] = (f(U + E) - f(U - E)) / (2 * eps)
     return G
+
+
+def finite_difference_rounding(value, eps=FD_STEP):
+    """A bound on the rounding of :func:`finite_difference` where f is about ``value``.
+
+    Each quotient rounds to about ``eps_machine |f| / eps``, whatever the
+    gradient's size: a large f (a loss of thousands) makes it larger than a
+    fixed atol. Four times that, beside the truncation's error.
+    """
+    return 4 * np.finfo(np.float64).eps * abs(value) / eps
 
 
 class XorShift:

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from reference import (
     XorShift,
     finite_difference,
+    finite_difference_rounding,
     head_signs,
     lbfgs_direction,
     psgd_steps,
@@ -55,9 +56,9 @@ def test_sequence_gradient_is_the_derivative_of_the_loss(global_random_seed):
     X = rng.standard_normal((12, 5))
     U = rng.standard_normal((5, 3))
     fd = finite_difference(lambda V: sequence_loss(X, V, 0.8), U)
-    # The central difference rounds to about eps |loss| / h (h = 1e-6): 1.4e-6
-    # at seed 132, where the loss is 6270, beside its truncation's 1e-8.
-    rounding = 4 * np.finfo(np.float64).eps * abs(sequence_loss(X, U, 0.8)) / 1e-6
+    # The central difference rounds to about eps |loss| / h: 1.4e-6 at seed
+    # 132, where the loss is 6270, beside its truncation's 1e-8.
+    rounding = finite_difference_rounding(sequence_loss(X, U, 0.8))
     np.testing.assert_allclose(sequence_grad(X, U, 0.8), fd, rtol=1e-6, atol=1e-8 + rounding)
 
 
@@ -78,9 +79,9 @@ def test_token_regularizer_value_and_gradient(kind, K, global_random_seed):
     fd = finite_difference(
         lambda V: regularizer(x[None, :], V, kind) if K > 1 or kind == "product" else 0.0, U
     )
-    # The central difference rounds to about eps |r| / h (h = 1e-6): 5e-8 at
-    # seed 117, where the regularizer is 210, beside its truncation's 1e-8.
-    rounding = 4 * np.finfo(np.float64).eps * abs(expected) / 1e-6
+    # The central difference rounds to about eps |r| / h: 5e-8 at seed 117,
+    # where the regularizer is 210, beside its truncation's 1e-8.
+    rounding = finite_difference_rounding(expected)
     np.testing.assert_allclose(np.outer(x, coef), fd, rtol=1e-6, atol=1e-8 + rounding)
 
 

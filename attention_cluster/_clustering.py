@@ -480,10 +480,15 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             self.__dict__.pop(name, None)
         return self._fit_rows(rows)
 
-    def _fit_rows(self, rows):
-        """validate the parameters -> K (``n_clusters="auto"``) -> the fit plan -> the fitted attributes."""
+    def _fit_rows(self, rows, n_clusters=None):
+        """validate the parameters -> K (``n_clusters="auto"``) -> the fit plan -> the fitted attributes.
+
+        ``n_clusters``: K in place of the parameter's (a stream's restart keeps its K).
+        """
         init = self._check_params(rows.n_features)
         params = SimpleNamespace(**self.get_params(deep=False))
+        if n_clusters is not None:
+            params.n_clusters = n_clusters
         scores = None
         # The passes run on the pool's threads already: BLAS threads in each
         # chunk's products would only oversubscribe the cores.
@@ -506,10 +511,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 check_n_samples(rows.n_samples, params.n_clusters)
                 result = fit_plan(rows, params, init)
         self._write(result, rows.dtype)
-        if scores is None:
-            self.__dict__.pop("n_clusters_scores_", None)
-        else:
+        if scores is not None:
             self.n_clusters_scores_ = scores
+        elif n_clusters is None:
+            self.__dict__.pop("n_clusters_scores_", None)
         return self
 
     def _write(self, result, dtype):
@@ -608,7 +613,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         :meth:`fit` does, which fixes the scale ``scale_``, the temperature,
         the random state's use and, with ``n_clusters="auto"``, the number
         of clusters (chosen on that batch); each later call updates the mixture of
-        :mathmd:`7` with the batch. Each batch's E-step statistics,
+        :mathmd:`7` with the batch. A batch of more than 4 times the
+        weight seen before it starts the stream anew: it is fitted as the
+        first was, at the stream's number of clusters, and fixes the scale
+        and the temperature again (a small first batch's fit would otherwise
+        hold the stream where it lies). Each batch's E-step statistics,
         taken at the parameters of its time, are kept as their running mean
         together with their Jacobian in the parameters, so that the centres
         solve the M step of the whole stream's statistics linearised around
@@ -677,6 +686,13 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                     # The batches' weights are divided by the first batch's unit (rows_from).
                     self._stream_weight_unit = rows.weight_unit
                     self.n_steps_ = 0
+                else:
+                    self._check_batch(rows)
+                    if rows.total_weight > _STREAM_RESTART * self._stream.seen:
+                        # This batch outweighs the stream so far: its own fit
+                        # starts the stream anew, at the stream's K.
+                        self._fit_rows(rows, n_clusters=self.n_clusters_)
+                        self._stream = _new_stream(self._result)
                 with rows, one_blas_thread():
                     self._write(self._stream_update(rows), rows.dtype)
         finally:
@@ -684,16 +700,16 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         self.n_steps_ += 1
         return self
 
-    def _stream_update(self, rows):
-        """The stream updated with the batch ``rows``: a new :class:`FitResult`.
-
-        The stream's statistics are those of the rows the first fit
-        clustered: centred on its ``mean_`` when it centred, divided by
-        ``scale_``. The update runs on a copy, kept only when it succeeds.
-        """
+    def _unit_rows(self, rows):
+        """The batch as the stream's statistics see it: centred on the fit's
+        ``mean_`` when it centred, divided by ``scale_``."""
         result = self._result
-        unit = (rows.centred(result.mean) if result.centred else rows).rescaled(result.scale)
-        peak = unit.peak()
+        return (rows.centred(result.mean) if result.centred else rows).rescaled(result.scale)
+
+    def _check_batch(self, rows):
+        """Refuse a later batch the stream's statistics cannot hold (ValueError), before any work."""
+        result = self._result
+        peak = self._unit_rows(rows).peak()
         # Squares of the rows at unit scale (moment_heads_) must stay finite in X's dtype.
         limit = min(_STREAM_MAX_MAGNITUDE, 1e-3 * float(np.sqrt(np.finfo(rows.dtype).max)))
         # Non-zero rows far below it would floor the variance (MIN_VARIANCE
@@ -714,6 +730,16 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 "the stream's statistics cannot hold both magnitudes. Give the batches "
                 "weights on one scale."
             )
+
+    def _stream_update(self, rows):
+        """The stream updated with the batch ``rows``: a new :class:`FitResult`.
+
+        The stream's statistics are those of the rows the first fit
+        clustered (:meth:`_unit_rows`). The update runs on a copy, kept only
+        when it succeeds.
+        """
+        result = self._result
+        unit = self._unit_rows(rows)
         stream = copy.deepcopy(self._stream)
         p = stream.update(unit)
         mixture = SphericalMixture.from_heads(
@@ -960,6 +986,9 @@ _STREAM_MIN_MAGNITUDE = 1e3 * float(np.sqrt(np.finfo(np.float64).tiny / MIN_VARI
 # batch's (above or below) is refused: the stream's weighted statistics would
 # lose the lighter batches' rows to rounding, or overflow.
 _STREAM_MAX_WEIGHT = 1e100
+# A partial_fit batch whose weight exceeds this factor of the weight seen
+# before it starts the stream anew, by a fit of its own rows.
+_STREAM_RESTART = 4.0
 # Largest number of mixture parameters (K d + K + 2) for which partial_fit
 # linearises the batches' statistics (LinearisedEM, whose Jacobian costs one E
 # step per parameter); above it, online EM.

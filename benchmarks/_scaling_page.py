@@ -110,12 +110,14 @@ same solvers run on each.
 
 The contract of `MiniBatchKMeans.partial_fit`: the first call fits its
 batch as `fit` does (which fixes `scale_`, the temperature, and uses
-`random_state`); each later call adds the batch's E-step statistics at the
+`random_state`), and so does a later batch of more than 4 times the weight
+seen before it, at the stream's K (the stream starts anew there); each
+other call adds the batch's E-step statistics at the
 current parameters to a running mean, and the centres solve the M step of
 the whole stream's statistics linearised around the parameters each batch
 saw (linearised EM, math.md section 7, "One pass over a stream"): the
-Jacobian that does it costs one E step on a batch, renewed each time the
-weight seen doubles. Above 512 parameters (d K + K + 1) the Jacobian is not
+Jacobian that does it costs one E step on a batch per parameter, renewed
+each time the weight seen doubles. Above 512 parameters (d K + K + 2) the Jacobian is not
 kept and the update is online EM on the sufficient statistics (Cappe and
 Moulines 2009): `s_n = s_{n-1} + gamma_n (sbar(batch_n) - s_{n-1})` with
 `gamma_n = min(1, 16 / n)^0.6`, the centres being the M step at the average

@@ -227,6 +227,49 @@ def test_a_small_first_batch_does_not_hold_the_stream_off(global_random_seed):
     assert np.median(ratios) < 5.0, ratios
 
 
+def test_a_small_first_batch_does_not_hold_online_em_off(global_random_seed):
+    # Above 512 parameters the stream is online EM, which climbs slowly from
+    # a first batch too small to resolve the clusters (100 rows for 612
+    # parameters): 10 batches of 2000 ended at a median of 37 times the
+    # in-memory fit's distance (6 streams). A batch of more than 4 times the
+    # weight seen starts the stream anew at its own fit: 1.3 times now,
+    # above 3 times on 2 of 60 streams (4 or more of 7 above: probability
+    # about 4e-5).
+    ratios = []
+    for seed in np.random.SeedSequence(global_random_seed).generate_state(7):
+        X, _, C = make_mixture(20_100, 60, 10, noise=0.5, random_state=int(seed))
+        full = AttentionClustering(10, random_state=0).fit(X)
+        model = _stream(
+            AttentionClustering(10, random_state=0), [X[:100], *_batches(X[100:], 2000)]
+        )
+        assert isinstance(model._stream, OnlineEM)
+        ratios.append(
+            centroid_distance(model.cluster_centers_, C)
+            / centroid_distance(full.cluster_centers_, C)
+        )
+    assert np.median(ratios) < 3.0, ratios
+
+
+def test_a_batch_that_outweighs_the_stream_starts_it_anew():
+    # More than 4 times the weight seen: the batch is fitted as a first batch
+    # would be, at the stream's K, and the stream restarts at that fit.
+    X, _, _ = make_mixture(6000, 5, 3, noise=0.3, random_state=0)
+    first, big = X[:1000], X[1000:]
+    model = AttentionClustering("auto", random_state=0).partial_fit(first)
+    scores = model.n_clusters_scores_
+    model.partial_fit(big)
+    fitted = AttentionClustering(model.n_clusters_, random_state=0).partial_fit(big)
+    np.testing.assert_array_equal(model.cluster_centers_, fitted.cluster_centers_)
+    assert model.scale_ == fitted.scale_
+    assert model.n_steps_ == 2
+    assert model.n_clusters_scores_ is scores
+    assert model._stream.seen == len(big)
+    # Weights count, not rows: the same batch weighted down is an update.
+    light = AttentionClustering(3, random_state=0).partial_fit(first)
+    light.partial_fit(big, sample_weight=np.full(len(big), 0.5))
+    assert light._stream.seen == len(first) + 0.5 * len(big)
+
+
 def test_a_restart_that_leaves_a_head_without_points_keeps_the_mean():
     # Hypothesis found it: two equal rows, then rows along another line. The
     # batch's EM leaves one of two heads without points (log pi = -inf), so

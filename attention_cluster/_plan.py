@@ -288,15 +288,16 @@ def _prepare(data, K, tuning):
     (:func:`~attention_cluster._scale.principal_basis`), computed without a
     d x d matrix. ``ratio`` ``||m||^2 / lambda_K`` and ``share`` ``||m||^2 /
     tr(M)`` of the mean m, at unit scale, are what ``center="auto"`` reads
-    (``math.md`` section 7, "Centring or not"; in the subspace, m and M
-    projected on it).
+    (``math.md`` section 7, "Centring or not"; in the subspace too, m in
+    R^d and the trace of M in R^d, ``Spectrum.completed``, so that the
+    choice is the d x d path's).
     """
     if _in_subspace(data, K, tuning):
         full_mean = data.mean()
         basis = principal_basis(data, K + tuning.subspace_extra, K)
-        data = _projected(data, basis)
+        given, data = data, _projected(data, basis)
         mean = basis.T @ full_mean
-        spectrum = estimate_spectrum(data, K)
+        spectrum = estimate_spectrum(data, K, full=given)
     else:
         # The spectrum's pass comes first: it finds NaN and infinity
         # before any other pass, and the rows' mean in the same read.
@@ -304,9 +305,9 @@ def _prepare(data, K, tuning):
         peak, moment, mean = data.moments()
         full_mean = mean
         spectrum = estimate_spectrum(data, K, moment=(peak, moment))
-    m = mean / spectrum.scale
+    m = full_mean / spectrum.scale
     mean_sq = float(m @ m)
-    trace = float(np.sum(spectrum.eigenvalues))
+    trace = float(np.sum(spectrum.completed()))
     kth = float(spectrum.eigenvalues[min(K, data.n_features) - 1])
     return _Prepared(
         data=data,
@@ -325,7 +326,8 @@ def _fit_once(given, prepared, params, init, centre, tuning):
     data, basis, spectrum = prepared.data, prepared.basis, prepared.spectrum
     if centre:
         data = data.centred(prepared.mean)
-        spectrum = estimate_spectrum(data, K)
+        full = None if basis is None else given.centred(prepared.full_mean)
+        spectrum = estimate_spectrum(data, K, full=full)
     with np.errstate(over="ignore"):
         inverse = 1.0 / spectrum.scale
     if not np.isfinite(inverse):
@@ -339,7 +341,7 @@ def _fit_once(given, prepared, params, init, centre, tuning):
     if basis is not None and init is not None:
         init = basis.T @ init
         init /= np.maximum(np.linalg.norm(init, axis=0), np.finfo(np.float64).tiny)
-    settings = _settings(params, data.n_features, spectrum)
+    settings = _settings(params, given.n_features, spectrum)
     unit = data.rescaled(spectrum.scale)
     rng = check_random_state(params.random_state)
     n_init = params.n_init
@@ -475,7 +477,7 @@ def _settings(params, d, spectrum):
     """Every data-dependent setting, resolved once from the spectrum."""
     K, L = params.n_clusters, params.sequence_length
     if isinstance(params.temperature, str):
-        temperature = auto_temperature(spectrum.noise, L, K, d, spectrum.eigenvalues)
+        temperature = auto_temperature(spectrum.noise, L, K, d, spectrum.completed())
     else:
         temperature = float(params.temperature)
     if params.regularization is None:

@@ -26,6 +26,19 @@ class Spectrum:
     #: their eigenvectors (columns, in the same order): the spectral start's
     #: top K, so that one eigendecomposition of the d x d moment serves both
     eigenvectors: np.ndarray
+    #: the number and the sum of the eigenvalues of the rows' moment in R^d
+    #: beyond those held: none, unless the rows are their coordinates in a
+    #: principal subspace (``estimate_spectrum``'s ``full``)
+    rest: tuple = (0, 0.0)
+
+    def completed(self):
+        """The eigenvalues of the moment in R^d, descending: those held, and
+        the rest's mean in place of each of the rest (the noise's, under the
+        model; it can exceed the least held, found on a subsample's basis)."""
+        count, total = self.rest
+        if count == 0:
+            return self.eigenvalues
+        return np.sort(np.concatenate([self.eigenvalues, np.full(count, total / count)]))[::-1]
 
 
 # Relative distance from the kurtosis' upper end under which sigma is infinite
@@ -66,7 +79,7 @@ def _noise_from_norms(mean_sq, mean_fourth, d):
     return min(positive) if positive else 0.0
 
 
-def estimate_spectrum(data, n_clusters, moment=None):
+def estimate_spectrum(data, n_clusters, moment=None, full=None):
     """Estimate the scale s and the noise sigma of the data (see the module docstring).
 
     ``data`` is a pass-layer object (``_passes``) seen at scale 1. Its
@@ -80,6 +93,15 @@ def estimate_spectrum(data, n_clusters, moment=None):
     ``s^2 sigma^2`` (each eigenvalue is ``s^2 (w_c + sigma^2)`` or more).
     Data whose rows are all zero get scale 1 (the passes read the rows of
     positive weight alone: ``_passes._positive``).
+
+    ``full``: the rows in R^D of which ``data`` holds the coordinates in a
+    principal subspace (``_plan._prepare``). Its top eigenvalues are the
+    moment's in R^D, but its other ones are the largest of the noise's, at
+    the bulk's upper edge, up to ``(1 + sqrt(D / n))^2`` times its mean: the
+    noise is then the mean of the ``D - K`` smallest eigenvalues in R^D, from
+    the trace of the rows in R^D (their mean squared norm, one pass), as the
+    d x d path takes it, and ``Spectrum.rest`` holds what the subspace
+    leaves out.
 
     Returns
     -------
@@ -100,7 +122,12 @@ def estimate_spectrum(data, n_clusters, moment=None):
     eig, vectors = np.clip(eig[::-1], 0.0, None), vectors[:, ::-1]
     k = min(n_clusters, d)
     trace = float(np.sum(eig))
-    if k < d:
+    rest = (0, 0.0)
+    if full is not None:
+        total = max(full.rescaled(peak).norm_moments()[0], trace)
+        rest = (full.n_features - d, total - trace)
+        noise_var = (total - float(np.sum(eig[:k]))) / (full.n_features - k)
+    elif k < d:
         noise_var = float(np.mean(eig[k:]))
     else:
         # trace = s^2 (1 + d sigma^2) gives s^2 sigma^2 once sigma is known.
@@ -119,6 +146,7 @@ def estimate_spectrum(data, n_clusters, moment=None):
         moment=M / signal,
         eigenvalues=eig / signal,
         eigenvectors=vectors,
+        rest=(rest[0], rest[1] / signal),
     )
 
 

@@ -272,6 +272,33 @@ def test_high_dimension_refines_out_of_the_subspace(monkeypatch, global_random_s
     np.testing.assert_array_equal(high.predict(X), high.labels_)
 
 
+@pytest.mark.parametrize("center", [False, True])
+def test_the_subspace_estimates_the_spectrum_of_the_rows_in_r_d(
+    monkeypatch, center, global_random_seed
+):
+    # The subspace's eigenvalues beyond the K-th are the largest of the
+    # noise's, at the bulk's edge (about (1 + sqrt(d / n))^2 = 1.5 times its
+    # mean here): the noise came out 1.2 to 1.6 times sigma, and the scale,
+    # the temperature and with them transform and score differed from the d x
+    # d path's (in memory against Dask, dense against sparse). The noise is
+    # now the mean of the d - K smallest eigenvalues in R^d, from the rows'
+    # trace, and the temperature sees the whole spectrum: within 1.5% of the
+    # d x d path's over seeds 0 to 59 (the subspace's basis is iterated to a
+    # tolerance).
+    X, _, _ = make_mixture(1000, 200, 3, noise=0.3, random_state=global_random_seed)
+    X = X + 2.0 * center
+    low = AttentionClustering(3, random_state=0, center=center).fit(X)
+    monkeypatch.setattr(
+        _plan, "DEFAULT_TUNING", replace(_plan.DEFAULT_TUNING, subspace_min_features=50)
+    )
+    high = AttentionClustering(3, random_state=0, center=center).fit(X)
+    for name in ("scale_", "noise_scale_", "temperature_"):
+        assert getattr(high, name) == pytest.approx(getattr(low, name), rel=0.03), name
+    if not center:  # relative to the centroids' norm, which centring changes
+        assert high.noise_scale_ == pytest.approx(0.3, rel=0.1)
+    assert high.score(X) == pytest.approx(low.score(X), rel=0.03)
+
+
 @pytest.mark.parametrize(
     "n_samples, kind, expected",
     [

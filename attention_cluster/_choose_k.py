@@ -144,11 +144,22 @@ def choose_by_silhouette(k_dynamics, silhouettes, margin=SILHOUETTE_MARGIN):
 
 
 def _tokens(rows, size, rng):
-    """At most ``size`` rows of the data, as given, for the dynamics: distinct
-    rows drawn uniformly (all of them when there are fewer), or, with sample
-    weights, drawn in proportion to their weights (float64)."""
+    """``size`` rows of the data, as given, for the dynamics: distinct rows
+    drawn uniformly (all of them when there are fewer), or, with sample
+    weights, drawn in proportion to their weights (float64).
+
+    A subsample draws each row independently, so it holds about ``size``
+    rows, and none at times when ``size`` is small: ``size`` of a
+    subsample of ``2 size + 16`` rows are taken, at random (fewer than
+    ``size`` with probability below about ``exp(-size / 4 - 4)``).
+    """
     if rows.sample_weight is None:
-        return rows.subsample(rng, size).map_rows(_as_given)
+        if rows.n_samples <= size:
+            return rows.subsample(rng, size).map_rows(_as_given)
+        drawn = rows.subsample(rng, 2 * size + 16).map_rows(_as_given)
+        if drawn.shape[0] > size:
+            drawn = drawn[np.sort(rng.permutation(drawn.shape[0])[:size])]
+        return drawn
     state = np.array([rng.randint(1, np.iinfo(np.int64).max)], dtype=np.uint64)
     return rows.draw(state, np.empty((min(size, rows.n_samples), rows.n_features)))
 

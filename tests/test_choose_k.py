@@ -18,10 +18,12 @@ from attention_cluster import (
 )
 from attention_cluster._choose_k import (
     SILHOUETTE_MARGIN,
+    _tokens,
     choose_by_silhouette,
     plateau_lengths,
     sphere_silhouette,
 )
+from attention_cluster._passes import rows_from
 from attention_cluster.datasets import make_mixture
 
 
@@ -408,3 +410,20 @@ def test_gap_statistic_finds_separated_blobs_and_none_in_uniform_data(monkeypatc
     assert gap_statistic(X, list(range(1, 7))) == 3
     U = np.random.default_rng(0).uniform(size=(300, 2))
     assert gap_statistic(U, list(range(1, 7))) == 1
+
+
+@pytest.mark.parametrize("kind", ["dense", "sparse"])
+def test_the_dynamics_runs_on_max_samples_rows(kind, global_random_seed):
+    # Each row entered the dynamics' subsample independently, with
+    # probability max_samples / n: about max_samples rows, and none at all
+    # at times for a small max_samples (max_samples=1: "Expected 2D array,
+    # got 1D array"). max_samples rows are taken from a larger subsample.
+    X, _, _ = make_mixture(300, 5, 3, noise=0.3, random_state=0)
+    X = sp.csr_matrix(np.abs(X)) if kind == "sparse" else X
+    rows = rows_from(AttentionClustering(), X, reset=True)
+    rng = np.random.RandomState(global_random_seed)
+    for size in (1, 2, 7, 100):
+        assert _tokens(rows, size, rng).shape == (size, 5)
+    assert _tokens(rows, 300, rng).shape == (300, 5)
+    for seed in range(20):
+        choose_n_clusters(X, AttentionClustering(random_state=seed), max_samples=1)

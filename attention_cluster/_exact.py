@@ -57,8 +57,8 @@ def solve_exact(
     """Minimise the exact regularised risk over K unit heads, from ``start``.
 
     Riemannian L-BFGS (:func:`~attention_cluster._optimize.minimize_on_spheres`)
-    on :func:`~attention_cluster._objective.exact_objective`. When n exceeds
-    4 x 16384, L-BFGS runs on the rows of ``sample`` (about 16384 rows, with
+    on :func:`~attention_cluster._objective.exact_objective`. When the rows
+    of positive weight exceed 4 x 16384, L-BFGS runs on the rows of ``sample`` (about 16384 rows, with
     their own moment), and the full data only sees the few steps of
     :func:`~attention_cluster._optimize.polish_on_spheres`, whose Newton
     systems use the Hessian of that subsample. ``polish=False`` stops after
@@ -90,7 +90,7 @@ def solve_exact(
     -------
     ExactSolution
     """
-    n, d = data.n_samples, data.n_features
+    d = data.n_features
     U0 = np.asarray(start, dtype=np.float64)
     if U0.ndim != 2 or U0.shape[0] != d:
         raise ValueError(f"start must have shape ({d}, n_heads), got {U0.shape}.")
@@ -111,7 +111,7 @@ def solve_exact(
     # Without the polish a refinement follows and only needs a start in the
     # right basin (_START_TOL); the first stage takes at least one step.
     start_tol = tol_abs if polish else _START_TOL * tol_abs
-    if n <= 4 * SUBSAMPLE:
+    if data.n_weighted <= 4 * SUBSAMPLE:
         result = minimize_on_spheres(full, U0, tol=start_tol, max_iter=max_iter, min_iter=1)
         return ExactSolution(
             result.heads, result.objective_curve, result.n_iter, 0, result.converged

@@ -732,7 +732,7 @@ def refine_heads(
     rng = check_random_state(random_state)
     free = norms == "free" or radii is not None
     n_parameters = mixture_parameters(d, K, free)
-    sizes = subsample_sizes(data.n_samples, n_parameters)
+    sizes = subsample_sizes(data.n_weighted, n_parameters)
     curve = []
 
     def report(em, ll):

@@ -200,10 +200,28 @@ class _Rows:
     # Whether the rows are a sparse matrix (SparseRows: passes cost O(nnz K)).
     sparse = False
 
+    # (the weights counted, the count) of n_weighted: copies that keep the
+    # weights keep the count, and a subsample's weights are counted anew.
+    _weighted_count = None
+
     @property
     def kernels(self):
         """The module of the chunk kernels its passes run: Numba's, or NumPy's forms."""
         return _kernels if self.compiled else _numpy_kernels
+
+    @property
+    def n_weighted(self):
+        """The rows of positive weight (all rows for unit weights): the rows
+        a subsample draws from, and that a fit needs ``n_clusters`` of."""
+        w = self.sample_weight
+        if w is None:
+            return self.n_samples
+        if self._weighted_count is None or self._weighted_count[0] is not w:
+            self._weighted_count = (w, self._count_positive(w))
+        return self._weighted_count[1]
+
+    def _count_positive(self, w):
+        return int(np.count_nonzero(w > 0.0))
 
     def map_tasks(self, fn, tasks):
         """``[fn(*task) for task in tasks]``, on the rows' threads where they have a pool.
@@ -223,13 +241,14 @@ class _Rows:
         one read of X. Copies made after this call (rescaled, centred) share
         the draw.
         """
-        self._nested = NestedDraw(seed, min(size / max(self.n_samples, 1), 1.0))
+        self._nested = NestedDraw(seed, min(size / max(self.n_weighted, 1), 1.0))
 
     def _draw_for(self, rng, size):
         """``(draw, fraction)`` for a subsample of about ``size`` rows: the
         prepared draw when it holds them, else a draw of its own seeded by
-        ``rng`` (one integer drawn)."""
-        fraction = size / self.n_samples
+        ``rng`` (one integer drawn). ``size`` counts rows of positive weight:
+        the rows' keys are drawn below ``size / n_weighted``."""
+        fraction = size / self.n_weighted
         if self._nested is not None and fraction <= self._nested.fraction:
             return self._nested, fraction
         return NestedDraw(rng.randint(_SEED_LIMIT), fraction), fraction
@@ -244,11 +263,12 @@ class _Rows:
         the same scale, whose passes run on this one's thread pool, by the
         same chunks whatever the threads, so the sums do not depend on them;
         :class:`SparseRows`: CSR rows). A subsample holds no row of zero
-        weight (:func:`_positive`): those drawn are left out. With
-        ``n_samples <= size``, every row of positive weight: ``self`` when
-        no weight is zero. (:class:`DaskRows` has its own.)
+        weight (:func:`_positive`): those drawn are left out, and ``size``
+        counts rows of positive weight (:attr:`n_weighted`). With at most
+        ``size`` of them, every row of positive weight: ``self`` when no
+        weight is zero. (:class:`DaskRows` has its own.)
         """
-        if self.n_samples > size:
+        if self.n_weighted > size:
             return self._taken(self._subsample_indices(rng, size))
         if _all_positive(self.sample_weight):
             return self
@@ -1312,6 +1332,9 @@ class DaskRows(_Rows):
         ``s``: every pass sees ``x / s``.
     total_weight : float or None
         ``sum_i w_i`` when already known (else one small computation).
+    n_weighted : int or None
+        The number of positive weights when already known (else one small
+        computation, when a subsample first needs it: :attr:`n_weighted`).
     verbose : int, default=0
         When positive, print each pass's name and wall time (``n_passes``
         counts them).
@@ -1319,9 +1342,13 @@ class DaskRows(_Rows):
 
     in_memory = False
 
-    def __init__(self, X, sample_weight=None, scale=1.0, total_weight=None, verbose=0):
+    def __init__(
+        self, X, sample_weight=None, scale=1.0, total_weight=None, n_weighted=None, verbose=0
+    ):
         self._X = self._lazy_X = X
         self.sample_weight = self._lazy_weight = sample_weight
+        if sample_weight is not None and n_weighted is not None:
+            self._weighted_count = (sample_weight, n_weighted)
         self.n_samples, self.n_features = X.shape
         self.dtype = X.dtype
         self.scale = float(scale)
@@ -1394,6 +1421,9 @@ class DaskRows(_Rows):
     def _blocks(self, name, fn, *args):
         """``fn(block, weights, *args)`` on every block, computed at once, in block order."""
         return self._compute(name, *self._tasks(fn, *args))
+
+    def _count_positive(self, w):
+        return int(self._compute("positive weights", (w > 0.0).sum(), read=False)[0])
 
     def _compute(self, name, *collections, read=True):
         """One Dask computation, counted as a pass and reported under verbose."""
@@ -1585,9 +1615,10 @@ class DaskRows(_Rows):
         rows is returned as a :class:`DenseRows` (in memory, one thread); a
         larger one stays on the workers, as a :class:`DaskRows` whose passes
         are Dask computations over its blocks. Returns ``self`` when there
-        are at most ``size`` rows and more than ``_CLIENT_ROWS``.
+        are at most ``size`` rows and more than ``_CLIENT_ROWS``; ``size``
+        counts rows of positive weight, as :meth:`DenseRows.subsample`'s.
         """
-        if self.n_samples <= size:
+        if self.n_weighted <= size:
             if self.n_samples > _CLIENT_ROWS:
                 return self
             rows, weight = self._compute("subsample", self._X, self.sample_weight)
@@ -1744,7 +1775,8 @@ class SparseRows(_Rows):
     ----------
     X : scipy.sparse matrix of shape (n_samples, n_features)
         Validated CSR or CSC data, float32 or float64 (converted to CSR
-        float64 once: a copy of the non-zeros, not of the zeros).
+        float64 once: a copy of the non-zeros, not of the zeros; an entry
+        stored more than once is summed, in a copy).
     sample_weight : ndarray of shape (n_samples,) or None, default=None
     scale : float, default=1.0
     offset : ndarray of shape (n_features,) or None, default=None
@@ -1763,6 +1795,11 @@ class SparseRows(_Rows):
     ):
         self.dtype = X.dtype
         self._X = sp.csr_matrix(X, dtype=np.float64)
+        if not self._X.has_canonical_format:
+            # An entry stored as several values is their sum; the passes that
+            # square the stored values (the norms) need each entry once.
+            self._X = self._X.copy()
+            self._X.sum_duplicates()
         self.sample_weight = (
             None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
         )
@@ -2069,8 +2106,8 @@ def rows_from(
     """
     if is_dask_collection(X):
         X = check_dask_array(estimator, X, reset=reset)
-        weights, total, unit = check_dask_sample_weight(sample_weight, X)
-        rows = DaskRows(X, weights, total_weight=total, verbose=verbose)
+        weights, total, unit, positive = check_dask_sample_weight(sample_weight, X)
+        rows = DaskRows(X, weights, total_weight=total, n_weighted=positive, verbose=verbose)
         rows.weight_unit = unit
         return rows
     X = validate_data(

@@ -217,7 +217,7 @@ def fit_plan(rows, params, init=None, tuning=None):
                 + [
                     size
                     for free in (False, True)
-                    for size in subsample_sizes(rows.n_samples, mixture_parameters(d, K, free))
+                    for size in subsample_sizes(rows.n_weighted, mixture_parameters(d, K, free))
                 ]
             ),
         )
@@ -515,7 +515,7 @@ def _runs_can_differ(params, data, settings):
     return (
         random_start
         or settings.solver == "psgd"
-        or data.n_samples > start_rows(params.n_clusters)
+        or data.n_weighted > start_rows(params.n_clusters)
         or params.n_clusters > data.n_features
     )
 

@@ -261,15 +261,17 @@ def check_dask_array(estimator, X, *, reset):
 def check_dask_sample_weight(sample_weight, X):
     """Validate weights for a Dask X: returns (weights chunked as X's rows,
     relative to their :func:`weight_unit` as in :func:`check_sample_weight`,
-    or None; their sum; the unit). Dask weights are checked in two small
-    computations: their largest, then the sum of the relative weights."""
+    or None; their sum; the unit; the number of positive weights). Dask
+    weights are checked in two small computations: their largest, then the
+    sum of the relative weights and the count of the positive ones."""
     import dask.array as da
 
     if sample_weight is None:
-        return None, float(X.shape[0]), 1.0
+        return None, float(X.shape[0]), 1.0, X.shape[0]
     if not isinstance(sample_weight, da.Array):
         w, unit = check_sample_weight(np.asarray(sample_weight), np.empty((X.shape[0], 0)))
-        return da.from_array(w, chunks=(X.chunks[0],)), float(np.sum(w)), unit
+        positive = int(np.count_nonzero(w > 0.0))
+        return da.from_array(w, chunks=(X.chunks[0],)), float(np.sum(w)), unit, positive
     if sample_weight.shape != (X.shape[0],):
         raise ValueError(f"sample_weight.shape == {sample_weight.shape}, expected {(X.shape[0],)}.")
     w = sample_weight.astype(np.float64).rechunk((X.chunks[0],))
@@ -278,9 +280,11 @@ def check_dask_sample_weight(sample_weight, X):
         _check_weight_summary(bool(finite), bool(negative), 0.0)
     unit = weight_unit(peak)
     w = w / unit
-    total = float(w.sum().compute())  # of the relative weights: it cannot overflow
-    _check_weight_summary(True, False, total)
-    return w, total, unit
+    # Of the relative weights, which cannot overflow; with the rows of
+    # positive weight, which the subsamples count.
+    total, positive = da.compute(w.sum(), (w > 0.0).sum())
+    _check_weight_summary(True, False, float(total))
+    return w, float(total), unit, int(positive)
 
 
 def check_count(value, name, minimum=1):

@@ -291,6 +291,43 @@ def test_zero_weight_rows_are_ignored(global_random_seed):
     assert centroid_distance(model.cluster_centers_, C) < 1e-2
 
 
+@pytest.mark.parametrize("kind", ["dense", "dask"])
+def test_few_weighted_rows_among_many_are_subsampled_by_their_count(kind):
+    # 300 rows of positive weight among 80000: the subsample stages drew
+    # about 1 in 8 of all rows and kept those of positive weight, so a stage
+    # held a few dozen rows, or none (ZeroDivisionError, or "max() arg is an
+    # empty sequence", with 1 to 10 such rows). Subsamples now count the
+    # rows of positive weight: the fit is that of those rows.
+    X, y, C = make_mixture(300, 5, 3, noise=0.1, random_state=0)
+    rng = np.random.default_rng(0)
+    where = np.sort(rng.choice(80_000, 300, replace=False))
+    Xz = 5.0 * rng.standard_normal((80_000, 5))
+    Xz[where] = X
+    w = np.zeros(80_000)
+    w[where] = 1.0
+    if kind == "dask":
+        da = pytest.importorskip("dask.array")
+        Xz, w = da.from_array(Xz, chunks=(20_000, -1)), da.from_array(w, chunks=20_000)
+    model = AttentionClustering(3, random_state=0).fit(Xz, sample_weight=w)
+    assert centroid_distance(model.cluster_centers_, C) < 1e-2
+    assert adjusted_rand_score(y, np.asarray(model.labels_)[where]) == 1.0
+
+
+@pytest.mark.parametrize("n_weighted, K", [(1, 1), (3, 2), (5, 2)])
+def test_a_few_weighted_rows_among_many_give_their_own_fit(n_weighted, K):
+    # Above 4 x 16384 rows the fit draws subsamples; of these, none held a
+    # row of positive weight, and the fit raised "max() arg is an empty
+    # sequence". It is now the fit of those rows alone.
+    X = np.random.default_rng(0).normal(size=(70_000, 3))
+    w = np.zeros(len(X))
+    w[-n_weighted:] = 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # a few rows for K clusters
+        model = AttentionClustering(K, random_state=0).fit(X, sample_weight=w)
+        alone = AttentionClustering(K, random_state=0).fit(X[-n_weighted:])
+    np.testing.assert_allclose(model.cluster_centers_, alone.cluster_centers_, atol=1e-12)
+
+
 @pytest.mark.parametrize("kind", ["dense", "sparse", "dask"])
 @pytest.mark.parametrize("exponent", [-1070, -600, -1, 600, 1020])
 def test_weights_count_by_their_ratios_at_any_magnitude(kind, exponent):

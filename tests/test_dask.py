@@ -51,7 +51,7 @@ def test_every_pass_matches_dense_rows(weighted, global_random_seed):
     total = dense.total_weight
     U = np.linalg.qr(rng.standard_normal((5, 2)))[0]
     with dask.config.set(scheduler="sync"):
-        lazy = DaskRows(Xd, wd, scale=2.0, total_weight=total)
+        lazy = DaskRows(Xd, wd, scale=2.0, total_weight=total, n_weighted=dense.n_weighted)
         # The scale c depends on the chunks; c^2 (M / c^2) does not.
         c, M = lazy.scaled_second_moment()
         pairs = [

@@ -509,3 +509,36 @@ def test_rows_beyond_the_range_take_no_component_of_weight_zero(sparse):
     labels = model.predict(far)
     assert 1 not in labels
     np.testing.assert_array_equal(model.predict_proba(far), np.eye(3)[labels])
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc"])
+def test_an_entry_stored_twice_counts_once(fmt):
+    # scipy keeps an entry stored as several values (their sum is the
+    # entry). The squared norms summed the squares of the stored values:
+    # score, score_samples and bic changed sign, and the noise was 0 at K >= d.
+    X = make_mixture(300, 4, 5, noise=0.3, centroids="random", random_state=0)[0]
+    matrix = sp.csr_matrix if fmt == "csr" else sp.csc_matrix
+    twice = matrix(_stored_twice(X, fmt), shape=X.shape)
+    assert twice.nnz == 2 * np.count_nonzero(X)
+    np.testing.assert_array_equal(twice.toarray(), X)
+    once = sp.csr_matrix(X) if fmt == "csr" else sp.csc_matrix(X)
+    got = AttentionClustering(5, random_state=0).fit(twice)
+    want = AttentionClustering(5, random_state=0).fit(once)
+    assert got.noise_scale_ == want.noise_scale_ > 0
+    np.testing.assert_array_equal(got.cluster_centers_, want.cluster_centers_)
+    for method in ("score_samples", "predict_proba", "transform"):
+        np.testing.assert_array_equal(getattr(got, method)(twice), getattr(want, method)(once))
+    assert got.score(twice) == want.score(once) and got.bic(twice) == want.bic(once)
+    assert twice.nnz == 2 * np.count_nonzero(X)  # the caller's matrix is not changed
+
+
+def _stored_twice(X, fmt):
+    """``(data, indices, indptr)`` of X in ``fmt`` with every entry stored as two halves."""
+    A = X if fmt == "csr" else X.T
+    data, indices, indptr = [], [], [0]
+    for row in A:
+        (nz,) = np.nonzero(row)
+        data += [*(0.5 * row[nz]), *(0.5 * row[nz])]
+        indices += [*nz, *nz]
+        indptr.append(len(indices))
+    return np.array(data), np.array(indices, dtype=np.int32), np.array(indptr, dtype=np.int32)

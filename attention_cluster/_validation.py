@@ -189,8 +189,9 @@ def is_dask_collection(X):
 def check_dask_array(estimator, X, *, reset):
     """``validate_data`` for a Dask array or DataFrame, without computing it.
 
-    Checks what the graph's metadata show: two dimensions, known row
-    chunks, whole rows in each block, at least one feature, a numeric dtype
+    Checks what the graph's metadata show: two dimensions, known chunks,
+    whole rows in each block, NumPy blocks, at least one row and one
+    feature, a numeric dtype
     (converted lazily to float64 unless float32), and the width against
     ``n_features_in_`` (recorded when ``reset``, with a DataFrame's string
     column names as ``feature_names_in_``). NaN and infinity can only be
@@ -216,13 +217,21 @@ def check_dask_array(estimator, X, *, reset):
         )
     if X.ndim != 2:
         raise ValueError(f"Expected a 2D array, got a {X.ndim}D Dask array; reshape your data.")
-    if any(np.isnan(c) for c in X.chunks[0]):
+    if any(np.isnan(c) for c in (*X.chunks[0], *X.chunks[1])):
+        raise ValueError("X has unknown chunk sizes; call X.compute_chunk_sizes() first.")
+    if X.shape[0] == 0:
         raise ValueError(
-            "X has unknown chunk sizes along its rows; call X.compute_chunk_sizes() first."
+            f"Found array with 0 sample(s) (shape={X.shape}) while a minimum of 1 is required."
         )
     if X.shape[1] == 0:
         raise ValueError(
             f"Found array with 0 feature(s) (shape={X.shape}) while a minimum of 1 is required."
+        )
+    if not isinstance(X._meta, np.ndarray):
+        raise TypeError(
+            f"X's blocks are {type(X._meta).__module__}.{type(X._meta).__name__}, not NumPy "
+            "arrays: a Dask array of sparse blocks is not supported. Pass dense blocks "
+            "(X.map_blocks(lambda b: b.toarray())) or, in memory, one scipy.sparse matrix."
         )
     if X.numblocks[1] != 1:
         raise ValueError(

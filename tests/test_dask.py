@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from attention_cluster import AttentionClustering, _mixture, _passes
 from attention_cluster._passes import DaskRows, DenseRows
@@ -492,6 +493,32 @@ def test_bad_input_at_predict(client, mixture):
         model.fit(
             da.from_array(X[:1000], chunks=(500, -1)), sample_weight=da.from_array(-np.ones(1000))
         )
+
+
+@pytest.mark.parametrize("method", ["fit", "predict", "score"])
+def test_what_the_graph_shows_is_refused_before_any_pass(mixture, method):
+    # Sparse blocks raised "not enough values to unpack" in fit and a NumPy
+    # TypeError in predict; columns of unknown size raised a TypeError from
+    # np.zeros; an empty array gave ZeroDivisionError in score (NumPy and
+    # sparse X of 0 rows: scikit-learn's ValueError).
+    X = mixture[0][:2000]
+    model = AttentionClustering(random_state=0).fit(X)
+    blocks = da.from_array(X, chunks=(500, -1))
+    cases = [
+        (blocks.map_blocks(sp.csr_matrix), TypeError, "a Dask array of sparse blocks"),
+        (da.zeros((0, 6), chunks=(0, 6)), ValueError, "0 sample"),
+        (
+            blocks.map_blocks(lambda b: b, chunks=(blocks.chunks[0], (np.nan,))),
+            ValueError,
+            "unknown chunk sizes",
+        ),
+    ]
+    for D, error, message in cases:
+        with pytest.raises(error, match=message):
+            if method == "fit":
+                AttentionClustering(random_state=0).fit(D)
+            else:
+                getattr(model, method)(D)
 
 
 def test_incremental_is_partial_fit_on_the_blocks(client, mixture):

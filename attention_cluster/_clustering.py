@@ -419,7 +419,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         check_options(self.center, "center", ["auto", True, False])
         if self.n_threads is not None:
             check_positive(self.n_threads, "n_threads", numbers.Integral, min_val=1, strict=False)
-        check_positive(self.verbose, "verbose", numbers.Integral, strict=False)
+        if not isinstance(self.verbose, (bool, np.bool_)):  # verbose=True, as scikit-learn's
+            check_positive(self.verbose, "verbose", numbers.Integral, strict=False)
         if isinstance(self.init, str):
             check_options(self.init, "init", ["spectral", "random"])
             return None

@@ -465,7 +465,8 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
                 self.max_samples, "max_samples", numbers.Integral, min_val=1, strict=False
             )
         check_positive(self.chunk_size, "chunk_size", numbers.Integral, min_val=1, strict=False)
-        check_positive(self.verbose, "verbose", numbers.Integral, strict=False)
+        if not isinstance(self.verbose, (bool, np.bool_)):  # verbose=True, as scikit-learn's
+            check_positive(self.verbose, "verbose", numbers.Integral, strict=False)
         if self.n_threads is not None:
             check_positive(self.n_threads, "n_threads", numbers.Integral, min_val=1, strict=False)
         return _check_flow(

@@ -26,8 +26,9 @@ _LIBRARY_DIRS = tuple(
 
 
 def check_options(value, name, options):
-    """Raise a ValueError unless ``value`` is one of ``options``."""
-    if not any(value is o or (isinstance(value, str) and value == o) for o in options):
+    """Raise a ValueError unless ``value`` is one of ``options`` (NumPy's bools are bools)."""
+    flag = bool(value) if isinstance(value, np.bool_) else value
+    if not any(flag is o or (isinstance(value, str) and value == o) for o in options):
         shown = ", ".join(repr(o) for o in options)
         raise ValueError(f"{name} must be one of {shown}; got {value!r}.")
     return value
@@ -36,8 +37,12 @@ def check_options(value, name, options):
 def check_positive(value, name, target_type=numbers.Real, *, min_val=0, strict=True):
     """Check the type of a scalar parameter and its lower bound; return it.
 
-    ``strict`` makes the bound open (``value > min_val``).
+    ``strict`` makes the bound open (``value > min_val``). A bool is not a
+    number here (Python's and NumPy's), as in scikit-learn's ``Interval``:
+    ``max_iter=True`` is a mistake, not one iteration.
     """
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a number, got the bool {value!r}.")
     check_scalar(value, name, target_type)
     if isinstance(value, numbers.Real) and not np.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value!r}.")

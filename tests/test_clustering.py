@@ -721,6 +721,10 @@ def test_bad_weights_raise_and_keep_the_previous_fit(paper_data, weights, match)
         ({"init": np.ones((3, 10))}, "init must have shape"),
         ({"init": np.zeros((2, 10))}, "non-zero"),
         ({"gradient": "newton"}, "gradient"),
+        # A bool is no count (it passed as 1: max_iter=True ran one step).
+        ({"max_iter": True}, "max_iter must be a number, got the bool True"),
+        ({"n_init": np.True_}, "n_init must be a number"),
+        ({"temperature": True}, "temperature must be a number"),
     ],
     ids=lambda p: str(p) if isinstance(p, str) else None,
 )
@@ -728,6 +732,17 @@ def test_bad_parameters(paper_data, params, match):
     X, _, _ = paper_data
     with pytest.raises((ValueError, TypeError), match=match):
         AttentionClustering(**params).fit(X[:100])
+
+
+def test_numpy_bools_and_verbose_true_are_taken(paper_data, capsys):
+    # A parameter grid built from a NumPy array holds np.True_: center
+    # refused it ("must be one of 'auto', True, False; got np.True_").
+    X, _, _ = paper_data
+    want = AttentionClustering(random_state=0, center=True).fit(X[:200])
+    got = AttentionClustering(random_state=0, center=np.True_).fit(X[:200])
+    np.testing.assert_array_equal(got.cluster_centers_, want.cluster_centers_)
+    AttentionClustering(random_state=0, verbose=True).fit(X[:200])
+    assert capsys.readouterr().out
 
 
 @pytest.mark.parametrize("weights", [(0.75, 0.25), (0.9, 0.1)], ids=["3:1", "9:1"])

@@ -286,6 +286,15 @@ def choose_n_clusters(
     ClusterCount
         The chosen K, the plateau lengths by K, the silhouettes compared
         and the fitted estimator.
+
+    Raises
+    ------
+    TypeError
+        If ``estimator`` is not an :class:`AttentionClustering`.
+    ValueError
+        If ``n_clusters_range`` holds no positive integer, or none of at
+        most n_samples; if ``max_samples`` is not an integer >= 1; on X the
+        estimator refuses.
     """
     from ._clustering import AttentionClustering  # here: _clustering imports this module
 
@@ -319,7 +328,7 @@ def plot_n_clusters_scores(scores, n_clusters=None, ax=None):
 
     Parameters
     ----------
-    scores : dict of int to float
+    scores : dict of int to int or float
         ``AttentionClustering(n_clusters="auto").fit(X).n_clusters_scores_``,
         or ``choose_n_clusters(...).scores``.
     n_clusters : int, default=None

@@ -271,14 +271,16 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     means_ : ndarray of shape (n_clusters, n_features)
         With the EM refinement: the fitted mixture's means ``mean_ + s r_k
         mu_k``, all at one distance from ``mean_`` unless
-        ``centroid_norms_`` is ``"free"`` (:mathmd:`7`).
+        ``centroid_norms_`` is ``"free"`` (:mathmd:`7`). Absent without
+        it (as GaussianMixture's ``means_`` before a fit), where the ``None``
+        attributes below are None.
     covariances_ : ndarray of shape (n_clusters,)
         With the EM refinement: the variance ``(s tau)^2`` of each
         component, one value shared by all (spherical, as
         :class:`~sklearn.mixture.GaussianMixture`'s ``"spherical"``);
         infinite where it exceeds the dtype's range (rows beyond about
         ``1e154`` in float64, ``1e19`` in float32), which no prediction
-        reads: they use ``mixture_``.
+        reads: they use ``mixture_``. Absent without the refinement.
     mixture_ : SphericalMixture or None
         The fitted mixture at unit scale, ``(x - mean_) / scale_ | Z = k ~
         N(r_k mu_k, tau^2 I)`` (:mathmd:`7`), whose methods give
@@ -613,8 +615,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         the first call (or the first after :meth:`fit`) fits the batch as
         :meth:`fit` does, which fixes the scale ``scale_``, the temperature,
         the random state's use and, with ``n_clusters="auto"``, the number
-        of clusters (chosen on that batch); each later call updates the mixture of
-        :mathmd:`7` with the batch. A batch of more than 4 times the
+        of clusters (chosen on that batch), then updates the stream, started
+        at that fit, with the same batch (so its centres are the stream's
+        EM update, not exactly ``fit``'s); each later call updates the
+        mixture of :mathmd:`7` with the batch. A batch of more than 4 times the
         weight seen before it starts the stream anew: it is fitted as the
         first was, at the stream's number of clusters, and fixes the scale
         and the temperature again (a small first batch's fit would otherwise

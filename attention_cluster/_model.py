@@ -146,20 +146,49 @@ class SphericalMixture:
     # -- per-row quantities from the unit terms (P, q) -----------------------
 
     def logits(self, P):
-        """``a_ik = log pi_k + (r_k P_ik - r_k^2 / 2) / tau^2`` (:mathmd:`7`)."""
+        """``a_ik = log pi_k + (r_k P_ik - r_k^2 / 2) / tau^2`` (:mathmd:`7`).
+
+        Parameters
+        ----------
+        P : ndarray of shape (n_samples, n_clusters)
+            ``P_ik = <y_i, mu_k>``, the rows' projections on the unit heads at
+            unit coordinates (:func:`attention_cluster._passes.unit_terms`).
+        """
         r, v = self.radii, self.variance
         return self.log_weights + (P * r - 0.5 * r * r) / v
 
     def labels(self, P):
-        """``argmax_k a_ik``: the posterior mode (ties to the first component)."""
+        """``argmax_k a_ik``: the posterior mode (ties to the first component).
+
+        Parameters
+        ----------
+        P : ndarray of shape (n_samples, n_clusters)
+            ``P_ik = <y_i, mu_k>``, the rows' projections on the unit heads at
+            unit coordinates (:func:`attention_cluster._passes.unit_terms`).
+        """
         return np.argmax(self.logits(P), axis=1)
 
     def posteriors(self, P):
-        """``softmax_k(a_ik)``; each row sums to one."""
+        """``softmax_k(a_ik)``; each row sums to one.
+
+        Parameters
+        ----------
+        P : ndarray of shape (n_samples, n_clusters)
+            ``P_ik = <y_i, mu_k>``, the rows' projections on the unit heads at
+            unit coordinates (:func:`attention_cluster._passes.unit_terms`).
+        """
         return softmax(self.logits(P), axis=1)
 
     def log_likelihoods(self, P, q):
-        """``log p(x_i)`` in the data's units (see the module docstring)."""
+        """``log p(x_i)`` in the data's units (see the module docstring).
+
+        Parameters
+        ----------
+        P : ndarray of shape (n_samples, n_clusters)
+            ``P_ik = <y_i, mu_k>`` (see :meth:`logits`).
+        q : ndarray of shape (n_samples,)
+            ``q_i = ||y_i||^2``, the rows' squared norms at unit coordinates.
+        """
         d = self.centers.shape[1]
         v = self.variance
         return (
@@ -172,6 +201,14 @@ class SphericalMixture:
     def n_parameters(self, free_norms, centred):
         """Free parameters: K (d - 1) directions, one norm (K with free norms),
         tau and K - 1 weights, plus d for the mean when the rows were centred
-        (:mathmd:`7`)."""
+        (:mathmd:`7`).
+
+        Parameters
+        ----------
+        free_norms : bool
+            Whether each centroid has its own norm (``centroid_norms_ == "free"``).
+        centred : bool
+            Whether the fit subtracted the rows' mean (``center_``).
+        """
         K, d = self.centers.shape
         return K * d + 1 + (K - 1 if free_norms else 0) + (d if centred else 0)

@@ -771,6 +771,27 @@ def test_auto_temperature_is_the_smallest_of_its_three_bounds():
     assert auto_temperature(0.0, 10, 2, 10) == pytest.approx(0.95 * lambda_star(0.0, 10, 2, 10))
 
 
+def test_the_cap_binds_on_the_papers_mixtures():
+    # The user guide and auto_temperature say so: with equal weights the third
+    # bound is the least (lambda* at K = 5, L = 10, sigma = 0), and the
+    # temperature 0.64 to 0.90 times the unbiased one.
+    from attention_cluster.theory import auto_temperature, unbiased_temperature
+
+    ratios = []
+    for K in (2, 3, 5):
+        for L in (10, 50, 200):
+            for sigma in (0.0, 0.3, 1.0):
+                eig = np.r_[np.full(K, 1.0 / K + sigma**2), np.full(10 - K, sigma**2)]
+                capped = auto_temperature(sigma, L, K, 10, eig)
+                cap = 0.9 / (K * (eig[0] + eig.sum() / L))
+                if (K, L, sigma) == (5, 10, 0.0):  # there lambda* is the least
+                    assert capped < cap
+                else:
+                    assert capped == pytest.approx(cap)
+                ratios.append(capped / unbiased_temperature(sigma, L, K))
+    assert 0.63 < min(ratios) < 0.65 and 0.89 < max(ratios) < 0.90
+
+
 @pytest.mark.parametrize("d", [3, 10])
 def test_as_many_clusters_as_features(d, global_random_seed):
     # K = d: the spectrum has no noise-only eigenvalue, so sigma comes from

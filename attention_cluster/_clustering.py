@@ -32,6 +32,7 @@ from ._validation import (
     deferred_warnings,
     replay,
 )
+from .layers import finite_output
 
 
 class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, BaseEstimator):
@@ -789,6 +790,14 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         -------
         X_new : ndarray of shape (n_samples, n_features)
             Same dtype as X; a lazy Dask array, chunked as X, for Dask input.
+
+        Raises
+        ------
+        FloatingPointError
+            Where the output leaves X's dtype's range (float32 rows at the
+            edge of their range, or far from a stream's first batch's
+            scale), as the attention layers of :mod:`attention_cluster.layers`;
+            on Dask input, when the output is computed.
         """
         check_is_fitted(self)
         with self._rows(X) as rows, one_blas_thread():
@@ -1020,8 +1029,12 @@ def _in_dtype(a, dtype):
 
 
 def _layer_output(rows, heads, shift, out, dtype):
-    """``((x - mean_) U) out`` for a block of rows (see :meth:`AttentionClustering.transform`)."""
-    return _in_dtype((np.asarray(rows @ heads, dtype=np.float64) - shift) @ out, dtype)
+    """``((x - mean_) U) out`` for a block of rows (see :meth:`AttentionClustering.transform`):
+    FloatingPointError where it leaves X's dtype's range, as the layers' (:func:`~attention_cluster.layers.finite_output`)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return finite_output(
+            ((np.asarray(rows @ heads, dtype=np.float64) - shift) @ out).astype(dtype)
+        )
 
 
 def _log_likelihoods(rows, mixture, dtype):

@@ -542,3 +542,19 @@ def _stored_twice(X, fmt):
         indices += [*nz, *nz]
         indptr.append(len(indices))
     return np.array(data), np.array(indices, dtype=np.int32), np.array(indptr, dtype=np.int32)
+
+
+def test_transform_beyond_the_dtypes_range_raises_as_the_layers_do():
+    # A stream fixed its scale at a first batch of zeros; the second batch's
+    # rows, 1e15 at that scale, are within a float32 stream's limit, and
+    # their layer output (about 1e47) is not: transform returned inf without
+    # a word, where InContextQuantizer and the layers raise.
+    first = np.zeros((7, 3), np.float32)
+    later = np.array([[1e15, 1e15, 5.6e15], [3e14, 4.7e15, 1e15], [0, 0, 1e15]], np.float32)
+    model = AttentionClustering(3, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # rows all equal, then 3 rows for 3 clusters
+        model.partial_fit(first).partial_fit(later)
+    with pytest.raises(FloatingPointError, match="overflowed"):
+        model.transform(later)
+    assert np.all(np.isfinite(model.transform(later.astype(np.float64))))

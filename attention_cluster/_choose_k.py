@@ -28,7 +28,7 @@ from sklearn.utils import check_random_state
 
 from ._dynamics import SelfAttentionDynamics
 from ._passes import rows_from, unit_rows
-from ._plan import check_width, predict_rule
+from ._plan import DEFAULT_TUNING, check_width, predict_rule
 from ._validation import check_count, check_positive, deferred_warnings, replay, warn
 
 # Inverse temperature of the dynamics on the unit sphere (its default).
@@ -168,6 +168,43 @@ def _as_given(block):
     return block
 
 
+def _centred(tokens):
+    """The tokens minus their mean (dense), or None for sparse tokens whose
+    dense copy would exceed ``_CENTRED_TOKENS_BYTES``."""
+    if sp.issparse(tokens):
+        if tokens.shape[0] * tokens.shape[1] * 8 > _CENTRED_TOKENS_BYTES:
+            return None
+        tokens = tokens.toarray()
+    tokens = np.asarray(tokens)
+    return tokens - tokens.mean(axis=0)
+
+
+def _mean_dominates(tokens, k, ratio):
+    """``center="auto"``'s rule on the tokens at k clusters: ``||m||^2 > ratio
+    lambda_k(M)``, M their second moment (the smallest eigenvalue when k
+    exceeds its rank; ``math.md`` section 7, "Centring or not"), its
+    eigenvalues from the smaller of ``T^T T`` and ``T T^T``."""
+    m, d = tokens.shape
+    mean = np.asarray(tokens.mean(axis=0)).ravel()
+    gram = tokens.T @ tokens if d <= m else tokens @ tokens.T
+    gram = gram.toarray() if sp.issparse(gram) else np.asarray(gram)
+    eigenvalues = np.sort(np.linalg.eigvalsh(gram / m))[::-1]
+    kth = eigenvalues[min(k, d, m) - 1]
+    return float(mean @ mean) > ratio * max(float(kth), 0.0)
+
+
+def _mean_share(tokens):
+    """``||m||^2 / tr(M)`` of the tokens."""
+    mean = np.asarray(tokens.mean(axis=0)).ravel()
+    total = tokens.multiply(tokens).sum() if sp.issparse(tokens) else np.sum(np.square(tokens))
+    return float(mean @ mean) / max(float(total) / tokens.shape[0], np.finfo(np.float64).tiny)
+
+
+# Largest dense copy of sparse tokens that the dynamics centres (2000 rows
+# of up to 8192 features).
+_CENTRED_TOKENS_BYTES = 2000 * 8192 * 8
+
+
 def count_clusters(
     rows,
     fit_at,
@@ -178,11 +215,17 @@ def count_clusters(
     beta=DYNAMICS_BETA,
     min_cluster_size=MIN_CLUSTER_SIZE,
     max_samples=MAX_SAMPLES,
+    center="auto",
 ):
     """K, the plateau lengths by K, the silhouettes compared and the fit at K.
 
     Runs ``SelfAttentionDynamics(beta=beta, min_cluster_size=min_cluster_size)``
-    on at most ``max_samples`` rows; its number of clusters at the end of
+    on ``max_samples`` rows (all when there are fewer): centred with
+    ``center=True``; with ``"auto"``, centred when the fit at the K it
+    counts on the rows as given would centre them (:func:`_mean_dominates`:
+    a common mean draws every row's direction towards its own, and the
+    dynamics then counts the groups in one narrow cap), then counted again.
+    Its number of clusters at the end of
     the longest plateau of its clock (``docs/math.md`` section 8), clipped
     to ``n_clusters_range`` (if outside, the K of the range held longest),
     is the dynamics' K. ``fit_at(k)`` returns ``(fit, rule)``, a fit at k
@@ -217,11 +260,29 @@ def count_clusters(
     # A fit needs at least as many rows as clusters.
     ks = [k for k in ks if k <= n]
     tokens = _tokens(rows, max_samples, check_random_state(random_state))
+    centred = None if center is False or center is np.False_ else _centred(tokens)
+    seen = centred if center is True or center is np.True_ else tokens
+    if seen is None:
+        seen = tokens
     dynamics = SelfAttentionDynamics(
         beta=beta, min_cluster_size=min_cluster_size, n_threads=n_threads
     )
     with deferred_warnings() as held:
-        dynamics.fit(tokens)
+        dynamics.fit(seen)
+    if (
+        isinstance(center, str)
+        and centred is not None
+        and _mean_share(tokens) > DEFAULT_TUNING.share_to_retry
+    ):
+        # Counted again on the centred rows; kept if the fit at that count
+        # would centre the rows.
+        other = SelfAttentionDynamics(
+            beta=beta, min_cluster_size=min_cluster_size, n_threads=n_threads
+        )
+        with deferred_warnings() as other_held:
+            other.fit(centred)
+        if _mean_dominates(tokens, int(other.n_clusters_), DEFAULT_TUNING.center_ratio):
+            seen, dynamics, held = centred, other, other_held
     if any(issubclass(category, ConvergenceWarning) for _, category in held):
         warn(
             "the self-attention dynamics that chooses n_clusters did not settle on a plateau "
@@ -241,7 +302,7 @@ def count_clusters(
             # Only the warnings of the fit kept reach the caller.
             with deferred_warnings() as held[k]:
                 fits[k], rule = fit_at(k)
-            silhouettes[k] = sphere_silhouette(tokens, rule.labels_of(tokens))
+            silhouettes[k] = sphere_silhouette(seen, rule.labels_of(tokens))
     K = choose_by_silhouette(K, silhouettes)
     replay(held[K])
     return K, scores, silhouettes, fits[K]
@@ -319,6 +380,7 @@ def choose_n_clusters(
             beta=beta,
             min_cluster_size=min_cluster_size,
             max_samples=max_samples,
+            center=params.get("center", "auto"),
         )
     return ClusterCount(n_clusters=K, scores=scores, silhouettes=silhouettes, model=model)
 

@@ -98,7 +98,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         Number of clusters K, and of attention heads. ``"auto"`` takes the
         K of the self-attention dynamics' longest plateau on at most 2000
         rows (:mathmd:`8`; groups of at least 2% of them count as
-        clusters), fits at that K and at its two neighbours, and
+        clusters; on the centred rows with ``center=True``, and with
+        ``"auto"`` where the rows' mean carries more than 5% of their
+        second moment and the fit at the centred rows' count would centre
+        them), fits at that K and at its two neighbours, and
         keeps a neighbour only when the silhouette of its labels on those
         rows, on the sphere, is clearly higher
         (:func:`~attention_cluster.choose_n_clusters`): see ``n_clusters_``
@@ -509,7 +512,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                     return result, rule
 
                 _, scores, _, result = count_clusters(
-                    rows, fit_at, random_state=self.random_state, n_threads=self.n_threads
+                    rows,
+                    fit_at,
+                    random_state=self.random_state,
+                    n_threads=self.n_threads,
+                    center=self.center,
                 )
             else:
                 check_n_samples(rows.n_samples, params.n_clusters)

@@ -733,7 +733,10 @@ CRITERION = [
     "",
     "1. The dynamics' clock. `SelfAttentionDynamics(beta=10, min_cluster_size=0.02)` runs on "
     "at most 2000 rows (drawn in proportion to their weights; so sparse and Dask input work) "
-    "({doc}`math` section 8). Along its steps t the number of clusters c(t) (groups of tokens "
+    "({doc}`math` section 8): the rows as given, or centred where the fit centres them "
+    '(`center=True`; with `center="auto"`, where their mean carries more than 5% of their '
+    "second moment and the fit at the count on the centred rows would centre them: a common "
+    "mean draws every row's direction towards its own). Along its steps t the number of clusters c(t) (groups of tokens "
     "closer than `cluster_tol` holding at least 2% of the rows: smaller groups are outliers, "
     "not clusters) is a staircase of metastable states. Its curve is, for each K,",
     "",

@@ -9,6 +9,7 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.cluster import KMeans
+from sklearn.datasets import make_blobs
 
 from attention_cluster import (
     AttentionClustering,
@@ -18,13 +19,15 @@ from attention_cluster import (
 )
 from attention_cluster._choose_k import (
     SILHOUETTE_MARGIN,
+    _centred,
+    _mean_dominates,
     _tokens,
     choose_by_silhouette,
     plateau_lengths,
     sphere_silhouette,
 )
 from attention_cluster._passes import rows_from
-from attention_cluster.datasets import make_mixture
+from attention_cluster.datasets import make_embeddings, make_mixture
 
 
 def plateau_lengths_reference(path, n_tokens):
@@ -401,8 +404,6 @@ def test_gap_statistic_finds_separated_blobs_and_none_in_uniform_data(monkeypatc
     # within-cluster dispersion falls as the reference's does, give K = 1.
     from pathlib import Path
 
-    from sklearn.datasets import make_blobs
-
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
     from choose_k import gap_statistic
 
@@ -427,3 +428,44 @@ def test_the_dynamics_runs_on_max_samples_rows(kind, global_random_seed):
     assert _tokens(rows, 300, rng).shape == (300, 5)
     for seed in range(20):
         choose_n_clusters(X, AttentionClustering(random_state=seed), max_samples=1)
+
+
+def test_the_dynamics_counts_on_the_rows_the_fit_sees(global_random_seed):
+    # The dynamics clusters directions from the origin: a common mean draws
+    # every row's direction towards its own. On the rows as given it counted
+    # 2 for five embedding clusters sharing an offset (0 of 30 seeds right),
+    # and 9 for three blobs of make_blobs (seed 0; 28 of 40 seeds right).
+    # Where the mean carries more than 5% of the rows' second moment, the
+    # dynamics counts on the centred rows too, and that count is kept when
+    # the fit at it would centre the rows: 30 of 30, and 33 of 40 (4 or more
+    # of 5 below: false failure about 1e-3).
+    seeds = np.random.SeedSequence(global_random_seed).generate_state(5)
+    embeddings = [
+        AttentionClustering("auto", random_state=0)
+        .fit(make_embeddings(2000, 64, 5, offset=3.0, noise=0.05, random_state=int(s))[0])
+        .n_clusters_
+        for s in seeds
+    ]
+    assert embeddings.count(5) >= 4, embeddings
+    X = make_blobs(300, n_features=5, centers=3, random_state=0)[0]
+    assert AttentionClustering("auto", random_state=0).fit(X).n_clusters_ == 3
+
+
+def test_the_rule_that_centres_the_dynamics_rows():
+    def tokens(X):
+        return _tokens(
+            rows_from(AttentionClustering(), X, reset=True), 2000, np.random.RandomState(0)
+        )
+
+    blobs = tokens(make_blobs(300, n_features=5, centers=3, random_state=0)[0])
+    assert _mean_dominates(blobs, 9, 10.0)
+    np.testing.assert_allclose(_centred(blobs).mean(axis=0), 0.0, atol=1e-12)
+    # The paper's mixtures are directions from the origin: their mean stays.
+    paper = tokens(make_mixture(600, 6, 3, noise=0.2, random_state=0)[0])
+    assert not _mean_dominates(paper, 3, 10.0)
+    # Wide sparse rows are not densified; narrow ones are, as dense rows.
+    wide = sp.random(2000, 10**4, density=1e-4, format="csr", random_state=0)
+    assert _centred(wide) is None
+    narrow = sp.csr_matrix(blobs)
+    np.testing.assert_array_equal(_centred(narrow), _centred(blobs))
+    assert _mean_dominates(narrow, 9, 10.0)

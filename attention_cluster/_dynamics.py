@@ -183,7 +183,9 @@ def attention_flow(
     ----------
     X : array-like of shape (n_tokens, n_features)
         Initial tokens (projected on the sphere for the sphere models; a
-        zero row, which has no direction, stays zero).
+        zero row, which has no direction, takes its attention's mean
+        direction at the first step: it attends to all tokens alike, with
+        logit 0, and stays zero only where that mean is zero).
     n_steps : int
         Number of steps (layers).
     model : {"sa", "usa", "unnormalized"}, default="sa"
@@ -608,18 +610,27 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
                 # Tokens grouped from the start (equal rows, one feature)
                 # whose count never changed have met, but not along the run.
                 grouped = 0 < counts[0] < m and min(counts) == max(counts)
-                warn(
-                    (
+                largest = float(np.max(_count(state.Z, radius, 1, state.weights, state.plane)[2]))
+                if grouped:
+                    message = (
                         f"The number of clusters stayed at {counts[0]}, the groups of the "
                         f"initial tokens, for max_iter={self.max_iter} steps: the final state "
-                        "is clustered."
-                        if grouped
-                        else f"No tokens met within max_iter={self.max_iter} steps: the final "
-                        "state is clustered."
+                        "is clustered. Increase max_iter, step_size or beta."
                     )
-                    + " Increase max_iter, step_size or beta.",
-                    ConvergenceWarning,
-                )
+                elif max(counts) == 0 and largest > 1:
+                    # Tokens met, in groups all below the size that counts.
+                    message = (
+                        f"No group of tokens reached min_cluster_size={self.min_cluster_size!r} "
+                        f"({min_size} of the {m} tokens; the largest holds {largest:g}) within "
+                        f"max_iter={self.max_iter} steps: the final state is clustered. Lower "
+                        "min_cluster_size."
+                    )
+                else:
+                    message = (
+                        f"No tokens met within max_iter={self.max_iter} steps: the final "
+                        "state is clustered. Increase max_iter, step_size or beta."
+                    )
+                warn(message, ConvergenceWarning)
         elif self.stopping == "plateau" and not settled and self.verbose:
             print(
                 f"[SelfAttentionDynamics] horizon reached; longest plateau ends at step {saved[0]}"

@@ -738,3 +738,11 @@ def test_predict_works_by_chunks_of_rows(dtype, monkeypatch, traced_peak):
     monkeypatch.setattr(_passes, "_CHUNK_BYTES", 1 << 16)  # chunks of 256 rows
     labels, peak = traced_peak(lambda: model.predict(X))
     assert peak < 0.5 * X.nbytes + 2 * labels.nbytes
+
+
+def test_groups_below_min_cluster_size_are_named_as_such():
+    # Three groups of about 100 tokens meet, none of 150: the warning said
+    # "No tokens met", and the fix it gave (more steps, a larger beta) cannot help.
+    X, _, _ = make_mixture(300, 5, 3, noise=0.3, random_state=0)
+    with pytest.warns(ConvergenceWarning, match="No group of tokens reached min_cluster_size=150"):
+        SelfAttentionDynamics(min_cluster_size=150).fit(X)

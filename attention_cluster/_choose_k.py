@@ -220,12 +220,14 @@ def count_clusters(
     """K, the plateau lengths by K, the silhouettes compared and the fit at K.
 
     Runs ``SelfAttentionDynamics(beta=beta, min_cluster_size=min_cluster_size)``
-    on ``max_samples`` rows (all when there are fewer): centred with
-    ``center=True``; with ``"auto"``, centred when the fit at the K it
-    counts on the rows as given would centre them (:func:`_mean_dominates`:
-    a common mean draws every row's direction towards its own, and the
-    dynamics then counts the groups in one narrow cap), then counted again.
-    Its number of clusters at the end of
+    on ``max_samples`` rows (all when there are fewer), centred with
+    ``center=True``. With ``"auto"``, where the rows' mean carries more than
+    ``share_to_retry`` of their second moment (:func:`_mean_share`), it
+    counts on the centred rows too, and that count is kept when
+    ``center="auto"``'s rule at it would centre the rows
+    (:func:`_mean_dominates`): a common mean draws every row's direction
+    towards its own, and the dynamics on the rows as given then counts the
+    groups in one narrow cap. Its number of clusters at the end of
     the longest plateau of its clock (``docs/math.md`` section 8), clipped
     to ``n_clusters_range`` (if outside, the K of the range held longest),
     is the dynamics' K. ``fit_at(k)`` returns ``(fit, rule)``, a fit at k

@@ -211,8 +211,8 @@ class _Rows:
 
     @property
     def n_weighted(self):
-        """The rows of positive weight (all rows for unit weights): the rows
-        a subsample draws from, and that a fit needs ``n_clusters`` of."""
+        """The number of rows of positive weight (all rows for unit
+        weights): the rows subsamples are drawn from, and the stages sized."""
         w = self.sample_weight
         if w is None:
             return self.n_samples

@@ -544,6 +544,20 @@ def _projected_block(AB, GB, nrm, w, lo, hi, c, lm1, reg, rho):
     return total, CB
 
 
+@njit(cache=True)
+def repeats_a_column(indptr, indices, n_columns):
+    """Whether a row of CSR structure ``(indptr, indices)`` stores a column
+    twice: one pass, a mark per column (indices in any order)."""
+    seen = np.full(n_columns, -1, dtype=np.int64)
+    for i in range(indptr.shape[0] - 1):
+        for p in range(indptr[i], indptr[i + 1]):
+            j = indices[p]
+            if seen[j] == i:
+                return True
+            seen[j] = i
+    return False
+
+
 @njit(cache=True, nogil=True)
 def draw_sparse_rows(indptr, indices, data, cum_weights, inv_scale, offset, state, out):
     """:func:`draw_rows` for CSR rows ``(x - offset) * inv_scale``, densified into ``out``.

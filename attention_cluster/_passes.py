@@ -1795,7 +1795,7 @@ class SparseRows(_Rows):
     ):
         self.dtype = X.dtype
         self._X = sp.csr_matrix(X, dtype=np.float64)
-        if not self._X.has_canonical_format:
+        if _stores_an_entry_twice(self._X):
             # An entry stored as several values is their sum; the passes that
             # square the stored values (the norms) need each entry once.
             self._X = self._X.copy()
@@ -2133,6 +2133,25 @@ def rows_of(X, sample_weight=None, n_threads=None):
     if sp.issparse(X):
         return SparseRows(X, sample_weight, n_threads=n_threads)
     return DenseRows(X, sample_weight, n_threads=n_threads)
+
+
+def _stores_an_entry_twice(X):
+    """Whether CSR X stores an entry as several values (scipy allows it).
+
+    Canonical X (sorted, no repeats) does not; sorted X that is not
+    canonical does. Rows whose indices are out of order (TF-IDF's, say)
+    are read once, without a copy: sorting them would copy X, for a case
+    that is rare.
+    """
+    if X.has_canonical_format:
+        return False
+    if X.has_sorted_indices:
+        return True
+    if compiles(X.nnz):
+        return bool(_kernels.repeats_a_column(X.indptr, X.indices, X.shape[1]))
+    canonical = X.copy()
+    canonical.sum_duplicates()
+    return canonical.nnz < X.nnz
 
 
 def dense_block(rows, dtype):

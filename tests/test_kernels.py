@@ -436,3 +436,18 @@ def test_a_fit_is_the_same_whether_its_kernels_are_compiled_or_loaded(tmp_path):
     compiled = digest()
     assert any(tmp_path.rglob("*.nbi"))
     assert digest() == compiled
+
+
+@given(
+    st.lists(
+        st.lists(st.integers(0, 6), max_size=6),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_repeats_a_column_matches_a_set_per_row(rows):
+    # The check behind SparseRows' canonical copy: indices in any order.
+    indptr = np.cumsum([0] + [len(r) for r in rows]).astype(np.int32)
+    indices = np.array([j for r in rows for j in r], dtype=np.int32)
+    expected = any(len(set(r)) < len(r) for r in rows)
+    assert kern.repeats_a_column(indptr, indices, 7) == expected

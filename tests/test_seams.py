@@ -558,3 +558,19 @@ def test_transform_beyond_the_dtypes_range_raises_as_the_layers_do():
     with pytest.raises(FloatingPointError, match="overflowed"):
         model.transform(later)
     assert np.all(np.isfinite(model.transform(later.astype(np.float64))))
+
+
+def test_rows_out_of_order_without_repeats_are_not_copied():
+    # TF-IDF's rows hold their columns out of order: canonicalising them
+    # copied and sorted every non-zero (the users' data page's 20000 x 49542
+    # matrix: predict's traced peak 6 MB to 27 MB) for a case they never have.
+    from attention_cluster._passes import SparseRows
+
+    X = sp.random(300, 50, density=0.2, format="csr", random_state=0)
+    reversed_rows = sp.csr_matrix((X.data.copy(), X.indices.copy(), X.indptr.copy()), shape=X.shape)
+    for i in range(X.shape[0]):
+        lo, hi = X.indptr[i], X.indptr[i + 1]
+        reversed_rows.indices[lo:hi] = X.indices[lo:hi][::-1]
+        reversed_rows.data[lo:hi] = X.data[lo:hi][::-1]
+    reversed_rows.has_sorted_indices = False
+    assert np.shares_memory(SparseRows(reversed_rows)._X.data, reversed_rows.data)

@@ -714,8 +714,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         return self
 
     def _unit_rows(self, rows):
-        """The batch as the stream's statistics see it: centred on the fit's
-        ``mean_`` when it centred, divided by ``scale_``."""
+        """The batch as the stream's statistics see it: centred on the
+        stream's fit's ``mean_`` when it centred, divided by ``scale_``."""
         result = self._result
         return (rows.centred(result.mean) if result.centred else rows).rescaled(result.scale)
 
@@ -747,9 +747,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     def _stream_update(self, rows):
         """The stream updated with the batch ``rows``: a new :class:`FitResult`.
 
-        The stream's statistics are those of the rows the first fit
-        clustered (:meth:`_unit_rows`). The update runs on a copy, kept only
-        when it succeeds.
+        The stream's statistics are those of the rows as the fit it started
+        at saw them (:meth:`_unit_rows`). The update runs on a copy, kept
+        only when it succeeds.
         """
         result = self._result
         unit = self._unit_rows(rows)

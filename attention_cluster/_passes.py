@@ -1900,10 +1900,13 @@ class SparseRows(_Rows):
         (``math.md`` section 7, "The second moment of sparse rows about
         their mean").
         """
-        X = self._X.copy()
-        X.data = X.data / c
+        # The rows at scale c, and with their weights, share the structure
+        # of the rows: one array of values each (a copy of the non-zeros'
+        # structure per product is scipy's).
+        X = _with_values(self._X, self._X.data / c)
         w, m = self._w(), self.offset / c
-        S = np.asarray((X.T @ X.multiply(w[:, None]).tocsr()).todense()) / self.total_weight
+        wX = X if self.sample_weight is None else _with_values(X, X.data * _row_values(X, w))
+        S = (X.T @ wX).toarray() / self.total_weight
         b = X.T @ w / self.total_weight
         M = S - np.outer(b, m) - np.outer(m, b) + np.outer(m, m)
         if not np.any(m):
@@ -2133,6 +2136,16 @@ def rows_of(X, sample_weight=None, n_threads=None):
     if sp.issparse(X):
         return SparseRows(X, sample_weight, n_threads=n_threads)
     return DenseRows(X, sample_weight, n_threads=n_threads)
+
+
+def _with_values(X, data):
+    """CSR X's structure (shared, not copied) with the values ``data``."""
+    return sp.csr_matrix((data, X.indices, X.indptr), shape=X.shape)
+
+
+def _row_values(X, values):
+    """``values[i]`` for each stored entry of CSR X's row i."""
+    return np.repeat(values, np.diff(X.indptr))
 
 
 def _stores_an_entry_twice(X):

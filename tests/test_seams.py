@@ -574,3 +574,21 @@ def test_rows_out_of_order_without_repeats_are_not_copied():
         reversed_rows.data[lo:hi] = X.data[lo:hi][::-1]
     reversed_rows.has_sorted_indices = False
     assert np.shares_memory(SparseRows(reversed_rows)._X.data, reversed_rows.data)
+
+
+@pytest.mark.parametrize("weighted", [False, True], ids=["unit", "weighted"])
+def test_the_second_moment_of_sparse_rows_shares_their_structure(weighted, traced_peak):
+    # The moment made about four copies of the non-zeros (a copy of the
+    # rows, their values over c, the weighted rows in COO, then in CSR): a
+    # fit's traced peak was 3.0 times the rows' data and indices, weighted
+    # or not. The scaled and the weighted rows share the rows' structure
+    # now: 1.7 and 2.3 times (bounds 2.2 and 2.8 below).
+    rng = np.random.default_rng(0)
+    X = sp.csr_matrix(rng.random((40_000, 50)))
+    w = rng.random(X.shape[0]) + 0.5 if weighted else None
+    size = X.data.nbytes + X.indices.nbytes + X.indptr.nbytes
+    AttentionClustering(5, random_state=0).fit(
+        X[:20_000], sample_weight=w[:20_000] if weighted else None
+    )
+    _, peak = traced_peak(lambda: AttentionClustering(5, random_state=0).fit(X, sample_weight=w))
+    assert peak < (2.8 if weighted else 2.2) * size

@@ -262,29 +262,30 @@ def count_clusters(
     # A fit needs at least as many rows as clusters.
     ks = [k for k in ks if k <= n]
     tokens = _tokens(rows, max_samples, check_random_state(random_state))
-    centred = None if center is False or center is np.False_ else _centred(tokens)
-    seen = centred if center is True or center is np.True_ else tokens
-    if seen is None:
-        seen = tokens
-    dynamics = SelfAttentionDynamics(
-        beta=beta, min_cluster_size=min_cluster_size, n_threads=n_threads
-    )
-    with deferred_warnings() as held:
-        dynamics.fit(seen)
-    if (
-        isinstance(center, str)
-        and centred is not None
-        and _mean_share(tokens) > DEFAULT_TUNING.share_to_retry
-    ):
-        # Counted again on the centred rows; kept if the fit at that count
-        # would centre the rows.
-        other = SelfAttentionDynamics(
+
+    def counted(seen):
+        dynamics = SelfAttentionDynamics(
             beta=beta, min_cluster_size=min_cluster_size, n_threads=n_threads
         )
-        with deferred_warnings() as other_held:
-            other.fit(centred)
-        if _mean_dominates(tokens, int(other.n_clusters_), DEFAULT_TUNING.center_ratio):
-            seen, dynamics, held = centred, other, other_held
+        with deferred_warnings() as held:
+            dynamics.fit(seen)
+        return seen, dynamics, held
+
+    given_centre = center is True or center is np.True_
+    # With center="auto", the centred rows only where the mean may dominate.
+    centred = (
+        _centred(tokens)
+        if given_centre
+        or (isinstance(center, str) and _mean_share(tokens) > DEFAULT_TUNING.share_to_retry)
+        else None
+    )
+    seen, dynamics, held = counted(centred if given_centre and centred is not None else tokens)
+    if not given_centre and centred is not None:
+        # Counted again on the centred rows; kept if the fit at that count
+        # would centre the rows.
+        other = counted(centred)
+        if _mean_dominates(tokens, int(other[1].n_clusters_), DEFAULT_TUNING.center_ratio):
+            seen, dynamics, held = other
     if any(issubclass(category, ConvergenceWarning) for _, category in held):
         warn(
             "the self-attention dynamics that chooses n_clusters did not settle on a plateau "

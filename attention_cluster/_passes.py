@@ -1703,6 +1703,8 @@ class DaskRows(_Rows):
         other.total_weight = (
             float(other.n_samples) if weight is None else float(weight.sum().compute())
         )
+        if weight is not None:  # a subsample holds rows of positive weight alone
+            other._weighted_count = (weight, other.n_samples)
         return other
 
     def draw(self, state, out):
@@ -1990,8 +1992,7 @@ class SparseRows(_Rows):
         for lo in range(0, self.n_samples, _SPARSE_TILE):
             T = self._X[lo : lo + _SPARSE_TILE]
             if k:
-                T = T.copy()
-                T.data = _shifted(T.data, k)
+                T = _with_values(T, _shifted(T.data, k))
             P = np.ascontiguousarray((T @ keys - shift).T)
             before = counts.copy()
             partial += self.kernels.posterior_columns(
@@ -2191,7 +2192,7 @@ def unit_rows(rows):
     if sp.issparse(rows):
         rows = rows.tocsr(copy=True)
         peaks = row_peaks(rows)
-        rows.data /= np.repeat(np.where(peaks > 0, peaks, 1), np.diff(rows.indptr))
+        rows.data /= _row_values(rows, np.where(peaks > 0, peaks, 1))
         return normalize(rows, copy=False)
     peaks = row_peaks(rows)[:, None]
     rows = rows / np.where(peaks > 0, peaks, 1)

@@ -29,6 +29,7 @@ from ._validation import (
     check_n_samples,
     check_options,
     check_positive,
+    check_verbose,
     deferred_warnings,
     replay,
 )
@@ -425,8 +426,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         check_options(self.center, "center", ["auto", True, False])
         if self.n_threads is not None:
             check_positive(self.n_threads, "n_threads", numbers.Integral, min_val=1, strict=False)
-        if not isinstance(self.verbose, (bool, np.bool_)):  # verbose=True, as scikit-learn's
-            check_positive(self.verbose, "verbose", numbers.Integral, strict=False)
+        check_verbose(self.verbose)
         if isinstance(self.init, str):
             check_options(self.init, "init", ["spectral", "random"])
             return None

@@ -29,7 +29,14 @@ from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from ._dynamics_kernels import attention, cell_plane, group_tokens, self_attention
 from ._passes import dense_block, row_chunks, stored_bytes, unit_rows, usable_threads
-from ._validation import atomic_fit, check_matrix, check_options, check_positive, warn
+from ._validation import (
+    atomic_fit,
+    check_matrix,
+    check_options,
+    check_positive,
+    check_verbose,
+    warn,
+)
 
 __all__ = ["SelfAttentionDynamics", "attention_flow"]
 
@@ -467,8 +474,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
                 self.max_samples, "max_samples", numbers.Integral, min_val=1, strict=False
             )
         check_positive(self.chunk_size, "chunk_size", numbers.Integral, min_val=1, strict=False)
-        if not isinstance(self.verbose, (bool, np.bool_)):  # verbose=True, as scikit-learn's
-            check_positive(self.verbose, "verbose", numbers.Integral, strict=False)
+        check_verbose(self.verbose)
         if self.n_threads is not None:
             check_positive(self.n_threads, "n_threads", numbers.Integral, min_val=1, strict=False)
         return _check_flow(
@@ -610,14 +616,19 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
                 # Tokens grouped from the start (equal rows, one feature)
                 # whose count never changed have met, but not along the run.
                 grouped = 0 < counts[0] < m and min(counts) == max(counts)
-                largest = float(np.max(_count(state.Z, radius, 1, state.weights, state.plane)[2]))
+                # The largest group, where no group counts (below min_size).
+                largest = (
+                    float(np.max(_count(state.Z, radius, 1, state.weights, state.plane)[2]))
+                    if max(counts) == 0
+                    else 0.0
+                )
                 if grouped:
                     message = (
                         f"The number of clusters stayed at {counts[0]}, the groups of the "
                         f"initial tokens, for max_iter={self.max_iter} steps: the final state "
                         "is clustered. Increase max_iter, step_size or beta."
                     )
-                elif max(counts) == 0 and largest > 1:
+                elif largest > 1:
                     # Tokens met, in groups all below the size that counts.
                     message = (
                         f"No group of tokens reached min_cluster_size={self.min_cluster_size!r} "

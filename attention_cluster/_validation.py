@@ -52,6 +52,12 @@ def check_positive(value, name, target_type=numbers.Real, *, min_val=0, strict=T
     return value
 
 
+def check_verbose(value):
+    """``verbose``: an integer >= 0, or a bool, as scikit-learn's estimators take it."""
+    if not isinstance(value, (bool, np.bool_)):
+        check_positive(value, "verbose", numbers.Integral, strict=False)
+
+
 def check_n_samples(n_samples, n_clusters):
     """A clustering needs at least ``n_clusters`` samples."""
     if n_samples < n_clusters:

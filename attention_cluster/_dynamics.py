@@ -209,7 +209,8 @@ def attention_flow(
     -------
     trajectory : ndarray of shape (n_steps + 1, n_tokens, n_features)
         The tokens at times ``0, h, ..., n_steps h`` (the rescaled tokens z
-        for the unnormalised model).
+        for the unnormalised model), of X's dtype (float32 stays float32; the
+        steps run in float64).
 
     Raises
     ------
@@ -231,11 +232,13 @@ def attention_flow(
     >>> bool(np.allclose(np.linalg.norm(path, axis=2), 1.0))
     True
     """
-    X = check_array(X, dtype=np.float64, input_name="X")
+    X = check_array(X, dtype=[np.float64, np.float32], input_name="X")
     check_positive(n_steps, "n_steps", numbers.Integral, min_val=0, strict=False)
     flow = _check_flow(X, model, beta, step_size, query, key, value, chunk_size=None, n_threads=1)
-    Z = unit_rows(X) if model in SPHERE_MODELS else X.copy()
-    path = np.empty((n_steps + 1,) + Z.shape)
+    # The steps run in float64 (the logits' exponentials); the path keeps X's dtype.
+    path = np.empty((n_steps + 1,) + X.shape, dtype=X.dtype)
+    X = X.astype(np.float64)
+    Z = unit_rows(X) if model in SPHERE_MODELS else X
     path[0] = Z
     h = 1.0 if isinstance(step_size, str) else step_size
     for s in range(n_steps):

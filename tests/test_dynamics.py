@@ -183,6 +183,17 @@ def test_euler_step_matches_reference(model, global_random_seed):
     )
 
 
+@pytest.mark.parametrize("model", ["sa", "usa", "unnormalized"])
+def test_flow_keeps_float32_and_steps_in_float64(model, global_random_seed):
+    # The path has X's dtype; its steps are the float64 path's, rounded.
+    X = _unit(np.random.default_rng(global_random_seed), 15, 4)
+    X32 = X.astype(np.float32)
+    path = attention_flow(X32, 3, model=model, beta=2.5, step_size=0.3)
+    assert path.dtype == np.float32
+    wide = attention_flow(X32.astype(np.float64), 3, model=model, beta=2.5, step_size=0.3)
+    np.testing.assert_array_equal(path, wide.astype(np.float32))
+
+
 def test_mean_shift_step_is_euler_step_of_size_one_over_inner_product(global_random_seed):
     # dynamics.md: x + h P_perp(x) m = (1 - h <x, m>) x + h m, so h_i = 1 / <x_i, m_i>
     # lands on m_i / |m_i|: the blurring mean-shift step with a vMF kernel.

@@ -219,9 +219,12 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         ``"auto"`` centres, with a warning, when ``||mean||^2`` exceeds 10
         times the K-th eigenvalue of the second moment (at unit scale),
         which the paper's mixtures (whose mean is not zero) stay below: they
-        are fitted as they are; and it fits the centred rows again when the
+        are fitted as they are; and it fits the centred rows too when the
         uncentred fit leaves clusters nearly empty while the mean carries
-        more than 5% of the second moment (TF-IDF rows, say). Sparse X is centred implicitly, never
+        more than 5% of the second moment (TF-IDF rows, say), keeping the
+        centred fit unless the uncentred one is the more likely (with the
+        EM refinement; a small cluster is left nearly empty by a fit at
+        its optimum too). Sparse X is centred implicitly, never
         densified. See :doc:`/user_data` for the measurement and the user
         guide for the advice on preprocessing.
     random_state : int, RandomState instance or None, default=None

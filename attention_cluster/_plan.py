@@ -150,6 +150,9 @@ class FitResult:
     loss_curve: np.ndarray
     refine_n_iter: int  #: E steps of the EM refinement on all rows
     free_norms: object  #: True or False with the EM refinement, None without
+    #: The EM's mean log-likelihood of the rows as given (not divided by s),
+    #: or None without it.
+    log_likelihood: object
     labels: object  #: predict's labels of the training rows (lazy for Dask rows)
     fractions: np.ndarray = field(repr=False)  #: (K,) size of each cluster
 
@@ -233,12 +236,22 @@ def fit_plan(rows, params, init=None, tuning=None):
     with deferred_warnings() as held:
         result = _fit_once(rows, prepared, params, init, centre, tuning)
     lost = int(np.sum(result.fractions < tuning.lost_fraction / K))
+    retried = False
     if params.center == "auto" and not centre and lost and prepared.share > tuning.share_to_retry:
         # The uncentred fit lost clusters to a common mean below the
-        # ratio's threshold (TF-IDF rows, say): fit the centred rows.
-        centre = True
-        reason = f"the uncentred fit lost {lost} of the n_clusters={K} clusters"
-        result = _fit_once(rows, prepared, params, init, centre, tuning)
+        # ratio's threshold (TF-IDF rows, say): fit the centred rows too, and
+        # keep the centred fit unless the uncentred one is the more likely
+        # (both mixtures are K spherical Gaussians in R^d, two local optima
+        # of one model: a small true cluster is lost by a fit at its optimum).
+        with deferred_warnings() as held_centred:
+            centred = _fit_once(rows, prepared, params, init, True, tuning)
+        retried = True
+        if _more_likely(result, centred):
+            replay(held)
+        else:
+            replay(held_centred)
+            centre, result = True, centred
+            reason = f"the uncentred fit lost {lost} of the n_clusters={K} clusters"
     else:
         replay(held)
     if params.center == "auto" and centre:
@@ -250,8 +263,15 @@ def fit_plan(rows, params, init=None, tuning=None):
             "pass center=True to centre without this warning.",
             UserWarning,
         )
-    _warn_lost_clusters(result, K, prepared.share, tuning)
+    _warn_lost_clusters(result, K, prepared.share, tuning, retried)
     return result
+
+
+def _more_likely(result, other):
+    """Whether ``result``'s EM mixture is more likely than ``other``'s (both
+    with the EM refinement; otherwise False)."""
+    a, b = result.log_likelihood, other.log_likelihood
+    return a is not None and b is not None and a > b
 
 
 def check_width(rows):
@@ -397,6 +417,12 @@ def _fit_once(given, prepared, params, init, centre, tuning):
         centers = mixture.centers
         moment_heads = _moment_heads(rows, unit, spectrum, centers)
         refine_n_iter, free_norms = fit.n_iter, bool(fit.free)
+        # The density of x = m + s y is that of y divided by s^d.
+        log_likelihood = (
+            float(fit.log_likelihood[-1]) - rows.n_features * np.log(spectrum.scale)
+            if fit.log_likelihood.size
+            else None
+        )
     else:
         # Each head turned towards the points it wins (math.md section 5).
         signs = np.where(unit.head_totals(best.heads) < 0, -1.0, 1.0)
@@ -405,7 +431,7 @@ def _fit_once(given, prepared, params, init, centre, tuning):
         if basis is not None:
             # Heads in the principal subspace are heads in R^d.
             centers, moment_heads = centers @ basis.T, moment_heads @ basis.T
-        mixture, refine_n_iter, free_norms = None, 0, None
+        mixture, refine_n_iter, free_norms, log_likelihood = None, 0, None, None
     rule = predict_rule(centers, mixture, mean, given.dtype)
     # The labels' shares decide the lost clusters (center="auto"'s retry and
     # its warning) for every kind of rows alike: on Dask rows, whose labels
@@ -427,6 +453,7 @@ def _fit_once(given, prepared, params, init, centre, tuning):
         loss_curve=best.loss_curve,
         refine_n_iter=refine_n_iter,
         free_norms=free_norms,
+        log_likelihood=log_likelihood,
         labels=labels,
         # A cluster is as large as the smaller of its share of the labels and
         # its fitted weight (EM can empty a cluster that still wins a few points).
@@ -801,8 +828,11 @@ def _psgd(params, data, U, spectrum, settings, rng, index, tuning):
     return _Run(previous, losses, done, converged, float(np.mean(losses[done // 2 :])))
 
 
-def _warn_lost_clusters(result, K, share, tuning):
-    """Warn when the fit leaves clusters (nearly) empty, or has nothing to cluster."""
+def _warn_lost_clusters(result, K, share, tuning, retried=False):
+    """Warn when the fit leaves clusters (nearly) empty, or has nothing to cluster.
+
+    ``retried``: center="auto" also fitted the centred rows, and kept this
+    uncentred fit as the more likely."""
     if result.mixture is not None and result.mixture.variance <= MIN_VARIANCE * (
         1.0 + float(np.max(result.mixture.radii, initial=0.0)) ** 2
     ):
@@ -833,7 +863,12 @@ def _warn_lost_clusters(result, K, share, tuning):
     if lost == 0:
         return
     found = f"{lost} of the n_clusters={K} clusters received fewer than {tuning.lost_fraction / K:.1%} of the points"
-    if not result.centred and share > tuning.share_to_retry:
+    if retried and not result.centred:
+        advice = (
+            "a fit of the centred rows was tried and is less likely (center='auto'): "
+            "the cluster may be small, or n_clusters too large for the data"
+        )
+    elif not result.centred and share > tuning.share_to_retry:
         advice = (
             f"the data's common mean carries {share:.0%} of their second moment and "
             "every head sees it: pass center=True, or put a StandardScaler before the estimator"

@@ -20,7 +20,7 @@ from sklearn.preprocessing import Normalizer
 
 from attention_cluster import AttentionClustering
 from attention_cluster._sphere import random_heads
-from attention_cluster.datasets import make_mixture
+from attention_cluster.datasets import make_centroids, make_mixture
 from attention_cluster.metrics import centroid_distance
 
 
@@ -601,18 +601,43 @@ def test_float32_log_likelihoods_below_float32_are_infinite_without_a_warning():
     assert out.dtype == np.float32 and np.all(out == -np.inf)
 
 
-def test_a_retried_centring_warns_of_the_kept_fit_alone():
-    # center="auto" refits the centred rows when the uncentred fit lost
-    # clusters; that first fit's warnings reached the caller too (each
-    # ConvergenceWarning twice).
+@pytest.mark.parametrize(
+    "max_iter, kept", [(1, "uncentred"), (None, "centred")], ids=["uncentred", "centred"]
+)
+def test_a_retried_centring_warns_of_the_kept_fit_alone(max_iter, kept):
+    # center="auto" also fits the centred rows when the uncentred fit lost
+    # clusters, and keeps one of the two: the other fit's warnings reached
+    # the caller too (each ConvergenceWarning twice).
     X = make_mixture(400, 5, 2, noise=0.2, random_state=0)[0][:, :2]
+    params = {} if max_iter is None else {"max_iter": max_iter}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        AttentionClustering(3, centroid_norms="equal", max_iter=1, random_state=0).fit(X)
+        model = AttentionClustering(3, centroid_norms="equal", random_state=0, **params).fit(X)
     messages = [str(w.message) for w in caught]
-    assert any("centred the data (the uncentred fit lost" in m for m in messages)
+    assert model.center_ == (kept == "centred")
+    retried = "centred the data (the uncentred fit lost" if kept == "centred" else "was tried"
+    assert any(retried in m for m in messages), messages
     assert len(messages) == len(set(messages)), messages
     assert all(w.filename == __file__ for w in caught)
+
+
+def test_auto_keeps_the_more_likely_of_the_uncentred_and_the_centred_fit():
+    # The paper's mixture with a small cluster (4% of the rows): the
+    # uncentred fit gives it under 2% ("lost"), the centred one splits the
+    # others; both are K spherical Gaussians in R^d, and center="auto" keeps
+    # the uncentred, more likely one (it kept the centred fit: ARI 0.84).
+    C = make_centroids(5, 10, kind="random", random_state=0)
+    w = np.linspace(1.0, 9.0, 5)
+    X, y, _ = make_mixture(2000, 10, 5, noise=0.3, centroids=C, weights=w / w.sum(), random_state=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fits = {c: AttentionClustering(5, center=c, random_state=0).fit(X) for c in (False, True)}
+    with pytest.warns(UserWarning, match="a fit of the centred rows was tried and is less likely"):
+        auto = AttentionClustering(5, random_state=0).fit(X)
+    assert fits[False].score(X) > fits[True].score(X)
+    assert not auto.center_
+    np.testing.assert_array_equal(auto.labels_, fits[False].labels_)
+    assert adjusted_rand_score(y, auto.labels_) > adjusted_rand_score(y, fits[True].labels_)
 
 
 def _mean_to_kth_eigenvalue(X, K, w):

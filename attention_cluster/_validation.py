@@ -67,8 +67,13 @@ def check_n_samples(n_samples, n_clusters):
 def weight_unit(peak):
     """The power of two ``2^e`` with ``peak / 2^e`` in [0.5, 1): weights
     divided by it keep their ratios exactly, and no product or square of
-    them leaves float64's range, whatever their magnitude."""
-    return float(np.ldexp(1.0, int(np.frexp(float(peak))[1])))
+    them leaves float64's range, whatever their magnitude. At ``peak >=
+    2^1023``, whose ``2^e`` float64 cannot hold, ``2^(e - 2)``: the
+    relative weights are then 4 times those of ``peak / 2^1024``, a factor
+    whose square root is exact, so that the fit is still that of ``w`` to
+    the last bit."""
+    e = int(np.frexp(float(peak))[1])
+    return float(np.ldexp(1.0, e if e < 1024 else e - 2))
 
 
 def check_sample_weight(sample_weight, X, unit=None):
@@ -292,6 +297,12 @@ def check_dask_sample_weight(sample_weight, X):
         w, unit = check_sample_weight(np.asarray(sample_weight), np.empty((X.shape[0], 0)))
         positive = int(np.count_nonzero(w > 0.0))
         return da.from_array(w, chunks=(X.chunks[0],)), float(np.sum(w)), unit, positive
+    if np.iscomplexobj(np.empty(0, dtype=sample_weight.dtype)):
+        raise ValueError("Complex data not supported for sample_weight.")
+    if sample_weight.ndim == 1 and any(np.isnan(c) for c in sample_weight.chunks[0]):
+        raise ValueError(
+            "sample_weight has unknown chunk sizes; call sample_weight.compute_chunk_sizes() first."
+        )
     if sample_weight.shape != (X.shape[0],):
         raise ValueError(f"sample_weight.shape == {sample_weight.shape}, expected {(X.shape[0],)}.")
     w = sample_weight.astype(np.float64).rechunk((X.chunks[0],))

@@ -329,12 +329,13 @@ def test_a_few_weighted_rows_among_many_give_their_own_fit(n_weighted, K):
 
 
 @pytest.mark.parametrize("kind", ["dense", "sparse", "dask"])
-@pytest.mark.parametrize("exponent", [-1070, -600, -1, 600, 1020])
+@pytest.mark.parametrize("exponent", [-1070, -600, -1, 600, 1020, 1022])
 def test_weights_count_by_their_ratios_at_any_magnitude(kind, exponent):
     # Weights are relative: 2^k w gives the fit of w to the last bit, down to
     # weights in float64's subnormal range and up to its largest (their
     # squares, in Kish's effective size, overflowed or underflowed from
-    # about 1e-155 and 1e155 on, and the fit changed or raised). A factor
+    # about 1e-155 and 1e155 on, and the fit changed or raised; from 2^1023
+    # on, their unit overflowed: "sample_weight must not sum to zero"). A factor
     # that is not a power of two changes only the rounding.
     X, _, _ = make_mixture(600, 4, 3, noise=0.3, random_state=0)
     w = np.random.default_rng(0).integers(1, 4, len(X)).astype(float)

@@ -10,6 +10,7 @@ import os
 import signal
 import threading
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -493,6 +494,24 @@ def test_bad_input_at_predict(client, mixture):
         model.fit(
             da.from_array(X[:1000], chunks=(500, -1)), sample_weight=da.from_array(-np.ones(1000))
         )
+
+
+def test_dask_weights_refused_as_numpy_weights_are(mixture):
+    # Complex Dask weights were cast to their real part (NumPy's warning 48
+    # times, from Dask's chunks); weights of unknown chunk sizes got
+    # "sample_weight.shape == (nan,)".
+    X = mixture[0][:2000]
+    Xd = da.from_array(X, chunks=(500, -1))
+    w = da.from_array(np.ones(2000), chunks=500)
+    cases = [
+        (w.astype(complex), "Complex data not supported for sample_weight"),
+        (w[da.from_array(X[:, 0]) < np.inf], "sample_weight has unknown chunk sizes"),
+    ]
+    for weights, message in cases:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with pytest.raises(ValueError, match=message):
+                AttentionClustering(random_state=0).fit(Xd, sample_weight=weights)
 
 
 @pytest.mark.parametrize("method", ["fit", "predict", "score"])

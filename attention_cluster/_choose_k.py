@@ -24,7 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils import check_random_state
+from sklearn.utils import assert_all_finite, check_random_state
 
 from ._dynamics import SelfAttentionDynamics
 from ._passes import rows_from, unit_rows
@@ -168,6 +168,16 @@ def _as_given(block):
     return block
 
 
+def _unit_scaled(tokens):
+    """The tokens divided by the power of two of their largest absolute
+    entry (exact; the tokens themselves when they are all zero)."""
+    data = tokens.data if sp.issparse(tokens) else tokens
+    peak = float(np.max(np.abs(data), initial=0.0))
+    if peak == 0.0:
+        return tokens
+    return tokens * float(np.ldexp(1.0, -int(np.frexp(peak)[1])))
+
+
 def _centred(tokens):
     """The tokens minus their mean (dense), or None for sparse tokens whose
     dense copy would exceed ``_CENTRED_TOKENS_BYTES``."""
@@ -261,11 +271,23 @@ def count_clusters(
         raise ValueError(f"n_clusters_range must hold a K of at most n_samples={n}, got {ks!r}.")
     # A fit needs at least as many rows as clusters.
     ks = [k for k in ks if k <= n]
-    tokens = _tokens(rows, max_samples, check_random_state(random_state))
+    rng = check_random_state(random_state)
+    tokens = _tokens(rows, max_samples, rng)
+    # Dask rows are checked by their passes, of which this draw is the
+    # first: its rows, with the fit's message (the rest by the fit's first pass).
+    assert_all_finite(tokens.data if sp.issparse(tokens) else tokens, input_name="X")
+    # The dynamics, the mean's share and center="auto"'s rule read the
+    # tokens at a power of two near their largest entry (exactly the
+    # directions of the tokens as given, at any magnitude: their squares
+    # neither overflow nor underflow); the fits' labels read them as given.
+    scaled = _unit_scaled(tokens)
+    # A seed of the dynamics' own subsample (above 500 features it
+    # integrates fewer than max_samples tokens), never NumPy's global state.
+    seed = rng.randint(np.iinfo(np.int32).max)
 
     def counted(seen):
         dynamics = SelfAttentionDynamics(
-            beta=beta, min_cluster_size=min_cluster_size, n_threads=n_threads
+            beta=beta, min_cluster_size=min_cluster_size, n_threads=n_threads, random_state=seed
         )
         with deferred_warnings() as held:
             dynamics.fit(seen)
@@ -274,17 +296,17 @@ def count_clusters(
     given_centre = center is True or center is np.True_
     # With center="auto", the centred rows only where the mean may dominate.
     centred = (
-        _centred(tokens)
+        _centred(scaled)
         if given_centre
-        or (isinstance(center, str) and _mean_share(tokens) > DEFAULT_TUNING.share_to_retry)
+        or (isinstance(center, str) and _mean_share(scaled) > DEFAULT_TUNING.share_to_retry)
         else None
     )
-    seen, dynamics, held = counted(centred if given_centre and centred is not None else tokens)
+    seen, dynamics, held = counted(centred if given_centre and centred is not None else scaled)
     if not given_centre and centred is not None:
         # Counted again on the centred rows; kept if the fit at that count
         # would centre the rows.
         other = counted(centred)
-        if _mean_dominates(tokens, int(other[1].n_clusters_), DEFAULT_TUNING.center_ratio):
+        if _mean_dominates(scaled, int(other[1].n_clusters_), DEFAULT_TUNING.center_ratio):
             seen, dynamics, held = other
     if any(issubclass(category, ConvergenceWarning) for _, category in held):
         warn(

@@ -162,8 +162,9 @@ refinement's stages (65536 rows, fewer below 5.2e5 rows, then 16 times more
 while under a quarter of n: 2^20 rows from 4.2e6 rows on, 2^24 from 6.7e7,
 2^28 from 1.1e9), on the last of which the Newton steps' Jacobian is taken
 (math.md section 7). A fit with the EM refinement reads X once for the
-moments, the mean and the draw, once per E step on all rows, and once to
-count the labels' shares, which decide the lost clusters (`center="auto"`'s
+moments, the mean and the draw, once per E step on all rows, once per
+iteration of the exact solver when X has at most 4 x 16384 rows (the
+solver then runs on all of them), and once to count the labels' shares, which decide the lost clusters (`center="auto"`'s
 retry and its warning) as in memory (the verbose log numbers the reads),
 unless X is kept in the workers' memory
 (below). Rows drawn of at most 2^20 in all
@@ -192,6 +193,8 @@ each pass.
   up to rounding: the tests ask for 1e-7 (float64) and 1e-4 (float32),
   observed about 1e-13 with the default EM refinement and 1e-8 without it
   (where L-BFGS carries the rounding further), and the same labels.
+  `solver="psgd"` on more than 2^20 rows is the exception: on Dask it draws
+  its sequences from 2^20 rows (above), in memory from all rows.
 - **Lazy outputs.** `predict`, `transform`, `fit_predict`, `score_samples`
   and `predict_proba` return Dask arrays (`map_blocks`); `labels_` is a
   lazy Dask array too, as in dask-ml. `weights_` and the centres are
@@ -205,7 +208,9 @@ each pass.
   client (reduce the features first, `dask_ml.decomposition.PCA` or
   `TruncatedSVD`);
   NaN and infinity are found by the fit's first pass (which also finds the
-  largest entry), before the others, with scikit-learn's messages; in
+  largest entry), before the others, with scikit-learn's messages (with
+  `n_clusters="auto"` the first pass draws the dynamics' rows, which are
+  checked; the other rows at the next); in
   `predict` and `transform` a block with NaN raises when computed. A
   DataFrame's row count is computed once (`to_dask_array(lengths=True)`).
 - **Faults.** A worker that dies during a fit loses its blocks' results;

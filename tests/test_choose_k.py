@@ -14,6 +14,7 @@ from sklearn.datasets import make_blobs
 from attention_cluster import (
     AttentionClustering,
     SelfAttentionDynamics,
+    _dynamics,
     choose_n_clusters,
     plot_n_clusters_scores,
 )
@@ -469,3 +470,45 @@ def test_the_rule_that_centres_the_dynamics_rows():
     narrow = sp.csr_matrix(blobs)
     np.testing.assert_array_equal(_centred(narrow), _centred(blobs))
     assert _mean_dominates(narrow, 9, 10.0)
+
+
+@pytest.mark.parametrize("magnitude", [1e-170, 1e160])
+def test_auto_counts_at_any_magnitude(magnitude):
+    # The mean's share and center="auto"'s rule squared the tokens as given:
+    # 0 or NaN far from 1 (RuntimeWarnings from the package at 1e160), so
+    # rows with a common mean were counted as given: 2 for 3 clusters.
+    X = make_mixture(1500, 6, 3, noise=0.3, random_state=0)[0] + 3.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # center="auto" centres
+        want = AttentionClustering("auto", random_state=0).fit(X)
+        got = AttentionClustering("auto", random_state=0).fit(X * magnitude)
+    assert want.n_clusters_ == 3
+    assert got.n_clusters_scores_ == want.n_clusters_scores_
+    np.testing.assert_array_equal(got.labels_, want.labels_)
+
+
+def test_auto_leaves_numpys_global_state_alone(monkeypatch):
+    # Above its work limit the dynamics integrates a subsample, which it drew
+    # from NumPy's global generator: the scores depended on np.random.seed,
+    # and an integer random_state advanced it.
+    monkeypatch.setattr(_dynamics, "_AUTO_WORK", 600 * 600 * 8)
+    X = make_mixture(1200, 8, 3, noise=0.3, random_state=0)[0]
+    fits = []
+    for seed in (0, 1):
+        np.random.seed(seed)
+        before = np.random.get_state()[1].copy()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            fits.append(AttentionClustering("auto", random_state=0).fit(X))
+        np.testing.assert_array_equal(np.random.get_state()[1], before)
+    assert fits[0].n_clusters_scores_ == fits[1].n_clusters_scores_
+
+
+def test_auto_on_dask_refuses_nan_with_the_fits_message(mixture):
+    # The dynamics' rows were checked by SelfAttentionDynamics, whose message
+    # named it and advised HistGradientBoostingClassifier.
+    da = pytest.importorskip("dask.array")
+    X = mixture[0][:2000].copy()
+    X[::7, 1] = np.nan
+    with pytest.raises(ValueError, match=r"^Input X contains NaN\.$"):
+        AttentionClustering("auto", random_state=0).fit(da.from_array(X, chunks=(500, -1)))

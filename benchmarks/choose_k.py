@@ -579,7 +579,9 @@ def panel_section(payload):
         "minutes; GaussianMixture(full) where one component's covariance has more parameters "
         "than there are rows (d (d + 1) / 2 > n: its BIC then measures the regularisation). Times "
         "are of one process, every method run once on a small set before (no time holds Numba's "
-        "compilation, the subject of the cold-start page). In the comparisons with every peer "
+        "compilation, the subject of the cold-start page); the lowest bic and the lowest aic "
+        "share one fit at each K, timed in the bic row's time alone (the aic row's time is its "
+        "criterion's evaluation). In the comparisons with every peer "
         "below, a set a peer skipped counts as a miss.",
         "",
         "Two more criteria are rows of the table, measured and not adopted. "

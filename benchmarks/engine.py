@@ -336,23 +336,28 @@ def write_page(p, out=None):
         "",
         "## Paper's mixture, d = 10, K = 2",
         "",
-        "| n | sigma | default | KMeans | x KMeans (target) | x KMeans, 1 thread | one pass | passes | distance / floor | efficient limit | met |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| n | sigma | default | KMeans | x KMeans | x KMeans, 1 thread | x the faster (target) | one pass | passes | distance / floor | efficient limit | met |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in p["grid"]:
         s = r["seconds"]
-        ok = r["ratio_to_kmeans"] <= r["target_ratio"] and r["distance_over_floor"] <= 2.0
+        # Judged against the faster of KMeans' two configurations.
+        faster = max(r["ratio_to_kmeans"], r["ratio_to_kmeans_1thread"])
+        ok = faster <= r["target_ratio"] and r["distance_over_floor"] <= 2.0
         if r["n"] >= 1_000_000:
             ok = ok and r["one_pass_equivalents"] <= 15
         lines.append(
             f"| {r['n']:.0e} | {r['noise']} | {s['default'] * 1e3:.0f} ms | {s['kmeans'] * 1e3:.0f} ms | "
-            f"{r['ratio_to_kmeans']:.2f} (<= {r['target_ratio']}) | {r['ratio_to_kmeans_1thread']:.2f} | "
+            f"{r['ratio_to_kmeans']:.2f} | {r['ratio_to_kmeans_1thread']:.2f} | "
+            f"{faster:.2f} (<= {r['target_ratio']}) | "
             f"{s['one_pass'] * 1e3:.1f} ms | {r['one_pass_equivalents']:.1f} | "
             f"{r['distance_over_floor']:.2f} | {_limit(r)} | {verdict(ok)} |"
         )
     lines += [
         "",
-        "Targets: at most 0.5x KMeans at n = 1e5 and 0.2x at n = 1e6, at most 15",
+        "Targets: at most 0.5x KMeans at n = 1e5 and 0.2x at n = 1e6 (against the faster",
+        "of its two configurations: on this shared machine its default threads can be",
+        "the slower), at most 15",
         "one-pass equivalents at n = 1e6, distance within 2x of the floor.",
         "At sigma = 1 the clusters overlap: the model's maximum-likelihood",
         "centroids, which the EM refinement estimates, lose information against",

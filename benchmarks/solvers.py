@@ -170,32 +170,28 @@ def write_page(payload, out=None):
             big["full"] <= 2 * big["floor"],
         ),
     ]
+    # Against the faster of KMeans' two configurations (on a shared machine
+    # its default threads can be the slower).
     for noise, r in ((0.3, a), (1.0, b)):
-        ratio = r["seconds"]["full"] / r["seconds"]["kmeans"]
+        s = r["seconds"]
+        ratio = s["full"] / min(s["kmeans"], s["kmeans_1thread"])
         checks.append(
             (
-                f"sigma={noise}, n={n5:.0e}: full's warm fit time <= KMeans(n_init=1)",
-                f"{ratio:.2f}x KMeans",
-                ratio <= 1.0,
-            )
-        )
-    for noise, r in ((0.3, a), (1.0, b)):
-        ratio = r["seconds"]["full"] / r["seconds"]["kmeans_1thread"]
-        checks.append(
-            (
-                f"sigma={noise}, n={n5:.0e}: the same against KMeans on one thread (not a target)",
-                f"{ratio:.2f}x KMeans, 1 thread",
+                f"sigma={noise}, n={n5:.0e}: full's warm fit time <= KMeans(n_init=1), "
+                "the faster of its default threads and one thread",
+                f"{ratio:.2f}x KMeans ({s['full'] / s['kmeans']:.2f}x at its default threads)",
                 ratio <= 1.0,
             )
         )
     if (0.3, 1_000_000) in by:
         c = by[(0.3, 1_000_000)]["seconds"]
         fastest = min(c["psgd"], c["full"])
+        kmeans = min(c["kmeans"], c.get("kmeans_1thread", np.inf))
         checks.append(
             (
-                "n=1e6: faster solver <= half of KMeans",
-                f"{fastest / c['kmeans']:.2f}x KMeans",
-                fastest <= 0.5 * c["kmeans"],
+                "n=1e6: faster solver <= half of KMeans (the faster of its two)",
+                f"{fastest / kmeans:.2f}x KMeans",
+                fastest <= 0.5 * kmeans,
             )
         )
     lines += [f"| {t} | {m} | {verdict(ok)} |" for t, m, ok in checks]

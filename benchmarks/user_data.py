@@ -847,7 +847,7 @@ def _summary(p):
         f"{np.median(ratios):.1f}x); on the {L['n_documents']} x {L['n_features']} matrix "
         f"{L['seconds']['AttentionClustering'] / L['seconds']['KMeans']:.2f}x.",
         f"- **Embedding-like data**: ARI above KMeans' in {emb_better} of {len(emb)} settings, below in "
-        f"{emb_worse}; time {min(emb_ratios):.0f}x to {max(emb_ratios):.0f}x KMeans' (d = 384 is below the "
+        f"{emb_worse}; time {min(emb_ratios):.1f}x to {max(emb_ratios):.1f}x KMeans' (d = 384 is below the "
         "subspace switch: the spectrum comes from the d x d moment of all rows).",
         "- **Tabular data after StandardScaler**: ahead of the better of KMeans and "
         "GaussianMixture(spherical) on "

@@ -210,9 +210,10 @@ def check_dask_array(estimator, X, *, reset):
     feature, a numeric dtype
     (converted lazily to float64 unless float32), and the width against
     ``n_features_in_`` (recorded when ``reset``, with a DataFrame's string
-    column names as ``feature_names_in_``). NaN and infinity can only be
-    seen in the data: the first pass reports them (``DaskRows.scaled_second_moment``).
-    Returns a ``dask.array.Array``.
+    column names as ``feature_names_in_``). A DataFrame's row count is its
+    one computation (a pass over the index), after every other check.
+    NaN and infinity can only be seen in the data: the first pass reports
+    them (``DaskRows.scaled_second_moment``). Returns a ``dask.array.Array``.
     """
     import dask.array as da
 
@@ -225,20 +226,47 @@ def check_dask_array(estimator, X, *, reset):
         columns = list(X.columns)
         if columns and all(isinstance(c, str) for c in columns):
             names = np.asarray(columns, dtype=object)
-        # lengths=True counts the partitions' rows (a pass over the index).
+        # The columns' checks on the lazy array (rows of unknown count),
+        # then lengths=True counts the partitions' rows.
+        _check_dask_columns(estimator, X.to_dask_array(), names, reset=reset)
         X = X.to_dask_array(lengths=True)
     if not isinstance(X, da.Array):
         raise TypeError(
             f"{name} takes a dask.array.Array or a dask DataFrame, got {type(X).__name__}."
         )
-    if X.ndim != 2:
-        raise ValueError(f"Expected a 2D array, got a {X.ndim}D Dask array; reshape your data.")
-    if any(np.isnan(c) for c in (*X.chunks[0], *X.chunks[1])):
+    _check_dask_columns(estimator, X, names, reset=reset)
+    if any(np.isnan(c) for c in X.chunks[0]):
         raise ValueError("X has unknown chunk sizes; call X.compute_chunk_sizes() first.")
     if X.shape[0] == 0:
         raise ValueError(
             f"Found array with 0 sample(s) (shape={X.shape}) while a minimum of 1 is required."
         )
+    if X.dtype not in (np.float32, np.float64):
+        X = X.astype(np.float64)
+    if reset:
+        estimator.n_features_in_ = X.shape[1]
+        if names is None:
+            estimator.__dict__.pop("feature_names_in_", None)
+        else:
+            estimator.feature_names_in_ = names
+    else:
+        fitted = getattr(estimator, "feature_names_in_", None)
+        # scikit-learn's warnings (validate_data) when one side has names.
+        if names is None and fitted is not None:
+            warn(f"X does not have valid feature names, but {name} was fitted with feature names")
+        if names is not None and fitted is None:
+            warn(f"X has feature names, but {name} was fitted without feature names")
+    return X
+
+
+def _check_dask_columns(estimator, X, names, *, reset):
+    """The checks of :func:`check_dask_array` that the columns and the dtype
+    answer, whether the rows' count is known or not."""
+    name = type(estimator).__name__
+    if X.ndim != 2:
+        raise ValueError(f"Expected a 2D array, got a {X.ndim}D Dask array; reshape your data.")
+    if any(np.isnan(c) for c in X.chunks[1]):
+        raise ValueError("X has unknown chunk sizes; call X.compute_chunk_sizes() first.")
     if X.shape[1] == 0:
         raise ValueError(
             f"Found array with 0 feature(s) (shape={X.shape}) while a minimum of 1 is required."
@@ -258,15 +286,7 @@ def check_dask_array(estimator, X, *, reset):
         raise ValueError("Complex data not supported.")
     if not np.issubdtype(X.dtype, np.number) and X.dtype != bool:
         raise ValueError(f"dtype={X.dtype} is not a numeric dtype; X must hold numbers.")
-    if X.dtype not in (np.float32, np.float64):
-        X = X.astype(np.float64)
-    if reset:
-        estimator.n_features_in_ = X.shape[1]
-        if names is None:
-            estimator.__dict__.pop("feature_names_in_", None)
-        else:
-            estimator.feature_names_in_ = names
-    else:
+    if not reset:
         if X.shape[1] != estimator.n_features_in_:
             raise ValueError(
                 f"X has {X.shape[1]} features, but {name} is expecting "
@@ -275,12 +295,6 @@ def check_dask_array(estimator, X, *, reset):
         fitted = getattr(estimator, "feature_names_in_", None)
         if names is not None and fitted is not None and not np.array_equal(names, fitted):
             raise ValueError("The feature names should match those that were passed during fit.")
-        # scikit-learn's warnings (validate_data) when one side has names.
-        if names is None and fitted is not None:
-            warn(f"X does not have valid feature names, but {name} was fitted with feature names")
-        if names is not None and fitted is None:
-            warn(f"X has feature names, but {name} was fitted without feature names")
-    return X
 
 
 def check_dask_sample_weight(sample_weight, X):

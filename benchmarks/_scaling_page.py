@@ -212,7 +212,8 @@ each pass.
   `n_clusters="auto"` the first pass draws the dynamics' rows, which are
   checked; the other rows at the next); in
   `predict` and `transform` a block with NaN raises when computed. A
-  DataFrame's row count is computed once (`to_dask_array(lengths=True)`).
+  DataFrame's row count is computed once (`to_dask_array(lengths=True)`),
+  after its columns' checks (width, names, dtype: its metadata).
 - **Faults.** A worker that dies during a fit loses its blocks' results;
   Dask recomputes them and the fit is unchanged (tested by killing a worker
   process of a LocalCluster during a fit).

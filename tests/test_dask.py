@@ -424,6 +424,42 @@ def test_dataframe(client, mixture):
         unnamed.predict(frame)
 
 
+def test_dataframe_columns_are_checked_before_its_rows_are_counted(mixture):
+    # A DataFrame's width, names and dtype are in its metadata; they were
+    # checked after to_dask_array(lengths=True) had read every partition.
+    pd = pytest.importorskip("pandas")
+    from dask.callbacks import Callback
+
+    class Computations(Callback):
+        count = 0
+
+        def _start(self, dsk):
+            Computations.count += 1
+
+    X = mixture[0][:2000]
+    columns = [f"f{j}" for j in range(X.shape[1])]
+
+    def frame(data, names):
+        return dd.from_pandas(pd.DataFrame(data, columns=names), npartitions=4)
+
+    model = AttentionClustering(random_state=0).fit(frame(X, columns))
+    cases = [
+        (lambda: model.predict(frame(X[:, 1:], columns[1:])), "features, but AttentionClustering"),
+        (
+            lambda: model.predict(frame(X, [c.upper() for c in columns])),
+            "feature names should match",
+        ),
+        (
+            lambda: AttentionClustering().fit(frame(X, columns).assign(s="a")),
+            "not a numeric dtype",
+        ),
+    ]
+    for call, message in cases:
+        with Computations(), pytest.raises(ValueError, match=message):
+            call()
+    assert Computations.count == 0
+
+
 def _with(X, row, value):
     X = X[:2000].copy()
     X[row, 1] = value

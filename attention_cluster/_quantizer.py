@@ -38,8 +38,11 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         ``lambda K / L`` of the layer and, with ``temperature="auto"``, the
         split of the spectrum into signal and noise.
     temperature : "auto" or float, default="auto"
-        lambda. A number is applied to X as it is, so ``transform(c X) =
-        c^3 transform(X)``. ``"auto"`` makes the output unbiased for each
+        lambda. A number is applied to X as it is: with
+        ``attention="linear"``, ``transform(c X) = c^3 transform(X)``; with
+        ``"softmax"``, ``transform(c X)`` is ``c`` times ``transform(X)`` at
+        temperature ``c^2 lambda`` (the scores are quadratic in X, so the
+        weights change with c). ``"auto"`` makes the output unbiased for each
         token's centroid (Prop. 5.1) at any scale: the overall scale s and
         the noise sigma of the prompt are estimated from its second-moment
         spectrum (the mixture of :mathmd:`1` scaled by s), the

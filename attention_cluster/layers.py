@@ -26,6 +26,7 @@ they do so by blocks of rows (bounded memory) with the log-sum-exp shift, so
 """
 
 import numpy as np
+import scipy.sparse as sp
 
 from ._validation import check_count, check_matrix, check_temperature
 
@@ -43,6 +44,12 @@ _SCORE_BUDGET = 1 << 22
 
 def _check_prompts(X):
     """Validate one prompt (L, d) or a batch (n, L, d); return a 3-D view."""
+    if sp.issparse(X):
+        raise TypeError(
+            "The attention layer functions take dense prompts only, got a SciPy sparse "
+            "X: pass X.toarray() (InContextQuantizer, the in-context layer as an "
+            "estimator, accepts sparse X)."
+        )
     try:
         X = np.asarray(X)
     except ValueError:
@@ -124,6 +131,8 @@ def linear_attention(X, heads, *, temperature=1.0, n_clusters=None):
     ------
     ValueError
         If X or heads is empty, complex, not finite or of the wrong shape.
+    TypeError
+        If X is a SciPy sparse matrix or array (pass ``X.toarray()``).
     FloatingPointError
         If the output, or a product on the way to it, overflows.
 
@@ -178,6 +187,8 @@ def in_context_attention(X, *, temperature=1.0, n_clusters=2):
     ------
     ValueError
         If X is empty, complex, not finite or not 2-D or 3-D.
+    TypeError
+        If X is a SciPy sparse matrix or array (pass ``X.toarray()``).
     FloatingPointError
         If the output, or a product on the way to it, overflows.
 
@@ -258,6 +269,8 @@ def softmax_attention(X, heads, *, temperature=1.0):
     ------
     ValueError
         If X or heads is empty, complex, not finite or of the wrong shape.
+    TypeError
+        If X is a SciPy sparse matrix or array (pass ``X.toarray()``).
     FloatingPointError
         If the scores, or the product on the way to them, overflow.
 
@@ -305,6 +318,8 @@ def in_context_softmax_attention(X, *, temperature=1.0):
     ------
     ValueError
         If X is empty, complex, not finite or not 2-D or 3-D.
+    TypeError
+        If X is a SciPy sparse matrix or array (pass ``X.toarray()``).
     FloatingPointError
         If the scores, or the product on the way to them, overflow.
 

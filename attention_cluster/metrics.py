@@ -185,18 +185,37 @@ def class_means_distance(X, labels, centroids):
     labels = column_or_1d(labels)
     if labels.shape != (X.shape[0],):
         raise ValueError(f"labels must have one entry per row of X, got shape {labels.shape}.")
-    if labels.dtype.kind not in "iub" and not (
-        labels.dtype.kind == "f" and np.all(labels == np.floor(labels))
-    ):
+    if labels.dtype.kind not in "iubf":
         raise ValueError(f"labels must be integers in 0 .. {K - 1}, got dtype {labels.dtype}.")
-    counts = np.bincount(labels.astype(np.intp), minlength=K) if labels.min() >= 0 else None
-    if counts is None or len(counts) > K:
-        raise ValueError(f"labels must be in 0 .. {K - 1} (one per centroid).")
+    if labels.dtype.kind == "f":
+        whole = np.isfinite(labels) & (labels == np.floor(labels))
+        if not np.all(whole):
+            raise ValueError(
+                f"labels must be integers in 0 .. {K - 1}, got {labels[~whole][0].item()!r}."
+            )
+    # In range before the cast to intp, which would wrap 1e20 to a negative.
+    outside = (labels < 0) | (labels >= K)
+    if np.any(outside):
+        raise ValueError(
+            f"labels must be in 0 .. {K - 1} (one per centroid), got {labels[outside][0].item()!r}."
+        )
+    labels = labels.astype(np.intp)
+    counts = np.bincount(labels, minlength=K)
     if np.any(counts == 0):
         raise ValueError(
             f"Every class needs a row: no row has the labels {np.flatnonzero(counts == 0).tolist()}."
         )
-    means = np.array([X[labels == c].mean(axis=0) for c in range(K)])
+    # The rows at the scale of X's largest entry (a power of two: exact), so
+    # that no sum overflows, and each mean divided by its own largest entry,
+    # so that no square in its norm overflows or underflows.
+    unit = weight_unit(np.max(np.abs(X)))
+    means = np.empty((K, X.shape[1]))
+    for c in range(K):
+        rows = X[labels == c]  # a copy: scaled in place
+        rows /= unit
+        means[c] = rows.mean(axis=0)
+    peaks = np.max(np.abs(means), axis=1, keepdims=True)
+    means /= np.where(peaks > 0, peaks, 1.0)
     norms = np.linalg.norm(means, axis=1, keepdims=True)
     return centroid_distance(means / np.where(norms > 0, norms, 1.0), centroids)
 
@@ -238,6 +257,10 @@ def _error_independent(gap, scale_c, scale_others):
 # orthonormal heads rounded to float32 (off-diagonal about 1e-8) stay on the
 # independent path, a thousand times faster.
 _INDEPENDENT = 1e-6
+
+# Standardised margin beyond which an error is below float64's range:
+# Phi(-40) = 3.7e-350.
+_BEYOND = 40.0
 
 
 def bayes_error(centroids, noise, weights=None, heads=None):
@@ -315,6 +338,16 @@ def bayes_error(centroids, noise, weights=None, heads=None):
     sigma = check_noise(noise, scalar=True)
     if K == 1:
         return 0.0
+    # The error depends on the centroids and sigma through their ratio, and on
+    # the heads through their directions: divided by powers of two (exact),
+    # the centroids and sigma at most 1 and the heads' largest entry in
+    # [0.5, 1), no product below over- or underflows. A positive sigma stays
+    # positive (its ratio to the centroids beyond float64's range).
+    heads = heads / weight_unit(np.max(np.abs(heads)))
+    unit = weight_unit(max(np.max(np.abs(centroids)), sigma))
+    centroids = centroids / unit
+    if sigma > 0:
+        sigma = max(sigma / unit, np.finfo(np.float64).smallest_subnormal)
     scores = centroids @ heads.T  # scores[c, j] = <mu*_c, mu_j>
     gram = heads @ heads.T
     errors = np.empty(K)
@@ -330,8 +363,22 @@ def bayes_error(centroids, noise, weights=None, heads=None):
             continue
         keep = sd > 0.0  # a zero-variance difference with gap > 0 always holds
         gap, cov, sd = gap[keep], cov[np.ix_(keep, keep)], sd[keep]
+        with np.errstate(over="ignore"):  # a ratio beyond float64: infinite
+            z = gap / sd / sigma  # the differences' means in standard deviations
+        # The rule errs on a difference beyond _BEYOND standard deviations with
+        # probability below Phi(-_BEYOND), under float64's smallest number: a
+        # negative one makes the error 1, positive ones leave the union of the
+        # others' (the quadrature would not see them either).
+        if np.any(z < -_BEYOND):
+            errors[c] = 1.0
+            continue
+        near = z <= _BEYOND
+        if not np.any(near):
+            errors[c] = 0.0
+            continue
+        gap, cov, sd, z = gap[near], cov[np.ix_(near, near)], sd[near], z[near]
         if gap.size == 1:
-            errors[c] = special.ndtr(-gap[0] / (sigma * sd[0]))
+            errors[c] = special.ndtr(-z[0])
         elif np.allclose(gram, gram[0, 0] * np.eye(K), atol=_INDEPENDENT * gram[0, 0]):
             scale = np.sqrt(gram[0, 0]) * sigma
             errors[c] = _error_independent(gap, scale, np.full(gap.size, scale))
@@ -339,7 +386,7 @@ def bayes_error(centroids, noise, weights=None, heads=None):
             corr = cov / np.outer(sd, sd)
             correct = stats.multivariate_normal(
                 mean=np.zeros(gap.size), cov=corr, allow_singular=True
-            ).cdf(gap / (sigma * sd), rng=np.random.default_rng(0))
+            ).cdf(z, rng=np.random.default_rng(0))
             errors[c] = 1.0 - correct
     return float(weights @ errors)
 
@@ -445,6 +492,12 @@ def information_limit(centroids, noise, n_samples, weights=None, n_draws=1_000_0
     pi = check_weights(weights, K)
     if np.any(pi <= 0):
         raise ValueError("weights must all be positive.")
+    # D_eff and D_floor depend on the centroids and sigma through sigma / r
+    # only (the directions are unit vectors; D_floor = (d - 1) sigma^2 /
+    # (n pi_k r^2)): at the scale of the centroids' largest entry (a power of
+    # two: exact) no norm or square below over- or underflows.
+    unit = weight_unit(np.max(np.abs(centroids)))
+    centroids, sigma = centroids / unit, sigma / unit
     norms = np.linalg.norm(centroids, axis=1)
     r = float(norms[0])
     if not r > 0 or not np.allclose(norms, r, rtol=1e-8, atol=0.0):
@@ -542,8 +595,14 @@ def spectral_visibility(centroids, noise, n_samples, weights=None):
     n = check_count(n_samples, "n_samples")
     pi = check_weights(weights, K)
     # The signal's non-zero eigenvalues are those of the K x K matrix
-    # sqrt(pi) C C^T sqrt(pi) (same non-zero spectrum as C^T diag(pi) C).
-    root = np.sqrt(pi)[:, None] * centroids
-    signal = np.linalg.eigvalsh(root @ root.T)[::-1][: min(K, d)]
-    with np.errstate(over="ignore", divide="ignore"):  # sigma^2 below float64's range: infinite
-        return np.clip(signal, 0.0, None) / (sigma * sigma * np.sqrt(d / n))
+    # sqrt(pi) C C^T sqrt(pi) (same non-zero spectrum as C^T diag(pi) C),
+    # computed at the scale of the centroids' largest entry (a power of two:
+    # exact) so that no product overflows or underflows; the scale comes
+    # back in (unit / sigma)^2.
+    unit = weight_unit(np.max(np.abs(centroids)))
+    root = np.sqrt(pi)[:, None] * (centroids / unit)
+    signal = np.clip(np.linalg.eigvalsh(root @ root.T)[::-1][: min(K, d)], 0.0, None)
+    with np.errstate(over="ignore", invalid="ignore"):  # beyond float64's range: infinite
+        ratio = unit / sigma
+        visibility = signal / np.sqrt(d / n) * ratio * ratio
+    return np.where(signal > 0, visibility, 0.0)

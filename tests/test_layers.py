@@ -4,6 +4,7 @@ import warnings
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -201,6 +202,15 @@ def test_linear_layers_are_cubic_at_fixed_temperature(X, c, name):
     _close(layer(c * X, heads, 0.8), c**3 * layer(X, heads, 0.8))
 
 
+@given(X=prompts, c=st.floats(0.1, 10.0), name=st.sampled_from(["softmax", "in_context_softmax"]))
+def test_softmax_layers_take_a_scale_of_x_as_a_temperature(X, c, name):
+    # The scores are quadratic in X: T_lambda(c X) = c T_{c^2 lambda}(X), not
+    # c^3 T(X) (InContextQuantizer's docstring states both cases).
+    layer, _ = LAYERS[name]
+    heads = np.eye(X.shape[-1])[:1]
+    _close(layer(c * X, heads, 0.8), c * layer(X, heads, 0.8 * c * c))
+
+
 @given(X=prompts, name=st.sampled_from(["softmax", "in_context_softmax"]))
 def test_softmax_outputs_are_convex_combinations_of_tokens(X, name):
     layer, _ = LAYERS[name]
@@ -245,6 +255,19 @@ def test_bad_prompts_raise(name, X, match):
     layer, _ = LAYERS[name]
     with pytest.raises(ValueError, match=match):
         layer(X, np.ones((1, 3)), 1.0)
+
+
+@pytest.mark.parametrize("name", list(LAYERS))
+@pytest.mark.parametrize(
+    "kind",
+    [sp.csr_matrix, sp.csc_array, sp.coo_matrix],
+    ids=["csr_matrix", "csc_array", "coo_matrix"],
+)
+def test_sparse_prompts_raise_and_say_to_densify(name, kind):
+    # Read as a 0-d object array: "X must be a real numeric array, got dtype object".
+    layer, _ = LAYERS[name]
+    with pytest.raises(TypeError, match=r"dense prompts only.*X\.toarray\(\)"):
+        layer(kind(np.eye(3)), np.ones((1, 3)), 1.0)
 
 
 @pytest.mark.parametrize("temperature", [0.0, -1.0, np.inf, np.nan, True, np.True_, "auto", "1"])

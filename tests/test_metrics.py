@@ -11,7 +11,7 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from scipy.stats import norm
@@ -334,15 +334,31 @@ def test_centroid_distance_is_the_sum_of_the_matched_squared_differences(global_
         (None, "short", "one entry per row of X"),
         (None, "one class", r"no row has the labels \[1\]"),
         (None, "halves", "labels must be integers"),
+        (None, "infinite", r"labels must be integers in 0 \.\. 1, got inf"),
+        (None, "huge", r"labels must be in 0 \.\. 1 \(one per centroid\), got 1e\+20"),
+        (None, "negative", r"labels must be in 0 \.\. 1 \(one per centroid\), got -1"),
         ("wide", None, "X has 3 features and centroids 5"),
         ("inf", None, "infinity"),
         ("complex", None, "Complex data not supported"),
     ],
-    ids=["out-of-range", "short", "empty-class", "non-integer", "width", "inf", "complex"],
+    ids=[
+        "out-of-range",
+        "short",
+        "empty-class",
+        "non-integer",
+        "infinite-label",
+        "huge-label",
+        "negative-label",
+        "width",
+        "inf",
+        "complex",
+    ],
 )
 def test_class_means_distance_refuses_labels_and_rows_it_cannot_average(X, labels, match):
     # A label outside the range dropped its rows silently; an empty class gave
-    # "Mean of empty slice" and an error about an argument it does not take.
+    # "Mean of empty slice" and an error about an argument it does not take;
+    # labels of inf or 1e20 passed as integers, then failed in the cast to
+    # intp with a warning and a NumPy error about a "'list' argument".
     X0, y, C = make_mixture(200, 5, 2, noise=0.3, random_state=0)
     rows = {
         None: X0,
@@ -356,6 +372,9 @@ def test_class_means_distance_refuses_labels_and_rows_it_cannot_average(X, label
         "short": y[:-1],
         "one class": np.zeros_like(y),
         "halves": y + 0.5,
+        "infinite": np.where(np.arange(200) == 3, np.inf, y),
+        "huge": np.where(np.arange(200) == 3, 1e20, y),
+        "negative": np.where(np.arange(200) == 3, -1, y),
     }[labels]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -506,3 +525,130 @@ def test_spectral_visibility_rejects_what_it_cannot_measure(kwargs, message):
     args = {"centroids": np.eye(2), "noise": 0.5, "n_samples": 100, **kwargs}
     with pytest.raises(ValueError, match=message):
         spectral_visibility(**args)
+
+
+# ---------------------------------------------------------------------------
+# Magnitude: every metric is a function of ratios of its arguments, so
+# scaling them together changes nothing at any magnitude of float64 (the
+# products on the way overflowed or underflowed from about 1e154 and 1e-154).
+
+# Three clusters with unequal weights: orthonormal centroids (the independent
+# path of bayes_error), the same with estimated heads (the orthant path), and
+# two clusters (the closed form).
+_BAYES_CASES = {
+    "independent": (np.eye(3, 5), None, [0.5, 0.3, 0.2]),
+    "correlated": (np.eye(3, 5), "perturbed", [0.5, 0.3, 0.2]),
+    "two-clusters": (np.eye(2), None, None),
+}
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    case=st.sampled_from(list(_BAYES_CASES)),
+    centroid_exponent=st.integers(-300, 300),
+    head_exponent=st.integers(-300, 300),
+)
+@example(case="two-clusters", centroid_exponent=160, head_exponent=0)
+@example(case="independent", centroid_exponent=-170, head_exponent=0)
+@example(case="correlated", centroid_exponent=0, head_exponent=-170)
+@example(case="correlated", centroid_exponent=160, head_exponent=160)
+def test_bayes_error_ignores_the_scale_of_centroids_with_noise_and_of_heads(
+    case, centroid_exponent, head_exponent
+):
+    # math.md section 5: the error depends on <mu*_c, kappa> / sigma and on
+    # the heads' directions only. At 1e-170 it was 1.0, at 1e160 NaN or a
+    # SciPy error, heads at 1e-170 raised "zero-size array".
+    C, heads, weights = _BAYES_CASES[case]
+    if heads is not None:
+        heads = C + 0.3 * np.random.default_rng(0).standard_normal(C.shape)
+    base = bayes_error(C, 0.5, weights, heads)
+    c, h = 10.0**centroid_exponent, 10.0**head_exponent
+    scaled = bayes_error(c * C, 0.5 * c, weights, None if heads is None else h * heads)
+    assert scaled == pytest.approx(base, rel=1e-8)
+
+
+@pytest.mark.parametrize("K", [2, 3])
+@pytest.mark.parametrize("sigma", [1e-30, 1e-300, 5e-324])
+def test_bayes_error_at_a_noise_below_float64s_range_is_the_noiseless_error(K, sigma):
+    # Margins of 1e300 standard deviations and more (the quadrature's points
+    # overflowed): the error is that of sigma = 0, ties aside. 0 for the
+    # centroids as heads, 1 / K with one head turned away, and for perturbed
+    # heads what they get wrong without noise (at K = 3 one cluster, by a
+    # margin of 4e-4).
+    C = 1e300 * np.eye(K, K + 2)
+    assert bayes_error(C, sigma) == 0.0
+    away = np.eye(K, K + 2) * np.r_[np.ones(K - 1), -1.0][:, None]
+    assert bayes_error(C, sigma, heads=away) == pytest.approx(1 / K, rel=1e-15)
+    heads = np.eye(K, K + 2) + 0.6 * np.random.default_rng(K).standard_normal((K, K + 2))
+    assert bayes_error(C, sigma, heads=heads) == bayes_error(C, 0.0, heads=heads)
+
+
+@settings(max_examples=20, deadline=None)
+@given(exponent=st.integers(-300, 307))
+@example(exponent=160)
+@example(exponent=-300)
+@example(exponent=307)
+def test_class_means_distance_ignores_the_scale_of_x(exponent):
+    # The norms of the class means overflowed from 1e154 (distance 2) and
+    # underflowed below 1e-154; at 1e307 the sums of the rows overflowed.
+    X, y, C = make_mixture(2000, 10, 2, noise=0.3, random_state=0)
+    base = class_means_distance(X, y, C)
+    assert class_means_distance(X * 10.0**exponent, y, C) == pytest.approx(base, rel=1e-9)
+
+
+@settings(max_examples=20, deadline=None)
+@given(exponent=st.integers(-300, 300), K=st.integers(1, 4), seed=st.integers(0, 2**16))
+@example(exponent=160, K=2, seed=0)
+@example(exponent=-200, K=2, seed=0)
+def test_spectral_visibility_ignores_the_scale_of_centroids_with_noise(exponent, K, seed):
+    # NaN from 1e154 (the signal's products overflowed).
+    rng = np.random.default_rng(seed)
+    C, weights = rng.standard_normal((K, 5)), rng.dirichlet(np.ones(K))
+    base = spectral_visibility(C, 0.7, 300, weights)
+    c = 10.0**exponent
+    scaled = spectral_visibility(c * C, 0.7 * c, 300, weights)
+    np.testing.assert_allclose(scaled, base, rtol=1e-8, atol=1e-12 * base[0])
+
+
+def test_spectral_visibility_of_a_missing_direction_is_zero_at_any_noise():
+    # A zero eigenvalue of the signal over a noise of 5e-324 is 0, not 0 / 0.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        visible = spectral_visibility(np.eye(2)[[0, 0]], 5e-324, 10)
+    np.testing.assert_array_equal(visible, [np.inf, 0.0])
+
+
+@pytest.mark.parametrize("exponent", [-1000, -600, 600, 1000])
+def test_information_limit_ignores_the_scale_of_centroids_with_noise(exponent):
+    # Both limits depend on sigma / r only (D_floor = (d - 1) sigma^2 /
+    # (n pi_k r^2); the directions are unit vectors). r = 1e-200 was refused
+    # as "not of a common norm", r = 1e200 ran the Monte Carlo into a
+    # LinAlgError. Scaled by a power of two, the draws are the same numbers
+    # scaled: the limits are equal to the last bit.
+    C, weights = np.eye(4)[:2], [0.3, 0.7]
+    base = information_limit(C, 0.8, 100, weights, n_draws=5000)
+    c = 2.0**exponent
+    assert information_limit(c * C, 0.8 * c, 100, weights, n_draws=5000) == base
+
+
+@pytest.mark.parametrize("scale", [1e-200, 1e200])
+def test_information_limit_at_extreme_centroid_norms(scale):
+    C = np.eye(10)[:2]
+    base = information_limit(C, 1.0, 1000, n_draws=20_000)
+    np.testing.assert_allclose(
+        information_limit(C * scale, scale, 1000, n_draws=20_000), base, rtol=1e-9
+    )
+
+
+def test_centroid_distance_near_float64s_largest_is_exact_or_infinite():
+    # Entries of 1e308 (above 2^1023) gave NaN; a distance beyond float64's
+    # range is infinite, without a warning.
+    C = np.array([[1e308, 0.0], [0.0, 1e308]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert centroid_distance(C, C) == 0.0
+        assert centroid_distance(-C[::-1], C) == 0.0
+        assert centroid_distance(C, 0.5 * C) == np.inf
+        perm, signs, cost = match_centroids(-C[::-1], 0.999 * C)
+    assert perm.tolist() == [1, 0] and signs.tolist() == [-1.0, -1.0]
+    np.testing.assert_array_equal(cost, [np.inf, np.inf])  # (1e305)^2 each

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import logsumexp, softmax
 
+from ._validation import as_numbers
+
 __all__ = ["SphericalMixture", "MIN_VARIANCE"]
 
 # Smallest variance tau^2, relative to the mean squared norm per feature of the
@@ -32,6 +34,9 @@ __all__ = ["SphericalMixture", "MIN_VARIANCE"]
 # and its density stays finite at this floor. The EM refinement floors its
 # iterates at the same value (attention_cluster._mixture).
 MIN_VARIANCE = 1e-12
+
+# Tolerance of the unit norms of the centers and of the weights' sum.
+_RTOL = 1e-6
 
 
 @dataclass(frozen=True, eq=False)
@@ -60,9 +65,11 @@ class SphericalMixture:
     Raises
     ------
     ValueError
-        If the shapes disagree, a parameter is not finite (but a log weight
-        of -inf), ``variance`` or ``scale`` is not positive, or no component
-        has a positive weight.
+        If a parameter is not real numbers or the shapes disagree, a
+        parameter is not finite (but a log weight of -inf), ``variance`` or
+        ``scale`` is not positive, no component has a positive weight, the
+        weights do not sum to one or the centers are not unit vectors (to
+        1e-6: the formulas assume both).
 
     Notes
     -----
@@ -78,7 +85,14 @@ class SphericalMixture:
     scale: float
 
     def __post_init__(self):
-        centers = np.asarray(self.centers)
+        # Real float64 arrays (a frozen dataclass: set through object.__setattr__).
+        for name in ("centers", "radii", "log_weights", "offset", "variance", "scale"):
+            value = getattr(self, name)
+            if np.iscomplexobj(value) or as_numbers(value) is None:
+                raise ValueError(f"{name} must be real numbers, got {value!r}.")
+            value = as_numbers(value)
+            object.__setattr__(self, name, float(value) if value.ndim == 0 else value)
+        centers = self.centers
         if centers.ndim != 2 or centers.shape[0] == 0:
             raise ValueError(
                 f"centers must have shape (n_clusters, n_features), got {centers.shape}."
@@ -97,13 +111,20 @@ class SphericalMixture:
                 raise ValueError(
                     f"{name} must be one positive number, got {getattr(self, name)!r}."
                 )
-        log_weights = np.asarray(self.log_weights, dtype=np.float64)
+        log_weights = self.log_weights
         if np.any(np.isnan(log_weights) | (log_weights == np.inf)) or not np.any(
             np.isfinite(log_weights)
         ):
             raise ValueError(
                 "log_weights must be finite or -inf (an empty component), with one finite at least."
             )
+        if abs(float(logsumexp(log_weights))) > _RTOL:
+            raise ValueError(
+                f"the weights exp(log_weights) must sum to one, got {np.exp(logsumexp(log_weights))!r}."
+            )
+        norms = np.linalg.norm(centers, axis=1)
+        if not np.allclose(norms, 1.0, rtol=0.0, atol=_RTOL):
+            raise ValueError(f"centers must be unit vectors (rows), got norms {norms}.")
 
     @classmethod
     def from_heads(cls, heads, radii, variance, log_weights, mean_sq, offset, scale):
@@ -135,7 +156,8 @@ class SphericalMixture:
     def covariances(self):
         """``(s tau)^2`` for each component (spherical); infinite where it overflows."""
         with np.errstate(over="ignore"):
-            return np.full(len(self.radii), np.float64(self.scale) ** 2 * self.variance)
+            # s (s tau^2): s^2 alone may overflow where the product does not.
+            return np.full(len(self.radii), self.scale * (self.scale * self.variance))
 
     @property
     def concentration(self):
@@ -169,7 +191,11 @@ class SphericalMixture:
         return np.argmax(self.logits(P), axis=1)
 
     def posteriors(self, P):
-        """``softmax_k(a_ik)``; each row sums to one.
+        """``softmax_k(a_ik)``; each row whose logits are finite sums to one.
+
+        Rows beyond float64's range at unit scale have infinite logits; the
+        estimator's :meth:`~attention_cluster.AttentionClustering.predict_proba`
+        gives them the posterior's limit from the rows themselves.
 
         Parameters
         ----------

@@ -156,8 +156,16 @@ def make_mixture(
     rng = check_random_state(random_state)
     centroids, weights = _resolve_mixture(n_clusters, n_features, centroids, weights, rng)
     labels = rng.choice(n_clusters, size=n_samples, p=weights)
-    X = centroids[labels] + noise * rng.standard_normal((n_samples, n_features))
+    with np.errstate(over="ignore", invalid="ignore"):
+        X = centroids[labels] + noise * rng.standard_normal((n_samples, n_features))
+    _check_finite_rows(X, noise)
     return X, labels, centroids
+
+
+def _check_finite_rows(X, noise):
+    """Refuse rows that a finite noise put beyond float64's range."""
+    if not np.all(np.isfinite(X)):
+        raise ValueError(f"noise={noise!r} puts the rows beyond float64's range.")
 
 
 def make_sequences(
@@ -268,7 +276,9 @@ def make_prompts(
     )
     labels = rng.randint(n_clusters, size=(n_prompts, sequence_length))
     X = np.take_along_axis(centroids, labels[..., None], axis=1)
-    X += noise * rng.standard_normal(X.shape)
+    with np.errstate(over="ignore", invalid="ignore"):
+        X += noise * rng.standard_normal(X.shape)
+    _check_finite_rows(X, noise)
     return X, labels, centroids
 
 

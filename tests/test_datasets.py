@@ -310,9 +310,18 @@ def test_embeddings_are_unit_rows_at_any_magnitude(noise, offset):
     np.testing.assert_allclose(np.linalg.norm(centers, axis=1), 1.0, rtol=1e-12)
 
 
-def test_embeddings_refuse_rows_beyond_float64():
+@pytest.mark.parametrize("make", ["mixture", "sequences", "prompts", "embeddings"])
+def test_generators_refuse_rows_beyond_float64(make):
+    # make_mixture, make_sequences and make_prompts returned infinite rows
+    # (with the package's RuntimeWarning) for a finite noise of 1e308.
+    generate = {
+        "mixture": lambda: make_mixture(200, 8, 3, noise=1e308, random_state=0),
+        "sequences": lambda: make_sequences(4, 50, 8, 3, noise=1e308, random_state=0),
+        "prompts": lambda: make_prompts(4, 50, 8, 3, noise=1e308, random_state=0),
+        "embeddings": lambda: make_embeddings(200, 8, 3, noise=1e308, random_state=0),
+    }[make]
     with pytest.raises(ValueError, match="beyond float64's range"):
-        make_embeddings(200, 8, 3, noise=1e308, random_state=0)
+        generate()
 
 
 def test_given_centroids_are_copied_and_may_be_integers():

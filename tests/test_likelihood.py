@@ -190,12 +190,18 @@ def _mixture_arguments(fitted):
         ({"centers": np.ones(5)}, "centers must have shape"),
         ({"log_weights": np.full(3, -np.inf)}, "one finite at least"),
         ({"log_weights": np.array([0.0, np.nan, 0.0])}, "log_weights must be finite or -inf"),
+        ({"log_weights": np.zeros(3)}, "must sum to one"),
+        ({"centers": 3.0 * np.eye(3, 5)}, "centers must be unit vectors"),
+        ({"radii": np.ones(3) + 1j}, "radii must be real numbers"),
+        ({"variance": "0.1"}, "variance must be real numbers"),
     ],
     ids=lambda v: str(v)[:30],
 )
 def test_mixture_of_invalid_parameters_raises(fitted, change, match):
     # Its methods would return NaN (a negative or NaN variance, no component
-    # of positive weight) or broadcast arrays of other shapes.
+    # of positive weight), broadcast arrays of other shapes, complex numbers,
+    # or a density that is not one (weights not summing to one, centers
+    # whose norm the formulas take as 1: 13.30 for the density's -5.70).
     with pytest.raises(ValueError, match=match):
         SphericalMixture(**{**_mixture_arguments(fitted), **change})
 
@@ -209,3 +215,11 @@ def test_mixture_compares_and_hashes_by_identity(fitted):
 def test_mixture_covariance_of_a_python_float_scale_overflows_to_infinity(fitted):
     mixture = SphericalMixture(**{**_mixture_arguments(fitted), "scale": 1e200})
     assert np.all(mixture.covariances == np.inf)
+
+
+def test_mixture_covariance_is_finite_where_it_fits_in_float64(fitted):
+    # (s tau)^2 was s^2 tau^2, and s^2 overflowed alone: 1e155 tight clusters
+    # gave infinite covariances where they are about 1e304.
+    arguments = _mixture_arguments(fitted)
+    mixture = SphericalMixture(**{**arguments, "scale": 1e155, "variance": 1e-6})
+    np.testing.assert_allclose(mixture.covariances, 1e304, rtol=1e-12)

@@ -2238,6 +2238,33 @@ def _row_reduce(ufunc, values, indptr):
     return out
 
 
+def _sparse_centred_squares(Y, m):
+    """``||y_i - m||^2`` of CSR rows without densifying them.
+
+    The stored entries' ``(y_j - m_j)^2``, plus ``sum_j m_j^2`` over the
+    row's other columns: ``||m||^2`` less the stored columns' share, a
+    difference that cancels only where the stored columns hold most of
+    ``||m||^2``; there it is summed over the other columns directly (a mask
+    of the row's columns, in blocks of rows).
+    """
+    squares = m * m
+    diff = Y.data - m[Y.indices]
+    stored = _row_reduce(np.add, diff * diff, Y.indptr)
+    held = _row_reduce(np.add, squares[Y.indices], Y.indptr)
+    total = float(np.sum(squares))
+    rest = total - held
+    heavy = np.flatnonzero(held > 0.5 * total)
+    d = Y.shape[1]
+    step = max(1, _CHUNK_BYTES // max(d, 1))
+    for lo in range(0, len(heavy), step):
+        rows = heavy[lo : lo + step]
+        block = Y[rows]
+        other = np.ones((len(rows), d), dtype=bool)
+        other[np.repeat(np.arange(len(rows)), np.diff(block.indptr)), block.indices] = False
+        rest[rows] = other @ squares
+    return stored + rest
+
+
 def unit_terms(rows, centers, offset, scale):
     """``P = Y C^T`` and ``q_i = ||y_i||^2`` (float64) of the rows ``y = (x - offset) / scale``.
 
@@ -2247,8 +2274,10 @@ def unit_terms(rows, centers, offset, scale):
     the power of two ``2^e`` nearest ``scale`` (exact), so that nothing is
     squared at the data's magnitude: no overflow or underflow for finite
     rows of any magnitude near ``scale``. Dense rows are centred before the
-    products; sparse rows are not densified, and their ``q`` is expanded as
-    ``||x||^2 - 2 <x, m> + ||m||^2`` at unit scale.
+    products; sparse rows are not densified: their ``q`` is the sum of
+    ``(x_j - m_j)^2`` over the row's stored entries and of ``m_j^2`` over
+    its other columns (:func:`_sparse_centred_squares`), with no
+    ``||x||^2 - 2 <x, m> + ||m||^2`` to cancel far from the origin.
     """
     C = np.asarray(centers, dtype=np.float64)
     f, e = np.frexp(float(scale))
@@ -2258,14 +2287,10 @@ def unit_terms(rows, centers, offset, scale):
         Y.data = np.ldexp(Y.data, -e)
         P = np.asarray(Y @ C.T) - m @ C.T
         # Rows beyond about 1e154 times the scale square to inf, as the dense
-        # rows' terms do (inf - inf, when <x, m> overflows too, is inf).
+        # rows' terms do.
         with np.errstate(over="ignore", invalid="ignore"):
-            q = (
-                _row_reduce(np.add, Y.data * Y.data, Y.indptr)
-                - 2.0 * np.asarray(Y @ m).ravel()
-                + m @ m
-            )
-        q = np.where(np.isnan(q), np.inf, np.maximum(q, 0.0))
+            q = _sparse_centred_squares(Y, m)
+        q = np.where(np.isnan(q), np.inf, q)
     else:
         # One float64 copy of the block, scaled and centred in place (the
         # same numbers as ldexp(x) - m: a power of two is exact).

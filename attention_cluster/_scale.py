@@ -214,9 +214,9 @@ def principal_basis(
     return Q @ _ritz_vectors(Q, rows.moment_action(Q))
 
 
-# Below this ratio of the smallest to the largest diagonal entry of the
-# Cholesky factor (about 1 / cond(A)), orthonormal takes Householder's QR.
-_CHOLESKY_QR_MIN_RATIO = 1e-6
+# Above this condition number of the Cholesky factor (cond(A)), orthonormal
+# takes Householder's QR.
+_CHOLESKY_QR_MAX_COND = 1e6
 
 
 def orthonormal(A):
@@ -228,7 +228,7 @@ def orthonormal(A):
     about ``1e8``. Two products with A, where Householder's QR of a tall,
     thin matrix is several times slower. Householder's QR
     (``np.linalg.qr``) when A's columns are closer to dependent
-    (``_CHOLESKY_QR_MIN_RATIO``).
+    (``_CHOLESKY_QR_MAX_COND``).
     """
     Q = A
     for _ in range(2):
@@ -236,8 +236,9 @@ def orthonormal(A):
             L = np.linalg.cholesky(Q.T @ Q)
         except np.linalg.LinAlgError:
             return np.linalg.qr(A)[0]
-        diagonal = np.diag(L)
-        if not diagonal.min() > _CHOLESKY_QR_MIN_RATIO * diagonal.max():
+        # cond(L) = cond(A), from the r x r factor (its diagonal's ratio can
+        # be far from it: 1.4e-12 from orthonormal at cond(A) = 1e12).
+        if not np.linalg.cond(L) < _CHOLESKY_QR_MAX_COND:
             return np.linalg.qr(A)[0]
         Q = scipy.linalg.solve_triangular(L, Q.T, lower=True, check_finite=False).T
     return Q

@@ -540,9 +540,9 @@ def test_halves_are_the_even_and_odd_rows_as_the_passes_see_them(kind, global_ra
     seed=st.integers(0, 2**32 - 1),
 )
 def test_unit_terms_of_sparse_rows_are_those_of_the_dense_rows(n, d, density, magnitude, seed):
-    # The sparse block's q, expanded from ||x||^2 (row sums of the stored
-    # squares, empty rows included) and <x, m>, and its products equal the
-    # dense block's, at any magnitude near the scale.
+    # The sparse block's q (the stored entries' (x_j - m_j)^2 and the other
+    # columns' m_j^2, empty rows included) and its products equal the dense
+    # block's, at any magnitude near the scale.
     rng = np.random.default_rng(seed)
     X = sp.random(n, d, density=density, format="csr", random_state=rng)
     X.data = rng.standard_normal(X.nnz) * magnitude
@@ -552,6 +552,30 @@ def test_unit_terms_of_sparse_rows_are_those_of_the_dense_rows(n, d, density, ma
     P_dense, q_dense = _passes.unit_terms(X.toarray(), C, offset, magnitude)
     np.testing.assert_allclose(P, P_dense, rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(q, q_dense, rtol=1e-9, atol=1e-9)
+
+
+@given(
+    n=st.integers(1, 30),
+    d=st.integers(1, 12),
+    density=st.sampled_from([0.3, 0.9, 1.0]),
+    far=st.sampled_from([1e3, 1e8]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_unit_terms_of_sparse_rows_near_a_far_mean(n, d, density, far, seed):
+    # Rows about a mean far from the origin (far times their spread): q
+    # expanded as ||x||^2 - 2 <x, m> + ||m||^2 cancelled (score_samples of
+    # CSR rows 134 nats off the dense rows' at a mean of 1e8); each row's q
+    # is now the dense q to the rounding of its own terms.
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, d, density=density, format="csr", random_state=rng)
+    offset = far * rng.standard_normal(d)
+    X.data = offset[X.indices] + rng.standard_normal(X.nnz)
+    C = rng.standard_normal((3, d))
+    P, q = _passes.unit_terms(X, C, offset, 1.0)
+    P_dense, q_dense = _passes.unit_terms(X.toarray(), C, offset, 1.0)
+    np.testing.assert_allclose(q, q_dense, rtol=1e-12, atol=1e-12)
+    # <x, c> - <m, c>: rounding of the products, about eps far |c| sqrt(d).
+    np.testing.assert_allclose(P, P_dense, rtol=0, atol=1e-13 * far * np.sqrt(d) * np.abs(C).max())
 
 
 @given(

@@ -651,7 +651,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             )
         self.stopping_step_, Z_stop = saved[0], saved[1].tokens()
         self.subsample_indices_ = active
-        self._set_clusters(flow, Z0, Z_stop, radius, min_size, self.stopping_step_ * h)
+        self._set_clusters(flow, Z_stop, radius, min_size, self.stopping_step_ * h)
         if active is not None:
             labels = np.empty(n, dtype=np.intp)
             labels[active] = self.labels_
@@ -662,7 +662,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         self.n_iter_ = n_iter
         return self
 
-    def _set_clusters(self, flow, Z0, Z, radius, min_size, t):
+    def _set_clusters(self, flow, Z, radius, min_size, t):
         """Clusters of the stopping state Z: centres, labels of the integrated tokens, leaders."""
         _, groups, sizes = _count(Z, radius, min_size)
         kept = np.flatnonzero(sizes >= min(min_size, sizes.max()))

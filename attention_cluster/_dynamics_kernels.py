@@ -1,8 +1,12 @@
 """The attention pass and the grouping of the self-attention dynamics.
 
 A module of its own rather than a section of ``_kernels.py``: the mixture
-kernels there are organised around the pass engine, and these share
-nothing with them.
+kernels there are organised around the pass engine. The one idea both
+use, a vectorised exponential by range reduction and the exponent's bits,
+is written here for softmax attention's shifted logits (:func:`exp_shifted`,
+exact to float32's or float64's rounding) and there for the E step's
+(``_kernels._exp_reduced``); the first is tested against NumPy's
+exponential directly, the second through the E step's NumPy reference.
 
 :func:`attention` is the O(n m d) work of a step: softmax attention of n
 queries over m keys, as blocked matrix products. The logits of a tile of

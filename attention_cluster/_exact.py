@@ -1,8 +1,8 @@
 """The exact solver: the exact risk minimised over K unit heads.
 
 Riemannian L-BFGS (``_optimize``) on the exact regularised risk
-(``_objective``) from a start chosen by the caller (the estimator's
-``_start``, e.g. ``_spectral``'s), and for large n a first stage on a
+(``_objective``) from a start chosen by the caller (``_plan._start``,
+e.g. ``_spectral``'s), and for large n a first stage on a
 subsample and a subsampled Newton polish on all rows.
 """
 

@@ -45,8 +45,6 @@ REG_NONE = 0
 REG_PAIRWISE = 1
 REG_PRODUCT = 2
 
-_MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
-
 
 @njit(cache=True)
 def _next_uint(state):

@@ -10,8 +10,19 @@ results whatever X's dtype.
 Interface (what a backend implements)
 -------------------------------------
 Attributes ``n_samples``, ``n_features``, ``dtype``, ``scale``,
-``total_weight`` (``sum_i w_i``, ``n`` for unit weights) and
-``sample_weight`` (float64 array, or None for unit weights), and:
+``total_weight`` (``sum_i w_i``, ``n`` for unit weights),
+``sample_weight`` (float64 array, or None for unit weights),
+``weight_unit`` (what the weights given were divided by), ``n_weighted``
+(rows of positive weight), ``in_memory`` and ``sparse``; the context
+manager's :meth:`close`; :meth:`~DenseRows.check_finite` (NaN and infinity,
+where a backend checks them before its passes), and:
+
+- :meth:`~DenseRows.moments` (the scaled second moment and the mean in one
+  pass, with NaN and infinity found), :meth:`~DenseRows.map_rows` (a function
+  of each block of rows: the predictions) and :meth:`~DenseRows.weighted_mean`
+  (of such a function's values: ``score``, ``bic``);
+- :meth:`~DenseRows.prepare_subsamples` (one nested draw for every subsample
+  of a fit, ``_draws``);
 
 - :meth:`~DenseRows.rescaled` (the same rows divided by another scale, sharing
   the thread pool);
@@ -32,8 +43,8 @@ Attributes ``n_samples``, ``n_features``, ``dtype``, ``scale``,
   their weighted counts, in the same pass where the backend can);
 - :meth:`~DenseRows.subsample` (a data object on about ``size`` rows drawn
   uniformly, held in memory; for Dask data, on the workers when it is larger
-  than the client's budget), :meth:`~DenseRows.project` (``X V`` of a
-  subsample held in memory) and :meth:`~DenseRows.draw` (rows drawn with
+  than the client's budget), :meth:`~DenseRows.project` (``X V``; rows in
+  memory only) and :meth:`~DenseRows.draw` (rows drawn with
   probability proportional to their weight, for PSGD's sequences).
 
 :class:`SparseRows` implements the same methods for CSR/CSC data (with the
@@ -427,8 +438,8 @@ class DenseRows(_Rows):
     def scaled_second_moment(self):
         """``(c, M / c^2)``: the second moment M (see :meth:`second_moment`) and a scale.
 
-        ``c > 0`` is the largest root mean square of a column over a chunk of
-        rows (``c = 0`` for all-zero data, with a zero matrix), found in the
+        ``c > 0`` is the largest root sum of squares of a column over a chunk
+        of rows (``c = 0`` for all-zero data, with a zero matrix), found in the
         same pass, so that ``M / c^2`` is computed without overflow or
         underflow for finite data of any magnitude: a chunk whose product
         overflows is divided by its largest entry first. float64 chunks are
@@ -1194,11 +1205,6 @@ def _labels(rows, centers, gain, bias, origin, scale, compiled):
     )
 
 
-def _product(rows, left, shift, right):
-    """``(rows @ left - shift) @ right``."""
-    return (rows @ left - shift) @ right
-
-
 # Rows of a subsample that DaskRows pulls to the client (80 MB at d = 10 in
 # float64, 40 MB in float32): a larger subsample stays on the workers, so that the client's
 # memory does not grow with n (the EM's subsamples grow with n). PSGD's draws
@@ -1565,12 +1571,6 @@ class DaskRows(_Rows):
 
     def check_finite(self):
         """Nothing before the passes: each pass raises ValueError on a block with NaN or infinity."""
-
-    def product(self, left, shift, right):
-        """``(X @ left - shift) @ right`` (d x K, K, K x d) as a lazy Dask array, chunked as X."""
-        return self.map_rows(
-            _product, left, shift, right, dtype=self.dtype, columns=self.n_features
-        )
 
     def labels_and_counts(self, centers, gain, bias, origin=None, scale=1.0):
         """``(labels, counts)``: the lazy :meth:`labels` on X, and their

@@ -49,8 +49,8 @@ class Tuning:
     """The fit's tuning values: documented fields, set by replacing the object.
 
     The values are chosen by the benchmark pages named beside each field;
-    tests and benchmarks that need others pass ``replace(DEFAULT_TUNING,
-    ...)`` to :func:`fit_plan` (or replace ``DEFAULT_TUNING``).
+    tests and benchmarks that need others replace ``DEFAULT_TUNING`` by
+    ``replace(DEFAULT_TUNING, ...)``.
     """
 
     #: PSGD checks convergence every this many steps (user guide, "The model": PSGD).
@@ -181,7 +181,7 @@ class _Run:
     objective: object  #: float used to rank runs, None until computed
 
 
-def fit_plan(rows, params, init=None, tuning=None):
+def fit_plan(rows, params, init=None):
     """Fit the rows; returns a :class:`FitResult`.
 
     Parameters
@@ -192,10 +192,10 @@ def fit_plan(rows, params, init=None, tuning=None):
         ``center``, ``solver``, ...), already validated.
     init : ndarray of shape (d, K) or None
         Validated starting heads (unit columns) when ``params.init`` is an array.
-    tuning : Tuning or None
-        None: :data:`DEFAULT_TUNING`.
+
+    The tuning values are :data:`DEFAULT_TUNING`'s, read at each call.
     """
-    tuning = DEFAULT_TUNING if tuning is None else tuning
+    tuning = DEFAULT_TUNING
     K = params.n_clusters
     d = rows.n_features
     if _in_subspace(rows, K, tuning):
@@ -568,7 +568,9 @@ def _seeds_centres(params, n_features, init, refine):
 
 
 def _start(params, sample, spectrum, init, rng):
-    """The starting heads (d x K), for every solver: the one place that chooses them.
+    """The starting heads (d x K) of the solvers' runs: the one place that chooses them
+    (the free-norm mixture's seeded centres, which no solver runs from, are
+    :func:`_seeds_centres`' choice in :func:`_fit_once`).
 
     ``init`` is the validated array (unit columns) or None; ``"random"``
     draws heads uniformly on the spheres; ``"spectral"`` rotates the top

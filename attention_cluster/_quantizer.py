@@ -238,10 +238,3 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
 def _times(rows, context, dtype):
     """``rows @ context`` as a dense array of ``dtype`` (rows dense or sparse)."""
     return np.asarray(rows @ context).astype(dtype, copy=False)
-
-
-def _dense(rows, dtype):
-    """The rows as a dense array of ``dtype``."""
-    return (rows.toarray() if hasattr(rows, "toarray") else np.asarray(rows)).astype(
-        dtype, copy=False
-    )

@@ -367,8 +367,8 @@ def check_matrix(a, name, *, shape=(None, None), labels=("n_rows", "d")):
     """``a`` as a non-empty, real, finite float64 matrix.
 
     ``shape`` fixes either dimension (None: any size) and ``labels`` name
-    them in the message. Lighter than ``check_array``: ``psgd_path`` calls it
-    once per step.
+    them in the message. Lighter than ``check_array`` (no copy of a float64
+    matrix, scikit-learn's messages not needed).
     """
     if np.iscomplexobj(a):
         raise ValueError(f"Complex data not supported: {name} must be real.")

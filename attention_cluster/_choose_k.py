@@ -29,7 +29,14 @@ from sklearn.utils import assert_all_finite, check_random_state
 from ._dynamics import SelfAttentionDynamics
 from ._passes import rows_from, unit_rows
 from ._plan import DEFAULT_TUNING, check_width, predict_rule
-from ._validation import check_count, check_positive, deferred_warnings, replay, warn
+from ._validation import (
+    check_count,
+    check_positive,
+    deferred_warnings,
+    power_of_two_unit,
+    replay,
+    warn,
+)
 
 # Inverse temperature of the dynamics on the unit sphere (its default).
 DYNAMICS_BETA = 10.0
@@ -175,7 +182,7 @@ def _unit_scaled(tokens):
     peak = float(np.max(np.abs(data), initial=0.0))
     if peak == 0.0:
         return tokens
-    return tokens * float(np.ldexp(1.0, -int(np.frexp(peak)[1])))
+    return tokens * (1.0 / power_of_two_unit(peak))
 
 
 def _centred(tokens):

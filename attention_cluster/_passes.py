@@ -2105,7 +2105,7 @@ def rows_from(
     weight_unit : float or None, default=None
         The rows' weights are ``sample_weight / weight_unit``
         (:attr:`_Rows.weight_unit`); None for the power of two of the largest
-        weight (``_validation.weight_unit``). A stream passes its first
+        weight (``_validation.power_of_two_unit``). A stream passes its first
         batch's, so that its batches' weights keep their ratios.
     """
     if is_dask_collection(X):

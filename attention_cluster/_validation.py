@@ -64,14 +64,14 @@ def check_n_samples(n_samples, n_clusters):
         raise ValueError(f"n_samples={n_samples} should be >= n_clusters={n_clusters}.")
 
 
-def weight_unit(peak):
-    """The power of two ``2^e`` with ``peak / 2^e`` in [0.5, 1): weights
+def power_of_two_unit(peak):
+    """The power of two ``2^e`` with ``peak / 2^e`` in [0.5, 1): values
     divided by it keep their ratios exactly, and no product or square of
     them leaves float64's range, whatever their magnitude. At ``peak >=
     2^1023``, whose ``2^e`` float64 cannot hold, ``2^(e - 2)``: the
-    relative weights are then 4 times those of ``peak / 2^1024``, a factor
-    whose square root is exact, so that the fit is still that of ``w`` to
-    the last bit."""
+    quotients are then 4 times those of ``peak / 2^1024``, a factor whose
+    square root is exact (weights so divided give the fit of ``w`` to the
+    last bit)."""
     e = int(np.frexp(float(peak))[1])
     return float(np.ldexp(1.0, e if e < 1024 else e - 2))
 
@@ -80,7 +80,7 @@ def check_sample_weight(sample_weight, X, unit=None):
     """Validate weights: 1-D, one per row, finite, non-negative, positive sum.
 
     Returns ``(w / unit, unit)``: float64 weights relative to ``unit``
-    (:func:`weight_unit` of their largest when None: weights are relative,
+    (:func:`power_of_two_unit` of their largest when None: weights are relative,
     and the fit is the same for ``c w`` at any ``c > 0``), or ``(None, 1.0)``
     for unit weights (so callers can take fast unweighted paths). Given a
     unit other than 1, no weights are ones divided by it.
@@ -100,7 +100,7 @@ def check_sample_weight(sample_weight, X, unit=None):
         raise ValueError(f"sample_weight.shape == {w.shape}, expected {(X.shape[0],)}.")
     finite, negative = bool(np.all(np.isfinite(w))), bool(np.any(w < 0))
     if finite and not negative:
-        unit = weight_unit(np.max(w)) if unit is None else unit
+        unit = power_of_two_unit(np.max(w)) if unit is None else unit
         with np.errstate(over="ignore"):  # beyond a stream's unit: refused by the stream
             w = w / unit
     _check_weight_summary(finite, negative, float(np.sum(w)) if finite else 0.0)
@@ -299,7 +299,7 @@ def _check_dask_columns(estimator, X, names, *, reset):
 
 def check_dask_sample_weight(sample_weight, X):
     """Validate weights for a Dask X: returns (weights chunked as X's rows,
-    relative to their :func:`weight_unit` as in :func:`check_sample_weight`,
+    relative to their :func:`power_of_two_unit` as in :func:`check_sample_weight`,
     or None; their sum; the unit; the number of positive weights). Dask
     weights are checked in two small computations: their largest, then the
     sum of the relative weights and the count of the positive ones."""
@@ -323,7 +323,7 @@ def check_dask_sample_weight(sample_weight, X):
     finite, negative, peak = da.compute(da.isfinite(w).all(), (w < 0).any(), w.max())
     if not finite or negative:
         _check_weight_summary(bool(finite), bool(negative), 0.0)
-    unit = weight_unit(peak)
+    unit = power_of_two_unit(peak)
     w = w / unit
     # Of the relative weights, which cannot overflow; with the rows of
     # positive weight, which the subsamples count.

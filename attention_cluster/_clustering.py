@@ -19,7 +19,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from ._choose_k import count_clusters
-from ._mixture import LinearisedEM, OnlineEM, mixture_parameters
+from ._mixture import new_stream
 from ._model import MIN_VARIANCE, SphericalMixture
 from ._passes import one_blas_thread, row_peaks, rows_from, unit_terms
 from ._plan import check_width, fit_plan, predict_rule, resolve_methods
@@ -32,6 +32,7 @@ from ._validation import (
     check_verbose,
     deferred_warnings,
     replay,
+    warn,
 )
 from .layers import finite_output
 
@@ -318,7 +319,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     moment_heads_ : ndarray of shape (n_clusters, n_features)
         ``M c_h`` for each centre ``c_h`` (rows), M the second moment of the
         training data divided by ``scale_^2``: the context of
-        :meth:`transform`.
+        :meth:`transform`. After :meth:`partial_fit`, a running product of
+        each batch's moment with the moving centres (:mathmd:`7`, "One pass
+        over a stream"), exact when the batches share one second moment.
     temperature_ : float
         The temperature lambda used.
     reg_strength_ : float
@@ -485,10 +488,14 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         # NaN and infinity in dense rows are found by the fit's first pass
         # (DenseRows.moments) instead of a pass of their own.
         rows = self._rows(X, reset=True, sample_weight=sample_weight, defer_finite=True)
-        # A fit starts over: the next partial_fit starts a new stream.
-        for name in ("n_steps_", "_stream", "_stream_weight_unit"):
-            self.__dict__.pop(name, None)
-        return self._fit_rows(rows)
+        self.__dict__.pop("n_steps_", None)
+        self._fit_rows(rows)
+        # A later partial_fit continues from this fit, its rows counted in by
+        # their weight (none held: the stream is made at that batch).
+        self._stream = None
+        self._stream_weight_unit = rows.weight_unit
+        self._fit_weight = (rows.total_weight, rows.n_weighted)
+        return self
 
     def _fit_rows(self, rows, n_clusters=None):
         """validate the parameters -> K (``n_clusters="auto"``) -> the fit plan -> the fitted attributes.
@@ -623,35 +630,45 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         """Update the fit with one batch of a stream.
 
         The contract of :meth:`sklearn.cluster.MiniBatchKMeans.partial_fit`:
-        the first call (or the first after :meth:`fit`) fits the batch as
-        :meth:`fit` does, which fixes the scale ``scale_``, the temperature,
-        the random state's use and, with ``n_clusters="auto"``, the number
-        of clusters (chosen on that batch), then updates the stream, started
-        at that fit, with the same batch (so its centres are the stream's
-        EM update, not exactly ``fit``'s); each later call updates the
-        mixture of :mathmd:`7` with the batch. A batch of more than 4 times the
-        weight seen before it starts the stream anew: it is fitted as the
+        the first call fits the batch as :meth:`fit` does, which fixes the
+        scale ``scale_``, the temperature, the random state's use and, with
+        ``n_clusters="auto"``, the number of clusters (chosen on that batch),
+        then updates the stream, started at that fit, with the same batch (so
+        its centres are the stream's EM update, not exactly ``fit``'s); each
+        later call updates the mixture of :mathmd:`7` with the batch. After
+        :meth:`fit`, the stream continues from the fitted mixture, its rows
+        counted in by their total weight without being read again (their
+        statistics are those the M step maps to the fitted parameters), and a
+        batch of another width raises ValueError. A batch of more than 4 times
+        the weight seen before it starts the stream anew: it is fitted as the
         first was, at the stream's number of clusters, and fixes the scale
         and the temperature again (a small first batch's fit would otherwise
-        hold the stream where it lies). Each batch's E-step statistics,
-        taken at the parameters of its time, are kept as their running mean
-        together with their Jacobian in the parameters, so that the centres
-        solve the M step of the whole stream's statistics linearised around
-        the parameters each batch saw: one pass ends near the maximum
-        likelihood of the whole stream (:mathmd:`7`, "One pass
-        over a stream"). The Jacobian costs one E step on the batch per
-        parameter of the mixture (``K d + K + 2``), at the first update and
-        whenever the weight seen has doubled. Where a batch's parameters lie
-        beyond the linearisation's reach (a small first batch fits far from
-        the stream's maximum), the stream restarts at that batch, by EM on
-        its rows. Above 512 parameters the
-        update is online EM (Cappe and Moulines 2009) instead, with
-        ``gamma_n = min(1, 16 / n)^0.6`` and averaging. Every update is the
-        EM refinement's, whatever ``refine`` and ``solver`` (they set the
-        first batch's fit): after ``partial_fit``, ``refine_`` is ``"em"``
-        and ``mixture_`` is the stream's mixture. Nothing of earlier
-        batches is kept but these statistics and the d x d second moment
-        (for :meth:`transform`). The updates are compared in
+        hold the stream where it lies).
+
+        When the batch that starts the stream has at least 64 rows per
+        parameter of the mixture (``K d + K + 2``, at most 512), each batch's
+        E-step statistics, taken at the parameters of its time, are kept as
+        their running mean together with their Jacobian in the parameters,
+        so that the centres solve the M step of the whole stream's
+        statistics linearised around the parameters each batch saw: one
+        pass ends near the maximum likelihood of the whole stream
+        (:mathmd:`7`, "One pass over a stream"). The Jacobian costs one E
+        step on a batch per parameter, taken at the first update and
+        whenever the weight seen has doubled, on a batch with those rows.
+        Otherwise (smaller batches, whose Jacobian errs too much, or more
+        parameters) the update is online EM (Cappe and Moulines 2009), with
+        ``gamma_n = min(1, 16 / n)^0.6`` and averaging. A component whose
+        weight falls below one row of the stream is reseeded, before the
+        batch's update, at the batch's row worst explained by the mixture
+        (as MiniBatchKMeans reassigns an empty centre), with a warning; a
+        linearised stream then goes on as online EM. Every update is the EM
+        refinement's, whatever ``refine`` and ``solver`` (they set the first
+        batch's fit): after ``partial_fit``, ``refine_`` is ``"em"`` and
+        ``mixture_`` is the stream's mixture. Nothing of earlier batches is
+        kept but these statistics, O(K d) numbers and the Jacobian (at most
+        512 x 512), never a d x d matrix: ``moment_heads_`` (for
+        :meth:`transform`) is a running product of each batch's second
+        moment with the moving heads. The updates are compared in
         ``benchmarks/streaming.py`` (see the "Scaling out" page).
 
         The stream's statistics are held at the scale ``scale_`` of the
@@ -675,10 +692,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         Returns
         -------
         self : AttentionClustering
-            The updated estimator; ``n_steps_`` counts the calls and
-            ``labels_`` labels the last batch.
+            The updated estimator; ``n_steps_`` counts the calls (since the
+            last :meth:`fit`) and ``labels_`` labels the last batch.
         """
-        first = not hasattr(self, "n_steps_")
+        first = not hasattr(self, "_stream_weight_unit")
         rows = self._rows(
             X,
             reset=first,
@@ -698,17 +715,20 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             with deferred_warnings() as held:
                 if first:
                     self._fit_rows(rows)
-                    self._stream = _new_stream(self._result)
+                    self._stream = _new_stream(self._result, rows)
                     # The batches' weights are divided by the first batch's unit (rows_from).
                     self._stream_weight_unit = rows.weight_unit
                     self.n_steps_ = 0
                 else:
                     self._check_batch(rows)
+                    if self._stream is None:
+                        self._stream = _new_stream(self._result, rows, held=self._fit_weight)
+                        self.n_steps_ = 0
                     if rows.total_weight > _STREAM_RESTART * self._stream.seen:
                         # This batch outweighs the stream so far: its own fit
                         # starts the stream anew, at the stream's K.
                         self._fit_rows(rows, n_clusters=self.n_clusters_)
-                        self._stream = _new_stream(self._result)
+                        self._stream = _new_stream(self._result, rows)
                 with rows, one_blas_thread():
                     self._write(self._stream_update(rows), rows.dtype)
         finally:
@@ -751,15 +771,26 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         """The stream updated with the batch ``rows``: a new :class:`FitResult`.
 
         The stream's statistics are those of the rows as the fit it started
-        at saw them (:meth:`_unit_rows`). The update runs on a copy, kept
-        only when it succeeds.
+        at saw them (:meth:`_unit_rows`). Components that lost their weight
+        are first reseeded at the batch's rows (``_mixture._OneBatch.reseed``).
+        The update runs on a copy, kept only when it succeeds.
         """
         result = self._result
         unit = self._unit_rows(rows)
         stream = copy.deepcopy(self._stream)
+        if stream.lost().size:
+            points = rows.map_rows(_unit_points, result.mean, result.scale, columns=rows.n_features)
+            stream, reseeded = stream.reseed(points, rows.sample_weight)
+            if reseeded:
+                warn(
+                    f"partial_fit reseeded {reseeded} of the n_clusters={len(result.centers)} "
+                    "clusters, whose weight had fallen below one row of the stream, at this "
+                    "batch's rows worst explained by the mixture.",
+                    UserWarning,
+                )
         p = stream.update(unit)
         mixture = SphericalMixture.from_heads(
-            p.U, p.radii, p.variance, p.log_pi, np.trace(stream.moment), result.mean, result.scale
+            p.U, p.radii, p.variance, p.log_pi, stream.mean_sq, result.mean, result.scale
         )
         labels = rows.labels(*predict_rule(mixture.centers, mixture, result.mean, rows.dtype))
         self._stream = stream
@@ -770,7 +801,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             centers=mixture.centers,
             mixture=mixture,
             weights=np.exp(mixture.log_weights),
-            moment_heads=(stream.moment @ p.U).T,
+            moment_heads=stream.moment_heads.T,
             free_norms=bool(p.free),
             labels=labels,
         )
@@ -1013,21 +1044,38 @@ _STREAM_MAX_WEIGHT = 1e100
 # A partial_fit batch whose weight exceeds this factor of the weight seen
 # before it starts the stream anew, by a fit of its own rows.
 _STREAM_RESTART = 4.0
-# Largest number of mixture parameters (K d + K + 2) for which partial_fit
-# linearises the batches' statistics (LinearisedEM, whose Jacobian costs one E
-# step per parameter); above it, online EM.
-_LINEARISED_MAX_PARAMETERS = 512
 
 
-def _new_stream(result):
-    """The stream of :meth:`AttentionClustering.partial_fit`, started at a fit's result."""
-    d, K = result.centers.shape[1], len(result.centers)
-    radii = None
-    if result.free_norms:
-        radii = result.mixture.radii
-    n_parameters = mixture_parameters(d, K, free=radii is not None)
-    stream = LinearisedEM if n_parameters <= _LINEARISED_MAX_PARAMETERS else OnlineEM
-    return stream(result.centers.T, result.weights, result.noise, radii)
+def _new_stream(result, rows, held=None):
+    """partial_fit's stream (``_mixture.new_stream``) at a fit's result, for batches like ``rows``.
+
+    ``held``: ``(weight, n_rows)`` of the fit's own rows, which the stream
+    then counts in without reading them (partial_fit after fit), at the
+    fitted mixture's parameters; None for a stream whose first update reads
+    the fit's rows, started as the fit's EM was (norm 1, the spectrum's noise).
+    """
+    mixture = result.mixture
+    radii = mixture.radii if result.free_norms else None
+    if held is None or mixture is None:
+        stream = new_stream(result.centers.T, result.weights, result.noise, rows.n_weighted, radii)
+    else:
+        stream = new_stream(
+            result.centers.T,
+            result.weights,
+            np.sqrt(mixture.variance),
+            rows.n_weighted,
+            mixture.radii,
+            free=result.free_norms,
+        )
+    return stream if held is None else stream.hold(*held, result.moment_heads.T)
+
+
+def _unit_points(rows, offset, scale):
+    """A block's rows at unit scale, ``(x - offset) / scale``, dense float64
+    (where a stream reseeds its lost components)."""
+    dense = rows.toarray() if sp.issparse(rows) else rows
+    with np.errstate(over="ignore", invalid="ignore"):
+        return (np.asarray(dense, dtype=np.float64) - offset) / scale
 
 
 def _in_dtype(a, dtype):

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass, replace
 
 import numpy as np
+from scipy.special import logsumexp
 from sklearn.utils import check_random_state
 
 from ._model import MIN_VARIANCE
@@ -590,8 +591,7 @@ _PRE_GROWTH = 8
 # distance (math.md section 7, "Subsample, then Newton's steps").
 _STAGE_TOL = 0.25
 
-# refine_heads' default resolution (its tol) and pass budget, which
-# LinearisedEM's restart at a batch takes too.
+# refine_heads' default resolution (its tol) and pass budget.
 _EM_TOL = 1e-3
 _EM_MAX_ITER = 500
 
@@ -801,49 +801,170 @@ def refine_heads(
     )
 
 
+def held_statistics(p):
+    """The mean E-step statistics ``(S / N, counts / N)`` that the M step maps to ``p``.
+
+    ``S_k / N = pi_k r_k mu_k`` and ``counts_k / N = pi_k``: the M step of
+    ``math.md`` section 7 gives back the heads, the norms and the weights of
+    ``p`` (and ``tau^2`` from the mean squared norm ``d tau^2 + sum_k pi_k
+    r_k^2``). A stream holds them for rows it no longer reads: a fit's that
+    it continues, a reseeded component's (``math.md`` section 7, "One pass
+    over a stream").
+    """
+    pi = np.exp(p.log_pi)
+    return (pi * p.radii)[:, None] * p.U.T, pi
+
+
+def _reseeded(S, counts, k, weight, centre):
+    """Statistics ``(S, counts)`` (counts summing to 1) with component k's
+    those of a component of weight ``weight`` at the point ``centre``
+    (``r_k mu_k``), all then divided by the new total, as if ``weight`` more
+    were held there."""
+    S, counts = S.copy(), counts.copy()
+    S[k], counts[k] = weight * centre, weight
+    total = float(np.sum(counts))
+    return S / total, counts / total
+
+
 class _OneBatch:
     """What :class:`OnlineEM` and :class:`LinearisedEM` share: the parameters,
-    and the exact running mean of the second moment with the weight seen.
+    the exact running means of the squared norm and of the weight seen, the
+    second moment's products with the published heads, and the reseeding of
+    the components that lost their weight (``math.md`` section 7, "One pass
+    over a stream").
 
-    ``radii``: None for centroids of one common norm, starting at 1; the
-    starting norms for one norm per centroid (``math.md`` section 7).
+    ``radii``: the starting norms, None for all 1; ``free``: whether each
+    centroid has its own norm (default: when ``radii`` are given).
     """
 
-    def __init__(self, heads, weights, noise, radii=None):
+    def __init__(self, heads, weights, noise, radii=None, free=None):
         with np.errstate(divide="ignore"):
             log_pi = np.log(np.asarray(weights, dtype=np.float64))
-        free = radii is not None
-        radii = np.array(radii, dtype=np.float64) if free else np.ones(len(log_pi))
+        free = radii is not None if free is None else bool(free)
+        radii = np.ones(len(log_pi)) if radii is None else np.array(radii, dtype=np.float64)
         self.params = _Params(
             np.array(heads, dtype=np.float64), radii, max(float(noise) ** 2, 0.0), log_pi, free
         )
-        self.moment = None
+        # The parameters last returned, whose heads moment_heads multiplies.
+        self.published = self.params
         self.seen = 0.0
+        self.rows_seen = 0
+        self.mean_sq = 0.0
+        self.moment_heads = np.zeros_like(self.params.U)
 
-    def _take(self, data):
-        """Count the batch ``data`` in; ``(batch, share, mean_sq, floor, p)``.
+    def hold(self, weight, rows, moment_heads):
+        """Count in a fit of ``rows`` rows of total ``weight`` at the current
+        parameters, without its rows (partial_fit after fit).
 
-        ``batch`` is its weight, ``share`` that weight over the weight seen,
-        ``mean_sq`` the running mean squared norm, ``floor`` the variance's
-        floor and ``p`` the current parameters with their variance at least
-        the floor. None while every row seen is zero: no likelihood to
-        maximise yet.
+        Its statistics are :func:`held_statistics`, its mean squared norm
+        ``d tau^2 + sum_k pi_k r_k^2`` (what the M step implies at its fixed
+        point) and ``moment_heads`` (d x K) its second moment times the heads.
+        """
+        p = self.params
+        self.seen, self.rows_seen = float(weight), int(rows)
+        self.mean_sq = p.U.shape[0] * p.variance + float(np.exp(p.log_pi) @ p.radii**2)
+        self.moment_heads = np.array(moment_heads, dtype=np.float64)
+        self._hold(held_statistics(p), self.seen)
+        return self
+
+    def update(self, data):
+        """One batch ``data``: its statistics, then the parameters; returns the published ones.
+
+        Besides the update's E steps, one pass for the mean squared norm and
+        one for the second moment's product with the heads: the running
+        ``A = M U`` at the published heads U is renewed with the batch's
+        moment ``M_b`` standing for the earlier batches' in the heads' change,
+        ``A <- (1 - w) A + M_b (U_new - (1 - w) U_old)``, w the batch's share
+        of the weight seen (``math.md`` section 7): no d x d matrix is held.
         """
         batch = data.total_weight
         self.seen += batch
+        self.rows_seen += data.n_weighted
         share = batch / self.seen
-        moment = data.second_moment()
-        self.moment = (
-            moment if self.moment is None else self.moment + share * (moment - self.moment)
+        self.mean_sq += share * (data.norm_moments()[0] - self.mean_sq)
+        published = self.published
+        # Until a row is not zero there is no likelihood to maximise.
+        if self.mean_sq > 0.0:
+            floor = MIN_VARIANCE * self.mean_sq / data.n_features
+            p = self.params
+            if p.variance < floor:
+                p = replace(p, variance=floor)
+            published = self._step(data, batch, share, floor, p)
+        kept = 1.0 - share
+        self.moment_heads = kept * self.moment_heads + data.moment_action(
+            published.U - kept * self.published.U
         )
-        mean_sq = float(np.trace(self.moment))
-        if not mean_sq > 0.0:
-            return None
-        floor = MIN_VARIANCE * mean_sq / data.n_features
-        p = self.params
-        if p.variance < floor:
-            p = replace(p, variance=floor)
-        return batch, share, mean_sq, floor, p
+        self.published = published
+        return published
+
+    def lost(self):
+        """The components whose weight holds less than one row of the stream (none before a row)."""
+        if not self.rows_seen:
+            return np.empty(0, dtype=np.intp)
+        return np.flatnonzero(np.exp(self.params.log_pi) * self.rows_seen < 1.0)
+
+    def reseed(self, points, weights=None):
+        """Reseed the lost components (:meth:`lost`) at the worst explained of
+        ``points`` (a batch's rows at unit scale, n x d); returns ``(stream,
+        count)``, the stream that goes on and how many were reseeded.
+
+        EM keeps a weight of zero at zero, so a component that lost its points
+        never regains them. Each lost component in turn, as MiniBatchKMeans
+        reassigns an empty centre, moves to the point of positive weight (in
+        ``weights``) of least likelihood under the mixture, the components
+        reseeded before it included (a far point, as k-means++ picks), with
+        the weight of the lightest component not lost, held in the running
+        statistics (:func:`_reseeded`) as if that much more weight had been
+        seen there. The stream goes on as online EM (:class:`OnlineEM`, from
+        the statistics it held; a reseeded head lies beyond the reach of
+        :class:`LinearisedEM`'s linearisation), whose average restarts: its
+        past holds the lost components' statistics (``math.md`` section 7).
+        Nothing is reseeded when the points are all explained alike (equal
+        rows), are zero, or every component is lost.
+        """
+        usable = np.all(np.isfinite(points), axis=1)
+        if weights is not None:
+            usable &= weights > 0.0
+        points = points[usable]
+        if not (points.size and self.mean_sq > 0.0):
+            return self, 0
+        floor = MIN_VARIANCE * self.mean_sq / points.shape[1]
+        squares = np.einsum("ij,ij->i", points, points)
+        p, seeds = self.params, []
+        for k in self.lost():
+            pi = np.exp(p.log_pi)
+            kept = pi * self.rows_seen >= 1.0
+            if not kept.any():
+                break
+            # log p(y) up to a constant (math.md section 7): the E step's
+            # logsumexp and -||y||^2 / (2 tau^2).
+            at = replace(p, variance=max(p.variance, floor))
+            keys, bias, beta, _ = at.attention()
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                fits = logsumexp(bias + beta * (points @ keys), axis=1) - squares / (
+                    2.0 * at.variance
+                )
+            i = int(np.argmin(fits))
+            if not (fits[i] < np.max(fits) and squares[i] > 0.0):
+                break
+            weight = float(np.min(pi[kept]))
+            norm = float(np.sqrt(squares[i]))
+            U, radii = p.U.copy(), p.radii.copy()
+            U[:, k] = points[i] / norm
+            if p.free:
+                radii[k] = norm
+            pi[k] = weight
+            with np.errstate(divide="ignore"):
+                p = replace(p, U=U, radii=radii, log_pi=np.log(pi / np.sum(pi)))
+            seeds.append((k, weight, radii[k] * U[:, k]))
+        if not seeds:
+            return self, 0
+        stream = self._online()
+        for k, weight, centre in seeds:
+            stream.stats = _reseeded(*stream.stats, k, weight, centre)
+        stream.params = p
+        stream.average_weight = 0.0
+        return stream, len(seeds)
 
 
 class OnlineEM(_OneBatch):
@@ -864,18 +985,18 @@ class OnlineEM(_OneBatch):
     overlap, and with ``g = 1`` the error of the first batches' statistics
     outlives a pass of 100 batches at sigma = 1. The published parameters
     are the M step at the average of the ``s_n`` (Polyak-Ruppert), weighted
-    by ``W_b W_n^eta``. The mean squared norm ``m2`` and the second moment
-    do not depend on the parameters: they are exact running means. Data are
-    seen through pass-layer data objects (``_passes``) whose scale ``s`` is
-    fixed at the first batch. Plain attributes: pickles between calls.
+    by ``W_b W_n^eta``. The mean squared norm ``m2`` does not depend on the
+    parameters: it is an exact running mean. Data are seen through
+    pass-layer data objects (``_passes``) whose scale ``s`` is fixed at the
+    first batch. Plain attributes: pickles between calls.
 
     ``alpha``, ``g`` and ``eta`` are chosen in ``benchmarks/streaming.py``
     (``math.md`` section 7, "One pass over a stream": ``gamma_n = min(1, g
     W_b / W_n)^alpha``, averaged with weights ``W_b W_n^eta``).
     """
 
-    def __init__(self, heads, weights, noise, radii=None, alpha=0.6, gain=16.0, eta=0.0):
-        super().__init__(heads, weights, noise, radii)
+    def __init__(self, heads, weights, noise, radii=None, free=None, alpha=0.6, gain=16.0, eta=0.0):
+        super().__init__(heads, weights, noise, radii, free)
         d, K = heads.shape
         self.alpha = alpha
         self.eta = eta
@@ -884,22 +1005,25 @@ class OnlineEM(_OneBatch):
         self.averaged = (np.zeros((K, d)), np.zeros(K))
         self.average_weight = 0.0
 
-    def update(self, data):
-        """One online EM step on the batch ``data`` (one E-step pass and one
-        second-moment pass); returns the averaged parameters."""
-        taken = self._take(data)
-        if taken is None:
-            return self.params
-        batch, share, mean_sq, floor, p = taken
+    def _hold(self, stats, weight):
+        # The fit as one step of weight W_b = W_n = weight.
+        self.stats = self.averaged = stats
+        self.average_weight = weight * weight**self.eta
+
+    def _online(self):
+        return self
+
+    def _step(self, data, batch, share, floor, p):
+        """One online EM step on the batch (one E-step pass); returns the averaged parameters."""
         S, counts, _ = data.e_step(*p.attention()[:3])
         gamma = min(1.0, self.gain * share) ** self.alpha
         self.stats = tuple(s + gamma * (new / batch - s) for s, new in zip(self.stats, (S, counts)))
-        self.params = _maximize(*self.stats, 1.0, mean_sq, floor, p)
+        self.params = _maximize(*self.stats, 1.0, self.mean_sq, floor, p)
         step = batch * self.seen**self.eta
         self.average_weight += step
         rate = step / self.average_weight
         self.averaged = tuple(a + rate * (s - a) for a, s in zip(self.averaged, self.stats))
-        return _maximize(*self.averaged, 1.0, mean_sq, floor, self.params)
+        return _maximize(*self.averaged, 1.0, self.mean_sq, floor, self.params)
 
 
 class LinearisedEM(_OneBatch):
@@ -919,52 +1043,71 @@ class LinearisedEM(_OneBatch):
     and the published parameters solve ``v = M(sbar + D (v - vbar))`` by
     Newton's method, which reads no data. D is taken by forward differences
     on the batch at hand (one E step per parameter), at the first batch and
-    whenever the weight seen has doubled. The linearisation errs at second
-    order in ``v_{i-1} - v``, which shrinks as the parameters settle, so one
-    pass ends near the maximum likelihood of the whole stream, where online
-    EM's stochastic approximation (:class:`OnlineEM`) ends at its step
-    sizes' noise (``benchmarks/streaming.py``). Where the linearised
-    statistics do not reach the parameters, the stream restarts at the
-    batch at hand: EM on its rows, and the means at its statistics there
-    (``math.md`` section 7). The mean squared norm and
-    the second moment do not depend on the parameters: exact running means.
-    Plain attributes: pickles between calls. Each batch costs one E step, or
-    ``1 + n_parameters`` when D is renewed, and a restart an EM on the batch.
+    whenever the weight seen has doubled, on a batch of at least
+    ``_STREAM_ROWS_PER_PARAMETER`` rows per parameter (a smaller batch's D
+    errs so much that the fixed point leaves the linearisation's reach;
+    below, the stream is online EM: :func:`new_stream`). The linearisation
+    errs at second order in ``v_{i-1} - v``, which shrinks as the parameters
+    settle, so one pass ends near the maximum likelihood of the whole
+    stream, where online EM's stochastic approximation (:class:`OnlineEM`)
+    ends at its step sizes' noise (``benchmarks/streaming.py``). Where the
+    linearised statistics leave their domain, or before any D, the
+    parameters are the M step of ``sbar`` (D's zeroth order), and D is
+    renewed at the next batch that has the rows for it (``math.md`` section
+    7). The mean squared norm does not depend on the parameters: an exact
+    running mean. Plain attributes: pickles between calls. Each batch costs
+    one E step, or ``1 + n_parameters`` when D is renewed.
     """
 
-    def __init__(self, heads, weights, noise, radii=None):
-        super().__init__(heads, weights, noise, radii)
+    def __init__(self, heads, weights, noise, radii=None, free=None):
+        super().__init__(heads, weights, noise, radii, free)
         self.mean_stats = None
         self.mean_params = None
-        # The weight of the batches in those means: the weight seen, until a restart.
+        # The weight of the batches in those means.
         self.mean_weight = 0.0
         self.jacobian = None
         self.renew_at = 0.0
+
+    def _hold(self, stats, weight):
+        self.mean_stats = np.concatenate([stats[0].ravel(), stats[1]])
+        self.mean_params = self.params.vector()
+        self.mean_weight = weight
+
+    def _online(self):
+        """Online EM from here on: these parameters and running means, and
+        for its statistics ``sbar`` (or, before any, those the parameters hold)."""
+        p = self.params
+        online = OnlineEM(p.U, np.exp(p.log_pi), np.sqrt(p.variance), p.radii, p.free)
+        online.published, online.seen, online.rows_seen = self.published, self.seen, self.rows_seen
+        online.mean_sq, online.moment_heads = self.mean_sq, self.moment_heads
+        if self.mean_stats is None:
+            online.stats = held_statistics(p)
+        else:
+            d, K = p.U.shape
+            online.stats = (self.mean_stats[: d * K].reshape(K, d), self.mean_stats[d * K :])
+        return online
 
     def _statistics(self, data, v, floor):
         p = self.params.from_vector(v, floor)
         S, counts, _ = data.e_step(*p.attention()[:3])
         return np.concatenate([S.ravel(), counts]) / data.total_weight
 
-    def _m_step(self, s, mean_sq, floor, previous):
+    def _m_step(self, s, floor, previous):
         d, K = previous.U.shape
-        return _maximize(s[: d * K].reshape(K, d), s[d * K :], 1.0, mean_sq, floor, previous)
+        return _maximize(s[: d * K].reshape(K, d), s[d * K :], 1.0, self.mean_sq, floor, previous)
 
-    def update(self, data):
-        """One batch: its statistics, D when due, then the fixed point; returns the parameters."""
-        taken = self._take(data)
-        if taken is None:
-            return self.params
-        batch, _, mean_sq, floor, p = taken
+    def _step(self, data, batch, share, floor, p):
+        """The batch's statistics, D when due, then the fixed point."""
         v = p.vector()
         if not np.all(np.isfinite(v)):
             # A head no point takes (log pi = -inf): no derivative there;
             # the batch's plain EM step.
             S, counts, _ = data.e_step(*p.attention()[:3])
-            self.params = _maximize(S, counts, batch, mean_sq, floor, p)
+            self.params = _maximize(S, counts, batch, self.mean_sq, floor, p)
             return self.params
         s = self._statistics(data, v, floor)
-        if self.jacobian is None or self.seen >= self.renew_at:
+        due = self.jacobian is None or self.seen >= self.renew_at
+        if due and data.n_weighted >= _STREAM_ROWS_PER_PARAMETER * v.size:
             eps = _FORWARD_STEP * (1.0 + np.abs(v))
             self.jacobian = np.column_stack(
                 [
@@ -977,39 +1120,20 @@ class LinearisedEM(_OneBatch):
             self.mean_stats, self.mean_params, self.mean_weight = s, v, self.seen
         else:
             self.mean_weight += batch
-            share = batch / self.mean_weight
-            self.mean_stats = self.mean_stats + share * (s - self.mean_stats)
-            self.mean_params = self.mean_params + share * (v - self.mean_params)
-        q = self._fixed_point(p, mean_sq, floor)
+            weight = batch / self.mean_weight
+            self.mean_stats = self.mean_stats + weight * (s - self.mean_stats)
+            self.mean_params = self.mean_params + weight * (v - self.mean_params)
+        q = None if self.jacobian is None else self._fixed_point(p, floor)
         if q is None:
-            q = self._restart(data, mean_sq, floor, p, batch)
+            if self.jacobian is not None:
+                # Beyond the linearisation's reach: a D taken at the
+                # parameters the stream has reached is due.
+                self.renew_at = 0.0
+            q = self._m_step(self.mean_stats, floor, p)
         self.params = q
-        return self.params
+        return q
 
-    def _restart(self, data, mean_sq, floor, p, batch):
-        """The parameters after a batch whose linearised statistics leave their domain.
-
-        Far from the parameters the batches saw, their linearised statistics
-        do not reach: kept in the mean, a far start's would fade only as
-        1 / m (from a first batch of 20 rows they held the heads far from
-        the maximum for the whole stream: the test of a small first batch).
-        The stream restarts at this batch, as partial_fit's first call does
-        at the first: EM on its rows from ``p``, and the means at its
-        statistics there; D is renewed at the next batch, at the parameters
-        it sees. Where that EM leaves a head without points (log pi = -inf),
-        there is no vector to restart the means at: the M step of their
-        running mean, each batch's at the parameters of its time.
-        """
-        fit, _, _ = _run_em(_EM(data, mean_sq), p, _EM_TOL, _EM_MAX_ITER, 0.9, _quiet)
-        v = fit.vector()
-        if not np.all(np.isfinite(v)):
-            return self._m_step(self.mean_stats, mean_sq, floor, p)
-        self.mean_stats, self.mean_params = self._statistics(data, v, floor), v
-        self.mean_weight = batch
-        self.renew_at = 0.0
-        return fit
-
-    def _fixed_point(self, p, mean_sq, floor):
+    def _fixed_point(self, p, floor):
         """``v = M(sbar + D (v - vbar))`` from ``p`` (no data), or None.
 
         Newton's chord method: the Jacobian of the right-hand side, by
@@ -1024,7 +1148,7 @@ class LinearisedEM(_OneBatch):
             s = self.mean_stats + self.jacobian @ (v - self.mean_params)
             if not (np.all(np.isfinite(s)) and np.all(s[d * K :] > 0.0)):
                 raise _OutOfDomain
-            return self._m_step(s, mean_sq, floor, previous)
+            return self._m_step(s, floor, previous)
 
         # Far from the batches' parameters the iterates may overflow: that is
         # the domain's edge, returned as None below, not a RuntimeWarning.
@@ -1061,6 +1185,32 @@ class _OutOfDomain(Exception):
 _FORWARD_STEP = 1e-7
 _NEWTON_STEPS = 8
 
+# Rows per parameter of the mixture a batch needs for LinearisedEM's
+# Jacobian: from 100-row batches at d = 10, K = 2 (24 parameters, 4 rows
+# each) one pass ended 11 to 500 times farther from the centroids than the
+# in-memory fit; at 17 to 25 rows per parameter up to 280 times, at 29 and
+# more within 1.8 times (math.md section 7). Twice that, for the margin.
+_STREAM_ROWS_PER_PARAMETER = 64
 
-def _quiet(em, log_likelihood):
-    """A report of :func:`_run_em` that reports nothing."""
+# Largest number of mixture parameters (K d + K + 2) for which a stream
+# linearises the batches' statistics (LinearisedEM, whose Jacobian costs one
+# E step per parameter); above it, online EM.
+_LINEARISED_MAX_PARAMETERS = 512
+
+
+def new_stream(heads, weights, noise, n_rows, radii=None, free=None):
+    """The stream of ``partial_fit``, started at these parameters, for batches like one of ``n_rows`` rows.
+
+    :class:`LinearisedEM` when the mixture has at most 512 parameters and
+    the batch at least ``_STREAM_ROWS_PER_PARAMETER`` rows for each, else
+    :class:`OnlineEM` (``math.md`` section 7, "One pass over a stream").
+    """
+    d, K = np.shape(heads)
+    free = radii is not None if free is None else free
+    n_parameters = mixture_parameters(d, K, free)
+    linearised = (
+        n_parameters <= _LINEARISED_MAX_PARAMETERS
+        and n_rows >= _STREAM_ROWS_PER_PARAMETER * n_parameters
+    )
+    stream = LinearisedEM if linearised else OnlineEM
+    return stream(heads, weights, noise, radii, free)

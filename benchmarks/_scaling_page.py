@@ -111,17 +111,22 @@ same solvers run on each.
 The contract of `MiniBatchKMeans.partial_fit`: the first call fits its
 batch as `fit` does (which fixes `scale_`, the temperature, and uses
 `random_state`), and so does a later batch of more than 4 times the weight
-seen before it, at the stream's K (the stream starts anew there); each
-other call adds the batch's E-step statistics at the
-current parameters to a running mean, and the centres solve the M step of
-the whole stream's statistics linearised around the parameters each batch
-saw (linearised EM, math.md section 7, "One pass over a stream"): the
-Jacobian that does it costs one E step on a batch per parameter, renewed
-each time the weight seen doubles. Above 512 parameters (d K + K + 2) the Jacobian is not
-kept and the update is online EM on the sufficient statistics (Cappe and
+seen before it, at the stream's K (the stream starts anew there); after
+`fit`, the stream continues from the fitted mixture, its rows counted in by
+their weight. When the batch that starts the stream has at least 64 rows
+per parameter (d K + K + 2, at most 512), each other call adds the batch's
+E-step statistics at the current parameters to a running mean, and the
+centres solve the M step of the whole stream's statistics linearised around
+the parameters each batch saw (linearised EM, math.md section 7, "One pass
+over a stream"): the Jacobian that does it costs one E step on a batch per
+parameter, renewed each time the weight seen doubles, on a batch with those
+rows. Otherwise (smaller batches, whose Jacobian errs too much, or more
+parameters) the update is online EM on the sufficient statistics (Cappe and
 Moulines 2009): `s_n = s_{n-1} + gamma_n (sbar(batch_n) - s_{n-1})` with
 `gamma_n = min(1, 16 / n)^0.6`, the centres being the M step at the average
-of the `s_n`.
+of the `s_n`. A component whose weight falls below one row of the stream is
+reseeded at the batch's row worst explained, with a warning. The stream
+holds no d x d matrix: a batch costs its passes and the memory of one batch.
 `n_steps_` counts the calls, `labels_` labels the last batch, and the
 estimator pickles between calls and resumes. Inside dask-ml:
 
@@ -445,8 +450,9 @@ def write_page(results, docs):
             )
         lines += [
             "",
-            "*linearised EM* is what `partial_fit` does; *online EM* its update above 512 "
-            "parameters (Cappe and Moulines' recursion, `gamma_n = min(1, 16 / n)^0.6`, "
+            "*linearised EM* is what `partial_fit` does here; *online EM* its update above 512 "
+            "parameters or on batches of fewer than 64 rows per parameter (Cappe and Moulines' "
+            "recursion, `gamma_n = min(1, 16 / n)^0.6`, "
             "averaged); *Cappe-Moulines* the same without the gain "
             "(`gamma_n = n^-0.6`); *running mean* `gamma_n = 1/n`; *PSGD* 200 PSGD steps per batch "
             "from the previous heads (the paper's estimator fed batch by batch). PSGD stays at its "

@@ -135,6 +135,20 @@ class _EM:
         return _maximize(S, counts, self.total, self.mean_sq, self.floor, previous)
 
 
+def _row_norms(S):
+    """``||S_k||`` of each row; a row whose squares underflow (a component of
+    weight near e^-370: its head came out 0.1% off the sphere) is divided by
+    its largest entry first."""
+    with np.errstate(under="ignore"):
+        norms = np.sqrt((S * S).sum(axis=1))
+    peaks = np.max(np.abs(S), axis=1) if S.size else np.zeros(len(S))
+    odd = (peaks > 0.0) & ~(norms > 1e-150)
+    if odd.any():
+        scaled = S[odd] / peaks[odd, None]
+        norms[odd] = peaks[odd] * np.sqrt((scaled * scaled).sum(axis=1))
+    return norms
+
+
 def _maximize(S, counts, total, mean_sq, floor, previous):
     """M step: ``mu_k = S_k / ||S_k||``, ``pi_k = counts_k / N`` and, with a
     common norm, ``r = sum_k ||S_k|| / N``, ``tau^2 = (m2 - r^2) / d``; with
@@ -144,7 +158,7 @@ def _maximize(S, counts, total, mean_sq, floor, previous):
     sum is zero keeps its direction in ``previous``; with free norms its norm
     is ``||S_k|| / N_k = 0`` when points take it (its centroid is the mean)
     and the previous one when none does; ``tau^2`` is at least ``floor``."""
-    norms = np.sqrt((S * S).sum(axis=1))
+    norms = _row_norms(S)
     alive = norms > 0.0
     if alive.all():
         U = np.ascontiguousarray((S / norms[:, None]).T)

@@ -830,3 +830,23 @@ def test_squarem_starts_reach_both_step_lengths(free):
         _, _, extrapolated, ratio = _squarem_case(0, free, True, tau0)
         assert extrapolated
         assert (ratio > 1.0) == (start == "unclipped")
+
+
+@pytest.mark.parametrize("free", [False, True], ids=["equal", "free"])
+@pytest.mark.parametrize("magnitude", [1e-160, 1e-300])
+def test_m_step_heads_are_unit_at_any_magnitude_of_their_sums(free, magnitude):
+    # A component of weight near e^-370 has sums S_k of about 1e-160, whose
+    # squares underflow: its head came out 0.1% off the sphere, and
+    # SphericalMixture refused the fit (default fit of make_embeddings,
+    # offset 2, K = 10, center=False).
+    rng = np.random.default_rng(0)
+    S = rng.standard_normal((3, 6))
+    S[1] *= magnitude
+    counts = np.array([0.6, magnitude, 0.4])
+    previous = _Params(np.eye(6, 3), np.ones(3), 0.1, np.log(np.full(3, 1 / 3)), free)
+    with np.errstate(under="ignore"):
+        p = mixture._maximize(S, counts, 1.0, 5.0, 1e-12, previous)
+    np.testing.assert_allclose(np.linalg.norm(p.U, axis=0), 1.0, rtol=1e-14)
+    np.testing.assert_allclose(
+        p.U[:, 1], S[1] / np.linalg.norm(S[1] / magnitude) / magnitude, rtol=1e-13
+    )

@@ -141,11 +141,11 @@ def _row_norms(S):
     its largest entry first."""
     with np.errstate(under="ignore"):
         norms = np.sqrt((S * S).sum(axis=1))
-    peaks = np.max(np.abs(S), axis=1) if S.size else np.zeros(len(S))
-    odd = (peaks > 0.0) & ~(norms > 1e-150)
-    if odd.any():
-        scaled = S[odd] / peaks[odd, None]
-        norms[odd] = peaks[odd] * np.sqrt((scaled * scaled).sum(axis=1))
+    small = ~(norms > 1e-150)
+    if small.any():
+        peaks = np.max(np.abs(S[small]), axis=1, initial=0.0)
+        scaled = S[small] / np.where(peaks > 0.0, peaks, 1.0)[:, None]
+        norms[small] = peaks * np.sqrt((scaled * scaled).sum(axis=1))
     return norms
 
 

@@ -118,12 +118,14 @@ class SphericalMixture:
             raise ValueError(
                 "log_weights must be finite or -inf (an empty component), with one finite at least."
             )
-        if abs(float(logsumexp(log_weights))) > _RTOL:
+        top = float(np.max(log_weights))
+        total = float(np.sum(np.exp(log_weights - top)))
+        if not abs(top + np.log(total)) <= _RTOL:
             raise ValueError(
-                f"the weights exp(log_weights) must sum to one, got {np.exp(logsumexp(log_weights))!r}."
+                f"the weights exp(log_weights) must sum to one, got {total * np.exp(top)!r}."
             )
-        norms = np.linalg.norm(centers, axis=1)
-        if not np.allclose(norms, 1.0, rtol=0.0, atol=_RTOL):
+        norms = np.sqrt(np.einsum("ij,ij->i", centers, centers))
+        if not np.max(np.abs(norms - 1.0)) <= _RTOL:
             raise ValueError(f"centers must be unit vectors (rows), got norms {norms}.")
 
     @classmethod

@@ -31,10 +31,10 @@ from ._validation import (
     check_positive,
     check_verbose,
     deferred_warnings,
+    finite_output,
     replay,
     warn,
 )
-from .layers import finite_output
 
 
 class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, BaseEstimator):
@@ -1088,7 +1088,7 @@ def _in_dtype(a, dtype):
 
 def _layer_output(rows, heads, shift, out, dtype):
     """``((x - mean_) U) out`` for a block of rows (see :meth:`AttentionClustering.transform`):
-    FloatingPointError where it leaves X's dtype's range, as the layers' (:func:`~attention_cluster.layers.finite_output`)."""
+    FloatingPointError where it leaves X's dtype's range, as the layers' (``_validation.finite_output``)."""
     with np.errstate(over="ignore", invalid="ignore"):
         return finite_output(
             ((np.asarray(rows @ heads, dtype=np.float64) - shift) @ out).astype(dtype)

@@ -8,8 +8,14 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._passes import dense_block, rows_of
 from ._scale import estimate_spectrum
-from ._validation import atomic_fit, check_auto_or_positive, check_options, check_positive
-from .layers import finite_output, in_context_softmax_attention
+from ._validation import (
+    atomic_fit,
+    check_auto_or_positive,
+    check_options,
+    check_positive,
+    finite_output,
+)
+from .layers import in_context_softmax_attention
 from .theory import in_context_unbiased_temperature
 
 __all__ = ["InContextQuantizer"]

@@ -58,6 +58,17 @@ def check_verbose(value):
         check_positive(value, "verbose", numbers.Integral, strict=False)
 
 
+def finite_output(out):
+    """Refuse overflowed output rather than return inf or NaN (the layers', and
+    every output computed from them: ``transform``, the PSGD loss)."""
+    if not np.all(np.isfinite(out)):
+        raise FloatingPointError(
+            "The attention layer overflowed the floating-point range; rescale X "
+            "or lower the temperature."
+        )
+    return out
+
+
 def check_n_samples(n_samples, n_clusters):
     """A clustering needs at least ``n_clusters`` samples."""
     if n_samples < n_clusters:

@@ -28,7 +28,7 @@ they do so by blocks of rows (bounded memory) with the log-sum-exp shift, so
 import numpy as np
 import scipy.sparse as sp
 
-from ._validation import check_count, check_matrix, check_temperature
+from ._validation import check_count, check_matrix, check_temperature, finite_output
 
 __all__ = [
     "linear_attention",
@@ -84,16 +84,6 @@ def _check_heads(heads, n_features, dtype):
             f"heads exceed the range of X's dtype ({np.dtype(dtype).name}): pass X as float64."
         )
     return cast
-
-
-def finite_output(out):
-    """Refuse overflowed output rather than return inf or NaN."""
-    if not np.all(np.isfinite(out)):
-        raise FloatingPointError(
-            "The attention layer overflowed the floating-point range; rescale X "
-            "or lower the temperature."
-        )
-    return out
 
 
 def _finish(out, original_ndim):

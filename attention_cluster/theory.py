@@ -39,8 +39,8 @@ from ._validation import (
     check_positive,
     check_temperature,
     check_weights,
+    finite_output,
 )
-from .layers import finite_output
 from .metrics import centroid_distance
 
 __all__ = [
@@ -1507,7 +1507,7 @@ def sequence_loss_gradient(tokens, heads, temperature, *, n_clusters=None):
     grad = np.zeros_like(U)
     A, G, E, W = (np.empty(shape) for shape in ((L, n_heads), (d, n_heads), (L, d), (L, n_heads)))
     loss = _kernels.sequence_loss_grad(X, U, c, grad, A, G, E, W)
-    # The layer's own refusal (layers.finite_output), for the loss and its gradient.
+    # The layer's own refusal (_validation.finite_output), for the loss and its gradient.
     finite_output(np.append(grad.ravel(), loss))
     return float(loss), grad.T
 

@@ -402,7 +402,7 @@ def choose_n_clusters(
         return model, predict_rule(model.cluster_centers_, model.mixture_, model.mean_)
 
     with rows_from(clone(estimator), X, reset=True, sample_weight=sample_weight) as rows:
-        check_width(rows)
+        check_width(rows.n_features, rows.in_memory)
         K, scores, silhouettes, model = count_clusters(
             rows,
             fit_at,

@@ -32,6 +32,7 @@ from ._validation import (
     check_verbose,
     deferred_warnings,
     finite_output,
+    is_dask_collection,
     replay,
     warn,
 )
@@ -485,6 +486,17 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         self : AttentionClustering
             Fitted estimator.
         """
+        if is_dask_collection(X) and len(X.shape) == 2:
+            # The parameters and the width, which the graph shows, before the
+            # Dask weights' checks compute (rows_from).
+            self._check_params(X.shape[1])
+            check_width(X.shape[1], in_memory=False)
+            if (
+                isinstance(X.shape[0], numbers.Integral)
+                and X.shape[0] > 0
+                and not isinstance(self.n_clusters, str)
+            ):
+                check_n_samples(X.shape[0], self.n_clusters)
         # NaN and infinity in dense rows are found by the fit's first pass
         # (DenseRows.moments) instead of a pass of their own.
         rows = self._rows(X, reset=True, sample_weight=sample_weight, defer_finite=True)
@@ -510,7 +522,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         # The passes run on the pool's threads already: BLAS threads in each
         # chunk's products would only oversubscribe the cores.
         with rows, one_blas_thread():
-            check_width(rows)
+            check_width(rows.n_features, rows.in_memory)
             if params.n_clusters == "auto":
                 rows.check_finite()
 
@@ -695,6 +707,12 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             The updated estimator; ``n_steps_`` counts the calls (since the
             last :meth:`fit`) and ``labels_`` labels the last batch.
         """
+        if is_dask_collection(X):
+            # Before the weights' checks, which compute (rows_from).
+            raise TypeError(
+                "partial_fit takes batches in memory (arrays or sparse matrices); "
+                "fit reads a Dask array in passes."
+            )
         first = not hasattr(self, "_stream_weight_unit")
         rows = self._rows(
             X,
@@ -703,11 +721,6 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             defer_finite=first,
             weight_unit=None if first else self._stream_weight_unit,
         )
-        if not rows.in_memory:
-            raise TypeError(
-                "partial_fit takes batches in memory (arrays or sparse matrices); "
-                "fit reads a Dask array in passes."
-            )
         # The first batch is read twice, by its fit and by the stream's first
         # update: a warning about its rows is given once.
         held = []

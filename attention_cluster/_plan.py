@@ -274,12 +274,13 @@ def _more_likely(result, other):
     return a is not None and b is not None and a > b
 
 
-def check_width(rows):
+def check_width(n_features, in_memory):
     """Refuse Dask rows too wide for the d x d moment, before any pass (also
-    before ``n_clusters="auto"``'s dynamics): the estimator calls it before
-    :func:`fit_plan` and ``count_clusters``."""
-    d, limit = rows.n_features, DEFAULT_TUNING.dask_max_features
-    if not rows.in_memory and d >= limit:
+    before ``n_clusters="auto"``'s dynamics, and before a Dask fit's weights
+    are checked): the estimator calls it before :func:`fit_plan` and
+    ``count_clusters``."""
+    d, limit = n_features, DEFAULT_TUNING.dask_max_features
+    if not in_memory and d >= limit:
         raise ValueError(
             f"Dask input with n_features={d} >= {limit} is not supported: "
             "the principal-subspace path that wide data need holds the rows' projections "

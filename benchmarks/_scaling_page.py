@@ -207,7 +207,10 @@ each pass.
   their sums come to the client.
 - **Checks.** Width, dtype, dimensions, known row chunks and blocks that
   hold whole rows (an array chunked along its columns is refused: rechunk
-  with `X.rechunk({1: -1})`) are checked from the graph before any pass.
+  with `X.rechunk({1: -1})`) are checked from the graph before any pass,
+  and with them the parameters and `n_samples >= n_clusters`, before Dask
+  weights are checked (two small computations: their largest, then their
+  sum and count).
   A width of 4000 features or more is refused: the principal-subspace
   path that wide rows take in memory holds their projections on the
   client (reduce the features first, `dask_ml.decomposition.PCA` or

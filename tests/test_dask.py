@@ -424,6 +424,35 @@ def test_dataframe(client, mixture):
         unnamed.predict(frame)
 
 
+def test_what_needs_no_data_is_refused_before_the_weights_compute(mixture):
+    # With Dask weights, fit computed them twice (their checks) before it
+    # checked the parameters, the width and n_samples >= n_clusters, and
+    # partial_fit before it refused Dask input: weights made from X are two
+    # reads of X before an error that needed no data.
+    from dask.callbacks import Callback
+
+    class Computations(Callback):
+        count = 0
+
+        def _start(self, dsk):
+            Computations.count += 1
+
+    X = da.from_array(mixture[0][:2000], chunks=(500, -1))
+    w = abs(X[:, 0]) + 0.1
+    wide = da.zeros((100, 4000), chunks=(50, -1))
+    cases = [
+        (lambda: AttentionClustering(n_clusters=0).fit(X, sample_weight=w), "n_clusters"),
+        (lambda: AttentionClustering(temperature=-1).fit(X, sample_weight=w), "temperature"),
+        (lambda: AttentionClustering().fit(wide, sample_weight=wide[:, 0] + 1), "n_features=4000"),
+        (lambda: AttentionClustering(30).fit(X[:20], sample_weight=w[:20]), "n_samples=20"),
+        (lambda: AttentionClustering().partial_fit(X, sample_weight=w), "batches in memory"),
+    ]
+    for call, message in cases:
+        with Computations(), pytest.raises((ValueError, TypeError), match=message):
+            call()
+    assert Computations.count == 0
+
+
 def test_dataframe_columns_are_checked_before_its_rows_are_counted(mixture):
     # A DataFrame's width, names and dtype are in its metadata; they were
     # checked after to_dask_array(lengths=True) had read every partition.

@@ -33,7 +33,6 @@ from ._validation import (
     check_count,
     check_positive,
     deferred_warnings,
-    power_of_two_unit,
     replay,
     warn,
 )
@@ -182,7 +181,13 @@ def _unit_scaled(tokens):
     peak = float(np.max(np.abs(data), initial=0.0))
     if peak == 0.0:
         return tokens
-    return tokens * (1.0 / power_of_two_unit(peak))
+    # ldexp: 2^-e itself leaves float64 for tokens below about 1e-308.
+    exponent = -int(np.frexp(peak)[1])
+    if sp.issparse(tokens):
+        scaled = tokens.copy()
+        scaled.data = np.ldexp(scaled.data, exponent)
+        return scaled
+    return np.ldexp(tokens, exponent)
 
 
 def _centred(tokens):

@@ -650,15 +650,19 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         later call updates the mixture of :mathmd:`7` with the batch. After
         :meth:`fit`, the stream continues from the fitted mixture, its rows
         counted in by their total weight without being read again (their
-        statistics are those the M step maps to the fitted parameters), and a
-        batch of another width raises ValueError. A batch of more than 4 times
+        statistics are those the M step maps to the fitted parameters; a fit
+        without the EM refinement, ``refine=None`` or PSGD's, has no
+        statistics to hold, and the stream starts at its centres from the
+        batch), and a batch of another width raises ValueError. A batch of
+        more than 4 times
         the weight seen before it starts the stream anew: it is fitted as the
         first was, at the stream's number of clusters, and fixes the scale
         and the temperature again (a small first batch's fit would otherwise
         hold the stream where it lies).
 
         When the batch that starts the stream has at least 64 rows per
-        parameter of the mixture (``K d + K + 2``, at most 512), each batch's
+        parameter of the mixture (``K d + K + 2``, ``K d + 2 K + 1`` with free
+        norms; at most 512), each batch's
         E-step statistics, taken at the parameters of its time, are kept as
         their running mean together with their Jacobian in the parameters,
         so that the centres solve the M step of the whole stream's
@@ -689,7 +693,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         about ``1e-145`` times it, raises ValueError and leaves the estimator
         as it was; so does a batch whose largest weight is more than ``1e100``
         times the first batch's, or less than ``1e-100`` times it.
-        Sparse batches are not densified.
+        Sparse batches are not densified, but at a reseeding: the batch whose
+        rows reseed a lost component is formed densely once (n x d float64).
 
         Parameters
         ----------
@@ -735,9 +740,17 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 else:
                     self._check_batch(rows)
                     if self._stream is None:
-                        self._stream = _new_stream(self._result, rows, held=self._fit_weight)
+                        # After fit: the stream holds the fitted mixture's
+                        # rows; a fit without one (refine=None, PSGD) has no
+                        # statistics to hold, and its heads start the stream
+                        # as a first batch's fit does, read from this batch.
+                        fitted = None if self._result.mixture is None else self._fit_weight
+                        self._stream = _new_stream(self._result, rows, held=fitted)
                         self.n_steps_ = 0
-                    if rows.total_weight > _STREAM_RESTART * self._stream.seen:
+                    if (
+                        self._stream.seen
+                        and rows.total_weight > _STREAM_RESTART * self._stream.seen
+                    ):
                         # This batch outweighs the stream so far: its own fit
                         # starts the stream anew, at the stream's K.
                         self._fit_rows(rows, n_clusters=self.n_clusters_)
@@ -1063,24 +1076,24 @@ def _new_stream(result, rows, held=None):
     """partial_fit's stream (``_mixture.new_stream``) at a fit's result, for batches like ``rows``.
 
     ``held``: ``(weight, n_rows)`` of the fit's own rows, which the stream
-    then counts in without reading them (partial_fit after fit), at the
-    fitted mixture's parameters; None for a stream whose first update reads
-    the fit's rows, started as the fit's EM was (norm 1, the spectrum's noise).
+    then counts in without reading them (partial_fit after a fit with the EM
+    refinement), at the fitted mixture's parameters; None for a stream whose
+    first update reads its rows, started as the fit's EM was (norm 1, the
+    spectrum's noise).
     """
     mixture = result.mixture
-    radii = mixture.radii if result.free_norms else None
-    if held is None or mixture is None:
-        stream = new_stream(result.centers.T, result.weights, result.noise, rows.n_weighted, radii)
-    else:
-        stream = new_stream(
-            result.centers.T,
-            result.weights,
-            np.sqrt(mixture.variance),
-            rows.n_weighted,
-            mixture.radii,
-            free=result.free_norms,
-        )
-    return stream if held is None else stream.hold(*held, result.moment_heads.T)
+    if held is None:
+        radii = mixture.radii if result.free_norms else None
+        return new_stream(result.centers.T, result.weights, result.noise, rows.n_weighted, radii)
+    stream = new_stream(
+        result.centers.T,
+        result.weights,
+        np.sqrt(mixture.variance),
+        rows.n_weighted,
+        mixture.radii,
+        free=result.free_norms,
+    )
+    return stream.hold(*held, result.moment_heads.T)
 
 
 def _unit_points(rows, offset, scale):

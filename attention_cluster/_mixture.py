@@ -165,6 +165,11 @@ def _maximize(S, counts, total, mean_sq, floor, previous):
     else:
         U = previous.U.copy()
         U[:, alive] = (S[alive] / norms[alive, None]).T
+    # Sums in the subnormal range hold a few bits: their directions are
+    # made unit again (a head 0.4% off the sphere otherwise).
+    faint = alive & ~(norms > 1e-290)
+    if faint.any():
+        U[:, faint] /= np.sqrt(np.einsum("ij,ij->j", U[:, faint], U[:, faint]))
     if previous.free:
         taken = counts > 0.0
         radii = previous.radii.copy()
@@ -1206,7 +1211,8 @@ _NEWTON_STEPS = 8
 # more within 1.8 times (math.md section 7). Twice that, for the margin.
 _STREAM_ROWS_PER_PARAMETER = 64
 
-# Largest number of mixture parameters (K d + K + 2) for which a stream
+# Largest number of mixture parameters (K d + K + 2; K d + 2K + 1 with free
+# norms) for which a stream
 # linearises the batches' statistics (LinearisedEM, whose Jacobian costs one
 # E step per parameter); above it, online EM.
 _LINEARISED_MAX_PARAMETERS = 512

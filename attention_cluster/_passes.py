@@ -2238,14 +2238,19 @@ def _row_reduce(ufunc, values, indptr):
     return out
 
 
+# Below this share of ||m||^2, a sparse row's ||y - m||^2 from ||m||^2 less
+# its stored columns' m_j^2 would lose more than about 1e-12 of its value.
+_CANCELLED = 1e-4
+
+
 def _sparse_centred_squares(Y, m):
     """``||y_i - m||^2`` of CSR rows without densifying them.
 
     The stored entries' ``(y_j - m_j)^2``, plus ``sum_j m_j^2`` over the
     row's other columns: ``||m||^2`` less the stored columns' share, a
-    difference that cancels only where the stored columns hold most of
-    ``||m||^2``; there it is summed over the other columns directly (a mask
-    of the row's columns, in blocks of rows).
+    difference that loses digits only where the result is a small part of
+    ``||m||^2`` (below ``_CANCELLED``); there it is summed over the other
+    columns directly (a mask of the row's columns, in blocks of rows).
     """
     squares = m * m
     diff = Y.data - m[Y.indices]
@@ -2253,7 +2258,7 @@ def _sparse_centred_squares(Y, m):
     held = _row_reduce(np.add, squares[Y.indices], Y.indptr)
     total = float(np.sum(squares))
     rest = total - held
-    heavy = np.flatnonzero(held > 0.5 * total)
+    heavy = np.flatnonzero(stored + rest < _CANCELLED * total)
     d = Y.shape[1]
     step = max(1, _CHUNK_BYTES // max(d, 1))
     for lo in range(0, len(heavy), step):

@@ -32,7 +32,7 @@ from ._exact import solve_exact
 from ._mixture import mixture_parameters, refine_heads, subsample_sizes
 from ._model import MIN_VARIANCE, SphericalMixture
 from ._objective import exact_objective, regularizer_code
-from ._passes import DenseRows, LabelRule
+from ._passes import DenseRows, LabelRule, unit_terms
 from ._scale import BASIS_ROWS, estimate_spectrum, principal_basis, spike_overlap
 from ._seeding import seeded_start
 from ._settings import auto_reg_strength
@@ -150,9 +150,6 @@ class FitResult:
     loss_curve: np.ndarray
     refine_n_iter: int  #: E steps of the EM refinement on all rows
     free_norms: object  #: True or False with the EM refinement, None without
-    #: The EM's mean log-likelihood of the rows as given (not divided by s),
-    #: or None without it.
-    log_likelihood: object
     labels: object  #: predict's labels of the training rows (lazy for Dask rows)
     fractions: np.ndarray = field(repr=False)  #: (K,) size of each cluster
 
@@ -246,7 +243,7 @@ def fit_plan(rows, params, init=None):
         with deferred_warnings() as held_centred:
             centred = _fit_once(rows, prepared, params, init, True, tuning)
         retried = True
-        if _more_likely(result, centred):
+        if _more_likely(rows, result, centred):
             replay(held)
         else:
             replay(held_centred)
@@ -267,11 +264,22 @@ def fit_plan(rows, params, init=None):
     return result
 
 
-def _more_likely(result, other):
-    """Whether ``result``'s EM mixture is more likely than ``other``'s (both
-    with the EM refinement; otherwise False)."""
-    a, b = result.log_likelihood, other.log_likelihood
-    return a is not None and b is not None and a > b
+def _more_likely(rows, result, other):
+    """Whether ``result``'s EM mixture is more likely on ``rows`` (as given)
+    than ``other``'s: their mean log-likelihoods, one pass each (False
+    without the EM refinement)."""
+    if result.mixture is None or other.mixture is None:
+        return False
+    a, b = (rows.weighted_mean(_block_log_likelihoods, f.mixture) for f in (result, other))
+    return a > b
+
+
+def _block_log_likelihoods(block, mixture):
+    """``log p(x)`` of a block's rows under ``mixture`` (``_model``; -inf or
+    NaN, which compare as less likely, for rows beyond float64's range)."""
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        P, q = unit_terms(block, mixture.centers, mixture.offset, mixture.scale)
+        return mixture.log_likelihoods(P, q)
 
 
 def check_width(n_features, in_memory):
@@ -418,12 +426,6 @@ def _fit_once(given, prepared, params, init, centre, tuning):
         centers = mixture.centers
         moment_heads = _moment_heads(rows, unit, spectrum, centers)
         refine_n_iter, free_norms = fit.n_iter, bool(fit.free)
-        # The density of x = m + s y is that of y divided by s^d.
-        log_likelihood = (
-            float(fit.log_likelihood[-1]) - rows.n_features * np.log(spectrum.scale)
-            if fit.log_likelihood.size
-            else None
-        )
     else:
         # Each head turned towards the points it wins (math.md section 5).
         signs = np.where(unit.head_totals(best.heads) < 0, -1.0, 1.0)
@@ -432,7 +434,7 @@ def _fit_once(given, prepared, params, init, centre, tuning):
         if basis is not None:
             # Heads in the principal subspace are heads in R^d.
             centers, moment_heads = centers @ basis.T, moment_heads @ basis.T
-        mixture, refine_n_iter, free_norms, log_likelihood = None, 0, None, None
+        mixture, refine_n_iter, free_norms = None, 0, None
     rule = predict_rule(centers, mixture, mean, given.dtype)
     # The labels' shares decide the lost clusters (center="auto"'s retry and
     # its warning) for every kind of rows alike: on Dask rows, whose labels
@@ -454,7 +456,6 @@ def _fit_once(given, prepared, params, init, centre, tuning):
         loss_curve=best.loss_curve,
         refine_n_iter=refine_n_iter,
         free_norms=free_norms,
-        log_likelihood=log_likelihood,
         labels=labels,
         # A cluster is as large as the smaller of its share of the labels and
         # its fitted weight (EM can empty a cluster that still wins a few points).

@@ -114,7 +114,7 @@ batch as `fit` does (which fixes `scale_`, the temperature, and uses
 seen before it, at the stream's K (the stream starts anew there); after
 `fit`, the stream continues from the fitted mixture, its rows counted in by
 their weight. When the batch that starts the stream has at least 64 rows
-per parameter (d K + K + 2, at most 512), each other call adds the batch's
+per parameter (d K + K + 2, d K + 2K + 1 with free norms; at most 512), each other call adds the batch's
 E-step statistics at the current parameters to a running mean, and the
 centres solve the M step of the whole stream's statistics linearised around
 the parameters each batch saw (linearised EM, math.md section 7, "One pass
@@ -126,7 +126,8 @@ Moulines 2009): `s_n = s_{n-1} + gamma_n (sbar(batch_n) - s_{n-1})` with
 `gamma_n = min(1, 16 / n)^0.6`, the centres being the M step at the average
 of the `s_n`. A component whose weight falls below one row of the stream is
 reseeded at the batch's row worst explained, with a warning. The stream
-holds no d x d matrix: a batch costs its passes and the memory of one batch.
+holds no d x d matrix: a batch costs its passes and the memory of one batch
+(a batch that reseeds a component is formed densely once, sparse or not).
 `n_steps_` counts the calls, `labels_` labels the last batch, and the
 estimator pickles between calls and resumes. Inside dask-ml:
 

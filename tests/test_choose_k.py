@@ -487,6 +487,14 @@ def test_auto_counts_at_any_magnitude(magnitude):
     np.testing.assert_array_equal(got.labels_, want.labels_)
 
 
+def test_auto_on_subnormal_rows_refuses_with_the_fits_message():
+    # The drawn rows were scaled by 1 / 2^e, infinite below about 1e-308:
+    # "Input X contains infinity" for rows that are tiny, not infinite.
+    X = make_mixture(300, 6, 3, noise=0.3, random_state=0)[0] * 1e-319
+    with pytest.raises(ValueError, match="Multiply X by a power of two"):
+        AttentionClustering("auto", random_state=0).fit(X)
+
+
 def test_auto_leaves_numpys_global_state_alone(monkeypatch):
     # Above its work limit the dynamics integrates a subsample, which it drew
     # from NumPy's global generator: the scores depended on np.random.seed,

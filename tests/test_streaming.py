@@ -628,3 +628,21 @@ def test_online_em_step_sizes_of_weighted_batches(batch_weights, alpha, gain, et
     online = OnlineEM(U, np.full(3, 1 / 3), 0.5, alpha=alpha, gain=gain, eta=eta)
     gammas, omegas = online_em_step_sizes(batch_weights, alpha, gain, eta)
     _check_online_steps(online, batch_weights, gammas, omegas, len(batch_weights))
+
+
+@pytest.mark.parametrize(
+    "params", [{"refine": None}, {"solver": "psgd"}], ids=["refine-none", "psgd"]
+)
+def test_partial_fit_after_a_fit_without_a_mixture_holds_nothing(params):
+    # A fit without the EM refinement fits no mixture: its rows were held as
+    # the statistics of one at norm 1 and the spectrum's noise, which online
+    # EM's average kept (3.9 times the fit in memory's distance at worst).
+    # The stream now starts at the fit's centres, from the next batch.
+    X = make_mixture(3000, 10, 2, noise=0.8, random_state=0)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = AttentionClustering(2, random_state=0, **params).fit(X[:2000])
+    model.partial_fit(X[2000:2500])
+    assert model._stream.seen == 500.0
+    model.partial_fit(X[2500:])
+    assert model._stream.seen == 1000.0 and model.n_steps_ == 2

@@ -477,14 +477,17 @@ class DenseRows(_Rows):
             return _kernels.moment_sums(B, w) if fused else _blas_moment_sums(B, w, scratch)
 
         def chunk(B, w, lo, hi):
+            # (error, c of the chunk, its scaled moment, its column sums over
+            # 2^e, e): the column sums of rows beyond 2^900 are summed at the
+            # scale of their largest entry, as their products are.
             G, total = sums(B, w)
             top = float(np.max(np.diag(G))) if G.size else 0.0
             if not (np.isfinite(top) and top > tiny):
                 peak = max(float(np.max(B)), -float(np.min(B))) if B.size else 0.0
                 if not np.isfinite(peak):  # NaN propagates through max and min
-                    return ("NaN" if np.isnan(peak) else "infinity"), 0.0, G, total
+                    return ("NaN" if np.isnan(peak) else "infinity"), 0.0, G, total, 0
                 if peak == 0.0:
-                    return None, 0.0, G, total
+                    return None, 0.0, G, total, 0
                 # The chunk divided by the power of two nearest its largest
                 # entry (the column sums kept from above), by the same
                 # products: exact, so that the moments of X and of 2^k X
@@ -493,12 +496,18 @@ class DenseRows(_Rows):
                 # multiplied in float64 here (their squares left float32's
                 # range).
                 exponent = int(np.frexp(peak)[1])
-                G = sums(np.ldexp(np.asarray(B, np.float64) if float32 else B, -exponent), w)[0]
+                G, scaled = sums(
+                    np.ldexp(np.asarray(B, np.float64) if float32 else B, -exponent), w
+                )
                 top = float(np.max(np.diag(G)))
                 if top == 0.0:  # only zero-weight rows
-                    return None, 0.0, G, total
-                return None, np.ldexp(np.sqrt(top), exponent), G / top, total
-            return None, np.sqrt(top), G / top, total
+                    return None, 0.0, G, total, 0
+                if peak > _HUGE_ROWS_PEAK:
+                    total, shift = scaled, exponent
+                else:
+                    shift = 0
+                return None, np.ldexp(np.sqrt(top), exponent), G / top, total, shift
+            return None, np.sqrt(top), G / top, total, 0
 
         step = _chunk_rows(self.n_features)
         if not fused:
@@ -507,21 +516,25 @@ class DenseRows(_Rows):
             # memory traffic below the chunk's products (rows d^2 / 2).
             step = max(step, _MOMENT_ROWS_PER_FEATURE * self.n_features)
         found = self._map(chunk, _chunk_bounds(self.n_samples, step), positive=True)
-        bad = {b for b, _, _, _ in found} | {_finiteness(_dropped(self._X, self.sample_weight))}
+        bad = {b for b, *_ in found} | {_finiteness(_dropped(self._X, self.sample_weight))}
         if "NaN" in bad:
             raise ValueError("Input X contains NaN.")
         if "infinity" in bad:
             raise ValueError(f"Input X contains infinity or a value too large for {self.dtype!r}.")
-        parts = [part for _, *part in found]
-        mean = sum((t for _, _, t in parts), np.zeros(self.n_features)) * inv / self.total_weight
-        c = max(p for p, _, _ in parts)
+        parts = [(p, G) for _, p, G, _, _ in found]
+        # Column sums at a common power of two (0 unless rows exceed 2^900).
+        top_shift = max(e for *_, e in found)
+        mean = np.ldexp(
+            sum((np.ldexp(t, e - top_shift) for *_, t, e in found), np.zeros(self.n_features))
+            * inv
+            / self.total_weight,
+            top_shift,
+        )
+        c = max(p for p, _ in parts)
         d = self.n_features
         if c == 0.0:
             return 0.0, np.zeros((d, d)), mean
-        M = (
-            sum(((p / c) ** 2 * G for p, G, _ in parts if p > 0), np.zeros((d, d)))
-            / self.total_weight
-        )
+        M = sum(((p / c) ** 2 * G for p, G in parts if p > 0), np.zeros((d, d))) / self.total_weight
         return c * inv, M, mean
 
     def mean(self):
@@ -952,6 +965,13 @@ def _within_range(value, dtype=np.float64):
     return 1.0 / limit <= value <= limit
 
 
+# 1 / s below which the E step shifts the rows (see _key_shift), and the
+# largest entry above which the moments' pass sums a chunk's columns at its
+# scale: rows so large sum past float64 over few of them.
+_HUGE_ROWS = 2.0**-900
+_HUGE_ROWS_PEAK = 2.0**900
+
+
 def _key_shift(beta, inv_scale, dtype):
     """``k`` such that the E step's keys ``(beta / s) 2^-k`` times the heads lie in ``dtype``'s range.
 
@@ -965,9 +985,12 @@ def _key_shift(beta, inv_scale, dtype):
     """
     with np.errstate(over="ignore", under="ignore"):
         factor = beta * inv_scale
-    if beta == 0.0 or _within_range(factor, dtype):
+    # Rows of scale s beyond 2^900 sum past float64 over few of them (the
+    # E step's sums S_k, taken before the factor): shifted towards x / s.
+    huge = inv_scale < _HUGE_ROWS
+    if not huge and (beta == 0.0 or _within_range(factor, dtype)):
         return 0
-    return int(np.frexp(beta)[1]) + int(np.frexp(inv_scale)[1])
+    return (int(np.frexp(beta)[1]) if beta != 0.0 else 0) + int(np.frexp(inv_scale)[1])
 
 
 def _shifted(B, k):
@@ -1466,11 +1489,13 @@ class DaskRows(_Rows):
         if name in _MEAN_PASSES:
             parts = [(w, r) for w, r in parts if w > 0.0]
             total = sum(w for w, _ in parts)
+            # Each block's share times its mean: a mean near float64's
+            # largest numbers times a block's weight would overflow.
             if isinstance(parts[0][1], tuple):
                 return tuple(
-                    sum(w * v[j] for w, v in parts) / total for j in range(len(parts[0][1]))
+                    sum((w / total) * v[j] for w, v in parts) for j in range(len(parts[0][1]))
                 )
-            return sum(w * r for w, r in parts) / total
+            return sum((w / total) * r for w, r in parts)
         results = [r for _, r in parts]
         if isinstance(results[0], tuple):
             return tuple(sum(r[j] for r in results) for j in range(len(results[0])))
@@ -1503,7 +1528,8 @@ class DaskRows(_Rows):
             raise ValueError(f"Input X contains infinity or a value too large for {self.dtype!r}.")
         parts = [(w, *moment, mean) for _, _, w, moment, mean in parts if w > 0.0]
         d = self.n_features
-        mean = sum((w * m for w, _, _, m in parts), np.zeros(d)) / self.total_weight
+        # Each block's share times its mean (see _pass).
+        mean = sum(((w / self.total_weight) * m for w, _, _, m in parts), np.zeros(d))
         parts = [(w, c, M) for w, c, M, _ in parts if c > 0.0]
         if not parts:
             return 0.0, np.zeros((d, d)), mean

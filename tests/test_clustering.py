@@ -846,3 +846,24 @@ def test_default_fit_converges_on_the_bundled_data_sets(name, standardise):
         warnings.simplefilter("error", ConvergenceWarning)
         model = AttentionClustering(len(np.unique(y)), random_state=0).fit(X)
     assert model.labels_.shape == y.shape
+
+
+@pytest.mark.parametrize("center", ["auto", False, True])
+@pytest.mark.parametrize("kind", ["dense", "dask"])
+def test_rows_whose_sums_overflow_fit_as_at_unit_scale(kind, center):
+    # 20000 rows near 2^1015 (about 3.5e305) sum past float64: the E step
+    # summed the rows before dividing by their scale ("centers must be
+    # finite"), and the mean overflowed ("Input X contains infinity", for
+    # finite X). A power of two leaves the partition as it is.
+    X = make_mixture(20_000, 4, 2, noise=0.2, random_state=0)[0] + [1.0, 0.0, 0.0, 0.0]
+    big = np.ldexp(X, 1015 - int(np.frexp(np.abs(X).max())[1]))
+    wrap = np.asarray
+    if kind == "dask":
+        da = pytest.importorskip("dask.array")
+        wrap = functools.partial(da.from_array, chunks=(5000, -1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        want = AttentionClustering(2, center=center, random_state=0).fit(wrap(X))
+        got = AttentionClustering(2, center=center, random_state=0).fit(wrap(big))
+    assert got.center_ == want.center_
+    np.testing.assert_array_equal(np.asarray(got.labels_), np.asarray(want.labels_))

@@ -394,10 +394,7 @@ def test_zero_weight_rows_set_the_scale_when_the_weighted_rows_do_not(kind):
     # the fit of the rows divided by a power of two.
     X = np.array([[6.74e153, -7.08e153, 3.43e154], [5.63e153, -2.87e154, 1.94e154]])
     w = np.array([3.0, 0.0])
-    wrap = np.asarray
-    if kind == "dask":
-        da = pytest.importorskip("dask.array")
-        wrap = functools.partial(da.from_array, chunks=(1, -1))
+    wrap = _wrapper(kind, 1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         far = AttentionClustering(2, random_state=0).fit(wrap(X), sample_weight=w)
@@ -483,6 +480,14 @@ def test_make_blobs_with_more_clusters_than_features_matches_kmeans(d, K):
         km = KMeans(K, n_init=1, random_state=seed).fit(X)
         theirs.append(adjusted_rand_score(y, km.labels_))
     assert np.median(ours) >= np.median(theirs) - 1e-9
+
+
+def _wrapper(kind, rows_per_chunk):
+    """NumPy's asarray, or a Dask array of blocks of ``rows_per_chunk`` rows."""
+    if kind != "dask":
+        return np.asarray
+    da = pytest.importorskip("dask.array")
+    return functools.partial(da.from_array, chunks=(rows_per_chunk, -1))
 
 
 def _correct(y, labels):
@@ -857,10 +862,7 @@ def test_rows_whose_sums_overflow_fit_as_at_unit_scale(kind, center):
     # finite X). A power of two leaves the partition as it is.
     X = make_mixture(20_000, 4, 2, noise=0.2, random_state=0)[0] + [1.0, 0.0, 0.0, 0.0]
     big = np.ldexp(X, 1015 - int(np.frexp(np.abs(X).max())[1]))
-    wrap = np.asarray
-    if kind == "dask":
-        da = pytest.importorskip("dask.array")
-        wrap = functools.partial(da.from_array, chunks=(5000, -1))
+    wrap = _wrapper(kind, 5000)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         want = AttentionClustering(2, center=center, random_state=0).fit(wrap(X))

@@ -22,7 +22,14 @@ from ._choose_k import count_clusters
 from ._mixture import new_stream
 from ._model import MIN_VARIANCE, SphericalMixture
 from ._passes import one_blas_thread, row_peaks, rows_from, unit_terms
-from ._plan import check_width, fit_plan, predict_rule, resolve_methods
+from ._plan import (
+    block_log_likelihoods,
+    check_width,
+    fit_plan,
+    near_terms,
+    predict_rule,
+    resolve_methods,
+)
 from ._validation import (
     atomic_fit,
     check_auto_or_positive,
@@ -1122,49 +1129,27 @@ def _layer_output(rows, heads, shift, out, dtype):
 
 
 def _log_likelihoods(rows, mixture, dtype):
-    """``log p(x)`` of every row of a block under ``mixture`` (see :mod:`._model`).
-
-    ``-inf`` for rows beyond float64's range at the mixture's unit scale
-    (:func:`_near_terms`), whose density is below any float.
-    """
-    far, P, q = _near_terms(rows, mixture)
-    out = np.full(far.shape, -np.inf)
-    out[~far] = mixture.log_likelihoods(P, q)
-    return _in_dtype(out, dtype)
+    """:func:`~._plan.block_log_likelihoods` in ``dtype``."""
+    return _in_dtype(block_log_likelihoods(rows, mixture), dtype)
 
 
 def _posteriors(rows, mixture, dtype):
     """Posterior probabilities of the components for every row of a block.
 
     Rows beyond float64's range at the mixture's unit scale
-    (:func:`_near_terms`) have one component of probability 1: the limit
+    (:func:`~._plan.near_terms`) have one component of probability 1: the limit
     of the posterior as the row moves out, which is the labels' rule's
     there (``_passes._far_labels``: ``argmax_k r_k <x, mu_k>`` over the
     components of positive weight; the logits' other terms are below their
     rounding).
     """
-    far, P, _ = _near_terms(rows, mixture)
+    far, P, _ = near_terms(rows, mixture)
     out = np.zeros((len(far), len(mixture.radii)))
     out[~far] = mixture.posteriors(P)
     if far.any():
         limit = predict_rule(mixture.centers, mixture, mixture.offset).labels_of(rows[far])
         out[np.flatnonzero(far), limit] = 1.0
     return out.astype(dtype, copy=False)
-
-
-def _near_terms(rows, mixture):
-    """``(far, P, q)``: :func:`_passes.unit_terms` of a block's rows, and
-    which rows are beyond float64's range at the mixture's unit scale.
-
-    Those rows' unit-scale terms, or their logits (products with the heads
-    over a variance down to ``1e-12``), are not finite numbers; the other
-    rows' ``P`` and ``q`` are returned, in order.
-    """
-    with np.errstate(over="ignore", invalid="ignore"):
-        P, q = unit_terms(rows, mixture.centers, mixture.offset, mixture.scale)
-        top = np.max(mixture.logits(P), axis=1)
-    far = ~(np.isfinite(P).all(axis=1) & np.isfinite(top))
-    return far, P[~far], q[~far]
 
 
 def _row_exponents(rows, mean, scale):

@@ -87,10 +87,10 @@ class SphericalMixture:
     def __post_init__(self):
         # Real float64 arrays (a frozen dataclass: set through object.__setattr__).
         for name in ("centers", "radii", "log_weights", "offset", "variance", "scale"):
-            value = getattr(self, name)
-            if np.iscomplexobj(value) or as_numbers(value) is None:
-                raise ValueError(f"{name} must be real numbers, got {value!r}.")
-            value = as_numbers(value)
+            given = getattr(self, name)
+            value = None if np.iscomplexobj(given) else as_numbers(given)
+            if value is None:
+                raise ValueError(f"{name} must be real numbers, got {given!r}.")
             object.__setattr__(self, name, float(value) if value.ndim == 0 else value)
         centers = self.centers
         if centers.ndim != 2 or centers.shape[0] == 0:

@@ -502,7 +502,7 @@ class DenseRows(_Rows):
                 top = float(np.max(np.diag(G)))
                 if top == 0.0:  # only zero-weight rows
                     return None, 0.0, G, total, 0
-                if peak > _HUGE_ROWS_PEAK:
+                if peak > _HUGE_ROWS:
                     total, shift = scaled, exponent
                 else:
                     shift = 0
@@ -965,11 +965,10 @@ def _within_range(value, dtype=np.float64):
     return 1.0 / limit <= value <= limit
 
 
-# 1 / s below which the E step shifts the rows (see _key_shift), and the
-# largest entry above which the moments' pass sums a chunk's columns at its
-# scale: rows so large sum past float64 over few of them.
-_HUGE_ROWS = 2.0**-900
-_HUGE_ROWS_PEAK = 2.0**900
+# Rows beyond this magnitude sum past float64 over few of them: the E step
+# shifts them when their scale s exceeds it (see _key_shift), and the
+# moments' pass sums a chunk's columns at its scale when its largest entry does.
+_HUGE_ROWS = 2.0**900
 
 
 def _key_shift(beta, inv_scale, dtype):
@@ -987,7 +986,7 @@ def _key_shift(beta, inv_scale, dtype):
         factor = beta * inv_scale
     # Rows of scale s beyond 2^900 sum past float64 over few of them (the
     # E step's sums S_k, taken before the factor): shifted towards x / s.
-    huge = inv_scale < _HUGE_ROWS
+    huge = inv_scale < 1.0 / _HUGE_ROWS
     if not huge and (beta == 0.0 or _within_range(factor, dtype)):
         return 0
     return (int(np.frexp(beta)[1]) if beta != 0.0 else 0) + int(np.frexp(inv_scale)[1])
@@ -2291,7 +2290,7 @@ def _sparse_centred_squares(Y, m):
         rows = heavy[lo : lo + step]
         block = Y[rows]
         other = np.ones((len(rows), d), dtype=bool)
-        other[np.repeat(np.arange(len(rows)), np.diff(block.indptr)), block.indices] = False
+        other[_row_values(block, np.arange(len(rows))), block.indices] = False
         rest[rows] = other @ squares
     return stored + rest
 

@@ -41,7 +41,18 @@ from ._sphere import normalize_heads, random_heads
 from ._validation import deferred_warnings, replay, warn
 from .theory import auto_temperature
 
-__all__ = ["DEFAULT_TUNING", "FitResult", "Settings", "Tuning", "fit_plan", "resolve_methods"]
+__all__ = [
+    "DEFAULT_TUNING",
+    "FitResult",
+    "Settings",
+    "Tuning",
+    "block_log_likelihoods",
+    "check_width",
+    "fit_plan",
+    "near_terms",
+    "predict_rule",
+    "resolve_methods",
+]
 
 
 @dataclass(frozen=True)
@@ -270,16 +281,37 @@ def _more_likely(rows, result, other):
     without the EM refinement)."""
     if result.mixture is None or other.mixture is None:
         return False
-    a, b = (rows.weighted_mean(_block_log_likelihoods, f.mixture) for f in (result, other))
+    a, b = (rows.weighted_mean(block_log_likelihoods, f.mixture) for f in (result, other))
     return a > b
 
 
-def _block_log_likelihoods(block, mixture):
-    """``log p(x)`` of a block's rows under ``mixture`` (``_model``; -inf or
-    NaN, which compare as less likely, for rows beyond float64's range)."""
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        P, q = unit_terms(block, mixture.centers, mixture.offset, mixture.scale)
-        return mixture.log_likelihoods(P, q)
+def block_log_likelihoods(rows, mixture):
+    """``log p(x)`` (float64) of every row of a block under ``mixture`` (see
+    :mod:`._model`): ``score_samples``' values, and ``center="auto"``'s
+    comparison of two fits.
+
+    ``-inf`` for rows beyond float64's range at the mixture's unit scale
+    (:func:`near_terms`), whose density is below any float.
+    """
+    far, P, q = near_terms(rows, mixture)
+    out = np.full(far.shape, -np.inf)
+    out[~far] = mixture.log_likelihoods(P, q)
+    return out
+
+
+def near_terms(rows, mixture):
+    """``(far, P, q)``: :func:`_passes.unit_terms` of a block's rows, and
+    which rows are beyond float64's range at the mixture's unit scale.
+
+    Those rows' unit-scale terms, or their logits (products with the heads
+    over a variance down to ``1e-12``), are not finite numbers; the other
+    rows' ``P`` and ``q`` are returned, in order.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        P, q = unit_terms(rows, mixture.centers, mixture.offset, mixture.scale)
+        top = np.max(mixture.logits(P), axis=1)
+    far = ~(np.isfinite(P).all(axis=1) & np.isfinite(top))
+    return far, P[~far], q[~far]
 
 
 def check_width(n_features, in_memory):

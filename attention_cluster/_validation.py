@@ -241,11 +241,12 @@ def check_dask_array(estimator, X, *, reset):
         # then lengths=True counts the partitions' rows.
         _check_dask_columns(estimator, X.to_dask_array(), names, reset=reset)
         X = X.to_dask_array(lengths=True)
-    if not isinstance(X, da.Array):
+    elif isinstance(X, da.Array):
+        _check_dask_columns(estimator, X, names, reset=reset)
+    else:
         raise TypeError(
             f"{name} takes a dask.array.Array or a dask DataFrame, got {type(X).__name__}."
         )
-    _check_dask_columns(estimator, X, names, reset=reset)
     if any(np.isnan(c) for c in X.chunks[0]):
         raise ValueError("X has unknown chunk sizes; call X.compute_chunk_sizes() first.")
     if X.shape[0] == 0:

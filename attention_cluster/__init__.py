@@ -7,7 +7,8 @@ layer that quantises each prompt in context.
 """
 
 from . import datasets, layers, metrics, theory
-from ._choose_k import choose_n_clusters, plot_n_clusters_scores
+from ._choose_k import plot_n_clusters_scores
+from ._choose_n_clusters import choose_n_clusters
 from ._clustering import AttentionClustering
 from ._dynamics import SelfAttentionDynamics, attention_flow
 from ._model import SphericalMixture

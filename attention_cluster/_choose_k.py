@@ -22,13 +22,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import assert_all_finite, check_random_state
 
 from ._dynamics import SelfAttentionDynamics
-from ._passes import rows_from, unit_rows
-from ._plan import DEFAULT_TUNING, check_width, predict_rule
+from ._passes import unit_rows
+from ._plan import DEFAULT_TUNING, mean_dominates, mean_share
 from ._validation import (
     check_count,
     check_positive,
@@ -201,25 +200,26 @@ def _centred(tokens):
     return tokens - tokens.mean(axis=0)
 
 
-def _mean_dominates(tokens, k, ratio):
-    """``center="auto"``'s rule on the tokens at k clusters: ``||m||^2 > ratio
-    lambda_k(M)``, M their second moment (the smallest eigenvalue when k
-    exceeds its rank; ``math.md`` section 7, "Centring or not"), its
-    eigenvalues from the smaller of ``T^T T`` and ``T T^T``."""
-    m, d = tokens.shape
+def _mean_sq(tokens):
+    """``||m||^2``, m the tokens' mean."""
     mean = np.asarray(tokens.mean(axis=0)).ravel()
+    return float(mean @ mean)
+
+
+def _moment_trace(tokens):
+    """``tr(M)``, M the tokens' second moment ``T^T T / m``: their mean squared norm."""
+    total = tokens.multiply(tokens).sum() if sp.issparse(tokens) else np.sum(np.square(tokens))
+    return float(total) / tokens.shape[0]
+
+
+def _moment_eigenvalues(tokens):
+    """The eigenvalues of the tokens' second moment ``T^T T / m``, descending:
+    the ``min(m, d)`` of the smaller of ``T^T T`` and ``T T^T`` (the others
+    are zero)."""
+    m, d = tokens.shape
     gram = tokens.T @ tokens if d <= m else tokens @ tokens.T
     gram = gram.toarray() if sp.issparse(gram) else np.asarray(gram)
-    eigenvalues = np.sort(np.linalg.eigvalsh(gram / m))[::-1]
-    kth = eigenvalues[min(k, d, m) - 1]
-    return float(mean @ mean) > ratio * max(float(kth), 0.0)
-
-
-def _mean_share(tokens):
-    """``||m||^2 / tr(M)`` of the tokens."""
-    mean = np.asarray(tokens.mean(axis=0)).ravel()
-    total = tokens.multiply(tokens).sum() if sp.issparse(tokens) else np.sum(np.square(tokens))
-    return float(mean @ mean) / max(float(total) / tokens.shape[0], np.finfo(np.float64).tiny)
+    return np.sort(np.linalg.eigvalsh(gram / m))[::-1]
 
 
 # Largest dense copy of sparse tokens that the dynamics centres (2000 rows
@@ -244,10 +244,10 @@ def count_clusters(
     Runs ``SelfAttentionDynamics(beta=beta, min_cluster_size=min_cluster_size)``
     on ``max_samples`` rows (all when there are fewer), centred with
     ``center=True``. With ``"auto"``, where the rows' mean carries more than
-    ``share_to_retry`` of their second moment (:func:`_mean_share`), it
+    ``share_to_retry`` of their second moment (``_plan.mean_share``), it
     counts on the centred rows too, and that count is kept when
-    ``center="auto"``'s rule at it would centre the rows
-    (:func:`_mean_dominates`): a common mean draws every row's direction
+    ``center="auto"``'s rule (``_plan.mean_dominates``), read on these rows
+    at that count, would centre them: a common mean draws every row's direction
     towards its own, and the dynamics on the rows as given then counts the
     groups in one narrow cap. Its number of clusters at the end of
     the longest plateau of its clock (``docs/math.md`` section 8), clipped
@@ -306,11 +306,15 @@ def count_clusters(
         return seen, dynamics, held
 
     given_centre = center is True or center is np.True_
+    mean_sq = _mean_sq(scaled)
     # With center="auto", the centred rows only where the mean may dominate.
     centred = (
         _centred(scaled)
         if given_centre
-        or (isinstance(center, str) and _mean_share(scaled) > DEFAULT_TUNING.share_to_retry)
+        or (
+            isinstance(center, str)
+            and mean_share(mean_sq, _moment_trace(scaled)) > DEFAULT_TUNING.share_to_retry
+        )
         else None
     )
     seen, dynamics, held = counted(centred if given_centre and centred is not None else scaled)
@@ -318,7 +322,8 @@ def count_clusters(
         # Counted again on the centred rows; kept if the fit at that count
         # would centre the rows.
         other = counted(centred)
-        if _mean_dominates(scaled, int(other[1].n_clusters_), DEFAULT_TUNING.center_ratio):
+        k_centred = int(other[1].n_clusters_)
+        if mean_dominates(mean_sq, _moment_eigenvalues(scaled), k_centred, DEFAULT_TUNING):
             seen, dynamics, held = other
     if any(issubclass(category, ConvergenceWarning) for _, category in held):
         warn(
@@ -343,83 +348,6 @@ def count_clusters(
     K = choose_by_silhouette(K, silhouettes)
     replay(held[K])
     return K, scores, silhouettes, fits[K]
-
-
-def choose_n_clusters(
-    X,
-    estimator,
-    n_clusters_range=None,
-    *,
-    sample_weight=None,
-    beta=DYNAMICS_BETA,
-    min_cluster_size=MIN_CLUSTER_SIZE,
-    max_samples=MAX_SAMPLES,
-):
-    """Choose K by the dynamics' longest plateau and the silhouette of its neighbours; fit at K.
-
-    :func:`count_clusters` on X's rows, with clones of ``estimator`` at
-    ``n_clusters=k`` fitted on X for the K compared; the clone at the
-    chosen K is returned.
-
-    Parameters
-    ----------
-    X : {array-like, sparse matrix}, dask array or dask DataFrame of shape (n_samples, n_features)
-        Training data.
-    estimator : AttentionClustering
-        Its parameters (other than ``n_clusters``) are those of the fits;
-        its ``random_state`` draws the subsample.
-    n_clusters_range : iterable of int, default=None
-        The K allowed; by default 1 to ``min(n_samples, 50)``.
-    sample_weight : array-like of shape (n_samples,), default=None
-        Weights of the rows: the subsample is drawn in proportion to them.
-    beta : float, default=10.0
-        Inverse temperature of the dynamics.
-    min_cluster_size : float, default=0.02
-        Fraction of the subsample's rows below which a group is not a cluster.
-    max_samples : int, default=2000
-        Rows the dynamics runs on, and the silhouettes are taken on.
-
-    Returns
-    -------
-    ClusterCount
-        The chosen K, the plateau lengths by K, the silhouettes compared
-        and the fitted estimator.
-
-    Raises
-    ------
-    TypeError
-        If ``estimator`` is not an :class:`AttentionClustering`.
-    ValueError
-        If ``n_clusters_range`` holds no positive integer, or none of at
-        most n_samples; if ``max_samples`` is not an integer >= 1; on X the
-        estimator refuses.
-    """
-    from ._clustering import AttentionClustering  # here: _clustering imports this module
-
-    if not isinstance(estimator, AttentionClustering):
-        raise TypeError(
-            f"estimator must be an AttentionClustering, got {type(estimator).__name__}."
-        )
-    params = estimator.get_params(deep=False)
-
-    def fit_at(k):
-        model = clone(estimator).set_params(n_clusters=k).fit(X, sample_weight=sample_weight)
-        return model, predict_rule(model.cluster_centers_, model.mixture_, model.mean_)
-
-    with rows_from(clone(estimator), X, reset=True, sample_weight=sample_weight) as rows:
-        check_width(rows.n_features, rows.in_memory)
-        K, scores, silhouettes, model = count_clusters(
-            rows,
-            fit_at,
-            random_state=params.get("random_state"),
-            n_threads=params.get("n_threads"),
-            n_clusters_range=n_clusters_range,
-            beta=beta,
-            min_cluster_size=min_cluster_size,
-            max_samples=max_samples,
-            center=params.get("center", "auto"),
-        )
-    return ClusterCount(n_clusters=K, scores=scores, silhouettes=silhouettes, model=model)
 
 
 def plot_n_clusters_scores(scores, n_clusters=None, ax=None):

@@ -49,6 +49,8 @@ __all__ = [
     "block_log_likelihoods",
     "check_width",
     "fit_plan",
+    "mean_dominates",
+    "mean_share",
     "near_terms",
     "predict_rule",
     "resolve_methods",
@@ -174,8 +176,8 @@ class _Prepared:
     spectrum: object  #: spectrum of ``data`` (not centred)
     mean: np.ndarray  #: mean of ``data``'s rows
     full_mean: np.ndarray  #: mean of the rows in R^d
-    share: float  #: ||m||^2 / tr(M) at unit scale
-    ratio: float  #: ||m||^2 / lambda_K(M) at unit scale
+    mean_sq: float  #: ||m||^2 at unit scale, m in R^d
+    share: float  #: ||m||^2 / tr(M) at unit scale (:func:`mean_share`)
 
 
 @dataclass
@@ -234,8 +236,7 @@ def fit_plan(rows, params, init=None):
         )
     prepared = _prepare(rows, K, tuning)
     if params.center == "auto":
-        # ||m||^2 > center_ratio lambda_K(M) (math.md section 7, "Centring or not").
-        centre = prepared.ratio > tuning.center_ratio
+        centre = mean_dominates(prepared.mean_sq, prepared.spectrum.eigenvalues, K, tuning)
         reason = "their common mean dominates the second moment"
     else:
         centre, reason = bool(params.center), None
@@ -347,11 +348,11 @@ def _prepare(data, K, tuning):
     In high dimension the rows are replaced by their coordinates in the
     principal subspace of dimension K + ``subspace_extra``
     (:func:`~attention_cluster._scale.principal_basis`), computed without a
-    d x d matrix. ``ratio`` ``||m||^2 / lambda_K`` and ``share`` ``||m||^2 /
-    tr(M)`` of the mean m, at unit scale, are what ``center="auto"`` reads
-    (``math.md`` section 7, "Centring or not"; in the subspace too, m in
-    R^d and the trace of M in R^d, ``Spectrum.completed``, so that the
-    choice is the d x d path's).
+    d x d matrix. ``||m||^2`` and ``share`` ``||m||^2 / tr(M)`` of the mean
+    m, at unit scale, with the spectrum's eigenvalues, are what
+    ``center="auto"`` reads (:func:`mean_dominates`, :func:`mean_share`;
+    in the subspace too, m in R^d and the trace of M in R^d,
+    ``Spectrum.completed``, so that the choice is the d x d path's).
     """
     if _in_subspace(data, K, tuning):
         full_mean = data.mean()
@@ -368,17 +369,42 @@ def _prepare(data, K, tuning):
         spectrum = estimate_spectrum(data, K, moment=(peak, moment))
     m = full_mean / spectrum.scale
     mean_sq = float(m @ m)
-    trace = float(np.sum(spectrum.completed()))
-    kth = float(spectrum.eigenvalues[min(K, data.n_features) - 1])
     return _Prepared(
         data=data,
         basis=basis,
         spectrum=spectrum,
         mean=mean,
         full_mean=full_mean,
-        share=mean_sq / trace if trace > 0 else 0.0,
-        ratio=mean_sq / kth if kth > 0 else (np.inf if mean_sq > 0 else 0.0),
+        mean_sq=mean_sq,
+        share=mean_share(mean_sq, float(np.sum(spectrum.completed()))),
     )
+
+
+def mean_dominates(mean_sq, eigenvalues, n_clusters, tuning):
+    """``center="auto"``'s rule: whether the rows' common mean m dominates their
+    second moment M, ``||m||^2 > center_ratio lambda_K(M)`` (``math.md``
+    section 7, "Centring or not"; ``center_ratio`` of ``tuning``).
+
+    ``mean_sq`` is ``||m||^2`` and ``eigenvalues`` are M's, descending, at
+    one scale (the ratio ``||m||^2 / lambda_K`` does not depend on it);
+    lambda_K is the last of them when K exceeds their number, counts as
+    zero when rounding put it below, and at zero leaves the ratio infinite
+    unless m = 0. The fit reads them on all rows at unit scale (:func:`_prepare`);
+    ``n_clusters="auto"`` on the dynamics' rows, at the count it would keep
+    (``_choose_k.count_clusters``).
+    """
+    kth = max(float(eigenvalues[min(n_clusters, len(eigenvalues)) - 1]), 0.0)
+    ratio = mean_sq / kth if kth > 0 else (np.inf if mean_sq > 0 else 0.0)
+    return ratio > tuning.center_ratio
+
+
+def mean_share(mean_sq, trace):
+    """The share ``||m||^2 / tr(M)`` of the second moment M that the rows'
+    common mean m carries (0 for rows all zero), which ``center="auto"``
+    compares with ``share_to_retry`` (``math.md`` section 7, "Centring or
+    not"): where the fit refits the centred rows, and where
+    ``n_clusters="auto"`` counts on them too."""
+    return mean_sq / trace if trace > 0 else 0.0
 
 
 def _fit_once(given, prepared, params, init, centre, tuning):

@@ -1,5 +1,7 @@
 """Choosing the number of clusters: choose_n_clusters and n_clusters="auto"."""
 
+import ast
+import inspect
 import pickle
 import warnings
 
@@ -14,6 +16,7 @@ from sklearn.datasets import make_blobs
 from attention_cluster import (
     AttentionClustering,
     SelfAttentionDynamics,
+    _choose_k,
     _dynamics,
     choose_n_clusters,
     plot_n_clusters_scores,
@@ -21,13 +24,15 @@ from attention_cluster import (
 from attention_cluster._choose_k import (
     SILHOUETTE_MARGIN,
     _centred,
-    _mean_dominates,
+    _mean_sq,
+    _moment_eigenvalues,
     _tokens,
     choose_by_silhouette,
     plateau_lengths,
     sphere_silhouette,
 )
 from attention_cluster._passes import rows_from
+from attention_cluster._plan import DEFAULT_TUNING, mean_dominates
 from attention_cluster.datasets import make_embeddings, make_mixture
 
 
@@ -452,6 +457,11 @@ def test_the_dynamics_counts_on_the_rows_the_fit_sees(global_random_seed):
     assert AttentionClustering("auto", random_state=0).fit(X).n_clusters_ == 3
 
 
+def _tokens_dominate(tokens, k):
+    """center="auto"'s rule on the dynamics' tokens at k clusters, as count_clusters applies it."""
+    return mean_dominates(_mean_sq(tokens), _moment_eigenvalues(tokens), k, DEFAULT_TUNING)
+
+
 def test_the_rule_that_centres_the_dynamics_rows():
     def tokens(X):
         return _tokens(
@@ -459,17 +469,68 @@ def test_the_rule_that_centres_the_dynamics_rows():
         )
 
     blobs = tokens(make_blobs(300, n_features=5, centers=3, random_state=0)[0])
-    assert _mean_dominates(blobs, 9, 10.0)
+    assert _tokens_dominate(blobs, 9)
     np.testing.assert_allclose(_centred(blobs).mean(axis=0), 0.0, atol=1e-12)
     # The paper's mixtures are directions from the origin: their mean stays.
     paper = tokens(make_mixture(600, 6, 3, noise=0.2, random_state=0)[0])
-    assert not _mean_dominates(paper, 3, 10.0)
+    assert not _tokens_dominate(paper, 3)
     # Wide sparse rows are not densified; narrow ones are, as dense rows.
     wide = sp.random(2000, 10**4, density=1e-4, format="csr", random_state=0)
     assert _centred(wide) is None
     narrow = sp.csr_matrix(blobs)
     np.testing.assert_array_equal(_centred(narrow), _centred(blobs))
-    assert _mean_dominates(narrow, 9, 10.0)
+    assert _tokens_dominate(narrow, 9)
+
+
+@pytest.mark.parametrize(
+    "mean_sq, eigenvalues, k, dominates",
+    [
+        (10.5, [4.0, 1.0], 2, True),
+        (10.0, [4.0, 1.0], 2, False),
+        (10.5, [4.0, 1.0], 1, False),
+        (10.5, [4.0, 1.0], 5, True),
+        (1e-300, [1.0, 0.0], 2, True),
+        (0.0, [1.0, 0.0], 2, False),
+        (1e-300, [1.0, -1e-17], 2, True),
+    ],
+    ids=["above", "at", "first", "k-beyond", "zero-kth", "no-mean", "kth-below-zero"],
+)
+def test_the_centring_rule_by_hand(mean_sq, eigenvalues, k, dominates):
+    # ||m||^2 > 10 lambda_k, strictly; lambda_k is the last eigenvalue when k
+    # exceeds their number, and an eigenvalue rounded below zero is zero.
+    assert mean_dominates(mean_sq, np.array(eigenvalues), k, DEFAULT_TUNING) == dominates
+
+
+@pytest.mark.parametrize("share, centres", [(0.95, True), (0.92, True), (0.9, False), (0.5, False)])
+def test_the_fit_and_the_dynamics_read_one_centring_rule(share, centres):
+    # math.md section 7, "Centring or not": rows on two orthogonal unit
+    # directions in shares w and 1 - w have ||m||^2 / lambda_2 = (w^2 + (1 -
+    # w)^2) / (1 - w), 18.1, 10.66, 8.2 and 1 here, against the threshold
+    # 10. The fit reads m and M on all rows at unit scale; the dynamics on
+    # its tokens, from the smaller Gram matrix.
+    X = np.zeros((100, 2))
+    X[: round(100 * share), 0] = 1.0
+    X[round(100 * share) :, 1] = 1.0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        AttentionClustering(2, random_state=0).fit(X)
+    assert any("their common mean dominates" in str(w.message) for w in caught) == centres
+    assert _tokens_dominate(X, 2) == centres
+    assert _tokens_dominate(sp.csr_matrix(X), 2) == centres
+
+
+def test_choosing_k_never_imports_the_estimator_module():
+    # The estimator's module imports this one (count_clusters): an import
+    # the other way, even inside a function, would close a cycle.
+    tree = ast.parse(inspect.getsource(_choose_k))
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            imported.add(node.module)
+            imported.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.Import):
+            imported.update(alias.name for alias in node.names)
+    assert not any(name and name.split(".")[-1] == "_clustering" for name in imported)
 
 
 @pytest.mark.parametrize("magnitude", [1e-170, 1e160])

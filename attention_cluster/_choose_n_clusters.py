@@ -1,0 +1,98 @@
+"""``choose_n_clusters``: K chosen for an :class:`AttentionClustering` and fitted.
+
+The criterion is :func:`~attention_cluster._choose_k.count_clusters`, which
+``n_clusters="auto"`` runs too; this module gives it the rows and the
+estimator's fits, so that the estimator's module need not be imported by the
+criterion's (data flow: this module, then ``_clustering``, then
+``_choose_k``).
+"""
+
+from sklearn.base import clone
+
+from ._choose_k import (
+    DYNAMICS_BETA,
+    MAX_SAMPLES,
+    MIN_CLUSTER_SIZE,
+    ClusterCount,
+    count_clusters,
+)
+from ._clustering import AttentionClustering
+from ._passes import rows_from
+from ._plan import check_width, predict_rule
+
+__all__ = ["choose_n_clusters"]
+
+
+def choose_n_clusters(
+    X,
+    estimator,
+    n_clusters_range=None,
+    *,
+    sample_weight=None,
+    beta=DYNAMICS_BETA,
+    min_cluster_size=MIN_CLUSTER_SIZE,
+    max_samples=MAX_SAMPLES,
+):
+    """Choose K by the dynamics' longest plateau and the silhouette of its neighbours; fit at K.
+
+    :func:`~attention_cluster._choose_k.count_clusters` on X's rows, with clones of ``estimator`` at
+    ``n_clusters=k`` fitted on X for the K compared; the clone at the
+    chosen K is returned.
+
+    Parameters
+    ----------
+    X : {array-like, sparse matrix}, dask array or dask DataFrame of shape (n_samples, n_features)
+        Training data.
+    estimator : AttentionClustering
+        Its parameters (other than ``n_clusters``) are those of the fits;
+        its ``random_state`` draws the subsample.
+    n_clusters_range : iterable of int, default=None
+        The K allowed; by default 1 to ``min(n_samples, 50)``.
+    sample_weight : array-like of shape (n_samples,), default=None
+        Weights of the rows: the subsample is drawn in proportion to them.
+    beta : float, default=10.0
+        Inverse temperature of the dynamics.
+    min_cluster_size : float, default=0.02
+        Fraction of the subsample's rows below which a group is not a cluster.
+    max_samples : int, default=2000
+        Rows the dynamics runs on, and the silhouettes are taken on.
+
+    Returns
+    -------
+    ClusterCount
+        The chosen K, the plateau lengths by K, the silhouettes compared
+        and the fitted estimator.
+
+    Raises
+    ------
+    TypeError
+        If ``estimator`` is not an :class:`AttentionClustering`.
+    ValueError
+        If ``n_clusters_range`` holds no positive integer, or none of at
+        most n_samples; if ``max_samples`` is not an integer >= 1; on X the
+        estimator refuses.
+    """
+    if not isinstance(estimator, AttentionClustering):
+        raise TypeError(
+            f"estimator must be an AttentionClustering, got {type(estimator).__name__}."
+        )
+    params = estimator.get_params(deep=False)
+
+    def fit_at(k):
+        model = clone(estimator).set_params(n_clusters=k).fit(X, sample_weight=sample_weight)
+        return model, predict_rule(model.cluster_centers_, model.mixture_, model.mean_)
+
+    with rows_from(clone(estimator), X, reset=True, sample_weight=sample_weight) as rows:
+        check_width(rows.n_features, rows.in_memory)
+        K, scores, silhouettes, model = count_clusters(
+            rows,
+            fit_at,
+            random_state=params.get("random_state"),
+            n_threads=params.get("n_threads"),
+            n_clusters_range=n_clusters_range,
+            beta=beta,
+            min_cluster_size=min_cluster_size,
+            max_samples=max_samples,
+            center=params.get("center", "auto"),
+        )
+    return ClusterCount(n_clusters=K, scores=scores, silhouettes=silhouettes, model=model)

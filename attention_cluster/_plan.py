@@ -226,7 +226,7 @@ def fit_plan(rows, params, init=None):
         rows.prepare_subsamples(
             first_draw(params.random_state, 2**31 - 1),
             max(
-                [start_rows(K)]
+                [start_rows(K, d, rows.n_weighted)]
                 + [
                     size
                     for free in (False, True)
@@ -432,7 +432,11 @@ def _fit_once(given, prepared, params, init, centre, tuning):
     unit = data.rescaled(spectrum.scale)
     rng = check_random_state(params.random_state)
     n_init = params.n_init
-    if n_init > 1 and not _runs_can_differ(params, data, settings):
+    # The start's rows: their count reads the width of the rows whose
+    # second moment gave the eigenvectors (all of X's features, also when
+    # the fit runs in the principal subspace).
+    start_size = start_rows(K, given.n_features, given.n_weighted)
+    if n_init > 1 and not _runs_can_differ(params, data, settings, start_size):
         # As KMeans does with an explicit start: one run, and say why.
         warn(
             f"n_init={n_init} would repeat one identical run: on data of this "
@@ -449,7 +453,7 @@ def _fit_once(given, prepared, params, init, centre, tuning):
         best, n_init = _Run(seeds.heads, np.empty(0), seeds.n_iter, True, None), 0
     for index in range(n_init):
         # The spectral start's rows, on which the exact solver's first stage runs too.
-        sample = unit.subsample(rng, start_rows(K))
+        sample = unit.subsample(rng, start_size)
         start = _start(params, sample, spectrum, init, rng)
         run = _run(params, unit, sample, spectrum, settings, start, rng, index, n_init > 1, tuning)
         if best is None or run.objective < best.objective:
@@ -590,19 +594,20 @@ def _settings(params, d, spectrum):
     )
 
 
-def _runs_can_differ(params, data, settings):
+def _runs_can_differ(params, data, settings, start_size):
     """Whether two runs can differ: only through what they draw at random.
 
     They draw a random start, PSGD's sequences, the subsample when the data
-    have more than its rows (:func:`~attention_cluster._spectral.start_rows`:
-    the spectral start's rows and the exact solver's first stage) and the
-    spectral start's heads beyond d.
+    have more than its ``start_size`` rows
+    (:func:`~attention_cluster._spectral.start_rows`: the spectral start's
+    rows and the exact solver's first stage) and the spectral start's heads
+    beyond d.
     """
     random_start = isinstance(params.init, str) and params.init == "random"
     return (
         random_start
         or settings.solver == "psgd"
-        or data.n_weighted > start_rows(params.n_clusters)
+        or data.n_weighted > start_size
         or params.n_clusters > data.n_features
     )
 

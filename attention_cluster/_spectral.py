@@ -15,7 +15,14 @@ from . import _kernels
 from ._objective import regularizer_code
 from ._sphere import random_heads
 
-__all__ = ["ROWS_PER_HEAD", "SUBSAMPLE", "spectral_heads", "spectral_init", "start_rows"]
+__all__ = [
+    "REFERENCE_RATIO",
+    "ROWS_PER_HEAD",
+    "SUBSAMPLE",
+    "spectral_heads",
+    "spectral_init",
+    "start_rows",
+]
 
 # Rows on which the start is rotated (and the exact solver's first stage runs).
 SUBSAMPLE = 16384
@@ -30,14 +37,42 @@ SUBSAMPLE = 16384
 #: distance it reaches from the true centroids (benchmarks/peers.py).
 ROWS_PER_HEAD = 160
 
+#: ``d / n`` up to which ROWS_PER_HEAD rows per head suffice (the cells
+#: above: 384 / 1e5); beyond it the start takes rows per head in proportion
+#: to ``d / n``. The top eigenvectors of the second moment hold less of each
+#: centroid as ``gamma = d / n`` grows (their squared cosine ``(1 - gamma /
+#: ell^2) / (1 + gamma / ell)``, ``math.md`` section 7, "When the spectrum
+#: shows the clusters": 0.73 at d = 384 and 0.48 at d = 768 for K = 200,
+#: sigma = 0.2, n = 1e5), and the rotation must find the heads among rows
+#: whose projections carry less of them. Measured on ``make_mixture`` at K =
+#: 200, sigma = 0.2 (float32, seeds 0 to 2 of the data): at d = 768, n = 1e5
+#: the EM on all rows took 37 to 46 passes from a start on 160 rows per head,
+#: 27 to 33 from 240 and 8 to 14 from 320, at equal or higher likelihood;
+#: at d = 384, n = 5e4 (the same d / n), 26 passes from 160 and 9 from 320
+#: (ARI 0.91 and 0.94).
+REFERENCE_RATIO = 384 / 1e5
 
-def start_rows(n_clusters):
-    """Rows of the spectral start's subsample: ``SUBSAMPLE``, or ``ROWS_PER_HEAD`` per head if more.
+#: Largest factor on ROWS_PER_HEAD: at 4 times REFERENCE_RATIO the reference
+#: mixture's centroids leave the spectrum (``ell = 0.125 <= sqrt(gamma)``),
+#: where no number of rows helps the rotation; mixtures whose centroids still
+#: show there stand further above the noise and need fewer. It also keeps
+#: wide data (d near or above n, as text is) at SUBSAMPLE rows for few heads.
+MAX_ROWS_FACTOR = 4.0
 
-    Up to 102 heads (the paper's regime among them) the start is rotated on
-    ``SUBSAMPLE`` rows; from 103 on, on ``ROWS_PER_HEAD * K``.
+
+def start_rows(n_clusters, n_features, n_samples):
+    """Rows of the spectral start's subsample: ``SUBSAMPLE``, or more for many heads.
+
+    ``ROWS_PER_HEAD`` rows per head, times ``(d / n) / REFERENCE_RATIO``
+    where that exceeds 1 (at most ``MAX_ROWS_FACTOR``), when that is more
+    than ``SUBSAMPLE``: at d / n <= 384 / 1e5 up to 102 heads (the paper's
+    regime among them) are rotated on ``SUBSAMPLE`` rows. ``n_samples`` is the rows' count (their weights' sum
+    when weighted), ``n_features`` the width of the rows whose second moment
+    gave the eigenvectors.
     """
-    return max(SUBSAMPLE, ROWS_PER_HEAD * n_clusters)
+    ratio = n_features / (max(n_samples, 1.0) * REFERENCE_RATIO)
+    per_head = ROWS_PER_HEAD * min(max(1.0, ratio), MAX_ROWS_FACTOR)
+    return max(SUBSAMPLE, int(np.ceil(per_head * n_clusters)))
 
 
 # Jacobi sweeps of the start stop when no pair turns by more than this (rad),
@@ -115,8 +150,7 @@ def spectral_init(data, moment, n_clusters, regularization="pairwise", random_st
     inside that span the regulariser picks the directions. So the start is
     the top-K eigenvectors of M, rotated by Jacobi sweeps that minimise the
     regulariser (:func:`_rotate_frame`) on about 16384 rows drawn with
-    ``random_state`` (``ROWS_PER_HEAD`` per head when that is more,
-    :func:`start_rows`). When ``n_clusters`` exceeds ``d``, the d eigenvectors
+    ``random_state`` (more for many heads, :func:`start_rows`). When ``n_clusters`` exceeds ``d``, the d eigenvectors
     are completed by random unit heads.
 
     Parameters
@@ -136,6 +170,6 @@ def spectral_init(data, moment, n_clusters, regularization="pairwise", random_st
     """
     regularizer_code(regularization)
     rng = check_random_state(random_state)
-    rows = data.subsample(rng, start_rows(n_clusters))
+    rows = data.subsample(rng, start_rows(n_clusters, data.n_features, data.n_weighted))
     eigenvectors = np.linalg.eigh(moment)[1][:, ::-1]
     return spectral_heads(rows, eigenvectors, n_clusters, regularization, rng)

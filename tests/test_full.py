@@ -18,7 +18,14 @@ from attention_cluster._optimize import minimize_on_spheres, polish_on_spheres
 from attention_cluster._passes import DenseRows
 from attention_cluster._scale import _noise_from_norms, estimate_spectrum
 from attention_cluster._settings import local_reg_strength
-from attention_cluster._spectral import ROWS_PER_HEAD, SUBSAMPLE, spectral_init, start_rows
+from attention_cluster._spectral import (
+    MAX_ROWS_FACTOR,
+    REFERENCE_RATIO,
+    ROWS_PER_HEAD,
+    SUBSAMPLE,
+    spectral_init,
+    start_rows,
+)
 from attention_cluster._sphere import project_tangent, retract
 from attention_cluster.datasets import make_mixture
 from attention_cluster.metrics import centroid_distance, class_means_distance
@@ -804,13 +811,39 @@ def test_jacobi_rotation_stops_on_the_regulariser_settling(seed, K, product):
 
 @pytest.mark.parametrize("K", [2, 3, 4, 5, 6, 50, 102], ids=str)
 def test_the_start_keeps_its_subsample_up_to_102_heads(K):
-    # The paper's regime (K = 2..6) and up to 102 heads: SUBSAMPLE rows.
-    assert start_rows(K) == SUBSAMPLE
+    # The paper's regime (K = 2..6) and up to 102 heads: SUBSAMPLE rows, at
+    # every d / n up to the reference's (384 / 1e5).
+    for d, n in [(10, 10**6), (10, 10**5), (384, 10**5), (768, 2 * 10**5)]:
+        assert start_rows(K, d, n) == SUBSAMPLE
 
 
 @pytest.mark.parametrize("K", [103, 200, 1000], ids=str)
 def test_the_start_takes_rows_per_head_beyond_102_heads(K):
-    assert start_rows(K) == ROWS_PER_HEAD * K > SUBSAMPLE
+    assert start_rows(K, 384, 10**5) == ROWS_PER_HEAD * K > SUBSAMPLE
+
+
+@pytest.mark.parametrize(
+    ("d", "n", "K"), [(768, 10**5, 200), (384, 5 * 10**4, 200), (1536, 10**5, 30)]
+)
+def test_the_start_takes_rows_per_head_in_proportion_to_d_over_n(d, n, K):
+    # Beyond the reference's d / n each head gets ROWS_PER_HEAD times the
+    # ratio of d / n to it (the spectrum holds less of each centroid).
+    expected = int(np.ceil(ROWS_PER_HEAD * (d / n) / REFERENCE_RATIO * K))
+    assert expected > ROWS_PER_HEAD * K
+    assert start_rows(K, d, n) == max(SUBSAMPLE, expected)
+    assert start_rows(K, d, 2 * n) < start_rows(K, d, n)
+
+
+@pytest.mark.parametrize(
+    ("d", "n", "K"), [(50_000, 20_000, 5), (5000, 20_000, 10), (768, 10**4, 200)]
+)
+def test_the_start_takes_at_most_max_rows_factor_times_rows_per_head(d, n, K):
+    # Beyond 4 times the reference's d / n (where its centroids leave the
+    # spectrum) the factor stops growing: text-like widths with few heads
+    # keep SUBSAMPLE rows.
+    assert d / n > MAX_ROWS_FACTOR * REFERENCE_RATIO
+    expected = int(np.ceil(ROWS_PER_HEAD * MAX_ROWS_FACTOR * K))
+    assert start_rows(K, d, n) == max(SUBSAMPLE, expected)
 
 
 @pytest.mark.parametrize("K", [2, 6], ids=str)
@@ -922,4 +955,23 @@ def test_a_fit_with_many_heads_rotates_its_start_on_rows_per_head(monkeypatch):
     with pytest.raises(_Seen):
         AttentionClustering(120, random_state=0).fit(X.astype(np.float32))
     expected = ROWS_PER_HEAD * 120
+    assert abs(seen[0] - expected) < 6 * np.sqrt(expected)
+
+
+def test_a_wide_fit_rotates_its_start_on_more_rows_per_head(monkeypatch):
+    # d / n = 384 / 40000, 2.5 times the reference's: 400 rows per head for
+    # K = 60, drawn from all rows (the fit is stopped once the start's rows
+    # are seen).
+    seen = []
+
+    def recording(rows, *args):
+        seen.append(rows.n_samples)
+        raise _Seen
+
+    monkeypatch.setattr(_plan, "spectral_heads", recording)
+    X, _, _ = make_mixture(40_000, 384, 60, noise=0.2, random_state=0)
+    with pytest.raises(_Seen):
+        AttentionClustering(60, random_state=0).fit(X.astype(np.float32))
+    expected = 400 * 60
+    assert start_rows(60, 384, 40_000) == expected
     assert abs(seen[0] - expected) < 6 * np.sqrt(expected)

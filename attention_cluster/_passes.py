@@ -502,10 +502,9 @@ class DenseRows(_Rows):
                 top = float(np.max(np.diag(G)))
                 if top == 0.0:  # only zero-weight rows
                     return None, 0.0, G, total, 0
-                if peak > _HUGE_ROWS:
-                    total, shift = scaled, exponent
-                else:
-                    shift = 0
+                shift = _huge_exponent(peak)
+                if shift:
+                    total = scaled
                 return None, np.ldexp(np.sqrt(top), exponent), G / top, total, shift
             return None, np.sqrt(top), G / top, total, 0
 
@@ -967,8 +966,19 @@ def _within_range(value, dtype=np.float64):
 
 # Rows beyond this magnitude sum past float64 over few of them: the E step
 # shifts them when their scale s exceeds it (see _key_shift), and the
-# moments' pass sums a chunk's columns at its scale when its largest entry does.
+# moments' pass sums a chunk's columns at its scale when its largest entry
+# does, as the sparse passes that sum over rows do (see _huge_exponent).
 _HUGE_ROWS = 2.0**900
+
+
+def _huge_exponent(peak):
+    """``e`` such that rows whose largest entry is ``peak`` are summed times ``2^-e``.
+
+    The exponent of ``peak`` beyond ``_HUGE_ROWS`` (the rows then lie within
+    ``[-1, 1]``, exact but for entries below ``2^-1022`` of ``peak``, which
+    become subnormal), else 0: rows are summed as they are.
+    """
+    return int(np.frexp(peak)[1]) if peak > _HUGE_ROWS else 0
 
 
 def _key_shift(beta, inv_scale, dtype):
@@ -1874,6 +1884,41 @@ class SparseRows(_Rows):
         """``(X - 1 m^T)^T A`` (unscaled), A of shape (n, k)."""
         return self._X.T @ A - np.outer(self.offset, A.sum(axis=0))
 
+    # (the stored values, their largest |x_ij|) of _magnitudes: copies that
+    # keep the values (centred, rescaled) keep it.
+    _top = None
+
+    def _magnitudes(self):
+        """``(max |x_ij|, max |m_j|)``, of the stored values and of the offset (0 when empty)."""
+        data = self._X.data
+        if self._top is None or self._top[0] is not data:
+            # Two reductions, where np.abs would copy the non-zeros first.
+            top = max(float(np.max(data)), -float(np.min(data))) if data.size else 0.0
+            self._top = (data, top)
+        off = float(np.max(np.abs(self.offset))) if self.offset.size else 0.0
+        return self._top[1], off
+
+    def _summed(self):
+        """``(rows, e)``: the same rows ``(x - m) / s`` with x, m and s times
+        ``2^-e``, for the passes that sum over rows (self when ``e = 0``).
+
+        ``e`` is :func:`_huge_exponent` of the larger of ``max |x_ij|`` and
+        ``max |m_j|``: 0 unless the rows exceed ``_HUGE_ROWS``, where their
+        products with the weights or with their projections sum past float64
+        over few of them; they are then summed at the scale of the largest
+        entry, as :meth:`DenseRows.moments` sums a chunk's columns. A power
+        of two is exact, so the passes' results are the same numbers.
+        """
+        e = _huge_exponent(max(self._magnitudes()))
+        if not e:
+            return self, 0
+        other = copy.copy(self)
+        other._X = _with_values(self._X, np.ldexp(self._X.data, -e))
+        other.offset = np.ldexp(self.offset, -e)
+        other.scale = float(np.ldexp(self.scale, -e))
+        other._kept = None
+        return other, e
+
     def _squared_norms(self):
         """``||(x_i - m) / s||^2``, computed at unit scale (:func:`unit_terms`), by chunks of rows."""
         return self.map_rows(_unit_squared_norms, self.offset, self.scale)
@@ -1882,8 +1927,9 @@ class SparseRows(_Rows):
 
     @_on_weighted_rows
     def mean(self):
-        """Weighted mean of the rows ``(x - m) / s``."""
-        return (self._X.T @ self._w() / self.total_weight - self.offset) / self.scale
+        """Weighted mean of the rows ``(x - m) / s``, summed as :meth:`_summed` takes them."""
+        rows, _ = self._summed()
+        return (rows._X.T @ self._w() / self.total_weight - rows.offset) / rows.scale
 
     def centred(self, offset):
         """The same rows with ``offset`` (unscaled) subtracted, implicitly."""
@@ -1960,16 +2006,16 @@ class SparseRows(_Rows):
     @_on_weighted_rows
     def peak(self):
         """A bound on the largest ``|x_ij - m_j| / s``: ``(max |x_ij| + max |m_j|) / s``."""
-        top = float(np.max(np.abs(self._X.data))) if self._X.nnz else 0.0
-        off = float(np.max(np.abs(self.offset))) if self.offset.size else 0.0
+        top, off = self._magnitudes()
         return (top + off) / self.scale
 
     @_on_weighted_rows
     def moment_action(self, V):
-        """``M V`` for V of shape (d, K), in two sparse products."""
+        """``M V`` for V of shape (d, K), in two sparse products (:meth:`_summed`)."""
         V = np.asarray(V, dtype=np.float64)
-        A = self._project(V) * self._w()[:, None]
-        return self._transpose_product(A) / (self.total_weight * self.scale**2)
+        rows, _ = self._summed()
+        A = rows._project(V) * self._w()[:, None]
+        return rows._transpose_product(A) / (self.total_weight * rows.scale**2)
 
     @_on_weighted_rows
     def norm_moments(self):
@@ -1980,16 +2026,18 @@ class SparseRows(_Rows):
 
     @_on_weighted_rows
     def exact_terms(self, U, MU, c, lm1, reg, rho):
-        """As :meth:`DenseRows.exact_terms`, with :func:`_kernels.projected_row_terms`."""
+        """As :meth:`DenseRows.exact_terms`, with :func:`_kernels.projected_row_terms`
+        (the products with the rows summed by :meth:`_summed`)."""
         U = np.asarray(U, dtype=np.float64)
         K = U.shape[1]
-        AG = self._project(np.hstack([U, np.asarray(MU, dtype=np.float64)])) / self.scale
+        rows, _ = self._summed()
+        AG = rows._project(np.hstack([U, np.asarray(MU, dtype=np.float64)])) / rows.scale
         A, G = np.ascontiguousarray(AG[:, :K]), np.ascontiguousarray(AG[:, K:])
         nrm = self._squared_norms()
         w = np.empty(0) if self.sample_weight is None else self.sample_weight
         C = np.empty((self.n_samples, 3 * K))
         value = self.kernels.projected_row_terms(A, G, nrm, w, c, lm1, reg, rho, C)
-        return value, self._transpose_product(C).T / self.scale
+        return value, rows._transpose_product(C).T / rows.scale
 
     @_on_weighted_rows
     def e_step(self, U, log_weights, beta):
@@ -2028,11 +2076,14 @@ class SparseRows(_Rows):
 
     @_on_weighted_rows
     def head_totals(self, U):
-        """As :meth:`DenseRows.head_totals`."""
-        P = self._project(np.asarray(U, dtype=np.float64))
+        """As :meth:`DenseRows.head_totals`, summed by :meth:`_summed` (sums
+        beyond float64's range are infinite, of their sign)."""
+        rows, e = self._summed()
+        P = rows._project(np.asarray(U, dtype=np.float64))
         best = np.argmax(np.abs(P), axis=1)
         wins = P[np.arange(self.n_samples), best] * self._w()
-        return np.bincount(best, weights=wins, minlength=P.shape[1])
+        with np.errstate(over="ignore"):
+            return _shifted(np.bincount(best, weights=wins, minlength=P.shape[1]), e)
 
     def labels(self, centers, gain, bias, origin=None, scale=1.0):
         """As :meth:`DenseRows.labels`, the rows' own offset ``m`` subtracted

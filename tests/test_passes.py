@@ -737,6 +737,59 @@ def test_e_step_and_labels_at_the_ends_of_the_range(path, side):
     )
 
 
+@pytest.mark.parametrize("compiled", [True, False], ids=["numba", "numpy"])
+@pytest.mark.parametrize("weighted", [False, True], ids=["unit", "weighted"])
+@pytest.mark.parametrize("centred", [False, True], ids=["origin", "centred"])
+def test_sparse_passes_of_rows_whose_sums_overflow(centred, weighted, compiled):
+    # Rows 2^e X near 2^1015, seen at scale 2^e s, give the passes of X at
+    # scale s to the last bit: 3000 of them sum past float64, and the passes
+    # that sum over rows take those sums at the scale of their largest entry
+    # (_passes._huge_exponent), as the dense moments do. Before, the mean,
+    # M V and the exact risk's gradient overflowed.
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((3000, 6)) + [3.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+    X, S = _sparse_copy(X, rng, density=0.7)
+    e = 1015 - int(np.frexp(np.abs(X).max())[1])
+    far = sp.csr_matrix(np.ldexp(X, e))
+    with np.errstate(over="ignore"):
+        assert not np.all(np.isfinite(np.abs(far).sum(axis=0)))
+    w = rng.uniform(0.0, 2.0, len(X)) if weighted else None
+    scale = 3.0
+    near_rows = SparseRows(S, w, scale=scale, compiled=compiled)
+    far_rows = SparseRows(far, w, scale=np.ldexp(scale, e), compiled=compiled)
+    if centred:
+        m = X[:50].mean(axis=0)
+        near_rows, far_rows = near_rows.centred(m), far_rows.centred(np.ldexp(m, e))
+    for one, two in zip(near_rows.moments(), far_rows.moments()):
+        np.testing.assert_array_equal(one, two)
+    U = rng.standard_normal((6, 3))
+    U /= np.linalg.norm(U, axis=0)
+    MU = near_rows.moment_action(U)
+    np.testing.assert_array_equal(far_rows.moment_action(U), MU)
+    for reg in (0, 1, 2):
+        for one, two in zip(
+            near_rows.exact_terms(U, MU, 0.06, 49.0, reg, 0.3),
+            far_rows.exact_terms(U, MU, 0.06, 49.0, reg, 0.3),
+        ):
+            np.testing.assert_array_equal(one, two)
+    log_pi = np.log([0.2, 0.3, 0.5])
+    for one, two in zip(near_rows.e_step(U, log_pi, 1.7), far_rows.e_step(U, log_pi, 1.7)):
+        np.testing.assert_array_equal(one, two)
+    # The heads' totals are of the rows as given: 2^e times, infinite where
+    # that overflows, of the same signs.
+    totals = near_rows.head_totals(U)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(far_rows.head_totals(U), np.ldexp(totals, e))
+
+
+def test_sparse_head_totals_keep_their_sign_beyond_float64():
+    # A head's wins whose running sum overflows before the later ones turn
+    # it: summed as given, +inf (the head's sign read positive); at the
+    # scale of the largest entry, 2^1023 (1 + 1 - 1 - 1 - 1) exactly.
+    rows = SparseRows(sp.csr_matrix(np.ldexp([[1.0], [1.0], [-1.0], [-1.0], [-1.0]], 1023)))
+    assert rows.head_totals(np.ones((1, 1)))[0] == -np.ldexp(1.0, 1023)
+
+
 # --- Memory of the methods on sparse rows -----------------------------------
 
 

@@ -94,12 +94,12 @@ LEFT_OUT = (
     "and 0.162 to 0.098), so no such cap is set: the 30-pass target is missed there."
 )
 # What bounds K = 200 (said on the page), measured apart on these cells (seed
-# 0, the start's 32199 rows, one process).
+# 0, one process).
 MANY_HEADS = (
     "At K = 200 the rest is the spectral start's Jacobi sweeps (math.md section 3). "
     "The top 200 eigenvectors of the second moment come in an arbitrary frame (the "
-    "centroids' eigenvalues are equal), and the sweeps crawl from it: on the start's "
-    "32199 rows none of the 200 heads lies within 45 degrees of a centroid after one "
+    "centroids' eigenvalues are equal), and the sweeps crawl from it: at d = 384, on "
+    "the start's 32199 rows, none of the 200 heads lies within 45 degrees of a centroid after one "
     "sweep, 84 after 8, all 200 after 14, and the sweeps stop after 16. Each sweep "
     "turns the 19900 pairs of heads on all of those rows; the pairs of a round of "
     "the sweep turn disjoint heads and run on the rows' threads. Measured and dropped: "
@@ -117,12 +117,16 @@ MANY_HEADS = (
     "instead of 16 and the same fit in 3.9 s against 5.1 s, but slower at K = 103 and "
     "150 (0.90 s against 0.84 s; 2.00 and 2.09 s against 1.89 and 2.02 s) and less "
     "accurate at d = 768 (float64, one seed: ARI 0.925 against 0.940). "
-    "At d = 768 (K = 200) the start is weak, and the EM's passes are the bound: the "
-    "spectrum shows each centroid at "
-    "1.43 times the noise's edge (`metrics.spectral_visibility`; 2.02 at d = 384), the "
-    "sweeps' optimum on the start's rows leaves 9 of the 200 heads within 45 degrees of "
-    "a centroid (measured in the top-200 eigenvectors' span), and the EM on all rows "
-    "finds the clusters itself, in about 40 passes: the 30-pass target is missed there."
+    "At d = 768 (K = 200) the spectrum holds less of each centroid: it shows each at "
+    "1.43 times the noise's edge (`metrics.spectral_visibility`; 2.02 at d = 384), and "
+    "a centroid's mean squared cosine with the top 200 eigenvectors' span is 0.66 (0.87 "
+    "at d = 384). The start therefore takes rows per head in proportion to d / n beyond "
+    "384 / 1e5 (`_spectral.start_rows`): 320 per head here, 63990 rows. On 160 per head, "
+    "as at d = 384, the sweeps' optimum left 9 of the 200 heads within 45 degrees of a "
+    "centroid (in that span) and the EM on all rows found the clusters itself, in 40 "
+    "passes (37 to 46 over three seeds of the data), past the 30-pass target; on 320, "
+    "191 heads, and the EM stops after 8 (8 to 14), at a higher likelihood. The sweeps "
+    "on twice the rows take what the passes saved: the fit's time is about the same."
 )
 # Seconds of a first round above which a cell is timed on that round alone.
 _ROUND_BUDGET = 30.0

@@ -125,8 +125,8 @@ MANY_HEADS = (
     "as at d = 384, the sweeps' optimum left 9 of the 200 heads within 45 degrees of a "
     "centroid (in that span) and the EM on all rows found the clusters itself, in 40 "
     "passes (37 to 46 over three seeds of the data), past the 30-pass target; on 320, "
-    "191 heads, and the EM stops after 8 (8 to 14), at a higher likelihood. The sweeps "
-    "on twice the rows take what the passes saved: the fit's time is about the same."
+    "191 heads, and the EM stops after 8 (8 to 14), at a higher likelihood. The time "
+    "the passes save goes to the sweeps on twice the rows: the rest, in the table above."
 )
 # Seconds of a first round above which a cell is timed on that round alone.
 _ROUND_BUDGET = 30.0

@@ -50,6 +50,7 @@ figures: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[bench]"
 	$(PY) benchmarks/engine.py
+	$(PY) benchmarks/cold_start.py
 	$(PY) benchmarks/peers.py
 	$(PY) benchmarks/fit_time.py
 	$(PY) benchmarks/psgd_accuracy.py

@@ -114,8 +114,9 @@ plt.show()
 # %%
 # What to take from it
 # --------------------
-# At this noise the partial fit's labels and centres track those of the
-# fit of the whole stream held in memory after a few batches; MiniBatchKMeans'
+# At this noise the partial fit's labels and centres approach those of the
+# fit of the whole stream held in memory as the batches add up (the
+# distances above); MiniBatchKMeans'
 # centres are KMeans' (cluster means, biased towards each other where
 # clusters overlap), which is why its distance to the centroids levels off
 # higher even though its labels are close. :doc:`/scaling_out` measures the

@@ -11,7 +11,12 @@ two neighbours, and each fit's labels of the dynamics' rows are scored by
 their silhouette on the sphere (Rousseeuw, J. Comput. Appl. Math. 1987,
 with the cosine distance, the dynamics' geometry): a neighbour replaces the
 dynamics' K only when its silhouette is higher by more than
-``SILHOUETTE_MARGIN``. The fit at the chosen K is the one kept. The choice
+``SILHOUETTE_MARGIN``. Last, the rows may hold no clusters at all: the
+dynamics of an isotropic blob's directions still forms metastable groups,
+and a silhouette needs two clusters, so K = 1 is tested apart, by BIC:
+the fit at 1 replaces the chosen one when its BIC is not higher (BIC,
+which keeps too many clusters on real data, then finds no evidence for
+more than one). The fit at the chosen K is the one kept. The choice
 and its peers are measured on labelled real data and on the paper's
 mixtures in ``benchmarks/choose_k.py`` (the "Choosing K" page).
 """
@@ -230,6 +235,7 @@ _CENTRED_TOKENS_BYTES = 2000 * 8192 * 8
 def count_clusters(
     rows,
     fit_at,
+    bic,
     *,
     random_state=None,
     n_threads=None,
@@ -257,7 +263,12 @@ def count_clusters(
     it is called at the dynamics' K and
     at its neighbours in the range, and :func:`choose_by_silhouette` picks
     among them by the silhouette of each rule's labels of the dynamics'
-    rows. ``rows`` are pass-layer rows (``_passes.rows_from``) of any kind.
+    rows. When the range holds 1 and the choice is more, ``fit_at(1)`` is
+    fitted too and kept if ``bic(fit)`` of it (the fit's BIC on ``rows``,
+    or None without a mixture, which skips the test) is at most the
+    choice's: no evidence of clusters (``math.md`` section 8, "One cluster
+    or more"). ``rows`` are pass-layer rows (``_passes.rows_from``) of any
+    kind.
 
     Returns
     -------
@@ -346,6 +357,12 @@ def count_clusters(
                 fits[k], rule = fit_at(k)
             silhouettes[k] = sphere_silhouette(seen, rule.labels_of(tokens))
     K = choose_by_silhouette(K, silhouettes)
+    if K > 1 and 1 in scores:
+        with deferred_warnings() as held[1]:
+            fits[1], _ = fit_at(1)
+        one, chosen = bic(fits[1]), bic(fits[K])
+        if one is not None and chosen is not None and one <= chosen:
+            K = 1
     replay(held[K])
     return K, scores, silhouettes, fits[K]
 

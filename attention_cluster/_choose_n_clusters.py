@@ -18,7 +18,7 @@ from ._choose_k import (
 )
 from ._clustering import AttentionClustering
 from ._passes import rows_from
-from ._plan import check_width, predict_rule
+from ._plan import bic_penalty, check_width, information_criterion, predict_rule
 
 __all__ = ["choose_n_clusters"]
 
@@ -84,9 +84,18 @@ def choose_n_clusters(
 
     with rows_from(clone(estimator), X, reset=True, sample_weight=sample_weight) as rows:
         check_width(rows.n_features, rows.in_memory)
+
+        def bic(model):
+            # On the rows, weighted as the fits were.
+            if model.mixture_ is None:
+                return None
+            free = model.centroid_norms_ == "free"
+            return information_criterion(rows, model.mixture_, free, model.center_, bic_penalty)
+
         K, scores, silhouettes, model = count_clusters(
             rows,
             fit_at,
+            bic,
             random_state=params.get("random_state"),
             n_threads=params.get("n_threads"),
             n_clusters_range=n_clusters_range,

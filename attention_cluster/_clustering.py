@@ -23,9 +23,11 @@ from ._mixture import new_stream
 from ._model import MIN_VARIANCE, SphericalMixture
 from ._passes import one_blas_thread, row_peaks, rows_from, unit_terms
 from ._plan import (
+    bic_penalty,
     block_log_likelihoods,
     check_width,
     fit_plan,
+    information_criterion,
     near_terms,
     predict_rule,
     resolve_methods,
@@ -540,9 +542,18 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                     rule = predict_rule(result.centers, result.mixture, result.mean, rows.dtype)
                     return result, rule
 
+                def bic(result):
+                    if result.mixture is None:
+                        return None
+                    free = bool(result.free_norms)
+                    return information_criterion(
+                        rows, result.mixture, free, result.centred, bic_penalty
+                    )
+
                 _, scores, _, result = count_clusters(
                     rows,
                     fit_at,
+                    bic,
                     random_state=self.random_state,
                     n_threads=self.n_threads,
                     center=self.center,
@@ -965,10 +976,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         check_is_fitted(self)
         self._check_mixture()
         with self._rows(X) as rows, one_blas_thread():
-            mean = rows.weighted_mean(_log_likelihoods, self.mixture_, np.float64)
-            n = rows.n_samples
-        p = self.mixture_.n_parameters(self.centroid_norms_ == "free", self.center_)
-        return -2.0 * n * mean + penalty(p, n)
+            return information_criterion(
+                rows, self.mixture_, self.centroid_norms_ == "free", self.center_, penalty
+            )
 
     @available_if(_check_mixture)
     def bic(self, X):
@@ -990,7 +1000,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         -------
         bic : float
         """
-        return self._information(X, lambda p, n: p * np.log(n))
+        return self._information(X, bic_penalty)
 
     @available_if(_check_mixture)
     def aic(self, X):

@@ -46,9 +46,11 @@ __all__ = [
     "FitResult",
     "Settings",
     "Tuning",
+    "bic_penalty",
     "block_log_likelihoods",
     "check_width",
     "fit_plan",
+    "information_criterion",
     "mean_dominates",
     "mean_share",
     "near_terms",
@@ -284,6 +286,23 @@ def _more_likely(rows, result, other):
         return False
     a, b = (rows.weighted_mean(block_log_likelihoods, f.mixture) for f in (result, other))
     return a > b
+
+
+def information_criterion(rows, mixture, free_norms, centred, penalty):
+    """``-2 sum_i log p(x_i) + penalty(p, n)`` of ``mixture`` on ``rows`` as
+    given (weighted by their sample weights), p its free parameters
+    (:meth:`~attention_cluster._model.SphericalMixture.n_parameters`,
+    ``math.md`` section 7), n the rows' count: one pass (one Dask
+    computation). The estimator's ``bic`` and ``aic``, and
+    ``n_clusters="auto"``'s test of one cluster."""
+    mean = rows.weighted_mean(block_log_likelihoods, mixture)
+    n = rows.n_samples
+    return -2.0 * n * mean + penalty(mixture.n_parameters(free_norms, centred), n)
+
+
+def bic_penalty(n_parameters, n_samples):
+    """BIC's penalty ``p log n`` (Schwarz 1978)."""
+    return n_parameters * np.log(n_samples)
 
 
 def block_log_likelihoods(rows, mixture):

@@ -32,7 +32,13 @@ from attention_cluster._choose_k import (
     sphere_silhouette,
 )
 from attention_cluster._passes import rows_from
-from attention_cluster._plan import DEFAULT_TUNING, mean_dominates
+from attention_cluster._plan import (
+    DEFAULT_TUNING,
+    bic_penalty,
+    information_criterion,
+    mean_dominates,
+    predict_rule,
+)
 from attention_cluster.datasets import make_embeddings, make_mixture
 
 
@@ -581,3 +587,61 @@ def test_auto_on_dask_refuses_nan_with_the_fits_message(mixture):
     X[::7, 1] = np.nan
     with pytest.raises(ValueError, match=r"^Input X contains NaN\.$"):
         AttentionClustering("auto", random_state=0).fit(da.from_array(X, chunks=(500, -1)))
+
+
+@pytest.mark.parametrize("kind", ["dense", "csr", "dask"])
+@pytest.mark.parametrize("offset", [0.0, 3.0])
+def test_auto_finds_one_cluster_in_one_gaussian(kind, offset, global_random_seed):
+    # The dynamics counts metastable groups among an isotropic blob's
+    # directions (5 or 6 in d = 4), and no silhouette reads K = 1: the BIC
+    # test (math.md section 8, "One cluster or more") keeps one cluster.
+    rng = np.random.default_rng(global_random_seed)
+    X = rng.standard_normal((500, 4))
+    X[:, 0] += offset
+    if kind == "csr":
+        X = sp.csr_matrix(X)
+    elif kind == "dask":
+        da = pytest.importorskip("dask.array")
+        X = da.from_array(X, chunks=(250, 4))
+    model = AttentionClustering("auto", random_state=0).fit(X)
+    assert model.n_clusters_ == 1
+    assert choose_n_clusters(X, AttentionClustering(random_state=0)).n_clusters == 1
+
+
+@pytest.mark.parametrize(
+    ("bic_one", "bic_chosen", "expected"),
+    [(10.0, 11.0, 1), (11.0, 11.0, 1), (12.0, 11.0, 3), (None, 11.0, 3)],
+)
+def test_one_cluster_replaces_the_choice_when_its_bic_is_not_higher(
+    mixture, bic_one, bic_chosen, expected
+):
+    # count_clusters fits K = 1 after the silhouette's choice and keeps it
+    # when bic(fit at 1) <= bic(fit at K); a fit without a mixture (None)
+    # skips the test.
+    X, _ = mixture
+    with rows_from(AttentionClustering(), X, reset=True) as rows:
+        fitted = []
+
+        def fit_at(k):
+            fitted.append(k)
+            model = AttentionClustering(k, random_state=0).fit(X)
+            return model, predict_rule(model.cluster_centers_, model.mixture_, model.mean_)
+
+        def bic(model):
+            return bic_one if model.n_clusters_ == 1 else bic_chosen
+
+        K, _, _, model = _choose_k.count_clusters(rows, fit_at, bic, random_state=0)
+    assert 1 in fitted
+    assert K == expected == model.n_clusters_
+
+
+def test_the_one_cluster_test_reads_the_fits_bic(mixture):
+    # The BIC count_clusters compares is the estimator's own bic on the rows.
+    X, _ = mixture
+    for k in (1, 3):
+        model = AttentionClustering(k, random_state=0).fit(X)
+        with rows_from(AttentionClustering(), X, reset=True) as rows:
+            got = information_criterion(
+                rows, model.mixture_, model.centroid_norms_ == "free", model.center_, bic_penalty
+            )
+        assert got == pytest.approx(model.bic(X), rel=1e-12)

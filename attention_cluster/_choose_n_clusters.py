@@ -35,9 +35,10 @@ def choose_n_clusters(
 ):
     """Choose K by the dynamics' longest plateau and the silhouette of its neighbours; fit at K.
 
-    :func:`~attention_cluster._choose_k.count_clusters` on X's rows, with clones of ``estimator`` at
-    ``n_clusters=k`` fitted on X for the K compared; the clone at the
-    chosen K is returned.
+    :func:`~attention_cluster._choose_k.count_clusters` on X's rows, with
+    clones of ``estimator`` at ``n_clusters=k`` fitted on X for the K
+    compared, and at K = 1, which replaces the choice when its BIC on X's
+    rows is not higher; the clone at the chosen K is returned.
 
     Parameters
     ----------

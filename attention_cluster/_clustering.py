@@ -115,7 +115,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         second moment and the fit at the centred rows' count would centre
         them), fits at that K and at its two neighbours, and
         keeps a neighbour only when the silhouette of its labels on those
-        rows, on the sphere, is clearly higher
+        rows, on the sphere, is clearly higher; one cluster replaces that
+        choice when the BIC of a fit at K = 1 is not higher
         (:func:`~attention_cluster.choose_n_clusters`): see ``n_clusters_``
         and ``n_clusters_scores_``.
     temperature : "auto" or float, default="auto"

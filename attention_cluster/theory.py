@@ -3,10 +3,16 @@ r"""Closed forms of the paper's theory: temperatures, risks, population PGD.
 Every function cites the proposition of the paper (or the section of
 :mathmd:`math.md <1>`) it implements and is tested against a Monte Carlo estimate or an
 exact enumeration in ``tests/test_theory.py``; ``docs/theory.md`` gives the
-derivations. ``noise`` is the mixture's sigma, ``sequence_length`` its L
-(``np.inf`` for the limit), ``temperature`` the lambda of the layer. Unless
-stated otherwise, the mixture has ``n_clusters`` equal-weight orthonormal
-centroids (:mathmd:`1`) and the linear layer with K heads
+derivations. ``noise`` is the mixture's sigma, ``temperature`` the lambda of
+the layer and ``sequence_length`` the sequences' L (``np.inf`` for the limit),
+in this order, after a function's heads, centroids or overlaps.
+The counts ``n_features`` (d) and ``n_clusters`` (K) are keyword-only, so
+that a d, a K and an L cannot be swapped unnoticed; only the rules of the
+estimators' ``temperature="auto"``, :func:`auto_temperature` and
+:func:`in_context_unbiased_temperature`, also take them by position (and
+take any K and d). Unless stated otherwise, the mixture has ``n_clusters``
+equal-weight orthonormal centroids (:mathmd:`1`), so that ``n_features >=
+n_clusters`` is required, and the linear layer with K heads
 :math:`U = [\mu_1, \dots, \mu_K]` is (:mathmd:`2`)
 
 .. math::
@@ -125,7 +131,7 @@ def _length_weights(L):
 
 
 @_in_float64_range
-def unbiased_temperature(noise, sequence_length=np.inf, n_clusters=2):
+def unbiased_temperature(noise, sequence_length=np.inf, *, n_clusters=2):
     """Temperature that makes the oracle linear layer unbiased (Prop. 4.1).
 
     For K equal-weight clusters with orthonormal centroids and K heads at the
@@ -191,7 +197,8 @@ def in_context_unbiased_temperature(noise, sequence_length, n_features, n_cluste
     sequence_length : float
         L >= 1, or ``np.inf``.
     n_features : int
-        Dimension d.
+        Dimension d. Any d >= 1: :class:`~attention_cluster.InContextQuantizer`
+        takes this temperature as its rule for any K, K > d too.
     n_clusters : int, default=2
         K, the number of clusters of the prompt.
 
@@ -202,7 +209,7 @@ def in_context_unbiased_temperature(noise, sequence_length, n_features, n_cluste
     Examples
     --------
     >>> from attention_cluster.theory import in_context_unbiased_temperature
-    >>> round(float(in_context_unbiased_temperature(0.0, 3, 10)), 6)
+    >>> round(float(in_context_unbiased_temperature(0.0, 3, n_features=10)), 6)
     0.75
     """
     s2 = check_noise(noise) ** 2
@@ -340,8 +347,22 @@ def _problem(heads, centroids, noise, temperature, sequence_length, weights):
     return heads, centroids, weights, s, tau, float(_check_length(sequence_length))
 
 
+def _mean_square(a0, a1, a2, tau):
+    """The risk ``a0 - 2 tau a1 + tau^2 a2`` from the layer's moments.
+
+    A mean square: at 0 where its terms' rounding would take it below, where
+    the risk is 0 (the oracle layer's ``(d - K) sigma^2`` at ``d = K``,
+    ``L = inf`` and its optimal temperature came out at -2e-16).
+    """
+    return np.maximum(a0 - 2.0 * tau * a1 + tau**2 * a2, 0.0)
+
+
 def _risk_and_gradient(moments, U, tau):
-    """Risk and the symmetric H with ``grad_U R = H U`` (heads as columns)."""
+    """Risk and the symmetric H with ``grad_U R = H U`` (heads as columns).
+
+    The risk is the smooth polynomial whose gradient H is (not clamped at 0
+    as :func:`_mean_square` is), the objective of :func:`population_pgd`.
+    """
     a0, a1, a2, g1, g2 = moments(U @ U.T, gradient=True)
     risk = a0 - 2.0 * tau * a1 + tau**2 * a2
     return risk, 2.0 * (tau**2 * g2 - 2.0 * tau * g1)
@@ -405,7 +426,7 @@ def population_risk(heads, centroids, noise, temperature, sequence_length=np.inf
     )
     _, (U, means) = _reduce(heads, centroids)
     a0, a1, a2 = _LayerMoments(means, weights, s, heads.shape[1], L)(U.T @ U)
-    return float(a0 - 2.0 * tau * a1 + tau**2 * a2)
+    return float(_mean_square(a0, a1, a2, tau))
 
 
 @_in_float64_range
@@ -448,7 +469,7 @@ def population_risk_gradient(
 
 @_in_float64_range
 def risk_from_overlaps(
-    kappa0, kappa1, eta0, eta1, xi, noise, temperature, sequence_length, n_features
+    kappa0, kappa1, eta0, eta1, xi, noise, temperature, sequence_length, *, n_features
 ):
     """Risk of two unit heads as a function of their five overlaps (Prop. 3.1).
 
@@ -477,8 +498,8 @@ def risk_from_overlaps(
     Examples
     --------
     >>> from attention_cluster.theory import risk_from_overlaps, manifold_risk
-    >>> r = risk_from_overlaps(0.6, 0.8, 0.0, 0.0, 0.0, 0.3, 0.9, 10, 5)
-    >>> bool(abs(r - manifold_risk([0.6, 0.8], 0.3, 0.9, 10, 5)) < 1e-12)
+    >>> r = risk_from_overlaps(0.6, 0.8, 0.0, 0.0, 0.0, 0.3, 0.9, 10, n_features=5)
+    >>> bool(abs(r - manifold_risk([0.6, 0.8], 0.3, 0.9, 10, n_features=5)) < 1e-12)
     True
     """
     n_features = check_count(n_features, "n_features", 2)
@@ -498,7 +519,7 @@ def risk_from_overlaps(
     centroids, heads = coords[:2], coords[2:]
     _, _, weights, s, tau, L = _problem(heads, centroids, noise, temperature, sequence_length, None)
     a0, a1, a2 = _LayerMoments(centroids, weights, s, n_features, L)(heads.T @ heads)
-    return float(a0 - 2.0 * tau * a1 + tau**2 * a2)
+    return float(_mean_square(a0, a1, a2, tau))
 
 
 # ---------------------------------------------------------------------------
@@ -648,7 +669,9 @@ def _manifold_moments(s, n_features, K, L):
     return a0, a1, a2
 
 
-def _needs_dimension(s, L, n_features):
+def _needs_dimension(s, L, n_features, K):
+    """d of the manifold's closed forms: at least K (K orthonormal centroids),
+    and required unless it drops out (``L = inf`` or ``sigma = 0``; 0 then)."""
     if n_features is None:
         if np.all(np.isinf(L)) or not np.any(s > 0):
             return 0
@@ -656,12 +679,12 @@ def _needs_dimension(s, L, n_features):
             "n_features is required for a finite sequence_length and noise > 0: the "
             "token attending to itself brings E||X||^2 = 1 + d sigma^2 into the risk."
         )
-    return check_count(n_features, "n_features")
+    return check_count(n_features, "n_features", K)
 
 
 @_in_float64_range
 def manifold_risk_coefficients(
-    noise, temperature, sequence_length=np.inf, n_clusters=2, n_features=None
+    noise, temperature, sequence_length=np.inf, *, n_features=None, n_clusters=2
 ):
     r"""Constants of the risk restricted to the manifold M (Lemma 3.2).
 
@@ -686,10 +709,10 @@ def manifold_risk_coefficients(
         lambda >= 0.
     sequence_length : float, default=inf
         L >= 1 or ``np.inf``.
+    n_features : int, default=None
+        d >= K; required when L is finite and sigma > 0.
     n_clusters : int, default=2
         K, the number of orthonormal equal-weight centroids and of heads.
-    n_features : int, default=None
-        d; required when L is finite and sigma > 0.
 
     Returns
     -------
@@ -705,7 +728,7 @@ def manifold_risk_coefficients(
     s = check_noise(noise) ** 2
     L = _check_length(sequence_length)
     K = check_count(n_clusters, "n_clusters")
-    d = _needs_dimension(s, L, n_features)
+    d = _needs_dimension(s, L, n_features, K)
     tau = _temperatures(temperature) * K
     a0, a1, a2 = _manifold_moments(s, d, K, L)
     tau = tau[..., None]
@@ -714,7 +737,7 @@ def manifold_risk_coefficients(
 
 
 @_in_float64_range
-def manifold_risk(alignment, noise, temperature, sequence_length=np.inf, n_features=None):
+def manifold_risk(alignment, noise, temperature, sequence_length=np.inf, *, n_features=None):
     """Risk on the manifold M as a function of the alignments (Lemma 3.2).
 
     ``R(kappa) = D - B sum kappa_h^2 + A sum kappa_h^4 + C (sum kappa_h^2)^2``
@@ -750,15 +773,16 @@ def manifold_risk(alignment, noise, temperature, sequence_length=np.inf, n_featu
         raise ValueError("alignment must lie in [-1, 1] (kappa_h = <mu_h, mu*_h>, unit vectors).")
     u = kappa**2
     A, B, C, D = manifold_risk_coefficients(
-        noise, temperature, sequence_length, u.shape[-1], n_features
+        noise, temperature, sequence_length, n_features=n_features, n_clusters=u.shape[-1]
     )
     S1 = np.sum(u, axis=-1)
-    return D - B * S1 + A * np.sum(u**2, axis=-1) + C * S1**2
+    # A mean square: at 0 where its terms' rounding would take it below.
+    return np.maximum(D - B * S1 + A * np.sum(u**2, axis=-1) + C * S1**2, 0.0)
 
 
 @_in_float64_range
 def manifold_optimal_alignment(
-    noise, temperature, sequence_length=np.inf, n_clusters=2, n_features=None
+    noise, temperature, sequence_length=np.inf, *, n_features=None, n_clusters=2
 ):
     """Alignment ``|kappa|`` of the minimiser of the risk on M (Prop. 3.3).
 
@@ -773,7 +797,7 @@ def manifold_optimal_alignment(
 
     Parameters
     ----------
-    noise, temperature, sequence_length, n_clusters, n_features
+    noise, temperature, sequence_length, n_features, n_clusters
         As in :func:`manifold_risk_coefficients`.
 
     Returns
@@ -791,7 +815,7 @@ def manifold_optimal_alignment(
     0.7942
     """
     A, B, C, _ = manifold_risk_coefficients(
-        noise, temperature, sequence_length, n_clusters, n_features
+        noise, temperature, sequence_length, n_features=n_features, n_clusters=n_clusters
     )
     K = check_count(n_clusters, "n_clusters")
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -800,7 +824,7 @@ def manifold_optimal_alignment(
 
 
 @_in_float64_range
-def lambda_star(noise, sequence_length=np.inf, n_clusters=2, n_features=None):
+def lambda_star(noise, sequence_length=np.inf, *, n_features=None, n_clusters=2):
     r"""Largest temperature with the heads at the centroids as minimisers on M.
 
     Prop. 3.3 (explicit form in the paper's Prop. C.2, not available,
@@ -836,10 +860,10 @@ def lambda_star(noise, sequence_length=np.inf, n_clusters=2, n_features=None):
         sigma >= 0.
     sequence_length : float, default=inf
         L >= 1 or ``np.inf``.
+    n_features : int, default=None
+        d >= K; required when L is finite and sigma > 0.
     n_clusters : int, default=2
         K.
-    n_features : int, default=None
-        d; required when L is finite and sigma > 0.
 
     Returns
     -------
@@ -856,7 +880,11 @@ def lambda_star(noise, sequence_length=np.inf, n_clusters=2, n_features=None):
     s = check_noise(noise) ** 2
     L = _check_length(sequence_length)
     K = check_count(n_clusters, "n_clusters")
-    d = _needs_dimension(s, L, n_features)
+    return _lambda_star(s, L, K, _needs_dimension(s, L, n_features, K))
+
+
+def _lambda_star(s, L, K, d):
+    """lambda*'s closed form (:func:`lambda_star`) for ``s = sigma^2``, unchecked."""
     _, a1, a2 = _manifold_moments(s, d, K, L)
     return 2.0 * a1[..., 1] / (K * (a2[..., 1] + 2.0 * a2[..., 2] + 2.0 * K * a2[..., 3]))
 
@@ -895,7 +923,9 @@ def auto_temperature(noise, sequence_length, n_clusters, n_features, eigenvalues
     n_clusters : int
         K.
     n_features : int
-        d.
+        d. Any K and d: with K > d (no orthonormal centroids; the estimator
+        fits more clusters than features) lambda*'s closed form is taken as
+        it stands.
     eigenvalues : array-like of shape (n_features,), default=None
         Eigenvalues of the unit-scale second moment, in descending order;
         None leaves out the second cap.
@@ -907,11 +937,14 @@ def auto_temperature(noise, sequence_length, n_clusters, n_features, eigenvalues
     Examples
     --------
     >>> from attention_cluster.theory import auto_temperature, unbiased_temperature
-    >>> bool(auto_temperature(0.3, 50, 2, 10) <= unbiased_temperature(0.3, 50, 2))
+    >>> lam = auto_temperature(0.3, 50, n_clusters=2, n_features=10)
+    >>> bool(lam <= unbiased_temperature(0.3, 50, n_clusters=2))
     True
     """
-    unbiased = float(unbiased_temperature(noise, sequence_length, n_clusters))
-    caps = [0.95 * float(lambda_star(noise, sequence_length, n_clusters, n_features))]
+    unbiased = float(unbiased_temperature(noise, sequence_length, n_clusters=n_clusters))
+    s, L = check_noise(noise) ** 2, _check_length(sequence_length)
+    d = check_count(n_features, "n_features")
+    caps = [0.95 * float(_lambda_star(s, L, check_count(n_clusters, "n_clusters"), d))]
     if eigenvalues is not None:
         eigenvalues = np.asarray(eigenvalues, dtype=np.float64)
         if eigenvalues.shape != (n_features,) or not np.all(np.isfinite(eigenvalues)):
@@ -968,7 +1001,12 @@ def manifold_heads(centroids, alignment, random_state=None):
         raise ValueError("centroids must be orthonormal rows.")
     if d < 2 * K:
         raise ValueError(f"The manifold needs n_features >= 2 n_clusters, got {d} < {2 * K}.")
-    kappa = np.broadcast_to(np.asarray(alignment, dtype=np.float64), (K,))
+    kappa = np.asarray(alignment, dtype=np.float64)
+    if kappa.ndim > 1 or kappa.size not in (1, K):
+        raise ValueError(
+            f"alignment must be one kappa or {K}, one per centroid, got shape {kappa.shape}."
+        )
+    kappa = np.broadcast_to(kappa, (K,))
     if not np.all(np.abs(kappa) <= 1):
         raise ValueError("alignment must lie in [-1, 1].")
     rng = check_random_state(random_state)
@@ -981,7 +1019,7 @@ def manifold_heads(centroids, alignment, random_state=None):
 
 
 @_in_float64_range
-def quantizer_risk(noise, n_features):
+def quantizer_risk(noise, *, n_features):
     """Risk of the optimal quantizer ``T*(X)_l = mu*_{Z_l}`` (section 4).
 
     ``E||X_1 - mu*_{Z_1}||^2 = d sigma^2``, the benchmark of Prop. 4.2 and
@@ -1001,7 +1039,7 @@ def quantizer_risk(noise, n_features):
     Examples
     --------
     >>> from attention_cluster.theory import quantizer_risk
-    >>> round(float(quantizer_risk(0.3, 10)), 6)
+    >>> round(float(quantizer_risk(0.3, n_features=10)), 6)
     0.9
     """
     return check_count(n_features, "n_features") * check_noise(noise) ** 2
@@ -1018,7 +1056,7 @@ def _oracle(noise, temperature, sequence_length, n_features, n_clusters):
 
 
 @_in_float64_range
-def oracle_risk(noise, temperature, sequence_length, n_features, n_clusters=2):
+def oracle_risk(noise, temperature, sequence_length, *, n_features, n_clusters=2):
     r"""Risk of the oracle linear layer, heads at the centroids (Prop. 4.2).
 
     ``R = a0 - 2 lambda K a1 + (lambda K)^2 a2``: the manifold risk
@@ -1054,15 +1092,16 @@ def oracle_risk(noise, temperature, sequence_length, n_features, n_clusters=2):
     Examples
     --------
     >>> from attention_cluster.theory import oracle_risk
-    >>> round(float(oracle_risk(0.3, 1 / (1 + 2 * 0.09), float("inf"), 10)), 6)  # (d-2) s
+    >>> lam = 1 / (1 + 2 * 0.09)
+    >>> round(float(oracle_risk(0.3, lam, float("inf"), n_features=10)), 6)  # (d - 2) s
     0.72
     """
     a0, a1, a2, _, _, _, tau = _oracle(noise, temperature, sequence_length, n_features, n_clusters)
-    return a0 - 2.0 * tau * a1 + tau**2 * a2
+    return _mean_square(a0, a1, a2, tau)
 
 
 @_in_float64_range
-def oracle_conditional_variance(noise, temperature, sequence_length, n_features, n_clusters=2):
+def oracle_conditional_variance(noise, temperature, sequence_length, *, n_features, n_clusters=2):
     """Conditional variance of the oracle layer's output (Prop. 4.2).
 
     ``E[||T(X)_1 - E[T(X)_1 | Z_1 = c]||^2 | Z_1 = c]``, the same for every
@@ -1083,17 +1122,18 @@ def oracle_conditional_variance(noise, temperature, sequence_length, n_features,
     Examples
     --------
     >>> from attention_cluster.theory import oracle_conditional_variance
-    >>> round(float(oracle_conditional_variance(0.3, 1 / 1.18, float("inf"), 10)), 6)
+    >>> round(float(oracle_conditional_variance(0.3, 1 / 1.18, float("inf"), n_features=10)), 6)
     0.18
     """
     _, _, a2, s, L, K, tau = _oracle(noise, temperature, sequence_length, n_features, n_clusters)
     w1, _ = _length_weights(L)
     bias = tau * (w1[0] * (1.0 + (K + 2.0) * s) + w1[1] * (1.0 / K + s))
-    return tau**2 * a2 - bias**2
+    # A variance: at 0 where its terms' rounding would take it below.
+    return np.maximum(tau**2 * a2 - bias**2, 0.0)
 
 
 @_in_float64_range
-def oracle_optimal_temperature(noise, sequence_length, n_features, n_clusters=2):
+def oracle_optimal_temperature(noise, sequence_length, *, n_features, n_clusters=2):
     """Temperature minimising :func:`oracle_risk` (Prop. 4.2).
 
     The risk is quadratic in ``tau = lambda K``, minimal at
@@ -1112,7 +1152,7 @@ def oracle_optimal_temperature(noise, sequence_length, n_features, n_clusters=2)
     Examples
     --------
     >>> from attention_cluster.theory import oracle_optimal_temperature
-    >>> round(float(oracle_optimal_temperature(1.0, float("inf"), 10)), 6)
+    >>> round(float(oracle_optimal_temperature(1.0, float("inf"), n_features=10)), 6)
     0.333333
     """
     _, a1, a2, _, _, K, _ = _oracle(noise, 0.0, sequence_length, n_features, n_clusters)
@@ -1150,7 +1190,7 @@ def _in_context(noise, temperature, sequence_length, n_features, n_clusters):
 
 
 @_in_float64_range
-def in_context_risk(noise, temperature, sequence_length, n_features, n_clusters=2):
+def in_context_risk(noise, temperature, sequence_length, *, n_features, n_clusters=2):
     r"""Risk of the parameter-free in-context layer (Prop. 5.2).
 
     ``T^ctx(X)_l = (lambda K / L) (X^T X) X_l`` (:mathmd:`2`, the
@@ -1181,16 +1221,18 @@ def in_context_risk(noise, temperature, sequence_length, n_features, n_clusters=
     Examples
     --------
     >>> from attention_cluster.theory import in_context_risk, quantizer_risk
-    >>> bool(in_context_risk(1.0, 0.35, float("inf"), 10) < quantizer_risk(1.0, 10))
+    >>> risk = in_context_risk(1.0, 0.35, float("inf"), n_features=10)
+    >>> bool(risk < quantizer_risk(1.0, n_features=10))
     True
     """
     a0, a1, a2, *_, tau = _in_context(noise, temperature, sequence_length, n_features, n_clusters)
-    # A mean square: at 0 where its terms' rounding would take it below.
-    return np.maximum(a0 - 2.0 * tau * a1 + tau**2 * a2, 0.0)
+    return _mean_square(a0, a1, a2, tau)
 
 
 @_in_float64_range
-def in_context_conditional_variance(noise, temperature, sequence_length, n_features, n_clusters=2):
+def in_context_conditional_variance(
+    noise, temperature, sequence_length, *, n_features, n_clusters=2
+):
     """Conditional variance of the in-context layer's output (Prop. 5.2).
 
     ``E[||T^ctx(X)_1 - E[T^ctx(X)_1 | mu*, Z_1]||^2 | mu*, Z_1 = c]``, given
@@ -1214,7 +1256,7 @@ def in_context_conditional_variance(noise, temperature, sequence_length, n_featu
     --------
     >>> from attention_cluster.theory import in_context_conditional_variance
     >>> # Dirac mixture: only the cluster counts vary, (4 / L^2) * (L - 1) / 4
-    >>> round(float(in_context_conditional_variance(0.0, 1.0, 50, 10)), 12)
+    >>> round(float(in_context_conditional_variance(0.0, 1.0, 50, n_features=10)), 12)
     0.0196
     """
     _, _, a2, s, L, K, d, tau = _in_context(
@@ -1227,7 +1269,7 @@ def in_context_conditional_variance(noise, temperature, sequence_length, n_featu
 
 
 @_in_float64_range
-def in_context_optimal_temperature(noise, n_features, sequence_length=np.inf, n_clusters=2):
+def in_context_optimal_temperature(noise, sequence_length=np.inf, *, n_features, n_clusters=2):
     r"""Temperature minimising :func:`in_context_risk` (Prop. 5.2).
 
     ``lambda K = a1 / a2``; as L -> infinity, for K = 2
@@ -1243,10 +1285,10 @@ def in_context_optimal_temperature(noise, n_features, sequence_length=np.inf, n_
     ----------
     noise : float or array-like
         sigma >= 0.
-    n_features : int
-        d >= K.
     sequence_length : float, default=inf
         L >= 1 or ``np.inf``.
+    n_features : int
+        d >= K.
     n_clusters : int, default=2
         K.
 
@@ -1257,7 +1299,7 @@ def in_context_optimal_temperature(noise, n_features, sequence_length=np.inf, n_
     Examples
     --------
     >>> from attention_cluster.theory import in_context_optimal_temperature
-    >>> round(float(in_context_optimal_temperature(0.0, 10)), 6)
+    >>> round(float(in_context_optimal_temperature(0.0, n_features=10)), 6)
     1.0
     """
     _, a1, a2, _, _, K, _, _ = _in_context(noise, 0.0, sequence_length, n_features, n_clusters)

@@ -71,7 +71,10 @@ for length in F.progress(lengths, desc="Fig. 3, Monte Carlo"):
     mc[length] = F.layer_monte_carlo(oracle, X, y, CENTROIDS)
 Ls = np.logspace(0.7, 3.2, 100)
 ax2.plot(
-    Ls, theory.oracle_risk(NOISE, LAMBDA, Ls, D), color="tab:blue", label="exact risk (theory)"
+    Ls,
+    theory.oracle_risk(NOISE, LAMBDA, Ls, n_features=D),
+    color="tab:blue",
+    label="exact risk (theory)",
 )
 ax2.errorbar(
     lengths,
@@ -82,7 +85,7 @@ ax2.errorbar(
     mfc="none",
     label="Monte Carlo",
 )
-quantizer = float(theory.quantizer_risk(NOISE, D))
+quantizer = float(theory.quantizer_risk(NOISE, n_features=D))
 F.hline(ax2, quantizer, "optimal quantiser, d sigma^2", "k", "--")
 F.hline(ax2, (D - 2) * NOISE**2, "L -> inf limit, (d - 2) sigma^2", "0.5")
 ax2.set_xscale("log")
@@ -107,13 +110,15 @@ C_high = np.eye(2, D_HIGH)
 Xh, yh, _ = make_sequences(N_SEQUENCES, L, D_HIGH, 2, noise=NOISE, centroids=C_high, random_state=2)
 high = F.layer_monte_carlo(lambda Z: oracle(Z, LAMBDA, C_high), Xh, yh, C_high)
 var_theory = {
-    d: float(theory.oracle_conditional_variance(NOISE, LAMBDA, L, d)) for d in (D, D_HIGH)
+    d: float(theory.oracle_conditional_variance(NOISE, LAMBDA, L, n_features=d))
+    for d in (D, D_HIGH)
 }
 LONG = 10_000
 var_long = {
-    d: float(theory.oracle_conditional_variance(NOISE, LAMBDA, LONG, d)) for d in (D, D_HIGH)
+    d: float(theory.oracle_conditional_variance(NOISE, LAMBDA, LONG, n_features=d))
+    for d in (D, D_HIGH)
 }
-risk_theory = float(theory.oracle_risk(NOISE, LAMBDA, L, D))
+risk_theory = float(theory.oracle_risk(NOISE, LAMBDA, L, n_features=D))
 
 
 def pm(e):
@@ -201,7 +206,9 @@ F.finish(
         "claims": claims,
         "data": dict(
             risk={str(k): v["risk"] for k, v in mc.items()},
-            risk_theory={str(k): float(theory.oracle_risk(NOISE, LAMBDA, k, D)) for k in lengths},
+            risk_theory={
+                str(k): float(theory.oracle_risk(NOISE, LAMBDA, k, n_features=D)) for k in lengths
+            },
             conditional_variance={str(D): var, str(D_HIGH): var_high},
             conditional_variance_theory={str(k): v for k, v in var_theory.items()},
             conditional_variance_theory_long={str(k): v for k, v in var_long.items()},

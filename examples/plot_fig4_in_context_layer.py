@@ -61,7 +61,7 @@ F.pca_comparison(
 # Risk against the sequence length, prompts with their own centroids
 # ------------------------------------------------------------------
 
-lam_opt = float(theory.in_context_optimal_temperature(NOISE, D))
+lam_opt = float(theory.in_context_optimal_temperature(NOISE, n_features=D))
 lengths = (10, 30, 100, 500) if F.quick() else (10, 30, 100, 300, 500, 1000)
 mc = {}
 for length in F.progress(lengths, desc="Fig. 4, Monte Carlo"):
@@ -74,7 +74,10 @@ Ls = np.logspace(0.7, 3.2, 100)
 for name, lam, color in (("fig", LAMBDA, "tab:blue"), ("optimal", lam_opt, "tab:purple")):
     label = "lambda = 1/(1 + 2 sigma^2)" if name == "fig" else f"Prop. 5.2's lambda = {lam_opt:.3f}"
     ax2.plot(
-        Ls, theory.in_context_risk(NOISE, lam, Ls, D), color=color, label=f"exact risk, {label}"
+        Ls,
+        theory.in_context_risk(NOISE, lam, Ls, n_features=D),
+        color=color,
+        label=f"exact risk, {label}",
     )
     ax2.errorbar(
         lengths,
@@ -84,7 +87,7 @@ for name, lam, color in (("fig", LAMBDA, "tab:blue"), ("optimal", lam_opt, "tab:
         color=color,
         mfc="none",
     )
-quantizer = float(theory.quantizer_risk(NOISE, D))
+quantizer = float(theory.quantizer_risk(NOISE, n_features=D))
 F.hline(ax2, quantizer, "optimal quantiser, d sigma^2", "k", "--")
 ax2.set_xscale("log")
 ax2.set_xlabel("sequence length L")
@@ -101,10 +104,10 @@ lam_unbiased = float(theory.in_context_unbiased_temperature(NOISE, L, D))
 X, y, C = make_prompts(N_PROMPTS, L, D, 2, noise=NOISE, random_state=1)
 unbiased = F.layer_monte_carlo(lambda Z: in_context(Z, lam_unbiased), X, y, C)
 at_500 = mc[500]["fig"]
-var_theory = float(theory.in_context_conditional_variance(NOISE, LAMBDA, L, D))
+var_theory = float(theory.in_context_conditional_variance(NOISE, LAMBDA, L, n_features=D))
 var_limit = 2 * NOISE**2 + 4 * (D - 2) * NOISE**6 / (1 + 2 * NOISE**2) ** 2
 risk_theory = {
-    name: float(theory.in_context_risk(NOISE, lam, L, D))
+    name: float(theory.in_context_risk(NOISE, lam, L, n_features=D))
     for name, lam in (("fig", LAMBDA), ("optimal", lam_opt))
 }
 

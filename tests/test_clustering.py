@@ -796,13 +796,15 @@ def test_auto_temperature_is_the_smallest_of_its_three_bounds():
     eig = np.r_[0.59, 0.59, np.full(8, 0.09)]
     lam = auto_temperature(0.3, 50, 2, 10, eig)
     expected = min(
-        unbiased_temperature(0.3, 50, 2),
-        0.95 * lambda_star(0.3, 50, 2, 10),
+        unbiased_temperature(0.3, 50, n_clusters=2),
+        0.95 * lambda_star(0.3, 50, n_features=10, n_clusters=2),
         0.9 / (2 * (0.59 + eig.sum() / 50)),
     )
     assert lam == pytest.approx(expected)
     # sigma = 0: lambda* binds (the unbiased temperature exceeds it).
-    assert auto_temperature(0.0, 10, 2, 10) == pytest.approx(0.95 * lambda_star(0.0, 10, 2, 10))
+    assert auto_temperature(0.0, 10, 2, 10) == pytest.approx(
+        0.95 * lambda_star(0.0, 10, n_features=10, n_clusters=2)
+    )
 
 
 def test_the_cap_binds_on_the_papers_mixtures():
@@ -822,7 +824,7 @@ def test_the_cap_binds_on_the_papers_mixtures():
                     assert capped < cap
                 else:
                     assert capped == pytest.approx(cap)
-                ratios.append(capped / unbiased_temperature(sigma, L, K))
+                ratios.append(capped / unbiased_temperature(sigma, L, n_clusters=K))
     assert 0.63 < min(ratios) < 0.65 and 0.89 < max(ratios) < 0.90
 
 

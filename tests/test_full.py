@@ -416,7 +416,7 @@ def _scaled_mixture(n, d, K, noise, seed, dtype=np.float64):
 
 
 def _defaults(K, noise, L=100):
-    temperature = unbiased_temperature(noise, L, K) * (L + 1) / (L + 3)
+    temperature = unbiased_temperature(noise, L, n_clusters=K) * (L + 1) / (L + 3)
     return temperature, L, local_reg_strength(temperature, K, "pairwise", noise)
 
 
@@ -547,7 +547,7 @@ def test_centroids_lose_stability_at_the_derived_strength(noise):
     # risk's (L -> infinity). Check the sign change around rho_max.
     X, _, C = make_mixture(200_000, 3, 2, noise=noise, random_state=0)
     L = 1000
-    temperature = float(unbiased_temperature(noise, L, 2))
+    temperature = float(unbiased_temperature(noise, L, n_clusters=2))
     rho_max = temperature * 2
     heads, out = C.T, np.cross(C[0], C[1])
     assert _tilt_curvature(X, heads, temperature, L, 0.7 * rho_max, out) > 0
@@ -566,7 +566,7 @@ def test_tilt_curvatures_and_rho_max_match_the_population_closed_forms(K, noise)
     # finite differences of theory's exact population risk and regulariser.
     d = K + 2
     C = np.eye(K, d)
-    lam = float(unbiased_temperature(noise, np.inf, K))
+    lam = float(unbiased_temperature(noise, np.inf, n_clusters=K))
     out = np.eye(d)[K]
 
     def heads(phi):

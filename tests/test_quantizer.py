@@ -205,19 +205,22 @@ def test_risk_matches_prop_5_2_and_falls_below_the_optimal_quantizer(
         n_prompts, sequence_length, D, 2, noise=SIGMA, random_state=global_random_seed + 30
     )
     empirical_quantizer_risk = np.mean(np.sum((X - _own_centroid(labels, C)) ** 2, axis=-1))
-    assert empirical_quantizer_risk == pytest.approx(quantizer_risk(SIGMA, D), rel=0.02)
+    assert empirical_quantizer_risk == pytest.approx(quantizer_risk(SIGMA, n_features=D), rel=0.02)
     for temperature in [
         in_context_unbiased_temperature(SIGMA, sequence_length, D, 2),
-        in_context_optimal_temperature(SIGMA, D, sequence_length),
+        in_context_optimal_temperature(SIGMA, sequence_length, n_features=D),
     ]:
         errors = np.sum((X - in_context_attention(X, temperature=temperature)) ** 2, axis=-1)
         per_prompt = errors.mean(axis=1)
         se = per_prompt.std() / np.sqrt(n_prompts)
         assert (
-            abs(per_prompt.mean() - in_context_risk(SIGMA, temperature, sequence_length, D))
+            abs(
+                per_prompt.mean()
+                - in_context_risk(SIGMA, temperature, sequence_length, n_features=D)
+            )
             < 5 * se
         )
-        assert per_prompt.mean() < 0.7 * quantizer_risk(SIGMA, D)
+        assert per_prompt.mean() < 0.7 * quantizer_risk(SIGMA, n_features=D)
 
 
 def _conditional_variance(T, labels, C):
@@ -237,9 +240,9 @@ def test_conditional_variance_matches_prop_5_2(global_random_seed):
     T = in_context_attention(X, temperature=temperature)
     per_prompt = np.sum((T - _own_centroid(labels, C)) ** 2, axis=-1).mean(axis=1)
     se = per_prompt.std() / np.sqrt(len(per_prompt))
-    expected = in_context_conditional_variance(SIGMA, temperature, L, D)
+    expected = in_context_conditional_variance(SIGMA, temperature, L, n_features=D)
     assert abs(_conditional_variance(T, labels, C) - expected) < 5 * se
-    assert expected < 0.25 * quantizer_risk(SIGMA, D)
+    assert expected < 0.25 * quantizer_risk(SIGMA, n_features=D)
 
 
 @pytest.mark.parametrize("attention", ["linear", "softmax"])
@@ -255,7 +258,7 @@ def test_auto_output_has_less_conditional_variance_than_the_input(attention, glo
     if attention == "linear":
         # The plug-in temperature moves it by O(1/L) from Prop. 5.2's value.
         expected = in_context_conditional_variance(
-            SIGMA, in_context_unbiased_temperature(SIGMA, L, D, 2), L, D
+            SIGMA, in_context_unbiased_temperature(SIGMA, L, D, 2), L, n_features=D
         )
         assert variance == pytest.approx(expected, abs=0.01)
 

@@ -7,6 +7,7 @@ errors are at most 2.5% of the checked value, so that a constant wrong by 5%
 would move the closed form out of the tolerance and fail the test.
 """
 
+import inspect
 import itertools
 import math
 import warnings
@@ -161,13 +162,13 @@ def test_risk_from_overlaps_is_the_risk_of_any_such_heads(seed, L):
     heads /= np.linalg.norm(heads, axis=1, keepdims=True)
     (k0, e0), (e1, k1) = heads @ C.T
     xi = heads[0] @ heads[1]
-    value = theory.risk_from_overlaps(k0, k1, e0, e1, xi, 0.4, 0.7, L, d)
+    value = theory.risk_from_overlaps(k0, k1, e0, e1, xi, 0.4, 0.7, L, n_features=d)
     assert value == pytest.approx(theory.population_risk(heads, C, 0.4, 0.7, L), rel=1e-10)
 
 
 def test_risk_from_overlaps_rejects_impossible_overlaps():
     with pytest.raises(ValueError, match="not realisable"):
-        theory.risk_from_overlaps(0.9, 0.9, 0.9, 0.0, 0.0, 0.3, 1.0, 10, 5)
+        theory.risk_from_overlaps(0.9, 0.9, 0.9, 0.0, 0.0, 0.3, 1.0, 10, n_features=5)
 
 
 # ---------------------------------------------------------------------------
@@ -202,7 +203,7 @@ def test_unbiased_temperature_against_monte_carlo(n_clusters):
     rng = np.random.default_rng(20 + n_clusters)
     d, L, noise = 6, 5, 0.5
     C = make_centroids(n_clusters, d, random_state=n_clusters)
-    lam = theory.unbiased_temperature(noise, L, n_clusters)
+    lam = theory.unbiased_temperature(noise, L, n_clusters=n_clusters)
     X, z = sample(rng, 40_000, L, C, noise)
     T = layer(X, C, lam * n_clusters)
     coords = T @ C.T  # coords[n, l, j] = <T_l, mu*_j>
@@ -231,7 +232,9 @@ def test_in_context_unbiased_temperature_against_monte_carlo():
 def test_unbiased_temperature_limits():
     s = np.array([0.0, 0.3, 1.0])
     np.testing.assert_allclose(theory.unbiased_temperature(s, 1e12), 1 / (1 + 2 * s**2))
-    np.testing.assert_allclose(theory.unbiased_temperature(s, np.inf, 3), 1 / (1 + 3 * s**2))
+    np.testing.assert_allclose(
+        theory.unbiased_temperature(s, np.inf, n_clusters=3), 1 / (1 + 3 * s**2)
+    )
     np.testing.assert_allclose(theory.unbiased_temperature(s, 10), 10 / (11 + 2 * 13 * s**2))
     np.testing.assert_allclose(
         theory.in_context_unbiased_temperature(s, np.inf, 7), 1 / (1 + 2 * s**2)
@@ -254,7 +257,9 @@ def test_manifold_risk_is_the_population_risk_on_the_manifold(n_clusters, noise,
     np.testing.assert_allclose(heads @ C.T, np.diag(kappa), atol=1e-12)
     np.testing.assert_allclose(heads @ heads.T, np.eye(n_clusters), atol=1e-12)
     exact = theory.population_risk(heads, C, noise, 0.8, L)
-    assert theory.manifold_risk(kappa, noise, 0.8, L, d) == pytest.approx(exact, rel=1e-12)
+    assert theory.manifold_risk(kappa, noise, 0.8, L, n_features=d) == pytest.approx(
+        exact, rel=1e-12
+    )
 
 
 @settings(max_examples=50, deadline=None)
@@ -266,7 +271,9 @@ def test_manifold_risk_is_the_population_risk_on_the_manifold(n_clusters, noise,
     K=st.integers(2, 4),
 )
 def test_manifold_risk_is_convex_in_squared_alignments(noise, temperature, L, d, K):
-    A, B, C, D = theory.manifold_risk_coefficients(noise, temperature, L, K, d)
+    A, B, C, D = theory.manifold_risk_coefficients(
+        noise, temperature, L, n_features=d, n_clusters=K
+    )
     assert A >= 0 and C >= 0  # so (+-1, ..., +-1) is optimal iff dR/du <= 0 there
     assert D >= 0
 
@@ -299,34 +306,38 @@ def test_lambda_star_explicit_two_cluster_form(noise, L, d):
         + (L - 1) * (4 + 2 * k + 40 * s + 60 * s**2 + 4 * s * k)
         + (L - 1) * (L - 2) * (1 + 5 * s + 6 * s**2)
     )
-    assert theory.lambda_star(noise, L, 2, d) == pytest.approx(num / den, rel=1e-12)
+    assert theory.lambda_star(noise, L, n_features=d) == pytest.approx(num / den, rel=1e-12)
 
 
 @pytest.mark.parametrize("n_clusters", [2, 3])
 def test_manifold_optimal_alignment_is_the_argmin_on_the_manifold(n_clusters):
     noise, L, d = 0.3, 100, 10
-    lam_star = theory.lambda_star(noise, L, n_clusters, d)
+    lam_star = theory.lambda_star(noise, L, n_features=d, n_clusters=n_clusters)
     ratio = np.array([0.5, 1.0, 1.2, 1.5, 2.0, 3.0])
-    kappa = theory.manifold_optimal_alignment(noise, ratio * lam_star, L, n_clusters, d)
+    kappa = theory.manifold_optimal_alignment(
+        noise, ratio * lam_star, L, n_features=d, n_clusters=n_clusters
+    )
     np.testing.assert_allclose(kappa[:2], 1.0, rtol=1e-12)
     assert np.all(np.diff(kappa[1:]) < 0)
     # Independent check by grid search over equal alignments, and one unequal
     # alignment cannot do better (convexity and symmetry).
     grid = np.linspace(0, 1, 20_001)
     for lam, best in zip(ratio * lam_star, kappa):
-        risk = theory.manifold_risk(np.repeat(grid[:, None], n_clusters, 1), noise, lam, L, d)
+        risk = theory.manifold_risk(
+            np.repeat(grid[:, None], n_clusters, 1), noise, lam, L, n_features=d
+        )
         assert grid[np.argmin(risk)] == pytest.approx(best, abs=1e-4)
         uneven = np.full(n_clusters, best)
         uneven[0] = 0.5 * best
-        assert theory.manifold_risk(uneven, noise, lam, L, d) > risk.min()
+        assert theory.manifold_risk(uneven, noise, lam, L, n_features=d) > risk.min()
 
 
 def test_lambda_star_closed_forms_for_k_clusters():
     L, K, s2 = np.arange(1, 50), 5, 0.49
     dirac = L * (L + K - 1) / (K**2 + 3 * K * (L - 1) + (L - 1) * (L - 2))
-    np.testing.assert_allclose(theory.lambda_star(0.0, L, K), dirac, rtol=1e-14)
+    np.testing.assert_allclose(theory.lambda_star(0.0, L, n_clusters=K), dirac, rtol=1e-14)
     limit = 2 * (1 + 2 * K * s2) / (2 + 5 * K * s2 + 3 * K**2 * s2**2)
-    assert theory.lambda_star(0.7, np.inf, K) == pytest.approx(limit, rel=1e-14)
+    assert theory.lambda_star(0.7, np.inf, n_clusters=K) == pytest.approx(limit, rel=1e-14)
 
 
 @pytest.mark.parametrize("n_clusters", [2, 3])
@@ -336,7 +347,7 @@ def test_lambda_star_is_where_the_centroids_stop_being_optimal(n_clusters, noise
     # heads tilted by a small angle out of the centroids inside M.
     d = 2 * n_clusters + 2
     C = make_centroids(n_clusters, d, random_state=0)
-    lam_star = theory.lambda_star(noise, L, n_clusters, d)
+    lam_star = theory.lambda_star(noise, L, n_features=d, n_clusters=n_clusters)
     tilted = theory.manifold_heads(C, np.sqrt(1 - 1e-4), random_state=1)
     for factor, corner_wins in [(0.98, True), (1.02, False)]:
         lam = factor * lam_star
@@ -347,12 +358,12 @@ def test_lambda_star_is_where_the_centroids_stop_being_optimal(n_clusters, noise
 @pytest.mark.parametrize("noise, L", [(0.0, 5), (0.3, 10), (1.0, 100)])
 def test_centroids_are_global_minimisers_on_the_manifold_at_lambda_star(noise, L):
     d = 10
-    lam = theory.lambda_star(noise, L, 2, d)
+    lam = theory.lambda_star(noise, L, n_features=d)
     grid = np.stack(np.meshgrid(*2 * [np.linspace(-1, 1, 81)]), -1)
-    risk = theory.manifold_risk(grid, noise, lam, L, d)
-    assert risk.min() >= theory.manifold_risk([1.0, 1.0], noise, lam, L, d) - 1e-12
-    above = theory.manifold_risk(grid, noise, 1.1 * lam, L, d)
-    assert above.min() < theory.manifold_risk([1.0, 1.0], noise, 1.1 * lam, L, d) - 1e-6
+    risk = theory.manifold_risk(grid, noise, lam, L, n_features=d)
+    assert risk.min() >= theory.manifold_risk([1.0, 1.0], noise, lam, L, n_features=d) - 1e-12
+    above = theory.manifold_risk(grid, noise, 1.1 * lam, L, n_features=d)
+    assert above.min() < theory.manifold_risk([1.0, 1.0], noise, 1.1 * lam, L, n_features=d) - 1e-6
 
 
 def test_lambda_star_depends_on_dimension_for_finite_sequences():
@@ -378,12 +389,15 @@ def test_oracle_risk_and_variance_against_monte_carlo(n_clusters):
     C = make_centroids(n_clusters, d, random_state=n_clusters)
     X, z = sample(rng, 80_000, L, C, noise)
     T = layer(X, C, lam * n_clusters)
-    risk = theory.oracle_risk(noise, lam, L, d, n_clusters)
+    risk = theory.oracle_risk(noise, lam, L, n_features=d, n_clusters=n_clusters)
     assert_mc(np.mean(np.sum((X - T) ** 2, -1), 1), risk)
     # E[T_1 | Z_1 = c] = b mu*_c with b of Prop. 4.1.
-    bias = lam / theory.unbiased_temperature(noise, L, n_clusters)
+    bias = lam / theory.unbiased_temperature(noise, L, n_clusters=n_clusters)
     spread = np.sum((T - bias * C[z]) ** 2, -1)
-    assert_mc(spread.mean(1), theory.oracle_conditional_variance(noise, lam, L, d, n_clusters))
+    assert_mc(
+        spread.mean(1),
+        theory.oracle_conditional_variance(noise, lam, L, n_features=d, n_clusters=n_clusters),
+    )
 
 
 def test_oracle_limits_prop_4_2():
@@ -392,11 +406,13 @@ def test_oracle_limits_prop_4_2():
     # Prop. 4.2's temperature is 1 / (1 + 2 sigma^2) in disguise.
     paper = (1 + 4 * s**2 + 4 * s**4) / (1 + 6 * s**2 + 12 * s**4 + 8 * s**6)
     np.testing.assert_allclose(paper, lam)
-    np.testing.assert_allclose(theory.oracle_optimal_temperature(s, np.inf, d), lam)
-    np.testing.assert_allclose(theory.oracle_risk(s, lam, np.inf, d), (d - 2) * s**2)
-    np.testing.assert_allclose(theory.oracle_conditional_variance(s, lam, np.inf, d), 2 * s**2)
+    np.testing.assert_allclose(theory.oracle_optimal_temperature(s, np.inf, n_features=d), lam)
+    np.testing.assert_allclose(theory.oracle_risk(s, lam, np.inf, n_features=d), (d - 2) * s**2)
+    np.testing.assert_allclose(
+        theory.oracle_conditional_variance(s, lam, np.inf, n_features=d), 2 * s**2
+    )
     for L in [10, 100]:
-        assert theory.oracle_risk(0.3, 0.8, L, d) == pytest.approx(
+        assert theory.oracle_risk(0.3, 0.8, L, n_features=d) == pytest.approx(
             theory.population_risk(np.eye(2, d), np.eye(2, d), 0.3, 0.8, L), rel=1e-12
         )
 
@@ -407,9 +423,9 @@ def test_oracle_risk_falls_below_the_quantizer_as_l_grows(noise, d):
     # Prop. 4.2 at its temperature 1 / (1 + 2 sigma^2): far above d sigma^2
     # for L = 1, below it for long sequences, tending to (d - 2) sigma^2.
     lam = 1 / (1 + 2 * noise**2)
-    quantizer = theory.quantizer_risk(noise, d)
-    assert theory.oracle_risk(noise, lam, 1, d) > quantizer
-    long = theory.oracle_risk(noise, lam, np.array([200, 10**3, 10**4, 10**6]), d)
+    quantizer = theory.quantizer_risk(noise, n_features=d)
+    assert theory.oracle_risk(noise, lam, 1, n_features=d) > quantizer
+    long = theory.oracle_risk(noise, lam, np.array([200, 10**3, 10**4, 10**6]), n_features=d)
     assert np.all(long < quantizer)
     assert long[-1] == pytest.approx((d - 2) * noise**2, rel=1e-4)
 
@@ -418,7 +434,7 @@ def test_oracle_risk_is_not_monotone_in_l():
     # The paper says the risk decreases with L (after Prop. 4.2); at its
     # temperature this fails when d sigma^2 is large: for sigma = 1, d = 10
     # the risk dips below its limit 8 sigma^2 around L = 20, then rises.
-    risk = theory.oracle_risk(1.0, 1 / 3, np.array([10, 20, 100, np.inf]), 10)
+    risk = theory.oracle_risk(1.0, 1 / 3, np.array([10, 20, 100, np.inf]), n_features=10)
     assert risk[1] < risk[0] and risk[1] < risk[2] < risk[3] == pytest.approx(8.0)
 
 
@@ -430,10 +446,12 @@ def test_in_context_risk_and_variance_against_monte_carlo():
     means = np.take_along_axis(C, z[..., None], 1)
     X = means + noise * rng.standard_normal((n, L, d))
     T = layer(X, np.eye(d), 2 * lam)
-    assert_mc(np.mean(np.sum((X - T) ** 2, -1), 1), theory.in_context_risk(noise, lam, L, d))
+    assert_mc(
+        np.mean(np.sum((X - T) ** 2, -1), 1), theory.in_context_risk(noise, lam, L, n_features=d)
+    )
     bias = lam / theory.in_context_unbiased_temperature(noise, L, d)
     spread = np.sum((T - bias * means) ** 2, -1)
-    assert_mc(spread.mean(1), theory.in_context_conditional_variance(noise, lam, L, d))
+    assert_mc(spread.mean(1), theory.in_context_conditional_variance(noise, lam, L, n_features=d))
 
 
 @pytest.mark.parametrize("L", [1, 5, np.inf])
@@ -442,7 +460,7 @@ def test_in_context_risk_is_the_general_risk_with_identity_heads(L):
     C = make_centroids(K, d, random_state=1)
     a0, a1, a2 = theory._LayerMoments(C, np.full(K, 1 / K), 0.49, d, float(L))(np.eye(d))
     tau = 0.7 * K
-    assert theory.in_context_risk(0.7, 0.7, L, d, K) == pytest.approx(
+    assert theory.in_context_risk(0.7, 0.7, L, n_features=d, n_clusters=K) == pytest.approx(
         a0 - 2 * tau * a1 + tau**2 * a2, rel=1e-12
     )
 
@@ -451,14 +469,14 @@ def test_in_context_limits_prop_5_2():
     s, d = np.array([0.1, 0.3, 1.0]), 10
     s2 = s**2
     paper = (2 * (s2 + 0.5) ** 2 + (d - 2) * s2**2) / (2 * (2 * (s2 + 0.5) ** 3 + (d - 2) * s2**3))
-    np.testing.assert_allclose(theory.in_context_optimal_temperature(s, d), paper)
+    np.testing.assert_allclose(theory.in_context_optimal_temperature(s, n_features=d), paper)
     lam = 1 / (1 + 2 * s2)
-    variance = theory.in_context_conditional_variance(s, lam, np.inf, d)
+    variance = theory.in_context_conditional_variance(s, lam, np.inf, n_features=d)
     np.testing.assert_allclose(variance, 2 * s2 + 4 * (d - 2) * s2**3 / (1 + 2 * s2) ** 2)
-    assert np.all(variance < theory.quantizer_risk(s, d))
-    best = theory.in_context_risk(s, paper, np.inf, d)
-    assert np.all(best < theory.quantizer_risk(s, d))
-    far = theory.in_context_risk(s, paper, 1e9, d)
+    assert np.all(variance < theory.quantizer_risk(s, n_features=d))
+    best = theory.in_context_risk(s, paper, np.inf, n_features=d)
+    assert np.all(best < theory.quantizer_risk(s, n_features=d))
+    far = theory.in_context_risk(s, paper, 1e9, n_features=d)
     np.testing.assert_allclose(far, best, rtol=1e-6)
 
 
@@ -486,7 +504,7 @@ def test_pgd_three_clusters_from_the_manifold():
     d = 7
     C = make_centroids(3, d, random_state=2)
     heads0 = theory.manifold_heads(C, [0.2, -0.5, 0.7], random_state=3)
-    lam = 0.9 * theory.lambda_star(0.3, 20, 3, d)
+    lam = 0.9 * theory.lambda_star(0.3, 20, n_features=d, n_clusters=3)
     result = theory.population_pgd(heads0, C, 0.3, lam, 20, max_iter=5000)
     assert result.distance[-1] < 1e-8
 
@@ -586,8 +604,14 @@ def test_closed_forms_refuse_bad_heads_and_centroids_before_work(function, heads
         (lambda: theory.unbiased_temperature(0.3, np.nan), "sequence_length must be >= 1"),
         (lambda: theory.unbiased_temperature(0.3, True), "sequence_length must be >= 1"),
         (lambda: theory.lambda_star(0.3, "10"), "sequence_length must be >= 1"),
-        (lambda: theory.unbiased_temperature(0.3, 10, 0), "n_clusters must be an integer"),
-        (lambda: theory.unbiased_temperature(0.3, 10, 2.5), "n_clusters must be an integer"),
+        (
+            lambda: theory.unbiased_temperature(0.3, 10, n_clusters=0),
+            "n_clusters must be an integer",
+        ),
+        (
+            lambda: theory.unbiased_temperature(0.3, 10, n_clusters=2.5),
+            "n_clusters must be an integer",
+        ),
         (
             lambda: theory.in_context_unbiased_temperature(0.3, 10, 10, 0),
             "n_clusters must be an integer",
@@ -596,10 +620,21 @@ def test_closed_forms_refuse_bad_heads_and_centroids_before_work(function, heads
             lambda: theory.in_context_unbiased_temperature(0.3, 10, 0, 2),
             "n_features must be an integer >= 1",
         ),
-        (lambda: theory.manifold_risk([2.0, 0.5], 0.3, 0.5, 10, 10), r"alignment must lie in"),
-        (lambda: theory.manifold_risk([np.nan, 0.5], 0.3, 0.5, 10, 10), r"alignment must lie in"),
-        (lambda: theory.manifold_risk(0.5, 0.3, 0.5, 10, 10), "one kappa per head"),
+        (
+            lambda: theory.manifold_risk([2.0, 0.5], 0.3, 0.5, 10, n_features=10),
+            r"alignment must lie in",
+        ),
+        (
+            lambda: theory.manifold_risk([np.nan, 0.5], 0.3, 0.5, 10, n_features=10),
+            r"alignment must lie in",
+        ),
+        (lambda: theory.manifold_risk(0.5, 0.3, 0.5, 10, n_features=10), "one kappa per head"),
         (lambda: theory.manifold_heads(np.eye(2, 5), np.nan), r"alignment must lie in"),
+        (
+            lambda: theory.manifold_heads(np.eye(2, 5), [0.1, 0.2, 0.3]),
+            r"alignment must be one kappa or 2, one per centroid, got shape \(3,\)",
+        ),
+        (lambda: theory.manifold_heads(np.eye(2, 5), [[0.1, 0.2]]), "alignment must be one kappa"),
         (lambda: theory.manifold_heads(np.ones(5), 0.5), "centroids must be a non-empty 2-D array"),
         (lambda: theory.auto_temperature(0.3, 10, 2, 3, []), "eigenvalues must be 3 finite"),
         (lambda: theory.auto_temperature(0.3, 10, 2, 3, [1.0, np.nan, 0.0]), "3 finite"),
@@ -619,13 +654,116 @@ def test_manifold_heads_take_float32_orthonormal_centroids(global_random_seed):
     np.testing.assert_allclose(H @ C.T.astype(np.float64), np.diag([0.6, 0.8]), atol=1e-5)
 
 
-def test_in_context_risks_are_not_negative_at_vanishing_noise():
-    # At sigma = 1e-13 the unbiased layer's risk and variance are 0 up to the
-    # rounding of their terms (about 1e-16), which took them below zero.
+def test_risks_are_not_negative_where_they_vanish():
+    # Where a risk or a variance is 0 its terms' rounding (about 1e-16) took
+    # it below zero, and its square root to NaN: the oracle layer's risk
+    # (d - K) sigma^2 at d = K, L = inf and the optimal temperature (also as
+    # the general, the manifold and the overlaps' risk of the same heads),
+    # its variance at sigma = 0, and the in-context layer's at sigma = 1e-13.
     for K in (2, 3, 5):
-        lam = theory.in_context_optimal_temperature(1e-13, 10, np.inf, K)
-        assert theory.in_context_risk(1e-13, lam, np.inf, 10, K) >= 0.0
-        assert theory.in_context_conditional_variance(1e-13, lam, np.inf, 10, K) >= 0.0
+        C = np.eye(K)
+        for noise in (1e-8, 0.1, 0.3, 1.0):
+            lam = theory.oracle_optimal_temperature(noise, np.inf, n_features=K, n_clusters=K)
+            assert theory.oracle_risk(noise, lam, np.inf, n_features=K, n_clusters=K) >= 0.0
+            assert theory.population_risk(C, C, noise, lam, np.inf) >= 0.0
+            assert theory.manifold_risk(np.ones(K), noise, lam, np.inf, n_features=K) >= 0.0
+            if K == 2:
+                overlaps = (1.0, 1.0, 0.0, 0.0, 0.0, noise, lam, np.inf)
+                assert theory.risk_from_overlaps(*overlaps, n_features=K) >= 0.0
+        variance = theory.oracle_conditional_variance(0.0, 0.3, np.inf, n_features=K, n_clusters=K)
+        assert variance >= 0.0
+        lam = theory.in_context_optimal_temperature(1e-13, np.inf, n_features=10, n_clusters=K)
+        assert theory.in_context_risk(1e-13, lam, np.inf, n_features=10, n_clusters=K) >= 0.0
+        assert (
+            theory.in_context_conditional_variance(1e-13, lam, np.inf, n_features=10, n_clusters=K)
+            >= 0.0
+        )
+
+
+# The public functions that take d or K, but the two rules of the estimators'
+# temperature="auto", which take them by position too (and any K > d).
+_TAKE_COUNTS = [
+    name
+    for name in theory.__all__
+    if {"n_features", "n_clusters"} & set(inspect.signature(getattr(theory, name)).parameters)
+    and name not in ("auto_temperature", "in_context_unbiased_temperature")
+]
+
+
+@pytest.mark.parametrize("name", _TAKE_COUNTS)
+def test_counts_are_keyword_only(name):
+    # d, K and L are all whole numbers: taken one for another they gave a
+    # wrong value without an error (in_context_optimal_temperature took
+    # (noise, d, L) where the others take L before d, lambda_star K before d).
+    parameters = inspect.signature(getattr(theory, name)).parameters
+    for count in {"n_features", "n_clusters"} & set(parameters):
+        assert parameters[count].kind is inspect.Parameter.KEYWORD_ONLY
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: theory.in_context_optimal_temperature(0.3, 10, 100),
+        lambda: theory.in_context_optimal_temperature(0.3, 100, 10),
+        lambda: theory.lambda_star(0.3, 10, 10, 2),
+        lambda: theory.manifold_risk_coefficients(0.3, 0.5, 10, 2, 10),
+        lambda: theory.oracle_risk(0.3, 0.5, 10, 2),
+    ],
+    ids=["ctx-temperature", "ctx-temperature-swapped", "lambda-star", "coefficients", "oracle"],
+)
+def test_counts_by_position_are_refused(call):
+    with pytest.raises(TypeError, match="positional argument"):
+        call()
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    K=st.integers(2, 6),
+    fewer=st.integers(1, 5),
+    L=st.sampled_from([1, 10, np.inf]),
+    noise=st.sampled_from([0.0, 0.3]),
+)
+def test_closed_forms_of_orthonormal_centroids_need_d_at_least_k(K, fewer, L, noise):
+    # K orthonormal centroids need d >= K. lambda_star and the manifold's
+    # closed forms took d < K and returned a number (lambda_star(0.3, 10,
+    # K = 10, d = 2) gave 0.2195), even where d drops out (L = inf or
+    # sigma = 0); the oracle and in-context ones refused it.
+    d = max(K - fewer, 1)
+    counts = {"n_features": d, "n_clusters": K}
+    calls = [
+        lambda: theory.lambda_star(noise, L, **counts),
+        lambda: theory.manifold_risk_coefficients(noise, 0.5, L, **counts),
+        lambda: theory.manifold_optimal_alignment(noise, 0.5, L, **counts),
+        lambda: theory.manifold_risk(np.ones(K), noise, 0.5, L, n_features=d),
+        lambda: theory.oracle_risk(noise, 0.5, L, **counts),
+        lambda: theory.oracle_conditional_variance(noise, 0.5, L, **counts),
+        lambda: theory.oracle_optimal_temperature(noise, L, **counts),
+        lambda: theory.in_context_risk(noise, 0.5, L, **counts),
+        lambda: theory.in_context_conditional_variance(noise, 0.5, L, **counts),
+        lambda: theory.in_context_optimal_temperature(noise, L, **counts),
+    ]
+    for call in calls:
+        with pytest.raises(ValueError, match=f"n_features must be an integer >= {K}, got {d}"):
+            call()
+
+
+def test_the_estimators_rules_take_more_clusters_than_features():
+    # AttentionClustering and InContextQuantizer fit K > d with
+    # temperature="auto": their rules keep lambda*'s and Prop. 5.1's closed
+    # forms as they stand there. At L = inf lambda* drops d, and at
+    # sigma = 0.1 its cap 0.95 lambda* is below the unbiased temperature.
+    unbiased = theory.unbiased_temperature(0.1, n_clusters=5)
+    capped = 0.95 * theory.lambda_star(0.1, n_clusters=5)
+    assert capped < unbiased
+    assert theory.auto_temperature(0.1, np.inf, 5, 3) == pytest.approx(capped, rel=1e-14)
+    assert (
+        0.0
+        < theory.auto_temperature(0.1, 10, 5, 3)
+        <= theory.unbiased_temperature(0.1, 10, n_clusters=5)
+    )
+    assert theory.in_context_unbiased_temperature(0.0, 4, 3, 5) == pytest.approx(
+        (4 / 5) / (1 + 3 / 5)
+    )
 
 
 def test_pgd_objective_never_rises_above_lambda_star(global_random_seed):
@@ -755,17 +893,23 @@ def test_pgd_steps_with_any_step_size_are_the_twins(step, rho, seed):
 _C, _BIG = np.eye(2, 4), 1e200
 _BEYOND_RANGE = {
     "auto_temperature": lambda: theory.auto_temperature(_BIG, 10, 2, 4),
-    "unbiased_temperature": lambda: theory.unbiased_temperature(_BIG, 10, 2),
+    "unbiased_temperature": lambda: theory.unbiased_temperature(_BIG, 10, n_clusters=2),
     "in_context_unbiased_temperature": lambda: theory.in_context_unbiased_temperature(_BIG, 10, 4),
     "population_risk": lambda: theory.population_risk(_C, _C, 0.3, _BIG, 10),
     "population_risk_gradient": lambda: theory.population_risk_gradient(_C, _C, _BIG, 0.5, 10),
     "pairwise_regularizer": lambda: theory.pairwise_regularizer(_C, _C, _BIG),
-    "manifold_optimal_alignment": lambda: theory.manifold_optimal_alignment(0.3, _BIG, 10, 2, 4),
-    "lambda_star": lambda: theory.lambda_star(_BIG, 10, 2, 4),
-    "quantizer_risk": lambda: theory.quantizer_risk(_BIG, 4),
-    "oracle_risk": lambda: theory.oracle_risk(_BIG, 0.5, 10, 4),
-    "oracle_conditional_variance": lambda: theory.oracle_conditional_variance(0.3, _BIG, 10, 4),
-    "in_context_optimal_temperature": lambda: theory.in_context_optimal_temperature(_BIG, 4),
+    "manifold_optimal_alignment": lambda: theory.manifold_optimal_alignment(
+        0.3, _BIG, 10, n_features=4
+    ),
+    "lambda_star": lambda: theory.lambda_star(_BIG, 10, n_features=4),
+    "quantizer_risk": lambda: theory.quantizer_risk(_BIG, n_features=4),
+    "oracle_risk": lambda: theory.oracle_risk(_BIG, 0.5, 10, n_features=4),
+    "oracle_conditional_variance": lambda: theory.oracle_conditional_variance(
+        0.3, _BIG, 10, n_features=4
+    ),
+    "in_context_optimal_temperature": lambda: theory.in_context_optimal_temperature(
+        _BIG, n_features=4
+    ),
     "population_pgd": lambda: theory.population_pgd(_C, _C, 0.3, _BIG, 10, max_iter=3),
 }
 

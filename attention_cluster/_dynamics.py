@@ -18,10 +18,12 @@ clusters form cost little.
 import math
 import numbers
 import time
+from functools import partial
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.linalg import expm
+from scipy.special import logsumexp
 from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
@@ -58,6 +60,12 @@ DENSE_LIMIT_BYTES = 1 << 30
 # moves no token across it, and is far above float32's rounding of tokens
 # of norm 1 (6e-8).
 _MERGE_FRACTION = 1e-3
+_OVERFLOW = (
+    "The self-attention dynamics overflowed the floating-point range: a logit "
+    "beta <Q x_i, K x_j> (for the unnormalised model, growing as exp(2t)), the "
+    "factor Z_i / n of the USA model, or a token left it. Lower beta, the scale "
+    "of query and key, or the horizon (number of steps x step_size)."
+)
 
 
 def _weight_matrix(value, name, n_features):
@@ -126,6 +134,11 @@ class _Flow:
         growth = np.exp(t) * np.eye(Z.shape[1]) if self.value is None else expm(t * self.value)
         return Z @ growth.T.astype(Z.dtype, copy=False)
 
+    def queries_keys(self, Z, t):
+        """Queries ``Q x_i`` and keys ``K x_i`` of the tokens Z at time t, in float64."""
+        X = self._embed(Z.astype(np.float64, copy=False), t)
+        return _apply(self.query, X), _apply(self.key, X)
+
     def step(self, Z, t, weights=None):
         """Advance the tokens from time t by one step.
 
@@ -139,12 +152,7 @@ class _Flow:
         with np.errstate(over="ignore", invalid="ignore"):  # refused below
             Z, log_norm = self._advance(Z, t, weights)
         if not np.all(np.isfinite(Z)):
-            raise FloatingPointError(
-                "The self-attention dynamics overflowed the floating-point range: a logit "
-                "beta <Q x_i, K x_j> (for the unnormalised model, growing as exp(2t)), the "
-                "factor Z_i / n of the USA model, or a token left it. Lower beta, the scale "
-                "of query and key, or the horizon (number of steps x step_size)."
-            )
+            raise FloatingPointError(_OVERFLOW)
         return Z, log_norm
 
     def _advance(self, Z, t, weights):
@@ -383,13 +391,19 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
     cluster_centers_ : ndarray of shape (``n_clusters_``, n_features)
         The limit points (mean of each cluster's tokens at the stopping
         step; projected on the sphere for the sphere models; rescaled
-        tokens z for the unnormalised model).
+        tokens z for the unnormalised model), of X's dtype. The sphere
+        models step in X's dtype; the unnormalised model steps in float64,
+        its logits growing as ``e^{2t}`` (float32's range would end its
+        horizon at t ~ 44).
     n_clusters_ : int
     leaders_ : ndarray of int
         Unnormalised model: the tokens that attend to themselves with weight
         above 1/2 at the stopping step, the "leaders" at the vertices of the
-        limit polytope when V = I (arXiv 2305.05465). Empty for the sphere
-        models, where the theory names no leaders.
+        limit polytope when V = I (arXiv 2305.05465), one per vertex. Tokens
+        carried as one particle are apart in the unmerged dynamics, where
+        the others attend to one of them most: that one is the leader when
+        the particle attends to itself, its other tokens aside, above 1/2.
+        Sorted; empty for the sphere models, where the theory names no leaders.
     n_clusters_path_ : ndarray of shape (``n_iter_ + 1``,)
         Number of clusters (groups of at least ``min_cluster_size`` tokens;
         0 while no group is that large) at each step, from the initial
@@ -404,7 +418,25 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         Rows whose dynamics was integrated, when a subsample was drawn.
     n_iter_ : int
         Steps taken.
+    model_ : str
+        The model of the fit, read by :meth:`predict`.
+    query_, key_ : ndarray of shape (n_features, n_features) or None
+        Q and K of the fit (float64; None for the identity), read by
+        :meth:`predict`.
     n_features_in_ : int
+
+    Warns
+    -----
+    ConvergenceWarning
+        With ``stopping="plateau"``, when the run reached ``max_iter``
+        without a plateau after tokens met: no tokens met (increase
+        ``max_iter`` or a numeric ``step_size``, or lower ``beta``: a larger
+        beta resolves finer and keeps tokens apart longer), no group reached
+        ``min_cluster_size`` (lower it), or the groups of the initial tokens
+        never changed while some tokens stayed in no cluster. The final
+        state is clustered. Tokens all in clusters from the start (tighter
+        than ``cluster_tol``) whose clusters persist to ``max_iter`` are
+        the answer, without a warning.
 
     Examples
     --------
@@ -511,8 +543,9 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         Raises
         ------
         FloatingPointError
-            If a step of the dynamics overflows (see :func:`attention_flow`);
-            the estimator is then left as it was.
+            If a step of the dynamics overflows (see :func:`attention_flow`),
+            or the unnormalised model's logits at the stopping step; the
+            estimator is then left as it was.
         """
         X = validate_data(
             self, X, accept_sparse=("csr", "csc"), dtype=[np.float64, np.float32], order="C"
@@ -564,7 +597,14 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             X = X[active]
         else:
             active = passive = tracers = None
-        Z = dense_block(unit_rows(X) if on_sphere else X.copy(), X.dtype)
+        # The sphere models' logits stay within beta |Q| |K|: they step in X's
+        # dtype (float32 is faster). The unnormalised model's grow as e^{2t}
+        # and leave float32's range at t ~ 44: it steps in float64, so that its
+        # horizon is float64's (attention_flow's Raises), and its results take
+        # X's dtype.
+        Z = dense_block(
+            unit_rows(X) if on_sphere else X.copy(), X.dtype if on_sphere else np.float64
+        )
         Z0 = Z
         if isinstance(self.min_cluster_size, numbers.Integral):
             min_size = int(self.min_cluster_size)
@@ -574,6 +614,9 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             1.0 if on_sphere else max(float(np.linalg.norm(Z, axis=1).max()), 1e-300)
         )
         h = 1.0 if isinstance(self.step_size, str) else float(self.step_size)
+        # The unnormalised model names leaders: merged particles keep the token
+        # that leads them (_Particles.moved), chosen by attention at the time reached.
+        leads = self.model == "unnormalized"
 
         state = _Particles.of(Z, radius * _MERGE_FRACTION)
         counts = [_count(state.Z, radius, min_size, state.weights, state.plane)[0]]
@@ -589,7 +632,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         for s in range(0 if settled else self.max_iter):
             Z, log_norm = flow.step(state.Z, s * h, state.weights)
             energies.append(_energy(log_norm, self.beta, state.weights))
-            state = state.moved(Z)
+            state = state.moved(Z, partial(flow.queries_keys, t=(s + 1) * h) if leads else None)
             count = _count(state.Z, radius, min_size, state.weights, state.plane)[0]
             n_iter = s + 1
             if count != counts[-1]:
@@ -616,42 +659,16 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         if self.stopping == "horizon" or best.length == 0:
             saved = (n_iter, state)
             if self.stopping == "plateau" and not settled:
-                # Tokens grouped from the start (equal rows, one feature)
-                # whose count never changed have met, but not along the run.
-                grouped = 0 < counts[0] < m and min(counts) == max(counts)
-                # The largest group, where no group counts (below min_size).
-                largest = (
-                    float(np.max(_count(state.Z, radius, 1, state.weights, state.plane)[2]))
-                    if max(counts) == 0
-                    else 0.0
-                )
-                if grouped:
-                    message = (
-                        f"The number of clusters stayed at {counts[0]}, the groups of the "
-                        f"initial tokens, for max_iter={self.max_iter} steps: the final state "
-                        "is clustered. Increase max_iter, step_size or beta."
-                    )
-                elif largest > 1:
-                    # Tokens met, in groups all below the size that counts.
-                    message = (
-                        f"No group of tokens reached min_cluster_size={self.min_cluster_size!r} "
-                        f"({min_size} of the {m} tokens; the largest holds {largest:g}) within "
-                        f"max_iter={self.max_iter} steps: the final state is clustered. Lower "
-                        "min_cluster_size."
-                    )
-                else:
-                    message = (
-                        f"No tokens met within max_iter={self.max_iter} steps: the final "
-                        "state is clustered. Increase max_iter, step_size or beta."
-                    )
-                warn(message, ConvergenceWarning)
+                self._warn_unsettled(counts, state, radius, min_size, m)
         elif self.stopping == "plateau" and not settled and self.verbose:
             print(
                 f"[SelfAttentionDynamics] horizon reached; longest plateau ends at step {saved[0]}"
             )
-        self.stopping_step_, Z_stop = saved[0], saved[1].tokens()
+        self.stopping_step_ = saved[0]
         self.subsample_indices_ = active
-        self._set_clusters(flow, Z_stop, radius, min_size, self.stopping_step_ * h)
+        self.model_ = self.model
+        self.query_, self.key_ = flow.query, flow.key
+        self._set_clusters(flow, saved[1], radius, min_size, self.stopping_step_ * h, X.dtype)
         if active is not None:
             labels = np.empty(n, dtype=np.intp)
             labels[active] = self.labels_
@@ -662,8 +679,54 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         self.n_iter_ = n_iter
         return self
 
-    def _set_clusters(self, flow, Z, radius, min_size, t):
-        """Clusters of the stopping state Z: centres, labels of the integrated tokens, leaders."""
+    def _warn_unsettled(self, counts, state, radius, min_size, m):
+        """The ConvergenceWarning of a plateau rule that found no plateau after tokens met.
+
+        Tokens grouped from the start (one feature, clusters tighter than
+        ``cluster_tol``) whose count never changed met before the run, so the
+        rule saw no plateau begin; the whole run is then one plateau. When
+        its final state has every token in a cluster, that state is the
+        answer and nothing is said. Stopping at once, as for equal rows,
+        would not do: tokens at one place provably stay one cluster, while
+        groups apart may still merge (and tokens grouped by duplicated rows
+        may not be clusters yet); the steps are cheap once each group has
+        merged into one particle. Otherwise the message names what gives the
+        tokens more time to meet: beta sets the resolution, and a larger one
+        keeps tokens apart longer.
+        """
+        _, _, sizes = _count(state.Z, radius, 1, state.weights, state.plane)
+        more_time = (
+            "Increase max_iter"
+            + ("" if isinstance(self.step_size, str) else " or step_size")
+            + ", or lower beta (a coarser resolution, at which tokens meet sooner)."
+        )
+        if 0 < counts[0] < m and min(counts) == max(counts):
+            clustered = float(np.sum(sizes[sizes >= min_size]))
+            if clustered == m:
+                return
+            message = (
+                f"The number of clusters stayed at {counts[0]}, the groups of the initial "
+                f"tokens, for max_iter={self.max_iter} steps, with {m - clustered:g} of the "
+                f"{m} tokens in no cluster: the final state is clustered. {more_time}"
+            )
+        elif max(counts) == 0 and sizes.max() > 1:
+            # Tokens met, in groups all below the size that counts.
+            message = (
+                f"No group of tokens reached min_cluster_size={self.min_cluster_size!r} "
+                f"({min_size} of the {m} tokens; the largest holds {sizes.max():g}) within "
+                f"max_iter={self.max_iter} steps: the final state is clustered. Lower "
+                "min_cluster_size."
+            )
+        else:
+            message = (
+                f"No tokens met within max_iter={self.max_iter} steps: the final state is "
+                f"clustered. {more_time}"
+            )
+        warn(message, ConvergenceWarning)
+
+    def _set_clusters(self, flow, particles, radius, min_size, t, dtype):
+        """Clusters of the stopping particles: centres (of ``dtype``), labels, leaders."""
+        Z = particles.tokens()
         _, groups, sizes = _count(Z, radius, min_size)
         kept = np.flatnonzero(sizes >= min(min_size, sizes.max()))
         kept = kept[np.argsort(-sizes[kept], kind="stable")]
@@ -671,7 +734,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         if self.model in SPHERE_MODELS:  # zero tokens (zero rows) keep a zero centre
             norms = np.linalg.norm(centers, axis=1, keepdims=True)
             centers /= np.where(norms > 0, norms, 1)
-        self.cluster_centers_ = centers.astype(Z.dtype)
+        self.cluster_centers_ = centers.astype(dtype)
         self.n_clusters_ = len(kept)
         rank = np.full(len(sizes), -1, dtype=np.intp)
         rank[kept] = np.arange(len(kept))
@@ -681,7 +744,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             labels[stray] = self._nearest(Z[stray])
         self.labels_ = labels
         self.leaders_ = (
-            self._leaders(flow, Z, t)
+            self._leaders(flow, particles, t)
             if self.model == "unnormalized"
             else np.empty(0, dtype=np.intp)
         )
@@ -709,14 +772,37 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         d2 = np.sum(C**2, axis=1)[None, :] - 2 * Z.astype(np.float64) @ C.T
         return np.argmin(d2, axis=1).astype(np.intp)
 
-    def _leaders(self, flow, Z, t):
-        """Tokens whose attention on themselves exceeds 1/2 at time t (``docs/math.md`` section 8)."""
-        X = flow._embed(Z, t)
-        queries = _apply(flow.query, X)
-        keys = _apply(flow.key, X)
-        log_norm = flow.attention(queries, keys, Z)[1]
-        self_logit = flow.beta * np.sum(queries.astype(np.float64) * keys, axis=1)
-        leaders = np.flatnonzero(self_logit - log_norm > math.log(0.5))
+    def _leaders(self, flow, particles, t):
+        """Tokens attending to themselves above 1/2 at time t (``docs/math.md`` section 8).
+
+        Decided per particle p of weight w_p, by its lead token i
+        (:class:`_Particles`), whose attention to itself is
+
+            P_ii = 1 / (1 + sum_{q != p} w_q exp(l_pq - l_pp)),   l_pq = beta <Q x_p, K x_q>:
+
+        the other tokens of p, carried at p's place, are apart from i in the
+        unmerged dynamics, their logits below i's by ``beta <Q x_i, K (x_i -
+        x_j)>``, which grows as ``e^{2t}``. So P_ii > 1/2 when
+        ``log sum_{q != p} w_q exp(l_pq - l_pp) < 0``: differences of logits,
+        which decide where the logits themselves (``beta e^{2t} |z|^2`` for
+        V = I, about 1e20 at t = 20 for beta = 10 and |z| = 5) round by more
+        than log 2. One leader per particle, however many tokens it carries.
+        """
+        queries, keys = flow.queries_keys(particles.Z, t)
+        log_weights = np.log(particles.weights)
+        p = len(log_weights)
+        with np.errstate(over="ignore", invalid="ignore"):
+            self_logits = flow.beta * np.sum(queries * keys, axis=1)
+            if not np.all(np.isfinite(self_logits)):
+                raise FloatingPointError(_OVERFLOW)
+            leading = np.empty(p, dtype=bool)
+            for lo, hi in row_chunks(p, p):
+                rows = np.arange(hi - lo)
+                gaps = flow.beta * (queries[lo:hi] @ keys.T) - self_logits[lo:hi, None]
+                gaps += log_weights
+                gaps[rows, lo + rows] = -np.inf
+                leading[lo:hi] = logsumexp(gaps, axis=1) < 0
+        leaders = np.sort(particles.lead[leading])
         return leaders if self.subsample_indices_ is None else self.subsample_indices_[leaders]
 
     def predict(self, X):
@@ -724,7 +810,8 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
 
         ``argmax_k softmax_k(beta <Q x, K c_k>) = argmax_k <Q x, K c_k>`` for
         the limit points ``c_k = cluster_centers_`` (rows projected on the
-        sphere for the sphere models).
+        sphere for the sphere models), with the model, Q and K of the fit
+        (``model_``, ``query_``, ``key_``).
 
         Parameters
         ----------
@@ -744,17 +831,16 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             order="C",
             reset=False,
         )
-        query = _weight_matrix(self.query, "query", X.shape[1])
-        key = _weight_matrix(self.key, "key", X.shape[1])
-        keys = _apply(key, self.cluster_centers_.astype(np.float64))
-        keys = keys if query is None else keys @ query
+        # <Q x, K c_k> = <x, Q^T K c_k>: the keys mapped back by Q^T
+        keys = _apply(self.key_, self.cluster_centers_.astype(np.float64))
+        keys = keys if self.query_ is None else keys @ self.query_
         labels = np.empty(X.shape[0], dtype=np.intp)
         # By chunks of rows (of CSR rows: slicing CSC rows reads all of X):
         # the unit rows and their float64 copy are a chunk's.
         X = X.tocsr() if sp.issparse(X) else X
         for lo, hi in row_chunks(X.shape[0], X.shape[1]):
             queries = X[lo:hi]
-            if self.model in SPHERE_MODELS:
+            if self.model_ in SPHERE_MODELS:
                 queries = unit_rows(queries)
             labels[lo:hi] = np.argmax(queries.astype(np.float64) @ keys.T, axis=1)
         return labels
@@ -762,35 +848,54 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
 
 class _Particles:
     """Tokens as weighted particles: ``Z[owner[i]]`` is token i, ``weights[j]``
-    the number of tokens particle j stands for.
+    the number of tokens particle j stands for, ``lead[j]`` the token that leads them.
 
     After each step, particles within ``merge_radius`` of an earlier one
     (:func:`_dynamics_kernels.group_tokens`, first come first served) join
-    it: the weighted softmax of ``docs/math.md`` section 8 then moves the
-    particle exactly as it moves its tokens when they are at one place.
+    it, at one place (:meth:`moved`): the weighted softmax of
+    ``docs/math.md`` section 8 then moves the particle exactly as it moves
+    its tokens when they are at one place.
     Particles keep the order of their first tokens, so that the grouping of
     the particles is the grouping of the tokens. ``plane`` is the plane of
     the grouping's cells (:func:`_dynamics_kernels.cell_plane`), taken once
     from the initial tokens: it decides the work of a grouping, not its
     groups, and the initial spread serves every step.
+
+    The tokens of a particle are at one place for the dynamics, but not in
+    the unmerged dynamics, where the others attend to one of them most: in
+    the unnormalised model their logits differ by ``beta <Q x_i, K (x_j -
+    x_k)>``, which grows as ``e^{2t}``, and the one they attend to is the
+    leader if any of them is. ``lead`` keeps that token (see :meth:`moved`).
     """
 
-    def __init__(self, Z, weights, owner, merge_radius, plane):
-        self.Z, self.weights, self.owner = Z, weights, owner
+    def __init__(self, Z, weights, owner, lead, merge_radius, plane):
+        self.Z, self.weights, self.owner, self.lead = Z, weights, owner, lead
         self.merge_radius, self.plane = merge_radius, plane
 
     @classmethod
     def of(cls, Z, merge_radius):
         """One particle per token, equal tokens merged."""
         n = Z.shape[0]
-        return cls(Z, np.ones(n), np.arange(n), merge_radius, cell_plane(Z)).moved(Z)
+        tokens = np.arange(n)
+        return cls(Z, np.ones(n), tokens, tokens, merge_radius, cell_plane(Z)).moved(Z)
 
-    def placed(self, Z):
-        """The particles at their new places Z, none merged."""
-        return _Particles(Z, self.weights, self.owner, self.merge_radius, self.plane)
+    def placed(self, Z, attends=None):
+        """The particles at their new places Z, none merged (``attends``, which
+        chooses among merged particles, goes unused: :meth:`moved`'s signature)."""
+        return _Particles(Z, self.weights, self.owner, self.lead, self.merge_radius, self.plane)
 
-    def moved(self, Z):
-        """The particles at their new places Z, those within ``merge_radius`` merged."""
+    def moved(self, Z, attends=None):
+        """The particles at their new places Z, those within ``merge_radius`` merged.
+
+        A merged particle takes the place and the lead of its first member;
+        given ``attends(Z)``, the queries and keys of the new places, those
+        of the member that the first attends to most instead, ``argmax_j <Q
+        x_first, K x_j>`` (any member's query ranks them alike, up to terms
+        of second order in their distance): the token the others attend to,
+        the leader if any of them is, which the others then follow.
+        ``attends`` is given for the unnormalised model; the sphere models
+        name no leaders.
+        """
         groups = np.empty(Z.shape[0], dtype=np.int64)
         n_groups = group_tokens(Z, self.merge_radius, groups, self.plane)
         if n_groups == Z.shape[0]:
@@ -798,7 +903,22 @@ class _Particles:
         firsts = np.full(n_groups, Z.shape[0], dtype=np.int64)
         np.minimum.at(firsts, groups, np.arange(Z.shape[0]))
         weights = np.bincount(groups, weights=self.weights, minlength=n_groups)
-        return _Particles(Z[firsts], weights, groups[self.owner], self.merge_radius, self.plane)
+        if attends is None:
+            top = firsts
+        else:
+            queries, keys = attends(Z)
+            score = np.sum(queries[firsts[groups]] * keys, axis=1)
+            # members by group, then by decreasing score: each group's first leads
+            order = np.lexsort((-score, groups))
+            top = order[np.searchsorted(groups[order], np.arange(n_groups))]
+        return _Particles(
+            Z[top],
+            weights,
+            groups[self.owner],
+            self.lead[top],
+            self.merge_radius,
+            self.plane,
+        )
 
     def tokens(self):
         """Every token's place."""

@@ -43,6 +43,7 @@ DT = 0.1  # the authors' step; their horizon t = 5 leaves the hyperplanes unsett
 T = 10.0
 STEPS = int(T / DT)
 T_NEGATIVE = 100.0  # V = -I: the tokens reach the origin slowly (about 1 / t)
+BETA = 1.0  # the authors' logits <Q x_i, K x_j>, without an inverse temperature
 
 
 def limit_points(Z, tol=1e-2):
@@ -57,9 +58,10 @@ def limit_points(Z, tol=1e-2):
 
 def polytope_run(seed):
     X = np.random.default_rng(seed).uniform(-5, 5, (N_TOKENS, 2))
-    path = attention_flow(X, STEPS, model="unnormalized", step_size=DT)
+    # One beta for the flow and the fit: the leaders are those of the limit points.
+    path = attention_flow(X, STEPS, model="unnormalized", beta=BETA, step_size=DT)
     model = SelfAttentionDynamics(
-        model="unnormalized", step_size=DT, max_iter=STEPS, stopping="horizon"
+        model="unnormalized", beta=BETA, step_size=DT, max_iter=STEPS, stopping="horizon"
     ).fit(X)
     points = limit_points(path[-1])
     vertices = len(ConvexHull(points).vertices) if len(points) >= 3 else len(points)

@@ -9,6 +9,8 @@ import scipy.sparse as sp
 from hypothesis import given
 from hypothesis import strategies as st
 from reference import attention_rows, group_tokens, sphere_euler_step
+from scipy.linalg import expm
+from scipy.special import logsumexp
 from scipy.stats import special_ortho_group
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import adjusted_rand_score
@@ -238,6 +240,48 @@ def test_unnormalised_identity_value_matches_direct_flow():
     np.testing.assert_allclose(Z * np.exp(h * steps), X, rtol=1e-3)
 
 
+def _numpy_flow(X, n_steps, model, beta, step_size, Q, K, V):
+    """The flows of math.md section 8, written out: P_ij = softmax_j(beta <Q x_i, K x_j>);
+    on the sphere x_i <- unit(x_i + h P_perp(x_i) m_i), m_i = sum_j P_ij V x_j (times
+    Z_i / n for USA; unit(m_i) for the mean-shift step); unnormalised, z_i <- z_i + h
+    sum_j P_ij V (z_j - z_i) with P from x_j = exp(tV) z_j."""
+    h = 1.0 if step_size == "mean-shift" else step_size
+    Z = X / np.linalg.norm(X, axis=1, keepdims=True) if model != "unnormalized" else X.copy()
+    path = [Z]
+    for s in range(n_steps):
+        x = Z @ expm(s * h * V).T if model == "unnormalized" else Z
+        logits = beta * (x @ Q.T) @ (x @ K.T).T
+        log_norm = logsumexp(logits, axis=1)
+        P = np.exp(logits - log_norm[:, None])
+        if model == "unnormalized":
+            Z = Z + h * (P @ Z - Z) @ V.T
+        else:
+            m = P @ x @ V.T
+            if model == "usa":
+                m *= np.exp(log_norm - np.log(len(Z)))[:, None]
+            if step_size != "mean-shift":
+                m = Z + h * (m - np.sum(m * Z, axis=1, keepdims=True) * Z)
+            Z = m / np.linalg.norm(m, axis=1, keepdims=True)
+        path.append(Z)
+    return np.array(path)
+
+
+@pytest.mark.parametrize(
+    "model, step_size",
+    [("sa", 0.3), ("usa", 0.2), ("sa", "mean-shift"), ("usa", "mean-shift"), ("unnormalized", 0.1)],
+    ids=str,
+)
+def test_flow_with_query_key_value_matches_numpy_flow(model, step_size, global_random_seed):
+    # Random non-symmetric Q, K, V: swapping Q and K, or transposing a
+    # matrix (exp(tV) among them), changes the path.
+    rng = np.random.default_rng(global_random_seed)
+    X = rng.standard_normal((9, 3))
+    Q, K, V = rng.standard_normal((3, 3, 3))
+    path = attention_flow(X, 6, model=model, beta=1.7, step_size=step_size, query=Q, key=K, value=V)
+    expected = _numpy_flow(X, 6, model, 1.7, step_size, Q, K, V)
+    np.testing.assert_allclose(path, expected, rtol=1e-9, atol=1e-12)
+
+
 tokens = st.integers(2, 12).flatmap(
     lambda n: st.integers(2, 5).flatmap(
         lambda d: st.tuples(st.just(n), st.just(d), st.integers(0, 2**32 - 1))
@@ -313,6 +357,34 @@ def test_predict_attends_to_limit_points(mixture):
     )
 
 
+def _query_key_fit(seed):
+    """A sphere fit with non-symmetric Q and K (two limit points), and new rows to label."""
+    X = make_mixture(300, n_features=4, n_clusters=3, noise=0.2, random_state=0)[0]
+    Q, K = np.eye(4) + 0.5 * np.random.default_rng(0).standard_normal((2, 4, 4))
+    model = SelfAttentionDynamics(query=Q, key=K, random_state=0).fit(X)
+    assert model.n_clusters_ >= 2
+    return model, Q, K, np.random.default_rng(seed).standard_normal((200, 4))
+
+
+def test_predict_attends_with_query_and_key(global_random_seed):
+    # argmax_k <Q x, K c_k> for the unit rows x (math.md section 8)
+    model, Q, K, new = _query_key_fit(global_random_seed)
+    unit = new / np.linalg.norm(new, axis=1, keepdims=True)
+    expected = np.argmax((unit @ Q.T) @ (model.cluster_centers_ @ K.T).T, axis=1)
+    np.testing.assert_array_equal(model.predict(new), expected)
+
+
+def test_predict_reads_the_fit_not_the_parameters(global_random_seed):
+    # set_params after fit changed predict's Q, K and model, with the old fit's limit points.
+    model, Q, K, new = _query_key_fit(global_random_seed)
+    labels = model.predict(new)
+    model.set_params(query=None, key=None, model="unnormalized")
+    np.testing.assert_array_equal(model.predict(new), labels)
+    assert model.model_ == "sa"
+    np.testing.assert_array_equal(model.query_, Q)
+    np.testing.assert_array_equal(model.key_, K)
+
+
 def test_energy_is_the_sum_of_the_normalisers(global_random_seed):
     # E_beta = (1 / (2 beta n^2)) sum_i w_i Z_i (math.md section 8), from log Z_i.
     rng = np.random.default_rng(global_random_seed)
@@ -363,6 +435,55 @@ def test_leaders_of_the_unnormalised_model():
         assert np.min(np.linalg.norm(model.cluster_centers_ - X[i], axis=1)) < 0.1
 
 
+def _flow_leaders(X, n_steps, h, beta, Q, K):
+    """Leaders of the unmerged flow (V = I): P_ii = 1 / (1 + sum_{j != i} exp(l_ij - l_ii)) > 1/2,
+    l_ij = beta <Q x_i, K x_j>, from the differences of the logits."""
+    Z = attention_flow(X, n_steps, model="unnormalized", beta=beta, step_size=h, query=Q, key=K)
+    x = np.exp(n_steps * h) * Z[-1]
+    q, k = x @ Q.T, x @ K.T
+    gaps = beta * (q @ k.T - np.sum(q * k, axis=1)[:, None])
+    np.fill_diagonal(gaps, -np.inf)
+    return np.flatnonzero(logsumexp(gaps, axis=1) < 0)
+
+
+@pytest.mark.parametrize("n_steps", [100, 150, 200], ids=["t=10", "t=15", "t=20"])
+@pytest.mark.parametrize(
+    "seed, beta, query_key", [(0, 10.0, False), (6, 1.0, True)], ids=["identity", "query-key"]
+)
+def test_leaders_of_merged_particles_are_those_of_the_unmerged_flow(n_steps, seed, beta, query_key):
+    # Tokens carried as one particle sit at one place: each attended to
+    # itself with at most 1/w of the particle's weight, so vertices lost their
+    # leader (t = 10), and from t ~ 20 the logits (~1e20) made the test of
+    # P_ii > 1/2 rounding noise. One leader per vertex of the polytope.
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-5, 5, (20, 2))
+    Q, K = np.eye(2) + 0.3 * rng.standard_normal((2, 2, 2)) if query_key else (np.eye(2),) * 2
+    model = SelfAttentionDynamics(
+        model="unnormalized",
+        beta=beta,
+        step_size=0.1,
+        max_iter=n_steps,
+        stopping="horizon",
+        query=Q if query_key else None,
+        key=K if query_key else None,
+    ).fit(X)
+    np.testing.assert_array_equal(model.leaders_, _flow_leaders(X, n_steps, 0.1, beta, Q, K))
+    assert model.n_clusters_ == len(model.leaders_)
+
+
+def test_unnormalised_float32_fits_past_float32s_range():
+    # Its logits grow as e^{2t} and left float32's range at t ~ 44: the steps
+    # run in float64 (horizon log(1e308 / beta) / 2), the results keep float32.
+    X = np.random.default_rng(0).uniform(-1, 1, (40, 2)).astype(np.float32)
+    params = dict(model="unnormalized", beta=1.0, step_size=0.5, max_iter=100, stopping="horizon")
+    narrow = SelfAttentionDynamics(**params).fit(X)  # t = 50
+    wide = SelfAttentionDynamics(**params).fit(X.astype(np.float64))
+    assert narrow.cluster_centers_.dtype == np.float32
+    np.testing.assert_array_equal(narrow.cluster_centers_, wide.cluster_centers_.astype(np.float32))
+    np.testing.assert_array_equal(narrow.labels_, wide.labels_)
+    np.testing.assert_array_equal(narrow.leaders_, wide.leaders_)
+
+
 def test_verbose_reports_steps(mixture, capsys):
     SelfAttentionDynamics(verbose=1, max_iter=3, stopping="horizon").fit(mixture[0][:100])
     out = capsys.readouterr().out
@@ -376,13 +497,49 @@ def test_no_meeting_warns_at_callers_line():
     assert record[0].filename == __file__
 
 
-def test_tokens_grouped_from_the_start_are_not_said_never_to_meet():
-    # One feature: the tokens on the sphere are +1 and -1, two groups at
-    # step 0 that never change; the warning said no tokens met.
-    X = make_mixture(300, 5, 2, random_state=0)[0][:, :1]
-    with pytest.warns(ConvergenceWarning, match="stayed at 2, the groups of the initial tokens"):
+@pytest.mark.parametrize(
+    "step_size, advice",
+    [
+        ("mean-shift", "Increase max_iter, or lower beta"),
+        (0.01, "max_iter or step_size, or lower beta"),
+    ],
+    ids=["mean-shift", "numeric"],
+)
+def test_no_meeting_advises_what_lets_tokens_meet(step_size, advice):
+    # It advised a larger beta, which resolves finer and keeps tokens apart
+    # longer, and a larger step_size where the mean-shift step has none.
+    with pytest.warns(ConvergenceWarning, match="No tokens met") as record:
+        SelfAttentionDynamics(beta=50.0, max_iter=2, step_size=step_size).fit(np.eye(5))
+    assert advice in str(record[0].message)
+
+
+@pytest.mark.parametrize("case", ["tight-clusters", "one-feature"])
+def test_tokens_clustered_from_the_start_are_the_answer_without_a_warning(case):
+    # Groups at step 0 that never change (three clusters tighter than
+    # cluster_tol; one feature, where the unit tokens are +1 and -1): the fit
+    # warned that the count stayed, and advised what could not help.
+    if case == "tight-clusters":
+        X, y, _ = make_mixture(600, 10, 3, noise=0.001, random_state=0)
+    else:
+        X, y, _ = make_mixture(300, 5, 2, random_state=0)
+        X = X[:, :1]
+        y = X[:, 0] > 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
         model = SelfAttentionDynamics(random_state=0).fit(X)
-    assert model.n_clusters_ == 2
+    assert model.n_clusters_ == len(np.unique(y))
+    assert adjusted_rand_score(y, model.labels_) == 1.0
+    np.testing.assert_array_equal(model.n_clusters_path_, model.n_clusters_)
+
+
+def test_tokens_grouped_from_the_start_with_others_in_no_cluster_warn():
+    # Three tight clusters and three stray tokens, two of which have joined no
+    # cluster after two steps: the count never changed, the state is not all clustered.
+    X = make_mixture(600, 10, 3, noise=0.001, random_state=0)[0]
+    X = np.vstack([X, np.random.default_rng(1).standard_normal((3, 10))])
+    with pytest.warns(ConvergenceWarning, match="stayed at 3.*2 of the 603 tokens in no cluster"):
+        model = SelfAttentionDynamics(max_iter=2).fit(X)
+    assert model.n_clusters_ == 3
 
 
 def test_fit_is_reproducible_and_pickles(mixture):

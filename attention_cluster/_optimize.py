@@ -126,8 +126,13 @@ def minimize_on_spheres(fun, U0, *, tol, max_iter, memory_size=10, memory=None, 
 
     Stops, ``converged=True``, when the Frobenius norm of the Riemannian
     gradient (all heads together) is at most ``tol`` after at least
-    ``min_iter`` iterations (or is zero); ``converged=False`` after
-    ``max_iter`` iterations or when no step decreases the objective.
+    ``min_iter`` iterations (or is zero), or before them when no step
+    decreases the objective (the line search fails without memory, along
+    the gradient) while the norm is at most ``tol``: ``min_iter`` asked for
+    a step whose decrease the objective's rounding hides. ``converged=False``
+    after ``max_iter`` iterations, or earlier when that line search fails at
+    a norm above ``tol`` (the caller's warning tells the two apart by the
+    iterations taken).
 
     Parameters
     ----------
@@ -143,7 +148,8 @@ def minimize_on_spheres(fun, U0, *, tol, max_iter, memory_size=10, memory=None, 
     memory : tuple or None, default=None
         Pairs ``(S, Y)`` from a previous run, tangent at U0 (warm start).
     min_iter : int, default=0
-        Iterations taken whatever the gradient's norm, unless it is zero.
+        Iterations taken whatever the gradient's norm, unless it is zero or
+        no step decreases the objective.
 
     Returns
     -------
@@ -169,6 +175,7 @@ def minimize_on_spheres(fun, U0, *, tol, max_iter, memory_size=10, memory=None, 
         step = _armijo(fun, U, f, g, p)
         if step is None:
             if fresh:
+                converged = gnorm <= tol
                 break
             memory = None  # the model misleads: start afresh from here
             continue

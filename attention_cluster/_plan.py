@@ -478,10 +478,21 @@ def _fit_once(given, prepared, params, init, centre, tuning):
         if best is None or run.objective < best.objective:
             best, best_sample = run, sample
     if not best.converged:
-        what = "steps" if settings.solver == "psgd" else "iterations"
+        # The exact solver's last stage (its curve: the start, then each
+        # iteration) stops before max_iter only when no step along the
+        # gradient decreases the objective (_optimize.minimize_on_spheres).
+        taken = len(best.loss_curve) - 1
+        if settings.solver == "full" and taken < settings.max_iter:
+            why = (
+                f"it stopped after {taken} iterations, as no step along the gradient "
+                "decreased the objective (the line search failed: at this tol the decrease "
+                "is within the objective's rounding); increase tol."
+            )
+        else:
+            what = "steps" if settings.solver == "psgd" else "iterations"
+            why = f"it reached max_iter={settings.max_iter} {what}; increase max_iter or tol."
         warn(
-            f"The {settings.solver} solver did not reach tol={settings.tol} in "
-            f"max_iter={settings.max_iter} {what}; increase max_iter or tol.",
+            f"The {settings.solver} solver did not reach tol={settings.tol}: {why}",
             ConvergenceWarning,
         )
     mean = prepared.full_mean if centre else np.zeros_like(prepared.full_mean)

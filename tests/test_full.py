@@ -318,6 +318,25 @@ def test_min_iter_steps_from_a_start_within_tolerance():
     assert still.converged and still.n_iter == 0
 
 
+def test_min_iter_takes_no_step_that_does_not_decrease_the_objective():
+    # At the minimum, with a gradient of 1e-20 along which every step raises
+    # the objective (rounding's kind of gradient), the step min_iter asked for
+    # failed its line search and the run ended not converged after 0
+    # iterations (a fit's ConvergenceWarning then said max_iter was reached).
+    # Within tol the run has converged; at tol=0 it has not.
+    A = np.eye(5)[:, :2]
+    E = np.random.default_rng(0).standard_normal((5, 2))
+
+    def fun(U):
+        return float(np.sum((U - A) ** 2)), 2.0 * (U - A) + 1e-20 * E
+
+    within = minimize_on_spheres(fun, A, tol=1e-8, max_iter=10, min_iter=1)
+    assert within.converged and within.n_iter == 0
+    np.testing.assert_array_equal(within.heads, A)
+    stuck = minimize_on_spheres(fun, A, tol=0.0, max_iter=10, min_iter=1)
+    assert not stuck.converged and stuck.n_iter == 0
+
+
 # --- Initialisation --------------------------------------------------------------
 
 

@@ -832,6 +832,32 @@ def test_squarem_starts_reach_both_step_lengths(free):
         assert (ratio > 1.0) == (start == "unclipped")
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("free", [False, True], ids=["equal", "free"])
+def test_m_step_of_one_head_on_centred_rows_keeps_its_direction(dtype, free):
+    # The one centroid of rows centred at their mean is the mean: the E
+    # step's sum of the rows is the rounding of that mean, and gave the head
+    # its direction. Within _sum_rounding the head keeps its direction, at
+    # radius 0. Two heads on the same rows have sums far above it: their M
+    # step is the one without the rule.
+    X = make_mixture(500, 4, 2, noise=0.3, random_state=0)[0].astype(dtype)
+    rows = DenseRows(X).centred(np.mean(X.astype(np.float64), axis=0))
+    em = _EM(rows, rows.norm_moments()[0])
+    one = _Params(np.eye(4, 1), np.ones(1), 0.1, np.zeros(1), free)
+    S, counts, _ = em.expect(one)
+    assert np.linalg.norm(S) > 0.0
+    new = em.maximize(S, counts, one)
+    np.testing.assert_array_equal(new.U, one.U)
+    assert new.radii[0] == 0.0 and new.variance == pytest.approx(em.mean_sq / 4, rel=1e-12)
+    two = _Params(np.eye(4, 2), np.ones(2), 0.1, np.log([0.5, 0.5]), free)
+    S, counts, _ = em.expect(two)
+    with_rule, without = (
+        em.maximize(S, counts, two),
+        mixture._maximize(S, counts, em.total, em.mean_sq, em.floor, two),
+    )
+    np.testing.assert_array_equal(with_rule.vector(), without.vector())
+
+
 @pytest.mark.parametrize("free", [False, True], ids=["equal", "free"])
 @pytest.mark.parametrize("magnitude", [1e-160, 1e-300, 1e-320])
 def test_m_step_heads_are_unit_at_any_magnitude_of_their_sums(free, magnitude):

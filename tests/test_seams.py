@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from scipy.special import logsumexp
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import adjusted_rand_score
 
 from attention_cluster import AttentionClustering
@@ -593,3 +594,71 @@ def test_the_second_moment_of_sparse_rows_shares_their_structure(weighted, trace
     )
     _, peak = traced_peak(lambda: AttentionClustering(5, random_state=0).fit(X, sample_weight=w))
     assert peak < (2.8 if weighted else 2.2) * size
+
+
+# -- one cluster of centred rows
+
+
+@pytest.mark.parametrize("offset", [0.0, 3.0], ids=["near-origin", "offset"])
+def test_one_centred_cluster_has_one_centre_for_every_input_kind(offset):
+    # The one centroid of centred rows is their mean: the EM's sum of the
+    # rows, zero but for rounding (1e-17 in float64, 1e-8 in float32), gave
+    # the head its direction, so float32, CSR and reversed rows had other
+    # cluster_centers_, transform and score than float64 rows. The head now
+    # keeps the solver's direction, at radius 0.
+    X = make_mixture(200, 4, 2, noise=0.3, random_state=0)[0] + offset
+    kinds = {
+        "float64": X,
+        "float32": X.astype(np.float32),
+        "csr": sp.csr_matrix(X),
+        "reversed": X[::-1],
+    }
+    fits = {
+        name: _quiet(AttentionClustering(1, center=True, random_state=0), Z)
+        for name, Z in kinds.items()
+    }
+    reference = fits["float64"]
+    for name, model in fits.items():
+        np.testing.assert_allclose(
+            model.cluster_centers_, reference.cluster_centers_, atol=1e-6, err_msg=name
+        )
+        np.testing.assert_allclose(
+            model.transform(X), reference.transform(X), rtol=1e-5, atol=1e-6, err_msg=name
+        )
+        assert model.score(X) == pytest.approx(reference.score(X), rel=1e-6), name
+    assert all(model.center_ and model.mixture_.radii[0] == 0.0 for model in fits.values())
+
+
+# -- a fit with no step to take
+
+
+@pytest.mark.parametrize("n_clusters", [1, "auto"])
+def test_repeated_rows_fit_without_a_convergence_warning(n_clusters):
+    # 20 copies of one row: the exact solver starts at the row's direction,
+    # its gradient at rounding level (2e-16); the one step min_iter asks for
+    # found no decrease, and the fit warned that it had reached max_iter=500
+    # after 0 iterations.
+    X = np.tile([[1.0, 2.0, 3.0, 4.0]], (20, 1))
+    with warnings.catch_warnings():
+        # The notice that the clusters have no spread; then the solver's.
+        warnings.simplefilter("ignore", UserWarning)
+        warnings.simplefilter("error", ConvergenceWarning)
+        model = AttentionClustering(n_clusters, random_state=0).fit(X)
+    assert model.n_iter_ == 0
+
+
+def test_the_exact_solvers_warning_says_why_it_stopped():
+    # At tol=0 the rounding-level gradient of 20 copies of one row is not
+    # within tol: the solver stops with no step that decreases the objective,
+    # which its warning says, not that max_iter was reached.
+    rows = np.tile([[1.0, 2.0, 3.0, 4.0]], (20, 1))
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        AttentionClustering(1, tol=0.0, random_state=0).fit(rows)
+    messages = [str(w.message) for w in record if w.category is ConvergenceWarning]
+    assert len(messages) == 1
+    assert "stopped after 0 iterations, as no step along the gradient" in messages[0]
+    assert "max_iter" not in messages[0]
+    X = make_mixture(300, 5, 2, noise=0.3, random_state=0)[0]
+    with pytest.warns(ConvergenceWarning, match="it reached max_iter=2 iterations"):
+        AttentionClustering(2, refine=None, tol=0.0, max_iter=2, random_state=0).fit(X)

@@ -578,7 +578,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         mixture = result.mixture
 
         def cast(a):
-            return _in_dtype(np.asarray(a, dtype=np.float64), dtype)
+            # A copy: the fitted arrays are the estimator's own, writable,
+            # never views of the (read-only) mixture's.
+            return np.array(_in_dtype(np.asarray(a, dtype=np.float64), dtype))
 
         self.n_clusters_ = len(result.centers)
         self.cluster_centers_ = cast(result.centers)
@@ -1022,11 +1024,18 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     def score(self, X, y=None, sample_weight=None):
         """Negative mean squared reconstruction error ``-mean ||y - T(y)||^2``, ``y = x - mean_``.
 
-        Computed at unit scale from the rows' products with the heads and
-        ``moment_heads_`` (:func:`_passes.unit_terms`), then multiplied by
-        ``scale_^2``, so that sparse X is never densified and nothing is
-        squared at the data's magnitude. For Dask input the mean is one Dask
-        computation (a reduction over the blocks): X is not gathered.
+        Each row's error is computed at unit scale from its products with
+        the heads and ``moment_heads_`` (:func:`_passes.unit_terms`), so that
+        sparse X is never densified and nothing is squared at the data's
+        magnitude. The errors are summed at the data's magnitude divided by
+        ``2^b``, ``2^b > 32 n`` (powers of two: exact), so that neither a
+        row's term nor the sum overflows unless the mean does: rows far
+        beyond ``scale_`` score finite wherever the score is. The cost is at
+        the other end of float64's range: a mean below about ``2^b`` times
+        float64's smallest normal number (2.2e-308) is summed from subnormal
+        numbers, to an absolute error of about ``2^b`` times 5e-324. For
+        Dask input the mean is one Dask computation (a reduction over the
+        blocks): X is not gathered.
 
         The attention layer's own objective (the paper's risk, with the
         training data as context; see :meth:`transform`), not a likelihood:
@@ -1052,22 +1061,31 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         -------
         score : float
             Higher is better. ``-inf`` when the mean squared error exceeds
-            float64's range (rows beyond about 1e154), as squares there do.
+            float64's range (rows beyond about 1e154), as squares there do;
+            also when one row's error does and its weight is below an eighth
+            of the largest (its term is formed before its weight applies).
         """
         check_is_fitted(self)
         heads = np.asarray(self.cluster_centers_, dtype=np.float64)
         out = self.temperature_ * self.n_clusters_ * np.asarray(self.moment_heads_, np.float64)
+        f, e = np.frexp(float(self.scale_))
         with self._rows(X, sample_weight=sample_weight) as rows, one_blas_thread():
-            error = rows.weighted_mean(_reconstruction_errors, heads, out, self.mean_, self.scale_)
-        with np.errstate(over="ignore", under="ignore"):
-            square = np.float64(self.scale_) ** 2
-            if np.isfinite(square) and square >= np.finfo(np.float64).tiny:
-                return -float(error * square)
-            # s^2 alone leaves float64's range (a scale beyond about 1e154 or
-            # below 1e-154) where the product need not: by mantissas and
-            # exponents.
-            (m_e, e_e), (m_s, e_s) = np.frexp(error), np.frexp(float(self.scale_))
-            return -float(np.ldexp(m_e * m_s * m_s, int(e_e) + 2 * int(e_s)))
+            # Each row's error at unit scale times 2^(2e - b): at most its
+            # error at the data's magnitude (times f^2 >= 1/4) over
+            # 2^(b - 2) > 8 n. The weights are below 4 (power_of_two_unit),
+            # so neither the weighted sum nor the term of a row of weight
+            # above an eighth of the largest exceeds the mean: the sum
+            # overflows only where the score is -inf.
+            b = int(np.frexp(float(rows.n_samples))[1]) + 5
+            with np.errstate(over="ignore"):
+                error = rows.weighted_mean(
+                    _reconstruction_errors, heads, out, self.mean_, self.scale_, 2 * int(e) - b
+                )
+        # The mean times f^2 2^b, by mantissa and exponent: it overflows only
+        # where the score does.
+        m, e_m = np.frexp(error)
+        with np.errstate(over="ignore"):
+            return -float(np.ldexp(m * (f * f), int(e_m) + b))
 
 
 # Rows within 2^this of the scale are squared at unit scale without overflow
@@ -1180,8 +1198,8 @@ def _row_exponents(rows, mean, scale):
     return np.frexp(extent)[1] - np.frexp(float(scale))[1]
 
 
-def _reconstruction_errors(rows, heads, out, mean, scale):
-    """``||y - T(y)||^2 / s^2`` for every row of a block, ``y = x - mean``, at unit scale.
+def _reconstruction_errors(rows, heads, out, mean, scale, shift):
+    """``2^shift ||y - T(y)||^2 / s^2`` for every row of a block, ``y = x - mean``.
 
     ``T(y) = out^T heads y`` (see :meth:`AttentionClustering.score`), expanded
     as ``||y||^2 - 2 <y, T(y)> + ||T(y)||^2`` from the rows' products with
@@ -1189,9 +1207,11 @@ def _reconstruction_errors(rows, heads, out, mean, scale):
     densified. Rows far beyond the scale, whose squares at unit scale would
     overflow into inf - inf, are read at a power of two 2^e of their own
     magnitude (rows within a factor 2^64 of each other together): their
-    errors are 4^e times those, and overflow to inf alone; the other rows'
-    errors are not touched by theirs (a row of zero weight far away left
-    the mean of the others).
+    errors are 4^e times those, and ``2^shift`` is folded into that power of
+    two (see :meth:`AttentionClustering.score`), so that a row's value
+    overflows to inf only where its error times ``2^shift`` does; the other
+    rows' errors are not touched by theirs (a row of zero weight far away
+    left the mean of the others).
     """
     exponents = _row_exponents(rows, mean, scale)
     groups = np.where(exponents > _SQUARE_SAFE_EXPONENT, exponents // 64 + 1, 0)
@@ -1200,7 +1220,7 @@ def _reconstruction_errors(rows, heads, out, mean, scale):
         idx = np.flatnonzero(groups == group)
         e = 0 if group == 0 else int(np.max(exponents[idx]))
         block = rows if len(idx) == len(exponents) else rows[idx]
-        errors[idx] = _errors_at(block, heads, out, mean, np.ldexp(scale, e), 2 * e)
+        errors[idx] = _errors_at(block, heads, out, mean, np.ldexp(scale, e), 2 * e + shift)
     return errors
 
 
@@ -1210,5 +1230,6 @@ def _errors_at(rows, heads, out, mean, scale, e):
     P, q = unit_terms(rows, np.vstack([heads, out]), mean, scale)
     A, B = P[:, :K], P[:, K:]
     errors = q - 2.0 * np.sum(A * B, axis=1) + np.sum((A @ (out @ out.T)) * A, axis=1)
-    with np.errstate(over="ignore"):
+    # Scaled down (score's 2^shift), an error may round to a subnormal number.
+    with np.errstate(over="ignore", under="ignore"):
         return np.ldexp(errors, e)

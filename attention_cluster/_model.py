@@ -73,8 +73,10 @@ class SphericalMixture:
 
     Notes
     -----
-    Two mixtures compare equal only when they are the same object (its
-    parameters are arrays); it hashes by identity.
+    The arrays are read-only float64 copies of those given: changing the
+    caller's arrays later does not change the mixture, nor can its own be
+    changed past the checks. Two mixtures compare equal only when they are
+    the same object (its parameters are arrays); it hashes by identity.
     """
 
     centers: np.ndarray
@@ -85,13 +87,21 @@ class SphericalMixture:
     scale: float
 
     def __post_init__(self):
-        # Real float64 arrays (a frozen dataclass: set through object.__setattr__).
+        # Real float64 arrays, read-only copies of the caller's, so that the
+        # checks below hold for the mixture's life (a frozen dataclass: set
+        # through object.__setattr__). as_numbers refuses complex numbers and
+        # ragged lists alike.
         for name in ("centers", "radii", "log_weights", "offset", "variance", "scale"):
             given = getattr(self, name)
-            value = None if np.iscomplexobj(given) else as_numbers(given)
+            value = as_numbers(given)
             if value is None:
                 raise ValueError(f"{name} must be real numbers, got {given!r}.")
-            object.__setattr__(self, name, float(value) if value.ndim == 0 else value)
+            if value.ndim == 0:
+                value = float(value)
+            else:
+                value = value.copy()
+                value.setflags(write=False)
+            object.__setattr__(self, name, value)
         centers = self.centers
         if centers.ndim != 2 or centers.shape[0] == 0:
             raise ValueError(
@@ -139,10 +149,10 @@ class SphericalMixture:
         heads = np.asarray(heads, dtype=np.float64)
         d = heads.shape[0]
         return cls(
-            centers=heads.T.copy(),
-            radii=np.array(radii, dtype=np.float64),
+            centers=heads.T,
+            radii=radii,
             variance=max(float(variance), MIN_VARIANCE * (mean_sq / d if mean_sq > 0.0 else 1.0)),
-            log_weights=np.array(log_weights, dtype=np.float64),
+            log_weights=log_weights,
             offset=offset,
             scale=scale,
         )

@@ -69,6 +69,13 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
 
     Attributes
     ----------
+    n_clusters_ : int
+        ``n_clusters`` as validated by :meth:`fit`.
+    temperature_ : "auto" or float
+        ``temperature`` as validated by :meth:`fit`: ``"auto"`` is resolved
+        for each prompt by :meth:`transform`.
+    attention_ : {"linear", "softmax"}
+        ``attention`` as validated by :meth:`fit`.
     n_features_in_ : int
         Number of features seen during :meth:`fit`.
     feature_names_in_ : ndarray of shape (``n_features_in_``,)
@@ -141,10 +148,13 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
 
     @atomic_fit
     def fit(self, X, y=None):
-        """Validate the parameters and record the number of features.
+        """Validate the parameters and record them and the number of features.
 
         The layer has no learned parameter (paper, section 5): fitting only
-        fixes the feature space that :meth:`transform` expects.
+        fixes the parameters and the feature space that :meth:`transform`
+        uses (``n_clusters_``, ``temperature_``, ``attention_``): as in
+        scikit-learn's estimators, a parameter set after fit takes effect,
+        validated, at the next fit.
 
         Parameters
         ----------
@@ -158,10 +168,15 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         self : InContextQuantizer
             Fitted estimator.
         """
+        n_clusters = check_positive(
+            self.n_clusters, "n_clusters", Integral, min_val=1, strict=False
+        )
+        temperature = check_auto_or_positive(self.temperature, "temperature")
+        attention = check_options(self.attention, "attention", ["linear", "softmax"])
         validate_data(self, X, accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32])
-        check_positive(self.n_clusters, "n_clusters", Integral, min_val=1, strict=False)
-        check_auto_or_positive(self.temperature, "temperature")
-        check_options(self.attention, "attention", ["linear", "softmax"])
+        self.n_clusters_ = int(n_clusters)
+        self.temperature_ = "auto" if isinstance(temperature, str) else float(temperature)
+        self.attention_ = str(attention)
         return self
 
     def transform(self, X):
@@ -191,14 +206,13 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         )
         rows = rows_of(X, n_threads=1)
         L, d = X.shape
-        if self.temperature == "auto":
-            spectrum = estimate_spectrum(rows, self.n_clusters)
-            temperature = float(
-                in_context_unbiased_temperature(spectrum.noise, L, d, self.n_clusters)
-            )
+        K = self.n_clusters_
+        if self.temperature_ == "auto":
+            spectrum = estimate_spectrum(rows, K)
+            temperature = float(in_context_unbiased_temperature(spectrum.noise, L, d, K))
         else:
-            spectrum, temperature = None, float(self.temperature)
-        if self.attention == "linear":
+            spectrum, temperature = None, self.temperature_
+        if self.attention_ == "linear":
             # s T^ctx(X / s)_l = lambda K (X^T X / (L s^2)) X_l, and X^T X / (L s^2)
             # is the spectrum's unit-scale moment, accumulated without overflow:
             # one product with a d x d matrix, at the magnitude of X. A given
@@ -209,9 +223,9 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
             with np.errstate(over="ignore", invalid="ignore"):
                 if spectrum is None:
                     c, moment = rows.scaled_second_moment()
-                    context = (temperature * self.n_clusters * c) * c * moment
+                    context = (temperature * K * c) * c * moment
                 else:
-                    context = temperature * self.n_clusters * spectrum.moment
+                    context = temperature * K * spectrum.moment
                 context = context.astype(X.dtype)
                 # Sparse rows are held in float64 (SparseRows), and so is their
                 # product: each chunk's is cast to X's dtype.

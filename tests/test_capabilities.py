@@ -4,10 +4,17 @@ Each cell runs one method on one kind of input and compares it with the same
 method on the same rows as a dense float64 array, within the kind's
 tolerance, or checks the documented error it raises (``DOCUMENTED``). A new
 estimator, input kind or method joins the matrix as one entry of
-``ESTIMATORS``, ``KINDS`` or ``METHODS``.
+``ESTIMATORS``, ``KINDS``, ``FITTING`` or ``ON_FITTED``.
+
+The methods of a fitted estimator (``ON_FITTED``) share one fit per
+estimator and kind (``_fitted``), and each (estimator, method) pair one
+dense reference (``_dense``), so that a cell costs its method's work, not
+a fit: a method that changed its estimator would show in the cells after
+it.
 """
 
 import contextlib
+import functools
 import warnings
 
 import dask
@@ -32,6 +39,7 @@ ESTIMATORS = {
     "psgd": AttentionClustering(3, solver="psgd", max_iter=500, random_state=0),
     "psgd-em": AttentionClustering(3, solver="psgd", refine="em", max_iter=500, random_state=0),
     "auto-k": AttentionClustering("auto", random_state=0),
+    "one-cluster-centred": AttentionClustering(1, center=True, random_state=0),
     "dynamics": SelfAttentionDynamics(),
     "quantizer": InContextQuantizer(3),
     "quantizer-softmax": InContextQuantizer(3, attention="softmax"),
@@ -51,10 +59,13 @@ def _memmap(X, tmp_path_factory):
 KINDS = {
     "float32": (lambda X, tmp: X.astype(np.float32), 2e-3),
     "csr": (lambda X, tmp: sp.csr_matrix(X), 1e-6),
+    "csr-array": (lambda X, tmp: sp.csr_array(X), 1e-6),
     "csc": (lambda X, tmp: sp.csc_matrix(X), 1e-6),
     "csr-float32": (lambda X, tmp: sp.csr_matrix(X.astype(np.float32)), 2e-3),
     "memmap": (_memmap, 1e-6),
-    "pandas": (lambda X, tmp: pd.DataFrame(X, columns=[f"f{j}" for j in range(X.shape[1])]), 1e-6),
+    # Columns named as scikit-learn names an array's features (x0, x1, ...),
+    # so that get_feature_names_out agrees with the array's.
+    "pandas": (lambda X, tmp: pd.DataFrame(X, columns=[f"x{j}" for j in range(X.shape[1])]), 1e-6),
     "dask-sync": (lambda X, tmp: da.from_array(X, chunks=(100, -1)), 1e-6),
     "dask-cluster": (lambda X, tmp: da.from_array(X, chunks=(100, -1)), 1e-6),
     "dask-float32": (lambda X, tmp: da.from_array(X.astype(np.float32), chunks=(100, -1)), 2e-3),
@@ -67,10 +78,6 @@ KINDS = {
 # -- the public methods: what each returns, materialised
 
 
-def _fitted(model, X):
-    return model.fit(X)
-
-
 def _batches(model, X):
     if isinstance(X, dd.DataFrame):
         first, second = X.partitions[:1], X.partitions[1:]
@@ -80,19 +87,31 @@ def _batches(model, X):
     return model.partial_fit(first).partial_fit(second)
 
 
-METHODS = {
-    "fit": lambda m, X: _fitted(m, X),
+# Methods that fit: (a fresh clone of the estimator, X) -> their result.
+FITTING = {
     "fit_predict": lambda m, X: m.fit_predict(X),
     "fit_transform": lambda m, X: m.fit_transform(X),
-    "predict": lambda m, X: _fitted(m, X).predict(X),
-    "transform": lambda m, X: _fitted(m, X).transform(X),
-    "predict_proba": lambda m, X: _fitted(m, X).predict_proba(X),
-    "score_samples": lambda m, X: _fitted(m, X).score_samples(X),
-    "score": lambda m, X: _fitted(m, X).score(X),
-    "bic": lambda m, X: _fitted(m, X).bic(X),
-    "aic": lambda m, X: _fitted(m, X).aic(X),
     "partial_fit": _batches,
 }
+# Methods of the estimator fitted on X: (the fitted estimator, X) -> their
+# result. A variant "method-how" is a cell where the estimator has the method.
+ON_FITTED = {
+    "fit": lambda m, X: m,
+    "predict": lambda m, X: m.predict(X),
+    "transform": lambda m, X: m.transform(X),
+    "predict_proba": lambda m, X: m.predict_proba(X),
+    "score_samples": lambda m, X: m.score_samples(X),
+    "score": lambda m, X: m.score(X),
+    "score-weighted": lambda m, X: m.score(X, sample_weight=_WEIGHTS),
+    "bic": lambda m, X: m.bic(X),
+    "aic": lambda m, X: m.aic(X),
+    "get_feature_names_out": lambda m, X: m.get_feature_names_out(),
+}
+METHODS = {**FITTING, **ON_FITTED}
+
+# The rows of every cell, and their weights for the weighted methods.
+ROWS = make_mixture(300, 5, 3, noise=0.15, random_state=0)[0]
+_WEIGHTS = np.linspace(0.5, 2.0, len(ROWS))
 
 # What a fitted estimator is compared by (the other methods return arrays).
 FITTED = ("labels_", "cluster_centers_", "means_", "weights_", "n_clusters_")
@@ -116,7 +135,8 @@ DOCUMENTED = {
     # A stream's batches are in memory; fit reads Dask arrays in passes.
     **{
         (name, kind, "partial_fit"): (TypeError, lambda e: "batches in memory" in str(e))
-        for name in ("default", "free-norms", "no-refinement", "psgd", "psgd-em", "auto-k")
+        for name, estimator in ESTIMATORS.items()
+        if isinstance(estimator, AttentionClustering)
         for kind in ("dask-sync", "dask-cluster", "dask-float32", "dask-dataframe")
     },
 }
@@ -132,15 +152,10 @@ def _documented(name, kind, method):
 def _cells():
     for name, estimator in ESTIMATORS.items():
         for method in METHODS:
-            if not hasattr(type(estimator), method):
+            if not hasattr(type(estimator), method.split("-")[0]):
                 continue
             for kind in KINDS:
                 yield pytest.param(name, kind, method, id=f"{name}-{kind}-{method}")
-
-
-@pytest.fixture(scope="module")
-def rows():
-    return make_mixture(300, 5, 3, noise=0.15, random_state=0)[0]
 
 
 def _scheduler(kind, client):
@@ -152,14 +167,35 @@ def _scheduler(kind, client):
     return contextlib.nullcontext()
 
 
-def _run(name, method, X):
-    model = clone(ESTIMATORS[name])
+def _run(name, kind, method, X):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        out = METHODS[method](model, X)
+        if method in FITTING:
+            model = clone(ESTIMATORS[name])
+            out = FITTING[method](model, X)
+        else:
+            model = _fitted(name, kind, X)
+            out = ON_FITTED[method](model, X)
     if out is model:
         return {a: _materialised(getattr(model, a)) for a in FITTED if hasattr(model, a)}
     return _materialised(out)
+
+
+# (estimator, kind) -> the estimator fitted on X of that kind.
+_FITS = {}
+
+
+def _fitted(name, kind, X):
+    """The estimator fitted on X, once for the cells of this estimator and kind."""
+    if (name, kind) not in _FITS:
+        _FITS[name, kind] = clone(ESTIMATORS[name]).fit(X)
+    return _FITS[name, kind]
+
+
+@functools.cache
+def _dense(name, method):
+    """The method on ``ROWS`` as a dense float64 array, every kind's reference."""
+    return _run(name, "dense", method, ROWS)
 
 
 def _materialised(value):
@@ -174,8 +210,18 @@ def _assert_close(got, want, rtol, what):
         for key in want:
             _assert_close(got[key], want[key], rtol, f"{what}.{key}")
         return
+    if np.ndim(want) == 0 and np.issubdtype(np.asarray(want).dtype, np.integer):
+        # A count (n_clusters_): exactly.
+        assert got == want, f"{what}: {got!r} != {want!r}"
+        return
     if np.issubdtype(np.asarray(want).dtype, np.integer):
+        # Labels: the same partition, up to the clusters' order.
+        assert np.shape(got) == np.shape(want), what
         assert adjusted_rand_score(np.ravel(want), np.ravel(got)) == 1.0, what
+        return
+    if np.asarray(want).dtype.kind in "OU":
+        # Names (get_feature_names_out): exactly.
+        np.testing.assert_array_equal(got, want, err_msg=what)
         return
     want = np.asarray(want, dtype=np.float64)
     scale = float(np.max(np.abs(want))) if np.size(want) else 1.0
@@ -185,21 +231,34 @@ def _assert_close(got, want, rtol, what):
 
 
 @pytest.mark.parametrize("name, kind, method", list(_cells()))
-def test_capability(name, kind, method, rows, client, tmp_path_factory):
+def test_capability(name, kind, method, client, tmp_path_factory):
     convert, rtol = KINDS[kind]
-    X = convert(rows, tmp_path_factory)
+    X = convert(ROWS, tmp_path_factory)
     documented = _documented(name, kind, method)
     with _scheduler(kind, client):
         if documented is not None:
             error, says = documented
             with pytest.raises(error) as raised:
-                _run(name, method, X)
+                _run(name, kind, method, X)
             assert says(raised.value), str(raised.value)
             return
-        got = _run(name, method, X)
-    want = _run(name, method, rows)
+        got = _run(name, kind, method, X)
+    want = _dense(name, method)
     _assert_close(got, want, rtol, f"{name} {method} on {kind}")
     if getattr(X, "dtype", None) == np.float32:
         outputs = got.values() if isinstance(got, dict) else [got]
         floats = [np.asarray(v).dtype for v in outputs if isinstance(v, np.ndarray)]
         assert all(t == np.float32 for t in floats if t.kind == "f"), "float32 in, float32 out"
+
+
+def test_the_comparison_tells_counts_labels_and_names_apart():
+    # n_clusters_ was compared as labels, by the adjusted Rand index of
+    # one-element arrays: 1 for any two counts.
+    with pytest.raises(AssertionError, match="n_clusters_"):
+        _assert_close({"n_clusters_": 5}, {"n_clusters_": 3}, 1e-6, "fit")
+    # Labels: the same partition under other names passes, another does not.
+    _assert_close(np.array([2, 2, 0]), np.array([1, 1, 0]), 1e-6, "labels")
+    with pytest.raises(AssertionError, match="labels"):
+        _assert_close(np.array([0, 1, 1]), np.array([0, 0, 1]), 1e-6, "labels")
+    with pytest.raises(AssertionError, match="names"):
+        _assert_close(np.array(["x0", "x2"]), np.array(["x0", "x1"]), 1e-6, "names")

@@ -579,23 +579,31 @@ def test_score_of_rows_far_beyond_the_fit_scale(k, sparse):
     assert score == pytest.approx(want, rel=1e-12)
 
 
-@pytest.mark.parametrize("fit_scale, rows", [(-600, 0), (560, 500), (-600, -500)])
-def test_score_at_a_scale_whose_square_leaves_float64(fit_scale, rows):
+@pytest.mark.parametrize("center", [False, True], ids=["uncentred", "centred"])
+@pytest.mark.parametrize(
+    "fit_scale, rows",
+    [(-600, 0), (-520, 0), (560, 500), (-600, -500), (0, 510), (0, 520)],
+)
+def test_score_at_a_scale_whose_square_leaves_float64(fit_scale, rows, center):
     # score is -mean ||y - T(y)||^2 s^2: s^2 alone overflowed (scale 2^560)
     # or underflowed (2^-600) where the product does not, and gave -inf,
-    # -0.0 or, times an infinite error, NaN with a RuntimeWarning. The
-    # score is scale-equivariant: rows and fit both times 2^k score 4^k
-    # times; rows 2^k times the fit's score 4^k times more.
+    # -0.0 or, times an infinite error, NaN with a RuntimeWarning; the rows'
+    # errors at unit scale overflowed for rows 2^512 beyond the scale (a fit
+    # on 2^-520 X scored X -inf), and their sum for n rows 2^510 beyond it. The fit is scale-equivariant (on 2^a X:
+    # X's heads, mean 2^a m) and the layer linear, so rows 2^b X score
+    # 4^b times the unit fit's score of X - 2^(a - b) m + m, and -inf only
+    # past float64's range.
     X, _, _ = make_mixture(200, 3, 2, random_state=0)
-    base = AttentionClustering(2, center=False, random_state=0).fit(X)
-    model = AttentionClustering(2, center=False, random_state=0).fit(np.ldexp(X, fit_scale))
+    base = AttentionClustering(2, center=center, random_state=0).fit(X)
+    model = AttentionClustering(2, center=center, random_state=0).fit(np.ldexp(X, fit_scale))
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         score = model.score(np.ldexp(X, rows))
-    with np.errstate(over="ignore", under="ignore"):
-        want = np.ldexp(base.score(np.ldexp(X, rows - fit_scale)), 2 * fit_scale)
+    shifted = X + (1.0 - np.ldexp(1.0, fit_scale - rows)) * base.mean_
+    with np.errstate(over="ignore"):
+        want = np.ldexp(base.score(shifted), 2 * rows)
     if np.isfinite(want):
-        assert score == pytest.approx(want, rel=1e-9, abs=0.0)
+        assert score == pytest.approx(want, rel=1e-12, abs=0.0)
     else:
         assert score == -np.inf
 
@@ -875,3 +883,17 @@ def test_rows_whose_sums_overflow_fit_as_at_unit_scale(kind, center):
         got = AttentionClustering(2, center=center, random_state=0).fit(wrap(big))
     assert got.center_ == want.center_
     np.testing.assert_array_equal(np.asarray(got.labels_), np.asarray(want.labels_))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("refine", ["auto", None])
+def test_fitted_arrays_are_the_estimators_own(dtype, refine):
+    # The mixture's arrays are read-only copies; the fitted attributes are
+    # writable arrays of their own in every dtype and with or without the EM.
+    X = make_mixture(300, 4, 2, noise=0.2, random_state=0)[0].astype(dtype)
+    model = AttentionClustering(2, refine=refine, random_state=0).fit(X)
+    for name in ("cluster_centers_", "weights_", "mean_"):
+        value = getattr(model, name)
+        assert value.flags.writeable, name
+        if model.mixture_ is not None:
+            assert not np.shares_memory(value, model.mixture_.centers), name

@@ -194,6 +194,8 @@ def _mixture_arguments(fitted):
         ({"centers": 3.0 * np.eye(3, 5)}, "centers must be unit vectors"),
         ({"radii": np.ones(3) + 1j}, "radii must be real numbers"),
         ({"variance": "0.1"}, "variance must be real numbers"),
+        ({"centers": [[1.0, 0.0, 0.0, 0.0, 0.0], [0.0, 1.0]]}, "centers must be real numbers"),
+        ({"offset": [0.0, [0.0, 0.0]]}, "offset must be real numbers"),
     ],
     ids=lambda v: str(v)[:30],
 )
@@ -204,6 +206,24 @@ def test_mixture_of_invalid_parameters_raises(fitted, change, match):
     # whose norm the formulas take as 1: 13.30 for the density's -5.70).
     with pytest.raises(ValueError, match=match):
         SphericalMixture(**{**_mixture_arguments(fitted), **change})
+
+
+def test_mixture_keeps_read_only_copies_of_its_arrays():
+    # The mixture shared its caller's arrays: a later change to them reached
+    # it past its checks (centers that are not unit vectors).
+    given = {
+        "centers": np.eye(2, 3),
+        "radii": np.ones(2),
+        "log_weights": np.log([0.25, 0.75]),
+        "offset": np.zeros(3),
+    }
+    kept = {name: a.copy() for name, a in given.items()}
+    mixture = SphericalMixture(**given, variance=0.1, scale=1.0)
+    for name, a in given.items():
+        a[0] = 5.0
+        np.testing.assert_array_equal(getattr(mixture, name), kept[name])
+        with pytest.raises(ValueError, match="read-only"):
+            getattr(mixture, name)[0] = 5.0
 
 
 def test_mixture_compares_and_hashes_by_identity(fitted):

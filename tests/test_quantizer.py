@@ -415,6 +415,34 @@ def test_bad_input_raises(X, match, method):
 def test_bad_parameters_raise_at_fit(params, match):
     with pytest.raises(ValueError, match=match):
         InContextQuantizer(**params).fit(np.ones((4, 3)))
+    # Nor does a bad parameter set after a fit pass the next one.
+    quantizer = InContextQuantizer().fit(np.ones((4, 3))).set_params(**params)
+    with pytest.raises(ValueError, match=match):
+        quantizer.fit(np.ones((4, 3)))
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"attention": "bogus"},
+        {"attention": "softmax"},
+        {"n_clusters": 0},
+        {"temperature": "cold"},
+        {"temperature": 0.5},
+    ],
+    ids=lambda p: "-".join(f"{k}={v}" for k, v in p.items()),
+)
+def test_transform_uses_the_parameters_validated_at_fit(params, global_random_seed):
+    # transform read the parameters when called: set_params(attention="bogus")
+    # after fit ran the softmax layer, unvalidated. Parameters set after fit
+    # take effect at the next fit, as in scikit-learn's estimators.
+    X, _, _ = make_mixture(60, 4, 2, noise=0.3, random_state=global_random_seed)
+    quantizer = InContextQuantizer(2).fit(X)
+    want = quantizer.transform(X)
+    quantizer.set_params(**params)
+    np.testing.assert_array_equal(quantizer.transform(X), want)
+    fitted = (quantizer.n_clusters_, quantizer.temperature_, quantizer.attention_)
+    assert fitted == (2, "auto", "linear")
 
 
 @pytest.mark.parametrize("attention", ["linear", "softmax"])

@@ -817,8 +817,18 @@ def panel_section(payload):
         "",
         f"Median {np.median(ratios):.1f}x, largest {max(ratios):.1f}x: "
         f"**at most 10x {'met' if ok else 'not met'}**.",
-        "",
     ]
+    ones = [(p, r) for p, r in zip(everything, ratios) if p["methods"][AUTO]["k"] == 1]
+    if ones:
+        rest = [r for p, r in zip(everything, ratios) if p["methods"][AUTO]["k"] != 1]
+        lines.append(
+            "Where it chose one cluster ("
+            + ", ".join(f"{p['name']}, {r:.1f}x" for p, r in ones)
+            + ") the fit it is compared with, at K = 1, takes a millisecond, and the choice "
+            "still paid the dynamics and the fits it compared (the one-cluster test among "
+            f"them); on the other {len(rest)} sets the largest ratio is {max(rest):.1f}x."
+        )
+    lines.append("")
     return lines
 
 

@@ -960,9 +960,19 @@ class _Seen(Exception):
     pass
 
 
-def test_a_fit_with_many_heads_rotates_its_start_on_rows_per_head(monkeypatch):
-    # K = 120 > 102: the spectral start is rotated on ROWS_PER_HEAD rows per
-    # head (the fit is stopped once the start's rows are seen).
+@pytest.mark.parametrize(
+    ("n", "d", "K", "expected"),
+    [
+        # K = 120 > 102: ROWS_PER_HEAD rows per head.
+        (60_000, 128, 120, ROWS_PER_HEAD * 120),
+        # d / n = 384 / 40000, 2.5 times the reference's: 400 rows per head.
+        (40_000, 384, 60, 400 * 60),
+    ],
+    ids=["many-heads", "wide"],
+)
+def test_a_fit_rotates_its_start_on_the_rows_start_rows_asks(n, d, K, expected, monkeypatch):
+    # The fit draws start_rows(K, d, n) rows for the spectral start (it is
+    # stopped once the start's rows are seen).
     seen = []
 
     def recording(rows, *args):
@@ -970,27 +980,8 @@ def test_a_fit_with_many_heads_rotates_its_start_on_rows_per_head(monkeypatch):
         raise _Seen
 
     monkeypatch.setattr(_plan, "spectral_heads", recording)
-    X, _, _ = make_mixture(60_000, 128, 120, noise=0.2, random_state=0)
+    X, _, _ = make_mixture(n, d, K, noise=0.2, random_state=0)
     with pytest.raises(_Seen):
-        AttentionClustering(120, random_state=0).fit(X.astype(np.float32))
-    expected = ROWS_PER_HEAD * 120
-    assert abs(seen[0] - expected) < 6 * np.sqrt(expected)
-
-
-def test_a_wide_fit_rotates_its_start_on_more_rows_per_head(monkeypatch):
-    # d / n = 384 / 40000, 2.5 times the reference's: 400 rows per head for
-    # K = 60, drawn from all rows (the fit is stopped once the start's rows
-    # are seen).
-    seen = []
-
-    def recording(rows, *args):
-        seen.append(rows.n_samples)
-        raise _Seen
-
-    monkeypatch.setattr(_plan, "spectral_heads", recording)
-    X, _, _ = make_mixture(40_000, 384, 60, noise=0.2, random_state=0)
-    with pytest.raises(_Seen):
-        AttentionClustering(60, random_state=0).fit(X.astype(np.float32))
-    expected = 400 * 60
-    assert start_rows(60, 384, 40_000) == expected
+        AttentionClustering(K, random_state=0).fit(X.astype(np.float32))
+    assert start_rows(K, d, n) == expected
     assert abs(seen[0] - expected) < 6 * np.sqrt(expected)

@@ -831,8 +831,8 @@ def test_jacobi_rotation_stops_on_the_regulariser_settling(seed, K, product):
 @pytest.mark.parametrize("K", [2, 3, 4, 5, 6, 50, 102], ids=str)
 def test_the_start_keeps_its_subsample_up_to_102_heads(K):
     # The paper's regime (K = 2..6) and up to 102 heads: SUBSAMPLE rows, at
-    # every d / n up to the reference's (384 / 1e5).
-    for d, n in [(10, 10**6), (10, 10**5), (384, 10**5), (768, 2 * 10**5)]:
+    # every d / n (the factor of d / n applies from 103 heads).
+    for d, n in [(10, 10**6), (10, 10**5), (384, 10**5), (768, 2 * 10**5), (768, 4 * 10**4)]:
         assert start_rows(K, d, n) == SUBSAMPLE
 
 
@@ -842,27 +842,25 @@ def test_the_start_takes_rows_per_head_beyond_102_heads(K):
 
 
 @pytest.mark.parametrize(
-    ("d", "n", "K"), [(768, 10**5, 200), (384, 5 * 10**4, 200), (1536, 10**5, 30)]
+    ("d", "n", "K"), [(768, 10**5, 200), (384, 5 * 10**4, 200), (1536, 2 * 10**5, 103)]
 )
 def test_the_start_takes_rows_per_head_in_proportion_to_d_over_n(d, n, K):
     # Beyond the reference's d / n each head gets ROWS_PER_HEAD times the
     # ratio of d / n to it (the spectrum holds less of each centroid).
     expected = int(np.ceil(ROWS_PER_HEAD * (d / n) / REFERENCE_RATIO * K))
     assert expected > ROWS_PER_HEAD * K
-    assert start_rows(K, d, n) == max(SUBSAMPLE, expected)
+    assert start_rows(K, d, n) == expected
     assert start_rows(K, d, 2 * n) < start_rows(K, d, n)
 
 
 @pytest.mark.parametrize(
-    ("d", "n", "K"), [(50_000, 20_000, 5), (5000, 20_000, 10), (768, 10**4, 200)]
+    ("d", "n", "K"), [(50_000, 20_000, 120), (5000, 20_000, 103), (768, 10**4, 200)]
 )
 def test_the_start_takes_at_most_max_rows_factor_times_rows_per_head(d, n, K):
     # Beyond 4 times the reference's d / n (where its centroids leave the
-    # spectrum) the factor stops growing: text-like widths with few heads
-    # keep SUBSAMPLE rows.
+    # spectrum) the factor stops growing.
     assert d / n > MAX_ROWS_FACTOR * REFERENCE_RATIO
-    expected = int(np.ceil(ROWS_PER_HEAD * MAX_ROWS_FACTOR * K))
-    assert start_rows(K, d, n) == max(SUBSAMPLE, expected)
+    assert start_rows(K, d, n) == int(np.ceil(ROWS_PER_HEAD * MAX_ROWS_FACTOR * K))
 
 
 @pytest.mark.parametrize("K", [2, 6], ids=str)
@@ -965,8 +963,8 @@ class _Seen(Exception):
     [
         # K = 120 > 102: ROWS_PER_HEAD rows per head.
         (60_000, 128, 120, ROWS_PER_HEAD * 120),
-        # d / n = 384 / 40000, 2.5 times the reference's: 400 rows per head.
-        (40_000, 384, 60, 400 * 60),
+        # d / n = 384 / 64000, 1.5625 times the reference's: 250 rows per head.
+        (64_000, 384, 110, 250 * 110),
     ],
     ids=["many-heads", "wide"],
 )

@@ -32,7 +32,7 @@ from sklearn.utils import assert_all_finite, check_random_state
 
 from ._dynamics import SelfAttentionDynamics
 from ._passes import unit_rows
-from ._plan import DEFAULT_TUNING, mean_dominates, mean_share
+from ._plan import DEFAULT_TUNING, bic_penalty, information_criterion, mean_dominates, mean_share
 from ._validation import (
     check_count,
     check_positive,
@@ -78,6 +78,20 @@ class ClusterCount:
     scores: dict
     silhouettes: dict
     model: object
+
+
+@dataclass(frozen=True)
+class FittedMixture:
+    """A fit's EM mixture with what its free parameters depend on: whether
+    each centroid has its own norm and whether the rows were centred."""
+
+    mixture: object  #: SphericalMixture
+    free_norms: bool
+    centred: bool
+
+    def bic(self, rows):
+        """The mixture's BIC on ``rows`` (``_plan.information_criterion``)."""
+        return information_criterion(rows, self.mixture, self.free_norms, self.centred, bic_penalty)
 
 
 def plateau_lengths(path, n_tokens):
@@ -235,7 +249,6 @@ _CENTRED_TOKENS_BYTES = 2000 * 8192 * 8
 def count_clusters(
     rows,
     fit_at,
-    bic,
     *,
     random_state=None,
     n_threads=None,
@@ -258,17 +271,16 @@ def count_clusters(
     groups in one narrow cap. Its number of clusters at the end of
     the longest plateau of its clock (``docs/math.md`` section 8), clipped
     to ``n_clusters_range`` (if outside, the K of the range held longest),
-    is the dynamics' K. ``fit_at(k)`` returns ``(fit, rule)``, a fit at k
-    and its labels' rule (``_passes.LabelRule``, of ``_plan.predict_rule``);
-    it is called at the dynamics' K and
-    at its neighbours in the range, and :func:`choose_by_silhouette` picks
-    among them by the silhouette of each rule's labels of the dynamics'
-    rows. When the range holds 1 and the choice is more, ``fit_at(1)`` is
-    fitted too and kept if ``bic(fit)`` of it (the fit's BIC on ``rows``,
-    or None without a mixture, which skips the test) is at most the
-    choice's: no evidence of clusters (``math.md`` section 8, "One cluster
-    or more"). ``rows`` are pass-layer rows (``_passes.rows_from``) of any
-    kind.
+    is the dynamics' K. ``fit_at(k)`` returns ``(fit, rule, mixture)``, a
+    fit at k, its labels' rule (``_passes.LabelRule``, of
+    ``_plan.predict_rule``) and its :class:`FittedMixture` (None without the
+    EM refinement); it is called at the dynamics' K and at its neighbours in
+    the range, and :func:`choose_by_silhouette` picks among them by the
+    silhouette of each rule's labels of the dynamics' rows. When the range
+    holds 1, the choice is more and its fit has a mixture, the fit at 1 is
+    kept if its BIC on ``rows`` is at most the choice's: no evidence of
+    clusters (``math.md`` section 8, "One cluster or more"). ``rows`` are
+    pass-layer rows (``_passes.rows_from``) of any kind.
 
     Returns
     -------
@@ -348,20 +360,20 @@ def count_clusters(
     if K not in scores:
         K = max(scores, key=lambda k: (scores[k], -abs(k - K)))
     m = tokens.shape[0]
-    fits, silhouettes, held = {}, {}, {}
+    fits, mixtures, silhouettes, held = {}, {}, {}, {}
     # A silhouette needs 2 to m - 1 clusters of the m rows it is taken on.
     for k in (K, K - 1, K + 1):
         if k in scores and k <= n and (k == K or 2 <= k < m):
             # Only the warnings of the fit kept reach the caller.
             with deferred_warnings() as held[k]:
-                fits[k], rule = fit_at(k)
+                fits[k], rule, mixtures[k] = fit_at(k)
             silhouettes[k] = sphere_silhouette(seen, rule.labels_of(tokens))
     K = choose_by_silhouette(K, silhouettes)
-    if K > 1 and 1 in scores:
-        with deferred_warnings() as held[1]:
-            fits[1], _ = fit_at(1)
-        one, chosen = bic(fits[1]), bic(fits[K])
-        if one is not None and chosen is not None and one <= chosen:
+    if K > 1 and 1 in scores and mixtures[K] is not None:
+        if 1 not in fits:
+            with deferred_warnings() as held[1]:
+                fits[1], _, mixtures[1] = fit_at(1)
+        if mixtures[1].bic(rows) <= mixtures[K].bic(rows):
             K = 1
     replay(held[K])
     return K, scores, silhouettes, fits[K]

@@ -14,11 +14,12 @@ from ._choose_k import (
     MAX_SAMPLES,
     MIN_CLUSTER_SIZE,
     ClusterCount,
+    FittedMixture,
     count_clusters,
 )
 from ._clustering import AttentionClustering
 from ._passes import rows_from
-from ._plan import bic_penalty, check_width, information_criterion, predict_rule
+from ._plan import check_width, predict_rule
 
 __all__ = ["choose_n_clusters"]
 
@@ -81,22 +82,18 @@ def choose_n_clusters(
 
     def fit_at(k):
         model = clone(estimator).set_params(n_clusters=k).fit(X, sample_weight=sample_weight)
-        return model, predict_rule(model.cluster_centers_, model.mixture_, model.mean_)
+        rule = predict_rule(model.cluster_centers_, model.mixture_, model.mean_)
+        free = model.centroid_norms_ == "free"
+        mixture = (
+            None if model.mixture_ is None else FittedMixture(model.mixture_, free, model.center_)
+        )
+        return model, rule, mixture
 
     with rows_from(clone(estimator), X, reset=True, sample_weight=sample_weight) as rows:
         check_width(rows.n_features, rows.in_memory)
-
-        def bic(model):
-            # On the rows, weighted as the fits were.
-            if model.mixture_ is None:
-                return None
-            free = model.centroid_norms_ == "free"
-            return information_criterion(rows, model.mixture_, free, model.center_, bic_penalty)
-
         K, scores, silhouettes, model = count_clusters(
             rows,
             fit_at,
-            bic,
             random_state=params.get("random_state"),
             n_threads=params.get("n_threads"),
             n_clusters_range=n_clusters_range,

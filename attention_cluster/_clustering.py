@@ -18,7 +18,7 @@ from sklearn.base import BaseEstimator, ClusterMixin, OneToOneFeatureMixin, Tran
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
-from ._choose_k import count_clusters
+from ._choose_k import FittedMixture, count_clusters
 from ._mixture import new_stream
 from ._model import MIN_VARIANCE, SphericalMixture
 from ._passes import one_blas_thread, row_peaks, rows_from, unit_terms
@@ -541,20 +541,15 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                         rows, SimpleNamespace(**{**vars(params), "n_clusters": k}), init
                     )
                     rule = predict_rule(result.centers, result.mixture, result.mean, rows.dtype)
-                    return result, rule
-
-                def bic(result):
-                    if result.mixture is None:
-                        return None
-                    free = bool(result.free_norms)
-                    return information_criterion(
-                        rows, result.mixture, free, result.centred, bic_penalty
-                    )
+                    mixture = None
+                    if result.mixture is not None:
+                        free = bool(result.free_norms)
+                        mixture = FittedMixture(result.mixture, free, result.centred)
+                    return result, rule, mixture
 
                 _, scores, _, result = count_clusters(
                     rows,
                     fit_at,
-                    bic,
                     random_state=self.random_state,
                     n_threads=self.n_threads,
                     center=self.center,

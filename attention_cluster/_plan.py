@@ -292,11 +292,12 @@ def information_criterion(rows, mixture, free_norms, centred, penalty):
     """``-2 sum_i log p(x_i) + penalty(p, n)`` of ``mixture`` on ``rows`` as
     given (weighted by their sample weights), p its free parameters
     (:meth:`~attention_cluster._model.SphericalMixture.n_parameters`,
-    ``math.md`` section 7), n the rows' count: one pass (one Dask
+    ``math.md`` section 7), n the count of rows of positive weight (rows
+    of weight zero are left out, as from the fit): one pass (one Dask
     computation). The estimator's ``bic`` and ``aic``, and
     ``n_clusters="auto"``'s test of one cluster."""
     mean = rows.weighted_mean(block_log_likelihoods, mixture)
-    n = rows.n_samples
+    n = rows.n_weighted
     return -2.0 * n * mean + penalty(mixture.n_parameters(free_norms, centred), n)
 
 

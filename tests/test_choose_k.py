@@ -613,26 +613,53 @@ def test_auto_finds_one_cluster_in_one_gaussian(kind, offset, global_random_seed
     [(10.0, 11.0, 1), (11.0, 11.0, 1), (12.0, 11.0, 3), (None, 11.0, 3)],
 )
 def test_one_cluster_replaces_the_choice_when_its_bic_is_not_higher(
-    mixture, bic_one, bic_chosen, expected
+    mixture, bic_one, bic_chosen, expected, monkeypatch
 ):
     # count_clusters fits K = 1 after the silhouette's choice and keeps it
-    # when bic(fit at 1) <= bic(fit at K); a fit without a mixture (None)
-    # skips the test.
+    # when the BIC of the fit at 1 is at most the choice's; fits without a
+    # mixture (None: refine=None) skip the test and fit nothing at 1.
     X, _ = mixture
+    fitted = []
+
+    def fit_at(k):
+        fitted.append(k)
+        model = AttentionClustering(k, random_state=0).fit(X)
+        rule = predict_rule(model.cluster_centers_, model.mixture_, model.mean_)
+        if bic_one is None:
+            return model, rule, None
+        return model, rule, _choose_k.FittedMixture(model.mixture_, False, model.center_)
+
+    def bic(self, rows):
+        return bic_one if len(self.mixture.centers) == 1 else bic_chosen
+
+    monkeypatch.setattr(_choose_k.FittedMixture, "bic", bic)
     with rows_from(AttentionClustering(), X, reset=True) as rows:
-        fitted = []
-
-        def fit_at(k):
-            fitted.append(k)
-            model = AttentionClustering(k, random_state=0).fit(X)
-            return model, predict_rule(model.cluster_centers_, model.mixture_, model.mean_)
-
-        def bic(model):
-            return bic_one if model.n_clusters_ == 1 else bic_chosen
-
-        K, _, _, model = _choose_k.count_clusters(rows, fit_at, bic, random_state=0)
-    assert 1 in fitted
+        K, _, _, model = _choose_k.count_clusters(rows, fit_at, random_state=0)
+    assert (1 in fitted) == (bic_one is not None)
     assert K == expected == model.n_clusters_
+
+
+@pytest.mark.parametrize("k", [2, 4, 8])
+def test_rows_of_weight_zero_leave_the_bic_as_it_is(k, global_random_seed):
+    # The BIC's n counts the rows of positive weight: 2700 rows of weight
+    # zero beside 300 rows leave every fit's BIC as without them (n = 3000
+    # multiplied the mean log-likelihood by 10, and the one-cluster test
+    # then kept 8 clusters of one Gaussian).
+    rng = np.random.default_rng(global_random_seed)
+    X = rng.standard_normal((300, 5)) + [4.0, 0, 0, 0, 0]
+    padded = np.vstack([X, rng.standard_normal((2700, 5)) * 50.0])
+    weights = np.r_[np.ones(300), np.zeros(2700)]
+    gaps = []
+    for rows_of in (X, padded):
+        bics = {}
+        for j in (1, k):
+            model = AttentionClustering(j, random_state=0).fit(X)
+            mixture = _choose_k.FittedMixture(model.mixture_, False, model.center_)
+            w = None if rows_of is X else weights
+            with rows_from(AttentionClustering(), rows_of, reset=True, sample_weight=w) as rows:
+                bics[j] = mixture.bic(rows)
+        gaps.append(bics[k] - bics[1])
+    assert gaps[1] == pytest.approx(gaps[0], rel=1e-9)
 
 
 def test_the_one_cluster_test_reads_the_fits_bic(mixture):

@@ -575,12 +575,14 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
                 )
         else:
             m = min(n, int(self.max_samples))
-        size = m * d * X.dtype.itemsize
+        # The unnormalised model steps in float64 (its logits grow as e^{2t}).
+        itemsize = 8 if self.model == "unnormalized" else X.dtype.itemsize
+        size = m * d * itemsize
         # Dense input holds its moving tokens already; sparse input densifies them.
         if size > DENSE_LIMIT_BYTES and size > stored_bytes(X):
             raise ValueError(
-                f"The {m} moving tokens of this sparse input would take {size / 2**30:.1f} GiB "
-                f"as a dense array (more than {DENSE_LIMIT_BYTES / 2**30:.0f} GiB): pass a smaller "
+                f"The {m} moving tokens would take {size / 2**30:.1f} GiB as a dense array "
+                f"(more than {DENSE_LIMIT_BYTES / 2**30:.0f} GiB): pass a smaller "
                 "max_samples (the other rows stay sparse, as passive tracers), or reduce the "
                 "features first (sklearn.decomposition.TruncatedSVD)."
             )
@@ -667,7 +669,10 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         self.stopping_step_ = saved[0]
         self.subsample_indices_ = active
         self.model_ = self.model
-        self.query_, self.key_ = flow.query, flow.key
+        # Copies: the caller's Q and K may change after the fit.
+        self.query_, self.key_ = (
+            None if M is None else np.array(M) for M in (flow.query, flow.key)
+        )
         self._set_clusters(flow, saved[1], radius, min_size, self.stopping_step_ * h, X.dtype)
         if active is not None:
             labels = np.empty(n, dtype=np.intp)
@@ -881,7 +886,8 @@ class _Particles:
 
     def placed(self, Z, attends=None):
         """The particles at their new places Z, none merged (``attends``, which
-        chooses among merged particles, goes unused: :meth:`moved`'s signature)."""
+        chooses among merged particles, goes unused: :meth:`moved`'s signature,
+        for the tests that stand ``placed`` in for ``moved``)."""
         return _Particles(Z, self.weights, self.owner, self.lead, self.merge_radius, self.plane)
 
     def moved(self, Z, attends=None):

@@ -383,6 +383,10 @@ def test_predict_reads_the_fit_not_the_parameters(global_random_seed):
     assert model.model_ == "sa"
     np.testing.assert_array_equal(model.query_, Q)
     np.testing.assert_array_equal(model.key_, K)
+    # nor does a change of the caller's arrays: the fit holds copies.
+    Q[:] = -Q
+    K[:] = 2.0 * K
+    np.testing.assert_array_equal(model.predict(new), labels)
 
 
 def test_energy_is_the_sum_of_the_normalisers(global_random_seed):

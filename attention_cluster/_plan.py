@@ -599,7 +599,9 @@ def _settings(params, d, spectrum):
     """Every data-dependent setting, resolved once from the spectrum."""
     K, L = params.n_clusters, params.sequence_length
     if isinstance(params.temperature, str):
-        temperature = auto_temperature(spectrum.noise, L, K, d, spectrum.completed())
+        temperature = auto_temperature(
+            spectrum.noise, L, n_clusters=K, n_features=d, eigenvalues=spectrum.completed()
+        )
     else:
         temperature = float(params.temperature)
     if params.regularization is None:

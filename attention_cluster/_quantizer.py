@@ -209,7 +209,9 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         K = self.n_clusters_
         if self.temperature_ == "auto":
             spectrum = estimate_spectrum(rows, K)
-            temperature = float(in_context_unbiased_temperature(spectrum.noise, L, d, K))
+            temperature = float(
+                in_context_unbiased_temperature(spectrum.noise, L, n_features=d, n_clusters=K)
+            )
         else:
             spectrum, temperature = None, self.temperature_
         if self.attention_ == "linear":

@@ -7,10 +7,9 @@ derivations. ``noise`` is the mixture's sigma, ``temperature`` the lambda of
 the layer and ``sequence_length`` the sequences' L (``np.inf`` for the limit),
 in this order, after a function's heads, centroids or overlaps.
 The counts ``n_features`` (d) and ``n_clusters`` (K) are keyword-only, so
-that a d, a K and an L cannot be swapped unnoticed; only the rules of the
+that a d, a K and an L cannot be swapped unnoticed (the rules of the
 estimators' ``temperature="auto"``, :func:`auto_temperature` and
-:func:`in_context_unbiased_temperature`, also take them by position (and
-take any K and d). Unless stated otherwise, the mixture has ``n_clusters``
+:func:`in_context_unbiased_temperature`, take any K and d). Unless stated otherwise, the mixture has ``n_clusters``
 equal-weight orthonormal centroids (:mathmd:`1`), so that ``n_features >=
 n_clusters`` is required, and the linear layer with K heads
 :math:`U = [\mu_1, \dots, \mu_K]` is (:mathmd:`2`)
@@ -174,7 +173,7 @@ def unbiased_temperature(noise, sequence_length=np.inf, *, n_clusters=2):
 
 
 @_in_float64_range
-def in_context_unbiased_temperature(noise, sequence_length, n_features, n_clusters=2):
+def in_context_unbiased_temperature(noise, sequence_length, *, n_features, n_clusters=2):
     """Temperature that makes the in-context layer unbiased (Prop. 5.1).
 
     For K equal-weight clusters with orthonormal unit centroids,
@@ -890,7 +889,7 @@ def _lambda_star(s, L, K, d):
 
 
 @_in_float64_range
-def auto_temperature(noise, sequence_length, n_clusters, n_features, eigenvalues=None):
+def auto_temperature(noise, sequence_length, *, n_clusters, n_features, eigenvalues=None):
     """The rule of ``AttentionClustering(temperature="auto")``, for unit-scale data of noise sigma.
 
     The unbiased temperature of Prop. 4.1 (generalised to K clusters in

@@ -86,7 +86,9 @@ def temperature(
     lambda*(sigma, L, d) (Thm. 3.4 needs lambda <= lambda*; at lambda*
     itself the convergence is no longer linear).
     """
-    return theory.auto_temperature(noise, sequence_length, n_clusters, n_features)
+    return theory.auto_temperature(
+        noise, sequence_length, n_clusters=n_clusters, n_features=n_features
+    )
 
 
 def step_size(temperature, noise, n_clusters=N_CLUSTERS, n_features=N_FEATURES, learning_rate=None):

@@ -100,7 +100,7 @@ fig.suptitle("Fig. 4: inputs and outputs of the in-context layer")
 # Bias and conditional variance at L = 500
 # ----------------------------------------
 
-lam_unbiased = float(theory.in_context_unbiased_temperature(NOISE, L, D))
+lam_unbiased = float(theory.in_context_unbiased_temperature(NOISE, L, n_features=D))
 X, y, C = make_prompts(N_PROMPTS, L, D, 2, noise=NOISE, random_state=1)
 unbiased = F.layer_monte_carlo(lambda Z: in_context(Z, lam_unbiased), X, y, C)
 at_500 = mc[500]["fig"]

@@ -802,7 +802,7 @@ def test_auto_temperature_is_the_smallest_of_its_three_bounds():
 
     # Equal weights, sigma = 0.3, d = 10: eigenvalues 0.59, 0.59, then 0.09.
     eig = np.r_[0.59, 0.59, np.full(8, 0.09)]
-    lam = auto_temperature(0.3, 50, 2, 10, eig)
+    lam = auto_temperature(0.3, 50, n_clusters=2, n_features=10, eigenvalues=eig)
     expected = min(
         unbiased_temperature(0.3, 50, n_clusters=2),
         0.95 * lambda_star(0.3, 50, n_features=10, n_clusters=2),
@@ -810,7 +810,7 @@ def test_auto_temperature_is_the_smallest_of_its_three_bounds():
     )
     assert lam == pytest.approx(expected)
     # sigma = 0: lambda* binds (the unbiased temperature exceeds it).
-    assert auto_temperature(0.0, 10, 2, 10) == pytest.approx(
+    assert auto_temperature(0.0, 10, n_clusters=2, n_features=10) == pytest.approx(
         0.95 * lambda_star(0.0, 10, n_features=10, n_clusters=2)
     )
 
@@ -826,7 +826,7 @@ def test_the_cap_binds_on_the_papers_mixtures():
         for L in (10, 50, 200):
             for sigma in (0.0, 0.3, 1.0):
                 eig = np.r_[np.full(K, 1.0 / K + sigma**2), np.full(10 - K, sigma**2)]
-                capped = auto_temperature(sigma, L, K, 10, eig)
+                capped = auto_temperature(sigma, L, n_clusters=K, n_features=10, eigenvalues=eig)
                 cap = 0.9 / (K * (eig[0] + eig.sum() / L))
                 if (K, L, sigma) == (5, 10, 0.0):  # there lambda* is the least
                     assert capped < cap

@@ -77,7 +77,9 @@ def test_k_cluster_temperature_reduces_to_prop_5_1():
         for d in [2, 10]:
             paper = (L / 2) / (1 + (d + 2) * noise**2 + (L - 1) * (0.5 + noise**2))
             np.testing.assert_allclose(
-                in_context_unbiased_temperature(noise, L, d, 2), paper, rtol=1e-14
+                in_context_unbiased_temperature(noise, L, n_features=d, n_clusters=2),
+                paper,
+                rtol=1e-14,
             )
 
 
@@ -87,7 +89,7 @@ def test_auto_transform_is_the_layer_on_the_unit_scale_prompt(dtype, global_rand
     X = (40.0 * rng.standard_normal((60, 5))).astype(dtype)
     X64 = X.astype(np.float64)
     spectrum = estimate_spectrum(DenseRows(X64), 3)
-    temperature = in_context_unbiased_temperature(spectrum.noise, 60, 5, 3)
+    temperature = in_context_unbiased_temperature(spectrum.noise, 60, n_features=5, n_clusters=3)
     Xs = X64 / spectrum.scale
     c = spectrum.scale * (temperature * 3 / 60)
     expected = c * np.einsum("lk,kd->ld", Xs @ Xs.T, Xs)
@@ -172,7 +174,7 @@ def test_prop_5_1_temperature_is_exactly_unbiased(n_clusters, global_random_seed
     X, labels, C = make_prompts(
         400, L, D, n_clusters, noise=SIGMA, random_state=global_random_seed + 10 + n_clusters
     )
-    temperature = in_context_unbiased_temperature(SIGMA, L, D, n_clusters)
+    temperature = in_context_unbiased_temperature(SIGMA, L, n_features=D, n_clusters=n_clusters)
     T = in_context_attention(X, temperature=temperature, n_clusters=n_clusters)
     own, own_se, other, other_se = _frame_statistics(T, labels, C)
     assert abs(own - 1.0) < 5 * own_se
@@ -207,7 +209,7 @@ def test_risk_matches_prop_5_2_and_falls_below_the_optimal_quantizer(
     empirical_quantizer_risk = np.mean(np.sum((X - _own_centroid(labels, C)) ** 2, axis=-1))
     assert empirical_quantizer_risk == pytest.approx(quantizer_risk(SIGMA, n_features=D), rel=0.02)
     for temperature in [
-        in_context_unbiased_temperature(SIGMA, sequence_length, D, 2),
+        in_context_unbiased_temperature(SIGMA, sequence_length, n_features=D, n_clusters=2),
         in_context_optimal_temperature(SIGMA, sequence_length, n_features=D),
     ]:
         errors = np.sum((X - in_context_attention(X, temperature=temperature)) ** 2, axis=-1)
@@ -236,7 +238,7 @@ def _conditional_variance(T, labels, C):
 
 def test_conditional_variance_matches_prop_5_2(global_random_seed):
     X, labels, C = make_prompts(400, L, D, 2, noise=SIGMA, random_state=global_random_seed + 40)
-    temperature = in_context_unbiased_temperature(SIGMA, L, D, 2)
+    temperature = in_context_unbiased_temperature(SIGMA, L, n_features=D, n_clusters=2)
     T = in_context_attention(X, temperature=temperature)
     per_prompt = np.sum((T - _own_centroid(labels, C)) ** 2, axis=-1).mean(axis=1)
     se = per_prompt.std() / np.sqrt(len(per_prompt))
@@ -258,7 +260,10 @@ def test_auto_output_has_less_conditional_variance_than_the_input(attention, glo
     if attention == "linear":
         # The plug-in temperature moves it by O(1/L) from Prop. 5.2's value.
         expected = in_context_conditional_variance(
-            SIGMA, in_context_unbiased_temperature(SIGMA, L, D, 2), L, n_features=D
+            SIGMA,
+            in_context_unbiased_temperature(SIGMA, L, n_features=D, n_clusters=2),
+            L,
+            n_features=D,
         )
         assert variance == pytest.approx(expected, abs=0.01)
 

@@ -221,7 +221,7 @@ def test_in_context_unbiased_temperature_against_monte_carlo():
     C = np.linalg.qr(rng.standard_normal((n, d, 2)))[0].transpose(0, 2, 1)
     z = rng.integers(2, size=(n, L))
     X = np.take_along_axis(C, z[..., None], 1) + noise * rng.standard_normal((n, L, d))
-    lam = theory.in_context_unbiased_temperature(noise, L, d)
+    lam = theory.in_context_unbiased_temperature(noise, L, n_features=d)
     T = layer(X, np.eye(d), 2 * lam)
     coords = np.einsum("nld,njd->nlj", T, C)
     own = np.take_along_axis(coords, z[..., None], -1)[..., 0]
@@ -237,7 +237,7 @@ def test_unbiased_temperature_limits():
     )
     np.testing.assert_allclose(theory.unbiased_temperature(s, 10), 10 / (11 + 2 * 13 * s**2))
     np.testing.assert_allclose(
-        theory.in_context_unbiased_temperature(s, np.inf, 7), 1 / (1 + 2 * s**2)
+        theory.in_context_unbiased_temperature(s, np.inf, n_features=7), 1 / (1 + 2 * s**2)
     )
 
 
@@ -449,7 +449,7 @@ def test_in_context_risk_and_variance_against_monte_carlo():
     assert_mc(
         np.mean(np.sum((X - T) ** 2, -1), 1), theory.in_context_risk(noise, lam, L, n_features=d)
     )
-    bias = lam / theory.in_context_unbiased_temperature(noise, L, d)
+    bias = lam / theory.in_context_unbiased_temperature(noise, L, n_features=d)
     spread = np.sum((T - bias * means) ** 2, -1)
     assert_mc(spread.mean(1), theory.in_context_conditional_variance(noise, lam, L, n_features=d))
 
@@ -613,11 +613,11 @@ def test_closed_forms_refuse_bad_heads_and_centroids_before_work(function, heads
             "n_clusters must be an integer",
         ),
         (
-            lambda: theory.in_context_unbiased_temperature(0.3, 10, 10, 0),
+            lambda: theory.in_context_unbiased_temperature(0.3, 10, n_features=10, n_clusters=0),
             "n_clusters must be an integer",
         ),
         (
-            lambda: theory.in_context_unbiased_temperature(0.3, 10, 0, 2),
+            lambda: theory.in_context_unbiased_temperature(0.3, 10, n_features=0, n_clusters=2),
             "n_features must be an integer >= 1",
         ),
         (
@@ -636,9 +636,22 @@ def test_closed_forms_refuse_bad_heads_and_centroids_before_work(function, heads
         ),
         (lambda: theory.manifold_heads(np.eye(2, 5), [[0.1, 0.2]]), "alignment must be one kappa"),
         (lambda: theory.manifold_heads(np.ones(5), 0.5), "centroids must be a non-empty 2-D array"),
-        (lambda: theory.auto_temperature(0.3, 10, 2, 3, []), "eigenvalues must be 3 finite"),
-        (lambda: theory.auto_temperature(0.3, 10, 2, 3, [1.0, np.nan, 0.0]), "3 finite"),
-        (lambda: theory.auto_temperature(0.3, 10, 2, 3, [0.1, 0.5, 1.0]), "descending order"),
+        (
+            lambda: theory.auto_temperature(0.3, 10, n_clusters=2, n_features=3, eigenvalues=[]),
+            "eigenvalues must be 3 finite",
+        ),
+        (
+            lambda: theory.auto_temperature(
+                0.3, 10, n_clusters=2, n_features=3, eigenvalues=[1.0, np.nan, 0.0]
+            ),
+            "3 finite",
+        ),
+        (
+            lambda: theory.auto_temperature(
+                0.3, 10, n_clusters=2, n_features=3, eigenvalues=[0.1, 0.5, 1.0]
+            ),
+            "descending order",
+        ),
     ],
     ids=lambda v: "" if callable(v) else v[:24],
 )
@@ -680,13 +693,11 @@ def test_risks_are_not_negative_where_they_vanish():
         )
 
 
-# The public functions that take d or K, but the two rules of the estimators'
-# temperature="auto", which take them by position too (and any K > d).
+# The public functions that take d or K.
 _TAKE_COUNTS = [
     name
     for name in theory.__all__
     if {"n_features", "n_clusters"} & set(inspect.signature(getattr(theory, name)).parameters)
-    and name not in ("auto_temperature", "in_context_unbiased_temperature")
 ]
 
 
@@ -708,8 +719,18 @@ def test_counts_are_keyword_only(name):
         lambda: theory.lambda_star(0.3, 10, 10, 2),
         lambda: theory.manifold_risk_coefficients(0.3, 0.5, 10, 2, 10),
         lambda: theory.oracle_risk(0.3, 0.5, 10, 2),
+        lambda: theory.auto_temperature(0.3, 50, 2, 10),
+        lambda: theory.in_context_unbiased_temperature(0.3, 50, 10, 2),
     ],
-    ids=["ctx-temperature", "ctx-temperature-swapped", "lambda-star", "coefficients", "oracle"],
+    ids=[
+        "ctx-temperature",
+        "ctx-temperature-swapped",
+        "lambda-star",
+        "coefficients",
+        "oracle",
+        "auto",
+        "ctx-unbiased",
+    ],
 )
 def test_counts_by_position_are_refused(call):
     with pytest.raises(TypeError, match="positional argument"):
@@ -755,15 +776,17 @@ def test_the_estimators_rules_take_more_clusters_than_features():
     unbiased = theory.unbiased_temperature(0.1, n_clusters=5)
     capped = 0.95 * theory.lambda_star(0.1, n_clusters=5)
     assert capped < unbiased
-    assert theory.auto_temperature(0.1, np.inf, 5, 3) == pytest.approx(capped, rel=1e-14)
+    assert theory.auto_temperature(0.1, np.inf, n_clusters=5, n_features=3) == pytest.approx(
+        capped, rel=1e-14
+    )
     assert (
         0.0
-        < theory.auto_temperature(0.1, 10, 5, 3)
+        < theory.auto_temperature(0.1, 10, n_clusters=5, n_features=3)
         <= theory.unbiased_temperature(0.1, 10, n_clusters=5)
     )
-    assert theory.in_context_unbiased_temperature(0.0, 4, 3, 5) == pytest.approx(
-        (4 / 5) / (1 + 3 / 5)
-    )
+    assert theory.in_context_unbiased_temperature(
+        0.0, 4, n_features=3, n_clusters=5
+    ) == pytest.approx((4 / 5) / (1 + 3 / 5))
 
 
 def test_pgd_objective_never_rises_above_lambda_star(global_random_seed):
@@ -892,9 +915,11 @@ def test_pgd_steps_with_any_step_size_are_the_twins(step, rho, seed):
 
 _C, _BIG = np.eye(2, 4), 1e200
 _BEYOND_RANGE = {
-    "auto_temperature": lambda: theory.auto_temperature(_BIG, 10, 2, 4),
+    "auto_temperature": lambda: theory.auto_temperature(_BIG, 10, n_clusters=2, n_features=4),
     "unbiased_temperature": lambda: theory.unbiased_temperature(_BIG, 10, n_clusters=2),
-    "in_context_unbiased_temperature": lambda: theory.in_context_unbiased_temperature(_BIG, 10, 4),
+    "in_context_unbiased_temperature": lambda: theory.in_context_unbiased_temperature(
+        _BIG, 10, n_features=4
+    ),
     "population_risk": lambda: theory.population_risk(_C, _C, 0.3, _BIG, 10),
     "population_risk_gradient": lambda: theory.population_risk_gradient(_C, _C, _BIG, 0.5, 10),
     "pairwise_regularizer": lambda: theory.pairwise_regularizer(_C, _C, _BIG),

@@ -346,14 +346,23 @@ def _problem(heads, centroids, noise, temperature, sequence_length, weights):
     return heads, centroids, weights, s, tau, float(_check_length(sequence_length))
 
 
-def _mean_square(a0, a1, a2, tau):
-    """The risk ``a0 - 2 tau a1 + tau^2 a2`` from the layer's moments.
+def _nonnegative(*terms):
+    """``sum(terms)``, a mean square or a variance: 0 where it is negative by
+    no more than its terms' rounding (64 eps times the sum of their absolute
+    values), where the exact value is 0 (the oracle layer's ``(d - K)
+    sigma^2`` at ``d = K``, ``L = inf`` and its optimal temperature came out
+    at -2e-16); a value further below 0 is returned as it is, an error to
+    see rather than hide."""
+    value = sum(terms)
+    rounding = 64.0 * np.finfo(np.float64).eps * sum(np.abs(t) for t in terms)
+    # [()]: a scalar for scalar terms, as NumPy's arithmetic gives.
+    return np.where((value < 0.0) & (value >= -rounding), 0.0, value)[()]
 
-    A mean square: at 0 where its terms' rounding would take it below, where
-    the risk is 0 (the oracle layer's ``(d - K) sigma^2`` at ``d = K``,
-    ``L = inf`` and its optimal temperature came out at -2e-16).
-    """
-    return np.maximum(a0 - 2.0 * tau * a1 + tau**2 * a2, 0.0)
+
+def _mean_square(a0, a1, a2, tau):
+    """The risk ``a0 - 2 tau a1 + tau^2 a2`` from the layer's moments
+    (:func:`_nonnegative`)."""
+    return _nonnegative(a0, -2.0 * tau * a1, tau**2 * a2)
 
 
 def _risk_and_gradient(moments, U, tau):
@@ -775,8 +784,7 @@ def manifold_risk(alignment, noise, temperature, sequence_length=np.inf, *, n_fe
         noise, temperature, sequence_length, n_features=n_features, n_clusters=u.shape[-1]
     )
     S1 = np.sum(u, axis=-1)
-    # A mean square: at 0 where its terms' rounding would take it below.
-    return np.maximum(D - B * S1 + A * np.sum(u**2, axis=-1) + C * S1**2, 0.0)
+    return _nonnegative(D, -B * S1, A * np.sum(u**2, axis=-1), C * S1**2)
 
 
 @_in_float64_range
@@ -1127,8 +1135,7 @@ def oracle_conditional_variance(noise, temperature, sequence_length, *, n_featur
     _, _, a2, s, L, K, tau = _oracle(noise, temperature, sequence_length, n_features, n_clusters)
     w1, _ = _length_weights(L)
     bias = tau * (w1[0] * (1.0 + (K + 2.0) * s) + w1[1] * (1.0 / K + s))
-    # A variance: at 0 where its terms' rounding would take it below.
-    return np.maximum(tau**2 * a2 - bias**2, 0.0)
+    return _nonnegative(tau**2 * a2, -(bias**2))
 
 
 @_in_float64_range
@@ -1263,8 +1270,7 @@ def in_context_conditional_variance(
     )
     w1, _ = _length_weights(L)
     bias = tau * (w1[0] * (1.0 + (d + 2.0) * s) + w1[1] * (1.0 / K + s))
-    # A variance: at 0 where its terms' rounding would take it below.
-    return np.maximum(tau**2 * a2 - bias**2, 0.0)
+    return _nonnegative(tau**2 * a2, -(bias**2))
 
 
 @_in_float64_range

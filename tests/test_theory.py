@@ -948,3 +948,12 @@ def test_a_value_beyond_float64_raises_one_clear_error(call):
         warnings.simplefilter("error")
         with pytest.raises(FloatingPointError, match="leaves float64's range"):
             call()
+
+
+def test_the_clamp_at_zero_takes_rounding_only():
+    # Mean squares and variances are set to 0 only within their terms'
+    # rounding: a value further below 0 (a wrong formula) stays negative.
+    assert theory._mean_square(1.0, 10.0, 1.0, 1.0) == -18.0
+    assert theory._nonnegative(1.0, -1.0 - 1e-15) == 0.0
+    assert theory._nonnegative(1.0, -1.0 - 1e-9) < 0.0
+    assert theory._nonnegative(3.0, -1.0) == 2.0

@@ -15,6 +15,7 @@ it.
 
 import contextlib
 import functools
+import inspect
 import warnings
 
 import dask
@@ -78,20 +79,27 @@ KINDS = {
 # -- the public methods: what each returns, materialised
 
 
-def _batches(model, X):
+def _batches(model, X, weights=None):
     if isinstance(X, dd.DataFrame):
         first, second = X.partitions[:1], X.partitions[1:]
+        half = None
     else:
         half = X.shape[0] // 2
         first, second = X[:half], X[half:]
-    return model.partial_fit(first).partial_fit(second)
+    if weights is None:
+        return model.partial_fit(first).partial_fit(second)
+    # (Dask batches are refused before their weights are read.)
+    head, tail = (weights, weights) if half is None else (weights[:half], weights[half:])
+    return model.partial_fit(first, sample_weight=head).partial_fit(second, sample_weight=tail)
 
 
 # Methods that fit: (a fresh clone of the estimator, X) -> their result.
 FITTING = {
+    "fit-weighted": lambda m, X: m.fit(X, sample_weight=_WEIGHTS),
     "fit_predict": lambda m, X: m.fit_predict(X),
     "fit_transform": lambda m, X: m.fit_transform(X),
     "partial_fit": _batches,
+    "partial_fit-weighted": lambda m, X: _batches(m, X, _WEIGHTS),
 }
 # Methods of the estimator fitted on X: (the fitted estimator, X) -> their
 # result. A variant "method-how" is a cell where the estimator has the method.
@@ -134,10 +142,11 @@ DOCUMENTED = {
     ("psgd", "*", "aic"): (AttributeError, _needs_refinement),
     # A stream's batches are in memory; fit reads Dask arrays in passes.
     **{
-        (name, kind, "partial_fit"): (TypeError, lambda e: "batches in memory" in str(e))
+        (name, kind, method): (TypeError, lambda e: "batches in memory" in str(e))
         for name, estimator in ESTIMATORS.items()
         if isinstance(estimator, AttentionClustering)
         for kind in ("dask-sync", "dask-cluster", "dask-float32", "dask-dataframe")
+        for method in ("partial_fit", "partial_fit-weighted")
     },
 }
 
@@ -149,10 +158,22 @@ def _documented(name, kind, method):
     return None
 
 
+def _has(estimator, method):
+    """Whether the estimator has the method (a "-weighted" variant: and its
+    ``sample_weight``)."""
+    base, _, how = method.partition("-")
+    if not hasattr(type(estimator), base):
+        return False
+    return (
+        how != "weighted"
+        or "sample_weight" in inspect.signature(getattr(estimator, base)).parameters
+    )
+
+
 def _cells():
     for name, estimator in ESTIMATORS.items():
         for method in METHODS:
-            if not hasattr(type(estimator), method.split("-")[0]):
+            if not _has(estimator, method):
                 continue
             for kind in KINDS:
                 yield pytest.param(name, kind, method, id=f"{name}-{kind}-{method}")

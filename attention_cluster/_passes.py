@@ -537,16 +537,33 @@ class DenseRows(_Rows):
         return c * inv, M, mean
 
     def mean(self):
-        """Weighted mean of the rows ``x / s`` (float64)."""
+        """Weighted mean of the rows ``x / s`` (float64).
+
+        A chunk whose column sums exceed ``_HUGE_ROWS`` (the chunks' sum
+        could overflow) is summed again times ``2^-e``, ``e`` the
+        :func:`_huge_exponent` of its largest entry, and the chunks' sums are
+        added at the largest such power of two, as :meth:`moments` adds its
+        column sums: the mean of finite rows of any magnitude is finite.
+        """
         inv = 1.0 / self.scale
 
         def chunk(B, w, lo, hi):
-            # A product with the weights (ones) reads the rows as BLAS does;
+            # (the chunk's column sums over 2^e, divided by s; e). A product
+            # with the weights (ones) reads the rows as BLAS does;
             # B.sum(axis=0) reads a C-ordered B about three times slower.
             B = np.asarray(B, dtype=np.float64)
-            return ((np.ones(B.shape[0]) if w.size == 0 else w) @ B) * inv
+            w = np.ones(B.shape[0]) if w.size == 0 else w
+            with np.errstate(over="ignore", invalid="ignore"):
+                total = w @ B
+            if np.max(np.abs(total), initial=0.0) <= _HUGE_ROWS:
+                return total * inv, 0
+            shift = _huge_exponent(max(float(np.max(B)), -float(np.min(B))))
+            return (w @ np.ldexp(B, -shift)) * inv, shift
 
-        return sum(self._map(chunk, positive=True), np.zeros(self.n_features)) / self.total_weight
+        found = self._map(chunk, positive=True)
+        top_shift = max((e for _, e in found), default=0)
+        total = sum((np.ldexp(t, e - top_shift) for t, e in found), np.zeros(self.n_features))
+        return np.ldexp(total / self.total_weight, top_shift)
 
     def centred(self, offset):
         """The rows ``x - offset`` (``offset`` unscaled), never a centred copy of X.

@@ -199,9 +199,19 @@ def principal_basis(
     each vector would wait for them. The columns come in decreasing order of
     their Rayleigh quotients. Seeded (``random_state``) so that the basis
     does not depend on the estimator's random state.
+
+    The basis does not depend on the rows' scale: the subsample is seen
+    divided by the least power of two above its largest entry (exact), so that
+    the products ``X^T (X Q)``, which overflow from entries of about 1e154
+    as given, are formed at unit scale, and the rows and ``2^k`` times the
+    rows give the same basis. (Sparse rows form their products as given
+    below ``_passes._HUGE_ROWS``, and still overflow between the two.)
     """
     rng = np.random.RandomState(random_state)
     rows = data.subsample(rng, n_rows)
+    peak = rows.peak()
+    if peak > 0.0:
+        rows = rows.rescaled(np.ldexp(rows.scale, int(np.frexp(peak)[1])))
     Q = orthonormal(rng.standard_normal((data.n_features, n_components)))
     previous = None
     for _ in range(max_iter):

@@ -790,6 +790,48 @@ def test_sparse_head_totals_keep_their_sign_beyond_float64():
     assert rows.head_totals(np.ones((1, 1)))[0] == -np.ldexp(1.0, 1023)
 
 
+@pytest.mark.parametrize("weighted", [False, True], ids=["unit", "weighted"])
+def test_dense_mean_of_rows_whose_sums_overflow(small_chunks, weighted):
+    # Rows 2^e X near 2^1020 give 2^e times the mean of X to the last bit:
+    # the chunks' column sums exceed _HUGE_ROWS and are taken at the scale
+    # of each chunk's largest entry (_passes._huge_exponent), as the
+    # moments' pass takes them. Before, they were summed as given and the
+    # mean overflowed.
+    X, w, _ = _data(0, weighted=weighted)
+    e = 1020 - int(np.frexp(np.abs(X).max())[1])
+    far = np.ldexp(X, e)
+    with np.errstate(over="ignore"):
+        assert not np.all(np.isfinite(far.sum(axis=0)))
+    near_rows, far_rows = DenseRows(X, w, n_threads=2), DenseRows(far, w, n_threads=2)
+    assert len(far_rows._bounds) == 4
+    mean = near_rows.mean()
+    np.testing.assert_allclose(mean, np.average(X, axis=0, weights=w), rtol=1e-12)
+    np.testing.assert_array_equal(far_rows.mean(), np.ldexp(mean, e))
+    np.testing.assert_array_equal(far_rows.mean(), far_rows.moments()[2])
+
+
+@pytest.mark.parametrize("center", [False, True])
+@pytest.mark.parametrize("kind, top", [("dense", 600), ("dense", 1018), ("sparse", 1018)], ids=str)
+def test_fit_in_the_principal_subspace_of_rows_near_the_top_of_float64(kind, top, center):
+    # 1000 features take the principal-subspace path. Rows whose largest
+    # entry is near 2^top fit as X does, to the last bit: the subspace is
+    # found on the subsample seen at the power of two above its largest
+    # entry (_scale.principal_basis), the mean summed as the moments are.
+    # Before, the products X^T (X Q) overflowed from entries of about 1e154
+    # ("Eigenvalues did not converge"), and the mean near float64's largest
+    # numbers. (Sparse rows between 2^512 and 2^900 still overflow there.)
+    X = make_mixture(600, 1000, 3, noise=0.1, random_state=0)[0]
+    e = top - int(np.frexp(np.abs(X).max())[1])
+    wrap = sp.csr_matrix if kind == "sparse" else np.asarray
+    want = AttentionClustering(3, center=center, random_state=0).fit(wrap(X))
+    got = AttentionClustering(3, center=center, random_state=0).fit(wrap(np.ldexp(X, e)))
+    assert len(np.unique(want.labels_)) == 3
+    np.testing.assert_array_equal(got.labels_, want.labels_)
+    np.testing.assert_array_equal(got.cluster_centers_, want.cluster_centers_)
+    np.testing.assert_array_equal(got.means_, np.ldexp(want.means_, e))
+    np.testing.assert_array_equal(got.mean_, np.ldexp(want.mean_, e))
+
+
 # --- Memory of the methods on sparse rows -----------------------------------
 
 

@@ -483,7 +483,7 @@ class DenseRows(_Rows):
             G, total = sums(B, w)
             top = float(np.max(np.diag(G))) if G.size else 0.0
             if not (np.isfinite(top) and top > tiny):
-                peak = max(float(np.max(B)), -float(np.min(B))) if B.size else 0.0
+                peak = _largest_magnitude(B)
                 if not np.isfinite(peak):  # NaN propagates through max and min
                     return ("NaN" if np.isnan(peak) else "infinity"), 0.0, G, total, 0
                 if peak == 0.0:
@@ -521,14 +521,8 @@ class DenseRows(_Rows):
         if "infinity" in bad:
             raise ValueError(f"Input X contains infinity or a value too large for {self.dtype!r}.")
         parts = [(p, G) for _, p, G, _, _ in found]
-        # Column sums at a common power of two (0 unless rows exceed 2^900).
-        top_shift = max(e for *_, e in found)
-        mean = np.ldexp(
-            sum((np.ldexp(t, e - top_shift) for *_, t, e in found), np.zeros(self.n_features))
-            * inv
-            / self.total_weight,
-            top_shift,
-        )
+        total, top_shift = _sum_at_common_shift([(t, e) for *_, t, e in found], self.n_features)
+        mean = np.ldexp(total * inv / self.total_weight, top_shift)
         c = max(p for p, _ in parts)
         d = self.n_features
         if c == 0.0:
@@ -557,12 +551,10 @@ class DenseRows(_Rows):
                 total = w @ B
             if np.max(np.abs(total), initial=0.0) <= _HUGE_ROWS:
                 return total * inv, 0
-            shift = _huge_exponent(max(float(np.max(B)), -float(np.min(B))))
+            shift = _huge_exponent(_largest_magnitude(B))
             return (w @ np.ldexp(B, -shift)) * inv, shift
 
-        found = self._map(chunk, positive=True)
-        top_shift = max((e for _, e in found), default=0)
-        total = sum((np.ldexp(t, e - top_shift) for t, e in found), np.zeros(self.n_features))
+        total, top_shift = _sum_at_common_shift(self._map(chunk, positive=True), self.n_features)
         return np.ldexp(total / self.total_weight, top_shift)
 
     def centred(self, offset):
@@ -988,6 +980,22 @@ def _within_range(value, dtype=np.float64):
 _HUGE_ROWS = 2.0**900
 
 
+def _largest_magnitude(values):
+    """``max |v|`` of an array (0 when empty; NaN when it holds one): two
+    reductions, where ``np.abs`` would copy the values first."""
+    return max(float(np.max(values)), -float(np.min(values))) if values.size else 0.0
+
+
+def _sum_at_common_shift(parts, size):
+    """``(S, e)``: the sum of the values ``t 2^e_t`` of ``parts``, pairs ``(t,
+    e_t)`` of ``size`` numbers, as ``S 2^e`` with e the largest ``e_t``
+    (0 for no parts): sums of rows beyond ``_HUGE_ROWS``, each taken at the
+    scale of its largest entry (:func:`_huge_exponent`), added without
+    overflow; exactly the plain sum when every ``e_t`` is 0."""
+    top = max((e for _, e in parts), default=0)
+    return sum((np.ldexp(t, e - top) for t, e in parts), np.zeros(size)), top
+
+
 def _huge_exponent(peak):
     """``e`` such that rows whose largest entry is ``peak`` are summed times ``2^-e``.
 
@@ -1161,7 +1169,7 @@ def _finiteness(B):
     NaN propagates through max and min, and an infinity is the max or the
     min: two scans find both.
     """
-    peak = max(float(np.max(B)), -float(np.min(B))) if B.size else 0.0
+    peak = _largest_magnitude(B)
     if np.isfinite(peak):
         return None
     return "NaN" if np.isnan(peak) else "infinity"
@@ -1909,8 +1917,7 @@ class SparseRows(_Rows):
         """``(max |x_ij|, max |m_j|)``, of the stored values and of the offset (0 when empty)."""
         data = self._X.data
         if self._top is None or self._top[0] is not data:
-            # Two reductions, where np.abs would copy the non-zeros first.
-            top = max(float(np.max(data)), -float(np.min(data))) if data.size else 0.0
+            top = _largest_magnitude(data)
             self._top = (data, top)
         off = float(np.max(np.abs(self.offset))) if self.offset.size else 0.0
         return self._top[1], off

@@ -16,6 +16,7 @@ from ._objective import regularizer_code
 from ._sphere import random_heads
 
 __all__ = [
+    "MAX_ROWS_FACTOR",
     "REFERENCE_RATIO",
     "ROWS_PER_HEAD",
     "SUBSAMPLE",
@@ -71,9 +72,9 @@ def start_rows(n_clusters, n_features, n_samples):
 
     Up to 102 heads (the paper's regime among them) ``SUBSAMPLE`` rows;
     from 103 on, ``ROWS_PER_HEAD`` rows per head, times ``(d / n) /
-    REFERENCE_RATIO`` where that exceeds 1 (at most ``MAX_ROWS_FACTOR``). ``n_samples``
-    counts the rows of positive weight, ``n_features`` is the width of the
-    rows whose second moment gave the eigenvectors.
+    REFERENCE_RATIO`` where that exceeds 1 (at most ``MAX_ROWS_FACTOR``).
+    ``n_samples`` counts the rows of positive weight, ``n_features`` is the
+    width of the rows whose second moment gave the eigenvectors.
     """
     if ROWS_PER_HEAD * n_clusters <= SUBSAMPLE:
         return SUBSAMPLE
@@ -157,8 +158,9 @@ def spectral_init(data, moment, n_clusters, regularization="pairwise", random_st
     inside that span the regulariser picks the directions. So the start is
     the top-K eigenvectors of M, rotated by Jacobi sweeps that minimise the
     regulariser (:func:`_rotate_frame`) on about 16384 rows drawn with
-    ``random_state`` (more for many heads, :func:`start_rows`). When ``n_clusters`` exceeds ``d``, the d eigenvectors
-    are completed by random unit heads.
+    ``random_state`` (more for many heads, :func:`start_rows`). When
+    ``n_clusters`` exceeds ``d``, the d eigenvectors are completed by random
+    unit heads.
 
     Parameters
     ----------

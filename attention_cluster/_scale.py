@@ -204,8 +204,8 @@ def principal_basis(
     divided by the least power of two above its largest entry (exact), so that
     the products ``X^T (X Q)``, which overflow from entries of about 1e154
     as given, are formed at unit scale, and the rows and ``2^k`` times the
-    rows give the same basis. (Sparse rows form their products as given
-    below ``_passes._HUGE_ROWS``, and still overflow between the two.)
+    rows give the same basis (sparse rows form their second product at the
+    rows' magnitude, ``SparseRows.moment_action``).
     """
     rng = np.random.RandomState(random_state)
     rows = data.subsample(rng, n_rows)

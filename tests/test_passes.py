@@ -811,7 +811,11 @@ def test_dense_mean_of_rows_whose_sums_overflow(small_chunks, weighted):
 
 
 @pytest.mark.parametrize("center", [False, True])
-@pytest.mark.parametrize("kind, top", [("dense", 600), ("dense", 1018), ("sparse", 1018)], ids=str)
+@pytest.mark.parametrize(
+    "kind, top",
+    [("dense", 600), ("dense", 1018), ("sparse", 600), ("sparse", 800), ("sparse", 1018)],
+    ids=str,
+)
 def test_fit_in_the_principal_subspace_of_rows_near_the_top_of_float64(kind, top, center):
     # 1000 features take the principal-subspace path. Rows whose largest
     # entry is near 2^top fit as X does, to the last bit: the subspace is
@@ -819,7 +823,9 @@ def test_fit_in_the_principal_subspace_of_rows_near_the_top_of_float64(kind, top
     # entry (_scale.principal_basis), the mean summed as the moments are.
     # Before, the products X^T (X Q) overflowed from entries of about 1e154
     # ("Eigenvalues did not converge"), and the mean near float64's largest
-    # numbers. (Sparse rows between 2^512 and 2^900 still overflow there.)
+    # numbers; sparse rows between 2^512 and 2^900 overflowed in their
+    # moment_action, which now forms its second product at the rows'
+    # magnitude (OverflowError).
     X = make_mixture(600, 1000, 3, noise=0.1, random_state=0)[0]
     e = top - int(np.frexp(np.abs(X).max())[1])
     wrap = sp.csr_matrix if kind == "sparse" else np.asarray

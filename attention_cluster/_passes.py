@@ -477,17 +477,20 @@ class DenseRows(_Rows):
             return _kernels.moment_sums(B, w) if fused else _blas_moment_sums(B, w, scratch)
 
         def chunk(B, w, lo, hi):
-            # (error, c of the chunk, its scaled moment, its column sums over
-            # 2^e, e): the column sums of rows beyond 2^900 are summed at the
-            # scale of their largest entry, as their products are.
+            # (error, (c of the chunk as c' 2^k: (c', k)), its scaled moment,
+            # its column sums over 2^e, e): the column sums of rows beyond
+            # 2^900 are summed at the scale of their largest entry, as their
+            # products are, and c is kept as a pair: a column's root sum of
+            # squares over a chunk of rows near float64's largest numbers
+            # passes it.
             G, total = sums(B, w)
             top = float(np.max(np.diag(G))) if G.size else 0.0
             if not (np.isfinite(top) and top > tiny):
                 peak = _largest_magnitude(B)
                 if not np.isfinite(peak):  # NaN propagates through max and min
-                    return ("NaN" if np.isnan(peak) else "infinity"), 0.0, G, total, 0
+                    return ("NaN" if np.isnan(peak) else "infinity"), (0.0, 0), G, total, 0
                 if peak == 0.0:
-                    return None, 0.0, G, total, 0
+                    return None, (0.0, 0), G, total, 0
                 # The chunk divided by the power of two nearest its largest
                 # entry (the column sums kept from above), by the same
                 # products: exact, so that the moments of X and of 2^k X
@@ -501,12 +504,12 @@ class DenseRows(_Rows):
                 )
                 top = float(np.max(np.diag(G)))
                 if top == 0.0:  # only zero-weight rows
-                    return None, 0.0, G, total, 0
+                    return None, (0.0, 0), G, total, 0
                 shift = _huge_exponent(peak)
                 if shift:
                     total = scaled
-                return None, np.ldexp(np.sqrt(top), exponent), G / top, total, shift
-            return None, np.sqrt(top), G / top, total, 0
+                return None, (np.sqrt(top), exponent), G / top, total, shift
+            return None, (np.sqrt(top), 0), G / top, total, 0
 
         step = _chunk_rows(self.n_features)
         if not fused:
@@ -520,15 +523,24 @@ class DenseRows(_Rows):
             raise ValueError("Input X contains NaN.")
         if "infinity" in bad:
             raise ValueError(f"Input X contains infinity or a value too large for {self.dtype!r}.")
-        parts = [(p, G) for _, p, G, _, _ in found]
         total, top_shift = _sum_at_common_shift([(t, e) for *_, t, e in found], self.n_features)
         mean = np.ldexp(total * inv / self.total_weight, top_shift)
-        c = max(p for p, _ in parts)
         d = self.n_features
-        if c == 0.0:
+        # The chunks' c at the power of two of the largest (exact): the
+        # ratios p / c are the same numbers as from c itself, which may
+        # exceed float64.
+        alive = [(p, k, G) for _, (p, k), G, _, _ in found if p > 0.0]
+        if not alive:
             return 0.0, np.zeros((d, d)), mean
-        M = sum(((p / c) ** 2 * G for p, G in parts if p > 0), np.zeros((d, d))) / self.total_weight
-        return c * inv, M, mean
+        top = max(k + int(np.frexp(p)[1]) for p, k, _ in alive)
+        parts = [(np.ldexp(p, k - top), G) for p, k, G in alive]
+        c = max(p for p, _ in parts)
+        M = sum(((p / c) ** 2 * G for p, G in parts), np.zeros((d, d))) / self.total_weight
+        # c 2^top / s, unless it exceeds float64 (rows near its largest
+        # numbers, many per chunk): then c / s is returned 2^j times smaller
+        # and M 4^j times larger, the same product c^2 M.
+        j = max(0, top + int(np.frexp(c * inv)[1]) - _MAX_EXPONENT)
+        return float(np.ldexp(c * inv, top - j)), np.ldexp(M, 2 * j), mean
 
     def mean(self):
         """Weighted mean of the rows ``x / s`` (float64).
@@ -793,10 +805,19 @@ class DenseRows(_Rows):
         )
 
     def project(self, V):
-        """``(X / s) V`` for V of shape (d, K): an (n, K) array, by chunks (no float64 copy of X)."""
+        """``(X / s) V`` for V of shape (d, K): an (n, K) array, by chunks (no float64 copy of X).
+
+        Coordinates beyond float64 are infinite, without a warning: the
+        caller refuses them (``_plan._projected``).
+        """
         V = np.asarray(V, dtype=np.float64)
         inv = 1.0 / self.scale
-        parts = self._map(lambda B, w, lo, hi: (np.asarray(B, dtype=np.float64) @ V) * inv)
+
+        def chunk(B, w, lo, hi):
+            with np.errstate(over="ignore"):  # per thread: NumPy's error state is not shared
+                return (np.asarray(B, dtype=np.float64) @ V) * inv
+
+        parts = self._map(chunk)
         return np.concatenate(parts) if parts else np.empty((0, V.shape[1]))
 
     def peak(self):
@@ -978,6 +999,10 @@ def _within_range(value, dtype=np.float64):
 # moments' pass sums a chunk's columns at its scale when its largest entry
 # does, as the sparse passes that sum over rows do (see _huge_exponent).
 _HUGE_ROWS = 2.0**900
+# The largest exponent e of a scale c = c' 2^e (c' in [1/2, 1)) that the
+# moments' pass returns: c^2 M then holds the second moment with c a few
+# powers of two below float64's largest number.
+_MAX_EXPONENT = 1020
 
 
 def _largest_magnitude(values):
@@ -1973,7 +1998,9 @@ class SparseRows(_Rows):
         peak = max(self.peak() * self.scale, 0.0)
         if not peak > 0.0:
             return 0.0, np.zeros((self.n_features, self.n_features))
-        c = np.ldexp(1.0, int(np.frexp(peak)[1]))
+        # The power of two at or below the peak (2^e above it is 2^1024 for
+        # entries of 2^1023).
+        c = np.ldexp(1.0, int(np.frexp(peak)[1]) - 1)
         M = self._weighted_rows()._moment_at(c)
         top = float(np.max(np.diag(M)))
         if not top > 0.0:
@@ -2024,7 +2051,7 @@ class SparseRows(_Rows):
     @_on_weighted_rows
     def second_moment(self):
         """``M`` (d x d, float64) of the rows ``(x - m) / s``."""
-        c = np.ldexp(1.0, int(np.frexp(self.scale)[1]))
+        c = np.ldexp(1.0, int(np.frexp(self.scale)[1]) - 1)  # finite: at or below s
         return self._moment_at(c) * (c / self.scale) ** 2
 
     @_on_weighted_rows
@@ -2159,8 +2186,10 @@ class SparseRows(_Rows):
         return SparseRows(self._X[idx], weight, self.scale, self.offset, compiled=self.compiled)
 
     def project(self, V):
-        """``((X - 1 m^T) / s) V``: an (n, K) array."""
-        return self._project(np.asarray(V, dtype=np.float64)) / self.scale
+        """``((X - 1 m^T) / s) V``: an (n, K) array (infinite beyond float64, as
+        :meth:`DenseRows.project`)."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            return self._project(np.asarray(V, dtype=np.float64)) / self.scale
 
     def draw(self, state, out):
         """As :meth:`DenseRows.draw`, each drawn row densified into ``out``."""

@@ -437,14 +437,16 @@ def _fit_once(given, prepared, params, init, centre, tuning):
         spectrum = estimate_spectrum(data, K, full=full)
     with np.errstate(over="ignore"):
         inverse = 1.0 / spectrum.scale
+    # Every pass divides the rows by the scale (``_passes``).
+    where = "their mean" if centre else "the origin"
     if not np.isfinite(inverse):
-        # Every pass divides the rows by the scale (``_passes``).
-        where = "their mean" if centre else "the origin"
         raise ValueError(
             f"X's rows spread about {where} by about {spectrum.scale:.3g}, a scale whose "
             "inverse float64 cannot hold (below about 5.6e-309): the fit divides the rows "
             "by it. Multiply X by a power of two: 2**k * X has the partition of X."
         )
+    if not np.isfinite(spectrum.scale):
+        raise _too_large(where)
     if basis is not None and init is not None:
         init = basis.T @ init
         init /= np.maximum(np.linalg.norm(init, axis=0), np.finfo(np.float64).tiny)
@@ -805,9 +807,25 @@ def _start_basis(params, sample, spectrum, tuning, n_samples):
 
 
 def _projected(rows, basis):
-    """The rows' coordinates in ``basis`` (d x r, orthonormal columns), as in-memory rows."""
+    """The rows' coordinates in ``basis`` (d x r, orthonormal columns), as in-memory rows.
+
+    Coordinates beyond float64 (rows whose norms are, at their scale) are
+    refused with a ValueError: no scale of the fit could hold them.
+    """
+    coordinates = rows.project(basis)
+    if not np.isfinite(coordinates).all():
+        raise _too_large()
     return DenseRows(
-        rows.project(basis), rows.sample_weight, n_threads=rows.n_threads, compiled=rows.compiled
+        coordinates, rows.sample_weight, n_threads=rows.n_threads, compiled=rows.compiled
+    )
+
+
+def _too_large(where="the origin"):
+    """The ValueError of rows that spread beyond float64's largest number."""
+    return ValueError(
+        f"X's rows spread about {where} by more than float64's largest number (about "
+        "1.8e308), a scale it cannot hold: the fit divides the rows by it. Multiply X by "
+        "a power of two: 2**-k * X has the partition of X."
     )
 
 

@@ -140,8 +140,10 @@ def estimate_spectrum(data, n_clusters, moment=None, full=None):
     signal = max(float(np.sum(eig[:k])) - k * noise_var, 1e-12 * trace)
     scale_unit = np.sqrt(signal)
     noise = np.sqrt(noise_var) / scale_unit
+    with np.errstate(over="ignore"):  # rows beyond float64: the fit refuses an infinite scale
+        scale = peak * scale_unit
     return Spectrum(
-        scale=peak * scale_unit,
+        scale=scale,
         noise=float(noise),
         moment=M / signal,
         eigenvalues=eig / signal,
@@ -201,7 +203,7 @@ def principal_basis(
     does not depend on the estimator's random state.
 
     The basis does not depend on the rows' scale: the subsample is seen
-    divided by the least power of two above its largest entry (exact), so that
+    divided by the power of two at or below its largest entry (exact), so that
     the products ``X^T (X Q)``, which overflow from entries of about 1e154
     as given, are formed at unit scale, and the rows and ``2^k`` times the
     rows give the same basis (sparse rows form their second product at the
@@ -211,7 +213,9 @@ def principal_basis(
     rows = data.subsample(rng, n_rows)
     peak = rows.peak()
     if peak > 0.0:
-        rows = rows.rescaled(np.ldexp(rows.scale, int(np.frexp(peak)[1])))
+        # 2^(e - 1) <= peak < 2^e: divided by 2^(e - 1), which float64
+        # holds for every finite peak (2^e is 2^1024 from entries of 2^1023).
+        rows = rows.rescaled(np.ldexp(rows.scale, int(np.frexp(peak)[1]) - 1))
     Q = orthonormal(rng.standard_normal((data.n_features, n_components)))
     previous = None
     for _ in range(max_iter):

@@ -838,6 +838,61 @@ def test_fit_in_the_principal_subspace_of_rows_near_the_top_of_float64(kind, top
     np.testing.assert_array_equal(got.mean_, np.ldexp(want.mean_, e))
 
 
+@pytest.mark.parametrize("compiled", [True, False], ids=["numba", "numpy"])
+@pytest.mark.parametrize("top", [1020, 1023])
+def test_moments_whose_column_root_sum_of_squares_passes_float64(compiled, top):
+    # Many rows with entries near 2^top: a column's root sum of squares over
+    # a chunk passes float64's largest number, while the second moment (a
+    # mean) does not. The scale c is returned 2^j times smaller and M 4^j
+    # times larger: c^2 M is 4^e times X's. Before, c was infinite and M
+    # zero (a fit of such rows: "Eigenvalues did not converge").
+    X, w, _ = _data(0)
+    X = np.repeat(X, 20, axis=0)
+    w = np.repeat(w, 20)
+    e = top - int(np.frexp(np.abs(X).max())[1])
+    near = DenseRows(X, w, compiled=compiled).moments()
+    far = DenseRows(np.ldexp(X, e), w, compiled=compiled).moments()
+    assert np.isfinite(far[0]) and np.all(np.isfinite(far[1]))
+    j = int(np.frexp(far[0])[1]) - int(np.frexp(near[0])[1]) - e  # c's lost powers of two
+    assert j < 0
+    np.testing.assert_allclose(np.ldexp(far[1], 2 * j), near[1], rtol=1e-12)
+    np.testing.assert_allclose(far[2], np.ldexp(near[2], e), rtol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["dense", "sparse"])
+@pytest.mark.parametrize("n, d, top", [(20000, 10, 1022), (600, 1200, 1022)], ids=str)
+def test_fit_of_many_rows_near_the_top_of_float64(kind, n, d, top):
+    # 20000 rows of 10 features near 2^1022 (their columns' sums of squares
+    # over a chunk pass float64), and 600 rows of 1200 features there (the
+    # principal subspace: their coordinates hold what the features spread
+    # over): the labels and centres of X. Before, dense rows failed in both
+    # and sparse rows in the subspace ("Eigenvalues did not converge").
+    X = make_mixture(n, d, 3, noise=0.1, random_state=0)[0]
+    e = top - int(np.frexp(np.abs(X).max())[1])
+    wrap = sp.csr_matrix if kind == "sparse" else np.asarray
+    want = AttentionClustering(3, random_state=0).fit(wrap(X))
+    got = AttentionClustering(3, random_state=0).fit(wrap(np.ldexp(X, e)))
+    np.testing.assert_array_equal(got.labels_, want.labels_)
+    np.testing.assert_allclose(got.cluster_centers_, want.cluster_centers_, rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize("kind", ["dense", "sparse"])
+@pytest.mark.parametrize("n, d, top", [(20000, 10, 1024), (600, 1200, 1023)], ids=str)
+def test_rows_beyond_float64_are_refused_with_their_reason(kind, n, d, top):
+    # Rows whose norms float64 cannot hold (20000 x 10 with entries near
+    # 2^1023; 1200 features near 2^1022, whose coordinates in the principal
+    # subspace overflow): no scale of the fit holds them. Before: "Initial
+    # heads must be finite", "Input X contains infinity" (it holds none),
+    # or, from entries of 2^1023, labels of a subspace found on rows divided
+    # by infinity (2^1024, the power of two above them).
+    X = make_mixture(n, d, 3, noise=0.1, random_state=0)[0]
+    X = np.ldexp(X, top - int(np.frexp(np.abs(X).max())[1]))
+    assert np.all(np.isfinite(X))
+    wrap = sp.csr_matrix if kind == "sparse" else np.asarray
+    with pytest.raises(ValueError, match="by more than float64's largest number.*2\\*\\*-k"):
+        AttentionClustering(3, random_state=0).fit(wrap(X))
+
+
 # --- Memory of the methods on sparse rows -----------------------------------
 
 

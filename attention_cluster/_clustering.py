@@ -659,9 +659,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
         The contract of :meth:`sklearn.cluster.MiniBatchKMeans.partial_fit`:
         the first call fits the batch as :meth:`fit` does, which fixes the
-        scale ``scale_``, the temperature, the random state's use and, with
-        ``n_clusters="auto"``, the number of clusters (chosen on that batch),
-        then updates the stream, started at that fit, with the same batch (so
+        scale ``scale_``, the temperature, the random state's use, the
+        centring (``center_`` and ``mean_``: later batches are centred on
+        the first batch's mean) and, with ``n_clusters="auto"``, the number
+        of clusters (chosen on that batch), then updates the stream, started
+        at that fit, with the same batch (so
         its centres are the stream's EM update, not exactly ``fit``'s); each
         later call updates the mixture of :mathmd:`7` with the batch. After
         :meth:`fit`, the stream continues from the fitted mixture, its rows
@@ -671,10 +673,18 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         statistics to hold, and the stream starts at its centres from the
         batch), and a batch of another width raises ValueError. A batch of
         more than 4 times
-        the weight seen before it starts the stream anew: it is fitted as the
-        first was, at the stream's number of clusters, and fixes the scale
-        and the temperature again (a small first batch's fit would otherwise
-        hold the stream where it lies).
+        the weight seen before it, and of at least ``n_clusters_`` rows of
+        positive weight, starts the stream anew: it is fitted as the
+        first was, at the stream's number of clusters, and fixes the scale,
+        the centring and the temperature again (a small first batch's fit
+        would otherwise hold the stream where it lies). The model clusters
+        directions from ``mean_``: a first batch whose mean lies within one
+        cluster (its rows drawn from that cluster alone, say) leaves that
+        cluster no direction for the rest of the stream, so the first batch
+        should be drawn from the whole stream (a shuffled sample), or
+        ``center=False`` passed for rows already centred. ``n_iter_``,
+        ``loss_curve_``, ``solver_`` and ``noise_scale_`` describe the fit
+        that started the stream.
 
         When the batch that starts the stream has at least 64 rows per
         parameter of the mixture (``K d + K + 2``, ``K d + 2 K + 1`` with free
@@ -766,9 +776,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                     if (
                         self._stream.seen
                         and rows.total_weight > _STREAM_RESTART * self._stream.seen
+                        and rows.n_weighted >= self.n_clusters_
                     ):
-                        # This batch outweighs the stream so far: its own fit
-                        # starts the stream anew, at the stream's K.
+                        # This batch outweighs the stream so far, and has the
+                        # rows of a fit: its own fit starts the stream anew,
+                        # at the stream's K (a few heavy rows update it).
                         self._fit_rows(rows, n_clusters=self.n_clusters_)
                         self._stream = _new_stream(self._result, rows)
                 with rows, one_blas_thread():

@@ -285,6 +285,21 @@ def test_a_batch_that_outweighs_the_stream_starts_it_anew():
     assert light._stream.seen == len(first) + 0.5 * len(big)
 
 
+def test_a_few_heavy_rows_update_the_stream_and_do_not_restart_it():
+    # A batch that outweighs the stream but holds fewer rows of positive
+    # weight than clusters cannot be fitted on its own: it updates the
+    # stream. Before, the restart refitted it and raised "n_samples=2 should
+    # be >= n_clusters=3", and two unweighted rows were accepted.
+    X, _, _ = make_mixture(2000, 5, 3, noise=0.3, random_state=0)
+    model = AttentionClustering(3, random_state=0).partial_fit(X[:100])
+    before = model.scale_
+    model.partial_fit(X[100:103], sample_weight=[300.0, 300.0, 0.0])
+    assert model.n_steps_ == 2
+    assert model._stream.seen == 100 + 600
+    assert model.scale_ == before
+    assert np.all(np.isfinite(model.cluster_centers_))
+
+
 def test_two_equal_rows_then_another_line_update_to_finite_values():
     # Hypothesis found it: two equal rows, then rows along another line. The
     # first batch's fit leaves one of two heads without points (log pi =

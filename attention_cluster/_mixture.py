@@ -184,6 +184,20 @@ def _sum_rounding(eps, weight, mean_sq):
 _SUM_ROUNDING = 2.0**10
 
 
+def head_signs(rows, U, mean_sq):
+    """-1 or 1 per head of ``U`` (d x K): each turned towards the points it
+    wins (``math.md`` section 5), by the sign of :meth:`~attention_cluster._passes.DenseRows.head_totals`.
+
+    A total within its rounding (:func:`_sum_rounding`, at ``mean_sq``, the
+    mean squared norm of ``rows`` at their scale; the totals are of the
+    rows as given, times the scale s) has no sign: the head is kept as it
+    is (K = 1 on centred rows, whose total is the rounding of their mean,
+    which differs between float32, CSR and reversed rows).
+    """
+    rounding = _sum_rounding(_rounding_unit(rows), rows.total_weight, mean_sq) * rows.scale
+    return np.where(rows.head_totals(U) < -rounding, -1.0, 1.0)
+
+
 def _maximize(S, counts, total, mean_sq, floor, previous, eps=0.0):
     """M step: ``mu_k = S_k / ||S_k||``, ``pi_k = counts_k / N`` and, with a
     common norm, ``r = sum_k ||S_k|| / N``, ``tau^2 = (m2 - r^2) / d``; with
@@ -805,20 +819,12 @@ def refine_heads(
             )
 
     stages = [data.subsample(rng, size) for size in sizes] + [data]
-    # Each head is turned towards the points it wins (math.md section 5),
-    # on a subsample (sign_rows, or the first stage's rows): EM then finds
-    # the signs again from its points at every stage. A total within its
-    # rounding (_sum_rounding, at the mean squared norm of the rows they are
-    # drawn from; the totals are of the rows as given, times the scale s)
-    # has no sign: the head keeps the solver's (K = 1 on centred rows, whose
-    # total is the rounding of their mean).
+    # Each head is turned towards the points it wins (head_signs), on a
+    # subsample (sign_rows, or the first stage's rows): EM then finds the
+    # signs again from its points at every stage.
     U = np.array(heads, dtype=np.float64)
     if radii is None:
-        signed = stages[0] if sign_rows is None else sign_rows
-        rounding = (
-            _sum_rounding(_rounding_unit(signed), signed.total_weight, mean_sq) * signed.scale
-        )
-        U *= np.where(signed.head_totals(U) < -rounding, -1.0, 1.0)
+        U *= head_signs(stages[0] if sign_rows is None else sign_rows, U, mean_sq)
     p = _Params(
         U,
         np.ones(K) if radii is None else np.array(radii, dtype=np.float64),

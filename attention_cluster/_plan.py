@@ -29,7 +29,7 @@ from sklearn.utils import check_random_state
 from . import _kernels
 from ._draws import first_draw
 from ._exact import solve_exact
-from ._mixture import mixture_parameters, refine_heads, subsample_sizes
+from ._mixture import head_signs, mixture_parameters, refine_heads, subsample_sizes
 from ._model import MIN_VARIANCE, SphericalMixture
 from ._objective import exact_objective, regularizer_code
 from ._passes import DenseRows, LabelRule, unit_terms
@@ -522,8 +522,9 @@ def _fit_once(given, prepared, params, init, centre, tuning):
         moment_heads = _moment_heads(rows, unit, spectrum, centers)
         refine_n_iter, free_norms = fit.n_iter, bool(fit.free)
     else:
-        # Each head turned towards the points it wins (math.md section 5).
-        signs = np.where(unit.head_totals(best.heads) < 0, -1.0, 1.0)
+        # Each head turned towards the points it wins, as the EM's start is
+        # (the rows' mean squared norm at unit scale: the trace of M / s^2).
+        signs = head_signs(unit, best.heads, float(np.sum(spectrum.eigenvalues)))
         centers = (best.heads * signs).T
         moment_heads = _moment_heads(unit, unit, spectrum, centers)
         if basis is not None:

@@ -677,17 +677,34 @@ def _manifold_moments(s, n_features, K, L):
     return a0, a1, a2
 
 
-def _needs_dimension(s, L, n_features, K):
+def _needs_dimension(s, L, n_features, K, constant=False):
     """d of the manifold's closed forms: at least K (K orthonormal centroids),
-    and required unless it drops out (``L = inf`` or ``sigma = 0``; 0 then)."""
+    and required unless it drops out (``sigma = 0``, or ``L = inf`` for the
+    risk's terms in kappa; 0 then). ``constant``: the risk's constant D is
+    wanted, which holds ``E||X||^2 = 1 + d sigma^2`` at every L."""
     if n_features is None:
-        if np.all(np.isinf(L)) or not np.any(s > 0):
+        if not np.any(s > 0) or (not constant and np.all(np.isinf(L))):
             return 0
+        if constant:
+            raise ValueError(
+                "n_features is required for noise > 0: the risk's constant holds "
+                "E||X||^2 = 1 + d sigma^2."
+            )
         raise ValueError(
             "n_features is required for a finite sequence_length and noise > 0: the "
             "token attending to itself brings E||X||^2 = 1 + d sigma^2 into the risk."
         )
     return check_count(n_features, "n_features", K)
+
+
+def _manifold_coefficients(s, L, K, d, temperature):
+    """``(A, B, C, D)`` of :func:`manifold_risk_coefficients` for ``s =
+    sigma^2``, checked L, K and d."""
+    tau = _temperatures(temperature) * K
+    a0, a1, a2 = _manifold_moments(s, d, K, L)
+    tau = tau[..., None]
+    coef = a0 - 2.0 * tau * a1 + tau**2 * a2
+    return coef[..., 2], -coef[..., 1], coef[..., 3], coef[..., 0]
 
 
 @_in_float64_range
@@ -706,8 +723,8 @@ def manifold_risk_coefficients(
 
     (Lemma 3.2 for K = 2; the paper's explicit constants, Lemma C.1, are not
     available and were re-derived, see ``docs/theory.md``). ``A, C >= 0``,
-    so R is convex in ``(kappa_h^2)_h``. For finite L and sigma > 0 the
-    constants depend on d through ``E||X||^2 = 1 + d sigma^2``.
+    so R is convex in ``(kappa_h^2)_h``. For sigma > 0, D depends on d
+    through ``E||X||^2 = 1 + d sigma^2``, and for finite L so do A, B and C.
 
     Parameters
     ----------
@@ -718,7 +735,7 @@ def manifold_risk_coefficients(
     sequence_length : float, default=inf
         L >= 1 or ``np.inf``.
     n_features : int, default=None
-        d >= K; required when L is finite and sigma > 0.
+        d >= K; required when sigma > 0 (D holds ``d sigma^2``).
     n_clusters : int, default=2
         K, the number of orthonormal equal-weight centroids and of heads.
 
@@ -736,12 +753,8 @@ def manifold_risk_coefficients(
     s = check_noise(noise) ** 2
     L = _check_length(sequence_length)
     K = check_count(n_clusters, "n_clusters")
-    d = _needs_dimension(s, L, n_features, K)
-    tau = _temperatures(temperature) * K
-    a0, a1, a2 = _manifold_moments(s, d, K, L)
-    tau = tau[..., None]
-    coef = a0 - 2.0 * tau * a1 + tau**2 * a2
-    return coef[..., 2], -coef[..., 1], coef[..., 3], coef[..., 0]
+    d = _needs_dimension(s, L, n_features, K, constant=True)
+    return _manifold_coefficients(s, L, K, d, temperature)
 
 
 @_in_float64_range
@@ -804,8 +817,11 @@ def manifold_optimal_alignment(
 
     Parameters
     ----------
-    noise, temperature, sequence_length, n_features, n_clusters
+    noise, temperature, sequence_length, n_clusters
         As in :func:`manifold_risk_coefficients`.
+    n_features : int, default=None
+        d >= K; required when L is finite and sigma > 0 (the constant D,
+        which holds d at every L, plays no part).
 
     Returns
     -------
@@ -821,10 +837,11 @@ def manifold_optimal_alignment(
     >>> round(float(manifold_optimal_alignment(0.3, 1.5 * lam, 100, n_features=10)), 4)
     0.7942
     """
-    A, B, C, _ = manifold_risk_coefficients(
-        noise, temperature, sequence_length, n_features=n_features, n_clusters=n_clusters
-    )
+    s = check_noise(noise) ** 2
+    L = _check_length(sequence_length)
     K = check_count(n_clusters, "n_clusters")
+    # The constant D, which alone needs d at L = inf, plays no part.
+    A, B, C, _ = _manifold_coefficients(s, L, K, _needs_dimension(s, L, n_features, K), temperature)
     with np.errstate(divide="ignore", invalid="ignore"):
         u = np.where(A + K * C > 0, B / (2.0 * (A + K * C)), 1.0)
     return np.sqrt(np.clip(u, 0.0, 1.0))

@@ -376,6 +376,32 @@ def test_lambda_star_depends_on_dimension_for_finite_sequences():
         theory.lambda_star(0.3, 10)
 
 
+def test_the_manifold_risk_needs_the_dimension_at_every_length_its_terms_in_kappa_do_not():
+    # The risk's constant D holds E||X||^2 = 1 + d sigma^2 at L = inf too:
+    # without n_features it had left d sigma^2 out (a risk of -2 at sigma =
+    # 1, where population_risk gives 8). lambda* and the optimal alignment,
+    # which read A, B and C alone, need no d at L = inf.
+    C = make_centroids(2, 10, random_state=0)
+    heads = theory.manifold_heads(C, [1.0, 1.0], random_state=0)
+    exact = theory.population_risk(heads, C, 1.0, 1 / 3, np.inf)
+    assert theory.manifold_risk([1.0, 1.0], 1.0, 1 / 3, n_features=10) == pytest.approx(exact)
+    assert exact == pytest.approx(8.0)
+    for call in (
+        lambda: theory.manifold_risk([1.0, 1.0], 1.0, 1 / 3),
+        lambda: theory.manifold_risk_coefficients(1.0, 1 / 3),
+    ):
+        with pytest.raises(ValueError, match="n_features is required for noise > 0"):
+            call()
+    assert theory.manifold_risk([1.0, 1.0], 0.0, 1.0) == 0.0  # sigma = 0: no d
+    lam = theory.lambda_star(1.0)
+    alignment = theory.manifold_optimal_alignment(1.0, 1.5 * lam)
+    assert 0.0 < alignment < 1.0
+    for d in (2, 50):
+        assert theory.manifold_optimal_alignment(1.0, 1.5 * lam, n_features=d) == pytest.approx(
+            alignment, rel=1e-12
+        )
+
+
 # ---------------------------------------------------------------------------
 # Oracle layer (Prop. 4.2) and in-context layer (Prop. 5.2).
 # ---------------------------------------------------------------------------

@@ -220,7 +220,8 @@ def page(p):
         "",
         "## Where the EM refinement crawls",
         "",
-        "``datasets.make_mixture(n, d, K, noise, weights, centroids, random_state=0)`` "
+        "``datasets.make_mixture(n, d, K, noise=noise, weights=weights, centroids=centroids, "
+        "random_state=0)`` "
         "(random unit centroids where K > d, orthogonal ones otherwise): clusters that "
         "overlap, most of them with more clusters than features. AttentionClustering at its "
         "defaults against ``KMeans(n_init=1)``, both with ``random_state=0``, in interleaved "

@@ -96,10 +96,15 @@ def _in_float64_range(function):
     return checked
 
 
-def _check_length(sequence_length):
+def _check_length(sequence_length, scalar=False):
+    """L >= 1 or inf, as a float array; with ``scalar``, one number, as a float."""
     L = as_numbers(sequence_length)
     if L is None or not np.all(L >= 1):
         raise ValueError(f"sequence_length must be >= 1 or np.inf, got {sequence_length!r}.")
+    if scalar:
+        if L.ndim != 0:
+            raise ValueError(f"sequence_length must be one number here, got shape {L.shape}.")
+        return float(L)
     return L
 
 
@@ -149,8 +154,8 @@ def unbiased_temperature(noise, sequence_length=np.inf, *, n_clusters=2):
     ----------
     noise : float or array-like
         sigma >= 0.
-    sequence_length : float, default=inf
-        L >= 1, or ``np.inf`` for the limit.
+    sequence_length : float or array-like, default=inf
+        L >= 1, or ``np.inf`` for the limit; broadcast with ``noise``.
     n_clusters : int, default=2
         K, the number of clusters and heads.
 
@@ -165,11 +170,12 @@ def unbiased_temperature(noise, sequence_length=np.inf, *, n_clusters=2):
     0.9
     """
     s2 = check_noise(noise) ** 2
-    L = float(_check_length(sequence_length))
+    L = _check_length(sequence_length)
     K = float(check_count(n_clusters, "n_clusters"))
-    if np.isinf(L):
-        return 1.0 / (1.0 + K * s2)
-    return L / (K * (1.0 + (K + 2.0) * s2) + (L - 1.0) * (1.0 + K * s2))
+    limit = 1.0 / (1.0 + K * s2)
+    with np.errstate(invalid="ignore"):  # inf / inf where L = inf, replaced by the limit
+        finite = L / (K * (1.0 + (K + 2.0) * s2) + (L - 1.0) * (1.0 + K * s2))
+    return np.where(np.isinf(L), limit, finite)[()]
 
 
 @_in_float64_range
@@ -193,8 +199,8 @@ def in_context_unbiased_temperature(noise, sequence_length, *, n_features, n_clu
     ----------
     noise : float or array-like
         sigma >= 0.
-    sequence_length : float
-        L >= 1, or ``np.inf``.
+    sequence_length : float or array-like
+        L >= 1, or ``np.inf``; broadcast with ``noise``.
     n_features : int
         Dimension d. Any d >= 1: :class:`~attention_cluster.InContextQuantizer`
         takes this temperature as its rule for any K, K > d too.
@@ -212,12 +218,13 @@ def in_context_unbiased_temperature(noise, sequence_length, *, n_features, n_clu
     0.75
     """
     s2 = check_noise(noise) ** 2
-    L = float(_check_length(sequence_length))
+    L = _check_length(sequence_length)
     K = check_count(n_clusters, "n_clusters")
     n_features = check_count(n_features, "n_features")
-    if np.isinf(L):
-        return 1.0 / (1.0 + K * s2)
-    return (L / K) / (1.0 + (n_features + 2.0) * s2 + (L - 1.0) * (1.0 / K + s2))
+    limit = 1.0 / (1.0 + K * s2)
+    with np.errstate(invalid="ignore"):  # inf / inf where L = inf, replaced by the limit
+        finite = (L / K) / (1.0 + (n_features + 2.0) * s2 + (L - 1.0) * (1.0 / K + s2))
+    return np.where(np.isinf(L), limit, finite)[()]
 
 
 # ---------------------------------------------------------------------------
@@ -341,9 +348,10 @@ def _problem(heads, centroids, noise, temperature, sequence_length, weights):
     centroids = check_matrix(centroids, "centroids", labels=("n_clusters", "d"))
     heads = check_matrix(heads, "heads", shape=(None, centroids.shape[1]), labels=("n_heads", "d"))
     weights = check_weights(weights, centroids.shape[0])
-    s = float(check_noise(noise)) ** 2
-    tau = float(_temperatures(temperature)) * heads.shape[0]
-    return heads, centroids, weights, s, tau, float(_check_length(sequence_length))
+    # One setting of the layer: its heads and centroids are arrays already.
+    s = check_noise(noise, scalar=True) ** 2
+    tau = check_temperature(temperature, allow_zero=True) * heads.shape[0]
+    return heads, centroids, weights, s, tau, _check_length(sequence_length, scalar=True)
 
 
 def _nonnegative(*terms):

@@ -241,6 +241,35 @@ def test_unbiased_temperature_limits():
     )
 
 
+def test_unbiased_temperatures_broadcast_over_sequence_lengths():
+    # Arrays of L, np.inf among them, as the other curves take them: each
+    # value the scalar call's. Before, float(L) refused an array with
+    # "only 0-dimensional arrays can be converted to Python scalars".
+    L = np.array([1.0, 3.0, 50.0, np.inf])
+    noise = np.array([[0.0], [0.4]])
+    for f, extra in (
+        (theory.unbiased_temperature, {"n_clusters": 3}),
+        (theory.in_context_unbiased_temperature, {"n_features": 7, "n_clusters": 3}),
+    ):
+        curve = f(noise, L, **extra)
+        assert curve.shape == (2, 4)
+        for i, j in np.ndindex(curve.shape):
+            assert curve[i, j] == f(float(noise[i, 0]), float(L[j]), **extra)
+
+
+def test_the_closed_forms_of_one_layer_take_one_setting_and_say_so():
+    # population_risk and its kin take one noise, temperature and L (their
+    # heads and centroids are arrays already): an array is refused by name.
+    C = make_centroids(2, 5, random_state=0)
+    for kwargs, name in (
+        ({"noise": [0.1, 0.2], "temperature": 0.5, "sequence_length": 10}, "noise"),
+        ({"noise": 0.1, "temperature": [0.5, 1.0], "sequence_length": 10}, "temperature"),
+        ({"noise": 0.1, "temperature": 0.5, "sequence_length": [10, 20]}, "sequence_length"),
+    ):
+        with pytest.raises(ValueError, match=f"^{name} must be one number"):
+            theory.population_risk(C, C, **kwargs)
+
+
 # ---------------------------------------------------------------------------
 # The manifold, Lemma 3.2 and lambda* (Prop. 3.3).
 # ---------------------------------------------------------------------------

@@ -159,10 +159,28 @@ class SphericalMixture:
 
     # -- the parameters in the data's units ---------------------------------
 
+    def __reduce__(self):
+        # Through the constructor: a pickled or deep-copied mixture is
+        # checked again and its arrays are read-only again (the default
+        # would restore them writeable, past the checks).
+        return (
+            type(self),
+            (self.centers, self.radii, self.variance, self.log_weights, self.offset, self.scale),
+        )
+
     @property
     def means(self):
-        """``m + s r_k mu_k`` (n_clusters, n_features)."""
-        return self.offset + (self.scale * self.radii)[:, None] * self.centers
+        """``m + s r_k mu_k`` (n_clusters, n_features); infinite where it overflows."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            means = self.offset + (self.scale * self.radii)[:, None] * self.centers
+            lost = ~np.isfinite(means)
+            if lost.any():
+                # s r_k beyond float64 times a zero coordinate gave NaN:
+                # s (r_k mu_k) is infinite only where the mean is.
+                means[lost] = (self.offset + self.scale * (self.radii[:, None] * self.centers))[
+                    lost
+                ]
+        return means
 
     @property
     def covariances(self):

@@ -3,6 +3,7 @@
 from numbers import Integral
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -207,8 +208,16 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         rows = rows_of(X, n_threads=1)
         L, d = X.shape
         K = self.n_clusters_
+        unit = 1.0  # the power of two the spectrum's scale is divided by
         if self.temperature_ == "auto":
             spectrum = estimate_spectrum(rows, K)
+            if not np.isfinite(spectrum.scale):
+                # Rows whose norms pass float64 (entries near its largest
+                # numbers): the spectrum of X times the power of two at or
+                # below its largest entry (exact), whose scale s / unit is
+                # finite, as s / peak is.
+                unit = np.ldexp(1.0, int(np.frexp(rows.peak())[1]) - 1)
+                spectrum = estimate_spectrum(rows_of(_divided(X, unit), n_threads=1), K)
             temperature = float(
                 in_context_unbiased_temperature(spectrum.noise, L, n_features=d, n_clusters=K)
             )
@@ -237,17 +246,18 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         if spectrum is None:
             return in_context_softmax_attention(tokens, temperature=temperature)
         # Divide by the largest entry first, then by the remaining unit-scale
-        # factor of s, so that X / s neither overflows nor underflows.
+        # factor of s, so that X / s neither overflows nor underflows (s and
+        # the peak both divided by the spectrum's power of two).
         peak = float(np.max(np.abs(tokens)))
         if peak == 0.0:
             return np.zeros_like(tokens)
-        unit_scale = spectrum.scale / peak
+        unit_scale = spectrum.scale / (peak / unit)
         X_unit = tokens / peak
         X_unit /= unit_scale
         out = in_context_softmax_attention(X_unit, temperature=temperature)
         out *= unit_scale
         out *= peak
-        return out
+        return finite_output(out)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -255,6 +265,15 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         tags.input_tags.sparse = True
         return tags
+
+
+def _divided(X, unit):
+    """``X / unit`` (dense or sparse, X's dtype), ``unit`` a power of two: exact."""
+    if sp.issparse(X):
+        X = X.copy()
+        X.data /= X.dtype.type(unit)
+        return X
+    return X / X.dtype.type(unit)
 
 
 def _times(rows, context, dtype):

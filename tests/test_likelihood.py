@@ -226,6 +226,37 @@ def test_mixture_keeps_read_only_copies_of_its_arrays():
             getattr(mixture, name)[0] = 5.0
 
 
+@pytest.mark.parametrize("how", ["pickle", "deepcopy"])
+def test_a_copied_mixture_is_checked_and_read_only_again(fitted, how):
+    # Pickling (joblib.dump of a fitted estimator) and deepcopy restored the
+    # arrays writeable, past the constructor's checks: centres set to 3
+    # gave a positive log-density.
+    import pickle
+
+    mixture = fitted[0].mixture_
+    copied = pickle.loads(pickle.dumps(mixture)) if how == "pickle" else copy.deepcopy(mixture)
+    assert copied is not mixture
+    for name in ("centers", "radii", "log_weights", "offset"):
+        np.testing.assert_array_equal(getattr(copied, name), getattr(mixture, name))
+        with pytest.raises(ValueError, match="read-only"):
+            getattr(copied, name)[0] = 3.0
+    assert (copied.variance, copied.scale) == (mixture.variance, mixture.scale)
+
+
+def test_mixture_means_overflow_to_infinity_not_nan():
+    # s r_k beyond float64 times a zero coordinate of mu_k gave NaN (and a
+    # RuntimeWarning): the mean m + s r_k mu_k is infinite only where it is.
+    mixture = SphericalMixture(
+        centers=np.eye(2),
+        radii=[2.0, 2.0],
+        variance=0.1,
+        log_weights=np.log([0.5, 0.5]),
+        offset=[0.0, 1.0],
+        scale=1e308,
+    )
+    np.testing.assert_array_equal(mixture.means, [[np.inf, 1.0], [0.0, np.inf]])
+
+
 def test_mixture_compares_and_hashes_by_identity(fitted):
     mixture = fitted[0].mixture_
     assert mixture == mixture and mixture != copy.deepcopy(mixture)

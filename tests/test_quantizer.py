@@ -323,6 +323,20 @@ def test_auto_is_scale_equivariant_at_the_kurtosis_end(attention):
         _close(quantizer.transform(c * X), c * quantizer.transform(X))
 
 
+@pytest.mark.parametrize("attention", ["linear", "softmax"])
+def test_auto_is_scale_equivariant_for_rows_whose_norms_pass_float64(attention):
+    # Entries of 1e308 in 4 features: each finite, the rows' norms and their
+    # scale s not. The spectrum is taken at the power of two of the largest
+    # entry (exact), where s is finite. Before, the softmax layer divided
+    # the tokens by s / peak = inf and returned NaN, with a RuntimeWarning.
+    X = np.array([[1.0, 1.0, 1.0, 1.0], [1.0, -1.0, 1.0, -1.0], [1.0, 1.0, 1.0, 0.9]])
+    quantizer = InContextQuantizer(2, attention=attention).fit(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        far = quantizer.transform(1e308 * X)
+    _close(far / 1e308, quantizer.transform(X))
+
+
 @given(X=prompts, seed=st.integers(0, 2**32 - 1), attention=st.sampled_from(["linear", "softmax"]))
 def test_auto_is_rotation_and_permutation_equivariant(X, seed, attention):
     rng = np.random.default_rng(seed)
@@ -454,7 +468,9 @@ def test_transform_uses_the_parameters_validated_at_fit(params, global_random_se
 @pytest.mark.parametrize("layout", ["fortran", "read-only-memmap", "strided"])
 def test_memory_layout_does_not_change_the_output(tmp_path, layout, attention, global_random_seed):
     X = np.random.default_rng([global_random_seed, 3]).standard_normal((40, 8))
-    expected = InContextQuantizer(attention=attention).fit_transform(X[:, ::2])
+    expected = InContextQuantizer(attention=attention).fit_transform(
+        np.ascontiguousarray(X[:, ::2])
+    )
     if layout == "fortran":
         Y = np.asfortranarray(X[:, ::2])
     elif layout == "read-only-memmap":

@@ -15,7 +15,11 @@ from ._objective import exact_objective
 from ._optimize import minimize_on_spheres, polish_on_spheres
 from ._spectral import SUBSAMPLE
 
-__all__ = ["ExactSolution", "solve_exact"]
+__all__ = ["ExactSolution", "WARM_START_ROWS", "solve_exact"]
+
+# Rows of positive weight above which the solver's first stage runs on a
+# subsample (``sample``): below, on all rows.
+WARM_START_ROWS = 4 * SUBSAMPLE
 
 # Tolerance of a run that only starts the EM refinement (polish=False), in
 # units of tol (a relative gradient norm of 5e-3 at the default tol): the
@@ -111,7 +115,7 @@ def solve_exact(
     # Without the polish a refinement follows and only needs a start in the
     # right basin (_START_TOL); the first stage takes at least one step.
     start_tol = tol_abs if polish else _START_TOL * tol_abs
-    if data.n_weighted <= 4 * SUBSAMPLE:
+    if data.n_weighted <= WARM_START_ROWS:
         result = minimize_on_spheres(full, U0, tol=start_tol, max_iter=max_iter, min_iter=1)
         return ExactSolution(
             result.heads, result.objective_curve, result.n_iter, 0, result.converged

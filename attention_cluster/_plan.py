@@ -28,7 +28,7 @@ from sklearn.utils import check_random_state
 
 from . import _kernels
 from ._draws import first_draw
-from ._exact import solve_exact
+from ._exact import WARM_START_ROWS, solve_exact
 from ._mixture import head_signs, mixture_parameters, refine_heads, subsample_sizes
 from ._model import MIN_VARIANCE, SphericalMixture
 from ._objective import exact_objective, regularizer_code
@@ -458,7 +458,8 @@ def _fit_once(given, prepared, params, init, centre, tuning):
     # second moment gave the eigenvectors (all of X's features, also when
     # the fit runs in the principal subspace).
     start_size = start_rows(K, given.n_features, given.n_weighted)
-    if n_init > 1 and not _runs_can_differ(params, data, settings, start_size):
+    seeded = basis is None and _seeds_centres(params, data.n_features, init, settings.refine)
+    if n_init > 1 and not seeded and not _runs_can_differ(params, data, settings, start_size):
         # As KMeans does with an explicit start: one run, and say why.
         warn(
             f"n_init={n_init} would repeat one identical run: on data of this "
@@ -468,10 +469,11 @@ def _fit_once(given, prepared, params, init, centre, tuning):
         )
         n_init = 1
     best = seeds = best_sample = None
-    if basis is None and _seeds_centres(params, data.n_features, init, settings.refine):
+    if seeded:
         # K points among the rows for the free-norm mixture, no attention
-        # solver (see _seeds_centres).
-        seeds = seeded_start(unit.subsample(rng, SUBSAMPLE), K, rng)
+        # solver (see _seeds_centres); n_init > 1 seedings, as KMeans' n_init,
+        # the one of least inertia kept.
+        seeds = seeded_start(unit.subsample(rng, SUBSAMPLE), K, rng, min_seedings=n_init)
         best, n_init = _Run(seeds.heads, np.empty(0), seeds.n_iter, True, None), 0
     for index in range(n_init):
         # The spectral start's rows, on which the exact solver's first stage runs too.
@@ -633,19 +635,18 @@ def _settings(params, d, spectrum):
 def _runs_can_differ(params, data, settings, start_size):
     """Whether two runs can differ: only through what they draw at random.
 
-    They draw a random start, PSGD's sequences, the subsample when the data
-    have more than its ``start_size`` rows
-    (:func:`~attention_cluster._spectral.start_rows`: the spectral start's
-    rows and the exact solver's first stage) and the spectral start's heads
-    beyond d.
+    They draw a random start or PSGD's sequences; the spectral start, its
+    rows when the data have more than ``start_size``
+    (:func:`~attention_cluster._spectral.start_rows`) and its heads beyond
+    d; the exact solver from an array, the rows of its first stage, which
+    it takes from a subsample above ``WARM_START_ROWS`` rows alone
+    (:func:`~attention_cluster._exact.solve_exact`).
     """
-    random_start = isinstance(params.init, str) and params.init == "random"
-    return (
-        random_start
-        or settings.solver == "psgd"
-        or data.n_weighted > start_size
-        or params.n_clusters > data.n_features
-    )
+    if settings.solver == "psgd" or isinstance(params.init, str) and params.init == "random":
+        return True
+    if isinstance(params.init, str):
+        return data.n_weighted > start_size or params.n_clusters > data.n_features
+    return data.n_weighted > WARM_START_ROWS
 
 
 def _seeds_centres(params, n_features, init, refine):
@@ -900,17 +901,20 @@ def _psgd(params, data, U, spectrum, settings, rng, index, tuning):
     state = np.array([rng.randint(1, np.iinfo(np.int64).max)], dtype=np.uint64)
     reg_kind = regularizer_code(params.regularization)
     riemannian = params.gradient == "riemannian"
-    t = np.arange(max_iter, dtype=np.float64)
-    # gamma_t = eta / (lambda K tr(M) (1 + t / decay)) (math.md section 3, "Steps").
-    steps = params.learning_rate / (curvature * (1.0 + t / tuning.decay))
-    losses = np.empty(max_iter)
+    # Memory of one chunk of steps (its tokens, step sizes and losses), not
+    # of max_iter steps: max_iter may be far above the steps taken.
+    chunk_losses = []
     chunk_sums = []
-    rows = np.empty((per_check * batch_size * L, data.n_features))
+    rows = np.empty((min(per_check, max_iter) * batch_size * L, data.n_features))
     previous = None
     converged = False
     done = 0
     while done < max_iter:
         start, stop = done, min(done + per_check, max_iter)
+        t = np.arange(start, stop, dtype=np.float64)
+        # gamma_t = eta / (lambda K tr(M) (1 + t / decay)) (math.md section 3, "Steps").
+        steps = params.learning_rate / (curvature * (1.0 + t / tuning.decay))
+        losses = np.empty(stop - start)
         heads_sum = np.zeros_like(U)
         tokens = data.draw(state, rows[: (stop - start) * batch_size * L])
         _kernels.psgd_chunk(
@@ -919,17 +923,16 @@ def _psgd(params, data, U, spectrum, settings, rng, index, tuning):
             settings.temperature,
             L,
             batch_size,
-            steps[start:stop],
+            steps,
             reg_kind,
             settings.reg_strength,
             riemannian,
-            losses[start:stop],
+            losses,
             heads_sum,
         )
-        _kernels.check_psgd_losses(
-            losses[start:stop], start, "lower the temperature or the learning rate"
-        )
+        _kernels.check_psgd_losses(losses, start, "lower the temperature or the learning rate")
         done = stop
+        chunk_losses.append(losses)
         chunk_sums.append(heads_sum)
         current = _tail_average(chunk_sums, U)
         change = None if previous is None else float(np.sum((current - previous) ** 2))
@@ -938,12 +941,12 @@ def _psgd(params, data, U, spectrum, settings, rng, index, tuning):
             moved = "" if change is None else f", change of the averaged heads {change:.3g}"
             print(
                 f"[AttentionClustering] init {index}, step {done}: "
-                f"objective {np.mean(losses[start:done]):.6g}{moved}"
+                f"objective {np.mean(losses):.6g}{moved}"
             )
         if change is not None and change < tol:
             converged = True
             break
-    losses = losses[:done].copy()
+    losses = np.concatenate(chunk_losses)
     # Ranked among several runs by the exact objective at the averaged heads
     # it returns (_run): the mini-batch losses are noisy, and of the iterates.
     return _Run(previous, losses, done, converged, None)

@@ -212,13 +212,14 @@ def lloyd(points, weights, centres, max_iter=_LLOYD_MAX_ITER, tol=_LLOYD_TOL):
     return centres, labels, (w @ closest) / total, n_iter
 
 
-def seeded_start(sample, n_clusters, rng, n_seedings=None):
+def seeded_start(sample, n_clusters, rng, n_seedings=None, min_seedings=1):
     """A start of the free-norm mixture from the rows of ``sample``: a :class:`Seeds`.
 
     On at most ``ROWS_PER_CENTRE * K`` rows of ``sample`` (drawn uniformly,
     without replacement), ``n_seedings`` greedy k-means++ seedings
     (:func:`kmeans_plus_plus`; None: as many as fit in a fixed budget of
-    work per Lloyd iteration, from 1 to 4), each polished by :func:`lloyd`
+    work per Lloyd iteration, from 1 to 4, and at least ``min_seedings``,
+    the estimator's ``n_init``), each polished by :func:`lloyd`
     on those rows (the seedings side by side, sharing each BLAS product);
     the one of least inertia gives the centres ``c_k = r_k mu_k`` (in the
     sample's coordinates: rows divided by s, centred when the sample is) and
@@ -238,7 +239,7 @@ def seeded_start(sample, n_clusters, rng, n_seedings=None):
         weights = None if weights is None else weights[keep]
     if n_seedings is None:
         work = points.shape[0] * n_clusters * d
-        n_seedings = int(np.clip(_SEEDING_BUDGET // work, 1, _MAX_SEEDINGS))
+        n_seedings = max(int(np.clip(_SEEDING_BUDGET // work, 1, _MAX_SEEDINGS)), min_seedings)
     with one_blas_thread():
         stacks = kmeans_plus_plus(points, weights, n_clusters, rng, n_seedings=n_seedings)
         stacks, _, inertia, n_iter = lloyd(points, weights, stacks)

@@ -305,6 +305,53 @@ def test_n_init_warns_when_the_runs_cannot_differ(paper_data):
     np.testing.assert_array_equal(multi.cluster_centers_, single.cluster_centers_)
 
 
+def test_psgd_holds_the_steps_it_takes_not_max_iter(paper_data):
+    # Its step sizes and losses were arrays of max_iter numbers, allocated
+    # before the first step: max_iter=10**12 raised MemoryError (7.3 TiB),
+    # though a loose tol stops after two checks.
+    X, _, _ = paper_data
+    model = AttentionClustering(
+        solver="psgd", refine=None, max_iter=10**12, tol=1e3, random_state=0
+    ).fit(X)
+    assert model.n_iter_ == 200
+    assert model.loss_curve_.shape == (200,)
+
+
+def test_n_init_warns_for_an_array_start_whose_runs_take_all_rows():
+    # From an array the exact solver draws nothing on up to 4 x 16384 rows
+    # (its first stage takes a subsample above that alone): n_init=3 made
+    # three bit-identical runs on 30000 rows without the warning.
+    X = make_mixture(30000, 10, 3, noise=0.3, random_state=0)[0]
+    init = np.eye(3, 10)
+    single = AttentionClustering(3, init=init, random_state=0).fit(X)
+    with pytest.warns(UserWarning, match="one identical run") as record:
+        multi = AttentionClustering(3, init=init, n_init=3, random_state=0).fit(X)
+    assert [w.filename for w in record] == [__file__]
+    np.testing.assert_array_equal(multi.cluster_centers_, single.cluster_centers_)
+
+
+def test_n_init_is_the_number_of_seedings_of_a_seeded_start(monkeypatch):
+    # With n_clusters >= n_features the start is seeded (k-means++, no
+    # solver): n_init was ignored, n_init=10 bit-identical to n_init=1. It
+    # is now the least number of seedings, as KMeans' n_init, the one of
+    # least inertia kept; no warning, as the seedings differ.
+    from attention_cluster import _seeding
+
+    seen = []
+
+    def spy(*args, n_seedings=1, **kwargs):
+        seen.append(n_seedings)
+        return plus_plus(*args, n_seedings=n_seedings, **kwargs)
+
+    plus_plus = _seeding.kmeans_plus_plus
+    monkeypatch.setattr(_seeding, "kmeans_plus_plus", spy)
+    X, _ = make_blobs(2000, n_features=2, centers=5, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        AttentionClustering(5, n_init=10, random_state=0).fit(X)
+    assert seen == [10]
+
+
 @pytest.mark.parametrize("params", [{"init": "random"}, {"solver": "psgd"}], ids=["random", "psgd"])
 def test_n_init_with_random_draws_does_not_warn(paper_data, params):
     X, _, _ = paper_data

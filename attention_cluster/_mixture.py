@@ -400,10 +400,12 @@ def _run_em(em, p0, tol, max_iter, rho, report):
                 continue
         p0 = p2
         if em.passes - start >= max_iter:
-            break
+            return p0, False, rho
         S0, c0, ll0 = em.expect(p0)
         report(em, ll0)
-    return p0, False, rho
+    # max_iter E steps, the last at p0: its M step costs no pass (with
+    # max_iter=1 the start was returned as it was).
+    return em.maximize(S0, c0, p0), False, rho
 
 
 def _em_map(em, like, v):

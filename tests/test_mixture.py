@@ -530,6 +530,23 @@ def _plain_maximum(X, start, noise):
     return p, em
 
 
+def test_em_stopped_after_one_e_step_returns_its_m_step():
+    # The run's last E step was computed and dropped: with max_iter=1 the
+    # start came back as it was (weights 1/3 each where the data's are 0.6,
+    # 0.3, 0.1). Its M step costs no pass.
+    X, _, C = make_mixture(3000, 10, 3, noise=0.4, weights=[0.6, 0.3, 0.1], random_state=0)
+    data = DenseRows(X)
+    em = _EM(data, float(np.mean(np.sum(X**2, axis=1))))
+    start = _Params(np.ascontiguousarray(C.T), np.ones(3), 0.16, np.full(3, -np.log(3)))
+    p, converged, _ = mixture._run_em(em, start, 1e-20, 1, 0.9, lambda em, ll: None)
+    assert not converged and em.passes == 1
+    S, counts, _ = em.expect(start)
+    expected = em.maximize(S, counts, start)
+    np.testing.assert_array_equal(p.U, expected.U)
+    np.testing.assert_array_equal(p.log_pi, expected.log_pi)
+    assert np.exp(p.log_pi) == pytest.approx([0.6, 0.3, 0.1], abs=0.05)
+
+
 @pytest.mark.parametrize("noise", [0.4, 1.0])
 def test_newton_steps_reach_the_likelihood_maximum(noise, global_random_seed):
     X, C = _newton_problem(global_random_seed, noise)
@@ -772,7 +789,8 @@ def _squarem_case(seed, free, weighted, tau0=0.55):
     Three E steps (p0, its EM step p1, then the extrapolated point): the twin
     takes two EM steps of the written-out M step, SqS3's point in the
     parameter vector (heads, r, log tau^2, log pi) of math.md section 7, kept
-    if its likelihood is at least p1's, else the second EM iterate p2.
+    if its likelihood is at least p1's (then one EM step from it, the M step
+    of the run's last E step), else the second EM iterate p2.
     ``ratio`` is ``||r|| / ||v||``, SqS3's step length before its clip at 1.
     """
     X, _, C = _problem(seed, n=800, d=5, K=3, noise=0.7)
@@ -797,10 +815,13 @@ def _squarem_case(seed, free, weighted, tau0=0.55):
     extrapolated = reference_log_likelihood(
         X, w, U, pi, radii, np.sqrt(tau2)
     ) >= reference_log_likelihood(X, w, *steps[1])
-    if not extrapolated:
+    if extrapolated:
+        # The run stops at max_iter after the point's E step, and returns
+        # that E step's M step (it costs no pass).
+        U, pi, radii, tau = mixture_em_step(X, w, U, pi, radii, np.sqrt(tau2), free=free)
+    else:
         U, pi, radii, tau = steps[2]
-        tau2 = tau**2
-    return p, (U, radii, tau2, pi), extrapolated, ratio
+    return p, (U, radii, tau**2, pi), extrapolated, ratio
 
 
 # A start at tau = 0.55 takes SqS3's step -alpha = ||r|| / ||v|| > 1; at

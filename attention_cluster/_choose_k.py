@@ -11,12 +11,16 @@ two neighbours, and each fit's labels of the dynamics' rows are scored by
 their silhouette on the sphere (Rousseeuw, J. Comput. Appl. Math. 1987,
 with the cosine distance, the dynamics' geometry): a neighbour replaces the
 dynamics' K only when its silhouette is higher by more than
-``SILHOUETTE_MARGIN``. Last, the rows may hold no clusters at all: the
-dynamics of an isotropic blob's directions still forms metastable groups,
-and a silhouette needs two clusters, so K = 1 is tested apart, by BIC:
-the fit at 1 replaces the chosen one when its BIC is not higher (BIC,
-which keeps too many clusters on real data, then finds no evidence for
-more than one). The fit at the chosen K is the one kept. The choice
+``SILHOUETTE_MARGIN`` (when the dynamics' K has none, K = 1, the
+neighbour with a defined silhouette). Last, the rows may hold no clusters
+at all: the dynamics of an isotropic blob's directions still forms
+metastable groups, and a silhouette needs two clusters, so K = 1 is tested
+apart, by BIC, when the fits have an EM mixture: the fit at 1 replaces the
+chosen one when its BIC is not higher (BIC, which keeps too many clusters
+on real data, then finds no evidence for more than one). The fit at the
+chosen K is the one kept. Sample weights make the dynamics' rows weighted
+tokens and weigh the silhouette (a row of weight w standing for w / w_min
+rows). The choice
 and its peers are measured on labelled real data and on the paper's
 mixtures in ``benchmarks/choose_k.py`` (the "Choosing K" page).
 """
@@ -30,7 +34,7 @@ import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import assert_all_finite, check_random_state
 
-from ._dynamics import SelfAttentionDynamics
+from ._dynamics import SelfAttentionDynamics, token_weights
 from ._passes import unit_rows
 from ._plan import DEFAULT_TUNING, bic_penalty, information_criterion, mean_dominates, mean_share
 from ._validation import (
@@ -67,9 +71,10 @@ class ClusterCount:
     scores : dict of int to int
         For each K of the range, the longest run of steps of the dynamics
         that held K clusters (0 for a K it never held).
-    silhouettes : dict of int to float
+    silhouettes : dict of int to float or None
         The mean silhouette, on the sphere, of the fits at the dynamics' K
-        and at its neighbours (the K compared).
+        and at its neighbours (the K compared); None where it is undefined
+        (K = 1, or labels of fewer than 2 clusters).
     model : AttentionClustering
         The estimator fitted at ``n_clusters``.
     """
@@ -109,7 +114,7 @@ def plateau_lengths(path, n_tokens):
     return lengths
 
 
-def sphere_silhouette(tokens, labels):
+def sphere_silhouette(tokens, labels, weights=None):
     """Mean silhouette of ``labels`` on the rows ``tokens`` with the cosine
     distance ``1 - <u_i, u_j>``, ``u = x / |x|`` (Rousseeuw 1987):
 
@@ -118,48 +123,56 @@ def sphere_silhouette(tokens, labels):
     a_i the mean distance from row i to the other rows of its cluster c,
     b_i the smallest mean distance to the rows of another cluster; s_i = 0
     for a row alone in its cluster. Both means are linear in u_i, so with
-    the sums S_k = sum_{j in k} u_j and the sizes n_k they cost O(m d K),
-    not O(m^2 d):
+    the sums S_k = sum_{j in k} w_j u_j and the sizes n_k = sum_{j in k}
+    w_j they cost O(m d K), not O(m^2 d):
 
         a_i = (n_c - 1 - <u_i, S_c> + |u_i|^2) / (n_c - 1),
         mean distance to cluster k != c = 1 - <u_i, S_k> / n_k,
 
-    ``|u_i|^2`` being 1, or 0 for a zero row (``docs/math.md`` section 8,
-    "The silhouette of a choice of K").
+    ``|u_i|^2`` being 1, or 0 for a zero row, and the score the mean of s_i
+    with row i counted ``w_i`` times, ``sum_i w_i s_i / sum_i w_i``
+    (``docs/math.md`` section 8, "The silhouette of a choice of K").
+    ``weights`` are numbers of rows (``_dynamics.token_weights``): row i
+    stands for ``w_i`` rows at its place, so integer weights give the
+    silhouette of the repeated rows; None for one each (w_i = 1).
 
-    None when the labels do not hold 2 to m - 1 clusters (the silhouette is
-    then undefined). ``tokens`` may be sparse.
+    None when the labels do not hold 2 to m - 1 clusters, m = sum_i w_i
+    (the silhouette is then undefined). ``tokens`` may be sparse.
     """
     m = tokens.shape[0]
+    n_rows = m if weights is None else float(np.sum(weights))
     _, labels = np.unique(labels, return_inverse=True)
     K = int(labels.max()) + 1
-    if not 2 <= K <= m - 1:
+    if not 2 <= K <= n_rows - 1:
         return None
     U = unit_rows(tokens)
-    members = sp.csr_matrix((np.ones(m), (labels, np.arange(m))), shape=(K, m))
+    w = np.ones(m) if weights is None else weights
+    members = sp.csr_matrix((w, (labels, np.arange(m))), shape=(K, m))
     sums = np.asarray((members @ U).todense() if sp.issparse(U) else members @ U)
-    counts = np.bincount(labels, minlength=K).astype(np.float64)
+    counts = np.bincount(labels, weights=weights, minlength=K).astype(np.float64)
     cosines = np.asarray(U @ sums.T)
     rows = np.arange(m)
     own = counts[labels]
     self_cosine = (
         np.asarray(U.multiply(U).sum(axis=1)).ravel() if sp.issparse(U) else (U * U).sum(axis=1)
     )
-    a = (own - 1 - cosines[rows, labels] + self_cosine) / np.maximum(own - 1, 1)
+    a = (own - 1 - cosines[rows, labels] + self_cosine) / np.where(own > 1, own - 1, 1.0)
     others = 1.0 - cosines / counts
     others[rows, labels] = np.inf
     b = others.min(axis=1)
     top = np.maximum(a, b)
     s = np.where((own > 1) & (top > 0), (b - a) / np.where(top > 0, top, 1.0), 0.0)
-    return float(np.mean(s))
+    return float(np.mean(s)) if weights is None else float(weights @ s / n_rows)
 
 
 def choose_by_silhouette(k_dynamics, silhouettes, margin=SILHOUETTE_MARGIN):
     """The dynamics' K, or the neighbour whose silhouette beats it by more than ``margin``.
 
     ``silhouettes`` maps each K compared to its silhouette (None where
-    undefined). With no silhouette at the dynamics' K, the neighbour with
-    the highest one, if any.
+    undefined). With no silhouette at the dynamics' K (K = 1 always: a
+    silhouette needs two clusters), the neighbour with the highest defined
+    one, whatever its value, negative included; the dynamics' K when no
+    neighbour has one.
     """
     own = silhouettes.get(k_dynamics)
     bar = -np.inf if own is None else own + margin
@@ -168,24 +181,34 @@ def choose_by_silhouette(k_dynamics, silhouettes, margin=SILHOUETTE_MARGIN):
 
 
 def _tokens(rows, size, rng):
-    """``size`` rows of the data, as given, for the dynamics: distinct rows
-    drawn uniformly (all of them when there are fewer), or, with sample
-    weights, drawn in proportion to their weights (float64).
+    """``(tokens, weights)``: rows of the data, as given, for the dynamics,
+    and the number of tokens each stands for (``_dynamics.token_weights``;
+    None for one each).
+
+    At most ``size`` rows of positive weight: all of them, with their
+    weights (X's dtype; rows of weight zero left out, as absent). More:
+    without weights, ``size`` distinct rows drawn uniformly; with them,
+    ``size`` rows drawn with replacement in proportion to their weights
+    (float64), each one token.
 
     A subsample draws each row independently, so it holds about ``size``
     rows, and none at times when ``size`` is small: ``size`` of a
     subsample of ``2 size + 16`` rows are taken, at random (fewer than
     ``size`` with probability below about ``exp(-size / 4 - 4)``).
     """
+    if rows.n_weighted <= size:
+        taken = rows.subsample(rng, size)
+        # (Dask rows beyond what the client holds come back whole: drawn below.)
+        if taken.n_samples <= size:
+            tokens = taken.map_rows(_as_given).astype(rows.dtype, copy=False)
+            return tokens, token_weights(taken.sample_weight, tokens)
     if rows.sample_weight is None:
-        if rows.n_samples <= size:
-            return rows.subsample(rng, size).map_rows(_as_given)
         drawn = rows.subsample(rng, 2 * size + 16).map_rows(_as_given)
         if drawn.shape[0] > size:
             drawn = drawn[np.sort(rng.permutation(drawn.shape[0])[:size])]
-        return drawn
+        return drawn, None
     state = np.array([rng.randint(1, np.iinfo(np.int64).max)], dtype=np.uint64)
-    return rows.draw(state, np.empty((min(size, rows.n_samples), rows.n_features)))
+    return rows.draw(state, np.empty((min(size, rows.n_weighted), rows.n_features))), None
 
 
 def _as_given(block):
@@ -208,41 +231,84 @@ def _unit_scaled(tokens):
     return np.ldexp(tokens, exponent)
 
 
-def _centred(tokens):
-    """The tokens minus their mean (dense), or None for sparse tokens whose
-    dense copy would exceed ``_CENTRED_TOKENS_BYTES``."""
+def _mean(tokens, weights):
+    """The tokens' mean, each row counted ``weights[i]`` times (once when None)."""
+    if weights is None:
+        return np.asarray(tokens.mean(axis=0)).ravel()
+    return np.asarray(tokens.T @ weights).ravel() / np.sum(weights)
+
+
+def _centred(tokens, weights=None):
+    """The tokens minus their mean (:func:`_mean`), dense; for sparse tokens
+    whose dense copy would exceed ``_CENTRED_TOKENS_BYTES``, m rows of R^r
+    with the same inner products (:func:`_gram_rows`, r <= m): the dynamics
+    and the silhouette read the tokens' inner products alone."""
     if sp.issparse(tokens):
         if tokens.shape[0] * tokens.shape[1] * 8 > _CENTRED_TOKENS_BYTES:
-            return None
+            return _gram_rows(tokens, weights)
         tokens = tokens.toarray()
     tokens = np.asarray(tokens)
-    return tokens - tokens.mean(axis=0)
+    return tokens - _mean(tokens, weights)
 
 
-def _mean_sq(tokens):
-    """``||m||^2``, m the tokens' mean."""
-    mean = np.asarray(tokens.mean(axis=0)).ravel()
+def _gram_rows(tokens, weights):
+    """Rows E of R^r, r <= m, whose inner products are those of the m
+    tokens minus their mean: ``E E^T = C G C^T``.
+
+    ``G = T T^T`` is the tokens' Gram matrix (m x m, from the sparse rows)
+    and ``C = I - 1 p^T``, ``p = w / sum w`` (``1 / m`` each without
+    weights), subtracts the mean, so ``C G C^T = G - g 1^T - 1 g^T + (p^T
+    g) 1 1^T`` with ``g = G p``. With its eigendecomposition ``V diag(l)
+    V^T``, ``E = V diag(sqrt(l))`` on the eigenvalues above rounding (those
+    at most ``m eps l_max``, and those rounded below zero, are zero; one
+    zero column when every token is the mean): ``docs/math.md`` section 8,
+    "Centred tokens from their inner products".
+    """
+    m = tokens.shape[0]
+    gram = (tokens @ tokens.T).toarray()
+    p = np.full(m, 1.0 / m) if weights is None else weights / np.sum(weights)
+    g = gram @ p
+    centred = gram - g[:, None] - g[None, :] + p @ g
+    values, vectors = np.linalg.eigh(centred)
+    kept = values > m * np.finfo(np.float64).eps * max(values[-1], 0.0)
+    if not np.any(kept):
+        return np.zeros((m, 1))
+    return vectors[:, kept] * np.sqrt(values[kept])
+
+
+def _mean_sq(tokens, weights=None):
+    """``||m||^2``, m the tokens' mean (:func:`_mean`)."""
+    mean = _mean(tokens, weights)
     return float(mean @ mean)
 
 
-def _moment_trace(tokens):
-    """``tr(M)``, M the tokens' second moment ``T^T T / m``: their mean squared norm."""
-    total = tokens.multiply(tokens).sum() if sp.issparse(tokens) else np.sum(np.square(tokens))
-    return float(total) / tokens.shape[0]
+def _moment_trace(tokens, weights=None):
+    """``tr(M)``, M the tokens' second moment ``T^T W T / sum w`` (W = I
+    without weights): their mean squared norm."""
+    squares = tokens.multiply(tokens) if sp.issparse(tokens) else np.square(tokens)
+    if weights is None:
+        return float(squares.sum()) / tokens.shape[0]
+    return float(np.asarray(squares.sum(axis=1)).ravel() @ weights) / np.sum(weights)
 
 
-def _moment_eigenvalues(tokens):
-    """The eigenvalues of the tokens' second moment ``T^T T / m``, descending:
-    the ``min(m, d)`` of the smaller of ``T^T T`` and ``T T^T`` (the others
-    are zero)."""
+def _moment_eigenvalues(tokens, weights=None):
+    """The eigenvalues of the tokens' second moment ``T^T W T / sum w``
+    (:func:`_moment_trace`), descending: the ``min(m, d)`` of the smaller of
+    ``S^T S`` and ``S S^T``, ``S = W^(1/2) T`` (the others are zero)."""
     m, d = tokens.shape
+    total = m
+    if weights is not None:
+        roots = np.sqrt(weights)
+        tokens = sp.diags(roots) @ tokens if sp.issparse(tokens) else roots[:, None] * tokens
+        total = np.sum(weights)
     gram = tokens.T @ tokens if d <= m else tokens @ tokens.T
     gram = gram.toarray() if sp.issparse(gram) else np.asarray(gram)
-    return np.sort(np.linalg.eigvalsh(gram / m))[::-1]
+    return np.sort(np.linalg.eigvalsh(gram / total))[::-1]
 
 
 # Largest dense copy of sparse tokens that the dynamics centres (2000 rows
-# of up to 8192 features).
+# of up to 8192 features); beyond it, rows with the centred tokens' inner
+# products (_gram_rows).
 _CENTRED_TOKENS_BYTES = 2000 * 8192 * 8
 
 
@@ -261,8 +327,12 @@ def count_clusters(
     """K, the plateau lengths by K, the silhouettes compared and the fit at K.
 
     Runs ``SelfAttentionDynamics(beta=beta, min_cluster_size=min_cluster_size)``
-    on ``max_samples`` rows (all when there are fewer), centred with
-    ``center=True``. With ``"auto"``, where the rows' mean carries more than
+    on ``max_samples`` rows (all when there are fewer; with sample weights,
+    all rows of positive weight as weighted tokens when there are at most
+    ``max_samples``, else rows drawn in proportion to their weights:
+    :func:`_tokens`), centred with ``center=True`` (about their weighted
+    mean; wide sparse rows as rows with the centred rows' inner products,
+    :func:`_centred`). With ``"auto"``, where the rows' mean carries more than
     ``share_to_retry`` of their second moment (``_plan.mean_share``), it
     counts on the centred rows too, and that count is kept when
     ``center="auto"``'s rule (``_plan.mean_dominates``), read on these rows
@@ -276,10 +346,16 @@ def count_clusters(
     ``_plan.predict_rule``) and its :class:`FittedMixture` (None without the
     EM refinement); it is called at the dynamics' K and at its neighbours in
     the range, and :func:`choose_by_silhouette` picks among them by the
-    silhouette of each rule's labels of the dynamics' rows. When the range
-    holds 1, the choice is more and its fit has a mixture, the fit at 1 is
-    kept if its BIC on ``rows`` is at most the choice's: no evidence of
-    clusters (``math.md`` section 8, "One cluster or more"). ``rows`` are
+    silhouette of each rule's labels of the dynamics' rows (weighted as
+    its tokens): a neighbour only when its silhouette is higher by more
+    than ``SILHOUETTE_MARGIN``, or, when the dynamics' K has none (K = 1),
+    the neighbour with the highest defined one. When the range holds 1,
+    the choice is more and its fit has a mixture, the fit at 1 is kept if
+    its BIC on ``rows`` is at most the choice's: no evidence of clusters
+    (``math.md`` section 8, "One cluster or more"); without a mixture
+    (``refine=None``, PSGD's default) that test is not made. When the
+    dynamics finds no plateau, its ConvergenceWarning's diagnosis is
+    warned again, with the K read from its last state. ``rows`` are
     pass-layer rows (``_passes.rows_from``) of any kind.
 
     Returns
@@ -290,7 +366,8 @@ def count_clusters(
     fit : the ``fit_at(n_clusters)`` fit
     """
     check_positive(max_samples, "max_samples", numbers.Integral, min_val=1, strict=False)
-    n = rows.n_samples
+    # Rows of weight zero are as absent: n counts the others.
+    n = rows.n_weighted
     if n_clusters_range is None:
         ks = list(range(1, min(n, MAX_CLUSTERS) + 1))
     else:
@@ -303,11 +380,14 @@ def count_clusters(
     if not ks:
         raise ValueError(f"n_clusters_range must hold positive integers, got {ks!r}.")
     if ks[0] > n:
-        raise ValueError(f"n_clusters_range must hold a K of at most n_samples={n}, got {ks!r}.")
+        raise ValueError(
+            f"n_clusters_range must hold a K of at most n_samples={n} (the rows of positive "
+            f"weight), got {ks!r}."
+        )
     # A fit needs at least as many rows as clusters.
     ks = [k for k in ks if k <= n]
     rng = check_random_state(random_state)
-    tokens = _tokens(rows, max_samples, rng)
+    tokens, weights = _tokens(rows, max_samples, rng)
     # Dask rows are checked by their passes, of which this draw is the
     # first: its rows, with the fit's message (the rest by the fit's first pass).
     assert_all_finite(tokens.data if sp.issparse(tokens) else tokens, input_name="X")
@@ -319,55 +399,67 @@ def count_clusters(
     # A seed of the dynamics' own subsample (above 500 features it
     # integrates fewer than max_samples tokens), never NumPy's global state.
     seed = rng.randint(np.iinfo(np.int32).max)
+    # The dynamics' number of tokens (rows counted by their weights).
+    m = tokens.shape[0] if weights is None else float(np.sum(weights))
 
     def counted(seen):
         dynamics = SelfAttentionDynamics(
             beta=beta, min_cluster_size=min_cluster_size, n_threads=n_threads, random_state=seed
         )
         with deferred_warnings() as held:
-            dynamics.fit(seen)
+            dynamics.fit(seen, sample_weight=weights)
         return seen, dynamics, held
 
     given_centre = center is True or center is np.True_
-    mean_sq = _mean_sq(scaled)
+    mean_sq = _mean_sq(scaled, weights)
     # With center="auto", the centred rows only where the mean may dominate.
     centred = (
-        _centred(scaled)
+        _centred(scaled, weights)
         if given_centre
         or (
             isinstance(center, str)
-            and mean_share(mean_sq, _moment_trace(scaled)) > DEFAULT_TUNING.share_to_retry
+            and mean_share(mean_sq, _moment_trace(scaled, weights)) > DEFAULT_TUNING.share_to_retry
         )
         else None
     )
-    seen, dynamics, held = counted(centred if given_centre and centred is not None else scaled)
+    seen, dynamics, held = counted(centred if given_centre else scaled)
     if not given_centre and centred is not None:
         # Counted again on the centred rows; kept if the fit at that count
         # would centre the rows.
         other = counted(centred)
         k_centred = int(other[1].n_clusters_)
-        if mean_dominates(mean_sq, _moment_eigenvalues(scaled), k_centred, DEFAULT_TUNING):
+        if mean_dominates(mean_sq, _moment_eigenvalues(scaled, weights), k_centred, DEFAULT_TUNING):
             seen, dynamics, held = other
-    if any(issubclass(category, ConvergenceWarning) for _, category in held):
-        warn(
-            "the self-attention dynamics that chooses n_clusters did not settle on a plateau "
-            "within its steps; n_clusters is read from its last state.",
-            ConvergenceWarning,
-        )
-    lengths = plateau_lengths(dynamics.n_clusters_path_, tokens.shape[0])
+    lengths = plateau_lengths(dynamics.n_clusters_path_, m)
     scores = {k: lengths.get(k, 0) for k in ks}
     K = int(dynamics.n_clusters_)
     if K not in scores:
         K = max(scores, key=lambda k: (scores[k], -abs(k - K)))
-    m = tokens.shape[0]
+    # The dynamics' own diagnosis, and what was made of its last state.
+    unsettled = [message for message, category in held if issubclass(category, ConvergenceWarning)]
+    if unsettled:
+        k_dynamics = int(dynamics.n_clusters_)
+        taken = (
+            f"K = {K}"
+            if K == k_dynamics
+            else f"K = {k_dynamics}, outside n_clusters_range: the K of the range held "
+            f"longest, {K}, instead"
+        )
+        warn(
+            f"The self-attention dynamics that chooses n_clusters, SelfAttentionDynamics(beta="
+            f"{beta!r}, min_cluster_size={min_cluster_size!r}) on {tokens.shape[0]} rows, found "
+            f"no plateau: {unsettled[0]} n_clusters was read from its last state ({taken}), "
+            "then compared with its neighbours by their silhouettes.",
+            ConvergenceWarning,
+        )
     fits, mixtures, silhouettes, held = {}, {}, {}, {}
-    # A silhouette needs 2 to m - 1 clusters of the m rows it is taken on.
+    # A silhouette needs 2 to m - 1 clusters of the m tokens it is taken on.
     for k in (K, K - 1, K + 1):
         if k in scores and k <= n and (k == K or 2 <= k < m):
             # Only the warnings of the fit kept reach the caller.
             with deferred_warnings() as held[k]:
                 fits[k], rule, mixtures[k] = fit_at(k)
-            silhouettes[k] = sphere_silhouette(seen, rule.labels_of(tokens))
+            silhouettes[k] = sphere_silhouette(seen, rule.labels_of(tokens), weights)
     K = choose_by_silhouette(K, silhouettes)
     if K > 1 and 1 in scores and mixtures[K] is not None:
         if 1 not in fits:

@@ -20,6 +20,7 @@ from ._choose_k import (
 from ._clustering import AttentionClustering
 from ._passes import rows_from
 from ._plan import check_width, predict_rule
+from ._validation import is_dask_collection
 
 __all__ = ["choose_n_clusters"]
 
@@ -38,8 +39,16 @@ def choose_n_clusters(
 
     :func:`~attention_cluster._choose_k.count_clusters` on X's rows, with
     clones of ``estimator`` at ``n_clusters=k`` fitted on X for the K
-    compared, and at K = 1, which replaces the choice when its BIC on X's
-    rows is not higher; the clone at the chosen K is returned.
+    compared; the clone at the chosen K is returned. The dynamics' K
+    (``K_dyn``) is replaced by a neighbour whose silhouette is higher by
+    more than 0.05; when ``K_dyn`` has no silhouette (``K_dyn = 1``: a
+    silhouette needs two clusters), by the neighbour with the highest
+    defined silhouette, whatever its value. When the fits have an EM
+    mixture (``refine="em"``, which ``refine="auto"`` resolves to unless
+    ``solver="psgd"``), a fit at K = 1 then replaces the choice when its
+    BIC on X's rows is not higher; fits without one (``refine=None``, or
+    ``solver="psgd"`` with ``refine="auto"``) skip that test, and the
+    choice may then be more than one cluster for rows that hold none.
 
     Parameters
     ----------
@@ -49,13 +58,23 @@ def choose_n_clusters(
         Its parameters (other than ``n_clusters``) are those of the fits;
         its ``random_state`` draws the subsample.
     n_clusters_range : iterable of int, default=None
-        The K allowed; by default 1 to ``min(n_samples, 50)``.
+        The K allowed; by default 1 to ``min(n_samples, 50)``, n_samples
+        counting the rows of positive weight.
     sample_weight : array-like of shape (n_samples,), default=None
-        Weights of the rows: the subsample is drawn in proportion to them.
+        Weights of the rows, as the estimator's fit takes them. With at
+        most ``max_samples`` rows of positive weight, the dynamics runs on
+        all of them, each row a weighted particle standing for ``w /
+        w_min`` tokens (``SelfAttentionDynamics.fit``; equal weights are
+        no weights, rows of weight zero are absent), and the silhouettes
+        count row i ``w_i / w_min`` times; with more, ``max_samples`` rows
+        are drawn with replacement in proportion to their weights.
     beta : float, default=10.0
         Inverse temperature of the dynamics.
-    min_cluster_size : float, default=0.02
-        Fraction of the subsample's rows below which a group is not a cluster.
+    min_cluster_size : float or int, default=0.02
+        Smallest group of the dynamics counted as a cluster: a fraction
+        (float below 1) of its tokens, or a number of them (int; at most
+        ``max_samples`` rows, each counted by its weight), as
+        :class:`SelfAttentionDynamics` takes it.
     max_samples : int, default=2000
         Rows the dynamics runs on, and the silhouettes are taken on.
 
@@ -70,15 +89,30 @@ def choose_n_clusters(
     TypeError
         If ``estimator`` is not an :class:`AttentionClustering`.
     ValueError
-        If ``n_clusters_range`` holds no positive integer, or none of at
-        most n_samples; if ``max_samples`` is not an integer >= 1; on X the
+        Before any work: if a parameter of ``estimator`` is invalid with
+        ``n_clusters="auto"`` (an array ``init`` needs an integer
+        ``n_clusters``), with the estimator's message; if
+        ``n_clusters_range`` holds no positive integer, or none of at most
+        n_samples; if ``max_samples`` is not an integer >= 1; on X the
         estimator refuses.
+
+    Warns
+    -----
+    ConvergenceWarning
+        When the dynamics found no plateau: its own diagnosis (and advice),
+        and the K read from its last state.
     """
     if not isinstance(estimator, AttentionClustering):
         raise TypeError(
             f"estimator must be an AttentionClustering, got {type(estimator).__name__}."
         )
     params = estimator.get_params(deep=False)
+    # The estimator's parameters are checked as its fit with n_clusters="auto"
+    # checks them, before any work: on Dask data before the weights' checks
+    # compute (rows_from), as the width is known.
+    auto = clone(estimator).set_params(n_clusters="auto")
+    if is_dask_collection(X) and len(X.shape) == 2:
+        auto._check_params(X.shape[1])
 
     def fit_at(k):
         model = clone(estimator).set_params(n_clusters=k).fit(X, sample_weight=sample_weight)
@@ -89,8 +123,10 @@ def choose_n_clusters(
         )
         return model, rule, mixture
 
-    with rows_from(clone(estimator), X, reset=True, sample_weight=sample_weight) as rows:
+    with rows_from(auto, X, reset=True, sample_weight=sample_weight, defer_finite=True) as rows:
+        auto._check_params(rows.n_features)
         check_width(rows.n_features, rows.in_memory)
+        rows.check_finite()
         K, scores, silhouettes, model = count_clusters(
             rows,
             fit_at,

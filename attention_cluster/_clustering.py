@@ -113,10 +113,16 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         clusters; on the centred rows with ``center=True``, and with
         ``"auto"`` where the rows' mean carries more than 5% of their
         second moment and the fit at the centred rows' count would centre
-        them), fits at that K and at its two neighbours, and
-        keeps a neighbour only when the silhouette of its labels on those
-        rows, on the sphere, is clearly higher; one cluster replaces that
-        choice when the BIC of a fit at K = 1 is not higher
+        them; with ``sample_weight``, every row of positive weight as a
+        weighted token when they are at most 2000), fits at that K and at
+        its two neighbours, and keeps a neighbour only when the silhouette
+        of its labels on those rows, on the sphere, is higher by more than
+        0.05 (when the dynamics' K is 1, which has no silhouette, the
+        neighbour 2 whenever its silhouette is defined, whatever its
+        value). With the EM refinement (``refine="em"``, the default after
+        the exact solver), one cluster then replaces that choice when the
+        BIC of a fit at K = 1 is not higher; without it (``refine=None``,
+        or ``solver="psgd"``) that test is not made
         (:func:`~attention_cluster.choose_n_clusters`): see ``n_clusters_``
         and ``n_clusters_scores_``.
     temperature : "auto" or float, default="auto"

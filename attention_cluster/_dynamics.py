@@ -36,6 +36,7 @@ from ._validation import (
     check_matrix,
     check_options,
     check_positive,
+    check_sample_weight,
     check_verbose,
     warn,
 )
@@ -80,6 +81,23 @@ def _weight_matrix(value, name, n_features):
 def _apply(W, X):
     """Rows of X mapped by W (``x -> W x``); the identity when W is None."""
     return X if W is None else X @ W.T.astype(X.dtype, copy=False)
+
+
+def token_weights(sample_weight, X):
+    """The number of tokens each row of X stands for, from its sample weight.
+
+    The weights are validated (``_validation.check_sample_weight``) and
+    divided by the smallest positive one: only their ratios count, a row of
+    the smallest positive weight is one token and a row of weight w is
+    ``w / w_min`` tokens at its place, so integer weights whose smallest is
+    1 count as repeated rows, and a row of weight zero is no token. None
+    (every row one token) when the weights are None or all equal.
+    """
+    weights, _ = check_sample_weight(sample_weight, X)
+    if weights is None:
+        return None
+    weights = weights / np.min(weights[weights > 0])
+    return None if np.all(weights == 1.0) else weights
 
 
 class _Flow:
@@ -302,10 +320,11 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
     within a thousandth of ``cluster_tol`` of each other move on as one
     weighted particle (exact for equal tokens, ``docs/math.md`` section 8),
     so that a step costs O(p^2 d) for p particles left: once clusters
-    form, steps are nearly free. Tokens of smaller groups join the limit
-    point nearest to where they stopped (``labels_``); any new point is
-    assigned by attention to the limit points, ``argmax_k <Q x, K c_k>``
-    (:meth:`predict`).
+    form, steps are nearly free. A row with a sample weight is such a
+    particle from the start (:meth:`fit`). Tokens of smaller groups join
+    the limit point nearest to where they stopped (``labels_``); any new
+    point is assigned by attention to the limit points, ``argmax_k <Q x, K
+    c_k>`` (:meth:`predict`).
 
     With ``max_samples`` below the number of rows, the dynamics of a random
     subsample of ``max_samples`` tokens is integrated exactly and the other
@@ -351,8 +370,9 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         Distance under which tokens are one group.
     min_cluster_size : int or float, default=0.01
         Smallest group counted as a cluster: a number of tokens, or a
-        fraction of them (float below 1). When no group is that large, the
-        largest groups count.
+        fraction of them (float below 1), rounded up to a whole token;
+        with ``sample_weight``, tokens as the weights count them (see
+        :meth:`fit`). When no group is that large, the largest groups count.
     query, key, value : array of shape (n_features, n_features), default=None
         Q, K, V of the attention; ``None`` is the identity.
     max_samples : int, "auto" or None, default="auto"
@@ -382,15 +402,18 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
     ----------
     labels_ : ndarray of shape (n_samples,)
         The cluster each token reached: its group at the stopping step
-        (clusters numbered by decreasing size); a token in a group smaller
-        than ``min_cluster_size``, the limit point nearest to where it
-        stopped; beyond ``max_samples``, the cluster its attention to the
-        subsample heads for (passive tracers). :meth:`predict` on the same
-        rows assigns each row by its attention, where it starts, to the
-        limit points, which differs where a trajectory ended elsewhere.
+        (clusters numbered by decreasing size, equal sizes in the order of
+        their centres' coordinates); a token in a group smaller than
+        ``min_cluster_size``, the limit point nearest to where it stopped;
+        beyond ``max_samples`` and for rows of weight zero, the cluster its
+        attention to the moving tokens heads for (passive tracers).
+        :meth:`predict` on the same rows assigns each row by its attention,
+        where it starts, to the limit points, which differs where a
+        trajectory ended elsewhere.
     cluster_centers_ : ndarray of shape (``n_clusters_``, n_features)
         The limit points (mean of each cluster's tokens at the stopping
-        step; projected on the sphere for the sphere models; rescaled
+        step, weighted by ``sample_weight``; projected on the sphere for
+        the sphere models; rescaled
         tokens z for the unnormalised model), of X's dtype. The sphere
         models step in X's dtype; the unnormalised model steps in float64,
         its logits growing as ``e^{2t}`` (float32's range would end its
@@ -415,7 +438,8 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
     stopping_step_ : int
         The step whose state is clustered.
     subsample_indices_ : ndarray of int or None
-        Rows whose dynamics was integrated, when a subsample was drawn.
+        Rows whose dynamics was integrated, when a subsample was drawn or
+        some rows weigh zero; None when every row moved.
     n_iter_ : int
         Steps taken.
     model_ : str
@@ -525,7 +549,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         )
 
     @atomic_fit
-    def fit(self, X, y=None):
+    def fit(self, X, y=None, sample_weight=None):
         """Run the dynamics from the rows of X and cluster the stopping state.
 
         Parameters
@@ -534,6 +558,17 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             Training data: the initial tokens.
         y : Ignored
             Not used, present for API consistency.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative weights: a row stands for ``w / w_min`` tokens at
+            its place, ``w_min`` the smallest positive weight, carried as
+            one weighted particle (``docs/math.md`` section 8, "Weighted
+            particles"), so an integer weight acts as repeated rows when
+            the smallest is 1. Only their ratios count: equal weights are
+            no weights. Rows of weight zero are no tokens: they are labelled
+            as passive tracers. Group sizes, ``min_cluster_size``, USA's n
+            and the energy count tokens by weight; a subsample
+            (``max_samples``) is drawn uniformly from the rows of positive
+            weight, which keep their weights.
 
         Returns
         -------
@@ -551,11 +586,14 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             self, X, accept_sparse=("csr", "csc"), dtype=[np.float64, np.float32], order="C"
         )
         flow = self._check_params(X)
-        return self._run(flow, X, self._subsample_size(X))
+        weights = token_weights(sample_weight, X)
+        return self._run(flow, X, weights, self._subsample_size(X, weights))
 
-    def _subsample_size(self, X):
-        """Tokens whose dynamics is integrated (n for the exact dynamics), checked before any work."""
-        n, d = X.shape
+    def _subsample_size(self, X, weights):
+        """Tokens whose dynamics is integrated (n, the rows of positive weight,
+        for the exact dynamics), checked before any work."""
+        d = X.shape[1]
+        n = X.shape[0] if weights is None else int(np.count_nonzero(weights))
         if self.max_samples is None:
             m = n
         elif self.max_samples == "auto":
@@ -588,17 +626,26 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             )
         return m
 
-    def _run(self, flow, X, m):
+    def _run(self, flow, X, weights, m):
         on_sphere = self.model in SPHERE_MODELS
         n = X.shape[0]
         rng = check_random_state(self.random_state)
-        if m < n:
-            active = np.sort(rng.choice(n, m, replace=False))
+        # The rows that may move: those of positive weight (rows of weight
+        # zero are passive tracers, as the rows left out of a subsample).
+        moving = None if weights is None else np.flatnonzero(weights)
+        n_moving = n if moving is None else len(moving)
+        if m < n_moving:
+            drawn = rng.choice(n_moving, m, replace=False)
+            active = np.sort(drawn if moving is None else moving[drawn])
+        else:
+            active = None if n_moving == n else moving
+        if active is not None:
             passive = np.setdiff1d(np.arange(n), active)
             tracers = unit_rows(X[passive]) if on_sphere else X[passive]
             X = X[active]
+            weights = None if weights is None else weights[active]
         else:
-            active = passive = tracers = None
+            passive = tracers = None
         # The sphere models' logits stay within beta |Q| |K|: they step in X's
         # dtype (float32 is faster). The unnormalised model's grow as e^{2t}
         # and leave float32's range at t ~ 44: it steps in float64, so that its
@@ -608,10 +655,14 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             unit_rows(X) if on_sphere else X.copy(), X.dtype if on_sphere else np.float64
         )
         Z0 = Z
+        # token_rows[i]: the row of X of token i.
+        token_rows = np.arange(n) if active is None else active
+        # The number of tokens: rows count by their weight (token_weights).
+        n_tokens = X.shape[0] if weights is None else float(np.sum(weights))
         if isinstance(self.min_cluster_size, numbers.Integral):
             min_size = int(self.min_cluster_size)
         else:
-            min_size = max(1, math.ceil(self.min_cluster_size * m))
+            min_size = max(1, math.ceil(self.min_cluster_size * n_tokens))
         radius = self.cluster_tol * (
             1.0 if on_sphere else max(float(np.linalg.norm(Z, axis=1).max()), 1e-300)
         )
@@ -620,7 +671,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         # that leads them (_Particles.moved), chosen by attention at the time reached.
         leads = self.model == "unnormalized"
 
-        state = _Particles.of(Z, radius * _MERGE_FRACTION)
+        state = _Particles.of(Z, radius * _MERGE_FRACTION, weights)
         counts = [_count(state.Z, radius, min_size, state.weights, state.plane)[0]]
         energies = []
         best = _Plateau()
@@ -632,7 +683,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         settled = self.stopping == "plateau" and len(state.Z) == 1
         started = time.perf_counter()
         for s in range(0 if settled else self.max_iter):
-            Z, log_norm = flow.step(state.Z, s * h, state.weights)
+            Z, log_norm = _step_in_order(flow, state, s * h)
             energies.append(_energy(log_norm, self.beta, state.weights))
             state = state.moved(Z, partial(flow.queries_keys, t=(s + 1) * h) if leads else None)
             count = _count(state.Z, radius, min_size, state.weights, state.plane)[0]
@@ -647,7 +698,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
                 )
             # A plateau counts once tokens have met: some group reaches
             # min_size, and not every token is a group of its own.
-            met = 0 < count < m
+            met = 0 < count < n_tokens
             if run_start > 0 and met and best.offer(run_start, n_iter):
                 saved = (n_iter, state)
             if (
@@ -661,7 +712,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         if self.stopping == "horizon" or best.length == 0:
             saved = (n_iter, state)
             if self.stopping == "plateau" and not settled:
-                self._warn_unsettled(counts, state, radius, min_size, m)
+                self._warn_unsettled(counts, state, radius, min_size, n_tokens)
         elif self.stopping == "plateau" and not settled and self.verbose:
             print(
                 f"[SelfAttentionDynamics] horizon reached; longest plateau ends at step {saved[0]}"
@@ -673,12 +724,14 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         self.query_, self.key_ = (
             None if M is None else np.array(M) for M in (flow.query, flow.key)
         )
-        self._set_clusters(flow, saved[1], radius, min_size, self.stopping_step_ * h, X.dtype)
+        self._set_clusters(
+            flow, saved[1], radius, min_size, self.stopping_step_ * h, X.dtype, weights, token_rows
+        )
+        labels = np.empty(n, dtype=np.intp)
+        labels[token_rows] = self.labels_
         if active is not None:
-            labels = np.empty(n, dtype=np.intp)
-            labels[active] = self.labels_
-            labels[passive] = self._vote(flow, tracers, Z0, self.labels_)
-            self.labels_ = labels
+            labels[passive] = self._vote(flow, tracers, Z0, self.labels_, weights)
+        self.labels_ = labels
         self.n_clusters_path_ = np.asarray(counts, dtype=np.intp)
         self.energy_path_ = np.asarray(energies, dtype=np.float64)
         self.n_iter_ = n_iter
@@ -712,13 +765,13 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             message = (
                 f"The number of clusters stayed at {counts[0]}, the groups of the initial "
                 f"tokens, for max_iter={self.max_iter} steps, with {m - clustered:g} of the "
-                f"{m} tokens in no cluster: the final state is clustered. {more_time}"
+                f"{m:.15g} tokens in no cluster: the final state is clustered. {more_time}"
             )
         elif max(counts) == 0 and sizes.max() > 1:
             # Tokens met, in groups all below the size that counts.
             message = (
                 f"No group of tokens reached min_cluster_size={self.min_cluster_size!r} "
-                f"({min_size} of the {m} tokens; the largest holds {sizes.max():g}) within "
+                f"({min_size} of the {m:.15g} tokens; the largest holds {sizes.max():g}) within "
                 f"max_iter={self.max_iter} steps: the final state is clustered. Lower "
                 "min_cluster_size."
             )
@@ -729,16 +782,34 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             )
         warn(message, ConvergenceWarning)
 
-    def _set_clusters(self, flow, particles, radius, min_size, t, dtype):
-        """Clusters of the stopping particles: centres (of ``dtype``), labels, leaders."""
+    def _set_clusters(self, flow, particles, radius, min_size, t, dtype, weights, token_rows):
+        """Clusters of the stopping particles: centres (of ``dtype``), the
+        tokens' labels (in the particles' order of tokens), leaders.
+
+        ``weights``: the tokens each of the particles' tokens stands for
+        (None: one each), by which the groups are sized and the centres
+        averaged; ``token_rows``: the row of X of each of them.
+        """
         Z = particles.tokens()
-        _, groups, sizes = _count(Z, radius, min_size)
+        _, groups, sizes = _count(Z, radius, min_size, weights)
         kept = np.flatnonzero(sizes >= min(min_size, sizes.max()))
-        kept = kept[np.argsort(-sizes[kept], kind="stable")]
-        centers = np.stack([Z[groups == g].astype(np.float64).mean(axis=0) for g in kept])
+        centers = np.stack(
+            [
+                np.average(
+                    Z[groups == g].astype(np.float64),
+                    axis=0,
+                    weights=None if weights is None else weights[groups == g],
+                )
+                for g in kept
+            ]
+        )
         if self.model in SPHERE_MODELS:  # zero tokens (zero rows) keep a zero centre
             norms = np.linalg.norm(centers, axis=1, keepdims=True)
             centers /= np.where(norms > 0, norms, 1)
+        # Numbered by decreasing size, equal sizes by their centres'
+        # coordinates: an order that does not depend on the rows' order.
+        order = np.lexsort((*centers.T[::-1], -sizes[kept]))
+        kept, centers = kept[order], centers[order]
         self.cluster_centers_ = centers.astype(dtype)
         self.n_clusters_ = len(kept)
         rank = np.full(len(sizes), -1, dtype=np.intp)
@@ -749,18 +820,20 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             labels[stray] = self._nearest(Z[stray])
         self.labels_ = labels
         self.leaders_ = (
-            self._leaders(flow, particles, t)
+            self._leaders(flow, particles, t, token_rows)
             if self.model == "unnormalized"
             else np.empty(0, dtype=np.intp)
         )
 
-    def _vote(self, flow, tracers, Z0, labels):
+    def _vote(self, flow, tracers, Z0, labels, weights):
         """Cluster of each passive tracer: ``argmax_k sum_{j in cluster k} P_ij``.
 
         ``P_ij`` is the tracer's attention to the subsample's initial tokens
-        (``docs/math.md`` section 8, at time 0): the cluster its first step
-        heads for, by the weight of the tokens pulling it. One attention
-        pass with the clusters' indicators as values.
+        (``docs/math.md`` section 8, at time 0; row j standing for
+        ``weights[j]`` tokens, the weighted softmax of "Weighted
+        particles"): the cluster its first step heads for, by the weight of
+        the tokens pulling it. One attention pass with the clusters'
+        indicators as values.
         """
         indicators = np.eye(self.n_clusters_, dtype=Z0.dtype)[labels]
         queries = (
@@ -768,7 +841,8 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             if flow.query is None
             else _apply(flow.query, dense_block(tracers, tracers.dtype))
         )
-        weight, _ = flow.attention(queries, _apply(flow.key, Z0), indicators)
+        log_weights = None if weights is None else np.log(weights)
+        weight, _ = flow.attention(queries, _apply(flow.key, Z0), indicators, log_weights)
         return np.argmax(weight, axis=1).astype(np.intp)
 
     def _nearest(self, Z):
@@ -777,8 +851,9 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         d2 = np.sum(C**2, axis=1)[None, :] - 2 * Z.astype(np.float64) @ C.T
         return np.argmin(d2, axis=1).astype(np.intp)
 
-    def _leaders(self, flow, particles, t):
-        """Tokens attending to themselves above 1/2 at time t (``docs/math.md`` section 8).
+    def _leaders(self, flow, particles, t, token_rows):
+        """Rows of the tokens attending to themselves above 1/2 at time t
+        (``docs/math.md`` section 8); ``token_rows[i]``: token i's row of X.
 
         Decided per particle p of weight w_p, by its lead token i
         (:class:`_Particles`), whose attention to itself is
@@ -807,8 +882,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
                 gaps += log_weights
                 gaps[rows, lo + rows] = -np.inf
                 leading[lo:hi] = logsumexp(gaps, axis=1) < 0
-        leaders = np.sort(particles.lead[leading])
-        return leaders if self.subsample_indices_ is None else self.subsample_indices_[leaders]
+        return np.sort(token_rows[particles.lead[leading]])
 
     def predict(self, X):
         """Cluster of each row by attention to the limit points.
@@ -878,11 +952,12 @@ class _Particles:
         self.merge_radius, self.plane = merge_radius, plane
 
     @classmethod
-    def of(cls, Z, merge_radius):
-        """One particle per token, equal tokens merged."""
+    def of(cls, Z, merge_radius, weights=None):
+        """One particle per row of Z, of weight ``weights`` (1 each when None), equal rows merged."""
         n = Z.shape[0]
         tokens = np.arange(n)
-        return cls(Z, np.ones(n), tokens, tokens, merge_radius, cell_plane(Z)).moved(Z)
+        weights = np.ones(n) if weights is None else np.array(weights, dtype=np.float64)
+        return cls(Z, weights, tokens, tokens, merge_radius, cell_plane(Z)).moved(Z)
 
     def placed(self, Z, attends=None):
         """The particles at their new places Z, none merged (``attends``, which
@@ -929,6 +1004,25 @@ class _Particles:
     def tokens(self):
         """Every token's place."""
         return self.Z[self.owner]
+
+
+def _step_in_order(flow, particles, t):
+    """:meth:`_Flow.step` of the particles, taken in the order of their places.
+
+    The order of a step's sums decides its rounding. Taken in an order that
+    depends on the particles' places alone (that of their bytes: particles
+    are at distinct places), a step does not depend on the order of the
+    rows, nor on whether equal rows come repeated or as one weighted row
+    (``sample_weight``); a run that has not settled would otherwise amplify
+    the difference.
+    """
+    Z = np.ascontiguousarray(particles.Z)
+    places = Z.view(np.dtype((np.void, Z.dtype.itemsize * Z.shape[1]))).ravel()
+    order = np.argsort(places, kind="stable")
+    moved, log_norm = flow.step(Z[order], t, particles.weights[order])
+    Z, norms = np.empty_like(moved), np.empty_like(log_norm)
+    Z[order], norms[order] = moved, log_norm
+    return Z, norms
 
 
 class _Plateau:

@@ -838,11 +838,14 @@ CRITERION = [
     '`AttentionClustering(n_clusters="auto")` and `choose_n_clusters` choose K in three stages.',
     "",
     "1. The dynamics' clock. `SelfAttentionDynamics(beta=10, min_cluster_size=0.02)` runs on "
-    "at most 2000 rows (drawn in proportion to their weights; so sparse and Dask input work) "
+    "at most 2000 rows (drawn uniformly beyond that, so sparse and Dask input work; with "
+    "sample weights, every row of positive weight as a weighted token when they are at most "
+    "2000, else rows drawn in proportion to their weights) "
     "({doc}`math` section 8): the rows as given, or centred where the fit centres them "
     '(`center=True`; with `center="auto"`, where their mean carries more than 5% of their '
     "second moment and the fit at the count on the centred rows would centre them: a common "
-    "mean draws every row's direction towards its own). Along its steps t the number of clusters c(t) (groups of tokens "
+    "mean draws every row's direction towards its own; sparse rows too wide to densify are "
+    "centred through their inner products). Along its steps t the number of clusters c(t) (groups of tokens "
     "closer than `cluster_tol` holding at least 2% of the rows: smaller groups are outliers, "
     "not clusters) is a staircase of metastable states. Its curve is, for each K,",
     "",
@@ -857,12 +860,16 @@ CRITERION = [
     "K_dyn - 1, K_dyn and K_dyn + 1 (K >= 2 for a neighbour), and each fit's labels of the "
     "dynamics' rows are scored by their mean silhouette with the cosine distance (Rousseeuw "
     "1987; the sphere is the dynamics' geometry). A neighbour replaces K_dyn only when its "
-    f"silhouette is higher by more than {SILHOUETTE_MARGIN}.",
+    f"silhouette is higher by more than {SILHOUETTE_MARGIN}. K_dyn = 1 has no silhouette: the "
+    "fit at 2 then replaces it whenever its labels split the rows, whatever its silhouette "
+    "(stage 3 may bring 1 back).",
     "3. One cluster or more. The silhouette needs two clusters, and the dynamics of rows with "
     "no clusters (an isotropic blob's directions) still forms metastable groups: "
     "`AttentionClustering(1)` is fitted too, and replaces the choice when its BIC is not "
     'higher ({doc}`math` section 8, "One cluster or more"; BIC, which keeps too many '
-    "clusters on real data, then finds no evidence for more than one). This stage was added "
+    "clusters on real data, then finds no evidence for more than one). The BIC is that of "
+    'the EM refinement (`refine="em"`, the default after the exact solver): fits without it '
+    '(`refine=None`, or `solver="psgd"`) skip this stage. This stage was added '
     "after the panel below had been seen, with no setting to choose; the sets where it "
     "replaces the choice are those whose auto column reads 1.",
     "",

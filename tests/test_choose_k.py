@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
+from sklearn.exceptions import ConvergenceWarning
 
 from attention_cluster import (
     AttentionClustering,
@@ -130,6 +131,54 @@ def test_sphere_silhouette_matches_scikit_learn_with_zero_rows(seed, m, d, n_zer
     assert sphere_silhouette(data, labels) == pytest.approx(
         silhouette_score(X, labels, metric="cosine"), abs=1e-12
     )
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    m=st.integers(2, 30),
+    d=st.integers(1, 5),
+    n_zero=st.integers(0, 2),
+    sparse=st.booleans(),
+)
+def test_weighted_sphere_silhouette_is_that_of_the_repeated_rows(seed, m, d, n_zero, sparse):
+    # math.md section 8, "The silhouette of a choice of K": a row of weight
+    # w_i counts w_i times (its copies at distance 1 - ||u_i||^2 from it),
+    # so integer weights give the silhouette of the repeated rows, by the
+    # code's unweighted path and by scikit-learn; singletons, a row of
+    # weight above 1 alone in its cluster, and zero rows included.
+    from sklearn.metrics import silhouette_score
+
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((m, d))
+    X[rng.choice(m, min(n_zero, m), replace=False)] = 0.0
+    labels = rng.integers(0, rng.integers(1, m) + 1, m)
+    weights = rng.integers(1, 5, m).astype(float)
+    repeated, repeated_labels = (
+        np.repeat(X, weights.astype(int), axis=0),
+        np.repeat(labels, weights.astype(int)),
+    )
+    data = sp.csr_matrix(X) if sparse else X
+    got = sphere_silhouette(data, labels, weights)
+    want = sphere_silhouette(repeated, repeated_labels)
+    if want is None:
+        assert got is None
+        return
+    assert got == pytest.approx(want, abs=1e-12)
+    assert got == pytest.approx(
+        silhouette_score(repeated, repeated_labels, metric="cosine"), abs=1e-12
+    )
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_sphere_silhouette_of_unit_weights_is_the_unweighted_one(seed):
+    # The weighted sums with weights of 1 are the unweighted ones; only the
+    # mean is taken as sum_i w_i s_i / sum_i w_i (rounding apart).
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((50, 4))
+    labels = rng.integers(0, 4, 50)
+    want = sphere_silhouette(X, labels)
+    assert sphere_silhouette(X, labels, np.ones(50)) == pytest.approx(want, rel=1e-14)
 
 
 def test_sphere_silhouette_undefined_for_one_cluster_or_all_singletons():
@@ -256,6 +305,56 @@ def test_choose_n_clusters_refuses_its_bad_arguments_before_work(
         choose_n_clusters(mixture[0], estimator, n_clusters_range)
 
 
+@pytest.mark.parametrize("kind", ["dense", "dask"])
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        (
+            dict(n_clusters=2, init=np.eye(6)[:2]),
+            'An array init needs an integer n_clusters, not "auto"',
+        ),
+        (dict(temperature=-1.0), "temperature must be > 0"),
+        (dict(center="yes"), "center must be one of"),
+    ],
+    ids=["array-init", "temperature", "center"],
+)
+def test_choose_n_clusters_checks_the_estimator_before_any_work(
+    mixture, kind, params, match, monkeypatch
+):
+    # The estimator's parameters were checked by the first fit, after the
+    # draw and the dynamics (and, on Dask, a pass over X), and an array
+    # init was reported against the dynamics' K ("init must have shape
+    # (n_clusters, n_features) = (3, 6)" for a user's n_clusters=2).
+    from attention_cluster import _choose_n_clusters
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("work began before the parameters were checked")
+
+    monkeypatch.setattr(_choose_n_clusters, "count_clusters", no_work)
+    X = mixture[0]
+    if kind == "dask":
+        da = pytest.importorskip("dask.array")
+        X = da.from_array(X, chunks=(150, 6))
+        monkeypatch.setattr(_choose_n_clusters, "rows_from", no_work)
+    with pytest.raises(ValueError, match=match):
+        choose_n_clusters(X, AttentionClustering(random_state=0, **params))
+
+
+def test_an_unsettled_dynamics_warns_its_own_diagnosis(mixture):
+    # The warning said the dynamics "did not settle on a plateau within its
+    # steps" whatever the cause; here no group of the 600 rows can reach
+    # 700 tokens, which the dynamics says, with its advice.
+    with pytest.warns(ConvergenceWarning) as caught:
+        choose_n_clusters(mixture[0], AttentionClustering(random_state=0), min_cluster_size=700)
+    messages = [str(w.message) for w in caught if w.category is ConvergenceWarning]
+    assert any(
+        "No group of tokens reached min_cluster_size=700" in m
+        and "Lower min_cluster_size." in m
+        and "n_clusters was read from its last state (K = 1)" in m
+        for m in messages
+    ), messages
+
+
 def test_kept_fits_warnings_replay_under_the_callers_filters(mixture):
     # The warnings of the fit kept were replayed with warn_explicit, which
     # a filter on the caller's module did not reach.
@@ -297,6 +396,90 @@ def test_subsample_and_weights(mixture):
         X, AttentionClustering(random_state=0), sample_weight=weights, max_samples=300
     )
     assert choice.n_clusters == 2
+
+
+def _standardised(name):
+    from sklearn import datasets
+    from sklearn.preprocessing import StandardScaler
+
+    return StandardScaler().fit_transform(getattr(datasets, f"load_{name}")().data)
+
+
+def _weight_cases():
+    yield "wine", _standardised("wine")
+    yield "iris", _standardised("iris")
+    for seed in range(2):
+        yield f"mixture-{seed}", make_mixture(300, 6, 4, noise=0.4, random_state=seed)[0]
+        yield f"blobs-{seed}", make_blobs(200, n_features=5, centers=4, random_state=seed)[0]
+
+
+@pytest.mark.parametrize(
+    "name, X", list(_weight_cases()), ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_unit_weights_choose_as_no_weights(name, X):
+    # With weights, the dynamics ran on max_samples rows drawn with
+    # replacement: on wine, 111 distinct of 178, rows drawn 4 times already
+    # clusters at step 0, and K = 6 for unit weights against 3 without. The
+    # rows of positive weight, at most max_samples, are now all taken, and
+    # equal weights are no weights.
+    n = len(X)
+    for seed in (0, 1):
+        plain = AttentionClustering("auto", random_state=seed).fit(X)
+        for weights in (np.ones(n), np.full(n, 3.0)):
+            weighted = AttentionClustering("auto", random_state=seed).fit(X, sample_weight=weights)
+            assert weighted.n_clusters_ == plain.n_clusters_
+            assert weighted.n_clusters_scores_ == plain.n_clusters_scores_
+            # The fit at K with unit weights sums weighted rows: equal up to rounding.
+            np.testing.assert_allclose(
+                weighted.cluster_centers_, plain.cluster_centers_, rtol=0, atol=1e-12
+            )
+    want = choose_n_clusters(X, AttentionClustering(random_state=0))
+    got = choose_n_clusters(X, AttentionClustering(random_state=0), sample_weight=np.ones(n))
+    assert got.silhouettes == want.silhouettes
+
+
+@pytest.mark.parametrize("name", ["wine", "iris"])
+def test_rows_of_weight_zero_leave_the_choice_as_it_is(name):
+    # The weighted draw counted rows of weight zero in its size (and the
+    # draw with replacement then differed from the rows alone).
+    X = _standardised(name)
+    n, d = X.shape
+    far = 10.0 * np.random.default_rng(0).standard_normal((60, d))
+    padded = np.vstack([X[: n // 2], far, X[n // 2 :]])
+    weights = np.r_[np.ones(n // 2), np.zeros(60), np.ones(n - n // 2)]
+    want = choose_n_clusters(X, AttentionClustering(random_state=0))
+    got = choose_n_clusters(padded, AttentionClustering(random_state=0), sample_weight=weights)
+    assert got.n_clusters == want.n_clusters
+    assert got.scores == want.scores
+    assert got.silhouettes == pytest.approx(want.silhouettes, abs=1e-12)
+    # The range, 1 to min(n, 50), counted the rows of weight zero in n.
+    few = choose_n_clusters(X[:30], AttentionClustering(random_state=0))
+    got = choose_n_clusters(
+        np.vstack([X[:30], far]),
+        AttentionClustering(random_state=0),
+        sample_weight=np.r_[np.ones(30), np.zeros(60)],
+    )
+    assert list(got.scores) == list(few.scores) == list(range(1, 31))
+    assert got.scores == few.scores and got.n_clusters == few.n_clusters
+
+
+@pytest.mark.parametrize("name", ["wine", "iris"])
+@pytest.mark.parametrize("seed", range(3))
+def test_integer_weights_choose_as_repeated_rows(name, seed):
+    # fit's docstring: an integer weight acts as repeated rows. The
+    # dynamics and the silhouettes now see a row of weight w as w tokens
+    # (rows repeated 4 times were 5 clusters on wine against 3).
+    X = _standardised(name)
+    weights = np.random.default_rng(seed).integers(1, 4, len(X))
+    repeated = np.repeat(X, weights, axis=0)
+    want = choose_n_clusters(repeated, AttentionClustering(random_state=0))
+    got = choose_n_clusters(X, AttentionClustering(random_state=0), sample_weight=weights)
+    assert got.n_clusters == want.n_clusters
+    assert got.scores == want.scores
+    # The fits at the K not chosen may differ (a fit beyond d clusters
+    # seeds from subsamples, drawn alike only in distribution).
+    k = got.n_clusters
+    assert got.silhouettes[k] == pytest.approx(want.silhouettes[k], abs=1e-9)
 
 
 def test_auto_is_picklable_and_streams(mixture):
@@ -436,8 +619,8 @@ def test_the_dynamics_runs_on_max_samples_rows(kind, global_random_seed):
     rows = rows_from(AttentionClustering(), X, reset=True)
     rng = np.random.RandomState(global_random_seed)
     for size in (1, 2, 7, 100):
-        assert _tokens(rows, size, rng).shape == (size, 5)
-    assert _tokens(rows, 300, rng).shape == (300, 5)
+        assert _tokens(rows, size, rng)[0].shape == (size, 5)
+    assert _tokens(rows, 300, rng)[0].shape == (300, 5)
     for seed in range(20):
         choose_n_clusters(X, AttentionClustering(random_state=seed), max_samples=1)
 
@@ -472,7 +655,7 @@ def test_the_rule_that_centres_the_dynamics_rows():
     def tokens(X):
         return _tokens(
             rows_from(AttentionClustering(), X, reset=True), 2000, np.random.RandomState(0)
-        )
+        )[0]
 
     blobs = tokens(make_blobs(300, n_features=5, centers=3, random_state=0)[0])
     assert _tokens_dominate(blobs, 9)
@@ -480,12 +663,58 @@ def test_the_rule_that_centres_the_dynamics_rows():
     # The paper's mixtures are directions from the origin: their mean stays.
     paper = tokens(make_mixture(600, 6, 3, noise=0.2, random_state=0)[0])
     assert not _tokens_dominate(paper, 3)
-    # Wide sparse rows are not densified; narrow ones are, as dense rows.
-    wide = sp.random(2000, 10**4, density=1e-4, format="csr", random_state=0)
-    assert _centred(wide) is None
+    # Narrow sparse rows are densified, as dense rows (wide ones: see
+    # test_wide_sparse_rows_are_centred_by_their_inner_products).
     narrow = sp.csr_matrix(blobs)
     np.testing.assert_array_equal(_centred(narrow), _centred(blobs))
     assert _tokens_dominate(narrow, 9)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_wide_sparse_rows_are_centred_by_their_inner_products(weighted, monkeypatch):
+    # Sparse tokens too wide to densify were counted uncentred: the rows of
+    # _centred have the inner products of the tokens minus their
+    # (weighted) mean, in at most m dimensions.
+    rng = np.random.default_rng(0)
+    tokens = sp.random(40, 300, density=0.05, format="lil", random_state=0)
+    tokens[:, 0] = 5.0
+    tokens = tokens.tocsr()
+    weights = rng.integers(1, 4, 40).astype(float) if weighted else None
+    dense = tokens.toarray() - np.average(tokens.toarray(), axis=0, weights=weights)
+    monkeypatch.setattr(_choose_k, "_CENTRED_TOKENS_BYTES", 40 * 100 * 8)
+    rows = _centred(tokens, weights)
+    assert rows.shape[0] == 40 and rows.shape[1] <= 40
+    np.testing.assert_allclose(rows @ rows.T, dense @ dense.T, rtol=0, atol=1e-12)
+
+
+def _shared_feature_clusters(n_padding):
+    """120 rows in 4 clusters of 5 features each, all sharing a large feature 0,
+    and ``n_padding`` empty columns: CSR."""
+    rng = np.random.default_rng(0)
+    labels = np.arange(120) % 4
+    X = np.zeros((120, 21 + n_padding))
+    X[:, 0] = 10.0
+    for i, k in enumerate(labels):
+        X[i, 1 + 5 * k : 6 + 5 * k] = 1.0 + 0.3 * rng.standard_normal(5)
+    return sp.csr_matrix(X)
+
+
+def test_center_true_counts_wide_sparse_rows_centred(monkeypatch):
+    # With center=True, sparse rows whose dense copy exceeds the limit were
+    # counted as given (the 4 clusters' shared feature draws every
+    # direction together): K = 2 once empty columns pass the limit, 4
+    # below it. Here the limit is lowered to keep the test small.
+    narrow = choose_n_clusters(
+        _shared_feature_clusters(0), AttentionClustering(center=True, random_state=0)
+    )
+    monkeypatch.setattr(_choose_k, "_CENTRED_TOKENS_BYTES", 120 * 500 * 8)
+    wide = choose_n_clusters(
+        _shared_feature_clusters(979), AttentionClustering(center=True, random_state=0)
+    )
+    assert narrow.n_clusters == wide.n_clusters == 4
+    assert wide.scores == narrow.scores
+    # (The fits at the neighbours, on 21 or 1000 columns, may differ.)
+    assert wide.silhouettes[4] == pytest.approx(narrow.silhouettes[4], abs=1e-9)
 
 
 @pytest.mark.parametrize(

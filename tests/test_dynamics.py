@@ -918,3 +918,138 @@ def test_groups_below_min_cluster_size_are_named_as_such():
     X, _, _ = make_mixture(300, 5, 3, noise=0.3, random_state=0)
     with pytest.warns(ConvergenceWarning, match="No group of tokens reached min_cluster_size=150"):
         SelfAttentionDynamics(min_cluster_size=150).fit(X)
+
+
+# -- sample weights: a row of weight w is w tokens at one place
+
+
+_MODELS = [
+    dict(),
+    dict(model="usa", beta=3.0, step_size=0.5),
+    dict(model="unnormalized", beta=0.5, step_size=0.1),
+]
+
+
+def _weighted_rows(seed):
+    """15 rows in 30 dimensions (scikit-learn's weight check's) and integer
+    weights from 0 to 4, the first 1."""
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(size=(15, 30))
+    weights = rng.integers(0, 5, 15)
+    weights[0] = 1
+    return X, weights
+
+
+@pytest.mark.parametrize("params", _MODELS, ids=["sa", "usa", "unnormalized"])
+@pytest.mark.parametrize("seed", range(3))
+def test_integer_weights_fit_as_repeated_rows(params, seed):
+    # fit had no sample_weight; a row of weight w now starts as a particle
+    # of w tokens, which is what w repeated rows become at step 0.
+    X, weights = _weighted_rows(seed)
+    repeated = SelfAttentionDynamics(random_state=0, **params).fit(np.repeat(X, weights, axis=0))
+    weighted = SelfAttentionDynamics(random_state=0, **params).fit(X, sample_weight=weights)
+    np.testing.assert_array_equal(weighted.n_clusters_path_, repeated.n_clusters_path_)
+    np.testing.assert_allclose(
+        weighted.cluster_centers_, repeated.cluster_centers_, rtol=1e-12, atol=1e-12
+    )
+    kept = weights > 0
+    np.testing.assert_array_equal(
+        weighted.labels_[kept], repeated.labels_[np.cumsum(weights)[kept] - 1]
+    )
+    # The unnormalised model's leaders: the rows of the repeated rows' leaders.
+    np.testing.assert_array_equal(
+        weighted.leaders_, np.repeat(np.arange(15), weights)[repeated.leaders_]
+    )
+
+
+@pytest.mark.parametrize("params", _MODELS[:2], ids=["sa", "usa"])
+@pytest.mark.parametrize("seed", range(3))
+def test_the_order_of_the_rows_leaves_the_fit_as_it_is(params, seed):
+    # The steps are taken in an order of the particles' places, so the
+    # rows' order does not change their sums: the usa run here never
+    # settles, and rounding, amplified over its 100 steps, moved its
+    # centres by 0.1 when the rows came in another order, and with them
+    # the weighted rows' fit from the repeated rows' (scikit-learn's
+    # check_sample_weight_equivalence shuffles the rows). The order still
+    # decides which token starts a group (the counts on the way may
+    # differ) and where tokens that meet merge, at the place of the first
+    # (math.md section 8, "Weighted particles"): the centres agree within
+    # the merge radius, cluster_tol / 1000.
+    X, weights = _weighted_rows(seed)
+    order = np.random.default_rng(seed).permutation(15)
+    repeated = np.repeat(X, weights, axis=0)
+    want = SelfAttentionDynamics(random_state=0, **params).fit(repeated)
+    for got in (
+        SelfAttentionDynamics(random_state=0, **params).fit(repeated[::-1]),
+        SelfAttentionDynamics(random_state=0, **params).fit(X[order], sample_weight=weights[order]),
+    ):
+        assert got.n_clusters_ == want.n_clusters_
+        np.testing.assert_allclose(got.cluster_centers_, want.cluster_centers_, rtol=0, atol=1e-5)
+        np.testing.assert_array_equal(got.predict(X), want.predict(X))
+
+
+def test_rows_of_equal_weight_fit_as_no_weights(mixture):
+    X = mixture[0][:500]
+    plain = SelfAttentionDynamics(random_state=0).fit(X)
+    for weights in (np.ones(500), np.full(500, 0.3), np.full(500, 7.0)):
+        weighted = SelfAttentionDynamics(random_state=0).fit(X, sample_weight=weights)
+        np.testing.assert_array_equal(weighted.cluster_centers_, plain.cluster_centers_)
+        np.testing.assert_array_equal(weighted.labels_, plain.labels_)
+        np.testing.assert_array_equal(weighted.n_clusters_path_, plain.n_clusters_path_)
+        np.testing.assert_array_equal(weighted.energy_path_, plain.energy_path_)
+
+
+def test_rows_of_weight_zero_are_absent_and_labelled_as_tracers(mixture):
+    X = mixture[0][:400]
+    far = 50.0 * np.random.default_rng(0).standard_normal((40, X.shape[1]))
+    padded = np.vstack([X[:200], far, X[200:]])
+    weights = np.r_[np.ones(200), np.zeros(40), np.ones(200)]
+    plain = SelfAttentionDynamics(random_state=0).fit(X)
+    weighted = SelfAttentionDynamics(random_state=0).fit(padded, sample_weight=weights)
+    np.testing.assert_array_equal(weighted.cluster_centers_, plain.cluster_centers_)
+    np.testing.assert_array_equal(weighted.n_clusters_path_, plain.n_clusters_path_)
+    np.testing.assert_array_equal(weighted.labels_[weights > 0], plain.labels_)
+    np.testing.assert_array_equal(weighted.subsample_indices_, np.flatnonzero(weights))
+    assert set(weighted.labels_[200:240]) <= set(range(weighted.n_clusters_))
+
+
+def test_weights_count_tokens_for_min_cluster_size():
+    # Two rows, one of weight 9: with min_cluster_size=0.5 only the heavy
+    # row is a cluster of the 10 tokens until the two meet.
+    X = np.array([[1.0, 0.0], [0.0, 1.0]])
+    path = (
+        SelfAttentionDynamics(min_cluster_size=0.5, stopping="horizon", max_iter=1)
+        .fit(X, sample_weight=[9.0, 1.0])
+        .n_clusters_path_
+    )
+    assert path[0] == 1
+    assert (
+        SelfAttentionDynamics(min_cluster_size=0.5, stopping="horizon", max_iter=1)
+        .fit(X)
+        .n_clusters_path_[0]
+        == 2
+    )
+
+
+def test_a_subsample_holds_rows_of_positive_weight_with_their_weights(mixture):
+    X = mixture[0][:600]
+    weights = np.r_[np.zeros(200), np.random.default_rng(0).integers(1, 4, 400)]
+    model = SelfAttentionDynamics(max_samples=150, random_state=0).fit(X, sample_weight=weights)
+    assert len(model.subsample_indices_) == 150
+    assert np.all(model.subsample_indices_ >= 200)
+    assert model.labels_.shape == (600,)
+
+
+@pytest.mark.parametrize(
+    "weights, match",
+    [
+        (np.zeros(20), "must not sum to zero"),
+        (-np.ones(20), "non-negative"),
+        (np.ones(19), "sample_weight.shape"),
+    ],
+    ids=["zero", "negative", "shape"],
+)
+def test_bad_weights_raise(weights, match):
+    X = np.random.default_rng(0).standard_normal((20, 3))
+    with pytest.raises(ValueError, match=match):
+        SelfAttentionDynamics().fit(X, sample_weight=weights)

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClusterMixin, OneToOneFeatureMixin, TransformerMixin
+from sklearn.utils import check_random_state
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
@@ -206,24 +207,39 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         previous value: no matching, unlike the distance of :mathmd:`5`).
         Exact solver (``"auto"``: 1e-6): stop when the norm of
         the Riemannian gradient is below ``tol`` times the objective's
-        scale ``mean ||x||^2``. The EM refinement has its own rule, at the
+        scale ``mean ||x||^2``; when the EM refinement follows, which only
+        needs a start in the right basin, below 5000 ``tol`` (after at
+        least one step). The EM refinement has its own rule, at the
         statistical resolution of the heads (:mathmd:`7`), which ``tol``
         does not set.
     n_init : int, default=1
         Number of runs from different starts; the run with the lowest final
-        objective is kept. Runs differ only by what they draw at random (a
-        random start, PSGD's sequences, the exact solver's subsample of more
-        than 16384 rows): where they cannot differ (the exact solver from
-        ``init="spectral"`` or an array on fewer rows) one run is made, with
-        a warning, as KMeans does for an explicit start.
+        objective (the exact one on all rows, at the heads each run returns)
+        is kept. Runs differ only by what they draw at random (a random
+        start, PSGD's sequences, the spectral start's rows beyond about
+        16384 and its heads beyond d, the exact solver's first stage from
+        an array beyond 4 x 16384 rows): where they cannot differ one run is
+        made, with a warning, as KMeans does for an explicit start. Where
+        the start is seeded (``n_clusters >= n_features``, see ``init``) it
+        is the least number of k-means++ seedings, the one of least inertia
+        kept, as KMeans' ``n_init``.
     init : {"spectral", "random"} or array-like of shape (n_clusters, n_features), default="spectral"
         ``"spectral"``: the top-K eigenvectors of the second-moment matrix
         (where the risk's minimisers lie as L grows, :mathmd:`3`),
         rotated inside their span to minimise the regulariser (Jacobi
         sweeps, as in kurtosis-based ICA). ``"random"``: heads drawn
         uniformly on the sphere, the paper's random start. An array gives
-        the starting heads (rows, normalised to unit norm).
+        the starting heads (rows, normalised to unit norm). With
+        ``n_clusters >= n_features`` the spectrum has fewer than K
+        directions: ``"spectral"`` then seeds K centres among the rows
+        instead (k-means++ on a subsample, polished by Lloyd's iterations),
+        which the EM refinement carries with one norm per centroid (unless
+        ``refine=None`` or ``centroid_norms="equal"``); no attention solver
+        runs, and ``solver``, ``temperature``, ``sequence_length``,
+        ``regularization``, ``learning_rate``, ``batch_size`` and
+        ``gradient`` are not used (``n_iter_`` counts Lloyd's iterations).
     gradient : {"riemannian", "euclidean"}, default="riemannian"
+        PSGD's step (the exact solver's is Riemannian).
         ``"riemannian"`` projects each head's gradient on the sphere's
         tangent space before the step (:mathmd:`3`);
         ``"euclidean"`` steps along the plain gradient, then normalises
@@ -450,6 +466,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         if self.n_threads is not None:
             check_positive(self.n_threads, "n_threads", numbers.Integral, min_val=1, strict=False)
         check_verbose(self.verbose)
+        check_random_state(self.random_state)  # with n_init > 1 first read after a pass
         if isinstance(self.init, str):
             check_options(self.init, "init", ["spectral", "random"])
             return None
@@ -502,10 +519,13 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         self : AttentionClustering
             Fitted estimator.
         """
+        shape = getattr(X, "shape", None)
+        if shape is not None and len(shape) == 2:
+            # The parameters before any work on X (a copy in float64 or C
+            # order, the Dask weights' checks, which compute: rows_from).
+            self._check_params(shape[1])
         if is_dask_collection(X) and len(X.shape) == 2:
-            # The parameters and the width, which the graph shows, before the
-            # Dask weights' checks compute (rows_from).
-            self._check_params(X.shape[1])
+            # The width, which the graph shows, too.
             check_width(X.shape[1], in_memory=False)
             if (
                 isinstance(X.shape[0], numbers.Integral)

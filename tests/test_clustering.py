@@ -855,6 +855,34 @@ def test_bad_parameters(paper_data, params, match):
         AttentionClustering(**params).fit(X[:100])
 
 
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        ({"temperature": 0.0}, "temperature"),
+        ({"random_state": -1}, "Seed must be"),
+        ({"random_state": -1, "n_init": 2, "init": "random"}, "Seed must be"),
+    ],
+    ids=["temperature", "random_state", "random_state-n_init"],
+)
+@pytest.mark.parametrize("layout", ["fortran", "int64", "sparse-int"])
+def test_bad_parameters_are_refused_before_x_is_read(monkeypatch, params, match, layout):
+    # The parameters were checked after X was validated (a float64, C-order
+    # copy of a Fortran or integer X), and random_state with n_init > 1 only
+    # after the first pass. Here no work on X may begin.
+    from attention_cluster import _clustering
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("X was read before the parameters were checked")
+
+    monkeypatch.setattr(_clustering, "rows_from", refuse)
+    X = np.arange(60, dtype=np.int64).reshape(20, 3)
+    X = {"fortran": np.asfortranarray(X.astype(float)), "int64": X, "sparse-int": sp.csr_matrix(X)}[
+        layout
+    ]
+    with pytest.raises(ValueError, match=match):
+        AttentionClustering(2, **params).fit(X)
+
+
 def test_numpy_bools_and_verbose_true_are_taken(paper_data, capsys):
     # A parameter grid built from a NumPy array holds np.True_: center
     # refused it ("must be one of 'auto', True, False; got np.True_").

@@ -15,7 +15,7 @@ from ._objective import exact_objective
 from ._optimize import minimize_on_spheres, polish_on_spheres
 from ._spectral import SUBSAMPLE
 
-__all__ = ["ExactSolution", "WARM_START_ROWS", "solve_exact"]
+__all__ = ["ExactSolution", "START_TOL", "WARM_START_ROWS", "solve_exact"]
 
 # Rows of positive weight above which the solver's first stage runs on a
 # subsample (``sample``): below, on all rows.
@@ -27,7 +27,7 @@ WARM_START_ROWS = 4 * SUBSAMPLE
 # the bundled data sets and the defaults grid (benchmarks/engine.py,
 # benchmarks/defaults.py) tighter ones spent most of the fit creeping along
 # flat directions of the risk for the same clusters.
-_START_TOL = 5000.0
+START_TOL = 5000.0
 
 
 @dataclass
@@ -113,8 +113,8 @@ def solve_exact(
 
     full = objective(data, moment)
     # Without the polish a refinement follows and only needs a start in the
-    # right basin (_START_TOL); the first stage takes at least one step.
-    start_tol = tol_abs if polish else _START_TOL * tol_abs
+    # right basin (START_TOL); the first stage takes at least one step.
+    start_tol = tol_abs if polish else START_TOL * tol_abs
     if data.n_weighted <= WARM_START_ROWS:
         result = minimize_on_spheres(full, U0, tol=start_tol, max_iter=max_iter, min_iter=1)
         return ExactSolution(

@@ -28,7 +28,7 @@ from sklearn.utils import check_random_state
 
 from . import _kernels
 from ._draws import first_draw
-from ._exact import WARM_START_ROWS, solve_exact
+from ._exact import START_TOL, WARM_START_ROWS, solve_exact
 from ._mixture import head_signs, mixture_parameters, refine_heads, subsample_sizes
 from ._model import MIN_VARIANCE, SphericalMixture
 from ._objective import exact_objective, regularizer_code
@@ -496,10 +496,11 @@ def _fit_once(given, prepared, params, init, centre, tuning):
         else:
             what = "steps" if settings.solver == "psgd" else "iterations"
             why = f"it reached max_iter={settings.max_iter} {what}; increase max_iter or tol."
-        warn(
-            f"The {settings.solver} solver did not reach tol={settings.tol}: {why}",
-            ConvergenceWarning,
-        )
+        target = f"tol={settings.tol}"
+        if settings.solver == "full" and settings.refine is not None:
+            # It only starts the EM refinement (_exact.START_TOL).
+            target += f" (x {START_TOL:g} before the EM refinement)"
+        warn(f"The {settings.solver} solver did not reach {target}: {why}", ConvergenceWarning)
     mean = prepared.full_mean if centre else np.zeros_like(prepared.full_mean)
     if settings.refine == "em":
         rows, heads, mean_sq = unit, best.heads, float(np.trace(spectrum.moment))

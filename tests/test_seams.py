@@ -667,3 +667,7 @@ def test_the_exact_solvers_warning_says_why_it_stopped():
     X = make_mixture(300, 5, 2, noise=0.3, random_state=0)[0]
     with pytest.warns(ConvergenceWarning, match="it reached max_iter=2 iterations"):
         AttentionClustering(2, refine=None, tol=0.0, max_iter=2, random_state=0).fit(X)
+    # Before the EM refinement the solver aims at 5000 tol (_exact.START_TOL):
+    # its warning quoted tol alone.
+    with pytest.warns(ConvergenceWarning, match=r"reach tol=1e-09 \(x 5000 before the EM"):
+        AttentionClustering(2, tol=1e-9, max_iter=1, random_state=0).fit(X)

@@ -34,6 +34,7 @@ from ._plan import (
     resolve_methods,
 )
 from ._validation import (
+    as_numbers,
     atomic_fit,
     check_auto_or_positive,
     check_n_samples,
@@ -229,7 +230,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         rotated inside their span to minimise the regulariser (Jacobi
         sweeps, as in kurtosis-based ICA). ``"random"``: heads drawn
         uniformly on the sphere, the paper's random start. An array gives
-        the starting heads (rows, normalised to unit norm). With
+        the starting heads (rows, normalised to unit norm; where the fit
+        runs in the principal subspace, from a thousand features, their
+        projections on it). With
         ``n_clusters >= n_features`` the spectrum has fewer than K
         directions: ``"spectral"`` then seeds K centres among the rows
         instead (k-means++ on a subsample, polished by Lloyd's iterations),
@@ -472,15 +475,24 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             return None
         if isinstance(self.n_clusters, str):
             raise ValueError('An array init needs an integer n_clusters, not "auto".')
-        init = np.array(self.init, dtype=np.float64)
+        init = as_numbers(self.init)
+        if init is None or np.asarray(self.init).dtype.kind == "b":
+            # Text, bools and complex numbers, which NumPy would read as numbers.
+            raise ValueError(f"init must be an array of real numbers, got {self.init!r}.")
         if init.shape != (self.n_clusters, n_features):
             raise ValueError(
                 f"init must have shape (n_clusters, n_features) = "
                 f"({self.n_clusters}, {n_features}), got {init.shape}."
             )
-        norms = np.linalg.norm(init, axis=1)
-        if not np.all(np.isfinite(init)) or np.any(norms == 0):
+        if not np.all(np.isfinite(init)) or not np.all(np.any(init != 0, axis=1)):
             raise ValueError("init must have finite, non-zero rows.")
+        with np.errstate(over="ignore", under="ignore"):
+            norms = np.linalg.norm(init, axis=1)
+        if not np.all(np.isfinite(norms) & (norms > 1e-150)):
+            # Rows whose squares leave float64 (entries of 1e300, or of
+            # 1e-300): each divided by its largest entry first (exact).
+            init = init / np.max(np.abs(init), axis=1)[:, None]
+            norms = np.linalg.norm(init, axis=1)
         return (init / norms[:, None]).T
 
     def _rows(self, X, *, reset=False, sample_weight=None, defer_finite=False, weight_unit=None):

@@ -841,6 +841,11 @@ def test_bad_weights_raise_and_keep_the_previous_fit(paper_data, weights, match)
         ({"init": "k-means++"}, "init"),
         ({"init": np.ones((3, 10))}, "init must have shape"),
         ({"init": np.zeros((2, 10))}, "non-zero"),
+        # NumPy reads text, bools and complex numbers (dropping the
+        # imaginary part, with a ComplexWarning) as numbers.
+        ({"init": np.eye(2, 10) * (1 + 1j)}, "init must be an array of real numbers"),
+        ({"init": np.eye(2, 10).astype(str)}, "init must be an array of real numbers"),
+        ({"init": np.eye(2, 10).astype(bool)}, "init must be an array of real numbers"),
         ({"gradient": "newton"}, "gradient"),
         # A bool is no count (it passed as 1: max_iter=True ran one step).
         ({"max_iter": True}, "max_iter must be a number, got the bool True"),
@@ -881,6 +886,19 @@ def test_bad_parameters_are_refused_before_x_is_read(monkeypatch, params, match,
     ]
     with pytest.raises(ValueError, match=match):
         AttentionClustering(2, **params).fit(X)
+
+
+@pytest.mark.parametrize("magnitude", [1e300, 1e-300])
+def test_an_array_init_of_any_magnitude_is_its_directions(paper_data, magnitude):
+    # Rows of 1e300 overflowed their norm (the heads divided by infinity:
+    # "Initial heads must be finite and non-zero", after the passes), rows
+    # of 1e-300 underflowed it.
+    X, _, C = paper_data
+    want = AttentionClustering(2, init=C, random_state=0).fit(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = AttentionClustering(2, init=magnitude * C, random_state=0).fit(X)
+    np.testing.assert_allclose(got.cluster_centers_, want.cluster_centers_, atol=1e-12)
 
 
 def test_numpy_bools_and_verbose_true_are_taken(paper_data, capsys):

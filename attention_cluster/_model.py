@@ -66,7 +66,8 @@ class SphericalMixture:
     ------
     ValueError
         If a parameter is not real numbers or the shapes disagree, a
-        parameter is not finite (but a log weight of -inf), ``variance`` or
+        parameter is not finite (but a log weight of -inf), a radius is
+        negative, ``variance`` or
         ``scale`` is not positive, no component has a positive weight, the
         weights do not sum to one or the centers are not unit vectors (to
         1e-6: the formulas assume both).
@@ -116,6 +117,8 @@ class SphericalMixture:
         for name in ("centers", "radii", "offset", "variance", "scale"):
             if not np.all(np.isfinite(getattr(self, name))):
                 raise ValueError(f"{name} must be finite.")
+        if np.any(self.radii < 0.0):
+            raise ValueError(f"radii must be >= 0 (the centroids' norms), got {self.radii}.")
         for name in ("variance", "scale"):
             if np.ndim(getattr(self, name)) != 0 or not getattr(self, name) > 0:
                 raise ValueError(

@@ -192,6 +192,7 @@ def _mixture_arguments(fitted):
         ({"log_weights": np.array([0.0, np.nan, 0.0])}, "log_weights must be finite or -inf"),
         ({"log_weights": np.zeros(3)}, "must sum to one"),
         ({"centers": 3.0 * np.eye(3, 5)}, "centers must be unit vectors"),
+        ({"radii": np.array([1.0, -1.0, 1.0])}, "radii must be >= 0"),
         ({"radii": np.ones(3) + 1j}, "radii must be real numbers"),
         ({"variance": "0.1"}, "variance must be real numbers"),
         ({"centers": [[1.0, 0.0, 0.0, 0.0, 0.0], [0.0, 1.0]]}, "centers must be real numbers"),

@@ -717,15 +717,23 @@ class DenseRows(_Rows):
         U = np.ascontiguousarray(U, dtype=np.float64)
         K = U.shape[1]
         blas = _uses_blas(self.n_features, K) or not self.compiled
+        # Rows at a scale beyond _HUGE_ROWS are summed times 2^-e, the scale's
+        # power of two (exact), and the totals given back times 2^e:
+        # infinite, of their sign, beyond float64's range (SparseRows' too).
+        e = _huge_exponent(self.scale)
 
         def chunk(B, w, lo, hi):
+            if e:
+                B = np.ldexp(np.asarray(B, dtype=np.float64), -e)
             if blas:
                 return _blas_head_totals(B, w, U)
             totals = np.zeros(K)
             _kernels.head_totals(B, U, w, totals)
             return totals
 
-        return sum(self._map(chunk, positive=True), np.zeros(K))
+        total = sum(self._map(chunk, positive=True), np.zeros(K))
+        with np.errstate(over="ignore"):
+            return _shifted(total, e)
 
     def labels(self, centers, gain, bias, origin=None, scale=1.0):
         """``argmax_h (gain_h / s) <x - o, c_h> + bias_h`` for every row (:class:`LabelRule`).
@@ -812,10 +820,18 @@ class DenseRows(_Rows):
         """
         V = np.asarray(V, dtype=np.float64)
         inv = 1.0 / self.scale
+        # Rows at a scale beyond _HUGE_ROWS are multiplied times 2^-e, the
+        # scale's power of two (exact: the same numbers), so that a row whose
+        # norm passes float64 while its coordinates at unit scale do not
+        # keeps them finite.
+        e = _huge_exponent(self.scale)
 
         def chunk(B, w, lo, hi):
+            B = np.asarray(B, dtype=np.float64)
             with np.errstate(over="ignore"):  # per thread: NumPy's error state is not shared
-                return (np.asarray(B, dtype=np.float64) @ V) * inv
+                if e:
+                    return (np.ldexp(B, -e) @ V) * np.ldexp(inv, e)
+                return (B @ V) * inv
 
         parts = self._map(chunk)
         return np.concatenate(parts) if parts else np.empty((0, V.shape[1]))
@@ -2188,8 +2204,9 @@ class SparseRows(_Rows):
     def project(self, V):
         """``((X - 1 m^T) / s) V``: an (n, K) array (infinite beyond float64, as
         :meth:`DenseRows.project`)."""
+        rows, _ = self._summed()  # beyond _HUGE_ROWS, at a power of two (exact)
         with np.errstate(over="ignore", invalid="ignore"):
-            return self._project(np.asarray(V, dtype=np.float64)) / self.scale
+            return rows._project(np.asarray(V, dtype=np.float64)) / rows.scale
 
     def draw(self, state, out):
         """As :meth:`DenseRows.draw`, each drawn row densified into ``out``."""

@@ -9,6 +9,7 @@ import contextlib
 import functools
 import multiprocessing
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -872,6 +873,29 @@ def test_fit_of_many_rows_near_the_top_of_float64(kind, n, d, top):
     wrap = sp.csr_matrix if kind == "sparse" else np.asarray
     want = AttentionClustering(3, random_state=0).fit(wrap(X))
     got = AttentionClustering(3, random_state=0).fit(wrap(np.ldexp(X, e)))
+    np.testing.assert_array_equal(got.labels_, want.labels_)
+    np.testing.assert_allclose(got.cluster_centers_, want.cluster_centers_, rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize("kind", ["dense", "sparse"])
+def test_rows_whose_norms_pass_float64_at_a_finite_scale_fit_as_x(kind):
+    # A fifth of the rows near 0.95e308 (1, 1, 1, 1, 0), norms 1.9e308, the
+    # rest near 1e308 e_5: every entry and the scale finite. The start's
+    # projections and the heads' totals were taken at the rows' magnitude
+    # (inf - inf in the rotation: "Initial heads must be finite and
+    # non-zero"); beyond 2^900 they are now taken at the scale's power of
+    # two, exactly.
+    rng = np.random.default_rng(0)
+    y = (rng.random(400) < 0.2).astype(int)
+    X = np.where(y[:, None] == 1, [0.95, 0.95, 0.95, 0.95, 0.0], [0.0, 0.0, 0.0, 0.0, 1.0])
+    X = X + 1e-3 * rng.standard_normal((400, 5))
+    assert np.all(np.isfinite(X * 1e308))
+    assert not np.all(np.isfinite(np.linalg.norm(X * 1e308, axis=1)))
+    wrap = sp.csr_matrix if kind == "sparse" else np.asarray
+    want = AttentionClustering(2, random_state=0).fit(wrap(X))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        got = AttentionClustering(2, random_state=0).fit(wrap(X * 1e308))
     np.testing.assert_array_equal(got.labels_, want.labels_)
     np.testing.assert_allclose(got.cluster_centers_, want.cluster_centers_, rtol=0, atol=1e-15)
 

@@ -37,6 +37,7 @@ from sklearn.utils import assert_all_finite, check_random_state
 from ._dynamics import SelfAttentionDynamics, token_weights
 from ._passes import unit_rows
 from ._plan import DEFAULT_TUNING, bic_penalty, information_criterion, mean_dominates, mean_share
+from ._scale import gram_coordinates
 from ._validation import (
     check_count,
     check_positive,
@@ -258,22 +259,15 @@ def _gram_rows(tokens, weights):
     ``G = T T^T`` is the tokens' Gram matrix (m x m, from the sparse rows)
     and ``C = I - 1 p^T``, ``p = w / sum w`` (``1 / m`` each without
     weights), subtracts the mean, so ``C G C^T = G - g 1^T - 1 g^T + (p^T
-    g) 1 1^T`` with ``g = G p``. With its eigendecomposition ``V diag(l)
-    V^T``, ``E = V diag(sqrt(l))`` on the eigenvalues above rounding (those
-    at most ``m eps l_max``, and those rounded below zero, are zero; one
-    zero column when every token is the mean): ``docs/math.md`` section 8,
-    "Centred tokens from their inner products".
+    g) 1 1^T`` with ``g = G p``; E are its :func:`~attention_cluster._scale.gram_coordinates`
+    (one zero column when every token is the mean): ``docs/math.md``
+    section 8, "Centred tokens from their inner products".
     """
     m = tokens.shape[0]
     gram = (tokens @ tokens.T).toarray()
     p = np.full(m, 1.0 / m) if weights is None else weights / np.sum(weights)
     g = gram @ p
-    centred = gram - g[:, None] - g[None, :] + p @ g
-    values, vectors = np.linalg.eigh(centred)
-    kept = values > m * np.finfo(np.float64).eps * max(values[-1], 0.0)
-    if not np.any(kept):
-        return np.zeros((m, 1))
-    return vectors[:, kept] * np.sqrt(values[kept])
+    return gram_coordinates(gram - g[:, None] - g[None, :] + p @ g)
 
 
 def _mean_sq(tokens, weights=None):

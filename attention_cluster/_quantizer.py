@@ -8,13 +8,14 @@ from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._passes import dense_block, rows_of
-from ._scale import estimate_spectrum
+from ._scale import estimate_spectrum, gram_coordinates
 from ._validation import (
     atomic_fit,
     check_auto_or_positive,
     check_options,
     check_positive,
     finite_output,
+    power_of_two_unit,
 )
 from .layers import in_context_softmax_attention
 from .theory import in_context_unbiased_temperature
@@ -60,7 +61,7 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         or underflow for finite X of any normal magnitude (tested from
         ``1e-300`` to ``1e150``).
     attention : {"linear", "softmax"}, default="linear"
-        ``"linear"``: the layer above, ``O(L d^2)``. ``"softmax"``: its softmax
+        ``"linear"``: the layer above, ``O(L d min(L, d))``. ``"softmax"``: its softmax
         counterpart ``sum_k softmax_k(lambda <X_l, X_k>) X_k``
         (:func:`attention_cluster.layers.in_context_softmax_attention`),
         ``O(L^2 d)``, so only for prompts of up to some ``10^4`` tokens. The
@@ -188,9 +189,12 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         X : {array-like, sparse matrix} of shape (n_samples, n_features)
             The L tokens of one prompt. The linear layer does not densify
             sparse X: it is ``X (lambda K M)`` with the d x d second moment
-            ``M`` of the prompt. The softmax layer's L x L scores and its
-            output are dense, so it reads a sparse prompt densely (no more
-            memory than its output).
+            ``M`` of the prompt, or, with fewer tokens than features,
+            ``(lambda K / L) (X X^T) X`` with the L x L Gram matrix (a sparse
+            product), which then gives ``"auto"`` its spectrum too:
+            ``O(L d min(L, d))`` time. The softmax layer's L x L scores and
+            its output are dense, so it reads a sparse prompt densely (no
+            more memory than its output).
 
         Returns
         -------
@@ -209,38 +213,66 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         L, d = X.shape
         K = self.n_clusters_
         unit = 1.0  # the power of two the spectrum's scale is divided by
+        gram = None
+        if L < d and (self.attention_ == "linear" or self.temperature_ == "auto"):
+            # Fewer tokens than features: the layer and the spectrum are read
+            # from the L x L Gram matrix, O(L^2 d), not from the d x d second
+            # moment, O(L d^2 + d^3). It is formed of X / unit, unit the power
+            # of two of X's largest entry (exact), whose products stay within
+            # float64 at any magnitude of X. (The softmax layer at a given
+            # temperature needs neither.)
+            unit = power_of_two_unit(rows.peak())
+            X_scaled = _divided(X, unit, np.float64)  # X / unit
+            gram = _gram(X_scaled)
         if self.temperature_ == "auto":
-            spectrum = estimate_spectrum(rows, K)
-            if not np.isfinite(spectrum.scale):
-                # Rows whose norms pass float64 (entries near its largest
-                # numbers): the spectrum of X times the power of two at or
-                # below its largest entry (exact), whose scale s / unit is
-                # finite, as s / peak is.
-                unit = np.ldexp(1.0, int(np.frexp(rows.peak())[1]) - 1)
-                spectrum = estimate_spectrum(rows_of(_divided(X, unit), n_threads=1), K)
+            if gram is not None:
+                spectrum = _gram_spectrum(gram, rows_of(X_scaled, n_threads=1), K)
+            else:
+                spectrum = estimate_spectrum(rows, K)
+                if not np.isfinite(spectrum.scale):
+                    # Rows whose norms pass float64 (entries near its largest
+                    # numbers): the spectrum of X times the power of two at or
+                    # below its largest entry (exact), whose scale s / unit is
+                    # finite, as s / peak is.
+                    unit = np.ldexp(1.0, int(np.frexp(rows.peak())[1]) - 1)
+                    spectrum = estimate_spectrum(rows_of(_divided(X, unit), n_threads=1), K)
             temperature = float(
                 in_context_unbiased_temperature(spectrum.noise, L, n_features=d, n_clusters=K)
             )
         else:
             spectrum, temperature = None, self.temperature_
         if self.attention_ == "linear":
-            # s T^ctx(X / s)_l = lambda K (X^T X / (L s^2)) X_l, and X^T X / (L s^2)
-            # is the spectrum's unit-scale moment, accumulated without overflow:
-            # one product with a d x d matrix, at the magnitude of X. A given
-            # temperature multiplies the moment at X's own magnitude c^2, taken
-            # as (lambda K c) c times the unit-scale moment M / c^2: the context
-            # is finite whenever it is representable, and an output beyond the
-            # dtype's range is refused by finite_output.
+            # An output beyond the dtype's range is refused by finite_output.
             with np.errstate(over="ignore", invalid="ignore"):
-                if spectrum is None:
-                    c, moment = rows.scaled_second_moment()
-                    context = (temperature * K * c) * c * moment
+                if gram is not None:
+                    # The same layer as (lambda K / L) (X X^T) X (math.md
+                    # section 2). With X X^T = unit^2 G, G the Gram matrix of
+                    # X / unit, and s the scale of its spectrum, s T^ctx(X / s)
+                    # is (lambda K / (L s^2)) G X: one product of an L x L
+                    # matrix with X, at the magnitude of X. A given temperature
+                    # takes the factor (lambda K unit) unit / L.
+                    if spectrum is None:
+                        factor = (temperature * K * unit) * unit / L
+                    else:
+                        factor = temperature * K / (L * spectrum.scale**2)
+                    out = _left_times((factor * gram).astype(X.dtype), X)
                 else:
-                    context = temperature * K * spectrum.moment
-                context = context.astype(X.dtype)
-                # Sparse rows are held in float64 (SparseRows), and so is their
-                # product: each chunk's is cast to X's dtype.
-                out = rows.map_rows(_times, context, X.dtype, dtype=X.dtype, columns=d)
+                    # s T^ctx(X / s)_l = lambda K (X^T X / (L s^2)) X_l, and
+                    # X^T X / (L s^2) is the spectrum's unit-scale moment,
+                    # accumulated without overflow: one product with a d x d
+                    # matrix, at the magnitude of X. A given temperature
+                    # multiplies the moment at X's own magnitude c^2, taken as
+                    # (lambda K c) c times the unit-scale moment M / c^2: the
+                    # context is finite whenever it is representable.
+                    if spectrum is None:
+                        c, moment = rows.scaled_second_moment()
+                        context = (temperature * K * c) * c * moment
+                    else:
+                        context = temperature * K * spectrum.moment
+                    context = context.astype(X.dtype)
+                    # Sparse rows are held in float64 (SparseRows), and so is
+                    # their product: each chunk's is cast to X's dtype.
+                    out = rows.map_rows(_times, context, X.dtype, dtype=X.dtype, columns=d)
             return finite_output(out)
         tokens = rows.map_rows(dense_block, X.dtype, dtype=X.dtype, columns=d)
         if spectrum is None:
@@ -267,13 +299,47 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         return tags
 
 
-def _divided(X, unit):
-    """``X / unit`` (dense or sparse, X's dtype), ``unit`` a power of two: exact."""
+def _divided(X, unit, dtype=None):
+    """``X / unit`` (dense or sparse) in ``dtype`` (X's when None), ``unit`` a power of two: exact."""
+    dtype = np.dtype(X.dtype if dtype is None else dtype)
     if sp.issparse(X):
-        X = X.copy()
-        X.data /= X.dtype.type(unit)
+        X = X.astype(dtype)  # a copy
+        X.data /= dtype.type(unit)
         return X
-    return X / X.dtype.type(unit)
+    return np.divide(X, dtype.type(unit), dtype=dtype)
+
+
+def _gram(X):
+    """``X X^T`` (L x L, dense) of float64 rows, dense or sparse (a sparse product)."""
+    if sp.issparse(X):
+        return (X @ X.T).toarray()
+    return X @ X.T
+
+
+def _gram_spectrum(gram, rows, n_clusters):
+    """``estimate_spectrum`` of L rows in R^d, L < d, from their Gram matrix ``X X^T``.
+
+    With ``X = U S V^T``, the eigenvalues of the d x d moment ``X^T X / L``
+    are those of ``X X^T / L``, ``S^2 / L``, and ``d - L`` zeros. The rows'
+    coordinates on their principal axes, ``X V = U S`` (L numbers a row),
+    have the moment's non-zero eigenvalues: ``estimate_spectrum`` takes them
+    as the coordinates of ``rows`` in a principal subspace (its ``full``) and
+    reads the noise as the mean of the d - K smallest eigenvalues in R^d, the
+    zeros among them, from the rows' trace (math.md section 7, "Scale and
+    noise from the spectrum"). With ``K >= L`` every non-zero eigenvalue is
+    signal and the noise is zero, as the d x d moment gives it, to rounding
+    (at most its smallest eigenvalue, zero, when ``K >= d``).
+    """
+    coordinates = gram_coordinates(gram)
+    return estimate_spectrum(rows_of(coordinates, n_threads=1), n_clusters, full=rows)
+
+
+def _left_times(A, X):
+    """``A @ X`` as a dense C-contiguous array of X's dtype, X dense or sparse
+    (sparse X multiplied in float64, as ``SparseRows`` holds it)."""
+    if sp.issparse(X):
+        return np.ascontiguousarray((X.T.astype(np.float64) @ A.T).T, dtype=X.dtype)
+    return A @ X
 
 
 def _times(rows, context, dtype):

@@ -152,6 +152,23 @@ def estimate_spectrum(data, n_clusters, moment=None, full=None):
     )
 
 
+def gram_coordinates(gram):
+    """Rows of R^r, r <= m, whose inner products are ``gram`` (m x m,
+    symmetric positive semi-definite but for rounding): ``E = V diag(sqrt(l))``
+    from its eigendecomposition ``V diag(l) V^T``, on the eigenvalues above
+    rounding (those at most ``m eps l_max``, and those rounded below zero,
+    are zero; one zero column when all are). A method that reads rows
+    through their inner products alone (the sphere's dynamics, the spectrum
+    of their second moment) reads these as it reads the rows, however wide.
+    """
+    m = gram.shape[0]
+    values, vectors = np.linalg.eigh(gram)
+    kept = values > m * np.finfo(np.float64).eps * max(values[-1], 0.0)
+    if not np.any(kept):
+        return np.zeros((m, 1))
+    return vectors[:, kept] * np.sqrt(values[kept])
+
+
 def spike_overlap(eigenvalue, noise_variance, n_features, n_samples):
     """Squared cosine between a sample eigenvector and the direction it estimates.
 

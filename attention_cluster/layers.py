@@ -19,10 +19,12 @@ The layers (:mathmd:`2`; paper, sections 2 and 5), with temperature
 - :func:`in_context_softmax_attention`, its softmax counterpart,
   :math:`\sum_k \mathrm{softmax}_k(\lambda \langle X_\ell, X_k \rangle) X_k`.
 
-The linear layers cost ``O(L d K)`` and ``O(L d^2)`` per prompt and never form
-the ``L x L`` attention matrix. The softmax layers must form attention scores;
-they do so by blocks of rows (bounded memory) with the log-sum-exp shift, so
-``L = 10000`` neither overflows nor exhausts memory.
+The linear layers cost ``O(L d K)`` and ``O(L d min(L, d))`` per prompt. The
+predictor never forms the ``L x L`` attention matrix; the in-context layer
+forms it only for prompts of fewer tokens than features, where it is the
+smaller of its two exact routes. The softmax layers must form attention
+scores; they do so by blocks of rows (bounded memory) with the log-sum-exp
+shift, so ``L = 10000`` neither overflows nor exhausts memory.
 """
 
 import numpy as np
@@ -37,7 +39,8 @@ __all__ = [
     "in_context_softmax_attention",
 ]
 
-# Largest number of attention scores held at once by the softmax layers
+# Largest number of attention scores held at once by the softmax layers, and
+# of entries of the prompts' Gram matrices by the in-context linear layer
 # (32 MiB in float64).
 _SCORE_BUDGET = 1 << 22
 
@@ -154,7 +157,12 @@ def in_context_attention(X, *, temperature=1.0, n_clusters=2):
     :math:`T^{\mathrm{ctx}}(X)_\ell = \frac{\lambda K}{L} \sum_k \langle X_\ell, X_k \rangle X_k
     = \frac{\lambda K}{L} (X^\top X) X_\ell` (:mathmd:`2`; paper, section 5): the sum of
     ``d`` orthonormal linear heads, i.e. keys, queries and values equal to
-    the identity. It is computed as ``X (X^T X)``, ``O(L d^2)`` per prompt.
+    the identity. It is computed by the cheaper of its two exact forms,
+    ``(X X^T) X`` through the ``L x L`` Gram matrix when ``L < d`` and
+    ``X (X^T X)`` through the ``d x d`` one otherwise: ``O(L d min(L, d))``
+    time per prompt. Prompts are taken by blocks whose Gram matrices take
+    bounded memory together; a prompt whose own exceeds the bound is taken
+    alone, its ``min(L, d)^2`` numbers at most the prompt's ``L d``.
     At a fixed temperature it is cubic in X: :math:`T^{\mathrm{ctx}}(c X) = c^3 T^{\mathrm{ctx}}(X)`.
     Prop. 5.1 gives the temperature that centres ``T^ctx(X)_l`` on the
     centroid of token l (see :class:`attention_cluster.InContextQuantizer`).
@@ -194,10 +202,18 @@ def in_context_attention(X, *, temperature=1.0, n_clusters=2):
     X3 = _check_prompts(X)
     temperature = check_temperature(temperature)
     n_clusters = check_count(n_clusters, "n_clusters")
-    L = X3.shape[1]
-    with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused by _finish
-        gram = np.swapaxes(X3, 1, 2) @ X3  # (n, d, d), symmetric
-        out = X3 @ ((temperature * n_clusters / L) * gram)  # scale the small factor
+    n, L, d = X3.shape
+    factor = temperature * n_clusters / L
+    out = np.empty(X3.shape, dtype=X3.dtype)
+    step = max(1, _SCORE_BUDGET // min(L, d) ** 2)
+    for p in range(0, n, step):
+        P = X3[p : p + step]
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused by _finish
+            # (X X^T) X or X (X^T X): the smaller Gram matrix, scaled first.
+            if L < d:
+                np.matmul(factor * (P @ np.swapaxes(P, 1, 2)), P, out=out[p : p + step])
+            else:
+                np.matmul(P, factor * (np.swapaxes(P, 1, 2) @ P), out=out[p : p + step])
     return _finish(out, np.ndim(X))
 
 

@@ -35,6 +35,13 @@ def ref_in_context(X, temperature, n_clusters):
     return (temperature * n_clusters / L) * np.einsum("...lk,...kd->...ld", scores, X)
 
 
+def ref_in_context_by_features(X, temperature, n_clusters):
+    """The same layer written with the d x d Gram matrix, (lambda K / L) (X^T X) X_l."""
+    L = X.shape[-2]
+    gram = np.einsum("...ki,...kj->...ij", X, X)
+    return (temperature * n_clusters / L) * np.einsum("...ij,...lj->...li", gram, X)
+
+
 def ref_softmax(X, heads, temperature):
     out = np.zeros_like(X)
     for mu in heads:
@@ -78,7 +85,11 @@ def assert_close(actual, expected, rtol=1e-12):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
-@pytest.mark.parametrize("shape", [(17, 5), (4, 17, 5)], ids=["prompt", "batch"])
+@pytest.mark.parametrize(
+    "shape",
+    [(17, 5), (4, 17, 5), (5, 17), (4, 5, 17)],
+    ids=["prompt", "batch", "short-prompt", "short-batch"],
+)
 @pytest.mark.parametrize("name", list(LAYERS))
 def test_layers_match_direct_formulas(name, shape, dtype, global_random_seed):
     rng = np.random.default_rng([global_random_seed, 0])
@@ -110,6 +121,27 @@ def test_in_context_attention_is_the_sum_of_d_orthonormal_heads(global_random_se
         in_context_attention(X, temperature=0.3, n_clusters=2),
         linear_attention(X, basis, temperature=0.3, n_clusters=2),
     )
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize(
+    "shape", [(6, 3, 40), (6, 40, 3), (6, 7, 7), (1, 1, 9)], ids=["L<d", "L>d", "L=d", "L=1"]
+)
+@pytest.mark.parametrize("budget", [None, 50], ids=["one-block", "blocks"])
+def test_in_context_routes_agree(monkeypatch, budget, shape, dtype, global_random_seed):
+    # The layer takes (X X^T) X when L < d and X (X^T X) otherwise, by blocks
+    # of prompts: both equal both references (the L x L and the d x d Gram
+    # matrix), in one block and in blocks of one or a few prompts.
+    if budget is not None:
+        monkeypatch.setattr(layers, "_SCORE_BUDGET", budget)
+    rng = np.random.default_rng([global_random_seed, 6])
+    X = rng.standard_normal(shape).astype(dtype)
+    out = in_context_attention(X, temperature=0.6, n_clusters=3)
+    assert out.dtype == dtype
+    X64 = X.astype(np.float64)
+    for reference in [ref_in_context, ref_in_context_by_features]:
+        expected = reference(X64, 0.6, 3)
+        assert_close(out, expected, rtol=TOLERANCE[dtype])
 
 
 def test_toy_prompt_by_hand():
@@ -346,6 +378,28 @@ def test_softmax_heads_hold_no_array_of_heads_by_features(
     np.testing.assert_allclose(out, expected, rtol=1e-10, atol=1e-12)
     # Before: a (1, 50, 8, 400) block of weighted values, 1.3 MB.
     assert peak < 8 * (X.size + 4 * 50 * 60 * 8)
+
+
+@pytest.mark.parametrize(
+    "shape, budget", [((4, 10, 600), None), ((100, 40, 30), 30 * 30)], ids=["L<d", "blocks"]
+)
+def test_in_context_attention_holds_small_gram_matrices(
+    monkeypatch, traced_peak, shape, budget, global_random_seed
+):
+    # Bounded memory: a prompt shorter than its features takes the L x L Gram
+    # matrix, and prompts are taken by blocks within the budget. What is held
+    # is the output, of X's size, and the finiteness checks' booleans (an
+    # eighth of it). Before, every prompt's d x d Gram matrix and its scaled
+    # copy were held at once: a peak of 23 MB for the short prompts (80 times
+    # the bound; their L x L matrices take 6 kB), 2.4 MB for the blocks (2.5
+    # times X; one prompt a block holds 14 kB).
+    if budget is not None:
+        monkeypatch.setattr(layers, "_SCORE_BUDGET", budget)
+    X = np.random.default_rng(global_random_seed).standard_normal(shape)
+    expected = ref_in_context(X, 0.7, 3)
+    out, peak = traced_peak(lambda: in_context_attention(X, temperature=0.7, n_clusters=3))
+    assert_close(out, expected)
+    assert peak < 1.5 * X.nbytes
 
 
 @pytest.mark.parametrize("name", list(LAYERS))

@@ -5,7 +5,7 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from sklearn.cluster import KMeans
@@ -122,14 +122,84 @@ def test_numeric_temperature_is_the_layer_on_x(global_random_seed):
     )
 
 
+def _d_by_d_layer(X, n_clusters, temperature):
+    """The linear layer through the prompt's d x d second moment, a reference
+    for the L x L route: ``(lambda K / L) X (X^T X)`` at a given temperature;
+    with "auto", ``s T^ctx(X / s) = lambda K X M / s^2``, ``M = X^T X / L``,
+    with s and lambda from the eigenvalues of the d x d matrix M / s^2
+    (``estimate_spectrum``)."""
+    X = np.asarray(X.toarray() if sp.issparse(X) else X, dtype=np.float64)
+    L, d = X.shape
+    if temperature != "auto":
+        return X @ ((temperature * n_clusters / L) * (X.T @ X))
+    spectrum = estimate_spectrum(DenseRows(X), n_clusters)
+    temperature = in_context_unbiased_temperature(
+        spectrum.noise, L, n_features=d, n_clusters=n_clusters
+    )
+    return temperature * n_clusters * (X @ spectrum.moment)
+
+
+@pytest.mark.parametrize("temperature", ["auto", 0.4])
+@pytest.mark.parametrize("kind", ["dense", "sparse", "float32", "sparse-float32"])
+@pytest.mark.parametrize(
+    "L, d, K",
+    [(1, 6, 2), (4, 30, 2), (4, 30, 6), (4, 30, 40), (30, 6, 2), (30, 6, 8)],
+    ids=["L=1", "L<d", "L<K<d", "d<K", "L>d", "L>d,K>d"],
+)
+def test_linear_layer_equals_the_d_by_d_route(L, d, K, kind, temperature, global_random_seed):
+    # With L < d the layer and the auto temperature's spectrum come from the
+    # L x L Gram matrix: the same numbers, to rounding, as from the d x d
+    # second moment (its other d - L eigenvalues are zeros), for dense, sparse
+    # and float32 prompts, K below L, between L and d and above d.
+    rng = np.random.default_rng([global_random_seed, 4])
+    X = 3.0 * rng.standard_normal((L, d))
+    if kind.startswith("sparse"):
+        X[rng.random((L, d)) < 0.7] = 0.0
+        X = sp.csr_matrix(X)
+    dtype = np.float32 if kind.endswith("float32") else np.float64
+    X = X.astype(dtype)
+    out = InContextQuantizer(K, temperature=temperature).fit(X).transform(X)
+    assert out.dtype == dtype and out.shape == (L, d)
+    expected = _d_by_d_layer(X, K, temperature)
+    # Sums of L d products: rounding relative to the output's scale.
+    rtol = 1e-5 if dtype == np.float32 else 1e-11
+    np.testing.assert_allclose(out, expected, rtol=rtol, atol=rtol * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("temperature", ["auto", 0.5])
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
-def test_numeric_temperature_with_a_moment_beyond_the_range(sparse, global_random_seed):
+def test_short_prompt_of_many_features_holds_no_d_by_d_matrix(
+    sparse, temperature, traced_peak, global_random_seed
+):
+    # L = 30 tokens of d = 20000 features: the d x d second moment takes
+    # 3.2 GB and its eigendecomposition O(d^3) time (before: unfinished after
+    # 10 minutes; at d = 2000, a peak of 96 MB at a given temperature and
+    # 128 MB with "auto", 200 and 267 times the output, and 1 s). The L x L
+    # route holds the output and one more array of its size (X / unit in
+    # float64 for dense X, the sparse product's transpose for sparse X),
+    # besides L x L matrices.
+    rng = np.random.default_rng([global_random_seed, 5])
+    X = sp.random(30, 20_000, density=0.01, random_state=rng, format="csr")
+    tokens = X.toarray()
+    quantizer = InContextQuantizer(2, temperature=temperature).fit(X)
+    out, peak = traced_peak(lambda: quantizer.transform(X if sparse else tokens))
+    assert out.shape == X.shape and np.all(np.isfinite(out))
+    assert peak < 3 * out.nbytes
+    if temperature != "auto":
+        expected = (temperature * 2 / 30) * ((tokens @ tokens.T) @ tokens)
+        np.testing.assert_allclose(out, expected, rtol=1e-12, atol=1e-12 * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("shape", [(30, 4), (4, 30)], ids=["L>d", "L<d"])
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+def test_numeric_temperature_with_a_moment_beyond_the_range(sparse, shape, global_random_seed):
     # The linear layer is cubic in X: at a temperature of 2^-1000 the rows
     # times 2^540 give 2^620 times the output at temperature 1, although
-    # their second moment (2^1080 times X's) is beyond float64's range; the
-    # context is built from the unit-scale moment. Where the output itself
-    # leaves the range, FloatingPointError says so, without a RuntimeWarning.
-    X = np.abs(np.random.default_rng([global_random_seed, 2]).standard_normal((30, 4)))
+    # their second moment and Gram matrix (2^1080 times X's) are beyond
+    # float64's range; the context is built from the unit-scale moment or
+    # Gram matrix. Where the output itself leaves the range,
+    # FloatingPointError says so, without a RuntimeWarning.
+    X = np.abs(np.random.default_rng([global_random_seed, 2]).standard_normal(shape))
     wrap = sp.csr_matrix if sparse else np.asarray
     want = InContextQuantizer(3, temperature=1.0).fit_transform(wrap(X))
     with warnings.catch_warnings():
@@ -288,7 +358,9 @@ def test_pipeline_recipe_labels_tokens_as_well_as_the_oracle_rule(global_random_
 # ---------------------------------------------------------------------------
 # Symmetries of the auto temperature, by Hypothesis
 
-prompts = st.tuples(st.integers(1, 12), st.integers(1, 5)).flatmap(
+# Prompts of fewer tokens than features as well as more (the L x L and the
+# d x d routes).
+prompts = st.tuples(st.integers(1, 12), st.integers(1, 8)).flatmap(
     lambda shape: hnp.arrays(
         np.float64, shape, elements=st.floats(-3.0, 3.0, allow_subnormal=False)
     )
@@ -337,6 +409,25 @@ def test_auto_is_scale_equivariant_for_rows_whose_norms_pass_float64(attention):
     _close(far / 1e308, quantizer.transform(X))
 
 
+@given(
+    X=prompts,
+    n_clusters=st.integers(1, 14),
+    exponent=st.integers(-140, 140),
+    temperature=st.sampled_from(["auto", 0.7]),
+)
+def test_linear_layer_equals_the_d_by_d_route_on_any_prompt(X, n_clusters, exponent, temperature):
+    # Repeated tokens, zero tokens and features, K above L or d, L = 1, at
+    # any normal magnitude (the documented range): the L x L route against
+    # the d x d one. The reference is taken at X's scale (c X at temperature
+    # lambda / c^2 gives c times the output at lambda), where its own
+    # products neither overflow nor underflow.
+    c = 10.0**exponent
+    assume(np.all((X == 0.0) | (np.abs(c * X) >= np.finfo(np.float64).tiny)))
+    given_temperature = temperature if temperature == "auto" else temperature / c**2
+    quantizer = InContextQuantizer(n_clusters, temperature=given_temperature).fit(X)
+    _close(quantizer.transform(c * X) / c, _d_by_d_layer(X, n_clusters, temperature))
+
+
 @given(X=prompts, seed=st.integers(0, 2**32 - 1), attention=st.sampled_from(["linear", "softmax"]))
 def test_auto_is_rotation_and_permutation_equivariant(X, seed, attention):
     rng = np.random.default_rng(seed)
@@ -352,6 +443,7 @@ def test_auto_is_rotation_and_permutation_equivariant(X, seed, attention):
 # Extreme scales and bad input
 
 
+@pytest.mark.parametrize("shape", [(50, 4), (8, 50)], ids=["L>d", "L<d"])
 @pytest.mark.parametrize("attention", ["linear", "softmax"])
 @pytest.mark.parametrize(
     "scale, dtype",
@@ -363,8 +455,10 @@ def test_auto_is_rotation_and_permutation_equivariant(X, seed, attention):
         (1e15, np.float32),
     ],
 )
-def test_extreme_scales_and_zero_rows_stay_finite(scale, dtype, attention, global_random_seed):
-    X = np.random.default_rng([global_random_seed, 2]).standard_normal((50, 4))
+def test_extreme_scales_and_zero_rows_stay_finite(
+    scale, dtype, attention, shape, global_random_seed
+):
+    X = np.random.default_rng([global_random_seed, 2]).standard_normal(shape)
     X[::7] = 0.0
     quantizer = InContextQuantizer(2, attention=attention).fit(X)
     reference = quantizer.transform(X)

@@ -617,7 +617,8 @@ def _newton_em(em, p0, sub, p_sub, tol, max_iter, rho, report, n_stage):
         p, S, counts, ll, previous = candidate, S1, counts1, ll1, moved
         if gained < _GAIN_PER_TOL * tol:
             return p, True, rho
-    return p, False, rho
+    # max_iter E steps, the last at p: its M step costs no pass (as _run_em's).
+    return em.maximize(S, counts, p), False, rho
 
 
 # Most GMRES steps of one Newton step's solve (one cycle, no restart).

@@ -547,6 +547,27 @@ def test_em_stopped_after_one_e_step_returns_its_m_step():
     assert np.exp(p.log_pi) == pytest.approx([0.6, 0.3, 0.1], abs=0.05)
 
 
+def test_newton_em_stopped_after_one_e_step_returns_its_m_step():
+    # As _run_em's: the stage on all rows, by Newton's steps, computed its
+    # last E step and returned the point it was taken at (max_iter=1: the
+    # start, weights 1/3 each).
+    X, _, C = make_mixture(6000, 10, 3, noise=0.4, weights=[0.6, 0.3, 0.1], random_state=0)
+    start = _Params(np.ascontiguousarray(C.T), np.ones(3), 0.16, np.full(3, -np.log(3)))
+    sub = DenseRows(X[:2000])
+    sub_em = _EM(sub, float(np.mean(np.sum(X[:2000] ** 2, axis=1))))
+    p_sub, converged, rho = mixture._run_em(sub_em, start, 1e-6, 500, 0.9, lambda em, ll: None)
+    assert converged
+    em = _EM(DenseRows(X), float(np.mean(np.sum(X**2, axis=1))))
+    p, converged, _ = mixture._newton_em(
+        em, start, _EM(sub, sub_em.mean_sq), p_sub, 1e-20, 1, rho, lambda em, ll: None, 2000
+    )
+    assert not converged and em.passes == 1
+    S, counts, _ = em.expect(start)
+    expected = em.maximize(S, counts, start)
+    np.testing.assert_array_equal(p.U, expected.U)
+    np.testing.assert_array_equal(p.log_pi, expected.log_pi)
+
+
 @pytest.mark.parametrize("noise", [0.4, 1.0])
 def test_newton_steps_reach_the_likelihood_maximum(noise, global_random_seed):
     X, C = _newton_problem(global_random_seed, noise)

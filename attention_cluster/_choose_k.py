@@ -188,9 +188,8 @@ def _tokens(rows, size, rng):
 
     At most ``size`` rows of positive weight: all of them, with their
     weights (X's dtype; rows of weight zero left out, as absent). More:
-    without weights, ``size`` distinct rows drawn uniformly; with them,
-    ``size`` rows drawn with replacement in proportion to their weights
-    (float64), each one token.
+    ``size`` distinct rows of positive weight drawn uniformly (float64),
+    with their weights, as ``SelfAttentionDynamics`` subsamples its rows.
 
     A subsample draws each row independently, so it holds about ``size``
     rows, and none at times when ``size`` is small: ``size`` of a
@@ -203,13 +202,12 @@ def _tokens(rows, size, rng):
         if taken.n_samples <= size:
             tokens = taken.map_rows(_as_given).astype(rows.dtype, copy=False)
             return tokens, token_weights(taken.sample_weight, tokens)
-    if rows.sample_weight is None:
-        drawn = rows.subsample(rng, 2 * size + 16).map_rows(_as_given)
-        if drawn.shape[0] > size:
-            drawn = drawn[np.sort(rng.permutation(drawn.shape[0])[:size])]
-        return drawn, None
-    state = np.array([rng.randint(1, np.iinfo(np.int64).max)], dtype=np.uint64)
-    return rows.draw(state, np.empty((min(size, rows.n_weighted), rows.n_features))), None
+    taken = rows.subsample(rng, 2 * size + 16)
+    drawn, weights = taken.map_rows(_as_given), taken.sample_weight
+    if drawn.shape[0] > size:
+        keep = np.sort(rng.permutation(drawn.shape[0])[:size])
+        drawn, weights = drawn[keep], None if weights is None else weights[keep]
+    return drawn, token_weights(weights, drawn)
 
 
 def _as_given(block):
@@ -323,8 +321,8 @@ def count_clusters(
     Runs ``SelfAttentionDynamics(beta=beta, min_cluster_size=min_cluster_size)``
     on ``max_samples`` rows (all when there are fewer; with sample weights,
     all rows of positive weight as weighted tokens when there are at most
-    ``max_samples``, else rows drawn in proportion to their weights:
-    :func:`_tokens`), centred with ``center=True`` (about their weighted
+    ``max_samples``, else ``max_samples`` of them drawn uniformly, with
+    their weights: :func:`_tokens`), centred with ``center=True`` (about their weighted
     mean; wide sparse rows as rows with the centred rows' inner products,
     :func:`_centred`). With ``"auto"``, where the rows' mean carries more than
     ``share_to_retry`` of their second moment (``_plan.mean_share``), it

@@ -66,8 +66,8 @@ def choose_n_clusters(
         all of them, each row a weighted particle standing for ``w /
         w_min`` tokens (``SelfAttentionDynamics.fit``; equal weights are
         no weights, rows of weight zero are absent), and the silhouettes
-        count row i ``w_i / w_min`` times; with more, ``max_samples`` rows
-        are drawn with replacement in proportion to their weights.
+        count row i ``w_i / w_min`` times; with more, ``max_samples`` of
+        them are drawn uniformly, with their weights.
     beta : float, default=10.0
         Inverse temperature of the dynamics.
     min_cluster_size : float or int, default=0.02

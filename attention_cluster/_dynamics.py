@@ -89,14 +89,26 @@ def token_weights(sample_weight, X):
     The weights are validated (``_validation.check_sample_weight``) and
     divided by the smallest positive one: only their ratios count, a row of
     the smallest positive weight is one token and a row of weight w is
-    ``w / w_min`` tokens at its place, so integer weights whose smallest is
-    1 count as repeated rows, and a row of weight zero is no token. None
-    (every row one token) when the weights are None or all equal.
+    ``w / w_min`` tokens at its place (rounded to the integer within a few
+    ulps of it), so integer weights whose smallest is 1 count as repeated
+    rows, and a row of weight zero is no token. None (every row one token)
+    when the weights are None or all equal.
     """
     weights, _ = check_sample_weight(sample_weight, X)
     if weights is None:
         return None
-    weights = weights / np.min(weights[weights > 0])
+    positive = weights[weights > 0]
+    # At most 2^1000 tokens a row: ratios beyond float64 (a subnormal weight
+    # beside ones) count the lightest rows as fractions of a token.
+    unit = max(float(np.min(positive)), float(np.max(positive)) * 2.0**-1000)
+    weights = weights / unit
+    # Ratios within a few ulps of an integer are that integer: c w gives the
+    # tokens of w (0.37 w gave 2.0000000000000004 tokens for 2, which a run
+    # that never settles amplifies).
+    whole = np.rint(weights)
+    weights = np.where(
+        np.abs(weights - whole) <= 4 * np.finfo(np.float64).eps * weights, whole, weights
+    )
     return None if np.all(weights == 1.0) else weights
 
 

@@ -438,6 +438,24 @@ def test_unit_weights_choose_as_no_weights(name, X):
     assert got.silhouettes == want.silhouettes
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_beyond_max_samples_weighted_rows_are_drawn_as_unweighted_ones(seed):
+    # Beyond max_samples rows of positive weight the tokens were drawn with
+    # replacement in proportion to the weights: rows drawn twice met at step
+    # 0, and weights of 1 (one of 1 + 1e-9) chose 6, 4 or 5 on wine where no
+    # weights choose 3. They are now drawn as the rows without weights are,
+    # uniformly and distinct, and keep their weights.
+    X = _standardised("wine")
+    w = np.ones(len(X))
+    w[0] = 1.0 + 1e-9
+    plain = choose_n_clusters(X, AttentionClustering(random_state=seed), max_samples=170)
+    weighted = choose_n_clusters(
+        X, AttentionClustering(random_state=seed), sample_weight=w, max_samples=170
+    )
+    assert weighted.n_clusters == plain.n_clusters
+    assert weighted.scores == plain.scores
+
+
 @pytest.mark.parametrize("name", ["wine", "iris"])
 def test_rows_of_weight_zero_leave_the_choice_as_it_is(name):
     # The weighted draw counted rows of weight zero in its size (and the

@@ -1053,3 +1053,27 @@ def test_bad_weights_raise(weights, match):
     X = np.random.default_rng(0).standard_normal((20, 3))
     with pytest.raises(ValueError, match=match):
         SelfAttentionDynamics().fit(X, sample_weight=weights)
+
+
+@pytest.mark.parametrize("factor", [0.37, 3.0, 1e-5, 7e11])
+def test_token_weights_count_tokens_by_the_weights_ratios_alone(factor):
+    # w / w_min of c w rounded off an integer (0.37 w: 65 of 178 tokens
+    # counted 2.0000000000000004), which a run that never settles amplified
+    # (K 3 against 5): ratios within a few ulps of an integer are it.
+    from attention_cluster._dynamics import token_weights
+
+    X = np.zeros((300, 2))
+    w = np.random.default_rng(0).integers(1, 5, 300).astype(float)
+    np.testing.assert_array_equal(token_weights(factor * w, X), w)
+
+
+def test_token_weights_of_ratios_beyond_float64_stay_finite():
+    # A subnormal weight beside ones: w / w_min overflowed, and the K-finder
+    # refused finite weights ("sample_weight must be finite"). The lightest
+    # rows now count as fractions of a token, at most 2^1000 tokens a row.
+    from attention_cluster._dynamics import token_weights
+
+    X = np.zeros((3, 2))
+    tokens = token_weights(np.array([1e-310, 1.0, 2.0]), X)
+    assert tokens[2] == 2.0 * tokens[1] and tokens[2] == 2.0**1000
+    assert 0.0 < tokens[0] < 1.0

@@ -7,6 +7,7 @@ criterion's (data flow: this module, then ``_clustering``, then
 ``_choose_k``).
 """
 
+import numpy as np
 from sklearn.base import clone
 
 from ._choose_k import (
@@ -20,7 +21,6 @@ from ._choose_k import (
 from ._clustering import AttentionClustering
 from ._passes import rows_from
 from ._plan import check_width, predict_rule
-from ._validation import is_dask_collection
 
 __all__ = ["choose_n_clusters"]
 
@@ -89,9 +89,9 @@ def choose_n_clusters(
     TypeError
         If ``estimator`` is not an :class:`AttentionClustering`.
     ValueError
-        Before any work: if a parameter of ``estimator`` is invalid with
-        ``n_clusters="auto"`` (an array ``init`` needs an integer
-        ``n_clusters``), with the estimator's message; if
+        Before any work: if a parameter of ``estimator`` is invalid, with
+        the estimator's message, or ``init`` is an array (several K are
+        fitted); if
         ``n_clusters_range`` holds no positive integer, or none of at most
         n_samples; if ``max_samples`` is not an integer >= 1; on X the
         estimator refuses.
@@ -107,12 +107,18 @@ def choose_n_clusters(
             f"estimator must be an AttentionClustering, got {type(estimator).__name__}."
         )
     params = estimator.get_params(deep=False)
+    if not isinstance(params["init"], str):
+        raise ValueError(
+            "choose_n_clusters fits several numbers of clusters: the estimator's init must be "
+            f'"spectral" or "random", not an array of shape {np.shape(params["init"])}.'
+        )
     # The estimator's parameters are checked as its fit with n_clusters="auto"
-    # checks them, before any work: on Dask data before the weights' checks
-    # compute (rows_from), as the width is known.
+    # checks them, before any work on X (a copy in float64 or C order, the
+    # Dask weights' checks, which compute: rows_from), as fit does.
     auto = clone(estimator).set_params(n_clusters="auto")
-    if is_dask_collection(X) and len(X.shape) == 2:
-        auto._check_params(X.shape[1])
+    shape = getattr(X, "shape", None)
+    if shape is not None and len(shape) == 2:
+        auto._check_params(shape[1])
 
     def fit_at(k):
         model = clone(estimator).set_params(n_clusters=k).fit(X, sample_weight=sample_weight)

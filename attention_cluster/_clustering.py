@@ -221,9 +221,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         16384 and its heads beyond d, the exact solver's first stage from
         an array beyond 4 x 16384 rows): where they cannot differ one run is
         made, with a warning, as KMeans does for an explicit start. Where
-        the start is seeded (``n_clusters >= n_features``, see ``init``) it
-        is the least number of k-means++ seedings, the one of least inertia
-        kept, as KMeans' ``n_init``.
+        the start is seeded (see ``init``) it is the least number of
+        k-means++ seedings, the one of least inertia kept, as KMeans'
+        ``n_init``.
     init : {"spectral", "random"} or array-like of shape (n_clusters, n_features), default="spectral"
         ``"spectral"``: the top-K eigenvectors of the second-moment matrix
         (where the risk's minimisers lie as L grows, :mathmd:`3`),
@@ -232,15 +232,17 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         uniformly on the sphere, the paper's random start. An array gives
         the starting heads (rows, normalised to unit norm; where the fit
         runs in the principal subspace, from a thousand features, their
-        projections on it). With
-        ``n_clusters >= n_features`` the spectrum has fewer than K
-        directions: ``"spectral"`` then seeds K centres among the rows
-        instead (k-means++ on a subsample, polished by Lloyd's iterations),
-        which the EM refinement carries with one norm per centroid (unless
-        ``refine=None`` or ``centroid_norms="equal"``); no attention solver
-        runs, and ``solver``, ``temperature``, ``sequence_length``,
-        ``regularization``, ``learning_rate``, ``batch_size`` and
-        ``gradient`` are not used (``n_iter_`` counts Lloyd's iterations).
+        projections on it). The start is *seeded* when ``init="spectral"``,
+        ``1 < n_clusters``, ``n_clusters >= n_features`` (the spectrum has
+        fewer than K directions), the EM refinement follows (``refine``
+        ``"em"``, or ``"auto"`` with the exact solver) and
+        ``centroid_norms`` is not ``"equal"``: K centres are then placed
+        among the rows (k-means++ on a subsample, polished by Lloyd's
+        iterations), which the EM refinement carries with one norm per
+        centroid; no attention solver runs, and ``solver``,
+        ``temperature``, ``sequence_length``, ``regularization``,
+        ``learning_rate``, ``batch_size`` and ``gradient`` are not used
+        (``n_iter_`` counts Lloyd's iterations).
     gradient : {"riemannian", "euclidean"}, default="riemannian"
         PSGD's step (the exact solver's is Riemannian).
         ``"riemannian"`` projects each head's gradient on the sphere's
@@ -490,7 +492,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             norms = np.linalg.norm(init, axis=1)
         if not np.all(np.isfinite(norms) & (norms > 1e-150)):
             # Rows whose squares leave float64 (entries of 1e300, or of
-            # 1e-300): each divided by its largest entry first (exact).
+            # 1e-300): each divided by its largest entry first.
             init = init / np.max(np.abs(init), axis=1)[:, None]
             norms = np.linalg.norm(init, axis=1)
         return (init / norms[:, None]).T

@@ -90,6 +90,7 @@ from ._validation import (
     check_dask_sample_weight,
     check_sample_weight,
     is_dask_collection,
+    power_of_two_unit,
     warn,
 )
 
@@ -2014,9 +2015,7 @@ class SparseRows(_Rows):
         peak = max(self.peak() * self.scale, 0.0)
         if not peak > 0.0:
             return 0.0, np.zeros((self.n_features, self.n_features))
-        # The power of two at or below the peak (2^e above it is 2^1024 for
-        # entries of 2^1023).
-        c = np.ldexp(1.0, int(np.frexp(peak)[1]) - 1)
+        c = power_of_two_unit(peak)
         M = self._weighted_rows()._moment_at(c)
         top = float(np.max(np.diag(M)))
         if not top > 0.0:
@@ -2067,7 +2066,7 @@ class SparseRows(_Rows):
     @_on_weighted_rows
     def second_moment(self):
         """``M`` (d x d, float64) of the rows ``(x - m) / s``."""
-        c = np.ldexp(1.0, int(np.frexp(self.scale)[1]) - 1)  # finite: at or below s
+        c = power_of_two_unit(self.scale)
         return self._moment_at(c) * (c / self.scale) ** 2
 
     @_on_weighted_rows

@@ -234,7 +234,7 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
                     # numbers): the spectrum of X times the power of two at or
                     # below its largest entry (exact), whose scale s / unit is
                     # finite, as s / peak is.
-                    unit = np.ldexp(1.0, int(np.frexp(rows.peak())[1]) - 1)
+                    unit = power_of_two_unit(rows.peak())
                     spectrum = estimate_spectrum(rows_of(_divided(X, unit), n_threads=1), K)
             temperature = float(
                 in_context_unbiased_temperature(spectrum.noise, L, n_features=d, n_clusters=K)

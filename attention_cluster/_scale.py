@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg
 
+from ._validation import power_of_two_unit
+
 
 @dataclass(frozen=True)
 class Spectrum:
@@ -220,7 +222,8 @@ def principal_basis(
     does not depend on the estimator's random state.
 
     The basis does not depend on the rows' scale: the subsample is seen
-    divided by the power of two at or below its largest entry (exact), so that
+    divided by the power of two of its largest entry (exact;
+    ``_validation.power_of_two_unit``), so that
     the products ``X^T (X Q)``, which overflow from entries of about 1e154
     as given, are formed at unit scale, and the rows and ``2^k`` times the
     rows give the same basis (sparse rows form their second product at the
@@ -230,9 +233,7 @@ def principal_basis(
     rows = data.subsample(rng, n_rows)
     peak = rows.peak()
     if peak > 0.0:
-        # 2^(e - 1) <= peak < 2^e: divided by 2^(e - 1), which float64
-        # holds for every finite peak (2^e is 2^1024 from entries of 2^1023).
-        rows = rows.rescaled(np.ldexp(rows.scale, int(np.frexp(peak)[1]) - 1))
+        rows = rows.rescaled(rows.scale * power_of_two_unit(peak))
     Q = orthonormal(rng.standard_normal((data.n_features, n_components)))
     previous = None
     for _ in range(max_iter):

@@ -311,7 +311,7 @@ def test_choose_n_clusters_refuses_its_bad_arguments_before_work(
     [
         (
             dict(n_clusters=2, init=np.eye(6)[:2]),
-            'An array init needs an integer n_clusters, not "auto"',
+            'init must be "spectral" or "random", not an array of shape',
         ),
         (dict(temperature=-1.0), "temperature must be > 0"),
         (dict(center="yes"), "center must be one of"),
@@ -331,11 +331,12 @@ def test_choose_n_clusters_checks_the_estimator_before_any_work(
         raise AssertionError("work began before the parameters were checked")
 
     monkeypatch.setattr(_choose_n_clusters, "count_clusters", no_work)
-    X = mixture[0]
+    # Not even X's validation (a float64, C-order copy of a Fortran X).
+    monkeypatch.setattr(_choose_n_clusters, "rows_from", no_work)
+    X = np.asfortranarray(mixture[0])
     if kind == "dask":
         da = pytest.importorskip("dask.array")
         X = da.from_array(X, chunks=(150, 6))
-        monkeypatch.setattr(_choose_n_clusters, "rows_from", no_work)
     with pytest.raises(ValueError, match=match):
         choose_n_clusters(X, AttentionClustering(random_state=0, **params))
 

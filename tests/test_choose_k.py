@@ -106,6 +106,14 @@ def test_sphere_silhouette_matches_scikit_learn(kind):
     )
 
 
+def _rows_with_zero_rows(seed, m, d, n_zero):
+    """``(rng, X)``: m Gaussian rows in R^d, ``n_zero`` of them (at most m) zero."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((m, d))
+    X[rng.choice(m, min(n_zero, m), replace=False)] = 0.0
+    return rng, X
+
+
 @settings(max_examples=30, deadline=None)
 @given(
     seed=st.integers(0, 2**32 - 1),
@@ -120,9 +128,7 @@ def test_sphere_silhouette_matches_scikit_learn_with_zero_rows(seed, m, d, n_zer
     # in scikit-learn), 1 otherwise; random labels, singletons included.
     from sklearn.metrics import silhouette_score
 
-    rng = np.random.default_rng(seed)
-    X = rng.standard_normal((m, d))
-    X[rng.choice(m, min(n_zero, m), replace=False)] = 0.0
+    rng, X = _rows_with_zero_rows(seed, m, d, n_zero)
     labels = rng.integers(0, rng.integers(2, m) + 1, m)
     if not 2 <= len(np.unique(labels)) <= m - 1:
         assert sphere_silhouette(X, labels) is None
@@ -149,9 +155,7 @@ def test_weighted_sphere_silhouette_is_that_of_the_repeated_rows(seed, m, d, n_z
     # weight above 1 alone in its cluster, and zero rows included.
     from sklearn.metrics import silhouette_score
 
-    rng = np.random.default_rng(seed)
-    X = rng.standard_normal((m, d))
-    X[rng.choice(m, min(n_zero, m), replace=False)] = 0.0
+    rng, X = _rows_with_zero_rows(seed, m, d, n_zero)
     labels = rng.integers(0, rng.integers(1, m) + 1, m)
     weights = rng.integers(1, 5, m).astype(float)
     repeated, repeated_labels = (

@@ -438,7 +438,11 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         carried as one particle are apart in the unmerged dynamics, where
         the others attend to one of them most: that one is the leader when
         the particle attends to itself, its other tokens aside, above 1/2.
-        Sorted; empty for the sphere models, where the theory names no leaders.
+        Tokens at one place from the start (a row of weight above the
+        smallest, or repeated rows) are never apart: each of them attends
+        to itself by at most 1 / w, and their row is named when their place
+        draws more than half of their attention. Sorted; empty for the
+        sphere models, where the theory names no leaders.
     n_clusters_path_ : ndarray of shape (``n_iter_ + 1``,)
         Number of clusters (groups of at least ``min_cluster_size`` tokens;
         0 while no group is that large) at each step, from the initial
@@ -575,8 +579,11 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             its place, ``w_min`` the smallest positive weight, carried as
             one weighted particle (``docs/math.md`` section 8, "Weighted
             particles"), so an integer weight acts as repeated rows when
-            the smallest is 1. Only their ratios count: equal weights are
-            no weights. Rows of weight zero are no tokens: they are labelled
+            the smallest is 1. Only their ratios count (to rounding: c w
+            may move a ratio that is not a whole number by an ulp, which a
+            run that never settles amplifies); equal weights are no weights,
+            and rows of weight above the smallest count as tokens met from
+            the start. Rows of weight zero are no tokens: they are labelled
             as passive tracers. Group sizes, ``min_cluster_size``, USA's n
             and the energy count tokens by weight; a subsample
             (``max_samples``) is drawn uniformly from the rows of positive
@@ -617,9 +624,10 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
                     math.isqrt(int(_AUTO_WORK / d)),
                     max(_AUTO_MIN_SAMPLES, int(10 * _AUTO_WORK / (n * d))),
                 )
+                what = "tokens" if weights is None else "rows of positive weight"
                 warn(
-                    f"The exact dynamics of {n} tokens in {d} dimensions would take long: "
-                    f"integrating a subsample of {m} tokens, the others labelled as passive "
+                    f"The exact dynamics of {n} {what} in {d} dimensions would take long: "
+                    f"integrating a subsample of {m} {what}, the others labelled as passive "
                     "tracers. Set max_samples=None for the exact dynamics, or an integer to "
                     "choose the subsample."
                 )
@@ -674,7 +682,10 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         if isinstance(self.min_cluster_size, numbers.Integral):
             min_size = int(self.min_cluster_size)
         else:
-            min_size = max(1, math.ceil(self.min_cluster_size * n_tokens))
+            # Rounded up, but not over the product's rounding (0.07 x 100 is
+            # 7.000000000000001: groups of 7 tokens count).
+            share = self.min_cluster_size * n_tokens
+            min_size = max(1, math.ceil(share * (1.0 - 4.0 * np.finfo(np.float64).eps)))
         radius = self.cluster_tol * (
             1.0 if on_sphere else max(float(np.linalg.norm(Z, axis=1).max()), 1e-300)
         )
@@ -771,9 +782,11 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             + ", or lower beta (a coarser resolution, at which tokens meet sooner)."
         )
         if 0 < counts[0] < m and min(counts) == max(counts):
-            clustered = float(np.sum(sizes[sizes >= min_size]))
-            if clustered == m:
+            # Every group counted: the answer (sums of weights in two orders
+            # differ by their rounding, so the groups are compared, not sums).
+            if np.all(sizes >= min_size):
                 return
+            clustered = float(np.sum(sizes[sizes >= min_size]))
             message = (
                 f"The number of clusters stayed at {counts[0]}, the groups of the initial "
                 f"tokens, for max_iter={self.max_iter} steps, with {m - clustered:g} of the "

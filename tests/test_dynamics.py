@@ -1077,3 +1077,33 @@ def test_token_weights_of_ratios_beyond_float64_stay_finite():
     tokens = token_weights(np.array([1e-310, 1.0, 2.0]), X)
     assert tokens[2] == 2.0 * tokens[1] and tokens[2] == 2.0**1000
     assert 0.0 < tokens[0] < 1.0
+
+
+def test_a_fraction_of_the_tokens_is_rounded_up_from_the_exact_product():
+    # 0.07 x 100 is 7.000000000000001 in float64, which the ceiling took to
+    # 8: groups of exactly 7 tokens did not count (with weights too).
+    rng = np.random.default_rng(0)
+    C = rng.standard_normal((7, 20))
+    C /= np.linalg.norm(C, axis=1, keepdims=True)
+    X = np.vstack([np.repeat(C, 7, axis=0), rng.standard_normal((51, 20))])
+    params = dict(stopping="horizon", max_iter=1, beta=50.0)
+    by_fraction = SelfAttentionDynamics(min_cluster_size=0.07, **params).fit(X)
+    by_count = SelfAttentionDynamics(min_cluster_size=7, **params).fit(X)
+    assert by_fraction.n_clusters_path_[0] == by_count.n_clusters_path_[0] == 7
+    weighted = SelfAttentionDynamics(min_cluster_size=0.07, **params).fit(
+        np.vstack([C, X[49:]]), sample_weight=np.r_[np.full(7, 7.0), np.ones(51)]
+    )
+    assert weighted.n_clusters_path_[0] == 7
+
+
+def test_weights_of_any_ratio_warn_only_when_tokens_are_left_out():
+    # Three tight clusters, every token counted after 2 steps: with weights
+    # from [1, 2] the check compared two sums of the weights taken in
+    # different orders and warned of 1e-13 tokens "in no cluster" (16 of 20
+    # seeds).
+    X = make_mixture(600, 10, 3, noise=0.001, random_state=0)[0]
+    for seed in range(5):
+        w = np.random.default_rng(seed).uniform(1, 2, 600)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            SelfAttentionDynamics(max_iter=2).fit(X, sample_weight=w)

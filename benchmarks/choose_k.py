@@ -824,7 +824,9 @@ def panel_section(payload):
         lines.append(
             "Where it chose one cluster ("
             + ", ".join(f"{p['name']}, {r:.1f}x" for p, r in ones)
-            + ") the fit it is compared with, at K = 1, takes a millisecond, and the choice "
+            + ") the fit it is compared with, at K = 1, takes "
+            + " and ".join(f"{1000 * p['one_fit_seconds']:.1f} ms" for p, _ in ones)
+            + ", and the choice "
             "still paid the dynamics and the fits it compared (the one-cluster test among "
             f"them); on the other {len(rest)} sets the largest ratio is {max(rest):.1f}x."
         )

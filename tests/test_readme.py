@@ -52,17 +52,35 @@ def test_readme_names_the_peers_settings_of_its_real_data_claim():
     assert 'covariance_type="spherical"' in row
 
 
-def test_readme_ratios_are_those_of_the_pages_they_cite():
-    # A results row quotes its pages: each ratio it gives ("1.16 ×") is
-    # printed on one of the pages the row links, so a rerun page that moves
-    # a figure shows the README's copy as stale.
+def _printed(value, text):
+    """Whether ``value`` (a decimal as the README writes it) is printed in
+    ``text``: as it is, or as a number of ``text`` rounded to its decimals."""
+    if re.search(rf"(?<![\d.]){re.escape(value)}(?!\d)", text):
+        return True
+    decimals = len(value.split(".")[1]) if "." in value else 0
+    return any(
+        round(float(number), decimals) == float(value)
+        for number in re.findall(r"(?<![\d.])\d+\.\d+(?!\d)", text)
+    )
+
+
+def test_readme_figures_are_those_of_the_pages_they_cite():
+    # A results row quotes its pages: each figure with a unit ("1.16 ×",
+    # "22 s", "0.47 GB") is printed on one of the pages the row links, as it
+    # is or to more decimals, and each count "N of M" as "N of M" or "N /
+    # M", so a rerun page that moves a figure shows the README's copy as
+    # stale. (Before, ratios alone were checked, and "36 of 41" could
+    # become "30 of 41" unseen.)
     stale = []
     for row in README.read_text().splitlines():
         pages = [ROOT / t for t in re.findall(r"\]\(([^)\s#]+\.md)", row) if (ROOT / t).exists()]
         if not row.startswith("|") or not pages:
             continue
         text = "\n".join(page.read_text() for page in pages)
-        for ratio in re.findall(r"(\d+\.\d+) ?×", row):
-            if not re.search(rf"(?<![\d.]){re.escape(ratio)}(?!\d)", text):
-                stale.append((ratio, [page.name for page in pages]))
-    assert not stale, f"ratios in the README that its pages do not print: {stale}"
+        for value in re.findall(r"(?<![\w.])(\d+(?:\.\d+)?) ?(?:×|s|ms|GB|MB)(?!\w)", row):
+            if not _printed(value, text):
+                stale.append((value, [page.name for page in pages]))
+        for count, total in re.findall(r"(?<![\d.])(\d+) of (\d+)(?!\d)", row):
+            if not re.search(rf"(?<![\d.]){count}(?: of | / ){total}(?!\d)", text):
+                stale.append((f"{count} of {total}", [page.name for page in pages]))
+    assert not stale, f"figures in the README that its pages do not print: {stale}"

@@ -106,6 +106,10 @@ def test_sphere_silhouette_matches_scikit_learn(kind):
     )
 
 
+# The seed of a property's rows and whether they are given sparse.
+_DRAWS = dict(seed=st.integers(0, 2**32 - 1), sparse=st.booleans())
+
+
 def _rows_with_zero_rows(seed, m, d, n_zero):
     """``(rng, X)``: m Gaussian rows in R^d, ``n_zero`` of them (at most m) zero."""
     rng = np.random.default_rng(seed)
@@ -115,13 +119,7 @@ def _rows_with_zero_rows(seed, m, d, n_zero):
 
 
 @settings(max_examples=30, deadline=None)
-@given(
-    seed=st.integers(0, 2**32 - 1),
-    m=st.integers(3, 40),
-    d=st.integers(1, 6),
-    n_zero=st.integers(0, 3),
-    sparse=st.booleans(),
-)
+@given(m=st.integers(3, 40), d=st.integers(1, 6), n_zero=st.integers(0, 3), **_DRAWS)
 def test_sphere_silhouette_matches_scikit_learn_with_zero_rows(seed, m, d, n_zero, sparse):
     # math.md section 8, "The silhouette of a choice of K": a_i's self term
     # ||u_i||^2 is 0 for a zero row (at cosine distance 1 from every row, as
@@ -140,13 +138,7 @@ def test_sphere_silhouette_matches_scikit_learn_with_zero_rows(seed, m, d, n_zer
 
 
 @settings(max_examples=40, deadline=None)
-@given(
-    seed=st.integers(0, 2**32 - 1),
-    m=st.integers(2, 30),
-    d=st.integers(1, 5),
-    n_zero=st.integers(0, 2),
-    sparse=st.booleans(),
-)
+@given(m=st.integers(2, 30), d=st.integers(1, 5), n_zero=st.integers(0, 2), **_DRAWS)
 def test_weighted_sphere_silhouette_is_that_of_the_repeated_rows(seed, m, d, n_zero, sparse):
     # math.md section 8, "The silhouette of a choice of K": a row of weight
     # w_i counts w_i times (its copies at distance 1 - ||u_i||^2 from it),

@@ -113,12 +113,9 @@ def choose_n_clusters(
             f'"spectral" or "random", not an array of shape {np.shape(params["init"])}.'
         )
     # The estimator's parameters are checked as its fit with n_clusters="auto"
-    # checks them, before any work on X (a copy in float64 or C order, the
-    # Dask weights' checks, which compute: rows_from), as fit does.
+    # checks them, before any work on X, as fit does.
     auto = clone(estimator).set_params(n_clusters="auto")
-    shape = getattr(X, "shape", None)
-    if shape is not None and len(shape) == 2:
-        auto._check_params(shape[1])
+    auto._check_params_before_reading(X)
 
     def fit_at(k):
         model = clone(estimator).set_params(n_clusters=k).fit(X, sample_weight=sample_weight)

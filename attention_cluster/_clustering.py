@@ -497,6 +497,14 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             norms = np.linalg.norm(init, axis=1)
         return (init / norms[:, None]).T
 
+    def _check_params_before_reading(self, X):
+        """:meth:`_check_params` at X's width when its shape shows it (arrays,
+        sparse, pandas, Dask): before any work on X (a copy in float64 or C
+        order, the Dask weights' checks, which compute: ``rows_from``)."""
+        shape = getattr(X, "shape", None)
+        if shape is not None and len(shape) == 2:
+            self._check_params(shape[1])
+
     def _rows(self, X, *, reset=False, sample_weight=None, defer_finite=False, weight_unit=None):
         """X as pass-layer rows (``_passes.rows_from``), validated against this estimator."""
         return rows_from(
@@ -533,11 +541,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         self : AttentionClustering
             Fitted estimator.
         """
-        shape = getattr(X, "shape", None)
-        if shape is not None and len(shape) == 2:
-            # The parameters before any work on X (a copy in float64 or C
-            # order, the Dask weights' checks, which compute: rows_from).
-            self._check_params(shape[1])
+        self._check_params_before_reading(X)
         if is_dask_collection(X) and len(X.shape) == 2:
             # The width, which the graph shows, too.
             check_width(X.shape[1], in_memory=False)

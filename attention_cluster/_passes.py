@@ -2079,8 +2079,9 @@ class SparseRows(_Rows):
     def moment_action(self, V):
         """``M V`` for V of shape (d, K), in two sparse products (:meth:`_summed`).
 
-        The projections ``(x - m)^T V`` are taken times ``2^-e``, the power
-        of two of the scale ``s`` (exact), so that the second product is
+        The projections ``(x - m)^T V`` are taken over ``2^e``, the power
+        of two of the scale ``s`` (``_validation.power_of_two_unit``; exact),
+        so that the second product is
         formed at the rows' magnitude, not at its square, and ``s^2`` is
         never taken: the same numbers where neither overflows, and finite
         up to float64's largest rows (the principal subspace's iteration
@@ -2089,10 +2090,9 @@ class SparseRows(_Rows):
         """
         V = np.asarray(V, dtype=np.float64)
         rows, _ = self._summed()
-        e = int(np.frexp(rows.scale)[1])
-        A = np.ldexp(rows._project(V), -e) * self._w()[:, None]
-        unit = float(np.ldexp(rows.scale, -e))
-        return np.ldexp(rows._transpose_product(A), -e) / (self.total_weight * unit**2)
+        p = power_of_two_unit(rows.scale)
+        A = rows._project(V) / p * self._w()[:, None]
+        return rows._transpose_product(A) / p / (self.total_weight * (rows.scale / p) ** 2)
 
     @_on_weighted_rows
     def norm_moments(self):

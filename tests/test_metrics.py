@@ -252,10 +252,14 @@ def test_information_limit_ignores_a_rotation_and_a_relabelling(seed, K, noise):
     Q = np.linalg.qr(rng.standard_normal((4, 4)))[0]
     weights = rng.dirichlet(np.full(K, 5.0))
     order = rng.permutation(K)
-    base = information_limit(C, noise, 1000, weights, n_draws=100_000)
-    moved = information_limit((C @ Q)[order], noise, 1000, weights[order], n_draws=100_000)
+    base = information_limit(C, noise, 1000, weights, n_draws=400_000)
+    moved = information_limit((C @ Q)[order], noise, 1000, weights[order], n_draws=400_000)
     # The class means' limit is exact; the efficient one is a Monte Carlo
-    # mean over other draws (relative error about 1 / sqrt(n_draws) per entry).
+    # mean over other draws. Its relative error grows as a weight shrinks
+    # (a light component's information comes from few draws): with weights
+    # 0.75, 0.046, 0.20 at sigma = 0.5 it was 2.0% at 1e5 draws (20 seeds),
+    # which made the two estimates' 5% agreement a 1.8-sigma test (it failed
+    # at seed 531); at 4e5 draws it is 0.55% (6 seeds).
     assert moved[1] == pytest.approx(base[1], rel=1e-12)
     assert moved[0] == pytest.approx(base[0], rel=0.05)
     assert base[0] >= base[1] * (1 - 0.02)

@@ -62,6 +62,8 @@ KINDS = {
     "csr": (lambda X, tmp: sp.csr_matrix(X), 1e-6),
     "csr-array": (lambda X, tmp: sp.csr_array(X), 1e-6),
     "csc": (lambda X, tmp: sp.csc_matrix(X), 1e-6),
+    "csc-array": (lambda X, tmp: sp.csc_array(X), 1e-6),
+    "coo": (lambda X, tmp: sp.coo_matrix(X), 1e-6),
     "csr-float32": (lambda X, tmp: sp.csr_matrix(X.astype(np.float32)), 2e-3),
     "memmap": (_memmap, 1e-6),
     # Columns named as scikit-learn names an array's features (x0, x1, ...),
@@ -85,7 +87,11 @@ def _batches(model, X, weights=None):
         half = None
     else:
         half = X.shape[0] // 2
-        first, second = X[:half], X[half:]
+        # (COO rows have no slicing: sliced as CSR, then given as COO.)
+        rows = X.tocsr() if sp.issparse(X) else X
+        first, second = rows[:half], rows[half:]
+        if sp.issparse(X):
+            first, second = first.asformat(X.format), second.asformat(X.format)
     if weights is None:
         return model.partial_fit(first).partial_fit(second)
     # (Dask batches are refused before their weights are read.)
@@ -100,6 +106,10 @@ FITTING = {
     "fit_transform": lambda m, X: m.fit_transform(X),
     "partial_fit": _batches,
     "partial_fit-weighted": lambda m, X: _batches(m, X, _WEIGHTS),
+    # Fitted on the dense float64 rows, then given X of the cell's kind.
+    "predict-after-dense-fit": lambda m, X: m.fit(ROWS).predict(X),
+    "transform-after-dense-fit": lambda m, X: m.fit(ROWS).transform(X),
+    "predict_proba-after-dense-fit": lambda m, X: m.fit(ROWS).predict_proba(X),
 }
 # Methods of the estimator fitted on X: (the fitted estimator, X) -> their
 # result. A variant "method-how" is a cell where the estimator has the method.
@@ -152,7 +162,10 @@ DOCUMENTED = {
 
 
 def _documented(name, kind, method):
-    for key in ((name, kind, method), (name, "*", method)):
+    """The documented error of a cell: of its method, else of the method it
+    varies ("predict_proba-after-dense-fit": predict_proba's)."""
+    base = method.partition("-")[0]
+    for key in ((name, kind, method), (name, "*", method), (name, kind, base), (name, "*", base)):
         if key in DOCUMENTED:
             return DOCUMENTED[key]
     return None

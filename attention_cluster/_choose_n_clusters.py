@@ -1,26 +1,16 @@
 """``choose_n_clusters``: K chosen for an :class:`AttentionClustering` and fitted.
 
-The criterion is :func:`~attention_cluster._choose_k.count_clusters`, which
-``n_clusters="auto"`` runs too; this module gives it the rows and the
-estimator's fits, so that the estimator's module need not be imported by the
-criterion's (data flow: this module, then ``_clustering``, then
-``_choose_k``).
+The criterion is :func:`~attention_cluster._choose_k.count_clusters`, run by
+the estimator's own ``n_clusters="auto"`` fit; this module gives that fit the
+criterion's options and returns its choice with the fit at K (data flow:
+this module, then ``_clustering``, then ``_choose_k``).
 """
 
 import numpy as np
 from sklearn.base import clone
 
-from ._choose_k import (
-    DYNAMICS_BETA,
-    MAX_SAMPLES,
-    MIN_CLUSTER_SIZE,
-    ClusterCount,
-    FittedMixture,
-    count_clusters,
-)
+from ._choose_k import DYNAMICS_BETA, MAX_SAMPLES, MIN_CLUSTER_SIZE, ClusterCount
 from ._clustering import AttentionClustering
-from ._passes import rows_from
-from ._plan import check_width, predict_rule
 
 __all__ = ["choose_n_clusters"]
 
@@ -37,9 +27,11 @@ def choose_n_clusters(
 ):
     """Choose K by the dynamics' longest plateau and the silhouette of its neighbours; fit at K.
 
-    :func:`~attention_cluster._choose_k.count_clusters` on X's rows, with
-    clones of ``estimator`` at ``n_clusters=k`` fitted on X for the K
-    compared; the clone at the chosen K is returned. The dynamics' K
+    A clone of ``estimator`` fitted with ``n_clusters="auto"`` and these
+    options (:func:`~attention_cluster._choose_k.count_clusters` on X's
+    rows, with the estimator's fits at the K compared, on the same rows);
+    its fit at the chosen K is returned, as ``n_clusters=K`` fitted on X
+    leaves it. The dynamics' K
     (``K_dyn``) is replaced by a neighbour whose silhouette is higher by
     more than 0.05; when ``K_dyn`` has no silhouette (``K_dyn = 1``: a
     silhouette needs two clusters), by the neighbour with the highest
@@ -112,33 +104,19 @@ def choose_n_clusters(
             "choose_n_clusters fits several numbers of clusters: the estimator's init must be "
             f'"spectral" or "random", not an array of shape {np.shape(params["init"])}.'
         )
-    # The estimator's parameters are checked as its fit with n_clusters="auto"
-    # checks them, before any work on X, as fit does.
-    auto = clone(estimator).set_params(n_clusters="auto")
-    auto._check_params_before_reading(X)
-
-    def fit_at(k):
-        model = clone(estimator).set_params(n_clusters=k).fit(X, sample_weight=sample_weight)
-        rule = predict_rule(model.cluster_centers_, model.mixture_, model.mean_)
-        free = model.centroid_norms_ == "free"
-        mixture = (
-            None if model.mixture_ is None else FittedMixture(model.mixture_, free, model.center_)
-        )
-        return model, rule, mixture
-
-    with rows_from(auto, X, reset=True, sample_weight=sample_weight, defer_finite=True) as rows:
-        auto._check_params(rows.n_features)
-        check_width(rows.n_features, rows.in_memory)
-        rows.check_finite()
-        K, scores, silhouettes, model = count_clusters(
-            rows,
-            fit_at,
-            random_state=params.get("random_state"),
-            n_threads=params.get("n_threads"),
+    # The estimator's own n_clusters="auto" fit, with these options.
+    model = clone(estimator).set_params(n_clusters="auto")
+    K, scores, silhouettes = model._fit(
+        X,
+        sample_weight,
+        choice=dict(
             n_clusters_range=n_clusters_range,
             beta=beta,
             min_cluster_size=min_cluster_size,
             max_samples=max_samples,
-            center=params.get("center", "auto"),
-        )
+        ),
+    )
+    # Its fit is the fit at K: as AttentionClustering(n_clusters=K).fit(X) leaves it.
+    model.set_params(n_clusters=K)
+    del model.n_clusters_scores_
     return ClusterCount(n_clusters=K, scores=scores, silhouettes=silhouettes, model=model)

@@ -541,6 +541,13 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         self : AttentionClustering
             Fitted estimator.
         """
+        self._fit(X, sample_weight)
+        return self
+
+    def _fit(self, X, sample_weight=None, choice=None):
+        """:meth:`fit`'s work; returns ``n_clusters="auto"``'s choice, ``(K,
+        scores, silhouettes)`` (:func:`~attention_cluster._choose_k.count_clusters`),
+        or None. ``choice``: count_clusters' options (``choose_n_clusters``')."""
         self._check_params_before_reading(X)
         if is_dask_collection(X) and len(X.shape) == 2:
             # The width, which the graph shows, too.
@@ -555,24 +562,27 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         # (DenseRows.moments) instead of a pass of their own.
         rows = self._rows(X, reset=True, sample_weight=sample_weight, defer_finite=True)
         self.__dict__.pop("n_steps_", None)
-        self._fit_rows(rows)
+        chosen = self._fit_rows(rows, choice=choice)
         # A later partial_fit continues from this fit, its rows counted in by
         # their weight (none held: the stream is made at that batch).
         self._stream = None
         self._stream_weight_unit = rows.weight_unit
         self._fit_weight = (rows.total_weight, rows.n_weighted)
-        return self
+        return chosen
 
-    def _fit_rows(self, rows, n_clusters=None):
+    def _fit_rows(self, rows, n_clusters=None, choice=None):
         """validate the parameters -> K (``n_clusters="auto"``) -> the fit plan -> the fitted attributes.
 
-        ``n_clusters``: K in place of the parameter's (a stream's restart keeps its K).
+        ``n_clusters``: K in place of the parameter's (a stream's restart
+        keeps its K). ``choice``: options of ``count_clusters`` (its range,
+        beta, min_cluster_size, max_samples). Returns ``n_clusters="auto"``'s
+        ``(K, scores, silhouettes)``, else None.
         """
         init = self._check_params(rows.n_features)
         params = SimpleNamespace(**self.get_params(deep=False))
         if n_clusters is not None:
             params.n_clusters = n_clusters
-        scores = None
+        chosen = None
         # The passes run on the pool's threads already: BLAS threads in each
         # chunk's products would only oversubscribe the cores.
         with rows, one_blas_thread():
@@ -591,22 +601,24 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                         mixture = FittedMixture(result.mixture, free, result.centred)
                     return result, rule, mixture
 
-                _, scores, _, result = count_clusters(
+                K, scores, silhouettes, result = count_clusters(
                     rows,
                     fit_at,
                     random_state=self.random_state,
                     n_threads=self.n_threads,
                     center=self.center,
+                    **(choice or {}),
                 )
+                chosen = K, scores, silhouettes
             else:
                 check_n_samples(rows.n_samples, params.n_clusters)
                 result = fit_plan(rows, params, init)
         self._write(result, rows.dtype)
-        if scores is not None:
-            self.n_clusters_scores_ = scores
+        if chosen is not None:
+            self.n_clusters_scores_ = chosen[1]
         elif n_clusters is None:
             self.__dict__.pop("n_clusters_scores_", None)
-        return self
+        return chosen
 
     def _write(self, result, dtype):
         """The one place that writes the fitted attributes, from a :class:`~attention_cluster._plan.FitResult`.

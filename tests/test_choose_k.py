@@ -250,6 +250,23 @@ def test_choose_n_clusters_returns_the_fit_at_k(mixture):
     np.testing.assert_array_equal(choice.model.labels_, reference.labels_)
 
 
+def test_choose_n_clusters_is_the_auto_fit(mixture):
+    # choose_n_clusters ran the criterion with fits of its own (a fit from
+    # X per K, each reading X again), beside n_clusters="auto"'s: now it
+    # is that fit, with its options, whose attributes at K are a fit at K's.
+    X, _ = mixture
+    weights = np.linspace(0.5, 2.0, len(X))
+    auto = AttentionClustering("auto", random_state=0).fit(X, sample_weight=weights)
+    choice = choose_n_clusters(X, AttentionClustering(random_state=0), sample_weight=weights)
+    assert choice.n_clusters == auto.n_clusters_
+    assert choice.scores == auto.n_clusters_scores_
+    np.testing.assert_array_equal(choice.model.cluster_centers_, auto.cluster_centers_)
+    at_k = AttentionClustering(choice.n_clusters, random_state=0).fit(X, sample_weight=weights)
+    assert choice.model.get_params() == at_k.get_params()
+    assert sorted(vars(choice.model)) == sorted(vars(at_k))
+    np.testing.assert_array_equal(choice.model.cluster_centers_, at_k.cluster_centers_)
+
+
 def test_range_clips_the_choice(mixture):
     X, _ = mixture
     choice = choose_n_clusters(X, AttentionClustering(random_state=0), range(1, 3))
@@ -321,14 +338,14 @@ def test_choose_n_clusters_checks_the_estimator_before_any_work(
     # draw and the dynamics (and, on Dask, a pass over X), and an array
     # init was reported against the dynamics' K ("init must have shape
     # (n_clusters, n_features) = (3, 6)" for a user's n_clusters=2).
-    from attention_cluster import _choose_n_clusters
+    from attention_cluster import _clustering
 
     def no_work(*args, **kwargs):
         raise AssertionError("work began before the parameters were checked")
 
-    monkeypatch.setattr(_choose_n_clusters, "count_clusters", no_work)
+    monkeypatch.setattr(_clustering, "count_clusters", no_work)
     # Not even X's validation (a float64, C-order copy of a Fortran X).
-    monkeypatch.setattr(_choose_n_clusters, "rows_from", no_work)
+    monkeypatch.setattr(_clustering, "rows_from", no_work)
     X = np.asfortranarray(mixture[0])
     if kind == "dask":
         da = pytest.importorskip("dask.array")

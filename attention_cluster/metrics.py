@@ -464,8 +464,11 @@ def information_limit(centroids, noise, n_samples, weights=None, n_draws=1_000_0
     weights : array-like of shape (n_clusters,), default=None
         Mixture weights, all positive; uniform when None.
     n_draws : int, default=1_000_000
-        Draws of the Monte Carlo mean (its relative error is about
-        ``1 / sqrt(n_draws)`` per entry of the information). The cost is
+        Draws of the Monte Carlo mean. Each entry of the information is
+        a mean over all draws, but a cluster's directions are informed by
+        its own, about ``pi_k n_draws`` of them: ``D_eff``'s relative
+        error is of the order of ``1 / sqrt(pi_min n_draws)``, larger for
+        light clusters than the entries' ``1 / sqrt(n_draws)``. The cost is
         ``O(n_draws p^2)`` for ``p = K (d - 1) + K + 1`` parameters, and
         ``n_draws`` should be well above ``p``.
     random_state : int, RandomState instance or None, default=0

@@ -352,3 +352,21 @@ def test_user_data_benchmark_quick_mode(tmp_path):
         in page
     )
     assert (tmp_path / "_static" / "benchmarks" / "user_data_text.png").stat().st_size > 0
+
+
+def test_quantizer_pipeline_benchmark_quick_mode(tmp_path):
+    # benchmarks/quantizer_pipeline.py wrote its page alone, with a reading
+    # typed by hand: now its results file too, and the reading's figures
+    # come from it.
+    _, payload = _run_quick("quantizer_pipeline.py", tmp_path)
+    saved = json.loads((tmp_path / "quantizer_pipeline.json").read_text())
+    assert saved["mixtures"] == payload["mixtures"]
+    for cell in payload["mixtures"]:
+        assert set(cell["ari"]) == {"KMeans", "linear + KMeans", "softmax + KMeans", "oracle rule"}
+        assert all(len(v) == payload["draws"] for v in cell["ari"].values())
+    page = (tmp_path / "quantizer_pipeline.md").read_text()
+    hardest = max(payload["mixtures"], key=lambda c: c["noise"])
+    ceiling = np.mean(hardest["ari"]["oracle rule"])
+    assert f"against the ceiling's {ceiling:.3f}" in page
+    raw_iris = next(c for c in payload["datasets"] if c["name"] == "iris" and not c["scaled"])
+    assert f"| {raw_iris['ari']['KMeans']:.3f} |" in page

@@ -264,6 +264,11 @@ def _ooc_section(run):
                 if len(times["dask-ml KMeans"]) == run["rounds"]
                 else f", timed in the first {len(times['dask-ml KMeans'])} of the rounds only"
             )
+            + (
+                ""
+                if run.get("kmeans_warmed")
+                else ", with no fit before it: its Numba kernel's compile is in its time"
+            )
             + f") | {s['dask-ml KMeans']:.2f} | {dist['dask-ml KMeans']:.2e} |"
         )
     rows.append(f"| class-means floor | | {run['floor']:.2e} |")

@@ -282,6 +282,9 @@ def main(quick=False, out=None, rows=None, rounds=None, kmeans_rounds=None, sour
             small = lazy_array(path, min(n, 2 * BLOCK_ROWS))
             fit_dask(small)  # compile on the workers and in the client
             AttentionClustering(K, solver="full", random_state=0).fit(small.compute())
+            if kmeans_rounds:
+                # dask-ml's first fit compiles its Numba kernel on the workers.
+                KMeans(n_clusters=K, random_state=0).fit(small)
             memory_before = psutil.Process().memory_info().rss
             with PeakRSS() as rss:
                 model, passes, reads = fit_dask(X, reads=True)
@@ -326,6 +329,7 @@ def main(quick=False, out=None, rows=None, rounds=None, kmeans_rounds=None, sour
         payload = {
             **_setting(quick, n, rounds),
             "kmeans_rounds": kmeans_rounds,
+            "kmeans_warmed": bool(kmeans_rounds),
             "write_s": seconds_write,
             "seconds": seconds,
             "times": times,

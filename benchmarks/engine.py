@@ -243,7 +243,9 @@ def float32(n, seeds, repeats):
 
 def main(quick=False, out=None):
     load_before = os.getloadavg()
-    big = 20_000 if quick else 1_000_000
+    # Quick: 3e5 numbers, above _passes._COMPILE_MIN_SIZE, so that the
+    # threads' and fork's checks run Numba's kernels, as the full run does.
+    big = 30_000 if quick else 1_000_000
     mid = 5_000 if quick else 100_000
     seeds = 2 if quick else 10
     repeats = 2 if quick else 5

@@ -251,6 +251,11 @@ def test_engine_benchmark_quick_mode(tmp_path):
             "one_pass",
         }
     assert all(same for _, same in payload["threads"]["identical_to_serial"])
+    # ... on rows the fit reads with Numba's kernels (their NumPy forms run
+    # below _COMPILE_MIN_SIZE numbers: quick mode checked those alone).
+    from attention_cluster import _passes
+
+    assert payload["threads"]["n"] * 10 >= _passes._COMPILE_MIN_SIZE
     page = (tmp_path / "performance.md").read_text()
     assert page.count("| yes |") + page.count("| **no** |") == 7
     # The page rendered again from its results file (saved with sorted keys)

@@ -958,9 +958,10 @@ def _warn_lost_clusters(result, K, share, tuning, retried=False):
 
     ``retried``: center="auto" also fitted the centred rows, and kept this
     uncentred fit as the more likely."""
-    if result.mixture is not None and result.mixture.variance <= MIN_VARIANCE * (
+    floored = result.mixture is not None and result.mixture.variance <= MIN_VARIANCE * (
         1.0 + float(np.max(result.mixture.radii, initial=0.0)) ** 2
-    ):
+    )
+    if floored:
         what = (
             "All rows of X are equal" + (" once centred" if result.centred else "")
             if not np.any(result.moment_heads)
@@ -972,7 +973,10 @@ def _warn_lost_clusters(result, K, share, tuning, retried=False):
             "bic and aic measure that floor.",
             UserWarning,
         )
-        return
+        # Rows at their clusters' centres may still leave clusters empty
+        # (fewer distinct rows than clusters): said below.
+        if not np.any(result.moment_heads):
+            return
     if K == 1:
         return
     if not np.any(result.moment_heads):
@@ -988,7 +992,12 @@ def _warn_lost_clusters(result, K, share, tuning, retried=False):
     if lost == 0:
         return
     found = f"{lost} of the n_clusters={K} clusters received fewer than {tuning.lost_fraction / K:.1%} of the points"
-    if retried and not result.centred:
+    if floored:
+        advice = (
+            "every row equals its cluster's centre, so X may hold fewer distinct rows than "
+            "n_clusters: try fewer clusters"
+        )
+    elif retried and not result.centred:
         advice = (
             "a fit of the centred rows was tried and is less likely (center='auto'): "
             "the cluster may be small, or n_clusters too large for the data"

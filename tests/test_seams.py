@@ -652,6 +652,26 @@ def test_repeated_rows_fit_without_a_convergence_warning(n_clusters):
     assert model.n_iter_ == 0
 
 
+def test_fewer_distinct_rows_than_clusters_warns_of_the_empty_clusters():
+    # 300 rows of 3 binary patterns, K = 5: with the EM refinement the
+    # notice that the clusters have no spread returned before the check of
+    # empty clusters, and two of the five received no point unannounced
+    # (refine=None, which has no mixture to floor, said so).
+    rng = np.random.default_rng(0)
+    X = rng.integers(0, 2, (3, 8)).astype(float)[rng.integers(0, 3, 300)]
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        model = AttentionClustering(5, random_state=0).fit(X)
+    assert np.sum(np.bincount(model.labels_, minlength=5) == 0) == 2
+    messages = [str(w.message) for w in record if w.category is UserWarning]
+    assert any("no spread" in m for m in messages)
+    assert any(
+        "2 of the n_clusters=5 clusters received fewer than" in m
+        and "fewer distinct rows than n_clusters" in m
+        for m in messages
+    ), messages
+
+
 def test_the_exact_solvers_warning_says_why_it_stopped():
     # At tol=0 the rounding-level gradient of 20 copies of one row is not
     # within tol: the solver stops with no step that decreases the objective,

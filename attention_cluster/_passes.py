@@ -1095,7 +1095,11 @@ class LabelRule(NamedTuple):
         """The labels of an in-memory array (dense or sparse), by float64 products."""
         C64 = np.asarray(self.centers, dtype=np.float64).T
         gain, bias, _, k = _label_terms(C64, self.gain, self.bias, self.origin, self.scale)
-        return _rule_labels(np.asarray(X @ C64, dtype=np.float64), gain, bias, k)
+        # Rows beyond float64's range give products that overflow: their
+        # labels are _far_labels', as in the labels pass (no RuntimeWarning).
+        with np.errstate(over="ignore", invalid="ignore"):
+            raw = np.asarray(X @ C64, dtype=np.float64)
+        return _rule_labels(raw, gain, bias, k)
 
 
 def _rule_labels(raw, gain, bias, k):

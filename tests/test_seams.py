@@ -320,6 +320,21 @@ def test_rows_whose_scale_has_no_inverse_are_refused_clearly(sparse):
         AttentionClustering(3, random_state=0).fit(kind(np.ldexp(X, -1030)))
 
 
+def test_predict_proba_of_rows_near_the_largest_float_warns_nothing():
+    # Rows of 1.7e308: predict labelled them quietly, predict_proba (whose
+    # far rows take the label rule's limit, LabelRule.labels_of) gave the
+    # same answer with two RuntimeWarnings of its product's overflow.
+    X = make_mixture(200, 5, 3, noise=0.2, random_state=0)[0]
+    model = AttentionClustering(3, random_state=0).fit(X)
+    far = np.full((2, 5), 1.7e308)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        proba = model.predict_proba(far)
+        labels = model.predict(far)
+    np.testing.assert_array_equal(np.argmax(proba, axis=1), labels)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+
+
 @pytest.mark.parametrize("far", [False, True], ids=["in-range", "beyond-range"])
 def test_a_head_of_weight_zero_takes_no_row_of_the_numpy_label_rule(far):
     # The label rule of sparse rows (and of any array, LabelRule.labels_of)

@@ -17,14 +17,12 @@ over a Zipf vocabulary (to be vectorised by TF-IDF), and
 common offset direction, as sentence embeddings do.
 """
 
-import numbers
-
 import numpy as np
 import scipy.sparse as sp
 from sklearn.utils import check_random_state
 
 from ._passes import unit_rows
-from ._validation import check_count, check_matrix, check_noise, check_weights
+from ._validation import check_count, check_matrix, check_noise, check_positive, check_weights
 
 __all__ = [
     "make_centroids",
@@ -34,6 +32,11 @@ __all__ = [
     "make_corpus",
     "make_embeddings",
 ]
+
+
+# The kinds of centroids make_centroids draws, as its messages name them.
+_KINDS = ("orthogonal", "random")
+_KINDS_SHOWN = " or ".join(repr(kind) for kind in _KINDS)
 
 
 def make_centroids(n_clusters, n_features, *, kind="orthogonal", random_state=None):
@@ -85,11 +88,16 @@ def make_centroids(n_clusters, n_features, *, kind="orthogonal", random_state=No
     if kind == "random":
         G = rng.standard_normal((n_clusters, n_features))
         return G / np.linalg.norm(G, axis=1, keepdims=True)
-    raise ValueError(f"kind must be 'orthogonal' or 'random', got {kind!r}.")
+    raise ValueError(f"kind must be {_KINDS_SHOWN}, got {kind!r}.")
 
 
 def _resolve_mixture(n_clusters, n_features, centroids, weights, rng):
     if isinstance(centroids, str):
+        if centroids not in _KINDS:
+            raise ValueError(
+                f"centroids must be {_KINDS_SHOWN} (a kind of make_centroids) or an array "
+                f"of shape (n_clusters, n_features), got {centroids!r}."
+            )
         centroids = make_centroids(n_clusters, n_features, kind=centroids, random_state=rng)
     else:
         # A copy: the centroids returned are the generator's, not the caller's array.
@@ -283,7 +291,8 @@ def make_prompts(
 
 
 def _check_fraction(value, name):
-    if not (isinstance(value, numbers.Real) and 0.0 <= value <= 1.0):
+    """A number in [0, 1] (not a bool or a text), as a float."""
+    if check_positive(value, name, strict=False) > 1.0:
         raise ValueError(f"{name} must be a number in [0, 1], got {value!r}.")
     return float(value)
 
@@ -363,10 +372,7 @@ def make_corpus(
     n_words = check_count(n_words, "n_words")
     document_length = check_count(document_length, "document_length")
     topic_share = _check_fraction(topic_share, "topic_share")
-    if not (
-        isinstance(zipf_exponent, numbers.Real) and np.isfinite(zipf_exponent) and zipf_exponent > 0
-    ):
-        raise ValueError(f"zipf_exponent must be a finite number > 0, got {zipf_exponent!r}.")
+    zipf_exponent = check_positive(zipf_exponent, "zipf_exponent")
     if output not in ("texts", "counts"):
         raise ValueError(f"output must be 'texts' or 'counts', got {output!r}.")
     rng = check_random_state(random_state)
@@ -473,8 +479,7 @@ def make_embeddings(
     n_clusters = check_count(n_clusters, "n_clusters")
     if n_clusters >= n_features:
         raise ValueError(f"n_clusters must be < n_features, got {n_clusters} >= {n_features}.")
-    if not (isinstance(offset, numbers.Real) and np.isfinite(offset) and offset >= 0):
-        raise ValueError(f"offset must be a finite number >= 0, got {offset!r}.")
+    offset = check_positive(offset, "offset", strict=False)
     noise = check_noise(noise, scalar=True)
     rng = check_random_state(random_state)
     direction = make_centroids(1, n_features, kind="random", random_state=rng)[0]

@@ -264,6 +264,10 @@ _INDEPENDENT = 1e-6
 # Phi(-40) = 3.7e-350.
 _BEYOND = 40.0
 
+# Relative difference of the norms that information_limit takes for a common
+# norm r in float64 (100 epsilon of their dtype if larger: float32's rounding).
+_COMMON_NORM = 1e-8
+
 
 def bayes_error(centroids, noise, weights=None, heads=None):
     r"""Error rate of the labelling rule ``argmax_c <x, mu_c>`` on a mixture.
@@ -456,7 +460,8 @@ def information_limit(centroids, noise, n_samples, weights=None, n_draws=1_000_0
     Parameters
     ----------
     centroids : array-like of shape (n_clusters, n_features)
-        True centroids, all of the same norm.
+        True centroids, all of the same norm: to a relative 1e-8, or to
+        100 epsilon of their dtype if larger (1.2e-5 for float32).
     noise : float
         sigma > 0.
     n_samples : int
@@ -470,7 +475,7 @@ def information_limit(centroids, noise, n_samples, weights=None, n_draws=1_000_0
         error is of the order of ``1 / sqrt(pi_min n_draws)``, larger for
         light clusters than the entries' ``1 / sqrt(n_draws)``. The cost is
         ``O(n_draws p^2)`` for ``p = K (d - 1) + K + 1`` parameters, and
-        ``n_draws`` should be well above ``p``.
+        ``n_draws`` should be well above ``p`` and ``1 / min(weights)``.
     random_state : int, RandomState instance or None, default=0
         Draws of the Monte Carlo mean.
 
@@ -489,6 +494,7 @@ def information_limit(centroids, noise, n_samples, weights=None, n_draws=1_000_0
     >>> round(eff / floor, 1)
     2.1
     """
+    given = centroids
     centroids = _as_2d(centroids, "centroids")
     K, d = centroids.shape
     sigma = _positive_noise(noise, "at sigma = 0 every estimator is exact")
@@ -505,8 +511,19 @@ def information_limit(centroids, noise, n_samples, weights=None, n_draws=1_000_0
     centroids, sigma = centroids / unit, sigma / unit
     norms = np.linalg.norm(centroids, axis=1)
     r = float(norms[0])
-    if not r > 0 or not np.allclose(norms, r, rtol=1e-8, atol=0.0):
-        raise ValueError("centroids must be non-zero and of a common norm (the model's r).")
+    # A norm common to the rounding of the centroids' own dtype, read before
+    # the cast to float64: float32 centroids (a fit on float32 rows, say)
+    # have norms some 2e-8 apart.
+    dtype = np.asarray(given).dtype
+    rtol = max(_COMMON_NORM, 100.0 * np.finfo(dtype).eps) if dtype.kind == "f" else _COMMON_NORM
+    if not r > 0 or not np.allclose(norms, r, rtol=rtol, atol=0.0):
+        with np.errstate(over="ignore"):  # norms beyond float64's range: infinite
+            low, high = np.min(norms) * unit, np.max(norms) * unit
+        raise ValueError(
+            "centroids must be non-zero and of a common norm (the model's r): their norms "
+            f"range from {low:.10g} to {high:.10g}, further apart than the relative "
+            f"tolerance {rtol:.1e} for {dtype} centroids."
+        )
     mu = centroids / r
     tau2 = sigma * sigma
     # E_k: orthonormal basis of mu_k's complement (the last d - 1 left
@@ -537,9 +554,14 @@ def information_limit(centroids, noise, n_samples, weights=None, n_draws=1_000_0
     information /= n_draws
     spectrum = np.linalg.eigvalsh(information)
     if not spectrum[0] > n_params * np.finfo(np.float64).eps * spectrum[-1]:
+        # A light cluster's directions are informed by its own draws, about
+        # pi_min n_draws of them (see n_draws above).
         raise ValueError(
             "The Fisher information is singular: the directions cannot be estimated "
-            "(centroids that coincide), or n_draws is too small for p."
+            f"(centroids that coincide), or n_draws={n_draws} is too small for the "
+            f"p={n_params} parameters or for the lightest cluster, of weight {pi.min():.3g} "
+            f"(about {n_draws * pi.min():.3g} of the draws): draw well over "
+            f"1 / min(weights) = {1.0 / pi.min():.3g}."
         )
     covariance = np.linalg.inv(information)
     directions = K * (d - 1)

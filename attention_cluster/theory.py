@@ -5,7 +5,11 @@ Every function cites the proposition of the paper (or the section of
 exact enumeration in ``tests/test_theory.py``; ``docs/theory.md`` gives the
 derivations. ``noise`` is the mixture's sigma, ``temperature`` the lambda of
 the layer and ``sequence_length`` the sequences' L (``np.inf`` for the limit),
-in this order, after a function's heads, centroids or overlaps.
+in this order, after a function's heads, centroids or overlaps. The closed
+forms are rational functions of L and take any real ``L >= 1``: a
+non-integer L is their continuous extension, which the figures draw as
+curves in L (:func:`psgd_path` and the data sets, which draw sequences,
+take whole numbers of tokens).
 The counts ``n_features`` (d) and ``n_clusters`` (K) are keyword-only, so
 that a d, a K and an L cannot be swapped unnoticed (the rules of the
 estimators' ``temperature="auto"``, :func:`auto_temperature` and
@@ -97,7 +101,11 @@ def _in_float64_range(function):
 
 
 def _check_length(sequence_length, scalar=False):
-    """L >= 1 or inf, as a float array; with ``scalar``, one number, as a float."""
+    """L >= 1 or inf, as a float array; with ``scalar``, one number, as a float.
+
+    Any real L >= 1: the closed forms are rational functions of L, and a
+    non-integer L is their continuous extension (the figures' curves in L).
+    """
     L = as_numbers(sequence_length)
     if L is None or not np.all(L >= 1):
         raise ValueError(f"sequence_length must be >= 1 or np.inf, got {sequence_length!r}.")
@@ -106,6 +114,23 @@ def _check_length(sequence_length, scalar=False):
             raise ValueError(f"sequence_length must be one number here, got shape {L.shape}.")
         return float(L)
     return L
+
+
+def _cosines(value, name, meaning, *, scalar=False):
+    """Cosines of unit vectors (alignments, overlaps), real numbers in [-1, 1],
+    as a float array; with ``scalar``, one number, as a float. Text and
+    bools are refused, as for the noise
+    (:func:`~attention_cluster._validation.as_numbers`)."""
+    c = as_numbers(value)
+    if c is None or not np.all(np.abs(c) <= 1.0):
+        raise ValueError(
+            f"{name} must lie in [-1, 1] ({meaning}; numbers, not text or bools), got {value!r}."
+        )
+    if scalar:
+        if c.ndim != 0:
+            raise ValueError(f"{name} must be one number, got shape {c.shape}.")
+        return float(c)
+    return c
 
 
 def _temperatures(temperature):
@@ -155,7 +180,8 @@ def unbiased_temperature(noise, sequence_length=np.inf, *, n_clusters=2):
     noise : float or array-like
         sigma >= 0.
     sequence_length : float or array-like, default=inf
-        L >= 1, or ``np.inf`` for the limit; broadcast with ``noise``.
+        Any real L >= 1 (a non-integer L: the continuous extension), or
+        ``np.inf`` for the limit; broadcast with ``noise``.
     n_clusters : int, default=2
         K, the number of clusters and heads.
 
@@ -200,7 +226,8 @@ def in_context_unbiased_temperature(noise, sequence_length, *, n_features, n_clu
     noise : float or array-like
         sigma >= 0.
     sequence_length : float or array-like
-        L >= 1, or ``np.inf``; broadcast with ``noise``.
+        Any real L >= 1 (a non-integer L: the continuous extension), or
+        ``np.inf``; broadcast with ``noise``.
     n_features : int
         Dimension d. Any d >= 1: :class:`~attention_cluster.InContextQuantizer`
         takes this temperature as its rule for any K, K > d too.
@@ -416,8 +443,9 @@ def population_risk(heads, centroids, noise, temperature, sequence_length=np.inf
     temperature : float
         lambda >= 0.
     sequence_length : float, default=inf
-        L >= 1, or ``np.inf`` for the limit ``E||X_1 - lambda K M U U^T X_1||^2``
-        with ``M = E[X X^T]``.
+        Any real L >= 1 (a non-integer L: the continuous extension), or
+        ``np.inf`` for the limit ``E||X_1 - lambda K M U U^T X_1||^2`` with
+        ``M = E[X X^T]``.
     weights : array-like of shape (n_clusters,), default=None
         Mixture weights, uniform when None.
 
@@ -500,8 +528,9 @@ def risk_from_overlaps(
     Parameters
     ----------
     kappa0, kappa1, eta0, eta1, xi : float
-        Overlaps; the Gram matrix they define must be positive semi-definite
-        with rank at most ``n_features``.
+        Overlaps, cosines of unit vectors in [-1, 1] (Prop. 3.1's
+        ``R : [-1, 1]^5 -> R``); the Gram matrix they define must be positive
+        semi-definite with rank at most ``n_features``.
     noise, temperature, sequence_length : float
         sigma, lambda and L.
     n_features : int
@@ -519,6 +548,17 @@ def risk_from_overlaps(
     True
     """
     n_features = check_count(n_features, "n_features", 2)
+    # The overlaps are cosines of unit vectors (Prop. 3.1's R : [-1, 1]^5 -> R).
+    kappa0, kappa1, eta0, eta1, xi = (
+        _cosines(value, name, f"<{pair}>", scalar=True)
+        for value, name, pair in (
+            (kappa0, "kappa0", "mu_0, mu*_0"),
+            (kappa1, "kappa1", "mu_1, mu*_1"),
+            (eta0, "eta0", "mu_0, mu*_1"),
+            (eta1, "eta1", "mu_1, mu*_0"),
+            (xi, "xi", "mu_0, mu_1"),
+        )
+    )
     gram = np.array(
         [
             [1.0, 0.0, kappa0, eta1],
@@ -712,7 +752,8 @@ def _manifold_coefficients(s, L, K, d, temperature):
     a0, a1, a2 = _manifold_moments(s, d, K, L)
     tau = tau[..., None]
     coef = a0 - 2.0 * tau * a1 + tau**2 * a2
-    return coef[..., 2], -coef[..., 1], coef[..., 3], coef[..., 0]
+    # [()]: NumPy scalars for scalar settings, as the other closed forms give.
+    return coef[..., 2][()], -coef[..., 1][()], coef[..., 3][()], coef[..., 0][()]
 
 
 @_in_float64_range
@@ -741,7 +782,8 @@ def manifold_risk_coefficients(
     temperature : float or array-like
         lambda >= 0.
     sequence_length : float, default=inf
-        L >= 1 or ``np.inf``.
+        Any real L >= 1 (a non-integer L: the continuous extension), or
+        ``np.inf``.
     n_features : int, default=None
         d >= K; required when sigma > 0 (D holds ``d sigma^2``).
     n_clusters : int, default=2
@@ -793,13 +835,11 @@ def manifold_risk(alignment, noise, temperature, sequence_length=np.inf, *, n_fe
     >>> float(manifold_risk([1.0, 1.0], 0.0, 1.0))  # L = inf, sigma = 0: T = X
     0.0
     """
-    kappa = np.asarray(alignment, dtype=np.float64)
+    kappa = _cosines(alignment, "alignment", "kappa_h = <mu_h, mu*_h>, unit vectors")
     if kappa.ndim == 0 or kappa.shape[-1] == 0:
         raise ValueError(
             f"alignment must hold one kappa per head along its last axis, got shape {kappa.shape}."
         )
-    if not np.all(np.abs(kappa) <= 1.0):
-        raise ValueError("alignment must lie in [-1, 1] (kappa_h = <mu_h, mu*_h>, unit vectors).")
     u = kappa**2
     A, B, C, D = manifold_risk_coefficients(
         noise, temperature, sequence_length, n_features=n_features, n_clusters=u.shape[-1]
@@ -891,7 +931,8 @@ def lambda_star(noise, sequence_length=np.inf, *, n_features=None, n_clusters=2)
     noise : float or array-like
         sigma >= 0.
     sequence_length : float, default=inf
-        L >= 1 or ``np.inf``.
+        Any real L >= 1 (a non-integer L: the continuous extension), or
+        ``np.inf``.
     n_features : int, default=None
         d >= K; required when L is finite and sigma > 0.
     n_clusters : int, default=2
@@ -951,7 +992,7 @@ def auto_temperature(noise, sequence_length, *, n_clusters, n_features, eigenval
     noise : float
         sigma, the noise level relative to the centroids' norm.
     sequence_length : int
-        L.
+        L (or any real L >= 1, or ``np.inf``, as the closed forms take it).
     n_clusters : int
         K.
     n_features : int
@@ -973,10 +1014,13 @@ def auto_temperature(noise, sequence_length, *, n_clusters, n_features, eigenval
     >>> bool(lam <= unbiased_temperature(0.3, 50, n_clusters=2))
     True
     """
-    unbiased = float(unbiased_temperature(noise, sequence_length, n_clusters=n_clusters))
-    s, L = check_noise(noise) ** 2, _check_length(sequence_length)
+    # One setting (the estimator's): an array is refused by name.
+    sigma = check_noise(noise, scalar=True)
+    L = _check_length(sequence_length, scalar=True)
+    K = check_count(n_clusters, "n_clusters")
     d = check_count(n_features, "n_features")
-    caps = [0.95 * float(_lambda_star(s, L, check_count(n_clusters, "n_clusters"), d))]
+    unbiased = float(unbiased_temperature(sigma, L, n_clusters=K))
+    caps = [0.95 * float(_lambda_star(sigma**2, L, K, d))]
     if eigenvalues is not None:
         eigenvalues = np.asarray(eigenvalues, dtype=np.float64)
         if eigenvalues.shape != (n_features,) or not np.all(np.isfinite(eigenvalues)):
@@ -987,8 +1031,8 @@ def auto_temperature(noise, sequence_length, *, n_clusters, n_features, eigenval
         if np.any(np.diff(eigenvalues) > 0):
             raise ValueError("eigenvalues must be in descending order: the first is the largest.")
     if eigenvalues is not None and eigenvalues[0] > 0:
-        effective = eigenvalues[0] + float(np.sum(eigenvalues)) / sequence_length
-        caps.append(0.9 / (n_clusters * effective))
+        effective = eigenvalues[0] + float(np.sum(eigenvalues)) / L
+        caps.append(0.9 / (K * effective))
     return min([unbiased, *[c for c in caps if np.isfinite(c) and c > 0]])
 
 
@@ -1033,20 +1077,29 @@ def manifold_heads(centroids, alignment, random_state=None):
         raise ValueError("centroids must be orthonormal rows.")
     if d < 2 * K:
         raise ValueError(f"The manifold needs n_features >= 2 n_clusters, got {d} < {2 * K}.")
-    kappa = np.asarray(alignment, dtype=np.float64)
+    kappa = _cosines(alignment, "alignment", "kappa_h = <mu_h, mu*_h>, unit vectors")
     if kappa.ndim > 1 or kappa.size not in (1, K):
         raise ValueError(
             f"alignment must be one kappa or {K}, one per centroid, got shape {kappa.shape}."
         )
     kappa = np.broadcast_to(kappa, (K,))
-    if not np.all(np.abs(kappa) <= 1):
-        raise ValueError("alignment must lie in [-1, 1].")
     rng = check_random_state(random_state)
     G = rng.standard_normal((d, K))
+    drawn = G.copy()
     G -= centroids.T @ (centroids @ G)
     V = np.linalg.qr(G)[0].T
     V -= (V @ centroids.T) @ centroids
     V /= np.linalg.norm(V, axis=1, keepdims=True)
+    if not (
+        np.allclose(V @ centroids.T, 0.0, atol=1e-10)
+        and np.allclose(V @ V.T, np.eye(K), atol=1e-10)
+    ):
+        # The draw lay in the centroids' span (the seed that drew them, as
+        # make_centroids does, draws the same matrix): its projection was
+        # rounding, whose directions are neither orthonormal nor orthogonal
+        # to the centroids. The directions after the centroids' in the QR
+        # of [centroids^T, draw] are, whatever the draw.
+        V = np.linalg.qr(np.hstack([centroids.T, drawn]))[0][:, K : 2 * K].T
     return kappa[:, None] * centroids + np.sqrt(1.0 - kappa**2)[:, None] * V
 
 
@@ -1111,7 +1164,8 @@ def oracle_risk(noise, temperature, sequence_length, *, n_features, n_clusters=2
     temperature : float or array-like
         lambda >= 0.
     sequence_length : float
-        L >= 1 or ``np.inf``.
+        Any real L >= 1 (a non-integer L: the continuous extension), or
+        ``np.inf``.
     n_features : int
         d >= K.
     n_clusters : int, default=2
@@ -1316,7 +1370,8 @@ def in_context_optimal_temperature(noise, sequence_length=np.inf, *, n_features,
     noise : float or array-like
         sigma >= 0.
     sequence_length : float, default=inf
-        L >= 1 or ``np.inf``.
+        Any real L >= 1 (a non-integer L: the continuous extension), or
+        ``np.inf``.
     n_features : int
         d >= K.
     n_clusters : int, default=2
@@ -1397,7 +1452,8 @@ def population_pgd(
     temperature : float
         lambda >= 0.
     sequence_length : float, default=inf
-        L >= 1 or ``np.inf``.
+        Any real L >= 1 (a non-integer L: the continuous extension), or
+        ``np.inf``.
     reg_strength : float, default=0.0
         rho >= 0, weight of the pairwise regularizer.
     step_size : float, default=None
@@ -1509,7 +1565,8 @@ _ROUNDING = 1e-12
 
 
 # ---------------------------------------------------------------------------
-# Projected stochastic gradient descent on sampled sequences (section 2).
+# Projected stochastic gradient descent on sampled sequences (section 3.2,
+# Appendix F.1).
 # ---------------------------------------------------------------------------
 
 # Rows drawn at once by psgd_path (8 MiB at d = 16): bounds its memory
@@ -1601,7 +1658,8 @@ def psgd_path(
 ):
     r"""The paper's PSGD with a constant step, and the heads it passes through.
 
-    The (PSGD) iterates of the paper (section 2; :mathmd:`3`) on
+    The (PSGD) iterates of the paper (section 3.2 and Appendix F.1, the
+    sampled counterpart of section 2's PGD; :mathmd:`3`) on
     sequences of ``sequence_length`` tokens drawn uniformly with replacement
     from the rows of X: step t averages the gradient of the sequence loss
     (:func:`sequence_loss_gradient`) and of ``reg_strength`` times the

@@ -211,6 +211,39 @@ def test_user_data_generators_reject_invalid_parameters(call, match):
 
 
 @pytest.mark.parametrize(
+    "call",
+    [
+        lambda: make_mixture(10, 3, 2, centroids="Orthogonal"),
+        lambda: make_sequences(2, 3, 3, 2, centroids="rand"),
+    ],
+    ids=["mixture", "sequences"],
+)
+def test_an_unknown_kind_of_centroids_is_named_centroids(call):
+    # The message named make_centroids' kind, a parameter these have not.
+    match = r"^centroids must be 'orthogonal' or 'random' .* or an array of shape"
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda: make_embeddings(5, 8, 2, offset=True), "offset"),
+        (lambda: make_embeddings(5, 8, 2, offset="1"), "offset"),
+        (lambda: make_corpus(3, 2, topic_share=True), "topic_share"),
+        (lambda: make_corpus(3, 2, topic_share="0.5"), "topic_share"),
+        (lambda: make_corpus(3, 2, zipf_exponent=True), "zipf_exponent"),
+    ],
+    ids=["offset-bool", "offset-text", "share-bool", "share-text", "zipf-bool"],
+)
+def test_user_data_generators_refuse_bools_and_text_as_numbers(call, name):
+    # As noise=True is refused: True was read as 1 (text was refused with a
+    # ValueError, now the TypeError of the package's number check).
+    with pytest.raises(TypeError, match=f"^{name} must be"):
+        call()
+
+
+@pytest.mark.parametrize(
     "generate",
     [
         lambda w: make_mixture(400, 3, 2, weights=w, random_state=0)[1],

@@ -423,7 +423,7 @@ def test_information_limit_refuses_a_singular_information(centroids, n_draws, ma
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"centroids": [[1.0, 0.0], [0.0, 2.0]]}, "common norm"),
+        ({"centroids": [[1.0, 0.0], [0.0, 2.0]]}, "common norm.*norms range from 1 to 2"),
         ({"noise": 0.0}, "noise must be positive"),
         ({"noise": [0.5, 0.6]}, "noise must be one number"),
         ({"weights": [1.0, 0.0]}, "weights must all be positive"),
@@ -434,6 +434,40 @@ def test_information_limit_rejects_what_its_model_excludes(kwargs, message):
     args = {"centroids": np.eye(2), "noise": 0.5, "n_samples": 100, **kwargs}
     with pytest.raises(ValueError, match=message):
         information_limit(**args)
+
+
+def test_information_limit_takes_float32_centroids():
+    # Rounded to float32, unit centroids have norms some 2e-8 apart, which the
+    # float64 tolerance 1e-8 refused as "not of a common norm" (bayes_error
+    # took them): made ones, and the centres of a fit on float32 rows.
+    C = make_centroids(3, 6, random_state=0)
+    rounded = information_limit(C.astype(np.float32), 0.5, 100, n_draws=20_000)
+    # The same draws: the limits move by the centroids' rounding only.
+    np.testing.assert_allclose(rounded, information_limit(C, 0.5, 100, n_draws=20_000), rtol=1e-6)
+    X, _, _ = make_mixture(2000, 6, 3, noise=0.3, random_state=0)
+    centres = AttentionClustering(n_clusters=3, random_state=0).fit(X.astype(np.float32))
+    fitted = centres.cluster_centers_
+    assert fitted.dtype == np.float32
+    unit = fitted / np.linalg.norm(fitted.astype(np.float64), axis=1, keepdims=True)
+    np.testing.assert_allclose(
+        information_limit(fitted, 0.3, 2000, n_draws=20_000),
+        information_limit(unit, 0.3, 2000, n_draws=20_000),
+        rtol=1e-6,
+    )
+
+
+def test_information_limit_names_the_norms_that_differ():
+    # The float64 tolerance stays 1e-8, and the message shows the norms.
+    C = np.diag([1.0, 1.0 + 2e-8])
+    with pytest.raises(ValueError, match=r"norms range from 1 to 1\.00000002, .* 1\.0e-08"):
+        information_limit(C, 0.5, 100)
+
+
+def test_information_limit_names_a_weight_too_light_for_the_draws():
+    # A cluster of weight 1e-9 gets no draw of 20000: its directions are not
+    # informed, and the message says what to draw.
+    with pytest.raises(ValueError, match=r"singular.* 1 / min\(weights\) = 1e\+09"):
+        information_limit(np.eye(2, 3), 0.5, 100, weights=[1e-9, 1 - 1e-9], n_draws=20_000)
 
 
 @pytest.mark.parametrize("noise, quoted", [(0.3, 1.02), (1.0, 2.06)])

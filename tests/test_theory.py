@@ -171,6 +171,44 @@ def test_risk_from_overlaps_rejects_impossible_overlaps():
         theory.risk_from_overlaps(0.9, 0.9, 0.9, 0.0, 0.0, 0.3, 1.0, 10, n_features=5)
 
 
+_OVERLAPS = ("kappa0", "kappa1", "eta0", "eta1", "xi")
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    which=st.sampled_from(_OVERLAPS),
+    value=st.one_of(
+        st.floats(min_value=1.0, exclude_min=True),
+        st.floats(max_value=-1.0, exclude_max=True),
+        st.just(np.nan),
+    ),
+)
+def test_risk_from_overlaps_names_an_overlap_outside_its_range(which, value):
+    # The overlaps are cosines of unit vectors (Prop. 3.1: R on [-1, 1]^5).
+    # NaN gave a LinAlgError, inf "centroids must be finite" (no centroids
+    # are passed), values above 1 "not realisable" without a name.
+    overlaps = dict.fromkeys(_OVERLAPS, 0.0) | {which: value}
+    with pytest.raises(ValueError, match=rf"^{which} must lie in \[-1, 1\]"):
+        theory.risk_from_overlaps(
+            **overlaps, noise=0.3, temperature=0.5, sequence_length=10, n_features=5
+        )
+
+
+@pytest.mark.parametrize("which", _OVERLAPS)
+@pytest.mark.parametrize(
+    "value, match",
+    [("0.5", "must lie in"), (True, "must lie in"), ([0.1, 0.2], "must be one number")],
+    ids=["text", "bool", "array"],
+)
+def test_risk_from_overlaps_refuses_text_bools_and_arrays_by_name(which, value, match):
+    # The text "0.5" gave NumPy's UFuncTypeError from eigh, True was read as 1.
+    overlaps = dict.fromkeys(_OVERLAPS, 0.0) | {which: value}
+    with pytest.raises(ValueError, match=f"^{which} {match}"):
+        theory.risk_from_overlaps(
+            **overlaps, noise=0.3, temperature=0.5, sequence_length=10, n_features=5
+        )
+
+
 # ---------------------------------------------------------------------------
 # The pairwise regularizer.
 # ---------------------------------------------------------------------------
@@ -270,9 +308,77 @@ def test_the_closed_forms_of_one_layer_take_one_setting_and_say_so():
             theory.population_risk(C, C, **kwargs)
 
 
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [({"noise": [0.3, 0.4]}, "noise"), ({"sequence_length": [10, 20]}, "sequence_length")],
+)
+def test_auto_temperature_takes_one_setting_and_says_so(kwargs, name):
+    # The estimator's rule: an array gave NumPy's "only 0-dimensional arrays
+    # can be converted to Python scalars" (a TypeError from float).
+    args = {"noise": 0.3, "sequence_length": 50, **kwargs}
+    with pytest.raises(ValueError, match=f"^{name} must be one number"):
+        theory.auto_temperature(**args, n_clusters=2, n_features=10)
+
+
+def test_the_closed_forms_take_a_real_length_as_their_continuous_extension():
+    # They are rational functions of L, which the figures draw as curves in
+    # L (examples/plot_fig3_oracle_layer.py, plot_lambda_star.py): between
+    # the integers the same formulas. Sequences (psgd_path, the data sets)
+    # have whole numbers of tokens.
+    L = 2.5
+    assert theory.lambda_star(0.0, L) == pytest.approx((L + 1) / (L + 3), rel=1e-14)
+    assert theory.unbiased_temperature(0.0, L) == pytest.approx(L / (L + 1), rel=1e-14)
+    # The general moments and the manifold's polynomial agree there too.
+    C = make_centroids(2, 5, random_state=0)
+    heads = theory.manifold_heads(C, [0.6, -0.8], random_state=1)
+    assert theory.manifold_risk([0.6, -0.8], 0.3, 0.5, L, n_features=5) == pytest.approx(
+        theory.population_risk(heads, C, 0.3, 0.5, L), rel=1e-12
+    )
+    with pytest.raises(ValueError, match="sequence_length must be an integer >= 1"):
+        theory.psgd_path(C, heads, temperature=0.5, step_size=0.1, record=[1], sequence_length=L)
+
+
 # ---------------------------------------------------------------------------
 # The manifold, Lemma 3.2 and lambda* (Prop. 3.3).
 # ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("K, d", [(1, 2), (2, 5), (3, 6), (4, 20)])
+def test_manifold_heads_lie_on_the_manifold_from_the_centroids_own_seed(K, d):
+    # make_centroids(K, d, random_state=s) orthonormalises a draw that
+    # manifold_heads(..., random_state=s) drew again: projected off the
+    # centroids it was rounding, and the heads left M silently (<mu_0, mu_1>
+    # = -0.448 at K = 2, d = 5, s = 0).
+    kappa = np.linspace(0.3, 0.7, K)
+    for seed in range(5):
+        C = make_centroids(K, d, random_state=seed)
+        H = theory.manifold_heads(C, kappa, random_state=seed)
+        np.testing.assert_allclose(H @ C.T, np.diag(kappa), atol=1e-12)
+        np.testing.assert_allclose(H @ H.T, np.eye(K), atol=1e-12)
+
+
+def test_manifold_risk_coefficients_are_numpy_scalars_for_one_setting():
+    # As the other closed forms return them; they were 0-d arrays.
+    for value in theory.manifold_risk_coefficients(0.3, 0.5, 10, n_features=5):
+        assert type(value) is np.float64
+    for curve in theory.manifold_risk_coefficients([0.1, 0.3], 0.5, 10, n_features=5):
+        assert curve.shape == (2,)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: theory.manifold_risk(["0.5", "0.5"], 0.3, 0.5, 10, n_features=5),
+        lambda: theory.manifold_risk([True, True], 0.3, 0.5, 10, n_features=5),
+        lambda: theory.manifold_heads(np.eye(2, 5), "0.5"),
+        lambda: theory.manifold_heads(np.eye(2, 5), [True, False]),
+    ],
+    ids=["risk-text", "risk-bools", "heads-text", "heads-bools"],
+)
+def test_alignments_refuse_text_and_bools(call):
+    # NumPy read "0.5" as 0.5 and True as 1, which the noise refuses.
+    with pytest.raises(ValueError, match=r"^alignment must lie in \[-1, 1\] .*not text or bools"):
+        call()
 
 
 @pytest.mark.parametrize("n_clusters", [2, 3])

@@ -253,6 +253,72 @@ def load_sentence(payload):
     )
 
 
+# The libraries every page measures: the name each is installed under, and
+# the module it is imported as.
+LIBRARIES = {
+    "numpy": "numpy",
+    "scipy": "scipy",
+    "scikit-learn": "sklearn",
+    "numba": "numba",
+    "attention_cluster": "attention_cluster",
+}
+
+
+def library_versions(peers=None):
+    """The versions of the libraries a run measures, to keep in its payload
+    under ``"versions"``: Python, :data:`LIBRARIES`, then ``peers`` (a mapping
+    of installed name to module, e.g. ``{"dask-ml": "dask_ml"}``), each only if
+    it imports. Taken at run time: a page printed later from the results must
+    show these, not the versions installed then."""
+    import importlib
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"Python": platform.python_version()}
+    for name, module in {**LIBRARIES, **(peers or {})}.items():
+        try:
+            imported = importlib.import_module(module)
+        except ImportError:
+            continue
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = str(getattr(imported, "__version__", "unknown"))
+    return out
+
+
+def run_conditions(load_before, peers=None):
+    """What a payload records of how its run went, at the run's end: the load
+    average at its start (``load_before``, ``os.getloadavg()``) and now, and
+    :func:`library_versions` (with ``peers``)."""
+    return {
+        "load_before": list(load_before),
+        "load_after": list(os.getloadavg()),
+        "versions": library_versions(peers),
+    }
+
+
+def versions_sentence(payload):
+    """The page's sentence on the versions measured, from the payload's
+    ``versions`` (:func:`library_versions`), Python and :data:`LIBRARIES`
+    first, then the peers by name; empty for results that predate them."""
+    found = payload.get("versions")
+    if not found:
+        return ""
+    order = ["Python", *LIBRARIES]
+    names = [n for n in order if n in found] + sorted(n for n in found if n not in order)
+    return "Versions: " + ", ".join(f"{name} {found[name]}" for name in names) + "."
+
+
+def run_facts(payload, load=True):
+    """The load and versions sentences of a page (:func:`load_sentence`,
+    :func:`versions_sentence`), each after a space, to follow the sentence
+    that names the command; empty for results that record neither.
+    ``load=False``: the versions alone, for a page that words the load its own way."""
+    sentences = (load_sentence(payload) if load else "", versions_sentence(payload))
+    return "".join(f" {s}" for s in sentences if s)
+
+
 def section_markers(name, script):
     """The comments that bound the section ``name`` a script writes into a shared page."""
     return f"<!-- {name}: written by benchmarks/{script} -->", f"<!-- end of {name} -->"

@@ -23,8 +23,8 @@ from attention_cluster.datasets import make_centroids, make_mixture
 from attention_cluster.metrics import bayes_error as rule_error
 from attention_cluster.metrics import centroid_distance
 
-# The solvers compared; solver="auto" is one of them for any given n (the
-# exact solver up to 200000 rows, PSGD beyond), so it is not run apart.
+# The solvers compared; solver="auto" is the exact solver ("full") at every
+# n, so it is not run apart.
 SOLVERS = ("psgd", "full")
 # SpectralClustering builds an n x n affinity graph and its eigenvectors.
 SPECTRAL_MAX_N = 3000

@@ -544,6 +544,16 @@ def real_section(rows, figures, lines, losses):
         lines.append(table(["method"] + views, body) + "\n")
 
 
+def centred(row):
+    """Whether AttentionClustering's fit of ``row`` centred the data (``center="auto"``):
+    the ``centered`` its run recorded; for runs that did not record it, False when
+    the fit gave no UserWarning (``"auto"`` warns whenever it centres), else None
+    (not known)."""
+    if row.get("centered") is not None:
+        return row["centered"]
+    return None if "UserWarning" in row.get("warnings", ["UserWarning"]) else False
+
+
 def real_sentences(dataset, rows, views, methods, by, losses):
     out = []
     K = rows[0]["n_clusters"]
@@ -561,17 +571,30 @@ def real_sentences(dataset, rows, views, methods, by, losses):
         if raw is not None and "raw" in aris:
             km_raw = mean_of(by[("raw",)].get("KMeans", []), "ari")
             text += f" on the raw data ARI {aris['raw']:.2f} (KMeans {fmt(km_raw)})"
-            if raw["mean_share"] > 0.5 and aris["raw"] < 0.1:
+            share = f"; the common mean carries {raw['mean_share']:.0%} of the second moment"
+            centre = centred(by[("raw",)][ac][0])
+            if centre:
                 text += (
-                    f"; the common mean carries {raw['mean_share']:.0%} of the second moment, so "
-                    "every point lies near one direction and the heads, which only see "
-                    "directions through the origin, cannot tell the classes apart"
+                    share + ', and the default ``center="auto"`` subtracted it (with a warning): '
+                    "the heads saw the classes' directions from the data's mean, each feature "
+                    "in its own unit"
+                )
+            elif centre is None and raw["mean_share"] > 0.5:
+                text += (
+                    share + ', which the default ``center="auto"`` subtracts, with a warning, '
+                    "when it dominates: this fit warned, but its run did not record whether it "
+                    "centred (the users' data page records it for the default fit on the raw "
+                    "data sets)"
+                )
+            elif raw["mean_share"] > 0.5 and aris["raw"] < 0.1:
+                text += (
+                    share + ", so every point lies near one direction and the heads, which only "
+                    "see directions through the origin, cannot tell the classes apart"
                 )
             elif raw["mean_share"] > 0.5:
                 text += (
-                    f"; the common mean carries {raw['mean_share']:.0%} of the second moment, "
-                    "yet the classes still differ in direction enough for the heads to "
-                    "separate some of them"
+                    share + ", yet the classes still differ in direction enough for the heads "
+                    "to separate some of them"
                 )
             elif raw["max_cos"] > 0.5:
                 text += (
@@ -589,17 +612,31 @@ def real_sentences(dataset, rows, views, methods, by, losses):
             f" and {best['ari']:.2f} for the best overall."
         )
         if aris[v_best] < best["ari"] - LOSS:
-            text += (
-                f" It loses here: in that view the mean share is {view_row['mean_share']:.2f} "
-                f"and the class means have |cos| up to {view_row['max_cos']:.2f}"
-                + (
-                    ", far from the near-orthogonal directions the model assumes."
-                    if view_row["max_cos"] > 0.3
-                    else ", so the directions are near-orthogonal and the loss comes from "
-                    "elsewhere (classes that overlap as directions, or that a direction "
-                    "through the origin does not describe)."
+            centre = centred(by[(v_best,)][ac][0])
+            if centre or (centre is None and view_row["mean_share"] > 0.5):
+                text += (
+                    " It loses here. The view's mean share "
+                    f"({view_row['mean_share']:.2f}) and |cos| ({view_row['max_cos']:.2f}) "
+                    "describe its rows before the fit's centring, "
+                    + (
+                        'which ``center="auto"`` made (with a warning)'
+                        if centre
+                        else "which this run did not record (the fit warned)"
+                    )
+                    + ", not the directions the heads saw."
                 )
-            )
+            else:
+                text += (
+                    f" It loses here: in that view the mean share is {view_row['mean_share']:.2f} "
+                    f"and the class means have |cos| up to {view_row['max_cos']:.2f}"
+                    + (
+                        ", far from the near-orthogonal directions the model assumes."
+                        if view_row["max_cos"] > 0.3
+                        else ", so the directions are near-orthogonal and the loss comes from "
+                        "elsewhere (classes that overlap as directions, or that a direction "
+                        "through the origin does not describe)."
+                    )
+                )
             losses.append(
                 f"{dataset}: {short(ac)} at best ARI {aris[v_best]:.2f} ({v_best}) against "
                 f"{best['ari']:.2f} for {short(best['method'])} ({best['view']})."
@@ -659,8 +696,10 @@ ASSUMPTIONS = (
     "heads are learned as near-orthogonal unit vectors, at a minimiser of a risk whose theory "
     "assumes clusters of equal weight (K = 2 in the paper, K = 3 in the authors' rebuttal). "
     "Data with a large common mean (raw measurements that are all positive, say) put every "
-    "point near the same direction, so no set of near-orthogonal heads separates them; "
-    "centring (``StandardScaler``) removes the common mean. Clusters whose means are far from "
+    "point near the same direction, so no set of near-orthogonal heads separates them: the "
+    'default ``center="auto"`` subtracts such a mean, with a warning, and the heads then see '
+    "directions from the data's mean, each feature in its own unit; ``StandardScaler`` "
+    "centres too, and puts the features on one scale. Clusters whose means are far from "
     "orthogonal directions (few dimensions, or classes that differ by magnitude rather than "
     "direction) are not the model's clusters either: ``Normalizer`` keeps only directions, "
     "and a PCA keeps the directions in which the classes differ. The results that put the "

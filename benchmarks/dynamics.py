@@ -42,6 +42,8 @@ from _common import (
     load_numbers,
     map_runs,
     quick_cli,
+    run_conditions,
+    run_facts,
     save,
     side_by_side,
     timed,
@@ -327,7 +329,7 @@ def main(quick=False, out=None):
     payload["large"] = dict(rows[-1], seconds=rows[-1]["seconds"]["dynamics"])
     payload["k_recovery"] = k_recovery(n, seeds, workers=1 if quick else 2)
     payload["peers"] = peers(400 if quick else 1000, quick)
-    payload["load_after"] = os.getloadavg()
+    payload.update(run_conditions(payload["load_before"]))
     save("dynamics", payload, **({"directory": out} if out else {}))
     write_page(payload, out)
     return payload
@@ -447,7 +449,8 @@ def write_page(payload, out=None):
         f"`python benchmarks/dynamics.py{' --quick' if payload['quick'] else ''}` "
         f"(run started {payload['started']}), numbers in `benchmarks/results/dynamics.json`. "
         f"Load average of the machine (1, 5, 15 min): {load_numbers(payload['load_before'])} before, "
-        f"{load_numbers(payload['load_after'])} after (2 cores: above 2, other work shared them).",
+        f"{load_numbers(payload['load_after'])} after (2 cores: above 2, other work shared them)."
+        + run_facts(payload, load=False),
         "",
         "## The number of clusters found",
         "",

@@ -31,7 +31,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-from _common import ROOT, load_numbers, quick_cli, save, verdict
+from _common import ROOT, load_numbers, quick_cli, run_conditions, run_facts, save, verdict
 from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
 from sklearn.metrics import adjusted_rand_score
@@ -164,8 +164,7 @@ def main(quick=False, out=None):
         cells=cells,
         crawl=crawl,
         bic_curve=curve,
-        load_before=list(load_before),
-        load_after=list(os.getloadavg()),
+        **run_conditions(load_before),
         minutes=(time.perf_counter() - started) / 60,
         quick=quick,
     )
@@ -193,7 +192,10 @@ def page(p):
         "",
         f"Load average (1, 5, 15 min) before: {load_numbers(p['load_before'])}; "
         f"after: {load_numbers(p['load_after'])}; "
-        f"{p['minutes']:.1f} min" + (" (quick mode)" if p["quick"] else "") + ".",
+        f"{p['minutes']:.1f} min"
+        + (" (quick mode)" if p["quick"] else "")
+        + "."
+        + run_facts(p, load=False),
         "",
         "| d | K | ARI ours | ARI KMeans(n_init=1) | ARI KMeans() | target: ours >= both | "
         "time ours | time KMeans(n_init=1) | time KMeans() | time ours / KMeans(n_init=1) |",

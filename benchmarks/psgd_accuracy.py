@@ -4,15 +4,16 @@ The paper's setting (d=10, n=20000, random start on the sphere, default
 settings of AttentionClustering with solver="psgd"), K=2 at sigma in
 {0.3, 1} and K=3 at sigma=0.3. Reports the median and the worst distance
 (math.md section 5) over the seeds, and the ARI against KMeans(n_init=1)
-fitted on the same data.
+fitted on the same data. Writes benchmarks/results/psgd_accuracy.json, with
+the machine's load average and the libraries' versions.
 
-    python benchmarks/psgd_accuracy.py [--seeds 10]
+    python benchmarks/psgd_accuracy.py [--quick] [--out DIR] [--seeds 10]
 """
 
-import argparse
+import os
 
 import numpy as np
-from _common import save
+from _common import quick_cli, run_conditions, save
 from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score
 
@@ -23,7 +24,10 @@ from attention_cluster.metrics import centroid_distance
 SETTINGS = [(2, 0.3, 1e-2), (2, 1.0, 1e-1), (3, 0.3, 3e-2)]
 
 
-def main(seeds=10, n=20000, d=10):
+def main(quick=False, out=None, seeds=None, d=10):
+    seeds = seeds or (2 if quick else 10)
+    n = 2000 if quick else 20000
+    load_before = os.getloadavg()
     rows = []
     for K, noise, target in SETTINGS:
         dist, gap = [], []
@@ -49,10 +53,17 @@ def main(seeds=10, n=20000, d=10):
             f"ARI - KMeans ARI: median {row['median_ari_minus_kmeans']:+.4f}, "
             f"worst {row['min_ari_minus_kmeans']:+.4f}"
         )
-    save("psgd_accuracy", {"n_samples": n, "n_features": d, "seeds": seeds, "rows": rows})
+    payload = {
+        "quick": quick,
+        "n_samples": n,
+        "n_features": d,
+        "seeds": seeds,
+        "rows": rows,
+        **run_conditions(load_before),
+    }
+    save("psgd_accuracy", payload, **({"directory": out} if out else {}))
+    return payload
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=10)
-    main(parser.parse_args().seeds)
+    quick_cli(__doc__, main, seeds={"type": int})

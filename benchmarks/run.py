@@ -58,11 +58,11 @@ from pathlib import Path
 
 import _methods as M
 import numpy as np
-import sklearn
 from _common import (
     RESULTS,
     ROOT,
     cold_start_times,
+    library_versions,
     numba_allocations_traced,
     peak_memory,
     save,
@@ -222,6 +222,8 @@ def measure(X, methods, repeats, budget, floor=None):
             "centers": None if est is None else M.centers_of(est),
             "traced_s": traced,
             "warnings": sorted({w.category.__name__ for w in caught}),
+            # Whether AttentionClustering's center="auto" centred X (None: another method).
+            "centered": bool(est.center_) if hasattr(est, "center_") else None,
         }
     rounds = int(
         min(repeats, max(1, budget // max(sum(r["traced_s"] for r in out.values()), 1e-9)))
@@ -277,7 +279,7 @@ def finish_rows(dataset, results, X, y, C=None):
     rows = []
     for name, r in results.items():
         row = dict(dataset, method=name, skipped=None, data_mb=X.nbytes / 1e6)
-        row.update({k: r[k] for k in ("fit_s", "repeats", "peak_mb", "warnings")})
+        row.update({k: r[k] for k in ("fit_s", "repeats", "peak_mb", "warnings", "centered")})
         if r["labels"] is not None:
             row.update(M.scores(y, r["labels"], r["centers"], C))
         rows.append(row)
@@ -448,18 +450,10 @@ def n_tasks(section, cfg, n_solvers):
 
 def environment():
     """Versions and thread pools: what the timings depend on (no paths, no host)."""
-    import numba
-    import scipy
-
-    import attention_cluster
-
+    versions = library_versions()
     return {
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "scipy": scipy.__version__,
-        "scikit-learn": sklearn.__version__,
-        "numba": numba.__version__,
-        "attention_cluster": attention_cluster.__version__,
+        "python": versions.pop("Python"),
+        **versions,
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
         "thread_pools": [

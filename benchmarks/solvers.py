@@ -19,10 +19,21 @@ docs/solvers.md and docs/_static/benchmarks/solvers.png.
     python benchmarks/solvers.py [--quick]
 """
 
+import os
 from pathlib import Path
 
 import numpy as np
-from _common import ROOT, one_thread, quick_cli, save, side_by_side, unit_rows, verdict
+from _common import (
+    ROOT,
+    one_thread,
+    quick_cli,
+    run_conditions,
+    run_facts,
+    save,
+    side_by_side,
+    unit_rows,
+    verdict,
+)
 from sklearn.cluster import KMeans
 from sklearn.mixture import GaussianMixture
 
@@ -68,6 +79,7 @@ def timing(n, d, K, noise, repeats):
 
 
 def main(quick=False, out=None):
+    load_before = os.getloadavg()
     sizes = [1000, 3000] if quick else [1000, 10_000, 100_000, 1_000_000]
     rows = []
     for noise in (0.3, 1.0):
@@ -90,7 +102,12 @@ def main(quick=False, out=None):
         f"K=5 d=50 sigma=0.5: psgd {big['psgd']:.2e}  full {big['full']:.2e}  "
         f"attention {big['attention']:.2e}  floor {big['floor']:.2e}"
     )
-    payload = {"quick": quick, "rows": rows, "k5": big}
+    payload = {
+        "quick": quick,
+        "rows": rows,
+        "k5": big,
+        **run_conditions(load_before),
+    }
     save("solvers", payload, **({"directory": out} if out else {}))
     write_page(payload, out)
     return payload
@@ -116,7 +133,8 @@ def write_page(payload, out=None):
         '`GaussianMixture(covariance_type="spherical")`\'s normalised means; warm fit '
         "times at default settings, side by side with `KMeans(n_init=1)` in one process, "
         "at its default threads and on one thread. "
-        f"Produced by `python benchmarks/solvers.py{' --quick' if payload['quick'] else ''}`.",
+        f"Produced by `python benchmarks/solvers.py{' --quick' if payload['quick'] else ''}`."
+        + run_facts(payload),
         "",
         "![distance and time against n](_static/benchmarks/solvers.png)",
         "",

@@ -29,11 +29,12 @@ docs/scaling_out.md from it and the last out-of-core runs.
     python benchmarks/streaming.py [--quick]
 """
 
+import os
 import warnings
 from pathlib import Path
 
 import numpy as np
-from _common import RESULTS, ROOT, mixture_limits, quick_cli, save, timed
+from _common import RESULTS, ROOT, mixture_limits, quick_cli, run_conditions, save, timed
 from sklearn.exceptions import ConvergenceWarning
 
 from attention_cluster import AttentionClustering
@@ -101,6 +102,7 @@ def one_stream(n, noise, seed):
 def main(quick=False, out=None):
     n = 100_000 if quick else 1_000_000
     seeds = 1 if quick else 30
+    load_before = os.getloadavg()
     # Numba's compile, outside the timings: a fit in memory of at least
     # 2^18 numbers runs the compiled kernels (smaller data, their NumPy forms).
     one_stream(4 * BATCH, 0.3, 0)
@@ -124,7 +126,14 @@ def main(quick=False, out=None):
         str(noise): float(np.divide(*mixture_limits(n, 10, 2, noise, n_draws=1_000_000)))
         for noise in (0.3, 1.0)
     }
-    payload = {"quick": quick, "n": n, "batch": BATCH, "rows": rows, "information_limit": limits}
+    payload = {
+        "quick": quick,
+        "n": n,
+        "batch": BATCH,
+        "rows": rows,
+        "information_limit": limits,
+        **run_conditions(load_before),
+    }
     save("streaming", payload, **({"directory": out} if out else {}))
     from _scaling_page import write_page
 

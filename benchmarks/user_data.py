@@ -43,10 +43,11 @@ import numpy as np
 import scipy.sparse as sp
 from _common import (
     ROOT,
-    load_sentence,
     one_thread,
     peak_memory,
     quick_cli,
+    run_conditions,
+    run_facts,
     save,
     side_by_side,
     unit_rows,
@@ -336,7 +337,7 @@ def text_setting(setting, repeats, seed=0):
     print(
         f"text {setting}: "
         + "; ".join(
-            f"{m} ARI {row[m]['ari']:.3f} {row[m]['seconds']:.2f} s {row[m]['peak_mb']:.0f} MB"
+            f"{m} ARI {row[m]['ari']:.3f} {row[m]['seconds']:.2f} s {row[m]['peak_mb']:.0f} MiB"
             for m in methods
         ),
         flush=True,
@@ -566,7 +567,7 @@ def _plot_text(rows, path):
         sub = [r for r in rows if r["axis"] == axis]
         x = [r[axis] for r in sub]
         for i, (key, label) in enumerate(
-            (("ari", "ARI"), ("seconds", "fit time (s)"), ("peak_mb", "peak memory (MB)"))
+            (("ari", "ARI"), ("seconds", "fit time (s)"), ("peak_mb", "peak memory (MiB)"))
         ):
             ax = axes[i, j]
             for m in methods:
@@ -598,7 +599,7 @@ def _render(p):
         "Written by `benchmarks/user_data.py`"
         + (" in its quick mode (tiny data: not the figures to quote)" if p["quick"] else "")
         + ". Times are medians of interleaved rounds after a warm-up fit, every method on one thread; "
-        "memory is the tracemalloc peak of a fit above the data. " + load_sentence(p),
+        "memory is the tracemalloc peak of a fit above the data." + run_facts(p),
         "",
         '## Centring: the rule of `center="auto"`',
         "",
@@ -678,7 +679,7 @@ def _render(p):
         "",
         "![ARI, time and memory on TF-IDF](_static/benchmarks/user_data_text.png)",
         "",
-        "| varied | documents | topics | vocabulary | length | AC ARI | KMeans ARI | spherical ARI | AC (s) | KMeans (s) | spherical (s) | AC MB | KMeans MB |",
+        "| varied | documents | topics | vocabulary | length | AC ARI | KMeans ARI | spherical ARI | AC (s) | KMeans (s) | spherical (s) | AC MiB | KMeans MiB |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in t["grid"]:
@@ -701,10 +702,10 @@ def _render(p):
         f"KMeans' in {wins} of {len(t['grid'])} settings; it is as fast or faster in {faster} of them.",
         "",
         f"The large case: {L['n_documents']} documents, vocabulary {L['n_features']} words "
-        f"({L['nnz']} non-zeros; dense it would take {L['dense_mb']:.0f} MB). Peak traced memory during "
-        f"fit {L['fit_peak_mb']:.0f} MB (target < 1024: {_yes(L['fit_peak_mb'] < 1024)}), during predict "
-        f"{L['predict_peak_mb']:.0f} MB. Fit {L['seconds']['AttentionClustering']:.2f} s against KMeans "
-        f"{L['seconds']['KMeans']:.2f} s: {ratio:.2f}x (target <= 1: {_yes(ratio <= 1)}). ARI "
+        f"({L['nnz']} non-zeros; dense it would take {L['dense_mb']:.0f} MiB). Peak traced memory during "
+        f"fit {L['fit_peak_mb']:.0f} MiB (target < 1024 MiB: {_yes(L['fit_peak_mb'] < 1024)}), during "
+        f"predict {L['predict_peak_mb']:.0f} MiB. Fit {L['seconds']['AttentionClustering']:.2f} s against "
+        f"KMeans {L['seconds']['KMeans']:.2f} s: {ratio:.2f}x (target <= 1: {_yes(ratio <= 1)}). ARI "
         f"{L['ari']:.3f} against KMeans' {L['kmeans_ari']:.3f}.",
         "",
         "## Embedding-like data (d = 384)",
@@ -969,7 +970,7 @@ def main(quick=False, out=None):
     payload["text"] = run_text(quick)
     payload["embeddings"] = run_embeddings(quick)
     payload["high_dimension"] = run_high_dimension(quick)
-    payload["load_after"] = os.getloadavg()
+    payload.update(run_conditions(payload["load_before"]))
     write_page(payload, out)
     save("user_data", payload, **({"directory": out} if out else {}))
     return payload

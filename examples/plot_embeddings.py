@@ -91,9 +91,10 @@ plt.show()
 # --------------------
 # On these embeddings all three recover most of the clusters; a single
 # k-means++ start can merge two clusters and split another, which ten
-# starts mostly repair, at ten times the cost. The model's assumption
-# (clusters are directions, once the common offset is removed) holds by
-# construction here. On real embeddings the clusters are less clean, and
+# starts mostly repair (the right panel shows their time here, one run
+# each). The model's assumption (clusters are directions, once the common
+# offset is removed) holds by construction here. On real embeddings the
+# clusters are less clean, and
 # :doc:`/user_data` finds the estimator slower than KMeans on its
 # embedding-like data (d = 384 is below the principal-subspace switch, so
 # the solver works in all 384 dimensions).

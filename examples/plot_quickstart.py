@@ -19,8 +19,8 @@ to ``docs/_static/headline.png`` (the figure of the README).
 # Data and models
 # ---------------
 # ``ATTENTION_CLUSTER_QUICK`` selects a smaller data set (the docs build sets
-# it). PSGD's cost does not depend on the number of rows, only the
-# second-moment estimate and the final labelling do.
+# it). At either size the default fit runs the exact solver, then the EM
+# refinement, on all rows (``solver="auto"`` is ``"full"`` at every n).
 
 import os
 import sys

@@ -188,6 +188,7 @@ def test_solvers_benchmark_quick_mode(tmp_path):
     assert (
         "## Against the targets" in page and page.count("| yes |") + page.count("| **no** |") >= 7
     )
+    assert "Load average of the machine" in page and "Versions: Python" in page
     assert (tmp_path / "_static" / "benchmarks" / "solvers.png").stat().st_size > 0
 
 
@@ -204,6 +205,7 @@ def test_defaults_benchmark_quick_mode(tmp_path):
     n_works = sum(r["works"] for r in rows)
     assert f"**{n_works} of {len(rows)} cells work.**" in page
     assert page.count("| **no** |") == len(rows) - n_works
+    assert "Load average of the machine" in page and "Versions: Python" in page
 
 
 @pytest.mark.slow
@@ -375,3 +377,164 @@ def test_quantizer_pipeline_benchmark_quick_mode(tmp_path):
     assert f"against the ceiling's {ceiling:.3f}" in page
     raw_iris = next(c for c in payload["datasets"] if c["name"] == "iris" and not c["scaled"])
     assert f"| {raw_iris['ari']['KMeans']:.3f} |" in page
+
+
+def test_library_versions_are_taken_at_run_time_and_printed_from_the_payload(bench_modules):
+    # The versions a page prints are those its run recorded: a page rendered
+    # from results that predate them says nothing about versions.
+    import _common
+
+    found = _common.library_versions({"no such peer": "no_such_module_for_this_test"})
+    assert list(found)[: 1 + len(_common.LIBRARIES)] == ["Python", *_common.LIBRARIES]
+    assert "no such peer" not in found
+    assert _common.versions_sentence({}) == "" and _common.run_facts({}) == ""
+    recorded = {"versions": {"dask-ml": "9.9", "numpy": "0.0.1", "Python": "3.0"}}
+    assert _common.versions_sentence(recorded) == "Versions: Python 3.0, numpy 0.0.1, dask-ml 9.9."
+    load = {"load_before": [1.0, 2.0, 3.0], "load_after": [0.5, 0.5, 0.5]}
+    assert _common.run_facts(load | recorded) == (
+        " " + _common.load_sentence(load) + " " + _common.versions_sentence(recorded)
+    )
+    assert (
+        _common.run_facts(load | recorded, load=False)
+        == " Versions: Python 3.0, numpy 0.0.1, dask-ml 9.9."
+    )
+
+
+def _page_of(script, payload, out):
+    """The text of the page ``benchmarks/<script>`` writes from ``payload``."""
+    import runpy
+
+    env_path = list(sys.path)
+    sys.path.insert(0, str(BENCH))
+    try:
+        module = runpy.run_path(str(BENCH / script))
+    finally:
+        sys.path[:] = env_path
+    name = script.removesuffix(".py")
+    if "page" in module and "write_page" not in module:
+        return module["page"](payload)
+    module["write_page"](payload, str(out))
+    return (out / f"{name}.md").read_text()
+
+
+@pytest.mark.parametrize(
+    "script, prints_load",
+    [
+        ("solvers.py", True),
+        ("defaults.py", True),
+        ("dynamics.py", False),
+        ("choose_k.py", False),
+        ("many_clusters.py", False),
+        ("user_data.py", True),
+    ],
+)
+def test_pages_print_the_versions_and_load_their_results_record(tmp_path, script, prints_load):
+    # Rendered from the committed results, which record no versions, a page
+    # names none (never today's); given a run's versions and load average, it
+    # prints those. (solvers.py and defaults.py recorded no load before.)
+    committed = json.loads((BENCH / "results" / script.replace(".py", ".json")).read_text())
+    old = {k: v for k, v in committed.items() if k not in ("versions", "load_before", "load_after")}
+    if not prints_load:
+        old |= {k: committed[k] for k in ("load_before", "load_after") if k in committed}
+    page = _page_of(script, old, tmp_path / "old")
+    assert "Versions:" not in page
+    if prints_load:
+        assert "Load average" not in page
+    run = dict(old, versions={"Python": "3.0", "numpy": "0.0.1", "scikit-learn": "0.0.2"})
+    if prints_load:
+        run |= {"load_before": [1.25, 1.5, 1.75], "load_after": [2.25, 2.5, 2.75]}
+    page = _page_of(script, run, tmp_path / "new")
+    assert "Versions: Python 3.0, numpy 0.0.1, scikit-learn 0.0.2." in page
+    if prints_load:
+        assert "1.25, 1.50, 1.75 before the run, 2.25, 2.50, 2.75 after" in page
+
+
+def test_user_data_page_labels_its_binary_megabytes(tmp_path):
+    # The users' data page counts memory in units of 2^20 bytes: it says MiB.
+    committed = json.loads((BENCH / "results" / "user_data.json").read_text())
+    page = _page_of("user_data.py", committed, tmp_path)
+    text = page.split("## Text: TF-IDF", 1)[1].split("\n## ", 1)[0]
+    assert re.search(r"\d MB\b| MB \|", text) is None
+    large = committed["text"]["large"]
+    assert f"fit {large['fit_peak_mb']:.0f} MiB" in text and "| AC MiB | KMeans MiB |" in text
+
+
+def _real_sentences(report, rows, **changes):
+    """The comparison page's sentences on the raw and best views of each real
+    data set, with ``changes`` set on AttentionClustering's rows."""
+    rows = [
+        dict(r, **changes) if report.is_ac(r["method"]) else r
+        for r in rows
+        if r["section"] == "real"
+    ]
+    out = []
+    for dataset in dict.fromkeys(r["dataset"] for r in rows):
+        d_rows = [r for r in rows if r["dataset"] == dataset]
+        views = list(dict.fromkeys(r["view"] for r in d_rows))
+        by = report.group(d_rows, ("view",))
+        out += report.real_sentences(dataset, d_rows, views, report.methods_in(d_rows), by, [])
+    return [s for s in out if s.startswith("- **AC")]
+
+
+def test_comparison_page_says_whether_the_fit_centred_the_raw_data(bench_modules):
+    # Raw data whose common mean dominates are centred by the default
+    # center="auto" (with a warning): the page says so where the run recorded
+    # it, says it does not know where the run recorded only a warning, and
+    # keeps the uncentred reading where the fit did not centre.
+    _, _report, _ = bench_modules
+    rows = json.loads((BENCH / "results" / "comparison.json").read_text())["rows"]
+    unknown = _real_sentences(_report, rows)
+    assert unknown and all("did not record whether it centred" in s for s in unknown)
+    assert not any("still differ in direction" in s for s in unknown)
+    centred = _real_sentences(_report, rows, centered=True)
+    assert all('``center="auto"`` subtracted it' in s for s in centred)
+    assert not any("did not record" in s or "still differ in direction" in s for s in centred)
+    uncentred = _real_sentences(_report, rows, centered=False)
+    assert not any("center=" in s for s in uncentred)
+    assert any("still differ in direction" in s for s in uncentred)
+    # No warning and nothing recorded: the fit did not centre ("auto" warns when it does).
+    assert _real_sentences(_report, rows, warnings=[]) == uncentred
+
+
+def test_comparison_run_records_whether_it_centred(bench_modules):
+    # run.py keeps AttentionClustering's center_ with each row (None for the
+    # other methods), so the page reads it instead of guessing from warnings.
+    from sklearn.cluster import KMeans
+
+    from attention_cluster import AttentionClustering
+
+    _, _, run = bench_modules
+    X = np.random.default_rng(0).standard_normal((300, 4)) + 10.0
+    methods = {
+        "AttentionClustering": lambda: AttentionClustering(2, random_state=0),
+        "KMeans": lambda: KMeans(2, random_state=0),
+    }
+    out = run.measure(X, methods, repeats=1, budget=1)
+    assert out["AttentionClustering"]["centered"] is True and out["KMeans"]["centered"] is None
+    assert "UserWarning" in out["AttentionClustering"]["warnings"]
+    rows = run.finish_rows({"section": "real"}, out, X, np.zeros(300, dtype=int))
+    assert [r["centered"] for r in rows] == [True, None]
+
+
+@pytest.mark.parametrize(
+    "script, checks",
+    [
+        ("fit_time.py", lambda p: {r["method"] for r in p["rows"]} >= {"KMeans(n_init=1)"}),
+        ("psgd_accuracy.py", lambda p: len(p["rows"]) == 3 and p["seeds"] == 2),
+        ("quantizer_speed.py", lambda p: len(p["seconds"]) == 4),
+    ],
+    ids=["fit_time", "psgd_accuracy", "quantizer_speed"],
+)
+def test_scripts_without_a_page_record_load_and_versions_in_quick_mode(tmp_path, script, checks):
+    # fit_time.py, psgd_accuracy.py and quantizer_speed.py write no page: their
+    # results record the machine's load and the versions measured, and a quick
+    # mode writes them under --out, the committed results left alone.
+    name = script.removesuffix(".py")
+    committed = BENCH / "results" / f"{name}.json"
+    before = committed.read_bytes()
+    _, payload = _run_quick(script, tmp_path)
+    assert committed.read_bytes() == before
+    assert json.loads((tmp_path / f"{name}.json").read_text()) == payload
+    assert payload["quick"] and checks(payload)
+    assert len(payload["load_before"]) == len(payload["load_after"]) == 3
+    assert {"Python", "numpy", "scikit-learn", "attention_cluster"} <= set(payload["versions"])

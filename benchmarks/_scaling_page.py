@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-from _common import load_numbers, load_sentence, verdict
+from _common import load_numbers, load_sentence, run_facts, verdict
 
 # The batch fit in memory stands next to partial_fit's update: the gap
 # between them is what one pass loses against the whole stream's fit.
@@ -435,7 +435,7 @@ def write_page(results, docs):
             "the expected distance of an efficient estimator over the floor's, from the Fisher "
             'information of the mixture (`metrics.information_limit`, math.md section 7, "The '
             'information limit"): what no method that does not see the labels beats in '
-            "expectation.",
+            "expectation." + run_facts(stream),
             "",
             "![streaming and out of core](_static/benchmarks/scaling_out.png)",
             "",

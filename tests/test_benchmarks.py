@@ -449,6 +449,37 @@ def test_pages_print_the_versions_and_load_their_results_record(tmp_path, script
         assert "1.25, 1.50, 1.75 before the run, 2.25, 2.50, 2.75 after" in page
 
 
+def test_streaming_section_prints_the_versions_and_load_its_results_record(tmp_path, bench_modules):
+    # The streaming section of the scaling-out page (written by
+    # _scaling_page.write_page from streaming.json) named neither.
+    import shutil
+
+    import _scaling_page
+
+    results, docs = tmp_path / "results", tmp_path / "docs"
+    results.mkdir()
+    shutil.copy(BENCH / "results" / "out_of_core.json", results)
+    committed = json.loads((BENCH / "results" / "streaming.json").read_text())
+    old = {k: v for k, v in committed.items() if k not in ("versions", "load_before", "load_after")}
+    (results / "streaming.json").write_text(json.dumps(old))
+    _scaling_page.write_page(results, docs)
+    section = (docs / "scaling_out.md").read_text().split("### Which update: measured", 1)[1]
+    section = section.split("\n### ", 1)[0]
+    assert "Versions:" not in section and "Load average" not in section
+    run = dict(
+        old,
+        versions={"Python": "3.0", "numpy": "0.0.1"},
+        load_before=[1.25, 1.5, 1.75],
+        load_after=[2.25, 2.5, 2.75],
+    )
+    (results / "streaming.json").write_text(json.dumps(run))
+    _scaling_page.write_page(results, docs)
+    section = (docs / "scaling_out.md").read_text().split("### Which update: measured", 1)[1]
+    section = section.split("\n### ", 1)[0]
+    assert "Versions: Python 3.0, numpy 0.0.1." in section
+    assert "1.25, 1.50, 1.75 before the run, 2.25, 2.50, 2.75 after" in section
+
+
 def test_user_data_page_labels_its_binary_megabytes(tmp_path):
     # The users' data page counts memory in units of 2^20 bytes: it says MiB.
     committed = json.loads((BENCH / "results" / "user_data.json").read_text())

@@ -38,6 +38,7 @@ from ._validation import (
     check_positive,
     check_sample_weight,
     check_verbose,
+    power_of_two_unit,
     warn,
 )
 
@@ -686,9 +687,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             # 7.000000000000001: groups of 7 tokens count).
             share = self.min_cluster_size * n_tokens
             min_size = max(1, math.ceil(share * (1.0 - 4.0 * np.finfo(np.float64).eps)))
-        radius = self.cluster_tol * (
-            1.0 if on_sphere else max(float(np.linalg.norm(Z, axis=1).max()), 1e-300)
-        )
+        radius = self.cluster_tol * (1.0 if on_sphere else max(_largest_norm(Z), 1e-300))
         h = 1.0 if isinstance(self.step_size, str) else float(self.step_size)
         # The unnormalised model names leaders: merged particles keep the token
         # that leads them (_Particles.moved), chosen by attention at the time reached.
@@ -871,9 +870,13 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         return np.argmax(weight, axis=1).astype(np.intp)
 
     def _nearest(self, Z):
-        """Index of the closest limit point of moved tokens."""
-        C = self.cluster_centers_.astype(np.float64)
-        d2 = np.sum(C**2, axis=1)[None, :] - 2 * Z.astype(np.float64) @ C.T
+        """Index of the closest limit point of moved tokens, compared at the
+        power of two of their largest entry (exact), whose squares neither
+        overflow nor underflow at any magnitude of the tokens."""
+        C, Z = self.cluster_centers_.astype(np.float64), Z.astype(np.float64)
+        unit = power_of_two_unit(max(np.max(np.abs(C)), np.max(np.abs(Z))))
+        C, Z = C / unit, Z / unit
+        d2 = np.sum(C**2, axis=1)[None, :] - 2 * Z @ C.T
         return np.argmin(d2, axis=1).astype(np.intp)
 
     def _leaders(self, flow, particles, t, token_rows):
@@ -1075,6 +1078,14 @@ def _count(Z, radius, min_size, weights=None, plane=None):
     n_groups = group_tokens(Z, radius, labels, plane)
     sizes = np.bincount(labels, weights=weights, minlength=n_groups)
     return int(np.sum(sizes >= min_size)), labels, sizes
+
+
+def _largest_norm(Z):
+    """The largest norm of the rows of Z, found at the power of two of their
+    largest entry (exact; ``_validation.power_of_two_unit``), whose squares
+    neither overflow nor underflow at any magnitude of Z."""
+    unit = power_of_two_unit(np.max(np.abs(Z), initial=0.0))
+    return float(np.linalg.norm(Z / unit, axis=1).max()) * unit
 
 
 def _energy(log_norm, beta, weights=None):

@@ -39,6 +39,7 @@ import numpy as np
 from numba import njit
 
 from ._passes import dense_block, one_blas_thread, row_major
+from ._validation import power_of_two_unit
 
 # Logits per tile (queries x keys): 2^18 entries (2 MB in float64) stay in
 # cache between the two products and the exponential, and make each tile's
@@ -360,8 +361,11 @@ def cell_plane(X):
 
     About the top two principal directions of the rows: subspace iteration
     from the two coordinates of largest variance, the covariance applied as
-    ``X^T (X V) - n mu (mu^T V)`` so that X is never copied. With one
-    feature the second column is 0. Any orthonormal V will do for
+    ``X^T (X V) - n mu (mu^T V)`` so that X is never centred. The rows are
+    seen divided by the power of two of their largest entry (exact;
+    ``_validation.power_of_two_unit``), in float64, so that the squares
+    neither overflow nor underflow at any magnitude of X. With one feature
+    the second column is 0. Any orthonormal V will do for
     :func:`group_tokens`: the plane decides which tokens are compared, not
     the groups.
     """
@@ -370,11 +374,12 @@ def cell_plane(X):
     if d == 1:
         V[0, 0] = 1.0
         return V
-    mean = X.mean(axis=0, dtype=np.float64)
-    variance = np.einsum("ij,ij->j", X, X, dtype=np.float64) / max(n, 1) - mean * mean
+    X = np.divide(X, power_of_two_unit(np.max(np.abs(X), initial=0.0)), dtype=np.float64)
+    mean = X.mean(axis=0)
+    variance = np.einsum("ij,ij->j", X, X) / max(n, 1) - mean * mean
     V[np.argsort(-variance, kind="stable")[:2], [0, 1]] = 1.0
     for _ in range(_PLANE_ITERATIONS):
-        W = X.T @ (X @ V.astype(X.dtype)) - n * np.outer(mean, mean @ V)
+        W = X.T @ (X @ V) - n * np.outer(mean, mean @ V)
         W, R = np.linalg.qr(W)
         # no spread left outside a line: keep the last plane
         if not np.all(np.isfinite(W)) or abs(R[1, 1]) <= 1e-12 * abs(R[0, 0]):
@@ -421,6 +426,10 @@ def group_tokens(X, radius, labels, plane=None):
     grid = np.minimum(((P - low) / width).astype(np.int64), sizes - 1)
     keys = grid[:, 0] * sizes[1] + grid[:, 1]
     cells = np.unique(keys)
+    # Squared distances at the radius's power of two (exact): near the radius
+    # they neither overflow nor underflow, at any magnitude of X (the power at
+    # least the dtype's smallest normal number, whose inverse the dtype holds).
+    scale = 1.0 / max(power_of_two_unit(radius), float(np.finfo(X.dtype).tiny))
     return _group_in_cells(
         X,
         keys,
@@ -428,7 +437,8 @@ def group_tokens(X, radius, labels, plane=None):
         int(sizes[1]),
         cells,
         np.searchsorted(cells, keys),
-        radius * radius,
+        (radius * scale) ** 2,
+        X.dtype.type(scale),
         labels,
         np.full(len(cells), -1, dtype=np.int64),
         np.full(len(cells), -1, dtype=np.int64),
@@ -438,7 +448,9 @@ def group_tokens(X, radius, labels, plane=None):
 
 
 @njit(cache=True)
-def _group_in_cells(X, keys, rows, columns, cells, own, r2, labels, head, tail, following, firsts):
+def _group_in_cells(
+    X, keys, rows, columns, cells, own, r2, scale, labels, head, tail, following, firsts
+):
     """:func:`group_tokens`' greedy grouping over the cells found there.
 
     ``keys`` (n) numbers each token's cell ``row * columns + column`` in a
@@ -447,7 +459,8 @@ def _group_in_cells(X, keys, rows, columns, cells, own, r2, labels, head, tail, 
     filed in their cell in the order the groups were made (``head``,
     ``tail`` per cell and ``following`` per group, -1 at first; ``firsts``
     the first token of each group), and token i searches its cell and the 8
-    around it for the earliest group within ``sqrt(r2)``. O(n log n + n c d)
+    around it for the earliest group within ``sqrt(r2)``, distances measured
+    in units of ``1 / scale``. O(n log n + n c d)
     for c first tokens met per search: O(n log n + n d) when the tokens are
     spread out in the plane, O(n g d) for g groups at worst (all in nine
     cells).
@@ -468,7 +481,7 @@ def _group_in_cells(X, keys, rows, columns, cells, own, r2, labels, head, tail, 
                     f = firsts[g]
                     s = 0.0
                     for k in range(d):
-                        diff = X[i, k] - X[f, k]
+                        diff = (X[i, k] - X[f, k]) * scale
                         s += diff * diff
                     if s <= r2:
                         found = g

@@ -176,6 +176,26 @@ def test_cell_plane_is_orthonormal_without_spread(X):
     _assert_groups_match_reference(X, 0.5, V)
 
 
+@pytest.mark.parametrize("exponent", [530, -560], ids=["2^530", "2^-560"])
+def test_grouping_of_rows_at_any_magnitude(exponent, global_random_seed):
+    # 2^k X at the radius 2^k r groups as X at r, and spreads on the same
+    # plane, also where the squares of the rows and of the radius pass
+    # float64's range (2^530, about 1e160) or underflow to zero (2^-560).
+    # Groups of 4 tokens, their centres 1 apart on a line, at the radius 0.7:
+    # neighbouring groups lie in neighbouring cells, and are compared.
+    rng = np.random.default_rng(global_random_seed)
+    line = np.repeat(np.arange(5.0), 4)[:, None] * _unit(rng, 1, 3)
+    X = line + 1e-2 * rng.standard_normal((20, 3))
+    want, got = np.empty(20, dtype=np.int64), np.empty(20, dtype=np.int64)
+    assert kern.group_tokens(X, 0.7, want) == 5
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert kern.group_tokens(np.ldexp(X, exponent), np.ldexp(0.7, exponent), got) == 5
+        plane = kern.cell_plane(np.ldexp(X, exponent))
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(plane, kern.cell_plane(X))
+
+
 @pytest.mark.parametrize("model", ["sa", "usa"])
 def test_euler_step_matches_reference(model, global_random_seed):
     X = _unit(np.random.default_rng(global_random_seed), 15, 4)
@@ -618,6 +638,44 @@ def test_overflowing_dynamics_raises_and_leaves_the_estimator_unfitted(global_ra
     with pytest.raises(FloatingPointError, match="overflowed"):
         model.fit(X)
     assert not hasattr(model, "cluster_centers_")
+
+
+def test_overflowing_rows_raise_the_documented_error_alone(global_random_seed):
+    # Rows of about 1e160: their squares (the logits, and the norms and
+    # products that set the grouping's radius and plane) pass float64's
+    # range. The fit's FloatingPointError, as attention_flow's, and no
+    # warning before it.
+    X = np.random.default_rng(global_random_seed).standard_normal((20, 5)) * 1e160
+    model = SelfAttentionDynamics(model="unnormalized", step_size=0.1, max_iter=30)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(FloatingPointError, match="overflowed"):
+            model.fit(X)
+        with pytest.raises(FloatingPointError, match="overflowed"):
+            attention_flow(X, 30, model="unnormalized", step_size=0.1)
+    assert [f"{w.category.__name__}: {w.message}" for w in caught] == []
+
+
+@pytest.mark.parametrize("exponent", [530, -530], ids=["2^530", "2^-530"])
+def test_unnormalized_dynamics_of_rows_at_any_magnitude(exponent, global_random_seed):
+    # 2^k X with Q = K = 2^-k I has the logits of X with Q = K = I, and the
+    # unnormalised model moves its tokens linearly given their attention:
+    # the same run, its tokens 2^k times X's (exactly), also where their
+    # squares pass float64's range (2^530, about 1e160) or underflow (2^-530).
+    # Groups of fewer than 5 tokens are labelled by their nearest cluster.
+    X = make_mixture(60, 4, 3, noise=0.2, random_state=global_random_seed)[0]
+
+    def fit(rows, scale):
+        M = np.ldexp(np.eye(4), scale)
+        return SelfAttentionDynamics(
+            model="unnormalized", step_size=0.5, max_iter=60, query=M, key=M, min_cluster_size=5
+        ).fit(rows)
+
+    want, got = fit(X, 0), fit(np.ldexp(X, exponent), -exponent)
+    assert want.n_clusters_ > 1
+    for name in ("labels_", "leaders_", "n_clusters_path_", "energy_path_"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(want, name))
+    np.testing.assert_array_equal(got.cluster_centers_, np.ldexp(want.cluster_centers_, exponent))
 
 
 def test_zero_row_has_no_direction():

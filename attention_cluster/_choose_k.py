@@ -36,7 +36,14 @@ from sklearn.utils import assert_all_finite, check_random_state
 
 from ._dynamics import SelfAttentionDynamics, token_weights
 from ._passes import unit_rows
-from ._plan import DEFAULT_TUNING, bic_penalty, information_criterion, mean_dominates, mean_share
+from ._plan import (
+    DEFAULT_TUNING,
+    ScaleError,
+    bic_penalty,
+    information_criterion,
+    mean_dominates,
+    mean_share,
+)
 from ._scale import gram_coordinates
 from ._validation import (
     check_count,
@@ -345,7 +352,10 @@ def count_clusters(
     the choice is more and its fit has a mixture, the fit at 1 is kept if
     its BIC on ``rows`` is at most the choice's: no evidence of clusters
     (``math.md`` section 8, "One cluster or more"); without a mixture
-    (``refine=None``, PSGD's default) that test is not made. When the
+    (``refine=None``, PSGD's default) that test is not made, nor where the
+    fit at 1 refuses the rows' scale (rows near float64's smallest numbers,
+    whose spread at one cluster is below what float64 can invert, though
+    the fit at the choice holds its own). When the
     dynamics finds no plateau, its ConvergenceWarning's diagnosis is
     warned again, with the K read from its last state. ``rows`` are
     pass-layer rows (``_passes.rows_from``) of any kind.
@@ -455,9 +465,13 @@ def count_clusters(
     K = choose_by_silhouette(K, silhouettes)
     if K > 1 and 1 in scores and mixtures[K] is not None:
         if 1 not in fits:
-            with deferred_warnings() as held[1]:
-                fits[1], _, mixtures[1] = fit_at(1)
-        if mixtures[1].bic(rows) <= mixtures[K].bic(rows):
+            try:
+                with deferred_warnings() as held[1]:
+                    fits[1], _, mixtures[1] = fit_at(1)
+            except ScaleError:
+                # A fit that cannot be made is no candidate.
+                pass
+        if 1 in fits and mixtures[1].bic(rows) <= mixtures[K].bic(rows):
             K = 1
     replay(held[K])
     return K, scores, silhouettes, fits[K]

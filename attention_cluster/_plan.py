@@ -440,7 +440,7 @@ def _fit_once(given, prepared, params, init, centre, tuning):
     # Every pass divides the rows by the scale (``_passes``).
     where = "their mean" if centre else "the origin"
     if not np.isfinite(inverse):
-        raise ValueError(
+        raise ScaleError(
             f"X's rows spread about {where} by about {spectrum.scale:.3g}, a scale whose "
             "inverse float64 cannot hold (below about 5.6e-309): the fit divides the rows "
             "by it. Multiply X by a power of two: 2**k * X has the partition of X."
@@ -823,9 +823,15 @@ def _projected(rows, basis):
     )
 
 
+class ScaleError(ValueError):
+    """The fit's refusal of rows whose spread (its scale), or the scale's
+    inverse, float64 cannot hold: raised after the spectrum, before the
+    fit's work."""
+
+
 def _too_large(where="the origin"):
-    """The ValueError of rows that spread beyond float64's largest number."""
-    return ValueError(
+    """The :class:`ScaleError` of rows that spread beyond float64's largest number."""
+    return ScaleError(
         f"X's rows spread about {where} by more than float64's largest number (about "
         "1.8e308), a scale it cannot hold: the fit divides the rows by it. Multiply X by "
         "a power of two: 2**-k * X has the partition of X."

@@ -900,6 +900,46 @@ def test_one_cluster_replaces_the_choice_when_its_bic_is_not_higher(
     assert K == expected == model.n_clusters_
 
 
+def test_auto_on_rows_whose_one_cluster_fit_refuses_their_scale():
+    # Rows near float64's smallest numbers: the fit at 1 spreads them by less
+    # than float64 can invert, and refuses them, while the fits at 2 and 3
+    # hold their scales. The one-cluster test is a comparison, not made
+    # then: the choice is that of the rows at unit scale (its ValueError was
+    # the fit's at 1).
+    X = make_mixture(200, 5, 3, noise=0.2, random_state=0)[0]
+    tiny = X * 1e-308
+    with pytest.raises(ValueError, match="inverse float64 cannot hold"):
+        AttentionClustering(1, random_state=0).fit(tiny)
+    want = AttentionClustering("auto", random_state=0).fit(X)
+    got = AttentionClustering("auto", random_state=0).fit(tiny)
+    assert got.n_clusters_ == want.n_clusters_ == 3
+    assert got.n_clusters_scores_ == want.n_clusters_scores_
+    np.testing.assert_array_equal(got.labels_, want.labels_)
+
+
+@pytest.mark.parametrize("refused", [True, False], ids=["scale", "other"])
+def test_only_the_scale_refusal_of_the_fit_at_one_skips_the_test(mixture, refused):
+    # Any other ValueError of the fit at 1 is an error, and is raised.
+    X, _ = mixture
+    with pytest.raises(ValueError, match="inverse float64 cannot hold") as scale:
+        AttentionClustering(1).fit(X * 1e-308)
+    error = scale.value if refused else ValueError("another error")
+
+    def fit_at(k):
+        if k == 1:
+            raise error
+        model = AttentionClustering(k, random_state=0).fit(X)
+        rule = predict_rule(model.cluster_centers_, model.mixture_, model.mean_)
+        return model, rule, _choose_k.FittedMixture(model.mixture_, False, model.center_)
+
+    with rows_from(AttentionClustering(), X, reset=True) as rows:
+        if refused:
+            assert _choose_k.count_clusters(rows, fit_at, random_state=0)[0] == 3
+        else:
+            with pytest.raises(ValueError, match="^another error$"):
+                _choose_k.count_clusters(rows, fit_at, random_state=0)
+
+
 @pytest.mark.parametrize("k", [2, 4, 8])
 def test_rows_of_weight_zero_leave_the_bic_as_it_is(k, global_random_seed):
     # The BIC's n counts the rows of positive weight: 2700 rows of weight

@@ -520,7 +520,7 @@ def test_wide_dask_arrays_take_the_d_x_d_path_up_to_its_limit(client, monkeypatc
     # NumPy fit on that path. Wider Dask arrays are refused before any pass.
     from dataclasses import replace
 
-    from attention_cluster import _choose_n_clusters, _clustering, _plan, choose_n_clusters
+    from attention_cluster import _clustering, _plan, choose_n_clusters
 
     d = _plan.DEFAULT_TUNING.subspace_min_features
     X = make_mixture(600, d, 2, noise=0.1, random_state=0)[0]
@@ -535,8 +535,8 @@ def test_wide_dask_arrays_take_the_d_x_d_path_up_to_its_limit(client, monkeypatc
         AttentionClustering(2).fit(wide)
     # Before n_clusters="auto"'s dynamics, which ran first (20 s at 1500 rows).
     calls = []
-    for module in (_choose_n_clusters, _clustering):
-        monkeypatch.setattr(module, "count_clusters", lambda *a, **k: calls.append(a))
+    # (choose_n_clusters is the estimator's n_clusters="auto" fit: one criterion.)
+    monkeypatch.setattr(_clustering, "count_clusters", lambda *a, **k: calls.append(a))
     with pytest.raises(ValueError, match="is not supported.*TruncatedSVD"):
         AttentionClustering("auto").fit(wide)
     with pytest.raises(ValueError, match="is not supported"):

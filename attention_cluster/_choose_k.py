@@ -335,9 +335,12 @@ def count_clusters(
     ``share_to_retry`` of their second moment (``_plan.mean_share``), it
     counts on the centred rows too, and that count is kept when
     ``center="auto"``'s rule (``_plan.mean_dominates``), read on these rows
-    at that count, would centre them: a common mean draws every row's direction
-    towards its own, and the dynamics on the rows as given then counts the
-    groups in one narrow cap. Its number of clusters at the end of
+    at that count, would centre them, or when the rows as given gave one
+    cluster and the centred rows more: a common mean draws every row's
+    direction towards its own, and the dynamics on the rows as given then
+    counts the groups in one narrow cap (or one group: TF-IDF documents
+    sharing their common words, whose mean does not dominate the second
+    moment as that rule reads it). Its number of clusters at the end of
     the longest plateau of its clock (``docs/math.md`` section 8), clipped
     to ``n_clusters_range`` (if outside, the K of the range held longest),
     is the dynamics' K. ``fit_at(k)`` returns ``(fit, rule, mixture)``, a
@@ -352,10 +355,11 @@ def count_clusters(
     the choice is more and its fit has a mixture, the fit at 1 is kept if
     its BIC on ``rows`` is at most the choice's: no evidence of clusters
     (``math.md`` section 8, "One cluster or more"); without a mixture
-    (``refine=None``, PSGD's default) that test is not made, nor where the
-    fit at 1 refuses the rows' scale (rows near float64's smallest numbers,
-    whose spread at one cluster is below what float64 can invert, though
-    the fit at the choice holds its own). When the
+    (``refine=None``, PSGD's default) that test is not made; where the fit
+    at 1 refuses the rows' scale (``_plan.ScaleError``: rows near float64's
+    smallest numbers, whose spread about one centre is below what float64
+    inverts, though the fit at the choice holds its own) it cannot be, and
+    a UserWarning says so. When the
     dynamics finds no plateau, its ConvergenceWarning's diagnosis is
     warned again, with the K read from its last state. ``rows`` are
     pass-layer rows (``_passes.rows_from``) of any kind.
@@ -427,10 +431,17 @@ def count_clusters(
     seen, dynamics, held = counted(centred if given_centre else scaled)
     if not given_centre and centred is not None:
         # Counted again on the centred rows; kept if the fit at that count
-        # would centre the rows.
+        # would centre the rows, or if the rows as given gathered into one
+        # group and the centred ones into more: a component common to every
+        # row (the shared words of TF-IDF documents) draws all directions
+        # into one cap without dominating the second moment as center="auto"'s
+        # rule reads it.
         other = counted(centred)
         k_centred = int(other[1].n_clusters_)
-        if mean_dominates(mean_sq, _moment_eigenvalues(scaled, weights), k_centred, DEFAULT_TUNING):
+        merged = int(dynamics.n_clusters_) == 1 and k_centred > 1
+        if merged or mean_dominates(
+            mean_sq, _moment_eigenvalues(scaled, weights), k_centred, DEFAULT_TUNING
+        ):
             seen, dynamics, held = other
     lengths = plateau_lengths(dynamics.n_clusters_path_, m)
     scores = {k: lengths.get(k, 0) for k in ks}
@@ -468,9 +479,15 @@ def count_clusters(
             try:
                 with deferred_warnings() as held[1]:
                     fits[1], _, mixtures[1] = fit_at(1)
-            except ScaleError:
-                # A fit that cannot be made is no candidate.
-                pass
+            except ScaleError as error:
+                # No fit at 1 to compare: the choice stands untested, and
+                # the caller is told so (rows of one cluster would keep it).
+                warn(
+                    f"n_clusters={K} was not tested against one cluster: the fit at "
+                    f"n_clusters=1 refused X's rows ({error}). The choice may hold more "
+                    "clusters than the rows do.",
+                    UserWarning,
+                )
         if 1 in fits and mixtures[1].bic(rows) <= mixtures[K].bic(rows):
             K = 1
     replay(held[K])

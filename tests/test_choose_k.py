@@ -40,7 +40,7 @@ from attention_cluster._plan import (
     mean_dominates,
     predict_rule,
 )
-from attention_cluster.datasets import make_embeddings, make_mixture
+from attention_cluster.datasets import make_corpus, make_embeddings, make_mixture
 
 
 def plateau_lengths_reference(path, n_tokens):
@@ -900,6 +900,24 @@ def test_one_cluster_replaces_the_choice_when_its_bic_is_not_higher(
     assert K == expected == model.n_clusters_
 
 
+def test_auto_counts_tfidf_documents_on_their_centred_rows():
+    # TF-IDF documents of 4 topics share their common words (the corpus'
+    # default topic share, 0.3): the dynamics on the rows as given gathered
+    # them into one group, the count on the centred rows (4) was not kept,
+    # as the mean does not dominate the second moment as center="auto"
+    # reads it, and the silhouettes then chose 2 (ARI 0.34 at 2000
+    # documents, where the fit at 4 has ARI 1.00). One group on the rows as
+    # given and more on the centred rows now keeps the centred count.
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.metrics import adjusted_rand_score
+
+    texts, y = make_corpus(400, 4, n_words=2000, random_state=0)[:2]
+    X = TfidfVectorizer().fit_transform(texts)
+    model = AttentionClustering("auto", random_state=0).fit(X)
+    assert model.n_clusters_ == 4
+    assert adjusted_rand_score(y, model.labels_) > 0.9
+
+
 def test_auto_on_rows_whose_one_cluster_fit_refuses_their_scale():
     # Rows near float64's smallest numbers: the fit at 1 spreads them by less
     # than float64 can invert, and refuses them, while the fits at 2 and 3
@@ -911,10 +929,18 @@ def test_auto_on_rows_whose_one_cluster_fit_refuses_their_scale():
     with pytest.raises(ValueError, match="inverse float64 cannot hold"):
         AttentionClustering(1, random_state=0).fit(tiny)
     want = AttentionClustering("auto", random_state=0).fit(X)
-    got = AttentionClustering("auto", random_state=0).fit(tiny)
+    with pytest.warns(UserWarning, match="was not tested against one cluster") as caught:
+        got = AttentionClustering("auto", random_state=0).fit(tiny)
     assert got.n_clusters_ == want.n_clusters_ == 3
     assert got.n_clusters_scores_ == want.n_clusters_scores_
     np.testing.assert_array_equal(got.labels_, want.labels_)
+    # ... and the caller hears that the choice went untested: rows of one
+    # Gaussian keep the several clusters the test would have replaced.
+    assert any(w.filename == __file__ for w in caught)
+    blob = np.random.default_rng(0).standard_normal((500, 4))
+    assert AttentionClustering("auto", random_state=0).fit(blob).n_clusters_ == 1
+    with pytest.warns(UserWarning, match="may hold more clusters than the rows do"):
+        AttentionClustering("auto", random_state=0).fit(blob * 1e-308)
 
 
 @pytest.mark.parametrize("refused", [True, False], ids=["scale", "other"])

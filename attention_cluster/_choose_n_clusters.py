@@ -93,6 +93,10 @@ def choose_n_clusters(
     ConvergenceWarning
         When the dynamics found no plateau: its own diagnosis (and advice),
         and the K read from its last state.
+    UserWarning
+        When the one-cluster test could not be made: the fit at K = 1
+        refused X's rows, whose spread about one centre float64 cannot
+        invert (rows near its smallest numbers).
     """
     if not isinstance(estimator, AttentionClustering):
         raise TypeError(

@@ -998,7 +998,8 @@ def _warn_lost_clusters(result, K, share, tuning, retried=False):
     if lost == 0:
         return
     found = f"{lost} of the n_clusters={K} clusters received fewer than {tuning.lost_fraction / K:.1%} of the points"
-    if floored:
+    if floored and np.any(result.fractions == 0.0):
+        # Every row at its cluster's centre, and a cluster with no row.
         advice = (
             "every row equals its cluster's centre, so X may hold fewer distinct rows than "
             "n_clusters: try fewer clusters"

@@ -687,6 +687,20 @@ def test_fewer_distinct_rows_than_clusters_warns_of_the_empty_clusters():
     ), messages
 
 
+def test_small_clusters_of_rows_at_their_centres_are_not_said_to_be_missing_rows():
+    # Three distinct rows, 294, 4 and 2 times, K = 3: the fit is exact, two
+    # clusters are small (the usual notice), but none is empty: X holds as
+    # many distinct rows as clusters, which the advice said it might not.
+    X = np.eye(3, 8)[np.repeat([0, 1, 2], [294, 4, 2])]
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        model = AttentionClustering(3, center=False, random_state=0).fit(X)
+    assert sorted(np.bincount(model.labels_, minlength=3)) == [2, 4, 294]
+    messages = [str(w.message) for w in record if w.category is UserWarning]
+    assert any("received fewer than" in m for m in messages), messages
+    assert not any("fewer distinct rows" in m for m in messages), messages
+
+
 def test_the_exact_solvers_warning_says_why_it_stopped():
     # At tol=0 the rounding-level gradient of 20 copies of one row is not
     # within tol: the solver stops with no step that decreases the objective,

@@ -687,7 +687,9 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             # 7.000000000000001: groups of 7 tokens count).
             share = self.min_cluster_size * n_tokens
             min_size = max(1, math.ceil(share * (1.0 - 4.0 * np.finfo(np.float64).eps)))
-        radius = self.cluster_tol * (1.0 if on_sphere else max(_largest_norm(Z), 1e-300))
+        # (All-zero rows, of no spread: any positive radius groups them.)
+        largest = 1.0 if on_sphere else _largest_norm(Z)
+        radius = self.cluster_tol * (largest if largest > 0.0 else 1.0)
         h = 1.0 if isinstance(self.step_size, str) else float(self.step_size)
         # The unnormalised model names leaders: merged particles keep the token
         # that leads them (_Particles.moved), chosen by attention at the time reached.

@@ -656,12 +656,14 @@ def test_overflowing_rows_raise_the_documented_error_alone(global_random_seed):
     assert [f"{w.category.__name__}: {w.message}" for w in caught] == []
 
 
-@pytest.mark.parametrize("exponent", [530, -530], ids=["2^530", "2^-530"])
+@pytest.mark.parametrize("exponent", [530, -530, -1010], ids=["2^530", "2^-530", "2^-1010"])
 def test_unnormalized_dynamics_of_rows_at_any_magnitude(exponent, global_random_seed):
     # 2^k X with Q = K = 2^-k I has the logits of X with Q = K = I, and the
     # unnormalised model moves its tokens linearly given their attention:
     # the same run, its tokens 2^k times X's (exactly), also where their
-    # squares pass float64's range (2^530, about 1e160) or underflow (2^-530).
+    # squares pass float64's range (2^530, about 1e160) or underflow (2^-530),
+    # and near float64's smallest numbers (2^-1010, where a floor of 1e-300
+    # on the grouping radius merged every token).
     # Groups of fewer than 5 tokens are labelled by their nearest cluster.
     X = make_mixture(60, 4, 3, noise=0.2, random_state=global_random_seed)[0]
 

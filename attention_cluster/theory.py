@@ -116,16 +116,24 @@ def _check_length(sequence_length, scalar=False):
     return L
 
 
+# How far beyond [-1, 1] a cosine of float64 unit vectors may lie by rounding
+# (<v, v> of a normalised v is often 1 + 2^-52): such a cosine is taken as
+# +-1. The same allowance as risk_from_overlaps' check of their Gram matrix,
+# so that no overlaps it realises are refused before it.
+_COSINE_ROUNDING = 1e-10
+
+
 def _cosines(value, name, meaning, *, scalar=False):
-    """Cosines of unit vectors (alignments, overlaps), real numbers in [-1, 1],
-    as a float array; with ``scalar``, one number, as a float. Text and
-    bools are refused, as for the noise
-    (:func:`~attention_cluster._validation.as_numbers`)."""
+    """Cosines of unit vectors (alignments, overlaps), real numbers in [-1, 1]
+    up to rounding (``_COSINE_ROUNDING``), clipped to [-1, 1], as a float
+    array; with ``scalar``, one number, as a float. Text and bools are
+    refused, as for the noise (:func:`~attention_cluster._validation.as_numbers`)."""
     c = as_numbers(value)
-    if c is None or not np.all(np.abs(c) <= 1.0):
+    if c is None or not np.all(np.abs(c) <= 1.0 + _COSINE_ROUNDING):
         raise ValueError(
             f"{name} must lie in [-1, 1] ({meaning}; numbers, not text or bools), got {value!r}."
         )
+    c = np.clip(c, -1.0, 1.0)
     if scalar:
         if c.ndim != 0:
             raise ValueError(f"{name} must be one number, got shape {c.shape}.")
@@ -529,7 +537,8 @@ def risk_from_overlaps(
     ----------
     kappa0, kappa1, eta0, eta1, xi : float
         Overlaps, cosines of unit vectors in [-1, 1] (Prop. 3.1's
-        ``R : [-1, 1]^5 -> R``); the Gram matrix they define must be positive
+        ``R : [-1, 1]^5 -> R``; one beyond by 1e-10 at most, rounding, is
+        taken as +-1); the Gram matrix they define must be positive
         semi-definite with rank at most ``n_features``.
     noise, temperature, sequence_length : float
         sigma, lambda and L.
@@ -568,7 +577,7 @@ def risk_from_overlaps(
         ]
     )
     vals, vecs = np.linalg.eigh(gram)
-    tol = 1e-10
+    tol = _COSINE_ROUNDING
     if vals[0] < -tol or np.sum(vals > tol) > n_features:
         raise ValueError("The overlaps are not realisable by unit vectors in R^n_features.")
     coords = vecs * np.sqrt(np.clip(vals, 0.0, None))
@@ -820,7 +829,8 @@ def manifold_risk(alignment, noise, temperature, sequence_length=np.inf, *, n_fe
     Parameters
     ----------
     alignment : array-like of shape (..., n_clusters)
-        ``kappa_h = <mu_h, mu*_h>`` in [-1, 1], one per head (the paper's
+        ``kappa_h = <mu_h, mu*_h>`` in [-1, 1] (beyond by 1e-10 at most,
+        rounding: taken as +-1), one per head (the paper's
         ``(kappa_0, kappa_1)`` for K = 2); leading axes broadcast.
     noise, temperature, sequence_length, n_features
         As in :func:`manifold_risk_coefficients`.
@@ -1050,7 +1060,8 @@ def manifold_heads(centroids, alignment, random_state=None):
     centroids : array-like of shape (n_clusters, n_features)
         Orthonormal centroids, ``n_features >= 2 n_clusters``.
     alignment : float or array-like of shape (n_clusters,)
-        ``kappa_h`` in [-1, 1].
+        ``kappa_h`` in [-1, 1] (beyond by 1e-10 at most, rounding: taken
+        as +-1).
     random_state : int, RandomState instance or None, default=None
         Seed or generator for the directions ``v_h``.
 

@@ -463,6 +463,22 @@ def test_information_limit_names_the_norms_that_differ():
         information_limit(C, 0.5, 100)
 
 
+def test_information_limit_holds_float16_centroids_to_float32s_rounding():
+    # 100 epsilon of float16 is 0.098: norms 9% apart were taken for one, and
+    # the centroids over the first norm for unit directions.
+    C = np.diag([1.0, 1.09]).astype(np.float16)
+    with pytest.raises(
+        ValueError, match=r"norms range from 1 to 1\.08984375, .* 1\.2e-05 for float16"
+    ):
+        information_limit(C, 0.5, 100, n_draws=20_000)
+    # Equal float16 norms are taken, with the float64 centroids' limits.
+    exact = np.eye(2, 3)
+    np.testing.assert_array_equal(
+        information_limit(exact.astype(np.float16), 0.5, 100, n_draws=20_000),
+        information_limit(exact, 0.5, 100, n_draws=20_000),
+    )
+
+
 def test_information_limit_names_a_weight_too_light_for_the_draws():
     # A cluster of weight 1e-9 gets no draw of 20000: its directions are not
     # informed, and the message says what to draw.

@@ -178,8 +178,8 @@ _OVERLAPS = ("kappa0", "kappa1", "eta0", "eta1", "xi")
 @given(
     which=st.sampled_from(_OVERLAPS),
     value=st.one_of(
-        st.floats(min_value=1.0, exclude_min=True),
-        st.floats(max_value=-1.0, exclude_max=True),
+        st.floats(min_value=1.0 + theory._COSINE_ROUNDING, exclude_min=True),
+        st.floats(max_value=-1.0 - theory._COSINE_ROUNDING, exclude_max=True),
         st.just(np.nan),
     ),
 )
@@ -207,6 +207,35 @@ def test_risk_from_overlaps_refuses_text_bools_and_arrays_by_name(which, value, 
         theory.risk_from_overlaps(
             **overlaps, noise=0.3, temperature=0.5, sequence_length=10, n_features=5
         )
+
+
+@pytest.mark.parametrize("ulps", [1, 2, 8])
+@pytest.mark.parametrize("sign", [1.0, -1.0], ids=["heads", "opposite-heads"])
+def test_cosines_rounded_beyond_one_are_taken_as_one(sign, ulps):
+    # Normalised float64 vectors have <v, v> up to a few ulp above 1 (with
+    # the heads at make_centroids(2, 5, random_state=0), kappa_1 = 1 +
+    # 2^-51): such a kappa, which risk_from_overlaps, manifold_risk and
+    # manifold_heads refused as outside [-1, 1], is the kappa of heads at
+    # the centroids (or opposite).
+    C = np.eye(2, 5)
+    kappa = sign * (1.0 + ulps * np.finfo(np.float64).eps)
+    assert abs(kappa) > 1.0
+    risk = theory.risk_from_overlaps(kappa, kappa, 0.0, 0.0, 0.0, 0.3, 0.9, 10, n_features=5)
+    assert risk == pytest.approx(theory.population_risk(sign * C, C, 0.3, 0.9, 10), rel=1e-10)
+    assert theory.manifold_risk([kappa, kappa], 0.3, 0.9, 10, n_features=5) == (
+        theory.manifold_risk([sign, sign], 0.3, 0.9, 10, n_features=5)
+    )
+    np.testing.assert_array_equal(
+        theory.manifold_heads(C, [kappa, kappa], random_state=0), sign * C
+    )
+    # Beyond rounding they are refused, as before.
+    beyond = sign * (1.0 + 2.0 * theory._COSINE_ROUNDING)
+    with pytest.raises(ValueError, match=r"^kappa1 must lie in \[-1, 1\]"):
+        theory.risk_from_overlaps(kappa, beyond, 0.0, 0.0, 0.0, 0.3, 0.9, 10, n_features=5)
+    with pytest.raises(ValueError, match=r"^alignment must lie in \[-1, 1\]"):
+        theory.manifold_risk([kappa, beyond], 0.3, 0.9, 10, n_features=5)
+    with pytest.raises(ValueError, match=r"^alignment must lie in \[-1, 1\]"):
+        theory.manifold_heads(C, [kappa, beyond], random_state=0)
 
 
 # ---------------------------------------------------------------------------

@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-from _common import load_numbers, load_sentence, run_facts, verdict
+from _common import load_numbers, run_facts, verdict
 
 # The batch fit in memory stands next to partial_fit's update: the gap
 # between them is what one pass loses against the whole stream's fit.
@@ -282,8 +282,8 @@ def _ooc_section(run):
         f"### {run['n']:.0e} rows ({run['gigabytes']:.2f} GB)",
         "",
         f"`benchmarks/out_of_core.py {command}`, rounds: {run['rounds']}; writing the file took "
-        f"{run['write_s']:.0f} s. "
-        + load_sentence(run)
+        f"{run['write_s']:.0f} s."
+        + run_facts(run)
         + (
             ""
             if "reads" in run
@@ -371,7 +371,8 @@ def _zarr_section(z):
         + load_numbers(z["load_before"])
         + "; after: "
         + load_numbers(z["load_after"])
-        + ".",
+        + "."
+        + run_facts(z, load=False),
         "",
         "| | seconds | distance to the centroids |",
         "|---|---|---|",

@@ -25,7 +25,8 @@ directory unless said otherwise:
 
 It writes ``results/cold_start.json`` and the "Cold start" section of
 ``docs/performance.md`` (between its markers, the rest of the page left as
-it is), with the load average of the machine before and after. Run
+it is), with the load average of the machine before and after and the
+versions of the libraries measured. Run
 ``python benchmarks/cold_start.py`` (``--quick``: one process per figure,
 into ``--out``).
 """
@@ -39,7 +40,16 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import ROOT, load_numbers, quick_cli, save, section_markers, splice_section
+from _common import (
+    ROOT,
+    load_numbers,
+    quick_cli,
+    run_conditions,
+    run_facts,
+    save,
+    section_markers,
+    splice_section,
+)
 
 TARGET_S = 3.0
 SECTION = "Cold start"
@@ -222,11 +232,15 @@ def measure(repeats):
     return out
 
 
+# The libraries of the Dask figures, for _common.library_versions.
+DASK_LIBRARIES = {"dask": "dask", "distributed": "distributed"}
+
+
 def main(quick=False, out=None):
+    load_before = os.getloadavg()
     payload = {"quick": quick, "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    payload["load_before"] = os.getloadavg()
     payload.update(measure(1 if quick else 3))
-    payload["load_after"] = os.getloadavg()
+    payload.update(run_conditions(load_before, DASK_LIBRARIES))
     save("cold_start", payload, **({"directory": out} if out else {}))
     write_section(payload, out)
     return payload
@@ -249,7 +263,7 @@ def section(payload):
         "directory unless said otherwise; the data: the paper's mixture, n = 20000, d = 10, K = 3, "
         "unless said otherwise. "
         f"Load average of the machine (1, 5, 15 min): {load_numbers(p['load_before'])} before, "
-        f"{load_numbers(p['load_after'])} after (2 cores).",
+        f"{load_numbers(p['load_after'])} after (2 cores)." + run_facts(p, load=False),
         "",
         "| what | seconds |",
         "|---|---|",

@@ -33,11 +33,12 @@ from _common import (
     MAX_ROUNDS,
     ROOT,
     before_other_pages,
-    load_sentence,
     marked_sections,
     mixture_limits,
     one_thread,
     quick_cli,
+    run_conditions,
+    run_facts,
     save,
     side_by_side,
     verdict,
@@ -302,8 +303,7 @@ def main(quick=False, out=None):
         "breakdown": breakdown,
         "threads": thread,
         "float32": single,
-        "load_before": list(load_before),
-        "load_after": list(os.getloadavg()),
+        **run_conditions(load_before),
     }
     save("engine", payload, **({"directory": out} if out else {}))
     write_page(payload, out)
@@ -326,7 +326,7 @@ def write_page(p, out=None):
         "Times are medians of interleaved rounds in one process, after Numba's",
         f"compile, on a shared machine (2 cores): at least {p['repeats']} rounds, and up to",
         f"{MAX_ROUNDS} for fits of a few milliseconds, about {_ROUNDS_SECONDS:.0f} s of rounds in all.",
-        load_sentence(p),
+        run_facts(p).lstrip(),
         "The estimator runs with its",
         'defaults (`solver="auto"`, the exact path with the EM refinement, and',
         "`n_threads=None`, every usable core). KMeans is `KMeans(n_init=1)` at its",

@@ -25,10 +25,12 @@ Distances to the centroids (math.md section 5; KMeans' centres normalised)
 are compared with the class-means floor of the whole array. The file is
 written by this process and is then in the operating system's page cache
 (the machine's memory is larger than the file): a "read" is a read of the
-page cache, not of the disk. Each size's results are kept under its number
-of rows in benchmarks/results/out_of_core.json (a run replaces only its own
-size's), then docs/scaling_out.md (with benchmarks/results/streaming.json)
-and its figure are written with every size measured.
+page cache, not of the disk. Each size's results (with the load average
+before and after and the versions of the libraries measured) are kept under
+its number of rows in benchmarks/results/out_of_core.json (a run replaces
+only its own size's), then docs/scaling_out.md (with
+benchmarks/results/streaming.json) and its figure are written with every
+size measured.
 
 With ``--source zarr`` the rows are written to a Zarr store (chunks of
 ``BLOCK_ROWS`` rows, the docs' own example source) and read by
@@ -37,8 +39,9 @@ With ``--source zarr`` the rows are written to a Zarr store (chunks of
 pass that reads X) is compared with opening the store, loading it into the
 client's memory and fitting there; the client's peak resident memory is
 sampled during a first fit, and the load average (``os.getloadavg``) is
-recorded before and after. The results go under ``zarr`` in the same
-JSON, and the page gets a section of their own.
+recorded before and after, with the versions (zarr's among them). The
+results go under ``zarr`` in the same JSON, and the page gets a section of
+their own.
 
     python benchmarks/out_of_core.py [--quick] [--rows N] [--rounds R] [--kmeans-rounds R]
     python benchmarks/out_of_core.py --source zarr [--quick] [--rows N] [--rounds R]
@@ -56,7 +59,7 @@ from pathlib import Path
 
 import numpy as np
 import psutil
-from _common import RESULTS, ROOT, quick_cli, save, timed, unit_rows
+from _common import RESULTS, ROOT, quick_cli, run_conditions, save, timed, unit_rows
 
 from attention_cluster import AttentionClustering
 from attention_cluster.datasets import make_centroids, make_mixture
@@ -65,6 +68,9 @@ from attention_cluster.metrics import centroid_distance
 D, K, NOISE = 10, 2, 0.5
 WRITE_ROWS = 1_000_000
 BLOCK_ROWS = 1_000_000
+# The libraries of the Dask runs, for _common.library_versions (dask-ml and
+# zarr added where a run uses them).
+DASK_LIBRARIES = {"dask": "dask", "distributed": "distributed"}
 
 
 def write(path, n, seed=0):
@@ -242,8 +248,7 @@ def main_zarr(quick, out, n, rounds):
             "same_centres_max_abs": float(
                 np.max(np.abs(model.cluster_centers_ - in_memory.cluster_centers_))
             ),
-            "load_before": list(load_before),
-            "load_after": list(os.getloadavg()),
+            **run_conditions(load_before, {**DASK_LIBRARIES, "zarr": "zarr"}),
         }
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -346,8 +351,9 @@ def main(quick=False, out=None, rows=None, rounds=None, kmeans_rounds=None, sour
                 np.max(np.abs(model.cluster_centers_ - in_memory.cluster_centers_))
             ),
             "kmeans_n_iter": None if kmeans is None else int(kmeans.n_iter_),
-            "load_before": list(load_before),
-            "load_after": list(os.getloadavg()),
+            **run_conditions(
+                load_before, {**DASK_LIBRARIES, **({"dask-ml": "dask_ml"} if kmeans_rounds else {})}
+            ),
         }
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -28,7 +28,6 @@ two plots.
 """
 
 import os
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -38,6 +37,8 @@ from _common import (
     ROOT,
     load_numbers,
     quick_cli,
+    run_conditions,
+    run_facts,
     save,
     section_markers,
     side_by_side,
@@ -264,24 +265,34 @@ def judged(row):
     return fastest, times["attention"] / fastest, met
 
 
-def versions():
-    from importlib.metadata import version
+def bound(row):
+    """What bounds the cell's time (the page's column *bound*): "one read" where
+    one BLAS pass over X takes at least the fastest peer's whole time, else the
+    larger part of the logged fit: "full passes" (its passes over all rows) or
+    "the rest"."""
+    if row["seconds"]["one_pass"] >= judged(row)[0]:
+        return "one read"
+    return "full passes" if row["full_pass_seconds"] >= row["rest_seconds"] else "the rest"
 
-    import faiss
-    import numba
-    import sklearn
 
-    return {
-        "python": sys.version.split()[0],
-        "numpy": np.__version__,
-        "numba": numba.__version__,
-        "scikit-learn": sklearn.__version__,
-        "scikit-learn-intelex": version("scikit-learn-intelex"),
-        "faiss-cpu": faiss.__version__,
-        "cores": len(os.sched_getaffinity(0))
-        if hasattr(os, "sched_getaffinity")
-        else os.cpu_count(),
-    }
+# The peers' installed names and modules, for _common.library_versions.
+PEER_LIBRARIES = {"scikit-learn-intelex": "sklearnex", "faiss-cpu": "faiss"}
+
+
+def cores():
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def recorded_versions(p):
+    """``(versions, cores)`` as the payload recorded them, the versions under
+    _common.library_versions' names; cores None if not recorded. Runs before
+    the shared versions kept Python under "python" and the cores among the
+    versions."""
+    found = dict(p.get("versions", {}))
+    kept = found.pop("cores", None)
+    found = {"Python" if name == "python" else name: v for name, v in found.items()}
+    return found, p.get("cores", kept)
 
 
 def main(quick=False, out=None):
@@ -319,9 +330,8 @@ def main(quick=False, out=None):
     payload = {
         "mode": "quick" if quick else "full",
         "repeats": repeats,
-        "versions": versions(),
-        "load_before": list(load_before),
-        "load_after": list(os.getloadavg()),
+        "cores": cores(),
+        **run_conditions(load_before, PEER_LIBRARIES),
         "wall_seconds": time.perf_counter() - start,
         "first_call_seconds": first,
         "warm_up": WARM_UP,
@@ -383,7 +393,7 @@ def write_page(p, out=None):
     static = docs / "_static" / "benchmarks"
     static.mkdir(parents=True, exist_ok=True)
     plots = _plots(p, static)
-    v = p["versions"]
+    found, n_cores = recorded_versions(p)
     lines = [
         f"## {SECTION}",
         "",
@@ -397,10 +407,11 @@ def write_page(p, out=None):
         "",
         f"Mode: {p['mode']}; {p['repeats']} interleaved rounds per cell (one when the first "
         f"took more than {_ROUND_BUDGET:.0f} s: column *rounds*), medians, in one process, "
-        f"after every method's first call; {v['cores']} cores. Versions: Python {v['python']}, "
-        f"NumPy {v['numpy']}, Numba {v['numba']}, scikit-learn {v['scikit-learn']}, "
-        f"scikit-learn-intelex {v['scikit-learn-intelex']}, faiss-cpu {v['faiss-cpu']}. "
-        f"Load average (1, 5, 15 min) before: {load_numbers(p['load_before'])}; "
+        "after every method's first call"
+        + ("" if n_cores is None else f"; {n_cores} cores")
+        + "."
+        + run_facts({"versions": found}, load=False)
+        + f" Load average (1, 5, 15 min) before: {load_numbers(p['load_before'])}; "
         f"after: {load_numbers(p['load_after'])}. Wall time of the run: "
         f"{p['wall_seconds']:.0f} s.",
         "",
@@ -494,8 +505,9 @@ def write_page(p, out=None):
         "on subsamples), both parts of the logged fit. *bound*: *one read* where",
         "reading X once on one thread already takes the fastest peer's whole time",
         "(faiss reads X once, to assign the rows, after training on 256 K of",
-        "them); *full passes* where our passes over all rows alone take longer than",
-        "the fastest peer (whatever the rest takes); *the rest* otherwise.",
+        "them); otherwise the larger part of the logged fit: *full passes* where",
+        "our passes over all rows take at least as long as the rest, *the rest*",
+        "where it takes longer.",
         "",
         "| n | d | K | noise | dtype | attention | logged fit | passes over all rows | the rest | one pass | fastest peer | bound |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -503,17 +515,11 @@ def write_page(p, out=None):
     for r in p["cells"]:
         s = r["seconds"]
         fastest = judged(r)[0]
-        if s["one_pass"] >= fastest:
-            bound = "one read"
-        elif r["full_pass_seconds"] >= fastest:
-            bound = "full passes"
-        else:
-            bound = "the rest"
         lines.append(
             f"| {r['n']:.0e} | {r['d']} | {r['K']} | {r['noise']} | {r['dtype']} | "
             f"{s['attention']:.2f} s | {r['full_pass_seconds'] + r['rest_seconds']:.2f} s | "
             f"{r['full_passes']} x, {r['full_pass_seconds']:.2f} s | "
-            f"{r['rest_seconds']:.2f} s | {s['one_pass'] * 1e3:.0f} ms | {fastest:.2f} s | {bound} |"
+            f"{r['rest_seconds']:.2f} s | {s['one_pass'] * 1e3:.0f} ms | {fastest:.2f} s | {bound(r)} |"
         )
     lines += ["", MANY_HEADS, ""]
     for name in plots:

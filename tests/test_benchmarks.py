@@ -222,6 +222,7 @@ def test_scaling_benchmarks_quick_mode(tmp_path):
     # At least the first read (moments and subsamples) and one E step on all rows.
     assert ooc["passes"] >= 2 and len(ooc["pass_s"]) == ooc["passes"]
     assert ooc["same_centres_max_abs"] < 1e-4
+    assert {"dask", "distributed", "dask-ml", "attention_cluster"} <= set(ooc["versions"])
     # The Zarr case: its reads of X counted from the verbose log.
     with pytest.MonkeyPatch.context() as m:
         m.syspath_prepend(str(BENCH))
@@ -232,8 +233,10 @@ def test_scaling_benchmarks_quick_mode(tmp_path):
         "second moment, mean, finiteness and nested subsamples drawn, X kept in the workers' memory"
     ]
     assert zarr_run["passes"] >= 2
+    assert {"dask", "distributed", "zarr"} <= set(zarr_run["versions"])
     page = (tmp_path / "scaling_out.md").read_text()
     assert "Load average" in page and "### A Zarr store" in page
+    assert page.split("## Out of core: measured", 1)[1].count("Versions: Python") == 2
     assert (
         "## Against the targets" in page and page.count("| yes |") + page.count("| **no** |") == 9
     )
@@ -260,6 +263,8 @@ def test_engine_benchmark_quick_mode(tmp_path):
     assert payload["threads"]["n"] * 10 >= _passes._COMPILE_MIN_SIZE
     page = (tmp_path / "performance.md").read_text()
     assert page.count("| yes |") + page.count("| **no** |") == 7
+    assert {"Python", "numpy", "scikit-learn", "attention_cluster"} <= set(payload["versions"])
+    assert "Versions: Python" in page
     # The page rendered again from its results file (saved with sorted keys)
     # is the page the run wrote: no column or list takes the file's order.
     module["write_page"](json.loads((tmp_path / "engine.json").read_text()), str(tmp_path))
@@ -400,16 +405,21 @@ def test_library_versions_are_taken_at_run_time_and_printed_from_the_payload(ben
     )
 
 
-def _page_of(script, payload, out):
-    """The text of the page ``benchmarks/<script>`` writes from ``payload``."""
+def _script(name):
+    """The namespace of ``benchmarks/<name>``, loaded as the scripts load."""
     import runpy
 
     env_path = list(sys.path)
     sys.path.insert(0, str(BENCH))
     try:
-        module = runpy.run_path(str(BENCH / script))
+        return runpy.run_path(str(BENCH / name))
     finally:
         sys.path[:] = env_path
+
+
+def _page_of(script, payload, out):
+    """The text of the page ``benchmarks/<script>`` writes from ``payload``."""
+    module = _script(script)
     name = script.removesuffix(".py")
     if "page" in module and "write_page" not in module:
         return module["page"](payload)
@@ -478,6 +488,167 @@ def test_streaming_section_prints_the_versions_and_load_its_results_record(tmp_p
     section = section.split("\n### ", 1)[0]
     assert "Versions: Python 3.0, numpy 0.0.1." in section
     assert "1.25, 1.50, 1.75 before the run, 2.25, 2.50, 2.75 after" in section
+
+
+def _performance_section(script, payload, out):
+    """What ``benchmarks/<script>`` writes of docs/performance.md from ``payload``:
+    its marked section, or (engine.py) the page without the other scripts'."""
+    import _common
+
+    module = _script(script)
+    module.get("write_page", module.get("write_section"))(payload, str(out))
+    page = (out / "performance.md").read_text()
+    for block in _common.marked_sections(page):
+        if f"written by benchmarks/{script} -->" in block.splitlines()[0]:
+            return block
+        page = page.replace(block, "")
+    return page
+
+
+@pytest.mark.parametrize("script", ["engine.py", "cold_start.py"])
+def test_performance_sections_print_the_versions_their_results_record(
+    tmp_path, bench_modules, script
+):
+    # engine.py's and cold_start.py's sections of the performance page named
+    # no versions: from the committed results, which record none, they still
+    # name none (never today's); given a run's versions, they print those.
+    committed = json.loads((BENCH / "results" / script.replace(".py", ".json")).read_text())
+    old = {k: v for k, v in committed.items() if k != "versions"}
+    section = _performance_section(script, old, tmp_path / "old")
+    assert "Versions:" not in section and "Load average of the machine" in section
+    run = dict(old, versions={"Python": "3.0", "numpy": "0.0.1", "dask": "0.0.3"})
+    section = _performance_section(script, run, tmp_path / "new")
+    assert "Versions: Python 3.0, numpy 0.0.1, dask 0.0.3." in section
+
+
+def _run_line(section):
+    """The peers section's sentence on how the run went (mode, cores, versions, load)."""
+    return next(line for line in section.splitlines() if line.startswith("Mode:"))
+
+
+def test_peers_section_prints_the_versions_its_results_record(tmp_path, bench_modules):
+    # peers.py kept versions of its own (Python under "python", the cores
+    # among them); a run now records the shared library_versions and the
+    # cores apart. The committed results, in the old form, print the same
+    # facts; results without versions print none.
+    committed = json.loads((BENCH / "results" / "peers.json").read_text())
+    recorded = committed["versions"]
+    line = _run_line(_performance_section("peers.py", committed, tmp_path / "committed"))
+    assert f"first call; {recorded['cores']} cores. Versions: Python {recorded['python']}, " in line
+    for name in ("numpy", "numba", "scikit-learn", "scikit-learn-intelex", "faiss-cpu"):
+        assert f"{name} {recorded[name]}" in line
+    assert "python" not in line and "cores" not in line.split("Versions:", 1)[1]
+    old = {k: v for k, v in committed.items() if k != "versions"}
+    line = _run_line(_performance_section("peers.py", old, tmp_path / "old"))
+    assert "Versions:" not in line and "cores" not in line
+    run = dict(old, cores=3, versions={"Python": "3.0", "numpy": "0.0.1", "faiss-cpu": "0.0.2"})
+    line = _run_line(_performance_section("peers.py", run, tmp_path / "new"))
+    assert "first call; 3 cores. Versions: Python 3.0, numpy 0.0.1, faiss-cpu 0.0.2. Load" in line
+
+
+def test_peers_bound_is_the_larger_part_of_the_logged_fit(tmp_path, bench_modules):
+    # A cell whose passes over all rows alone outlast the fastest peer was
+    # labelled *full passes* however long the rest took (d = 768, K = 200:
+    # 3.4 s of passes, 16.3 s of the rest). After the one-read check the
+    # label is the larger part of the logged fit.
+    committed = json.loads((BENCH / "results" / "peers.json").read_text())
+    base = committed["cells"][0]
+    peers = {"sklearn": 9.0, "sklearnex": 8.0, "faiss": 1.0, "faiss_spherical": 1.5}
+
+    def made_up(one_pass, full, rest):
+        seconds = dict(base["seconds"], attention=20.0, one_pass=one_pass, **peers)
+        return dict(base, seconds=seconds, full_pass_seconds=full, rest_seconds=rest)
+
+    cells = {
+        "the rest": made_up(0.1, 3.0, 16.0),  # passes longer than the fastest peer
+        "full passes": made_up(0.1, 0.6, 0.3),  # passes shorter than the fastest peer
+        "one read": made_up(1.2, 3.0, 16.0),
+    }
+    section = _performance_section(
+        "peers.py", dict(committed, cells=list(cells.values())), tmp_path
+    )
+    table = section.split("### What bounds the time", 1)[1].split("\n\n")[2]
+    bounds = [line.rsplit("|", 2)[1].strip() for line in table.splitlines()[2:]]
+    assert bounds == list(cells)
+    assert "the larger part of the logged fit" in section
+    assert "whatever the rest takes" not in section
+
+
+def test_out_of_core_sections_print_the_versions_their_results_record(tmp_path, bench_modules):
+    # The out-of-core sections of the scaling-out page (npy runs and the
+    # Zarr case) named no versions: from results without them they still
+    # name none; given each run's versions, each section prints its own.
+    import shutil
+
+    import _scaling_page
+
+    results, docs = tmp_path / "results", tmp_path / "docs"
+    results.mkdir()
+    shutil.copy(BENCH / "results" / "streaming.json", results)
+    committed = json.loads((BENCH / "results" / "out_of_core.json").read_text())
+    runs = {
+        n: {k: v for k, v in r.items() if k != "versions"} for n, r in committed["runs"].items()
+    }
+    zarr = {k: v for k, v in committed["zarr"].items() if k != "versions"}
+
+    def sections(ooc):
+        (results / "out_of_core.json").write_text(json.dumps(ooc))
+        _scaling_page.write_page(results, docs)
+        text = (docs / "scaling_out.md").read_text().split("## Out of core: measured", 1)[1]
+        return text.split("## Against the targets", 1)[0].split("\n### ")[1:]
+
+    old = sections({"runs": runs, "zarr": zarr})
+    assert len(old) == len(runs) + 1
+    assert all("Versions:" not in s and "Load average" in s for s in old)
+    new = {
+        "runs": {
+            n: dict(r, versions={"Python": "3.0", "dask-ml": f"0.{n}"}) for n, r in runs.items()
+        },
+        "zarr": dict(zarr, versions={"Python": "3.0", "zarr": "0.0.2"}),
+    }
+    found = sections(new)
+    for n, section in zip(runs, found):
+        assert f"Versions: Python 3.0, dask-ml 0.{n}." in section
+    assert found[-1].startswith("A Zarr store") and "Versions: Python 3.0, zarr 0.0.2." in found[-1]
+
+
+def _mixture_cell(d, noise, **means):
+    """A made-up mixture cell: two draws of each method's ARI around ``means``."""
+    return dict(d=d, noise=noise, ari={m: [v - 0.01, v + 0.01] for m, v in means.items()})
+
+
+def _quantizer_reading(mixtures):
+    module = _script("quantizer_pipeline.py")
+    return "\n".join(module["reading"]({"mixtures": mixtures, "datasets": []}))
+
+
+def test_quantizer_reading_follows_the_gap_to_the_ceiling():
+    # The reading said "the layer has little to add there" whatever KMeans
+    # alone's gap to the oracle ceiling, and took KMeans alone for "the best
+    # pipeline". Made-up results: a small gap, a large one that no pipeline
+    # closes, a large one that a pipeline narrows.
+    names = ("KMeans", "linear + KMeans", "softmax + KMeans", "oracle rule")
+
+    def cells(resolved):
+        noisy = dict(zip(names, (0.5, 0.3, 0.4, 0.6)))
+        return [
+            _mixture_cell(10, 0.3, **dict(zip(names, resolved))),
+            _mixture_cell(10, 1.0, **noisy),
+        ]
+
+    small = _quantizer_reading(cells((0.95, 0.94, 0.94, 0.97)))
+    assert "at most 0.020 below the oracle ceiling's: the layer has little to add there." in small
+    # KMeans alone (0.5) is no pipeline: the best pipeline is softmax's 0.4.
+    assert "the best pipeline's mean ARI is 0.400 against the ceiling's 0.600" in small
+    large = _quantizer_reading(cells((0.6, 0.55, 0.58, 0.9)))
+    assert "little to add" not in large
+    assert (
+        "is up to 0.300 below the oracle ceiling's (d = 10, sigma = 0.3: 0.600 against 0.900); "
+        "no pipeline is nearer the ceiling there" in large
+    )
+    narrowed = _quantizer_reading(cells((0.6, 0.7, 0.58, 0.9)))
+    assert "little to add" not in narrowed
+    assert "there linear + KMeans reaches 0.700, closing 0.100 of that gap." in narrowed
 
 
 def test_user_data_page_labels_its_binary_megabytes(tmp_path):

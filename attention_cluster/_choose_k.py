@@ -340,7 +340,10 @@ def count_clusters(
     direction towards its own, and the dynamics on the rows as given then
     counts the groups in one narrow cap (or one group: TF-IDF documents
     sharing their common words, whose mean does not dominate the second
-    moment as that rule reads it). Its number of clusters at the end of
+    moment as that rule reads it). In that last case K = 2, the choice one
+    group leads to, joins the K compared by their silhouettes, and fits
+    without a mixture (no one-cluster test below) keep it: the centred
+    rows of a blob with no clusters also hold metastable groups. Its number of clusters at the end of
     the longest plateau of its clock (``docs/math.md`` section 8), clipped
     to ``n_clusters_range`` (if outside, the K of the range held longest),
     is the dynamics' K. ``fit_at(k)`` returns ``(fit, rule, mixture)``, a
@@ -429,13 +432,16 @@ def count_clusters(
         else None
     )
     seen, dynamics, held = counted(centred if given_centre else scaled)
+    merged = False
     if not given_centre and centred is not None:
         # Counted again on the centred rows; kept if the fit at that count
         # would centre the rows, or if the rows as given gathered into one
         # group and the centred ones into more: a component common to every
         # row (the shared words of TF-IDF documents) draws all directions
         # into one cap without dominating the second moment as center="auto"'s
-        # rule reads it.
+        # rule reads it. (A blob with no clusters also gives more groups
+        # once centred, metastable ones: K = 2, the choice one group leads
+        # to, is then compared too, below.)
         other = counted(centred)
         k_centred = int(other[1].n_clusters_)
         merged = int(dynamics.n_clusters_) == 1 and k_centred > 1
@@ -467,13 +473,18 @@ def count_clusters(
         )
     fits, mixtures, silhouettes, held = {}, {}, {}, {}
     # A silhouette needs 2 to m - 1 clusters of the m tokens it is taken on.
-    for k in (K, K - 1, K + 1):
+    for k in dict.fromkeys((K, K - 1, K + 1, *((2,) if merged else ()))):
         if k in scores and k <= n and (k == K or 2 <= k < m):
             # Only the warnings of the fit kept reach the caller.
             with deferred_warnings() as held[k]:
                 fits[k], rule, mixtures[k] = fit_at(k)
             silhouettes[k] = sphere_silhouette(seen, rule.labels_of(tokens), weights)
     K = choose_by_silhouette(K, silhouettes)
+    if merged and mixtures[K] is None and 2 in fits:
+        # Fits without a mixture have no one-cluster test to guard the
+        # centred count against a blob's metastable groups: the choice one
+        # group on the rows as given leads to.
+        K = 2
     if K > 1 and 1 in scores and mixtures[K] is not None:
         if 1 not in fits:
             try:
@@ -484,7 +495,7 @@ def count_clusters(
                 # the caller is told so (rows of one cluster would keep it).
                 warn(
                     f"n_clusters={K} was not tested against one cluster: the fit at "
-                    f"n_clusters=1 refused X's rows ({error}). The choice may hold more "
+                    f"n_clusters=1 refused X's rows: {error} The choice may hold more "
                     "clusters than the rows do.",
                     UserWarning,
                 )

@@ -115,7 +115,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         clusters; on the centred rows with ``center=True``, and with
         ``"auto"`` where the rows' mean carries more than 5% of their
         second moment and the fit at the centred rows' count would centre
-        them; with ``sample_weight``, every row of positive weight as a
+        them, or the rows as given gather into one group and the centred
+        rows into more, where K = 2 is compared too and, for fits without
+        a mixture, kept; with ``sample_weight``, every row of positive weight as a
         weighted token when they are at most 2000), fits at that K and at
         its two neighbours, and keeps a neighbour only when the silhouette
         of its labels on those rows, on the sphere, is higher by more than

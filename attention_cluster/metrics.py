@@ -265,9 +265,10 @@ _INDEPENDENT = 1e-6
 _BEYOND = 40.0
 
 # Relative difference of the norms that information_limit takes for a common
-# norm r in float64 (100 epsilon of float32 for float32 and lower-precision
-# centroids: their rounding).
+# norm r in float64 (100 epsilon of float32 for float32 centroids; 4 epsilon
+# of float16, _COARSEST_NORM, for float16 ones: their rounding).
 _COMMON_NORM = 1e-8
+_COARSEST_NORM = 4.0 * float(np.finfo(np.float16).eps)
 
 
 def bayes_error(centroids, noise, weights=None, heads=None):
@@ -462,9 +463,8 @@ def information_limit(centroids, noise, n_samples, weights=None, n_draws=1_000_0
     ----------
     centroids : array-like of shape (n_clusters, n_features)
         True centroids, all of the same norm: to a relative 1e-8, or to
-        100 epsilon of float32 (1.2e-5) for float32 centroids and those of
-        lower precision (float16 ones whose norms differ by more are
-        refused).
+        their dtype's rounding: 100 epsilon (1.2e-5) for float32
+        centroids, 4 epsilon (3.9e-3) for float16 ones.
     noise : float
         sigma > 0.
     n_samples : int
@@ -516,12 +516,12 @@ def information_limit(centroids, noise, n_samples, weights=None, n_draws=1_000_0
     r = float(norms[0])
     # A norm common to the rounding of the centroids' own dtype, read before
     # the cast to float64: float32 centroids (a fit on float32 rows, say)
-    # have norms some 2e-8 apart. No looser than float32's: the directions
-    # are taken as C / r, and 100 epsilon of float16 (0.098) would take
-    # norms 9.8% apart for one.
+    # have norms some 2e-8 apart, float16 ones some 2e-4. At most a few of
+    # float16's epsilon: the directions are taken as C / r, and 100 of them
+    # (0.098) would take norms 9.8% apart for one.
     dtype = np.asarray(given).dtype
-    rounding = min(np.finfo(dtype).eps, np.finfo(np.float32).eps) if dtype.kind == "f" else 0.0
-    rtol = max(_COMMON_NORM, 100.0 * rounding)
+    rounding = float(np.finfo(dtype).eps) if dtype.kind == "f" else 0.0
+    rtol = max(_COMMON_NORM, min(100.0 * rounding, _COARSEST_NORM))
     if not r > 0 or not np.allclose(norms, r, rtol=rtol, atol=0.0):
         with np.errstate(over="ignore"):  # norms beyond float64's range: infinite
             low, high = np.min(norms) * unit, np.max(norms) * unit

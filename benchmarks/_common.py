@@ -264,6 +264,11 @@ LIBRARIES = {
 }
 
 
+# The libraries of the pages' Dask runs, as library_versions' peers (dask-ml
+# and zarr added where a run uses them).
+DASK_LIBRARIES = {"dask": "dask", "distributed": "distributed"}
+
+
 def library_versions(peers=None):
     """The versions of the libraries a run measures, to keep in its payload
     under ``"versions"``: Python, :data:`LIBRARIES`, then ``peers`` (a mapping

@@ -558,7 +558,14 @@ def run_text_cell(K, share, seed, n=TEXT_N):
         flush=True,
     )
     return dict(
-        K=K, share=share, seed=seed, n=n, d=int(X.shape[1]), picks=picks, one_fit_seconds=one_fit
+        K=K,
+        share=share,
+        seed=seed,
+        n=n,
+        d=int(X.shape[1]),
+        picks=picks,
+        one_fit_seconds=one_fit,
+        fit_rounds=TEXT_FIT_ROUNDS,
     )
 
 
@@ -587,18 +594,17 @@ def text_section(cells):
             f"| {name} | {exact} / {len(cells)} | {within} / {len(cells)} | {ari:.2f} | "
             f"{seconds:.1f} |"
         )
-    if all("one_fit_seconds" in c for c in cells):
+    if all("fit_rounds" in c for c in cells):
         ratios = [c["picks"][AUTO]["seconds"] / c["one_fit_seconds"] for c in cells]
         lines += [
             "",
             f'The cost of `n_clusters="auto"` here (its time, one run, over the median of '
-            f"{TEXT_FIT_ROUNDS} fits at the K it chose): median {np.median(ratios):.0f}x, "
+            f"{cells[0]['fit_rounds']} fits at the K it chose): median {np.median(ratios):.0f}x, "
             f"from {min(ratios):.0f}x to {max(ratios):.0f}x, "
             + ("**at most 10x not met**" if max(ratios) > 10 else "at most 10x met")
             + f" (a fit at K takes a median {np.median([c['one_fit_seconds'] for c in cells]):.2f} s). "
-            "The dynamics runs on up to 2000 of the documents, whose every step reads all "
-            "pairs of them, on the rows as given and, their common words carrying a share of "
-            "the second moment, on the centred rows too.",
+            "The dynamics runs on up to 2000 of the documents, and each of its steps reads "
+            "every pair of them.",
         ]
     exact = [m for m in TEXT_METHODS if all(c["picks"][m]["k"] == c["K"] for c in cells)]
     if exact:
@@ -992,8 +998,10 @@ CRITERION = [
     "2000, else 2000 of them drawn uniformly, with their weights) "
     "({doc}`math` section 8): the rows as given, or centred where the fit centres them "
     '(`center=True`; with `center="auto"`, where their mean carries more than 5% of their '
-    "second moment and the fit at the count on the centred rows would centre them: a common "
-    "mean draws every row's direction towards its own; sparse rows too wide to densify are "
+    "second moment and the fit at the count on the centred rows would centre them, or the "
+    "rows as given gather into one group and the centred rows into more, when K = 2 is "
+    "compared too: a common mean draws every row's direction towards its own, and words "
+    "shared by all documents gather them in one group; sparse rows too wide to densify are "
     "centred through their inner products). Along its steps t the number of clusters c(t) (groups of tokens "
     "closer than `cluster_tol` holding at least 2% of the rows: smaller groups are outliers, "
     "not clusters) is a staircase of metastable states. Its curve is, for each K,",

@@ -41,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 from _common import (
+    DASK_LIBRARIES,
     ROOT,
     load_numbers,
     quick_cli,
@@ -230,10 +231,6 @@ def measure(repeats):
         except subprocess.CalledProcessError as err:  # distributed not installed
             out["dask"] = {"error": err.stderr.strip().splitlines()[-1]}
     return out
-
-
-# The libraries of the Dask figures, for _common.library_versions.
-DASK_LIBRARIES = {"dask": "dask", "distributed": "distributed"}
 
 
 def main(quick=False, out=None):

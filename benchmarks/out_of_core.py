@@ -59,7 +59,7 @@ from pathlib import Path
 
 import numpy as np
 import psutil
-from _common import RESULTS, ROOT, quick_cli, run_conditions, save, timed, unit_rows
+from _common import DASK_LIBRARIES, RESULTS, ROOT, quick_cli, run_conditions, save, timed, unit_rows
 
 from attention_cluster import AttentionClustering
 from attention_cluster.datasets import make_centroids, make_mixture
@@ -68,9 +68,6 @@ from attention_cluster.metrics import centroid_distance
 D, K, NOISE = 10, 2, 0.5
 WRITE_ROWS = 1_000_000
 BLOCK_ROWS = 1_000_000
-# The libraries of the Dask runs, for _common.library_versions (dask-ml and
-# zarr added where a run uses them).
-DASK_LIBRARIES = {"dask": "dask", "distributed": "distributed"}
 
 
 def write(path, n, seed=0):

@@ -551,6 +551,19 @@ def test_peers_section_prints_the_versions_its_results_record(tmp_path, bench_mo
     assert "first call; 3 cores. Versions: Python 3.0, numpy 0.0.1, faiss-cpu 0.0.2. Load" in line
 
 
+def test_peers_section_says_whether_faiss_time_holds_its_float32_copy(tmp_path, bench_modules):
+    # Runs before faiss was given float32 rows timed the copy inside faiss'
+    # time; the page said it was timed apart whatever the results held.
+    committed = json.loads((BENCH / "results" / "peers.json").read_text())
+    page = _performance_section("peers.py", committed, tmp_path / "committed")
+    assert "which is timed apart" in page and "its time includes the copy" not in page
+    old = json.loads(json.dumps(committed))
+    for cell in old["cells"]:
+        cell["seconds"].pop("float32_copy", None)
+    page = _performance_section("peers.py", old, tmp_path / "old")
+    assert "its time includes the copy" in page and "which is timed apart" not in page
+
+
 def test_peers_bound_is_the_larger_part_of_the_logged_fit(tmp_path, bench_modules):
     # A cell whose passes over all rows alone outlast the fastest peer was
     # labelled *full passes* however long the rest took (d = 768, K = 200:

@@ -463,12 +463,12 @@ def test_information_limit_names_the_norms_that_differ():
         information_limit(C, 0.5, 100)
 
 
-def test_information_limit_holds_float16_centroids_to_float32s_rounding():
+def test_information_limit_holds_float16_centroids_to_their_rounding():
     # 100 epsilon of float16 is 0.098: norms 9% apart were taken for one, and
     # the centroids over the first norm for unit directions.
     C = np.diag([1.0, 1.09]).astype(np.float16)
     with pytest.raises(
-        ValueError, match=r"norms range from 1 to 1\.08984375, .* 1\.2e-05 for float16"
+        ValueError, match=r"norms range from 1 to 1\.08984375, .* 3\.9e-03 for float16"
     ):
         information_limit(C, 0.5, 100, n_draws=20_000)
     # Equal float16 norms are taken, with the float64 centroids' limits.
@@ -476,6 +476,14 @@ def test_information_limit_holds_float16_centroids_to_float32s_rounding():
     np.testing.assert_array_equal(
         information_limit(exact.astype(np.float16), 0.5, 100, n_draws=20_000),
         information_limit(exact, 0.5, 100, n_draws=20_000),
+    )
+    # ... and unit centroids rounded to float16, their norms some 2e-4 apart
+    # (100 epsilon of float32 refused them).
+    drawn = make_centroids(3, 10, random_state=0)
+    half = drawn.astype(np.float16)
+    assert np.ptp(np.linalg.norm(half.astype(np.float64), axis=1)) > 1e-4
+    assert information_limit(half, 0.5, 100, n_draws=20_000)[0] == pytest.approx(
+        information_limit(drawn, 0.5, 100, n_draws=20_000)[0], rel=0.05
     )
 
 

@@ -63,6 +63,7 @@ from _common import (
     run_facts,
     save,
     side_by_side,
+    timed,
 )
 from sklearn.cluster import HDBSCAN, AffinityPropagation, KMeans, MeanShift, estimate_bandwidth
 from sklearn.datasets import make_blobs
@@ -493,9 +494,7 @@ def _picks(X, y, K, names):
     for name in names:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            start = time.perf_counter()
-            k, labels = methods[name]()
-            seconds = time.perf_counter() - start
+            seconds, (k, labels) = timed(methods[name])
         picks[name] = dict(k=int(k), ari=float(adjusted_rand_score(y, labels)), seconds=seconds)
     return picks
 
@@ -544,14 +543,9 @@ def run_text_cell(K, share, seed, n=TEXT_N):
     picks = _picks(X, y, K, TEXT_METHODS)
     # The cost of "auto": its time above against the median of
     # TEXT_FIT_ROUNDS fits at the K it chose (after one untimed fit).
-    k_auto = picks[AUTO]["k"]
-    AttentionClustering(k_auto, random_state=0).fit(X)
-    fits = []
-    for _ in range(TEXT_FIT_ROUNDS):
-        start = time.perf_counter()
-        AttentionClustering(k_auto, random_state=0).fit(X)
-        fits.append(time.perf_counter() - start)
-    one_fit = float(np.median(fits))
+    at_k = AttentionClustering(picks[AUTO]["k"], random_state=0)
+    at_k.fit(X)
+    one_fit = float(np.median([timed(lambda: at_k.fit(X))[0] for _ in range(TEXT_FIT_ROUNDS)]))
     print(
         f"text K={K} share={share} seed={seed}: "
         + ", ".join(f"{SHORT.get(m, m)} {r['k']}" for m, r in picks.items()),
@@ -587,12 +581,12 @@ def text_section(cells):
         "| method | exact K | within +-1 | median ARI | median seconds |",
         "|---|---|---|---|---|",
     ]
+    seconds = {m: float(np.median([c["picks"][m]["seconds"] for c in cells])) for m in TEXT_METHODS}
     for name in TEXT_METHODS:
         exact, within, ari = _counts(cells, name)
-        seconds = float(np.median([c["picks"][name]["seconds"] for c in cells]))
         lines.append(
             f"| {name} | {exact} / {len(cells)} | {within} / {len(cells)} | {ari:.2f} | "
-            f"{seconds:.1f} |"
+            f"{seconds[name]:.1f} |"
         )
     if all("fit_rounds" in c for c in cells):
         ratios = [c["picks"][AUTO]["seconds"] / c["one_fit_seconds"] for c in cells]
@@ -608,8 +602,7 @@ def text_section(cells):
         ]
     exact = [m for m in TEXT_METHODS if all(c["picks"][m]["k"] == c["K"] for c in cells)]
     if exact:
-        seconds = {m: float(np.median([c["picks"][m]["seconds"] for c in cells])) for m in exact}
-        fastest = min(seconds, key=seconds.get)
+        fastest = min(exact, key=seconds.get)
         lines += [
             "",
             f"Exact in every cell: {', '.join(exact)}; the fastest of them, {fastest}, in a "

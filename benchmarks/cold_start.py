@@ -43,7 +43,6 @@ import numpy as np
 from _common import (
     DASK_LIBRARIES,
     ROOT,
-    load_numbers,
     quick_cli,
     run_conditions,
     run_facts,
@@ -258,9 +257,7 @@ def section(payload):
         f"{p['started']}; results in `benchmarks/results/cold_start.json`). Each figure is the median "
         f"of {p['repeats']} fresh Python processes, Numba's cache (`NUMBA_CACHE_DIR`) a new empty "
         "directory unless said otherwise; the data: the paper's mixture, n = 20000, d = 10, K = 3, "
-        "unless said otherwise. "
-        f"Load average of the machine (1, 5, 15 min): {load_numbers(p['load_before'])} before, "
-        f"{load_numbers(p['load_after'])} after (2 cores)." + run_facts(p, load=False),
+        "unless said otherwise." + run_facts(p),
         "",
         "| what | seconds |",
         "|---|---|",

@@ -343,8 +343,9 @@ def count_clusters(
     moment as that rule reads it). In that last case K = 2, the choice one
     group leads to, joins the K compared by their silhouettes, and fits
     without a mixture (no one-cluster test below) keep it: the centred
-    rows of a blob with no clusters also hold metastable groups. Its number of clusters at the end of
-    the longest plateau of its clock (``docs/math.md`` section 8), clipped
+    rows of a blob with no clusters also hold metastable groups. Its
+    number of clusters at the end of the longest plateau of its clock
+    (``docs/math.md`` section 8), clipped
     to ``n_clusters_range`` (if outside, the K of the range held longest),
     is the dynamics' K. ``fit_at(k)`` returns ``(fit, rule, mixture)``, a
     fit at k, its labels' rule (``_passes.LabelRule``, of

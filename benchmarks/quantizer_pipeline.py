@@ -17,11 +17,12 @@ Run from the repository root: ``python benchmarks/quantizer_pipeline.py``
 (``--quick`` for a smoke test into ``--out``).
 """
 
+import os
 import time
 from pathlib import Path
 
 import numpy as np
-from _common import quick_cli, save
+from _common import quick_cli, run_conditions, run_facts, save
 from sklearn.cluster import KMeans
 from sklearn.datasets import load_breast_cancer, load_digits, load_iris, load_wine
 from sklearn.metrics import adjusted_rand_score
@@ -97,6 +98,7 @@ def dataset_cells(loaders):
 
 
 def main(quick=False, out=None):
+    load_before = os.getloadavg()
     payload = {
         "quick": quick,
         "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -110,6 +112,7 @@ def main(quick=False, out=None):
         (NOISES[0], NOISES[-1]) if quick else NOISES,
     )
     payload["datasets"] = dataset_cells(LOADERS[:1] if quick else LOADERS)
+    payload.update(run_conditions(load_before))
     save("quantizer_pipeline", payload, **({"directory": out} if out else {}))
     write_page(payload, out)
     return payload
@@ -232,7 +235,7 @@ def write_page(payload, out=None):
         f"paper's model with K = 2 orthogonal unit centroids, n = {payload['n']} tokens per",
         f"data set, mean ± std over {payload['draws']} draws; the oracle rule labels by the",
         "true centroids (Bayes error). Data sets: scikit-learn's bundled ones, raw",
-        "and after `StandardScaler`. Accuracy only: nothing here is timed.",
+        "and after `StandardScaler`. Accuracy only: nothing here is timed." + run_facts(payload),
         "",
         "| data | " + " | ".join(columns) + " |",
         "|---" * (len(columns) + 1) + "|",

@@ -387,6 +387,8 @@ def test_quantizer_pipeline_benchmark_quick_mode(tmp_path):
     assert f"against the ceiling's {ceiling:.3f}" in page
     raw_iris = next(c for c in payload["datasets"] if c["name"] == "iris" and not c["scaled"])
     assert f"| {raw_iris['ari']['KMeans']:.3f} |" in page
+    # Its run's load average and versions, as every page's.
+    assert "Load average of the machine" in page and "Versions: Python" in page
 
 
 def test_library_versions_are_taken_at_run_time_and_printed_from_the_payload(bench_modules):

@@ -1997,9 +1997,22 @@ class SparseRows(_Rows):
 
     @_on_weighted_rows
     def mean(self):
-        """Weighted mean of the rows ``(x - m) / s``, summed as :meth:`_summed` takes them."""
+        """Weighted mean of the rows ``(x - m) / s``, summed as :meth:`_summed` takes them.
+
+        With an offset m, the sum of ``x - m`` itself (the stored entries'
+        ``x_ij - m_j``, and ``-m_j`` for each row not storing column j), not
+        the rows' mean less m: centred on a mean b rounded at the magnitude
+        of its sum (a column of one value far from zero), the rows' mean is
+        that rounding, which ``_plan._centred`` adds back to b, as for dense
+        rows, and not zero.
+        """
         rows, _ = self._summed()
-        return (rows._X.T @ self._w() / self.total_weight - rows.offset) / rows.scale
+        X, w, m = rows._X, self._w(), rows.offset
+        if not np.any(m):
+            return X.T @ w / self.total_weight / rows.scale
+        stored = _with_values(X, np.ones_like(X.data)).T @ w
+        total = _with_values(X, X.data - m[X.indices]).T @ w - m * (self.total_weight - stored)
+        return total / self.total_weight / rows.scale
 
     def centred(self, offset):
         """The same rows with ``offset`` (unscaled) subtracted, implicitly."""

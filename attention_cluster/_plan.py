@@ -20,7 +20,7 @@ The estimator validates X into rows (``_passes.rows_from``), calls
 one method. The user guide's "How a fit runs" page draws this plan.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
@@ -427,14 +427,48 @@ def mean_share(mean_sq, trace):
     return mean_sq / trace if trace > 0 else 0.0
 
 
+# The share of the centred rows' second moment their own mean may carry
+# before :func:`_centred` takes it as the first mean's rounding.
+_RESIDUAL_SHARE = 1e-6
+
+
+def _centred(prepared, K):
+    """``(rows, spectrum, prepared)``: the rows in R^d about their mean, their
+    spectrum, and ``prepared`` with the mean the rows are centred on.
+
+    The mean, a sum divided by the weight, is rounded at the magnitude of
+    the sum: a column far from zero beside small ones (a constant 1e20
+    beside features of 1) comes out of the subtraction as the mean's
+    rounding, ulps of 1e20 that dwarf the features and would be fitted as
+    signal. The pass that reads the centred rows' spectrum also reads
+    their mean r (``moments``, one read), zero but for that rounding; when
+    it carries more than ``_RESIDUAL_SHARE`` of their second moment, the
+    rows are centred again on ``mean + r`` (a second pass, a corrected
+    two-pass mean): the mean of the rows ``x - m`` is computed without the
+    magnitude of ``m`` (``math.md`` section 7, "Centring or not").
+    """
+    data = prepared.data.centred(prepared.mean)
+    peak, moment, residual = data.moments()
+    if peak > 0.0:
+        shift = residual / peak
+        if float(shift @ shift) > _RESIDUAL_SHARE * float(np.trace(moment)):
+            mean = prepared.mean + residual
+            prepared = replace(prepared, mean=mean, full_mean=mean)
+            data = prepared.data.centred(mean)
+            peak, moment, _ = data.moments()
+    return data, estimate_spectrum(data, K, moment=(peak, moment)), prepared
+
+
 def _fit_once(given, prepared, params, init, centre, tuning):
     """One fit of the prepared rows, centred or not."""
     K = params.n_clusters
     data, basis, spectrum = prepared.data, prepared.basis, prepared.spectrum
     if centre:
-        data = data.centred(prepared.mean)
-        full = None if basis is None else given.centred(prepared.full_mean)
-        spectrum = estimate_spectrum(data, K, full=full)
+        if basis is None:
+            data, spectrum, prepared = _centred(prepared, K)
+        else:
+            data = data.centred(prepared.mean)
+            spectrum = estimate_spectrum(data, K, full=given.centred(prepared.full_mean))
     with np.errstate(over="ignore"):
         inverse = 1.0 / spectrum.scale
     # Every pass divides the rows by the scale (``_passes``).

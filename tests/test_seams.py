@@ -414,14 +414,16 @@ def test_sparse_rows_with_a_constant_column_far_from_zero_fit_as_dense_rows():
 
 
 def test_sparse_rows_whose_weighted_rows_are_copies_of_one_row_fit_as_dense_rows():
-    # The rows of positive weight are copies of one row: centred, only the
-    # rounding of their weighted mean is left (a unit in the last place).
-    # Dense rows see that (a scale of about 1e-16 of the rows). Sparse rows
-    # saw the rounding of the expanded moment instead, about sqrt(n eps) =
-    # 1e-7 of the rows, fitted it as clusters at a scale of 1e-9, and, where
-    # those errors summed to a negative mean square, divided by a variance
-    # floored at zero (RuntimeWarnings). Each column holds one value, whose
-    # variance is (x - m)^2 exactly: their spread is the dense rows' again.
+    # The rows of positive weight are copies of one row: centred on their
+    # weighted mean, only its rounding was left (a unit in the last place).
+    # Sparse rows saw the rounding of the expanded moment instead, about
+    # sqrt(n eps) = 1e-7 of the rows, fitted it as clusters at a scale of
+    # 1e-9, and, where those errors summed to a negative mean square,
+    # divided by a variance floored at zero (RuntimeWarnings); then dense
+    # rows kept the mean's rounding (a scale of 1e-16) and sparse rows their
+    # own. The mean is now corrected by the mean of the rows about it (a
+    # two-pass mean): both are the row itself, the rows' spread about it
+    # zero, and the fit is that of rows all zero (scale 1).
     rng = np.random.default_rng(3)
     X = np.repeat(rng.standard_normal((3, 5)), 20, axis=0)
     w = np.zeros(60)
@@ -430,10 +432,38 @@ def test_sparse_rows_whose_weighted_rows_are_copies_of_one_row_fit_as_dense_rows
     sparse, proba, caught = _fit_recorded(sp.csr_matrix(X), 2, w)
     assert not [w for w in caught if w.category is RuntimeWarning]
     assert not any("not resolved" in str(w.message) for w in caught)
-    assert sparse.scale_ == pytest.approx(dense.scale_, rel=1e-6)
-    assert dense.scale_ < 1e-14
+    assert sparse.scale_ == dense.scale_ == 1.0
+    np.testing.assert_array_equal(dense.mean_, X[0])
+    np.testing.assert_array_equal(sparse.mean_, X[0])
     assert sparse.mixture_.variance > 0.0
     np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+
+
+@pytest.mark.parametrize("kind", ["float64", "float32", "dask"])
+def test_a_constant_column_far_from_zero_is_centred_away(kind):
+    # A column of one value, 1e20, beside three clusters of unit spread. The
+    # mean is a sum divided by n, rounded at the sum's magnitude: the
+    # centred column was some units in the last place of 1e20 (about 1e4),
+    # far above the clusters, and the fit clustered that rounding (ARI 0).
+    # The pass that reads the centred rows' spectrum reads their mean too,
+    # and the rows are centred again on the corrected mean: the column is
+    # zero, and the fit is that of the rows without it.
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(3), 200)
+    clusters = 4.0 * np.eye(5)[labels] + rng.standard_normal((600, 5))
+    X = np.hstack([clusters, np.full((600, 1), 1e20)])
+    dtype = np.float32 if kind == "float32" else np.float64
+    given = X.astype(dtype)
+    if kind == "dask":
+        da = pytest.importorskip("dask.array")
+        given = da.from_array(X, chunks=(150, 6))
+    model = _quiet(AttentionClustering(3, random_state=0), given)
+    alone = _quiet(AttentionClustering(3, center=True, random_state=0), clusters.astype(dtype))
+    assert model.center_
+    assert model.mean_[-1] == dtype(1e20)
+    assert adjusted_rand_score(np.asarray(model.labels_), alone.labels_) == 1.0
+    assert np.max(np.abs(model.cluster_centers_[:, -1])) < 1e-6
+    assert model.scale_ < 10.0
 
 
 @pytest.mark.parametrize("seed", [2, 5, 9])

@@ -31,6 +31,7 @@ from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from ._dynamics_kernels import attention, cell_plane, group_tokens, self_attention
 from ._passes import dense_block, row_chunks, stored_bytes, unit_rows, usable_threads
+from ._scale import gram_basis
 from ._validation import (
     atomic_fit,
     check_matrix,
@@ -54,6 +55,9 @@ SPHERE_MODELS = ("sa", "usa")
 # dynamics.py measures both paths).
 _AUTO_WORK = 2e9
 _AUTO_MIN_SAMPLES = 1024
+# Steps of at least this many multiply-adds (m^2 d, about 10 ms) run on the
+# tokens' coordinates in their span when d >= 2 m (_span_basis).
+_SPAN_MIN_WORK = 1e8
 # Largest array of moving tokens built from sparse input (bytes): beyond it
 # fit asks for a subsample or a projection instead of densifying the data.
 DENSE_LIMIT_BYTES = 1 << 30
@@ -206,6 +210,36 @@ class _Flow:
             mean = mean * factor[:, None].astype(mean.dtype)
         tangent = mean - np.sum(mean * Z, axis=1, keepdims=True) * Z
         return unit_rows(Z + self.step_size * tangent), log_norm
+
+
+def _span_basis(flow, Z):
+    """``(coordinates, W)`` of the m tokens Z in an orthonormal basis of their
+    span (:func:`~attention_cluster._scale.gram_basis`: a vector y has the
+    coordinates ``(y Z^T) W``, coordinates e are ``e W^T Z``), when the
+    dynamics may run on them; else None.
+
+    With Q = K = V the identity on the sphere, a step moves each token to a
+    normalised combination of the tokens, and reads them through their
+    inner products alone: the tokens stay in the span of the initial ones,
+    and the dynamics of their coordinates is the dynamics of the tokens (an
+    isometry; ``docs/math.md`` section 8, "Tokens wider than they are
+    many"). A step then costs at most ``m^3`` multiply-adds instead of
+    ``m^2 d``, for one product ``Z Z^T`` (half a step's cost) and an
+    eigendecomposition of it: taken when ``d >= 2 m`` (rows far wider than
+    there are tokens: TF-IDF documents) and a step's ``m^2 d`` is at least
+    ``_SPAN_MIN_WORK``. Below that the steps are cheap, and the tokens are
+    kept as given: the coordinates are a rotation of them, equal in exact
+    arithmetic only, and a run that never settles amplifies the rounding
+    that tells them apart (weighted rows and their repeats, or rows in
+    another order, then reach other final states).
+    """
+    m, d = Z.shape
+    if flow.model not in SPHERE_MODELS or d < 2 * m or m * m * d < _SPAN_MIN_WORK:
+        return None
+    if not (flow.query is None and flow.key is None and flow.value is None):
+        return None
+    Z = Z.astype(np.float64)
+    return gram_basis(Z @ Z.T)
 
 
 def attention_flow(
@@ -675,6 +709,16 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         Z = dense_block(
             unit_rows(X) if on_sphere else X.copy(), X.dtype if on_sphere else np.float64
         )
+        span = _span_basis(flow, Z)
+        if span is not None:
+            # The tokens by their coordinates in the span of the initial
+            # ones, and the tracers by those of their projection on it
+            # (their inner products with the tokens, all their vote reads).
+            given, (coordinates, W) = Z, span
+            if tracers is not None:
+                products = tracers @ given.T.astype(np.float64)
+                tracers = np.asarray(products @ W, dtype=Z.dtype)
+            Z = np.ascontiguousarray(coordinates, dtype=Z.dtype)
         Z0 = Z
         # token_rows[i]: the row of X of token i.
         token_rows = np.arange(n) if active is None else active
@@ -751,6 +795,10 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         self._set_clusters(
             flow, saved[1], radius, min_size, self.stopping_step_ * h, X.dtype, weights, token_rows
         )
+        if span is not None:
+            # The limit points back in R^d (unit rows: the basis is orthonormal).
+            centers = (self.cluster_centers_.astype(np.float64) @ W.T) @ given
+            self.cluster_centers_ = unit_rows(centers).astype(X.dtype)
         labels = np.empty(n, dtype=np.intp)
         labels[token_rows] = self.labels_
         if active is not None:

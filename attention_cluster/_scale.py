@@ -163,12 +163,25 @@ def gram_coordinates(gram):
     through their inner products alone (the sphere's dynamics, the spectrum
     of their second moment) reads these as it reads the rows, however wide.
     """
+    return gram_basis(gram)[0]
+
+
+def gram_basis(gram):
+    """``(E, W)``: :func:`gram_coordinates` ``E`` of rows Z whose inner
+    products are ``gram``, and W (m x r) that maps inner products to
+    coordinates: a vector y of R^d has the coordinates ``(y Z^T) W`` in the
+    orthonormal basis ``Z^T W`` of the rows' span (``E = gram W``, a row's
+    own), and coordinates e are the vector ``e W^T Z`` of R^d. W is
+    ``V diag(1 / sqrt(l))`` on the eigenvalues kept (a zero column when none
+    is).
+    """
     m = gram.shape[0]
     values, vectors = np.linalg.eigh(gram)
     kept = values > m * np.finfo(np.float64).eps * max(values[-1], 0.0)
     if not np.any(kept):
-        return np.zeros((m, 1))
-    return vectors[:, kept] * np.sqrt(values[kept])
+        return np.zeros((m, 1)), np.zeros((m, 1))
+    roots = np.sqrt(values[kept])
+    return vectors[:, kept] * roots, vectors[:, kept] / roots
 
 
 def spike_overlap(eigenvalue, noise_variance, n_features, n_samples):

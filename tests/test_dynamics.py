@@ -1167,3 +1167,73 @@ def test_weights_of_any_ratio_warn_only_when_tokens_are_left_out():
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             SelfAttentionDynamics(max_iter=2).fit(X, sample_weight=w)
+
+
+# -- tokens wider than they are many: the dynamics of their coordinates
+
+
+def test_gram_basis_against_numpy(global_random_seed):
+    # docs/math.md section 8, "Tokens wider than they are many": B = Z^T W
+    # is an orthonormal basis of the rows' span, E = Z B = G W, a vector's
+    # coordinates are (y Z^T) W, and coordinates e the vector e W^T Z.
+    from attention_cluster._scale import gram_basis
+
+    rng = np.random.default_rng(global_random_seed)
+    Z = rng.standard_normal((6, 3)) @ rng.standard_normal((3, 40))  # rank 3
+    E, W = gram_basis(Z @ Z.T)
+    assert E.shape == W.shape == (6, 3)
+    B = Z.T @ W
+    np.testing.assert_allclose(B.T @ B, np.eye(3), atol=1e-10)
+    np.testing.assert_allclose(E, Z @ B, atol=1e-10)
+    np.testing.assert_allclose(E @ E.T, Z @ Z.T, atol=1e-10)
+    y = rng.standard_normal((2, 40))
+    coordinates = (y @ Z.T) @ W
+    np.testing.assert_allclose(coordinates @ E.T, y @ Z.T, atol=1e-10)
+    # A vector of the span is its coordinates mapped back.
+    v = rng.standard_normal((2, 6)) @ Z
+    np.testing.assert_allclose(((v @ Z.T) @ W) @ W.T @ Z, v, atol=1e-10)
+
+
+@pytest.mark.parametrize(
+    "kind, weighted, max_samples",
+    [
+        ("float64", False, None),
+        ("float32", False, None),
+        ("sparse", True, None),
+        ("float64", True, 80),
+    ],
+)
+def test_wide_tokens_run_on_their_coordinates_as_on_themselves(
+    kind, weighted, max_samples, monkeypatch
+):
+    # d >= 2 m: the run in the coordinates of the tokens' span is the run on
+    # the tokens (an isometry; rounding apart), with the same clusters, the
+    # same staircase, and limit points back in R^d; the tracers beyond
+    # max_samples vote by their inner products with the tokens, kept.
+    X, _, _ = make_mixture(120, n_features=400, n_clusters=3, noise=0.05, random_state=0)
+    X = X.astype(np.float32) if kind == "float32" else X
+    X = sp.csr_matrix(np.where(np.abs(X) > 0.05, X, 0.0)) if kind == "sparse" else X
+    w = np.random.default_rng(0).integers(1, 4, 120).astype(float) if weighted else None
+    calls = []
+    basis = _dynamics.gram_basis
+
+    def counted(gram):
+        calls.append(gram.shape)
+        return basis(gram)
+
+    monkeypatch.setattr(_dynamics, "gram_basis", counted)
+    fits = {}
+    for name, work in (("given", np.inf), ("coordinates", 0.0)):
+        monkeypatch.setattr(_dynamics, "_SPAN_MIN_WORK", work)
+        model = SelfAttentionDynamics(beta=10.0, max_samples=max_samples, random_state=0)
+        fits[name] = model.fit(X, sample_weight=w)
+    assert calls == [(max_samples or 120,) * 2]
+    given, coordinates = fits["given"], fits["coordinates"]
+    assert given.n_clusters_ == 3
+    assert coordinates.n_clusters_ == given.n_clusters_
+    np.testing.assert_array_equal(coordinates.labels_, given.labels_)
+    np.testing.assert_array_equal(coordinates.n_clusters_path_, given.n_clusters_path_)
+    assert coordinates.cluster_centers_.dtype == given.cluster_centers_.dtype
+    atol = 1e-4 if kind == "float32" else 1e-8
+    np.testing.assert_allclose(coordinates.cluster_centers_, given.cluster_centers_, atol=atol)
+    np.testing.assert_array_equal(coordinates.predict(X), given.predict(X))

@@ -5,22 +5,38 @@ from numbers import Integral
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from ._passes import dense_block, rows_of
 from ._scale import estimate_spectrum, gram_coordinates
 from ._validation import (
     atomic_fit,
     check_auto_or_positive,
+    check_dask_array,
     check_options,
     check_positive,
     finite_output,
+    is_dask_collection,
     power_of_two_unit,
 )
 from .layers import in_context_softmax_attention
 from .theory import in_context_unbiased_temperature
 
 __all__ = ["InContextQuantizer"]
+
+
+def _prompt(estimator, X, *, reset):
+    """X validated against ``estimator`` as one prompt in memory (float32 kept,
+    anything else float64; CSR or CSC kept sparse), recording its features
+    when ``reset``. A Dask array or DataFrame is checked as the other
+    estimators check it (``_validation.check_dask_array``: a DataFrame's
+    column names are its feature names), then computed: a prompt is one
+    matrix.
+    """
+    settings = dict(accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32])
+    if is_dask_collection(X):
+        return check_array(check_dask_array(estimator, X, reset=reset).compute(), **settings)
+    return validate_data(estimator, X, reset=reset, **settings)
 
 
 class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
@@ -50,13 +66,19 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         ``attention="linear"``, ``transform(c X) = c^3 transform(X)``; with
         ``"softmax"``, ``transform(c X)`` is ``c`` times ``transform(X)`` at
         temperature ``c^2 lambda`` (the scores are quadratic in X, so the
-        weights change with c). ``"auto"`` makes the output unbiased for each
-        token's centroid (Prop. 5.1) at any scale: the overall scale s and
-        the noise sigma of the prompt are estimated from its second-moment
-        spectrum (the mixture of :mathmd:`1` scaled by s), the
+        weights change with c). ``"auto"`` is Prop. 5.1's unbiased
+        temperature at the prompt's own scale and noise: the overall scale s
+        and the noise sigma of the prompt are estimated from its
+        second-moment spectrum (the mixture of :mathmd:`1` scaled by s), the
         layer is applied to ``X / s``, whose centroids have unit norm as in
         the paper, at ``lambda = (L / K) / (1 + (d + 2) sigma^2 + (L - 1)
-        (1/K + sigma^2))``, and the result is multiplied back by s. Hence
+        (1/K + sigma^2))``, and the result is multiplied back by s. The
+        output is unbiased for each token's centroid up to the error of
+        those estimates, which vanishes as L grows: with few tokens per
+        feature the noise's smallest sample eigenvalues, from which sigma
+        is estimated, fall below sigma^2, and the output is shrunk towards
+        zero (to about 0.7 of the centroid at L = 20, d = 10, sigma = 1;
+        0.97 at L = 500). Hence
         ``transform(c X) = c transform(X)`` for ``c > 0``, with no overflow
         or underflow for finite X of any normal magnitude (tested from
         ``1e-300`` to ``1e150``).
@@ -175,7 +197,7 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         )
         temperature = check_auto_or_positive(self.temperature, "temperature")
         attention = check_options(self.attention, "attention", ["linear", "softmax"])
-        validate_data(self, X, accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32])
+        _prompt(self, X, reset=True)
         self.n_clusters_ = int(n_clusters)
         self.temperature_ = "auto" if isinstance(temperature, str) else float(temperature)
         self.attention_ = str(attention)
@@ -202,13 +224,7 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
             ``T^ctx(X)``, float32 if X is float32 and float64 otherwise.
         """
         check_is_fitted(self)
-        X = validate_data(
-            self,
-            X,
-            accept_sparse=["csr", "csc"],
-            dtype=[np.float64, np.float32],
-            reset=False,
-        )
+        X = _prompt(self, X, reset=False)
         rows = rows_of(X, n_threads=1)
         L, d = X.shape
         K = self.n_clusters_

@@ -264,6 +264,24 @@ def test_auto_temperature_is_unbiased_up_to_plug_in_error(global_random_seed):
     assert abs(other) < 0.01
 
 
+def test_auto_temperature_shrinks_the_output_of_a_short_noisy_prompt(global_random_seed):
+    # The docstring's caveat: at L = 20, d = 10, sigma = 1 the plug-in noise
+    # (the mean of the smallest sample eigenvalues) is far below sigma^2
+    # and the output is shrunk to about 0.7 of the centroid, while the true
+    # sigma's temperature stays unbiased.
+    X, labels, C = make_prompts(1000, 20, 10, 2, noise=1.0, random_state=global_random_seed + 30)
+    quantizer = InContextQuantizer(2)
+    T = np.stack([quantizer.fit_transform(prompt) for prompt in X])
+    own, own_se, _, _ = _frame_statistics(T, labels, C)
+    assert own_se < 0.02
+    assert 0.6 < own < 0.8
+    exact = in_context_attention(
+        X, temperature=in_context_unbiased_temperature(1.0, 20, n_features=10, n_clusters=2)
+    )
+    own, own_se, _, _ = _frame_statistics(exact, labels, C)
+    assert abs(own - 1.0) < 5 * own_se
+
+
 @pytest.mark.parametrize("sequence_length", [5, 20, L])
 def test_risk_matches_prop_5_2_and_falls_below_the_optimal_quantizer(
     sequence_length, global_random_seed
@@ -605,3 +623,23 @@ def test_auto_keeps_the_centroids_span_and_shrinks_the_rest(global_random_seed):
     np.testing.assert_allclose(
         np.diag(noise.T @ A @ noise), K * sigma**2 / (1 + K * sigma**2), atol=0.005
     )
+
+
+def test_a_dask_dataframes_column_names_are_its_feature_names():
+    # A Dask DataFrame went through validate_data, which read no names from
+    # it: fitted on one, the quantizer had no feature_names_in_, and fitted
+    # on the pandas frame, it warned that the Dask frame had none. It is now
+    # checked as AttentionClustering checks it.
+    pd = pytest.importorskip("pandas")
+    dd = pytest.importorskip("dask.dataframe")
+    X = make_prompts(1, 40, 4, 2, noise=0.2, random_state=0)[0][0]
+    frame = pd.DataFrame(X, columns=["a", "b", "c", "d"])
+    lazy = dd.from_pandas(frame, npartitions=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fitted = InContextQuantizer().fit(lazy)
+        np.testing.assert_array_equal(fitted.feature_names_in_, frame.columns)
+        model = InContextQuantizer().fit(frame)
+        np.testing.assert_array_equal(model.transform(lazy), model.transform(frame))
+    with pytest.warns(UserWarning, match="was fitted with feature names"):
+        model.transform(lazy.to_dask_array(lengths=True))

@@ -509,6 +509,11 @@ class DenseRows(_Rows):
                 shift = _huge_exponent(peak)
                 if shift:
                     total = scaled
+                elif not np.all(np.isfinite(total)):
+                    # Wide float32 chunks' column sums, by float32 tiles,
+                    # pass float32 from about 3e35 (1024 rows): the scaled
+                    # chunk's, in float64, at its power of two.
+                    total, shift = scaled, exponent
                 return None, (np.sqrt(top), exponent), G / top, total, shift
             return None, (np.sqrt(top), 0), G / top, total, 0
 
@@ -1016,6 +1021,7 @@ def _within_range(value, dtype=np.float64):
 # moments' pass sums a chunk's columns at its scale when its largest entry
 # does, as the sparse passes that sum over rows do (see _huge_exponent).
 _HUGE_ROWS = 2.0**900
+_HUGE_FLOAT32_ROWS = 2.0**100
 # The largest exponent e of a scale c = c' 2^e (c' in [1/2, 1)) that the
 # moments' pass returns: c^2 M then holds the second moment with c a few
 # powers of two below float64's largest number.
@@ -1063,7 +1069,9 @@ def _key_shift(beta, inv_scale, dtype):
         factor = beta * inv_scale
     # Rows of scale s beyond 2^900 sum past float64 over few of them (the
     # E step's sums S_k, taken before the factor): shifted towards x / s.
-    huge = inv_scale < 1.0 / _HUGE_ROWS
+    # Float32 tiles (the BLAS path) sum past float32 from about 3e35 (a
+    # tile of 1024 rows): shifted from 2^100.
+    huge = inv_scale < 1.0 / (_HUGE_ROWS if dtype == np.float64 else _HUGE_FLOAT32_ROWS)
     if not huge and (beta == 0.0 or _within_range(factor, dtype)):
         return 0
     return (int(np.frexp(beta)[1]) if beta != 0.0 else 0) + int(np.frexp(inv_scale)[1])

@@ -750,3 +750,29 @@ def test_the_exact_solvers_warning_says_why_it_stopped():
     # its warning quoted tol alone.
     with pytest.warns(ConvergenceWarning, match=r"reach tol=1e-09 \(x 5000 before the EM"):
         AttentionClustering(2, tol=1e-9, max_iter=1, random_state=0).fit(X)
+
+
+# -- wide float32 rows near the top of float32's range
+
+
+@pytest.mark.parametrize("exponent", [100, 120, 125])
+@pytest.mark.parametrize("offset", [0.0, 2.0], ids=["near-origin", "offset"])
+def test_wide_float32_rows_near_float32s_largest_numbers(exponent, offset):
+    # Float32 rows wider than the fused kernels' 16 features are summed by
+    # float32 tiles of 1024 rows: from about 3e35 their column sums (the
+    # first pass's mean) and the E step's sums passed float32's range, and
+    # the fit refused X ("contains infinity", after centring on an infinite
+    # mean) or its centres ("must be finite"). The mean is now the scaled
+    # chunk's, and the E step's rows are shifted towards x / s, as float64
+    # rows are beyond 2^900: the partition of 2^k X is that of X.
+    X, y, _ = make_mixture(3000, 64, 4, noise=0.2, random_state=0)
+    X = (X + offset).astype(np.float32)
+    big = np.ldexp(X, exponent)
+    assert np.max(np.abs(big)) < np.finfo(np.float32).max
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        model = _quiet(AttentionClustering(4, random_state=0), big)
+    unit = _quiet(AttentionClustering(4, random_state=0), X)
+    assert adjusted_rand_score(model.labels_, unit.labels_) == 1.0
+    assert model.center_ == unit.center_ == (offset > 0)
+    np.testing.assert_allclose(model.mean_, np.ldexp(unit.mean_, exponent), rtol=1e-6)

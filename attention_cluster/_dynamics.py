@@ -360,8 +360,12 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
     time is a staircase, and the stopping time is chosen on it: the end of
     its longest plateau (``stopping="plateau"``).
 
-    Tokens closer than ``cluster_tol`` (Euclidean; relative to the largest
-    initial norm for the unnormalised model) belong to one group; groups of
+    A token joins the first group whose first token lies within
+    ``cluster_tol`` of it (Euclidean; relative to the largest initial norm
+    for the unnormalised model), the tokens visited by decreasing
+    projection on their mean, not in the order of the rows (once clusters
+    have formed, far apart compared with ``cluster_tol``, they are its
+    groups); groups of
     at least ``min_cluster_size`` tokens are the clusters, whose limit
     points are ``cluster_centers_``. Tokens that the dynamics has brought
     within a thousandth of ``cluster_tol`` of each other move on as one
@@ -1008,7 +1012,8 @@ class _Particles:
     the number of tokens particle j stands for, ``lead[j]`` the token that leads them.
 
     After each step, particles within ``merge_radius`` of an earlier one
-    (:func:`_dynamics_kernels.group_tokens`, first come first served) join
+    (:func:`_grouped_in_order`: first come first served, by decreasing
+    projection on their mean) join
     it, at one place (:meth:`moved`): the weighted softmax of
     ``docs/math.md`` section 8 then moves the particle exactly as it moves
     its tokens when they are at one place.
@@ -1055,12 +1060,15 @@ class _Particles:
         ``attends`` is given for the unnormalised model; the sphere models
         name no leaders.
         """
-        groups = np.empty(Z.shape[0], dtype=np.int64)
-        n_groups = group_tokens(Z, self.merge_radius, groups, self.plane)
-        if n_groups == Z.shape[0]:
+        n = Z.shape[0]
+        order, groups = _grouped_in_order(Z, self.merge_radius, self.plane, self.weights)
+        n_groups = int(groups.max()) + 1 if n else 0
+        if n_groups == n:
             return self.placed(Z)
-        firsts = np.full(n_groups, Z.shape[0], dtype=np.int64)
-        np.minimum.at(firsts, groups, np.arange(Z.shape[0]))
+        # Each group's first member in the order of places.
+        firsts = np.full(n_groups, n, dtype=np.int64)
+        np.minimum.at(firsts, groups[order], np.arange(n))
+        firsts = order[firsts]
         weights = np.bincount(groups, weights=self.weights, minlength=n_groups)
         if attends is None:
             top = firsts
@@ -1084,6 +1092,42 @@ class _Particles:
         return self.Z[self.owner]
 
 
+def _place_order(Z):
+    """The rows of Z in the order of their places (that of their bytes;
+    equal rows in the order given): an order that does not depend on the
+    order of the rows."""
+    Z = np.ascontiguousarray(Z)
+    places = Z.view(np.dtype((np.void, Z.dtype.itemsize * Z.shape[1]))).ravel()
+    return np.argsort(places, kind="stable")
+
+
+def _grouped_in_order(Z, radius, plane, weights=None):
+    """``(order, labels)``: :func:`_dynamics_kernels.group_tokens` of the rows
+    of Z (row j standing for ``weights[j]`` tokens, 1 when None) visited in
+    ``order``, by decreasing ``<x_j, m>``, m their weighted mean; each row's
+    group numbered in that visit.
+
+    The greedy grouping joins a token to the first earlier group whose
+    first token lies within ``radius``: which tokens come first decides the
+    groups of tokens not yet gathered (a chain of tokens each within the
+    radius of the next splits where the visit decides). Visited in an
+    order of their places that rotations, a power of two, the rounding of
+    another kind of input and merged particles leave as it is (but for
+    near ties), the groups do not depend on the order of the rows (equal
+    projections in the order given). Computed at the power of two of the
+    largest entry (exact), whose squares neither overflow nor underflow.
+    """
+    Z64 = Z.astype(np.float64)
+    Z64 /= power_of_two_unit(np.max(np.abs(Z64), initial=0.0))
+    mean = np.average(Z64, axis=0, weights=weights) if len(Z64) else np.zeros(Z.shape[1])
+    order = np.argsort(-(Z64 @ mean), kind="stable")
+    visited = np.empty(Z.shape[0], dtype=np.int64)
+    group_tokens(np.ascontiguousarray(Z[order]), radius, visited, plane)
+    labels = np.empty_like(visited)
+    labels[order] = visited
+    return order, labels
+
+
 def _step_in_order(flow, particles, t):
     """:meth:`_Flow.step` of the particles, taken in the order of their places.
 
@@ -1095,8 +1139,7 @@ def _step_in_order(flow, particles, t):
     the difference.
     """
     Z = np.ascontiguousarray(particles.Z)
-    places = Z.view(np.dtype((np.void, Z.dtype.itemsize * Z.shape[1]))).ravel()
-    order = np.argsort(places, kind="stable")
+    order = _place_order(Z)
     moved, log_norm = flow.step(Z[order], t, particles.weights[order])
     Z, norms = np.empty_like(moved), np.empty_like(log_norm)
     Z[order], norms[order] = moved, log_norm
@@ -1124,9 +1167,8 @@ def _count(Z, radius, min_size, weights=None, plane=None):
     clusters counts the groups of at least ``min_size`` tokens: 0 while none
     is that large. ``plane``: that of :func:`_dynamics_kernels.group_tokens`.
     """
-    labels = np.empty(Z.shape[0], dtype=np.int64)
-    n_groups = group_tokens(Z, radius, labels, plane)
-    sizes = np.bincount(labels, weights=weights, minlength=n_groups)
+    _, labels = _grouped_in_order(Z, radius, plane, weights)
+    sizes = np.bincount(labels, weights=weights)
     return int(np.sum(sizes >= min_size)), labels, sizes
 
 

@@ -1237,3 +1237,39 @@ def test_wide_tokens_run_on_their_coordinates_as_on_themselves(
     atol = 1e-4 if kind == "float32" else 1e-8
     np.testing.assert_allclose(coordinates.cluster_centers_, given.cluster_centers_, atol=atol)
     np.testing.assert_array_equal(coordinates.predict(X), given.predict(X))
+
+
+@pytest.mark.parametrize("n, d", [(45, 2), (61, 3), (30, 5)])
+def test_the_grouping_does_not_depend_on_the_order_of_the_rows(n, d, global_random_seed):
+    # The greedy grouping joins a token to the first group whose first
+    # token is within cluster_tol: visited in the rows' order, a chain of
+    # close tokens split where the rows put it, and the same rows in
+    # another order gave other counts along the way, another stopping step
+    # and another number of clusters (2 against 40 on 45 rows in 2-D, 5
+    # against 2 on 61 rows in 3-D). Tokens are now visited in the order of
+    # their places.
+    rng = np.random.default_rng(global_random_seed)
+    X = rng.standard_normal((n, d))
+    want = SelfAttentionDynamics(beta=5.0).fit(X)
+    for _ in range(2):
+        order = rng.permutation(n)
+        got = SelfAttentionDynamics(beta=5.0).fit(X[order])
+        np.testing.assert_array_equal(got.n_clusters_path_, want.n_clusters_path_)
+        assert got.stopping_step_ == want.stopping_step_
+        np.testing.assert_array_equal(got.cluster_centers_, want.cluster_centers_)
+        np.testing.assert_array_equal(got.labels_, want.labels_[order])
+
+
+def test_a_chain_of_close_tokens_is_grouped_alike_in_any_order():
+    # Tokens at angles 0, 0.008, 0.016 (each within cluster_tol = 0.01 of
+    # the next, the ends 0.016 apart) and one far away: in the order given
+    # the middle one joined the first and the third started a group; given
+    # first, it took both.
+    t = np.array([0.0, 0.008, 0.016, 2.0])
+    X = np.c_[np.cos(t), np.sin(t)]
+    params = dict(beta=1e-6, step_size=1e-9, stopping="horizon", max_iter=1, min_cluster_size=1)
+    counts = {
+        tuple(order): SelfAttentionDynamics(**params).fit(X[order]).n_clusters_
+        for order in ([0, 1, 2, 3], [1, 0, 2, 3], [2, 1, 0, 3], [3, 1, 2, 0])
+    }
+    assert len(set(counts.values())) == 1, counts

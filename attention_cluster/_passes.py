@@ -322,8 +322,9 @@ class _Rows:
         return c, M, self.mean()
 
     def label_counts(self, labels, minlength):
-        """The weighted counts of ``labels`` (of :meth:`labels`)."""
-        return np.bincount(labels, weights=self.sample_weight, minlength=minlength)
+        """The weighted counts of ``labels`` (of :meth:`labels`), float64."""
+        counts = np.bincount(labels, weights=self.sample_weight, minlength=minlength)
+        return counts.astype(np.float64, copy=False)
 
     def labels_and_counts(self, centers, gain, bias, origin=None, scale=1.0):
         """``(labels, counts)``: :meth:`labels` and :meth:`label_counts` (one
@@ -1644,6 +1645,13 @@ class DaskRows(_Rows):
         other._drawn = None
         return other
 
+    def rescaled(self, scale):
+        """The same rows seen divided by ``scale``; the subsample :meth:`draw`
+        keeps (rows at the old scale) is drawn again."""
+        other = super().rescaled(scale)
+        other._drawn = None
+        return other
+
     def moment_action(self, V):
         return self._pass("moment_action", np.asarray(V, dtype=np.float64))
 
@@ -1684,7 +1692,9 @@ class DaskRows(_Rows):
         return float(self._compute("weighted mean", total)[0]) / self.total_weight
 
     def check_finite(self):
-        """Nothing before the passes: each pass raises ValueError on a block with NaN or infinity."""
+        """Nothing before the passes: the first pass of every fit, :meth:`moments`,
+        raises ValueError on a block with NaN or infinity, and so do the lazy
+        results of :meth:`map_rows` (labels, transforms) when computed."""
 
     def labels_and_counts(self, centers, gain, bias, origin=None, scale=1.0):
         """``(labels, counts)``: the lazy :meth:`labels` on X, and their
@@ -1702,7 +1712,15 @@ class DaskRows(_Rows):
         )
 
     def _block_rule(self, centers, gain, bias, origin, scale):
-        """The label rule's arguments as each block's :func:`_labels` takes them."""
+        """The label rule's arguments as each block's :func:`_labels` takes them.
+
+        The blocks are X's own: rows centred on an offset (:meth:`centred`)
+        are labelled as ``x - offset`` about the origin, that is as ``x``
+        about ``origin + offset``, as :meth:`DenseRows.labels` labels its
+        centred rows.
+        """
+        if self.offset is not None:
+            origin = self.offset if origin is None else np.asarray(origin) + self.offset
         return (
             np.asarray(centers, dtype=np.float64),
             _per_head(gain, len(centers)),

@@ -679,3 +679,44 @@ def test_lost_clusters_are_judged_by_the_labels_shares_as_in_memory(client, cent
     assert lazy.center_ == dense.center_
     np.testing.assert_allclose(lazy.cluster_centers_, dense.cluster_centers_, atol=ATOL[np.float64])
     np.testing.assert_array_equal(lazy.labels_.compute(), dense.labels_)
+
+
+def test_centred_dask_rows_label_and_count_as_centred_dense_rows():
+    # The passes of centred rows see x - m; Dask's labels read X's blocks
+    # as they are and left the offset out (every row to one head here),
+    # where the dense and sparse rows label x - m.
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((200, 3)) + [5.0, 0.0, -5.0]
+    m = X.mean(axis=0)
+    dense = DenseRows(X, n_threads=1).centred(m)
+    lazy = DaskRows(da.from_array(X, chunks=(50, -1))).centred(m)
+    C, bias, origin = np.eye(3), np.zeros(3), np.array([0.1, -0.2, 0.3])
+    for args in ((C, 1.0, bias), (C, 1.0, bias, origin)):
+        want, want_counts = dense.labels_and_counts(*args)
+        got, counts = lazy.labels_and_counts(*args)
+        np.testing.assert_array_equal(np.asarray(got), want)
+        np.testing.assert_array_equal(counts, want_counts)
+        np.testing.assert_array_equal(np.asarray(lazy.labels(*args)), want)
+    assert len(set(want.tolist())) == 3
+
+
+def test_rescaled_dask_rows_draw_at_their_scale(monkeypatch):
+    # The client's subsample that draw reads was kept by rescaled copies:
+    # their draws were at the old scale (twice the rows of scale 2).
+    monkeypatch.setattr(_passes, "_CLIENT_ROWS", 100)
+    X = np.random.default_rng(0).standard_normal((1000, 4))
+    lazy = DaskRows(da.from_array(X, chunks=(250, -1)))
+    first = np.empty((8, 4))
+    lazy.draw(np.array([12345], dtype=np.uint64), first)
+    half = np.empty((8, 4))
+    lazy.rescaled(2.0).draw(np.array([12345], dtype=np.uint64), half)
+    np.testing.assert_allclose(half, first / 2.0)
+
+
+def test_label_counts_are_float64_for_every_kind():
+    X = np.random.default_rng(0).standard_normal((30, 3))
+    labels = np.arange(30) % 3
+    for rows in (DenseRows(X), _passes.SparseRows(sp.csr_matrix(X))):
+        counts = rows.label_counts(labels, 3)
+        assert counts.dtype == np.float64
+        np.testing.assert_array_equal(counts, [10.0, 10.0, 10.0])

@@ -206,10 +206,12 @@ class _Flow:
         if self.model == "usa":
             # Z_i = n instead of sum_j exp(beta <q_i, k_j>)
             n = Z.shape[0] if weights is None else float(np.sum(weights))
+            # In float64: the factor passes float32's range long before
+            # float64's (e^100 at beta = 100 on unit tokens).
             factor = np.exp(log_norm.astype(np.float64) - math.log(n))
-            mean = mean * factor[:, None].astype(mean.dtype)
+            mean = mean.astype(np.float64) * factor[:, None]
         tangent = mean - np.sum(mean * Z, axis=1, keepdims=True) * Z
-        return unit_rows(Z + self.step_size * tangent), log_norm
+        return unit_rows(Z + self.step_size * tangent).astype(Z.dtype, copy=False), log_norm
 
 
 def _span_basis(flow, Z):
@@ -274,7 +276,10 @@ def attention_flow(
     step_size : float or "mean-shift", default=0.1
         Time step; ``"mean-shift"`` (sphere models) moves each token to
         ``m_i / |m_i|``: the Euler step of size ``1 / <x_i, m_i>`` followed
-        by renormalisation, a blurring mean-shift step.
+        by renormalisation, a blurring mean-shift step. Where ``<x_i, m_i>
+        <= 0`` (a token that the others' attention points away from, as with
+        V = -I) that size is no step forward in time, and the token still
+        moves to ``m_i / |m_i|``: a mean-shift step, not the flow's.
     query, key, value : array of shape (n_features, n_features), default=None
         Q, K, V; ``None`` is the identity.
 
@@ -407,7 +412,9 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         Euler time step. ``"mean-shift"`` (sphere models) takes the step
         ``1 / <x_i, m_i>`` per token, which moves ``x_i`` to ``m_i / |m_i|``:
         a blurring mean-shift step with a von Mises-Fisher kernel (time is
-        then counted in steps). The unnormalised model needs a number.
+        then counted in steps; where ``<x_i, m_i> <= 0``, as with V = -I,
+        the move is the mean-shift step's, not an Euler step of the flow).
+        The unnormalised model needs a number.
     max_iter : int, default=100
         Time horizon, in steps (layers).
     stopping : {"plateau", "horizon"}, default="plateau"
@@ -478,9 +485,11 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         the others attend to one of them most: that one is the leader when
         the particle attends to itself, its other tokens aside, above 1/2.
         Tokens at one place from the start (a row of weight above the
-        smallest, or repeated rows) are never apart: each of them attends
-        to itself by at most 1 / w, and their row is named when their place
-        draws more than half of their attention. Sorted; empty for the
+        smallest, or repeated rows) are never apart, and each of them
+        attends to itself by at most 1 / w: the same rule names their row,
+        when the place attends to itself above 1/2 with its other tokens
+        aside (as one token would; not when the place's share of their
+        attention, its tokens counted, exceeds 1/2). Sorted; empty for the
         sphere models, where the theory names no leaders.
     n_clusters_path_ : ndarray of shape (``n_iter_ + 1``,)
         Number of clusters (groups of at least ``min_cluster_size`` tokens;
@@ -675,8 +684,10 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         # The unnormalised model steps in float64 (its logits grow as e^{2t}).
         itemsize = 8 if self.model == "unnormalized" else X.dtype.itemsize
         size = m * d * itemsize
-        # Dense input holds its moving tokens already; sparse input densifies them.
-        if size > DENSE_LIMIT_BYTES and size > stored_bytes(X):
+        # Dense input holds its moving tokens already (the unnormalised
+        # model's float64 copy of float32 rows is its own); sparse input
+        # densifies them.
+        if sp.issparse(X) and size > DENSE_LIMIT_BYTES and size > stored_bytes(X):
             raise ValueError(
                 f"The {m} moving tokens would take {size / 2**30:.1f} GiB as a dense array "
                 f"(more than {DENSE_LIMIT_BYTES / 2**30:.0f} GiB): pass a smaller "
@@ -765,8 +776,9 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             counts.append(count)
             if self.verbose:
                 print(
-                    f"[SelfAttentionDynamics] step {n_iter}: {count} clusters, energy {energies[-1]:.6g}, "
-                    f"{len(state.Z)} particles, {time.perf_counter() - started:.1f} s"
+                    f"[SelfAttentionDynamics] step {n_iter}: {count} clusters, "
+                    f"{len(state.Z)} particles, energy before the step {energies[-1]:.6g}, "
+                    f"{time.perf_counter() - started:.1f} s"
                 )
             # A plateau counts once tokens have met: some group reaches
             # min_size, and not every token is a group of its own.

@@ -1273,3 +1273,35 @@ def test_a_chain_of_close_tokens_is_grouped_alike_in_any_order():
         for order in ([0, 1, 2, 3], [1, 0, 2, 3], [2, 1, 0, 3], [3, 1, 2, 0])
     }
     assert len(set(counts.values())) == 1, counts
+
+
+def test_the_dense_limit_is_for_sparse_rows_alone(monkeypatch):
+    # Dense float32 rows under the unnormalised model (which steps in
+    # float64) were refused with the sparse rows' message ("the other rows
+    # stay sparse"): the float64 copy is the model's own, of rows already in
+    # memory. Sparse rows are still refused before any step.
+    monkeypatch.setattr(_dynamics, "DENSE_LIMIT_BYTES", 4000)
+    X = np.random.default_rng(0).standard_normal((100, 3))  # 2400 bytes in float64
+    params = dict(model="unnormalized", step_size=0.1, max_iter=5, stopping="horizon")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        single = SelfAttentionDynamics(**params).fit(X.astype(np.float32))
+        double = SelfAttentionDynamics(**params).fit(X)
+    assert single.n_clusters_ == double.n_clusters_
+    wide = sp.random(100, 50, density=0.02, random_state=0, format="csr")  # 40000 bytes dense
+    with pytest.raises(ValueError, match="as a dense array"):
+        SelfAttentionDynamics(max_samples=None).fit(wide)
+
+
+def test_usa_in_float32_steps_where_float64_does():
+    # USA's factor Z_i / n was cast to float32, which it leaves at e^88:
+    # beta = 100 on unit tokens raised FloatingPointError in float32 alone.
+    X = np.random.default_rng(0).standard_normal((50, 3))
+    params = dict(model="usa", beta=100.0, step_size=1e-40, max_iter=20, stopping="horizon")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        double = SelfAttentionDynamics(**params).fit(X)
+        single = SelfAttentionDynamics(**params).fit(X.astype(np.float32))
+    assert single.cluster_centers_.dtype == np.float32
+    assert single.n_clusters_ == double.n_clusters_
+    assert adjusted_rand_score(single.labels_, double.labels_) == 1.0

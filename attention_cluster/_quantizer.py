@@ -271,7 +271,8 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
                         factor = (temperature * K * unit) * unit / L
                     else:
                         factor = temperature * K / (L * spectrum.scale**2)
-                    out = _left_times((factor * gram).astype(X.dtype), X)
+                    A, power = _unit_part(factor * gram, X.dtype)
+                    out = _times_power(_left_times(A, X), power)
                 else:
                     # s T^ctx(X / s)_l = lambda K (X^T X / (L s^2)) X_l, and
                     # X^T X / (L s^2) is the spectrum's unit-scale moment,
@@ -285,10 +286,12 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
                         context = (temperature * K * c) * c * moment
                     else:
                         context = temperature * K * spectrum.moment
-                    context = context.astype(X.dtype)
+                    context, power = _unit_part(context, X.dtype)
                     # Sparse rows are held in float64 (SparseRows), and so is
                     # their product: each chunk's is cast to X's dtype.
-                    out = rows.map_rows(_times, context, X.dtype, dtype=X.dtype, columns=d)
+                    out = _times_power(
+                        rows.map_rows(_times, context, X.dtype, dtype=X.dtype, columns=d), power
+                    )
             return finite_output(out)
         tokens = rows.map_rows(dense_block, X.dtype, dtype=X.dtype, columns=d)
         if spectrum is None:
@@ -348,6 +351,30 @@ def _gram_spectrum(gram, rows, n_clusters):
     """
     coordinates = gram_coordinates(gram)
     return estimate_spectrum(rows_of(coordinates, n_threads=1), n_clusters, full=rows)
+
+
+def _unit_part(A, dtype):
+    """``(A / 2^k in dtype, 2^k)``: the layer's factor (an L x L or d x d
+    float64 matrix) at the power of two of its largest entry (exact), so that
+    it is cast to float32 without overflow or underflow where its product
+    with X, to which the power of two is then applied, is representable."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        peak = float(np.max(np.abs(A), initial=0.0))
+    if not np.isfinite(peak) or peak == 0.0:
+        return A.astype(dtype), 1.0
+    power = power_of_two_unit(peak)
+    return (A / power).astype(dtype), power
+
+
+def _times_power(out, power):
+    """``out`` times the power of two of :func:`_unit_part`, in place where
+    ``out``'s dtype holds the power (exact), else in float64 (a power
+    outside float32's range, where the product is not)."""
+    info = np.finfo(out.dtype)
+    if info.tiny <= power <= info.max:
+        out *= out.dtype.type(power)
+        return out
+    return (out.astype(np.float64) * power).astype(out.dtype, copy=False)
 
 
 def _left_times(A, X):

@@ -127,7 +127,10 @@ def linear_attention(X, heads, *, temperature=1.0, n_clusters=None):
     TypeError
         If X is a SciPy sparse matrix or array (pass ``X.toarray()``).
     FloatingPointError
-        If the output, or a product on the way to it, overflows.
+        If the output, or a product on the way to it, overflows. (A product
+        that underflows is not refused: float32 prompts whose squared
+        entries fall below float32's smallest normal number, entries below
+        about 1e-19, lose precision there; give them as float64.)
 
     Examples
     --------
@@ -188,7 +191,10 @@ def in_context_attention(X, *, temperature=1.0, n_clusters=2):
     TypeError
         If X is a SciPy sparse matrix or array (pass ``X.toarray()``).
     FloatingPointError
-        If the output, or a product on the way to it, overflows.
+        If the output, or a product on the way to it, overflows. (A product
+        that underflows is not refused: float32 prompts whose squared
+        entries fall below float32's smallest normal number, entries below
+        about 1e-19, lose precision there; give them as float64.)
 
     Examples
     --------

@@ -643,3 +643,23 @@ def test_a_dask_dataframes_column_names_are_its_feature_names():
         np.testing.assert_array_equal(model.transform(lazy), model.transform(frame))
     with pytest.warns(UserWarning, match="was fitted with feature names"):
         model.transform(lazy.to_dask_array(lengths=True))
+
+
+@pytest.mark.parametrize(
+    "magnitude, temperature, tokens",
+    [(1e30, 1e-105, 30), (1e-30, 1e105, 30), (1e30, 1e-105, 3), (1e-30, 1e105, 3)],
+    ids=["moment-small", "moment-large", "gram-small", "gram-large"],
+)
+def test_a_float32_prompt_whose_layer_factor_leaves_float32(magnitude, temperature, tokens):
+    # A given temperature on float32 tokens: the layer's d x d (or, with
+    # fewer tokens than features, L x L) factor was cast to float32, where
+    # it underflowed (the output 40% off, silently) or overflowed (a false
+    # FloatingPointError), though the output lies well within float32. The
+    # factor is now cast at its power of two, applied to the product.
+    X = (magnitude * np.random.default_rng(0).standard_normal((tokens, 4))).astype(np.float32)
+    want = in_context_attention(X.astype(np.float64), temperature=temperature)
+    assert 1e-30 < np.max(np.abs(want)) < 1e30
+    for tokens_given in (X, sp.csr_matrix(X)):
+        got = InContextQuantizer(temperature=temperature).fit_transform(tokens_given)
+        assert got.dtype == np.float32
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6 * np.max(np.abs(want)))

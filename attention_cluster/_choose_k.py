@@ -122,7 +122,7 @@ def plateau_lengths(path, n_tokens):
     return lengths
 
 
-def sphere_silhouette(tokens, labels, weights=None):
+def sphere_silhouette(tokens, labels, weights=None, *, normalised=False):
     """Mean silhouette of ``labels`` on the rows ``tokens`` with the cosine
     distance ``1 - <u_i, u_j>``, ``u = x / |x|`` (Rousseeuw 1987):
 
@@ -145,7 +145,9 @@ def sphere_silhouette(tokens, labels, weights=None):
     silhouette of the repeated rows; None for one each (w_i = 1).
 
     None when the labels do not hold 2 to m - 1 clusters, m = sum_i w_i
-    (the silhouette is then undefined). ``tokens`` may be sparse.
+    (the silhouette is then undefined). ``tokens`` may be sparse;
+    ``normalised``: they are ``u`` already (``_passes.unit_rows``), as when
+    several labellings of the same rows are compared.
     """
     m = tokens.shape[0]
     n_rows = m if weights is None else float(np.sum(weights))
@@ -153,7 +155,7 @@ def sphere_silhouette(tokens, labels, weights=None):
     K = int(labels.max()) + 1
     if not 2 <= K <= n_rows - 1:
         return None
-    U = unit_rows(tokens)
+    U = tokens if normalised else unit_rows(tokens)
     w = np.ones(m) if weights is None else weights
     members = sp.csr_matrix((w, (labels, np.arange(m))), shape=(K, m))
     sums = np.asarray((members @ U).todense() if sp.issparse(U) else members @ U)
@@ -473,13 +475,17 @@ def count_clusters(
             ConvergenceWarning,
         )
     fits, mixtures, silhouettes, held = {}, {}, {}, {}
+    directions = None  # the dynamics' rows as unit rows, once for every K compared
     # A silhouette needs 2 to m - 1 clusters of the m tokens it is taken on.
     for k in dict.fromkeys((K, K - 1, K + 1, *((2,) if merged else ()))):
         if k in scores and k <= n and (k == K or 2 <= k < m):
             # Only the warnings of the fit kept reach the caller.
             with deferred_warnings() as held[k]:
                 fits[k], rule, mixtures[k] = fit_at(k)
-            silhouettes[k] = sphere_silhouette(seen, rule.labels_of(tokens), weights)
+            directions = unit_rows(seen) if directions is None else directions
+            silhouettes[k] = sphere_silhouette(
+                directions, rule.labels_of(tokens), weights, normalised=True
+            )
     K = choose_by_silhouette(K, silhouettes)
     if merged and mixtures[K] is None and 2 in fits:
         # Fits without a mixture have no one-cluster test to guard the

@@ -597,8 +597,9 @@ def text_section(cells):
             f"from {min(ratios):.0f}x to {max(ratios):.0f}x, "
             + ("**at most 10x not met**" if max(ratios) > 10 else "at most 10x met")
             + f" (a fit at K takes a median {np.median([c['one_fit_seconds'] for c in cells]):.2f} s). "
-            "The dynamics runs on up to 2000 of the documents, and each of its steps reads "
-            "every pair of them.",
+            "Most of that time is the dynamics, run twice (on the documents as given and "
+            "centred) on up to 2000 of them, each step reading every pair of the ones it "
+            "moves (in the coordinates of their span: fewer than the documents' words).",
         ]
     exact = [m for m in TEXT_METHODS if all(c["picks"][m]["k"] == c["K"] for c in cells)]
     if exact:

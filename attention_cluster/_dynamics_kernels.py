@@ -39,7 +39,7 @@ import numpy as np
 from numba import njit
 
 from ._passes import dense_block, one_blas_thread, row_major
-from ._validation import power_of_two_unit
+from ._validation import peak_unit, power_of_two_unit
 
 # Logits per tile (queries x keys): 2^18 entries (2 MB in float64) stay in
 # cache between the two products and the exponential, and make each tile's
@@ -374,7 +374,7 @@ def cell_plane(X):
     if d == 1:
         V[0, 0] = 1.0
         return V
-    X = np.divide(X, power_of_two_unit(np.max(np.abs(X), initial=0.0)), dtype=np.float64)
+    X = np.divide(X, peak_unit(X), dtype=np.float64)
     mean = X.mean(axis=0)
     variance = np.einsum("ij,ij->j", X, X) / max(n, 1) - mean * mean
     V[np.argsort(-variance, kind="stable")[:2], [0, 1]] = 1.0

@@ -14,6 +14,7 @@ import warnings
 
 import joblib
 import numpy as np
+import scipy.sparse as sp
 import sklearn
 from sklearn.utils import check_scalar
 
@@ -85,6 +86,19 @@ def power_of_two_unit(peak):
     last bit)."""
     e = int(np.frexp(float(peak))[1])
     return float(np.ldexp(1.0, e if e < 1024 else e - 2))
+
+
+def peak_unit(*arrays):
+    """:func:`power_of_two_unit` of the largest ``|x|`` of ``arrays`` (dense
+    arrays, or sparse matrices whose stored values are read), 1 when every
+    entry is zero or there is none: arrays divided by it are the same
+    numbers at a magnitude where no square or product overflows or
+    underflows (exact, a power of two)."""
+    peak = 0.0
+    for A in arrays:
+        values = A.data if sp.issparse(A) else np.asarray(A)
+        peak = max(peak, float(np.max(np.abs(values), initial=0.0)))
+    return power_of_two_unit(peak)
 
 
 def check_sample_weight(sample_weight, X, unit=None):

@@ -26,7 +26,14 @@ from scipy.optimize import linear_sum_assignment
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_array, column_or_1d
 
-from ._validation import check_count, check_matrix, check_noise, check_weights, power_of_two_unit
+from ._validation import (
+    check_count,
+    check_matrix,
+    check_noise,
+    check_weights,
+    peak_unit,
+    power_of_two_unit,
+)
 
 __all__ = [
     "centroid_distance",
@@ -210,7 +217,7 @@ def class_means_distance(X, labels, centroids):
     # The rows at the scale of X's largest entry (a power of two: exact), so
     # that no sum overflows, and each mean divided by its own largest entry,
     # so that no square in its norm overflows or underflows.
-    unit = power_of_two_unit(np.max(np.abs(X)))
+    unit = peak_unit(X)
     means = np.empty((K, X.shape[1]))
     for c in range(K):
         rows = X[labels == c]  # a copy: scaled in place
@@ -351,7 +358,7 @@ def bayes_error(centroids, noise, weights=None, heads=None):
     # the centroids and sigma at most 1 and the heads' largest entry in
     # [0.5, 1), no product below over- or underflows. A positive sigma stays
     # positive (its ratio to the centroids beyond float64's range).
-    heads = heads / power_of_two_unit(np.max(np.abs(heads)))
+    heads = heads / peak_unit(heads)
     unit = power_of_two_unit(max(np.max(np.abs(centroids)), sigma))
     centroids = centroids / unit
     if sigma > 0:
@@ -510,7 +517,7 @@ def information_limit(centroids, noise, n_samples, weights=None, n_draws=1_000_0
     # only (the directions are unit vectors; D_floor = (d - 1) sigma^2 /
     # (n pi_k r^2)): at the scale of the centroids' largest entry (a power of
     # two: exact) no norm or square below over- or underflows.
-    unit = power_of_two_unit(np.max(np.abs(centroids)))
+    unit = peak_unit(centroids)
     centroids, sigma = centroids / unit, sigma / unit
     norms = np.linalg.norm(centroids, axis=1)
     r = float(norms[0])
@@ -632,7 +639,7 @@ def spectral_visibility(centroids, noise, n_samples, weights=None):
     # computed at the scale of the centroids' largest entry (a power of two:
     # exact) so that no product overflows or underflows; the scale comes
     # back in (unit / sigma)^2.
-    unit = power_of_two_unit(np.max(np.abs(centroids)))
+    unit = peak_unit(centroids)
     root = np.sqrt(pi)[:, None] * (centroids / unit)
     signal = np.clip(np.linalg.eigvalsh(root @ root.T)[::-1][: min(K, d)], 0.0, None)
     with np.errstate(over="ignore", invalid="ignore"):  # beyond float64's range: infinite

@@ -367,10 +367,10 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
 
     A token joins the first group whose first token lies within
     ``cluster_tol`` of it (Euclidean; relative to the largest initial norm
-    for the unnormalised model), the tokens visited by increasing
-    projection on their mean, not in the order of the rows (once clusters
-    have formed, far apart compared with ``cluster_tol``, they are its
-    groups); groups of
+    for the unnormalised model), the tokens visited in an order of their
+    initial places (by increasing projection on their mean), not of the
+    rows (once clusters have formed, far apart compared with
+    ``cluster_tol``, they are its groups); groups of
     at least ``min_cluster_size`` tokens are the clusters, whose limit
     points are ``cluster_centers_``. Tokens that the dynamics has brought
     within a thousandth of ``cluster_tol`` of each other move on as one
@@ -419,7 +419,8 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         Time horizon, in steps (layers).
     stopping : {"plateau", "horizon"}, default="plateau"
         ``"plateau"``: stop at the end of the longest plateau of the number
-        of clusters, not counting the first one (no tokens met yet); the run
+        of clusters, counting only the states where most tokens have met
+        (groups of more than one token hold more than half of them); the run
         ends early once the current plateau, begun at step s, holds more than
         s states (it is then the longest so far), and takes no step when
         every row is the same (one cluster). ``"horizon"``: run ``max_iter``
@@ -734,9 +735,13 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
                 products = tracers @ given.T.astype(np.float64)
                 tracers = np.asarray(products @ W, dtype=Z.dtype)
             Z = np.ascontiguousarray(coordinates, dtype=Z.dtype)
-        Z0 = Z
         # token_rows[i]: the row of X of token i.
         token_rows = np.arange(n) if active is None else active
+        # The tokens in an order of their places, not of the rows.
+        order = _place_order(Z, weights)
+        Z, token_rows = np.ascontiguousarray(Z[order]), token_rows[order]
+        weights = None if weights is None else weights[order]
+        Z0 = Z
         # The number of tokens: rows count by their weight (token_weights).
         n_tokens = X.shape[0] if weights is None else float(np.sum(weights))
         if isinstance(self.min_cluster_size, numbers.Integral):
@@ -769,7 +774,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             Z, log_norm = _step_in_order(flow, state, s * h)
             energies.append(_energy(log_norm, self.beta, state.weights))
             state = state.moved(Z, partial(flow.queries_keys, t=(s + 1) * h) if leads else None)
-            count = _count(state.Z, radius, min_size, state.weights, state.plane)[0]
+            count, _, sizes = _count(state.Z, radius, min_size, state.weights, state.plane)
             n_iter = s + 1
             if count != counts[-1]:
                 run_start = n_iter
@@ -781,8 +786,12 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
                     f"{time.perf_counter() - started:.1f} s"
                 )
             # A plateau counts once tokens have met: some group reaches
-            # min_size, and not every token is a group of its own.
-            met = 0 < count < n_tokens
+            # min_size, and most tokens are in groups of more than one.
+            # (Counting every group of min_size, one token when a fraction
+            # of 100 tokens or fewer rounds up to it, a state where few had
+            # met was a plateau: 2-D rows, whose tokens on the circle start
+            # close, stopped at the second step with 27 "clusters" of 30.)
+            met = 0 < count < n_tokens and 2.0 * np.sum(sizes[sizes > 1.0]) > n_tokens
             if run_start > 0 and met and best.offer(run_start, n_iter):
                 saved = (n_iter, state)
             if (
@@ -1024,8 +1033,7 @@ class _Particles:
     the number of tokens particle j stands for, ``lead[j]`` the token that leads them.
 
     After each step, particles within ``merge_radius`` of an earlier one
-    (:func:`_grouped_in_order`: first come first served, by increasing
-    projection on their mean) join
+    (:func:`_dynamics_kernels.group_tokens`, first come first served) join
     it, at one place (:meth:`moved`): the weighted softmax of
     ``docs/math.md`` section 8 then moves the particle exactly as it moves
     its tokens when they are at one place.
@@ -1072,15 +1080,12 @@ class _Particles:
         ``attends`` is given for the unnormalised model; the sphere models
         name no leaders.
         """
-        n = Z.shape[0]
-        order, groups = _grouped_in_order(Z, self.merge_radius, self.plane, self.weights)
-        n_groups = int(groups.max()) + 1 if n else 0
-        if n_groups == n:
+        groups = np.empty(Z.shape[0], dtype=np.int64)
+        n_groups = group_tokens(Z, self.merge_radius, groups, self.plane)
+        if n_groups == Z.shape[0]:
             return self.placed(Z)
-        # Each group's first member in the order of places.
-        firsts = np.full(n_groups, n, dtype=np.int64)
-        np.minimum.at(firsts, groups[order], np.arange(n))
-        firsts = order[firsts]
+        firsts = np.full(n_groups, Z.shape[0], dtype=np.int64)
+        np.minimum.at(firsts, groups, np.arange(Z.shape[0]))
         weights = np.bincount(groups, weights=self.weights, minlength=n_groups)
         if attends is None:
             top = firsts
@@ -1104,44 +1109,38 @@ class _Particles:
         return self.Z[self.owner]
 
 
-def _place_order(Z):
-    """The rows of Z in the order of their places (that of their bytes;
-    equal rows in the order given): an order that does not depend on the
-    order of the rows."""
+def _byte_order(Z):
+    """The rows of Z in the order of their bytes (equal rows in the order
+    given): an order of their places that does not depend on the order of
+    the rows."""
     Z = np.ascontiguousarray(Z)
     places = Z.view(np.dtype((np.void, Z.dtype.itemsize * Z.shape[1]))).ravel()
     return np.argsort(places, kind="stable")
 
 
-def _grouped_in_order(Z, radius, plane, weights=None):
-    """``(order, labels)``: :func:`_dynamics_kernels.group_tokens` of the rows
-    of Z (row j standing for ``weights[j]`` tokens, 1 when None) visited in
-    ``order``, by increasing ``<x_j, m>``, m their weighted mean; each row's
-    group numbered in that visit.
+def _place_order(Z, weights=None):
+    """The initial tokens Z (row j standing for ``weights[j]`` tokens, 1 when
+    None) by increasing ``<x_j, m>``, m their weighted mean (equal
+    projections in the order given).
 
     The greedy grouping joins a token to the first earlier group whose
-    first token lies within ``radius``: which tokens come first decides the
-    groups of tokens not yet gathered (a chain of tokens each within the
-    radius of the next splits where the visit decides). Visited in an
-    order of their places that rotations, a power of two, the rounding of
-    another kind of input and merged particles leave as it is (but for
-    near ties), the groups do not depend on the order of the rows (equal
-    projections in the order given). Increasing, not decreasing: on the
-    paper's mixtures (n = 1e4, K = 2 to 6, 6 seeds each) the tokens nearest
-    the common mean, visited first, led groups between the forming
-    clusters, which split them for longer (a median 12 steps to the same
-    K), where the increasing order, as the rows' own, takes 10. Computed at
-    the power of two of the largest entry (exact), whose squares neither
-    overflow nor underflow.
+    first token lies within the radius, visiting tokens in their order, and
+    particles keep the order of their first tokens (:class:`_Particles`):
+    the order of the tokens decides the groups of tokens not yet gathered
+    (a chain of tokens each within the radius of the next splits where the
+    visit decides). Put in an order of their places that rotations, a
+    power of two and the rounding of another kind of input leave as it is
+    (but for near ties), the groups do not depend on the order of the rows.
+    Increasing, not decreasing: on the paper's mixtures (n = 1e4, K = 2 to
+    6, 6 seeds each) the tokens nearest the common mean, visited first, led
+    groups between the forming clusters, which split them for longer (a
+    median 12 steps to the same K), where the increasing order, as the
+    rows' own, takes 10. Computed at the power of two of the largest entry
+    (exact), whose squares neither overflow nor underflow.
     """
     Z64 = Z.astype(np.float64) / peak_unit(Z)
     mean = np.average(Z64, axis=0, weights=weights) if len(Z64) else np.zeros(Z.shape[1])
-    order = np.argsort(Z64 @ mean, kind="stable")
-    visited = np.empty(Z.shape[0], dtype=np.int64)
-    group_tokens(np.ascontiguousarray(Z[order]), radius, visited, plane)
-    labels = np.empty_like(visited)
-    labels[order] = visited
-    return order, labels
+    return np.argsort(Z64 @ mean, kind="stable")
 
 
 def _step_in_order(flow, particles, t):
@@ -1155,7 +1154,7 @@ def _step_in_order(flow, particles, t):
     the difference.
     """
     Z = np.ascontiguousarray(particles.Z)
-    order = _place_order(Z)
+    order = _byte_order(Z)
     moved, log_norm = flow.step(Z[order], t, particles.weights[order])
     Z, norms = np.empty_like(moved), np.empty_like(log_norm)
     Z[order], norms[order] = moved, log_norm
@@ -1183,8 +1182,9 @@ def _count(Z, radius, min_size, weights=None, plane=None):
     clusters counts the groups of at least ``min_size`` tokens: 0 while none
     is that large. ``plane``: that of :func:`_dynamics_kernels.group_tokens`.
     """
-    _, labels = _grouped_in_order(Z, radius, plane, weights)
-    sizes = np.bincount(labels, weights=weights)
+    labels = np.empty(Z.shape[0], dtype=np.int64)
+    n_groups = group_tokens(Z, radius, labels, plane)
+    sizes = np.bincount(labels, weights=weights, minlength=n_groups)
     return int(np.sum(sizes >= min_size)), labels, sizes
 
 

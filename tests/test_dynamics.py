@@ -1305,3 +1305,21 @@ def test_usa_in_float32_steps_where_float64_does():
     assert single.cluster_centers_.dtype == np.float32
     assert single.n_clusters_ == double.n_clusters_
     assert adjusted_rand_score(single.labels_, double.labels_) == 1.0
+
+
+@pytest.mark.parametrize("n, seed", [(30, 37), (50, 102), (100, 65)])
+def test_a_plateau_counts_once_most_tokens_have_met(n, seed):
+    # Of 100 tokens or fewer, min_cluster_size=0.01 is one token: every
+    # group counted as a cluster, and a state where a few pairs had met was
+    # a plateau. 2-D rows (on the circle, where tokens start close) stopped
+    # at the second step with about n "clusters" (27 of 30, 45 of 50, 83 of
+    # 100), with no warning. A plateau now counts once groups of more than
+    # one token hold most tokens.
+    X = np.random.default_rng(seed).standard_normal((n, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        model = SelfAttentionDynamics().fit(X)
+    assert model.n_clusters_ <= 10
+    assert model.stopping_step_ > 2
+    sizes = np.bincount(model.labels_)
+    assert np.sum(sizes[sizes > 1]) > n / 2

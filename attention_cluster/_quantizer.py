@@ -5,14 +5,13 @@ from numbers import Integral
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
-from sklearn.utils.validation import check_array, check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._passes import dense_block, rows_of
 from ._scale import estimate_spectrum, gram_coordinates
 from ._validation import (
     atomic_fit,
     check_auto_or_positive,
-    check_dask_array,
     check_options,
     check_positive,
     finite_output,
@@ -28,15 +27,15 @@ __all__ = ["InContextQuantizer"]
 def _prompt(estimator, X, *, reset):
     """X validated against ``estimator`` as one prompt in memory (float32 kept,
     anything else float64; CSR or CSC kept sparse), recording its features
-    when ``reset``. A Dask array or DataFrame is checked as the other
-    estimators check it (``_validation.check_dask_array``: a DataFrame's
-    column names are its feature names), then computed: a prompt is one
-    matrix.
+    when ``reset``. A Dask array or DataFrame is computed first (a prompt is
+    one matrix; a DataFrame becomes a pandas one, whose column names are its
+    feature names), so any chunking of it is taken.
     """
-    settings = dict(accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32])
     if is_dask_collection(X):
-        return check_array(check_dask_array(estimator, X, reset=reset).compute(), **settings)
-    return validate_data(estimator, X, reset=reset, **settings)
+        X = X.compute()
+    return validate_data(
+        estimator, X, reset=reset, accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32]
+    )
 
 
 class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
@@ -271,8 +270,7 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
                         factor = (temperature * K * unit) * unit / L
                     else:
                         factor = temperature * K / (L * spectrum.scale**2)
-                    A, power = _unit_part(factor * gram, X.dtype)
-                    out = _times_power(_left_times(A, X), power)
+                    out = _left_times(_factor(factor * gram, X.dtype), X)
                 else:
                     # s T^ctx(X / s)_l = lambda K (X^T X / (L s^2)) X_l, and
                     # X^T X / (L s^2) is the spectrum's unit-scale moment,
@@ -286,12 +284,10 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
                         context = (temperature * K * c) * c * moment
                     else:
                         context = temperature * K * spectrum.moment
-                    context, power = _unit_part(context, X.dtype)
                     # Sparse rows are held in float64 (SparseRows), and so is
                     # their product: each chunk's is cast to X's dtype.
-                    out = _times_power(
-                        rows.map_rows(_times, context, X.dtype, dtype=X.dtype, columns=d), power
-                    )
+                    context = _factor(context, X.dtype)
+                    out = rows.map_rows(_times, context, X.dtype, dtype=X.dtype, columns=d)
             return finite_output(out)
         tokens = rows.map_rows(dense_block, X.dtype, dtype=X.dtype, columns=d)
         if spectrum is None:
@@ -353,36 +349,34 @@ def _gram_spectrum(gram, rows, n_clusters):
     return estimate_spectrum(rows_of(coordinates, n_threads=1), n_clusters, full=rows)
 
 
-def _unit_part(A, dtype):
-    """``(A / 2^k in dtype, 2^k)``: the layer's factor (an L x L or d x d
-    float64 matrix) at the power of two of its largest entry (exact), so that
-    it is cast to float32 without overflow or underflow where its product
-    with X, to which the power of two is then applied, is representable."""
+# Factors of the layer whose largest entry lies in this range are cast to
+# float32 for float32 rows (see _factor).
+_FLOAT32_FACTORS = (2.0**-100, 2.0**100)
+
+
+def _factor(A, dtype):
+    """The layer's factor A (an L x L or d x d float64 matrix) for its product
+    with rows of ``dtype``: cast to float32 for float32 rows where its
+    largest entry lies well within float32's normal range
+    (``_FLOAT32_FACTORS``), so that the product runs in float32; beyond,
+    where the cast would underflow (a silent error) or overflow (a false
+    one) though the output is representable, kept float64: the product
+    then runs in float64, cast to float32 after."""
+    if dtype == np.float64:
+        return A
     with np.errstate(over="ignore", invalid="ignore"):
         peak = float(np.max(np.abs(A), initial=0.0))
-    if not np.isfinite(peak) or peak == 0.0:
-        return A.astype(dtype), 1.0
-    power = power_of_two_unit(peak)
-    return (A / power).astype(dtype), power
-
-
-def _times_power(out, power):
-    """``out`` times the power of two of :func:`_unit_part`, in place where
-    ``out``'s dtype holds the power (exact), else in float64 (a power
-    outside float32's range, where the product is not)."""
-    info = np.finfo(out.dtype)
-    if info.tiny <= power <= info.max:
-        out *= out.dtype.type(power)
-        return out
-    return (out.astype(np.float64) * power).astype(out.dtype, copy=False)
+    low, high = _FLOAT32_FACTORS
+    return A.astype(dtype) if peak == 0.0 or low <= peak <= high else A
 
 
 def _left_times(A, X):
     """``A @ X`` as a dense C-contiguous array of X's dtype, X dense or sparse
-    (sparse X multiplied in float64, as ``SparseRows`` holds it)."""
+    (sparse X multiplied in float64, as ``SparseRows`` holds it; dense X in
+    the dtype of the product, float64 when A is)."""
     if sp.issparse(X):
         return np.ascontiguousarray((X.T.astype(np.float64) @ A.T).T, dtype=X.dtype)
-    return A @ X
+    return np.asarray(A @ X).astype(X.dtype, copy=False)
 
 
 def _times(rows, context, dtype):

@@ -643,6 +643,13 @@ def test_a_dask_dataframes_column_names_are_its_feature_names():
         np.testing.assert_array_equal(model.transform(lazy), model.transform(frame))
     with pytest.warns(UserWarning, match="was fitted with feature names"):
         model.transform(lazy.to_dask_array(lengths=True))
+    # A prompt is computed into memory: Dask arrays of unknown row counts or
+    # chunked along their columns, which the Dask passes refuse, are taken.
+    da = pytest.importorskip("dask.array")
+    for tokens_given in (lazy.values, da.from_array(X, chunks=(20, 2))):
+        np.testing.assert_array_equal(
+            InContextQuantizer().fit_transform(tokens_given), InContextQuantizer().fit_transform(X)
+        )
 
 
 @pytest.mark.parametrize(
@@ -663,3 +670,17 @@ def test_a_float32_prompt_whose_layer_factor_leaves_float32(magnitude, temperatu
         got = InContextQuantizer(temperature=temperature).fit_transform(tokens_given)
         assert got.dtype == np.float32
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6 * np.max(np.abs(want)))
+
+
+@pytest.mark.parametrize("shape", [(16, 32), (64, 32), (64, 8)])
+def test_a_float32_prompt_near_float32s_largest_numbers(shape):
+    # Near float32's top (2^125 X), the layer's factor is about 1 / L of X's
+    # squared scale's inverse and its product with X of X's magnitude: cast
+    # to float32 as it is, the product holds. (Scaled first to a largest
+    # entry of about 1, as a fix for factors beyond float32 once did, the
+    # product summed L or d terms past float32: a false FloatingPointError
+    # at the default settings.)
+    X0 = 1.0 + 0.1 * np.random.default_rng(0).standard_normal(shape)
+    want = InContextQuantizer().fit_transform(X0)
+    got = InContextQuantizer().fit_transform((2.0**125 * X0).astype(np.float32))
+    np.testing.assert_allclose(got / 2.0**125, want, rtol=1e-5, atol=1e-6)

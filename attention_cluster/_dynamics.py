@@ -786,12 +786,14 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
                     f"{time.perf_counter() - started:.1f} s"
                 )
             # A plateau counts once tokens have met: some group reaches
-            # min_size, and most tokens are in groups of more than one.
+            # min_size, and most tokens are in groups of at least two
+            # (tokens counted by their weights: a row of weight 2 is two
+            # tokens met, one of weight 1.5 has met no other).
             # (Counting every group of min_size, one token when a fraction
             # of 100 tokens or fewer rounds up to it, a state where few had
             # met was a plateau: 2-D rows, whose tokens on the circle start
             # close, stopped at the second step with 27 "clusters" of 30.)
-            met = 0 < count < n_tokens and 2.0 * np.sum(sizes[sizes > 1.0]) > n_tokens
+            met = 0 < count < n_tokens and 2.0 * np.sum(sizes[sizes >= 2.0]) > n_tokens
             if run_start > 0 and met and best.offer(run_start, n_iter):
                 saved = (n_iter, state)
             if (
@@ -817,13 +819,19 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         self.query_, self.key_ = (
             None if M is None else np.array(M) for M in (flow.query, flow.key)
         )
+        # The limit points of coordinates in the span, back in R^d.
+        lift = None if span is None else (lambda C: (C @ W.T) @ given)
         self._set_clusters(
-            flow, saved[1], radius, min_size, self.stopping_step_ * h, X.dtype, weights, token_rows
+            flow,
+            saved[1],
+            radius,
+            min_size,
+            self.stopping_step_ * h,
+            X.dtype,
+            weights,
+            token_rows,
+            lift,
         )
-        if span is not None:
-            # The limit points back in R^d (unit rows: the basis is orthonormal).
-            centers = (self.cluster_centers_.astype(np.float64) @ W.T) @ given
-            self.cluster_centers_ = unit_rows(centers).astype(X.dtype)
         labels = np.empty(n, dtype=np.intp)
         labels[token_rows] = self.labels_
         if active is not None:
@@ -881,13 +889,18 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             )
         warn(message, ConvergenceWarning)
 
-    def _set_clusters(self, flow, particles, radius, min_size, t, dtype, weights, token_rows):
+    def _set_clusters(
+        self, flow, particles, radius, min_size, t, dtype, weights, token_rows, lift=None
+    ):
         """Clusters of the stopping particles: centres (of ``dtype``), the
         tokens' labels (in the particles' order of tokens), leaders.
 
         ``weights``: the tokens each of the particles' tokens stands for
         (None: one each), by which the groups are sized and the centres
-        averaged; ``token_rows``: the row of X of each of them.
+        averaged; ``token_rows``: the row of X of each of them; ``lift``:
+        the map of the particles' coordinates to R^d (``_span_basis``;
+        None: they are in R^d), applied to the centres before they are
+        numbered, so that the numbering is the tokens' own.
         """
         Z = particles.tokens()
         _, groups, sizes = _count(Z, radius, min_size, weights)
@@ -905,10 +918,13 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         if self.model in SPHERE_MODELS:  # zero tokens (zero rows) keep a zero centre
             norms = np.linalg.norm(centers, axis=1, keepdims=True)
             centers /= np.where(norms > 0, norms, 1)
+        # In R^d (unit rows: the span's basis is orthonormal).
+        shown = centers if lift is None else unit_rows(lift(centers))
         # Numbered by decreasing size, equal sizes by their centres'
         # coordinates: an order that does not depend on the rows' order.
-        order = np.lexsort((*centers.T[::-1], -sizes[kept]))
-        kept, centers = kept[order], centers[order]
+        order = np.lexsort((*shown.T[::-1], -sizes[kept]))
+        kept, centers, shown = kept[order], centers[order], shown[order]
+        # The particles' own centres first, for the stray tokens' nearest.
         self.cluster_centers_ = centers.astype(dtype)
         self.n_clusters_ = len(kept)
         rank = np.full(len(sizes), -1, dtype=np.intp)
@@ -917,6 +933,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         stray = labels < 0
         if np.any(stray):
             labels[stray] = self._nearest(Z[stray])
+        self.cluster_centers_ = shown.astype(dtype)
         self.labels_ = labels
         self.leaders_ = (
             self._leaders(flow, particles, t, token_rows)
@@ -1139,8 +1156,13 @@ def _place_order(Z, weights=None):
     (exact), whose squares neither overflow nor underflow.
     """
     Z64 = Z.astype(np.float64) / peak_unit(Z)
-    mean = np.average(Z64, axis=0, weights=weights) if len(Z64) else np.zeros(Z.shape[1])
-    return np.argsort(Z64 @ mean, kind="stable")
+    # Summed in the order of the rows' bytes, and ties taken in it: where
+    # the mean is zero but for rounding (rows in antipodal pairs), the
+    # projections are that rounding, which then depends on the rows alone.
+    ranks = _byte_order(Z)
+    w = None if weights is None else weights[ranks]
+    mean = np.average(Z64[ranks], axis=0, weights=w) if len(Z64) else np.zeros(Z.shape[1])
+    return ranks[np.argsort(Z64[ranks] @ mean, kind="stable")]
 
 
 def _step_in_order(flow, particles, t):

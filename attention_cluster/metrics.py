@@ -32,7 +32,6 @@ from ._validation import (
     check_noise,
     check_weights,
     peak_unit,
-    power_of_two_unit,
 )
 
 __all__ = [
@@ -106,9 +105,7 @@ def match_centroids(estimated, true):
         )
     # At the scale of their largest entry (a power of two: exact), so that
     # no square overflows or underflows; the costs are scaled back at the end.
-    unit = power_of_two_unit(
-        max(np.max(np.abs(est)), np.max(np.abs(ref)), np.finfo(np.float64).tiny)
-    )
+    unit = peak_unit(est, ref)
     est, ref = est / unit, ref / unit
     inner = ref @ est.T  # (n_clusters, n_heads)
     sq = np.sum(ref**2, axis=1)[:, None] + np.sum(est**2, axis=1)[None, :]
@@ -359,7 +356,7 @@ def bayes_error(centroids, noise, weights=None, heads=None):
     # [0.5, 1), no product below over- or underflows. A positive sigma stays
     # positive (its ratio to the centroids beyond float64's range).
     heads = heads / peak_unit(heads)
-    unit = power_of_two_unit(max(np.max(np.abs(centroids)), sigma))
+    unit = peak_unit(centroids, sigma)
     centroids = centroids / unit
     if sigma > 0:
         sigma = max(sigma / unit, np.finfo(np.float64).smallest_subnormal)

@@ -15,7 +15,7 @@ from scipy.special import logsumexp
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import adjusted_rand_score
 
-from attention_cluster import AttentionClustering
+from attention_cluster import AttentionClustering, _passes
 from attention_cluster.datasets import make_mixture
 
 
@@ -765,7 +765,10 @@ def test_wide_float32_rows_near_float32s_largest_numbers(exponent, offset):
     # mean) or its centres ("must be finite"). The mean is now the scaled
     # chunk's, and the E step's rows are shifted towards x / s, as float64
     # rows are beyond 2^900: the partition of 2^k X is that of X.
-    X, y, _ = make_mixture(3000, 64, 4, noise=0.2, random_state=0)
+    # 5000 x 64 rows: above _passes._COMPILE_MIN_SIZE numbers, so that the
+    # E step runs its float32 BLAS products (3000 rows ran NumPy's float64).
+    X, y, _ = make_mixture(5000, 64, 4, noise=0.2, random_state=0)
+    assert X.size >= _passes._COMPILE_MIN_SIZE
     X = (X + offset).astype(np.float32)
     big = np.ldexp(X, exponent)
     assert np.max(np.abs(big)) < np.finfo(np.float32).max

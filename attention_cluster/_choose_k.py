@@ -247,7 +247,7 @@ def _mean(tokens, weights):
 
 
 def _centred(tokens, weights=None):
-    """The tokens minus their mean (:func:`_mean`), dense; for sparse tokens
+    """The tokens minus their mean (:func:`_mean`, two-pass), dense; for sparse tokens
     whose dense copy would exceed ``_CENTRED_TOKENS_BYTES``, m rows of R^r
     with the same inner products (:func:`_gram_rows`, r <= m): the dynamics
     and the silhouette read the tokens' inner products alone."""
@@ -256,7 +256,13 @@ def _centred(tokens, weights=None):
             return _gram_rows(tokens, weights)
         tokens = tokens.toarray()
     tokens = np.asarray(tokens)
-    return tokens - _mean(tokens, weights)
+    centred = tokens - _mean(tokens, weights)
+    # Less the mean of the centred tokens, the first mean's rounding (a
+    # two-pass mean): a column far from zero beside small ones kept ulps of
+    # its magnitude, which dwarfed them (math.md section 7, "Centring or
+    # not").
+    centred -= _mean(centred, weights)
+    return centred
 
 
 def _gram_rows(tokens, weights):

@@ -466,6 +466,20 @@ def test_a_constant_column_far_from_zero_is_centred_away(kind):
     assert model.scale_ < 10.0
 
 
+def test_auto_counts_past_a_constant_column_far_from_zero():
+    # The dynamics' centred tokens kept the rounding of the 1e20 column's
+    # mean (ulps of it, against features of 1 at that scale 1e-20 of it):
+    # n_clusters="auto" answered 2 (ARI 0.54) where the rows without the
+    # column give 3. The tokens are centred by a two-pass mean.
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(3), 200)
+    clusters = 4.0 * np.eye(5)[labels] + rng.standard_normal((600, 5))
+    X = np.hstack([clusters, np.full((600, 1), 1e20)])
+    model = _quiet(AttentionClustering("auto", random_state=0), X)
+    assert model.n_clusters_ == 3
+    assert adjusted_rand_score(labels, model.labels_) == 1.0
+
+
 @pytest.mark.parametrize("seed", [2, 5, 9])
 def test_sparse_rows_at_a_mean_far_beyond_their_spread_warn(seed):
     # Rows 1e8 from zero with a unit spread: the expansion keeps no digit of

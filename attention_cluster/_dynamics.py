@@ -12,7 +12,8 @@ clusters emerges from the data. The O(n^2 d) work of a step is
 ``_dynamics_kernels.self_attention`` (Q = K) or ``attention``: blocked
 matrix products and a vectorised exponential, on a thread pool; tokens
 that have met move on as weighted particles, so that the steps after the
-clusters form cost little.
+clusters form cost little; tokens wider than twice their number step in
+the coordinates of their span (``_span_basis``), O(n^2 r) for r <= n.
 """
 
 import math

@@ -864,7 +864,9 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             + ("" if isinstance(self.step_size, str) else " or step_size")
             + ", or lower beta (a coarser resolution, at which tokens meet sooner)."
         )
-        if 0 < counts[0] < m and min(counts) == max(counts):
+        # A plateau counts once most tokens are in groups of two or more.
+        paired = float(np.sum(sizes[sizes >= 2.0]))
+        if 2.0 * paired > m and 0 < counts[0] < m and min(counts) == max(counts):
             # Every group counted: the answer (sums of weights in two orders
             # differ by their rounding, so the groups are compared, not sums).
             if np.all(sizes >= min_size):
@@ -884,8 +886,14 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
                 "min_cluster_size."
             )
         else:
+            met = (
+                "No tokens met"
+                if paired == 0.0
+                else f"Fewer than half of the {m:.15g} tokens met (groups of two or more hold "
+                f"{paired:g}; a plateau counts once most have)"
+            )
             message = (
-                f"No tokens met within max_iter={self.max_iter} steps: the final state is "
+                f"{met} within max_iter={self.max_iter} steps: the final state is "
                 f"clustered. {more_time}"
             )
         warn(message, ConvergenceWarning)

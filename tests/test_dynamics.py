@@ -1364,3 +1364,17 @@ def test_a_plateau_counts_once_most_tokens_have_met(n, seed):
         assert model.stopping_step_ > 2
         sizes = np.bincount(model.labels_)
         assert np.sum(sizes[sizes > 1]) > n / 2
+
+
+def test_a_run_where_few_tokens_met_says_so():
+    # Ten pairs of equal rows among 80 rows apart, in 50 dimensions, at a
+    # resolution where none of the others meet: the pairs met (weighted
+    # particles from the start), most tokens did not, and no plateau
+    # counts; the warning said that no tokens had met.
+    rng = np.random.default_rng(0)
+    pairs = np.repeat(rng.standard_normal((10, 50)), 2, axis=0)
+    X = np.vstack([pairs, rng.standard_normal((80, 50))])
+    with pytest.warns(
+        ConvergenceWarning, match=r"Fewer than half of the 100 tokens met .* hold 20"
+    ):
+        SelfAttentionDynamics(beta=200.0, max_iter=5).fit(X)

@@ -721,12 +721,19 @@ class DenseRows(_Rows):
         (:func:`_blas_head_totals`): the kernel's loops take the time of
         several BLAS E steps at hundreds of features and heads.
         """
+        with np.errstate(over="ignore"):
+            return _shifted(self.scaled_head_totals(U), _huge_exponent(self.scale))
+
+    def scaled_head_totals(self, U):
+        """:meth:`head_totals` times ``2^-e``, e the :func:`_huge_exponent` of
+        the scale: rows at a scale beyond ``_HUGE_ROWS`` are summed times
+        ``2^-e`` (exact), and the totals are given back times ``2^e`` by the
+        caller, infinite, of their sign, beyond float64's range (SparseRows'
+        too); Dask's blocks add theirs before (a block's infinite total
+        beside another's of the other sign would give NaN)."""
         U = np.ascontiguousarray(U, dtype=np.float64)
         K = U.shape[1]
         blas = _uses_blas(self.n_features, K) or not self.compiled
-        # Rows at a scale beyond _HUGE_ROWS are summed times 2^-e, the scale's
-        # power of two (exact), and the totals given back times 2^e:
-        # infinite, of their sign, beyond float64's range (SparseRows' too).
         e = _huge_exponent(self.scale)
 
         def chunk(B, w, lo, hi):
@@ -738,9 +745,7 @@ class DenseRows(_Rows):
             _kernels.head_totals(B, U, w, totals)
             return totals
 
-        total = sum(self._map(chunk, positive=True), np.zeros(K))
-        with np.errstate(over="ignore"):
-            return _shifted(total, e)
+        return sum(self._map(chunk, positive=True), np.zeros(K))
 
     def labels(self, centers, gain, bias, origin=None, scale=1.0):
         """``argmax_h (gain_h / s) <x - o, c_h> + bias_h`` for every row (:class:`LabelRule`).
@@ -1666,7 +1671,11 @@ class DaskRows(_Rows):
         return S, counts, float(partial)
 
     def head_totals(self, U):
-        return self._pass("head_totals", U)
+        """As :meth:`DenseRows.head_totals`: the blocks' totals added at the
+        scale's power of two, then given back (see
+        :meth:`DenseRows.scaled_head_totals`)."""
+        with np.errstate(over="ignore"):
+            return _shifted(self._pass("scaled_head_totals", U), _huge_exponent(self.scale))
 
     def map_rows(self, fn, *args, dtype=np.float64, columns=None):
         """``fn(block, *args)`` on every block as a lazy Dask array (one ``map_blocks``).

@@ -720,3 +720,20 @@ def test_label_counts_are_float64_for_every_kind():
         counts = rows.label_counts(labels, 3)
         assert counts.dtype == np.float64
         np.testing.assert_array_equal(counts, [10.0, 10.0, 10.0])
+
+
+def test_dask_head_totals_near_float64s_largest_numbers():
+    # Each block gave its totals back at 2^e, the scale's power of two:
+    # a block's -inf beside another's +inf summed to NaN (rows of 2^1023 in
+    # blocks of two), where dense rows give the total, -2^1023. The blocks'
+    # totals are added before they are given back.
+    X = np.ldexp(np.array([[1.0], [1.0], [-1.0], [-1.0], [-1.0]]), 1023)
+    scale = np.ldexp(1.0, 1023)
+    U = np.ones((1, 1))
+    want = DenseRows(X, scale=scale).head_totals(U)
+    lazy = DaskRows(da.from_array(X, chunks=(2, -1)), scale=scale)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        got = lazy.head_totals(U)
+    np.testing.assert_array_equal(got, want)
+    assert want[0] == -np.ldexp(1.0, 1023)

@@ -230,7 +230,10 @@ def _unit_scaled(tokens):
     peak = float(np.max(np.abs(data), initial=0.0))
     if peak == 0.0:
         return tokens
-    # ldexp: 2^-e itself leaves float64 for tokens below about 1e-308.
+    # ldexp, not a division by _validation.peak_unit: float32 tokens near
+    # float32's top have a power of two float32 cannot hold (2^128), which a
+    # division would cast to infinity (and 2^-e itself leaves float64 for
+    # tokens below about 1e-308).
     exponent = -int(np.frexp(peak)[1])
     if sp.issparse(tokens):
         scaled = tokens.copy()

@@ -13,7 +13,8 @@ clusters emerges from the data. The O(n^2 d) work of a step is
 matrix products and a vectorised exponential, on a thread pool; tokens
 that have met move on as weighted particles, so that the steps after the
 clusters form cost little; tokens wider than twice their number step in
-the coordinates of their span (``_span_basis``), O(n^2 r) for r <= n.
+the coordinates of their span where a step is costly (``_span_basis``),
+O(n^2 r) for r <= n.
 """
 
 import math
@@ -421,7 +422,9 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
     stopping : {"plateau", "horizon"}, default="plateau"
         ``"plateau"``: stop at the end of the longest plateau of the number
         of clusters, counting only the states where most tokens have met
-        (groups of more than one token hold more than half of them); the run
+        (groups that hold rows of two places or more hold more than half of
+        the tokens; rows at one place, repeated or weighted, have met none),
+        from the first of them; the run
         ends early once the current plateau, begun at step s, holds more than
         s states (it is then the longest so far), and takes no step when
         every row is the same (one cluster). ``"horizon"``: run ``max_iter``
@@ -519,9 +522,10 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
     -----
     ConvergenceWarning
         With ``stopping="plateau"``, when the run reached ``max_iter``
-        without a plateau after tokens met: no tokens met (increase
-        ``max_iter`` or a numeric ``step_size``, or lower ``beta``: a larger
-        beta resolves finer and keeps tokens apart longer), no group reached
+        without a plateau after tokens met: no tokens met, or fewer than half
+        of them (increase ``max_iter`` or a numeric ``step_size``, or lower
+        ``beta``: a larger beta resolves finer and keeps tokens apart
+        longer), no group reached
         ``min_cluster_size`` (lower it), or the groups of the initial tokens
         never changed while some tokens stayed in no cluster. The final
         state is clustered. Tokens all in clusters from the start (tighter
@@ -632,8 +636,10 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             the smallest is 1. Only their ratios count (to rounding: c w
             may move a ratio that is not a whole number by an ulp, which a
             run that never settles amplifies); equal weights are no weights,
-            and rows of weight above the smallest count as tokens met from
-            the start. Rows of weight zero are no tokens: they are labelled
+            and a row of weight above the smallest is a group of tokens at
+            one place from the start, which has met no other row (the
+            plateau rule counts tokens that have met by the groups holding
+            rows of two places or more). Rows of weight zero are no tokens: they are labelled
             as passive tracers. Group sizes, ``min_cluster_size``, USA's n
             and the energy count tokens by weight; a subsample
             (``max_samples``) is drawn uniformly from the rows of positive
@@ -739,7 +745,9 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         # token_rows[i]: the row of X of token i.
         token_rows = np.arange(n) if active is None else active
         # The tokens in an order of their places, not of the rows.
-        order = _place_order(Z, weights)
+        # (In R^d: the span's coordinates are an eigenbasis whose rounding
+        # follows the rows' order.)
+        order = _place_order(Z if span is None else given, weights)
         Z, token_rows = np.ascontiguousarray(Z[order]), token_rows[order]
         weights = None if weights is None else weights[order]
         Z0 = Z
@@ -766,6 +774,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         best = _Plateau()
         saved = (0, state)
         run_start, n_iter = 0, 0
+        was_met = True  # a plateau begins at the first state where most tokens met
         # Every token at one place from the start (all rows the same): one
         # particle, which moves as one, so one cluster at every step and the
         # plateau rule has settled at the initial state.
@@ -775,9 +784,9 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             Z, log_norm = _step_in_order(flow, state, s * h)
             energies.append(_energy(log_norm, self.beta, state.weights))
             state = state.moved(Z, partial(flow.queries_keys, t=(s + 1) * h) if leads else None)
-            count, _, sizes = _count(state.Z, radius, min_size, state.weights, state.plane)
+            count, groups, sizes = _count(state.Z, radius, min_size, state.weights, state.plane)
             n_iter = s + 1
-            if count != counts[-1]:
+            if count != counts[-1] or not was_met:
                 run_start = n_iter
             counts.append(count)
             if self.verbose:
@@ -787,14 +796,16 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
                     f"{time.perf_counter() - started:.1f} s"
                 )
             # A plateau counts once tokens have met: some group reaches
-            # min_size, and most tokens are in groups of at least two
-            # (tokens counted by their weights: a row of weight 2 is two
-            # tokens met, one of weight 1.5 has met no other).
-            # (Counting every group of min_size, one token when a fraction
-            # of 100 tokens or fewer rounds up to it, a state where few had
-            # met was a plateau: 2-D rows, whose tokens on the circle start
-            # close, stopped at the second step with 27 "clusters" of 30.)
-            met = 0 < count < n_tokens and 2.0 * np.sum(sizes[sizes >= 2.0]) > n_tokens
+            # min_size, and most tokens are in groups that hold two rows of
+            # different places or more (_met_share: rows at one place, a
+            # weighted row or repeated rows, have met no other). (Counting
+            # every group of min_size, one token when a fraction of 100
+            # tokens or fewer rounds up to it, a state where few had met was
+            # a plateau: 2-D rows, whose tokens on the circle start close,
+            # stopped at the second step with 27 "clusters" of 30.) It
+            # begins at the first such state.
+            met = 0 < count < n_tokens and 2.0 * _met_share(state, groups, sizes) > n_tokens
+            was_met = met
             if run_start > 0 and met and best.offer(run_start, n_iter):
                 saved = (n_iter, state)
             if (
@@ -858,20 +869,23 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         tokens more time to meet: beta sets the resolution, and a larger one
         keeps tokens apart longer.
         """
-        _, _, sizes = _count(state.Z, radius, 1, state.weights, state.plane)
+        _, groups, sizes = _count(state.Z, radius, 1, state.weights, state.plane)
+        # A plateau counts once most tokens are in groups of two places or more.
+        paired = _met_share(state, groups, sizes)
         more_time = (
             "Increase max_iter"
             + ("" if isinstance(self.step_size, str) else " or step_size")
             + ", or lower beta (a coarser resolution, at which tokens meet sooner)."
         )
-        # A plateau counts once most tokens are in groups of two or more.
-        paired = float(np.sum(sizes[sizes >= 2.0]))
-        if 2.0 * paired > m and 0 < counts[0] < m and min(counts) == max(counts):
-            # Every group counted: the answer (sums of weights in two orders
-            # differ by their rounding, so the groups are compared, not sums).
-            if np.all(sizes >= min_size):
-                return
-            clustered = float(np.sum(sizes[sizes >= min_size]))
+        grouped = 0 < counts[0] < m and min(counts) == max(counts)
+        # Every group counted, and of two tokens or more (rows at one place
+        # are a cluster from the start): the answer (sums of weights in two
+        # orders differ by their rounding, so the groups are compared, not
+        # sums).
+        if grouped and np.all(sizes >= max(min_size, 2)):
+            return
+        if grouped and 2.0 * paired > m:
+            clustered = float(np.sum(sizes[sizes >= max(min_size, 2)]))
             message = (
                 f"The number of clusters stayed at {counts[0]}, the groups of the initial "
                 f"tokens, for max_iter={self.max_iter} steps, with {m - clustered:g} of the "
@@ -889,8 +903,8 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             met = (
                 "No tokens met"
                 if paired == 0.0
-                else f"Fewer than half of the {m:.15g} tokens met (groups of two or more hold "
-                f"{paired:g}; a plateau counts once most have)"
+                else f"Fewer than half of the {m:.15g} tokens met (groups of rows of two places "
+                f"or more hold {paired:g}; a plateau counts once most have)"
             )
             message = (
                 f"{met} within max_iter={self.max_iter} steps: the final state is "
@@ -1076,9 +1090,12 @@ class _Particles:
     leader if any of them is. ``lead`` keeps that token (see :meth:`moved`).
     """
 
-    def __init__(self, Z, weights, owner, lead, merge_radius, plane):
+    def __init__(self, Z, weights, owner, lead, merge_radius, plane, places=None):
         self.Z, self.weights, self.owner, self.lead = Z, weights, owner, lead
         self.merge_radius, self.plane = merge_radius, plane
+        # The initial places each particle holds (one each at the start,
+        # equal rows merged: :func:`_met_share`).
+        self.places = np.ones(len(Z)) if places is None else places
 
     @classmethod
     def of(cls, Z, merge_radius, weights=None):
@@ -1086,13 +1103,17 @@ class _Particles:
         n = Z.shape[0]
         tokens = np.arange(n)
         weights = np.ones(n) if weights is None else np.array(weights, dtype=np.float64)
-        return cls(Z, weights, tokens, tokens, merge_radius, cell_plane(Z)).moved(Z)
+        particles = cls(Z, weights, tokens, tokens, merge_radius, cell_plane(Z)).moved(Z)
+        particles.places = np.ones(len(particles.Z))
+        return particles
 
     def placed(self, Z, attends=None):
         """The particles at their new places Z, none merged (``attends``, which
         chooses among merged particles, goes unused: :meth:`moved`'s signature,
         for the tests that stand ``placed`` in for ``moved``)."""
-        return _Particles(Z, self.weights, self.owner, self.lead, self.merge_radius, self.plane)
+        return _Particles(
+            Z, self.weights, self.owner, self.lead, self.merge_radius, self.plane, self.places
+        )
 
     def moved(self, Z, attends=None):
         """The particles at their new places Z, those within ``merge_radius`` merged.
@@ -1128,6 +1149,7 @@ class _Particles:
             self.lead[top],
             self.merge_radius,
             self.plane,
+            np.bincount(groups, weights=self.places, minlength=n_groups),
         )
 
     def tokens(self):
@@ -1204,6 +1226,16 @@ class _Plateau:
             self.length = end - start + 1
             return True
         return False
+
+
+def _met_share(particles, groups, sizes):
+    """The tokens (by weight) in groups of ``_count`` (labels ``groups`` of the
+    particles, token counts ``sizes``) that hold particles of at least two
+    initial places: the tokens that have met another. Rows at one place
+    from the start (repeated rows, merged into one particle, or a row of
+    weight above the smallest) have met none."""
+    places = np.bincount(groups, weights=particles.places, minlength=len(sizes))
+    return float(np.sum(sizes[places >= 2.0]))
 
 
 def _count(Z, radius, min_size, weights=None, plane=None):

@@ -1277,6 +1277,23 @@ def test_rows_in_antipodal_pairs_are_grouped_alike_in_any_order():
             np.testing.assert_array_equal(got.labels_, want.labels_[order])
 
 
+def test_wide_rows_in_antipodal_pairs_are_grouped_alike_in_any_order(monkeypatch):
+    # In the span's coordinates (an eigenbasis, whose rounding follows the
+    # rows' order) the mean of antipodal tokens, rounding, ordered them by
+    # the rows' order; they are ordered in R^d.
+    monkeypatch.setattr(_dynamics, "_SPAN_MIN_WORK", 0.0)
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        Y = rng.standard_normal((30, 130))
+        X = np.vstack([Y, -Y])
+        want = SelfAttentionDynamics(beta=5.0).fit(X)
+        for _ in range(3):
+            order = rng.permutation(len(X))
+            got = SelfAttentionDynamics(beta=5.0).fit(X[order])
+            np.testing.assert_array_equal(got.n_clusters_path_, want.n_clusters_path_)
+            np.testing.assert_array_equal(got.labels_, want.labels_[order])
+
+
 def test_wide_tokens_are_numbered_alike_in_any_order(monkeypatch):
     # Equal clusters are numbered by their centres' coordinates: in the
     # span's coordinates (an eigenbasis, whose signs follow the rows'
@@ -1353,26 +1370,50 @@ def test_a_plateau_counts_once_most_tokens_have_met(n, seed):
     # Weighted rows alike: tokens are counted by their weights, and a row
     # of weight 1.5 alone has met no other (counting groups of more than
     # one token, any row heavier than the lightest had).
+    # Rows at one place (repeated, or one row of weight 2) have met no
+    # other: counting groups of two tokens by weight, every row repeated
+    # twice had met from the start.
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((n, 2))
     one_lighter = np.r_[0.99, np.ones(n - 1)]
-    for weights in (None, one_lighter, rng.uniform(1.0, 2.0, n)):
+    ones_and_twos = rng.integers(1, 3, n).astype(float)
+    fits = [
+        (X, weights) for weights in (None, one_lighter, rng.uniform(1.0, 2.0, n), ones_and_twos)
+    ] + [(np.repeat(X, 2, axis=0), None)]
+    for rows, weights in fits:
         with warnings.catch_warnings():
             warnings.simplefilter("error", ConvergenceWarning)
-            model = SelfAttentionDynamics().fit(X, sample_weight=weights)
+            model = SelfAttentionDynamics().fit(rows, sample_weight=weights)
         assert model.n_clusters_ <= 10
         assert model.stopping_step_ > 2
-        sizes = np.bincount(model.labels_)
+        sizes = np.bincount(model.labels_[: len(X)])
         assert np.sum(sizes[sizes > 1]) > n / 2
 
 
+def test_a_plateau_begins_at_the_first_state_where_most_tokens_met():
+    # 12 tokens near a pole, 28 spread away from it, clusters of 10 tokens
+    # or more: one cluster from the first step, while the tokens that had
+    # met grew from 11 to 26 of 40; the plateau was measured from the first
+    # step and stopped at the third (K = 1), where the run goes on to two
+    # clusters held from the fifth step. It now begins once most have met.
+    rng = np.random.default_rng(0)
+    A = np.array([0, 0, 1.0]) + 0.08 * rng.standard_normal((12, 3))
+    B = rng.standard_normal((28, 3))
+    B[:, 2] = -np.abs(B[:, 2]) - 0.3
+    model = SelfAttentionDynamics(beta=4.0, min_cluster_size=10).fit(np.vstack([A, B]))
+    assert model.n_clusters_ == 2
+    assert model.stopping_step_ > 5
+
+
 def test_a_run_where_few_tokens_met_says_so():
-    # Ten pairs of equal rows among 80 rows apart, in 50 dimensions, at a
-    # resolution where none of the others meet: the pairs met (weighted
-    # particles from the start), most tokens did not, and no plateau
-    # counts; the warning said that no tokens had met.
+    # Ten pairs of nearly equal rows (two places 5e-3 apart, within
+    # cluster_tol, beyond the merging of tokens at a thousandth of it) among
+    # 80 rows apart, in 50 dimensions, at a resolution where none of the
+    # others meet: the pairs met, most tokens did not, and no plateau
+    # counts; the warning said nothing, the count having never changed.
     rng = np.random.default_rng(0)
     pairs = np.repeat(rng.standard_normal((10, 50)), 2, axis=0)
+    pairs += 5e-4 * rng.standard_normal(pairs.shape)
     X = np.vstack([pairs, rng.standard_normal((80, 50))])
     with pytest.warns(
         ConvergenceWarning, match=r"Fewer than half of the 100 tokens met .* hold 20"

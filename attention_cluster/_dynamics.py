@@ -1180,11 +1180,11 @@ def _place_order(Z, weights=None):
     power of two and the rounding of another kind of input leave as it is
     (but for near ties), the groups do not depend on the order of the rows.
     Increasing, not decreasing: on the paper's mixtures (n = 1e4, K = 2 to
-    6, 6 seeds each) the tokens nearest the common mean, visited first, led
-    groups between the forming clusters, which split them for longer (a
-    median 12 steps to the same K), where the increasing order, as the
-    rows' own, takes 10. Computed at the power of two of the largest entry
-    (exact), whose squares neither overflow nor underflow.
+    6, 6 seeds each, every K found) it takes a mean 10.1 steps, decreasing
+    10.5, the rows' own order 9.9 (sorted again at every count, decreasing
+    took a median 12: the tokens nearest the common mean led groups between
+    the forming clusters). Computed at the power of two of the largest
+    entry (exact), whose squares neither overflow nor underflow.
     """
     Z64 = Z.astype(np.float64) / peak_unit(Z)
     # Summed in the order of the rows' bytes, and ties taken in it: where

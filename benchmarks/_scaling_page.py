@@ -125,7 +125,10 @@ parameters) the update is online EM on the sufficient statistics (Cappe and
 Moulines 2009): `s_n = s_{n-1} + gamma_n (sbar(batch_n) - s_{n-1})` with
 `gamma_n = min(1, 16 / n)^0.6`, the centres being the M step at the average
 of the `s_n`. A component whose weight falls below one row of the stream is
-reseeded at the batch's row worst explained, with a warning. The stream
+reseeded at the batch's row worst explained, with a warning. Batches
+should be shuffled samples of the stream: while gamma_n is 1, a batch's
+statistics replace the stream's, and batches sorted by cluster (class or
+time order) lose the clusters they lack. The stream
 holds no d x d matrix: a batch costs its passes and the memory of one batch
 (a batch that reseeds a component is formed densely once, sparse or not).
 `n_steps_` counts the calls, `labels_` labels the last batch, and the

@@ -422,8 +422,9 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
     stopping : {"plateau", "horizon"}, default="plateau"
         ``"plateau"``: stop at the end of the longest plateau of the number
         of clusters, counting only the states where most tokens have met
-        (groups that hold rows of two places or more hold more than half of
-        the tokens; rows at one place, repeated or weighted, have met none),
+        (groups that hold rows of two places or more, or a place of at least
+        twice the mean place's tokens, hold more than half of the tokens;
+        rows at one place, repeated or weighted, have otherwise met none),
         from the first of them; the run
         ends early once the current plateau, begun at step s, holds more than
         s states (it is then the longest so far), and takes no step when
@@ -639,7 +640,8 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             and a row of weight above the smallest is a group of tokens at
             one place from the start, which has met no other row (the
             plateau rule counts tokens that have met by the groups holding
-            rows of two places or more). Rows of weight zero are no tokens: they are labelled
+            rows of two places or more, or a place of at least twice the
+            mean place's weight). Rows of weight zero are no tokens: they are labelled
             as passive tracers. Group sizes, ``min_cluster_size``, USA's n
             and the energy count tokens by weight; a subsample
             (``max_samples``) is drawn uniformly from the rows of positive
@@ -769,6 +771,9 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         leads = self.model == "unnormalized"
 
         state = _Particles.of(Z, radius * _MERGE_FRACTION, weights)
+        # A place carrying at least this many tokens is a group on its own
+        # (_met_share): twice the places' mean weight (equal rows merged).
+        heavy = 2.0 * float(np.mean(state.weights))
         counts = [_count(state.Z, radius, min_size, state.weights, state.plane)[0]]
         energies = []
         best = _Plateau()
@@ -797,14 +802,15 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
                 )
             # A plateau counts once tokens have met: some group reaches
             # min_size, and most tokens are in groups that hold two rows of
-            # different places or more (_met_share: rows at one place, a
-            # weighted row or repeated rows, have met no other). (Counting
+            # different places or more, or a heavy place (_met_share: rows
+            # at one place, a weighted row or repeated rows, have otherwise
+            # met no other). (Counting
             # every group of min_size, one token when a fraction of 100
             # tokens or fewer rounds up to it, a state where few had met was
             # a plateau: 2-D rows, whose tokens on the circle start close,
             # stopped at the second step with 27 "clusters" of 30.) It
             # begins at the first such state.
-            met = 0 < count < n_tokens and 2.0 * _met_share(state, groups, sizes) > n_tokens
+            met = 0 < count < n_tokens and 2.0 * _met_share(state, groups, sizes, heavy) > n_tokens
             was_met = met
             if run_start > 0 and met and best.offer(run_start, n_iter):
                 saved = (n_iter, state)
@@ -819,7 +825,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         if self.stopping == "horizon" or best.length == 0:
             saved = (n_iter, state)
             if self.stopping == "plateau" and not settled:
-                self._warn_unsettled(counts, state, radius, min_size, n_tokens)
+                self._warn_unsettled(counts, state, radius, min_size, n_tokens, heavy)
         elif self.stopping == "plateau" and not settled and self.verbose:
             print(
                 f"[SelfAttentionDynamics] horizon reached; longest plateau ends at step {saved[0]}"
@@ -854,7 +860,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         self.n_iter_ = n_iter
         return self
 
-    def _warn_unsettled(self, counts, state, radius, min_size, m):
+    def _warn_unsettled(self, counts, state, radius, min_size, m, heavy):
         """The ConvergenceWarning of a plateau rule that found no plateau after tokens met.
 
         Tokens grouped from the start (one feature, clusters tighter than
@@ -871,7 +877,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         """
         _, groups, sizes = _count(state.Z, radius, 1, state.weights, state.plane)
         # A plateau counts once most tokens are in groups of two places or more.
-        paired = _met_share(state, groups, sizes)
+        paired = _met_share(state, groups, sizes, heavy)
         more_time = (
             "Increase max_iter"
             + ("" if isinstance(self.step_size, str) else " or step_size")
@@ -1228,14 +1234,24 @@ class _Plateau:
         return False
 
 
-def _met_share(particles, groups, sizes):
+def _met_share(particles, groups, sizes, heavy):
     """The tokens (by weight) in groups of ``_count`` (labels ``groups`` of the
-    particles, token counts ``sizes``) that hold particles of at least two
-    initial places: the tokens that have met another. Rows at one place
-    from the start (repeated rows, merged into one particle, or a row of
-    weight above the smallest) have met none."""
+    particles, token counts ``sizes``) that have met: groups that hold
+    particles of at least two initial places, or ``heavy`` tokens or more
+    (twice the mean weight of the initial places).
+
+    Rows at one place from the start (repeated rows, merged into one
+    particle, or a weighted row) have met no other in the dynamics, but a
+    place that carries many more tokens than the mean place is a group of
+    its own (aggregated rows, one per cluster, with their counts as
+    weights: two places of 30 beside ten of 1, the mean place 5.8 tokens).
+    Measured against the mean place, not one token: rows all repeated
+    twice, or all of weight 2, are the rows once (equal weights are no
+    weights), and a place of weight 2 among places of 1 and 2 (the mean
+    above 1) is no group of its own.
+    """
     places = np.bincount(groups, weights=particles.places, minlength=len(sizes))
-    return float(np.sum(sizes[places >= 2.0]))
+    return float(np.sum(sizes[(places >= 2.0) | (sizes >= heavy)]))
 
 
 def _count(Z, radius, min_size, weights=None, plane=None):

@@ -1406,3 +1406,23 @@ def test_a_run_where_few_tokens_met_says_so():
         ConvergenceWarning, match=r"Fewer than half of the 100 tokens met .* hold 20"
     ):
         SelfAttentionDynamics(beta=200.0, max_iter=5).fit(X)
+
+
+def test_aggregated_rows_are_groups_of_their_own():
+    # Two rows of 30 copies each (or of weight 30) and ten noisy rows near a
+    # third direction: counting only groups of two places as met, the heavy
+    # places never met, no plateau counted, and the run went to max_iter
+    # with a warning to lower beta (which merges the real clusters). A
+    # place of twice the mean place's tokens is a group of its own.
+    rng = np.random.default_rng(0)
+    d = 5
+    A, B, C = np.eye(d)[0], np.eye(d)[1], -np.ones(d) / np.sqrt(d)
+    C = C + 0.05 * rng.standard_normal((10, d))
+    repeated = np.vstack([np.repeat(A[None], 30, 0), np.repeat(B[None], 30, 0), C])
+    weighted, w = np.vstack([A, B, C]), np.r_[30.0, 30.0, np.ones(10)]
+    for rows, weights in ((repeated, None), (weighted, w)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ConvergenceWarning)
+            model = SelfAttentionDynamics().fit(rows, sample_weight=weights)
+        assert model.n_clusters_ == 3
+        assert model.n_iter_ < 20

@@ -741,11 +741,13 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         cluster no direction for the rest of the stream, so the first batch
         should be drawn from the whole stream (a shuffled sample), or
         ``center=False`` passed for rows already centred. Later batches
-        should be shuffled samples too: under online EM (below) the first
-        16 batches' weight of the stream is replaced by each batch's own
-        statistics, and batches that come one cluster at a time (rows
-        sorted by class or time) lose the clusters they lack, which
-        MiniBatchKMeans's per-centre counts keep. ``n_iter_``,
+        should be shuffled samples too: under online EM (below) a batch
+        that weighs at least a sixteenth of the weight seen replaces the
+        stream's statistics with its own, and batches that come one
+        cluster at a time (rows sorted by class or time) lose the clusters
+        they lack, which MiniBatchKMeans's per-centre counts keep (the
+        linearised update keeps them until a component is reseeded).
+        ``n_iter_``,
         ``loss_curve_``, ``solver_`` and ``noise_scale_`` describe the fit
         that started the stream.
 

@@ -217,9 +217,10 @@ class _Flow:
 
 
 def _span_basis(flow, Z):
-    """``(coordinates, W)`` of the m tokens Z in an orthonormal basis of their
-    span (:func:`~attention_cluster._scale.gram_basis`: a vector y has the
-    coordinates ``(y Z^T) W``, coordinates e are ``e W^T Z``), when the
+    """``(Z64, coordinates, W)``: the m tokens Z in float64, and their
+    coordinates in an orthonormal basis of their span
+    (:func:`~attention_cluster._scale.gram_basis`: a vector y has the
+    coordinates ``(y Z64^T) W``, coordinates e are ``e W^T Z64``), when the
     dynamics may run on them; else None.
 
     With Q = K = V the identity on the sphere, a step moves each token to a
@@ -242,8 +243,8 @@ def _span_basis(flow, Z):
         return None
     if not (flow.query is None and flow.key is None and flow.value is None):
         return None
-    Z = Z.astype(np.float64)
-    return gram_basis(Z @ Z.T)
+    Z64 = Z.astype(np.float64, copy=False)
+    return (Z64, *gram_basis(Z64 @ Z64.T))
 
 
 def attention_flow(
@@ -734,22 +735,23 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         Z = dense_block(
             unit_rows(X) if on_sphere else X.copy(), X.dtype if on_sphere else np.float64
         )
+        # The tokens are ordered by their places in R^d, as given (the
+        # span's coordinates are an eigenbasis whose rounding follows the
+        # rows' order).
+        placed = Z
         span = _span_basis(flow, Z)
         if span is not None:
             # The tokens by their coordinates in the span of the initial
             # ones, and the tracers by those of their projection on it
             # (their inner products with the tokens, all their vote reads).
-            given, (coordinates, W) = Z, span
+            given, coordinates, W = span
             if tracers is not None:
-                products = tracers @ given.T.astype(np.float64)
-                tracers = np.asarray(products @ W, dtype=Z.dtype)
+                tracers = np.asarray((tracers @ given.T) @ W, dtype=Z.dtype)
             Z = np.ascontiguousarray(coordinates, dtype=Z.dtype)
         # token_rows[i]: the row of X of token i.
         token_rows = np.arange(n) if active is None else active
         # The tokens in an order of their places, not of the rows.
-        # (In R^d: the span's coordinates are an eigenbasis whose rounding
-        # follows the rows' order.)
-        order = _place_order(Z if span is None else given, weights)
+        order = _place_order(placed, weights)
         Z, token_rows = np.ascontiguousarray(Z[order]), token_rows[order]
         weights = None if weights is None else weights[order]
         Z0 = Z
@@ -876,7 +878,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         keeps tokens apart longer.
         """
         _, groups, sizes = _count(state.Z, radius, 1, state.weights, state.plane)
-        # A plateau counts once most tokens are in groups of two places or more.
+        # A plateau counts once most tokens have met (_met_share).
         paired = _met_share(state, groups, sizes, heavy)
         more_time = (
             "Increase max_iter"
@@ -1192,14 +1194,14 @@ def _place_order(Z, weights=None):
     the forming clusters). Computed at the power of two of the largest
     entry (exact), whose squares neither overflow nor underflow.
     """
-    Z64 = Z.astype(np.float64) / peak_unit(Z)
     # Summed in the order of the rows' bytes, and ties taken in it: where
     # the mean is zero but for rounding (rows in antipodal pairs), the
     # projections are that rounding, which then depends on the rows alone.
     ranks = _byte_order(Z)
+    ordered = np.divide(Z[ranks], peak_unit(Z), dtype=np.float64)
     w = None if weights is None else weights[ranks]
-    mean = np.average(Z64[ranks], axis=0, weights=w) if len(Z64) else np.zeros(Z.shape[1])
-    return ranks[np.argsort(Z64[ranks] @ mean, kind="stable")]
+    mean = np.average(ordered, axis=0, weights=w) if len(ordered) else np.zeros(Z.shape[1])
+    return ranks[np.argsort(ordered @ mean, kind="stable")]
 
 
 def _step_in_order(flow, particles, t):

@@ -741,12 +741,13 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         cluster no direction for the rest of the stream, so the first batch
         should be drawn from the whole stream (a shuffled sample), or
         ``center=False`` passed for rows already centred. Later batches
-        should be shuffled samples too: under online EM (below) a batch
-        that weighs at least a sixteenth of the weight seen replaces the
-        stream's statistics with its own, and batches that come one
-        cluster at a time (rows sorted by class or time) lose the clusters
-        they lack, which MiniBatchKMeans's per-centre counts keep (the
-        linearised update keeps them until a component is reseeded).
+        may come in any order: under online EM (below) a batch whose
+        weights among the clusters the stream's weights do not explain
+        (rows sorted by class or by time) moves each cluster by its own
+        share, as MiniBatchKMeans's per-centre counts do, and the clusters
+        it lacks keep their statistics; where the clusters overlap so much
+        that such a batch passes for a sample of the stream, they are lost
+        (:mathmd:`7`, "A batch that is not a sample of the stream").
         ``n_iter_``,
         ``loss_curve_``, ``solver_`` and ``noise_scale_`` describe the fit
         that started the stream.

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.special import logsumexp
+from scipy.stats import chi2
 from sklearn.utils import check_random_state
 
 from ._model import MIN_VARIANCE
@@ -1067,17 +1068,37 @@ class OnlineEM(_OneBatch):
     pass-layer data objects (``_passes``) whose scale ``s`` is fixed at the
     first batch. Plain attributes: pickles between calls.
 
-    ``alpha``, ``g`` and ``eta`` are chosen in ``benchmarks/streaming.py``
-    (``math.md`` section 7, "One pass over a stream": ``gamma_n = min(1, g
-    W_b / W_n)^alpha``, averaged with weights ``W_b W_n^eta``).
+    The recursion takes each batch for a sample of the stream. A batch whose
+    weights among the components the stream's weights do not explain (a
+    chi-square test at level ``significance``; rows sorted by class or by
+    time) updates each component by its own share instead
+    (:meth:`_component_step`): the clusters it lacks keep their statistics.
+    ``significance=0`` takes every batch for a sample.
+
+    ``alpha``, ``g``, ``eta`` and ``significance`` are chosen in
+    ``benchmarks/streaming.py`` (``math.md`` section 7, "One pass over a
+    stream": ``gamma_n = min(1, g W_b / W_n)^alpha``, averaged with weights
+    ``W_b W_n^eta``; "A batch that is not a sample of the stream").
     """
 
-    def __init__(self, heads, weights, noise, radii=None, free=None, alpha=0.6, gain=16.0, eta=0.0):
+    def __init__(
+        self,
+        heads,
+        weights,
+        noise,
+        radii=None,
+        free=None,
+        alpha=0.6,
+        gain=16.0,
+        eta=0.0,
+        significance=0.01,
+    ):
         super().__init__(heads, weights, noise, radii, free)
         d, K = heads.shape
         self.alpha = alpha
         self.eta = eta
         self.gain = gain
+        self.significance = significance
         self.stats = (np.zeros((K, d)), np.zeros(K))
         self.averaged = (np.zeros((K, d)), np.zeros(K))
         self.average_weight = 0.0
@@ -1093,6 +1114,8 @@ class OnlineEM(_OneBatch):
     def _step(self, data, batch, share, floor, p):
         """One online EM step on the batch (one E-step pass); returns the averaged parameters."""
         S, counts, _ = data.e_step(*p.attention()[:3])
+        if not self._is_sample(counts / batch, data.n_weighted):
+            return self._component_step(S, counts, batch, share, floor, p)
         gamma = min(1.0, self.gain * share) ** self.alpha
         self.stats = tuple(s + gamma * (new / batch - s) for s, new in zip(self.stats, (S, counts)))
         self.params = _maximize(*self.stats, 1.0, self.mean_sq, floor, p)
@@ -1100,6 +1123,60 @@ class OnlineEM(_OneBatch):
         self.average_weight += step
         rate = step / self.average_weight
         self.averaged = tuple(a + rate * (s - a) for a, s in zip(self.averaged, self.stats))
+        return _maximize(*self.averaged, 1.0, self.mean_sq, floor, self.params)
+
+    def _is_sample(self, shares, n_rows):
+        """Whether a batch of ``n_rows`` rows whose weight falls on the
+        components in ``shares`` (summing to 1) passes for a sample of the
+        stream: Pearson's ``n sum_k (c_k - pi_k)^2 / pi_k`` over the
+        components of positive weight ``pi_k`` (the running statistics')
+        at most its ``1 - significance`` quantile (``math.md`` section 7, "A
+        batch that is not a sample of the stream"). The first batch, before
+        any statistics, is one."""
+        pi = self.stats[1]
+        held = pi > 0.0
+        if self.significance <= 0.0 or np.count_nonzero(held) < 2:
+            return True
+        pearson = n_rows * float(np.sum((shares[held] - pi[held]) ** 2 / pi[held]))
+        return pearson <= chi2.isf(self.significance, np.count_nonzero(held) - 1)
+
+    def _component_step(self, S, counts, batch, share, floor, p):
+        """The step of a batch that is not a sample of the stream: each
+        component by its own share (``math.md`` section 7, "A batch that is
+        not a sample of the stream"); returns the averaged parameters.
+
+        The weights are the exact running mean of the batches' shares,
+        ``pi_k <- pi_k + (W_b / W_n) (c_k - pi_k)``; each component's mean row
+        ``m_k = (S_k / N) / pi_k`` moves by the batch's part of the
+        component's weight seen, ``m_k <- m_k + (counts_k / (pi_k W_n))
+        (S_k^b / counts_k - m_k)`` (a running mean per component, as
+        MiniBatchKMeans' per-centre counts); the average holds the new
+        weights and averages each component's mean row with weights
+        ``counts_k W_n^eta``. A component the batch does not reach keeps its
+        statistics, in the running and the averaged ones.
+        """
+        if not self.average_weight:  # the average restarts (reseed): at the statistics
+            self.averaged = self.stats
+        pi = self.stats[1]
+        pi_new = pi + share * (counts / batch - pi)
+        step = counts * self.seen**self.eta
+        reached = counts > 0.0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            running, averaged = (
+                np.where(p_held[:, None] > 0.0, S_held / p_held[:, None], 0.0)
+                for S_held, p_held in (self.stats, self.averaged)
+            )
+            batch_mean = S[reached] / counts[reached, None]
+        running[reached] += (counts / (pi_new * self.seen))[reached, None] * (
+            batch_mean - running[reached]
+        )
+        # Each component's mean row averaged with weights counts_k W_n^eta.
+        rate = step[reached] / (self.averaged[1][reached] * self.average_weight + step[reached])
+        averaged[reached] += rate[:, None] * (running[reached] - averaged[reached])
+        self.stats = (pi_new[:, None] * running, pi_new)
+        self.averaged = (pi_new[:, None] * averaged, pi_new)
+        self.average_weight += batch * self.seen**self.eta
+        self.params = _maximize(*self.stats, 1.0, self.mean_sq, floor, p)
         return _maximize(*self.averaged, 1.0, self.mean_sq, floor, self.params)
 
 

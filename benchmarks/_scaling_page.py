@@ -1,4 +1,5 @@
-"""docs/scaling_out.md and its figure, from results/streaming.json and results/out_of_core.json."""
+"""docs/scaling_out.md and its figure, from results/streaming.json, results/stream_order.json
+and results/out_of_core.json."""
 
 import json
 from pathlib import Path
@@ -125,10 +126,14 @@ parameters) the update is online EM on the sufficient statistics (Cappe and
 Moulines 2009): `s_n = s_{n-1} + gamma_n (sbar(batch_n) - s_{n-1})` with
 `gamma_n = min(1, 16 / n)^0.6`, the centres being the M step at the average
 of the `s_n`. A component whose weight falls below one row of the stream is
-reseeded at the batch's row worst explained, with a warning. Batches
-should be shuffled samples of the stream: while gamma_n is 1, a batch's
-statistics replace the stream's, and batches sorted by cluster (class or
-time order) lose the clusters they lack. The stream
+reseeded at the batch's row worst explained, with a warning. The recursion
+takes each batch for a sample of the stream: while gamma_n is 1 a batch's
+statistics replace the stream's. A batch whose weights among the
+components the stream's weights do not explain (Pearson's chi-square test
+at the 1% level; a stream sorted by class or by time) moves each component
+by its own share instead, as MiniBatchKMeans' per-centre counts do, and the
+clusters it lacks keep their statistics (math.md section 7, "A batch that
+is not a sample of the stream"; measured below). The stream
 holds no d x d matrix: a batch costs its passes and the memory of one batch
 (a batch that reseeds a component is formed densely once, sparse or not).
 `n_steps_` counts the calls, `labels_` labels the last batch, and the
@@ -411,9 +416,95 @@ def _zarr_section(z):
     return lines, checks
 
 
+def _order_section(run):
+    """The stream in the clusters' order: partial_fit and MiniBatchKMeans,
+    shuffled and sorted batches (benchmarks/stream_order.py)."""
+    rows = run["rows"]
+    settings = sorted({(r["n"], r["d"], r["K"], r["noise"], r["batch"]) for r in rows})
+    seeds = len({r["seed"] for r in rows})
+    lines = [
+        "### Batches in the clusters' order: measured",
+        "",
+        f"`benchmarks/stream_order.py{' --quick' if run['quick'] else ''}`: a first batch of "
+        f"{run['first']} rows drawn from the whole stream, then the other rows in batches, "
+        "shuffled or sorted by cluster (a stream ordered by class or by time), one pass; "
+        "`partial_fit` against `MiniBatchKMeans.partial_fit` on the same batches. ARI of the "
+        "final model on the whole stream and distance to the centroids (math.md section 5), "
+        f"medians over {seeds} seeds; *update* is the stream's (`OnlineEM` below 64 rows per "
+        "parameter)." + run_facts(run, load=False),
+        "",
+        "| n | d | K | sigma | batch | update | partial_fit ARI, shuffled | sorted | "
+        "MiniBatchKMeans ARI, shuffled | sorted | partial_fit distance, shuffled | sorted | "
+        "MiniBatchKMeans distance, shuffled | sorted |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    kept = []
+    for n, d, K, noise, batch in settings:
+        cell = {}
+        for order in ("shuffled", "sorted"):
+            at = [
+                r
+                for r in rows
+                if (r["n"], r["d"], r["K"], r["noise"], r["batch"], r["order"])
+                == (n, d, K, noise, batch, order)
+            ]
+            for key in ("partial_fit ARI", "MiniBatchKMeans ARI"):
+                cell[key, order] = float(np.median([r[key] for r in at]))
+            for key in ("partial_fit distance", "MiniBatchKMeans distance"):
+                cell[key, order] = float(np.median([r[key] for r in at]))
+            updates = sorted({r["update"] for r in at})
+        kept.append(
+            (
+                (n, d, K, noise, batch),
+                cell["partial_fit ARI", "sorted"] >= cell["partial_fit ARI", "shuffled"] - 0.05,
+                cell,
+            )
+        )
+        lines.append(
+            f"| {n} | {d} | {K} | {noise} | {batch} | {', '.join(updates)} | "
+            + " | ".join(
+                f"{cell[key, order]:.2f}"
+                for key in ("partial_fit ARI", "MiniBatchKMeans ARI")
+                for order in ("shuffled", "sorted")
+            )
+            + " | "
+            + " | ".join(
+                f"{cell[key, order]:.3f}"
+                for key in ("partial_fit distance", "MiniBatchKMeans distance")
+                for order in ("shuffled", "sorted")
+            )
+            + " |"
+        )
+    lost = [(setting, cell) for setting, ok, cell in kept if not ok]
+    lines += [
+        "",
+        f"Sorted batches end within 0.05 of the shuffled stream's ARI in "
+        f"{len(kept) - len(lost)} of {len(kept)} settings.",
+    ]
+    if lost:
+        lines[-1] += (
+            " Where they do not ("
+            + "; ".join(
+                f"n = {n}, d = {d}, K = {K}, sigma = {noise}, batches of {batch}: "
+                f"{cell['partial_fit ARI', 'sorted']:.2f} against "
+                f"{cell['partial_fit ARI', 'shuffled']:.2f} shuffled, MiniBatchKMeans "
+                f"{cell['MiniBatchKMeans ARI', 'sorted']:.2f}"
+                for (n, d, K, noise, batch), cell in lost
+            )
+            + "): there the clusters overlap (the shuffled stream's ARI is "
+            f"{max(cell['partial_fit ARI', 'shuffled'] for _, cell in lost):.2f} at most), the "
+            "test lets some batches of one cluster's rows pass for samples of the stream, and "
+            'those move every component into their cluster (math.md section 7, "A batch that '
+            'is not a sample of the stream").'
+        )
+    lines.append("")
+    return lines
+
+
 def write_page(results, docs):
     results, docs = Path(results), Path(docs)
     stream, ooc = _load(results, "streaming"), _load(results, "out_of_core")
+    order_run = _load(results, "stream_order")
     zarr_run = ooc.get("zarr") if ooc else None
     ooc = list(ooc.get("runs", {}).values()) if ooc else []
     summary = _stream_summary(stream) if stream else {}
@@ -513,6 +604,8 @@ def write_page(results, docs):
                 ),
                 "",
             ]
+    if order_run:
+        lines += _order_section(order_run)
     lines.append(DASK)
     if ooc:
         lines += [

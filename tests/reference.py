@@ -211,27 +211,46 @@ def sphere_euler_step(X, beta, step_sizes, normalised=True):
     return Y / np.linalg.norm(Y, axis=1, keepdims=True)
 
 
-def online_em(batches, U, pi, radius, tau, inv_scale, alpha, gain):
+def online_em(batches, U, pi, radius, tau, inv_scale, alpha, gain, significance=0.01):
     """Online EM (Cappe and Moulines 2009) written out, unweighted batches.
 
     s_n = s_{n-1} + min(1, g |B_n| / N_n)^alpha (sbar_n(theta_{n-1}) - s_{n-1})
     on s = (S / N, counts / N), theta_n the M step of math.md section 7 at
     s_n with m2 the exact running mean of ||x / s||^2; returns the heads of
-    the M step at the plain average of the s_n.
+    the M step at the plain average of the s_n. A batch whose shares c of
+    the components fail Pearson's test against the running weights (math.md
+    section 7, "A batch that is not a sample of the stream") moves the
+    weights as a running mean and each component's mean row by its part of
+    the component's weight seen, the average likewise per component.
     """
+    from scipy.stats import chi2
+
     d, K = U.shape
     s = [np.zeros((K, d)), np.zeros(K)]
     avg = [np.zeros((K, d)), np.zeros(K)]
-    seen, sum_sq = 0, 0.0
+    seen, sum_sq, averaged_weight = 0, 0.0, 0.0
     for n, X in enumerate(batches, start=1):
         X = np.asarray(X, dtype=np.float64) * inv_scale
         seen += len(X)
         sum_sq += float(np.sum(X**2))
         m2 = sum_sq / seen
         S, counts, _ = mixture_e_step(X, U, np.log(pi), radius / tau**2)
-        gamma = min(1.0, gain * len(X) / seen) ** alpha
-        s = [s[0] + gamma * (S / len(X) - s[0]), s[1] + gamma * (counts / len(X) - s[1])]
-        avg = [a + (v - a) / n for a, v in zip(avg, s)]
+        c = counts / len(X)
+        pearson = len(X) * np.sum((c - s[1]) ** 2 / s[1]) if n > 1 else 0.0
+        if n > 1 and pearson > chi2.isf(significance, K - 1):
+            weights = s[1] + len(X) / seen * (c - s[1])
+            mean = s[0] / s[1][:, None]
+            mean = mean + (counts / (weights * seen))[:, None] * (S / counts[:, None] - mean)
+            mean_avg = avg[0] / avg[1][:, None]
+            rate = counts / (avg[1] * averaged_weight + counts)
+            mean_avg = mean_avg + rate[:, None] * (mean - mean_avg)
+            s = [weights[:, None] * mean, weights]
+            avg = [weights[:, None] * mean_avg, weights]
+        else:
+            gamma = min(1.0, gain * len(X) / seen) ** alpha
+            s = [s[0] + gamma * (S / len(X) - s[0]), s[1] + gamma * (counts / len(X) - s[1])]
+            avg = [a + (v - a) * len(X) / (averaged_weight + len(X)) for a, v in zip(avg, s)]
+        averaged_weight += len(X)
         U = (s[0] / np.linalg.norm(s[0], axis=1, keepdims=True)).T
         radius = float(np.sum(np.linalg.norm(s[0], axis=1)))
         tau = np.sqrt((m2 - radius**2) / d)

@@ -217,6 +217,14 @@ def test_scaling_benchmarks_quick_mode(tmp_path):
     stream = _run_quick("streaming.py", tmp_path)[1]
     for r in stream["rows"]:
         assert r["floor"] > 0 and r["partial_fit"] > 0 and r["PSGD"] > 0 and r["fit in memory"] > 0
+    # benchmarks/stream_order.py: every mixture, batch size and order, both models.
+    order = _run_quick("stream_order.py", tmp_path)[1]
+    assert {(r["batch"], r["order"]) for r in order["rows"]} == {
+        (b, o) for b in (100, 1000) for o in ("shuffled", "sorted")
+    }
+    for r in order["rows"]:
+        for model in ("partial_fit", "MiniBatchKMeans"):
+            assert -1.0 <= r[model + " ARI"] <= 1.0 and r[model + " distance"] > 0
     module, ooc = _run_quick("out_of_core.py", tmp_path)
     assert set(ooc["seconds"]) == {"read once", "dask fit", "load and fit", "dask-ml KMeans"}
     # At least the first read (moments and subsamples) and one E step on all rows.
@@ -236,6 +244,7 @@ def test_scaling_benchmarks_quick_mode(tmp_path):
     assert {"dask", "distributed", "zarr"} <= set(zarr_run["versions"])
     page = (tmp_path / "scaling_out.md").read_text()
     assert "Load average" in page and "### A Zarr store" in page
+    assert "### Batches in the clusters' order: measured" in page
     assert page.split("## Out of core: measured", 1)[1].count("Versions: Python") == 2
     assert (
         "## Against the targets" in page and page.count("| yes |") + page.count("| **no** |") == 9

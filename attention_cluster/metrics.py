@@ -153,8 +153,10 @@ def class_means_distance(X, labels, centroids):
 
     The centroid of each component estimated from its own points (labels
     known), projected on the sphere, and its :func:`centroid_distance` to
-    the centroids: what no estimator of the directions, which does not see
-    the labels, can beat by much on this sample.
+    the centroids' directions (the centroids normalised, as
+    :func:`information_limit` takes them at any common norm): what no
+    estimator of the directions, which does not see the labels, can beat by
+    much on this sample.
 
     Parameters
     ----------
@@ -171,7 +173,8 @@ def class_means_distance(X, labels, centroids):
     ------
     ValueError
         If X is not finite or not 2-D, the labels are not one integer in
-        ``0 .. n_clusters - 1`` per row, or a class has no row.
+        ``0 .. n_clusters - 1`` per row, a class has no row, or a centroid
+        is zero (it has no direction).
 
     Examples
     --------
@@ -183,6 +186,15 @@ def class_means_distance(X, labels, centroids):
     """
     centroids = _as_2d(centroids, "centroids")
     K = len(centroids)
+    # Directions: each centroid over its largest entry, then its norm.
+    peaks = np.max(np.abs(centroids), axis=1, keepdims=True)
+    if not np.all(peaks > 0.0):
+        raise ValueError(
+            f"centroids {np.flatnonzero(peaks[:, 0] == 0).tolist()} are zero: "
+            "a zero centroid has no direction to compare the class means with."
+        )
+    centroids = centroids / peaks
+    centroids /= np.linalg.norm(centroids, axis=1, keepdims=True)
     X = check_array(X, dtype=np.float64, input_name="X")
     if X.shape[1] != centroids.shape[1]:
         raise ValueError(

@@ -659,6 +659,21 @@ def test_class_means_distance_ignores_the_scale_of_x(exponent):
 
 
 @settings(max_examples=20, deadline=None)
+@given(exponent=st.integers(-300, 300))
+@example(exponent=1)
+def test_class_means_distance_compares_directions_at_any_norm_of_the_centroids(exponent):
+    # The class means are normalised; the centroids were not: at 10 C the
+    # "floor" was 162 (the norms' mismatch), where information_limit takes
+    # centroids of any common norm and names this floor.
+    X, y, C = make_mixture(2000, 10, 2, noise=0.3, random_state=0)
+    base = class_means_distance(X, y, C)
+    scaled = class_means_distance(X * 10.0**exponent, y, C * 10.0**exponent)
+    assert scaled == pytest.approx(base, rel=1e-9)
+    with pytest.raises(ValueError, match=r"centroids \[1\] are zero"):
+        class_means_distance(X, y, np.vstack([C[0], np.zeros(10)]))
+
+
+@settings(max_examples=20, deadline=None)
 @given(exponent=st.integers(-300, 300), K=st.integers(1, 4), seed=st.integers(0, 2**16))
 @example(exponent=160, K=2, seed=0)
 @example(exponent=-200, K=2, seed=0)

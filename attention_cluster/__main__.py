@@ -1,6 +1,6 @@
 """``python -m attention_cluster``: the demonstration table (see ``_demo.py``)."""
 
 if __name__ == "__main__":
-    from ._demo import run
+    from ._demo import main
 
-    run()
+    main()

@@ -1,6 +1,7 @@
 """The demo behind `make demo` runs and prints its table."""
 
 import numpy as np
+import pytest
 
 from attention_cluster._demo import COLUMNS, run
 
@@ -18,3 +19,22 @@ def test_demo_prints_one_row_per_method_and_data_set():
     for _, _, seconds, ari, dist, bayes in mixture:
         assert seconds > 0 and ari > 0.8 and dist < 0.05
         assert bayes == np.float64(bayes) and 0.009 < bayes < 0.0095
+
+
+def test_the_command_line_parses_its_options_before_any_fit(capsys, monkeypatch):
+    # python -m attention_cluster: --help printed the whole table (it took
+    # no options) and an unknown option was ignored with status 0.
+    import attention_cluster._demo as demo
+
+    calls = []
+    monkeypatch.setattr(demo, "run", lambda **kwargs: calls.append(kwargs))
+    with pytest.raises(SystemExit) as exit_help:
+        demo.main(["--help"])
+    assert exit_help.value.code == 0 and "--n-samples" in capsys.readouterr().out
+    for argv in (["--no-such-flag"], ["--n-samples", "10"], ["--random-state", "-1"]):
+        with pytest.raises(SystemExit) as exit_bad:
+            demo.main(argv)
+        assert exit_bad.value.code == 2
+    assert not calls
+    demo.main(["--n-samples", "500", "--random-state", "3"])
+    assert calls == [{"n_samples": 500, "random_state": 3}]

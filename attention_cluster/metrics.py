@@ -452,11 +452,17 @@ def interference(noise, n_clusters=2):
     K = check_count(n_clusters, "n_clusters")
     if K == 1:
         return np.zeros_like(sigma)[()]
+    # The score differences' means in standard deviations, 1 / (sqrt(2) sigma):
+    # infinite for subnormal sigma, whose error is then 0 (bayes_error's rule).
+    with np.errstate(divide="ignore", over="ignore"):
+        z = 1.0 / (np.sqrt(2.0) * sigma)
     if K == 2:
-        with np.errstate(divide="ignore"):
-            return special.ndtr(-1.0 / (np.sqrt(2.0) * sigma))[()]
+        return special.ndtr(-z)[()]
     gap = np.ones(K - 1)
-    out = [_error_independent(gap, s, np.full(K - 1, s)) if s > 0 else 0.0 for s in sigma.ravel()]
+    out = [
+        _error_independent(gap, s, np.full(K - 1, s)) if margin <= _BEYOND else 0.0
+        for s, margin in zip(sigma.ravel(), z.ravel())
+    ]
     return np.reshape(out, sigma.shape)[()]
 
 

@@ -149,6 +149,16 @@ def test_interference_matches_the_paper():
     assert interference(0.0) == 0.0
 
 
+@pytest.mark.parametrize("K", [2, 3, 5])
+def test_interference_of_subnormal_noise_is_zero_as_bayes_error_says(K):
+    # 1 / sigma overflowed: K > 2 raised SciPy's "Infinity inputs cannot be
+    # used with break points", K = 2 warned of an overflow.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(interference(np.array([1e-309, 1e-310, 0.0]), K), 0.0)
+        assert interference(1e-310, K) == bayes_error(np.eye(K, K + 1), 1e-310) == 0.0
+
+
 @pytest.mark.parametrize("sigma", [0.05, 0.1, 0.3, 1.0, 5.0])
 def test_quadrature_reproduces_the_two_cluster_closed_form(sigma):
     # The 1-D integral used for K > 2, run with K = 2 (one competitor), keeps

@@ -553,6 +553,15 @@ def information_limit(centroids, noise, n_samples, weights=None, n_draws=1_000_0
             f"tolerance {rtol:.1e} for {dtype} centroids."
         )
     mu = centroids / r
+    # Coinciding centroids (equal directions, up to rounding) make the
+    # information singular whatever n_draws: said before the draws.
+    overlaps = np.triu(mu @ mu.T, 1)
+    if np.any(overlaps >= 1.0 - 1e-12):
+        i, j = np.argwhere(overlaps >= 1.0 - 1e-12)[0]
+        raise ValueError(
+            f"centroids {i} and {j} coincide: the mixture cannot tell them apart, and its "
+            "Fisher information is singular."
+        )
     tau2 = sigma * sigma
     # E_k: orthonormal basis of mu_k's complement (the last d - 1 left
     # singular vectors of the column mu_k).
@@ -586,7 +595,7 @@ def information_limit(centroids, noise, n_samples, weights=None, n_draws=1_000_0
         # pi_min n_draws of them (see n_draws above).
         raise ValueError(
             "The Fisher information is singular: the directions cannot be estimated "
-            f"(centroids that coincide), or n_draws={n_draws} is too small for the "
+            f"(centroids that nearly coincide), or n_draws={n_draws} is too small for the "
             f"p={n_params} parameters or for the lightest cluster, of weight {pi.min():.3g} "
             f"(about {n_draws * pi.min():.3g} of the draws): draw well over "
             f"1 / min(weights) = {1.0 / pi.min():.3g}."

@@ -1033,11 +1033,17 @@ def auto_temperature(noise, sequence_length, *, n_clusters, n_features, eigenval
     unbiased = float(unbiased_temperature(sigma, L, n_clusters=K))
     caps = [0.95 * float(_lambda_star(sigma**2, L, K, d))]
     if eigenvalues is not None:
-        eigenvalues = np.asarray(eigenvalues, dtype=np.float64)
-        if eigenvalues.shape != (n_features,) or not np.all(np.isfinite(eigenvalues)):
+        numbers = as_numbers(eigenvalues)
+        if numbers is None or numbers.shape != (n_features,) or not np.all(np.isfinite(numbers)):
+            shape = "not numbers" if numbers is None else f"shape {numbers.shape}"
             raise ValueError(
-                f"eigenvalues must be {n_features} finite numbers (one per feature), "
-                f"got shape {eigenvalues.shape}."
+                f"eigenvalues must be {n_features} finite numbers (one per feature), got {shape}."
+            )
+        eigenvalues = numbers
+        if np.any(eigenvalues < 0.0):
+            raise ValueError(
+                "eigenvalues must be >= 0: they are those of a second moment, got "
+                f"{eigenvalues.min():.3g}."
             )
         if np.any(np.diff(eigenvalues) > 0):
             raise ValueError("eigenvalues must be in descending order: the first is the largest.")

@@ -842,6 +842,20 @@ def test_closed_forms_refuse_bad_heads_and_centroids_before_work(function, heads
             ),
             "descending order",
         ),
+        # NumPy's bare "could not convert string to float", and negative
+        # eigenvalues, which no second moment has, were taken.
+        (
+            lambda: theory.auto_temperature(
+                0.3, 10, n_clusters=2, n_features=3, eigenvalues=["a", "b", "c"]
+            ),
+            "eigenvalues must be 3 finite numbers .* got not numbers",
+        ),
+        (
+            lambda: theory.auto_temperature(
+                0.3, 10, n_clusters=2, n_features=3, eigenvalues=[-1.0, -2.0, -3.0]
+            ),
+            "eigenvalues must be >= 0",
+        ),
     ],
     ids=lambda v: "" if callable(v) else v[:24],
 )

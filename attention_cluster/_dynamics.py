@@ -912,7 +912,8 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
                 "No tokens met"
                 if paired == 0.0
                 else f"Fewer than half of the {m:.15g} tokens met (groups of rows of two places "
-                f"or more hold {paired:g}; a plateau counts once most have)"
+                "or more, or holding a place of twice the mean place's tokens, hold "
+                f"{paired:g}; a plateau counts once most have)"
             )
             message = (
                 f"{met} within max_iter={self.max_iter} steps: the final state is "

@@ -1755,17 +1755,20 @@ class DaskRows(_Rows):
         persisted on the workers. A subsample of at most ``_CLIENT_ROWS``
         rows is returned as a :class:`DenseRows` (in memory, one thread); a
         larger one stays on the workers, as a :class:`DaskRows` whose passes
-        are Dask computations over its blocks. Returns ``self`` when there
-        are at most ``size`` rows and more than ``_CLIENT_ROWS``; ``size``
-        counts rows of positive weight, as :meth:`DenseRows.subsample`'s.
+        are Dask computations over its blocks. ``size`` counts rows of
+        positive weight, as :meth:`DenseRows.subsample`'s: with at most
+        ``size`` of them, every one, pulled in one read of X (the rows of
+        zero weight left on the workers) when they are at most
+        ``_CLIENT_ROWS``, else ``self``, however many rows of zero weight X
+        holds besides.
         """
         if self.n_weighted <= size:
-            if self.n_samples > _CLIENT_ROWS:
+            if self.n_weighted > _CLIENT_ROWS:
                 return self
-            rows, weight = self._compute("subsample", self._X, self.sample_weight)
-            return _block_rows(
-                np.asarray(rows, dtype=self.dtype), weight, self.scale, self.offset, self.compiled
-            )
+            parts = self._blocks("subsample of the rows of positive weight", _positive)
+            weight = None if self.sample_weight is None else np.concatenate([w for _, w in parts])
+            rows = np.concatenate([r for r, _ in parts])
+            return _block_rows(rows, weight, self.scale, self.offset, self.compiled)
         draw, fraction = self._draw_for(rng, size)
         if draw.taken is None:
             self._take_draw(draw)

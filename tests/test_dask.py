@@ -143,6 +143,26 @@ def test_fit_with_subsamples_on_the_workers_as_numpy(client, monkeypatch, capsys
     assert lazy.refine_n_iter_ == dense.refine_n_iter_
 
 
+@pytest.mark.parametrize("n_clusters", [2, "auto"])
+def test_few_weighted_rows_of_many_are_pulled_as_numpy_takes_them(client, monkeypatch, n_clusters):
+    # More rows than the client holds, of which at most a subsample's have
+    # positive weight: the subsample was X itself, kept on the workers, and
+    # the start, which projects its rows in memory, raised AttributeError
+    # ("auto": TypeError). The rows of positive weight are pulled, and the
+    # fit is NumPy's.
+    monkeypatch.setattr(_passes, "_CLIENT_ROWS", 16384)
+    X = make_mixture(40_000, 2, 2, noise=0.5, random_state=6)[0].astype(np.float32)
+    w = np.zeros(len(X))
+    w[::100] = 1.0 + np.arange(400) % 3
+    dense = AttentionClustering(n_clusters, random_state=0).fit(X, sample_weight=w)
+    lazy = AttentionClustering(n_clusters, random_state=0).fit(
+        _on_cluster(X, (10_000, -1)), sample_weight=_on_cluster(w, 10_000)
+    )
+    assert lazy.n_clusters_ == dense.n_clusters_
+    np.testing.assert_allclose(lazy.cluster_centers_, dense.cluster_centers_, atol=ATOL[np.float32])
+    np.testing.assert_array_equal(lazy.labels_.compute(), dense.labels_)
+
+
 def _read_block(X, lo, hi):
     return X[lo:hi].copy()
 

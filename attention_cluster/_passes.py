@@ -1507,7 +1507,9 @@ class DaskRows(_Rows):
         import dask
 
         self._X, self.sample_weight = dask.persist(
-            _renamed(self._X), None if self.sample_weight is None else _renamed(self.sample_weight)
+            _renamed(self._X),
+            None if self.sample_weight is None else _renamed(self.sample_weight),
+            optimize_graph=False,
         )
         return True
 

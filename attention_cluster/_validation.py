@@ -346,14 +346,16 @@ def check_dask_sample_weight(sample_weight, X):
     if sample_weight.shape != (X.shape[0],):
         raise ValueError(f"sample_weight.shape == {sample_weight.shape}, expected {(X.shape[0],)}.")
     w = sample_weight.astype(np.float64).rechunk((X.chunks[0],))
-    finite, negative, peak = da.compute(da.isfinite(w).all(), (w < 0).any(), w.max())
+    finite, negative, peak = da.compute(
+        da.isfinite(w).all(), (w < 0).any(), w.max(), optimize_graph=False
+    )
     if not finite or negative:
         _check_weight_summary(bool(finite), bool(negative), 0.0)
     unit = power_of_two_unit(peak)
     w = w / unit
     # Of the relative weights, which cannot overflow; with the rows of
     # positive weight, which the subsamples count.
-    total, positive = da.compute(w.sum(), (w > 0.0).sum())
+    total, positive = da.compute(w.sum(), (w > 0.0).sum(), optimize_graph=False)
     _check_weight_summary(True, False, float(total))
     return w, float(total), unit, int(positive)
 

@@ -405,6 +405,40 @@ def test_x_kept_in_the_workers_memory_is_read_once_and_released(client, monkeypa
     np.testing.assert_array_equal(lazy.labels_.compute(), dense.labels_)
 
 
+def test_weights_chunked_unlike_x_leave_nothing_on_the_workers(client):
+    # Integer weights chunked unlike X are cast and rechunked: their checks
+    # computed those keys by an optimised graph and the passes by another,
+    # and the scheduler logged "Detected different `run_spec`" (which can
+    # deadlock it), and kept some of the weights' blocks after the fit.
+    import logging
+
+    X = make_mixture(20_000, 4, 2, noise=0.6, random_state=2)[0]
+    Xd = da.from_array(X, chunks=(5000, -1))
+    w = np.random.default_rng(0).integers(0, 4, len(X))
+    expected = AttentionClustering(2, random_state=0).fit(X, sample_weight=w)
+    before = _blocks_on_workers(client)
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("distributed.scheduler")
+    logger.addHandler(handler)
+    try:
+        for _ in range(3):
+            lazy = AttentionClustering(2, random_state=0).fit(
+                Xd, sample_weight=da.from_array(w, chunks=9000)
+            )
+            np.testing.assert_allclose(
+                lazy.cluster_centers_, expected.cluster_centers_, atol=ATOL[np.float64]
+            )
+    finally:
+        logger.removeHandler(handler)
+    assert not [r.getMessage() for r in records if "run_spec" in r.getMessage()]
+    deadline = time.monotonic() + 10  # the scheduler releases the blocks asynchronously
+    while _blocks_on_workers(client) - before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _blocks_on_workers(client) - before
+
+
 def test_x_is_kept_while_the_client_refreshes_its_scheduler_info(client, mixture):
     # The client refreshes its cached scheduler_info() in the background,
     # every 2 s by default, with a copy that lists no workers. A client that

@@ -233,7 +233,9 @@ def check_dask_array(estimator, X, *, reset):
     Checks what the graph's metadata show: two dimensions, known chunks,
     whole rows in each block, NumPy blocks, at least one row and one
     feature, a numeric dtype
-    (converted lazily to float64 unless float32), and the width against
+    (converted lazily to float64 unless float32; a DataFrame's columns of
+    pandas' extension dtypes of numbers as :func:`_numpy_columns` converts
+    them), and the width against
     ``n_features_in_`` (recorded when ``reset``, with a DataFrame's string
     column names as ``feature_names_in_``). A DataFrame's row count is its
     one computation (a pass over the index), after every other check.
@@ -251,6 +253,7 @@ def check_dask_array(estimator, X, *, reset):
         columns = list(X.columns)
         if columns and all(isinstance(c, str) for c in columns):
             names = np.asarray(columns, dtype=object)
+        X = _numpy_columns(X)
         # The columns' checks on the lazy array (rows of unknown count),
         # then lengths=True counts the partitions' rows.
         _check_dask_columns(estimator, X.to_dask_array(), names, reset=reset)
@@ -283,6 +286,34 @@ def check_dask_array(estimator, X, *, reset):
         if names is not None and fitted is None:
             warn(f"X has feature names, but {name} was fitted without feature names")
     return X
+
+
+def _numpy_columns(frame):
+    """A Dask DataFrame whose columns all hold numbers in pandas' extension
+    dtypes (``Float64``, ``Int64``, ``double[pyarrow]``), some of them, as
+    NumPy floats: float32 when every column holds float32, else float64,
+    converted as each partition is read, a missing value as NaN (which the
+    first pass reports). Their ``to_dask_array`` is of dtype object, which
+    :func:`_check_dask_columns` refuses; pandas frames in memory are
+    converted by ``validate_data``. Any other frame is returned as it is."""
+    import pandas as pd
+
+    dtypes = list(frame.dtypes)
+    if all(isinstance(t, np.dtype) for t in dtypes) or not all(
+        pd.api.types.is_numeric_dtype(t) for t in dtypes
+    ):
+        return frame
+    float32 = all(np.dtype(getattr(t, "numpy_dtype", t)) == np.float32 for t in dtypes)
+    dtype = np.float32 if float32 else np.float64
+    return frame.map_partitions(_float_partition, dtype, meta=_float_partition(frame._meta, dtype))
+
+
+def _float_partition(part, dtype):
+    """A pandas partition's columns as one NumPy ``dtype``, a missing value as NaN."""
+    import pandas as pd
+
+    values = part.to_numpy(dtype=dtype, na_value=np.nan)
+    return pd.DataFrame(values, index=part.index, columns=part.columns)
 
 
 def _check_dask_columns(estimator, X, names, *, reset):

@@ -230,7 +230,11 @@ each pass.
   checked; the other rows at the next); in
   `predict` and `transform` a block with NaN raises when computed. A
   DataFrame's row count is computed once (`to_dask_array(lengths=True)`),
-  after its columns' checks (width, names, dtype: its metadata).
+  after its columns' checks (width, names, dtype: its metadata). Columns
+  that all hold numbers, some in pandas' extension dtypes (`Float64`,
+  `Int64`, `double[pyarrow]`), are converted to NumPy floats as each
+  partition is read (float32 when every column holds float32, else
+  float64), a missing value to NaN, which the first pass reports.
 - **Faults.** A worker that dies during a fit loses its blocks' results;
   Dask recomputes them and the fit is unchanged (tested by killing a worker
   process of a LocalCluster during a fit).

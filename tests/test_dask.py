@@ -482,6 +482,37 @@ def test_dataframe(client, mixture):
         unnamed.predict(frame)
 
 
+@pytest.mark.parametrize(
+    "dtype, expected",
+    [
+        ("Float64", np.float64),
+        ("Int64", np.float64),
+        ("double[pyarrow]", np.float64),
+        ("Float32", np.float32),
+    ],
+)
+def test_dataframe_of_pandas_extension_dtypes(client, dtype, expected):
+    # Columns of pandas' extension dtypes made to_dask_array's dtype object,
+    # refused as "not a numeric dtype", where the same frame in memory fits.
+    # They fit as NumPy floats (float32 when every column is), and a missing
+    # value is NaN, which the first pass reports.
+    pd = pytest.importorskip("pandas")
+    if "pyarrow" in dtype:
+        pytest.importorskip("pyarrow")
+    X = make_mixture(3000, 4, 2, noise=0.5, random_state=0)[0]
+    if dtype == "Int64":
+        X = np.round(10.0 * X)
+    frame = pd.DataFrame(X, columns=list("abcd")).astype(dtype)
+    dense = AttentionClustering(2, random_state=0).fit(X.astype(expected))
+    lazy = AttentionClustering(2, random_state=0).fit(dd.from_pandas(frame, npartitions=3))
+    assert lazy.cluster_centers_.dtype == expected
+    np.testing.assert_allclose(lazy.cluster_centers_, dense.cluster_centers_, atol=ATOL[expected])
+    np.testing.assert_array_equal(lazy.labels_.compute(), dense.labels_)
+    frame.iloc[1700, 2] = pd.NA
+    with pytest.raises(ValueError, match="Input X contains NaN"):
+        AttentionClustering(2, random_state=0).fit(dd.from_pandas(frame, npartitions=3))
+
+
 def test_what_needs_no_data_is_refused_before_the_weights_compute(mixture):
     # With Dask weights, fit computed them twice (their checks) before it
     # checked the parameters, the width and n_samples >= n_clusters, and

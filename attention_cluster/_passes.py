@@ -1302,6 +1302,14 @@ def _block_map(block, fn, *args):
     return fn(np.ascontiguousarray(block), *args)
 
 
+def _mapped(X, fn, args, dtype, columns):
+    """``fn(block, *args)`` on every block of the Dask array X, checked finite
+    (:func:`_block_map`): one value per row (``columns=None``) or ``columns``."""
+    if columns is None:
+        return X.map_blocks(_block_map, fn, *args, dtype=dtype, drop_axis=1)
+    return X.map_blocks(_block_map, fn, *args, dtype=dtype, chunks=(X.chunks[0], (columns,)))
+
+
 def _block_label_counts(block, weights, centers, gain, bias, origin, scale, compiled, minlength):
     """One block's weighted label counts, as a row, its rows labelled as
     :func:`_labels` does (for :meth:`DaskRows.labels_and_counts`)."""
@@ -1687,16 +1695,15 @@ class DaskRows(_Rows):
         ``columns`` values per row; the result is chunked as X's rows. A
         block with NaN or infinity raises ValueError when computed.
         """
-        X = self._lazy_X
-        if columns is None:
-            return X.map_blocks(_block_map, fn, *args, dtype=dtype, drop_axis=1)
-        return X.map_blocks(_block_map, fn, *args, dtype=dtype, chunks=(X.chunks[0], (columns,)))
+        return _mapped(self._lazy_X, fn, args, dtype, columns)
 
     def weighted_mean(self, fn, *args):
-        """As :meth:`DenseRows.weighted_mean`: one Dask computation (a reduction over the blocks)."""
+        """As :meth:`DenseRows.weighted_mean`: one Dask computation (a reduction
+        over the blocks the passes read: X's blocks in the workers' memory when
+        the fit keeps them there, so that X's source is not read again)."""
         import dask.array as da
 
-        values = self.map_rows(fn, *args)
+        values = _mapped(self._X, fn, args, np.float64, None)
         w = self.sample_weight
         # Rows of zero weight left out, as in memory.
         total = values.sum() if w is None else da.where(w > 0.0, values, 0.0) @ w

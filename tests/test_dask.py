@@ -439,6 +439,30 @@ def test_weights_chunked_unlike_x_leave_nothing_on_the_workers(client):
     assert not _blocks_on_workers(client) - before
 
 
+def test_center_auto_retry_reads_x_kept_in_the_workers_memory(client, capsys):
+    # center="auto" refits the centred rows and compares the two fits'
+    # log-likelihoods: those two passes read X's source again (each block
+    # read 3 times in all), though X was kept in the workers' memory, and
+    # the verbose log counted one read.
+    import dask
+
+    X = make_mixture(4000, 6, 4, noise=0.7, random_state=0)[0]
+    Xd = da.concatenate(
+        [
+            da.from_delayed(dask.delayed(_read_block)(X, lo, lo + 1000), (1000, 6), X.dtype)
+            for lo in range(0, len(X), 1000)
+        ]
+    )
+    with pytest.warns(UserWarning), distributed.get_task_stream(client) as tasks:
+        lazy = AttentionClustering(5, center="auto", random_state=0, verbose=1).fit(Xd)
+    assert lazy.center_
+    assert _reads(capsys.readouterr().out) == [
+        "second moment, mean and finiteness, X kept in the workers' memory"
+    ]
+    reads = [task["key"] for task in tasks.data if "_read_block" in str(task["key"])]
+    assert len(reads) == 4
+
+
 def test_x_is_kept_while_the_client_refreshes_its_scheduler_info(client, mixture):
     # The client refreshes its cached scheduler_info() in the background,
     # every 2 s by default, with a copy that lists no workers. A client that

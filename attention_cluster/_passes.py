@@ -1420,10 +1420,28 @@ def running_client():
         return None
 
 
+def _scheduling_client():
+    """The ``distributed`` client that Dask's computations go to now, or None.
+
+    ``dask.config``'s scheduler when one is set (a local scheduler inside
+    ``dask.config.set(scheduler="threads")``, though a client runs), else
+    the default client. A client runs only once ``distributed`` is
+    imported; this never imports it (a second or so).
+    """
+    distributed = sys.modules.get("distributed")
+    if distributed is None:
+        return None
+    from dask.base import get_scheduler
+
+    client = getattr(get_scheduler(), "__self__", None)
+    return client if isinstance(client, distributed.Client) else None
+
+
 def _workers_memory():
-    """The summed memory limits of the workers of the current ``distributed``
-    client, or None (no client, a worker without a limit, or no workers)."""
-    client = running_client()
+    """The summed memory limits of the workers of the ``distributed`` client
+    that Dask's computations go to (:func:`_scheduling_client`), or None (a
+    local scheduler, a worker without a limit, or no workers)."""
+    client = _scheduling_client()
     if client is None:
         return None
     # Asked of the scheduler itself: ``client.scheduler_info()`` returns the

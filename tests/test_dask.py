@@ -463,6 +463,27 @@ def test_center_auto_retry_reads_x_kept_in_the_workers_memory(client, capsys):
     assert len(reads) == 4
 
 
+def test_x_is_kept_only_by_the_scheduler_dask_computes_on(client, mixture):
+    # Inside dask.config.set(scheduler="threads") Dask computes locally,
+    # though a client runs: X was "kept" by a persist on the threads, that is
+    # computed into the client's memory. It is kept on the client's workers
+    # only when Dask's computations go to that client.
+    import dask
+
+    Xd = da.from_array(mixture[0][:8000], chunks=(2000, -1))
+    rows = DaskRows(Xd)
+    assert rows._hold() and distributed.futures_of(rows._X)
+    rows.close()
+    with dask.config.set(scheduler="threads"):
+        rows = DaskRows(Xd)
+        assert not rows._hold()
+        assert rows._X is Xd
+    with dask.config.set(scheduler=client):
+        rows = DaskRows(Xd)
+        assert rows._hold() and distributed.futures_of(rows._X)
+        rows.close()
+
+
 def test_x_is_kept_while_the_client_refreshes_its_scheduler_info(client, mixture):
     # The client refreshes its cached scheduler_info() in the background,
     # every 2 s by default, with a copy that lists no workers. A client that

@@ -1355,9 +1355,9 @@ def _block_nested(block, weights, lo, hi, seed, n_samples, fraction):
     return np.asarray(block)[idx], w, keys
 
 
-def _drawn_keys(part):
-    """The keys of one block's drawn rows (:func:`_block_nested`)."""
-    return part[2]
+def _drawn_count(part, fraction):
+    """The number of one block's drawn rows (:func:`_block_nested`) whose keys are below ``fraction``."""
+    return int(np.count_nonzero(part[2] < np.float32(fraction)))
 
 
 def _drawn_below(part, fraction):
@@ -1373,12 +1373,12 @@ def _item(pair, i):
 @dataclass
 class _Drawn:
     """What one read of X kept of a nested draw (:meth:`DaskRows.subsample`):
-    the rows, weights and keys on the client, or the blocks' parts persisted
-    on the workers (``parts``) with their keys on the client (one array per block)."""
+    the rows, weights and keys on the client, or the blocks' parts (rows,
+    weights and keys) persisted on the workers (``parts``; the others None)."""
 
     rows: np.ndarray | None
     weights: np.ndarray | None
-    keys: list
+    keys: np.ndarray | None
     parts: list | None
 
 
@@ -1806,8 +1806,6 @@ class DaskRows(_Rows):
         kept as ``draw.taken`` (a :class:`_Drawn`); returns the results of
         ``tasks``, delayed tasks on the same blocks computed in the same read
         (``name`` prefixes the pass's name, ``suffix`` ends it)."""
-        import dask
-
         parts = self._tasks(_block_nested, draw.seed, self.n_samples, draw.fraction, bounds=True)
         name += "nested subsamples drawn" + suffix
         if draw.fraction * self.n_samples <= _CLIENT_ROWS:
@@ -1819,28 +1817,32 @@ class DaskRows(_Rows):
             draw.taken = _Drawn(
                 np.concatenate([r for r, _, _ in parts]),
                 weights,
-                [np.concatenate([k for _, _, k in parts])],
+                np.concatenate([k for _, _, k in parts]),
                 None,
             )
             return results
         out = self._counted(name + ", kept on the workers", _persisted, *parts, *tasks)
         parts, results = list(out[: len(parts)]), out[len(parts) :]
-        take = dask.delayed(_drawn_keys, pure=True)
-        keys = self._compute("keys of the drawn rows", *[take(p) for p in parts], read=False)
         results = self._compute("results of that read", *results, read=False) if tasks else ()
-        draw.taken = _Drawn(None, None, list(keys), parts)
+        draw.taken = _Drawn(None, None, None, parts)
         return results
 
     def _drawn_subsample(self, drawn, fraction):
         """The subsample of the rows in ``drawn`` whose keys are below ``fraction``."""
         if drawn.parts is None:
-            keep = drawn.keys[0] < np.float32(fraction)
+            keep = drawn.keys < np.float32(fraction)
             weight = None if drawn.weights is None else drawn.weights[keep]
             return _block_rows(drawn.rows[keep], weight, self.scale, self.offset, self.compiled)
         import dask
         import dask.array as da
 
-        counts = [int(np.count_nonzero(k < np.float32(fraction))) for k in drawn.keys]
+        # Counted where the parts are: their keys are as many as the rows kept.
+        count = dask.delayed(_drawn_count, pure=True)
+        counts = self._compute(
+            "rows of the drawn rows below the subsample's fraction",
+            *[count(p, fraction) for p in drawn.parts],
+            read=False,
+        )
         select = dask.delayed(_drawn_below, pure=True)
         chosen = [select(p, fraction) for p in drawn.parts]
         where = f" of {sum(counts)} rows from the drawn rows"

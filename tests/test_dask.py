@@ -126,6 +126,48 @@ def test_subsample_above_the_client_budget_stays_on_the_workers(
     )
 
 
+def _numbers(out):
+    """How many numbers a computation brought to the client (a persisted collection: one)."""
+    if isinstance(out, np.ndarray):
+        return out.size
+    if isinstance(out, (tuple, list)):
+        return sum(_numbers(part) for part in out)
+    return 1
+
+
+def test_a_draw_kept_on_the_workers_sends_only_counts_to_the_client(
+    client, monkeypatch, global_random_seed
+):
+    # The rows of a draw larger than the client's budget are kept on the
+    # workers; the client pulled their keys (a float32 per row: 1 GiB at
+    # 1.1e9 rows) to count each block's rows below a subsample's fraction.
+    # The blocks count them: only the counts come back, and the subsamples
+    # are the NumPy backend's.
+    monkeypatch.setattr(_passes, "_CLIENT_ROWS", 1000)
+    X = np.random.default_rng(global_random_seed).standard_normal((20_000, 5))
+    dense, lazy = DenseRows(X, n_threads=1), DaskRows(_on_cluster(X, (3001, -1)))
+    for rows in (dense, lazy):
+        rows.prepare_subsamples(7, 10_000)
+    pulled = []
+    counted = DaskRows._counted
+
+    def recorded(self, name, run, *args, read=True):
+        out = counted(self, name, run, *args, read=read)
+        pulled.append(_numbers(out))
+        return out
+
+    with monkeypatch.context() as m:
+        m.setattr(DaskRows, "_counted", recorded)
+        subsamples = [lazy.subsample(np.random.RandomState(0), size) for size in (5000, 2500)]
+    assert lazy._nested.taken.parts is not None
+    assert max(pulled) <= lazy._X.numblocks[0]
+    small = lazy.subsample(np.random.RandomState(0), 800)
+    for size, sub in zip((5000, 2500, 800), subsamples + [small]):
+        rows = sub._X.compute() if isinstance(sub, DaskRows) else sub._X
+        np.testing.assert_array_equal(rows, dense.subsample(np.random.RandomState(0), size)._X)
+    assert isinstance(subsamples[1], DaskRows) and isinstance(small, DenseRows)
+
+
 def test_fit_with_subsamples_on_the_workers_as_numpy(client, monkeypatch, capsys):
     # The EM's subsample stages above the client's budget run on the
     # workers; the fit equals the NumPy fit (budget and first stage made

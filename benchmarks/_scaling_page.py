@@ -176,12 +176,16 @@ refinement's stages (65536 rows, fewer below 5.2e5 rows, then 16 times more
 while under a quarter of n: 2^20 rows from 4.2e6 rows on, 2^24 from 6.7e7,
 2^28 from 1.1e9), on the last of which the Newton steps' Jacobian is taken
 (math.md section 7). A fit with the EM refinement reads X once for the
-moments, the mean and the draw, once per E step on all rows, once per
-iteration of the exact solver when X has at most 4 x 16384 rows (the
-solver then runs on all of them), and once to count the labels' shares, which decide the lost clusters (`center="auto"`'s
-retry and its warning) as in memory (the verbose log numbers the reads),
-unless X is kept in the workers' memory
-(below). Rows drawn of at most 2^20 in all
+moments, the mean and the draw, once per E step on all rows, once to count
+the labels' shares, which decide the lost clusters (`center="auto"`'s
+retry and its warning) as in memory, and, when X has at most 4 x 16384
+rows (the exact solver then runs on all of them), once per value of the
+exact risk: at the solver's start, at each trial step of an iteration's
+line search (one when the first step is accepted), and at the probe step
+that scales its first step (at the first iteration, and after a line
+search fails): a run of one iteration reads X three times. The verbose
+log numbers the reads. X is read that often unless it is kept in the
+workers' memory (below). Rows drawn of at most 2^20 in all
 (80 MB in float64 at d = 10) are pulled to the client; more are kept and
 persisted on the workers (1.3 GB for 2^24 rows at d = 10, spread over
 them, released after the fit), and the subsamples and the EM's passes over

@@ -1350,8 +1350,9 @@ def _block_nested(block, weights, lo, hi, seed, n_samples, fraction):
     if weights is not None:
         w = np.asarray(np.asarray(weights)[idx], dtype=np.float64)
         idx, keys, w = idx[w > 0.0], keys[w > 0.0], w[w > 0.0]
-    # X's dtype, as the in-memory backends' subsamples keep it: float32
-    # rows travel to the client in half the bytes.
+    # X's dtype (the in-memory backends' subsamples are float64 copies,
+    # DenseRows._taken): float32 rows travel to the client, or stay on the
+    # workers, in half the bytes.
     return np.asarray(block)[idx], w, keys
 
 

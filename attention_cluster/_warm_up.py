@@ -30,16 +30,18 @@ def load_kernels(n_features=10, n_clusters=3, dtype="float64"):
     small mixture of that width, number of clusters and dtype, its passes
     set to run Numba's kernels (data that small would run NumPy's forms of
     them, :func:`~attention_cluster._passes.compiles`), and for float32 the
-    same fit in float64, the dtype of the subsamples of larger data: the
-    kernels and their signatures are those of a fit of any size with those
-    three that runs Numba's kernels (the passes over a Dask array's blocks
-    run the same kernels on the workers). The fits are thrown away.
+    same fit in float64, the dtype of the subsamples of larger data in
+    memory: the kernels and their signatures are those of a fit of any size
+    with those three that runs Numba's kernels (the passes over a Dask
+    array's blocks run the same kernels on the workers, and its subsamples,
+    in X's dtype, the first fit's). The fits are thrown away.
     """
     n_samples = max(_ROWS, 20 * n_clusters)
     X = make_mixture(
         n_samples, n_features, n_clusters, noise=0.3, centroids="random", random_state=0
     )[0]
-    # The subsamples of larger data are float64 copies, whatever X's dtype.
+    # The subsamples of larger data in memory are float64 copies, whatever
+    # X's dtype (a Dask array's keep its dtype: the first fit's kernels).
     for kind in dict.fromkeys([dtype, "float64"]):
         model = AttentionClustering(n_clusters, random_state=0)
         rows = model._rows(X.astype(kind), reset=True)

@@ -140,8 +140,14 @@ holds no d x d matrix: a batch costs its passes and the memory of one batch
 estimator pickles between calls and resumes. Inside dask-ml:
 
 ```python
+import dask.array as da
 from dask_ml.wrappers import Incremental
 
+from attention_cluster import AttentionClustering
+from attention_cluster.datasets import make_mixture
+
+X, _, _ = make_mixture(20_000, 10, 2, noise=0.3, random_state=0)
+X_dask = da.from_array(X, chunks=5_000)  # each block is one partial_fit batch
 model = Incremental(AttentionClustering(n_clusters=2, random_state=0)).fit(X_dask)
 model.estimator_.cluster_centers_
 ```
@@ -151,13 +157,21 @@ DASK = """## Dask arrays and DataFrames
 
 ```python
 import dask.array as da
-from distributed import Client
+from distributed import Client, LocalCluster
 
-client = Client()  # a LocalCluster on this machine
-# client = Client("tcp://scheduler-host:8786")   # or an existing cluster
-X = da.from_zarr("mixture.zarr")  # any Dask array chunked along rows
-model = AttentionClustering(n_clusters=2, solver="full", random_state=0, verbose=1).fit(X)
-labels = model.predict(X)  # lazy: a Dask array
+from attention_cluster import AttentionClustering
+from attention_cluster.datasets import make_mixture
+
+# A Zarr store on disk, chunked along rows (any Dask array chunked so will do).
+X, _, _ = make_mixture(200_000, 10, 2, noise=0.3, random_state=0)
+da.from_array(X.astype("float32"), chunks=(50_000, 10)).to_zarr("mixture.zarr", overwrite=True)
+
+# A LocalCluster on this machine; Client("tcp://scheduler-host:8786") for an existing cluster.
+with LocalCluster(n_workers=2, threads_per_worker=1) as cluster, Client(cluster):
+    X = da.from_zarr("mixture.zarr")
+    model = AttentionClustering(n_clusters=2, solver="full", random_state=0, verbose=1).fit(X)
+    labels = model.predict(X)  # lazy: a Dask array
+    counts = da.bincount(labels, minlength=2).compute()
 ```
 
 The code is the same on one machine or many: a `Client` pointed at a

@@ -43,7 +43,6 @@ from ._validation import (
     check_verbose,
     deferred_warnings,
     finite_output,
-    is_dask_collection,
     replay,
     warn,
 )
@@ -507,7 +506,17 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         if shape is not None and len(shape) == 2:
             self._check_params(shape[1])
 
-    def _rows(self, X, *, reset=False, sample_weight=None, defer_finite=False, weight_unit=None):
+    def _rows(
+        self,
+        X,
+        *,
+        reset=False,
+        sample_weight=None,
+        defer_finite=False,
+        weight_unit=None,
+        check_shape=None,
+        in_memory=False,
+    ):
         """X as pass-layer rows (``_passes.rows_from``), validated against this estimator."""
         return rows_from(
             self,
@@ -518,7 +527,17 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             verbose=self.verbose,
             defer_finite=defer_finite,
             weight_unit=weight_unit,
+            check_shape=check_shape,
+            in_memory=in_memory,
         )
+
+    def _check_shape(self, n_samples, n_features, in_memory):
+        """The fit's checks of X's shape, before its weights are read
+        (``rows_from``'s ``check_shape``): the width the rows' kind can
+        hold, and ``n_samples >= n_clusters`` for a given K."""
+        check_width(n_features, in_memory)
+        if n_samples > 0 and not isinstance(self.n_clusters, str):
+            check_n_samples(n_samples, self.n_clusters)
 
     @atomic_fit
     def fit(self, X, y=None, sample_weight=None):
@@ -551,18 +570,15 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         scores, silhouettes)`` (:func:`~attention_cluster._choose_k.count_clusters`),
         or None. ``choice``: count_clusters' options (``choose_n_clusters``')."""
         self._check_params_before_reading(X)
-        if is_dask_collection(X) and len(X.shape) == 2:
-            # The width, which the graph shows, too.
-            check_width(X.shape[1], in_memory=False)
-            if (
-                isinstance(X.shape[0], numbers.Integral)
-                and X.shape[0] > 0
-                and not isinstance(self.n_clusters, str)
-            ):
-                check_n_samples(X.shape[0], self.n_clusters)
         # NaN and infinity in dense rows are found by the fit's first pass
         # (DenseRows.moments) instead of a pass of their own.
-        rows = self._rows(X, reset=True, sample_weight=sample_weight, defer_finite=True)
+        rows = self._rows(
+            X,
+            reset=True,
+            sample_weight=sample_weight,
+            defer_finite=True,
+            check_shape=self._check_shape,
+        )
         self.__dict__.pop("n_steps_", None)
         chosen = self._fit_rows(rows, choice=choice)
         # A later partial_fit continues from this fit, its rows counted in by
@@ -804,12 +820,6 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             The updated estimator; ``n_steps_`` counts the calls (since the
             last :meth:`fit`) and ``labels_`` labels the last batch.
         """
-        if is_dask_collection(X):
-            # Before the weights' checks, which compute (rows_from).
-            raise TypeError(
-                "partial_fit takes batches in memory (arrays or sparse matrices); "
-                "fit reads a Dask array in passes."
-            )
         first = not hasattr(self, "_stream_weight_unit")
         rows = self._rows(
             X,
@@ -817,6 +827,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             sample_weight=sample_weight,
             defer_finite=first,
             weight_unit=None if first else self._stream_weight_unit,
+            in_memory=True,
         )
         # The first batch is read twice, by its fit and by the stream's first
         # update: a warning about its rows is given once.

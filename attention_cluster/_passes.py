@@ -2318,6 +2318,8 @@ def rows_from(
     verbose=0,
     defer_finite=False,
     weight_unit=None,
+    check_shape=None,
+    in_memory=False,
 ):
     """The data object for any X an estimator accepts: the one place that asks what X is.
 
@@ -2348,9 +2350,24 @@ def rows_from(
         (:attr:`_Rows.weight_unit`); None for the power of two of the largest
         weight (``_validation.power_of_two_unit``). A stream passes its first
         batch's, so that its batches' weights keep their ratios.
+    check_shape : callable or None, default=None
+        ``check_shape(n_samples, n_features, in_memory)``, the caller's checks
+        of X's shape, run as soon as it is known and before X's weights are
+        read (a Dask array's shape from its graph, before the two
+        computations that check its weights).
+    in_memory : bool, default=False
+        Take rows in memory only: a Dask collection is refused (TypeError)
+        before anything is read (``partial_fit``'s batches).
     """
     if is_dask_collection(X):
+        if in_memory:
+            raise TypeError(
+                "partial_fit takes batches in memory (arrays or sparse matrices); "
+                "fit reads a Dask array in passes."
+            )
         X = check_dask_array(estimator, X, reset=reset)
+        if check_shape is not None:
+            check_shape(X.shape[0], X.shape[1], False)
         weights, total, unit, positive = check_dask_sample_weight(sample_weight, X)
         rows = DaskRows(X, weights, total_weight=total, n_weighted=positive, verbose=verbose)
         rows.weight_unit = unit
@@ -2364,6 +2381,8 @@ def rows_from(
         reset=reset,
         ensure_all_finite=False,
     )
+    if check_shape is not None:
+        check_shape(X.shape[0], X.shape[1], True)
     weights, unit = check_sample_weight(sample_weight, X, weight_unit)
     rows = rows_of(X, weights, n_threads=n_threads)
     rows.weight_unit = unit

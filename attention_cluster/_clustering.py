@@ -13,7 +13,6 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
-import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClusterMixin, OneToOneFeatureMixin, TransformerMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.metaestimators import available_if
@@ -22,7 +21,7 @@ from sklearn.utils.validation import check_is_fitted
 from ._choose_k import FittedMixture, count_clusters
 from ._mixture import new_stream
 from ._model import MIN_VARIANCE, SphericalMixture
-from ._passes import one_blas_thread, row_peaks, rows_from, unit_terms
+from ._passes import dense_block, one_blas_thread, rows_from, unit_term_exponents, unit_terms
 from ._plan import (
     bic_penalty,
     block_log_likelihoods,
@@ -1219,9 +1218,8 @@ def _new_stream(result, rows, held=None):
 def _unit_points(rows, offset, scale):
     """A block's rows at unit scale, ``(x - offset) / scale``, dense float64
     (where a stream reseeds its lost components)."""
-    dense = rows.toarray() if sp.issparse(rows) else rows
     with np.errstate(over="ignore", invalid="ignore"):
-        return (np.asarray(dense, dtype=np.float64) - offset) / scale
+        return (dense_block(rows, np.float64) - offset) / scale
 
 
 def _in_dtype(a, dtype):
@@ -1265,23 +1263,6 @@ def _posteriors(rows, mixture, dtype):
     return out.astype(dtype, copy=False)
 
 
-def _row_exponents(rows, mean, scale):
-    """Per row of a block, the power of two (frexp's exponent) of its extent over ``scale``.
-
-    The extent is that of the terms :func:`_passes.unit_terms` forms: of the
-    centred row ``max_j |x_ij - mean_j|`` for dense rows, and for sparse
-    rows, whose squared norms are expanded about the mean, ``max(max_j
-    |x_ij|, max_j |mean_j|)``. Taken without dividing by the scale, which
-    overflows for rows beyond float64's range there.
-    """
-    if sp.issparse(rows):
-        extent = np.maximum(row_peaks(rows), float(np.max(np.abs(mean), initial=0.0)))
-    else:
-        with np.errstate(over="ignore"):
-            extent = row_peaks(np.asarray(rows, dtype=np.float64) - mean)
-    return np.frexp(extent)[1] - np.frexp(float(scale))[1]
-
-
 def _reconstruction_errors(rows, heads, out, mean, scale, shift):
     """``2^shift ||y - T(y)||^2 / s^2`` for every row of a block, ``y = x - mean``.
 
@@ -1297,7 +1278,7 @@ def _reconstruction_errors(rows, heads, out, mean, scale, shift):
     rows' errors are not touched by theirs (a row of zero weight far away
     left the mean of the others).
     """
-    exponents = _row_exponents(rows, mean, scale)
+    exponents = unit_term_exponents(rows, mean, scale)
     groups = np.where(exponents > _SQUARE_SAFE_EXPONENT, exponents // 64 + 1, 0)
     errors = np.empty(len(exponents))
     for group in np.unique(groups):

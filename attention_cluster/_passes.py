@@ -2530,6 +2530,24 @@ def _sparse_centred_squares(Y, m):
     return stored + rest
 
 
+def unit_term_exponents(rows, mean, scale):
+    """Per row of a block, the power of two (frexp's exponent) of its extent over ``scale``.
+
+    The extent is that of the terms :func:`unit_terms` forms: of the
+    centred row ``max_j |x_ij - mean_j|`` for dense rows, and for sparse
+    rows, whose terms are formed of their stored entries and of the mean
+    apart, ``max(max_j |x_ij|, max_j |mean_j|)``. Taken without dividing by
+    the scale, which overflows for rows beyond float64's range there (the
+    reconstruction errors of ``AttentionClustering.score`` group rows by it).
+    """
+    if sp.issparse(rows):
+        extent = np.maximum(row_peaks(rows), float(np.max(np.abs(mean), initial=0.0)))
+    else:
+        with np.errstate(over="ignore"):
+            extent = row_peaks(np.asarray(rows, dtype=np.float64) - mean)
+    return np.frexp(extent)[1] - np.frexp(float(scale))[1]
+
+
 def unit_terms(rows, centers, offset, scale):
     """``P = Y C^T`` and ``q_i = ||y_i||^2`` (float64) of the rows ``y = (x - offset) / scale``.
 

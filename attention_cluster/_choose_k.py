@@ -35,7 +35,17 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import assert_all_finite, check_random_state
 
 from ._dynamics import SelfAttentionDynamics, token_weights
-from ._passes import unit_rows
+from ._passes import (
+    dense,
+    densified_bytes,
+    entry_squares,
+    gram_matrix,
+    row_squared_norms,
+    rows_times,
+    stored_values,
+    times_power_of_two,
+    unit_rows,
+)
 from ._plan import (
     DEFAULT_TUNING,
     ScaleError,
@@ -158,14 +168,12 @@ def sphere_silhouette(tokens, labels, weights=None, *, normalised=False):
     U = tokens if normalised else unit_rows(tokens)
     w = np.ones(m) if weights is None else weights
     members = sp.csr_matrix((w, (labels, np.arange(m))), shape=(K, m))
-    sums = np.asarray((members @ U).todense() if sp.issparse(U) else members @ U)
+    sums = dense(members @ U)
     counts = np.bincount(labels, weights=weights, minlength=K).astype(np.float64)
     cosines = np.asarray(U @ sums.T)
     rows = np.arange(m)
     own = counts[labels]
-    self_cosine = (
-        np.asarray(U.multiply(U).sum(axis=1)).ravel() if sp.issparse(U) else (U * U).sum(axis=1)
-    )
+    self_cosine = row_squared_norms(U)
     a = (own - 1 - cosines[rows, labels] + self_cosine) / np.where(own > 1, own - 1, 1.0)
     others = 1.0 - cosines / counts
     others[rows, labels] = np.inf
@@ -226,20 +234,14 @@ def _as_given(block):
 def _unit_scaled(tokens):
     """The tokens divided by the power of two of their largest absolute
     entry (exact; the tokens themselves when they are all zero)."""
-    data = tokens.data if sp.issparse(tokens) else tokens
-    peak = float(np.max(np.abs(data), initial=0.0))
+    peak = float(np.max(np.abs(stored_values(tokens)), initial=0.0))
     if peak == 0.0:
         return tokens
     # ldexp, not a division by _validation.peak_unit: float32 tokens near
     # float32's top have a power of two float32 cannot hold (2^128), which a
     # division would cast to infinity (and 2^-e itself leaves float64 for
     # tokens below about 1e-308).
-    exponent = -int(np.frexp(peak)[1])
-    if sp.issparse(tokens):
-        scaled = tokens.copy()
-        scaled.data = np.ldexp(scaled.data, exponent)
-        return scaled
-    return np.ldexp(tokens, exponent)
+    return times_power_of_two(tokens, -int(np.frexp(peak)[1]))
 
 
 def _mean(tokens, weights):
@@ -254,11 +256,9 @@ def _centred(tokens, weights=None):
     whose dense copy would exceed ``_CENTRED_TOKENS_BYTES``, m rows of R^r
     with the same inner products (:func:`_gram_rows`, r <= m): the dynamics
     and the silhouette read the tokens' inner products alone."""
-    if sp.issparse(tokens):
-        if tokens.shape[0] * tokens.shape[1] * 8 > _CENTRED_TOKENS_BYTES:
-            return _gram_rows(tokens, weights)
-        tokens = tokens.toarray()
-    tokens = np.asarray(tokens)
+    if densified_bytes(tokens) > _CENTRED_TOKENS_BYTES:
+        return _gram_rows(tokens, weights)
+    tokens = dense(tokens)
     centred = tokens - _mean(tokens, weights)
     # Less the mean of the centred tokens, the first mean's rounding (a
     # two-pass mean): a column far from zero beside small ones kept ulps of
@@ -280,7 +280,7 @@ def _gram_rows(tokens, weights):
     section 8, "Centred tokens from their inner products".
     """
     m = tokens.shape[0]
-    gram = (tokens @ tokens.T).toarray()
+    gram = gram_matrix(tokens)
     p = np.full(m, 1.0 / m) if weights is None else weights / np.sum(weights)
     g = gram @ p
     return gram_coordinates(gram - g[:, None] - g[None, :] + p @ g)
@@ -295,7 +295,7 @@ def _mean_sq(tokens, weights=None):
 def _moment_trace(tokens, weights=None):
     """``tr(M)``, M the tokens' second moment ``T^T W T / sum w`` (W = I
     without weights): their mean squared norm."""
-    squares = tokens.multiply(tokens) if sp.issparse(tokens) else np.square(tokens)
+    squares = entry_squares(tokens)
     if weights is None:
         return float(squares.sum()) / tokens.shape[0]
     return float(np.asarray(squares.sum(axis=1)).ravel() @ weights) / np.sum(weights)
@@ -309,10 +309,10 @@ def _moment_eigenvalues(tokens, weights=None):
     total = m
     if weights is not None:
         roots = np.sqrt(weights)
-        tokens = sp.diags(roots) @ tokens if sp.issparse(tokens) else roots[:, None] * tokens
+        tokens = rows_times(tokens, roots)
         total = np.sum(weights)
     gram = tokens.T @ tokens if d <= m else tokens @ tokens.T
-    gram = gram.toarray() if sp.issparse(gram) else np.asarray(gram)
+    gram = dense(gram)
     return np.sort(np.linalg.eigvalsh(gram / total))[::-1]
 
 
@@ -411,7 +411,7 @@ def count_clusters(
     tokens, weights = _tokens(rows, max_samples, rng)
     # Dask rows are checked by their passes, of which this draw is the
     # first: its rows, with the fit's message (the rest by the fit's first pass).
-    assert_all_finite(tokens.data if sp.issparse(tokens) else tokens, input_name="X")
+    assert_all_finite(stored_values(tokens), input_name="X")
     # The dynamics, the mean's share and center="auto"'s rule read the
     # tokens at a power of two near their largest entry (exactly the
     # directions of the tokens as given, at any magnitude: their squares

@@ -32,7 +32,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from ._dynamics_kernels import attention, cell_plane, group_tokens, self_attention
-from ._passes import dense_block, row_chunks, stored_bytes, unit_rows, usable_threads
+from ._passes import dense_block, row_chunks, row_major, stored_bytes, unit_rows, usable_threads
 from ._scale import gram_basis
 from ._validation import (
     atomic_fit,
@@ -1068,7 +1068,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         labels = np.empty(X.shape[0], dtype=np.intp)
         # By chunks of rows (of CSR rows: slicing CSC rows reads all of X):
         # the unit rows and their float64 copy are a chunk's.
-        X = X.tocsr() if sp.issparse(X) else X
+        X = row_major(X)
         for lo, hi in row_chunks(X.shape[0], X.shape[1]):
             queries = X[lo:hi]
             if self.model_ in SPHERE_MODELS:

@@ -2441,6 +2441,69 @@ def row_major(rows):
     return rows.tocsr() if sp.issparse(rows) else np.ascontiguousarray(rows)
 
 
+def computed(X):
+    """X in memory: a Dask array or DataFrame computed (a DataFrame to a pandas
+    one, whose column names are kept), anything else as given."""
+    return X.compute() if is_dask_collection(X) else X
+
+
+def dense(A):
+    """A matrix (or a product of matrices) as a NumPy array: sparse ones densified."""
+    return A.toarray() if sp.issparse(A) else np.asarray(A)
+
+
+def stored_values(A):
+    """The numbers a matrix stores: a sparse matrix's non-zeros, a dense one's entries."""
+    return A.data if sp.issparse(A) else np.asarray(A)
+
+
+def densified_bytes(A, itemsize=8):
+    """The memory a dense copy of a sparse matrix would take at ``itemsize``
+    bytes an entry; 0 for a dense matrix, which is dense already."""
+    return A.shape[0] * A.shape[1] * itemsize if sp.issparse(A) else 0
+
+
+def entry_squares(A):
+    """The entries' squares ``A * A``, sparse for a sparse matrix."""
+    return A.multiply(A) if sp.issparse(A) else np.square(A)
+
+
+def row_squared_norms(A):
+    """``||a_i||^2`` of each row of a dense or sparse matrix."""
+    return np.asarray(entry_squares(A).sum(axis=1)).ravel()
+
+
+def rows_times(A, factors):
+    """``diag(factors) A``: each row of a dense or sparse matrix times its factor."""
+    return sp.diags(factors) @ A if sp.issparse(A) else factors[:, None] * A
+
+
+def times_power_of_two(A, exponent, dtype=None):
+    """``A 2^exponent`` (``np.ldexp``: exact but where it leaves the dtype's
+    range), dense or sparse (a sparse one's stored entries, in a copy), in
+    ``dtype`` (A's when None)."""
+    dtype = A.dtype if dtype is None else np.dtype(dtype)
+    if sp.issparse(A):
+        scaled = A.astype(dtype)  # a copy
+        scaled.data = np.ldexp(scaled.data, exponent).astype(dtype, copy=False)
+        return scaled
+    return np.ldexp(np.asarray(A, dtype=dtype), exponent).astype(dtype, copy=False)
+
+
+def gram_matrix(A):
+    """``A A^T`` of a dense or sparse matrix's rows, dense (a sparse product, densified)."""
+    return dense(A @ A.T)
+
+
+def left_times(B, A, dtype):
+    """``B @ A`` as a dense C-contiguous array of ``dtype``: a sparse A
+    multiplied in float64 (as :class:`SparseRows` holds it), a dense one in
+    the dtype of the product."""
+    if sp.issparse(A):
+        return np.ascontiguousarray((A.T.astype(np.float64) @ B.T).T, dtype=dtype)
+    return np.asarray(B @ A).astype(dtype, copy=False)
+
+
 def unit_rows(rows):
     """Rows projected on the unit sphere; a zero row, which has no direction, stays zero.
 

@@ -3,11 +3,10 @@
 from numbers import Integral
 
 import numpy as np
-import scipy.sparse as sp
 from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._passes import dense_block, rows_of
+from ._passes import computed, dense_block, gram_matrix, left_times, rows_of, times_power_of_two
 from ._scale import estimate_spectrum, gram_coordinates
 from ._validation import (
     atomic_fit,
@@ -15,7 +14,6 @@ from ._validation import (
     check_options,
     check_positive,
     finite_output,
-    is_dask_collection,
     power_of_two_unit,
 )
 from .layers import in_context_softmax_attention
@@ -31,10 +29,12 @@ def _prompt(estimator, X, *, reset):
     one matrix; a DataFrame becomes a pandas one, whose column names are its
     feature names), so any chunking of it is taken.
     """
-    if is_dask_collection(X):
-        X = X.compute()
     return validate_data(
-        estimator, X, reset=reset, accept_sparse=["csr", "csc"], dtype=[np.float64, np.float32]
+        estimator,
+        computed(X),
+        reset=reset,
+        accept_sparse=["csr", "csc"],
+        dtype=[np.float64, np.float32],
     )
 
 
@@ -237,8 +237,8 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
             # float64 at any magnitude of X. (The softmax layer at a given
             # temperature needs neither.)
             unit = power_of_two_unit(rows.peak())
-            X_scaled = _divided(X, unit, np.float64)  # X / unit
-            gram = _gram(X_scaled)
+            X_scaled = times_power_of_two(X, -_exponent(unit), np.float64)  # X / unit
+            gram = gram_matrix(X_scaled)
         if self.temperature_ == "auto":
             if gram is not None:
                 spectrum = _gram_spectrum(gram, rows_of(X_scaled, n_threads=1), K)
@@ -250,7 +250,8 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
                     # below its largest entry (exact), whose scale s / unit is
                     # finite, as s / peak is.
                     unit = power_of_two_unit(rows.peak())
-                    spectrum = estimate_spectrum(rows_of(_divided(X, unit), n_threads=1), K)
+                    X_unit = times_power_of_two(X, -_exponent(unit))
+                    spectrum = estimate_spectrum(rows_of(X_unit, n_threads=1), K)
             temperature = float(
                 in_context_unbiased_temperature(spectrum.noise, L, n_features=d, n_clusters=K)
             )
@@ -270,7 +271,7 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
                         factor = (temperature * K * unit) * unit / L
                     else:
                         factor = temperature * K / (L * spectrum.scale**2)
-                    out = _left_times(_factor(factor * gram, X.dtype), X)
+                    out = left_times(_factor(factor * gram, X.dtype), X, X.dtype)
                 else:
                     # s T^ctx(X / s)_l = lambda K (X^T X / (L s^2)) X_l, and
                     # X^T X / (L s^2) is the spectrum's unit-scale moment,
@@ -314,21 +315,9 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         return tags
 
 
-def _divided(X, unit, dtype=None):
-    """``X / unit`` (dense or sparse) in ``dtype`` (X's when None), ``unit`` a power of two: exact."""
-    dtype = np.dtype(X.dtype if dtype is None else dtype)
-    if sp.issparse(X):
-        X = X.astype(dtype)  # a copy
-        X.data /= dtype.type(unit)
-        return X
-    return np.divide(X, dtype.type(unit), dtype=dtype)
-
-
-def _gram(X):
-    """``X X^T`` (L x L, dense) of float64 rows, dense or sparse (a sparse product)."""
-    if sp.issparse(X):
-        return (X @ X.T).toarray()
-    return X @ X.T
+def _exponent(unit):
+    """``e`` of a power of two ``unit = 2^e``."""
+    return int(np.frexp(unit)[1]) - 1
 
 
 def _gram_spectrum(gram, rows, n_clusters):
@@ -368,15 +357,6 @@ def _factor(A, dtype):
         peak = float(np.max(np.abs(A), initial=0.0))
     low, high = _FLOAT32_FACTORS
     return A.astype(dtype) if peak == 0.0 or low <= peak <= high else A
-
-
-def _left_times(A, X):
-    """``A @ X`` as a dense C-contiguous array of X's dtype, X dense or sparse
-    (sparse X multiplied in float64, as ``SparseRows`` holds it; dense X in
-    the dtype of the product, float64 when A is)."""
-    if sp.issparse(X):
-        return np.ascontiguousarray((X.T.astype(np.float64) @ A.T).T, dtype=X.dtype)
-    return np.asarray(A @ X).astype(X.dtype, copy=False)
 
 
 def _times(rows, context, dtype):

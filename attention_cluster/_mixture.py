@@ -1045,6 +1045,13 @@ class _OneBatch:
         return stream, len(seeds)
 
 
+# Least effect size sum_k (c_k - pi_k)^2 / pi_k of a batch not taken for a
+# sample of the stream (OnlineEM._is_sample): K - 1 for a batch of one of K
+# equal clusters; under it, the drift of the running weights while the
+# parameters move, which large batches show as significant.
+_MIN_EFFECT = 0.1
+
+
 class OnlineEM(_OneBatch):
     """Online EM for the mixture of ``math.md`` section 7, one batch at a time.
 
@@ -1130,15 +1137,18 @@ class OnlineEM(_OneBatch):
         components in ``shares`` (summing to 1) passes for a sample of the
         stream: Pearson's ``n sum_k (c_k - pi_k)^2 / pi_k`` over the
         components of positive weight ``pi_k`` (the running statistics')
-        at most its ``1 - significance`` quantile (``math.md`` section 7, "A
+        at most its ``1 - significance`` quantile, or an effect ``sum_k (c_k
+        - pi_k)^2 / pi_k`` at most ``_MIN_EFFECT`` (``math.md`` section 7, "A
         batch that is not a sample of the stream"). The first batch, before
         any statistics, is one."""
         pi = self.stats[1]
         held = pi > 0.0
         if self.significance <= 0.0 or np.count_nonzero(held) < 2:
             return True
-        pearson = n_rows * float(np.sum((shares[held] - pi[held]) ** 2 / pi[held]))
-        return pearson <= chi2.isf(self.significance, np.count_nonzero(held) - 1)
+        effect = float(np.sum((shares[held] - pi[held]) ** 2 / pi[held]))
+        return effect <= _MIN_EFFECT or n_rows * effect <= chi2.isf(
+            self.significance, np.count_nonzero(held) - 1
+        )
 
     def _component_step(self, S, counts, batch, share, floor, p):
         """The step of a batch that is not a sample of the stream: each

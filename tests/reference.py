@@ -218,8 +218,9 @@ def online_em(batches, U, pi, radius, tau, inv_scale, alpha, gain, significance=
     on s = (S / N, counts / N), theta_n the M step of math.md section 7 at
     s_n with m2 the exact running mean of ||x / s||^2; returns the heads of
     the M step at the plain average of the s_n. A batch whose shares c of
-    the components fail Pearson's test against the running weights (math.md
-    section 7, "A batch that is not a sample of the stream") moves the
+    the components fail Pearson's test against the running weights, with an
+    effect above 0.1 (math.md section 7, "A batch that is not a sample of
+    the stream"), moves the
     weights as a running mean and each component's mean row by its part of
     the component's weight seen, the average likewise per component.
     """
@@ -236,8 +237,8 @@ def online_em(batches, U, pi, radius, tau, inv_scale, alpha, gain, significance=
         m2 = sum_sq / seen
         S, counts, _ = mixture_e_step(X, U, np.log(pi), radius / tau**2)
         c = counts / len(X)
-        pearson = len(X) * np.sum((c - s[1]) ** 2 / s[1]) if n > 1 else 0.0
-        if n > 1 and pearson > chi2.isf(significance, K - 1):
+        effect = np.sum((c - s[1]) ** 2 / s[1]) if n > 1 else 0.0
+        if effect > 0.1 and len(X) * effect > chi2.isf(significance, K - 1):
             weights = s[1] + len(X) / seen * (c - s[1])
             mean = s[0] / s[1][:, None]
             mean = mean + (counts / (weights * seen))[:, None] * (S / counts[:, None] - mean)

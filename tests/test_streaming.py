@@ -446,6 +446,22 @@ def test_streams_sorted_by_cluster_keep_every_cluster(global_random_seed):
     assert abs(ends["sorted"] - ends["shuffled"]) < 0.02, ends
 
 
+def test_large_batches_a_little_off_the_running_weights_are_samples():
+    # Shares 0.05 off the running weights over 10^6 rows: significant, but
+    # an effect of 0.015, the running weights' lag while the parameters move
+    # (math.md section 7): the sample's step, and a share of 1 is not.
+    U = np.linalg.qr(np.random.default_rng(2).standard_normal((4, 3)))[0]
+    steps = []
+    for shares in ([0.4, 0.3, 0.3], [1.0, 0.0, 0.0]):
+        online = OnlineEM(U, np.full(3, 1 / 3), 0.5)
+        online.update(_GivenStatistics(1e6, np.eye(3, 4), np.full(3, 1 / 3), n_weighted=10**6))
+        before = online.average_weight
+        online.update(_GivenStatistics(1e6, np.eye(3, 4), np.array(shares), n_weighted=10**6))
+        # The sample's step moves the weights by gamma = 1 (16 / 2 > 1).
+        steps.append(np.allclose(online.stats[1], shares) and online.average_weight > before)
+    assert steps == [True, False]
+
+
 def test_a_batch_that_is_not_a_sample_moves_the_components_it_reaches():
     # math.md section 7: the weights are the running mean of the batches'
     # shares; a component the batch does not reach keeps its mean row, in

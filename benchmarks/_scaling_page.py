@@ -130,7 +130,8 @@ reseeded at the batch's row worst explained, with a warning. The recursion
 takes each batch for a sample of the stream: while gamma_n is 1 a batch's
 statistics replace the stream's. A batch whose weights among the
 components the stream's weights do not explain (Pearson's chi-square test
-at the 1% level; a stream sorted by class or by time) moves each component
+at the 1% level, with an effect of at least 0.1; a stream sorted by class
+or by time) moves each component
 by its own share instead, as MiniBatchKMeans' per-centre counts do, and the
 clusters it lacks keep their statistics (math.md section 7, "A batch that
 is not a sample of the stream"; measured below). The stream

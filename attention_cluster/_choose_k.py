@@ -389,6 +389,15 @@ def count_clusters(
     check_positive(max_samples, "max_samples", numbers.Integral, min_val=1, strict=False)
     # Rows of weight zero are as absent: n counts the others.
     n = rows.n_weighted
+    # The rows the tokens' draw brings into memory (_tokens): every row of
+    # positive weight, or a subsample of 2 max_samples + 16 to take them from.
+    drawn = n if n <= max_samples else 2 * max_samples + 16
+    if drawn > rows.most_rows_in_memory:
+        raise ValueError(
+            f"max_samples={max_samples} of the {n} rows of positive weight draws {drawn} rows, "
+            f"more than a fit brings into memory from Dask input ({rows.most_rows_in_memory}): "
+            "the dynamics holds its tokens in memory. Pass a smaller max_samples."
+        )
     if n_clusters_range is None:
         ks = list(range(1, min(n, MAX_CLUSTERS) + 1))
     else:

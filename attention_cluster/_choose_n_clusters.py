@@ -85,8 +85,10 @@ def choose_n_clusters(
         the estimator's message, or ``init`` is an array (several K are
         fitted); if
         ``n_clusters_range`` holds no positive integer, or none of at most
-        n_samples; if ``max_samples`` is not an integer >= 1; on X the
-        estimator refuses.
+        n_samples; if ``max_samples`` is not an integer >= 1, or on Dask
+        X draws more rows than a fit brings into memory (2^20: every row of
+        positive weight when there are at most ``max_samples``, else ``2
+        max_samples + 16``); on X the estimator refuses.
 
     Warns
     -----

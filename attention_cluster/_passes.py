@@ -211,6 +211,8 @@ class _Rows:
     compiled = True
     # Whether the rows are a sparse matrix (SparseRows: passes cost O(nnz K)).
     sparse = False
+    # Most rows a subsample brings into memory (DaskRows: the client's bound).
+    most_rows_in_memory = float("inf")
 
     # (the weights counted, the count) of n_weighted: copies that keep the
     # weights keep the count, and a subsample's weights are counted anew.
@@ -1491,6 +1493,10 @@ class DaskRows(_Rows):
     """
 
     in_memory = False
+
+    @property
+    def most_rows_in_memory(self):
+        return _CLIENT_ROWS
 
     def __init__(
         self, X, sample_weight=None, scale=1.0, total_weight=None, n_weighted=None, verbose=0

@@ -206,6 +206,27 @@ def test_few_weighted_rows_of_many_are_pulled_as_numpy_takes_them(client, monkey
     np.testing.assert_array_equal(lazy.labels_.compute(), dense.labels_)
 
 
+def test_more_tokens_than_the_client_holds_are_refused(monkeypatch):
+    # choose_n_clusters on Dask rows with max_samples whose draw of tokens
+    # exceeds the rows a fit brings to the client: the draw stayed a Dask
+    # array and the dynamics failed on it ("could not broadcast input
+    # array"). The budget stays above the exact solver's subsample.
+    from attention_cluster import choose_n_clusters
+
+    monkeypatch.setattr(_passes, "_CLIENT_ROWS", 18_000)
+    X = make_mixture(40_000, 4, 3, noise=0.3, random_state=0)[0]
+    lazy = da.from_array(X, chunks=10_000)
+    for max_samples, drawn in ((50_000, 40_000), (9000, 18_016)):
+        with pytest.raises(ValueError, match=rf"max_samples={max_samples} .* draws {drawn} rows"):
+            choose_n_clusters(lazy, AttentionClustering(), max_samples=max_samples)
+    options = {"n_clusters_range": (2, 3, 4), "max_samples": 500}
+    small = choose_n_clusters(lazy, AttentionClustering(random_state=0), **options)
+    assert (
+        small.n_clusters
+        == choose_n_clusters(X, AttentionClustering(random_state=0), **options).n_clusters
+    )
+
+
 def _read_block(X, lo, hi):
     return X[lo:hi].copy()
 

@@ -756,13 +756,13 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         cluster no direction for the rest of the stream, so the first batch
         should be drawn from the whole stream (a shuffled sample), or
         ``center=False`` passed for rows already centred. Later batches
-        may come in any order: under online EM (below) a batch whose
-        weights among the clusters the stream's weights do not explain
-        (rows sorted by class or by time) moves each cluster by its own
-        share, as MiniBatchKMeans's per-centre counts do, and the clusters
-        it lacks keep their statistics; where the clusters overlap so much
-        that such a batch passes for a sample of the stream, they are lost
-        (:mathmd:`7`, "A batch that is not a sample of the stream").
+        may come in any order where the clusters separate: under online EM
+        (below) a batch whose weights among the clusters the stream's
+        weights do not explain (rows sorted by class or by time) moves each
+        cluster by its own share, as MiniBatchKMeans's per-centre counts
+        do, and the clusters it lacks keep their statistics; where the
+        clusters overlap, sorted batches lose accuracy (:mathmd:`7`, "A
+        batch that is not a sample of the stream").
         ``n_iter_``,
         ``loss_curve_``, ``solver_`` and ``noise_scale_`` describe the fit
         that started the stream.

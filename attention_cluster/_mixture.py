@@ -1045,11 +1045,10 @@ class _OneBatch:
         return stream, len(seeds)
 
 
-# Least effect size sum_k (c_k - pi_k)^2 / pi_k of a batch not taken for a
-# sample of the stream (OnlineEM._is_sample): K - 1 for a batch of one of K
-# equal clusters; under it, the drift of the running weights while the
-# parameters move, which large batches show as significant.
-_MIN_EFFECT = 0.1
+# Least expected count of a component in Pearson's test of a batch
+# (OnlineEM._is_sample): components expected fewer times in the batch are
+# pooled into one, as the chi-square approximation needs.
+_MIN_EXPECTED = 5.0
 
 
 class OnlineEM(_OneBatch):
@@ -1077,15 +1076,17 @@ class OnlineEM(_OneBatch):
 
     The recursion takes each batch for a sample of the stream. A batch whose
     weights among the components the stream's weights do not explain (a
-    chi-square test at level ``significance``; rows sorted by class or by
-    time) updates each component by its own share instead
-    (:meth:`_component_step`): the clusters it lacks keep their statistics.
-    ``significance=0`` takes every batch for a sample.
+    chi-square test at level ``significance``, with an effect above
+    ``min_effect``; rows sorted by class or by time) updates each component
+    by its own share instead (:meth:`_component_step`): the clusters it
+    lacks keep their statistics. ``significance=0`` takes every batch for a
+    sample. ``refused`` counts the batches not taken for samples.
 
-    ``alpha``, ``g``, ``eta`` and ``significance`` are chosen in
-    ``benchmarks/streaming.py`` (``math.md`` section 7, "One pass over a
-    stream": ``gamma_n = min(1, g W_b / W_n)^alpha``, averaged with weights
-    ``W_b W_n^eta``; "A batch that is not a sample of the stream").
+    ``alpha``, ``g`` and ``eta`` are chosen in ``benchmarks/streaming.py``,
+    ``significance`` and ``min_effect`` in ``benchmarks/stream_order.py``
+    (``math.md`` section 7, "One pass over a stream": ``gamma_n = min(1, g
+    W_b / W_n)^alpha``, averaged with weights ``W_b W_n^eta``; "A batch that
+    is not a sample of the stream").
     """
 
     def __init__(
@@ -1099,6 +1100,7 @@ class OnlineEM(_OneBatch):
         gain=16.0,
         eta=0.0,
         significance=0.01,
+        min_effect=0.1,
     ):
         super().__init__(heads, weights, noise, radii, free)
         d, K = heads.shape
@@ -1106,6 +1108,8 @@ class OnlineEM(_OneBatch):
         self.eta = eta
         self.gain = gain
         self.significance = significance
+        self.min_effect = min_effect
+        self.refused = 0
         self.stats = (np.zeros((K, d)), np.zeros(K))
         self.averaged = (np.zeros((K, d)), np.zeros(K))
         self.average_weight = 0.0
@@ -1121,10 +1125,24 @@ class OnlineEM(_OneBatch):
     def _step(self, data, batch, share, floor, p):
         """One online EM step on the batch (one E-step pass); returns the averaged parameters."""
         S, counts, _ = data.e_step(*p.attention()[:3])
-        if not self._is_sample(counts / batch, data.n_weighted):
-            return self._component_step(S, counts, batch, share, floor, p)
         gamma = min(1.0, self.gain * share) ** self.alpha
-        self.stats = tuple(s + gamma * (new / batch - s) for s, new in zip(self.stats, (S, counts)))
+        if not self._is_sample(counts / batch, data.effective_rows, gamma):
+            self.refused += 1
+            return self._component_step(S, counts, batch, share, floor, p)
+        # Each component's statistics step by gamma, less for a component the
+        # batch holds less of than its weight (math.md section 7): a batch
+        # taken for a sample moves a component it lacks by its share.
+        pi = self.stats[1]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            steps = gamma * np.where(pi > 0.0, np.minimum(1.0, counts / (batch * pi)), 1.0)
+        S_held = self.stats[0]
+        S_held = S_held + steps[:, None] * (S / batch - S_held)
+        weights = pi + steps * (counts / batch - pi)
+        # The weights keep the total the undamped step gives them (1 once
+        # the first batch is in).
+        total = (1.0 - gamma) * float(np.sum(pi)) + gamma * float(np.sum(counts)) / batch
+        rescale = total / float(np.sum(weights))
+        self.stats = (S_held * rescale, weights * rescale)
         self.params = _maximize(*self.stats, 1.0, self.mean_sq, floor, p)
         step = batch * self.seen**self.eta
         self.average_weight += step
@@ -1132,23 +1150,36 @@ class OnlineEM(_OneBatch):
         self.averaged = tuple(a + rate * (s - a) for a, s in zip(self.averaged, self.stats))
         return _maximize(*self.averaged, 1.0, self.mean_sq, floor, self.params)
 
-    def _is_sample(self, shares, n_rows):
-        """Whether a batch of ``n_rows`` rows whose weight falls on the
-        components in ``shares`` (summing to 1) passes for a sample of the
-        stream: Pearson's ``n sum_k (c_k - pi_k)^2 / pi_k`` over the
-        components of positive weight ``pi_k`` (the running statistics')
-        at most its ``1 - significance`` quantile, or an effect ``sum_k (c_k
-        - pi_k)^2 / pi_k`` at most ``_MIN_EFFECT`` (``math.md`` section 7, "A
-        batch that is not a sample of the stream"). The first batch, before
-        any statistics, is one."""
+    def _is_sample(self, shares, n_rows, gamma):
+        """Whether a batch whose weight falls on the components in ``shares``
+        (summing to 1) passes for a sample of the stream (``math.md`` section
+        7, "A batch that is not a sample of the stream").
+
+        It does unless both its effect ``sum_k (c_k - pi_k)^2 / pi_k``, over
+        the components of positive running weight ``pi_k``, exceeds
+        ``min_effect`` and Pearson's statistic exceeds its ``1 -
+        significance`` quantile. ``n_rows`` is the batch's effective number
+        of rows (Kish's, for weighted rows); the running weights are an
+        estimate too, whose variance, after steps ``gamma``, adds ``gamma /
+        (2 - gamma)`` of the batch's, so the statistic is ``n (2 - gamma) /
+        2 sum_k (c_k - pi_k)^2 / pi_k``, components expected fewer than
+        ``_MIN_EXPECTED`` times pooled into one. The first batch, before any
+        statistics, is one."""
         pi = self.stats[1]
         held = pi > 0.0
         if self.significance <= 0.0 or np.count_nonzero(held) < 2:
             return True
-        effect = float(np.sum((shares[held] - pi[held]) ** 2 / pi[held]))
-        return effect <= _MIN_EFFECT or n_rows * effect <= chi2.isf(
-            self.significance, np.count_nonzero(held) - 1
-        )
+        c, pi = shares[held], pi[held]
+        if float(np.sum((c - pi) ** 2 / pi)) <= self.min_effect:
+            return True
+        rare = n_rows * pi < _MIN_EXPECTED
+        if rare.any():
+            c = np.append(c[~rare], np.sum(c[rare]))
+            pi = np.append(pi[~rare], np.sum(pi[rare]))
+        if pi.size < 2:
+            return True
+        pearson = n_rows * (2.0 - gamma) / 2.0 * float(np.sum((c - pi) ** 2 / pi))
+        return pearson <= chi2.isf(self.significance, pi.size - 1)
 
     def _component_step(self, S, counts, batch, share, floor, p):
         """The step of a batch that is not a sample of the stream: each
@@ -1177,7 +1208,7 @@ class OnlineEM(_OneBatch):
                 for S_held, p_held in (self.stats, self.averaged)
             )
             batch_mean = S[reached] / counts[reached, None]
-        running[reached] += (counts / (pi_new * self.seen))[reached, None] * (
+        running[reached] += (counts[reached] / (pi_new[reached] * self.seen))[:, None] * (
             batch_mean - running[reached]
         )
         # Each component's mean row averaged with weights counts_k W_n^eta.

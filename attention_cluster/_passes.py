@@ -237,6 +237,16 @@ class _Rows:
     def _count_positive(self, w):
         return int(np.count_nonzero(w > 0.0))
 
+    @property
+    def effective_rows(self):
+        """Kish's effective number of rows, ``(sum w)^2 / sum w^2`` (the rows
+        for unit weights): the rows whose mean has the variance of the
+        weighted mean."""
+        w = self.sample_weight
+        if w is None:
+            return float(self.n_samples)
+        return float(np.sum(w)) ** 2 / float(np.sum(np.square(w)))
+
     def map_tasks(self, fn, tasks):
         """``[fn(*task) for task in tasks]``, on the rows' threads where they have a pool.
 

@@ -128,13 +128,14 @@ Moulines 2009): `s_n = s_{n-1} + gamma_n (sbar(batch_n) - s_{n-1})` with
 of the `s_n`. A component whose weight falls below one row of the stream is
 reseeded at the batch's row worst explained, with a warning. The recursion
 takes each batch for a sample of the stream: while gamma_n is 1 a batch's
-statistics replace the stream's. A batch whose weights among the
-components the stream's weights do not explain (Pearson's chi-square test
-at the 1% level, with an effect of at least 0.1; a stream sorted by class
-or by time) moves each component
-by its own share instead, as MiniBatchKMeans' per-centre counts do, and the
-clusters it lacks keep their statistics (math.md section 7, "A batch that
-is not a sample of the stream"; measured below). The stream
+statistics replace the stream's, but for the components it holds less of
+than their weight, whose steps are damped by their share. A batch whose
+weights among the components the stream's weights do not explain
+(Pearson's chi-square test at the 1% level, with an effect of at least
+0.1; a stream sorted by class or by time) moves each component by its own
+share instead, as MiniBatchKMeans' per-centre counts do, and the clusters
+it lacks keep their statistics (math.md section 7, "A batch that is not a
+sample of the stream"; measured below). The stream
 holds no d x d matrix: a batch costs its passes and the memory of one batch
 (a batch that reseeds a component is formed densely once, sparse or not).
 `n_steps_` counts the calls, `labels_` labels the last batch, and the
@@ -446,10 +447,12 @@ def _zarr_section(z):
 
 
 def _order_section(run):
-    """The stream in the clusters' order: partial_fit and MiniBatchKMeans,
-    shuffled and sorted batches (benchmarks/stream_order.py)."""
+    """The stream in the clusters' order: partial_fit with and without online
+    EM's test of each batch, and MiniBatchKMeans, on shuffled and sorted
+    batches; the sweep of the test's settings (benchmarks/stream_order.py)."""
     rows = run["rows"]
-    settings = sorted({(r["n"], r["d"], r["K"], r["noise"], r["batch"]) for r in rows})
+    key = ("n", "d", "K", "noise", "weighted", "batch")
+    settings = sorted({tuple(r[k] for k in key) for r in rows})
     seeds = len({r["seed"] for r in rows})
     lines = [
         "### Batches in the clusters' order: measured",
@@ -457,76 +460,117 @@ def _order_section(run):
         f"`benchmarks/stream_order.py{' --quick' if run['quick'] else ''}`: a first batch of "
         f"{run['first']} rows drawn from the whole stream, then the other rows in batches, "
         "shuffled or sorted by cluster (a stream ordered by class or by time), one pass; "
-        "`partial_fit` against `MiniBatchKMeans.partial_fit` on the same batches. ARI of the "
-        "final model on the whole stream and distance to the centroids (math.md section 5), "
-        f"medians over {seeds} seeds; *update* is the stream's (`OnlineEM` below 64 rows per "
-        "parameter)." + run_facts(run, load=False),
+        "`partial_fit` against `MiniBatchKMeans.partial_fit` on the same batches, and against "
+        "`partial_fit` with online EM's test of each batch off (*test off*: every batch taken "
+        "for a sample, as before the test). ARI of the final model on the whole stream and "
+        f"distance to the centroids (math.md section 5), medians over {seeds} seeds; *update* "
+        "is the stream's (`OnlineEM` below 64 rows per parameter); *refused* the share of "
+        "batches the test did not take for samples; *weights*: lognormal(0, 1.5) sample "
+        "weights." + run_facts(run, load=False),
         "",
-        "| n | d | K | sigma | batch | update | partial_fit ARI, shuffled | sorted | "
-        "MiniBatchKMeans ARI, shuffled | sorted | partial_fit distance, shuffled | sorted | "
-        "MiniBatchKMeans distance, shuffled | sorted |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| n | d | K | sigma | weights | batch | update | refused, shuffled | sorted | "
+        "ARI, shuffled | sorted | test off, sorted | MiniBatchKMeans, shuffled | sorted | "
+        "distance, shuffled | test off, shuffled | distance, sorted |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    kept = []
-    for n, d, K, noise, batch in settings:
-        cell = {}
-        for order in ("shuffled", "sorted"):
-            at = [
-                r
-                for r in rows
-                if (r["n"], r["d"], r["K"], r["noise"], r["batch"], r["order"])
-                == (n, d, K, noise, batch, order)
-            ]
-            for key in ("partial_fit ARI", "MiniBatchKMeans ARI"):
-                cell[key, order] = float(np.median([r[key] for r in at]))
-            for key in ("partial_fit distance", "MiniBatchKMeans distance"):
-                cell[key, order] = float(np.median([r[key] for r in at]))
-            updates = sorted({r["update"] for r in at})
-        kept.append(
-            (
-                (n, d, K, noise, batch),
-                cell["partial_fit ARI", "sorted"] >= cell["partial_fit ARI", "shuffled"] - 0.05,
-                cell,
-            )
-        )
+    cells = {}
+    for setting in settings:
+        at = {
+            order: [r for r in rows if tuple(r[k] for k in key) == setting and r["order"] == order]
+            for order in ("shuffled", "sorted")
+        }
+
+        def median(order, field, at=at):
+            return float(np.median([r[field] for r in at[order]]))
+
+        def refused(order, at=at):
+            return sum(r["refused"] for r in at[order]) / sum(r["batches"] for r in at[order])
+
+        cell = {
+            "ari": (median("shuffled", "partial_fit ARI"), median("sorted", "partial_fit ARI")),
+            "off sorted": median("sorted", "test off ARI"),
+            "mbk": (
+                median("shuffled", "MiniBatchKMeans ARI"),
+                median("sorted", "MiniBatchKMeans ARI"),
+            ),
+            "refused": (refused("shuffled"), refused("sorted")),
+            "cost": float(
+                np.median(
+                    [r["partial_fit distance"] / r["test off distance"] for r in at["shuffled"]]
+                )
+            ),
+        }
+        cells[setting] = cell
+        n, d, K, noise, weighted, batch = setting
+        updates = sorted({r["update"] for r in at["shuffled"] + at["sorted"]})
         lines.append(
-            f"| {n} | {d} | {K} | {noise} | {batch} | {', '.join(updates)} | "
-            + " | ".join(
-                f"{cell[key, order]:.2f}"
-                for key in ("partial_fit ARI", "MiniBatchKMeans ARI")
-                for order in ("shuffled", "sorted")
-            )
-            + " | "
-            + " | ".join(
-                f"{cell[key, order]:.3f}"
-                for key in ("partial_fit distance", "MiniBatchKMeans distance")
-                for order in ("shuffled", "sorted")
-            )
-            + " |"
+            f"| {n} | {d} | {K} | {noise} | {'lognormal' if weighted else 'none'} | {batch} | "
+            f"{', '.join(updates)} | {cell['refused'][0]:.1%} | {cell['refused'][1]:.1%} | "
+            f"{cell['ari'][0]:.2f} | {cell['ari'][1]:.2f} | {cell['off sorted']:.2f} | "
+            f"{cell['mbk'][0]:.2f} | {cell['mbk'][1]:.2f} | "
+            f"{median('shuffled', 'partial_fit distance'):.3g} | "
+            f"{median('shuffled', 'test off distance'):.3g} | "
+            f"{median('sorted', 'partial_fit distance'):.3g} |"
         )
-    lost = [(setting, cell) for setting, ok, cell in kept if not ok]
+    close = [s for s, c in cells.items() if c["ari"][1] >= c["ari"][0] - 0.05]
+    costs = [c["cost"] for c in cells.values()]
     lines += [
         "",
-        f"Sorted batches end within 0.05 of the shuffled stream's ARI in "
-        f"{len(kept) - len(lost)} of {len(kept)} settings.",
+        f"Sorted batches end within 0.05 of the shuffled stream's ARI in {len(close)} of "
+        f"{len(cells)} settings (with the test off, in "
+        f"{sum(c['off sorted'] >= c['ari'][0] - 0.05 for c in cells.values())}). On shuffled "
+        "streams the test costs a median distance "
+        f"{min(costs):.2f} to {max(costs):.2f} times the test off's across the settings "
+        f"(it refuses at most {max(c['refused'][0] for c in cells.values()):.1%} of their "
+        "batches).",
     ]
+    lost = [(s, c) for s, c in cells.items() if s not in close]
     if lost:
         lines[-1] += (
-            " Where they do not ("
+            " Where sorted batches lose ("
             + "; ".join(
-                f"n = {n}, d = {d}, K = {K}, sigma = {noise}, batches of {batch}: "
-                f"{cell['partial_fit ARI', 'sorted']:.2f} against "
-                f"{cell['partial_fit ARI', 'shuffled']:.2f} shuffled, MiniBatchKMeans "
-                f"{cell['MiniBatchKMeans ARI', 'sorted']:.2f}"
-                for (n, d, K, noise, batch), cell in lost
+                f"d = {d}, K = {K}, sigma = {noise}, batches of {batch}: ARI "
+                f"{c['ari'][1]:.2f} against {c['ari'][0]:.2f} shuffled, {c['refused'][1]:.0%} "
+                "of the sorted batches refused"
+                for (n, d, K, noise, weighted, batch), c in lost
             )
-            + "): there the clusters overlap (the shuffled stream's ARI is "
-            f"{max(cell['partial_fit ARI', 'shuffled'] for _, cell in lost):.2f} at most), the "
-            "test lets some batches of one cluster's rows pass for samples of the stream, and "
-            'those move every component into their cluster (math.md section 7, "A batch that '
-            'is not a sample of the stream").'
+            + "): there the clusters overlap, the shuffled stream's own ARI being at most "
+            f"{max(c['ari'][0] for _, c in lost):.2f}."
         )
     lines.append("")
+    sweep = run.get("sweep", [])
+    if sweep:
+        mixtures = sorted({(r["n"], r["d"], r["K"], r["noise"]) for r in sweep})
+        lines += [
+            "The test's two settings, on batches of 100 (medians over the seeds; *cost*: "
+            "shuffled streams' distance over the test off's; *refused*: the largest share of "
+            "shuffled batches refused in a stream):",
+            "",
+            "| significance | min_effect | "
+            + " | ".join(
+                f"d = {d}, K = {K}, sigma = {noise}: cost | refused | sorted ARI"
+                for _, d, K, noise in mixtures
+            )
+            + " |",
+            "|---|---|" + "---|---|---|" * len(mixtures),
+        ]
+        for significance in sorted({r["significance"] for r in sweep}):
+            for min_effect in sorted({r["min_effect"] for r in sweep}):
+                parts = []
+                for mixture in mixtures:
+                    at = [
+                        r
+                        for r in sweep
+                        if (r["n"], r["d"], r["K"], r["noise"]) == mixture
+                        and (r["significance"], r["min_effect"]) == (significance, min_effect)
+                    ]
+                    parts.append(
+                        f"{np.median([r['shuffled over test off'] for r in at]):.2f} | "
+                        f"{max(r['shuffled refused'] for r in at):.1%} | "
+                        f"{np.median([r['sorted ARI'] for r in at]):.2f}"
+                    )
+                lines.append(f"| {significance} | {min_effect} | " + " | ".join(parts) + " |")
+        lines.append("")
     return lines
 
 

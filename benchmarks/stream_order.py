@@ -6,9 +6,14 @@ ordered by class or by time), one pass. ``AttentionClustering.partial_fit``
 against ``MiniBatchKMeans.partial_fit`` (its per-centre counts keep the
 clusters a batch lacks) on the same batches: ARI of the final model on the
 whole stream and distance to the centroids (math.md section 5). Mixtures of
-``datasets.make_mixture`` from well separated to overlapping. Accuracy
-only, no timings. Writes benchmarks/results/stream_order.json and rewrites
-docs/scaling_out.md from it and the other streaming results.
+``datasets.make_mixture`` from well separated to overlapping, and one with
+uneven sample weights. Online EM's test of a batch (math.md section 7, "A
+batch that is not a sample of the stream") is measured by the batches it
+refuses and against the same stream with the test off (``significance=0``,
+every batch taken for a sample), and its two settings, ``significance`` and
+``min_effect``, by a sweep. Accuracy only, no timings. Writes
+benchmarks/results/stream_order.json and rewrites docs/scaling_out.md from
+it and the other streaming results.
 
     python benchmarks/stream_order.py [--quick]
 """
@@ -27,54 +32,126 @@ from attention_cluster.metrics import centroid_distance
 
 FIRST = 300
 BATCHES = (100, 1000)
-# (n, d, K, sigma): separated, separated with more clusters, wide, overlapping.
-MIXTURES = ((3000, 10, 3, 0.3), (6000, 10, 5, 0.3), (6000, 50, 5, 0.5), (20_000, 10, 3, 1.0))
+# (n, d, K, sigma, weights): separated, separated with more clusters, wide,
+# overlapping; then separated with lognormal(0, 1.5) sample weights.
+MIXTURES = (
+    (3000, 10, 3, 0.3, False),
+    (6000, 10, 5, 0.3, False),
+    (6000, 50, 5, 0.5, False),
+    (20_000, 10, 3, 1.0, False),
+    (6000, 10, 3, 0.3, True),
+)
+# The sweep of the test's settings, on batches of 100 of three mixtures.
+SIGNIFICANCES = (0.001, 0.01, 0.05)
+MIN_EFFECTS = (0.03, 0.1, 0.3)
+SWEPT = ((3000, 10, 3, 0.3, False), (6000, 10, 5, 0.3, False), (6000, 50, 5, 0.5, False))
 
 
-def one_pass(model, X, first, rest, batch):
-    model.partial_fit(X[first])
+def one_pass(model, X, w, first, rest, batch, **test):
+    """partial_fit over the first batch, then the rest in batches; ``test``
+    sets the online EM's test of each batch (its attributes) after the first."""
+    model.partial_fit(X[first], sample_weight=None if w is None else w[first])
+    stream = getattr(model, "_stream", None)
+    for name, value in test.items():
+        setattr(stream, name, value)
     for i in range(0, len(rest), batch):
-        model.partial_fit(X[rest[i : i + batch]])
+        rows = rest[i : i + batch]
+        model.partial_fit(X[rows], sample_weight=None if w is None else w[rows])
     return model
 
 
-def one_mixture(n, d, K, noise, seed):
+def _streams(n, d, K, noise, weighted, seed):
     X, y, C = make_mixture(n, d, K, noise=noise, random_state=seed)
     rng = np.random.default_rng(seed)
+    w = rng.lognormal(0.0, 1.5, n) if weighted else None
     order = rng.permutation(n)
     first, rest = order[:FIRST], order[FIRST:]
     orders = {"shuffled": rest, "sorted": rest[np.argsort(y[rest], kind="stable")]}
+    return X, y, C, w, first, orders
+
+
+def _ours(X, y, C, w, first, rest, batch, K, seed, **test):
+    model = one_pass(AttentionClustering(K, random_state=seed), X, w, first, rest, batch, **test)
+    return {
+        "update": type(model._stream).__name__,
+        "ARI": adjusted_rand_score(y, model.predict(X)),
+        "distance": centroid_distance(model.cluster_centers_, C),
+        "refused": getattr(model._stream, "refused", 0),
+        "batches": int(np.ceil(len(rest) / batch)),
+    }
+
+
+def one_mixture(n, d, K, noise, weighted, seed):
+    X, y, C, w, first, orders = _streams(n, d, K, noise, weighted, seed)
     rows = []
     for batch in BATCHES:
-        for name, rows_in_order in orders.items():
-            row = {"n": n, "d": d, "K": K, "noise": noise, "seed": seed}
+        for name, rest in orders.items():
+            row = {"n": n, "d": d, "K": K, "noise": noise, "weighted": weighted, "seed": seed}
             row.update(batch=batch, order=name)
-            ours = one_pass(
-                AttentionClustering(K, random_state=seed), X, first, rows_in_order, batch
-            )
-            row["update"] = type(ours._stream).__name__
+            ours = _ours(X, y, C, w, first, rest, batch, K, seed)
+            row["update"] = ours["update"]
+            row["refused"], row["batches"] = ours["refused"], ours["batches"]
+            off = _ours(X, y, C, w, first, rest, batch, K, seed, significance=0.0)
             theirs = one_pass(
-                MiniBatchKMeans(K, n_init=1, random_state=seed), X, first, rows_in_order, batch
+                MiniBatchKMeans(K, n_init=1, random_state=seed), X, w, first, rest, batch
             )
-            for key, model in (("partial_fit", ours), ("MiniBatchKMeans", theirs)):
-                row[key + " ARI"] = adjusted_rand_score(y, model.predict(X))
-                row[key + " distance"] = centroid_distance(model.cluster_centers_, C)
+            for key, ari, distance in (
+                ("partial_fit", ours["ARI"], ours["distance"]),
+                ("test off", off["ARI"], off["distance"]),
+                (
+                    "MiniBatchKMeans",
+                    adjusted_rand_score(y, theirs.predict(X)),
+                    centroid_distance(theirs.cluster_centers_, C),
+                ),
+            ):
+                row[key + " ARI"], row[key + " distance"] = ari, distance
             rows.append(row)
     return rows
+
+
+def sweep(seeds):
+    """Each (significance, min_effect) on batches of 100 of the SWEPT
+    mixtures: shuffled streams' distance over the test off's, sorted
+    streams' ARI, and the share of shuffled batches refused."""
+    out = []
+    for n, d, K, noise, weighted in SWEPT:
+        for seed in range(seeds):
+            X, y, C, w, first, orders = _streams(n, d, K, noise, weighted, seed)
+            off = _ours(X, y, C, w, first, orders["shuffled"], 100, K, seed, significance=0.0)
+            for significance in SIGNIFICANCES:
+                for min_effect in MIN_EFFECTS:
+                    test = {"significance": significance, "min_effect": min_effect}
+                    shuffled = _ours(X, y, C, w, first, orders["shuffled"], 100, K, seed, **test)
+                    ordered = _ours(X, y, C, w, first, orders["sorted"], 100, K, seed, **test)
+                    out.append(
+                        {
+                            "n": n,
+                            "d": d,
+                            "K": K,
+                            "noise": noise,
+                            "seed": seed,
+                            **test,
+                            "shuffled over test off": shuffled["distance"] / off["distance"],
+                            "shuffled refused": shuffled["refused"] / shuffled["batches"],
+                            "sorted ARI": ordered["ARI"],
+                        }
+                    )
+    return out
 
 
 def main(quick=False, out=None):
     seeds = 1 if quick else 5
     load_before = os.getloadavg()
     rows = []
-    for n, d, K, noise in MIXTURES:
+    for n, d, K, noise, weighted in MIXTURES:
         for seed in range(seeds):
-            rows += one_mixture(n, d, K, noise, seed)
-            print(f"n={n} d={d} K={K} sigma={noise} seed={seed}", flush=True)
+            rows += one_mixture(n, d, K, noise, weighted, seed)
+            print(f"n={n} d={d} K={K} sigma={noise} weighted={weighted} seed={seed}", flush=True)
     payload = {
         "quick": quick,
         "first": FIRST,
         "rows": rows,
+        "sweep": sweep(seeds),
         **run_conditions(load_before),
     }
     save("stream_order", payload, **({"directory": out} if out else {}))

@@ -215,12 +215,15 @@ def online_em(batches, U, pi, radius, tau, inv_scale, alpha, gain, significance=
     """Online EM (Cappe and Moulines 2009) written out, unweighted batches.
 
     s_n = s_{n-1} + min(1, g |B_n| / N_n)^alpha (sbar_n(theta_{n-1}) - s_{n-1})
-    on s = (S / N, counts / N), theta_n the M step of math.md section 7 at
+    on s = (S / N, counts / N), each component's step times min(1, c_k /
+    pi_k) (its share c_k of the batch over its weight), the weights then
+    rescaled to the total of the undamped step; theta_n the M step of math.md section 7 at
     s_n with m2 the exact running mean of ||x / s||^2; returns the heads of
     the M step at the plain average of the s_n. A batch whose shares c of
-    the components fail Pearson's test against the running weights, with an
-    effect above 0.1 (math.md section 7, "A batch that is not a sample of
-    the stream"), moves the
+    the components fail Pearson's test against the running weights (the
+    weights' own variance added, rare components pooled), with an effect
+    above 0.1 (math.md section 7, "A batch that is not a sample of the
+    stream"), moves the
     weights as a running mean and each component's mean row by its part of
     the component's weight seen, the average likewise per component.
     """
@@ -237,8 +240,15 @@ def online_em(batches, U, pi, radius, tau, inv_scale, alpha, gain, significance=
         m2 = sum_sq / seen
         S, counts, _ = mixture_e_step(X, U, np.log(pi), radius / tau**2)
         c = counts / len(X)
+        gamma = min(1.0, gain * len(X) / seen) ** alpha
         effect = np.sum((c - s[1]) ** 2 / s[1]) if n > 1 else 0.0
-        if effect > 0.1 and len(X) * effect > chi2.isf(significance, K - 1):
+        # Components expected fewer than 5 times pooled; the running
+        # weights' own variance, gamma / (2 - gamma) of the batch's, added.
+        rare = len(X) * s[1] < 5.0
+        cats_c = np.append(c[~rare], c[rare].sum()) if rare.any() else c
+        cats_p = np.append(s[1][~rare], s[1][rare].sum()) if rare.any() else s[1]
+        pearson = len(X) * (2.0 - gamma) / 2.0 * np.sum((cats_c - cats_p) ** 2 / cats_p)
+        if effect > 0.1 and cats_p.size > 1 and pearson > chi2.isf(significance, cats_p.size - 1):
             weights = s[1] + len(X) / seen * (c - s[1])
             mean = s[0] / s[1][:, None]
             mean = mean + (counts / (weights * seen))[:, None] * (S / counts[:, None] - mean)
@@ -248,8 +258,16 @@ def online_em(batches, U, pi, radius, tau, inv_scale, alpha, gain, significance=
             s = [weights[:, None] * mean, weights]
             avg = [weights[:, None] * mean_avg, weights]
         else:
-            gamma = min(1.0, gain * len(X) / seen) ** alpha
-            s = [s[0] + gamma * (S / len(X) - s[0]), s[1] + gamma * (counts / len(X) - s[1])]
+            # A component the batch holds less of than its weight steps by
+            # gamma times its share over its weight; then the weights sum to 1.
+            steps = gamma * (np.minimum(1.0, c / s[1]) if n > 1 else np.ones(K))
+            before = s[1]
+            s = [
+                s[0] + steps[:, None] * (S / len(X) - s[0]),
+                s[1] + steps * (counts / len(X) - s[1]),
+            ]
+            total = (1.0 - gamma) * before.sum() + gamma * c.sum()
+            s = [s[0] * total / s[1].sum(), s[1] * total / s[1].sum()]
             avg = [a + (v - a) * len(X) / (averaged_weight + len(X)) for a, v in zip(avg, s)]
         averaged_weight += len(X)
         U = (s[0] / np.linalg.norm(s[0], axis=1, keepdims=True)).T

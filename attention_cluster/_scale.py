@@ -128,7 +128,9 @@ def estimate_spectrum(data, n_clusters, moment=None, full=None):
     if full is not None:
         total = max(full.rescaled(peak).norm_moments()[0], trace)
         rest = (full.n_features - d, total - trace)
-        noise_var = (total - float(np.sum(eig[:k]))) / (full.n_features - k)
+        # At least 0: where the top k eigenvalues hold the whole trace (k at
+        # the rows' rank) the two sums, in other orders, differ by rounding.
+        noise_var = max((total - float(np.sum(eig[:k]))) / (full.n_features - k), 0.0)
     elif k < d:
         noise_var = float(np.mean(eig[k:]))
     else:

@@ -1025,3 +1025,21 @@ def test_fitted_arrays_are_the_estimators_own(dtype, refine):
         assert value.flags.writeable, name
         if model.mixture_ is not None:
             assert not np.shares_memory(value, model.mixture_.centers), name
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_wide_rows_as_many_as_clusters_fit(seed):
+    # d >= 1000 with K at the rows' rank (n == K, or rows of rank K): the
+    # noise's variance, the trace less the top K eigenvalues, came out one
+    # rounding below 0 on some draws; its square root was NaN and the fit
+    # raised "noise must be a finite number >= 0, got nan" from inside.
+    rng = np.random.default_rng(seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # as many clusters as rows
+        warnings.simplefilter("error", RuntimeWarning)
+        model = AttentionClustering(35, random_state=0).fit(rng.standard_normal((35, 1000)))
+        low_rank = rng.standard_normal((200, 12)) @ rng.standard_normal((12, 1000))
+        other = AttentionClustering(12, random_state=0).fit(low_rank)
+    for fitted in (model, other):
+        assert np.isfinite(fitted.noise_scale_) and fitted.noise_scale_ >= 0.0
+        assert np.all(np.isfinite(fitted.cluster_centers_))

@@ -68,6 +68,7 @@ object is a context manager).
 
 import copy
 import functools
+import numbers
 import os
 import sys
 import threading
@@ -2368,9 +2369,9 @@ def rows_from(
         batch's, so that its batches' weights keep their ratios.
     check_shape : callable or None, default=None
         ``check_shape(n_samples, n_features, in_memory)``, the caller's checks
-        of X's shape, run as soon as it is known and before X's weights are
-        read (a Dask array's shape from its graph, before the two
-        computations that check its weights).
+        of X's shape: a Dask collection's from its graph, before any other
+        check computes (``n_samples`` 0 when the graph does not know it, as
+        a DataFrame's); rows in memory after their weights' checks.
     in_memory : bool, default=False
         Take rows in memory only: a Dask collection is refused (TypeError)
         before anything is read (``partial_fit``'s batches).
@@ -2381,9 +2382,11 @@ def rows_from(
                 "partial_fit takes batches in memory (arrays or sparse matrices); "
                 "fit reads a Dask array in passes."
             )
+        if check_shape is not None and len(X.shape) == 2:
+            # From the graph, before its checks (a DataFrame's counts its rows).
+            n = X.shape[0] if isinstance(X.shape[0], numbers.Integral) else 0
+            check_shape(n, X.shape[1], False)
         X = check_dask_array(estimator, X, reset=reset)
-        if check_shape is not None:
-            check_shape(X.shape[0], X.shape[1], False)
         weights, total, unit, positive = check_dask_sample_weight(sample_weight, X)
         rows = DaskRows(X, weights, total_weight=total, n_weighted=positive, verbose=verbose)
         rows.weight_unit = unit
@@ -2397,9 +2400,9 @@ def rows_from(
         reset=reset,
         ensure_all_finite=False,
     )
+    weights, unit = check_sample_weight(sample_weight, X, weight_unit)
     if check_shape is not None:
         check_shape(X.shape[0], X.shape[1], True)
-    weights, unit = check_sample_weight(sample_weight, X, weight_unit)
     rows = rows_of(X, weights, n_threads=n_threads)
     rows.weight_unit = unit
     if not defer_finite:

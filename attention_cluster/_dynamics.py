@@ -660,9 +660,10 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             or the unnormalised model's logits at the stopping step; the
             estimator is then left as it was.
         """
-        X = validate_data(
-            self, X, accept_sparse=("csr", "csc"), dtype=[np.float64, np.float32], order="C"
-        )
+        with np.errstate(over="ignore", invalid="ignore"):  # scikit-learn's sum of X first
+            X = validate_data(
+                self, X, accept_sparse=("csr", "csc"), dtype=[np.float64, np.float32], order="C"
+            )
         flow = self._check_params(X)
         weights = token_weights(sample_weight, X)
         return self._run(flow, X, weights, self._subsample_size(X, weights))
@@ -1054,14 +1055,15 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         labels : ndarray of shape (n_samples,)
         """
         check_is_fitted(self)
-        X = validate_data(
-            self,
-            X,
-            accept_sparse=("csr", "csc"),
-            dtype=[np.float64, np.float32],
-            order="C",
-            reset=False,
-        )
+        with np.errstate(over="ignore", invalid="ignore"):  # scikit-learn's sum of X first
+            X = validate_data(
+                self,
+                X,
+                accept_sparse=("csr", "csc"),
+                dtype=[np.float64, np.float32],
+                order="C",
+                reset=False,
+            )
         # <Q x, K c_k> = <x, Q^T K c_k>: the keys mapped back by Q^T
         keys = _apply(self.key_, self.cluster_centers_.astype(np.float64))
         keys = keys if self.query_ is None else keys @ self.query_

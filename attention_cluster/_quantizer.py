@@ -29,13 +29,14 @@ def _prompt(estimator, X, *, reset):
     one matrix; a DataFrame becomes a pandas one, whose column names are its
     feature names), so any chunking of it is taken.
     """
-    return validate_data(
-        estimator,
-        computed(X),
-        reset=reset,
-        accept_sparse=["csr", "csc"],
-        dtype=[np.float64, np.float32],
-    )
+    with np.errstate(over="ignore", invalid="ignore"):  # scikit-learn's sum of X first
+        return validate_data(
+            estimator,
+            computed(X),
+            reset=reset,
+            accept_sparse=["csr", "csc"],
+            dtype=[np.float64, np.float32],
+        )
 
 
 class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):

@@ -1043,3 +1043,22 @@ def test_wide_rows_as_many_as_clusters_fit(seed):
     for fitted in (model, other):
         assert np.isfinite(fitted.noise_scale_) and fitted.noise_scale_ >= 0.0
         assert np.all(np.isfinite(fitted.cluster_centers_))
+
+
+def test_finite_rows_near_the_dtypes_top_warn_of_nothing():
+    # scikit-learn's finite check sums X first: finite float32 rows of
+    # +-3e38 sum to inf - inf, and predict, score, partial_fit, "auto" and
+    # the dynamics warned "invalid value encountered in reduce" from NumPy.
+    from attention_cluster import SelfAttentionDynamics
+
+    rng = np.random.default_rng(0)
+    X = (rng.standard_normal((40, 2)) * 1e38).astype(np.float32)
+    X[::4] = [3e38, -3e38]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        model = AttentionClustering(2, random_state=0).fit(X)
+        model.predict(X), model.predict_proba(X), model.score(X)
+        model.partial_fit(X)
+        AttentionClustering("auto", random_state=0).fit(X)
+        SelfAttentionDynamics().fit(X).predict(X)

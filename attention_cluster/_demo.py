@@ -112,6 +112,6 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.n_samples < 100:
         parser.error(f"--n-samples must be at least 100, got {args.n_samples}.")
-    if args.random_state < 0:
-        parser.error(f"--random-state must be at least 0, got {args.random_state}.")
+    if not 0 <= args.random_state < 2**32:
+        parser.error(f"--random-state must be in 0 .. 2^32 - 1, got {args.random_state}.")
     run(n_samples=args.n_samples, random_state=args.random_state)

@@ -555,7 +555,8 @@ def information_limit(centroids, noise, n_samples, weights=None, n_draws=1_000_0
     mu = centroids / r
     # Coinciding centroids (equal directions, up to rounding) make the
     # information singular whatever n_draws: said before the draws.
-    overlaps = np.triu(mu @ mu.T, 1)
+    directions = centroids / norms[:, None]  # each its own norm: float32 norms differ
+    overlaps = np.triu(directions @ directions.T, 1)
     if np.any(overlaps >= 1.0 - 1e-12):
         i, j = np.argwhere(overlaps >= 1.0 - 1e-12)[0]
         raise ValueError(

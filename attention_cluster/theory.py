@@ -1039,12 +1039,15 @@ def auto_temperature(noise, sequence_length, *, n_clusters, n_features, eigenval
             raise ValueError(
                 f"eigenvalues must be {n_features} finite numbers (one per feature), got {shape}."
             )
-        eigenvalues = numbers
-        if np.any(eigenvalues < 0.0):
+        # A second moment's eigenvalues are >= 0; an eigensolver's rounding
+        # leaves zeros a few epsilon of the largest below it (taken as 0).
+        rounding = 4.0 * n_features * np.finfo(np.float64).eps * float(np.max(np.abs(numbers)))
+        if np.any(numbers < -rounding):
             raise ValueError(
                 "eigenvalues must be >= 0: they are those of a second moment, got "
-                f"{eigenvalues.min():.3g}."
+                f"{numbers.min():.3g}."
             )
+        eigenvalues = np.maximum(numbers, 0.0)
         if np.any(np.diff(eigenvalues) > 0):
             raise ValueError("eigenvalues must be in descending order: the first is the largest.")
     if eigenvalues is not None and eigenvalues[0] > 0:

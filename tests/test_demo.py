@@ -31,7 +31,12 @@ def test_the_command_line_parses_its_options_before_any_fit(capsys, monkeypatch)
     with pytest.raises(SystemExit) as exit_help:
         demo.main(["--help"])
     assert exit_help.value.code == 0 and "--n-samples" in capsys.readouterr().out
-    for argv in (["--no-such-flag"], ["--n-samples", "10"], ["--random-state", "-1"]):
+    for argv in (
+        ["--no-such-flag"],
+        ["--n-samples", "10"],
+        ["--random-state", "-1"],
+        ["--random-state", str(2**32)],  # NumPy's seeds end below: a traceback after a fit
+    ):
         with pytest.raises(SystemExit) as exit_bad:
             demo.main(argv)
         assert exit_bad.value.code == 2

@@ -448,6 +448,16 @@ def test_information_limit_rejects_what_its_model_excludes(kwargs, message):
         information_limit(**args)
 
 
+def test_information_limit_takes_close_float32_centroids():
+    # Two centroids 0.004 rad apart in float32, their norms 1e-5 apart
+    # (within the common norm's tolerance): the check for coinciding
+    # centroids divided both by the first norm and called them equal.
+    angle = 0.004
+    C = np.array([[1.0, 0.0, 0.0], [np.cos(angle), np.sin(angle), 0.0]]) * [[1.0], [1.0 + 1e-5]]
+    efficient, floor = information_limit(C.astype(np.float32), 1e-3, 1000, n_draws=20_000)
+    assert 0.0 < floor <= efficient
+
+
 def test_information_limit_takes_float32_centroids():
     # Rounded to float32, unit centroids have norms some 2e-8 apart, which the
     # float64 tolerance 1e-8 refused as "not of a common norm" (bayes_error

@@ -843,7 +843,8 @@ def test_closed_forms_refuse_bad_heads_and_centroids_before_work(function, heads
             "descending order",
         ),
         # NumPy's bare "could not convert string to float", and negative
-        # eigenvalues, which no second moment has, were taken.
+        # eigenvalues, which no second moment has, were taken (an
+        # eigensolver's rounding below zero is taken as zero: tested apart).
         (
             lambda: theory.auto_temperature(
                 0.3, 10, n_clusters=2, n_features=3, eigenvalues=["a", "b", "c"]
@@ -1161,3 +1162,17 @@ def test_the_clamp_at_zero_takes_rounding_only():
     assert theory._nonnegative(1.0, -1.0 - 1e-15) == 0.0
     assert theory._nonnegative(1.0, -1.0 - 1e-9) < 0.0
     assert theory._nonnegative(3.0, -1.0) == 2.0
+
+
+def test_auto_temperature_takes_an_eigensolvers_rounding_below_zero():
+    # eigvalsh of a rank-deficient moment gives zeros a few epsilon below 0:
+    # they were refused as negative.
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((5, 12))
+    eig = np.sort(np.linalg.eigvalsh(X.T @ X / 5))[::-1]
+    eig[-1] = -2e-16 * eig[0]
+    exact = np.maximum(eig, 0.0)
+    kwargs = {"n_clusters": 2, "n_features": 12}
+    assert theory.auto_temperature(0.3, 10, eigenvalues=eig, **kwargs) == theory.auto_temperature(
+        0.3, 10, eigenvalues=exact, **kwargs
+    )

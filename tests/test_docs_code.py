@@ -12,6 +12,9 @@ DOCS = Path(__file__).resolve().parents[1] / "docs"
 # their own data (they had named data of the scripts that write the pages,
 # and did not run).
 PAGES = sorted([*DOCS.glob("*.md"), *DOCS.glob("user_guide/*.md")])
+# Modules of the optional extras the pages' snippets import (pyproject.toml's
+# [dask] extra); the others are the package's dependencies or [test]'s.
+OPTIONAL_EXTRAS = {"dask", "dask_ml", "distributed", "zarr"}
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(DOCS)))
@@ -19,6 +22,10 @@ def test_a_pages_code_blocks_run_in_order(page, tmp_path, monkeypatch):
     # Files a snippet writes (a Zarr store) go to a directory of the test's.
     monkeypatch.chdir(tmp_path)
     blocks = re.findall(r"^```python\n(.*?)^```", page.read_text(encoding="utf-8"), re.S | re.M)
+    # A page on an optional extra (Dask's) runs where the extra is installed.
+    for module in sorted(set(re.findall(r"^(?:from|import) (\w+)", "".join(blocks), re.M))):
+        if module in OPTIONAL_EXTRAS:
+            pytest.importorskip(module)
     matplotlib.use("Agg")
     namespace = {"__name__": "__docs__"}
     with warnings.catch_warnings():

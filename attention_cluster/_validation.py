@@ -290,12 +290,12 @@ def check_dask_array(estimator, X, *, reset):
 
 def _numpy_columns(frame):
     """A Dask DataFrame whose columns all hold numbers in pandas' extension
-    dtypes (``Float64``, ``Int64``, ``double[pyarrow]``), some of them, as
-    NumPy floats: float32 when every column holds float32, else float64,
-    converted as each partition is read, a missing value as NaN (which the
-    first pass reports). Their ``to_dask_array`` is of dtype object, which
-    :func:`_check_dask_columns` refuses; pandas frames in memory are
-    converted by ``validate_data``. Any other frame is returned as it is."""
+    dtypes (``Float64``, ``Int64``, ``Float32``, ``double[pyarrow]``), some
+    of them, as float64, as ``validate_data`` converts the same pandas frame
+    in memory, converted as each partition is read, a missing value as NaN
+    (which the first pass reports). Their ``to_dask_array`` is of dtype
+    object, which :func:`_check_dask_columns` refuses. Any other frame is
+    returned as it is."""
     import pandas as pd
 
     dtypes = list(frame.dtypes)
@@ -303,8 +303,7 @@ def _numpy_columns(frame):
         pd.api.types.is_numeric_dtype(t) for t in dtypes
     ):
         return frame
-    float32 = all(np.dtype(getattr(t, "numpy_dtype", t)) == np.float32 for t in dtypes)
-    dtype = np.float32 if float32 else np.float64
+    dtype = np.float64
     return frame.map_partitions(_float_partition, dtype, meta=_float_partition(frame._meta, dtype))
 
 

@@ -258,9 +258,9 @@ each pass.
   DataFrame's row count is computed once (`to_dask_array(lengths=True)`),
   after its columns' checks (width, names, dtype: its metadata). Columns
   that all hold numbers, some in pandas' extension dtypes (`Float64`,
-  `Int64`, `double[pyarrow]`), are converted to NumPy floats as each
-  partition is read (float32 when every column holds float32, else
-  float64), a missing value to NaN, which the first pass reports.
+  `Int64`, `Float32`, `double[pyarrow]`), are converted to float64 as each
+  partition is read, as scikit-learn converts the same pandas frame in
+  memory, a missing value to NaN, which the first pass reports.
 - **Faults.** A worker that dies during a fit loses its blocks' results;
   Dask recomputes them and the fit is unchanged (tested by killing a worker
   process of a LocalCluster during a fit).

@@ -992,8 +992,8 @@ def auto_temperature(noise, sequence_length, *, n_clusters, n_features, eigenval
       the token's attention to itself adds about ``tr(M) / L`` to m. With
       unequal weights the heaviest cluster has the largest m and, without
       the cap, the risk pushes its head off its centroid. With equal weights
-      it is mostly the least too (lambda* can be the least for K >= 4 clusters,
-      L <= 30 and sigma <= 0.1): 0.64 to 0.90 times the unbiased temperature on the
+      it is mostly the least too (lambda* can be the least for K = 4 with L <=
+      23 and sigma <= 0.1, K = 5 with L <= 40 and sigma <= 0.17): 0.64 to 0.90 times the unbiased temperature on the
       paper's mixtures (d = 10, K = 2 to 5, L = 10 to 200, sigma 0 to 1). The factor 0.9 is the
       margin found with :func:`attention_cluster.theory.population_pgd`
       (weights up to 9:1, sigma up to 1).

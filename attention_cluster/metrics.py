@@ -563,6 +563,15 @@ def information_limit(centroids, noise, n_samples, weights=None, n_draws=1_000_0
             f"centroids {i} and {j} coincide: the mixture cannot tell them apart, and its "
             "Fisher information is singular."
         )
+    # The scores hold squared residuals over tau^4 at the centroids' scale:
+    # sigma / r beyond 2^+-200 leaves float64's range there (they raised a
+    # ZeroDivisionError or LinAlgError).
+    if not 2.0**-200 <= sigma / r <= 2.0**200:
+        raise ValueError(
+            f"noise / norm of the centroids = {sigma / r:.3g} is beyond what the information's "
+            "Monte Carlo scores hold in float64 (2^-200 to 2^200): at such a ratio the clusters "
+            "are either apart beyond any overlap (D_eff = D_floor) or beyond telling apart."
+        )
     tau2 = sigma * sigma
     # E_k: orthonormal basis of mu_k's complement (the last d - 1 left
     # singular vectors of the column mu_k).

@@ -448,6 +448,16 @@ def test_information_limit_rejects_what_its_model_excludes(kwargs, message):
         information_limit(**args)
 
 
+@pytest.mark.parametrize("centroids, noise", [(1.0, 1e-300), (1e300, 0.3), (1.0, 1e160)])
+def test_information_limit_refuses_a_ratio_beyond_its_scores_range(centroids, noise):
+    # sigma / r of 1e-300 or 1e160: a ZeroDivisionError or a LinAlgError
+    # ("Eigenvalues did not converge") from inside, with RuntimeWarnings.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        with pytest.raises(ValueError, match="noise / norm of the centroids"):
+            information_limit(centroids * np.eye(2), noise, 1000, n_draws=20_000)
+
+
 def test_information_limit_takes_close_float32_centroids():
     # Two centroids 0.004 rad apart in float32, their norms 1e-5 apart
     # (within the common norm's tolerance): the check for coinciding

@@ -482,14 +482,23 @@ def count_clusters(
         K = max(scores, key=lambda k: (scores[k], -abs(k - K)))
     # The dynamics' own diagnosis, and what was made of its last state.
     unsettled = [message for message, category in held if issubclass(category, ConvergenceWarning)]
+    if unsettled and K > m / 2 and 1 in scores:
+        # No plateau, and most tokens still apart: no structure the dynamics
+        # resolved (rows of noise fewer than their features: K = m - 1, and a
+        # BIC of more parameters than rows kept it); one cluster, compared
+        # with its neighbour below.
+        K = 1
     if unsettled:
         k_dynamics = int(dynamics.n_clusters_)
-        taken = (
-            f"K = {K}"
-            if K == k_dynamics
-            else f"K = {k_dynamics}, outside n_clusters_range: the K of the range held "
-            f"longest, {K}, instead"
-        )
+        if K == k_dynamics:
+            taken = f"K = {K}"
+        elif K == 1 and k_dynamics > m / 2:
+            taken = f"K = {k_dynamics} of {m} tokens, most still apart: one cluster instead"
+        else:
+            taken = (
+                f"K = {k_dynamics}, outside n_clusters_range: the K of the range held "
+                f"longest, {K}, instead"
+            )
         warn(
             f"The self-attention dynamics that chooses n_clusters, SelfAttentionDynamics(beta="
             f"{beta!r}, min_cluster_size={min_cluster_size!r}) on {tokens.shape[0]} rows, found "

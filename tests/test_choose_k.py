@@ -555,6 +555,18 @@ def test_integer_weights_test_one_cluster_as_repeated_rows():
     assert weighted.n_clusters_ == repeated.n_clusters_ == halves.n_clusters_
 
 
+@pytest.mark.parametrize("shape", [(40, 200), (20, 1000)])
+def test_noise_of_fewer_rows_than_features_is_one_cluster(shape, global_random_seed):
+    # The dynamics found no plateau and read K = n - 1 from its last state,
+    # and the test of one cluster, a BIC of more parameters than rows, kept
+    # it: 39 "clusters" of 40 rows of noise. Most tokens still apart is no
+    # structure the dynamics resolved.
+    X = np.random.default_rng(global_random_seed).standard_normal(shape)
+    with pytest.warns(ConvergenceWarning, match="most still apart: one cluster instead"):
+        model = AttentionClustering("auto", random_state=0).fit(X)
+    assert model.n_clusters_ <= 2
+
+
 def test_auto_is_picklable_and_streams(mixture):
     X, _ = mixture
     model = AttentionClustering("auto", random_state=0).fit(X)

@@ -446,6 +446,7 @@ def count_clusters(
         return seen, dynamics, held
 
     given_centre = center is True or center is np.True_
+    prefit = {}  # fits made before the comparisons, by K: ((fit, rule, mixture), warnings)
     mean_sq = _mean_sq(scaled, weights)
     # With center="auto", the centred rows only where the mean may dominate.
     centred = (
@@ -475,6 +476,14 @@ def count_clusters(
             mean_sq, _moment_eigenvalues(scaled, weights), k_centred, DEFAULT_TUNING
         ):
             seen, dynamics, held = other
+        elif k_centred != int(dynamics.n_clusters_) and k_centred <= n:
+            # center="auto"'s other rule: the fit at the centred count centres
+            # the rows where the rows as given lose a cluster there. That fit
+            # is kept for the comparisons below.
+            with deferred_warnings() as prefit_held:
+                prefit = {k_centred: (fit_at(k_centred), prefit_held)}
+            if prefit[k_centred][0][0].centred:
+                seen, dynamics, held = other
     lengths = plateau_lengths(dynamics.n_clusters_path_, m)
     scores = {k: lengths.get(k, 0) for k in ks}
     K = int(dynamics.n_clusters_)
@@ -512,8 +521,11 @@ def count_clusters(
     for k in dict.fromkeys((K, K - 1, K + 1, *((2,) if merged else ()))):
         if k in scores and k <= n and (k == K or 2 <= k < m):
             # Only the warnings of the fit kept reach the caller.
-            with deferred_warnings() as held[k]:
-                fits[k], rule, mixtures[k] = fit_at(k)
+            if k in prefit:
+                (fits[k], rule, mixtures[k]), held[k] = prefit[k]
+            else:
+                with deferred_warnings() as held[k]:
+                    fits[k], rule, mixtures[k] = fit_at(k)
             directions = unit_rows(seen) if directions is None else directions
             silhouettes[k] = sphere_silhouette(
                 directions, rule.labels_of(tokens), weights, normalised=True

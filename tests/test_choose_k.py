@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.metrics import adjusted_rand_score
 
 from attention_cluster import (
     AttentionClustering,
@@ -565,6 +566,24 @@ def test_noise_of_fewer_rows_than_features_is_one_cluster(shape, global_random_s
     with pytest.warns(ConvergenceWarning, match="most still apart: one cluster instead"):
         model = AttentionClustering("auto", random_state=0).fit(X)
     assert model.n_clusters_ <= 2
+
+
+def test_the_centred_count_is_kept_where_its_fit_centres_by_a_lost_cluster():
+    # n_clusters's docstring: the centred rows' count is kept where the fit
+    # at that count would centre them. Only center="auto"'s first rule (the
+    # mean dominating the moment) was read, not its second (the rows as
+    # given lose a cluster): three tight blobs off the origin chose 7 (ARI
+    # 0.52), where the fit at 3 centres and is exact.
+    rng = np.random.default_rng(0)
+    C = rng.standard_normal((3, 4)) * 3
+    y = rng.integers(0, 3, 60)
+    X = C[y] + 0.3 * rng.standard_normal((60, 4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = AttentionClustering("auto", random_state=0).fit(X)
+        three = AttentionClustering(3, random_state=0).fit(X)
+    assert three.center_ and model.n_clusters_ == 3
+    assert adjusted_rand_score(y, model.labels_) == 1.0
 
 
 def test_auto_is_picklable_and_streams(mixture):

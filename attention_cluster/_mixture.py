@@ -1080,10 +1080,14 @@ class OnlineEM(_OneBatch):
     ``min_effect``; rows sorted by class or by time) updates each component
     by its own share instead (:meth:`_component_step`): the clusters it
     lacks keep their statistics. ``significance=0`` takes every batch for a
-    sample. ``refused`` counts the batches not taken for samples.
+    sample. ``refused`` counts the batches not taken for samples. A batch
+    taken for a sample moves a component it holds below ``damping`` times
+    its weight by ``gamma_n c_k / (damping pi_k)``, not ``gamma_n``
+    (``damping=0``: every component by ``gamma_n``).
 
     ``alpha``, ``g`` and ``eta`` are chosen in ``benchmarks/streaming.py``,
     ``significance`` and ``min_effect`` in ``benchmarks/stream_order.py``
+    (``damping`` there too, against 1 and 0)
     (``math.md`` section 7, "One pass over a stream": ``gamma_n = min(1, g
     W_b / W_n)^alpha``, averaged with weights ``W_b W_n^eta``; "A batch that
     is not a sample of the stream").
@@ -1101,6 +1105,7 @@ class OnlineEM(_OneBatch):
         eta=0.0,
         significance=0.01,
         min_effect=0.1,
+        damping=0.1,
     ):
         super().__init__(heads, weights, noise, radii, free)
         d, K = heads.shape
@@ -1109,6 +1114,7 @@ class OnlineEM(_OneBatch):
         self.gain = gain
         self.significance = significance
         self.min_effect = min_effect
+        self.damping = damping
         self.refused = 0
         self.stats = (np.zeros((K, d)), np.zeros(K))
         self.averaged = (np.zeros((K, d)), np.zeros(K))
@@ -1130,11 +1136,12 @@ class OnlineEM(_OneBatch):
             self.refused += 1
             return self._component_step(S, counts, batch, share, floor, p)
         # Each component's statistics step by gamma, less for a component the
-        # batch holds less of than its weight (math.md section 7): a batch
-        # taken for a sample moves a component it lacks by its share.
+        # batch holds below a tenth (damping) of its weight (math.md section
+        # 7): a batch taken for a sample moves a component it lacks by its share.
         pi = self.stats[1]
         with np.errstate(divide="ignore", invalid="ignore"):
-            steps = gamma * np.where(pi > 0.0, np.minimum(1.0, counts / (batch * pi)), 1.0)
+            least = self.damping * pi  # shares below it damp the step
+            steps = gamma * np.where(least > 0.0, np.minimum(1.0, counts / (batch * least)), 1.0)
         S_held = self.stats[0]
         S_held = S_held + steps[:, None] * (S / batch - S_held)
         weights = pi + steps * (counts / batch - pi)

@@ -216,7 +216,7 @@ def online_em(batches, U, pi, radius, tau, inv_scale, alpha, gain, significance=
 
     s_n = s_{n-1} + min(1, g |B_n| / N_n)^alpha (sbar_n(theta_{n-1}) - s_{n-1})
     on s = (S / N, counts / N), each component's step times min(1, c_k /
-    pi_k) (its share c_k of the batch over its weight), the weights then
+    (0.1 pi_k)) (its share c_k of the batch over a tenth of its weight), the weights then
     rescaled to the total of the undamped step; theta_n the M step of math.md section 7 at
     s_n with m2 the exact running mean of ||x / s||^2; returns the heads of
     the M step at the plain average of the s_n. A batch whose shares c of
@@ -241,14 +241,21 @@ def online_em(batches, U, pi, radius, tau, inv_scale, alpha, gain, significance=
         S, counts, _ = mixture_e_step(X, U, np.log(pi), radius / tau**2)
         c = counts / len(X)
         gamma = min(1.0, gain * len(X) / seen) ** alpha
-        effect = np.sum((c - s[1]) ** 2 / s[1]) if n > 1 else 0.0
-        # Components expected fewer than 5 times pooled; the running
-        # weights' own variance, gamma / (2 - gamma) of the batch's, added.
-        rare = len(X) * s[1] < 5.0
-        cats_c = np.append(c[~rare], c[rare].sum()) if rare.any() else c
-        cats_p = np.append(s[1][~rare], s[1][rare].sum()) if rare.any() else s[1]
-        pearson = len(X) * (2.0 - gamma) / 2.0 * np.sum((cats_c - cats_p) ** 2 / cats_p)
-        if effect > 0.1 and cats_p.size > 1 and pearson > chi2.isf(significance, cats_p.size - 1):
+        refused = False
+        if n > 1:
+            effect = np.sum((c - s[1]) ** 2 / s[1])
+            # Components expected fewer than 5 times pooled; the running
+            # weights' own variance, gamma / (2 - gamma) of the batch's, added.
+            rare = len(X) * s[1] < 5.0
+            cats_c = np.append(c[~rare], c[rare].sum()) if rare.any() else c
+            cats_p = np.append(s[1][~rare], s[1][rare].sum()) if rare.any() else s[1]
+            pearson = len(X) * (2.0 - gamma) / 2.0 * np.sum((cats_c - cats_p) ** 2 / cats_p)
+            refused = (
+                effect > 0.1
+                and cats_p.size > 1
+                and pearson > chi2.isf(significance, cats_p.size - 1)
+            )
+        if refused:
             weights = s[1] + len(X) / seen * (c - s[1])
             mean = s[0] / s[1][:, None]
             mean = mean + (counts / (weights * seen))[:, None] * (S / counts[:, None] - mean)
@@ -260,7 +267,7 @@ def online_em(batches, U, pi, radius, tau, inv_scale, alpha, gain, significance=
         else:
             # A component the batch holds less of than its weight steps by
             # gamma times its share over its weight; then the weights sum to 1.
-            steps = gamma * (np.minimum(1.0, c / s[1]) if n > 1 else np.ones(K))
+            steps = gamma * (np.minimum(1.0, c / (0.1 * s[1])) if n > 1 else np.ones(K))
             before = s[1]
             s = [
                 s[0] + steps[:, None] * (S / len(X) - s[0]),

@@ -113,12 +113,8 @@ class FittedMixture:
     centred: bool
 
     def bic(self, rows):
-        """The mixture's BIC on ``rows`` (``_plan.information_criterion``),
-        a row of integer weight w counted as w rows, as the dynamics and the
-        silhouettes count it (``rows.n_tokens``)."""
-        return information_criterion(
-            rows, self.mixture, self.free_norms, self.centred, bic_penalty, n=rows.n_tokens
-        )
+        """The mixture's BIC on ``rows`` (``_plan.information_criterion``)."""
+        return information_criterion(rows, self.mixture, self.free_norms, self.centred, bic_penalty)
 
 
 def plateau_lengths(path, n_tokens):

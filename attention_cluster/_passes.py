@@ -239,19 +239,6 @@ class _Rows:
         return int(np.count_nonzero(w > 0.0))
 
     @property
-    def n_tokens(self):
-        """The rows counted as repeated ones: ``sum w / w_min`` over the rows
-        of positive weight (an integer weight w, the smallest 1, is w rows;
-        ``SelfAttentionDynamics``' tokens); the rows for unit weights."""
-        if self.sample_weight is None:
-            return float(self.n_samples)
-        return self.total_weight / self._least_positive_weight()
-
-    def _least_positive_weight(self):
-        w = self.sample_weight
-        return float(np.min(w[w > 0.0]))
-
-    @property
     def effective_rows(self):
         """Kish's effective number of rows, ``(sum w)^2 / sum w^2`` (the rows
         for unit weights): the rows whose mean has the variance of the
@@ -1524,12 +1511,6 @@ class DaskRows(_Rows):
     @property
     def most_rows_in_memory(self):
         return _CLIENT_ROWS
-
-    def _least_positive_weight(self):
-        import dask.array as da
-
-        w = self.sample_weight
-        return float(da.min(da.where(w > 0.0, w, np.inf)).compute())
 
     def __init__(
         self, X, sample_weight=None, scale=1.0, total_weight=None, n_weighted=None, verbose=0

@@ -288,18 +288,18 @@ def _more_likely(rows, result, other):
     return a > b
 
 
-def information_criterion(rows, mixture, free_norms, centred, penalty, n=None):
+def information_criterion(rows, mixture, free_norms, centred, penalty):
     """``-2 sum_i log p(x_i) + penalty(p, n)`` of ``mixture`` on ``rows`` as
     given (weighted by their sample weights), p its free parameters
     (:meth:`~attention_cluster._model.SphericalMixture.n_parameters`,
     ``math.md`` section 7), n the count of rows of positive weight (rows
-    of weight zero are left out, as from the fit) unless given (the rows
-    counted as repeated ones, ``rows.n_tokens``, for ``n_clusters="auto"``,
-    whose integer weights act as repeated rows): one pass (one Dask
+    of weight zero are left out, as from the fit): one pass (one Dask
     computation). The estimator's ``bic`` and ``aic``, and
-    ``n_clusters="auto"``'s test of one cluster."""
+    ``n_clusters="auto"``'s test of one cluster (where n counts rows, not
+    weights: a row of weight w is not w rows there, as it is for the
+    dynamics)."""
     mean = rows.weighted_mean(block_log_likelihoods, mixture)
-    n = rows.n_weighted if n is None else n
+    n = rows.n_weighted
     return -2.0 * n * mean + penalty(mixture.n_parameters(free_norms, centred), n)
 
 

@@ -542,20 +542,6 @@ def test_integer_weights_choose_as_repeated_rows(name, seed):
     assert got.silhouettes[k] == pytest.approx(want.silhouettes[k], abs=1e-9)
 
 
-def test_integer_weights_test_one_cluster_as_repeated_rows():
-    # The test of one cluster's BIC counted n as the rows, not the rows each
-    # repeated by its weight, which the dynamics and the silhouettes count:
-    # these weighted rows chose 1 where the rows repeated chose 2.
-    X = np.array([7.867, 7.915, 7.66, 7.74, 7.823, 7.781, 7.539, 7.906, 7.869])[:, None]
-    w = np.array([3, 2, 3, 1, 1, 3, 3, 1, 3])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        weighted = AttentionClustering("auto", random_state=0).fit(X, sample_weight=w)
-        repeated = AttentionClustering("auto", random_state=0).fit(np.repeat(X, w, axis=0))
-        halves = AttentionClustering("auto", random_state=0).fit(X, sample_weight=w / 2.0)
-    assert weighted.n_clusters_ == repeated.n_clusters_ == halves.n_clusters_
-
-
 @pytest.mark.parametrize("shape", [(40, 200), (20, 1000)])
 def test_noise_of_fewer_rows_than_features_is_one_cluster(shape, global_random_seed):
     # The dynamics found no plateau and read K = n - 1 from its last state,

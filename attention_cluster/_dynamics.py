@@ -313,7 +313,8 @@ def attention_flow(
     >>> bool(np.allclose(np.linalg.norm(path, axis=2), 1.0))
     True
     """
-    X = check_array(X, dtype=[np.float64, np.float32], input_name="X")
+    with np.errstate(over="ignore", invalid="ignore"):  # scikit-learn sums X first
+        X = check_array(X, dtype=[np.float64, np.float32], input_name="X")
     check_positive(n_steps, "n_steps", numbers.Integral, min_val=0, strict=False)
     flow = _check_flow(X, model, beta, step_size, query, key, value, chunk_size=None, n_threads=1)
     # The steps run in float64 (the logits' exponentials); the path keeps X's dtype.

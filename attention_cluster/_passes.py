@@ -2116,7 +2116,8 @@ class SparseRows(_Rows):
         (:meth:`_moment_at`), so that finite rows of any magnitude neither
         overflow nor underflow.
         """
-        assert_all_finite(self._X.data, input_name="X")
+        with np.errstate(over="ignore", invalid="ignore"):  # scikit-learn sums X first
+            assert_all_finite(self._X.data, input_name="X")
         peak = max(self.peak() * self.scale, 0.0)
         if not peak > 0.0:
             return 0.0, np.zeros((self.n_features, self.n_features))

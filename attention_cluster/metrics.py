@@ -195,7 +195,8 @@ def class_means_distance(X, labels, centroids):
         )
     centroids = centroids / peaks
     centroids /= np.linalg.norm(centroids, axis=1, keepdims=True)
-    X = check_array(X, dtype=np.float64, input_name="X")
+    with np.errstate(over="ignore", invalid="ignore"):  # scikit-learn sums X first
+        X = check_array(X, dtype=np.float64, input_name="X")
     if X.shape[1] != centroids.shape[1]:
         raise ValueError(
             f"X has {X.shape[1]} features and centroids {centroids.shape[1]}: they must agree."

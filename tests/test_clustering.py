@@ -1052,7 +1052,8 @@ def test_finite_rows_near_the_dtypes_top_warn_of_nothing():
     # scikit-learn's finite check sums X first: finite float32 rows of
     # +-3e38 sum to inf - inf, and predict, score, partial_fit, "auto" and
     # the dynamics warned "invalid value encountered in reduce" from NumPy.
-    from attention_cluster import SelfAttentionDynamics
+    from attention_cluster import SelfAttentionDynamics, attention_flow
+    from attention_cluster.metrics import class_means_distance
 
     rng = np.random.default_rng(0)
     X = (rng.standard_normal((40, 2)) * 1e38).astype(np.float32)
@@ -1065,3 +1066,8 @@ def test_finite_rows_near_the_dtypes_top_warn_of_nothing():
         model.partial_fit(X)
         AttentionClustering("auto", random_state=0).fit(X)
         SelfAttentionDynamics().fit(X).predict(X)
+        # Sparse float64 rows at +-1e308, the dynamics' flow and the metrics.
+        big = sp.csr_matrix(X.astype(np.float64) * (1e308 / 3e38))
+        AttentionClustering(2, random_state=0).fit(big)
+        attention_flow(X, n_steps=2)
+        class_means_distance(X, np.arange(40) % 2, np.eye(2))

@@ -376,7 +376,9 @@ def count_clusters(
     inverts, though the fit at the choice holds its own) it cannot be, and
     a UserWarning says so. When the
     dynamics finds no plateau, its ConvergenceWarning's diagnosis is
-    warned again, with the K read from its last state. ``rows`` are
+    warned again, with the K read from its last state, or one cluster
+    where that state holds more than half of the tokens apart (no structure
+    the dynamics resolved). ``rows`` are
     pass-layer rows (``_passes.rows_from``) of any kind.
 
     Returns
@@ -472,7 +474,7 @@ def count_clusters(
             mean_sq, _moment_eigenvalues(scaled, weights), k_centred, DEFAULT_TUNING
         ):
             seen, dynamics, held = other
-        elif k_centred != int(dynamics.n_clusters_) and k_centred <= n:
+        elif k_centred != int(dynamics.n_clusters_) and k_centred in ks:
             # center="auto"'s other rule: the fit at the centred count centres
             # the rows where the rows as given lose a cluster there. That fit
             # is kept for the comparisons below.

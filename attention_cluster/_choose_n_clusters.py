@@ -94,7 +94,8 @@ def choose_n_clusters(
     -----
     ConvergenceWarning
         When the dynamics found no plateau: its own diagnosis (and advice),
-        and the K read from its last state.
+        and the K read from its last state, or one cluster where that state
+        holds more than half of the tokens apart.
     UserWarning
         When the one-cluster test could not be made: the fit at K = 1
         refused X's rows, whose spread about one centre float64 cannot

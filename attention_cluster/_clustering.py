@@ -116,8 +116,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         them, or the rows as given gather into one group and the centred
         rows into more, where K = 2 is compared too and, for fits without
         a mixture, kept; with ``sample_weight``, every row of positive weight as a
-        weighted token when they are at most 2000), fits at that K and at
-        its two neighbours, and keeps a neighbour only when the silhouette
+        weighted token when they are at most 2000; K = 1 where the dynamics
+        finds no plateau and ends with more than half of the tokens apart),
+        fits at that K and at its two neighbours, and keeps a neighbour only
+        when the silhouette
         of its labels on those rows, on the sphere, is higher by more than
         0.05 (when the dynamics' K is 1, which has no silhouette, the
         neighbour 2 whenever its silhouette is defined, whatever its

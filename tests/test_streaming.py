@@ -462,6 +462,49 @@ def test_large_batches_a_little_off_the_running_weights_are_samples():
     assert refused == [0, 1]
 
 
+def _stream_at(weights):
+    """An online EM stream whose running weights are ``weights``."""
+    U = np.linalg.qr(np.random.default_rng(2).standard_normal((4, 3)))[0]
+    online = OnlineEM(U, np.full(3, 1 / 3), 0.5)
+    online.stats = (np.asarray(weights)[:, None] * np.eye(3, 4), np.asarray(weights, dtype=float))
+    return online
+
+
+def test_the_sample_test_counts_effective_rows_and_the_weights_own_noise():
+    # math.md section 7: shares with an effect of 0.215 against equal
+    # weights; Pearson's statistic is n (2 - gamma) / 2 times it, against
+    # 9.21 (chi-square, 2 degrees of freedom, 1%).
+    online, shares = _stream_at([1 / 3, 1 / 3, 1 / 3]), np.array([0.55, 0.25, 0.2])
+    assert not online._is_sample(shares, 100.0, 0.0)  # 21.5
+    assert online._is_sample(shares, 20.0, 0.0)  # 4.3: fewer effective rows
+    assert not online._is_sample(shares, 60.0, 0.0)  # 12.9
+    assert online._is_sample(shares, 60.0, 1.0)  # 6.4: the weights' own noise at gamma 1
+    # Weighted rows count by Kish's effective number: 100 rows of which one
+    # weighs 10^6 are about one row.
+    w = np.ones(100)
+    w[0] = 1e6
+    assert DenseRows(np.ones((100, 4)), w).effective_rows == pytest.approx(1.0, rel=1e-3)
+    assert DenseRows(np.ones((100, 4))).effective_rows == 100.0
+    # ... and a batch is tested at them (at gamma 1: 10.8 for 100, 2.2 for 20).
+    refused = []
+    for effective in (100, 20):
+        stream = _stream_at([1 / 3, 1 / 3, 1 / 3])
+        batch = _GivenStatistics(100.0, np.eye(3, 4), shares, 100, effective_rows=effective)
+        stream.update(batch)
+        refused.append(stream.refused)
+    assert refused == [1, 0]
+
+
+def test_the_sample_test_pools_components_expected_fewer_than_five_times():
+    # Weights 0.96, 0.02, 0.02 on 100 rows: the two light components are
+    # expected twice each, pooled into one (expected 4). Shares 0.92, 0.08,
+    # 0: an effect of 0.20, but pooled Pearson's statistic 4.2 against 6.63
+    # (1 degree of freedom); unpooled it was 20.
+    online = _stream_at([0.96, 0.02, 0.02])
+    assert online._is_sample(np.array([0.92, 0.08, 0.0]), 100.0, 0.0)
+    assert not online._is_sample(np.array([0.5, 0.5, 0.0]), 100.0, 0.0)
+
+
 def test_a_batch_that_is_not_a_sample_moves_the_components_it_reaches():
     # math.md section 7: the weights are the running mean of the batches'
     # shares; a component the batch does not reach keeps its mean row, in
@@ -662,10 +705,10 @@ class _GivenStatistics:
     ``(S / N, counts / N) = (S, counts)``, whatever the parameters: the
     online EM's stochastic approximation is then seen alone."""
 
-    def __init__(self, weight, S, counts, n_weighted=1):
+    def __init__(self, weight, S, counts, n_weighted=1, effective_rows=None):
         self.total_weight = float(weight)
         self.n_weighted = n_weighted
-        self.effective_rows = float(n_weighted)
+        self.effective_rows = float(n_weighted if effective_rows is None else effective_rows)
         self.n_features = S.shape[1]
         self._S, self._counts = S, counts
 

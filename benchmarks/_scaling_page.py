@@ -580,6 +580,42 @@ def _order_section(run):
                     )
                 lines.append(f"| {significance} | {min_effect} | " + " | ".join(parts) + " |")
         lines.append("")
+    damping = run.get("damping", [])
+    if damping:
+        cells = sorted(
+            {(r["n"], r["d"], r["K"], r["noise"], r["first"], r["batch"]) for r in damping}
+        )
+        lines += [
+            "The damping of a component a batch taken for a sample holds below that many times "
+            "its weight (0: none, the recursion before it), on shuffled and sorted streams "
+            f"({len({r['seed'] for r in damping})} seeds; *shuffled*: distance over the "
+            "undamped recursion's, median and worst stream; *sorted*: median ARI):",
+            "",
+            "| damping | "
+            + " | ".join(
+                f"d = {d}, K = {K}, sigma = {noise}, first batch {first}, batches of {batch}: "
+                "shuffled | worst | sorted"
+                for _, d, K, noise, first, batch in cells
+            )
+            + " |",
+            "|---|" + "---|---|---|" * len(cells),
+        ]
+        for value in sorted({r["damping"] for r in damping}):
+            parts = []
+            for cell in cells:
+                at = [
+                    r
+                    for r in damping
+                    if (r["n"], r["d"], r["K"], r["noise"], r["first"], r["batch"]) == cell
+                    and r["damping"] == value
+                ]
+                ratios = [r["shuffled over undamped"] for r in at]
+                parts.append(
+                    f"{np.median(ratios):.2f} | {max(ratios):.2f} | "
+                    f"{np.median([r['sorted ARI'] for r in at]):.2f}"
+                )
+            lines.append(f"| {value} | " + " | ".join(parts) + " |")
+        lines.append("")
     return lines
 
 

@@ -500,7 +500,7 @@ def count_clusters(
         if K == k_dynamics:
             taken = f"K = {K}"
         elif K == 1 and k_dynamics > m / 2:
-            taken = f"K = {k_dynamics} of {m} tokens, most still apart: one cluster instead"
+            taken = f"K = {k_dynamics} of {m:g} tokens, most still apart: one cluster instead"
         else:
             taken = (
                 f"K = {k_dynamics}, outside n_clusters_range: the K of the range held "

@@ -218,10 +218,11 @@ def test_scaling_benchmarks_quick_mode(tmp_path):
     for r in stream["rows"]:
         assert r["floor"] > 0 and r["partial_fit"] > 0 and r["PSGD"] > 0 and r["fit in memory"] > 0
     # benchmarks/stream_order.py: every mixture, batch size and order, both models.
-    order = _run_quick("stream_order.py", tmp_path)[1]
+    script, order = _run_quick("stream_order.py", tmp_path)
     assert {(r["batch"], r["order"]) for r in order["rows"]} == {
-        (b, o) for b in (100, 1000) for o in ("shuffled", "sorted")
+        (b, o) for b in script["BATCHES"] for o in ("shuffled", "sorted")
     }
+    assert {r["damping"] for r in order["damping"]} == set(script["DAMPINGS"])
     for r in order["rows"]:
         for model in ("partial_fit", "MiniBatchKMeans"):
             assert -1.0 <= r[model + " ARI"] <= 1.0 and r[model + " distance"] > 0

@@ -489,11 +489,12 @@ def count_clusters(
         K = max(scores, key=lambda k: (scores[k], -abs(k - K)))
     # The dynamics' own diagnosis, and what was made of its last state.
     unsettled = [message for message, category in held if issubclass(category, ConvergenceWarning)]
-    if unsettled and K > m / 2 and 1 in scores:
-        # No plateau, and most tokens still apart: no structure the dynamics
-        # resolved (rows of noise fewer than their features: K = m - 1, and a
-        # BIC of more parameters than rows kept it); one cluster, compared
-        # with its neighbour below.
+    if unsettled and int(dynamics.n_clusters_) > m / 2 and 1 in scores:
+        # No plateau, and most tokens still apart (the dynamics' own count,
+        # before any range clips it): no structure the dynamics resolved
+        # (rows of noise fewer than their features: K = m - 1, and a BIC of
+        # more parameters than rows kept it); one cluster, compared with K =
+        # 2 below.
         K = 1
     if unsettled:
         k_dynamics = int(dynamics.n_clusters_)

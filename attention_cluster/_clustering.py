@@ -555,7 +555,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         sample_weight : array-like of shape (n_samples,), default=None
             Non-negative weights: rows are drawn with probability
             proportional to their weight, so an integer weight acts as
-            repeated rows. Only their ratios count: ``c * sample_weight``
+            repeated rows (but in ``n_clusters="auto"``'s test of one
+            cluster, whose BIC counts rows, not weights). Only their ratios count: ``c * sample_weight``
             gives the same fit at any magnitude ``c > 0``.
 
         Returns

@@ -582,9 +582,8 @@ def _order_section(run):
         lines.append("")
     damping = run.get("damping", [])
     if damping:
-        cells = sorted(
-            {(r["n"], r["d"], r["K"], r["noise"], r["first"], r["batch"]) for r in damping}
-        )
+        fields = ("n", "d", "K", "noise", "weighted", "first", "batch")
+        cells = sorted({tuple(r[f] for f in fields) for r in damping})
         lines += [
             "The damping of a component a batch taken for a sample holds below that many times "
             "its weight (0: none, the recursion before it), on shuffled and sorted streams "
@@ -593,9 +592,10 @@ def _order_section(run):
             "",
             "| damping | "
             + " | ".join(
-                f"d = {d}, K = {K}, sigma = {noise}, first batch {first}, batches of {batch}: "
-                "shuffled | worst | sorted"
-                for _, d, K, noise, first, batch in cells
+                f"d = {d}, K = {K}, sigma = {noise}"
+                + (", lognormal weights" if weighted else "")
+                + f", first batch {first}, batches of {batch}: shuffled | worst | sorted"
+                for _, d, K, noise, weighted, first, batch in cells
             )
             + " |",
             "|---|" + "---|---|---|" * len(cells),
@@ -606,8 +606,7 @@ def _order_section(run):
                 at = [
                     r
                     for r in damping
-                    if (r["n"], r["d"], r["K"], r["noise"], r["first"], r["batch"]) == cell
-                    and r["damping"] == value
+                    if tuple(r[f] for f in fields) == cell and r["damping"] == value
                 ]
                 ratios = [r["shuffled over undamped"] for r in at]
                 parts.append(

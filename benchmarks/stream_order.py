@@ -1,7 +1,7 @@
 """partial_fit on a stream whose batches come in the order of the clusters.
 
 A first batch of 300 rows drawn from the whole stream, then the other rows
-in batches of 100 or 1000, either shuffled or sorted by cluster (a stream
+in batches of 50, 100 or 1000, either shuffled or sorted by cluster (a stream
 ordered by class or by time), one pass. ``AttentionClustering.partial_fit``
 against ``MiniBatchKMeans.partial_fit`` (its per-centre counts keep the
 clusters a batch lacks) on the same batches: ARI of the final model on the
@@ -13,7 +13,8 @@ refuses, against the same stream with the test off (``significance=0``,
 every batch taken for a sample, its steps still damped where a batch holds
 less of a component) and with neither (``damping=0`` too: the recursion
 before either), and its two settings, ``significance`` and
-``min_effect``, by a sweep, and the damping by another. Accuracy only, no timings. Writes
+``min_effect``, by a sweep, and the damping by another (on four cells, one
+of them from a first batch of 50). Accuracy only, no timings. Writes
 benchmarks/results/stream_order.json and rewrites docs/scaling_out.md from
 it and the other streaming results.
 
@@ -57,7 +58,12 @@ SWEPT = ((3000, 10, 3, 0.3, False), (6000, 10, 5, 0.3, False), (6000, 50, 5, 0.5
 DAMPINGS = (0.0, 0.1, 0.25, 1.0)
 # (mixture, first batch, batch): a first batch as small as the others leaves
 # its fit's heads misplaced more often.
-DAMPED = (((6000, 10, 8, 0.3, False), 50, 50), ((3000, 10, 3, 0.3, False), FIRST, 100))
+DAMPED = (
+    ((6000, 10, 8, 0.3, False), 50, 50),
+    ((3000, 10, 3, 0.3, False), FIRST, 100),
+    ((6000, 10, 5, 0.3, False), FIRST, 100),
+    ((6000, 10, 3, 0.3, True), FIRST, 100),
+)
 
 
 def one_pass(model, X, w, first, rest, batch, **test):
@@ -176,6 +182,7 @@ def damping_sweep(seeds):
                         "d": d,
                         "K": K,
                         "noise": noise,
+                        "weighted": weighted,
                         "first": first_rows,
                         "batch": batch,
                         "seed": seed,

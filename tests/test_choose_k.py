@@ -552,6 +552,13 @@ def test_noise_of_fewer_rows_than_features_is_one_cluster(shape, global_random_s
     with pytest.warns(ConvergenceWarning, match="most still apart: one cluster instead"):
         model = AttentionClustering("auto", random_state=0).fit(X)
     assert model.n_clusters_ <= 2
+    # A range that clips the dynamics' count does not hide it (it answered
+    # the top of the range, 10, without the one-cluster test's fits).
+    with pytest.warns(ConvergenceWarning, match="most still apart: one cluster instead"):
+        ranged = choose_n_clusters(
+            X, AttentionClustering(refine=None, random_state=0), range(1, 11)
+        )
+    assert ranged.n_clusters <= 2
 
 
 def test_the_centred_count_is_kept_where_its_fit_centres_by_a_lost_cluster():

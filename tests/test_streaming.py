@@ -505,6 +505,27 @@ def test_the_sample_test_pools_components_expected_fewer_than_five_times():
     assert not online._is_sample(np.array([0.5, 0.5, 0.0]), 100.0, 0.0)
 
 
+def test_a_sample_step_damps_a_component_held_below_a_tenth_of_its_weight():
+    # math.md section 7: with the test off (significance 0), a batch holding
+    # component 2 at 0.01 of its weight 1/3 steps it by gamma 0.01 / (0.1 /
+    # 3) = 0.3 gamma, the others by gamma; the weights are then rescaled to
+    # the undamped step's total, 1. Without the damping it stepped by gamma.
+    online = _stream_at([1 / 3, 1 / 3, 1 / 3])
+    online.significance = 0.0
+    S_held, pi = online.stats
+    shares = np.array([0.6, 0.39, 0.01])
+    S_batch = np.arange(12.0).reshape(3, 4) / 10.0
+    online.seen = 1e6  # gamma = (16 * 100 / (1e6 + 100))^0.6
+    online.update(_GivenStatistics(100.0, S_batch, shares, n_weighted=100))
+    gamma = min(1.0, 16.0 * 100.0 / (1e6 + 100.0)) ** 0.6
+    steps = gamma * np.array([1.0, 1.0, 0.01 / (0.1 / 3)])
+    weights = pi + steps * (shares - pi)
+    S_want = S_held + steps[:, None] * (S_batch - S_held)
+    rescale = 1.0 / weights.sum()
+    np.testing.assert_allclose(online.stats[1], weights * rescale, rtol=1e-12)
+    np.testing.assert_allclose(online.stats[0], S_want * rescale, rtol=1e-12)
+
+
 def test_a_batch_that_is_not_a_sample_moves_the_components_it_reaches():
     # math.md section 7: the weights are the running mean of the batches'
     # shares; a component the batch does not reach keeps its mean row, in

@@ -42,7 +42,6 @@ from ._passes import (
     gram_matrix,
     row_squared_norms,
     rows_times,
-    stored_values,
     times_power_of_two,
     unit_rows,
 )
@@ -59,7 +58,9 @@ from ._validation import (
     check_count,
     check_positive,
     deferred_warnings,
+    quiet_finite_check,
     replay,
+    stored_values,
     warn,
 )
 
@@ -422,7 +423,7 @@ def count_clusters(
     tokens, weights = _tokens(rows, max_samples, rng)
     # Dask rows are checked by their passes, of which this draw is the
     # first: its rows, with the fit's message (the rest by the fit's first pass).
-    with np.errstate(over="ignore", invalid="ignore"):  # scikit-learn's sum of X first
+    with quiet_finite_check():
         assert_all_finite(stored_values(tokens), input_name="X")
     # The dynamics, the mean's share and center="auto"'s rule read the
     # tokens at a power of two near their largest entry (exactly the

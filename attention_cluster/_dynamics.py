@@ -42,6 +42,7 @@ from ._validation import (
     check_sample_weight,
     check_verbose,
     peak_unit,
+    quiet_finite_check,
     warn,
 )
 
@@ -313,7 +314,7 @@ def attention_flow(
     >>> bool(np.allclose(np.linalg.norm(path, axis=2), 1.0))
     True
     """
-    with np.errstate(over="ignore", invalid="ignore"):  # scikit-learn sums X first
+    with quiet_finite_check():
         X = check_array(X, dtype=[np.float64, np.float32], input_name="X")
     check_positive(n_steps, "n_steps", numbers.Integral, min_val=0, strict=False)
     flow = _check_flow(X, model, beta, step_size, query, key, value, chunk_size=None, n_threads=1)
@@ -661,7 +662,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             or the unnormalised model's logits at the stopping step; the
             estimator is then left as it was.
         """
-        with np.errstate(over="ignore", invalid="ignore"):  # scikit-learn's sum of X first
+        with quiet_finite_check():
             X = validate_data(
                 self, X, accept_sparse=("csr", "csc"), dtype=[np.float64, np.float32], order="C"
             )
@@ -1056,7 +1057,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         labels : ndarray of shape (n_samples,)
         """
         check_is_fitted(self)
-        with np.errstate(over="ignore", invalid="ignore"):  # scikit-learn's sum of X first
+        with quiet_finite_check():
             X = validate_data(
                 self,
                 X,

@@ -92,6 +92,7 @@ from ._validation import (
     check_sample_weight,
     is_dask_collection,
     power_of_two_unit,
+    quiet_finite_check,
     warn,
 )
 
@@ -891,9 +892,7 @@ class DenseRows(_Rows):
 
     def check_finite(self):
         """Raise ValueError, with scikit-learn's message, when X holds NaN or infinity."""
-        # scikit-learn sums X first: finite rows near the dtype's top sum to
-        # inf - inf, a RuntimeWarning of NumPy's, not X's.
-        with np.errstate(over="ignore", invalid="ignore"):
+        with quiet_finite_check():
             assert_all_finite(self._X, input_name="X")
 
     def draw(self, state, out):
@@ -2116,7 +2115,7 @@ class SparseRows(_Rows):
         (:meth:`_moment_at`), so that finite rows of any magnitude neither
         overflow nor underflow.
         """
-        with np.errstate(over="ignore", invalid="ignore"):  # scikit-learn sums X first
+        with quiet_finite_check():
             assert_all_finite(self._X.data, input_name="X")
         peak = max(self.peak() * self.scale, 0.0)
         if not peak > 0.0:
@@ -2298,7 +2297,7 @@ class SparseRows(_Rows):
 
     def check_finite(self):
         """As :meth:`DenseRows.check_finite` (on the stored non-zeros)."""
-        with np.errstate(over="ignore", invalid="ignore"):
+        with quiet_finite_check():
             assert_all_finite(self._X.data, input_name="X")
 
     def _taken(self, idx):
@@ -2454,9 +2453,7 @@ def _stores_an_entry_twice(X):
 
 def dense_block(rows, dtype):
     """A block of rows as given (dense or sparse) as a C-contiguous dense array of ``dtype``."""
-    if sp.issparse(rows):
-        rows = rows.toarray()
-    return np.ascontiguousarray(rows, dtype=dtype)
+    return np.ascontiguousarray(dense(rows), dtype=dtype)
 
 
 def row_major(rows):
@@ -2474,11 +2471,6 @@ def computed(X):
 def dense(A):
     """A matrix (or a product of matrices) as a NumPy array: sparse ones densified."""
     return A.toarray() if sp.issparse(A) else np.asarray(A)
-
-
-def stored_values(A):
-    """The numbers a matrix stores: a sparse matrix's non-zeros, a dense one's entries."""
-    return A.data if sp.issparse(A) else np.asarray(A)
 
 
 def densified_bytes(A, itemsize=8):

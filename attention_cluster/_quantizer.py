@@ -15,6 +15,7 @@ from ._validation import (
     check_positive,
     finite_output,
     power_of_two_unit,
+    quiet_finite_check,
 )
 from .layers import in_context_softmax_attention
 from .theory import in_context_unbiased_temperature
@@ -29,7 +30,7 @@ def _prompt(estimator, X, *, reset):
     one matrix; a DataFrame becomes a pandas one, whose column names are its
     feature names), so any chunking of it is taken.
     """
-    with np.errstate(over="ignore", invalid="ignore"):  # scikit-learn's sum of X first
+    with quiet_finite_check():
         return validate_data(
             estimator,
             computed(X),

@@ -88,6 +88,19 @@ def power_of_two_unit(peak):
     return float(np.ldexp(1.0, e if e < 1024 else e - 2))
 
 
+def stored_values(A):
+    """The numbers a matrix stores: a sparse matrix's non-zeros, a dense one's entries."""
+    return A.data if sp.issparse(A) else np.asarray(A)
+
+
+def quiet_finite_check():
+    """The floating-point state for scikit-learn's finite checks
+    (``validate_data``, ``check_array``, ``assert_all_finite``): they sum X
+    first, and finite rows near the dtype's top sum to inf - inf, a NumPy
+    RuntimeWarning that is not X's; NaN and infinity are still found."""
+    return np.errstate(over="ignore", invalid="ignore")
+
+
 def peak_unit(*arrays):
     """:func:`power_of_two_unit` of the largest ``|x|`` of ``arrays`` (dense
     arrays, or sparse matrices whose stored values are read), 1 when every
@@ -96,8 +109,7 @@ def peak_unit(*arrays):
     underflows (exact, a power of two)."""
     peak = 0.0
     for A in arrays:
-        values = A.data if sp.issparse(A) else np.asarray(A)
-        peak = max(peak, float(np.max(np.abs(values), initial=0.0)))
+        peak = max(peak, float(np.max(np.abs(stored_values(A)), initial=0.0)))
     return power_of_two_unit(peak)
 
 
@@ -303,15 +315,14 @@ def _numpy_columns(frame):
         pd.api.types.is_numeric_dtype(t) for t in dtypes
     ):
         return frame
-    dtype = np.float64
-    return frame.map_partitions(_float_partition, dtype, meta=_float_partition(frame._meta, dtype))
+    return frame.map_partitions(_float_partition, meta=_float_partition(frame._meta))
 
 
-def _float_partition(part, dtype):
-    """A pandas partition's columns as one NumPy ``dtype``, a missing value as NaN."""
+def _float_partition(part):
+    """A pandas partition's columns as float64, a missing value as NaN."""
     import pandas as pd
 
-    values = part.to_numpy(dtype=dtype, na_value=np.nan)
+    values = part.to_numpy(dtype=np.float64, na_value=np.nan)
     return pd.DataFrame(values, index=part.index, columns=part.columns)
 
 

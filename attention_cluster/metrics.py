@@ -26,12 +26,14 @@ from scipy.optimize import linear_sum_assignment
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_array, column_or_1d
 
+from ._passes import unit_rows
 from ._validation import (
     check_count,
     check_matrix,
     check_noise,
     check_weights,
     peak_unit,
+    quiet_finite_check,
 )
 
 __all__ = [
@@ -193,9 +195,8 @@ def class_means_distance(X, labels, centroids):
             f"centroids {np.flatnonzero(peaks[:, 0] == 0).tolist()} are zero: "
             "a zero centroid has no direction to compare the class means with."
         )
-    centroids = centroids / peaks
-    centroids /= np.linalg.norm(centroids, axis=1, keepdims=True)
-    with np.errstate(over="ignore", invalid="ignore"):  # scikit-learn sums X first
+    centroids = unit_rows(centroids)
+    with quiet_finite_check():
         X = check_array(X, dtype=np.float64, input_name="X")
     if X.shape[1] != centroids.shape[1]:
         raise ValueError(
@@ -233,10 +234,7 @@ def class_means_distance(X, labels, centroids):
         rows = X[labels == c]  # a copy: scaled in place
         rows /= unit
         means[c] = rows.mean(axis=0)
-    peaks = np.max(np.abs(means), axis=1, keepdims=True)
-    means /= np.where(peaks > 0, peaks, 1.0)
-    norms = np.linalg.norm(means, axis=1, keepdims=True)
-    return centroid_distance(means / np.where(norms > 0, norms, 1.0), centroids)
+    return centroid_distance(unit_rows(means), centroids)
 
 
 def _error_independent(gap, scale_c, scale_others):

@@ -57,6 +57,14 @@ def _memmap(X, tmp_path_factory):
     return np.memmap(path, dtype=X.dtype, mode="r", shape=X.shape)
 
 
+def _extension_frame(X):
+    """X as a DataFrame whose columns alternate pandas' nullable ``Float64``
+    and Arrow's ``double[pyarrow]``, both exact for float64 rows."""
+    frame = pd.DataFrame(X, columns=[f"x{j}" for j in range(X.shape[1])])
+    dtypes = ("Float64", "double[pyarrow]")
+    return frame.astype({c: dtypes[j % 2] for j, c in enumerate(frame.columns)})
+
+
 KINDS = {
     "float32": (lambda X, tmp: X.astype(np.float32), 2e-3),
     "csr": (lambda X, tmp: sp.csr_matrix(X), 1e-6),
@@ -74,6 +82,12 @@ KINDS = {
     "dask-float32": (lambda X, tmp: da.from_array(X.astype(np.float32), chunks=(100, -1)), 2e-3),
     "dask-dataframe": (
         lambda X, tmp: dd.from_pandas(pd.DataFrame(X), npartitions=3),
+        1e-6,
+    ),
+    # Columns of pandas' extension dtypes of numbers, read as float64.
+    "pandas-extension": (lambda X, tmp: _extension_frame(X), 1e-6),
+    "dask-dataframe-extension": (
+        lambda X, tmp: dd.from_pandas(_extension_frame(X), npartitions=3),
         1e-6,
     ),
 }
@@ -155,7 +169,8 @@ DOCUMENTED = {
         (name, kind, method): (TypeError, lambda e: "batches in memory" in str(e))
         for name, estimator in ESTIMATORS.items()
         if isinstance(estimator, AttentionClustering)
-        for kind in ("dask-sync", "dask-cluster", "dask-float32", "dask-dataframe")
+        for kind in KINDS
+        if kind.startswith("dask")
         for method in ("partial_fit", "partial_fit-weighted")
     },
 }

@@ -272,8 +272,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         Seeds the starts and the sampling of sequences.
     n_threads : int or None, default=None
         Threads that share each pass over the data (chunks of rows, see
-        :doc:`/performance`). None: the cores this process may run on, as
-        :class:`~sklearn.cluster.KMeans` uses by default. The result does not
+        :doc:`/performance`). None: as many as
+        :class:`~sklearn.cluster.KMeans` uses by default, the cores this
+        process may run on, at most ``OMP_NUM_THREADS`` and threadpoolctl's
+        limit (a search's ``n_jobs`` workers share the cores). The result does not
         depend on it: the chunks and the order in which their sums are added
         are the same for any number of threads.
     verbose : int, default=0

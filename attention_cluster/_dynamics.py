@@ -458,8 +458,10 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         a block's logits stay in cache (512 tokens when Q = K, whose tiles
         of logits serve two blocks).
     n_threads : int or None, default=None
-        Threads of the attention products' pool; None: the cores this process may
-        use. The result does not depend on it.
+        Threads of the attention products' pool; None: as many as
+        :class:`~sklearn.cluster.KMeans` uses by default (the cores this
+        process may run on, at most ``OMP_NUM_THREADS`` and threadpoolctl's
+        limit). The result does not depend on it.
     random_state : int, RandomState instance or None, default=None
         Draws the subsample.
     verbose : int, default=0

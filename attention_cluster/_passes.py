@@ -117,13 +117,24 @@ _CHUNK_BYTES = 1 << 22
 
 
 def usable_threads(n_threads=None):
-    """Threads a pass may use: ``n_threads``, or the cores this process may run on."""
+    """Threads a pass may use: ``n_threads``, or as many as scikit-learn's
+    ``KMeans`` runs by default: the cores this process may run on, at most
+    ``OMP_NUM_THREADS`` and threadpoolctl's limit on OpenMP (joblib's
+    workers set both to their share of the cores, so that a search with
+    ``n_jobs`` does not run ``n_jobs`` times the cores' threads)."""
     if n_threads is not None:
         return int(n_threads)
     try:
-        return len(os.sched_getaffinity(0))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    # OpenMP's runtime reads OMP_NUM_THREADS at its start; threadpoolctl's
+    # limits change it later. Without an OpenMP runtime, the variable itself.
+    openmp = _threadpool_controller().select(user_api="openmp").info()
+    limits = [lib["num_threads"] for lib in openmp]
+    if not limits and os.environ.get("OMP_NUM_THREADS", "").strip().isdigit():
+        limits = [int(os.environ["OMP_NUM_THREADS"])]
+    return max(1, min([cores, *limits]))
 
 
 @functools.cache

@@ -8,6 +8,7 @@ threads must equal the serial one bit for bit.
 import contextlib
 import functools
 import multiprocessing
+import os
 import threading
 import warnings
 
@@ -949,3 +950,19 @@ def test_sparse_transform_holds_the_dense_output_once(dtype, traced_peak):
     out, peak = traced_peak(lambda: model.transform(X))
     assert out.dtype == dtype
     assert peak < 1.15 * out.nbytes + 2 * _csr_bytes(X)
+
+
+def test_default_threads_follow_the_openmp_limit():
+    # n_threads=None took every core the process may run on, whatever
+    # OMP_NUM_THREADS or threadpoolctl said: a search's n_jobs workers (joblib
+    # limits each to its share) each ran a pool of all the cores.
+
+    from threadpoolctl import threadpool_limits
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one core: every limit is one thread")
+    with threadpool_limits(limits=1, user_api="openmp"):
+        assert _passes.usable_threads() == 1
+        with DenseRows(np.ones((8, 2))) as rows:
+            assert rows.n_threads == 1
+    assert _passes.usable_threads(3) == 3

@@ -4,12 +4,15 @@ Built on scikit-learn's public helpers only (``check_scalar``,
 ``validate_data``): its private constraint classes change between releases.
 """
 
+import concurrent.futures
 import contextlib
 import contextvars
 import functools
+import multiprocessing
 import numbers
 import os
 import sys
+import threading
 import warnings
 
 import joblib
@@ -19,10 +22,21 @@ import sklearn
 from sklearn.utils import check_scalar
 
 # Frames in these directories are library code, not the user's call
-# (joblib runs the fits of scikit-learn's searches).
-_LIBRARY_DIRS = tuple(
-    os.path.dirname(os.path.abspath(path)) + os.sep
-    for path in (__file__, sklearn.__file__, joblib.__file__)
+# (joblib runs the fits of scikit-learn's searches, in worker processes or
+# threads whose outer frames are Python's own).
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_LIBRARY_DIRS = (
+    (_PACKAGE_DIR,)
+    + tuple(
+        os.path.dirname(os.path.abspath(path)) + os.sep
+        for path in (
+            sklearn.__file__,
+            joblib.__file__,
+            concurrent.futures.__file__,
+            multiprocessing.__file__,
+        )
+    )
+    + (os.path.abspath(threading.__file__),)
 )
 
 
@@ -210,18 +224,28 @@ def warn(message, category=UserWarning):
     A warning from ``fit`` then names the user's line, whether it was called
     directly, through ``fit_predict``, a Pipeline or a search (the frames of
     scikit-learn and joblib are skipped too), instead of a line of this
-    package. Inside :func:`deferred_warnings` it is held instead.
+    package; in a search's worker thread or process, which has no caller
+    outside them, it names the package's public method. Inside
+    :func:`deferred_warnings` it is held instead.
     """
     held = _HELD.get()
     if held is not None:
         held.append((message, category))
         return
     frame = sys._getframe(1)
-    level = 2
+    level, outermost = 2, 2
     while frame is not None and frame.f_code.co_filename.startswith(_LIBRARY_DIRS):
+        if (
+            frame.f_code.co_filename.startswith(_PACKAGE_DIR)
+            and frame.f_code.co_filename != __file__
+        ):
+            outermost = level
         frame = frame.f_back
         level += 1
-    warnings.warn(message, category, stacklevel=level if frame is not None else 2)
+    # No caller outside the libraries (a search's worker process or thread):
+    # the package's outermost frame, its public method (this module's frames
+    # are checks and decorators).
+    warnings.warn(message, category, stacklevel=level if frame is not None else outermost)
 
 
 def check_auto_or_positive(value, name, *, strict=True):

@@ -1,9 +1,11 @@
 """AttentionClustering: accuracy on the paper's mixture, properties, bad input."""
 
 import functools
+import os
 import pickle
 import warnings
 
+import joblib
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -524,6 +526,19 @@ def test_warnings_point_at_the_callers_line(paper_data, call):
     with pytest.warns(ConvergenceWarning) as record:
         _CALLS[call](model, X)
     assert record and {w.filename for w in record} == {__file__}
+
+
+def test_warnings_in_a_searchs_threads_point_at_the_public_method(paper_data):
+    # A fit in a worker thread has no caller outside the libraries: the
+    # warning named threading.py (or multiprocessing's process.py in a
+    # worker process), a line of Python's own.
+    X, _, _ = paper_data
+    model = AttentionClustering(max_iter=2, tol=0.0, random_state=0)
+    search = GridSearchCV(model, {"n_clusters": [2, 3]}, cv=2, n_jobs=2, refit=False)
+    with joblib.parallel_backend("threading"), pytest.warns(ConvergenceWarning) as record:
+        search.fit(X)
+    assert record
+    assert {os.path.basename(w.filename) for w in record} == {"_clustering.py"}
 
 
 def test_more_clusters_than_features_places_centres(global_random_seed):

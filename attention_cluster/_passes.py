@@ -144,9 +144,52 @@ def _threadpool_controller():
     return ThreadpoolController()
 
 
+class _OneBlasThread:
+    """The process's BLAS on one thread while any fit, predict or score runs.
+
+    BLAS's thread count belongs to the process, not to a thread: fits that
+    overlap in threads (a search on joblib's threading backend) each limiting
+    it and restoring what they found would leave it at one thread when the
+    first to start ends first. The first to enter limits it, the last to
+    leave restores it.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._users = 0
+        self._limiter = None
+
+    def __enter__(self):
+        with self._lock:
+            if not self._users:
+                self._limiter = _threadpool_controller().limit(limits=1, user_api="blas")
+            self._users += 1
+        return self
+
+    def __exit__(self, *exc):
+        with self._lock:
+            self._users -= 1
+            if not self._users:
+                self._limiter.restore_original_limits()
+                self._limiter = None
+        return False
+
+    def _after_fork(self):
+        # A child forked while another thread held the lock would wait on
+        # it forever; the child's own fits start from no user.
+        self.__init__()
+
+
+_ONE_BLAS_THREAD = _OneBlasThread()
+if hasattr(os, "register_at_fork"):  # not on Windows, which does not fork
+    os.register_at_fork(after_in_child=_ONE_BLAS_THREAD._after_fork)
+
+
 def one_blas_thread():
-    """Context in which BLAS runs on one thread (the pool's threads share the cores)."""
-    return _threadpool_controller().limit(limits=1, user_api="blas")
+    """Context in which BLAS runs on one thread (the pool's threads share the
+    cores), the process's thread count restored when the last such context
+    in any thread ends."""
+    return _ONE_BLAS_THREAD
 
 
 def _chunk_rows(n_features):

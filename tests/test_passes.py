@@ -966,3 +966,22 @@ def test_default_threads_follow_the_openmp_limit():
         with DenseRows(np.ones((8, 2))) as rows:
             assert rows.n_threads == 1
     assert _passes.usable_threads(3) == 3
+
+
+def test_overlapping_fits_in_threads_restore_the_blas_threads():
+    # Each fit limited BLAS to one thread and restored what it found: a fit
+    # that started second and ended last restored one thread for good.
+    from threadpoolctl import ThreadpoolController, threadpool_limits
+
+    controller = ThreadpoolController().select(user_api="blas")
+    if not controller.lib_controllers:
+        pytest.skip("no BLAS library to limit")
+    with threadpool_limits(limits=2, user_api="blas"):
+        first, second = _passes.one_blas_thread(), _passes.one_blas_thread()
+        first.__enter__()
+        second.__enter__()
+        assert {lib["num_threads"] for lib in controller.info()} == {1}
+        first.__exit__(None, None, None)
+        assert {lib["num_threads"] for lib in controller.info()} == {1}
+        second.__exit__(None, None, None)
+        assert {lib["num_threads"] for lib in controller.info()} == {2}

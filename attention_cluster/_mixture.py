@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.special import logsumexp
-from scipy.stats import chi2
+from scipy.stats import binom, chi2
 from sklearn.utils import check_random_state
 
 from ._model import MIN_VARIANCE
@@ -1040,6 +1040,7 @@ class _OneBatch:
         stream = self._online()
         for k, weight, centre in seeds:
             stream.stats = _reseeded(*stream.stats, k, weight, centre)
+            stream.row_shares = _reseeded(stream.stats[0], stream.row_shares, k, weight, centre)[1]
         stream.params = p
         stream.average_weight = 0.0
         return stream, len(seeds)
@@ -1049,6 +1050,10 @@ class _OneBatch:
 # (OnlineEM._is_sample): components expected fewer times in the batch are
 # pooled into one, as the chi-square approximation needs.
 _MIN_EXPECTED = 5.0
+# A stream whose batches the test refuses more often than its level explains
+# at this level (a binomial tail) is taken for one in the clusters' order
+# (OnlineEM.ordered).
+_ORDERED_LEVEL = 1e-4
 
 
 class OnlineEM(_OneBatch):
@@ -1075,19 +1080,18 @@ class OnlineEM(_OneBatch):
     first batch. Plain attributes: pickles between calls.
 
     The recursion takes each batch for a sample of the stream. A batch whose
-    weights among the components the stream's weights do not explain (a
+    rows' shares among the components the stream's rows do not explain (a
     chi-square test at level ``significance``, with an effect above
     ``min_effect``; rows sorted by class or by time) updates each component
     by its own share instead (:meth:`_component_step`): the clusters it
-    lacks keep their statistics. ``significance=0`` takes every batch for a
-    sample. ``refused`` counts the batches not taken for samples. A batch
-    taken for a sample moves a component it holds below ``damping`` times
-    its weight by ``gamma_n c_k / (damping pi_k)``, not ``gamma_n``
-    (``damping=0``: every component by ``gamma_n``).
+    lacks keep their statistics. A stream whose batches are refused more
+    often than the level explains is taken for one in the clusters' order
+    (``ordered``), and every later batch updates the components by their
+    shares. ``significance=0`` takes every batch for a sample. ``refused``
+    counts the batches not taken for samples, ``tested`` those tested.
 
     ``alpha``, ``g`` and ``eta`` are chosen in ``benchmarks/streaming.py``,
     ``significance`` and ``min_effect`` in ``benchmarks/stream_order.py``
-    (``damping`` there too, against 1 and 0)
     (``math.md`` section 7, "One pass over a stream": ``gamma_n = min(1, g
     W_b / W_n)^alpha``, averaged with weights ``W_b W_n^eta``; "A batch that
     is not a sample of the stream").
@@ -1105,7 +1109,6 @@ class OnlineEM(_OneBatch):
         eta=0.0,
         significance=0.01,
         min_effect=0.1,
-        damping=0.1,
     ):
         super().__init__(heads, weights, noise, radii, free)
         d, K = heads.shape
@@ -1114,42 +1117,47 @@ class OnlineEM(_OneBatch):
         self.gain = gain
         self.significance = significance
         self.min_effect = min_effect
-        self.damping = damping
         self.refused = 0
+        self.tested = 0
+        self.ordered = False
         self.stats = (np.zeros((K, d)), np.zeros(K))
         self.averaged = (np.zeros((K, d)), np.zeros(K))
         self.average_weight = 0.0
+        # The running mean of the batches' rows' shares among the components,
+        # each row of positive weight counted once (see _step).
+        self.row_shares = np.zeros(K)
 
     def _hold(self, stats, weight):
-        # The fit as one step of weight W_b = W_n = weight.
+        # The fit as one step of weight W_b = W_n = weight; its rows' shares
+        # taken for its weights'.
         self.stats = self.averaged = stats
         self.average_weight = weight * weight**self.eta
+        self.row_shares = stats[1] / float(np.sum(stats[1]))
 
     def _online(self):
         return self
 
     def _step(self, data, batch, share, floor, p):
-        """One online EM step on the batch (one E-step pass); returns the averaged parameters."""
-        S, counts, _ = data.e_step(*p.attention()[:3])
+        """One online EM step on the batch (one E-step pass, two for weighted
+        rows); returns the averaged parameters."""
+        attention = p.attention()[:3]
+        S, counts, _ = data.e_step(*attention)
         gamma = min(1.0, self.gain * share) ** self.alpha
-        if not self._is_sample(counts / batch, data.effective_rows, gamma):
-            self.refused += 1
+        # The test counts rows, each of positive weight once: a batch is a
+        # sample of the stream's rows whatever their weights, whose shares
+        # vary as a few heavy rows fall (math.md section 7).
+        rows = data.unit_weighted()
+        n_rows = rows.n_weighted
+        row_shares = (counts if rows is data else rows.e_step(*attention)[1]) / n_rows
+        earlier_rows = self.rows_seen - n_rows  # update counted the batch's
+        sample = self._takes_for_sample(row_shares, n_rows, earlier_rows)
+        self.row_shares = self.row_shares + (n_rows / self.rows_seen) * (
+            row_shares - self.row_shares
+        )
+        if not sample:
             return self._component_step(S, counts, batch, share, floor, p)
-        # Each component's statistics step by gamma, less for a component the
-        # batch holds below a tenth (damping) of its weight (math.md section
-        # 7): a batch taken for a sample moves a component it lacks by its share.
-        pi = self.stats[1]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            least = self.damping * pi  # shares below it damp the step
-            steps = gamma * np.where(least > 0.0, np.minimum(1.0, counts / (batch * least)), 1.0)
-        S_held = self.stats[0]
-        S_held = S_held + steps[:, None] * (S / batch - S_held)
-        weights = pi + steps * (counts / batch - pi)
-        # The weights keep the total the undamped step gives them (1 once
-        # the first batch is in).
-        total = (1.0 - gamma) * float(np.sum(pi)) + gamma * float(np.sum(counts)) / batch
-        rescale = total / float(np.sum(weights))
-        self.stats = (S_held * rescale, weights * rescale)
+        sbar = (S / batch, counts / batch)
+        self.stats = tuple(s + gamma * (b - s) for s, b in zip(self.stats, sbar))
         self.params = _maximize(*self.stats, 1.0, self.mean_sq, floor, p)
         step = batch * self.seen**self.eta
         self.average_weight += step
@@ -1157,36 +1165,56 @@ class OnlineEM(_OneBatch):
         self.averaged = tuple(a + rate * (s - a) for a, s in zip(self.averaged, self.stats))
         return _maximize(*self.averaged, 1.0, self.mean_sq, floor, self.params)
 
-    def _is_sample(self, shares, n_rows, gamma):
-        """Whether a batch whose weight falls on the components in ``shares``
-        (summing to 1) passes for a sample of the stream (``math.md`` section
-        7, "A batch that is not a sample of the stream").
+    def _takes_for_sample(self, shares, n_rows, earlier_rows):
+        """Whether the batch is taken for a sample of the stream: not once
+        the stream is ``ordered``, else by :meth:`_is_sample`; counts the
+        batches tested and refused, and takes the stream for an ordered one
+        when the refused are more than the test's level explains: when
+        ``P(Binomial(tested, significance) >= refused)`` falls below
+        ``_ORDERED_LEVEL`` (``math.md`` section 7, "A batch that is not a
+        sample of the stream")."""
+        if self.ordered:
+            self.refused += 1
+            return False
+        if self.significance <= 0.0 or earlier_rows <= 0:
+            return True
+        self.tested += 1
+        if self._is_sample(shares, n_rows, earlier_rows):
+            return True
+        self.refused += 1
+        tail = binom.sf(self.refused - 1, self.tested, self.significance)
+        self.ordered = bool(tail < _ORDERED_LEVEL)
+        return False
 
-        It does unless both its effect ``sum_k (c_k - pi_k)^2 / pi_k``, over
-        the components of positive running weight ``pi_k``, exceeds
+    def _is_sample(self, shares, n_rows, earlier_rows):
+        """Whether a batch of ``n_rows`` rows whose shares among the
+        components are ``shares`` (summing to 1) passes for a sample of the
+        stream's ``earlier_rows`` rows, whose shares are ``row_shares``
+        (``math.md`` section 7, "A batch that is not a sample of the stream").
+
+        It does unless both its effect ``sum_k (c_k - rho_k)^2 / rho_k``,
+        over the components of positive running share ``rho_k``, exceeds
         ``min_effect`` and Pearson's statistic exceeds its ``1 -
-        significance`` quantile. ``n_rows`` is the batch's effective number
-        of rows (Kish's, for weighted rows); the running weights are an
-        estimate too, whose variance, after steps ``gamma``, adds ``gamma /
-        (2 - gamma)`` of the batch's, so the statistic is ``n (2 - gamma) /
-        2 sum_k (c_k - pi_k)^2 / pi_k``, components expected fewer than
-        ``_MIN_EXPECTED`` times pooled into one. The first batch, before any
-        statistics, is one."""
-        pi = self.stats[1]
-        held = pi > 0.0
-        if self.significance <= 0.0 or np.count_nonzero(held) < 2:
+        significance`` quantile. The running shares are a mean of the
+        earlier rows, whose variance adds ``n_rows / earlier_rows`` of the
+        batch's, so the statistic is ``n / (1 + n / N) sum_k (c_k -
+        rho_k)^2 / rho_k``, components expected fewer than ``_MIN_EXPECTED``
+        times pooled into one."""
+        rho = self.row_shares
+        held = rho > 0.0
+        if np.count_nonzero(held) < 2:
             return True
-        c, pi = shares[held], pi[held]
-        if float(np.sum((c - pi) ** 2 / pi)) <= self.min_effect:
+        c, rho = shares[held], rho[held]
+        if float(np.sum((c - rho) ** 2 / rho)) <= self.min_effect:
             return True
-        rare = n_rows * pi < _MIN_EXPECTED
+        rare = n_rows * rho < _MIN_EXPECTED
         if rare.any():
             c = np.append(c[~rare], np.sum(c[rare]))
-            pi = np.append(pi[~rare], np.sum(pi[rare]))
-        if pi.size < 2:
+            rho = np.append(rho[~rare], np.sum(rho[rare]))
+        if rho.size < 2:
             return True
-        pearson = n_rows * (2.0 - gamma) / 2.0 * float(np.sum((c - pi) ** 2 / pi))
-        return pearson <= chi2.isf(self.significance, pi.size - 1)
+        pearson = n_rows / (1.0 + n_rows / earlier_rows) * float(np.sum((c - rho) ** 2 / rho))
+        return pearson <= chi2.isf(self.significance, rho.size - 1)
 
     def _component_step(self, S, counts, batch, share, floor, p):
         """The step of a batch that is not a sample of the stream: each
@@ -1277,7 +1305,8 @@ class LinearisedEM(_OneBatch):
 
     def _online(self):
         """Online EM from here on: these parameters and running means, and
-        for its statistics ``sbar`` (or, before any, those the parameters hold)."""
+        for its statistics ``sbar`` (or, before any, those the parameters
+        hold), whose weights stand for the rows' shares."""
         p = self.params
         online = OnlineEM(p.U, np.exp(p.log_pi), np.sqrt(p.variance), p.radii, p.free)
         online.published, online.seen, online.rows_seen = self.published, self.seen, self.rows_seen
@@ -1287,6 +1316,8 @@ class LinearisedEM(_OneBatch):
         else:
             d, K = p.U.shape
             online.stats = (self.mean_stats[: d * K].reshape(K, d), self.mean_stats[d * K :])
+        # The rows' shares taken for the weights' (a linearised stream does not test its batches).
+        online.row_shares = online.stats[1] / float(np.sum(online.stats[1]))
         return online
 
     def _statistics(self, data, v, floor):

@@ -293,15 +293,19 @@ class _Rows:
     def _count_positive(self, w):
         return int(np.count_nonzero(w > 0.0))
 
-    @property
-    def effective_rows(self):
-        """Kish's effective number of rows, ``(sum w)^2 / sum w^2`` (the rows
-        for unit weights): the rows whose mean has the variance of the
-        weighted mean."""
-        w = self.sample_weight
-        if w is None:
-            return float(self.n_samples)
-        return float(np.sum(w)) ** 2 / float(np.sum(np.square(w)))
+    def unit_weighted(self):
+        """The same rows, each of positive weight weighing one and the others
+        none (the rows themselves for unit weights): a pass then counts rows,
+        not weight."""
+        if self.sample_weight is None:
+            return self
+        other = copy.copy(self)
+        other.sample_weight = (self.sample_weight > 0.0).astype(np.float64)
+        other.total_weight = float(self.n_weighted)
+        # The caches of the weights (the draws' cumulative weights, the
+        # sparse rows of positive weight with theirs).
+        other._cum_weights = other._kept = None
+        return other
 
     def map_tasks(self, fn, tasks):
         """``[fn(*task) for task in tasks]``, on the rows' threads where they have a pool.

@@ -128,14 +128,15 @@ Moulines 2009): `s_n = s_{n-1} + gamma_n (sbar(batch_n) - s_{n-1})` with
 of the `s_n`. A component whose weight falls below one row of the stream is
 reseeded at the batch's row worst explained, with a warning. The recursion
 takes each batch for a sample of the stream: while gamma_n is 1 a batch's
-statistics replace the stream's, but for the components it holds less of
-than their weight, whose steps are damped by their share. A batch whose
-weights among the components the stream's weights do not explain
-(Pearson's chi-square test at the 1% level, with an effect of at least
-0.1; a stream sorted by class or by time) moves each component by its own
-share instead, as MiniBatchKMeans' per-centre counts do, and the clusters
-it lacks keep their statistics (math.md section 7, "A batch that is not a
-sample of the stream"; measured below). The stream
+statistics replace the stream's. A batch whose rows' shares among the
+components the stream's rows do not explain (Pearson's chi-square test at
+the 1% level, each row counted once whatever its weight, with an effect
+of at least 0.1; a stream sorted by class or by time) moves each component
+by its own share instead, as MiniBatchKMeans' per-centre counts do, and the
+clusters it lacks keep their statistics; once more batches are refused than
+the test's level explains, the stream is taken for one in the clusters'
+order and every later batch moves the components so (math.md section 7,
+"A batch that is not a sample of the stream"; measured below). The stream
 holds no d x d matrix: a batch costs its passes and the memory of one batch
 (a batch that reseeds a component is formed densely once, sparse or not).
 `n_steps_` counts the calls, `labels_` labels the last batch, and the
@@ -462,17 +463,19 @@ def _order_section(run):
         "shuffled or sorted by cluster (a stream ordered by class or by time), one pass; "
         "`partial_fit` against `MiniBatchKMeans.partial_fit` on the same batches, and against "
         "`partial_fit` with online EM's test of each batch off (*test off*: every batch taken "
-        "for a sample, its steps still damped where a batch holds less of a component) and "
-        "with neither the test nor the damping (*neither*: the recursion before both). ARI of the final model on the whole stream and "
+        "for a sample, the recursion before the test). ARI of the final model on the whole "
+        "stream and "
         f"distance to the centroids (math.md section 5), medians over {seeds} seeds; *update* "
         "is the stream's (`OnlineEM` below 64 rows per parameter); *refused* the share of "
-        "batches the test did not take for samples; *weights*: lognormal(0, 1.5) sample "
-        "weights." + run_facts(run, load=False),
+        "batches not taken for samples (by the test, or after the stream was ordered); "
+        "*ordered* the streams taken for ones in the clusters' order, of the seeds; "
+        "*weights*: lognormal(0, 1.5) sample weights." + run_facts(run, load=False),
         "",
         "| n | d | K | sigma | weights | batch | update | refused, shuffled | sorted | "
-        "ARI, shuffled | sorted | test off, sorted | neither, sorted | MiniBatchKMeans, "
-        "shuffled | sorted | distance, shuffled | neither, shuffled | distance, sorted |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "ordered, shuffled | sorted | "
+        "ARI, shuffled | sorted | test off, sorted | MiniBatchKMeans, "
+        "shuffled | sorted | distance, shuffled | test off, shuffled | distance, sorted |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     cells = {}
     for setting in settings:
@@ -490,19 +493,21 @@ def _order_section(run):
         cell = {
             "ari": (median("shuffled", "partial_fit ARI"), median("sorted", "partial_fit ARI")),
             "off sorted": median("sorted", "test off ARI"),
-            "neither sorted": median("sorted", "neither ARI"),
             "mbk": (
                 median("shuffled", "MiniBatchKMeans ARI"),
                 median("sorted", "MiniBatchKMeans ARI"),
             ),
             "refused": (refused("shuffled"), refused("sorted")),
+            "ordered": tuple(
+                sum(bool(r.get("ordered")) for r in at[order]) for order in ("shuffled", "sorted")
+            ),
             "cost": float(
                 np.median(
-                    [r["partial_fit distance"] / r["neither distance"] for r in at["shuffled"]]
+                    [r["partial_fit distance"] / r["test off distance"] for r in at["shuffled"]]
                 )
             ),
             "worst": float(
-                max(r["partial_fit distance"] / r["neither distance"] for r in at["shuffled"])
+                max(r["partial_fit distance"] / r["test off distance"] for r in at["shuffled"])
             ),
         }
         cells[setting] = cell
@@ -511,11 +516,11 @@ def _order_section(run):
         lines.append(
             f"| {n} | {d} | {K} | {noise} | {'lognormal' if weighted else 'none'} | {batch} | "
             f"{', '.join(updates)} | {cell['refused'][0]:.1%} | {cell['refused'][1]:.1%} | "
+            f"{cell['ordered'][0]} | {cell['ordered'][1]} | "
             f"{cell['ari'][0]:.2f} | {cell['ari'][1]:.2f} | {cell['off sorted']:.2f} | "
-            f"{cell['neither sorted']:.2f} | "
             f"{cell['mbk'][0]:.2f} | {cell['mbk'][1]:.2f} | "
             f"{median('shuffled', 'partial_fit distance'):.3g} | "
-            f"{median('shuffled', 'neither distance'):.3g} | "
+            f"{median('shuffled', 'test off distance'):.3g} | "
             f"{median('sorted', 'partial_fit distance'):.3g} |"
         )
     close = [s for s, c in cells.items() if c["ari"][1] >= c["ari"][0] - 0.05]
@@ -524,13 +529,15 @@ def _order_section(run):
         "",
         f"Sorted batches end within 0.05 of the shuffled stream's ARI in {len(close)} of "
         f"{len(cells)} settings (with the test off, in "
-        f"{sum(c['off sorted'] >= c['ari'][0] - 0.05 for c in cells.values())}; with neither, in "
-        f"{sum(c['neither sorted'] >= c['ari'][0] - 0.05 for c in cells.values())}). On shuffled "
-        "streams the test and the damping cost a median distance "
-        f"{min(costs):.2f} to {max(costs):.2f} times that of the recursion with neither, "
+        f"{sum(c['off sorted'] >= c['ari'][0] - 0.05 for c in cells.values())}). On shuffled "
+        "streams the test costs a median distance "
+        f"{min(costs):.2f} to {max(costs):.2f} times that of the recursion with the test off, "
         f"across the settings, {max(c['worst'] for c in cells.values()):.2f} times on the worst "
         "stream (the test refuses at most "
-        f"{max(c['refused'][0] for c in cells.values()):.1%} of their batches).",
+        f"{max(c['refused'][0] for c in cells.values()):.1%} of their batches, and takes "
+        f"{sum(c['ordered'][0] for c in cells.values())} of their "
+        f"{len(cells) * seeds} streams for ordered ones; of the sorted streams, "
+        f"{sum(c['ordered'][1] for c in cells.values())} of {len(cells) * seeds}).",
     ]
     lost = [(s, c) for s, c in cells.items() if s not in close]
     if lost:
@@ -551,17 +558,18 @@ def _order_section(run):
         mixtures = sorted({(r["n"], r["d"], r["K"], r["noise"]) for r in sweep})
         lines += [
             "The test's two settings, on batches of 100 (medians over the seeds; *cost*: "
-            "shuffled streams' distance over that of the recursion with neither; *refused*: the "
+            "shuffled streams' distance over that of the recursion with the test off; *refused*: the "
             "largest share of "
-            "shuffled batches refused in a stream):",
+            "shuffled batches refused in a stream; *ordered*: the shuffled streams taken for "
+            "ordered ones, of the seeds):",
             "",
             "| significance | min_effect | "
             + " | ".join(
-                f"d = {d}, K = {K}, sigma = {noise}: cost | refused | sorted ARI"
+                f"d = {d}, K = {K}, sigma = {noise}: cost | refused | ordered | sorted ARI"
                 for _, d, K, noise in mixtures
             )
             + " |",
-            "|---|---|" + "---|---|---|" * len(mixtures),
+            "|---|---|" + "---|---|---|---|" * len(mixtures),
         ]
         for significance in sorted({r["significance"] for r in sweep}):
             for min_effect in sorted({r["min_effect"] for r in sweep}):
@@ -574,46 +582,12 @@ def _order_section(run):
                         and (r["significance"], r["min_effect"]) == (significance, min_effect)
                     ]
                     parts.append(
-                        f"{np.median([r['shuffled over neither'] for r in at]):.2f} | "
+                        f"{np.median([r['shuffled over off'] for r in at]):.2f} | "
                         f"{max(r['shuffled refused'] for r in at):.1%} | "
+                        f"{sum(bool(r.get('shuffled ordered')) for r in at)} | "
                         f"{np.median([r['sorted ARI'] for r in at]):.2f}"
                     )
                 lines.append(f"| {significance} | {min_effect} | " + " | ".join(parts) + " |")
-        lines.append("")
-    damping = run.get("damping", [])
-    if damping:
-        fields = ("n", "d", "K", "noise", "weighted", "first", "batch")
-        cells = sorted({tuple(r[f] for f in fields) for r in damping})
-        lines += [
-            "The damping of a component a batch taken for a sample holds below that many times "
-            "its weight (0: none, the recursion before it), on shuffled and sorted streams "
-            f"({len({r['seed'] for r in damping})} seeds; *shuffled*: distance over the "
-            "undamped recursion's, median and worst stream; *sorted*: median ARI):",
-            "",
-            "| damping | "
-            + " | ".join(
-                f"d = {d}, K = {K}, sigma = {noise}"
-                + (", lognormal weights" if weighted else "")
-                + f", first batch {first}, batches of {batch}: shuffled | worst | sorted"
-                for _, d, K, noise, weighted, first, batch in cells
-            )
-            + " |",
-            "|---|" + "---|---|---|" * len(cells),
-        ]
-        for value in sorted({r["damping"] for r in damping}):
-            parts = []
-            for cell in cells:
-                at = [
-                    r
-                    for r in damping
-                    if tuple(r[f] for f in fields) == cell and r["damping"] == value
-                ]
-                ratios = [r["shuffled over undamped"] for r in at]
-                parts.append(
-                    f"{np.median(ratios):.2f} | {max(ratios):.2f} | "
-                    f"{np.median([r['sorted ARI'] for r in at]):.2f}"
-                )
-            lines.append(f"| {value} | " + " | ".join(parts) + " |")
         lines.append("")
     return lines
 

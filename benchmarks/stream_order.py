@@ -7,14 +7,13 @@ against ``MiniBatchKMeans.partial_fit`` (its per-centre counts keep the
 clusters a batch lacks) on the same batches: ARI of the final model on the
 whole stream and distance to the centroids (math.md section 5). Mixtures of
 ``datasets.make_mixture`` from well separated to overlapping, one with
-uneven sample weights and one of eight clusters in batches as small as 50. Online EM's test of a batch (math.md section 7, "A
-batch that is not a sample of the stream") is measured by the batches it
-refuses, against the same stream with the test off (``significance=0``,
-every batch taken for a sample, its steps still damped where a batch holds
-less of a component) and with neither (``damping=0`` too: the recursion
-before either), and its two settings, ``significance`` and
-``min_effect``, by a sweep, and the damping by another (on four cells, one
-of them from a first batch of 50). Accuracy only, no timings. Writes
+uneven sample weights and one of eight clusters in batches as small as 50.
+Online EM's test of a batch (math.md section 7, "A batch that is not a
+sample of the stream") is measured by the batches it refuses and the
+streams it takes for ones in the clusters' order, against the same stream
+with the test off (``significance=0``: every batch taken for a sample, the
+recursion before the test), and its two settings, ``significance`` and
+``min_effect``, by a sweep. Accuracy only, no timings. Writes
 benchmarks/results/stream_order.json and rewrites docs/scaling_out.md from
 it and the other streaming results.
 
@@ -37,8 +36,7 @@ FIRST = 300
 BATCHES = (50, 100, 1000)
 # (n, d, K, sigma, weights): separated, separated with more clusters, wide,
 # overlapping; separated with lognormal(0, 1.5) sample weights; many
-# clusters in small batches (where a first fit's misplaced head recovers
-# slowly if its steps are damped).
+# clusters in small batches.
 MIXTURES = (
     (3000, 10, 3, 0.3, False),
     (6000, 10, 5, 0.3, False),
@@ -51,19 +49,6 @@ MIXTURES = (
 SIGNIFICANCES = (0.001, 0.01, 0.05)
 MIN_EFFECTS = (0.03, 0.1, 0.3)
 SWEPT = ((3000, 10, 3, 0.3, False), (6000, 10, 5, 0.3, False), (6000, 50, 5, 0.5, False))
-# The damping of a sample step's components held below damping times their
-# weight (0: none, the recursion before it), on (mixture, batch) cells: many
-# clusters in small batches, where a misplaced head of the first fit is held
-# below its weight while it moves, and a separated one.
-DAMPINGS = (0.0, 0.1, 0.25, 1.0)
-# (mixture, first batch, batch): a first batch as small as the others leaves
-# its fit's heads misplaced more often.
-DAMPED = (
-    ((6000, 10, 8, 0.3, False), 50, 50),
-    ((3000, 10, 3, 0.3, False), FIRST, 100),
-    ((6000, 10, 5, 0.3, False), FIRST, 100),
-    ((6000, 10, 3, 0.3, True), FIRST, 100),
-)
 
 
 def one_pass(model, X, w, first, rest, batch, **test):
@@ -96,6 +81,7 @@ def _ours(X, y, C, w, first, rest, batch, K, seed, **test):
         "ARI": adjusted_rand_score(y, model.predict(X)),
         "distance": centroid_distance(model.cluster_centers_, C),
         "refused": getattr(model._stream, "refused", 0),
+        "ordered": bool(getattr(model._stream, "ordered", False)),
         "batches": int(np.ceil(len(rest) / batch)),
     }
 
@@ -110,15 +96,14 @@ def one_mixture(n, d, K, noise, weighted, seed):
             ours = _ours(X, y, C, w, first, rest, batch, K, seed)
             row["update"] = ours["update"]
             row["refused"], row["batches"] = ours["refused"], ours["batches"]
+            row["ordered"] = ours["ordered"]
             off = _ours(X, y, C, w, first, rest, batch, K, seed, significance=0.0)
-            before = _ours(X, y, C, w, first, rest, batch, K, seed, significance=0.0, damping=0.0)
             theirs = one_pass(
                 MiniBatchKMeans(K, n_init=1, random_state=seed), X, w, first, rest, batch
             )
             for key, ari, distance in (
                 ("partial_fit", ours["ARI"], ours["distance"]),
                 ("test off", off["ARI"], off["distance"]),
-                ("neither", before["ARI"], before["distance"]),
                 (
                     "MiniBatchKMeans",
                     adjusted_rand_score(y, theirs.predict(X)),
@@ -132,16 +117,13 @@ def one_mixture(n, d, K, noise, weighted, seed):
 
 def sweep(seeds):
     """Each (significance, min_effect) on batches of 100 of the SWEPT
-    mixtures: shuffled streams' distance over that of the recursion with
-    neither the test nor the damping, sorted streams' ARI, and the share of
-    shuffled batches refused."""
+    mixtures: shuffled streams' distance over that of the recursion with the
+    test off, sorted streams' ARI, and the share of shuffled batches refused."""
     out = []
     for n, d, K, noise, weighted in SWEPT:
         for seed in range(seeds):
             X, y, C, w, first, orders = _streams(n, d, K, noise, weighted, seed)
-            off = _ours(
-                X, y, C, w, first, orders["shuffled"], 100, K, seed, significance=0.0, damping=0.0
-            )
+            off = _ours(X, y, C, w, first, orders["shuffled"], 100, K, seed, significance=0.0)
             for significance in SIGNIFICANCES:
                 for min_effect in MIN_EFFECTS:
                     test = {"significance": significance, "min_effect": min_effect}
@@ -155,43 +137,13 @@ def sweep(seeds):
                             "noise": noise,
                             "seed": seed,
                             **test,
-                            "shuffled over neither": shuffled["distance"] / off["distance"],
+                            "shuffled over off": shuffled["distance"] / off["distance"],
                             "shuffled refused": shuffled["refused"] / shuffled["batches"],
+                            "shuffled ordered": shuffled["ordered"],
+                            "sorted ordered": ordered["ordered"],
                             "sorted ARI": ordered["ARI"],
                         }
                     )
-    return out
-
-
-def damping_sweep(seeds):
-    """Each damping on the DAMPED cells: shuffled streams' distance over
-    that of the undamped recursion (damping 0), and sorted streams' ARI."""
-    out = []
-    for (n, d, K, noise, weighted), first_rows, batch in DAMPED:
-        for seed in range(seeds):
-            X, y, C, w, first, orders = _streams(n, d, K, noise, weighted, seed, first_rows)
-            runs = {
-                (damping, order): _ours(X, y, C, w, first, rest, batch, K, seed, damping=damping)
-                for damping in DAMPINGS
-                for order, rest in orders.items()
-            }
-            for damping in DAMPINGS:
-                out.append(
-                    {
-                        "n": n,
-                        "d": d,
-                        "K": K,
-                        "noise": noise,
-                        "weighted": weighted,
-                        "first": first_rows,
-                        "batch": batch,
-                        "seed": seed,
-                        "damping": damping,
-                        "shuffled over undamped": runs[damping, "shuffled"]["distance"]
-                        / runs[0.0, "shuffled"]["distance"],
-                        "sorted ARI": runs[damping, "sorted"]["ARI"],
-                    }
-                )
     return out
 
 
@@ -208,7 +160,6 @@ def main(quick=False, out=None):
         "first": FIRST,
         "rows": rows,
         "sweep": sweep(seeds),
-        "damping": damping_sweep(8 * seeds),
         **run_conditions(load_before),
     }
     save("stream_order", payload, **({"directory": out} if out else {}))

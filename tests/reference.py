@@ -215,46 +215,50 @@ def online_em(batches, U, pi, radius, tau, inv_scale, alpha, gain, significance=
     """Online EM (Cappe and Moulines 2009) written out, unweighted batches.
 
     s_n = s_{n-1} + min(1, g |B_n| / N_n)^alpha (sbar_n(theta_{n-1}) - s_{n-1})
-    on s = (S / N, counts / N), each component's step times min(1, c_k /
-    (0.1 pi_k)) (its share c_k of the batch over a tenth of its weight), the weights then
-    rescaled to the total of the undamped step; theta_n the M step of math.md section 7 at
+    on s = (S / N, counts / N); theta_n the M step of math.md section 7 at
     s_n with m2 the exact running mean of ||x / s||^2; returns the heads of
     the M step at the plain average of the s_n. A batch whose shares c of
-    the components fail Pearson's test against the running weights (the
-    weights' own variance added, rare components pooled), with an effect
-    above 0.1 (math.md section 7, "A batch that is not a sample of the
-    stream"), moves the
-    weights as a running mean and each component's mean row by its part of
-    the component's weight seen, the average likewise per component.
+    the components fail Pearson's test against the running mean rho of the
+    earlier batches' shares (n / (1 + n / N) times the effect, N the earlier
+    rows, rare components pooled), with an effect above 0.1 (math.md section
+    7, "A batch that is not a sample of the stream"), moves the weights as a
+    running mean and each component's mean row by its part of the
+    component's weight seen, the average likewise per component; so does
+    every batch after the refusals pass their binomial tail of 1e-4.
     """
-    from scipy.stats import chi2
+    from scipy.stats import binom, chi2
 
     d, K = U.shape
     s = [np.zeros((K, d)), np.zeros(K)]
     avg = [np.zeros((K, d)), np.zeros(K)]
+    rho = np.zeros(K)
     seen, sum_sq, averaged_weight = 0, 0.0, 0.0
+    tested, refusals, ordered = 0, 0, False
     for n, X in enumerate(batches, start=1):
         X = np.asarray(X, dtype=np.float64) * inv_scale
-        seen += len(X)
+        earlier, seen = seen, seen + len(X)
         sum_sq += float(np.sum(X**2))
         m2 = sum_sq / seen
         S, counts, _ = mixture_e_step(X, U, np.log(pi), radius / tau**2)
         c = counts / len(X)
         gamma = min(1.0, gain * len(X) / seen) ** alpha
-        refused = False
-        if n > 1:
-            effect = np.sum((c - s[1]) ** 2 / s[1])
-            # Components expected fewer than 5 times pooled; the running
-            # weights' own variance, gamma / (2 - gamma) of the batch's, added.
-            rare = len(X) * s[1] < 5.0
+        refused = ordered
+        if n > 1 and not ordered:
+            tested += 1
+            effect = np.sum((c - rho) ** 2 / rho)
+            # Components expected fewer than 5 times pooled.
+            rare = len(X) * rho < 5.0
             cats_c = np.append(c[~rare], c[rare].sum()) if rare.any() else c
-            cats_p = np.append(s[1][~rare], s[1][rare].sum()) if rare.any() else s[1]
-            pearson = len(X) * (2.0 - gamma) / 2.0 * np.sum((cats_c - cats_p) ** 2 / cats_p)
-            refused = (
+            cats_p = np.append(rho[~rare], rho[rare].sum()) if rare.any() else rho
+            pearson = len(X) / (1.0 + len(X) / earlier) * np.sum((cats_c - cats_p) ** 2 / cats_p)
+            refused = bool(
                 effect > 0.1
                 and cats_p.size > 1
                 and pearson > chi2.isf(significance, cats_p.size - 1)
             )
+            refusals += refused
+            ordered = refused and binom.sf(refusals - 1, tested, significance) < 1e-4
+        rho = rho + len(X) / seen * (c - rho)
         if refused:
             weights = s[1] + len(X) / seen * (c - s[1])
             mean = s[0] / s[1][:, None]
@@ -265,16 +269,7 @@ def online_em(batches, U, pi, radius, tau, inv_scale, alpha, gain, significance=
             s = [weights[:, None] * mean, weights]
             avg = [weights[:, None] * mean_avg, weights]
         else:
-            # A component the batch holds less of than its weight steps by
-            # gamma times its share over its weight; then the weights sum to 1.
-            steps = gamma * (np.minimum(1.0, c / (0.1 * s[1])) if n > 1 else np.ones(K))
-            before = s[1]
-            s = [
-                s[0] + steps[:, None] * (S / len(X) - s[0]),
-                s[1] + steps * (counts / len(X) - s[1]),
-            ]
-            total = (1.0 - gamma) * before.sum() + gamma * c.sum()
-            s = [s[0] * total / s[1].sum(), s[1] * total / s[1].sum()]
+            s = [s[0] + gamma * (S / len(X) - s[0]), s[1] + gamma * (c - s[1])]
             avg = [a + (v - a) * len(X) / (averaged_weight + len(X)) for a, v in zip(avg, s)]
         averaged_weight += len(X)
         U = (s[0] / np.linalg.norm(s[0], axis=1, keepdims=True)).T

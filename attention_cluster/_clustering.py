@@ -14,7 +14,6 @@ from types import SimpleNamespace
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin, OneToOneFeatureMixin, TransformerMixin
-from sklearn.utils import check_random_state
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
@@ -33,12 +32,14 @@ from ._plan import (
     resolve_methods,
 )
 from ._validation import (
+    InvalidParameterError,
     as_numbers,
     atomic_fit,
     check_auto_or_positive,
     check_n_samples,
     check_options,
     check_positive,
+    check_seed,
     check_verbose,
     deferred_warnings,
     finite_output,
@@ -448,7 +449,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         """Validate the parameters; returns the starting heads (d x K unit columns) of an array ``init``, else None."""
         if isinstance(self.n_clusters, str):
             if self.n_clusters != "auto":
-                raise ValueError(
+                raise InvalidParameterError(
                     f'n_clusters must be an integer >= 1 or "auto", got {self.n_clusters!r}.'
                 )
         else:
@@ -473,23 +474,25 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         if self.n_threads is not None:
             check_positive(self.n_threads, "n_threads", numbers.Integral, min_val=1, strict=False)
         check_verbose(self.verbose)
-        check_random_state(self.random_state)  # with n_init > 1 first read after a pass
+        check_seed(self.random_state)  # with n_init > 1 first read after a pass
         if isinstance(self.init, str):
             check_options(self.init, "init", ["spectral", "random"])
             return None
         if isinstance(self.n_clusters, str):
-            raise ValueError('An array init needs an integer n_clusters, not "auto".')
+            raise InvalidParameterError('An array init needs an integer n_clusters, not "auto".')
         init = as_numbers(self.init)
         if init is None or np.asarray(self.init).dtype.kind == "b":
             # Text, bools and complex numbers, which NumPy would read as numbers.
-            raise ValueError(f"init must be an array of real numbers, got {self.init!r}.")
+            raise InvalidParameterError(
+                f"init must be an array of real numbers, got {self.init!r}."
+            )
         if init.shape != (self.n_clusters, n_features):
-            raise ValueError(
+            raise InvalidParameterError(
                 f"init must have shape (n_clusters, n_features) = "
                 f"({self.n_clusters}, {n_features}), got {init.shape}."
             )
         if not np.all(np.isfinite(init)) or not np.all(np.any(init != 0, axis=1)):
-            raise ValueError("init must have finite, non-zero rows.")
+            raise InvalidParameterError("init must have finite, non-zero rows.")
         with np.errstate(over="ignore", under="ignore"):
             norms = np.linalg.norm(init, axis=1)
         if not np.all(np.isfinite(norms) & (norms > 1e-150)):

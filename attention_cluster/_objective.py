@@ -19,6 +19,7 @@ needed here).
 import numpy as np
 
 from . import _kernels
+from ._validation import InvalidParameterError
 
 __all__ = ["exact_objective", "regularizer_code"]
 
@@ -36,7 +37,7 @@ def regularizer_code(regularization):
         not (regularization is None or isinstance(regularization, str))
         or regularization not in _REGULARIZERS
     ):
-        raise ValueError(
+        raise InvalidParameterError(
             f"regularization must be one of 'pairwise', 'product', None; got {regularization!r}."
         )
     return _REGULARIZERS[regularization]

@@ -138,7 +138,13 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         which the centroids minimise the risk (Prop. 3.3), and at
         ``0.9 / (K (m_1 + tr(M) / L))`` with ``m_1`` the top eigenvalue of
         the unit-scale second moment M, which keeps the heaviest of unequal
-        clusters a minimiser (see the user guide).
+        clusters a minimiser (see the user guide). Any finite value is
+        computed within float64 by the exact solver (its objective scaled
+        where ``lambda K / L > 1``, :mathmd:`3`); above ``lambda*`` its
+        minimisers leave the centroids, and as lambda grows they tend to
+        the heads along which the layer's output is smallest. PSGD raises a
+        FloatingPointError where its loss overflows (lambda of about
+        ``1e154 L / K``).
     sequence_length : int, default=50
         L, the number of rows in each sampled sequence. Short sequences
         keep the finite-L terms that single out the centroids inside their
@@ -153,7 +159,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         the rho at which the centroids stop being a local minimum
         (``lambda K / (K - 1)`` for the pairwise regulariser) and the rho
         at which the centroids' span loses its advantage over the noise
-        directions (see ``reg_strength_`` and the user guide).
+        directions (see ``reg_strength_`` and the user guide). As the
+        temperature, any finite value (the exact solver's objective scaled
+        above 1); as rho grows the heads tend to the regulariser's minimisers.
     solver : {"auto", "full", "psgd"}, default="auto"
         ``"full"``: the exact solver. For data held in memory the expected
         risk over sampled sequences has a closed form (:mathmd:`3`), minimised deterministically by Riemannian L-BFGS on the product
@@ -306,7 +314,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     loss_curve_ : ndarray of float64
         PSGD: the mini-batch objective at each step. Exact solver: the
         objective of its last stage (on all rows, or on the subsample when
-        the refinement follows) at the start and after each iteration.
+        the refinement follows) at the start and after each iteration;
+        infinite where it passes float64's range (``lambda K / L`` above
+        about 1e154, where the solver minimises it scaled, :mathmd:`3`).
     solver_ : str
         The solver used (``"auto"`` resolved).
     refine_ : str or None

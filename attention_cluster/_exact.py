@@ -43,7 +43,7 @@ class ExactSolution:
     n_iter_warm: int  #: iterations on the subsample (warm start), 0 if none
     converged: bool
     #: the scale of the objective minimised (``_objective.objective_exponent``)
-    exponent: int = 0
+    exponent: int
 
 
 def solve_exact(

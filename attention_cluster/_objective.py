@@ -60,7 +60,8 @@ def objective_exponent(temperature, n_heads, sequence_length, reg_strength):
     1`` and ``rho <= 1``, the range of every default; above, a power of two
     above ``c`` and ``sqrt(rho)``, within a factor 4 of the larger. Divisions by a
     power of two are exact: the scaled terms are the unscaled ones divided
-    by ``gamma^2`` to the last bit, wherever those are finite.
+    by ``gamma^2`` to the last bit, wherever those are finite (and these
+    above float64's subnormal numbers).
     """
     temperature, reg_strength = float(temperature), float(reg_strength)
     ratio = n_heads / float(sequence_length)
@@ -145,7 +146,7 @@ def exact_objective(
     K = U.shape[1]
     L = float(sequence_length)
     # c / gamma and rho / gamma^2: lambda / gamma first, so that lambda K
-    # does not overflow on the way (lambda K / gamma <= 4 L).
+    # does not overflow on the way (lambda K / gamma <= L).
     c = math.ldexp(float(temperature), -exponent) * K / L
     rho = math.ldexp(float(reg_strength), -2 * exponent)
     lm1 = L - 1.0

@@ -13,6 +13,7 @@ from ._clustering import AttentionClustering
 from ._dynamics import SelfAttentionDynamics, attention_flow
 from ._model import SphericalMixture
 from ._quantizer import InContextQuantizer
+from ._validation import InvalidParameterError
 from ._warm_up import warm_up
 
 __version__ = "0.1.0"
@@ -22,6 +23,7 @@ __all__ = [
     "InContextQuantizer",
     "SelfAttentionDynamics",
     "SphericalMixture",
+    "InvalidParameterError",
     "attention_flow",
     "choose_n_clusters",
     "plot_n_clusters_scores",

@@ -55,6 +55,7 @@ from ._plan import (
 )
 from ._scale import gram_coordinates
 from ._validation import (
+    InvalidParameterError,
     check_count,
     check_positive,
     deferred_warnings,
@@ -407,11 +408,11 @@ def count_clusters(
         try:
             ks = sorted({check_count(k, "K") for k in n_clusters_range})
         except (TypeError, ValueError):
-            raise ValueError(
+            raise InvalidParameterError(
                 f"n_clusters_range must hold positive integers, got {n_clusters_range!r}."
             ) from None
     if not ks:
-        raise ValueError(f"n_clusters_range must hold positive integers, got {ks!r}.")
+        raise InvalidParameterError(f"n_clusters_range must hold positive integers, got {ks!r}.")
     if ks[0] > n:
         raise ValueError(
             f"n_clusters_range must hold a K of at most n_samples={n} (the rows of positive "
@@ -577,8 +578,8 @@ def plot_n_clusters_scores(scores, n_clusters=None, ax=None):
     ------
     TypeError
         If ``scores`` is not a non-empty mapping with integer keys.
-    ValueError
-        If ``n_clusters`` is not an integer >= 1.
+    InvalidParameterError
+        If ``n_clusters`` is not an integer >= 1 (a ValueError and a TypeError).
     """
     if not isinstance(scores, Mapping) or not scores:
         raise TypeError(

@@ -11,6 +11,7 @@ from sklearn.base import clone
 
 from ._choose_k import DYNAMICS_BETA, MAX_SAMPLES, MIN_CLUSTER_SIZE, ClusterCount
 from ._clustering import AttentionClustering
+from ._validation import InvalidParameterError
 
 __all__ = ["choose_n_clusters"]
 
@@ -78,14 +79,15 @@ def choose_n_clusters(
 
     Raises
     ------
-    TypeError
-        If ``estimator`` is not an :class:`AttentionClustering`.
+    InvalidParameterError
+        A ValueError and a TypeError, before any work: if ``estimator`` is
+        not an :class:`AttentionClustering`, a parameter of ``estimator`` is
+        invalid, with the estimator's message, or ``init`` is an array
+        (several K are fitted); if ``n_clusters_range`` holds no positive
+        integer, or ``max_samples`` is not an integer >= 1.
     ValueError
-        Before any work: if a parameter of ``estimator`` is invalid, with
-        the estimator's message, or ``init`` is an array (several K are
-        fitted); if
-        ``n_clusters_range`` holds no positive integer, or none of at most
-        n_samples; if ``max_samples`` is not an integer >= 1, or on Dask
+        Before any work: if ``n_clusters_range`` holds no K of at most
+        n_samples, or on Dask
         X draws more rows than a fit brings into memory (2^20: every row of
         positive weight when there are at most ``max_samples``, else ``2
         max_samples + 16``); on X the estimator refuses.
@@ -102,12 +104,12 @@ def choose_n_clusters(
         invert (rows near its smallest numbers).
     """
     if not isinstance(estimator, AttentionClustering):
-        raise TypeError(
+        raise InvalidParameterError(
             f"estimator must be an AttentionClustering, got {type(estimator).__name__}."
         )
     params = estimator.get_params(deep=False)
     if not isinstance(params["init"], str):
-        raise ValueError(
+        raise InvalidParameterError(
             "choose_n_clusters fits several numbers of clusters: the estimator's init must be "
             f'"spectral" or "random", not an array of shape {np.shape(params["init"])}.'
         )

@@ -14,7 +14,6 @@ from types import SimpleNamespace
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin, OneToOneFeatureMixin, TransformerMixin
-from sklearn.utils import check_random_state
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
@@ -33,12 +32,14 @@ from ._plan import (
     resolve_methods,
 )
 from ._validation import (
+    InvalidParameterError,
     as_numbers,
     atomic_fit,
     check_auto_or_positive,
     check_n_samples,
     check_options,
     check_positive,
+    check_seed,
     check_verbose,
     deferred_warnings,
     finite_output,
@@ -137,7 +138,13 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         which the centroids minimise the risk (Prop. 3.3), and at
         ``0.9 / (K (m_1 + tr(M) / L))`` with ``m_1`` the top eigenvalue of
         the unit-scale second moment M, which keeps the heaviest of unequal
-        clusters a minimiser (see the user guide).
+        clusters a minimiser (see the user guide). Any finite value is
+        computed within float64 by the exact solver (its objective scaled
+        where ``lambda K / L > 1``, :mathmd:`3`); above ``lambda*`` its
+        minimisers leave the centroids, and as lambda grows they tend to
+        the heads along which the layer's output is smallest. PSGD raises a
+        FloatingPointError where its loss overflows (lambda of about
+        ``1e154 L / K``).
     sequence_length : int, default=50
         L, the number of rows in each sampled sequence. Short sequences
         keep the finite-L terms that single out the centroids inside their
@@ -152,7 +159,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         the rho at which the centroids stop being a local minimum
         (``lambda K / (K - 1)`` for the pairwise regulariser) and the rho
         at which the centroids' span loses its advantage over the noise
-        directions (see ``reg_strength_`` and the user guide).
+        directions (see ``reg_strength_`` and the user guide). As the
+        temperature, any finite value (the exact solver's objective scaled
+        above 1); as rho grows the heads tend to the regulariser's minimisers.
     solver : {"auto", "full", "psgd"}, default="auto"
         ``"full"``: the exact solver. For data held in memory the expected
         risk over sampled sequences has a closed form (:mathmd:`3`), minimised deterministically by Riemannian L-BFGS on the product
@@ -307,7 +316,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     loss_curve_ : ndarray of float64
         PSGD: the mini-batch objective at each step. Exact solver: the
         objective of its last stage (on all rows, or on the subsample when
-        the refinement follows) at the start and after each iteration.
+        the refinement follows) at the start and after each iteration;
+        infinite where it passes float64's range (``lambda K / L`` above
+        about 1e154, where the solver minimises it scaled, :mathmd:`3`).
     solver_ : str
         The solver used (``"auto"`` resolved).
     refine_ : str or None
@@ -450,7 +461,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         """Validate the parameters; returns the starting heads (d x K unit columns) of an array ``init``, else None."""
         if isinstance(self.n_clusters, str):
             if self.n_clusters != "auto":
-                raise ValueError(
+                raise InvalidParameterError(
                     f'n_clusters must be an integer >= 1 or "auto", got {self.n_clusters!r}.'
                 )
         else:
@@ -475,23 +486,25 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         if self.n_threads is not None:
             check_positive(self.n_threads, "n_threads", numbers.Integral, min_val=1, strict=False)
         check_verbose(self.verbose)
-        check_random_state(self.random_state)  # with n_init > 1 first read after a pass
+        check_seed(self.random_state)  # with n_init > 1 first read after a pass
         if isinstance(self.init, str):
             check_options(self.init, "init", ["spectral", "random"])
             return None
         if isinstance(self.n_clusters, str):
-            raise ValueError('An array init needs an integer n_clusters, not "auto".')
+            raise InvalidParameterError('An array init needs an integer n_clusters, not "auto".')
         init = as_numbers(self.init)
         if init is None or np.asarray(self.init).dtype.kind == "b":
             # Text, bools and complex numbers, which NumPy would read as numbers.
-            raise ValueError(f"init must be an array of real numbers, got {self.init!r}.")
+            raise InvalidParameterError(
+                f"init must be an array of real numbers, got {self.init!r}."
+            )
         if init.shape != (self.n_clusters, n_features):
-            raise ValueError(
+            raise InvalidParameterError(
                 f"init must have shape (n_clusters, n_features) = "
                 f"({self.n_clusters}, {n_features}), got {init.shape}."
             )
         if not np.all(np.isfinite(init)) or not np.all(np.any(init != 0, axis=1)):
-            raise ValueError("init must have finite, non-zero rows.")
+            raise InvalidParameterError("init must have finite, non-zero rows.")
         with np.errstate(over="ignore", under="ignore"):
             norms = np.linalg.norm(init, axis=1)
         if not np.all(np.isfinite(norms) & (norms > 1e-150)):

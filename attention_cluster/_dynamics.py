@@ -35,11 +35,13 @@ from ._dynamics_kernels import attention, cell_plane, group_tokens, self_attenti
 from ._passes import dense_block, row_chunks, row_major, stored_bytes, unit_rows, usable_threads
 from ._scale import gram_basis
 from ._validation import (
+    InvalidParameterError,
     atomic_fit,
-    check_matrix,
     check_options,
+    check_parameter_matrix,
     check_positive,
     check_sample_weight,
+    check_seed,
     check_verbose,
     peak_unit,
     quiet_finite_check,
@@ -81,7 +83,7 @@ def _weight_matrix(value, name, n_features):
     """``None`` (the identity) or a finite ``(d, d)`` float64 array."""
     if value is None:
         return None
-    return check_matrix(
+    return check_parameter_matrix(
         value, name, shape=(n_features, n_features), labels=("n_features", "n_features")
     )
 
@@ -297,7 +299,9 @@ def attention_flow(
     Raises
     ------
     ValueError
-        If X is empty, complex, not finite or not 2-D, or a parameter is invalid.
+        If X is empty, complex, not finite or not 2-D.
+    InvalidParameterError
+        If a parameter is invalid (a ValueError and a TypeError).
     FloatingPointError
         If a step overflows: a logit ``beta <Q x_i, K x_j>`` beyond float64's
         range, which the unnormalised model reaches after a time of about
@@ -338,7 +342,7 @@ def _check_flow(X, model, beta, step_size, query, key, value, chunk_size, n_thre
     if isinstance(step_size, str):
         check_options(step_size, "step_size", ["mean-shift"])
         if model not in SPHERE_MODELS:
-            raise ValueError(
+            raise InvalidParameterError(
                 'step_size="mean-shift" (the default) is a step on the sphere: use model="sa" '
                 'or "usa", or pass a numeric step_size (0.1, say) for model="unnormalized".'
             )
@@ -599,7 +603,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         else:
             check_positive(self.min_cluster_size, "min_cluster_size")
             if self.min_cluster_size >= 1:
-                raise ValueError(
+                raise InvalidParameterError(
                     f"min_cluster_size must be an integer or a fraction below 1, got {self.min_cluster_size!r}."
                 )
         if isinstance(self.max_samples, str):
@@ -612,6 +616,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         check_verbose(self.verbose)
         if self.n_threads is not None:
             check_positive(self.n_threads, "n_threads", numbers.Integral, min_val=1, strict=False)
+        check_seed(self.random_state)
         return _check_flow(
             X,
             self.model,

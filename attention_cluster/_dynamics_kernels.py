@@ -415,13 +415,18 @@ def group_tokens(X, radius, labels, plane=None):
         return 0
     if plane is None:
         plane = cell_plane(X)
-    # in float64: the rounding of the coordinates stays far below the cells' margin
-    P = X.astype(np.float64, copy=False) @ plane
+    # in float64: the rounding of the coordinates stays far below the cells' margin;
+    # halved (exact), with the radius, so that the span of coordinates on
+    # either side of zero near float64's largest numbers (the unnormalised
+    # model's tokens, growing as e^t) does not overflow
+    P = 0.5 * (X.astype(np.float64, copy=False) @ plane)
     low, high = P.min(axis=0), P.max(axis=0)
     top = np.abs(P).max(axis=0)
     span = high - low
     # the margins keep neighbours within radius in adjacent cells despite rounding
-    width = np.maximum(np.maximum(radius * (1.0 + 1e-6) + 1e-9 * top, span / (4.0 * n)), 1e-300)
+    width = np.maximum(
+        np.maximum(0.5 * radius * (1.0 + 1e-6) + 1e-9 * top, span / (4.0 * n)), 0.5e-300
+    )
     sizes = (span / width).astype(np.int64) + 1
     grid = np.minimum(((P - low) / width).astype(np.int64), sizes - 1)
     keys = grid[:, 0] * sizes[1] + grid[:, 1]

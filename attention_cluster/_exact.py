@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 from sklearn.utils import check_random_state
 
-from ._objective import exact_objective
+from ._objective import exact_objective, objective_exponent
 from ._optimize import minimize_on_spheres, polish_on_spheres
 from ._spectral import SUBSAMPLE
 
@@ -36,11 +36,14 @@ class ExactSolution:
 
     heads: np.ndarray  #: (d, K) unit columns
     #: objective of the last stage, start then each iteration: on the full
-    #: data, or on the subsample when ``polish=False`` stopped there
+    #: data, or on the subsample when ``polish=False`` stopped there;
+    #: divided by ``4^exponent``
     objective_curve: np.ndarray
     n_iter: int  #: iterations on the full data
     n_iter_warm: int  #: iterations on the subsample (warm start), 0 if none
     converged: bool
+    #: the scale of the objective minimised (``_objective.objective_exponent``)
+    exponent: int
 
 
 def solve_exact(
@@ -69,9 +72,17 @@ def solve_exact(
     the subsample (for a caller that refines the heads on all rows by other
     means), and for smaller n stops at the subsample stage's tolerance.
 
-    ``tol`` is relative: each stage stops when the norm of the Riemannian
-    gradient is at most ``tol * mean ||x_i||^2``, the objective's scale (the
-    risk of heads that see nothing). ``max_iter`` bounds each stage.
+    The objective minimised is divided by ``gamma^2``
+    (:func:`~attention_cluster._objective.objective_exponent`: 1 while ``c =
+    lambda K / L <= 1`` and ``rho <= 1``, else of the order of the larger of
+    ``c^2`` and ``rho``), the same minimiser computed within float64 at any
+    temperature and strength (``math.md`` section 3, "Large temperatures and
+    strengths"). ``tol`` is relative: each stage stops when the norm of the
+    Riemannian gradient of that objective is at most ``tol * mean
+    ||x_i||^2``, the objective's scale (the risk of heads that see nothing,
+    times ``gamma^2``: the risk's terms in ``c^2`` and ``rho`` dominate it
+    there, and their rounding would keep a tolerance on the unscaled
+    gradient out of reach). ``max_iter`` bounds each stage.
 
     Parameters
     ----------
@@ -98,6 +109,7 @@ def solve_exact(
     U0 = np.asarray(start, dtype=np.float64)
     if U0.ndim != 2 or U0.shape[0] != d:
         raise ValueError(f"start must have shape ({d}, n_heads), got {U0.shape}.")
+    exponent = objective_exponent(temperature, U0.shape[1], sequence_length, reg_strength)
     if moment is None:
         moment = data.second_moment()
     tol_abs = tol * max(float(np.trace(moment)), np.finfo(np.float64).tiny)
@@ -106,7 +118,14 @@ def solve_exact(
     def objective(rows_, moment_):
         def fun(U):
             return exact_objective(
-                rows_, moment_, U, temperature, sequence_length, regularization, reg_strength
+                rows_,
+                moment_,
+                U,
+                temperature,
+                sequence_length,
+                regularization,
+                reg_strength,
+                exponent,
             )
 
         return fun
@@ -118,7 +137,7 @@ def solve_exact(
     if data.n_weighted <= WARM_START_ROWS:
         result = minimize_on_spheres(full, U0, tol=start_tol, max_iter=max_iter, min_iter=1)
         return ExactSolution(
-            result.heads, result.objective_curve, result.n_iter, 0, result.converged
+            result.heads, result.objective_curve, result.n_iter, 0, result.converged, exponent
         )
     # The subsample keeps its own moment: the full data's would break the
     # rotation symmetry of the L -> infinity risk at order one (not 1/L) and
@@ -130,10 +149,14 @@ def solve_exact(
         sub, U0, tol=max(100 * tol_abs, start_tol), max_iter=max_iter, min_iter=1
     )
     if not polish:
-        return ExactSolution(warm.heads, warm.objective_curve, 0, warm.n_iter, warm.converged)
+        return ExactSolution(
+            warm.heads, warm.objective_curve, 0, warm.n_iter, warm.converged, exponent
+        )
     polish = polish_on_spheres(full, sub, warm.heads, tol=tol_abs, max_iter=max_iter)
     if polish.converged:
-        return ExactSolution(polish.heads, polish.objective_curve, polish.n_iter, warm.n_iter, True)
+        return ExactSolution(
+            polish.heads, polish.objective_curve, polish.n_iter, warm.n_iter, True, exponent
+        )
     # The subsample's Hessian is a poor model here: L-BFGS on the full data.
     memory = None if polish.n_iter else warm.memory
     result = minimize_on_spheres(
@@ -141,4 +164,4 @@ def solve_exact(
     )
     curve = np.concatenate([polish.objective_curve[:-1], result.objective_curve])
     n_iter = polish.n_iter + result.n_iter
-    return ExactSolution(result.heads, curve, n_iter, warm.n_iter, result.converged)
+    return ExactSolution(result.heads, curve, n_iter, warm.n_iter, result.converged, exponent)

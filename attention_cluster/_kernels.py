@@ -420,13 +420,14 @@ def _moment_block_sums(X, weights, XT, wx, G, t):
 
 
 @njit(cache=True, fastmath=FASTMATH)
-def _block_row_terms(AB, GB, nrm, W, size, c, lm1, pairwise, product, SB, CB):
+def _block_row_terms(AB, GB, nrm, W, size, identity, c, lm1, pairwise, product, SB, CB):
     """The rows' weighted terms of the exact risk and their gradient coefficients, for a block.
 
     Column i of ``AB`` and ``GB`` (K x block) is row i's ``a = U^T x`` and
     ``g = U^T M x``, ``nrm[i] = ||x||^2`` and ``W[i]`` its weight, for the
-    first ``size`` columns. With ``s = ||a||^2``, ``h = <a, g>`` and ``e = 1 -
-    c s``, returns the sum of ``W (e^2 nrm - 2c(L-1) e h + rho r)`` and
+    first ``size`` columns. With ``s = ||a||^2``, ``h = <a, g>`` and ``e =
+    identity - c s`` (``identity`` is 1, or the scaled objective's ``1 /
+    gamma``: see :func:`exact_row_terms`), returns the sum of ``W (e^2 nrm - 2c(L-1) e h + rho r)`` and
     fills column i of ``CB`` (3K x block) with the coefficients of ``x^T``
     in the gradient's three sums (see :func:`exact_row_terms`). The
     regulariser r and its coefficients are :func:`token_regularizer`'s
@@ -455,7 +456,7 @@ def _block_row_terms(AB, GB, nrm, W, size, c, lm1, pairwise, product, SB, CB):
             h[i] += AB[k, i] * GB[k, i]
     total = 0.0
     for i in range(size):
-        ei = 1.0 - c * s[i]
+        ei = identity - c * s[i]
         total += W[i] * (ei * ei * nrm[i] - 2.0 * c * lm1 * ei * h[i])
         if pairwise is not None:
             # dr/dmu_k = 2 a_k (S - a_k^2) x with S = ||a||^2: r now holds
@@ -500,7 +501,7 @@ def _strengths(reg, rho):
     return (rho if reg == REG_PAIRWISE else None), (rho if reg == REG_PRODUCT else None)
 
 
-def projected_row_terms(A, G, nrm, w, c, lm1, reg, rho, C):
+def projected_row_terms(A, G, nrm, w, c, lm1, reg, rho, C, identity=1.0):
     """:func:`exact_row_terms` from the rows' projections, for sparse rows.
 
     ``A = X U``, ``G = X M U`` (n x K) and ``nrm`` the squared norms of the
@@ -513,13 +514,15 @@ def projected_row_terms(A, G, nrm, w, c, lm1, reg, rho, C):
     total = 0.0
     for lo in range(0, A.shape[0], _PRODUCT_BLOCK):
         hi = min(lo + _PRODUCT_BLOCK, A.shape[0])
-        part, CB = _projected_block(A[lo:hi].T, G[lo:hi].T, nrm[lo:hi], w, lo, hi, c, lm1, reg, rho)
+        part, CB = _projected_block(
+            A[lo:hi].T, G[lo:hi].T, nrm[lo:hi], w, lo, hi, identity, c, lm1, reg, rho
+        )
         total += part
         C[lo:hi] = CB.T
     return total
 
 
-def _projected_block(AB, GB, nrm, w, lo, hi, c, lm1, reg, rho):
+def _projected_block(AB, GB, nrm, w, lo, hi, identity, c, lm1, reg, rho):
     """:func:`_block_row_terms` on rows ``lo:hi`` from their projections
     (``AB``, ``GB`` K x block, ``nrm`` the block's squared norms); ``w`` is
     every row's weights (length 0: unit weights). Returns ``(total, CB)``,
@@ -533,6 +536,7 @@ def _projected_block(AB, GB, nrm, w, lo, hi, c, lm1, reg, rho):
         np.ascontiguousarray(nrm),
         W,
         size,
+        identity,
         c,
         lm1,
         *_strengths(reg, rho),
@@ -572,7 +576,7 @@ def draw_sparse_rows(indptr, indices, data, cum_weights, inv_scale, offset, stat
             out[r, indices[p]] += data[p] * inv_scale
 
 
-def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
+def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P, identity=1.0):
     """Per-row part of the exact risk and of its gradient, for one chunk.
 
     For the rows ``x_i = X_i * inv_scale`` of the chunk (``w`` their
@@ -586,7 +590,10 @@ def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
     ``alpha_i = -4c e_i n_i + 4c^2 (L-1) h_i`` and ``beta_i = -2c(L-1) e_i``
     (see :func:`attention_cluster._objective.exact_objective`). The regulariser
     ``r_i`` of each row is :func:`token_regularizer`'s. O(d K) per row, in
-    float64 whatever X's dtype.
+    float64 whatever X's dtype. With ``identity = 1 / gamma``, ``c / gamma``
+    for c and ``rho / gamma^2`` for rho, every term is divided by
+    ``gamma^2`` (``e_i = (1 - c s_i) / gamma``): the scaled objective of a
+    large temperature or strength (``math.md`` section 3).
 
     Below ``_PRODUCT_MIN_WORK`` of ``d K`` (the paper's regime), one Numba
     loop kernel reads each row once (:func:`_fused_row_terms`); from there
@@ -607,6 +614,7 @@ def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
             inv_scale,
             U,
             MU,
+            identity,
             c,
             lm1,
             *_strengths(reg, rho),
@@ -627,7 +635,7 @@ def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
         XT = np.asarray(X[lo:hi], dtype=np.float64).T * inv_scale
         nrm = np.einsum("ji,ji->i", XT, XT)
         part, CB = _projected_block(
-            np.dot(UT, XT), np.dot(MUT, XT), nrm, w, lo, hi, c, lm1, reg, rho
+            np.dot(UT, XT), np.dot(MUT, XT), nrm, w, lo, hi, identity, c, lm1, reg, rho
         )
         total += part
         P += np.dot(CB, XT.T)
@@ -636,7 +644,7 @@ def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P):
 
 @njit(cache=True, nogil=True, fastmath=FASTMATH)
 def _fused_row_terms(
-    X, w, inv_scale, U, MU, c, lm1, pairwise, product, P, XT, nrm, W, AB, GB, CB, SB
+    X, w, inv_scale, U, MU, identity, c, lm1, pairwise, product, P, XT, nrm, W, AB, GB, CB, SB
 ):
     """:func:`exact_row_terms` for small ``d K``: rows by blocks copied transposed to float64.
 
@@ -674,7 +682,7 @@ def _fused_row_terms(
                 for i in range(size):
                     AB[k, i] += u * XT[j, i]
                     GB[k, i] += mu * XT[j, i]
-        total += _block_row_terms(AB, GB, nrm, W, size, c, lm1, pairwise, product, SB, CB)
+        total += _block_row_terms(AB, GB, nrm, W, size, identity, c, lm1, pairwise, product, SB, CB)
         for r in range(3 * K):
             for j in range(d):
                 acc = 0.0

@@ -69,7 +69,7 @@ def posterior_columns(P, log_weights, weights, counts):
     return total
 
 
-def projected_row_terms(A, G, nrm, w, c, lm1, reg, rho, C):
+def projected_row_terms(A, G, nrm, w, c, lm1, reg, rho, C, identity=1.0):
     """:func:`._kernels.projected_row_terms`: the exact risk's row terms from the projections.
 
     ``A = X U``, ``G = X M U`` (n x K) and ``nrm`` the rows' squared norms;
@@ -88,6 +88,7 @@ def projected_row_terms(A, G, nrm, w, c, lm1, reg, rho, C):
             np.ascontiguousarray(G[lo:hi].T),
             nrm[lo:hi],
             w[lo:hi] if w.size else w,
+            identity,
             c,
             lm1,
             reg,
@@ -98,7 +99,7 @@ def projected_row_terms(A, G, nrm, w, c, lm1, reg, rho, C):
     return total
 
 
-def _row_terms(AT, GT, nrm, w, c, lm1, reg, rho):
+def _row_terms(AT, GT, nrm, w, identity, c, lm1, reg, rho):
     """:func:`projected_row_terms` on the transposed projections ``AT``, ``GT`` (K x n).
 
     Returns ``(total, CT)``, CT (3K x n) the transposed coefficients: every
@@ -112,7 +113,7 @@ def _row_terms(AT, GT, nrm, w, c, lm1, reg, rho):
     Q = AT * AT
     s = Q.sum(axis=0)
     h = np.einsum("ki,ki->i", AT, GT)
-    e = 1.0 - c * s
+    e = identity - c * s
     coef = np.empty((3, n))
     alpha, beta, wn = coef
     # 2c(L-1) e; beta is minus it (times w): (-2c)(L-1) = -(2c(L-1)) exactly.
@@ -282,7 +283,7 @@ def scaled_blocks(X, inv_scale):
     return blocks
 
 
-def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P, blocks=None):
+def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P, blocks=None, identity=1.0):
     """:func:`._kernels.exact_row_terms`: the exact risk's per-row part and its gradient's sums, one chunk.
 
     By blocks of ``BLOCK`` rows: the projections ``A = X U / s``, ``G = X M
@@ -300,7 +301,7 @@ def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P, blocks=None):
         lo = i * BLOCK
         AG = keys @ XT  # A^T over G^T, one product
         part, CT = _row_terms(
-            AG[:K], AG[K:], nrm, w[lo : lo + BLOCK] if w.size else w, c, lm1, reg, rho
+            AG[:K], AG[K:], nrm, w[lo : lo + BLOCK] if w.size else w, identity, c, lm1, reg, rho
         )
         total += part
         P += CT @ XT.T

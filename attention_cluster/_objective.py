@@ -16,11 +16,14 @@ rows by their scale (``_scale.estimate_spectrum``, whose ``moment`` is the M
 needed here).
 """
 
+import math
+
 import numpy as np
 
 from . import _kernels
+from ._validation import InvalidParameterError
 
-__all__ = ["exact_objective", "regularizer_code"]
+__all__ = ["exact_objective", "objective_exponent", "regularizer_code", "unscaled"]
 
 # The regulariser as the kernels name it; None is no regulariser.
 _REGULARIZERS = {
@@ -36,10 +39,46 @@ def regularizer_code(regularization):
         not (regularization is None or isinstance(regularization, str))
         or regularization not in _REGULARIZERS
     ):
-        raise ValueError(
+        raise InvalidParameterError(
             f"regularization must be one of 'pairwise', 'product', None; got {regularization!r}."
         )
     return _REGULARIZERS[regularization]
+
+
+def objective_exponent(temperature, n_heads, sequence_length, reg_strength):
+    """The exponent e of the scale ``gamma = 2^e`` of the exact objective.
+
+    ``R + rho r`` is a quadratic in ``(1, c, rho)`` (``c = lambda K / L``),
+    of size ``c^2`` for a large temperature and ``rho`` for a large
+    strength: the optimiser's squares of its gradient leave float64 beyond
+    ``c`` of about 1e77 or ``rho`` of about 1e154, the objective itself
+    beyond ``c`` of about 1e154. The solver minimises
+    ``(R + rho r) / gamma^2`` instead, whose coefficients ``1 / gamma``,
+    ``c / gamma`` and ``rho / gamma^2`` are at most 1 (``math.md`` section
+    3, "Large temperatures and strengths"): the same minimiser, at any
+    temperature and strength float64 holds. e = 0 (no scaling) while ``c <=
+    1`` and ``rho <= 1``, the range of every default; above, a power of two
+    above ``c`` and ``sqrt(rho)``, within a factor 4 of the larger. Divisions by a
+    power of two are exact: the scaled terms are the unscaled ones divided
+    by ``gamma^2`` to the last bit, wherever those are finite (and these
+    above float64's subnormal numbers).
+    """
+    temperature, reg_strength = float(temperature), float(reg_strength)
+    ratio = n_heads / float(sequence_length)
+    if temperature <= 1.0 / ratio and reg_strength <= 1.0:
+        return 0
+    # c < 2^(e_lambda + e_ratio) and rho < 2^e_rho (frexp's mantissas are below 1).
+    c_exponent = math.frexp(temperature)[1] + math.frexp(ratio)[1]
+    rho_exponent = -(-math.frexp(reg_strength)[1] // 2)
+    return max(0, c_exponent, rho_exponent)
+
+
+def unscaled(values, exponent):
+    """Objective values divided by ``4^exponent`` (:func:`objective_exponent`)
+    in the objective's own units: exact (a power of two), infinity where
+    the objective exceeds float64's range (a temperature above about 1e154)."""
+    with np.errstate(over="ignore"):
+        return np.ldexp(np.asarray(values, dtype=np.float64), 2 * exponent)
 
 
 def exact_objective(
@@ -50,8 +89,10 @@ def exact_objective(
     sequence_length,
     regularization="pairwise",
     reg_strength=0.0,
+    exponent=0,
 ):
-    """Exact regularised risk ``R(U) + rho r(U)`` and its Euclidean gradient.
+    """Exact regularised risk ``R(U) + rho r(U)`` and its Euclidean gradient,
+    divided by ``4^exponent`` (:func:`objective_exponent`).
 
     ``R`` is the expected loss ``(1/L) ||X - T(X)||_F^2`` over sequences of
     ``L`` tokens drawn with replacement from the (weighted) rows of the
@@ -88,6 +129,11 @@ def exact_objective(
     regularization : {"pairwise", "product"} or None, default="pairwise"
     reg_strength : float, default=0.0
         rho >= 0.
+    exponent : int, default=0
+        e >= 0: the objective and its gradient are divided by ``gamma^2``,
+        ``gamma = 2^e``, computed with ``e_i = 1 / gamma - (c / gamma) s_i``
+        and ``rho / gamma^2``, so that no term leaves float64 where the
+        objective does (``math.md`` section 3).
 
     Returns
     -------
@@ -99,10 +145,13 @@ def exact_objective(
     U = np.asarray(U, dtype=np.float64)
     K = U.shape[1]
     L = float(sequence_length)
-    c = temperature * K / L
+    # c / gamma and rho / gamma^2: lambda / gamma first, so that lambda K
+    # does not overflow on the way (lambda K / gamma <= L).
+    c = math.ldexp(float(temperature), -exponent) * K / L
+    rho = math.ldexp(float(reg_strength), -2 * exponent)
     lm1 = L - 1.0
     MU = M @ U
-    value, P = data.exact_terms(U, MU, c, lm1, reg, reg_strength)
+    value, P = data.exact_terms(U, MU, c, lm1, reg, rho, math.ldexp(1.0, -exponent))
     total = data.total_weight
     if total > 0:
         value /= total

@@ -696,12 +696,13 @@ class DenseRows(_Rows):
         total = sum(self._map(chunk, positive=True), np.zeros(2)) / self.total_weight
         return float(total[0]), float(total[1])
 
-    def exact_terms(self, U, MU, c, lm1, reg, rho):
+    def exact_terms(self, U, MU, c, lm1, reg, rho, identity=1.0):
         """Row sums of the exact risk: ``(value, P)``, see :func:`_kernels.exact_row_terms`.
 
         ``value`` is the weighted sum of the per-row terms and ``P`` (3K x d)
         the weighted sums of the gradient's outer products, both *not* yet
-        divided by ``total_weight``.
+        divided by ``total_weight``. ``identity``: the constant of ``e = 1 -
+        c s``, ``1 / gamma`` for the objective divided by ``gamma^2``.
         """
         U = np.ascontiguousarray(U, dtype=np.float64)
         MU = np.ascontiguousarray(MU, dtype=np.float64)
@@ -711,7 +712,9 @@ class DenseRows(_Rows):
         def chunk(B, w, lo, hi):
             P = np.zeros((3 * K, self.n_features))
             if self.compiled:
-                value = _kernels.exact_row_terms(B, w, inv, U, MU, c, lm1, reg, rho, P)
+                value = _kernels.exact_row_terms(
+                    B, w, inv, U, MU, c, lm1, reg, rho, P, identity=identity
+                )
             else:
                 # The scaled blocks are kept: the solver's steps evaluate the
                 # risk again on the same rows.
@@ -719,7 +722,7 @@ class DenseRows(_Rows):
                 if blocks is None:
                     blocks = self._scaled_blocks[lo] = _numpy_kernels.scaled_blocks(B, inv)
                 value = _numpy_kernels.exact_row_terms(
-                    B, w, inv, U, MU, c, lm1, reg, rho, P, blocks
+                    B, w, inv, U, MU, c, lm1, reg, rho, P, blocks, identity=identity
                 )
             return value, P
 
@@ -1769,8 +1772,8 @@ class DaskRows(_Rows):
     def norm_moments(self):
         return self._pass("norm_moments")
 
-    def exact_terms(self, U, MU, c, lm1, reg, rho):
-        return self._pass("exact_terms", U, MU, c, lm1, reg, rho)
+    def exact_terms(self, U, MU, c, lm1, reg, rho, identity=1.0):
+        return self._pass("exact_terms", U, MU, c, lm1, reg, rho, identity)
 
     def e_step(self, U, log_weights, beta):
         S, counts, partial = self._pass("e_step", U, log_weights, beta)
@@ -2265,7 +2268,7 @@ class SparseRows(_Rows):
         return float(w @ sq / self.total_weight), float(w @ (sq * sq) / self.total_weight)
 
     @_on_weighted_rows
-    def exact_terms(self, U, MU, c, lm1, reg, rho):
+    def exact_terms(self, U, MU, c, lm1, reg, rho, identity=1.0):
         """As :meth:`DenseRows.exact_terms`, with :func:`_kernels.projected_row_terms`
         (the products with the rows summed by :meth:`_summed`)."""
         U = np.asarray(U, dtype=np.float64)
@@ -2276,7 +2279,7 @@ class SparseRows(_Rows):
         nrm = self._squared_norms()
         w = np.empty(0) if self.sample_weight is None else self.sample_weight
         C = np.empty((self.n_samples, 3 * K))
-        value = self.kernels.projected_row_terms(A, G, nrm, w, c, lm1, reg, rho, C)
+        value = self.kernels.projected_row_terms(A, G, nrm, w, c, lm1, reg, rho, C, identity)
         return value, rows._transpose_product(C).T / rows.scale
 
     @_on_weighted_rows

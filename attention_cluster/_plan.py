@@ -31,7 +31,7 @@ from ._draws import first_draw
 from ._exact import START_TOL, WARM_START_ROWS, solve_exact
 from ._mixture import head_signs, mixture_parameters, refine_heads, subsample_sizes
 from ._model import MIN_VARIANCE, SphericalMixture
-from ._objective import exact_objective, regularizer_code
+from ._objective import exact_objective, objective_exponent, regularizer_code, unscaled
 from ._passes import DenseRows, LabelRule, unit_terms
 from ._scale import BASIS_ROWS, estimate_spectrum, principal_basis, spike_overlap
 from ._seeding import seeded_start
@@ -190,7 +190,9 @@ class _Run:
     loss_curve: np.ndarray
     n_iter: int  #: PSGD steps, or iterations of the exact solver (all stages)
     converged: bool
-    objective: object  #: float used to rank runs, None until computed
+    #: float used to rank runs, None until computed: the exact objective
+    #: divided by 4^e (``_objective.objective_exponent``, the same for every run)
+    objective: object
 
 
 def fit_plan(rows, params, init=None):
@@ -779,7 +781,9 @@ def _run(params, unit, sample, spectrum, settings, start, rng, index, rank, tuni
             where = (
                 f"{sample.n_samples} rows in the principal subspace of dimension {basis.shape[1]}"
             )
-        curve = solution.objective_curve
+        # The solver's objective is scaled (by 1 at every default); its
+        # curve is reported in the objective's units.
+        curve = unscaled(solution.objective_curve, solution.exponent)
         if params.verbose:
             stages = f"{solution.n_iter} iterations on " + ("all rows" if basis is None else where)
             if solution.n_iter_warm:
@@ -795,10 +799,13 @@ def _run(params, unit, sample, spectrum, settings, start, rng, index, rank, tuni
             curve,
             solution.n_iter + solution.n_iter_warm,
             solution.converged,
-            float(curve[-1]) if on_all_rows else None,
+            float(solution.objective_curve[-1]) if on_all_rows else None,
         )
     if rank and run.objective is None:
         # Rank the runs by the exact objective on all rows.
+        exponent = objective_exponent(
+            settings.temperature, run.heads.shape[1], params.sequence_length, settings.reg_strength
+        )
         run.objective = exact_objective(
             unit,
             spectrum.moment,
@@ -807,10 +814,12 @@ def _run(params, unit, sample, spectrum, settings, start, rng, index, rank, tuni
             params.sequence_length,
             params.regularization,
             settings.reg_strength,
+            exponent,
         )[0]
         if params.verbose:
             print(
-                f"[AttentionClustering] init {index}: exact objective on all rows {run.objective:.6g}"
+                f"[AttentionClustering] init {index}: exact objective on all rows "
+                f"{float(unscaled(run.objective, exponent)):.6g}"
             )
     return run
 

@@ -82,7 +82,10 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         0.97 at L = 500). Hence
         ``transform(c X) = c transform(X)`` for ``c > 0``, with no overflow
         or underflow for finite X of any normal magnitude (tested from
-        ``1e-300`` to ``1e150``).
+        ``1e-300`` to ``1e150``). A softmax layer takes any finite
+        temperature: where ``lambda <x_l, x_k>`` passes float64's range its
+        weights are their limit, the hard argmax; a linear layer's output
+        beyond that range raises a FloatingPointError.
     attention : {"linear", "softmax"}, default="linear"
         ``"linear"``: the layer above, ``O(L d min(L, d))``. ``"softmax"``: its softmax
         counterpart ``sum_k softmax_k(lambda <X_l, X_k>) X_k``

@@ -4,6 +4,8 @@ It is read off the estimated noise sigma and the unit-scale second moment
 (``_scale.estimate_spectrum``) once per fit, before any run.
 """
 
+import math
+
 from ._objective import regularizer_code
 
 __all__ = ["auto_reg_strength", "local_reg_strength"]
@@ -60,9 +62,13 @@ def local_reg_strength(temperature, n_clusters, regularization="pairwise", noise
     regularizer_code(regularization)
     if regularization is None or n_clusters < 2:
         return 0.0
-    rho = _REG_FRACTION * temperature * n_clusters / (n_clusters - 1)
+    # In Python floats: rho beyond float64's range (lambda near its largest
+    # numbers) is infinity, without NumPy's warning; auto_reg_strength's
+    # global limit, at most 0.25, is then the smaller.
+    rho = _REG_FRACTION * float(temperature) * n_clusters / (n_clusters - 1)
     if regularization == "product":
-        rho *= (0.3 / max(noise, 0.1)) ** (2 * (n_clusters - 2))
+        base, power = 0.3 / max(float(noise), 0.1), 2 * (n_clusters - 2)
+        rho *= base**power if power * math.log2(base) < 1023 else math.inf
     return float(rho)
 
 
@@ -91,10 +97,18 @@ def auto_reg_strength(
       when unequal weights make its weakest direction weak.
     """
     local = local_reg_strength(temperature, n_clusters, regularization, noise)
-    a = temperature * n_clusters
-    s2 = noise**2
-    m_s = 1.0 / n_clusters + s2 if weakest_signal is None else weakest_signal
+    a = float(temperature) * n_clusters
+    s2 = float(noise) ** 2
+    m_s = 1.0 / n_clusters + s2 if weakest_signal is None else float(weakest_signal)
     gain = a * m_s**2 * (2.0 - a * m_s) - a * s2**2 * (2.0 - a * s2)
+    if not math.isfinite(gain):
+        # At a large temperature (a m >> 1) both terms overflow to
+        # infinities of one sign, their difference NaN; factored, a [2 (m_s^2
+        # - sigma^4) - a (m_s^3 - sigma^6)] overflows to the gain's limit
+        # (negative where m_s > sigma^2: rho is 0 there).
+        cubes = m_s**3 - s2**3
+        inner = 2.0 * (m_s**2 - s2**2) - (a * cubes if cubes != 0.0 else 0.0)
+        gain = a * inner if inner != 0.0 else 0.0
     penalty = (n_clusters - 1.0) * s2 / n_clusters
     glob = 0.25 if penalty <= 0.0 else min(0.25, 0.1 * max(gain, 0.0) / penalty)
     return float(min(local, glob))

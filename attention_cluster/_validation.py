@@ -2,6 +2,8 @@
 
 Built on scikit-learn's public helpers only (``check_scalar``,
 ``validate_data``): its private constraint classes change between releases.
+A parameter's check raises :class:`InvalidParameterError`; the data's
+(X, sample_weight) keep scikit-learn's ``check_array`` types.
 """
 
 import concurrent.futures
@@ -19,7 +21,7 @@ import joblib
 import numpy as np
 import scipy.sparse as sp
 import sklearn
-from sklearn.utils import check_scalar
+from sklearn.utils import check_random_state, check_scalar
 
 # Frames in these directories are library code, not the user's call
 # (joblib runs the fits of scikit-learn's searches, in worker processes or
@@ -40,12 +42,43 @@ _LIBRARY_DIRS = (
 )
 
 
+class InvalidParameterError(ValueError, TypeError):
+    """A parameter of the wrong type or value.
+
+    Raised by the checks of an estimator's constructor parameters (when
+    ``fit`` starts, before X is read) and of a public function's settings:
+    counts, real numbers (noise, temperature, regularisation strength...),
+    choices among options, seeds, mixture weights, the generators'
+    centroids, and an array parameter's shape (``init``, ``query``). The
+    arrays a function works on (X, ``sample_weight``, labels, tokens, the
+    heads and centroids that the layers, the metrics and the theory
+    evaluate, a :class:`~attention_cluster.SphericalMixture`'s fitted arrays) keep the errors
+    of scikit-learn's ``check_array``, as do the checks of a count against
+    the data's (``n_clusters`` above the number of samples, as scikit-learn's
+    KMeans raises it) and of the memory a setting would take.
+
+    It subclasses both ``ValueError`` and ``TypeError``, as scikit-learn's
+    own ``InvalidParameterError`` does: ``except ValueError`` and ``except
+    TypeError`` both catch it, whether the value was of the wrong type (the
+    text ``"2"`` for a count) or out of range (a negative temperature).
+
+    Examples
+    --------
+    >>> from attention_cluster import AttentionClustering, InvalidParameterError
+    >>> try:
+    ...     AttentionClustering(temperature=-1.0).fit([[1.0, 0.0], [0.0, 1.0]])
+    ... except ValueError as error:
+    ...     print(type(error).__name__, error)
+    InvalidParameterError temperature must be > 0, got -1.0.
+    """
+
+
 def check_options(value, name, options):
-    """Raise a ValueError unless ``value`` is one of ``options`` (NumPy's bools are bools)."""
+    """Raise an InvalidParameterError unless ``value`` is one of ``options`` (NumPy's bools are bools)."""
     flag = bool(value) if isinstance(value, np.bool_) else value
     if not any(flag is o or (isinstance(value, str) and value == o) for o in options):
         shown = ", ".join(repr(o) for o in options)
-        raise ValueError(f"{name} must be one of {shown}; got {value!r}.")
+        raise InvalidParameterError(f"{name} must be one of {shown}; got {value!r}.")
     return value
 
 
@@ -57,14 +90,26 @@ def check_positive(value, name, target_type=numbers.Real, *, min_val=0, strict=T
     ``max_iter=True`` is a mistake, not one iteration.
     """
     if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a number, got the bool {value!r}.")
-    check_scalar(value, name, target_type)
+        raise InvalidParameterError(f"{name} must be a number, got the bool {value!r}.")
+    try:
+        check_scalar(value, name, target_type)
+    except (TypeError, ValueError) as error:
+        raise InvalidParameterError(str(error)) from None
     if isinstance(value, numbers.Real) and not np.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}.")
+        raise InvalidParameterError(f"{name} must be finite, got {value!r}.")
     if value < min_val or (strict and value == min_val):
         sign = ">" if strict else ">="
-        raise ValueError(f"{name} must be {sign} {min_val}, got {value!r}.")
+        raise InvalidParameterError(f"{name} must be {sign} {min_val}, got {value!r}.")
     return value
+
+
+def check_seed(random_state):
+    """``random_state`` as scikit-learn's ``check_random_state`` reads it (None,
+    an integer seed, a ``RandomState``), anything else refused as a parameter."""
+    try:
+        return check_random_state(random_state)
+    except ValueError as error:
+        raise InvalidParameterError(str(error)) from None
 
 
 def check_verbose(value):
@@ -252,7 +297,7 @@ def check_auto_or_positive(value, name, *, strict=True):
     """``"auto"``, or a finite number above 0 (at least 0 if not ``strict``)."""
     if isinstance(value, str):
         if value != "auto":
-            raise ValueError(f'{name} must be "auto" or a number, got {value!r}.')
+            raise InvalidParameterError(f'{name} must be "auto" or a number, got {value!r}.')
         return value
     return check_positive(value, name, strict=strict)
 
@@ -434,7 +479,7 @@ def check_count(value, name, minimum=1):
         or int(value) != value
         or value < minimum
     ):
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
+        raise InvalidParameterError(f"{name} must be an integer >= {minimum}, got {value!r}.")
     return int(value)
 
 
@@ -481,15 +526,24 @@ def check_matrix(a, name, *, shape=(None, None), labels=("n_rows", "d")):
     return m
 
 
+def check_parameter_matrix(a, name, **kwargs):
+    """:func:`check_matrix` of an array that is a parameter (the generators'
+    centroids, the dynamics' query, key and value): refused as one."""
+    try:
+        return check_matrix(a, name, **kwargs)
+    except ValueError as error:
+        raise InvalidParameterError(str(error)) from None
+
+
 def check_noise(noise, *, scalar=False):
     """sigma: finite and >= 0, as a float array (a 0-d array for a scalar);
     with ``scalar``, one number, returned as a float."""
     sigma = as_numbers(noise)
     if sigma is None or np.any(~np.isfinite(sigma)) or np.any(sigma < 0):
-        raise ValueError(f"noise must be a finite number >= 0, got {noise!r}.")
+        raise InvalidParameterError(f"noise must be a finite number >= 0, got {noise!r}.")
     if scalar:
         if sigma.ndim != 0:
-            raise ValueError(f"noise must be one number, got shape {sigma.shape}.")
+            raise InvalidParameterError(f"noise must be one number, got shape {sigma.shape}.")
         return float(sigma)
     return sigma
 
@@ -502,11 +556,15 @@ def check_temperature(temperature, *, allow_zero=False, curve=False):
     many temperatures at once), a float64 array otherwise.
     """
     if not curve and np.ndim(temperature) != 0:
-        raise ValueError(f"temperature must be one number, got shape {np.shape(temperature)}.")
+        raise InvalidParameterError(
+            f"temperature must be one number, got shape {np.shape(temperature)}."
+        )
     t = as_numbers(temperature)
     if t is None or np.any(~np.isfinite(t)) or np.any(t < 0 if allow_zero else t <= 0):
         bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"temperature must be a finite number {bound}, got {temperature!r}.")
+        raise InvalidParameterError(
+            f"temperature must be a finite number {bound}, got {temperature!r}."
+        )
     return float(t) if t.ndim == 0 else t
 
 
@@ -527,6 +585,6 @@ def check_weights(weights, n_clusters):
         or np.any(weights < 0)
         or not np.isclose(weights.sum(), 1.0)
     ):
-        raise ValueError("weights must be n_clusters non-negative numbers summing to 1.")
+        raise InvalidParameterError("weights must be n_clusters non-negative numbers summing to 1.")
     total = float(weights.sum())
     return weights if total == 1.0 else weights / total

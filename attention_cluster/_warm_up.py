@@ -13,7 +13,7 @@ import numpy as np
 
 from ._clustering import AttentionClustering
 from ._passes import running_client
-from ._validation import check_count
+from ._validation import InvalidParameterError, check_count
 from .datasets import make_mixture
 
 __all__ = ["warm_up"]
@@ -101,11 +101,15 @@ def warm_up(client=None, *, n_features=10, n_clusters=3, dtype="float64"):
     """
     n_features = check_count(n_features, "n_features")
     n_clusters = check_count(n_clusters, "n_clusters")
-    if dtype is None or np.dtype(dtype) not in (np.float32, np.float64):
-        raise ValueError(f'dtype must be "float64" or "float32", got {dtype!r}.')
+    try:
+        known = dtype is not None and np.dtype(dtype) in (np.float32, np.float64)
+    except TypeError:  # NumPy's refusal of a name it does not know
+        known = False
+    if not known:
+        raise InvalidParameterError(f'dtype must be "float64" or "float32", got {dtype!r}.')
     dtype = np.dtype(dtype).name
     if client is not None and not callable(getattr(client, "register_plugin", None)):
-        raise TypeError(
+        raise InvalidParameterError(
             f"client must be a distributed.Client or None, got {type(client).__name__}."
         )
     if client is None:

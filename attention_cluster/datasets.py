@@ -19,10 +19,17 @@ common offset direction, as sentence embeddings do.
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.utils import check_random_state
 
 from ._passes import unit_rows
-from ._validation import check_count, check_matrix, check_noise, check_positive, check_weights
+from ._validation import (
+    InvalidParameterError,
+    check_count,
+    check_noise,
+    check_parameter_matrix,
+    check_positive,
+    check_seed,
+    check_weights,
+)
 
 __all__ = [
     "make_centroids",
@@ -73,10 +80,10 @@ def make_centroids(n_clusters, n_features, *, kind="orthogonal", random_state=No
     """
     n_clusters = check_count(n_clusters, "n_clusters")
     n_features = check_count(n_features, "n_features")
-    rng = check_random_state(random_state)
+    rng = check_seed(random_state)
     if kind == "orthogonal":
         if n_clusters > n_features:
-            raise ValueError(
+            raise InvalidParameterError(
                 f"Orthogonal centroids need n_clusters <= n_features, got "
                 f"n_clusters={n_clusters} > n_features={n_features}."
             )
@@ -88,13 +95,13 @@ def make_centroids(n_clusters, n_features, *, kind="orthogonal", random_state=No
     if kind == "random":
         G = rng.standard_normal((n_clusters, n_features))
         return G / np.linalg.norm(G, axis=1, keepdims=True)
-    raise ValueError(f"kind must be {_KINDS_SHOWN}, got {kind!r}.")
+    raise InvalidParameterError(f"kind must be {_KINDS_SHOWN}, got {kind!r}.")
 
 
 def _resolve_mixture(n_clusters, n_features, centroids, weights, rng):
     if isinstance(centroids, str):
         if centroids not in _KINDS:
-            raise ValueError(
+            raise InvalidParameterError(
                 f"centroids must be {_KINDS_SHOWN} (a kind of make_centroids) or an array "
                 f"of shape (n_clusters, n_features), got {centroids!r}."
             )
@@ -102,7 +109,9 @@ def _resolve_mixture(n_clusters, n_features, centroids, weights, rng):
     else:
         # A copy: the centroids returned are the generator's, not the caller's array.
         centroids = np.array(
-            check_matrix(centroids, "centroids", shape=(n_clusters, n_features), labels=("K", "d"))
+            check_parameter_matrix(
+                centroids, "centroids", shape=(n_clusters, n_features), labels=("K", "d")
+            )
         )
     return centroids, check_weights(weights, n_clusters)
 
@@ -161,7 +170,7 @@ def make_mixture(
     n_features = check_count(n_features, "n_features")
     n_clusters = check_count(n_clusters, "n_clusters")
     noise = check_noise(noise, scalar=True)
-    rng = check_random_state(random_state)
+    rng = check_seed(random_state)
     centroids, weights = _resolve_mixture(n_clusters, n_features, centroids, weights, rng)
     labels = rng.choice(n_clusters, size=n_samples, p=weights)
     with np.errstate(over="ignore", invalid="ignore"):
@@ -173,7 +182,7 @@ def make_mixture(
 def _check_finite_rows(X, noise):
     """Refuse rows that a finite noise put beyond float64's range."""
     if not np.all(np.isfinite(X)):
-        raise ValueError(f"noise={noise!r} puts the rows beyond float64's range.")
+        raise InvalidParameterError(f"noise={noise!r} puts the rows beyond float64's range.")
 
 
 def make_sequences(
@@ -278,7 +287,7 @@ def make_prompts(
     n_features = check_count(n_features, "n_features")
     n_clusters = check_count(n_clusters, "n_clusters")
     noise = check_noise(noise, scalar=True)
-    rng = check_random_state(random_state)
+    rng = check_seed(random_state)
     centroids = np.stack(
         [make_centroids(n_clusters, n_features, random_state=rng) for _ in range(n_prompts)]
     )
@@ -293,7 +302,7 @@ def make_prompts(
 def _check_fraction(value, name):
     """A number in [0, 1] (not a bool or a text), as a float."""
     if check_positive(value, name, strict=False) > 1.0:
-        raise ValueError(f"{name} must be a number in [0, 1], got {value!r}.")
+        raise InvalidParameterError(f"{name} must be a number in [0, 1], got {value!r}.")
     return float(value)
 
 
@@ -374,8 +383,8 @@ def make_corpus(
     topic_share = _check_fraction(topic_share, "topic_share")
     zipf_exponent = check_positive(zipf_exponent, "zipf_exponent")
     if output not in ("texts", "counts"):
-        raise ValueError(f"output must be 'texts' or 'counts', got {output!r}.")
-    rng = check_random_state(random_state)
+        raise InvalidParameterError(f"output must be 'texts' or 'counts', got {output!r}.")
+    rng = check_seed(random_state)
     zipf = np.arange(1, n_words + 1, dtype=np.float64) ** -float(zipf_exponent)
     zipf /= zipf.sum()
     labels = rng.randint(n_topics, size=n_documents)
@@ -478,10 +487,12 @@ def make_embeddings(
     n_features = check_count(n_features, "n_features", minimum=2)
     n_clusters = check_count(n_clusters, "n_clusters")
     if n_clusters >= n_features:
-        raise ValueError(f"n_clusters must be < n_features, got {n_clusters} >= {n_features}.")
+        raise InvalidParameterError(
+            f"n_clusters must be < n_features, got {n_clusters} >= {n_features}."
+        )
     offset = check_positive(offset, "offset", strict=False)
     noise = check_noise(noise, scalar=True)
-    rng = check_random_state(random_state)
+    rng = check_seed(random_state)
     direction = make_centroids(1, n_features, kind="random", random_state=rng)[0]
     weights = check_weights(weights, n_clusters)
     # Random directions, then their component along the offset removed: the
@@ -499,7 +510,7 @@ def make_embeddings(
             + noise * rng.standard_normal((n_samples, n_features))
         )
     if not np.all(np.isfinite(X)):
-        raise ValueError(
+        raise InvalidParameterError(
             f"noise={noise!r} or offset={offset!r} puts the rows beyond float64's range."
         )
     return _unit(X), labels, _unit(offset * direction + directions)

@@ -229,7 +229,9 @@ def _softmax_aggregate(queries, keys, values, temperature):
     ``queries`` and ``keys`` have shape (n, H, L, r), ``values`` (n, 1, L, d),
     one set of values for every head; returns (n, L, d). Scores are formed by blocks of prompts and rows holding
     at most ``_SCORE_BUDGET`` numbers, shifted by their row maximum before
-    ``exp`` (log-sum-exp), so no score overflows.
+    the temperature multiplies them and ``exp`` (log-sum-exp): no score
+    overflows, and at a temperature whose scores pass float64's range each
+    softmax is its limit, the hard argmax (uniform over the tied keys).
     """
     n, H, L, _ = queries.shape
     out = np.empty((n, L, values.shape[-1]), dtype=values.dtype)
@@ -242,9 +244,13 @@ def _softmax_aggregate(queries, keys, values, temperature):
         P = slice(p, p + prompt_step)
         for r in range(0, L, row_step):
             R = slice(r, r + row_step)
-            with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused by _finish
-                scores = temperature * (queries[P, :, R] @ keys_t[P])  # (np, H, nr, L)
+            # An overflow of the products is refused by _finish; a shifted
+            # score times lambda beyond -1.8e308 is -inf, whose exp is 0 (the
+            # limit lambda -> infinity).
+            with np.errstate(over="ignore", invalid="ignore"):
+                scores = queries[P, :, R] @ keys_t[P]  # (np, H, nr, L)
                 scores -= np.max(scores, axis=-1, keepdims=True)
+                scores *= temperature
                 np.exp(scores, out=scores)
                 scores /= np.sum(scores, axis=-1, keepdims=True)  # each head's softmax
                 # The heads share the values: their weights are summed
@@ -284,7 +290,9 @@ def softmax_attention(X, heads, *, temperature=1.0):
     TypeError
         If X is a SciPy sparse matrix or array (pass ``X.toarray()``).
     FloatingPointError
-        If the scores, or the product on the way to them, overflow.
+        If a product of the tokens overflows (entries of X beyond about
+        1e154); at a temperature whose scores pass float64's range the
+        weights are their limit, the hard argmax.
 
     Examples
     --------
@@ -333,7 +341,9 @@ def in_context_softmax_attention(X, *, temperature=1.0):
     TypeError
         If X is a SciPy sparse matrix or array (pass ``X.toarray()``).
     FloatingPointError
-        If the scores, or the product on the way to them, overflow.
+        If a product of the tokens overflows (entries of X beyond about
+        1e154); at a temperature whose scores pass float64's range the
+        weights are their limit, the hard argmax.
 
     Examples
     --------

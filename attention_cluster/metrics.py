@@ -23,14 +23,15 @@ spectrum shows the clusters").
 import numpy as np
 from scipy import integrate, special, stats
 from scipy.optimize import linear_sum_assignment
-from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_array, column_or_1d
 
 from ._passes import unit_rows
 from ._validation import (
+    InvalidParameterError,
     check_count,
     check_matrix,
     check_noise,
+    check_seed,
     check_weights,
     peak_unit,
     quiet_finite_check,
@@ -56,7 +57,7 @@ def _positive_noise(noise, why_not_zero):
     """sigma as one positive float, or a ValueError that says why zero is excluded."""
     sigma = check_noise(noise, scalar=True)
     if not sigma > 0:
-        raise ValueError(f"noise must be positive: {why_not_zero}.")
+        raise InvalidParameterError(f"noise must be positive: {why_not_zero}.")
     return sigma
 
 
@@ -526,7 +527,7 @@ def information_limit(centroids, noise, n_samples, weights=None, n_draws=1_000_0
     n_draws = check_count(n_draws, "n_draws")
     pi = check_weights(weights, K)
     if np.any(pi <= 0):
-        raise ValueError("weights must all be positive.")
+        raise InvalidParameterError("weights must all be positive.")
     # D_eff and D_floor depend on the centroids and sigma through sigma / r
     # only (the directions are unit vectors; D_floor = (d - 1) sigma^2 /
     # (n pi_k r^2)): at the scale of the centroids' largest entry (a power of
@@ -577,12 +578,12 @@ def information_limit(centroids, noise, n_samples, weights=None, n_draws=1_000_0
     bases = [np.linalg.svd(mu[k][:, None])[0][:, 1:] for k in range(K)]
     n_params = K * (d - 1) + 2 + (K - 1)
     if n_draws < n_params:
-        raise ValueError(
+        raise InvalidParameterError(
             f"n_draws={n_draws} is below the p={n_params} parameters: the information's "
             "estimate would be singular. Draw well above p."
         )
     information = np.zeros((n_params, n_params))
-    rng = check_random_state(random_state)
+    rng = check_seed(random_state)
     step = max(1, 2**22 // (K * d + n_params))
     for lo in range(0, n_draws, step):
         m = min(step, n_draws - lo)

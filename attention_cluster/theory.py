@@ -33,19 +33,21 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.utils import check_array, check_random_state
+from sklearn.utils import check_array
 
 from . import _kernels
 from ._objective import regularizer_code
 from ._passes import rows_of
 from ._sphere import normalize_heads, project_tangent, retract
 from ._validation import (
+    InvalidParameterError,
     as_numbers,
     check_count,
     check_matrix,
     check_noise,
     check_options,
     check_positive,
+    check_seed,
     check_temperature,
     check_weights,
     finite_output,
@@ -108,10 +110,14 @@ def _check_length(sequence_length, scalar=False):
     """
     L = as_numbers(sequence_length)
     if L is None or not np.all(L >= 1):
-        raise ValueError(f"sequence_length must be >= 1 or np.inf, got {sequence_length!r}.")
+        raise InvalidParameterError(
+            f"sequence_length must be >= 1 or np.inf, got {sequence_length!r}."
+        )
     if scalar:
         if L.ndim != 0:
-            raise ValueError(f"sequence_length must be one number here, got shape {L.shape}.")
+            raise InvalidParameterError(
+                f"sequence_length must be one number here, got shape {L.shape}."
+            )
         return float(L)
     return L
 
@@ -130,13 +136,13 @@ def _cosines(value, name, meaning, *, scalar=False):
     refused, as for the noise (:func:`~attention_cluster._validation.as_numbers`)."""
     c = as_numbers(value)
     if c is None or not np.all(np.abs(c) <= 1.0 + _COSINE_ROUNDING):
-        raise ValueError(
+        raise InvalidParameterError(
             f"{name} must lie in [-1, 1] ({meaning}; numbers, not text or bools), got {value!r}."
         )
     c = np.clip(c, -1.0, 1.0)
     if scalar:
         if c.ndim != 0:
-            raise ValueError(f"{name} must be one number, got shape {c.shape}.")
+            raise InvalidParameterError(f"{name} must be one number, got shape {c.shape}.")
         return float(c)
     return c
 
@@ -579,7 +585,9 @@ def risk_from_overlaps(
     vals, vecs = np.linalg.eigh(gram)
     tol = _COSINE_ROUNDING
     if vals[0] < -tol or np.sum(vals > tol) > n_features:
-        raise ValueError("The overlaps are not realisable by unit vectors in R^n_features.")
+        raise InvalidParameterError(
+            "The overlaps are not realisable by unit vectors in R^n_features."
+        )
     coords = vecs * np.sqrt(np.clip(vals, 0.0, None))
     centroids, heads = coords[:2], coords[2:]
     _, _, weights, s, tau, L = _problem(heads, centroids, noise, temperature, sequence_length, None)
@@ -743,11 +751,11 @@ def _needs_dimension(s, L, n_features, K, constant=False):
         if not np.any(s > 0) or (not constant and np.all(np.isinf(L))):
             return 0
         if constant:
-            raise ValueError(
+            raise InvalidParameterError(
                 "n_features is required for noise > 0: the risk's constant holds "
                 "E||X||^2 = 1 + d sigma^2."
             )
-        raise ValueError(
+        raise InvalidParameterError(
             "n_features is required for a finite sequence_length and noise > 0: the "
             "token attending to itself brings E||X||^2 = 1 + d sigma^2 into the risk."
         )
@@ -847,7 +855,7 @@ def manifold_risk(alignment, noise, temperature, sequence_length=np.inf, *, n_fe
     """
     kappa = _cosines(alignment, "alignment", "kappa_h = <mu_h, mu*_h>, unit vectors")
     if kappa.ndim == 0 or kappa.shape[-1] == 0:
-        raise ValueError(
+        raise InvalidParameterError(
             f"alignment must hold one kappa per head along its last axis, got shape {kappa.shape}."
         )
     u = kappa**2
@@ -1100,11 +1108,11 @@ def manifold_heads(centroids, alignment, random_state=None):
         raise ValueError(f"The manifold needs n_features >= 2 n_clusters, got {d} < {2 * K}.")
     kappa = _cosines(alignment, "alignment", "kappa_h = <mu_h, mu*_h>, unit vectors")
     if kappa.ndim > 1 or kappa.size not in (1, K):
-        raise ValueError(
+        raise InvalidParameterError(
             f"alignment must be one kappa or {K}, one per centroid, got shape {kappa.shape}."
         )
     kappa = np.broadcast_to(kappa, (K,))
-    rng = check_random_state(random_state)
+    rng = check_seed(random_state)
     G = rng.standard_normal((d, K))
     drawn = G.copy()
     G -= centroids.T @ (centroids @ G)
@@ -1773,7 +1781,8 @@ def psgd_path(
     n_heads = U.shape[1]
     temperature = check_temperature(temperature)
     step_size = check_positive(step_size, "step_size")
-    record = np.asarray(record)
+    # A ragged list or a text is no sequence of steps (NumPy would raise its own error).
+    given, record = record, np.asarray(record if as_numbers(record) is not None else [])
     if (
         record.ndim != 1
         or record.size == 0
@@ -1784,8 +1793,8 @@ def psgd_path(
         or np.any(record < 0)
         or np.any(np.diff(record) < 0)
     ):
-        raise ValueError(
-            f"record must be a non-empty sequence of non-decreasing integers >= 0, got {record!r}."
+        raise InvalidParameterError(
+            f"record must be a non-empty sequence of non-decreasing integers >= 0, got {given!r}."
         )
     L = check_count(sequence_length, "sequence_length")
     batch_size = check_count(batch_size, "batch_size")
@@ -1795,7 +1804,7 @@ def psgd_path(
     # The kernel's factor is lambda n_heads / L: rescale lambda to keep lambda K / L.
     K = n_heads if n_clusters is None else check_count(n_clusters, "n_clusters")
     kernel_temperature = temperature * K / n_heads
-    rng = check_random_state(random_state)
+    rng = check_seed(random_state)
     state = np.array([rng.randint(1, np.iinfo(np.int64).max)], dtype=np.uint64)
 
     rows_per_step = batch_size * L

@@ -1,0 +1,277 @@
+"""Every parameter check raises InvalidParameterError, caught as ValueError and as TypeError.
+
+The grid is generated: each public estimator and function, each of its
+parameters (its signature's names that are not data), a value of the wrong
+type and a wrong value. A new parameter or a new public function fails
+:func:`test_every_parameter_has_its_bad_values` until it is given its
+entries here.
+"""
+
+import inspect
+
+import numpy as np
+import pytest
+from sklearn.cluster import KMeans
+
+import attention_cluster
+from attention_cluster import (
+    AttentionClustering,
+    InContextQuantizer,
+    InvalidParameterError,
+    SelfAttentionDynamics,
+    attention_flow,
+    choose_n_clusters,
+    datasets,
+    layers,
+    metrics,
+    plot_n_clusters_scores,
+    theory,
+    warm_up,
+)
+
+X = datasets.make_mixture(60, 4, 2, noise=0.1, random_state=0)[0]
+CENTROIDS = np.eye(2, 4)
+HEADS = np.eye(2, 4)[::-1]
+
+# Arguments that are the data a function works on, not parameters: their
+# errors are check_array's (ValueError), tested with each function.
+DATA = {
+    "X",
+    "sample_weight",
+    "tokens",
+    "heads",
+    "heads0",
+    "centroids",
+    "estimated",
+    "true",
+    "labels",
+    "scores",
+    "ax",
+    "eigenvalues",
+}
+
+# A value of the wrong type and a wrong value of each parameter (by name;
+# NO_WRONG_VALUE where every value of the right type is valid).
+NO_WRONG_VALUE = object()
+BAD = {
+    "n_clusters": ("2", 0),
+    "n_features": ("4", 0),
+    "n_samples": ("60", 0),
+    "n_sequences": ("2", 0),
+    "n_prompts": ("2", 0),
+    "n_documents": ("10", 0),
+    "n_topics": ("2", 0),
+    "n_words": ("50", 0),
+    "document_length": ("5", 0),
+    "n_draws": ("1000", 1),
+    "n_steps": ("2", -1),
+    "sequence_length": ("50", 0),
+    "batch_size": ("2", 0),
+    "max_iter": ("100", -1),
+    "n_init": ("1", 0),
+    "n_threads": (1.5, 0),
+    "chunk_size": ("1024", 0),
+    "max_samples": ("all", 0),
+    "verbose": ("loud", -1),
+    "noise": ("0.3", -1.0),
+    "temperature": ("hot", -1.0),
+    "beta": ("1", 0.0),
+    "reg_strength": ("strong", -1.0),
+    "learning_rate": ("1", 0.0),
+    "step_size": ([0.1], 0.0),
+    "tol": ([1e-4], -1.0),
+    "cluster_tol": ("0.01", 0.0),
+    "min_cluster_size": ("2%", 2.5),
+    "offset": ("1", -1.0),
+    "topic_share": ("0.3", 1.5),
+    "zipf_exponent": ("1.1", 0.0),
+    "alignment": ("0.5", 2.0),
+    "kappa0": ("0.5", 2.0),
+    "kappa1": ("0.5", 2.0),
+    "eta0": ("0", 2.0),
+    "eta1": ("0", 2.0),
+    "xi": ("0", 2.0),
+    "weights": ("uniform", [0.9, 0.9]),
+    "random_state": ("seed", -1),
+    "regularization": (1, "l2"),
+    "solver": (1, "adam"),
+    "refine": (1, "kmeans"),
+    "centroid_norms": (1, "unit"),
+    "gradient": (1, "newton"),
+    "center": (1.5, "yes"),
+    "init": (1.5, "k-means++"),
+    "attention": (1, "relu"),
+    "model": (1, "transformer"),
+    "stopping": (1, "never"),
+    "kind": (1, "grid"),
+    "output": (1, "tokens"),
+    "dtype": (3.5, "int64"),
+    "query": ("identity", np.eye(3)),
+    "key": ("identity", np.eye(3)),
+    "value": ("identity", np.eye(3)),
+    "record": ("all", [2, 1]),
+    "n_clusters_range": (5, [0, 2]),
+    "estimator": (KMeans(2), AttentionClustering(init=CENTROIDS)),
+    "client": ("localhost", NO_WRONG_VALUE),
+}
+# Where a name's wrong value differs by function.
+BAD_IN = {
+    ("make_centroids", "kind"): (1, "grid"),
+    ("make_mixture", "centroids"): (1.5, "grid"),
+    ("make_sequences", "centroids"): (1.5, "grid"),
+    ("information_limit", "weights"): ("uniform", [0.0, 1.0]),
+    ("information_limit", "noise"): ("0.3", 0.0),
+}
+
+# Each public callable: how to call it with its valid arguments, ``kwargs``
+# overriding them. Estimators are fitted on X.
+CALLS = {
+    "AttentionClustering": lambda **kw: AttentionClustering(**kw).fit(X),
+    "InContextQuantizer": lambda **kw: InContextQuantizer(**kw).fit(X),
+    "SelfAttentionDynamics": lambda **kw: SelfAttentionDynamics(**kw).fit(X),
+    "attention_flow": lambda **kw: attention_flow(**{"X": X, "n_steps": 2, **kw}),
+    "choose_n_clusters": lambda **kw: choose_n_clusters(
+        **{"X": X, "estimator": AttentionClustering(random_state=0), **kw}
+    ),
+    "plot_n_clusters_scores": lambda **kw: plot_n_clusters_scores(**{"scores": {1: 3}, **kw}),
+    "warm_up": warm_up,
+    "make_centroids": lambda **kw: datasets.make_centroids(
+        **{"n_clusters": 2, "n_features": 4, **kw}
+    ),
+    "make_mixture": lambda **kw: datasets.make_mixture(**{"n_samples": 20, "n_features": 4, **kw}),
+    "make_sequences": lambda **kw: datasets.make_sequences(
+        **{"n_sequences": 2, "sequence_length": 5, **kw}
+    ),
+    "make_prompts": lambda **kw: datasets.make_prompts(
+        **{"n_prompts": 2, "sequence_length": 5, **kw}
+    ),
+    "make_corpus": lambda **kw: datasets.make_corpus(
+        **{"n_documents": 10, "n_words": 50, "document_length": 5, **kw}
+    ),
+    "make_embeddings": lambda **kw: datasets.make_embeddings(
+        **{"n_samples": 20, "n_features": 8, **kw}
+    ),
+    "linear_attention": lambda **kw: layers.linear_attention(X[:10], HEADS, **kw),
+    "softmax_attention": lambda **kw: layers.softmax_attention(X[:10], HEADS, **kw),
+    "in_context_attention": lambda **kw: layers.in_context_attention(X[:10], **kw),
+    "in_context_softmax_attention": lambda **kw: layers.in_context_softmax_attention(X[:10], **kw),
+    "centroid_distance": lambda **kw: metrics.centroid_distance(HEADS, CENTROIDS),
+    "class_means_distance": lambda **kw: metrics.class_means_distance(
+        X, np.arange(60) % 2, CENTROIDS
+    ),
+    "match_centroids": lambda **kw: metrics.match_centroids(HEADS, CENTROIDS),
+    "bayes_error": lambda **kw: metrics.bayes_error(**{"centroids": CENTROIDS, "noise": 0.3, **kw}),
+    "interference": lambda **kw: metrics.interference(**{"noise": 0.3, **kw}),
+    "information_limit": lambda **kw: metrics.information_limit(
+        **{"centroids": CENTROIDS, "noise": 0.3, "n_samples": 100, "n_draws": 1000, **kw}
+    ),
+    "spectral_visibility": lambda **kw: metrics.spectral_visibility(
+        **{"centroids": CENTROIDS, "noise": 0.3, "n_samples": 100, **kw}
+    ),
+}
+_NOISE_L = {"noise": 0.3, "sequence_length": 50}
+_NOISE_T_L = {**_NOISE_L, "temperature": 0.5}
+_THEORY_ARGS = {
+    "auto_temperature": {**_NOISE_L, "n_clusters": 2, "n_features": 4},
+    "unbiased_temperature": _NOISE_L,
+    "in_context_unbiased_temperature": {**_NOISE_L, "n_features": 4},
+    "population_risk": {"heads": HEADS, "centroids": CENTROIDS, **_NOISE_T_L},
+    "population_risk_gradient": {"heads": HEADS, "centroids": CENTROIDS, **_NOISE_T_L},
+    "risk_from_overlaps": {
+        **dict(kappa0=0.5, kappa1=0.5, eta0=0.0, eta1=0.0, xi=0.0),
+        **_NOISE_T_L,
+        "n_features": 4,
+    },
+    "pairwise_regularizer": {"heads": HEADS, "centroids": CENTROIDS, "noise": 0.3},
+    "pairwise_regularizer_gradient": {"heads": HEADS, "centroids": CENTROIDS, "noise": 0.3},
+    "manifold_heads": {"centroids": CENTROIDS, "alignment": 0.5},
+    "manifold_risk_coefficients": {**_NOISE_T_L, "n_features": 4},
+    "manifold_risk": {"alignment": [0.5, 0.5], **_NOISE_T_L, "n_features": 4},
+    "manifold_optimal_alignment": {**_NOISE_T_L, "n_features": 4},
+    "lambda_star": {**_NOISE_L, "n_features": 4},
+    "quantizer_risk": {"noise": 0.3, "n_features": 4},
+    "oracle_risk": {**_NOISE_T_L, "n_features": 4},
+    "oracle_conditional_variance": {**_NOISE_T_L, "n_features": 4},
+    "oracle_optimal_temperature": {**_NOISE_L, "n_features": 4},
+    "in_context_risk": {**_NOISE_T_L, "n_features": 4},
+    "in_context_conditional_variance": {**_NOISE_T_L, "n_features": 4},
+    "in_context_optimal_temperature": {**_NOISE_L, "n_features": 4},
+    "population_pgd": {
+        "heads0": HEADS + 0.1,
+        "centroids": CENTROIDS,
+        **_NOISE_T_L,
+        "max_iter": 2,
+    },
+    "sequence_loss_gradient": {"tokens": X[:10], "heads": HEADS, "temperature": 0.5},
+    "psgd_path": {"X": X, "heads0": HEADS, "temperature": 0.5, "step_size": 0.1, "record": [1]},
+}
+
+
+def _theory_call(name, args):
+    function = getattr(theory, name)
+    return lambda **kw: function(**{**args, **kw})
+
+
+CALLS.update({name: _theory_call(name, args) for name, args in _THEORY_ARGS.items()})
+
+# Public names that are no estimator nor function taking parameters:
+# results and the fitted mixture (whose checks are of fitted arrays).
+NOT_CALLS = {"SphericalMixture", "InvalidParameterError", "PGDResult"}
+# Parameters whose message is another library's or another object's.
+UNNAMED = {"random_state", "estimator"}
+
+
+def _public():
+    """(name, callable) of every public estimator and function."""
+    for module in (attention_cluster, datasets, layers, metrics, theory):
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if callable(obj) and not inspect.ismodule(obj) and name not in NOT_CALLS:
+                yield name, obj
+
+
+def _cases():
+    for name, obj in _public():
+        for parameter in inspect.signature(obj).parameters:
+            if parameter in DATA:
+                continue
+            wrong_type, wrong_value = BAD_IN.get((name, parameter), BAD.get(parameter, (None,) * 2))
+            yield pytest.param(name, parameter, wrong_type, id=f"{name}-{parameter}-type")
+            if wrong_value is not NO_WRONG_VALUE:
+                yield pytest.param(name, parameter, wrong_value, id=f"{name}-{parameter}-value")
+
+
+def test_every_parameter_has_its_bad_values():
+    missing = [
+        f"{name}({parameter})"
+        for name, obj in _public()
+        for parameter in inspect.signature(obj).parameters
+        if parameter not in DATA and parameter not in BAD and (name, parameter) not in BAD_IN
+    ]
+    assert not missing, f"parameters without bad values in this file: {missing}"
+    assert not [name for name, _ in _public() if name not in CALLS]
+
+
+@pytest.mark.parametrize("name, parameter, value", list(_cases()))
+def test_a_bad_parameter_raises_one_class_caught_as_value_and_type_error(name, parameter, value):
+    call = CALLS[name]
+    for caught in (ValueError, TypeError):
+        try:
+            call(**{parameter: value})
+        except caught as error:
+            assert type(error) is InvalidParameterError, f"{type(error).__name__}: {error}"
+            # The message names the parameter (NumPy's and scikit-learn's
+            # for a seed, the estimator's own for an estimator's).
+            assert parameter in str(error) or parameter in UNNAMED, str(error)
+        else:
+            pytest.fail(f"{name}({parameter}={value!r}) raised nothing")
+
+
+def test_the_valid_calls_of_the_grid_run():
+    # The grid's base calls are valid: each failure above is the parameter's.
+    import matplotlib.pyplot as plt
+
+    for name, call in CALLS.items():
+        if name not in ("warm_up", "choose_n_clusters", "information_limit"):
+            call()
+    plt.close("all")

@@ -941,7 +941,17 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                     "batch's rows worst explained by the mixture.",
                     UserWarning,
                 )
+        was_ordered = getattr(stream, "ordered", False)
         p = stream.update(unit)
+        if getattr(stream, "ordered", False) and not was_ordered:
+            warn(
+                f"partial_fit: {stream.refused} of the {stream.tested} batches tested were not "
+                "samples of the stream (their rows' shares among the clusters differ from the "
+                "stream's): the batches are taken to come in the clusters' order (rows sorted "
+                "by class or by time), and each batch from now on updates the clusters by its "
+                "own rows. Shuffle the rows across batches if they are not ordered.",
+                UserWarning,
+            )
         mixture = SphericalMixture.from_heads(
             p.U, p.radii, p.variance, p.log_pi, stream.mean_sq, result.mean, result.scale
         )

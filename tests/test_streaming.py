@@ -453,8 +453,14 @@ def test_streams_sorted_by_cluster_keep_every_cluster(batch, weighted, global_ra
         ):
             model = AttentionClustering(3, random_state=0)
             model.partial_fit(X[first], sample_weight=w[first])
-            for i in range(0, len(rows), batch):
-                model.partial_fit(X[rows[i : i + batch]], sample_weight=w[rows[i : i + batch]])
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                for i in range(0, len(rows), batch):
+                    model.partial_fit(X[rows[i : i + batch]], sample_weight=w[rows[i : i + batch]])
+            # The sorted stream is said to be ordered, once, at the caller's line.
+            said = [c for c in caught if "clusters' order" in str(c.message)]
+            assert len(said) == (name == "sorted"), (seed, name, [str(c.message) for c in caught])
+            assert all(c.filename == __file__ for c in said)
             assert isinstance(model._stream, OnlineEM)
             ends[name] = adjusted_rand_score(y, model.predict(X))
         assert ends["sorted"] > 0.9, (seed, ends)

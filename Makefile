@@ -59,6 +59,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/quantizer_speed.py
 	$(PY) benchmarks/quantizer_pipeline.py
 	$(PY) benchmarks/streaming.py
+	$(PY) benchmarks/stream_order.py
 	$(PY) benchmarks/out_of_core.py
 	$(PY) benchmarks/out_of_core.py --source zarr
 	$(PY) benchmarks/user_data.py

@@ -684,14 +684,20 @@ class DenseRows(_Rows):
         return sum(self._map(chunk, positive=True), np.zeros(V.shape)) / self.total_weight
 
     def norm_moments(self):
-        """Weighted means of ``||x||^2`` and ``||x||^4`` (float64)."""
+        """Weighted means of ``||x||^2`` and ``||x||^4`` (float64).
+
+        The fourth moment of rows beyond about 1e77 times the scale is
+        infinite (a stream's batch may be up to 1e100 times its first batch's
+        scale); its callers read it at the rows' own scale.
+        """
         inv = 1.0 / self.scale
 
         def chunk(B, w, lo, hi):
             B = np.asarray(B, dtype=np.float64) * inv
             sq = np.einsum("ij,ij->i", B, B)
             ww = np.ones_like(sq) if w.size == 0 else w
-            return np.array([ww @ sq, ww @ (sq * sq)])
+            with np.errstate(over="ignore"):
+                return np.array([ww @ sq, ww @ (sq * sq)])
 
         total = sum(self._map(chunk, positive=True), np.zeros(2)) / self.total_weight
         return float(total[0]), float(total[1])
@@ -2265,7 +2271,8 @@ class SparseRows(_Rows):
         """Weighted means of ``||x||^2`` and ``||x||^4``."""
         sq = self._squared_norms()
         w = self._w()
-        return float(w @ sq / self.total_weight), float(w @ (sq * sq) / self.total_weight)
+        with np.errstate(over="ignore"):  # the fourth moment: see DenseRows.norm_moments
+            return float(w @ sq / self.total_weight), float(w @ (sq * sq) / self.total_weight)
 
     @_on_weighted_rows
     def exact_terms(self, U, MU, c, lm1, reg, rho, identity=1.0):

@@ -204,6 +204,20 @@ def test_dtype_is_kept(stream_data, dtype):
     assert model.transform(X[:5].astype(dtype)).dtype == dtype
 
 
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+def test_a_batch_far_above_the_first_batchs_scale_updates_without_warnings(stream_data, sparse):
+    # Batches are taken up to 1e100 times the first batch's scale: one at
+    # 1e90 times warned of an overflow from its fourth moment of norms,
+    # which the stream does not read.
+    X, _, _ = stream_data
+    as_kind = sp.csr_matrix if sparse else np.asarray
+    model = AttentionClustering(random_state=0).partial_fit(as_kind(X[:2000]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model.partial_fit(as_kind(X[2000:4000] * 1e90))
+    assert np.all(np.isfinite(model.cluster_centers_))
+
+
 def test_one_pass_reaches_the_class_means(global_random_seed):
     # sigma = 0.3: one pass within 2x of the stream's class-means floor
     # (benchmarks/streaming.py measures 1e6 rows and sigma = 1).

@@ -13,6 +13,7 @@ import functools
 import multiprocessing
 import numbers
 import os
+import runpy
 import sys
 import threading
 import warnings
@@ -23,9 +24,9 @@ import scipy.sparse as sp
 import sklearn
 from sklearn.utils import check_random_state, check_scalar
 
-# Frames in these directories are library code, not the user's call
-# (joblib runs the fits of scikit-learn's searches, in worker processes or
-# threads whose outer frames are Python's own).
+# Frames in these directories and files are library code, not the user's
+# call (joblib runs the fits of scikit-learn's searches, in worker processes
+# or threads whose outer frames are Python's own).
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _LIBRARY_DIRS = (
     (_PACKAGE_DIR,)
@@ -38,7 +39,9 @@ _LIBRARY_DIRS = (
             multiprocessing.__file__,
         )
     )
-    + (os.path.abspath(threading.__file__),)
+    + (os.path.abspath(threading.__file__), os.path.abspath(runpy.__file__))
+    # Python's frozen modules (runpy, which starts loky's worker processes).
+    + ("<frozen ",)
 )
 
 

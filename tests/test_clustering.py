@@ -541,6 +541,17 @@ def test_warnings_in_a_searchs_threads_point_at_the_public_method(paper_data):
     assert {os.path.basename(w.filename) for w in record} == {"_clustering.py"}
 
 
+def test_warnings_skip_pythons_frozen_frames(paper_data):
+    # loky's worker processes start in Python's frozen runpy: its frame
+    # ('<frozen runpy>') was taken for the caller's line.
+    X, _, _ = paper_data
+    model = AttentionClustering(max_iter=2, tol=0.0, random_state=0)
+    frozen = compile("model.fit(X)", "<frozen runpy>", "exec")
+    with pytest.warns(ConvergenceWarning) as record:
+        exec(frozen, {"model": model, "X": X})
+    assert record and {w.filename for w in record} == {__file__}
+
+
 def test_more_clusters_than_features_places_centres(global_random_seed):
     # The default fit seeds K points and carries them by free norms: no
     # warning; heads kept as directions (equal norms) are crowded and warn.

@@ -176,7 +176,10 @@ class _OneBlasThread:
 
     def _after_fork(self):
         # A child forked while another thread held the lock would wait on
-        # it forever; the child's own fits start from no user.
+        # it forever; the child's own fits start from no user, and from the
+        # BLAS threads the process had before the parent's fits limited them.
+        if self._users:
+            self._limiter.restore_original_limits()
         self.__init__()
 
 

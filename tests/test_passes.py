@@ -959,7 +959,8 @@ def test_default_threads_follow_the_openmp_limit():
 
     from threadpoolctl import threadpool_limits
 
-    if len(os.sched_getaffinity(0)) < 2:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if (cores or 1) < 2:
         pytest.skip("one core: every limit is one thread")
     with threadpool_limits(limits=1, user_api="openmp"):
         assert _passes.usable_threads() == 1
@@ -985,3 +986,24 @@ def test_overlapping_fits_in_threads_restore_the_blas_threads():
         assert {lib["num_threads"] for lib in controller.info()} == {1}
         second.__exit__(None, None, None)
         assert {lib["num_threads"] for lib in controller.info()} == {2}
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+def test_a_child_forked_during_a_fit_has_the_processs_blas_threads():
+    # The child inherited the fit's limit of one thread, and its own first
+    # fit took that for the process's count and restored it.
+    from threadpoolctl import ThreadpoolController, threadpool_limits
+
+    controller = ThreadpoolController().select(user_api="blas")
+    if not controller.lib_controllers:
+        pytest.skip("no BLAS library to limit")
+    with threadpool_limits(limits=2, user_api="blas"), _passes.one_blas_thread():
+        pid = os.fork()
+        if pid == 0:  # the child: exit 0 when BLAS is back at two threads
+            threads = {lib["num_threads"] for lib in controller.info()}
+            with _passes.one_blas_thread():
+                pass
+            after = {lib["num_threads"] for lib in controller.info()}
+            os._exit(0 if threads == after == {2} else 1)
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

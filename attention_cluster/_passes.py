@@ -299,7 +299,9 @@ class _Rows:
     def unit_weighted(self):
         """The same rows, each of positive weight weighing one and the others
         none (the rows themselves for unit weights): a pass then counts rows,
-        not weight."""
+        not weight. Rows in memory only (a stream's batches)."""
+        if not self.in_memory:
+            raise TypeError("unit_weighted takes rows in memory (a stream's batches).")
         if self.sample_weight is None:
             return self
         other = copy.copy(self)

@@ -49,7 +49,10 @@ class InvalidParameterError(ValueError, TypeError):
     """A parameter of the wrong type or value.
 
     Raised by the checks of an estimator's constructor parameters (when
-    ``fit`` starts, before X is read) and of a public function's settings:
+    ``fit`` starts, before any work on X: before X is read, but in
+    :class:`~attention_cluster.SelfAttentionDynamics`, which checks X first,
+    its ``query``, ``key`` and ``value`` being checked against X's width)
+    and of a public function's settings:
     counts, real numbers (noise, temperature, regularisation strength...),
     choices among options, seeds, mixture weights, the generators'
     centroids, and an array parameter's shape (``init``, ``query``). The

@@ -780,12 +780,16 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         should be drawn from the whole stream (a shuffled sample), or
         ``center=False`` passed for rows already centred. Later batches
         may come in any order where the clusters separate: under online EM
-        (below) a batch whose weights among the clusters the stream's
-        weights do not explain (rows sorted by class or by time) moves each
-        cluster by its own share, as MiniBatchKMeans's per-centre counts
-        do, and the clusters it lacks keep their statistics; where the
-        clusters overlap, sorted batches lose accuracy (:mathmd:`7`, "A
-        batch that is not a sample of the stream").
+        (below) a batch whose rows' shares among the clusters the stream's
+        rows do not explain (a chi-square test, each row of positive weight
+        counted once; rows sorted by class or by time) moves each cluster
+        by its own share, as MiniBatchKMeans's per-centre counts do, and
+        the clusters it lacks keep their statistics; once more batches
+        lacking a cluster are refused than the test's level explains, the
+        stream is taken for one in the clusters' order, with a warning, and
+        every later batch moves the clusters so. Where the clusters overlap,
+        sorted batches lose accuracy (:mathmd:`7`, "A batch that is not a
+        sample of the stream").
         ``n_iter_``,
         ``loss_curve_``, ``solver_`` and ``noise_scale_`` describe the fit
         that started the stream.

@@ -1040,7 +1040,10 @@ class _OneBatch:
         stream = self._online()
         for k, weight, centre in seeds:
             stream.stats = _reseeded(*stream.stats, k, weight, centre)
-            stream.row_shares = _reseeded(stream.stats[0], stream.row_shares, k, weight, centre)[1]
+            if stream.row_rows:
+                stream.row_shares = _reseeded(
+                    stream.stats[0], stream.row_shares, k, weight, centre
+                )[1]
         stream.params = p
         stream.average_weight = 0.0
         return stream, len(seeds)
@@ -1050,10 +1053,13 @@ class _OneBatch:
 # (OnlineEM._is_sample): components expected fewer times in the batch are
 # pooled into one, as the chi-square approximation needs.
 _MIN_EXPECTED = 5.0
-# A stream whose batches the test refuses more often than its level explains
-# at this level (a binomial tail) is taken for one in the clusters' order
-# (OnlineEM.ordered).
+# A stream whose refused batches that lack a cluster are more than the
+# test's level explains, at this level (a binomial tail), is taken for one in
+# the clusters' order (OnlineEM.ordered). A batch lacks a cluster it holds
+# below this share of the stream's rows' share, expected at least
+# _MIN_EXPECTED times.
 _ORDERED_LEVEL = 1e-4
+_LACKING = 0.1
 
 
 class OnlineEM(_OneBatch):
@@ -1084,11 +1090,12 @@ class OnlineEM(_OneBatch):
     chi-square test at level ``significance``, with an effect above
     ``min_effect``; rows sorted by class or by time) updates each component
     by its own share instead (:meth:`_component_step`): the clusters it
-    lacks keep their statistics. A stream whose batches are refused more
-    often than the level explains is taken for one in the clusters' order
-    (``ordered``), and every later batch updates the components by their
-    shares. ``significance=0`` takes every batch for a sample. ``refused``
-    counts the batches not taken for samples, ``tested`` those tested.
+    lacks keep their statistics. A stream whose refused batches that lack a
+    cluster are more than the level explains is taken for one in the
+    clusters' order (``ordered``), and every later batch updates the
+    components by their shares. ``significance=0`` takes every batch for a
+    sample. ``refused`` counts the batches not taken for samples, ``tested``
+    those tested, ``lacking`` the refused that lack a cluster.
 
     ``alpha``, ``g`` and ``eta`` are chosen in ``benchmarks/streaming.py``,
     ``significance`` and ``min_effect`` in ``benchmarks/stream_order.py``
@@ -1096,6 +1103,12 @@ class OnlineEM(_OneBatch):
     W_b / W_n)^alpha``, averaged with weights ``W_b W_n^eta``; "A batch that
     is not a sample of the stream").
     """
+
+    # The test's counters and running shares start empty in streams pickled
+    # before them.
+    tested = lacking = row_rows = 0
+    row_shares = 0.0
+    ordered = False
 
     def __init__(
         self,
@@ -1119,20 +1132,23 @@ class OnlineEM(_OneBatch):
         self.min_effect = min_effect
         self.refused = 0
         self.tested = 0
+        self.lacking = 0
         self.ordered = False
         self.stats = (np.zeros((K, d)), np.zeros(K))
         self.averaged = (np.zeros((K, d)), np.zeros(K))
         self.average_weight = 0.0
         # The running mean of the batches' rows' shares among the components,
-        # each row of positive weight counted once (see _step).
+        # each row of positive weight counted once (see _step), over row_rows
+        # rows (0: none yet).
         self.row_shares = np.zeros(K)
+        self.row_rows = 0
 
     def _hold(self, stats, weight):
-        # The fit as one step of weight W_b = W_n = weight; its rows' shares
-        # taken for its weights'.
+        # The fit as one step of weight W_b = W_n = weight. Its rows' shares
+        # are not its weights' where weights differ between clusters: the
+        # first later batch starts them.
         self.stats = self.averaged = stats
         self.average_weight = weight * weight**self.eta
-        self.row_shares = stats[1] / float(np.sum(stats[1]))
 
     def _online(self):
         return self
@@ -1149,9 +1165,10 @@ class OnlineEM(_OneBatch):
         rows = data.unit_weighted()
         n_rows = rows.n_weighted
         row_shares = (counts if rows is data else rows.e_step(*attention)[1]) / n_rows
-        earlier_rows = self.rows_seen - n_rows  # update counted the batch's
-        sample = self._takes_for_sample(row_shares, n_rows, earlier_rows)
-        self.row_shares = self.row_shares + (n_rows / self.rows_seen) * (
+        earlier_rows = self.row_rows
+        sample = not earlier_rows or self._takes_for_sample(row_shares, n_rows, earlier_rows)
+        self.row_rows += n_rows
+        self.row_shares = self.row_shares + (n_rows / self.row_rows) * (
             row_shares - self.row_shares
         )
         if not sample:
@@ -1168,22 +1185,26 @@ class OnlineEM(_OneBatch):
     def _takes_for_sample(self, shares, n_rows, earlier_rows):
         """Whether the batch is taken for a sample of the stream: not once
         the stream is ``ordered``, else by :meth:`_is_sample`; counts the
-        batches tested and refused, and takes the stream for an ordered one
-        when the refused are more than the test's level explains: when
-        ``P(Binomial(tested, significance) >= refused)`` falls below
+        batches tested, refused and refused lacking a cluster (one the batch
+        holds below ``_LACKING`` of its running share, expected at least
+        ``_MIN_EXPECTED`` times), and takes the stream for an ordered one
+        when ``P(Binomial(tested, significance) >= lacking)`` falls below
         ``_ORDERED_LEVEL`` (``math.md`` section 7, "A batch that is not a
         sample of the stream")."""
         if self.ordered:
             self.refused += 1
             return False
-        if self.significance <= 0.0 or earlier_rows <= 0:
+        if self.significance <= 0.0:
             return True
         self.tested += 1
         if self._is_sample(shares, n_rows, earlier_rows):
             return True
         self.refused += 1
-        tail = binom.sf(self.refused - 1, self.tested, self.significance)
-        self.ordered = bool(tail < _ORDERED_LEVEL)
+        rho = self.row_shares
+        if np.any((n_rows * rho >= _MIN_EXPECTED) & (shares < _LACKING * rho)):
+            self.lacking += 1
+            tail = binom.sf(self.lacking - 1, self.tested, self.significance)
+            self.ordered = bool(tail < _ORDERED_LEVEL)
         return False
 
     def _is_sample(self, shares, n_rows, earlier_rows):
@@ -1306,7 +1327,7 @@ class LinearisedEM(_OneBatch):
     def _online(self):
         """Online EM from here on: these parameters and running means, and
         for its statistics ``sbar`` (or, before any, those the parameters
-        hold), whose weights stand for the rows' shares."""
+        hold); its rows' shares start at the next batch."""
         p = self.params
         online = OnlineEM(p.U, np.exp(p.log_pi), np.sqrt(p.variance), p.radii, p.free)
         online.published, online.seen, online.rows_seen = self.published, self.seen, self.rows_seen
@@ -1316,8 +1337,6 @@ class LinearisedEM(_OneBatch):
         else:
             d, K = p.U.shape
             online.stats = (self.mean_stats[: d * K].reshape(K, d), self.mean_stats[d * K :])
-        # The rows' shares taken for the weights' (a linearised stream does not test its batches).
-        online.row_shares = online.stats[1] / float(np.sum(online.stats[1]))
         return online
 
     def _statistics(self, data, v, floor):

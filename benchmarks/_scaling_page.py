@@ -509,6 +509,8 @@ def _order_section(run):
             "worst": float(
                 max(r["partial_fit distance"] / r["test off distance"] for r in at["shuffled"])
             ),
+            "sorted over shuffled": median("sorted", "partial_fit distance")
+            / median("shuffled", "partial_fit distance"),
         }
         cells[setting] = cell
         n, d, K, noise, weighted, batch = setting
@@ -529,7 +531,15 @@ def _order_section(run):
         "",
         f"Sorted batches end within 0.05 of the shuffled stream's ARI in {len(close)} of "
         f"{len(cells)} settings (with the test off, in "
-        f"{sum(c['off sorted'] >= c['ari'][0] - 0.05 for c in cells.values())}). On shuffled "
+        f"{sum(c['off sorted'] >= c['ari'][0] - 0.05 for c in cells.values())})"
+        + (
+            f", at {min(cells[x]['sorted over shuffled'] for x in close):.1f} to "
+            f"{max(cells[x]['sorted over shuffled'] for x in close):.1f} times the shuffled "
+            "stream's distance to the centroids (medians)"
+            if close
+            else ""
+        )
+        + ". On shuffled "
         "streams the test costs a median distance "
         f"{min(costs):.2f} to {max(costs):.2f} times that of the recursion with the test off, "
         f"across the settings, {max(c['worst'] for c in cells.values()):.2f} times on the worst "
@@ -588,6 +598,36 @@ def _order_section(run):
                         f"{np.median([r['sorted ARI'] for r in at]):.2f}"
                     )
                 lines.append(f"| {significance} | {min_effect} | " + " | ".join(parts) + " |")
+        lines.append("")
+    small = run.get("small first", [])
+    if small:
+        fields = ("n", "d", "K", "noise", "weighted", "first", "batch")
+        cells = sorted({tuple(r[f] for f in fields) for r in small})
+        lines += [
+            "Streams from a small first batch, whose first fit's heads move while they settle "
+            f"({len({r['seed'] for r in small})} seeds; *ordered*: streams taken for ordered "
+            "ones; *refused*: median share of batches not taken for samples; *over test off*: "
+            "distance over that of the same stream with the test off, median and worst):",
+            "",
+            "| n | d | K | sigma | weights | first batch | batch | order | ordered | refused | "
+            "ARI | test off ARI | over test off | worst |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for cell in cells:
+            n, d, K, noise, weighted, first, batch = cell
+            for order in ("shuffled", "sorted"):
+                at = [
+                    r for r in small if tuple(r[f] for f in fields) == cell and r["order"] == order
+                ]
+                ratios = [r["over test off"] for r in at]
+                lines.append(
+                    f"| {n} | {d} | {K} | {noise} | {'lognormal' if weighted else 'none'} | "
+                    f"{first} | {batch} | {order} | {sum(r['ordered'] for r in at)} of {len(at)} | "
+                    f"{np.median([r['refused'] for r in at]):.1%} | "
+                    f"{np.median([r['ARI'] for r in at]):.2f} | "
+                    f"{np.median([r['test off ARI'] for r in at]):.2f} | "
+                    f"{np.median(ratios):.2f} | {max(ratios):.2f} |"
+                )
         lines.append("")
     return lines
 

@@ -224,7 +224,8 @@ def online_em(batches, U, pi, radius, tau, inv_scale, alpha, gain, significance=
     7, "A batch that is not a sample of the stream"), moves the weights as a
     running mean and each component's mean row by its part of the
     component's weight seen, the average likewise per component; so does
-    every batch after the refusals pass their binomial tail of 1e-4.
+    every batch once the refused batches lacking a cluster pass their
+    binomial tail of 1e-4.
     """
     from scipy.stats import binom, chi2
 
@@ -256,8 +257,11 @@ def online_em(batches, U, pi, radius, tau, inv_scale, alpha, gain, significance=
                 and cats_p.size > 1
                 and pearson > chi2.isf(significance, cats_p.size - 1)
             )
-            refusals += refused
-            ordered = refused and binom.sf(refusals - 1, tested, significance) < 1e-4
+            # Counted towards an ordered stream: a refused batch lacking a
+            # cluster (below a tenth of its share, expected 5 times or more).
+            if refused and np.any((len(X) * rho >= 5.0) & (c < 0.1 * rho)):
+                refusals += 1
+                ordered = binom.sf(refusals - 1, tested, significance) < 1e-4
         rho = rho + len(X) / seen * (c - rho)
         if refused:
             weights = s[1] + len(X) / seen * (c - s[1])

@@ -502,7 +502,7 @@ def _stream_at(weights, earlier_rows=10**9):
     online = OnlineEM(U, np.full(3, 1 / 3), 0.5)
     online.stats = (np.asarray(weights)[:, None] * np.eye(3, 4), np.asarray(weights, dtype=float))
     online.row_shares = np.asarray(weights, dtype=float)
-    online.seen, online.rows_seen = float(earlier_rows), earlier_rows
+    online.seen, online.rows_seen, online.row_rows = float(earlier_rows), earlier_rows, earlier_rows
     return online
 
 
@@ -545,18 +545,19 @@ def test_the_sample_test_counts_each_row_once_whatever_its_weight():
 
 def test_a_stream_refused_more_often_than_the_level_explains_is_ordered():
     # math.md section 7: refusals are at most a share `significance` of the
-    # batches of a sample; P(Binomial(tested, 0.01) >= refused) below 1e-4
-    # takes the stream for one in the clusters' order, whose later batches
-    # all move the components by their shares (here the sample's).
+    # batches of a sample; P(Binomial(tested, 0.01) >= lacking) below 1e-4,
+    # lacking the refused batches that lack a cluster, takes the stream for
+    # one in the clusters' order, whose later batches all move the
+    # components by their shares (here the sample's).
     stream = _stream_at([1 / 3, 1 / 3, 1 / 3])
     even = np.full(3, 1 / 3)
     for shares in (even, [1.0, 0.0, 0.0], even, [0.0, 1.0, 0.0]):
         stream.update(_GivenStatistics(100.0, np.eye(3, 4), np.array(shares), 100))
     # 2 of 4: a tail of 6e-4.
-    assert (stream.tested, stream.refused, stream.ordered) == (4, 2, False)
+    assert (stream.tested, stream.refused, stream.lacking, stream.ordered) == (4, 2, 2, False)
     stream.update(_GivenStatistics(100.0, np.eye(3, 4), np.array([0.0, 0.0, 1.0]), 100))
     # 3 of 5: 1e-5.
-    assert (stream.tested, stream.refused, stream.ordered) == (5, 3, True)
+    assert (stream.tested, stream.refused, stream.lacking, stream.ordered) == (5, 3, 3, True)
     stream.update(_GivenStatistics(100.0, np.eye(3, 4), even, 100))
     assert (stream.tested, stream.refused) == (5, 4)
     # The test off: no batch is refused, no stream ordered.
@@ -565,6 +566,43 @@ def test_a_stream_refused_more_often_than_the_level_explains_is_ordered():
     for k in range(3):
         stream.update(_GivenStatistics(100.0, np.eye(3, 4), np.eye(3)[k], 100))
     assert (stream.tested, stream.refused, stream.ordered) == (0, 0, False)
+
+
+def test_refused_batches_that_lack_no_cluster_do_not_order_the_stream():
+    # Shares off the stream's that hold every cluster (the parameters moving
+    # while a first fit's misplaced heads settle, or a few batches of an
+    # overlapping mixture): refused, each a component step, but the stream
+    # is not taken for an ordered one. Counting them ordered shuffled
+    # streams from small first batches (K = 8, batches of 50: 2 of 6 streams,
+    # 5 times the distance with the test off).
+    stream = _stream_at([1 / 3, 1 / 3, 1 / 3], earlier_rows=10**9)
+    for _ in range(8):
+        stream.update(_GivenStatistics(100.0, np.eye(3, 4), np.array([0.55, 0.25, 0.2]), 100))
+    assert (stream.tested, stream.refused, stream.lacking, stream.ordered) == (8, 8, 0, False)
+
+
+def test_the_rows_shares_start_at_the_first_batch_the_stream_reads():
+    # After a fit whose weights differ between clusters (class-balanced
+    # weights), the running rows' shares started at the fit's weighted
+    # shares: every shuffled batch was refused and the stream ordered within
+    # 3 to 5 batches (3 to 10 times the distance with the test off). After
+    # a first batch of zero rows, which no E step reads, the shares summed
+    # to less than 1 and shuffled streams were ordered too.
+    from sklearn.utils.class_weight import compute_sample_weight
+
+    X, y, C = make_mixture(6000, 10, 3, noise=0.5, weights=[0.6, 0.2, 0.2], random_state=0)
+    w = compute_sample_weight("balanced", y)
+    model = AttentionClustering(3, random_state=0).fit(X[:3000], sample_weight=w[:3000])
+    for i in range(3000, 6000, 100):
+        model.partial_fit(X[i : i + 100], sample_weight=w[i : i + 100])
+    stream = model._stream
+    assert not stream.ordered and stream.refused <= 3, (stream.refused, stream.tested)
+    model = AttentionClustering(3, random_state=0).partial_fit(np.zeros((200, 10)))
+    for i in range(0, 3000, 100):
+        model.partial_fit(X[i : i + 100])
+    stream = model._stream
+    assert not stream.ordered and stream.lacking == 0, (stream.refused, stream.tested)
+    np.testing.assert_allclose(stream.row_shares.sum(), 1.0)
 
 
 def test_the_sample_test_pools_components_expected_fewer_than_five_times():

@@ -904,3 +904,17 @@ def test_partial_fit_after_a_fit_without_a_mixture_holds_nothing(params):
     assert model._stream.seen == 500.0
     model.partial_fit(X[2500:])
     assert model._stream.seen == 1000.0 and model.n_steps_ == 2
+
+
+def test_a_stream_pickled_before_the_rows_test_resumes():
+    # A stream pickled before the rows' shares and the test's counters has
+    # none of them: it resumes with the shares starting at its next batch.
+    X, _, _ = make_mixture(2000, 5, 3, noise=0.3, random_state=0)
+    model = AttentionClustering(3, random_state=0).partial_fit(X[:300])
+    for name in ("row_shares", "row_rows", "tested", "lacking", "ordered"):
+        del model._stream.__dict__[name]
+    model = pickle.loads(pickle.dumps(model))
+    model.partial_fit(X[300:400]).partial_fit(X[400:500])
+    stream = model._stream
+    assert stream.row_rows == 200 and stream.tested == 1
+    np.testing.assert_allclose(stream.row_shares.sum(), 1.0)

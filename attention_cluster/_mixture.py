@@ -1040,10 +1040,10 @@ class _OneBatch:
         stream = self._online()
         for k, weight, centre in seeds:
             stream.stats = _reseeded(*stream.stats, k, weight, centre)
-            if stream.row_rows:
-                stream.row_shares = _reseeded(
-                    stream.stats[0], stream.row_shares, k, weight, centre
-                )[1]
+            if stream.row_rows:  # the rows' shares alike, as if that share more were seen
+                shares = stream.row_shares.copy()
+                shares[k] = weight
+                stream.row_shares = shares / float(np.sum(shares))
         stream.params = p
         stream.average_weight = 0.0
         return stream, len(seeds)

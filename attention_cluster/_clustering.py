@@ -787,7 +787,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         the clusters it lacks keep their statistics; once more batches
         lacking a cluster are refused than the test's level explains, the
         stream is taken for one in the clusters' order, with a warning, and
-        every later batch moves the clusters so. Where the clusters overlap,
+        every later batch moves the clusters so. The test cannot see a batch
+        of a cluster holding more than 10/11 of the rows, nor batches of
+        fewer than about 5 rows per cluster; where the clusters overlap,
         sorted batches lose accuracy (:mathmd:`7`, "A batch that is not a
         sample of the stream").
         ``n_iter_``,
@@ -1249,7 +1251,7 @@ def _new_stream(result, rows, held=None):
         mixture.radii,
         free=result.free_norms,
     )
-    return stream.hold(*held, result.moment_heads.T)
+    return stream.hold(*held, result.moment_heads.T, result.row_fractions)
 
 
 def _unit_points(rows, offset, scale):

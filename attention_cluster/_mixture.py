@@ -930,19 +930,22 @@ class _OneBatch:
         self.mean_sq = 0.0
         self.moment_heads = np.zeros_like(self.params.U)
 
-    def hold(self, weight, rows, moment_heads):
+    def hold(self, weight, rows, moment_heads, row_shares=None):
         """Count in a fit of ``rows`` rows of total ``weight`` at the current
         parameters, without its rows (partial_fit after fit).
 
         Its statistics are :func:`held_statistics`, its mean squared norm
         ``d tau^2 + sum_k pi_k r_k^2`` (what the M step implies at its fixed
-        point) and ``moment_heads`` (d x K) its second moment times the heads.
+        point) and ``moment_heads`` (d x K) its second moment times the heads;
+        ``row_shares`` its labels' shares of its rows, each once (None:
+        unknown, and online EM's test starts its rows' shares at the next
+        batch).
         """
         p = self.params
         self.seen, self.rows_seen = float(weight), int(rows)
         self.mean_sq = p.U.shape[0] * p.variance + float(np.exp(p.log_pi) @ p.radii**2)
         self.moment_heads = np.array(moment_heads, dtype=np.float64)
-        self._hold(held_statistics(p), self.seen)
+        self._hold(held_statistics(p), self.seen, row_shares)
         return self
 
     def update(self, data):
@@ -998,7 +1001,10 @@ class _OneBatch:
         :class:`LinearisedEM`'s linearisation), whose average restarts: its
         past holds the lost components' statistics (``math.md`` section 7).
         Nothing is reseeded when the points are all explained alike (equal
-        rows), are zero, or every component is lost.
+        rows), are zero, or every component is lost. Online EM's running
+        rows' shares stay as the rows were seen: a reseeded component's grows
+        with the rows it takes (set at the lightest weight, every later batch
+        lacked it and shuffled streams were taken for ordered ones).
         """
         usable = np.all(np.isfinite(points), axis=1)
         if weights is not None:
@@ -1040,10 +1046,6 @@ class _OneBatch:
         stream = self._online()
         for k, weight, centre in seeds:
             stream.stats = _reseeded(*stream.stats, k, weight, centre)
-            if stream.row_rows:  # the rows' shares alike, as if that share more were seen
-                shares = stream.row_shares.copy()
-                shares[k] = weight
-                stream.row_shares = shares / float(np.sum(shares))
         stream.params = p
         stream.average_weight = 0.0
         return stream, len(seeds)
@@ -1060,6 +1062,9 @@ _MIN_EXPECTED = 5.0
 # _MIN_EXPECTED times.
 _ORDERED_LEVEL = 1e-4
 _LACKING = 0.1
+# The test's level and floor of its effect (benchmarks/stream_order.py).
+_SIGNIFICANCE = 0.01
+_MIN_EFFECT = 0.1
 
 
 class OnlineEM(_OneBatch):
@@ -1104,9 +1109,11 @@ class OnlineEM(_OneBatch):
     is not a sample of the stream").
     """
 
-    # The test's counters and running shares start empty in streams pickled
-    # before them.
-    tested = lacking = row_rows = 0
+    # The test's settings, counters and running shares, for streams pickled
+    # before them (their defaults start empty).
+    significance = _SIGNIFICANCE
+    min_effect = _MIN_EFFECT
+    refused = tested = lacking = row_rows = 0
     row_shares = 0.0
     ordered = False
 
@@ -1120,8 +1127,8 @@ class OnlineEM(_OneBatch):
         alpha=0.6,
         gain=16.0,
         eta=0.0,
-        significance=0.01,
-        min_effect=0.1,
+        significance=_SIGNIFICANCE,
+        min_effect=_MIN_EFFECT,
     ):
         super().__init__(heads, weights, noise, radii, free)
         d, K = heads.shape
@@ -1143,12 +1150,15 @@ class OnlineEM(_OneBatch):
         self.row_shares = np.zeros(K)
         self.row_rows = 0
 
-    def _hold(self, stats, weight):
-        # The fit as one step of weight W_b = W_n = weight. Its rows' shares
-        # are not its weights' where weights differ between clusters: the
-        # first later batch starts them.
+    def _hold(self, stats, weight, row_shares):
+        # The fit as one step of weight W_b = W_n = weight, its labels' shares
+        # of its rows as the rows' shares (not its weights', which differ
+        # where the weights differ between clusters).
         self.stats = self.averaged = stats
         self.average_weight = weight * weight**self.eta
+        if row_shares is not None:
+            self.row_shares = np.array(row_shares, dtype=np.float64)
+            self.row_rows = self.rows_seen
 
     def _online(self):
         return self
@@ -1319,7 +1329,9 @@ class LinearisedEM(_OneBatch):
         self.jacobian = None
         self.renew_at = 0.0
 
-    def _hold(self, stats, weight):
+    def _hold(self, stats, weight, row_shares):
+        # (A linearised stream tests no batch: its rows' shares start when it
+        # goes on as online EM.)
         self.mean_stats = np.concatenate([stats[0].ravel(), stats[1]])
         self.mean_params = self.params.vector()
         self.mean_weight = weight

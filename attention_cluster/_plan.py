@@ -167,6 +167,10 @@ class FitResult:
     free_norms: object  #: True or False with the EM refinement, None without
     labels: object  #: predict's labels of the training rows (lazy for Dask rows)
     fractions: np.ndarray = field(repr=False)  #: (K,) size of each cluster
+    #: (K,) the labels' shares of the rows of positive weight, each once (a
+    #: stream's rows' shares after the fit); None where not counted (weighted
+    #: rows not in memory)
+    row_fractions: object = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -578,6 +582,7 @@ def _fit_once(given, prepared, params, init, centre, tuning):
     # stay lazy, counting them is one pass of its own.
     labels, counts = given.labels_and_counts(*rule)
     fractions = counts / np.sum(counts)
+    row_counts = given.row_label_counts(labels, counts)
     weights = fractions if mixture is None else np.exp(mixture.log_weights)
     return FitResult(
         centers=centers,
@@ -597,6 +602,7 @@ def _fit_once(given, prepared, params, init, centre, tuning):
         # A cluster is as large as the smaller of its share of the labels and
         # its fitted weight (EM can empty a cluster that still wins a few points).
         fractions=np.minimum(fractions, weights),
+        row_fractions=None if row_counts is None else row_counts / np.sum(row_counts),
     )
 
 

@@ -937,9 +937,9 @@ class _OneBatch:
         Its statistics are :func:`held_statistics`, its mean squared norm
         ``d tau^2 + sum_k pi_k r_k^2`` (what the M step implies at its fixed
         point) and ``moment_heads`` (d x K) its second moment times the heads;
-        ``row_shares`` its labels' shares of its rows, each once (None:
-        unknown, and online EM's test starts its rows' shares at the next
-        batch).
+        ``row_shares`` its rows' shares among the components, each row once
+        (None: unknown, and online EM's test starts its rows' shares at the
+        next batch).
         """
         p = self.params
         self.seen, self.rows_seen = float(weight), int(rows)
@@ -1151,9 +1151,8 @@ class OnlineEM(_OneBatch):
         self.row_rows = 0
 
     def _hold(self, stats, weight, row_shares):
-        # The fit as one step of weight W_b = W_n = weight, its labels' shares
-        # of its rows as the rows' shares (not its weights', which differ
-        # where the weights differ between clusters).
+        # The fit as one step of weight W_b = W_n = weight, with its rows'
+        # shares where they are known.
         self.stats = self.averaged = stats
         self.average_weight = weight * weight**self.eta
         if row_shares is not None:
@@ -1176,7 +1175,7 @@ class OnlineEM(_OneBatch):
         n_rows = rows.n_weighted
         row_shares = (counts if rows is data else rows.e_step(*attention)[1]) / n_rows
         earlier_rows = self.row_rows
-        sample = not earlier_rows or self._takes_for_sample(row_shares, n_rows, earlier_rows)
+        sample = self._takes_for_sample(row_shares, n_rows, earlier_rows)
         self.row_rows += n_rows
         self.row_shares = self.row_shares + (n_rows / self.row_rows) * (
             row_shares - self.row_shares
@@ -1204,7 +1203,7 @@ class OnlineEM(_OneBatch):
         if self.ordered:
             self.refused += 1
             return False
-        if self.significance <= 0.0:
+        if self.significance <= 0.0 or not earlier_rows:  # (no shares yet)
             return True
         self.tested += 1
         if self._is_sample(shares, n_rows, earlier_rows):
@@ -1257,10 +1256,10 @@ class OnlineEM(_OneBatch):
         ``m_k = (S_k / N) / pi_k`` moves by the batch's part of the
         component's weight seen, ``m_k <- m_k + (counts_k / (pi_k W_n))
         (S_k^b / counts_k - m_k)`` (a running mean per component, as
-        MiniBatchKMeans' per-centre counts); the average holds the new
-        weights and averages each component's mean row with weights
-        ``counts_k W_n^eta``. A component the batch does not reach keeps its
-        statistics, in the running and the averaged ones.
+        MiniBatchKMeans' per-centre counts); the average's weights move alike
+        from their own values, and each component's mean row is averaged
+        with weights ``counts_k W_n^eta``. A component the batch does not
+        reach keeps its mean row, in the running and the averaged statistics.
         """
         if not self.average_weight:  # the average restarts (reseed): at the statistics
             self.averaged = self.stats
@@ -1280,8 +1279,12 @@ class OnlineEM(_OneBatch):
         # Each component's mean row averaged with weights counts_k W_n^eta.
         rate = step[reached] / (self.averaged[1][reached] * self.average_weight + step[reached])
         averaged[reached] += rate[:, None] * (running[reached] - averaged[reached])
+        # The average's weights move as the running mean does, from their own
+        # values: after sample steps the running weights are a stochastic
+        # approximation, noisier than their average.
+        averaged_pi = self.averaged[1] + share * (counts / batch - self.averaged[1])
         self.stats = (pi_new[:, None] * running, pi_new)
-        self.averaged = (pi_new[:, None] * averaged, pi_new)
+        self.averaged = (averaged_pi[:, None] * averaged, averaged_pi)
         self.average_weight += batch * self.seen**self.eta
         self.params = _maximize(*self.stats, 1.0, self.mean_sq, floor, p)
         return _maximize(*self.averaged, 1.0, self.mean_sq, floor, self.params)

@@ -403,17 +403,6 @@ class _Rows:
         counts = np.bincount(labels, weights=self.sample_weight, minlength=minlength)
         return counts.astype(np.float64, copy=False)
 
-    def row_label_counts(self, labels, counts):
-        """The counts of ``labels`` with each row of positive weight counted
-        once, from their weighted ``counts`` (:meth:`label_counts`; the same
-        for unit weights). None where they would cost a pass of their own
-        (weighted rows not in memory)."""
-        if self.sample_weight is None:
-            return counts
-        if not self.in_memory:
-            return None
-        return self.unit_weighted().label_counts(labels, len(counts))
-
     def labels_and_counts(self, centers, gain, bias, origin=None, scale=1.0):
         """``(labels, counts)``: :meth:`labels` and :meth:`label_counts` (one
         pass where a backend counts as it labels)."""

@@ -167,9 +167,9 @@ class FitResult:
     free_norms: object  #: True or False with the EM refinement, None without
     labels: object  #: predict's labels of the training rows (lazy for Dask rows)
     fractions: np.ndarray = field(repr=False)  #: (K,) size of each cluster
-    #: (K,) the labels' shares of the rows of positive weight, each once (a
-    #: stream's rows' shares after the fit); None where not counted (weighted
-    #: rows not in memory)
+    #: (K,) the rows' mean responsibilities, each row once (a stream's rows'
+    #: shares after the fit): the mixture's weights for unweighted rows; None
+    #: for weighted rows or without a mixture
     row_fractions: object = field(default=None, repr=False)
 
 
@@ -582,7 +582,6 @@ def _fit_once(given, prepared, params, init, centre, tuning):
     # stay lazy, counting them is one pass of its own.
     labels, counts = given.labels_and_counts(*rule)
     fractions = counts / np.sum(counts)
-    row_counts = given.row_label_counts(labels, counts)
     weights = fractions if mixture is None else np.exp(mixture.log_weights)
     return FitResult(
         centers=centers,
@@ -602,7 +601,8 @@ def _fit_once(given, prepared, params, init, centre, tuning):
         # A cluster is as large as the smaller of its share of the labels and
         # its fitted weight (EM can empty a cluster that still wins a few points).
         fractions=np.minimum(fractions, weights),
-        row_fractions=None if row_counts is None else row_counts / np.sum(row_counts),
+        # Unweighted rows' mean responsibilities are the fitted weights.
+        row_fractions=weights if given.sample_weight is None and mixture is not None else None,
     )
 
 

@@ -270,8 +270,9 @@ def online_em(batches, U, pi, radius, tau, inv_scale, alpha, gain, significance=
             mean_avg = avg[0] / avg[1][:, None]
             rate = counts / (avg[1] * averaged_weight + counts)
             mean_avg = mean_avg + rate[:, None] * (mean - mean_avg)
+            avg_weights = avg[1] + len(X) / seen * (c - avg[1])
             s = [weights[:, None] * mean, weights]
-            avg = [weights[:, None] * mean_avg, weights]
+            avg = [avg_weights[:, None] * mean_avg, avg_weights]
         else:
             s = [s[0] + gamma * (S / len(X) - s[0]), s[1] + gamma * (c - s[1])]
             avg = [a + (v - a) * len(X) / (averaged_weight + len(X)) for a, v in zip(avg, s)]

@@ -787,9 +787,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         the clusters it lacks keep their statistics; once more batches
         lacking a cluster are refused than the test's level explains, the
         stream is taken for one in the clusters' order, with a warning, and
-        every later batch moves the clusters so. The test cannot see a batch
-        of a cluster holding more than 10/11 of the rows, nor batches of
-        fewer than about 5 rows per cluster; where the clusters overlap,
+        every later batch moves the clusters so. After a fit with sample
+        weights the test starts from the first batch, which should then be
+        drawn from the whole stream too. The test cannot see a batch of a
+        cluster holding more than 10/11 of the rows, nor batches of fewer
+        than about 5 rows per cluster; where the clusters overlap,
         sorted batches lose accuracy (:mathmd:`7`, "A batch that is not a
         sample of the stream").
         ``n_iter_``,

@@ -1002,9 +1002,12 @@ class _OneBatch:
         past holds the lost components' statistics (``math.md`` section 7).
         Nothing is reseeded when the points are all explained alike (equal
         rows), are zero, or every component is lost. Online EM's running
-        rows' shares stay as the rows were seen: a reseeded component's grows
-        with the rows it takes (set at the lightest weight, every later batch
-        lacked it and shuffled streams were taken for ordered ones).
+        rows' shares start again at the next batch: they were the shares of
+        the components before (a reseeded component's set at the lightest
+        weight, every later batch lacked it; kept, a first batch of one
+        repeated row, whose rows' share was all one component's, made every
+        later batch lack that one: both took shuffled streams for ordered
+        ones).
         """
         usable = np.all(np.isfinite(points), axis=1)
         if weights is not None:
@@ -1046,6 +1049,9 @@ class _OneBatch:
         stream = self._online()
         for k, weight, centre in seeds:
             stream.stats = _reseeded(*stream.stats, k, weight, centre)
+        # The rows' shares were of the components before: they start again
+        # at the next batch.
+        stream.row_rows = 0
         stream.params = p
         stream.average_weight = 0.0
         return stream, len(seeds)

@@ -983,3 +983,22 @@ def test_a_refused_batch_keeps_the_averaged_mixtures_noise():
             held_out.append(model.score_samples(X[2000:]).mean())
     assert model._stream.refused >= 1
     assert min(held_out) > 7.0, held_out
+
+
+def test_the_rows_shares_start_again_after_a_reseed():
+    # A first batch of one repeated row: its rows' share was all one
+    # component's, and kept after the reseed every later batch lacked that
+    # component (seed 19: the stream ordered, distance 1.8 to the centroids).
+    X, _, C = make_mixture(1000, 10, 3, noise=0.3, random_state=19)
+    row = np.zeros(10)
+    row[:3] = [0.5, 1.0, -0.25]
+    model = AttentionClustering(3, center=False, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.partial_fit(np.tile(row, (50, 1)))
+        model.partial_fit(X[:50])
+        assert model._stream.row_rows == 0
+        for i in range(50, len(X), 50):
+            model.partial_fit(X[i : i + 50])
+    assert not model._stream.ordered
+    assert centroid_distance(model.cluster_centers_, C) < 0.3

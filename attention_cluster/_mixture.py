@@ -1002,8 +1002,8 @@ class _OneBatch:
         past holds the lost components' statistics (``math.md`` section 7).
         Nothing is reseeded when the points are all explained alike (equal
         rows), are zero, or every component is lost. Online EM's running
-        rows' shares start again at the next batch: they were the shares of
-        the components before (a reseeded component's set at the lightest
+        rows' shares start again from the batch that reseeds: they were the
+        shares of the components before (a reseeded component's set at the lightest
         weight, every later batch lacked it; kept, a first batch of one
         repeated row, whose rows' share was all one component's, made every
         later batch lack that one: both took shuffled streams for ordered
@@ -1050,7 +1050,7 @@ class _OneBatch:
         for k, weight, centre in seeds:
             stream.stats = _reseeded(*stream.stats, k, weight, centre)
         # The rows' shares were of the components before: they start again
-        # at the next batch.
+        # from this batch.
         stream.row_rows = 0
         stream.params = p
         stream.average_weight = 0.0

@@ -469,7 +469,8 @@ def _order_section(run):
         "is the stream's (`OnlineEM` below 64 rows per parameter); *refused* the share of "
         "batches not taken for samples (by the test, or after the stream was ordered); "
         "*ordered* the streams taken for ones in the clusters' order, of the seeds; "
-        "*weights*: lognormal(0, 1.5) sample weights." + run_facts(run, load=False),
+        "*weights*: lognormal(0, 1.5) sample weights. Accuracy only: the load does not enter "
+        "the figures." + run_facts(run),
         "",
         "| n | d | K | sigma | weights | batch | update | refused, shuffled | sorted | "
         "ordered, shuffled | sorted | "

@@ -546,20 +546,24 @@ def _run_line(section):
 def test_peers_section_prints_the_versions_its_results_record(tmp_path, bench_modules):
     # peers.py kept versions of its own (Python under "python", the cores
     # among them); a run now records the shared library_versions and the
-    # cores apart. The committed results, in the old form, print the same
-    # facts; results without versions print none.
+    # cores apart. Results in either form print the same facts; results
+    # without versions print none.
     committed = json.loads((BENCH / "results" / "peers.json").read_text())
-    recorded = committed["versions"]
-    line = _run_line(_performance_section("peers.py", committed, tmp_path / "committed"))
-    assert f"first call; {recorded['cores']} cores. Versions: Python {recorded['python']}, " in line
-    for name in ("numpy", "numba", "scikit-learn", "scikit-learn-intelex", "faiss-cpu"):
-        assert f"{name} {recorded[name]}" in line
-    assert "python" not in line and "cores" not in line.split("Versions:", 1)[1]
-    old = {k: v for k, v in committed.items() if k != "versions"}
-    line = _run_line(_performance_section("peers.py", old, tmp_path / "old"))
+    versions = dict(committed["versions"])
+    python, cores = versions.pop("Python"), committed["cores"]
+    old_form = {k: v for k, v in committed.items() if k != "cores"}
+    old_form["versions"] = {"python": python, "cores": cores, **versions}
+    for name, run in (("new", committed), ("old", old_form)):
+        line = _run_line(_performance_section("peers.py", run, tmp_path / name))
+        assert f"first call; {cores} cores. Versions: Python {python}, " in line
+        for library in ("numpy", "numba", "scikit-learn", "scikit-learn-intelex", "faiss-cpu"):
+            assert f"{library} {versions[library]}" in line
+        assert "python" not in line and "cores" not in line.split("Versions:", 1)[1]
+    bare = {k: v for k, v in committed.items() if k not in ("versions", "cores")}
+    line = _run_line(_performance_section("peers.py", bare, tmp_path / "bare"))
     assert "Versions:" not in line and "cores" not in line
-    run = dict(old, cores=3, versions={"Python": "3.0", "numpy": "0.0.1", "faiss-cpu": "0.0.2"})
-    line = _run_line(_performance_section("peers.py", run, tmp_path / "new"))
+    run = dict(bare, cores=3, versions={"Python": "3.0", "numpy": "0.0.1", "faiss-cpu": "0.0.2"})
+    line = _run_line(_performance_section("peers.py", run, tmp_path / "run"))
     assert "first call; 3 cores. Versions: Python 3.0, numpy 0.0.1, faiss-cpu 0.0.2. Load" in line
 
 

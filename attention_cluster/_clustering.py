@@ -570,9 +570,12 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         sample_weight : array-like of shape (n_samples,), default=None
             Non-negative weights: rows are drawn with probability
             proportional to their weight, so an integer weight acts as
-            repeated rows, but in two rules that count rows: ``n_clusters="auto"``'s
-            test of one cluster, whose BIC counts rows, not weights, and the
-            EM refinement's stop, whose statistical error counts Kish's
+            repeated rows, but in the rules that count rows: the choices of
+            the fit's path and of its subsamples' sizes, which count the
+            rows of positive weight (so that rows of zero weight change
+            nothing), ``n_clusters="auto"``'s test of one cluster, whose
+            BIC counts rows, not weights, and the EM refinement's stop,
+            whose statistical error counts Kish's
             effective rows ``(sum w)^2 / sum w^2`` (weights are not known to
             be counts), so that it may stop a step or two from where the
             repeated rows stop, within its tolerance. Only their ratios

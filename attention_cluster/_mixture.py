@@ -528,7 +528,7 @@ class _SplitNewton:
 
     def __init__(self, sub, p, rho):
         data = sub.data
-        if data.in_memory and data.n_samples >= 2 * _MIN_HALF_ROWS:
+        if data.in_memory and data.n_weighted >= 2 * _MIN_HALF_ROWS:
             # The halves take the subsample's mean squared norm: the EM map
             # depends on it only through tau^2's constant term (math.md
             # section 7), which the Jacobian's differences cancel.

@@ -361,13 +361,16 @@ def check_width(n_features, in_memory):
 def _in_subspace(rows, n_clusters, tuning):
     """Whether a fit runs in the principal subspace (never for Dask rows)."""
     d = rows.n_features
-    many_rows = rows.n_samples > tuning.subspace_rows_ratio * BASIS_ROWS
+    if not (rows.in_memory and d > n_clusters + tuning.subspace_extra):
+        return False
+    # Rows of positive weight: rows of weight zero do not move the fit.
+    many_rows = rows.n_weighted > tuning.subspace_rows_ratio * BASIS_ROWS
     minimum = (
         tuning.dense_subspace_min_features
         if many_rows and not rows.sparse
         else tuning.subspace_min_features
     )
-    return rows.in_memory and d >= minimum and d > n_clusters + tuning.subspace_extra
+    return d >= minimum
 
 
 def _prepare(data, K, tuning):
@@ -749,7 +752,7 @@ def _run(params, unit, sample, spectrum, settings, start, rng, index, rank, tuni
         # The exact solver's last stage is on all rows unless the
         # refinement follows, which makes its own passes over all rows.
         polish = settings.refine is None
-        basis = None if polish else _start_basis(params, sample, spectrum, tuning, unit.n_samples)
+        basis = None if polish else _start_basis(params, sample, spectrum, tuning, unit.n_weighted)
         exact = dict(
             regularization=params.regularization,
             reg_strength=settings.reg_strength,
@@ -830,7 +833,7 @@ def _run(params, unit, sample, spectrum, settings, start, rng, index, rank, tuni
     return run
 
 
-def _start_basis(params, sample, spectrum, tuning, n_samples):
+def _start_basis(params, sample, spectrum, tuning, n_rows):
     """The top ``K + subspace_extra`` eigenvectors of the second moment, where
     the exact solver that starts the EM runs, or None to run it in R^d.
 
@@ -846,7 +849,7 @@ def _start_basis(params, sample, spectrum, tuning, n_samples):
     principal subspace (its d is K + subspace_extra). And R^d is kept where
     the span holds less than ``start_subspace_min_overlap`` of the K-th
     direction, estimated from its eigenvalue over the noise on the
-    ``n_samples`` rows (``_scale.spike_overlap``).
+    ``n_rows`` rows of positive weight (``_scale.spike_overlap``).
     """
     K, d = params.n_clusters, spectrum.eigenvectors.shape[0]
     if not (isinstance(params.init, str) and params.init == "spectral" and sample.in_memory):
@@ -854,7 +857,7 @@ def _start_basis(params, sample, spectrum, tuning, n_samples):
     r = K + tuning.subspace_extra
     if d < 2 * r:
         return None
-    overlap = spike_overlap(spectrum.eigenvalues[K - 1], spectrum.noise**2, d, n_samples)
+    overlap = spike_overlap(spectrum.eigenvalues[K - 1], spectrum.noise**2, d, n_rows)
     if overlap < tuning.start_subspace_min_overlap:
         return None
     return np.ascontiguousarray(spectrum.eigenvectors[:, :r])

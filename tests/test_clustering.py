@@ -409,6 +409,32 @@ def test_a_few_weighted_rows_among_many_give_their_own_fit(n_weighted, K):
     np.testing.assert_allclose(model.cluster_centers_, alone.cluster_centers_, atol=1e-12)
 
 
+@pytest.mark.parametrize(
+    "n, d, K, n_zero, dtype",
+    [(60, 40, 5, 20_000, np.float64), (1000, 1000, 3, 32_000, np.float32)],
+    ids=["start-subspace", "wide-rows"],
+)
+def test_rows_of_weight_zero_leave_the_path_of_the_fit(n, d, K, n_zero, dtype):
+    # Two choices of the fit's path counted every row, those of weight zero
+    # among them: whether the exact solver that starts the EM runs in the
+    # principal subspace (d / n in _scale.spike_overlap: 60 rows in d = 40
+    # kept R^d, with 20000 rows of weight zero the subspace, ARI 0.91 against
+    # 1.00) and how many features make dense rows take the principal-subspace
+    # fit (1000 weighted rows in d = 1000 took it, with 32000 of weight zero
+    # the d x d moment: centres 0.07 apart). Both count the rows of positive
+    # weight, as the subsamples do.
+    X, _, _ = make_mixture(n, d, K, noise=0.3, random_state=2)
+    X = X.astype(dtype)
+    Xz = np.vstack([X, np.zeros((n_zero, d), dtype=dtype)])
+    w = np.r_[np.ones(n), np.zeros(n_zero)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        alone = AttentionClustering(K, random_state=0).fit(X)
+        model = AttentionClustering(K, random_state=0).fit(Xz, sample_weight=w)
+    np.testing.assert_allclose(model.cluster_centers_, alone.cluster_centers_, atol=1e-5)
+    np.testing.assert_array_equal(model.labels_[:n], alone.labels_)
+
+
 @pytest.mark.parametrize("kind", ["dense", "sparse", "dask"])
 @pytest.mark.parametrize("exponent", [-1070, -600, -1, 600, 1020, 1022])
 def test_weights_count_by_their_ratios_at_any_magnitude(kind, exponent):

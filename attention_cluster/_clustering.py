@@ -304,8 +304,12 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         (plotted by :func:`~attention_cluster.plot_n_clusters_scores`); the
         silhouettes of the second stage are ``choose_n_clusters(...).silhouettes``.
     cluster_centers_ : ndarray of shape (n_clusters, n_features)
-        The heads, unit rows, each signed so that the points of its cluster
-        project positively on it.
+        The heads, unit rows. Without the EM refinement each is signed so
+        that the points it wins without the sign (the largest ``|<x,
+        mu_h>|``) project positively on it in total (``math.md`` section 5);
+        points that project negatively on every head still take one, so
+        some of a head's labelled points may lie behind it. With the
+        refinement, the mixture's centroid directions.
     labels_ : ndarray of shape (n_samples,)
         :meth:`predict` on the training data (a lazy Dask array when X is
         one; after :meth:`partial_fit`, the last batch's).

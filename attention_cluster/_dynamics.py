@@ -888,6 +888,9 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         keeps tokens apart longer.
         """
         _, groups, sizes = _count(state.Z, radius, 1, state.weights, state.plane)
+        # m counts the tokens by their weights: a whole count as it is, a sum
+        # of weights to four places.
+        tokens = f"{m:.0f}" if m == round(m) and m < 1e15 else f"{m:.4g}"
         # A plateau counts once most tokens have met (_met_share).
         paired = _met_share(state, groups, sizes, heavy)
         more_time = (
@@ -907,13 +910,13 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             message = (
                 f"The number of clusters stayed at {counts[0]}, the groups of the initial "
                 f"tokens, for max_iter={self.max_iter} steps, with {m - clustered:g} of the "
-                f"{m:.15g} tokens in no cluster: the final state is clustered. {more_time}"
+                f"{tokens} tokens in no cluster: the final state is clustered. {more_time}"
             )
         elif max(counts) == 0 and sizes.max() > 1:
             # Tokens met, in groups all below the size that counts.
             message = (
                 f"No group of tokens reached min_cluster_size={self.min_cluster_size!r} "
-                f"({min_size} of the {m:.15g} tokens; the largest holds {sizes.max():g}) within "
+                f"({min_size} of the {tokens} tokens; the largest holds {sizes.max():g}) within "
                 f"max_iter={self.max_iter} steps: the final state is clustered. Lower "
                 "min_cluster_size."
             )
@@ -921,7 +924,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             met = (
                 "No tokens met"
                 if paired == 0.0
-                else f"Fewer than half of the {m:.15g} tokens met (groups of rows of two places "
+                else f"Fewer than half of the {tokens} tokens met (groups of rows of two places "
                 "or more, or holding a place of twice the mean place's tokens, hold "
                 f"{paired:g}; a plateau counts once most have)"
             )

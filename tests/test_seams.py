@@ -745,29 +745,6 @@ def test_small_clusters_of_rows_at_their_centres_are_not_said_to_be_missing_rows
     assert not any("fewer distinct rows" in m for m in messages), messages
 
 
-@pytest.mark.parametrize("change", [-1.0, 0.0, 1.0], ids=["lower", "equal", "higher"])
-def test_a_step_below_the_objectives_rounding_is_no_step(change):
-    # Whether the line search took a step whose first-order decrease lay
-    # far below f's rounding depended on that rounding alone: 20 copies of
-    # one row (gradient 6e-16, slope -3e-31) lowered f by 5.6e-16 on one
-    # machine, an accepted step, and raised it on another, none. Such a
-    # step is now never taken, whatever f does along it.
-    from attention_cluster._optimize import _armijo, minimize_on_spheres
-
-    f0 = 0.0138
-    U = np.eye(3)[:, :1]
-    g = np.zeros((3, 1))
-    g[1, 0] = 6e-16
-
-    def fun(V):
-        moved = not np.array_equal(V, U)
-        return f0 + moved * change * 1e3 * np.spacing(f0), np.zeros_like(V)
-
-    assert _armijo(fun, U, f0, g, -g) is None
-    result = minimize_on_spheres(lambda V: (fun(V)[0], g), U, tol=0.0, max_iter=5)
-    assert result.n_iter == 0 and not result.converged
-
-
 def test_the_exact_solvers_warning_says_why_it_stopped():
     # At tol=0 the rounding-level gradient of 20 copies of one row is not
     # within tol: the solver stops with no step that decreases the objective,

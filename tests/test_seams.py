@@ -701,14 +701,15 @@ def test_repeated_rows_fit_without_a_convergence_warning(n_clusters):
     # 20 copies of one row: the exact solver starts at the row's direction,
     # its gradient at rounding level (2e-16); the one step min_iter asks for
     # found no decrease, and the fit warned that it had reached max_iter=500
-    # after 0 iterations.
+    # after 0 iterations. Whether that step lowers f by its rounding, and is
+    # taken, depends on the machine's arithmetic: at most the one step.
     X = np.tile([[1.0, 2.0, 3.0, 4.0]], (20, 1))
     with warnings.catch_warnings():
         # The notice that the clusters have no spread; then the solver's.
         warnings.simplefilter("ignore", UserWarning)
         warnings.simplefilter("error", ConvergenceWarning)
         model = AttentionClustering(n_clusters, random_state=0).fit(X)
-    assert model.n_iter_ == 0
+    assert model.n_iter_ <= 1
 
 
 def test_fewer_distinct_rows_than_clusters_warns_of_the_empty_clusters():
@@ -745,12 +746,17 @@ def test_small_clusters_of_rows_at_their_centres_are_not_said_to_be_missing_rows
     assert not any("fewer distinct rows" in m for m in messages), messages
 
 
-def test_the_exact_solvers_warning_says_why_it_stopped():
-    # At tol=0 the rounding-level gradient of 20 copies of one row is not
-    # within tol: the solver stops with no step that decreases the objective,
-    # which its warning says, not that max_iter was reached.
+def test_the_exact_solvers_warning_says_why_it_stopped(monkeypatch):
+    # A solver that stops with no step that decreases the objective (at
+    # tol=0, the rounding-level gradient of 20 copies of one row, where the
+    # rounding lets no step pass: which it does depends on the machine, so
+    # the line search is made to find none) says so, not that max_iter was
+    # reached.
+    from attention_cluster import _optimize
+
     rows = np.tile([[1.0, 2.0, 3.0, 4.0]], (20, 1))
-    with warnings.catch_warnings(record=True) as record:
+    with monkeypatch.context() as patch, warnings.catch_warnings(record=True) as record:
+        patch.setattr(_optimize, "_armijo", lambda *args, **kwargs: None)
         warnings.simplefilter("always")
         AttentionClustering(1, tol=0.0, random_state=0).fit(rows)
     messages = [str(w.message) for w in record if w.category is ConvergenceWarning]

@@ -889,8 +889,8 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         """
         _, groups, sizes = _count(state.Z, radius, 1, state.weights, state.plane)
         # m counts the tokens by their weights: a whole count as it is, a sum
-        # of weights to four places.
-        tokens = f"{m:.0f}" if m == round(m) and m < 1e15 else f"{m:.4g}"
+        # of weights to six figures, as the other counts here.
+        tokens = f"{m:.0f}" if m == round(m) and m < 1e15 else f"{m:g}"
         # A plateau counts once most tokens have met (_met_share).
         paired = _met_share(state, groups, sizes, heavy)
         more_time = (

@@ -1416,7 +1416,7 @@ def test_a_run_where_few_tokens_met_says_so():
         SelfAttentionDynamics(beta=200.0, max_iter=5).fit(X)
 
 
-def test_the_warning_counts_weighted_tokens_to_four_places():
+def test_the_warning_counts_weighted_tokens_to_six_figures():
     # With sample weights the tokens are counted by their weights, and the
     # warning printed their sum to 15 places ("Fewer than half of the
     # 5390.49466896178 tokens met").
@@ -1425,7 +1425,7 @@ def test_the_warning_counts_weighted_tokens_to_four_places():
     pairs += 5e-4 * rng.standard_normal(pairs.shape)
     X = np.vstack([pairs, rng.standard_normal((80, 50))])
     w = 1.0 + np.arange(len(X)) % 3 / 7.0
-    with pytest.warns(ConvergenceWarning, match=r"Fewer than half of the 114.1 tokens met"):
+    with pytest.warns(ConvergenceWarning, match=r"Fewer than half of the 114.143 tokens met"):
         SelfAttentionDynamics(beta=200.0, max_iter=5).fit(X, sample_weight=w)
 
 

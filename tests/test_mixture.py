@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from numba import njit
 from reference import (
     mixture_e_step,
     mixture_em_step,
@@ -491,10 +492,23 @@ def test_refine_recovers_the_centroids_from_the_product_regulariser(global_rando
     assert centroid_distance(model.cluster_centers_, C) < 2 * floor
 
 
+@njit(fastmath={"contract"})
+def _multiply_add(a, b, c):
+    return a * b + c
+
+
+def _fused_multiply_add():
+    """Whether Numba's kernels fuse ``a * b + c`` (a CPU with FMA, and a target that uses it)."""
+    return _multiply_add(1.0 + 2.0**-30, 1.0 - 2.0**-30, -1.0) != 0.0
+
+
 @given(st.floats(min_value=-800.0, max_value=0.0))
 def test_e_step_exponential_matches_numpy(x):
     # The E step's vectorised exp (range reduction and a Taylor polynomial):
-    # relative error within the bound stated in _kernels, 0 below the floor.
+    # relative error within the bound stated in _kernels, 0 below the floor;
+    # the bound without a fused multiply-add is looser (Numba's generic
+    # target, which fuses nothing: up to 3.9 times the fused bound, at x
+    # near -522; 0.92 times its own on a grid of [-708, 0]).
     X = np.array([[0.0], [1.0]])
     U = np.ones((1, 2))
     # beta = 0: both rows' scores are (0, x), and their responsibilities
@@ -502,7 +516,7 @@ def test_e_step_exponential_matches_numpy(x):
     log_pi = np.array([0.0, x])
     S, counts, partial = _kernel_e_step(X, U, log_pi, 0.0)
     expected = np.exp(x) if x > kern._EXP_FLOOR else 0.0
-    bound = (0.5 + 0.035 * abs(x)) * 1e-15
+    bound = (0.5 + 0.035 * abs(x) if _fused_multiply_add() else 0.6 + 0.15 * abs(x)) * 1e-15
     assert counts[1] / 2.0 == pytest.approx(expected / (1.0 + expected), rel=bound, abs=0.0)
     # logsumexp is top + log(z), z = 1 + e^x: exact to rounding in absolute terms.
     assert partial == pytest.approx(2.0 * np.log1p(expected), rel=bound, abs=1e-15)

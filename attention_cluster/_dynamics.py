@@ -888,9 +888,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         keeps tokens apart longer.
         """
         _, groups, sizes = _count(state.Z, radius, 1, state.weights, state.plane)
-        # m counts the tokens by their weights: a whole count as it is, a sum
-        # of weights to six figures, as the other counts here.
-        tokens = f"{m:.0f}" if m == round(m) and m < 1e15 else f"{m:g}"
+        tokens = _count_text(m)
         # A plateau counts once most tokens have met (_met_share).
         paired = _met_share(state, groups, sizes, heavy)
         more_time = (
@@ -916,7 +914,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             # Tokens met, in groups all below the size that counts.
             message = (
                 f"No group of tokens reached min_cluster_size={self.min_cluster_size!r} "
-                f"({min_size} of the {tokens} tokens; the largest holds {sizes.max():g}) within "
+                f"({_count_text(min_size)} of the {tokens} tokens; the largest holds {sizes.max():g}) within "
                 f"max_iter={self.max_iter} steps: the final state is clustered. Lower "
                 "min_cluster_size."
             )
@@ -1178,6 +1176,12 @@ class _Particles:
     def tokens(self):
         """Every token's place."""
         return self.Z[self.owner]
+
+
+def _count_text(count):
+    """A count of tokens by their weights, for a message: a whole count as it
+    is, a sum of weights to six figures."""
+    return f"{count:.0f}" if count == round(count) and count < 1e15 else f"{count:g}"
 
 
 def _byte_order(Z):

@@ -34,7 +34,7 @@ import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import assert_all_finite, check_random_state
 
-from ._dynamics import SelfAttentionDynamics, token_weights
+from ._dynamics import SelfAttentionDynamics, check_min_cluster_size, token_weights
 from ._passes import (
     dense,
     densified_bytes,
@@ -324,6 +324,25 @@ def _moment_eigenvalues(tokens, weights=None):
 _CENTRED_TOKENS_BYTES = 2000 * 8192 * 8
 
 
+def check_choice(n_clusters_range, beta, min_cluster_size, max_samples):
+    """Refuse invalid options of :func:`count_clusters` before any work;
+    returns ``n_clusters_range``'s K, sorted and distinct (None: the default range)."""
+    check_positive(beta, "beta")
+    check_min_cluster_size(min_cluster_size)
+    check_positive(max_samples, "max_samples", numbers.Integral, min_val=1, strict=False)
+    if n_clusters_range is None:
+        return None
+    try:
+        ks = sorted({check_count(k, "K") for k in n_clusters_range})
+    except (TypeError, ValueError):
+        raise InvalidParameterError(
+            f"n_clusters_range must hold positive integers, got {n_clusters_range!r}."
+        ) from None
+    if not ks:
+        raise InvalidParameterError(f"n_clusters_range must hold positive integers, got {ks!r}.")
+    return ks
+
+
 def count_clusters(
     rows,
     fit_at,
@@ -390,7 +409,7 @@ def count_clusters(
     silhouettes : dict of int to float or None
     fit : the ``fit_at(n_clusters)`` fit
     """
-    check_positive(max_samples, "max_samples", numbers.Integral, min_val=1, strict=False)
+    ks = check_choice(n_clusters_range, beta, min_cluster_size, max_samples)
     # Rows of weight zero are as absent: n counts the others.
     n = rows.n_weighted
     # The rows the tokens' draw brings into memory (_tokens): every row of
@@ -402,17 +421,8 @@ def count_clusters(
             f"more than a fit brings into memory from Dask input ({rows.most_rows_in_memory}): "
             "the dynamics holds its tokens in memory. Pass a smaller max_samples."
         )
-    if n_clusters_range is None:
+    if ks is None:
         ks = list(range(1, min(n, MAX_CLUSTERS) + 1))
-    else:
-        try:
-            ks = sorted({check_count(k, "K") for k in n_clusters_range})
-        except (TypeError, ValueError):
-            raise InvalidParameterError(
-                f"n_clusters_range must hold positive integers, got {n_clusters_range!r}."
-            ) from None
-    if not ks:
-        raise InvalidParameterError(f"n_clusters_range must hold positive integers, got {ks!r}.")
     if ks[0] > n:
         raise ValueError(
             f"n_clusters_range must hold a K of at most n_samples={n} (the rows of positive "

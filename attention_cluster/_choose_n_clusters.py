@@ -9,7 +9,7 @@ this module, then ``_clustering``, then ``_choose_k``).
 import numpy as np
 from sklearn.base import clone
 
-from ._choose_k import DYNAMICS_BETA, MAX_SAMPLES, MIN_CLUSTER_SIZE, ClusterCount
+from ._choose_k import DYNAMICS_BETA, MAX_SAMPLES, MIN_CLUSTER_SIZE, ClusterCount, check_choice
 from ._clustering import AttentionClustering
 from ._validation import InvalidParameterError
 
@@ -84,7 +84,9 @@ def choose_n_clusters(
         not an :class:`AttentionClustering`, a parameter of ``estimator`` is
         invalid, with the estimator's message, or ``init`` is an array
         (several K are fitted); if ``n_clusters_range`` holds no positive
-        integer, or ``max_samples`` is not an integer >= 1.
+        integer, ``max_samples`` is not an integer >= 1, ``beta`` is not
+        positive, or ``min_cluster_size`` is neither an integer >= 1 nor a
+        fraction in (0, 1).
     ValueError
         Before any work: if ``n_clusters_range`` holds no K of at most
         n_samples, or on Dask
@@ -113,6 +115,9 @@ def choose_n_clusters(
             "choose_n_clusters fits several numbers of clusters: the estimator's init must be "
             f'"spectral" or "random", not an array of shape {np.shape(params["init"])}.'
         )
+    # Its options, before the estimator reads X (the rows of Dask X are read
+    # by the dynamics' draw of tokens).
+    check_choice(n_clusters_range, beta, min_cluster_size, max_samples)
     # The estimator's own n_clusters="auto" fit, with these options.
     model = clone(estimator).set_params(n_clusters="auto")
     K, scores, silhouettes = model._fit(

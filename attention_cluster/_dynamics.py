@@ -334,6 +334,20 @@ def attention_flow(
     return path
 
 
+def check_min_cluster_size(min_cluster_size):
+    """Refuse a ``min_cluster_size`` that is neither an integer >= 1 nor a fraction in (0, 1)."""
+    if isinstance(min_cluster_size, numbers.Integral):
+        check_positive(
+            min_cluster_size, "min_cluster_size", numbers.Integral, min_val=1, strict=False
+        )
+    else:
+        check_positive(min_cluster_size, "min_cluster_size")
+        if min_cluster_size >= 1:
+            raise InvalidParameterError(
+                f"min_cluster_size must be an integer or a fraction below 1, got {min_cluster_size!r}."
+            )
+
+
 def _check_flow(X, model, beta, step_size, query, key, value, chunk_size, n_threads):
     if X.ndim != 2:
         raise ValueError(f"X must be 2-D (n_tokens, n_features), got shape {X.shape}.")
@@ -596,16 +610,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         check_positive(self.max_iter, "max_iter", numbers.Integral, min_val=1, strict=False)
         check_options(self.stopping, "stopping", ["plateau", "horizon"])
         check_positive(self.cluster_tol, "cluster_tol")
-        if isinstance(self.min_cluster_size, numbers.Integral):
-            check_positive(
-                self.min_cluster_size, "min_cluster_size", numbers.Integral, min_val=1, strict=False
-            )
-        else:
-            check_positive(self.min_cluster_size, "min_cluster_size")
-            if self.min_cluster_size >= 1:
-                raise InvalidParameterError(
-                    f"min_cluster_size must be an integer or a fraction below 1, got {self.min_cluster_size!r}."
-                )
+        check_min_cluster_size(self.min_cluster_size)
         if isinstance(self.max_samples, str):
             check_options(self.max_samples, "max_samples", ["auto"])
         elif self.max_samples is not None:

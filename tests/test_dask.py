@@ -16,7 +16,13 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from attention_cluster import AttentionClustering, _mixture, _passes
+from attention_cluster import (
+    AttentionClustering,
+    InvalidParameterError,
+    _mixture,
+    _passes,
+    choose_n_clusters,
+)
 from attention_cluster._passes import DaskRows, DenseRows
 from attention_cluster.datasets import make_mixture
 
@@ -641,6 +647,35 @@ def test_what_needs_no_data_is_refused_before_the_weights_compute(mixture):
     for call, message in cases:
         with Computations(), pytest.raises((ValueError, TypeError), match=message):
             call()
+    assert Computations.count == 0
+
+
+def test_choose_n_clusters_refuses_its_options_before_reading_x(mixture):
+    # beta and min_cluster_size were checked by the dynamics, after its draw
+    # of tokens had read Dask X; n_clusters_range after Dask weights' checks
+    # had computed them: a typo cost a read of X.
+    from dask.callbacks import Callback
+
+    class Computations(Callback):
+        count = 0
+
+        def _start(self, dsk):
+            Computations.count += 1
+
+    X = da.from_array(mixture[0][:2000], chunks=(500, -1))
+    w = abs(X[:, 0]) + 0.1
+    estimator = AttentionClustering(random_state=0)
+    cases = [
+        (dict(beta=-1.0), "beta"),
+        (dict(beta=float("nan")), "beta"),
+        (dict(min_cluster_size=1.5), "min_cluster_size"),
+        (dict(min_cluster_size=0), "min_cluster_size"),
+        (dict(n_clusters_range=[2.5]), "n_clusters_range"),
+        (dict(max_samples=0), "max_samples"),
+    ]
+    for options, message in cases:
+        with Computations(), pytest.raises(InvalidParameterError, match=message):
+            choose_n_clusters(X, estimator, sample_weight=w, **options)
     assert Computations.count == 0
 
 

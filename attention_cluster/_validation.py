@@ -338,8 +338,20 @@ def check_dask_array(estimator, X, *, reset):
     names = None
     if dd is not None and isinstance(X, dd.DataFrame):
         columns = list(X.columns)
-        if columns and all(isinstance(c, str) for c in columns):
+        named = [isinstance(c, str) for c in columns]
+        if columns and all(named):
             names = np.asarray(columns, dtype=object)
+        elif any(named):
+            # scikit-learn's rule (validate_data) for the same pandas frame.
+            kinds = sorted({type(c).__name__ for c in columns})
+            raise TypeError(
+                "Feature names are only supported if all input features have string names, "
+                f"but your input has {kinds} as feature name / column name types. If you want "
+                "feature names to be stored and validated, you must convert them all to strings, "
+                "by using X.columns = X.columns.astype(str) for example. Otherwise you can "
+                "remove feature / column names from your input data, or convert them all to a "
+                "non-string data type."
+            )
         X = _numpy_columns(X)
         # The columns' checks on the lazy array (rows of unknown count),
         # then lengths=True counts the partitions' rows.
@@ -378,7 +390,7 @@ def check_dask_array(estimator, X, *, reset):
 def _numpy_columns(frame):
     """A Dask DataFrame whose columns all hold numbers in pandas' extension
     dtypes (``Float64``, ``Int64``, ``Float32``, ``double[pyarrow]``), some
-    of them, as float64, as ``validate_data`` converts the same pandas frame
+    of them, or NumPy's bools beside other columns, as float64, as ``validate_data`` converts the same pandas frame
     in memory, converted as each partition is read, a missing value as NaN
     (which the first pass reports). Their ``to_dask_array`` is of dtype
     object, which :func:`_check_dask_columns` refuses. Any other frame is
@@ -386,9 +398,12 @@ def _numpy_columns(frame):
     import pandas as pd
 
     dtypes = list(frame.dtypes)
-    if all(isinstance(t, np.dtype) for t in dtypes) or not all(
-        pd.api.types.is_numeric_dtype(t) for t in dtypes
-    ):
+    # NumPy's bool columns beside others of numbers are numbers too, as
+    # scikit-learn converts them (to_dask_array would make them objects).
+    plain = all(isinstance(t, np.dtype) for t in dtypes) and (
+        len(set(dtypes)) == 1 or not any(t == np.bool_ for t in dtypes)
+    )
+    if plain or not all(pd.api.types.is_numeric_dtype(t) for t in dtypes):
         return frame
     return frame.map_partitions(_float_partition, meta=_float_partition(frame._meta))
 

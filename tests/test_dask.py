@@ -715,6 +715,25 @@ def test_dataframe_columns_are_checked_before_its_rows_are_counted(mixture):
     assert Computations.count == 0
 
 
+def test_dataframe_bool_columns_and_mixed_names_as_in_pandas(mixture):
+    # A Dask DataFrame with a NumPy bool column beside columns of floats was
+    # refused ("dtype=object is not a numeric dtype": to_dask_array makes
+    # them objects), where scikit-learn fits the same pandas frame as
+    # float64; column names of strings and integers were dropped silently,
+    # where scikit-learn raises a TypeError (an audit's findings).
+    pd = pytest.importorskip("pandas")
+    frame = pd.DataFrame(mixture[0][:2000, :3], columns=list("abc"))
+    frame["flag"] = frame["a"] > 0
+    dense = AttentionClustering(2, random_state=0).fit(frame)
+    lazy = AttentionClustering(2, random_state=0).fit(dd.from_pandas(frame, npartitions=3))
+    np.testing.assert_allclose(lazy.cluster_centers_, dense.cluster_centers_, atol=1e-10)
+    assert list(lazy.feature_names_in_) == ["a", "b", "c", "flag"]
+    mixed = frame.set_axis(["a", "b", 3, 4], axis=1)
+    for X in (mixed, dd.from_pandas(mixed, npartitions=3)):
+        with pytest.raises(TypeError, match="Feature names are only supported if all"):
+            AttentionClustering(2).fit(X)
+
+
 def _with(X, row, value):
     X = X[:2000].copy()
     X[row, 1] = value

@@ -390,9 +390,10 @@ def check_dask_array(estimator, X, *, reset):
 def _numpy_columns(frame):
     """A Dask DataFrame whose columns all hold numbers in pandas' extension
     dtypes (``Float64``, ``Int64``, ``Float32``, ``double[pyarrow]``), some
-    of them, or NumPy's bools beside other columns, as float64, as ``validate_data`` converts the same pandas frame
-    in memory, converted as each partition is read, a missing value as NaN
-    (which the first pass reports). Their ``to_dask_array`` is of dtype
+    of them, or NumPy's bools beside other columns, as float64, as
+    ``validate_data`` converts the same pandas frame in memory, converted as
+    each partition is read, a missing value as NaN (which the first pass
+    reports). Their ``to_dask_array`` is of dtype
     object, which :func:`_check_dask_columns` refuses. Any other frame is
     returned as it is."""
     import pandas as pd

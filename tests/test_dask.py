@@ -28,6 +28,20 @@ from attention_cluster.datasets import make_mixture
 
 da = pytest.importorskip("dask.array")
 dd = pytest.importorskip("dask.dataframe")
+Callback = pytest.importorskip("dask.callbacks").Callback
+
+
+class _Computations(Callback):
+    """Counts the Dask computations started while it is active (``with``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def _start(self, dsk):
+        self.count += 1
+
+
 distributed = pytest.importorskip("distributed")
 
 # Blocks add their partial sums in another grouping than the NumPy path's
@@ -626,14 +640,7 @@ def test_what_needs_no_data_is_refused_before_the_weights_compute(mixture):
     # checked the parameters, the width and n_samples >= n_clusters, and
     # partial_fit before it refused Dask input: weights made from X are two
     # reads of X before an error that needed no data.
-    from dask.callbacks import Callback
-
-    class Computations(Callback):
-        count = 0
-
-        def _start(self, dsk):
-            Computations.count += 1
-
+    computations = _Computations()
     X = da.from_array(mixture[0][:2000], chunks=(500, -1))
     w = abs(X[:, 0]) + 0.1
     wide = da.zeros((100, 4000), chunks=(50, -1))
@@ -645,23 +652,16 @@ def test_what_needs_no_data_is_refused_before_the_weights_compute(mixture):
         (lambda: AttentionClustering().partial_fit(X, sample_weight=w), "batches in memory"),
     ]
     for call, message in cases:
-        with Computations(), pytest.raises((ValueError, TypeError), match=message):
+        with computations, pytest.raises((ValueError, TypeError), match=message):
             call()
-    assert Computations.count == 0
+    assert computations.count == 0
 
 
 def test_choose_n_clusters_refuses_its_options_before_reading_x(mixture):
     # beta and min_cluster_size were checked by the dynamics, after its draw
     # of tokens had read Dask X; n_clusters_range after Dask weights' checks
     # had computed them: a typo cost a read of X.
-    from dask.callbacks import Callback
-
-    class Computations(Callback):
-        count = 0
-
-        def _start(self, dsk):
-            Computations.count += 1
-
+    computations = _Computations()
     X = da.from_array(mixture[0][:2000], chunks=(500, -1))
     w = abs(X[:, 0]) + 0.1
     estimator = AttentionClustering(random_state=0)
@@ -674,23 +674,16 @@ def test_choose_n_clusters_refuses_its_options_before_reading_x(mixture):
         (dict(max_samples=0), "max_samples"),
     ]
     for options, message in cases:
-        with Computations(), pytest.raises(InvalidParameterError, match=message):
+        with computations, pytest.raises(InvalidParameterError, match=message):
             choose_n_clusters(X, estimator, sample_weight=w, **options)
-    assert Computations.count == 0
+    assert computations.count == 0
 
 
 def test_dataframe_columns_are_checked_before_its_rows_are_counted(mixture):
     # A DataFrame's width, names and dtype are in its metadata; they were
     # checked after to_dask_array(lengths=True) had read every partition.
     pd = pytest.importorskip("pandas")
-    from dask.callbacks import Callback
-
-    class Computations(Callback):
-        count = 0
-
-        def _start(self, dsk):
-            Computations.count += 1
-
+    computations = _Computations()
     X = mixture[0][:2000]
     columns = [f"f{j}" for j in range(X.shape[1])]
 
@@ -710,9 +703,9 @@ def test_dataframe_columns_are_checked_before_its_rows_are_counted(mixture):
         ),
     ]
     for call, message in cases:
-        with Computations(), pytest.raises(ValueError, match=message):
+        with computations, pytest.raises(ValueError, match=message):
             call()
-    assert Computations.count == 0
+    assert computations.count == 0
 
 
 def test_dataframe_bool_columns_and_mixed_names_as_in_pandas(mixture):

@@ -295,9 +295,14 @@ def test_choose_n_clusters_is_the_auto_fit(mixture):
     np.testing.assert_array_equal(choice.model.cluster_centers_, at_k.cluster_centers_)
 
 
-def test_range_clips_the_choice(mixture):
+@pytest.mark.parametrize(
+    "kind", [range, lambda a, b: (k for k in range(a, b))], ids=["range", "iterator"]
+)
+def test_range_clips_the_choice(mixture, kind):
+    # An iterator is read once: the range checked before any work is the
+    # one the choice uses (it came back empty, 'must hold positive integers').
     X, _ = mixture
-    choice = choose_n_clusters(X, AttentionClustering(random_state=0), range(1, 3))
+    choice = choose_n_clusters(X, AttentionClustering(random_state=0), kind(1, 3))
     assert set(choice.scores) == {1, 2}
     assert choice.n_clusters in (1, 2)
 

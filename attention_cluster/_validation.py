@@ -338,12 +338,13 @@ def check_dask_array(estimator, X, *, reset):
     names = None
     if dd is not None and isinstance(X, dd.DataFrame):
         columns = list(X.columns)
-        named = [isinstance(c, str) for c in columns]
-        if columns and all(named):
+        # scikit-learn's rule (validate_data) for the same pandas frame: names
+        # of the type str alone are names (not numpy.str_), str among other
+        # types an error.
+        kinds = sorted({type(c).__qualname__ for c in columns})
+        if kinds == ["str"]:
             names = np.asarray(columns, dtype=object)
-        elif any(named):
-            # scikit-learn's rule (validate_data) for the same pandas frame.
-            kinds = sorted({type(c).__name__ for c in columns})
+        elif "str" in kinds:
             raise TypeError(
                 "Feature names are only supported if all input features have string names, "
                 f"but your input has {kinds} as feature name / column name types. If you want "

@@ -116,8 +116,8 @@ def choose_n_clusters(
             f'"spectral" or "random", not an array of shape {np.shape(params["init"])}.'
         )
     # Its options, before the estimator reads X (the rows of Dask X are read
-    # by the dynamics' draw of tokens).
-    # (The range as a list: an iterator is read once.)
+    # by the dynamics' draw of tokens); the range goes on as the list checked,
+    # since an iterator is read once.
     n_clusters_range = check_choice(n_clusters_range, beta, min_cluster_size, max_samples)
     # The estimator's own n_clusters="auto" fit, with these options.
     model = clone(estimator).set_params(n_clusters="auto")

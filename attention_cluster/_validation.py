@@ -394,9 +394,9 @@ def _numpy_columns(frame):
     of them, or NumPy's bools beside other columns, as float64, as
     ``validate_data`` converts the same pandas frame in memory, converted as
     each partition is read, a missing value as NaN (which the first pass
-    reports). Their ``to_dask_array`` is of dtype
-    object, which :func:`_check_dask_columns` refuses. Any other frame is
-    returned as it is."""
+    reports). Their ``to_dask_array`` is of dtype object, which
+    :func:`_check_dask_columns` refuses. Any other frame is returned as it
+    is."""
     import pandas as pd
 
     dtypes = list(frame.dtypes)

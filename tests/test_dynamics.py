@@ -1400,32 +1400,28 @@ def test_a_plateau_begins_at_the_first_state_where_most_tokens_met():
     assert model.stopping_step_ > 5
 
 
-def test_a_run_where_few_tokens_met_says_so():
+@pytest.mark.parametrize(
+    "weighted, match",
+    [
+        (False, r"Fewer than half of the 100 tokens met .* hold 20"),
+        (True, r"Fewer than half of the 114.143 tokens met"),
+    ],
+    ids=["unweighted", "weighted"],
+)
+def test_a_run_where_few_tokens_met_says_so(weighted, match):
     # Ten pairs of nearly equal rows (two places 5e-3 apart, within
     # cluster_tol, beyond the merging of tokens at a thousandth of it) among
     # 80 rows apart, in 50 dimensions, at a resolution where none of the
     # others meet: the pairs met, most tokens did not, and no plateau
     # counts; the warning said nothing, the count having never changed.
+    # With sample weights the tokens are counted by their weights, whose sum
+    # the warning printed to 15 places ("5390.49466896178 tokens"): now 6.
     rng = np.random.default_rng(0)
     pairs = np.repeat(rng.standard_normal((10, 50)), 2, axis=0)
     pairs += 5e-4 * rng.standard_normal(pairs.shape)
     X = np.vstack([pairs, rng.standard_normal((80, 50))])
-    with pytest.warns(
-        ConvergenceWarning, match=r"Fewer than half of the 100 tokens met .* hold 20"
-    ):
-        SelfAttentionDynamics(beta=200.0, max_iter=5).fit(X)
-
-
-def test_the_warning_counts_weighted_tokens_to_six_figures():
-    # With sample weights the tokens are counted by their weights, and the
-    # warning printed their sum to 15 places ("Fewer than half of the
-    # 5390.49466896178 tokens met").
-    rng = np.random.default_rng(0)
-    pairs = np.repeat(rng.standard_normal((10, 50)), 2, axis=0)
-    pairs += 5e-4 * rng.standard_normal(pairs.shape)
-    X = np.vstack([pairs, rng.standard_normal((80, 50))])
-    w = 1.0 + np.arange(len(X)) % 3 / 7.0
-    with pytest.warns(ConvergenceWarning, match=r"Fewer than half of the 114.143 tokens met"):
+    w = 1.0 + np.arange(len(X)) % 3 / 7.0 if weighted else None
+    with pytest.warns(ConvergenceWarning, match=match):
         SelfAttentionDynamics(beta=200.0, max_iter=5).fit(X, sample_weight=w)
 
 

@@ -160,7 +160,12 @@ def solve_exact(
     # The subsample's Hessian is a poor model here: L-BFGS on the full data.
     memory = None if polish.n_iter else warm.memory
     result = minimize_on_spheres(
-        full, polish.heads, tol=tol_abs, max_iter=max_iter - polish.n_iter, memory=memory
+        full,
+        polish.heads,
+        tol=tol_abs,
+        max_iter=max_iter - polish.n_iter,
+        memory=memory,
+        evaluated=(polish.objective_curve[-1], polish.gradient),
     )
     curve = np.concatenate([polish.objective_curve[:-1], result.objective_curve])
     n_iter = polish.n_iter + result.n_iter

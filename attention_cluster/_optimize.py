@@ -24,6 +24,9 @@ class SphereResult:
     objective_curve: np.ndarray  #: objective at the start and after each iteration
     n_iter: int
     converged: bool
+    #: the objective's Euclidean gradient at ``heads`` (its value is the
+    #: curve's last), so that a next stage from ``heads`` need not take it again
+    gradient: np.ndarray = None
     #: L-BFGS pairs ``(S, Y)``, each m x d x K (oldest first), tangent at
     #: ``heads``, for a warm start; None if there are none
     memory: tuple = None
@@ -111,7 +114,9 @@ def _probe_pair(fun, U, g, step):
     return s, y
 
 
-def minimize_on_spheres(fun, U0, *, tol, max_iter, memory_size=10, memory=None, min_iter=0):
+def minimize_on_spheres(
+    fun, U0, *, tol, max_iter, memory_size=10, memory=None, min_iter=0, evaluated=None
+):
     """Riemannian L-BFGS on the product of unit spheres, with Armijo backtracking.
 
     The Riemannian gradient is the Euclidean one projected on each head's
@@ -150,13 +155,20 @@ def minimize_on_spheres(fun, U0, *, tol, max_iter, memory_size=10, memory=None, 
     min_iter : int, default=0
         Iterations taken whatever the gradient's norm, unless it is zero or
         no step decreases the objective.
+    evaluated : tuple or None, default=None
+        ``fun(U0)`` when a previous stage has it, ``U0`` then being that
+        stage's unit heads, taken as they are: a pass over the data saved.
 
     Returns
     -------
     SphereResult
     """
-    U = normalize_heads(U0)
-    f, G = fun(U)
+    if evaluated is None:
+        U = normalize_heads(U0)
+        f, G = fun(U)
+    else:
+        U = U0
+        f, G = evaluated
     g = project_tangent(U, G)
     curve = [f]
     converged = False
@@ -185,9 +197,9 @@ def minimize_on_spheres(fun, U0, *, tol, max_iter, memory_size=10, memory=None, 
         s = project_tangent(U_new, t * p)
         y = g_new - project_tangent(U_new, g)
         memory = _kept_pairs(U_new, memory, s, y, memory_size)
-        U, f, g = U_new, f_new, g_new
+        U, f, G, g = U_new, f_new, G_new, g_new
         curve.append(f)
-    return SphereResult(U, np.asarray(curve), n_iter, converged, memory)
+    return SphereResult(U, np.asarray(curve), n_iter, converged, G, memory)
 
 
 def _truncated_cg(hvp, g, rtol, max_iter):
@@ -258,7 +270,7 @@ def polish_on_spheres(fun, hessian_fun, U0, *, tol, max_iter, cg_tol=0.1, max_cg
     while n_iter < max_iter:
         gnorm = _norm(g)
         if gnorm <= tol:
-            return SphereResult(U, np.asarray(curve), n_iter, True)
+            return SphereResult(U, np.asarray(curve), n_iter, True, G)
         p, reliable = _truncated_cg(_hessian_product(hessian_fun, U), g, cg_tol, max_cg)
         if not reliable:
             break
@@ -271,4 +283,4 @@ def polish_on_spheres(fun, hessian_fun, U0, *, tol, max_iter, cg_tol=0.1, max_cg
         curve.append(f)
         if _norm(g) > gnorm / 2:
             break
-    return SphereResult(U, np.asarray(curve), n_iter, _norm(g) <= tol)
+    return SphereResult(U, np.asarray(curve), n_iter, _norm(g) <= tol, G)

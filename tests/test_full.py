@@ -11,7 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from attention_cluster import AttentionClustering, _kernels, _numpy_kernels, _plan, _spectral
+from attention_cluster import (
+    AttentionClustering,
+    _exact,
+    _kernels,
+    _numpy_kernels,
+    _plan,
+    _spectral,
+)
 from attention_cluster._exact import solve_exact
 from attention_cluster._objective import exact_objective
 from attention_cluster._optimize import minimize_on_spheres, polish_on_spheres
@@ -472,6 +479,32 @@ def test_solve_with_a_subsample(n):
     assert sol.converged and sol.n_iter_warm > 0
     assert sol.n_iter <= (6 if n > 16 * _spectral.SUBSAMPLE else 20)
     assert centroid_distance(sol.heads.T, C) < 2 * floor
+
+
+def test_lbfgs_after_the_polish_takes_the_full_data_at_its_heads_once(monkeypatch):
+    # When the subsample's Newton steps stop before the tolerance, L-BFGS on
+    # the full data goes on from the polished heads with the value and
+    # gradient the polish took there: no pass over the data a second time
+    # at (nearly) the same heads.
+    n = 70_000
+    X, _, _ = _scaled_mixture(n, 10, 4, 0.5, 0)
+    temperature, L, rho = _defaults(4, 0.5)
+    heads = []
+
+    def recorded(rows, moment, U, *args):
+        if rows.n_weighted == n:
+            heads.append(np.array(U))
+        return exact_objective(rows, moment, U, *args)
+
+    monkeypatch.setattr(_exact, "exact_objective", recorded)
+    sol = solve_exact(
+        DenseRows(X), _start(X, 4, "spectral", 0), temperature, L, reg_strength=rho, random_state=0
+    )
+    assert sol.converged and sol.n_iter_warm > 0
+    # The polish stopped early and L-BFGS went on (more steps than Newton takes).
+    assert sol.n_iter > 6
+    gaps = [np.max(np.abs(b - a)) for a, b in zip(heads, heads[1:])]
+    assert min(gaps) > 1e-12
 
 
 def test_solve_is_deterministic():

@@ -780,7 +780,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         positive weight, starts the stream anew: it is fitted as the
         first was, at the stream's number of clusters, and fixes the scale,
         the centring and the temperature again (a small first batch's fit
-        would otherwise hold the stream where it lies). The model clusters
+        would otherwise hold the stream where it lies), unless its rows'
+        shares among the clusters show it is not a sample of the stream
+        (the test below, at level 1e-4: a batch of one class's rows would
+        start the stream at that class's fit), when it updates the stream.
+        The model clusters
         directions from ``mean_``: a first batch whose mean lies within one
         cluster (its rows drawn from that cluster alone, say) leaves that
         cluster no direction for the rest of the stream, so the first batch
@@ -891,10 +895,13 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                         self._stream.seen
                         and rows.total_weight > _STREAM_RESTART * self._stream.seen
                         and rows.n_weighted >= self.n_clusters_
+                        and self._stream.passes_for_sample(self._unit_rows(rows))
                     ):
-                        # This batch outweighs the stream so far, and has the
-                        # rows of a fit: its own fit starts the stream anew,
-                        # at the stream's K (a few heavy rows update it).
+                        # This batch outweighs the stream so far, has the
+                        # rows of a fit and passes for a sample of the
+                        # stream: its own fit starts the stream anew, at the
+                        # stream's K (a few heavy rows update it; a batch of
+                        # one class's rows, the stream sorted, is an update).
                         self._fit_rows(rows, n_clusters=self.n_clusters_)
                         self._stream = _new_stream(self._result, rows)
                 with rows, one_blas_thread():

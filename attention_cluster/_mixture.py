@@ -978,6 +978,43 @@ class _OneBatch:
         self.published = published
         return published
 
+    def passes_for_sample(self, data):
+        """Whether the batch ``data`` (at unit scale) passes for a sample of
+        the stream, the stream left as it was: partial_fit's check before a
+        batch that outweighs the stream starts it anew (a batch of one
+        class's rows would start it at that class's fit).
+
+        Online EM's test (:func:`_passes_for_sample`), at the level
+        ``_RESTART_LEVEL``, of the batch's rows' shares among the components
+        against the stream's where online EM has them (each row of positive
+        weight once), else of its weighted shares against the mixture's
+        weights; never once online EM took the stream for an ordered one,
+        always when the test is off (``significance=0``) or before a row
+        that is not zero.
+        """
+        if getattr(self, "ordered", False):
+            return False
+        if getattr(self, "significance", _SIGNIFICANCE) <= 0.0 or not self.mean_sq > 0.0:
+            return True
+        p = self.params
+        p = replace(p, variance=max(p.variance, MIN_VARIANCE * self.mean_sq / data.n_features))
+        attention = p.attention()[:3]
+        if getattr(self, "row_rows", 0):
+            rows = data.unit_weighted()
+            shares, rho, earlier = rows.e_step(*attention)[1], self.row_shares, self.row_rows
+        else:
+            rows, rho, earlier = data, np.exp(p.log_pi), self.rows_seen
+            shares = rows.e_step(*attention)[1]
+        shares = shares / float(np.sum(shares))
+        return _passes_for_sample(
+            shares,
+            rows.n_weighted,
+            rho,
+            earlier,
+            _RESTART_LEVEL,
+            getattr(self, "min_effect", _MIN_EFFECT),
+        )
+
     def lost(self):
         """The components whose weight holds less than one row of the stream (none before a row)."""
         if not self.rows_seen:
@@ -1071,6 +1108,40 @@ _LACKING = 0.1
 # The test's level and floor of its effect (benchmarks/stream_order.py).
 _SIGNIFICANCE = 0.01
 _MIN_EFFECT = 0.1
+# The level of the test of a batch that would start the stream anew
+# (_OneBatch.passes_for_sample): a batch of one class's rows is refused far
+# beyond any level, while a batch drawn from the whole stream, the restart's
+# purpose, is refused this rarely.
+_RESTART_LEVEL = 1e-4
+
+
+def _passes_for_sample(shares, n_rows, rho, earlier_rows, significance, min_effect):
+    """Whether a batch of ``n_rows`` rows whose shares among the components
+    are ``shares`` (summing to 1) passes for a sample of ``earlier_rows``
+    rows whose shares are ``rho`` (``math.md`` section 7, "A batch that is
+    not a sample of the stream").
+
+    It does unless both its effect ``sum_k (c_k - rho_k)^2 / rho_k``, over
+    the components of positive share ``rho_k``, exceeds ``min_effect`` and
+    Pearson's statistic exceeds its ``1 - significance`` quantile. The
+    shares ``rho`` are a mean of the earlier rows, whose variance adds
+    ``n_rows / earlier_rows`` of the batch's, so the statistic is ``n / (1 +
+    n / N) sum_k (c_k - rho_k)^2 / rho_k``, components expected fewer than
+    ``_MIN_EXPECTED`` times pooled into one."""
+    held = rho > 0.0
+    if np.count_nonzero(held) < 2:
+        return True
+    c, rho = shares[held], rho[held]
+    if float(np.sum((c - rho) ** 2 / rho)) <= min_effect:
+        return True
+    rare = n_rows * rho < _MIN_EXPECTED
+    if rare.any():
+        c = np.append(c[~rare], np.sum(c[rare]))
+        rho = np.append(rho[~rare], np.sum(rho[rare]))
+    if rho.size < 2:
+        return True
+    pearson = n_rows / (1.0 + n_rows / earlier_rows) * float(np.sum((c - rho) ** 2 / rho))
+    return pearson <= chi2.isf(significance, rho.size - 1)
 
 
 class OnlineEM(_OneBatch):
@@ -1224,33 +1295,12 @@ class OnlineEM(_OneBatch):
 
     def _is_sample(self, shares, n_rows, earlier_rows):
         """Whether a batch of ``n_rows`` rows whose shares among the
-        components are ``shares`` (summing to 1) passes for a sample of the
-        stream's ``earlier_rows`` rows, whose shares are ``row_shares``
-        (``math.md`` section 7, "A batch that is not a sample of the stream").
-
-        It does unless both its effect ``sum_k (c_k - rho_k)^2 / rho_k``,
-        over the components of positive running share ``rho_k``, exceeds
-        ``min_effect`` and Pearson's statistic exceeds its ``1 -
-        significance`` quantile. The running shares are a mean of the
-        earlier rows, whose variance adds ``n_rows / earlier_rows`` of the
-        batch's, so the statistic is ``n / (1 + n / N) sum_k (c_k -
-        rho_k)^2 / rho_k``, components expected fewer than ``_MIN_EXPECTED``
-        times pooled into one."""
-        rho = self.row_shares
-        held = rho > 0.0
-        if np.count_nonzero(held) < 2:
-            return True
-        c, rho = shares[held], rho[held]
-        if float(np.sum((c - rho) ** 2 / rho)) <= self.min_effect:
-            return True
-        rare = n_rows * rho < _MIN_EXPECTED
-        if rare.any():
-            c = np.append(c[~rare], np.sum(c[rare]))
-            rho = np.append(rho[~rare], np.sum(rho[rare]))
-        if rho.size < 2:
-            return True
-        pearson = n_rows / (1.0 + n_rows / earlier_rows) * float(np.sum((c - rho) ** 2 / rho))
-        return pearson <= chi2.isf(self.significance, rho.size - 1)
+        components are ``shares`` passes for a sample of the stream's
+        ``earlier_rows`` rows, whose shares are ``row_shares``, at the
+        stream's ``significance`` (:func:`_passes_for_sample`)."""
+        return _passes_for_sample(
+            shares, n_rows, self.row_shares, earlier_rows, self.significance, self.min_effect
+        )
 
     def _component_step(self, S, counts, batch, share, floor, p):
         """The step of a batch that is not a sample of the stream: each

@@ -112,7 +112,8 @@ same solvers run on each.
 The contract of `MiniBatchKMeans.partial_fit`: the first call fits its
 batch as `fit` does (which fixes `scale_`, the temperature, and uses
 `random_state`), and so does a later batch of more than 4 times the weight
-seen before it, at the stream's K (the stream starts anew there); after
+seen before it that passes for a sample of the stream, at the stream's K
+(the stream starts anew there; a batch of one class's rows updates it); after
 `fit`, the stream continues from the fitted mixture, its rows counted in by
 their weight. When the batch that starts the stream has at least 64 rows
 per parameter (d K + K + 2, d K + 2K + 1 with free norms; at most 512), each other call adds the batch's

@@ -34,7 +34,12 @@ import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import assert_all_finite, check_random_state
 
-from ._dynamics import SelfAttentionDynamics, check_min_cluster_size, token_weights
+from ._dynamics import (
+    SelfAttentionDynamics,
+    check_min_cluster_size,
+    more_time_advice,
+    token_weights,
+)
 from ._passes import (
     dense,
     densified_bytes,
@@ -500,7 +505,13 @@ def count_clusters(
     if K not in scores:
         K = max(scores, key=lambda k: (scores[k], -abs(k - K)))
     # The dynamics' own diagnosis, and what was made of its last state.
-    unsettled = [message for message, category in held if issubclass(category, ConvergenceWarning)]
+    # Its advice names the parameters the caller can set: not the dynamics'
+    # max_iter and step_size, which are fixed here.
+    unsettled = [
+        message.replace(more_time_advice(dynamics._lengthening()), more_time_advice(()))
+        for message, category in held
+        if issubclass(category, ConvergenceWarning)
+    ]
     if unsettled and int(dynamics.n_clusters_) > m / 2 and 1 in scores:
         # No plateau, and most tokens still apart (the dynamics' own count,
         # before any range clips it): no structure the dynamics resolved
@@ -523,7 +534,8 @@ def count_clusters(
             f"The self-attention dynamics that chooses n_clusters, SelfAttentionDynamics(beta="
             f"{beta!r}, min_cluster_size={min_cluster_size!r}) on {tokens.shape[0]} rows, found "
             f"no plateau: {unsettled[0]} n_clusters was read from its last state ({taken}), "
-            "then compared with its neighbours by their silhouettes.",
+            "then compared with its neighbours by their silhouettes (beta and "
+            "min_cluster_size are parameters of choose_n_clusters).",
             ConvergenceWarning,
         )
     fits, mixtures, silhouettes, held = {}, {}, {}, {}

@@ -375,6 +375,17 @@ def _check_flow(X, model, beta, step_size, query, key, value, chunk_size, n_thre
     )
 
 
+def more_time_advice(increased):
+    """The advice of an unsettled run's warning that gives the tokens more
+    time to meet: increase the parameters ``increased`` (of ``max_iter`` and
+    ``step_size``; none where the caller cannot set them, as
+    ``choose_n_clusters``), or lower beta."""
+    lower = "lower beta (a coarser resolution, at which tokens meet sooner)."
+    if not increased:
+        return lower[0].upper() + lower[1:]
+    return f"Increase {' or '.join(increased)}, or {lower}"
+
+
 class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
     """Clustering by self-attention dynamics: the number of clusters emerges.
 
@@ -550,7 +561,8 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         of them (increase ``max_iter`` or a numeric ``step_size``, or lower
         ``beta``: a larger beta resolves finer and keeps tokens apart
         longer), no group reached
-        ``min_cluster_size`` (lower it), or the groups of the initial tokens
+        ``min_cluster_size`` (lower it, or give the tokens more time as
+        above: groups of a few tokens may still grow), or the groups of the initial tokens
         never changed while some tokens stayed in no cluster. The final
         state is clustered. Tokens all in clusters from the start (tighter
         than ``cluster_tol``) whose clusters persist to ``max_iter`` are
@@ -877,6 +889,11 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         self.n_iter_ = n_iter
         return self
 
+    def _lengthening(self):
+        """The parameters whose increase gives the tokens more time to meet:
+        ``max_iter``, and ``step_size`` where it is a number."""
+        return ("max_iter",) + (() if isinstance(self.step_size, str) else ("step_size",))
+
     def _warn_unsettled(self, counts, state, radius, min_size, m, heavy):
         """The ConvergenceWarning of a plateau rule that found no plateau after tokens met.
 
@@ -896,11 +913,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         tokens = _count_text(m)
         # A plateau counts once most tokens have met (_met_share).
         paired = _met_share(state, groups, sizes, heavy)
-        more_time = (
-            "Increase max_iter"
-            + ("" if isinstance(self.step_size, str) else " or step_size")
-            + ", or lower beta (a coarser resolution, at which tokens meet sooner)."
-        )
+        more_time = more_time_advice(self._lengthening())
         grouped = 0 < counts[0] < m and min(counts) == max(counts)
         # Every group counted, and of two tokens or more (rows at one place
         # are a cluster from the start): the answer (sums of weights in two
@@ -921,7 +934,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
                 f"No group of tokens reached min_cluster_size={self.min_cluster_size!r} "
                 f"({_count_text(min_size)} of the {tokens} tokens; the largest holds {sizes.max():g}) within "
                 f"max_iter={self.max_iter} steps: the final state is clustered. Lower "
-                "min_cluster_size."
+                f"min_cluster_size, or give the tokens more time to meet: {more_time}"
             )
         else:
             met = (

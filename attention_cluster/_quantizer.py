@@ -17,7 +17,7 @@ from ._validation import (
     power_of_two_unit,
     quiet_finite_check,
 )
-from .layers import in_context_softmax_attention
+from .layers import _factor_for, in_context_softmax_attention
 from .theory import in_context_unbiased_temperature
 
 __all__ = ["InContextQuantizer"]
@@ -276,7 +276,7 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
                         factor = (temperature * K * unit) * unit / L
                     else:
                         factor = temperature * K / (L * spectrum.scale**2)
-                    out = left_times(_factor(factor * gram, X.dtype), X, X.dtype)
+                    out = left_times(_factor_for(factor * gram, X.dtype), X, X.dtype)
                 else:
                     # s T^ctx(X / s)_l = lambda K (X^T X / (L s^2)) X_l, and
                     # X^T X / (L s^2) is the spectrum's unit-scale moment,
@@ -292,7 +292,7 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
                         context = temperature * K * spectrum.moment
                     # Sparse rows are held in float64 (SparseRows), and so is
                     # their product: each chunk's is cast to X's dtype.
-                    context = _factor(context, X.dtype)
+                    context = _factor_for(context, X.dtype)
                     out = rows.map_rows(_times, context, X.dtype, dtype=X.dtype, columns=d)
             return finite_output(out)
         tokens = rows.map_rows(dense_block, X.dtype, dtype=X.dtype, columns=d)
@@ -341,27 +341,6 @@ def _gram_spectrum(gram, rows, n_clusters):
     """
     coordinates = gram_coordinates(gram)
     return estimate_spectrum(rows_of(coordinates, n_threads=1), n_clusters, full=rows)
-
-
-# Factors of the layer whose largest entry lies in this range are cast to
-# float32 for float32 rows (see _factor).
-_FLOAT32_FACTORS = (2.0**-100, 2.0**100)
-
-
-def _factor(A, dtype):
-    """The layer's factor A (an L x L or d x d float64 matrix) for its product
-    with rows of ``dtype``: cast to float32 for float32 rows where its
-    largest entry lies well within float32's normal range
-    (``_FLOAT32_FACTORS``), so that the product runs in float32; beyond,
-    where the cast would underflow (a silent error) or overflow (a false
-    one) though the output is representable, kept float64: the product
-    then runs in float64, cast to float32 after."""
-    if dtype == np.float64:
-        return A
-    with np.errstate(over="ignore", invalid="ignore"):
-        peak = float(np.max(np.abs(A), initial=0.0))
-    low, high = _FLOAT32_FACTORS
-    return A.astype(dtype) if peak == 0.0 or low <= peak <= high else A
 
 
 def _times(rows, context, dtype):

@@ -10,6 +10,7 @@ import concurrent.futures
 import contextlib
 import contextvars
 import functools
+import importlib.util
 import multiprocessing
 import numbers
 import os
@@ -42,6 +43,13 @@ _LIBRARY_DIRS = (
     + (os.path.abspath(threading.__file__), os.path.abspath(runpy.__file__))
     # Python's frozen modules (runpy, which starts loky's worker processes).
     + ("<frozen ",)
+    # Dask's wrappers and searches (dask-ml's Incremental calls partial_fit
+    # from its own frames), where installed: found, not imported.
+    + tuple(
+        os.path.dirname(os.path.abspath(spec.origin)) + os.sep
+        for spec in map(importlib.util.find_spec, ("dask", "dask_ml", "distributed"))
+        if spec is not None and spec.origin is not None
+    )
 )
 
 
@@ -101,7 +109,8 @@ def check_positive(value, name, target_type=numbers.Real, *, min_val=0, strict=T
         check_scalar(value, name, target_type)
     except (TypeError, ValueError) as error:
         raise InvalidParameterError(str(error)) from None
-    if isinstance(value, numbers.Real) and not np.isfinite(value):
+    # (A Python int beyond NumPy's integers is finite: np.isfinite refuses it.)
+    if isinstance(value, numbers.Real) and not isinstance(value, int) and not np.isfinite(value):
         raise InvalidParameterError(f"{name} must be finite, got {value!r}.")
     if value < min_val or (strict and value == min_val):
         sign = ">" if strict else ">="

@@ -89,6 +89,27 @@ def _check_heads(heads, n_features, dtype):
     return cast
 
 
+# Factors of the layer whose largest entry lies in this range are cast to
+# float32 for float32 rows (see _factor_for).
+_FLOAT32_FACTORS = (2.0**-100, 2.0**100)
+
+
+def _factor_for(A, dtype):
+    """A layer's small factor A (float64: an L x L, d x d or d x K matrix) for
+    its product with rows of ``dtype``: cast to float32 for float32 rows where its
+    largest entry lies well within float32's normal range
+    (``_FLOAT32_FACTORS``), so that the product runs in float32; beyond,
+    where the cast would underflow (a silent error) or overflow (a false
+    one) though the output is representable, kept float64: the product
+    then runs in float64, cast to float32 after."""
+    if dtype == np.float64:
+        return A
+    with np.errstate(over="ignore", invalid="ignore"):
+        peak = float(np.max(np.abs(A), initial=0.0))
+    low, high = _FLOAT32_FACTORS
+    return A.astype(dtype) if peak == 0.0 or low <= peak <= high else A
+
+
 def _finish(out, original_ndim):
     """:func:`finite_output`, one prompt returned as a 2-D array."""
     finite_output(out)
@@ -149,8 +170,12 @@ def linear_attention(X, heads, *, temperature=1.0, n_clusters=None):
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused by _finish
         A = X3 @ heads.T  # (n, L, K): <X_l, mu_h>
         G = np.swapaxes(X3, 1, 2) @ A  # (n, d, K): sum_k <mu_h, X_k> X_k
-        # Scaling the small d x K factor spares a pass over the output.
-        out = A @ ((temperature * n_clusters / L) * np.swapaxes(G, 1, 2))
+        # Scaling the small d x K factor spares a pass over the output; it is
+        # scaled in float64 (a temperature beyond float32's range is not inf).
+        F = _factor_for(
+            (temperature * n_clusters / L) * np.swapaxes(G, 1, 2).astype(np.float64), X3.dtype
+        )
+        out = (A @ F).astype(X3.dtype, copy=False)
     return _finish(out, np.ndim(X))
 
 
@@ -215,11 +240,14 @@ def in_context_attention(X, *, temperature=1.0, n_clusters=2):
     for p in range(0, n, step):
         P = X3[p : p + step]
         with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused by _finish
-            # (X X^T) X or X (X^T X): the smaller Gram matrix, scaled first.
+            # (X X^T) X or X (X^T X): the smaller Gram matrix, scaled first
+            # in float64 (a temperature beyond float32's range is not inf).
             if L < d:
-                np.matmul(factor * (P @ np.swapaxes(P, 1, 2)), P, out=out[p : p + step])
+                gram = _factor_for(factor * (P @ np.swapaxes(P, 1, 2)).astype(np.float64), P.dtype)
+                np.matmul(gram, P, out=out[p : p + step])
             else:
-                np.matmul(P, factor * (np.swapaxes(P, 1, 2) @ P), out=out[p : p + step])
+                gram = _factor_for(factor * (np.swapaxes(P, 1, 2) @ P).astype(np.float64), P.dtype)
+                np.matmul(P, gram, out=out[p : p + step])
     return _finish(out, np.ndim(X))
 
 
@@ -250,6 +278,10 @@ def _softmax_aggregate(queries, keys, values, temperature):
             with np.errstate(over="ignore", invalid="ignore"):
                 scores = queries[P, :, R] @ keys_t[P]  # (np, H, nr, L)
                 scores -= np.max(scores, axis=-1, keepdims=True)
+                if temperature > np.finfo(scores.dtype).max:
+                    # In float32 lambda would be inf, and a score's shift of
+                    # zero times it NaN: the block steps in float64.
+                    scores = scores.astype(np.float64)
                 scores *= temperature
                 np.exp(scores, out=scores)
                 scores /= np.sum(scores, axis=-1, keepdims=True)  # each head's softmax

@@ -141,7 +141,12 @@ order and every later batch moves the components so (math.md section 7,
 holds no d x d matrix: a batch costs its passes and the memory of one batch
 (a batch that reseeds a component is formed densely once, sparse or not).
 `n_steps_` counts the calls, `labels_` labels the last batch, and the
-estimator pickles between calls and resumes. Inside dask-ml:
+estimator pickles between calls and resumes. Inside dask-ml, whose
+`Incremental` shuffles the blocks' order by default with a seed of its own
+(`shuffle_blocks=True`, `random_state=None`): pass `shuffle_blocks=False`
+(or a `random_state`) for the same fit on every call, and mind that the
+first block holds at least `n_clusters` rows (a last block of one row,
+shuffled first, fails):
 
 ```python
 import dask.array as da
@@ -152,7 +157,8 @@ from attention_cluster.datasets import make_mixture
 
 X, _, _ = make_mixture(20_000, 10, 2, noise=0.3, random_state=0)
 X_dask = da.from_array(X, chunks=5_000)  # each block is one partial_fit batch
-model = Incremental(AttentionClustering(n_clusters=2, random_state=0)).fit(X_dask)
+model = Incremental(AttentionClustering(n_clusters=2, random_state=0), shuffle_blocks=False)
+model.fit(X_dask)
 model.estimator_.cluster_centers_
 ```
 """

@@ -19,6 +19,7 @@ import scipy.sparse as sp
 from attention_cluster import (
     AttentionClustering,
     InvalidParameterError,
+    _clustering,
     _mixture,
     _passes,
     choose_n_clusters,
@@ -26,6 +27,7 @@ from attention_cluster import (
 from attention_cluster._passes import DaskRows, DenseRows
 from attention_cluster.datasets import make_mixture
 
+dask = pytest.importorskip("dask")
 da = pytest.importorskip("dask.array")
 dd = pytest.importorskip("dask.dataframe")
 Callback = pytest.importorskip("dask.callbacks").Callback
@@ -867,6 +869,23 @@ def test_incremental_is_partial_fit_on_the_blocks(client, mixture):
     np.testing.assert_allclose(
         wrapped.estimator_.cluster_centers_, stream.cluster_centers_, rtol=1e-8, atol=1e-10
     )
+
+
+@pytest.mark.parametrize("scheduler", ["sync", "threads"])
+def test_incremental_s_warnings_name_the_caller_or_the_method(scheduler, mixture):
+    # dask-ml calls partial_fit from its own frames: a warning named a line
+    # of dask_ml/_partial.py, which a filter on the caller's module misses.
+    # Run in the caller's thread it names the caller's line; in a worker
+    # thread, which has no caller, the package's public method (on a
+    # distributed worker process it goes to that worker's log).
+    wrappers = pytest.importorskip("dask_ml.wrappers")
+    Xd = da.from_array(mixture[0][:12_000] + 10.0, chunks=(6000, -1))
+    model = wrappers.Incremental(AttentionClustering(random_state=0), shuffle_blocks=False)
+    with dask.config.set(scheduler=scheduler):
+        with pytest.warns(UserWarning, match="centred the data") as record:
+            model.fit(Xd)
+    expected = __file__ if scheduler == "sync" else _clustering.__file__
+    assert {w.filename for w in record} == {expected}
 
 
 def test_killed_worker_does_not_change_the_fit(client):

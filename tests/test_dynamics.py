@@ -988,6 +988,17 @@ def test_groups_below_min_cluster_size_are_named_as_such():
         SelfAttentionDynamics(min_cluster_size=150).fit(X)
 
 
+def test_groups_below_min_cluster_size_after_few_steps_advise_more_time():
+    # After 2 steps the largest group holds 2 of the 2000 tokens: the warning
+    # advised only a lower min_cluster_size, after which the run still stops
+    # unsettled; 5 steps find the 3 clusters.
+    X, _, _ = make_mixture(2000, 10, 3, noise=0.3, random_state=0)
+    with pytest.warns(ConvergenceWarning, match="No group of tokens reached") as record:
+        SelfAttentionDynamics(model="usa", max_iter=2, random_state=0).fit(X)
+    assert "Lower min_cluster_size, or give the tokens more time" in str(record[0].message)
+    assert "Increase max_iter, or lower beta" in str(record[0].message)
+
+
 # -- sample weights: a row of weight w is w tokens at one place
 
 

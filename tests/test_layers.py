@@ -418,3 +418,24 @@ def test_strided_read_only_batch_matches_contiguous(name, global_random_seed):
     X.setflags(write=False)
     heads = rng.standard_normal((2, 4))
     assert_close(layer(X, heads, 0.6), layer(np.ascontiguousarray(X), heads, 0.6))
+
+
+@pytest.mark.parametrize("shape", [(7, 3), (3, 7)], ids=["prompt", "short-prompt"])
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_float32_prompts_take_temperatures_beyond_float32(name, shape, global_random_seed):
+    # A temperature above float32's largest number was cast to inf with the
+    # prompts: the softmax's zero shift times it was NaN, and the linear
+    # layers' scaled factors overflowed though their outputs are
+    # representable (FloatingPointError). float32 prompts now give the
+    # float64 layer's output on the same rounded rows: the hard argmax for
+    # the softmax layers, small rows at a large temperature for the linear
+    # ones (their outputs near 1e-5).
+    layer, _ = LAYERS[name]
+    rng = np.random.default_rng([global_random_seed, 6])
+    softmax = "softmax" in name
+    X = (rng.standard_normal(shape) * (1.0 if softmax else 1e-15)).astype(np.float32)
+    heads = rng.standard_normal((2, shape[-1])).astype(np.float32)
+    out = layer(X, heads, 1e40)
+    expected = layer(X.astype(np.float64), heads.astype(np.float64), 1e40)
+    assert out.dtype == np.float32
+    assert_close(out, expected, rtol=TOLERANCE[np.float32])

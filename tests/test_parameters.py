@@ -275,3 +275,15 @@ def test_the_valid_calls_of_the_grid_run():
         if name not in ("warm_up", "choose_n_clusters", "information_limit"):
             call()
     plt.close("all")
+
+
+def test_integers_beyond_numpy_s_are_checked_as_integers():
+    # A Python int beyond int64 reached np.isfinite, which raised its own
+    # TypeError ("ufunc 'isfinite' not supported"): such an integer is a
+    # number like any other, valid above its bound (KMeans takes
+    # max_iter=10**20 too) and refused below it.
+    assert AttentionClustering(2, max_iter=10**20, random_state=0).fit(X).n_iter_ >= 1
+    with pytest.raises(InvalidParameterError, match="max_iter"):
+        AttentionClustering(2, max_iter=-(10**20)).fit(X)
+    with pytest.raises(InvalidParameterError, match="n_steps"):
+        attention_flow(X, -(10**20))

@@ -2247,10 +2247,32 @@ class SparseRows(_Rows):
         return self._moment_at(c) * (c / self.scale) ** 2
 
     @_on_weighted_rows
+    @_on_weighted_rows
     def peak(self):
-        """A bound on the largest ``|x_ij - m_j| / s``: ``(max |x_ij| + max |m_j|) / s``."""
+        """The largest ``|x_ij - m_j| / s`` of the rows as the passes see
+        them (centred), as :meth:`DenseRows.peak`: over the stored entries,
+        and over the offsets of the columns where a row stores no entry (its
+        zero, centred, is ``-m_j``), by chunks of the stored entries. (It
+        was the bound ``(max |x_ij| + max |m_j|) / s``, twice the peak of
+        rows equal to their mean: a stream's batch of such rows was refused
+        as beyond its scale where the same dense rows were not.)"""
         top, off = self._magnitudes()
-        return (top + off) / self.scale
+        if off == 0.0:
+            return top / self.scale
+        X, m = self._X, self.offset
+        step = max(1, _CHUNK_BYTES // 8)
+        with np.errstate(over="ignore"):  # rows beyond float64 once centred: inf, as dense
+            peak = max(
+                (
+                    float(np.max(np.abs(X.data[lo : lo + step] - m[X.indices[lo : lo + step]])))
+                    for lo in range(0, X.nnz, step)
+                ),
+                default=0.0,
+            )
+        gaps = np.bincount(X.indices, minlength=X.shape[1]) < X.shape[0]
+        if gaps.any():
+            peak = max(peak, float(np.max(np.abs(m[gaps]))))
+        return peak / self.scale
 
     @_on_weighted_rows
     def moment_action(self, V):

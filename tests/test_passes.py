@@ -301,6 +301,8 @@ def test_sparse_rows_match_dense_rows(weighted, centred, global_random_seed):
         sparse.moment_action(U), dense.moment_action(U), rtol=1e-10, atol=1e-12
     )
     np.testing.assert_allclose(sparse.norm_moments(), dense.norm_moments(), rtol=1e-10)
+    # (Centred, the sparse peak was a bound, up to twice the dense one.)
+    assert sparse.peak() == pytest.approx(dense.peak(), rel=1e-12)
     MU = dense.moment_action(U)
     for reg in (0, 1, 2):
         v_s, P_s = sparse.exact_terms(U, MU, 0.06, 49.0, reg, 0.3)

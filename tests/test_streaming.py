@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from reference import online_em, online_em_step_sizes
 from sklearn.metrics import adjusted_rand_score
 
-from attention_cluster import AttentionClustering
+from attention_cluster import AttentionClustering, InvalidParameterError
 from attention_cluster._mixture import (
     LinearisedEM,
     OnlineEM,
@@ -348,6 +348,32 @@ def test_a_heavy_batch_of_one_class_updates_the_stream(
             model.partial_fit(X[rest[start : start + batch]])
     assert model._stream.seen == n  # (a restart would have dropped the first rows)
     assert adjusted_rand_score(y, model.predict(X)) > 0.8
+
+
+@pytest.mark.parametrize("parameter, value", [("n_clusters", -1), ("solver", "bogus"), ("tol", -5)])
+def test_a_bad_parameter_set_between_batches_is_refused_at_the_next(parameter, value):
+    # Only a batch that started the stream anew checked the parameters: a
+    # bad one set between batches passed ordinary batches and failed later,
+    # by the weight of the batch.
+    X, _, _ = make_mixture(300, 5, 3, noise=0.3, random_state=0)
+    model = AttentionClustering(3, random_state=0).partial_fit(X[:100])
+    model.set_params(**{parameter: value})
+    with pytest.raises(InvalidParameterError, match=parameter):
+        model.partial_fit(X[100:200])
+    assert model.n_steps_ == 1
+
+
+@pytest.mark.parametrize("kind", [np.asarray, sp.csr_matrix], ids=["dense", "sparse"])
+def test_a_batch_equal_to_a_first_batch_of_equal_rows_is_taken(kind):
+    # The first batch's rows are all one row: centred, they are zero, and
+    # the scale is 1. A sparse batch equal to it was refused as "2e+17 times
+    # the scale" (a bound on its centred peak, |x| + |m|), the dense one taken.
+    b = np.repeat(np.r_[1e17, np.zeros(9)][None], 50, 0).astype(np.float32)
+    model = AttentionClustering(3, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # equal rows, centred
+        model.partial_fit(kind(b)).partial_fit(kind(b))
+    assert model.n_steps_ == 2
 
 
 def test_a_few_heavy_rows_update_the_stream_and_do_not_restart_it():

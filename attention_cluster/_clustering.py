@@ -1337,23 +1337,37 @@ def _reconstruction_errors(rows, heads, out, mean, scale, shift):
     rows' errors are not touched by theirs (a row of zero weight far away
     left the mean of the others).
     """
-    exponents = unit_term_exponents(rows, mean, scale)
+    # T(y) is |out| times y's magnitude: out is read over 2^k, its power of
+    # two (a stream's batch far above its first batch's scale makes out
+    # large; its terms overflowed into inf - inf, a NaN score), and each
+    # error over 4^k, folded into the power of two of the rows' errors.
+    k = max(0, int(np.frexp(float(np.max(np.abs(out), initial=0.0)))[1]))
+    out = np.ldexp(out, -k)
+    exponents = unit_term_exponents(rows, mean, scale) + k
     groups = np.where(exponents > _SQUARE_SAFE_EXPONENT, exponents // 64 + 1, 0)
     errors = np.empty(len(exponents))
     for group in np.unique(groups):
         idx = np.flatnonzero(groups == group)
-        e = 0 if group == 0 else int(np.max(exponents[idx]))
+        e = 0 if group == 0 else int(np.max(exponents[idx])) - k
         block = rows if len(idx) == len(exponents) else rows[idx]
-        errors[idx] = _errors_at(block, heads, out, mean, np.ldexp(scale, e), 2 * e + shift)
+        errors[idx] = _errors_at(block, heads, out, mean, np.ldexp(scale, e), 2 * e + shift, k)
     return errors
 
 
-def _errors_at(rows, heads, out, mean, scale, e):
-    """:func:`_reconstruction_errors` of rows read at ``scale``, times ``2^e``."""
+def _errors_at(rows, heads, out, mean, scale, e, k=0):
+    """:func:`_reconstruction_errors` of rows read at ``scale``, times
+    ``2^e``, ``out`` given over ``2^k``: the error over ``4^k`` is ``q /
+    4^k - 2 <A, B> / 2^k + ||A out||^2``, B the products with that ``out``."""
     K = len(heads)
     P, q = unit_terms(rows, np.vstack([heads, out]), mean, scale)
     A, B = P[:, :K], P[:, K:]
-    errors = q - 2.0 * np.sum(A * B, axis=1) + np.sum((A @ (out @ out.T)) * A, axis=1)
+    with np.errstate(under="ignore"):
+        q, cross = np.ldexp(q, -2 * k), np.ldexp(np.sum(A * B, axis=1), -k)
+    errors = q - 2.0 * cross + np.sum((A @ (out @ out.T)) * A, axis=1)
+    # A squared norm: the expansion's cancellation may round it below zero
+    # (a row's -inf beside another's inf summed to NaN).
+    errors = np.maximum(errors, 0.0)
+    e = e + 2 * k
     # Scaled down (score's 2^shift), an error may round to a subnormal number.
     with np.errstate(over="ignore", under="ignore"):
         return np.ldexp(errors, e)

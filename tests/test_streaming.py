@@ -376,6 +376,28 @@ def test_a_batch_equal_to_a_first_batch_of_equal_rows_is_taken(kind):
     assert model.n_steps_ == 2
 
 
+@pytest.mark.parametrize("kind", [np.asarray, sp.csr_matrix], ids=["dense", "sparse"])
+def test_score_after_a_batch_far_above_the_first_batch_s_scale(kind):
+    # A batch 1e20 to 1e99 times the first batch's scale (accepted up to
+    # 1e100) makes moment_heads_ large at unit scale: score's expansion
+    # overflowed into inf - inf, a NaN score. Now the error of the NumPy
+    # formula ||y - T(y)||^2 (in extended precision), and -inf where that
+    # mean passes float64's range.
+    X, _, _ = make_mixture(1000, 10, 3, noise=0.3, random_state=0)
+    for factor in (1e20, 1e80):
+        model = AttentionClustering(3, random_state=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # the far batch's centring
+            model.partial_fit(kind(X[:500])).partial_fit(kind(X[500:] * factor))
+        for Z in (X[500:] * factor, X[500:], X[:500] * 1e-60):
+            Y = (Z - model.mean_).astype(np.longdouble)
+            out = model.temperature_ * model.n_clusters_ * model.moment_heads_
+            T = (Y @ model.cluster_centers_.T) @ out.astype(np.longdouble)
+            with np.errstate(over="ignore"):
+                expected = float(-np.mean(np.sum((Y - T) ** 2, axis=1)))
+            assert model.score(kind(Z)) == pytest.approx(expected, rel=1e-9)
+
+
 def test_a_few_heavy_rows_update_the_stream_and_do_not_restart_it():
     # A batch that outweighs the stream but holds fewer rows of positive
     # weight than clusters cannot be fitted on its own: it updates the

@@ -1341,8 +1341,8 @@ def _reconstruction_errors(rows, heads, out, mean, scale, shift):
     # two (a stream's batch far above its first batch's scale makes out
     # large; its terms overflowed into inf - inf, a NaN score), and each
     # error over 4^k, folded into the power of two of the rows' errors.
-    k = max(0, int(np.frexp(float(np.max(np.abs(out), initial=0.0)))[1]))
-    out = np.ldexp(out, -k)
+    top = max(float(np.max(out, initial=0.0)), -float(np.min(out, initial=0.0)))
+    k = max(0, int(np.frexp(top)[1]))
     exponents = unit_term_exponents(rows, mean, scale) + k
     groups = np.where(exponents > _SQUARE_SAFE_EXPONENT, exponents // 64 + 1, 0)
     errors = np.empty(len(exponents))
@@ -1356,17 +1356,23 @@ def _reconstruction_errors(rows, heads, out, mean, scale, shift):
 
 def _errors_at(rows, heads, out, mean, scale, e, k=0):
     """:func:`_reconstruction_errors` of rows read at ``scale``, times
-    ``2^e``, ``out`` given over ``2^k``: the error over ``4^k`` is ``q /
+    ``2^e``, with ``out`` read over ``2^k``: the error over ``4^k`` is ``q /
     4^k - 2 <A, B> / 2^k + ||A out||^2``, B the products with that ``out``."""
     K = len(heads)
-    P, q = unit_terms(rows, np.vstack([heads, out]), mean, scale)
+    C = np.vstack([heads, out])  # (out over 2^k scaled in this copy)
+    out = np.ldexp(C[K:], -k, out=C[K:])
+    P, q = unit_terms(rows, C, mean, scale)
     A, B = P[:, :K], P[:, K:]
+    # (In place, and by einsum: no n x K temporary beyond A (out out^T).)
+    cross = np.einsum("ij,ij->i", A, B)
     with np.errstate(under="ignore"):
-        q, cross = np.ldexp(q, -2 * k), np.ldexp(np.sum(A * B, axis=1), -k)
-    errors = q - 2.0 * cross + np.sum((A @ (out @ out.T)) * A, axis=1)
+        errors = np.ldexp(q, -2 * k, out=q)
+        cross = np.ldexp(cross, 1 - k, out=cross)
+    errors -= cross
+    errors += np.einsum("ij,ij->i", A @ (out @ out.T), A)
     # A squared norm: the expansion's cancellation may round it below zero
     # (a row's -inf beside another's inf summed to NaN).
-    errors = np.maximum(errors, 0.0)
+    np.maximum(errors, 0.0, out=errors)
     e = e + 2 * k
     # Scaled down (score's 2^shift), an error may round to a subnormal number.
     with np.errstate(over="ignore", under="ignore"):

@@ -2601,9 +2601,21 @@ def times_power_of_two(A, exponent, dtype=None):
     return np.ldexp(np.asarray(A, dtype=dtype), exponent).astype(dtype, copy=False)
 
 
-def gram_matrix(A):
-    """``A A^T`` of a dense or sparse matrix's rows, dense (a sparse product, densified)."""
-    return dense(A @ A.T)
+def gram_matrix(A, exponent=0):
+    """``B B^T``, ``B = A 2^exponent`` in float64, of a dense or sparse
+    matrix's rows, dense (a sparse product, densified). Dense A is read by
+    blocks of columns, each cast and scaled in turn: no float64 copy of A
+    (of float32 prompts wider than long, twice their size) is formed."""
+    if sp.issparse(A):
+        B = times_power_of_two(A, exponent, np.float64)
+        return dense(B @ B.T)
+    n, d = A.shape
+    G = np.zeros((n, n))
+    step = max(1, _CHUNK_BYTES // (8 * max(n, 1)))
+    for lo in range(0, d, step):
+        B = np.ldexp(np.asarray(A[:, lo : lo + step], dtype=np.float64), exponent)
+        G += B @ B.T
+    return G
 
 
 def left_times(B, A, dtype):

@@ -3,6 +3,7 @@
 from numbers import Integral
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -242,11 +243,10 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
             # float64 at any magnitude of X. (The softmax layer at a given
             # temperature needs neither.)
             unit = power_of_two_unit(rows.peak())
-            X_scaled = times_power_of_two(X, -_exponent(unit), np.float64)  # X / unit
-            gram = gram_matrix(X_scaled)
+            gram = gram_matrix(X, -_exponent(unit))  # of X / unit
         if self.temperature_ == "auto":
             if gram is not None:
-                spectrum = _gram_spectrum(gram, rows_of(X_scaled, n_threads=1), K)
+                spectrum = _gram_spectrum(gram, rows.rescaled(unit), K)
             else:
                 spectrum = estimate_spectrum(rows, K)
                 if not np.isfinite(spectrum.scale):
@@ -295,7 +295,10 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
                     context = _factor_for(context, X.dtype)
                     out = rows.map_rows(_times, context, X.dtype, dtype=X.dtype, columns=d)
             return finite_output(out)
-        tokens = rows.map_rows(dense_block, X.dtype, dtype=X.dtype, columns=d)
+        # Dense X as it is (the layer copies nothing of it); sparse X densified.
+        tokens = (
+            rows.map_rows(dense_block, X.dtype, dtype=X.dtype, columns=d) if sp.issparse(X) else X
+        )
         if spectrum is None:
             return in_context_softmax_attention(tokens, temperature=temperature)
         # Divide by the largest entry first, then by the remaining unit-scale

@@ -97,7 +97,7 @@ def estimate_spectrum(data, n_clusters, moment=None, full=None):
     positive weight alone: ``_passes._positive``).
 
     ``full``: the rows in R^D of which ``data`` holds the coordinates in a
-    principal subspace (``_plan._prepare``). Its top eigenvalues are the
+    principal subspace (``_plan._prepare``), as seen at their own scale. Its top eigenvalues are the
     moment's in R^D, but its other ones are the largest of the noise's, at
     the bulk's upper edge, up to ``(1 + sqrt(D / n))^2`` times its mean: the
     noise is then the mean of the ``D - K`` smallest eigenvalues in R^D, from
@@ -126,7 +126,7 @@ def estimate_spectrum(data, n_clusters, moment=None, full=None):
     trace = float(np.sum(eig))
     rest = (0, 0.0)
     if full is not None:
-        total = max(full.rescaled(peak).norm_moments()[0], trace)
+        total = max(full.rescaled(full.scale * peak).norm_moments()[0], trace)
         rest = (full.n_features - d, total - trace)
         # At least 0: where the top k eigenvalues hold the whole trace (k at
         # the rows' rank) the two sums, in other orders, differ by rounding.

@@ -175,19 +175,34 @@ def test_short_prompt_of_many_features_holds_no_d_by_d_matrix(
     # 3.2 GB and its eigendecomposition O(d^3) time (before: unfinished after
     # 10 minutes; at d = 2000, a peak of 96 MB at a given temperature and
     # 128 MB with "auto", 200 and 267 times the output, and 1 s). The L x L
-    # route holds the output and one more array of its size (X / unit in
-    # float64 for dense X, the sparse product's transpose for sparse X),
-    # besides L x L matrices.
+    # route holds the output, and for sparse X one more array of its size
+    # (the sparse product's transpose), besides L x L matrices (dense X was
+    # copied to float64 once divided by its power of two: the Gram matrix is
+    # now formed by blocks of columns).
     rng = np.random.default_rng([global_random_seed, 5])
     X = sp.random(30, 20_000, density=0.01, random_state=rng, format="csr")
     tokens = X.toarray()
     quantizer = InContextQuantizer(2, temperature=temperature).fit(X)
     out, peak = traced_peak(lambda: quantizer.transform(X if sparse else tokens))
     assert out.shape == X.shape and np.all(np.isfinite(out))
-    assert peak < 3 * out.nbytes
+    assert peak < (3 if sparse else 1.5) * out.nbytes
     if temperature != "auto":
         expected = (temperature * 2 / 30) * ((tokens @ tokens.T) @ tokens)
         np.testing.assert_allclose(out, expected, rtol=1e-12, atol=1e-12 * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("attention, bound", [("linear", 2.5), ("softmax", 3.5)])
+def test_wide_float32_prompts_are_not_copied_to_float64(attention, bound, traced_peak):
+    # 60 float32 tokens of 50000 features: transform held a float64 copy of
+    # X / unit for the Gram matrix (twice X), and the softmax layer a dense
+    # copy of X besides its unit-scale copy: peaks of 4 and 6 times X. Now
+    # 2 and 3: the output, for the softmax layer the unit-scale tokens, and
+    # a pass's chunk of at least 256 rows in float64 (the spectrum's norms).
+    X = np.random.default_rng(0).standard_normal((60, 50_000), dtype=np.float32)
+    quantizer = InContextQuantizer(2, attention=attention).fit(X)
+    out, peak = traced_peak(lambda: quantizer.transform(X))
+    assert out.dtype == np.float32 and np.all(np.isfinite(out))
+    assert peak < bound * X.nbytes, peak / X.nbytes
 
 
 @pytest.mark.parametrize("shape", [(30, 4), (4, 30)], ids=["L>d", "L<d"])

@@ -1338,9 +1338,10 @@ def _reconstruction_errors(rows, heads, out, mean, scale, shift):
     left the mean of the others).
     """
     # T(y) is |out| times y's magnitude: out is read over 2^k, its power of
-    # two (a stream's batch far above its first batch's scale makes out
-    # large; its terms overflowed into inf - inf, a NaN score), and each
-    # error over 4^k, folded into the power of two of the rows' errors.
+    # two, and the terms in it are formed over 4^k (_errors_at; a stream's
+    # batch far above its first batch's scale makes out large, and its terms
+    # overflowed into inf - inf, a NaN score); rows are grouped by the
+    # magnitude of those terms.
     top = max(float(np.max(out, initial=0.0)), -float(np.min(out, initial=0.0)))
     k = max(0, int(np.frexp(top)[1]))
     exponents = unit_term_exponents(rows, mean, scale) + k
@@ -1356,24 +1357,27 @@ def _reconstruction_errors(rows, heads, out, mean, scale, shift):
 
 def _errors_at(rows, heads, out, mean, scale, e, k=0):
     """:func:`_reconstruction_errors` of rows read at ``scale``, times
-    ``2^e``, with ``out`` read over ``2^k``: the error over ``4^k`` is ``q /
-    4^k - 2 <A, B> / 2^k + ||A out||^2``, B the products with that ``out``."""
+    ``2^e``, with ``out`` read over ``2^k``: the error is ``q + 4^k D``, ``D
+    = ||A out||^2 - 2 <A, B> / 2^k`` formed at that scale (B the products
+    with that ``out``) and ``q`` taken as it is (over ``4^k`` it underflowed
+    where the heads do not see a row, A = 0, and the error is ``q``); where
+    ``4^k D`` passes float64, ``(q / 4^k + D)`` times ``2^(e + 2k)``, q then
+    below D's rounding."""
     K = len(heads)
     C = np.vstack([heads, out])  # (out over 2^k scaled in this copy)
     out = np.ldexp(C[K:], -k, out=C[K:])
     P, q = unit_terms(rows, C, mean, scale)
     A, B = P[:, :K], P[:, K:]
-    # (In place, and by einsum: no n x K temporary beyond A (out out^T).)
+    # (By einsum and in place: no n x K temporary beyond A (out out^T).)
+    D = np.einsum("ij,ij->i", A @ (out @ out.T), A)
     cross = np.einsum("ij,ij->i", A, B)
-    with np.errstate(under="ignore"):
-        errors = np.ldexp(q, -2 * k, out=q)
-        cross = np.ldexp(cross, 1 - k, out=cross)
-    errors -= cross
-    errors += np.einsum("ij,ij->i", A @ (out @ out.T), A)
-    # A squared norm: the expansion's cancellation may round it below zero
-    # (a row's -inf beside another's inf summed to NaN).
-    np.maximum(errors, 0.0, out=errors)
-    e = e + 2 * k
-    # Scaled down (score's 2^shift), an error may round to a subnormal number.
     with np.errstate(over="ignore", under="ignore"):
-        return np.ldexp(errors, e)
+        D -= np.ldexp(cross, 1 - k, out=cross)
+        errors = q + np.ldexp(D, 2 * k)
+        # (D overflows only upwards: below zero it is at least -||y||^2.)
+        far = np.isinf(errors)
+        errors = np.ldexp(errors, e)
+        if far.any():
+            errors[far] = np.ldexp(np.ldexp(q[far], -2 * k) + D[far], e + 2 * k)
+        # A squared norm: the expansion's cancellation may round it below zero.
+        return np.maximum(errors, 0.0, out=errors)

@@ -383,13 +383,21 @@ def test_score_after_a_batch_far_above_the_first_batch_s_scale(kind):
     # overflowed into inf - inf, a NaN score. Now the error of the NumPy
     # formula ||y - T(y)||^2 (in extended precision), and -inf where that
     # mean passes float64's range.
+    # Rows along a feature the training rows lack (no head sees them: the
+    # error is their squared norm) scored 0 once that norm was divided by
+    # the power of two of moment_heads_.
     X, _, _ = make_mixture(1000, 10, 3, noise=0.3, random_state=0)
-    for factor in (1e20, 1e80):
+    X[:, -1] = 0.0
+    unseen = np.zeros((3, 10))
+    unseen[:, -1] = [1.0, 2.0, 3.0]
+    for factor in (1e20, 1e40, 1e85):
         model = AttentionClustering(3, random_state=0)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # the far batch's centring
             model.partial_fit(kind(X[:500])).partial_fit(kind(X[500:] * factor))
-        for Z in (X[500:] * factor, X[500:], X[:500] * 1e-60):
+        for Z in (X[500:] * factor, X[500:], X[:500] * 1e-60, unseen, unseen * 1e-100):
+            # (Rows of 1e-60 after the batch of 1e85: their terms in
+            # moment_heads_ pass float64 at their own scale, not at the data's.)
             Y = (Z - model.mean_).astype(np.longdouble)
             out = model.temperature_ * model.n_clusters_ * model.moment_heads_
             T = (Y @ model.cluster_centers_.T) @ out.astype(np.longdouble)

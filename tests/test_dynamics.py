@@ -675,15 +675,22 @@ def test_unnormalized_dynamics_of_rows_at_any_magnitude(exponent, global_random_
 
     want, got = fit(X, 0), fit(np.ldexp(X, exponent), -exponent)
     assert want.n_clusters_ > 1
-    for name in ("labels_", "leaders_", "n_clusters_path_", "energy_path_"):
+    for name in ("labels_", "leaders_", "n_clusters_path_"):
         np.testing.assert_array_equal(getattr(got, name), getattr(want, name))
     # Exactly 2^k times X's, but for coordinates below float64's smallest
     # normal number (2^-1010 times a small one), which the steps round at
-    # the subnormal scale: a few of its units (seed 101: one).
+    # the subnormal scale: a few of its units (seed 101: one). That
+    # rounding enters the logits, and over the steps the energies and the
+    # other coordinates (seeds 0 to 299: at most 1.1e-13 and 4.5 units of
+    # their last place, seed 29 three).
+    subnormal = exponent < -1000
+    np.testing.assert_allclose(
+        got.energy_path_, want.energy_path_, rtol=1e-12 if subnormal else 0, atol=0
+    )
     np.testing.assert_allclose(
         got.cluster_centers_,
         np.ldexp(want.cluster_centers_, exponent),
-        rtol=0,
+        rtol=1e-14 if subnormal else 0,
         atol=8 * np.finfo(np.float64).smallest_subnormal,
     )
 

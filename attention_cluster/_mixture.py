@@ -927,6 +927,8 @@ class _OneBatch:
         self.published = self.params
         self.seen = 0.0
         self.rows_seen = 0
+        # The sum of the squared weights seen (the stream's effective rows).
+        self.weight_squares = 0.0
         self.mean_sq = 0.0
         self.moment_heads = np.zeros_like(self.params.U)
 
@@ -943,6 +945,8 @@ class _OneBatch:
         """
         p = self.params
         self.seen, self.rows_seen = float(weight), int(rows)
+        # (The fit's rows taken as of equal weight: its squares are not kept.)
+        self.weight_squares = self.seen**2 / max(self.rows_seen, 1)
         self.mean_sq = p.U.shape[0] * p.variance + float(np.exp(p.log_pi) @ p.radii**2)
         self.moment_heads = np.array(moment_heads, dtype=np.float64)
         self._hold(held_statistics(p), self.seen, row_shares)
@@ -961,6 +965,7 @@ class _OneBatch:
         batch = data.total_weight
         self.seen += batch
         self.rows_seen += data.n_weighted
+        self.weight_squares = getattr(self, "weight_squares", 0.0) + data.weight_squares
         share = batch / self.seen
         self.mean_sq += share * (data.norm_moments()[0] - self.mean_sq)
         published = self.published
@@ -985,12 +990,14 @@ class _OneBatch:
         class's rows would start it at that class's fit).
 
         Online EM's test (:func:`_passes_for_sample`), at the level
-        ``_RESTART_LEVEL``, of the batch's rows' shares among the components
-        against the stream's where online EM has them (each row of positive
-        weight once), else of its weighted shares against the mixture's
-        weights; never once online EM took the stream for an ordered one,
-        always when the test is off (``significance=0``) or before a row
-        that is not zero.
+        ``_RESTART_LEVEL``, of the batch's weighted shares among the
+        components at the current parameters against the mixture's weights,
+        the stream's shares at those parameters (the running shares of
+        online EM's own test were taken at earlier ones, which a stream
+        that drifted no longer matches), each side counted by its effective
+        rows, ``(sum w)^2 / sum w^2``; never once online EM took the stream
+        for an ordered one, always when the test is off (``significance=0``)
+        or before a row that is not zero.
         """
         if getattr(self, "ordered", False):
             return False
@@ -998,22 +1005,21 @@ class _OneBatch:
             return True
         p = self.params
         p = replace(p, variance=max(p.variance, MIN_VARIANCE * self.mean_sq / data.n_features))
-        attention = p.attention()[:3]
-        if getattr(self, "row_rows", 0):
-            rows = data.unit_weighted()
-            shares, rho, earlier = rows.e_step(*attention)[1], self.row_shares, self.row_rows
-        else:
-            rows, rho, earlier = data, np.exp(p.log_pi), self.rows_seen
-            shares = rows.e_step(*attention)[1]
-        shares = shares / float(np.sum(shares))
+        counts = data.e_step(*p.attention()[:3])[1]
         return _passes_for_sample(
-            shares,
-            rows.n_weighted,
-            rho,
-            earlier,
+            counts / float(np.sum(counts)),
+            _effective_rows(data.total_weight, data.weight_squares),
+            np.exp(p.log_pi),
+            self._effective_rows_seen(),
             _RESTART_LEVEL,
             getattr(self, "min_effect", _MIN_EFFECT),
         )
+
+    def _effective_rows_seen(self):
+        """The stream's effective rows, ``(sum w)^2 / sum w^2`` (its rows
+        when the squares were not counted: a stream pickled before them)."""
+        squares = getattr(self, "weight_squares", 0.0)
+        return _effective_rows(self.seen, squares) if squares > 0.0 else float(self.rows_seen)
 
     def lost(self):
         """The components whose weight holds less than one row of the stream (none before a row)."""
@@ -1113,6 +1119,11 @@ _MIN_EFFECT = 0.1
 # beyond any level, while a batch drawn from the whole stream, the restart's
 # purpose, is refused this rarely.
 _RESTART_LEVEL = 1e-4
+
+
+def _effective_rows(total, squares):
+    """Kish's effective number of rows, ``(sum w)^2 / sum w^2``."""
+    return total * total / squares
 
 
 def _passes_for_sample(shares, n_rows, rho, earlier_rows, significance, min_effect):
@@ -1402,6 +1413,7 @@ class LinearisedEM(_OneBatch):
         p = self.params
         online = OnlineEM(p.U, np.exp(p.log_pi), np.sqrt(p.variance), p.radii, p.free)
         online.published, online.seen, online.rows_seen = self.published, self.seen, self.rows_seen
+        online.weight_squares = getattr(self, "weight_squares", 0.0)
         online.mean_sq, online.moment_heads = self.mean_sq, self.moment_heads
         if self.mean_stats is None:
             online.stats = held_statistics(p)

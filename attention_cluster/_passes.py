@@ -296,6 +296,14 @@ class _Rows:
     def _count_positive(self, w):
         return int(np.count_nonzero(w > 0.0))
 
+    @property
+    def weight_squares(self):
+        """``sum_i w_i^2`` (the rows of positive weight for unit weights):
+        with ``total_weight``, Kish's effective number of rows ``(sum w)^2 /
+        sum w^2``. Rows in memory only (a stream's batches)."""
+        w = self.sample_weight
+        return float(self.n_weighted) if w is None else float(np.dot(w, w))
+
     def unit_weighted(self):
         """The same rows, each of positive weight weighing one and the others
         none (the rows themselves for unit weights): a pass then counts rows,

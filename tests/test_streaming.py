@@ -406,6 +406,47 @@ def test_score_after_a_batch_far_above_the_first_batch_s_scale(kind):
             assert model.score(kind(Z)) == pytest.approx(expected, rel=1e-9)
 
 
+@pytest.mark.parametrize("seed", [2, 11])
+def test_a_heavy_sample_restarts_a_stream_that_drifted(seed):
+    # A first batch of 30 rows, then 2070 rows sorted by class in batches of
+    # 100: the stream drifts (ARI 0.18, a component at 2.7% of the weight).
+    # A batch of the 9900 other rows is a sample of the stream and starts it
+    # anew. The restart's test compared its shares with online EM's running
+    # shares, taken at earlier parameters, and refused it (ARI 0.075 and
+    # 0.30 for these seeds, 0.64 restarted); it compares them with the
+    # mixture's weights at the current ones (23 of seeds 0 to 23 restart).
+    X, y, _ = make_mixture(12_000, 10, 3, noise=0.5, random_state=seed)
+    order = 30 + np.argsort(y[30:2100], kind="stable")
+    model = AttentionClustering(3, random_state=seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the stream taken for an ordered one, centring
+        model.partial_fit(X[:30])
+        for start in range(0, len(order), 100):
+            model.partial_fit(X[order[start : start + 100]])
+        model.partial_fit(X[2100:])
+    assert model._stream.seen == 9900
+
+
+@pytest.mark.parametrize("seed", [8, 10])
+def test_a_weighted_sample_restarts_a_stream_counted_by_effective_rows(seed):
+    # 3000 rows drawn as the first 1000, 10 of them weighing 1e4 whatever
+    # their rows: a sample of the stream, 100 times its weight. Its weighted
+    # shares were tested as if of 3000 rows (refused for these seeds, 2 of
+    # seeds 0 to 11); each side counts its effective rows, (sum w)^2 / sum
+    # w^2 (about 10 here), and the batch starts the stream anew.
+    X, _, _ = make_mixture(4000, 3, 2, noise=0.3, random_state=seed)
+    w = np.ones(3000)
+    w[np.random.default_rng(seed).choice(3000, 10, replace=False)] = 1e4
+    model = AttentionClustering(2, random_state=seed).partial_fit(X[:1000])
+    assert isinstance(model._stream, LinearisedEM)
+    assert model._stream._effective_rows_seen() == pytest.approx(1000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # centring
+        model.partial_fit(X[1000:], sample_weight=w)
+    assert model._stream.seen == pytest.approx(w.sum())
+    assert model._stream._effective_rows_seen() == pytest.approx(w.sum() ** 2 / np.dot(w, w))
+
+
 def test_a_few_heavy_rows_update_the_stream_and_do_not_restart_it():
     # A batch that outweighs the stream but holds fewer rows of positive
     # weight than clusters cannot be fitted on its own: it updates the
@@ -912,6 +953,7 @@ class _GivenStatistics:
     def __init__(self, weight, S, counts, n_weighted=1, row_shares=None):
         self.total_weight = float(weight)
         self.n_weighted = n_weighted
+        self.weight_squares = self.total_weight**2 / n_weighted  # (rows of equal weight)
         self.n_features = S.shape[1]
         self._S, self._counts = S, counts
         # The rows' shares among the components, each row once (the

@@ -934,7 +934,11 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
                 f"No group of tokens reached min_cluster_size={self.min_cluster_size!r} "
                 f"({_count_text(min_size)} of the {tokens} tokens; the largest holds {sizes.max():g}) within "
                 f"max_iter={self.max_iter} steps: the final state is clustered. Lower "
-                f"min_cluster_size, or give the tokens more time to meet: {more_time}"
+                + (
+                    "min_cluster_size, which no group of the tokens can reach."
+                    if min_size > m
+                    else f"min_cluster_size, or give the tokens more time to meet: {more_time}"
+                )
             )
         else:
             met = (

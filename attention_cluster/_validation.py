@@ -11,6 +11,7 @@ import contextlib
 import contextvars
 import functools
 import importlib.util
+import math
 import multiprocessing
 import numbers
 import os
@@ -109,8 +110,9 @@ def check_positive(value, name, target_type=numbers.Real, *, min_val=0, strict=T
         check_scalar(value, name, target_type)
     except (TypeError, ValueError) as error:
         raise InvalidParameterError(str(error)) from None
-    # (A Python int beyond NumPy's integers is finite: np.isfinite refuses it.)
-    if isinstance(value, numbers.Real) and not isinstance(value, int) and not np.isfinite(value):
+    # (A Python int beyond NumPy's integers, or a Fraction, is finite: np.isfinite
+    # refuses them, math.isfinite takes any real number.)
+    if isinstance(value, numbers.Real) and not math.isfinite(value):
         raise InvalidParameterError(f"{name} must be finite, got {value!r}.")
     if value < min_val or (strict and value == min_val):
         sign = ">" if strict else ">="

@@ -993,6 +993,10 @@ def test_groups_below_min_cluster_size_are_named_as_such():
     X, _, _ = make_mixture(300, 5, 3, noise=0.3, random_state=0)
     with pytest.warns(ConvergenceWarning, match="No group of tokens reached min_cluster_size=150"):
         SelfAttentionDynamics(min_cluster_size=150).fit(X)
+    # More than the tokens: no time lets a group reach it, and none is advised.
+    with pytest.warns(ConvergenceWarning, match="which no group of the tokens can reach") as record:
+        SelfAttentionDynamics(min_cluster_size=400).fit(X)
+    assert "max_iter" not in str(record[0].message).split("clustered.")[1]
 
 
 def test_groups_below_min_cluster_size_after_few_steps_advise_more_time():

@@ -8,6 +8,7 @@ entries here.
 """
 
 import inspect
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -277,12 +278,15 @@ def test_the_valid_calls_of_the_grid_run():
     plt.close("all")
 
 
-def test_integers_beyond_numpy_s_are_checked_as_integers():
-    # A Python int beyond int64 reached np.isfinite, which raised its own
-    # TypeError ("ufunc 'isfinite' not supported"): such an integer is a
-    # number like any other, valid above its bound (KMeans takes
+def test_integers_beyond_numpy_s_and_fractions_are_checked_as_numbers():
+    # A Python int beyond int64, or a Fraction, reached np.isfinite, which
+    # raised its own TypeError ("ufunc 'isfinite' not supported"): such a
+    # number is like any other, valid above its bound (KMeans takes
     # max_iter=10**20 too) and refused below it.
-    assert AttentionClustering(2, max_iter=10**20, random_state=0).fit(X).n_iter_ >= 1
+    fitted = AttentionClustering(
+        2, max_iter=10**20, temperature=Fraction(1, 2), tol=Fraction(1, 1000), random_state=0
+    ).fit(X)
+    assert fitted.n_iter_ >= 1
     with pytest.raises(InvalidParameterError, match="max_iter"):
         AttentionClustering(2, max_iter=-(10**20)).fit(X)
     with pytest.raises(InvalidParameterError, match="n_steps"):

@@ -402,7 +402,7 @@ def count_clusters(
     inverts, though the fit at the choice holds its own) it cannot be, and
     a UserWarning says so. When the
     dynamics finds no plateau, its ConvergenceWarning's diagnosis is
-    warned again, with the K read from its last state, or one cluster
+    warned again, with the K read from the state it took, or one cluster
     where that state holds more than half of the tokens apart (no structure
     the dynamics resolved). ``rows`` are
     pass-layer rows (``_passes.rows_from``) of any kind.
@@ -533,7 +533,7 @@ def count_clusters(
         warn(
             f"The self-attention dynamics that chooses n_clusters, SelfAttentionDynamics(beta="
             f"{beta!r}, min_cluster_size={min_cluster_size!r}) on {tokens.shape[0]} rows, found "
-            f"no plateau: {unsettled[0]} n_clusters was read from its last state ({taken}), "
+            f"no plateau: {unsettled[0]} n_clusters was read from the state it took ({taken}), "
             "then compared with its neighbours by their silhouettes (beta and "
             "min_cluster_size are parameters of choose_n_clusters).",
             ConvergenceWarning,

@@ -98,7 +98,7 @@ def choose_n_clusters(
     -----
     ConvergenceWarning
         When the dynamics found no plateau: its own diagnosis (and advice),
-        and the K read from its last state, or one cluster where that state
+        and the K read from the state it took, or one cluster where that state
         holds more than half of the tokens apart.
     UserWarning
         When the one-cluster test could not be made: the fit at K = 1

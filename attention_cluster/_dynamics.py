@@ -437,7 +437,10 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         normalisation; rows of X are projected on the sphere); ``"usa"``:
         the same with the normalisation ``Z_i = n``; ``"unnormalized"``: in
         R^d, through the rescaled tokens ``z = exp(-tV) x`` (arXiv
-        2305.05465).
+        2305.05465). With ``step_size="mean-shift"`` (the default) ``"sa"``
+        and ``"usa"`` give the same run: each token moves to ``m_i /
+        |m_i|``, where the normalisation cancels; they differ at a numeric
+        ``step_size``.
     beta : float, default=10.0
         Inverse temperature: the concentration of the von Mises-Fisher
         kernel in the mean-shift reading. Larger values resolve more,
@@ -566,7 +569,9 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         never changed while some tokens stayed in no cluster. The final
         state is clustered. Tokens all in clusters from the start (tighter
         than ``cluster_tol``) whose clusters persist to ``max_iter`` are
-        the answer, without a warning.
+        the answer, without a warning. Also when the count of clusters
+        changed at every step once tokens met (a plateau of one state, the
+        state taken).
 
     Examples
     --------
@@ -855,10 +860,14 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             saved = (n_iter, state)
             if self.stopping == "plateau" and not settled:
                 self._warn_unsettled(counts, state, radius, min_size, n_tokens, heavy)
-        elif self.stopping == "plateau" and not settled and self.verbose:
-            print(
-                f"[SelfAttentionDynamics] horizon reached; longest plateau ends at step {saved[0]}"
-            )
+        elif self.stopping == "plateau" and not settled:
+            if self.verbose:
+                print(
+                    f"[SelfAttentionDynamics] horizon reached; longest plateau ends at step "
+                    f"{saved[0]}"
+                )
+            if best.length == 1:
+                self._warn_one_state(counts[saved[0]], saved[0])
         self.stopping_step_ = saved[0]
         self.subsample_indices_ = active
         self.model_ = self.model
@@ -893,6 +902,25 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         """The parameters whose increase gives the tokens more time to meet:
         ``max_iter``, and ``step_size`` where it is a number."""
         return ("max_iter",) + (() if isinstance(self.step_size, str) else ("step_size",))
+
+    def _warn_one_state(self, count, step):
+        """The ConvergenceWarning of a run whose count of clusters changed at
+        every step once tokens met: its longest "plateau", one state, is no
+        plateau (a count that rises and falls, tokens crossing each other at a
+        numeric step, took one state's 33 clusters of 3 as its answer)."""
+        warn(
+            f"The number of clusters changed at every step within max_iter={self.max_iter} "
+            f"steps once tokens met: no plateau, and the state taken, {count} clusters at "
+            f"step {step}, held for one step. "
+            + more_time_advice(("max_iter",))
+            + (
+                ""
+                if isinstance(self.step_size, str)
+                else " A count that rises and falls from step to step comes of a "
+                "step_size too large (tokens cross each other): lower it."
+            ),
+            ConvergenceWarning,
+        )
 
     def _warn_unsettled(self, counts, state, radius, min_size, m, heavy):
         """The ConvergenceWarning of a plateau rule that found no plateau after tokens met.

@@ -399,7 +399,7 @@ def test_an_unsettled_dynamics_warns_its_own_diagnosis(mixture):
     assert any(
         "No group of tokens reached min_cluster_size=700" in m
         and "Lower min_cluster_size, which no group of the tokens can reach." in m
-        and "n_clusters was read from its last state (K = 1)" in m
+        and "n_clusters was read from the state it took (K = 1)" in m
         and "Increase" not in m
         for m in messages
     ), messages

@@ -987,6 +987,20 @@ def test_predict_works_by_chunks_of_rows(dtype, monkeypatch, traced_peak):
     assert peak < 0.5 * X.nbytes + 2 * labels.nbytes
 
 
+def test_a_count_that_changes_at_every_step_warns():
+    # Tokens crossing each other at a numeric step: once they met, the count
+    # rose and fell at every step (0, 12, 2, 6, 7, 17, ...), and the longest
+    # "plateau", one state of 33 clusters on a mixture of 3, was the answer
+    # without a warning.
+    X, _, _ = make_mixture(300, 4, 3, noise=0.3, random_state=0)
+    with pytest.warns(ConvergenceWarning, match="changed at every step") as record:
+        model = SelfAttentionDynamics(model="usa", beta=3.0, step_size=0.5).fit(X)
+    message = str(record[0].message)
+    assert f"{model.n_clusters_} clusters at step {model.stopping_step_}" in message
+    assert "step_size too large" in message
+    assert record[0].filename == __file__
+
+
 def test_groups_below_min_cluster_size_are_named_as_such():
     # Three groups of about 100 tokens meet, none of 150: the warning said
     # "No tokens met", and the fix it gave (more steps, a larger beta) cannot help.

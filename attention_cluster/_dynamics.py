@@ -691,6 +691,9 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             or the unnormalised model's logits at the stopping step; the
             estimator is then left as it was.
         """
+        if len(getattr(X, "shape", ())) == 2:
+            # The parameters read X's shape alone: checked before X's copy.
+            self._check_params(X)
         with quiet_finite_check():
             X = validate_data(
                 self, X, accept_sparse=("csr", "csc"), dtype=[np.float64, np.float32], order="C"

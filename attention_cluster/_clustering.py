@@ -1329,7 +1329,8 @@ def _reconstruction_errors(rows, heads, out, mean, scale, shift):
     as ``||y||^2 - 2 <y, T(y)> + ||T(y)||^2`` from the rows' products with
     ``heads`` (K x d) and ``out`` (K x d), so that sparse rows are never
     densified. Rows far beyond the scale, whose squares at unit scale would
-    overflow into inf - inf, are read at a power of two 2^e of their own
+    overflow into inf - inf, or far below it, whose squares would underflow,
+    are read at a power of two 2^e of their own
     magnitude (rows within a factor 2^64 of each other together): their
     errors are 4^e times those, and ``2^shift`` is folded into that power of
     two (see :meth:`AttentionClustering.score`), so that a row's value
@@ -1344,12 +1345,16 @@ def _reconstruction_errors(rows, heads, out, mean, scale, shift):
     # magnitude of those terms.
     top = max(float(np.max(out, initial=0.0)), -float(np.min(out, initial=0.0)))
     k = max(0, int(np.frexp(top)[1]))
-    exponents = unit_term_exponents(rows, mean, scale) + k
-    groups = np.where(exponents > _SQUARE_SAFE_EXPONENT, exponents // 64 + 1, 0)
+    exponents = unit_term_exponents(rows, mean, scale)
+    # Rows whose terms pass float64 at unit scale, or whose squares (and
+    # products with out) underflow there, are read at their own magnitude.
+    far = (exponents + k > _SQUARE_SAFE_EXPONENT) | (exponents < -_SQUARE_SAFE_EXPONENT)
+    unit = np.iinfo(np.int64).min  # the group of the rows read at unit scale
+    groups = np.where(far, exponents // 64, unit)
     errors = np.empty(len(exponents))
     for group in np.unique(groups):
         idx = np.flatnonzero(groups == group)
-        e = 0 if group == 0 else int(np.max(exponents[idx])) - k
+        e = 0 if group == unit else int(np.max(exponents[idx]))
         block = rows if len(idx) == len(exponents) else rows[idx]
         errors[idx] = _errors_at(block, heads, out, mean, np.ldexp(scale, e), 2 * e + shift, k)
     return errors

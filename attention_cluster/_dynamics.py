@@ -569,9 +569,9 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         never changed while some tokens stayed in no cluster. The final
         state is clustered. Tokens all in clusters from the start (tighter
         than ``cluster_tol``) whose clusters persist to ``max_iter`` are
-        the answer, without a warning. Also when the count of clusters
-        changed at every step once tokens met (a plateau of one state, the
-        state taken).
+        the answer, without a warning. Also when no count of clusters held
+        for two steps once tokens met (a plateau of one state, the state
+        taken).
 
     Examples
     --------
@@ -907,14 +907,14 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         return ("max_iter",) + (() if isinstance(self.step_size, str) else ("step_size",))
 
     def _warn_one_state(self, count, step):
-        """The ConvergenceWarning of a run whose count of clusters changed at
-        every step once tokens met: its longest "plateau", one state, is no
+        """The ConvergenceWarning of a run whose count of clusters held for no
+        two steps once tokens met: its longest "plateau", one state, is no
         plateau (a count that rises and falls, tokens crossing each other at a
         numeric step, took one state's 33 clusters of 3 as its answer)."""
         warn(
-            f"The number of clusters changed at every step within max_iter={self.max_iter} "
-            f"steps once tokens met: no plateau, and the state taken, {count} clusters at "
-            f"step {step}, held for one step. "
+            f"No number of clusters held for two steps once tokens met, within "
+            f"max_iter={self.max_iter} steps: no plateau, and the state taken, {count} "
+            f"clusters at step {step}, held for one. "
             + more_time_advice(("max_iter",))
             + (
                 ""

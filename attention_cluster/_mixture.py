@@ -965,7 +965,8 @@ class _OneBatch:
         batch = data.total_weight
         self.seen += batch
         self.rows_seen += data.n_weighted
-        self.weight_squares = getattr(self, "weight_squares", 0.0) + data.weight_squares
+        if "weight_squares" in self.__dict__:  # (not in a stream pickled before it)
+            self.weight_squares += data.weight_squares
         share = batch / self.seen
         self.mean_sq += share * (data.norm_moments()[0] - self.mean_sq)
         published = self.published
@@ -990,36 +991,54 @@ class _OneBatch:
         class's rows would start it at that class's fit).
 
         Online EM's test (:func:`_passes_for_sample`), at the level
-        ``_RESTART_LEVEL``, of the batch's weighted shares among the
-        components at the current parameters against the mixture's weights,
-        the stream's shares at those parameters (the running shares of
-        online EM's own test were taken at earlier ones, which a stream
-        that drifted no longer matches), each side counted by its effective
-        rows, ``(sum w)^2 / sum w^2``; never once online EM took the stream
-        for an ordered one, always when the test is off (``significance=0``)
-        or before a row that is not zero.
+        ``_RESTART_LEVEL``, of the batch's rows' shares among the components
+        (each row of positive weight once: a few heavy rows of one class are
+        not a sample's worth of rows), against two references; the batch is
+        refused only when it fails both: the published mixture's weights,
+        its shares taken at the published parameters, counted as the
+        stream's rows (its effective rows ``(sum w)^2 / sum w^2`` where
+        fewer), which follows a stream whose running parameters drifted from
+        the rows it saw; and online EM's running rows' shares, its shares
+        taken at the running parameters, where online EM has them, which
+        follows a stream whose weights differ by cluster. Never once online
+        EM took the stream for an ordered one; always when the test is off
+        (``significance=0``) or before a row that is not zero.
         """
         if getattr(self, "ordered", False):
             return False
         if getattr(self, "significance", _SIGNIFICANCE) <= 0.0 or not self.mean_sq > 0.0:
             return True
-        p = self.params
-        p = replace(p, variance=max(p.variance, MIN_VARIANCE * self.mean_sq / data.n_features))
-        counts = data.e_step(*p.attention()[:3])[1]
-        return _passes_for_sample(
-            counts / float(np.sum(counts)),
-            _effective_rows(data.total_weight, data.weight_squares),
-            np.exp(p.log_pi),
-            self._effective_rows_seen(),
-            _RESTART_LEVEL,
-            getattr(self, "min_effect", _MIN_EFFECT),
-        )
+        rows = data.unit_weighted()
+        floor = MIN_VARIANCE * self.mean_sq / data.n_features
+
+        def shares(p):
+            counts = rows.e_step(*replace(p, variance=max(p.variance, floor)).attention()[:3])[1]
+            return counts / float(np.sum(counts))
+
+        def passes(p, rho, earlier):
+            return _passes_for_sample(
+                shares(p),
+                rows.n_weighted,
+                rho,
+                earlier,
+                _RESTART_LEVEL,
+                getattr(self, "min_effect", _MIN_EFFECT),
+            )
+
+        published = self.published
+        if passes(published, np.exp(published.log_pi), self._effective_rows_seen()):
+            return True
+        row_rows = getattr(self, "row_rows", 0)
+        return bool(row_rows) and passes(self.params, self.row_shares, row_rows)
 
     def _effective_rows_seen(self):
-        """The stream's effective rows, ``(sum w)^2 / sum w^2`` (its rows
-        when the squares were not counted: a stream pickled before them)."""
-        squares = getattr(self, "weight_squares", 0.0)
-        return _effective_rows(self.seen, squares) if squares > 0.0 else float(self.rows_seen)
+        """The stream's rows, or its effective rows ``(sum w)^2 / sum w^2``
+        where fewer (not for a stream pickled before its squared weights
+        were counted)."""
+        squares = self.__dict__.get("weight_squares")
+        if not squares:
+            return float(self.rows_seen)
+        return min(float(self.rows_seen), _effective_rows(self.seen, squares))
 
     def lost(self):
         """The components whose weight holds less than one row of the stream (none before a row)."""
@@ -1413,7 +1432,10 @@ class LinearisedEM(_OneBatch):
         p = self.params
         online = OnlineEM(p.U, np.exp(p.log_pi), np.sqrt(p.variance), p.radii, p.free)
         online.published, online.seen, online.rows_seen = self.published, self.seen, self.rows_seen
-        online.weight_squares = getattr(self, "weight_squares", 0.0)
+        if "weight_squares" in self.__dict__:
+            online.weight_squares = self.weight_squares
+        else:  # (a stream pickled before its squared weights were counted)
+            del online.weight_squares
         online.mean_sq, online.moment_heads = self.mean_sq, self.moment_heads
         if self.mean_stats is None:
             online.stats = held_statistics(p)

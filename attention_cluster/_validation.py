@@ -11,7 +11,6 @@ import contextlib
 import contextvars
 import functools
 import importlib.util
-import math
 import multiprocessing
 import numbers
 import os
@@ -110,9 +109,17 @@ def check_positive(value, name, target_type=numbers.Real, *, min_val=0, strict=T
         check_scalar(value, name, target_type)
     except (TypeError, ValueError) as error:
         raise InvalidParameterError(str(error)) from None
-    # (A Python int beyond NumPy's integers, or a Fraction, is finite: np.isfinite
-    # refuses them, math.isfinite takes any real number.)
-    if isinstance(value, numbers.Real) and not math.isfinite(value):
+    # Integers are finite (np.isfinite refused a Python int beyond NumPy's
+    # integers with its own TypeError); the other real numbers are floats,
+    # Python's or NumPy's: a Fraction passed the check and failed inside
+    # NumPy's ufuncs, after work had begun.
+    if isinstance(value, numbers.Real) and not isinstance(
+        value, (numbers.Integral, float, np.floating)
+    ):
+        raise InvalidParameterError(
+            f"{name} must be an int or a float, got {type(value).__name__} {value!r}."
+        )
+    if isinstance(value, (float, np.floating)) and not np.isfinite(value):
         raise InvalidParameterError(f"{name} must be finite, got {value!r}.")
     if value < min_val or (strict and value == min_val):
         sign = ">" if strict else ">="

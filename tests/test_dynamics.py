@@ -1006,10 +1006,10 @@ def test_a_count_that_changes_at_every_step_warns():
     # "plateau", one state of 33 clusters on a mixture of 3, was the answer
     # without a warning.
     X, _, _ = make_mixture(300, 4, 3, noise=0.3, random_state=0)
-    with pytest.warns(ConvergenceWarning, match="changed at every step") as record:
+    with pytest.warns(ConvergenceWarning, match="held for two steps once tokens met") as record:
         model = SelfAttentionDynamics(model="usa", beta=3.0, step_size=0.5).fit(X)
     message = str(record[0].message)
-    assert f"{model.n_clusters_} clusters at step {model.stopping_step_}" in message
+    assert f"{model.n_clusters_} clusters at step {model.stopping_step_}, held for one" in message
     assert "step_size too large" in message
     assert record[0].filename == __file__
 

@@ -278,15 +278,23 @@ def test_the_valid_calls_of_the_grid_run():
     plt.close("all")
 
 
-def test_integers_beyond_numpy_s_and_fractions_are_checked_as_numbers():
-    # A Python int beyond int64, or a Fraction, reached np.isfinite, which
-    # raised its own TypeError ("ufunc 'isfinite' not supported"): such a
-    # number is like any other, valid above its bound (KMeans takes
-    # max_iter=10**20 too) and refused below it.
-    fitted = AttentionClustering(
-        2, max_iter=10**20, temperature=Fraction(1, 2), tol=Fraction(1, 1000), random_state=0
-    ).fit(X)
-    assert fitted.n_iter_ >= 1
+def test_integers_beyond_numpy_s_are_checked_as_integers_and_fractions_refused():
+    # A Python int beyond int64 reached np.isfinite, which raised its own
+    # TypeError ("ufunc 'isfinite' not supported"): such an integer is a
+    # number like any other, valid above its bound (KMeans takes
+    # max_iter=10**20 too) and refused below it, beyond float64 too.
+    assert AttentionClustering(2, max_iter=10**400, random_state=0).fit(X).n_iter_ >= 1
+    with pytest.raises(InvalidParameterError, match="max_iter"):
+        AttentionClustering(2, max_iter=-(10**400)).fit(X)
+    # A Fraction is refused by name: it raised NumPy's TypeError, and passed
+    # as math.isfinite takes it, to fail inside NumPy's ufuncs after work had
+    # begun (a step_size of the dynamics).
+    for call in (
+        lambda: AttentionClustering(2, temperature=Fraction(1, 2)).fit(X),
+        lambda: SelfAttentionDynamics(step_size=Fraction(1, 2)).fit(X),
+    ):
+        with pytest.raises(InvalidParameterError, match="must be an int or a float, got Fraction"):
+            call()
     with pytest.raises(InvalidParameterError, match="max_iter"):
         AttentionClustering(2, max_iter=-(10**20)).fit(X)
     with pytest.raises(InvalidParameterError, match="n_steps"):

@@ -780,9 +780,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         positive weight, starts the stream anew: it is fitted as the
         first was, at the stream's number of clusters, and fixes the scale,
         the centring and the temperature again (a small first batch's fit
-        would otherwise hold the stream where it lies), unless its shares
-        among the clusters show it is not a sample of the stream (against
-        the mixture's weights, at level 1e-4: a batch of one class's rows would
+        would otherwise hold the stream where it lies), unless its rows'
+        shares among the clusters show it is not a sample of the stream
+        (against the mixture's weights and online EM's running shares, at
+        level 1e-4: a batch of one class's rows would
         start the stream at that class's fit), when it updates the stream.
         The model clusters
         directions from ``mean_``: a first batch whose mean lies within one

@@ -138,6 +138,9 @@ class _Flow:
         self.query, self.key, self.value = query, key, value
         self.chunk_size = chunk_size
         self.n_threads = usable_threads(n_threads)
+        # The largest move a step's rounding may have made (usa at a numeric
+        # step: see _advance), for the caller's warning.
+        self.rounding = 0.0
 
     def attention(self, queries, keys, values, log_weights=None):
         """``sum_j P_ij v_j`` and ``log Z_i`` for every query (:func:`_dynamics_kernels.attention`)."""
@@ -214,6 +217,16 @@ class _Flow:
             # In float64: the factor passes float32's range long before
             # float64's (e^100 at beta = 100 on unit tokens).
             factor = np.exp(log_norm.astype(np.float64) - math.log(n))
+            # The attention mean, rounded to its dtype's epsilon, is scaled by
+            # Z_i / n (up to e^beta / n), and the tangent formed by
+            # cancellation: the move's rounding grows with that factor.
+            self.rounding = max(
+                self.rounding,
+                float(self.step_size)
+                * float(np.max(factor, initial=0.0))
+                * float(np.max(np.abs(mean), initial=0.0))
+                * float(np.finfo(mean.dtype).eps),
+            )
             mean = mean.astype(np.float64) * factor[:, None]
         tangent = mean - np.sum(mean * Z, axis=1, keepdims=True) * Z
         return unit_rows(Z + self.step_size * tangent).astype(Z.dtype, copy=False), log_norm
@@ -331,6 +344,7 @@ def attention_flow(
     for s in range(n_steps):
         Z = flow.step(Z, s * h)[0]
         path[s + 1] = Z
+    _warn_rounding(flow)
     return path
 
 
@@ -346,6 +360,23 @@ def check_min_cluster_size(min_cluster_size):
             raise InvalidParameterError(
                 f"min_cluster_size must be an integer or a fraction below 1, got {min_cluster_size!r}."
             )
+
+
+# A move whose rounding may exceed this (on unit tokens) is warned of.
+_MOVE_ROUNDING = 1e-6
+
+
+def _warn_rounding(flow):
+    """Warn when a step's rounding may have moved tokens by more than
+    ``_MOVE_ROUNDING`` (``_Flow.rounding``: usa at a numeric step)."""
+    if flow.rounding > _MOVE_ROUNDING:
+        warn(
+            f"model='usa' at a numeric step_size scales each token's attention mean by "
+            f"Z_i / n, up to e^beta / n: a step's rounding may have moved tokens by up to "
+            f"{flow.rounding:.2g} (on the unit sphere), and the run is not reliable beyond "
+            "that. Lower beta or step_size, or take model='sa' or step_size='mean-shift'.",
+            UserWarning,
+        )
 
 
 def _check_flow(X, model, beta, step_size, query, key, value, chunk_size, n_threads):
@@ -440,7 +471,11 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         2305.05465). With ``step_size="mean-shift"`` (the default) ``"sa"``
         and ``"usa"`` give the same run: each token moves to ``m_i /
         |m_i|``, where the normalisation cancels; they differ at a numeric
-        ``step_size``.
+        ``step_size``, where usa's moves are sa's times ``Z_i / n``, up to
+        ``e^beta / n``: unless ``step_size e^beta / n`` is small the Euler
+        steps overshoot (tokens cross each other, and the run follows the
+        rows' rounding: float32 and float64 rows part), and a warning says
+        when the steps' rounding alone may move tokens by more than 1e-6.
     beta : float, default=10.0
         Inverse temperature: the concentration of the von Mises-Fisher
         kernel in the mean-shift reading. Larger values resolve more,
@@ -871,6 +906,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
                 )
             if best.length == 1:
                 self._warn_one_state(counts[saved[0]], saved[0])
+        _warn_rounding(flow)
         self.stopping_step_ = saved[0]
         self.subsample_indices_ = active
         self.model_ = self.model

@@ -576,7 +576,8 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
     energy_path_ : ndarray of shape (``n_iter_``,)
         ``E_beta`` at the start of each step (the subsample's under
         ``max_samples``); it overflows to ``inf`` in the unnormalised model
-        once the tokens have grown.
+        once the tokens have grown, and on the sphere where ``Z_i`` passes
+        float64, ``e^beta`` and more (beta above about 709).
     stopping_step_ : int
         The step whose state is clustered.
     subsample_indices_ : ndarray of int or None
@@ -805,6 +806,10 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         Z = dense_block(
             unit_rows(X) if on_sphere else X.copy(), X.dtype if on_sphere else np.float64
         )
+        if tracers is not None and tracers.dtype != Z.dtype:
+            # The tracers' logits in the tokens' float64 too (float32 rows of
+            # the unnormalised model overflowed there).
+            tracers = tracers.astype(Z.dtype)
         # The tokens are ordered by their places in R^d, as given (the
         # span's coordinates are an eigenbasis whose rounding follows the
         # rows' order).

@@ -250,9 +250,14 @@ class SphericalMixture:
         """
         d = self.centers.shape[1]
         v = self.variance
+        # A row whose q / (2 v) passes float64 (far from a tight mixture,
+        # its logits finite) has the log-likelihood -inf: its density is
+        # below any float.
+        with np.errstate(over="ignore"):
+            distance = q / (2.0 * v)
         return (
             logsumexp(self.logits(P), axis=1)
-            - q / (2.0 * v)
+            - distance
             - 0.5 * d * np.log(2.0 * np.pi * v)
             - d * np.log(self.scale)
         )

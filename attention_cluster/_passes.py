@@ -706,10 +706,13 @@ class DenseRows(_Rows):
         inv = 1.0 / self.scale
 
         def chunk(B, w, lo, hi):
-            B = np.asarray(B, dtype=np.float64) * inv
-            sq = np.einsum("ij,ij->i", B, B)
-            ww = np.ones_like(sq) if w.size == 0 else w
-            with np.errstate(over="ignore"):
+            # (At a subnormal scale inv is inf, and zero entries times it NaN:
+            # such a scale is refused by the fit that reads these moments,
+            # _plan's ScaleError, without numpy's warning before it.)
+            with np.errstate(over="ignore", invalid="ignore"):
+                B = np.asarray(B, dtype=np.float64) * inv
+                sq = np.einsum("ij,ij->i", B, B)
+                ww = np.ones_like(sq) if w.size == 0 else w
                 return np.array([ww @ sq, ww @ (sq * sq)])
 
         total = sum(self._map(chunk, positive=True), np.zeros(2)) / self.total_weight

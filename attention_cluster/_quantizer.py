@@ -86,7 +86,11 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         ``1e-300`` to ``1e150``). A softmax layer takes any finite
         temperature: where ``lambda <x_l, x_k>`` passes float64's range its
         weights are their limit, the hard argmax; a linear layer's output
-        beyond that range raises a FloatingPointError.
+        beyond that range raises a FloatingPointError. At a given temperature
+        the softmax layer forms the tokens' inner products as they are:
+        tokens whose products pass the dtype's range (entries beyond about
+        1e154, 1.8e19 for float32) raise a FloatingPointError, which
+        ``"auto"``, reading them at unit scale, does not.
     attention : {"linear", "softmax"}, default="linear"
         ``"linear"``: the layer above, ``O(L d min(L, d))``. ``"softmax"``: its softmax
         counterpart ``sum_k softmax_k(lambda <X_l, X_k>) X_k``

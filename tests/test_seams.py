@@ -799,3 +799,47 @@ def test_wide_float32_rows_near_float32s_largest_numbers(exponent, offset):
     assert adjusted_rand_score(model.labels_, unit.labels_) == 1.0
     assert model.center_ == unit.center_ == (offset > 0)
     np.testing.assert_allclose(model.mean_, np.ldexp(unit.mean_, exponent), rtol=1e-6)
+
+
+def _far_row_of_a_tight_mixture():
+    rng = np.random.default_rng(0)
+    X = np.vstack(
+        [rng.normal(size=(50, 2)) * 1e-3 + [4, 0], rng.normal(size=(50, 2)) * 1e-3 - [4, 0]]
+    )
+    model = AttentionClustering(2, random_state=0).fit(X)
+    far = np.array([[1e153, 0.0]])
+    assert model.score_samples(far)[0] == -np.inf and model.bic(far) == np.inf
+
+
+def _float32_tracers_of_the_unnormalised_model():
+    from attention_cluster import SelfAttentionDynamics
+
+    X = np.array([[2e19, 0], [2e19, 0], [0, 2e19], [0, 2e19], [2e18, 1.8e19]], dtype=np.float32)
+    model = SelfAttentionDynamics(model="unnormalized", step_size=0.1, beta=1.0, max_iter=3)
+    labels = model.fit(X, sample_weight=[1, 1, 1, 1, 0]).labels_
+    assert labels[4] == labels[2] != labels[0]
+
+
+def _a_subnormal_spread_refused():
+    X = np.column_stack([np.full(6, 1e-200), np.arange(1, 7) * 1e-318])
+    with pytest.raises(ValueError, match="spread about their mean"):
+        AttentionClustering(2, center=True, random_state=0).fit(X)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        _far_row_of_a_tight_mixture,
+        _float32_tracers_of_the_unnormalised_model,
+        _a_subnormal_spread_refused,
+    ],
+    ids=["far-row-likelihood", "float32-tracers", "subnormal-spread"],
+)
+def test_no_runtime_warning_escapes(case):
+    # A fuzzing audit's findings: numpy's RuntimeWarnings (overflow in q / 2v
+    # of a far row, whose log-likelihood -inf is right; float32 tracers'
+    # logits of the unnormalised model, which steps in float64; 0 x inf in
+    # the moments before the ScaleError that refuses a subnormal spread).
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        case()

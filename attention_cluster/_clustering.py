@@ -99,7 +99,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     :doc:`/user_data`). A row with no direction (all zeros, or equal to
     ``mean_``) gets the label with the largest bias, ``log weights_ - r_k^2
     / (2 tau^2)`` after the EM refinement (the heaviest cluster when the
-    norms are equal), cluster 0 without it.
+    norms are equal), cluster 0 without it, up to rounding: float64 rows
+    enter the scores uncentred, ``<x, c_k> - <mean_, c_k>``, so that a row
+    equal to ``mean_`` has scores of rounding's size, not zeros, and
+    without the refinement may take another cluster, by the batch it is in
+    (float32 rows, centred first, do not).
 
     Every fitted array has X's dtype (float32 stays float32), except those
     of ``mixture_`` and ``loss_curve_``, which keep float64. How a fit runs, stage by stage,

@@ -999,8 +999,9 @@ class _OneBatch:
         stream's rows (its effective rows ``(sum w)^2 / sum w^2`` where
         fewer), which follows a stream whose running parameters drifted from
         the rows it saw; and online EM's running rows' shares, its shares
-        taken at the running parameters, where online EM has them, which
-        follows a stream whose weights differ by cluster. Never once online
+        taken at the running parameters, where online EM has them for at
+        least half the stream's rows, which follows a stream whose weights
+        differ by cluster. Never once online
         EM took the stream for an ordered one; always when the test is off
         (``significance=0``) or before a row that is not zero.
         """
@@ -1028,8 +1029,11 @@ class _OneBatch:
         published = self.published
         if passes(published, np.exp(published.log_pi), self._effective_rows_seen()):
             return True
+        # The running shares only where they hold most of the stream's rows
+        # (after a weighted fit or a reseed they start again: a few rows'
+        # shares refuse almost nothing, and let a batch of one class pass).
         row_rows = getattr(self, "row_rows", 0)
-        return bool(row_rows) and passes(self.params, self.row_shares, row_rows)
+        return 2 * row_rows >= self.rows_seen and passes(self.params, self.row_shares, row_rows)
 
     def _effective_rows_seen(self):
         """The stream's rows, or its effective rows ``(sum w)^2 / sum w^2``

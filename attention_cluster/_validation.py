@@ -119,6 +119,14 @@ def check_positive(value, name, target_type=numbers.Real, *, min_val=0, strict=T
         raise InvalidParameterError(
             f"{name} must be an int or a float, got {type(value).__name__} {value!r}."
         )
+    if isinstance(value, numbers.Integral) and not issubclass(target_type, numbers.Integral):
+        # (A float parameter given as an integer beyond float64: OverflowError once used.)
+        try:
+            float(value)
+        except OverflowError:
+            raise InvalidParameterError(
+                f"{name} must be finite, got an integer beyond float64."
+            ) from None
     if isinstance(value, (float, np.floating)) and not np.isfinite(value):
         raise InvalidParameterError(f"{name} must be finite, got {value!r}.")
     if value < min_val or (strict and value == min_val):

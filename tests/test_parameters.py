@@ -286,6 +286,12 @@ def test_integers_beyond_numpy_s_are_checked_as_integers_and_fractions_refused()
     assert AttentionClustering(2, max_iter=10**400, random_state=0).fit(X).n_iter_ >= 1
     with pytest.raises(InvalidParameterError, match="max_iter"):
         AttentionClustering(2, max_iter=-(10**400)).fit(X)
+    # A float parameter given as such an integer is no finite float: refused
+    # by name (it raised Python's OverflowError once used, after work).
+    with pytest.raises(InvalidParameterError, match="tol must be finite"):
+        AttentionClustering(2, tol=10**400).fit(X)
+    with pytest.raises(InvalidParameterError, match="beta must be finite"):
+        SelfAttentionDynamics(beta=10**400).fit(X)
     # A Fraction is refused by name: it raised NumPy's TypeError, and passed
     # as math.isfinite takes it, to fail inside NumPy's ufuncs after work had
     # begun (a step_size of the dynamics).

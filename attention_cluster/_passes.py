@@ -2258,7 +2258,6 @@ class SparseRows(_Rows):
         return self._moment_at(c) * (c / self.scale) ** 2
 
     @_on_weighted_rows
-    @_on_weighted_rows
     def peak(self):
         """The largest ``|x_ij - m_j| / s`` of the rows as the passes see
         them (centred), as :meth:`DenseRows.peak`: over the stored entries,

@@ -97,7 +97,8 @@ def estimate_spectrum(data, n_clusters, moment=None, full=None):
     positive weight alone: ``_passes._positive``).
 
     ``full``: the rows in R^D of which ``data`` holds the coordinates in a
-    principal subspace (``_plan._prepare``), as seen at their own scale. Its top eigenvalues are the
+    principal subspace (``_plan._prepare``), as seen at their own scale.
+    Its top eigenvalues are the
     moment's in R^D, but its other ones are the largest of the noise's, at
     the bulk's upper edge, up to ``(1 + sqrt(D / n))^2`` times its mean: the
     noise is then the mean of the ``D - K`` smallest eigenvalues in R^D, from

@@ -93,7 +93,6 @@ from ._validation import (
     is_dask_collection,
     power_of_two_unit,
     quiet_finite_check,
-    warn,
 )
 
 __all__ = [
@@ -1996,33 +1995,6 @@ class DaskRows(_Rows):
         return self._drawn.draw(state, out)
 
 
-def _lost_spread(variance, exact, terms, magnitude):
-    """Warn when a feature's variance about the offset is within the rounding
-    of its implicit centring (:meth:`SparseRows._moment_at`).
-
-    Each entry of the expanded moment sums ``terms`` products of the
-    ``magnitude`` of the offset's and the rows' squares; sequential sums of
-    equal terms err by up to about ``terms * eps`` of it (measured: 0.05 to
-    0.07 ``terms * eps`` for rows all equal to the mean, from 10 to 1e5 rows).
-    Below that bound the variance is not resolved, unless it is ``exact``
-    (a column of one value).
-    """
-    rounding = terms * np.finfo(np.float64).eps * magnitude
-    lost = ~exact & (variance <= rounding)
-    if np.any(lost):
-        columns = np.flatnonzero(lost)
-        shown = ", ".join(str(j) for j in columns[:10]) + (", ..." if len(columns) > 10 else "")
-        warn(
-            f"X is sparse and centred without densifying it ((X - 1 m^T) in every product): "
-            f"{len(columns)} of its {len(variance)} features (columns {shown}) spread about "
-            "the mean by "
-            "less than the rounding of that centring (about sqrt(n * 2.2e-16) times the "
-            "mean, for n rows), so their variances and the fit are not resolved. Pass X "
-            "dense (X.toarray()) or subtract the mean from the stored values first.",
-            UserWarning,
-        )
-
-
 def _on_weighted_rows(method):
     """A :class:`SparseRows` pass that sums over rows, run on its rows of positive weight.
 
@@ -2058,7 +2030,9 @@ class SparseRows(_Rows):
     sample_weight : ndarray of shape (n_samples,) or None, default=None
     scale : float, default=1.0
     offset : ndarray of shape (n_features,) or None, default=None
-        m, subtracted from every row (None: no centring).
+        m, subtracted from every row (None: no centring), in the products
+        as X is stored; :meth:`centred` also stores the columns whose mean
+        is far from their spread centred (:func:`_centred_storage`).
     n_threads : int or None, default=None
         Kept for the interface; the sparse products run on one thread.
     compiled : bool or None, default=None
@@ -2185,9 +2159,15 @@ class SparseRows(_Rows):
         return total / self.total_weight / rows.scale
 
     def centred(self, offset):
-        """The same rows with ``offset`` (unscaled) subtracted, implicitly."""
+        """The same rows with ``offset`` (unscaled) subtracted, implicitly
+        (the columns whose mean is far from their spread stored centred:
+        :func:`_centred_storage`)."""
         other = copy.copy(self)
-        other.offset = self.offset + np.asarray(offset, dtype=np.float64)
+        other._X, other.offset = _centred_storage(
+            self._X, self.offset + np.asarray(offset, dtype=np.float64), self.sample_weight
+        )
+        if other._X is not self._X:
+            other._kept = None
         return other
 
     def scaled_second_moment(self):
@@ -2212,20 +2192,11 @@ class SparseRows(_Rows):
 
     def _moment_at(self, c):
         """The second moment of the rows ``(x - m) / c``, c a power of two:
-        ``X^T W X / W - b m^T - m b^T + m m^T`` at that scale, b the weighted mean.
-
-        The expansion subtracts terms of the offset's magnitude, and keeps of
-        a feature's spread about m only what exceeds their rounding: a column
-        of one value, centred on it, has a variance of rounding errors, of
-        either sign, that grow with the rows (a spurious direction beside
-        features of small spread). Each feature's variance is therefore held
-        to Popoviciu's bound, ``max((hi_j - m_j)^2, (m_j - lo_j)^2)`` for
-        values in ``[lo_j, hi_j]`` (for one value, exactly ``(x_j - m_j)^2``),
-        and to zero from below, its row and column scaled alike (the matrix
-        stays positive semi-definite). A variance of more than one value left
-        within the expansion's rounding (``_lost_spread``) is warned of
-        (``math.md`` section 7, "The second moment of sparse rows about
-        their mean").
+        ``X^T W X / W - b m^T - m b^T + m m^T`` at that scale, b the weighted
+        mean. The expansion's terms are of m's magnitude and round at it:
+        nothing against a column's spread about m_j, as the columns whose
+        mean is far from it are stored centred (:func:`_centred_storage`,
+        ``math.md`` section 7, "Sparse rows about their mean").
         """
         # The rows at scale c, and with their weights, share the structure
         # of the rows: one array of values each (a copy of the non-zeros'
@@ -2234,22 +2205,10 @@ class SparseRows(_Rows):
         w, m = self._w(), self.offset / c
         wX = X if self.sample_weight is None else _with_values(X, X.data * _row_values(X, w))
         S = (X.T @ wX).toarray() / self.total_weight
-        b = X.T @ w / self.total_weight
-        M = S - np.outer(b, m) - np.outer(m, b) + np.outer(m, m)
         if not np.any(m):
-            return M
-        hi, lo = (np.asarray(f(axis=0).todense()).ravel() for f in (X.max, X.min))
-        bound = np.maximum(hi - m, m - lo) ** 2
-        # A column of one value x has the variance (x - m)^2 exactly.
-        one_value = hi == lo
-        variance = np.diag(M).copy()
-        held = np.where(one_value, bound, np.clip(variance, 0.0, bound))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            factor = np.where(variance > 0.0, np.sqrt(held / variance), 0.0)
-        M *= np.outer(factor, factor)
-        np.fill_diagonal(M, held)
-        _lost_spread(held, one_value, X.getnnz(axis=0), np.diag(S) + 2.0 * np.abs(b * m) + m * m)
-        return M
+            return S
+        b = X.T @ w / self.total_weight
+        return S - np.outer(b, m) - np.outer(m, b) + np.outer(m, m)
 
     @_on_weighted_rows
     def second_moment(self):
@@ -2694,6 +2653,86 @@ def _row_reduce(ufunc, values, indptr):
     return out
 
 
+# A column of sparse rows whose mean is more than this many times its rows'
+# root mean square about it is stored centred (:func:`_centred_storage`).
+_FAR_MEAN = 10.0
+
+
+def _centred_storage(X, m, sample_weight=None):
+    """``(Y, r)``: CSR Y and an offset r with ``Y - 1 r^T = X - 1 m^T``, the
+    columns whose mean is far from their spread stored centred.
+
+    Sparse rows are centred inside the products, ``(X - 1 m^T) V = X V - 1
+    (m^T V)``, whose terms are of m's magnitude and round at it: about eps
+    |m_j| a column, nothing against the column's spread about m_j unless
+    the mean dwarfs it (a column of one value 1e16 beside features of 1
+    rounds at the features' size, and is fitted as signal). Such a column
+    (``|m_j|`` above ``_FAR_MEAN`` times the root weighted mean square of
+    ``x_ij - m_j``, its gaps counting ``m_j^2``) is stored as ``x_ij - m_j``,
+    with ``-m_j`` stored in the rows that hold no entry of it, and
+    ``r_j = 0``: its products are those of dense rows centred first. The
+    rows lacking it weigh less than ``1 / _FAR_MEAN^2`` of the weight
+    (their mean square about m_j alone is their share times ``m_j^2``);
+    a column more of whose rows lack it than hold it (rows of little
+    weight) stays as it is, so that Y stores at most twice X's entries.
+    X itself (no copy) where no column is far (``math.md`` section 7,
+    "Sparse rows about their mean").
+    """
+    if not np.any(m):
+        return X, m
+    n, d = X.shape
+    w = np.ones(n) if sample_weight is None else sample_weight
+    total = float(np.sum(w))
+    # At m's magnitude over the largest |m_j| (a power of two: exact), summed
+    # by chunks of the stored entries (temporaries of a chunk, not of X).
+    top = power_of_two_unit(float(np.max(np.abs(m))))
+    unit = m / top
+    spread, held = np.zeros(d), np.zeros(d)
+    step = max(1, _CHUNK_BYTES // 8)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for lo in range(0, X.nnz, step):
+            at = X.indices[lo : lo + step]
+            row_w = w[np.searchsorted(X.indptr, np.arange(lo, lo + len(at)), side="right") - 1]
+            gap = X.data[lo : lo + step] / top - unit[at]
+            spread += np.bincount(at, weights=row_w * gap * gap, minlength=d)
+            held += np.bincount(at, weights=row_w, minlength=d)
+        spread += np.maximum(total - held, 0.0) * unit * unit
+        far = unit * unit * total > _FAR_MEAN**2 * spread
+    count = np.bincount(X.indices, minlength=d)
+    far &= n - count <= count
+    if not np.any(far):
+        return X, m
+    data = X.data.copy()
+    entries = far[X.indices]
+    data[entries] -= m[X.indices[entries]]
+    Y = sp.csr_matrix((data, X.indices, X.indptr), shape=X.shape)
+    gaps_rows, gaps_columns = _gaps(X, np.flatnonzero(far))
+    if gaps_rows.size:
+        gaps = sp.csr_matrix((-m[gaps_columns], (gaps_rows, gaps_columns)), shape=X.shape)
+        Y = (Y + gaps).tocsr()  # disjoint patterns: the values as they are
+    return Y, np.where(far, 0.0, m)
+
+
+def _gaps(X, columns):
+    """``(rows, columns)`` of the entries of CSR X in ``columns`` it does not
+    store, by blocks of rows (a dense mask of a block's rows by ``columns``)."""
+    n = X.shape[0]
+    position = np.full(X.shape[1], -1)
+    position[columns] = np.arange(len(columns))
+    step = max(1, _CHUNK_BYTES // max(len(columns), 1))
+    found_rows, found_columns = [], []
+    for lo in range(0, n, step):
+        block = X[lo : lo + step]
+        missing = np.ones((block.shape[0], len(columns)), dtype=bool)
+        at = position[block.indices]
+        kept = at >= 0
+        missing[_row_values(block, np.arange(block.shape[0]))[kept], at[kept]] = False
+        r, c = np.nonzero(missing)
+        found_rows.append(r + lo)
+        found_columns.append(columns[c])
+    return np.concatenate(found_rows), np.concatenate(found_columns)
+
+
 # Below this share of ||m||^2, a sparse row's ||y - m||^2 from ||m||^2 less
 # its stored columns' m_j^2 would lose more than about 1e-12 of its value.
 _CANCELLED = 1e-4
@@ -2753,7 +2792,8 @@ def unit_terms(rows, centers, offset, scale):
     the power of two ``2^e`` nearest ``scale`` (exact), so that nothing is
     squared at the data's magnitude: no overflow or underflow for finite
     rows of any magnitude near ``scale``. Dense rows are centred before the
-    products; sparse rows are not densified: their ``q`` is the sum of
+    products; sparse rows are not densified (the columns whose mean is far
+    from their spread stored centred, :func:`_centred_storage`): their ``q`` is the sum of
     ``(x_j - m_j)^2`` over the row's stored entries and of ``m_j^2`` over
     its other columns (:func:`_sparse_centred_squares`), with no
     ``||x||^2 - 2 <x, m> + ||m||^2`` to cancel far from the origin.
@@ -2764,6 +2804,7 @@ def unit_terms(rows, centers, offset, scale):
     if sp.issparse(rows):
         Y = sp.csr_matrix(rows, dtype=np.float64, copy=True)
         Y.data = np.ldexp(Y.data, -e)
+        Y, m = _centred_storage(Y, m)
         P = np.asarray(Y @ C.T) - m @ C.T
         # Rows beyond about 1e154 times the scale square to inf, as the dense
         # rows' terms do.

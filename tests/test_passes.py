@@ -587,6 +587,34 @@ def test_unit_terms_of_sparse_rows_near_a_far_mean(n, d, density, far, seed):
 
 
 @given(
+    n=st.integers(1, 40),
+    d=st.integers(1, 8),
+    density=st.sampled_from([0.0, 0.3, 0.97, 1.0]),
+    far=st.sampled_from([0.0, 1.0, 1e8, 1e200]),
+    weighted=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_centred_storage_represents_the_centred_rows(n, d, density, far, weighted, seed):
+    # math.md section 7, "Sparse rows about their mean": Y - 1 r^T is
+    # X - 1 m^T entry for entry (the same subtractions as NumPy's), the
+    # columns stored centred have r_j = 0 and a mean more than _FAR_MEAN
+    # times their spread, and Y holds at most twice X's entries.
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, d, density=density, format="csr", random_state=rng)
+    m = far * rng.standard_normal(d)
+    X.data = m[X.indices] + rng.standard_normal(X.nnz) * rng.choice([1e-9, 1.0], d)[X.indices]
+    w = rng.integers(1, 4, n).astype(float) if weighted else None
+    Y, r = _passes._centred_storage(X, m, w)
+    np.testing.assert_array_equal(Y.toarray() - r, X.toarray() - m)
+    assert Y.nnz <= 2 * X.nnz
+    stored = r != m
+    assert not np.any(r[stored])
+    weights = np.ones(n) if w is None else w
+    mean_square = weights @ (X.toarray() - m) ** 2 / weights.sum()
+    assert np.all(m[stored] ** 2 > _passes._FAR_MEAN**2 * mean_square[stored])
+
+
+@given(
     n=st.integers(1, 20),
     d=st.integers(1, 12),
     density=st.sampled_from([0.0, 0.3, 1.0]),

@@ -291,17 +291,16 @@ def test_rows_at_a_far_mean_are_not_beyond_the_range(sparse):
     # though the rows themselves are 2^900 times the scale (1, for rows
     # with no spread). Rows are beyond the range where their unit-scale
     # terms or logits are not numbers, not where the rows are large: the
-    # posterior is 0.5 each, and the dense density finite.
+    # posterior is 0.5 each, and the density finite. (Sparse rows' terms
+    # were formed about the mean, whose square, about 3e542, left float64's
+    # range: -inf; a column far from its spread is now stored centred.)
     X = np.array([[1.72513026e271], [1.72513026e271]])
     kind = sp.csr_matrix if sparse else np.asarray
     model = _quiet(AttentionClustering(2, random_state=0), X)
     np.testing.assert_allclose(model.predict_proba(kind(X)), 0.5)
-    if not sparse:
-        assert np.all(np.isfinite(model.score_samples(X)))
-    else:
-        # Sparse rows' squared norms are expanded about the mean, whose
-        # square (about 3e542) leaves float64's range: -inf, never NaN.
-        assert np.all(model.score_samples(kind(X)) == -np.inf)
+    scores = model.score_samples(kind(X))
+    assert np.all(np.isfinite(scores))
+    np.testing.assert_array_equal(scores, model.score_samples(X))
 
 
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
@@ -399,8 +398,8 @@ def test_sparse_rows_with_a_constant_column_far_from_zero_fit_as_dense_rows():
     # expanded second moment gave that column a variance of rounding
     # errors, of the order of the clusters' (2.2e-16 x 1e16 per row
     # summed): a spurious direction. A column of one value x has the
-    # variance (x - m)^2 (Popoviciu's bound, exact there): the sparse fit
-    # is the dense one, with no warning.
+    # variance (x - m)^2: stored centred (_passes._centred_storage), the
+    # sparse fit is the dense one, with no warning.
     rng = np.random.default_rng(0)
     clusters = np.repeat(4.0 * np.eye(3), 100, axis=0) + rng.standard_normal((300, 3))
     X = np.hstack([clusters, np.full((300, 1), np.pi * 1e8)])
@@ -439,7 +438,7 @@ def test_sparse_rows_whose_weighted_rows_are_copies_of_one_row_fit_as_dense_rows
     np.testing.assert_allclose(proba.sum(axis=1), 1.0)
 
 
-@pytest.mark.parametrize("kind", ["float64", "float32", "dask"])
+@pytest.mark.parametrize("kind", ["float64", "float32", "sparse", "dask"])
 def test_a_constant_column_far_from_zero_is_centred_away(kind):
     # A column of one value, 1e20, beside three clusters of unit spread. The
     # mean is a sum divided by n, rounded at the sum's magnitude: the
@@ -457,6 +456,10 @@ def test_a_constant_column_far_from_zero_is_centred_away(kind):
     if kind == "dask":
         da = pytest.importorskip("dask.array")
         given = da.from_array(X, chunks=(150, 6))
+    if kind == "sparse":
+        # Centred inside its products, the sparse column rounded at 1e20
+        # (ARI 0): it is stored centred (_passes._centred_storage).
+        given = sp.csr_matrix(X)
     model = _quiet(AttentionClustering(3, random_state=0), given)
     alone = _quiet(AttentionClustering(3, center=True, random_state=0), clusters.astype(dtype))
     assert model.center_
@@ -481,36 +484,42 @@ def test_auto_counts_past_a_constant_column_far_from_zero():
 
 
 @pytest.mark.parametrize("seed", [2, 5, 9])
-def test_sparse_rows_at_a_mean_far_beyond_their_spread_warn(seed):
-    # Rows 1e8 from zero with a unit spread: the expansion keeps no digit of
-    # the spread (2.2e-16 x 1e16 per row summed), a mean square of rounding
-    # errors that was at times negative, and a mixture variance floored at
-    # zero (RuntimeWarnings: 0 / 0 in the labels' rule). The fit now warns
-    # that the spread is not resolved and what to do, and its variance is
-    # positive, its probabilities numbers. The dense fit needs no warning.
+def test_sparse_rows_at_a_mean_far_beyond_their_spread_fit_as_dense_rows(seed):
+    # Rows 1e8 from zero with a unit spread: centred inside the products,
+    # (X - 1 m^T) V = X V - 1 (m^T V) kept no digit of the spread (terms of
+    # 1e8 rounding at 1e-8 of it, the expanded moment's at 1e16 x 2.2e-16
+    # per row summed), and the fit warned that the spread was not resolved.
+    # Columns whose mean dwarfs their spread are stored centred
+    # (_passes._centred_storage): the sparse fit is the dense one.
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((50, 4)) + 1e8
     sparse, proba, caught = _fit_recorded(sp.csr_matrix(X), 2)
-    assert not [w for w in caught if w.category is RuntimeWarning]
-    assert any("not resolved" in str(w.message) for w in caught)
-    assert sparse.mixture_.variance > 0.0
-    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
-    _, _, dense_caught = _fit_recorded(X, 2)
-    assert not any("not resolved" in str(w.message) for w in dense_caught)
+    dense, dense_proba, dense_caught = _fit_recorded(X, 2)
+    assert [str(w.message) for w in caught] == [str(w.message) for w in dense_caught]
+    np.testing.assert_array_equal(sparse.labels_, dense.labels_)
+    np.testing.assert_allclose(proba, dense_proba, atol=1e-8)
+    assert sparse.scale_ == pytest.approx(dense.scale_, rel=1e-9)
 
 
-def test_a_first_sparse_batch_whose_spread_is_lost_warns_once_naming_its_columns():
-    # partial_fit reads its first batch twice (the fit, then the stream's
-    # first update), and the warning came twice, naming no column.
+def test_a_sparse_stream_whose_column_is_far_from_its_spread_is_the_dense_stream():
+    # A column 1e8 from zero, spread 1e-5, in the first batch of a stream
+    # (read twice: the fit, then the stream's first update): its spread was
+    # not resolved in sparse rows (a warning, twice). Stored centred, the
+    # sparse stream is the dense one.
     rng = np.random.default_rng(0)
     X = make_mixture(400, 5, 2, noise=0.2, random_state=0)[0]
     X[:, 0] = 1e8 + 1e-5 * rng.standard_normal(400)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        AttentionClustering(2, center=True, random_state=0).partial_fit(sp.csr_matrix(X))
-    lost = [w for w in caught if "not resolved" in str(w.message)]
-    assert len(lost) == 1 and "(columns 0)" in str(lost[0].message)
-    assert lost[0].filename == __file__
+    models = []
+    for given in (X, sp.csr_matrix(X)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model = AttentionClustering(2, center=True, random_state=0)
+            model.partial_fit(given[:200]).partial_fit(given[200:])
+        models.append((model, [str(w.message) for w in caught]))
+    (dense, dense_caught), (sparse, caught) = models
+    assert caught == dense_caught
+    np.testing.assert_array_equal(sparse.predict(X), dense.predict(X))
+    np.testing.assert_allclose(sparse.cluster_centers_, dense.cluster_centers_, atol=1e-6)
 
 
 def test_the_variance_floor_of_rows_whose_mean_square_rounds_below_zero():
@@ -526,13 +535,13 @@ def test_the_variance_floor_of_rows_whose_mean_square_rounds_below_zero():
 
 
 def test_the_second_moment_of_sparse_rows_about_their_mean_against_numpy():
-    # math.md section 7, "The second moment of sparse rows about their
-    # mean": the expanded moment, each variance held to [0, Popoviciu's
-    # bound] and its row and column scaled alike, against the weighted
-    # moment of the rows centred before they are squared (NumPy). The
-    # column of one value far from zero had a variance of rounding errors
-    # in the hundreds; its variance about the mean (which rounding puts
-    # 1e-7 off the value) is (x - m)^2 exactly, with no warning.
+    # math.md section 7, "Sparse rows about their mean": the expanded
+    # moment, the columns whose mean is far from their spread stored
+    # centred, against the weighted moment of the rows centred before they
+    # are squared (NumPy). The column of one value far from zero had a
+    # variance of rounding errors in the hundreds; its variance about the
+    # mean (which rounding puts 1e-7 off the value) is (x - m)^2, with no
+    # warning.
     from attention_cluster._passes import SparseRows
 
     rng = np.random.default_rng(0)

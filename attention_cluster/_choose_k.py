@@ -384,10 +384,11 @@ def count_clusters(
     number of clusters at the end of the longest plateau of its clock
     (``docs/math.md`` section 8), clipped
     to ``n_clusters_range`` (if outside, the K of the range held longest),
-    is the dynamics' K. ``fit_at(k)`` returns ``(fit, rule, mixture)``, a
-    fit at k, its labels' rule (``_passes.LabelRule``, of
+    is the dynamics' K. ``fit_at(k, centred=None)`` returns ``(fit, rule,
+    mixture)``, a fit at k, its labels' rule (``_passes.LabelRule``, of
     ``_plan.predict_rule``) and its :class:`FittedMixture` (None without the
-    EM refinement); it is called at the dynamics' K and at its neighbours in
+    EM refinement), centred as ``centred`` says where ``center="auto"``
+    (None: by its rule); it is called at the dynamics' K and at its neighbours in
     the range, and :func:`choose_by_silhouette` picks among them by the
     silhouette of each rule's labels of the dynamics' rows (weighted as
     its tokens): a neighbour only when its silhouette is higher by more
@@ -396,7 +397,9 @@ def count_clusters(
     the choice is more and its fit has a mixture, the fit at 1 is kept if
     its BIC on ``rows`` is at most the choice's: no evidence of clusters
     (``math.md`` section 8, "One cluster or more"); without a mixture
-    (``refine=None``, PSGD's default) that test is not made; where the fit
+    (``refine=None``, PSGD's default) that test is not made; the fit at 1
+    is centred where the choice's fit is (the same model either way, but
+    rows far from the origin lose their spread uncentred); where the fit
     at 1 refuses the rows' scale (``_plan.ScaleError``: rows near float64's
     smallest numbers, whose spread about one centre is below what float64
     inverts, though the fit at the choice holds its own) it cannot be, and
@@ -563,7 +566,11 @@ def count_clusters(
         if 1 not in fits:
             try:
                 with deferred_warnings() as held[1]:
-                    fits[1], _, mixtures[1] = fit_at(1)
+                    # Centred as the choice's fit: at K = 1, center="auto"'s
+                    # rule never centres (lambda_1 holds ||m||^2), and rows
+                    # far from the origin (1e7 times their spread) then fit
+                    # one cluster at the variance floor of their norm.
+                    fits[1], _, mixtures[1] = fit_at(1, centred=mixtures[K].centred)
             except ScaleError as error:
                 # No fit at 1 to compare: the choice stands untested, and
                 # the caller is told so (rows of one cluster would keep it).

@@ -641,9 +641,14 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             if params.n_clusters == "auto":
                 rows.check_finite()
 
-                def fit_at(k):
+                def fit_at(k, centred=None):
+                    center = params.center
+                    if centred is not None and isinstance(center, str):
+                        center = centred  # center="auto": as the fit it is compared with
                     result = fit_plan(
-                        rows, SimpleNamespace(**{**vars(params), "n_clusters": k}), init
+                        rows,
+                        SimpleNamespace(**{**vars(params), "n_clusters": k, "center": center}),
+                        init,
                     )
                     rule = predict_rule(result.centers, result.mixture, result.mean, rows.dtype)
                     mixture = None

@@ -924,11 +924,15 @@ def test_auto_on_dask_refuses_nan_with_the_fits_message(mixture):
 
 
 @pytest.mark.parametrize("kind", ["dense", "csr", "dask"])
-@pytest.mark.parametrize("offset", [0.0, 3.0])
+@pytest.mark.parametrize("offset", [0.0, 3.0, 1e7])
 def test_auto_finds_one_cluster_in_one_gaussian(kind, offset, global_random_seed):
     # The dynamics counts metastable groups among an isotropic blob's
     # directions (5 or 6 in d = 4), and no silhouette reads K = 1: the BIC
     # test (math.md section 8, "One cluster or more") keeps one cluster.
+    # At an offset of 1e7 the choice's fit is centred and the fit at 1 was
+    # not (center="auto" never centres at K = 1): its variance sat at the
+    # floor of the rows' norm, and the blob got 3 or 4 clusters. The fit
+    # at 1 is centred as the choice's is.
     rng = np.random.default_rng(global_random_seed)
     X = rng.standard_normal((500, 4))
     X[:, 0] += offset
@@ -955,7 +959,7 @@ def test_one_cluster_replaces_the_choice_when_its_bic_is_not_higher(
     X, _ = mixture
     fitted = []
 
-    def fit_at(k):
+    def fit_at(k, centred=None):
         fitted.append(k)
         model = AttentionClustering(k, random_state=0).fit(X)
         rule = predict_rule(model.cluster_centers_, model.mixture_, model.mean_)
@@ -1044,7 +1048,7 @@ def test_only_the_scale_refusal_of_the_fit_at_one_skips_the_test(mixture, refuse
         AttentionClustering(1).fit(X * 1e-308)
     error = scale.value if refused else ValueError("another error")
 
-    def fit_at(k):
+    def fit_at(k, centred=None):
         if k == 1:
             raise error
         model = AttentionClustering(k, random_state=0).fit(X)

@@ -667,7 +667,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 )
                 chosen = K, scores, silhouettes
             else:
-                check_n_samples(rows.n_samples, params.n_clusters)
+                check_n_samples(rows.n_samples, params.n_clusters, rows.n_weighted)
                 result = fit_plan(rows, params, init)
         self._write(result, rows.dtype)
         if chosen is not None:

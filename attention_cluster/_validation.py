@@ -161,10 +161,16 @@ def finite_output(out):
     return out
 
 
-def check_n_samples(n_samples, n_clusters):
-    """A clustering needs at least ``n_clusters`` samples."""
+def check_n_samples(n_samples, n_clusters, n_weighted=None):
+    """A clustering needs at least ``n_clusters`` samples, of positive weight
+    where ``n_weighted`` counts them (rows of weight zero are as absent)."""
     if n_samples < n_clusters:
         raise ValueError(f"n_samples={n_samples} should be >= n_clusters={n_clusters}.")
+    if n_weighted is not None and n_weighted < n_clusters:
+        raise ValueError(
+            f"X has {n_weighted} rows of positive weight (of n_samples={n_samples}), which "
+            f"should be >= n_clusters={n_clusters}: rows of weight zero are as absent."
+        )
 
 
 def power_of_two_unit(peak):

@@ -861,8 +861,11 @@ def test_bad_input_raises_and_leaves_no_state(X, match):
         (-np.ones(10), "non-negative"),
         (np.r_[np.ones(9), np.nan], "finite"),
         (np.ones(3), "shape"),
+        # Rows of weight zero are as absent: one row of positive weight
+        # was fitted as two clusters of equal weight, one of them empty.
+        (np.r_[1.0, np.zeros(9)], "1 rows of positive weight .* >= n_clusters=2"),
     ],
-    ids=["zero", "negative", "nan", "shape"],
+    ids=["zero", "negative", "nan", "shape", "fewer-weighted-rows-than-clusters"],
 )
 def test_bad_weights_raise_and_keep_the_previous_fit(paper_data, weights, match):
     X, _, _ = paper_data
@@ -872,6 +875,25 @@ def test_bad_weights_raise_and_keep_the_previous_fit(paper_data, weights, match)
         model.fit(X[:10] * 3.0, sample_weight=weights)
     np.testing.assert_array_equal(model.cluster_centers_, centers)
     assert model.labels_.shape == (200,)
+
+
+@pytest.mark.parametrize("kind", ["dense", "csr", "dask"])
+def test_fewer_rows_of_positive_weight_than_clusters_are_refused(kind, paper_data):
+    # As n_samples < n_clusters is: rows of weight zero are as absent (the
+    # fit's choices count the rows of positive weight), in fit and in a
+    # stream's first batch.
+    X = paper_data[0][:50]
+    w = np.r_[np.ones(2), np.zeros(48)]
+    given = sp.csr_matrix(X) if kind == "csr" else X
+    if kind == "dask":
+        da = pytest.importorskip("dask.array")
+        given = da.from_array(X, chunks=(25, -1))
+    methods = ["fit"] if kind == "dask" else ["fit", "partial_fit"]
+    for method in methods:
+        model = AttentionClustering(3, random_state=0)
+        with pytest.raises(ValueError, match="2 rows of positive weight .* >= n_clusters=3"):
+            getattr(model, method)(given, sample_weight=w)
+        assert not hasattr(model, "cluster_centers_")
 
 
 @pytest.mark.parametrize(

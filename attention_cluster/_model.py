@@ -210,7 +210,11 @@ class SphericalMixture:
             unit coordinates (:func:`attention_cluster._passes.unit_terms`).
         """
         r, v = self.radii, self.variance
-        return self.log_weights + (P * r - 0.5 * r * r) / v
+        # A logit beyond float64 is infinite, of its sign (a row far behind
+        # a head: -inf there, its posterior 0; rows whose largest logit is
+        # infinite are far rows, given the posterior's limit by the estimator).
+        with np.errstate(over="ignore"):
+            return self.log_weights + (P * r - 0.5 * r * r) / v
 
     def labels(self, P):
         """``argmax_k a_ik``: the posterior mode (ties to the first component).

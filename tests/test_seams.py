@@ -560,6 +560,26 @@ def test_the_second_moment_of_sparse_rows_about_their_mean_against_numpy():
 
 
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+def test_a_finite_row_far_behind_a_head_warns_of_nothing(sparse):
+    # Its largest logit finite, another beyond float64: the logits'
+    # division overflowed to -inf with NumPy's RuntimeWarning (pointing in
+    # the library) in predict_proba, score_samples and bic. That logit is
+    # -inf, its posterior 0, and nothing is warned.
+    X = make_mixture(2000, 10, 3, noise=0.4, random_state=0)[0]
+    model = AttentionClustering(3, random_state=0).fit(X)
+    row = -1e308 * model.cluster_centers_[1:2]
+    row = sp.csr_matrix(row) if sparse else row
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        proba = model.predict_proba(row)
+        scores = model.score_samples(row)
+        model.bic(row)
+    np.testing.assert_array_equal(proba.sum(axis=1), 1.0)
+    assert proba[0, 1] == 0.0 and np.argmax(proba[0]) == model.predict(row)[0]
+    assert scores[0] == -np.inf
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
 def test_rows_beyond_the_range_take_no_component_of_weight_zero(sparse):
     # A fitted component of weight zero (EM can empty one; here set so): for
     # rows beyond float64's range at the fit's scale, predict took the

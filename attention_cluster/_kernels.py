@@ -976,11 +976,13 @@ def rotation_criterion(YT, weight, product):
     section 3). NumPy: it is called once per sweep, and a kernel of its own
     would be one more compile in a first fit.
     """
-    sq = YT * YT
-    if product:
-        return float(weight @ np.prod(sq, axis=0))
-    # The fourth powers' sums by einsum: no second K x n temporary.
-    return float(weight @ (0.5 * (np.sum(sq, axis=0) ** 2 - np.einsum("ij,ij->j", sq, sq))))
+    # Beyond float64, inf or NaN without a warning, as the compiled sweeps'.
+    with np.errstate(over="ignore", invalid="ignore"):
+        sq = YT * YT
+        if product:
+            return float(weight @ np.prod(sq, axis=0))
+        # The fourth powers' sums by einsum: no second K x n temporary.
+        return float(weight @ (0.5 * (np.sum(sq, axis=0) ** 2 - np.einsum("ij,ij->j", sq, sq))))
 
 
 @njit(cache=True, nogil=True)

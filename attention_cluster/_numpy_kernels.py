@@ -11,6 +11,8 @@ against it and against the NumPy references of ``tests/reference.py``):
 the formulas' places in ``math.md`` are those of the namesakes.
 """
 
+import functools
+
 import numpy as np
 
 from ._kernels import REG_PAIRWISE, REG_PRODUCT, angle_and_drop
@@ -69,6 +71,21 @@ def posterior_columns(P, log_weights, weights, counts):
     return total
 
 
+# Terms beyond float64 are inf or NaN without NumPy's warnings, as in the
+# compiled kernels (rows many scales out: a row weighing 1e100 beside rows of
+# weight 1 puts them 1e48 scales from it).
+# (A fresh errstate each call: one shared instance keeps its saved state on
+# itself under NumPy 1, across the passes' threads.)
+def _as_compiled(kernel):
+    @functools.wraps(kernel)
+    def quiet(*args, **kwargs):
+        with np.errstate(over="ignore", invalid="ignore"):
+            return kernel(*args, **kwargs)
+
+    return quiet
+
+
+@_as_compiled
 def projected_row_terms(A, G, nrm, w, c, lm1, reg, rho, C, identity=1.0):
     """:func:`._kernels.projected_row_terms`: the exact risk's row terms from the projections.
 
@@ -283,6 +300,7 @@ def scaled_blocks(X, inv_scale):
     return blocks
 
 
+@_as_compiled
 def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P, blocks=None, identity=1.0):
     """:func:`._kernels.exact_row_terms`: the exact risk's per-row part and its gradient's sums, one chunk.
 

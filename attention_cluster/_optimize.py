@@ -137,7 +137,7 @@ def minimize_on_spheres(
     a step whose decrease the objective's rounding hides. ``converged=False``
     after ``max_iter`` iterations, or earlier when that line search fails at
     a norm above ``tol`` (the caller's warning tells the two apart by the
-    iterations taken).
+    iterations taken), or at a gradient beyond float64's range.
 
     Parameters
     ----------
@@ -174,9 +174,15 @@ def minimize_on_spheres(
     converged = False
     n_iter = 0
     while n_iter < max_iter:
-        gnorm = _norm(g)
+        with np.errstate(over="ignore"):
+            gnorm = _norm(g)
         if gnorm <= tol and (n_iter >= min_iter or gnorm == 0.0):
             converged = True
+            break
+        if not np.isfinite(gnorm):
+            # A gradient beyond float64 (rows of weights 1e100 apart, whose
+            # light rows lie 1e48 scales from the heavy one) has no step to
+            # take along it: every trial step overflowed, 40 halvings each.
             break
         fresh = memory is None
         if fresh:

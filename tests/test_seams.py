@@ -559,6 +559,28 @@ def test_the_second_moment_of_sparse_rows_about_their_mean_against_numpy():
     assert np.all(np.linalg.eigvalsh(moment) >= -1e-12)
 
 
+@pytest.mark.parametrize("n_clusters", [2, "auto"])
+@pytest.mark.parametrize("heavy", [1e100, 1e300])
+def test_one_row_of_overwhelming_weight_warns_of_nothing_numpy_says(heavy, n_clusters):
+    # One row weighing 1e100 beside 599 of weight 1: centred on it, the
+    # others lie 1e48 scales out, the exact objective's terms pass float64
+    # and its gradient is infinite. The solver ran 40 overflowing halvings
+    # of its line search (RuntimeWarnings from the library, 41 a fit, and
+    # from the fits n_clusters="auto" compared and dropped). It stops at a
+    # gradient beyond float64; the NumPy kernels overflow as the compiled
+    # ones do, silently.
+    X = make_mixture(600, 8, 3, noise=0.3, random_state=1)[0]
+    w = np.ones(len(X))
+    w[0] = heavy
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = AttentionClustering(n_clusters, random_state=0).fit(X, sample_weight=w)
+        proba = model.predict_proba(X)
+    assert not [str(w.message) for w in caught if w.category is RuntimeWarning]
+    assert np.all(np.isfinite(model.cluster_centers_))
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+
+
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
 def test_a_finite_row_far_behind_a_head_warns_of_nothing(sparse):
     # Its largest logit finite, another beyond float64: the logits'

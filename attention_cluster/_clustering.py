@@ -256,8 +256,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         iterations), which the EM refinement carries with one norm per
         centroid; no attention solver runs, and ``solver``,
         ``temperature``, ``sequence_length``, ``regularization``,
-        ``learning_rate``, ``batch_size`` and ``gradient`` are not used
-        (``n_iter_`` counts Lloyd's iterations).
+        ``learning_rate``, ``batch_size`` and ``gradient`` do not move the
+        fit (``n_iter_`` counts Lloyd's iterations, ``loss_curve_`` is
+        empty, ``solver_`` names the solver ``solver`` resolves to, and
+        ``transform`` and ``score``, the attention layer's, still read
+        ``temperature_``).
     gradient : {"riemannian", "euclidean"}, default="riemannian"
         PSGD's step (the exact solver's is Riemannian).
         ``"riemannian"`` projects each head's gradient on the sphere's
@@ -327,8 +330,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         the refinement follows) at the start and after each iteration;
         infinite where it passes float64's range (``lambda K / L`` above
         about 1e154, where the solver minimises it scaled, :mathmd:`3`).
+        Empty after a seeded start (see ``init``).
     solver_ : str
-        The solver used (``"auto"`` resolved).
+        The solver used (``"auto"`` resolved; after a seeded start, which
+        runs none, the one it resolves to: see ``init``).
     refine_ : str or None
         The refinement used (``"auto"`` resolved).
     refine_n_iter_ : int
@@ -349,8 +354,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         component, one value shared by all (spherical, as
         :class:`~sklearn.mixture.GaussianMixture`'s ``"spherical"``);
         infinite where it exceeds the dtype's range (rows beyond about
-        ``1e154`` in float64, ``1e19`` in float32), which no prediction
-        reads: they use ``mixture_``. Absent without the refinement.
+        ``1e154`` in float64, ``1e19`` in float32), and zero or subnormal
+        where it falls below it (rows spread by less than about ``1e-154``
+        in float64, ``1e-19`` in float32), which no prediction reads: they
+        use ``mixture_``. Absent without the refinement.
     mixture_ : SphericalMixture or None
         The fitted mixture at unit scale, ``(x - mean_) / scale_ | Z = k ~
         N(r_k mu_k, tau^2 I)`` (:mathmd:`7`), whose methods give

@@ -969,8 +969,10 @@ class _OneBatch:
             self.weight_squares += data.weight_squares
         share = batch / self.seen
         self.mean_sq += share * (data.norm_moments()[0] - self.mean_sq)
-        published = self.published
-        # Until a row is not zero there is no likelihood to maximise.
+        # Until a row is not zero there is no likelihood to maximise: every
+        # row is at the origin, and so is every centroid (radius 0, as the
+        # fit's M step gives rows all zero).
+        published = replace(self.published, radii=np.zeros_like(self.published.radii))
         if self.mean_sq > 0.0:
             floor = MIN_VARIANCE * self.mean_sq / data.n_features
             p = self.params

@@ -1195,3 +1195,20 @@ def test_the_rows_shares_start_again_after_a_reseed():
             model.partial_fit(X[i : i + 50])
     assert not model._stream.ordered
     assert centroid_distance(model.cluster_centers_, C) < 0.3
+
+
+@pytest.mark.parametrize("K", [1, 3])
+@pytest.mark.parametrize("row", [[0.0, 0.0, 0.0], [1.0, 2.0, 3.0]], ids=["zero", "equal"])
+def test_a_first_batch_with_no_spread_publishes_the_fit_of_its_rows(row, K):
+    # Rows all zero at unit scale (zero, or equal rows centred): the fit's
+    # M step puts every centroid at the origin (radius 0), while the
+    # stream, with no likelihood to maximise, published its start's norm
+    # 1 (means_ a scale away from every row).
+    X = np.tile(row, (20, 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fitted = AttentionClustering(K, center=True, random_state=0).fit(X)
+        streamed = AttentionClustering(K, center=True, random_state=0).partial_fit(X)
+    np.testing.assert_array_equal(streamed.mixture_.radii, fitted.mixture_.radii)
+    np.testing.assert_allclose(streamed.means_, fitted.means_)
+    np.testing.assert_allclose(streamed.means_, X[:K])

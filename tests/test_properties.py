@@ -153,7 +153,7 @@ def test_weights_count_by_their_ratios(data, exponent, seed):
     # weights included, on every drawn shape and magnitude of the rows.
     X, K = data
     w = np.random.default_rng(seed).integers(0, 4, len(X)).astype(float)
-    w[0] = max(w[0], 1.0)  # a positive total
+    w[:K] = np.maximum(w[:K], 1.0)  # at least K rows of positive weight (fewer are refused)
     base = _fit(X, K, w)
     scaled = _fit(X, K, np.ldexp(w, exponent))
     np.testing.assert_array_equal(scaled.labels_, base.labels_)

@@ -367,12 +367,13 @@ def test_a_head_of_weight_zero_takes_no_row_of_the_numpy_label_rule(far):
 
 def test_partial_fit_of_sparse_rows_whose_weighted_rows_are_equal():
     # The case the rule above reproduces, end to end: two weighted rows, the
-    # same row, of data that repeat three rows.
+    # same row, of data that repeat three rows (at two clusters: three are
+    # refused, more than the rows of positive weight).
     rng = np.random.default_rng(0)
     X = sp.csr_matrix(np.repeat(rng.standard_normal((3, 5)), 20, axis=0))
     w = np.zeros(60)
     w[[35, 36]] = [1.0, 3.0]
-    model = AttentionClustering(3, solver="psgd", random_state=0)
+    model = AttentionClustering(2, solver="psgd", random_state=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         warnings.simplefilter("error", RuntimeWarning)

@@ -2681,25 +2681,33 @@ def _centred_storage(X, m, sample_weight=None):
     if not np.any(m):
         return X, m
     n, d = X.shape
+    count = np.bincount(X.indices, minlength=d)
+    # Stored in at least half the rows, and off zero: the columns that may be far.
+    candidate = (2 * count >= n) & (m != 0.0)
+    if not np.any(candidate):
+        return X, m
     w = np.ones(n) if sample_weight is None else sample_weight
     total = float(np.sum(w))
     # At m's magnitude over the largest |m_j| (a power of two: exact), summed
-    # by chunks of the stored entries (temporaries of a chunk, not of X).
-    top = power_of_two_unit(float(np.max(np.abs(m))))
-    unit = m / top
+    # by blocks of rows (temporaries of a block's entries, not of X's).
+    top = power_of_two_unit(float(np.max(np.abs(m[candidate]))))
+    unit = np.where(candidate, m, 0.0) / top
     spread, held = np.zeros(d), np.zeros(d)
-    step = max(1, _CHUNK_BYTES // 8)
+    per_row = max(1, X.nnz // max(n, 1))
+    rows_per_block = max(1, _CHUNK_BYTES // (8 * per_row))
     with np.errstate(over="ignore", invalid="ignore"):
-        for lo in range(0, X.nnz, step):
-            at = X.indices[lo : lo + step]
-            row_w = w[np.searchsorted(X.indptr, np.arange(lo, lo + len(at)), side="right") - 1]
-            gap = X.data[lo : lo + step] / top - unit[at]
+        for lo in range(0, n, rows_per_block):
+            hi = min(n, lo + rows_per_block)
+            a, b = X.indptr[lo], X.indptr[hi]
+            at = X.indices[a:b]
+            kept = candidate[at]
+            at = at[kept]
+            row_w = np.repeat(w[lo:hi], np.diff(X.indptr[lo : hi + 1]))[kept]
+            gap = X.data[a:b][kept] / top - unit[at]
             spread += np.bincount(at, weights=row_w * gap * gap, minlength=d)
             held += np.bincount(at, weights=row_w, minlength=d)
         spread += np.maximum(total - held, 0.0) * unit * unit
-        far = unit * unit * total > _FAR_MEAN**2 * spread
-    count = np.bincount(X.indices, minlength=d)
-    far &= n - count <= count
+        far = candidate & (unit * unit * total > _FAR_MEAN**2 * spread)
     if not np.any(far):
         return X, m
     data = X.data.copy()
@@ -2722,11 +2730,12 @@ def _gaps(X, columns):
     step = max(1, _CHUNK_BYTES // max(len(columns), 1))
     found_rows, found_columns = [], []
     for lo in range(0, n, step):
-        block = X[lo : lo + step]
-        missing = np.ones((block.shape[0], len(columns)), dtype=bool)
-        at = position[block.indices]
+        hi = min(n, lo + step)
+        at = position[X.indices[X.indptr[lo] : X.indptr[hi]]]
         kept = at >= 0
-        missing[_row_values(block, np.arange(block.shape[0]))[kept], at[kept]] = False
+        rows = np.repeat(np.arange(hi - lo), np.diff(X.indptr[lo : hi + 1]))[kept]
+        missing = np.ones((hi - lo, len(columns)), dtype=bool)
+        missing[rows, at[kept]] = False
         r, c = np.nonzero(missing)
         found_rows.append(r + lo)
         found_columns.append(columns[c])

@@ -43,6 +43,7 @@ from ._validation import (
     check_sample_weight,
     check_seed,
     check_verbose,
+    gathered,
     peak_unit,
     quiet_finite_check,
     warn,
@@ -693,8 +694,10 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            Training data: the initial tokens.
+        X : {array-like, sparse matrix}, dask array or dask DataFrame of shape (n_samples, n_features)
+            Training data: the initial tokens, held in memory (a Dask
+            collection is computed, after the weights' length its graph
+            shows is checked).
         y : Ignored
             Not used, present for API consistency.
         sample_weight : array-like of shape (n_samples,), default=None
@@ -730,6 +733,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         if len(getattr(X, "shape", ())) == 2:
             # The parameters read X's shape alone: checked before X's copy.
             self._check_params(X)
+        X = gathered(self, X, reset=True, sample_weight=sample_weight)
         with quiet_finite_check():
             X = validate_data(
                 self, X, accept_sparse=("csr", "csc"), dtype=[np.float64, np.float32], order="C"
@@ -1151,14 +1155,16 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            New data.
+        X : {array-like, sparse matrix}, dask array or dask DataFrame of shape (n_samples, n_features)
+            New data (a Dask collection is computed, after the width its
+            graph shows is checked).
 
         Returns
         -------
         labels : ndarray of shape (n_samples,)
         """
         check_is_fitted(self)
+        X = gathered(self, X, reset=False)
         with quiet_finite_check():
             X = validate_data(
                 self,

@@ -7,7 +7,7 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._passes import computed, dense_block, gram_matrix, left_times, rows_of, times_power_of_two
+from ._passes import dense_block, gram_matrix, left_times, rows_of, times_power_of_two
 from ._scale import estimate_spectrum, gram_coordinates
 from ._validation import (
     atomic_fit,
@@ -15,6 +15,7 @@ from ._validation import (
     check_options,
     check_positive,
     finite_output,
+    gathered,
     power_of_two_unit,
     quiet_finite_check,
 )
@@ -29,12 +30,13 @@ def _prompt(estimator, X, *, reset):
     anything else float64; CSR or CSC kept sparse), recording its features
     when ``reset``. A Dask array or DataFrame is computed first (a prompt is
     one matrix; a DataFrame becomes a pandas one, whose column names are its
-    feature names), so any chunking of it is taken.
+    feature names), so any chunking of it is taken, after the width its
+    graph shows is checked (``_validation.gathered``).
     """
     with quiet_finite_check():
         return validate_data(
             estimator,
-            computed(X),
+            gathered(estimator, X, reset=reset),
             reset=reset,
             accept_sparse=["csr", "csc"],
             dtype=[np.float64, np.float32],

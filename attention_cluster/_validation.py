@@ -346,6 +346,32 @@ def is_dask_collection(X):
     return dask is not None and dask.is_dask_collection(X)
 
 
+def gathered(estimator, X, *, reset, sample_weight=None):
+    """X in memory for an estimator that holds its rows (a Dask array or
+    DataFrame computed, anything else as given), what the graph shows
+    checked first: the width against ``n_features_in_`` unless ``reset``,
+    and the length of ``sample_weight`` (in memory) against a Dask array's
+    rows, with scikit-learn's messages, so that a bad call reads nothing.
+    """
+    if not is_dask_collection(X):
+        return X
+    if len(X.shape) == 2 and not reset and X.shape[1] != estimator.n_features_in_:
+        raise ValueError(
+            f"X has {X.shape[1]} features, but {type(estimator).__name__} is expecting "
+            f"{estimator.n_features_in_} features as input."
+        )
+    n = X.shape[0]
+    if (
+        sample_weight is not None
+        and not is_dask_collection(sample_weight)
+        and isinstance(n, numbers.Integral)
+        and np.ndim(sample_weight) == 1
+        and np.shape(sample_weight) != (n,)
+    ):
+        raise ValueError(f"sample_weight.shape == {np.shape(sample_weight)}, expected {(n,)}!")
+    return X.compute()
+
+
 def check_dask_array(estimator, X, *, reset):
     """``validate_data`` for a Dask array or DataFrame, without computing it.
 

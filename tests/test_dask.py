@@ -18,7 +18,9 @@ import scipy.sparse as sp
 
 from attention_cluster import (
     AttentionClustering,
+    InContextQuantizer,
     InvalidParameterError,
+    SelfAttentionDynamics,
     _clustering,
     _mixture,
     _passes,
@@ -997,3 +999,42 @@ def test_dask_head_totals_near_float64s_largest_numbers():
         got = lazy.head_totals(U)
     np.testing.assert_array_equal(got, want)
     assert want[0] == -np.ldexp(1.0, 1023)
+
+
+@pytest.mark.parametrize(
+    "call",
+    ["dynamics.predict", "dynamics.fit weights", "quantizer.transform"],
+)
+def test_estimators_holding_their_rows_check_the_graph_before_reading_x(client, call):
+    # SelfAttentionDynamics and InContextQuantizer hold X in memory: they
+    # computed a Dask X whole, then refused a width or weights its graph
+    # shows (every block read for an error; 647 MiB on the client for a
+    # 200 MB array). They now refuse it having read nothing.
+    import dask
+
+    X = make_mixture(600, 5, 3, noise=0.3, random_state=0)[0]
+    Xd = da.concatenate(
+        [
+            da.from_delayed(dask.delayed(_read_block)(X, lo, lo + 100), (100, 5), X.dtype)
+            for lo in range(0, len(X), 100)
+        ]
+    )
+    narrow = X[:, :4]
+    calls = {
+        "dynamics.predict": (
+            lambda: SelfAttentionDynamics().fit(narrow).predict(Xd),
+            "X has 5 features, but SelfAttentionDynamics is expecting 4",
+        ),
+        "dynamics.fit weights": (
+            lambda: SelfAttentionDynamics().fit(Xd, sample_weight=np.ones(7)),
+            r"sample_weight.shape == \(7,\), expected \(600,\)",
+        ),
+        "quantizer.transform": (
+            lambda: InContextQuantizer(3).fit(narrow).transform(Xd),
+            "X has 5 features, but InContextQuantizer is expecting 4",
+        ),
+    }
+    run, message = calls[call]
+    with distributed.get_task_stream(client) as tasks, pytest.raises(ValueError, match=message):
+        run()
+    assert not tasks.data  # no task ran: nothing of X was read

@@ -36,8 +36,8 @@ import math
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from numba import njit
 
+from ._kernels import njit
 from ._passes import dense_block, one_blas_thread, row_major
 from ._validation import peak_unit, power_of_two_unit
 

@@ -29,8 +29,10 @@ are the columns of ``U`` (d x K), ``c = lambda K / L``, ``A = X U``,
 ``(2c / L) X^T (E G + X (E^T A))``.
 """
 
+import warnings
+
+import numba
 import numpy as np
-from numba import njit
 
 # Flags that keep NaN and Inf semantics (no "nnan"/"ninf"): results stay
 # comparable to the NumPy reference while allowing vectorised reductions.
@@ -40,6 +42,39 @@ from numba import njit
 # worker that compiled) fitted otherwise than the next; without it they are
 # the same (tests/test_kernels.py), at a cost within the machine's noise.
 FASTMATH = {"arcp", "contract", "afn", "reassoc"}
+
+
+def njit(**options):
+    """``numba.njit(**options)``; a ``cache=True`` kernel that no place can
+    cache is compiled in each process instead, with a warning.
+
+    Numba caches a kernel in ``__pycache__`` beside the package's sources,
+    or in the per-user cache directory; where both are read-only (a
+    read-only image run by a user whose home is not writable) it refuses
+    the kernel when it is defined, and the package's import failed.
+    """
+    jit = numba.njit(**options)
+    if not options.get("cache"):
+        return jit
+
+    def compiled(kernel):
+        try:
+            return jit(kernel)
+        except RuntimeError as error:
+            if "cannot cache function" not in str(error):
+                raise
+            warnings.warn(
+                "Numba has no writable place to cache attention_cluster's compiled kernels "
+                "(neither the package's __pycache__ nor the per-user cache directory): each "
+                "process compiles them again, seconds before its first fit. Set "
+                "NUMBA_CACHE_DIR to a writable directory.",
+                UserWarning,
+                stacklevel=1,
+            )
+            return numba.njit(**{**options, "cache": False})(kernel)
+
+    return compiled
+
 
 REG_NONE = 0
 REG_PAIRWISE = 1

@@ -451,3 +451,18 @@ def test_repeats_a_column_matches_a_set_per_row(rows):
     indices = np.array([j for r in rows for j in r], dtype=np.int32)
     expected = any(len(set(r)) < len(r) for r in rows)
     assert kern.repeats_a_column(indptr, indices, 7) == expected
+
+
+def test_a_kernel_no_place_can_cache_is_compiled_with_a_warning():
+    # Where neither the package's __pycache__ nor the per-user cache
+    # directory is writable, Numba refuses a cache=True kernel when it is
+    # defined ("no locator available"), and the package's import failed. A
+    # function with no source file meets the same refusal: the kernel is
+    # compiled uncached, and the warning says how to give it a cache.
+    from attention_cluster._kernels import njit
+
+    namespace = {}
+    exec("def add_one(x):\n    return x + 1\n", namespace)
+    with pytest.warns(UserWarning, match="NUMBA_CACHE_DIR"):
+        kernel = njit(cache=True)(namespace["add_one"])
+    assert kernel(1.5) == 2.5

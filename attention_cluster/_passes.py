@@ -983,10 +983,18 @@ class DenseRows(_Rows):
         Row i is drawn with probability ``w_i / sum w`` from the one-element
         uint64 generator state ``state`` (see :func:`_kernels.draw_rows`).
         """
-        _kernels.draw_rows(
-            self._X, self._offset, self._cumulative_weights(), 1.0 / self.scale, state, out
-        )
+        with _wrapping_generator():
+            _kernels.draw_rows(
+                self._X, self._offset, self._cumulative_weights(), 1.0 / self.scale, state, out
+            )
         return out
+
+
+def _wrapping_generator():
+    """The floating-point state of the draws' generator (``_kernels._next_uint``),
+    whose uint64 products wrap by design: compiled they are silent, but run
+    uncompiled (``NUMBA_DISABLE_JIT=1``) NumPy's scalars warn of an overflow."""
+    return np.errstate(over="ignore")
 
 
 def compiles(size):
@@ -2380,16 +2388,17 @@ class SparseRows(_Rows):
     def draw(self, state, out):
         """As :meth:`DenseRows.draw`, each drawn row densified into ``out``."""
         X = self._X
-        _kernels.draw_sparse_rows(
-            X.indptr,
-            X.indices,
-            X.data,
-            self._cumulative_weights(),
-            1.0 / self.scale,
-            self.offset,
-            state,
-            out,
-        )
+        with _wrapping_generator():
+            _kernels.draw_sparse_rows(
+                X.indptr,
+                X.indices,
+                X.data,
+                self._cumulative_weights(),
+                1.0 / self.scale,
+                self.offset,
+                state,
+                out,
+            )
         return out
 
 

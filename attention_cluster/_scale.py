@@ -213,6 +213,9 @@ def spike_overlap(eigenvalue, noise_variance, n_features, n_samples):
 BASIS_ROWS = 8192
 
 
+_SMALLEST_NORMAL = float(np.finfo(np.float64).tiny)
+
+
 def principal_basis(
     data, n_components, n_leading, n_rows=BASIS_ROWS, max_iter=10, tol=1e-2, random_state=0
 ):
@@ -239,7 +242,8 @@ def principal_basis(
 
     The basis does not depend on the rows' scale: the subsample is seen
     divided by the power of two of its largest entry (exact;
-    ``_validation.power_of_two_unit``), so that
+    ``_validation.power_of_two_unit``; at least ``2^-1022``, whose inverse
+    float64 holds), so that
     the products ``X^T (X Q)``, which overflow from entries of about 1e154
     as given, are formed at unit scale, and the rows and ``2^k`` times the
     rows give the same basis (sparse rows form their second product at the
@@ -249,7 +253,9 @@ def principal_basis(
     rows = data.subsample(rng, n_rows)
     peak = rows.peak()
     if peak > 0.0:
-        rows = rows.rescaled(rows.scale * power_of_two_unit(peak))
+        # At least 2^-1022, whose inverse float64 holds (the passes divide by
+        # the scale): subnormal rows are then seen below unit scale.
+        rows = rows.rescaled(rows.scale * max(power_of_two_unit(peak), _SMALLEST_NORMAL))
     Q = orthonormal(rng.standard_normal((data.n_features, n_components)))
     previous = None
     for _ in range(max_iter):

@@ -303,6 +303,23 @@ def test_rows_at_a_far_mean_are_not_beyond_the_range(sparse):
     np.testing.assert_array_equal(scores, model.score_samples(X))
 
 
+def test_wide_rows_whose_scale_has_no_inverse_are_refused_clearly():
+    # Rows of 1000 features run in the principal subspace, whose iteration
+    # saw its subsample over the power of two of its largest entry: for
+    # subnormal rows a scale whose inverse overflows (0 x inf in the
+    # products, then NumPy's LinAlgError "Eigenvalues did not converge",
+    # after the iteration's work). The iteration sees them at 2^-1022 at
+    # least, and the fit refuses their scale as it does narrower rows'.
+    X = np.random.default_rng(0).standard_normal((300, 1000))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        with pytest.raises(ValueError, match="a scale whose inverse float64 cannot hold"):
+            AttentionClustering(2, random_state=0).fit(X * 1e-310)
+        near = _quiet(AttentionClustering(2, random_state=0), np.ldexp(X, -1020))
+    base = _quiet(AttentionClustering(2, random_state=0), X)
+    np.testing.assert_array_equal(near.labels_, base.labels_)
+
+
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
 def test_rows_whose_scale_has_no_inverse_are_refused_clearly(sparse):
     # Rows spread by about 1e-311 (subnormal numbers): every pass divides

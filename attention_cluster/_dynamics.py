@@ -795,13 +795,16 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             active = np.sort(drawn if moving is None else moving[drawn])
         else:
             active = None if n_moving == n else moving
+        # The passive tracers are read from the rows as given, by chunks, at
+        # their vote (:meth:`_vote`): a sparse X stays sparse, and no copy
+        # of them all is made.
+        given_rows = row_major(X)
         if active is not None:
             passive = np.setdiff1d(np.arange(n), active)
-            tracers = unit_rows(X[passive]) if on_sphere else X[passive]
             X = X[active]
             weights = None if weights is None else weights[active]
         else:
-            passive = tracers = None
+            passive = None
         # The sphere models' logits stay within beta |Q| |K|: they step in X's
         # dtype (float32 is faster). The unnormalised model's grow as e^{2t}
         # and leave float32's range at t ~ 44: it steps in float64, so that its
@@ -810,22 +813,19 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         Z = dense_block(
             unit_rows(X) if on_sphere else X.copy(), X.dtype if on_sphere else np.float64
         )
-        if tracers is not None and tracers.dtype != Z.dtype:
-            # The tracers' logits in the tokens' float64 too (float32 rows of
-            # the unnormalised model overflowed there).
-            tracers = tracers.astype(Z.dtype)
         # The tokens are ordered by their places in R^d, as given (the
         # span's coordinates are an eigenbasis whose rounding follows the
         # rows' order).
         placed = Z
         span = _span_basis(flow, Z)
+        # How a chunk of tracers is read at the vote (see _vote).
+        read_tracers = _TracerReader(on_sphere, Z.dtype)
         if span is not None:
             # The tokens by their coordinates in the span of the initial
             # ones, and the tracers by those of their projection on it
             # (their inner products with the tokens, all their vote reads).
             given, coordinates, W = span
-            if tracers is not None:
-                tracers = np.asarray((tracers @ given.T) @ W, dtype=Z.dtype)
+            read_tracers = _TracerReader(on_sphere, Z.dtype, given, W)
             Z = np.ascontiguousarray(coordinates, dtype=Z.dtype)
         # token_rows[i]: the row of X of token i.
         token_rows = np.arange(n) if active is None else active
@@ -939,7 +939,9 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         labels = np.empty(n, dtype=np.intp)
         labels[token_rows] = self.labels_
         if active is not None:
-            labels[passive] = self._vote(flow, tracers, Z0, self.labels_, weights)
+            labels[passive] = self._vote(
+                flow, given_rows, passive, read_tracers, Z0, self.labels_, weights
+            )
         self.labels_ = labels
         self.n_clusters_path_ = np.asarray(counts, dtype=np.intp)
         self.energy_path_ = np.asarray(energies, dtype=np.float64)
@@ -1082,25 +1084,34 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             else np.empty(0, dtype=np.intp)
         )
 
-    def _vote(self, flow, tracers, Z0, labels, weights):
-        """Cluster of each passive tracer: ``argmax_k sum_{j in cluster k} P_ij``.
+    def _vote(self, flow, rows, passive, read_tracers, Z0, labels, weights):
+        """Cluster of each passive tracer, the rows ``passive`` of ``rows``:
+        ``argmax_k sum_{j in cluster k} P_ij``.
 
         ``P_ij`` is the tracer's attention to the subsample's initial tokens
         (``docs/math.md`` section 8, at time 0; row j standing for
         ``weights[j]`` tokens, the weighted softmax of "Weighted
         particles"): the cluster its first step heads for, by the weight of
         the tokens pulling it. One attention pass with the clusters'
-        indicators as values.
+        indicators as values, by chunks of tracers (``read_tracers``: as the
+        tokens are, on the sphere, in their dtype and their span's
+        coordinates), so that the tracers' copies and attention are a
+        chunk's.
         """
         indicators = np.eye(self.n_clusters_, dtype=Z0.dtype)[labels]
-        queries = (
-            tracers
-            if flow.query is None
-            else _apply(flow.query, dense_block(tracers, tracers.dtype))
-        )
+        keys = _apply(flow.key, Z0)
         log_weights = None if weights is None else np.log(weights)
-        weight, _ = flow.attention(queries, _apply(flow.key, Z0), indicators, log_weights)
-        return np.argmax(weight, axis=1).astype(np.intp)
+        votes = np.empty(len(passive), dtype=np.intp)
+        for lo, hi in row_chunks(len(passive), max(rows.shape[1], self.n_clusters_)):
+            tracers = read_tracers(rows[passive[lo:hi]])
+            queries = (
+                tracers
+                if flow.query is None
+                else _apply(flow.query, dense_block(tracers, tracers.dtype))
+            )
+            weight, _ = flow.attention(queries, keys, indicators, log_weights)
+            votes[lo:hi] = np.argmax(weight, axis=1)
+        return votes
 
     def _nearest(self, Z):
         """Index of the closest limit point of moved tokens, compared at the
@@ -1187,6 +1198,25 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
                 queries = unit_rows(queries)
             labels[lo:hi] = np.argmax(queries.astype(np.float64) @ keys.T, axis=1)
         return labels
+
+
+class _TracerReader:
+    """A chunk of passive tracers as the tokens are read (``_vote``): unit
+    rows on the sphere, in the tokens' dtype (float32 rows of the
+    unnormalised model overflowed in their own), and, where the dynamics
+    runs in the span of the tokens (``_span_basis``), the coordinates of
+    their projection on it, ``(x Z64^T) W``."""
+
+    def __init__(self, on_sphere, dtype, span_rows=None, W=None):
+        self.on_sphere, self.dtype, self.span_rows, self.W = on_sphere, dtype, span_rows, W
+
+    def __call__(self, rows):
+        rows = unit_rows(rows) if self.on_sphere else rows
+        if rows.dtype != self.dtype:
+            rows = rows.astype(self.dtype)
+        if self.W is None:
+            return rows
+        return np.asarray((rows @ self.span_rows.T) @ self.W, dtype=self.dtype)
 
 
 class _Particles:

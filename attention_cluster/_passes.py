@@ -2345,7 +2345,17 @@ class SparseRows(_Rows):
         head). The products are float64: the origin goes in the bias."""
         C = np.asarray(centers, dtype=np.float64).T
         gain, bias, _, k = _label_terms(C, gain, bias, origin, scale)
-        return _rule_labels(self._project(C), gain, bias, k)
+        shift = self.offset @ C
+        # By chunks of rows, as map_rows: the scores' temporaries (n x K
+        # each, three of them) are a chunk's.
+        X = self._X
+        width = max(X.nnz // max(self.n_samples, 1), C.shape[1], 1)
+        return _stacked(
+            lambda lo, hi: _rule_labels(_csr_rows(X, lo, hi) @ C - shift, gain, bias, k),
+            _chunk_bounds(self.n_samples, max(16, _CHUNK_BYTES // (8 * width))),
+            lambda run, bounds: [run(lo, hi) for lo, hi in bounds],
+            np.empty(0, dtype=np.intp),
+        )
 
     def map_rows(self, fn, *args, dtype=np.float64, columns=None):
         """``fn(rows, *args)`` on the rows as given (CSR, float64; the offset

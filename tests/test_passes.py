@@ -1037,3 +1037,19 @@ def test_a_child_forked_during_a_fit_has_the_processs_blas_threads():
             os._exit(0 if threads == after == {2} else 1)
         _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_sparse_predict_works_by_chunks_of_rows(monkeypatch, traced_peak):
+    # The labels' scores (X C^T, less the offset's, then gain * raw + bias:
+    # three n x K float64 arrays) were formed for all rows at once: at K =
+    # 50 a peak of 10 times X's non-zeros for an output of n integers. They
+    # are a chunk's now, as predict_proba's.
+    X = sp.random(20000, 2000, density=0.005, format="csr", random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = AttentionClustering(50, random_state=0).fit(X[:3000])
+    expected = model.predict(X)
+    monkeypatch.setattr(_passes, "_CHUNK_BYTES", 1 << 16)
+    labels, peak = traced_peak(lambda: model.predict(X))
+    np.testing.assert_array_equal(labels, expected)
+    assert peak < _csr_bytes(X) + labels.nbytes  # (0.77 X measured; 10 X before)

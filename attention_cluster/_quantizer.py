@@ -310,11 +310,15 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         # Divide by the largest entry first, then by the remaining unit-scale
         # factor of s, so that X / s neither overflows nor underflows (s and
         # the peak both divided by the spectrum's power of two).
-        peak = float(np.max(np.abs(tokens)))
+        # (No |tokens| temporary: the largest and the smallest entry.)
+        peak = float(max(np.max(tokens), -np.min(tokens)))
         if peak == 0.0:
             return np.zeros_like(tokens)
         unit_scale = spectrum.scale / (peak / unit)
-        X_unit = tokens / peak
+        # The densified copy of sparse tokens is the layer's own: divided in place.
+        X_unit = tokens if tokens is not X else tokens / peak
+        if tokens is not X:
+            X_unit /= peak
         X_unit /= unit_scale
         out = in_context_softmax_attention(X_unit, temperature=temperature)
         out *= unit_scale

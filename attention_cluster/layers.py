@@ -286,8 +286,10 @@ def _softmax_aggregate(queries, keys, values, temperature):
                 np.exp(scores, out=scores)
                 scores /= np.sum(scores, axis=-1, keepdims=True)  # each head's softmax
                 # The heads share the values: their weights are summed
-                # first, so no (np, H, nr, d) array is formed.
-                out[P, R] = np.sum(scores, axis=1) @ values[P, 0]
+                # first, so no (np, H, nr, d) array is formed, and the
+                # product is written in place (with d >> L the block's
+                # (np, nr, d) product is the size of the output).
+                np.matmul(np.sum(scores, axis=1), values[P, 0], out=out[P, R])
     return out
 
 

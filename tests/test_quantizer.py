@@ -699,3 +699,24 @@ def test_a_float32_prompt_near_float32s_largest_numbers(shape):
     want = InContextQuantizer().fit_transform(X0)
     got = InContextQuantizer().fit_transform((2.0**125 * X0).astype(np.float32))
     np.testing.assert_allclose(got / 2.0**125, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+def test_the_softmax_layer_of_a_wide_prompt_holds_its_output_few_times(sparse, traced_peak):
+    # With d >> L each block's product of weights and values was the size of
+    # the output (a peak of 2.2 outputs for the layer), and the quantizer
+    # took |tokens| and a unit-scale copy of the densified sparse tokens
+    # besides (3.8 outputs dense, 4.8 sparse). The product is written in
+    # place and the densified tokens are scaled in place: 1.25, 2.9 and 2.9.
+    from attention_cluster.layers import in_context_softmax_attention
+
+    rng = np.random.default_rng(0)
+    X = sp.random(300, 20_000, density=0.01, random_state=rng, format="csr", dtype=np.float32)
+    tokens = X.toarray()
+    unit = tokens / np.maximum(np.linalg.norm(tokens, axis=1, keepdims=True), 1e-30)
+    out, peak = traced_peak(lambda: in_context_softmax_attention(unit, temperature=1.0))
+    assert peak < 1.6 * out.nbytes
+    quantizer = InContextQuantizer(2, attention="softmax").fit(X)
+    out, peak = traced_peak(lambda: quantizer.transform(X if sparse else tokens))
+    assert out.dtype == np.float32 and np.all(np.isfinite(out))
+    assert peak < 3.3 * out.nbytes, peak / out.nbytes

@@ -226,8 +226,8 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
             ``(lambda K / L) (X X^T) X`` with the L x L Gram matrix (a sparse
             product), which then gives ``"auto"`` its spectrum too:
             ``O(L d min(L, d))`` time. The softmax layer's L x L scores and
-            its output are dense, so it reads a sparse prompt densely (no
-            more memory than its output).
+            its output are dense, so it reads a sparse prompt densely (a
+            dense copy of the size of its output, scaled in place).
 
         Returns
         -------

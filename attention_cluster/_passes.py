@@ -2611,7 +2611,14 @@ def left_times(B, A, dtype):
     multiplied in float64 (as :class:`SparseRows` holds it), a dense one in
     the dtype of the product."""
     if sp.issparse(A):
-        return np.ascontiguousarray((A.T.astype(np.float64) @ B.T).T, dtype=dtype)
+        # By blocks of A's columns (rows of A^T in CSR), each product cast
+        # into the output: no float64 or transposed copy of all of it.
+        B = np.asarray(B, dtype=np.float64)
+        At = sp.csr_matrix(A.T)
+        out = np.empty((B.shape[0], A.shape[1]), dtype=dtype)
+        for lo, hi in row_chunks(At.shape[0], B.shape[0]):
+            out[:, lo:hi] = (_csr_rows(At, lo, hi).astype(np.float64) @ B.T).T
+        return out
     return np.asarray(B @ A).astype(dtype, copy=False)
 
 

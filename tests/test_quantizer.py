@@ -720,3 +720,19 @@ def test_the_softmax_layer_of_a_wide_prompt_holds_its_output_few_times(sparse, t
     out, peak = traced_peak(lambda: quantizer.transform(X if sparse else tokens))
     assert out.dtype == np.float32 and np.all(np.isfinite(out))
     assert peak < 3.3 * out.nbytes, peak / out.nbytes
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_short_sparse_prompt_is_multiplied_by_blocks_of_columns(dtype, traced_peak):
+    # (lambda K / L) (X X^T) X for a sparse X of fewer tokens than features:
+    # the product was formed whole in float64, transposed and cast (3.4 and
+    # 2.2 outputs, float32 and float64); by blocks of X's columns, cast into
+    # the output, 1.3 to 1.6 here.
+    X = sp.random(200, 20_000, density=0.0025, random_state=0, format="csr", dtype=dtype)
+    quantizer = InContextQuantizer(2, temperature=0.5).fit(X)
+    out, peak = traced_peak(lambda: quantizer.transform(X))
+    assert out.dtype == dtype
+    assert peak < 2.0 * out.nbytes, peak / out.nbytes
+    tokens = X.toarray().astype(np.float64)
+    expected = (0.5 * 2 / 200) * ((tokens @ tokens.T) @ tokens)
+    np.testing.assert_allclose(out, expected, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=0)

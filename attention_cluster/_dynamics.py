@@ -519,7 +519,9 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         ``min(sqrt(2e9 / d), max(1024, 2e10 / (n d)))`` tokens. With sparse
         X, a ``ValueError`` is raised before any work when the moving tokens
         would take more than 1 GiB densely: pass a smaller ``max_samples``,
-        or reduce the features first (``TruncatedSVD``).
+        or reduce the features first (``TruncatedSVD``). The fit holds a
+        few arrays of the tokens' size besides (their float64 copies among
+        them: about 3 times that size in float64, 4 in float32).
     chunk_size : int, default=1024
         Most rows of queries per block of the attention products (a task of
         the thread pool); blocks are smaller when the keys are many, so that
@@ -816,7 +818,9 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         # The tokens are ordered by their places in R^d, as given (the
         # span's coordinates are an eigenbasis whose rounding follows the
         # rows' order).
-        placed = Z
+        # (Before the span's float64 tokens are formed: the order's float64
+        # copy and theirs are not held at once.)
+        order = _place_order(Z, weights)
         span = _span_basis(flow, Z)
         # How a chunk of tracers is read at the vote (see _vote).
         read_tracers = _TracerReader(on_sphere, Z.dtype)
@@ -830,7 +834,6 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         # token_rows[i]: the row of X of token i.
         token_rows = np.arange(n) if active is None else active
         # The tokens in an order of their places, not of the rows.
-        order = _place_order(placed, weights)
         Z, token_rows = np.ascontiguousarray(Z[order]), token_rows[order]
         weights = None if weights is None else weights[order]
         Z0 = Z

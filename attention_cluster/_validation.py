@@ -206,7 +206,10 @@ def peak_unit(*arrays):
     underflows (exact, a power of two)."""
     peak = 0.0
     for A in arrays:
-        peak = max(peak, float(np.max(np.abs(stored_values(A)), initial=0.0)))
+        values = stored_values(A)
+        if values.size:
+            # The largest and the smallest value: no |A| temporary of A's size.
+            peak = max(peak, float(np.max(values)), -float(np.min(values)))
     return power_of_two_unit(peak)
 
 

@@ -2699,17 +2699,26 @@ def _centred_storage(X, m, sample_weight=None):
     ``r_j = 0``: its products are those of dense rows centred first. The
     rows lacking it weigh less than ``1 / _FAR_MEAN^2`` of the weight
     (their mean square about m_j alone is their share times ``m_j^2``);
-    a column more of whose rows lack it than hold it (rows of little
-    weight) stays as it is, so that Y stores at most twice X's entries.
+    a column that more rows of positive weight lack than hold (rows of
+    little weight) stays as it is, so that Y stores at most twice X's
+    entries, and the entries of the rows of weight zero that lack a column
+    stored centred (rows the sums leave out, whose labels read them).
     X itself (no copy) where no column is far (``math.md`` section 7,
     "Sparse rows about their mean").
     """
     if not np.any(m):
         return X, m
     n, d = X.shape
-    count = np.bincount(X.indices, minlength=d)
-    # Stored in at least half the rows, and off zero: the columns that may be far.
-    candidate = (2 * count >= n) & (m != 0.0)
+    # The rows of positive weight (those the sums read: rows of weight zero
+    # are as absent), and the count of their entries in each column.
+    if sample_weight is None or _all_positive(sample_weight):
+        n_rows, count = n, np.bincount(X.indices, minlength=d)
+    else:
+        positive = sample_weight > 0.0
+        n_rows = int(np.count_nonzero(positive))
+        count = np.bincount(X.indices[_row_values(X, positive)], minlength=d)
+    # Stored in at least half those rows, and off zero: the columns that may be far.
+    candidate = (2 * count >= n_rows) & (m != 0.0)
     if not np.any(candidate):
         return X, m
     w = np.ones(n) if sample_weight is None else sample_weight
@@ -2734,6 +2743,7 @@ def _centred_storage(X, m, sample_weight=None):
             held += np.bincount(at, weights=row_w, minlength=d)
         spread += np.maximum(total - held, 0.0) * unit * unit
         far = candidate & (unit * unit * total > _FAR_MEAN**2 * spread)
+    far &= n_rows - count <= count
     if not np.any(far):
         return X, m
     data = X.data.copy()

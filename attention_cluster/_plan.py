@@ -530,13 +530,16 @@ def _fit_once(given, prepared, params, init, centre, tuning):
     if not best.converged:
         # The exact solver's last stage (its curve: the start, then each
         # iteration) stops before max_iter only when no step along the
-        # gradient decreases the objective (_optimize.minimize_on_spheres).
+        # gradient decreases the objective, or at a gradient beyond float64
+        # (_optimize.minimize_on_spheres).
         taken = len(best.loss_curve) - 1
         if settings.solver == "full" and taken < settings.max_iter:
             why = (
                 f"it stopped after {taken} iterations, as no step along the gradient "
                 "decreased the objective (the line search failed: at this tol the decrease "
-                "is within the objective's rounding); increase tol."
+                "is within the objective's rounding; or the gradient passed float64's range, "
+                "as for sample weights whose ratios reach 1e90); increase tol, or bring the "
+                "weights' ratios within range."
             )
         else:
             what = "steps" if settings.solver == "psgd" else "iterations"

@@ -504,9 +504,12 @@ def test_zero_weight_rows_set_the_scale_when_the_weighted_rows_do_not(kind):
     wrap = _wrapper(kind, 1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        # (One cluster: a fit of more is refused, one row having weight.)
-        far = AttentionClustering(1, random_state=0).fit(wrap(X), sample_weight=w)
-        near = AttentionClustering(1, random_state=0).fit(wrap(np.ldexp(X, -510)), sample_weight=w)
+        # (One cluster, centred: a fit of more is refused, one row having
+        # weight, and center="auto" never centres one cluster.)
+        far = AttentionClustering(1, center=True, random_state=0).fit(wrap(X), sample_weight=w)
+        near = AttentionClustering(1, center=True, random_state=0).fit(
+            wrap(np.ldexp(X, -510)), sample_weight=w
+        )
     assert np.all(np.isfinite(far.cluster_centers_))
     np.testing.assert_array_equal(far.cluster_centers_, near.cluster_centers_)
     np.testing.assert_array_equal(np.asarray(far.labels_), np.asarray(near.labels_))

@@ -2700,9 +2700,10 @@ def _centred_storage(X, m, sample_weight=None):
     rows lacking it weigh less than ``1 / _FAR_MEAN^2`` of the weight
     (their mean square about m_j alone is their share times ``m_j^2``);
     a column that more rows of positive weight lack than hold (rows of
-    little weight) stays as it is, so that Y stores at most twice X's
-    entries, and the entries of the rows of weight zero that lack a column
-    stored centred (rows the sums leave out, whose labels read them).
+    little weight) stays as it is, and so do the far columns beyond those
+    of fewest gaps whose gaps (rows of weight zero among them: the sums
+    leave them out, but their labels read them) fit within X's entries, so
+    that Y stores at most twice X's entries.
     X itself (no copy) where no column is far (``math.md`` section 7,
     "Sparse rows about their mean").
     """
@@ -2723,10 +2724,12 @@ def _centred_storage(X, m, sample_weight=None):
         return X, m
     w = np.ones(n) if sample_weight is None else sample_weight
     total = float(np.sum(w))
-    # At m's magnitude over the largest |m_j| (a power of two: exact), summed
-    # by blocks of rows (temporaries of a block's entries, not of X's).
-    top = power_of_two_unit(float(np.max(np.abs(m[candidate]))))
-    unit = np.where(candidate, m, 0.0) / top
+    # Each column over the power of two of its own |m_j| (exact; one scale
+    # for all let a column 1e162 times smaller underflow to a spread and a
+    # mean of 0, not far), summed by blocks of rows (temporaries of a
+    # block's entries, not of X's).
+    own = np.ldexp(1.0, np.frexp(np.where(candidate, m, 1.0))[1])
+    unit = np.where(candidate, m, 0.0) / own
     spread, held = np.zeros(d), np.zeros(d)
     per_row = max(1, X.nnz // max(n, 1))
     rows_per_block = max(1, _CHUNK_BYTES // (8 * per_row))
@@ -2738,12 +2741,20 @@ def _centred_storage(X, m, sample_weight=None):
             kept = candidate[at]
             at = at[kept]
             row_w = np.repeat(w[lo:hi], np.diff(X.indptr[lo : hi + 1]))[kept]
-            gap = X.data[a:b][kept] / top - unit[at]
+            gap = X.data[a:b][kept] / own[at] - unit[at]
             spread += np.bincount(at, weights=row_w * gap * gap, minlength=d)
             held += np.bincount(at, weights=row_w, minlength=d)
         spread += np.maximum(total - held, 0.0) * unit * unit
         far = candidate & (unit * unit * total > _FAR_MEAN**2 * spread)
-    far &= n_rows - count <= count
+    if not np.any(far):
+        return X, m
+    # Every row lacking a far column stores -m_j, those of weight zero too:
+    # the far columns of fewest gaps are taken while the gaps stay within
+    # X's entries (Y at most twice X).
+    gaps = n - np.bincount(X.indices, minlength=d)
+    columns = np.flatnonzero(far)
+    columns = columns[np.argsort(gaps[columns], kind="stable")]
+    far[columns[np.cumsum(gaps[columns]) > X.nnz]] = False
     if not np.any(far):
         return X, m
     data = X.data.copy()

@@ -510,6 +510,30 @@ def test_rows_of_weight_zero_leave_a_far_sparse_column_stored_centred():
     np.testing.assert_array_equal(sparse.labels_, dense.labels_)
 
 
+def test_far_sparse_columns_of_very_different_means_are_all_stored_centred():
+    # The columns' spreads were weighed at the scale of the largest mean: a
+    # column of clusters about 1e10 beside a constant column of 1e180 had a
+    # mean and a spread that both underflowed to 0 there, was left centred
+    # inside the products, and rounded at 1e20 eps, far above its spread
+    # (ARI 0, where the dense rows give 1). Each column is weighed at its own.
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 200)
+    X = np.column_stack(
+        [
+            np.full(200, 1e180),
+            1e10 + (2 * y - 1) + 0.1 * rng.standard_normal(200),
+            0.1 * rng.standard_normal(200),
+        ]
+    )
+    dense = _quiet(AttentionClustering(2, center=True, random_state=0), X)
+    sparse = _quiet(AttentionClustering(2, center=True, random_state=0), sp.csr_matrix(X))
+    assert adjusted_rand_score(y, sparse.labels_) == 1.0
+    assert sparse.scale_ == pytest.approx(dense.scale_, rel=1e-9)
+    np.testing.assert_allclose(
+        dense.score_samples(sp.csr_matrix(X)), dense.score_samples(X), rtol=1e-12
+    )
+
+
 def test_auto_counts_past_a_constant_column_far_from_zero():
     # The dynamics' centred tokens kept the rounding of the 1e20 column's
     # mean (ulps of it, against features of 1 at that scale 1e-20 of it):

@@ -800,8 +800,9 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         # The passive tracers are read from the rows as given, by chunks, at
         # their vote (:meth:`_vote`): a sparse X stays sparse, and no copy
         # of them all is made.
-        given_rows = row_major(X)
+        given_rows = None
         if active is not None:
+            given_rows = row_major(X)
             passive = np.setdiff1d(np.arange(n), active)
             X = X[active]
             weights = None if weights is None else weights[active]

@@ -44,6 +44,8 @@ class ExactSolution:
     converged: bool
     #: the scale of the objective minimised (``_objective.objective_exponent``)
     exponent: int
+    #: the last stage stopped at a gradient beyond float64's range
+    gradient_overflow: bool = False
 
 
 def solve_exact(
@@ -137,7 +139,13 @@ def solve_exact(
     if data.n_weighted <= WARM_START_ROWS:
         result = minimize_on_spheres(full, U0, tol=start_tol, max_iter=max_iter, min_iter=1)
         return ExactSolution(
-            result.heads, result.objective_curve, result.n_iter, 0, result.converged, exponent
+            result.heads,
+            result.objective_curve,
+            result.n_iter,
+            0,
+            result.converged,
+            exponent,
+            result.gradient_overflow,
         )
     # The subsample keeps its own moment: the full data's would break the
     # rotation symmetry of the L -> infinity risk at order one (not 1/L) and
@@ -150,7 +158,13 @@ def solve_exact(
     )
     if not polish:
         return ExactSolution(
-            warm.heads, warm.objective_curve, 0, warm.n_iter, warm.converged, exponent
+            warm.heads,
+            warm.objective_curve,
+            0,
+            warm.n_iter,
+            warm.converged,
+            exponent,
+            warm.gradient_overflow,
         )
     polish = polish_on_spheres(full, sub, warm.heads, tol=tol_abs, max_iter=max_iter)
     if polish.converged:
@@ -169,4 +183,12 @@ def solve_exact(
     )
     curve = np.concatenate([polish.objective_curve[:-1], result.objective_curve])
     n_iter = polish.n_iter + result.n_iter
-    return ExactSolution(result.heads, curve, n_iter, warm.n_iter, result.converged, exponent)
+    return ExactSolution(
+        result.heads,
+        curve,
+        n_iter,
+        warm.n_iter,
+        result.converged,
+        exponent,
+        result.gradient_overflow,
+    )

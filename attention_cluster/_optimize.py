@@ -30,6 +30,8 @@ class SphereResult:
     #: L-BFGS pairs ``(S, Y)``, each m x d x K (oldest first), tangent at
     #: ``heads``, for a warm start; None if there are none
     memory: tuple = None
+    #: True when L-BFGS stopped at a gradient beyond float64's range
+    gradient_overflow: bool = False
 
 
 def _dot(A, B):
@@ -171,7 +173,7 @@ def minimize_on_spheres(
         f, G = evaluated
     g = project_tangent(U, G)
     curve = [f]
-    converged = False
+    converged = overflow = False
     n_iter = 0
     while n_iter < max_iter:
         with np.errstate(over="ignore"):
@@ -183,6 +185,7 @@ def minimize_on_spheres(
             # A gradient beyond float64 (rows of weights 1e100 apart, whose
             # light rows lie 1e48 scales from the heavy one) has no step to
             # take along it: every trial step overflowed, 40 halvings each.
+            overflow = True
             break
         fresh = memory is None
         if fresh:
@@ -205,7 +208,7 @@ def minimize_on_spheres(
         memory = _kept_pairs(U_new, memory, s, y, memory_size)
         U, f, G, g = U_new, f_new, G_new, g_new
         curve.append(f)
-    return SphereResult(U, np.asarray(curve), n_iter, converged, G, memory)
+    return SphereResult(U, np.asarray(curve), n_iter, converged, G, memory, overflow)
 
 
 def _truncated_cg(hvp, g, rtol, max_iter):

@@ -197,6 +197,8 @@ class _Run:
     #: float used to rank runs, None until computed: the exact objective
     #: divided by 4^e (``_objective.objective_exponent``, the same for every run)
     objective: object
+    #: the exact solver stopped at a gradient beyond float64's range
+    gradient_overflow: bool = False
 
 
 def fit_plan(rows, params, init=None):
@@ -529,17 +531,22 @@ def _fit_once(given, prepared, params, init, centre, tuning):
             best, best_sample = run, sample
     if not best.converged:
         # The exact solver's last stage (its curve: the start, then each
-        # iteration) stops before max_iter only when no step along the
-        # gradient decreases the objective, or at a gradient beyond float64
+        # iteration) stops before max_iter only at a gradient beyond float64,
+        # or when no step along the gradient decreases the objective
         # (_optimize.minimize_on_spheres).
         taken = len(best.loss_curve) - 1
-        if settings.solver == "full" and taken < settings.max_iter:
+        if best.gradient_overflow:
+            why = (
+                f"it stopped after {taken} iterations, as the objective's gradient passed "
+                "float64's range (rows many scales from the others at the rows' scale, as "
+                "with sample weights whose ratios reach 1e90); bring the weights' ratios "
+                "within range."
+            )
+        elif settings.solver == "full" and taken < settings.max_iter:
             why = (
                 f"it stopped after {taken} iterations, as no step along the gradient "
                 "decreased the objective (the line search failed: at this tol the decrease "
-                "is within the objective's rounding; or the gradient passed float64's range, "
-                "as for sample weights whose ratios reach 1e90); increase tol, or bring the "
-                "weights' ratios within range."
+                "is within the objective's rounding); increase tol."
             )
         else:
             what = "steps" if settings.solver == "psgd" else "iterations"
@@ -812,6 +819,7 @@ def _run(params, unit, sample, spectrum, settings, start, rng, index, rank, tuni
             solution.n_iter + solution.n_iter_warm,
             solution.converged,
             float(solution.objective_curve[-1]) if on_all_rows else None,
+            solution.gradient_overflow,
         )
     if rank and run.objective is None:
         # Rank the runs by the exact objective on all rows.

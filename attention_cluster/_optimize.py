@@ -62,7 +62,8 @@ def _kept_pairs(U, memory, s, y, memory_size):
 
     ``memory`` is ``(S, Y)`` (m x d x K each) or None. The stored pairs are
     projected (vector transport by projection); a pair whose ``<s, y>`` is
-    not positive is dropped, and the newest ``memory_size`` are kept.
+    not positive (or whose inverse float64 cannot hold) is dropped, and the
+    newest ``memory_size`` are kept.
     Returns ``(S, Y)``, or None when no pair is left.
     """
     if memory is None:
@@ -71,7 +72,14 @@ def _kept_pairs(U, memory, s, y, memory_size):
         S = np.concatenate([project_tangent(U, memory[0]), s[None]])
         Y = np.concatenate([project_tangent(U, memory[1]), y[None]])
     sy = np.einsum("ijk,ijk->i", S, Y)
-    keep = sy > 1e-12 * np.sqrt(np.einsum("ijk,ijk->i", S, S) * np.einsum("ijk,ijk->i", Y, Y))
+    with np.errstate(over="ignore", divide="ignore"):
+        # |s| |y| as a product of roots (the squares' product overflows
+        # first), and a <s, y> whose inverse, the two-loop's rho, float64
+        # holds.
+        bound = (
+            1e-12 * np.sqrt(np.einsum("ijk,ijk->i", S, S)) * np.sqrt(np.einsum("ijk,ijk->i", Y, Y))
+        )
+        keep = (sy > bound) & np.isfinite(1.0 / sy)
     if not np.all(keep):
         S, Y = S[keep], Y[keep]
     if len(S) == 0:

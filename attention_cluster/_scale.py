@@ -9,6 +9,7 @@ Hence ``s^2 sigma^2`` is the mean of the ``d - K`` smallest eigenvalues and
 ``s^2 = sum of the K largest - K s^2 sigma^2`` (the weights sum to one).
 """
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -201,12 +202,17 @@ def spike_overlap(eigenvalue, noise_variance, n_features, n_samples):
     gamma = n_features / n_samples
     if not noise_variance > 0.0:
         return 1.0
-    x = eigenvalue / noise_variance
-    if not x > (1.0 + np.sqrt(gamma)) ** 2:
+    x = float(eigenvalue) / float(noise_variance)  # (Python floats: inf past float64)
+    if x == math.inf:
+        # A signal beyond float64 over the noise: its limit, the direction.
+        return 1.0
+    if not x > (1.0 + math.sqrt(gamma)) ** 2:
         return 0.0
     b = x - 1.0 - gamma
-    ell = 0.5 * (b + np.sqrt(max(b * b - 4.0 * gamma, 0.0)))
-    return max((1.0 - gamma / ell**2) / (1.0 + gamma / ell), 0.0)
+    # (Python floats: b^2 beyond float64 is inf, where ell is b to rounding.)
+    square = b * b
+    ell = 0.5 * (b + math.sqrt(max(square - 4.0 * gamma, 0.0))) if square < math.inf else b
+    return max((1.0 - gamma / (ell * ell)) / (1.0 + gamma / ell), 0.0)
 
 
 # Rows on which principal_basis finds the principal subspace.

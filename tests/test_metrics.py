@@ -598,7 +598,7 @@ def test_spectral_visibility_tells_where_the_sample_spectrum_shows_the_clusters(
         np.testing.assert_allclose(top[:K], spike, rtol=0.02)
         assert top[K] == pytest.approx(edge, rel=0.02)
         assert top[K - 1] > 1.04 * edge
-        expected = (1 - gamma / ell**2) / (1 + gamma / ell)
+        expected = (1 - gamma / (ell * ell)) / (1 + gamma / ell)
         assert overlap == pytest.approx(expected, abs=0.05)
         assert cosine == pytest.approx(expected, abs=0.05)
     else:
@@ -761,3 +761,24 @@ def test_centroid_distance_near_float64s_largest_is_exact_or_infinite():
         perm, signs, cost = match_centroids(-C[::-1], 0.999 * C)
     assert perm.tolist() == [1, 0] and signs.tolist() == [-1.0, -1.0]
     np.testing.assert_array_equal(cost, [np.inf, np.inf])  # (1e305)^2 each
+
+
+@pytest.mark.parametrize("gamma", [0.01, 0.5, 4.0])
+def test_spike_overlap_against_its_formula_and_at_its_limit(gamma):
+    # math.md section 7, "When the spectrum shows the clusters": the ell
+    # solving lambda / v = (1 + ell)(1 + gamma / ell), then the squared
+    # cosine, against NumPy's roots of that quadratic; a ratio lambda / v
+    # beyond float64 is the limit, 1 (it overflowed, with NumPy's warning).
+    d, n = int(gamma * 1000), 1000
+    for x in (1.5 * (1 + np.sqrt(gamma)) ** 2, 10.0, 1e3, 1e150):
+        if not x > (1 + np.sqrt(gamma)) ** 2:
+            continue
+        ell = max(np.roots([1.0, 1.0 + gamma - x, gamma]).real)
+        expected = (1 - gamma / (ell * ell)) / (1 + gamma / ell)
+        assert spike_overlap(x * 2.0, 2.0, d, n) == pytest.approx(expected, rel=1e-9)
+    assert spike_overlap(0.5 * (1 + np.sqrt(gamma)) ** 2, 1.0, d, n) == 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert spike_overlap(np.float64(1e300), np.float64(1e-20), d, n) == 1.0
+        # b^2 beyond float64, lambda / v not: ell is b.
+        assert spike_overlap(np.float64(1e200), np.float64(1.0), d, n) == pytest.approx(1.0)

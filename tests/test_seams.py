@@ -624,6 +624,36 @@ def test_the_second_moment_of_sparse_rows_about_their_mean_against_numpy():
     assert np.all(np.linalg.eigvalsh(moment) >= -1e-12)
 
 
+def _spiked_rows():
+    base = np.array([-2.18, 0.0, -3.45, -4.84, 2.40, 3.19, -0.174, -5.95, -3.41, 2.32, 1.65, 0.0])
+    X = np.array([base, base])
+    X[0, :11] += [-0.16, 0, -0.30, -0.01, -0.05, 0.04, 0.09, -0.18, 0.04, -0.15, -0.08]
+    X[:, 11] = [-2791933500.2458477, -2791933500.3103681]
+    X[1, 1] = 4.0653122310205549e159
+    return X
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+@pytest.mark.parametrize(
+    "case",
+    ["pairs", "spike"],
+)
+def test_rows_near_the_range_warn_of_nothing_numpy_says(case, sparse):
+    # Found by fuzzing, dense and sparse alike: an L-BFGS pair whose <s, y>
+    # was positive but below 1 / 1.8e308 made the two-loop's rho infinite
+    # (overflow, then inf x 0); a leading eigenvalue 1e318 times the noise's
+    # overflowed in spike_overlap. The pair is dropped, and the overlap of
+    # a signal beyond float64 is its limit, 1.
+    X = np.array([[1.0, 1e160], [0.0, 0.0], [2.0, 1e160]]) if case == "pairs" else _spiked_rows()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = AttentionClustering(1, center=True, random_state=0).fit(
+            sp.csr_matrix(X) if sparse else X
+        )
+    assert not [str(w.message) for w in caught if w.category is RuntimeWarning]
+    assert np.all(np.isfinite(model.cluster_centers_))
+
+
 @pytest.mark.parametrize("n_clusters", [2, "auto"])
 @pytest.mark.parametrize("heavy", [1e100, 1e300])
 def test_one_row_of_overwhelming_weight_warns_of_nothing_numpy_says(heavy, n_clusters):

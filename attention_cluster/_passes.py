@@ -93,6 +93,7 @@ from ._validation import (
     is_dask_collection,
     power_of_two_unit,
     quiet_finite_check,
+    warn,
 )
 
 __all__ = [
@@ -2728,7 +2729,10 @@ def _centred_storage(X, m, sample_weight=None):
     # for all let a column 1e162 times smaller underflow to a spread and a
     # mean of 0, not far), summed by blocks of rows (temporaries of a
     # block's entries, not of X's).
-    own = np.ldexp(1.0, np.frexp(np.where(candidate, m, 1.0))[1])
+    exponent = np.frexp(np.where(candidate, m, 1.0))[1]
+    # (2^1024 is beyond float64: a mean from 2^1023 on is taken over 2^1022,
+    # as _validation.power_of_two_unit does.)
+    own = np.ldexp(1.0, np.where(exponent < 1024, exponent, exponent - 2))
     unit = np.where(candidate, m, 0.0) / own
     spread, held = np.zeros(d), np.zeros(d)
     per_row = max(1, X.nnz // max(n, 1))
@@ -2754,7 +2758,18 @@ def _centred_storage(X, m, sample_weight=None):
     gaps = n - np.bincount(X.indices, minlength=d)
     columns = np.flatnonzero(far)
     columns = columns[np.argsort(gaps[columns], kind="stable")]
-    far[columns[np.cumsum(gaps[columns]) > X.nnz]] = False
+    left = columns[np.cumsum(gaps[columns]) > X.nnz]
+    if left.size:
+        far[left] = False
+        shown = ", ".join(str(j) for j in np.sort(left)[:10]) + (", ..." if left.size > 10 else "")
+        warn(
+            f"X is sparse, and {left.size} of its columns (columns {shown}) have a mean far "
+            "from their spread that the rows of weight zero lacking them are too many to "
+            "store centred (within X's entries): their products round at the mean's "
+            "magnitude, and may lose their spread. Leave the rows of weight zero out of X, "
+            "or pass X dense.",
+            UserWarning,
+        )
     if not np.any(far):
         return X, m
     data = X.data.copy()

@@ -510,23 +510,29 @@ def test_rows_of_weight_zero_leave_a_far_sparse_column_stored_centred():
     np.testing.assert_array_equal(sparse.labels_, dense.labels_)
 
 
-def test_far_sparse_columns_of_very_different_means_are_all_stored_centred():
+@pytest.mark.parametrize("big", [1e180, 1e308])
+def test_far_sparse_columns_of_very_different_means_are_all_stored_centred(big):
     # The columns' spreads were weighed at the scale of the largest mean: a
     # column of clusters about 1e10 beside a constant column of 1e180 had a
     # mean and a spread that both underflowed to 0 there, was left centred
     # inside the products, and rounded at 1e20 eps, far above its spread
-    # (ARI 0, where the dense rows give 1). Each column is weighed at its own.
+    # (ARI 0, where the dense rows give 1). Each column is weighed at its own
+    # (a mean of 1e308, whose power of two 2^1024 float64 cannot hold, over
+    # 2^1022: it had warned of an overflow and left the column as it was).
     rng = np.random.default_rng(0)
     y = rng.integers(0, 2, 200)
     X = np.column_stack(
         [
-            np.full(200, 1e180),
+            np.full(200, big),
             1e10 + (2 * y - 1) + 0.1 * rng.standard_normal(200),
             0.1 * rng.standard_normal(200),
         ]
     )
     dense = _quiet(AttentionClustering(2, center=True, random_state=0), X)
-    sparse = _quiet(AttentionClustering(2, center=True, random_state=0), sp.csr_matrix(X))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sparse = AttentionClustering(2, center=True, random_state=0).fit(sp.csr_matrix(X))
+    assert not [str(w.message) for w in caught if w.category is RuntimeWarning]
     assert adjusted_rand_score(y, sparse.labels_) == 1.0
     assert sparse.scale_ == pytest.approx(dense.scale_, rel=1e-9)
     np.testing.assert_allclose(

@@ -156,7 +156,9 @@ def solve_exact(
     warm = minimize_on_spheres(
         sub, U0, tol=max(100 * tol_abs, start_tol), max_iter=max_iter, min_iter=1
     )
-    if not polish:
+    # (A gradient beyond float64 has no Newton step either: the warm stage's
+    # stop stands.)
+    if not polish or warm.gradient_overflow:
         return ExactSolution(
             warm.heads,
             warm.objective_curve,

@@ -688,6 +688,26 @@ def test_one_row_of_overwhelming_weight_warns_of_nothing_numpy_says(heavy, n_clu
     np.testing.assert_allclose(proba.sum(axis=1), 1.0)
 
 
+def test_a_warm_stage_whose_gradient_overflows_is_not_polished(monkeypatch):
+    # Beyond WARM_START_ROWS rows the exact solver's warm stage on a
+    # subsample is polished by Newton steps on all rows: after a warm stage
+    # that stopped at a gradient beyond float64 (a row weighing 1e100), the
+    # polish's products overflowed with NumPy's warnings (refine=None, which
+    # polishes). The warm stage's stop stands.
+    from attention_cluster import _exact
+
+    monkeypatch.setattr(_exact, "WARM_START_ROWS", 100)
+    X = make_mixture(600, 8, 3, noise=0.3, random_state=1)[0]
+    w = np.ones(len(X))
+    w[0] = 1e100
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = AttentionClustering(2, refine=None, random_state=0).fit(X, sample_weight=w)
+    assert not [str(w.message) for w in caught if w.category is RuntimeWarning]
+    assert any("gradient passed float64's range" in str(w.message) for w in caught)
+    assert np.all(np.isfinite(model.cluster_centers_))
+
+
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
 def test_a_finite_row_far_behind_a_head_warns_of_nothing(sparse):
     # Its largest logit finite, another beyond float64: the logits'

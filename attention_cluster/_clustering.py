@@ -20,7 +20,14 @@ from sklearn.utils.validation import check_is_fitted
 from ._choose_k import FittedMixture, count_clusters
 from ._mixture import new_stream
 from ._model import MIN_VARIANCE, SphericalMixture
-from ._passes import dense_block, one_blas_thread, rows_from, unit_term_exponents, unit_terms
+from ._passes import (
+    centred_projection,
+    dense_block,
+    one_blas_thread,
+    rows_from,
+    unit_term_exponents,
+    unit_terms,
+)
 from ._plan import (
     bic_penalty,
     block_log_likelihoods,
@@ -1053,7 +1060,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             return rows.map_rows(
                 _layer_output,
                 heads,
-                self.mean_ @ heads,
+                np.asarray(self.mean_, dtype=np.float64),
                 out,
                 rows.dtype,
                 dtype=rows.dtype,
@@ -1306,13 +1313,17 @@ def _in_dtype(a, dtype):
         return a.astype(dtype, copy=False)
 
 
-def _layer_output(rows, heads, shift, out, dtype):
+def _layer_output(rows, heads, mean, out, dtype):
     """``((x - mean_) U) out`` for a block of rows (see :meth:`AttentionClustering.transform`):
-    FloatingPointError where it leaves X's dtype's range, as the layers' (``_validation.finite_output``)."""
+    FloatingPointError where it leaves X's dtype's range, as the layers' (``_validation.finite_output``).
+
+    The rows are centred before the product (sparse rows by their centred
+    storage, ``_passes._centred_storage``): ``x U - mean_ U`` rounds at
+    ``|x| |U|``, which a column far from zero makes far larger than the
+    output (a head's rounding-level component on a constant column of
+    1e77 gave an output all rounding)."""
     with np.errstate(over="ignore", invalid="ignore"):
-        return finite_output(
-            ((np.asarray(rows @ heads, dtype=np.float64) - shift) @ out).astype(dtype)
-        )
+        return finite_output((centred_projection(rows, mean, heads) @ out).astype(dtype))
 
 
 def _log_likelihoods(rows, mixture, dtype):

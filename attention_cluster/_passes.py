@@ -2836,6 +2836,19 @@ def _sparse_centred_squares(Y, m):
     return stored + rest
 
 
+def centred_projection(rows, offset, V):
+    """``(x - offset) V`` (float64) of a dense or sparse block of rows, the
+    rows centred before the product: dense rows in a float64 copy of the
+    block, sparse rows by their centred storage (:func:`_centred_storage`),
+    so that nothing rounds at ``|x| |V|`` (``x V - offset V`` does, far
+    above the result when a column is far from zero)."""
+    V = np.asarray(V, dtype=np.float64)
+    if sp.issparse(rows):
+        Y, rest = _centred_storage(sp.csr_matrix(rows, dtype=np.float64), offset)
+        return np.asarray(Y @ V) - rest @ V
+    return (np.asarray(rows, dtype=np.float64) - offset) @ V
+
+
 def unit_term_exponents(rows, mean, scale):
     """Per row of a block, the power of two (frexp's exponent) of its extent over ``scale``.
 

@@ -540,6 +540,24 @@ def test_far_sparse_columns_of_very_different_means_are_all_stored_centred(big):
     )
 
 
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+def test_transform_centres_the_rows_before_the_heads(sparse):
+    # transform formed x U - mean_ U, which rounds at |x| |U|: a head whose
+    # component on a constant column of -1.2e77 is a rounding's (4e-19, as
+    # a fuzzed fit left one) gave an output all rounding (error 1.59 on
+    # outputs of at most 1.59). Against NumPy's ((x - mean_) U) out.
+    X = make_mixture(300, 5, 2, noise=0.3, random_state=0)[0]
+    X = np.hstack([X, np.full((300, 1), -1.2e77)])
+    model = _quiet(AttentionClustering(2, center=True, random_state=0), X)
+    model.cluster_centers_[:, -1] = -4.0e-19
+    heads = model.cluster_centers_.T
+    expected = ((X - model.mean_) @ heads) @ (
+        model.temperature_ * model.n_clusters_ * model.moment_heads_
+    )
+    out = model.transform(sp.csr_matrix(X) if sparse else X)
+    np.testing.assert_allclose(out, expected, rtol=0, atol=1e-12 * np.abs(expected).max())
+
+
 def test_auto_counts_past_a_constant_column_far_from_zero():
     # The dynamics' centred tokens kept the rounding of the 1e20 column's
     # mean (ulps of it, against features of 1 at that scale 1e-20 of it):

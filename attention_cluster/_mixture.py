@@ -915,6 +915,12 @@ class _OneBatch:
     centroid has its own norm (default: when ``radii`` are given).
     """
 
+    # The rows' rounding unit (:func:`_rounding_unit`, of the last batch's
+    # dtype): a head whose sum is within its rounding keeps its direction in
+    # the M step, as the fit's EM (:func:`_maximize`; 0 in streams pickled
+    # before it, whose M step took the rounding's direction).
+    eps = 0.0
+
     def __init__(self, heads, weights, noise, radii=None, free=None):
         with np.errstate(divide="ignore"):
             log_pi = np.log(np.asarray(weights, dtype=np.float64))
@@ -963,6 +969,7 @@ class _OneBatch:
         of the weight seen (``math.md`` section 7): no d x d matrix is held.
         """
         batch = data.total_weight
+        self.eps = _rounding_unit(data)
         self.seen += batch
         self.rows_seen += data.n_weighted
         if "weight_squares" in self.__dict__:  # (not in a stream pickled before it)
@@ -1297,12 +1304,12 @@ class OnlineEM(_OneBatch):
             return self._component_step(S, counts, batch, share, floor, p)
         sbar = (S / batch, counts / batch)
         self.stats = tuple(s + gamma * (b - s) for s, b in zip(self.stats, sbar))
-        self.params = _maximize(*self.stats, 1.0, self.mean_sq, floor, p)
+        self.params = _maximize(*self.stats, 1.0, self.mean_sq, floor, p, self.eps)
         step = batch * self.seen**self.eta
         self.average_weight += step
         rate = step / self.average_weight
         self.averaged = tuple(a + rate * (s - a) for a, s in zip(self.averaged, self.stats))
-        return _maximize(*self.averaged, 1.0, self.mean_sq, floor, self.params)
+        return _maximize(*self.averaged, 1.0, self.mean_sq, floor, self.params, self.eps)
 
     def _takes_for_sample(self, shares, n_rows, earlier_rows):
         """Whether the batch is taken for a sample of the stream: not once
@@ -1378,8 +1385,8 @@ class OnlineEM(_OneBatch):
         self.stats = (pi_new[:, None] * running, pi_new)
         self.averaged = (averaged_pi[:, None] * averaged, averaged_pi)
         self.average_weight += batch * self.seen**self.eta
-        self.params = _maximize(*self.stats, 1.0, self.mean_sq, floor, p)
-        return _maximize(*self.averaged, 1.0, self.mean_sq, floor, self.params)
+        self.params = _maximize(*self.stats, 1.0, self.mean_sq, floor, p, self.eps)
+        return _maximize(*self.averaged, 1.0, self.mean_sq, floor, self.params, self.eps)
 
 
 class LinearisedEM(_OneBatch):
@@ -1457,7 +1464,9 @@ class LinearisedEM(_OneBatch):
 
     def _m_step(self, s, floor, previous):
         d, K = previous.U.shape
-        return _maximize(s[: d * K].reshape(K, d), s[d * K :], 1.0, self.mean_sq, floor, previous)
+        return _maximize(
+            s[: d * K].reshape(K, d), s[d * K :], 1.0, self.mean_sq, floor, previous, self.eps
+        )
 
     def _step(self, data, batch, share, floor, p):
         """The batch's statistics, D when due, then the fixed point."""
@@ -1466,7 +1475,7 @@ class LinearisedEM(_OneBatch):
             # A head no point takes (log pi = -inf): no derivative there;
             # the batch's plain EM step.
             S, counts, _ = data.e_step(*p.attention()[:3])
-            self.params = _maximize(S, counts, batch, self.mean_sq, floor, p)
+            self.params = _maximize(S, counts, batch, self.mean_sq, floor, p, self.eps)
             return self.params
         s = self._statistics(data, v, floor)
         due = self.jacobian is None or self.seen >= self.renew_at

@@ -915,8 +915,8 @@ class _OneBatch:
     centroid has its own norm (default: when ``radii`` are given).
     """
 
-    # The rows' rounding unit (:func:`_rounding_unit`, of the last batch's
-    # dtype): a head whose sum is within its rounding keeps its direction in
+    # The rows' rounding unit (:func:`_rounding_unit`, the largest of the
+    # batches' dtypes): a head whose sum is within its rounding keeps its direction in
     # the M step, as the fit's EM (:func:`_maximize`; 0 in streams pickled
     # before it, whose M step took the rounding's direction).
     eps = 0.0
@@ -969,7 +969,9 @@ class _OneBatch:
         of the weight seen (``math.md`` section 7): no d x d matrix is held.
         """
         batch = data.total_weight
-        self.eps = _rounding_unit(data)
+        # (The largest of the batches': the statistics hold every batch's
+        # rounding, a float32 batch's after float64 ones too.)
+        self.eps = max(self.eps, _rounding_unit(data))
         self.seen += batch
         self.rows_seen += data.n_weighted
         if "weight_squares" in self.__dict__:  # (not in a stream pickled before it)

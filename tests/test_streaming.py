@@ -1238,3 +1238,21 @@ def test_one_centred_cluster_streams_the_same_head_for_every_kind(batches):
     np.testing.assert_allclose(heads[1], heads[0], atol=1e-12)
     np.testing.assert_allclose(heads[2], heads[0], atol=1e-12)
     np.testing.assert_allclose(outputs, outputs[0], rtol=1e-9)
+
+
+def test_a_float32_batch_among_float64_ones_keeps_the_head_of_one_centred_cluster():
+    # The rounding a stream's M step allows a sum was the last batch's dtype:
+    # float64 batches after a float32 one (whose rounding its statistics
+    # keep) gave back the direction of that rounding. It is the largest of
+    # the batches'.
+    rng = np.random.default_rng(0)
+    X = (rng.normal(size=(2000, 4)) * [3, 1, 1, 1] + 5).astype(np.float32)
+    heads = []
+    for kinds in ([np.float32] * 3, [np.float32, np.float64, np.float64]):
+        model = AttentionClustering(1, center=True, random_state=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for dtype in kinds:
+                model.partial_fit(X.astype(dtype))
+        heads.append(model.cluster_centers_[0].astype(np.float64))
+    np.testing.assert_allclose(heads[1], heads[0], atol=1e-3)

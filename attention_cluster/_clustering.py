@@ -50,6 +50,7 @@ from ._validation import (
     check_verbose,
     deferred_warnings,
     finite_output,
+    power_of_two_unit,
     replay,
     warn,
 )
@@ -1063,6 +1064,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 np.asarray(self.mean_, dtype=np.float64),
                 out,
                 rows.dtype,
+                power_of_two_unit(float(self.scale_)),
                 dtype=rows.dtype,
                 columns=rows.n_features,
             )
@@ -1313,17 +1315,18 @@ def _in_dtype(a, dtype):
         return a.astype(dtype, copy=False)
 
 
-def _layer_output(rows, heads, mean, out, dtype):
+def _layer_output(rows, heads, mean, out, dtype, unit):
     """``((x - mean_) U) out`` for a block of rows (see :meth:`AttentionClustering.transform`):
     FloatingPointError where it leaves X's dtype's range, as the layers' (``_validation.finite_output``).
 
-    The rows are centred before the product (sparse rows by their centred
-    storage, ``_passes._centred_storage``): ``x U - mean_ U`` rounds at
-    ``|x| |U|``, which a column far from zero makes far larger than the
+    The rows are centred before the product, at the power of two ``unit``
+    of the scale (``_passes.centred_projection``): ``x U - mean_ U`` rounds
+    at ``|x| |U|``, which a column far from zero makes far larger than the
     output (a head's rounding-level component on a constant column of
     1e77 gave an output all rounding)."""
     with np.errstate(over="ignore", invalid="ignore"):
-        return finite_output((centred_projection(rows, mean, heads) @ out).astype(dtype))
+        projected = centred_projection(rows, mean, heads, unit)
+        return finite_output(((projected @ out) * unit).astype(dtype))
 
 
 def _log_likelihoods(rows, mixture, dtype):

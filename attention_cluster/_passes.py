@@ -2836,17 +2836,17 @@ def _sparse_centred_squares(Y, m):
     return stored + rest
 
 
-def centred_projection(rows, offset, V):
-    """``(x - offset) V`` (float64) of a dense or sparse block of rows, the
-    rows centred before the product: dense rows in a float64 copy of the
-    block, sparse rows by their centred storage (:func:`_centred_storage`),
-    so that nothing rounds at ``|x| |V|`` (``x V - offset V`` does, far
-    above the result when a column is far from zero)."""
-    V = np.asarray(V, dtype=np.float64)
-    if sp.issparse(rows):
-        Y, rest = _centred_storage(sp.csr_matrix(rows, dtype=np.float64), offset)
-        return np.asarray(Y @ V) - rest @ V
-    return (np.asarray(rows, dtype=np.float64) - offset) @ V
+def centred_projection(rows, offset, V, unit=1.0):
+    """``((x - offset) / unit) V`` (float64) of a dense or sparse block of
+    rows, ``unit`` a power of two (exact): the block centred before the
+    product, in a dense float64 copy of it (sparse rows densified, for a
+    caller whose output is dense: ``transform``'s). ``x V - offset V``
+    rounds at ``|x| |V|``, far above the result when a column is far from
+    zero; ``x - offset`` may pass float64's range where ``(x - offset) /
+    unit`` does not (the caller multiplies ``unit`` back where its result
+    holds it)."""
+    centred = dense_block(rows, np.float64) / unit - np.asarray(offset, dtype=np.float64) / unit
+    return centred @ np.asarray(V, dtype=np.float64)
 
 
 def unit_term_exponents(rows, mean, scale):

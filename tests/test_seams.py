@@ -556,6 +556,35 @@ def test_transform_centres_the_rows_before_the_heads(sparse):
     )
     out = model.transform(sp.csr_matrix(X) if sparse else X)
     np.testing.assert_allclose(out, expected, rtol=0, atol=1e-12 * np.abs(expected).max())
+    # A row's output does not depend on the rows beside it (sparse rows
+    # centred by their chunk's far columns rounded as before beside rows
+    # lacking the column: they are densified with the output's chunk).
+    lacking = np.hstack([X[:20, :5], np.zeros((20, 1))])
+    both = np.vstack([X[:10], lacking])
+    out = model.transform(sp.csr_matrix(both) if sparse else both)[:10]
+    np.testing.assert_allclose(out, expected[:10], rtol=0, atol=1e-12 * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+def test_transform_of_a_row_beyond_float64_from_the_mean(sparse):
+    # Rows about -1.5e308 and a row at +1.5e308: x - mean_ passes float64's
+    # range, ((x - mean_) U) out does not. Centred at the power of two of
+    # the scale, the output is finite, as x U - mean_ U's was.
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 300)
+    X = np.column_stack(
+        [
+            -1.5e308 + 1e305 * rng.standard_normal(300),
+            1e305 * (2 * y - 1) + 1e304 * rng.standard_normal(300),
+            1e304 * rng.standard_normal(300),
+        ]
+    )
+    model = _quiet(AttentionClustering(2, center=True, random_state=0), X)
+    T = X[:3].copy()
+    T[0, 0] = 1.5e308
+    out = model.transform(sp.csr_matrix(T) if sparse else T)
+    assert np.all(np.isfinite(out))
+    assert out[0, 0] == pytest.approx(1.508e307, rel=1e-3)
 
 
 def test_auto_counts_past_a_constant_column_far_from_zero():

@@ -2546,12 +2546,6 @@ def row_major(rows):
     return rows.tocsr() if sp.issparse(rows) else np.ascontiguousarray(rows)
 
 
-def computed(X):
-    """X in memory: a Dask array or DataFrame computed (a DataFrame to a pandas
-    one, whose column names are kept), anything else as given."""
-    return X.compute() if is_dask_collection(X) else X
-
-
 def dense(A):
     """A matrix (or a product of matrices) as a NumPy array: sparse ones densified."""
     return A.toarray() if sp.issparse(A) else np.asarray(A)

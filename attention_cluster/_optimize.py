@@ -147,7 +147,8 @@ def minimize_on_spheres(
     a step whose decrease the objective's rounding hides. ``converged=False``
     after ``max_iter`` iterations, or earlier when that line search fails at
     a norm above ``tol`` (the caller's warning tells the two apart by the
-    iterations taken), or at a gradient beyond float64's range.
+    iterations taken), or at a gradient beyond float64's range
+    (``gradient_overflow``).
 
     Parameters
     ----------

@@ -1452,6 +1452,7 @@ class LinearisedEM(_OneBatch):
         else:  # (a stream pickled before its squared weights were counted)
             del online.weight_squares
         online.mean_sq, online.moment_heads = self.mean_sq, self.moment_heads
+        online.eps = self.eps  # (the rounding its statistics carry)
         if self.mean_stats is None:
             online.stats = held_statistics(p)
         else:

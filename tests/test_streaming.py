@@ -1256,3 +1256,14 @@ def test_a_float32_batch_among_float64_ones_keeps_the_head_of_one_centred_cluste
                 model.partial_fit(X.astype(dtype))
         heads.append(model.cluster_centers_[0].astype(np.float64))
     np.testing.assert_allclose(heads[1], heads[0], atol=1e-3)
+
+
+def test_a_linearised_stream_turned_online_keeps_its_rounding():
+    # A linearised stream becomes online EM where it reseeds (_online): the
+    # new stream started at the class's rounding of 0, and a float32
+    # stream's rounding was lost to the float64 batches after it.
+    from attention_cluster._mixture import new_stream
+
+    stream = new_stream(np.eye(3)[:, :3], np.full(3, 1 / 3), 0.3, 100_000)
+    stream.eps = float(np.finfo(np.float32).eps)
+    assert stream._online().eps == stream.eps

@@ -50,7 +50,6 @@ from ._validation import (
     check_verbose,
     deferred_warnings,
     finite_output,
-    power_of_two_unit,
     replay,
     warn,
 )
@@ -1064,7 +1063,6 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 np.asarray(self.mean_, dtype=np.float64),
                 out,
                 rows.dtype,
-                power_of_two_unit(float(self.scale_)),
                 dtype=rows.dtype,
                 columns=rows.n_features,
             )
@@ -1315,17 +1313,17 @@ def _in_dtype(a, dtype):
         return a.astype(dtype, copy=False)
 
 
-def _layer_output(rows, heads, mean, out, dtype, unit):
+def _layer_output(rows, heads, mean, out, dtype):
     """``((x - mean_) U) out`` for a block of rows (see :meth:`AttentionClustering.transform`):
     FloatingPointError where it leaves X's dtype's range, as the layers' (``_validation.finite_output``).
 
-    The rows are centred before the product, at the power of two ``unit``
-    of the scale (``_passes.centred_projection``): ``x U - mean_ U`` rounds
-    at ``|x| |U|``, which a column far from zero makes far larger than the
-    output (a head's rounding-level component on a constant column of
-    1e77 gave an output all rounding)."""
+    The rows are centred before the product, at the power of two of the
+    block's largest entry (``_passes.centred_projection``): ``x U - mean_
+    U`` rounds at ``|x| |U|``, which a column far from zero makes far larger
+    than the output (a head's rounding-level component on a constant
+    column of 1e77 gave an output all rounding)."""
     with np.errstate(over="ignore", invalid="ignore"):
-        projected = centred_projection(rows, mean, heads, unit)
+        projected, unit = centred_projection(rows, mean, heads)
         return finite_output(((projected @ out) * unit).astype(dtype))
 
 

@@ -2830,17 +2830,29 @@ def _sparse_centred_squares(Y, m):
     return stored + rest
 
 
-def centred_projection(rows, offset, V, unit=1.0):
-    """``((x - offset) / unit) V`` (float64) of a dense or sparse block of
-    rows, ``unit`` a power of two (exact): the block centred before the
-    product, in a dense float64 copy of it (sparse rows densified, for a
-    caller whose output is dense: ``transform``'s). ``x V - offset V``
-    rounds at ``|x| |V|``, far above the result when a column is far from
-    zero; ``x - offset`` may pass float64's range where ``(x - offset) /
-    unit`` does not (the caller multiplies ``unit`` back where its result
-    holds it)."""
-    centred = dense_block(rows, np.float64) / unit - np.asarray(offset, dtype=np.float64) / unit
-    return centred @ np.asarray(V, dtype=np.float64)
+def centred_projection(rows, offset, V):
+    """``(P, u)``: ``P = ((x - offset) / u) V`` (float64) of a dense or
+    sparse block of rows, ``u`` the power of two of the block's largest
+    ``|x_ij|`` and ``|offset_j|`` (exact; 1 for zeros), so that ``u P`` is
+    ``(x - offset) V``. The block is centred before the product, in a
+    dense float64 copy of it (sparse rows densified, for a caller whose
+    output is dense: ``transform``'s): ``x V - offset V`` rounds at ``|x|
+    |V|``, far above the result when a column is far from zero, and ``x -
+    offset`` may pass float64's range where its quotient by ``u`` does not
+    (the caller multiplies ``u`` back where its result holds it)."""
+    # A float64 copy of the block (never the caller's rows: scaled in place).
+    block = rows.toarray() if sp.issparse(rows) else np.array(rows, dtype=np.float64)
+    block = block.astype(np.float64, copy=False)
+    offset = np.asarray(offset, dtype=np.float64)
+    peak = max(
+        float(np.max(block, initial=0.0)),
+        -float(np.min(block, initial=0.0)),
+        float(np.max(np.abs(offset), initial=0.0)),
+    )
+    unit = power_of_two_unit(peak) if peak > 0.0 else 1.0
+    block /= unit
+    block -= offset / unit
+    return block @ np.asarray(V, dtype=np.float64), unit
 
 
 def unit_term_exponents(rows, mean, scale):

@@ -582,9 +582,26 @@ def test_transform_of_a_row_beyond_float64_from_the_mean(sparse):
     model = _quiet(AttentionClustering(2, center=True, random_state=0), X)
     T = X[:3].copy()
     T[0, 0] = 1.5e308
+    given = T.copy()
     out = model.transform(sp.csr_matrix(T) if sparse else T)
     assert np.all(np.isfinite(out))
     assert out[0, 0] == pytest.approx(1.508e307, rel=1e-3)
+    np.testing.assert_array_equal(T, given)  # (the rows are centred in a copy)
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+@pytest.mark.parametrize("fitted, given", [(1e-300, 1e10), (1e10, 1e-300)])
+def test_transform_of_rows_far_from_the_fitted_scale(fitted, given, sparse):
+    # transform(c X) = c transform(X) for a fitted model, also where c X is
+    # far from the scale of the rows it was fitted on: the rows centred at
+    # the power of two of the fit's scale overflowed (FloatingPointError) or
+    # underflowed to 0 there; a chunk is taken at its own largest entry.
+    X = make_mixture(300, 8, 3, noise=0.3, random_state=0)[0]
+    model = _quiet(AttentionClustering(3, random_state=0), X * fitted)
+    unit = model.transform(X[:4] * fitted) / fitted
+    rows = X[:4] * given
+    out = model.transform(sp.csr_matrix(rows) if sparse else rows)
+    np.testing.assert_allclose(out / given, unit, rtol=1e-12)
 
 
 def test_auto_counts_past_a_constant_column_far_from_zero():

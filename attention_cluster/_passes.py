@@ -91,6 +91,7 @@ from ._validation import (
     check_dask_sample_weight,
     check_sample_weight,
     is_dask_collection,
+    peak_unit,
     power_of_two_unit,
     quiet_finite_check,
     warn,
@@ -2723,10 +2724,7 @@ def _centred_storage(X, m, sample_weight=None):
     # for all let a column 1e162 times smaller underflow to a spread and a
     # mean of 0, not far), summed by blocks of rows (temporaries of a
     # block's entries, not of X's).
-    exponent = np.frexp(np.where(candidate, m, 1.0))[1]
-    # (2^1024 is beyond float64: a mean from 2^1023 on is taken over 2^1022,
-    # as _validation.power_of_two_unit does.)
-    own = np.ldexp(1.0, np.where(exponent < 1024, exponent, exponent - 2))
+    own = power_of_two_unit(np.abs(np.where(candidate, m, 1.0)))
     unit = np.where(candidate, m, 0.0) / own
     spread, held = np.zeros(d), np.zeros(d)
     per_row = max(1, X.nnz // max(n, 1))
@@ -2844,12 +2842,7 @@ def centred_projection(rows, offset, V):
     block = rows.toarray() if sp.issparse(rows) else np.array(rows, dtype=np.float64)
     block = block.astype(np.float64, copy=False)
     offset = np.asarray(offset, dtype=np.float64)
-    peak = max(
-        float(np.max(block, initial=0.0)),
-        -float(np.min(block, initial=0.0)),
-        float(np.max(np.abs(offset), initial=0.0)),
-    )
-    unit = power_of_two_unit(peak) if peak > 0.0 else 1.0
+    unit = peak_unit(block, offset)
     block /= unit
     block -= offset / unit
     return block @ np.asarray(V, dtype=np.float64), unit

@@ -180,9 +180,10 @@ def power_of_two_unit(peak):
     2^1023``, whose ``2^e`` float64 cannot hold, ``2^(e - 2)``: the
     quotients are then 4 times those of ``peak / 2^1024``, a factor whose
     square root is exact (weights so divided give the fit of ``w`` to the
-    last bit)."""
-    e = int(np.frexp(float(peak))[1])
-    return float(np.ldexp(1.0, e if e < 1024 else e - 2))
+    last bit). Of an array, each entry's (an array)."""
+    e = np.frexp(np.asarray(peak, dtype=np.float64))[1]
+    unit = np.ldexp(1.0, np.where(e < 1024, e, e - 2))
+    return float(unit) if unit.ndim == 0 else unit
 
 
 def stored_values(A):

@@ -359,11 +359,8 @@ def gathered(estimator, X, *, reset, sample_weight=None):
     """
     if not is_dask_collection(X):
         return X
-    if len(X.shape) == 2 and not reset and X.shape[1] != estimator.n_features_in_:
-        raise ValueError(
-            f"X has {X.shape[1]} features, but {type(estimator).__name__} is expecting "
-            f"{estimator.n_features_in_} features as input."
-        )
+    if len(X.shape) == 2 and not reset:
+        _check_n_features(estimator, X.shape[1])
     n = X.shape[0]
     if (
         sample_weight is not None
@@ -483,7 +480,6 @@ def _float_partition(part):
 def _check_dask_columns(estimator, X, names, *, reset):
     """The checks of :func:`check_dask_array` that the columns and the dtype
     answer, whether the rows' count is known or not."""
-    name = type(estimator).__name__
     if X.ndim != 2:
         raise ValueError(f"Expected a 2D array, got a {X.ndim}D Dask array; reshape your data.")
     if any(np.isnan(c) for c in X.chunks[1]):
@@ -508,14 +504,19 @@ def _check_dask_columns(estimator, X, names, *, reset):
     if not np.issubdtype(X.dtype, np.number) and X.dtype != bool:
         raise ValueError(f"dtype={X.dtype} is not a numeric dtype; X must hold numbers.")
     if not reset:
-        if X.shape[1] != estimator.n_features_in_:
-            raise ValueError(
-                f"X has {X.shape[1]} features, but {name} is expecting "
-                f"{estimator.n_features_in_} features as input."
-            )
+        _check_n_features(estimator, X.shape[1])
         fitted = getattr(estimator, "feature_names_in_", None)
         if names is not None and fitted is not None and not np.array_equal(names, fitted):
             raise ValueError("The feature names should match those that were passed during fit.")
+
+
+def _check_n_features(estimator, n_features):
+    """The width a fitted ``estimator`` expects, with scikit-learn's message."""
+    if n_features != estimator.n_features_in_:
+        raise ValueError(
+            f"X has {n_features} features, but {type(estimator).__name__} is expecting "
+            f"{estimator.n_features_in_} features as input."
+        )
 
 
 def check_dask_sample_weight(sample_weight, X):

@@ -554,6 +554,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         weight_unit=None,
         check_shape=None,
         in_memory=False,
+        count_rows=True,
     ):
         """X as pass-layer rows (``_passes.rows_from``), validated against this estimator."""
         return rows_from(
@@ -567,6 +568,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             weight_unit=weight_unit,
             check_shape=check_shape,
             in_memory=in_memory,
+            count_rows=count_rows,
         )
 
     def _check_shape(self, n_samples, n_features, in_memory):
@@ -757,7 +759,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             A lazy Dask array for Dask input.
         """
         check_is_fitted(self)
-        with self._rows(X) as rows, one_blas_thread():
+        with self._rows(X, count_rows=False) as rows, one_blas_thread():
             return rows.labels(*predict_rule(self.cluster_centers_, self.mixture_, self.mean_))
 
     def fit_predict(self, X, y=None, sample_weight=None):
@@ -1054,7 +1056,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             on Dask input, when the output is computed.
         """
         check_is_fitted(self)
-        with self._rows(X) as rows, one_blas_thread():
+        with self._rows(X, count_rows=False) as rows, one_blas_thread():
             heads = np.asarray(self.cluster_centers_, dtype=np.float64).T
             out = self.temperature_ * self.n_clusters_ * np.asarray(self.moment_heads_, np.float64)
             return rows.map_rows(
@@ -1087,7 +1089,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         check_is_fitted(self)
         self._check_mixture()
         columns = self.n_clusters_ if per_cluster else None
-        with self._rows(X) as rows, one_blas_thread():
+        with self._rows(X, count_rows=False) as rows, one_blas_thread():
             return rows.map_rows(fn, self.mixture_, rows.dtype, dtype=rows.dtype, columns=columns)
 
     @available_if(_check_mixture)

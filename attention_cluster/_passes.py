@@ -1581,7 +1581,9 @@ class DaskRows(_Rows):
     ----------
     X : dask.array.Array of shape (n_samples, n_features)
         Float32 or float64, chunked along rows only, with known chunk sizes
-        (``_validation.check_dask_array``).
+        (``_validation.check_dask_array``), but for rows that are only mapped
+        block by block (:meth:`map_rows`, :meth:`labels`), whose row chunks
+        may be unknown (a Dask DataFrame's rows, not counted).
     sample_weight : dask.array.Array of shape (n_samples,) or None
         Validated non-negative weights chunked as X's rows
         (``_validation.check_dask_sample_weight``); None for unit weights.
@@ -1613,6 +1615,9 @@ class DaskRows(_Rows):
         self.n_samples, self.n_features = X.shape
         self.dtype = X.dtype
         self.scale = float(scale)
+        # Rows of unknown count (count_rows=False in rows_from) are only mapped
+        # block by block: each block then runs the kernels of its own size.
+        self.compiled = compiles(X.size) if np.isfinite(X.size) else None
         if total_weight is None:
             total_weight = (
                 float(self.n_samples)
@@ -1620,7 +1625,6 @@ class DaskRows(_Rows):
                 else float(sample_weight.sum().compute())
             )
         self.total_weight = total_weight
-        self.compiled = compiles(X.size)
         self._passes = [0, 0]  # computations and reads of X, shared with copies
         self._reads_x = True  # False for a subsample kept on the workers
         self.verbose = verbose
@@ -2426,6 +2430,7 @@ def rows_from(
     weight_unit=None,
     check_shape=None,
     in_memory=False,
+    count_rows=True,
 ):
     """The data object for any X an estimator accepts: the one place that asks what X is.
 
@@ -2464,6 +2469,12 @@ def rows_from(
     in_memory : bool, default=False
         Take rows in memory only: a Dask collection is refused (TypeError)
         before anything is read (``partial_fit``'s batches).
+    count_rows : bool, default=True
+        False for the methods that only map each block to its outputs
+        (:meth:`DaskRows.map_rows`, :meth:`DaskRows.labels`): a Dask
+        DataFrame's rows are then not counted, nor need a Dask array's row
+        chunks be known, so that nothing is computed until the outputs are
+        (``_validation.check_dask_array``).
     """
     if is_dask_collection(X):
         if in_memory:
@@ -2475,7 +2486,7 @@ def rows_from(
             # From the graph, before its checks (a DataFrame's counts its rows).
             n = X.shape[0] if isinstance(X.shape[0], numbers.Integral) else 0
             check_shape(n, X.shape[1], False)
-        X = check_dask_array(estimator, X, reset=reset)
+        X = check_dask_array(estimator, X, reset=reset, count_rows=count_rows)
         weights, total, unit, positive = check_dask_sample_weight(sample_weight, X)
         rows = DaskRows(X, weights, total_weight=total, n_weighted=positive, verbose=verbose)
         rows.weight_unit = unit

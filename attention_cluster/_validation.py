@@ -373,18 +373,21 @@ def gathered(estimator, X, *, reset, sample_weight=None):
     return X.compute()
 
 
-def check_dask_array(estimator, X, *, reset):
+def check_dask_array(estimator, X, *, reset, count_rows=True):
     """``validate_data`` for a Dask array or DataFrame, without computing it.
 
-    Checks what the graph's metadata show: two dimensions, known chunks,
-    whole rows in each block, NumPy blocks, at least one row and one
-    feature, a numeric dtype
+    Checks what the graph's metadata show: two dimensions, known chunks
+    (of rows: only when ``count_rows``), whole rows in each block, NumPy
+    blocks, at least one row and one feature, a numeric dtype
     (converted lazily to float64 unless float32; a DataFrame's columns of
     pandas' extension dtypes of numbers as :func:`_numpy_columns` converts
     them), and the width against
     ``n_features_in_`` (recorded when ``reset``, with a DataFrame's string
     column names as ``feature_names_in_``). A DataFrame's row count is its
-    one computation (a pass over the index), after every other check.
+    one computation (a pass over the index), after every other check; with
+    ``count_rows=False`` (the methods that map each block to its outputs,
+    lazily) its rows are not counted, and an array's row chunks may be
+    unknown: nothing is computed.
     NaN and infinity can only be seen in the data: the first pass reports
     them (``DaskRows.scaled_second_moment``). Returns a ``dask.array.Array``.
     """
@@ -412,18 +415,20 @@ def check_dask_array(estimator, X, *, reset):
                 "remove feature / column names from your input data, or convert them all to a "
                 "non-string data type."
             )
-        X = _numpy_columns(X)
+        frame = _numpy_columns(X)
         # The columns' checks on the lazy array (rows of unknown count),
-        # then lengths=True counts the partitions' rows.
-        _check_dask_columns(estimator, X.to_dask_array(), names, reset=reset)
-        X = X.to_dask_array(lengths=True)
+        # then, when counted, lengths=True counts the partitions' rows.
+        X = frame.to_dask_array()
+        _check_dask_columns(estimator, X, names, reset=reset)
+        if count_rows:
+            X = frame.to_dask_array(lengths=True)
     elif isinstance(X, da.Array):
         _check_dask_columns(estimator, X, names, reset=reset)
     else:
         raise TypeError(
             f"{name} takes a dask.array.Array or a dask DataFrame, got {type(X).__name__}."
         )
-    if any(np.isnan(c) for c in X.chunks[0]):
+    if count_rows and any(np.isnan(c) for c in X.chunks[0]):
         raise ValueError("X has unknown chunk sizes; call X.compute_chunk_sizes() first.")
     if X.shape[0] == 0:
         raise ValueError(

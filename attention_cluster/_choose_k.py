@@ -37,7 +37,6 @@ from sklearn.utils import assert_all_finite, check_random_state
 from ._dynamics import (
     SelfAttentionDynamics,
     check_min_cluster_size,
-    more_time_advice,
     token_weights,
 )
 from ._passes import (
@@ -459,6 +458,9 @@ def count_clusters(
         dynamics = SelfAttentionDynamics(
             beta=beta, min_cluster_size=min_cluster_size, n_threads=n_threads, random_state=seed
         )
+        # Its warnings' advice names the parameters the caller can set: not
+        # the dynamics' max_iter and step_size, which are fixed here.
+        dynamics._advice_names_steps = False
         with deferred_warnings() as held:
             dynamics.fit(seen, sample_weight=weights)
         return seen, dynamics, held
@@ -508,13 +510,7 @@ def count_clusters(
     if K not in scores:
         K = max(scores, key=lambda k: (scores[k], -abs(k - K)))
     # The dynamics' own diagnosis, and what was made of its last state.
-    # Its advice names the parameters the caller can set: not the dynamics'
-    # max_iter and step_size, which are fixed here.
-    unsettled = [
-        message.replace(more_time_advice(dynamics._lengthening()), more_time_advice(()))
-        for message, category in held
-        if issubclass(category, ConvergenceWarning)
-    ]
+    unsettled = [message for message, category in held if issubclass(category, ConvergenceWarning)]
     if unsettled and int(dynamics.n_clusters_) > m / 2 and 1 in scores:
         # No plateau, and most tokens still apart (the dynamics' own count,
         # before any range clips it): no structure the dynamics resolved

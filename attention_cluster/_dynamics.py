@@ -952,9 +952,17 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         self.n_iter_ = n_iter
         return self
 
+    # Whether the caller set max_iter and step_size, which the warnings'
+    # advice then names (not where the dynamics runs inside another
+    # function: _choose_k's).
+    _advice_names_steps = True
+
     def _lengthening(self):
         """The parameters whose increase gives the tokens more time to meet:
-        ``max_iter``, and ``step_size`` where it is a number."""
+        ``max_iter``, and ``step_size`` where it is a number (none where the
+        caller cannot set them: ``_advice_names_steps``)."""
+        if not self._advice_names_steps:
+            return ()
         return ("max_iter",) + (() if isinstance(self.step_size, str) else ("step_size",))
 
     def _warn_one_state(self, count, step):
@@ -966,7 +974,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             f"No number of clusters held for two steps once tokens met, within "
             f"max_iter={self.max_iter} steps: no plateau, and the state taken, {count} "
             f"clusters at step {step}, held for one. "
-            + more_time_advice(("max_iter",))
+            + more_time_advice(self._lengthening()[:1])
             + (
                 ""
                 if isinstance(self.step_size, str)

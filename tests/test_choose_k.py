@@ -557,9 +557,13 @@ def test_noise_of_fewer_rows_than_features_is_one_cluster(shape, global_random_s
     # it: 39 "clusters" of 40 rows of noise. Most tokens still apart is no
     # structure the dynamics resolved.
     X = np.random.default_rng(global_random_seed).standard_normal(shape)
-    with pytest.warns(ConvergenceWarning, match="most still apart: one cluster instead"):
+    with pytest.warns(ConvergenceWarning, match="most still apart: one cluster instead") as record:
         model = AttentionClustering("auto", random_state=0).fit(X)
     assert model.n_clusters_ <= 2
+    # The advice names what the caller can set: beta, not the dynamics'
+    # max_iter and step_size, which the K-finder fixes.
+    (message,) = [str(w.message) for w in record if "most still apart" in str(w.message)]
+    assert "Lower beta" in message and "Increase" not in message
     # A range that clips the dynamics' count does not hide it (it answered
     # the top of the range, 10, without the one-cluster test's fits).
     with pytest.warns(ConvergenceWarning, match="most still apart: one cluster instead"):

@@ -118,7 +118,9 @@ class _EM:
         w = data.sample_weight
         # Weights are relative to a power of two near the largest (rows_from):
         # their squares stay in float64's range.
-        self.n_effective = data.n_samples if w is None else self.total**2 / float(np.sum(w * w))
+        self.n_effective = (
+            data.n_samples if w is None else _effective_rows(self.total, float(np.sum(w * w)))
+        )
         self.floor = MIN_VARIANCE * mean_sq / self.d
         self.eps = _rounding_unit(data)
         self.passes = 0

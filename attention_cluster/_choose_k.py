@@ -398,7 +398,9 @@ def count_clusters(
     (``math.md`` section 8, "One cluster or more"); without a mixture
     (``refine=None``, PSGD's default) that test is not made; the fit at 1
     is centred where the choice's fit is (the same model either way, but
-    rows far from the origin lose their spread uncentred); where the fit
+    rows far from the origin lose their spread uncentred), and, where it
+    is kept, fitted again as ``center="auto"`` fits one cluster
+    (uncentred) for the fit returned; where the fit
     at 1 refuses the rows' scale (``_plan.ScaleError``: rows near float64's
     smallest numbers, whose spread about one centre is below what float64
     inverts, though the fit at the choice holds its own) it cannot be, and
@@ -578,6 +580,13 @@ def count_clusters(
                 )
         if 1 in fits and mixtures[1].bic(rows) <= mixtures[K].bic(rows):
             K = 1
+            if isinstance(center, str) and mixtures[1].centred:
+                # The fit returned is n_clusters=1's, which center="auto"
+                # leaves uncentred (the model of one direction from the
+                # origin), as the caller fitting it would: the centred one
+                # was the test's.
+                with deferred_warnings() as held[1]:
+                    fits[1], _, mixtures[1] = fit_at(1)
     replay(held[K])
     return K, scores, silhouettes, fits[K]
 

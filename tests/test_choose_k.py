@@ -591,6 +591,26 @@ def test_the_centred_count_is_kept_where_its_fit_centres_by_a_lost_cluster():
     assert adjusted_rand_score(y, model.labels_) == 1.0
 
 
+@pytest.mark.parametrize("kind", ["dense", "float32", "csr"])
+def test_one_cluster_chosen_is_the_fit_at_one(kind, global_random_seed):
+    # The test of one cluster fits K = 1 centred where the choice's fit is;
+    # that centred fit was returned, where n_clusters=1 with center="auto"
+    # fits uncentred: other centres, transform and bic than the documented
+    # AttentionClustering(1).fit(X), and a clone that refitted otherwise.
+    rng = np.random.default_rng(global_random_seed)
+    X = rng.standard_normal((500, 5)) + 2.0
+    X = {"dense": X, "float32": X.astype(np.float32), "csr": sp.csr_matrix(X)}[kind]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        auto = AttentionClustering("auto", random_state=0).fit(X)
+        one = AttentionClustering(1, random_state=0).fit(X)
+    assert auto.n_clusters_ == 1
+    assert auto.center_ == one.center_
+    np.testing.assert_array_equal(auto.cluster_centers_, one.cluster_centers_)
+    np.testing.assert_array_equal(auto.transform(X), one.transform(X))
+    assert auto.bic(X) == one.bic(X)
+
+
 def test_auto_is_picklable_and_streams(mixture):
     X, _ = mixture
     model = AttentionClustering("auto", random_state=0).fit(X)

@@ -848,10 +848,13 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         whenever the weight seen has doubled, on a batch with those rows.
         Otherwise (smaller batches, whose Jacobian errs too much, or more
         parameters) the update is online EM (Cappe and Moulines 2009), with
-        ``gamma_n = min(1, 16 / n)^0.6`` and averaging. A component whose
+        ``gamma_n = min(1, 16 / n)^0.6`` and averaging, but for batches too
+        small to pass for samples of the stream (a batch of one row), which
+        move each component by its own share. A component whose
         weight falls below one row of the stream is reseeded, before the
         batch's update, at the batch's row worst explained by the mixture
-        (as MiniBatchKMeans reassigns an empty centre), with a warning; a
+        (as MiniBatchKMeans reassigns an empty centre; a batch of one row,
+        where the mixture's rows rarely lie), with a warning; a
         linearised stream then goes on as online EM. Every update is the EM
         refinement's, whatever ``refine`` and ``solver`` (they set the first
         batch's fit): after ``partial_fit``, ``refine_`` is ``"em"`` and

@@ -1080,7 +1080,9 @@ class _OneBatch:
         :class:`LinearisedEM`'s linearisation), whose average restarts: its
         past holds the lost components' statistics (``math.md`` section 7).
         Nothing is reseeded when the points are all explained alike (equal
-        rows), are zero, or every component is lost. Online EM's running
+        rows), are zero, or every component is lost; one point (a batch of
+        one row) reseeds one component, where it is as unlikely under the
+        mixture as ``_LONE_ROW_LEVEL`` of the mixture's own rows. Online EM's running
         rows' shares start again from the batch that reseeds: they were the
         shares of the components before (a reseeded component's set at the lightest
         weight, every later batch lacked it; kept, a first batch of one
@@ -1103,15 +1105,26 @@ class _OneBatch:
             if not kept.any():
                 break
             # log p(y) up to a constant (math.md section 7): the E step's
-            # logsumexp and -||y||^2 / (2 tau^2).
+            # logsumexp and -||y||^2 / (2 tau^2), that is log sum_k pi_k
+            # exp(-||y - r_k mu_k||^2 / (2 tau^2)) + r0^2 / (2 tau^2).
             at = replace(p, variance=max(p.variance, floor))
-            keys, bias, beta, _ = at.attention()
+            keys, bias, beta, r0 = at.attention()
             with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
                 fits = logsumexp(bias + beta * (points @ keys), axis=1) - squares / (
                     2.0 * at.variance
                 )
             i = int(np.argmin(fits))
-            if not (fits[i] < np.max(fits) and squares[i] > 0.0):
+            if len(fits) > 1:
+                unexplained = fits[i] < np.max(fits)
+            elif seeds:
+                break  # (one component at one row; a shared norm leaves it far)
+            else:
+                # A batch of one row: reseeded at where the mixture's own rows
+                # rarely lie, farther from every centre (in tau's units, squared)
+                # than the chi-square tail _LONE_ROW_LEVEL with d degrees.
+                limit = chi2.isf(_LONE_ROW_LEVEL, points.shape[1])
+                unexplained = fits[i] - r0 * r0 / (2.0 * at.variance) < -0.5 * limit
+            if not (unexplained and squares[i] > 0.0):
                 break
             weight = float(np.min(pi[kept]))
             norm = float(np.sqrt(squares[i]))
@@ -1136,6 +1149,10 @@ class _OneBatch:
         return stream, len(seeds)
 
 
+# A batch of one row reseeds a lost component only at a row this unlikely
+# under the mixture (OnlineEM.reseed): farther from every centre than its
+# rows lie but for this share of them.
+_LONE_ROW_LEVEL = 1e-3
 # Least expected count of a component in Pearson's test of a batch
 # (OnlineEM._is_sample): components expected fewer times in the batch are
 # pooled into one, as the chi-square approximation needs.
@@ -1160,6 +1177,20 @@ _RESTART_LEVEL = 1e-4
 def _effective_rows(total, squares):
     """Kish's effective number of rows, ``(sum w)^2 / sum w^2``."""
     return total * total / squares
+
+
+def _testable(n_rows, rho):
+    """Whether a batch of ``n_rows`` rows can be tested as a sample of a
+    stream whose rows' shares among the components are ``rho``: always with
+    fewer than two components of positive share (nothing to lose), else when
+    :func:`_passes_for_sample`'s categories, the components expected at least
+    ``_MIN_EXPECTED`` times and the others pooled into one, are two or more
+    (``math.md`` section 7, "A batch too small to be a sample")."""
+    held = rho[rho > 0.0]
+    if held.size < 2:
+        return True
+    rare = n_rows * held < _MIN_EXPECTED
+    return np.count_nonzero(~rare) + int(rare.any()) >= 2
 
 
 def _passes_for_sample(shares, n_rows, rho, earlier_rows, significance, min_effect):
@@ -1317,7 +1348,10 @@ class OnlineEM(_OneBatch):
 
     def _takes_for_sample(self, shares, n_rows, earlier_rows):
         """Whether the batch is taken for a sample of the stream: not once
-        the stream is ``ordered``, else by :meth:`_is_sample`; counts the
+        the stream is ``ordered``, nor where its rows are too few to test
+        (:func:`_testable`: a batch of one row, whose plain EM step, while
+        ``gamma_n`` is 1, gave all the stream's weight to its component), else
+        by :meth:`_is_sample`; counts the
         batches tested, refused and refused lacking a cluster (one the batch
         holds below ``_LACKING`` of its running share, expected at least
         ``_MIN_EXPECTED`` times), and takes the stream for an ordered one
@@ -1327,7 +1361,13 @@ class OnlineEM(_OneBatch):
         if self.ordered:
             self.refused += 1
             return False
-        if self.significance <= 0.0 or not earlier_rows:  # (no shares yet)
+        if not earlier_rows:  # (no shares yet)
+            return True
+        if not _testable(n_rows, self.row_shares):
+            # Too few rows to tell a sample: no step may replace the
+            # stream's statistics by theirs (gamma_n near 1 early on).
+            return False
+        if self.significance <= 0.0:
             return True
         self.tested += 1
         if self._is_sample(shares, n_rows, earlier_rows):

@@ -891,6 +891,52 @@ def test_a_lost_component_is_reseeded(size, global_random_seed):
     assert centroid_distance(model.cluster_centers_, C) < 0.3
 
 
+def test_one_row_batches_keep_every_cluster(global_random_seed):
+    # While gamma_n is 1 (the first 16 batches of equal weight) a batch's
+    # statistics replaced the stream's: a batch of one row, a plain EM step
+    # on it, gave its component all the weight, and after a first batch of
+    # two rows per cluster every later row went to one component (ARI 0,
+    # silently; MiniBatchKMeans 0.94). A batch too few rows to test as a
+    # sample moves each component by its own share.
+    X, y, _ = make_mixture(1500, 6, 3, noise=0.3, random_state=global_random_seed)
+    first = np.concatenate([np.flatnonzero(y == k)[:2] for k in range(3)])
+    model = AttentionClustering(3, random_state=0).partial_fit(X[first])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for i in np.setdiff1d(np.arange(len(X)), first):
+            model.partial_fit(X[i : i + 1])
+    assert np.all(model.weights_ > 0.25)
+    assert adjusted_rand_score(y, model.predict(X)) > 0.9
+
+
+def test_a_lone_row_reseeds_a_lost_component(global_random_seed):
+    # A batch of one row is explained alike by itself: the rule of the
+    # worst explained of a batch's rows never reseeded from one, and the
+    # components a first batch of one repeated row left without points
+    # stayed lost. A lone row reseeds where the mixture's rows rarely lie.
+    X, _, _ = make_mixture(300, 10, 3, noise=0.3, random_state=global_random_seed)
+    row = np.zeros(10)
+    row[:3] = [0.5, 1.0, -0.25]
+    model = AttentionClustering(3, center=False, random_state=0)
+    with pytest.warns(UserWarning, match="no spread"):
+        model.partial_fit(np.tile(row, (50, 1)))
+    assert len(model._stream.lost()) == 2
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(len(X)):
+            model.partial_fit(X[i : i + 1])
+    assert caught and all("reseeded 1 of the n_clusters=3" in str(w.message) for w in caught)
+    assert len(model._stream.lost()) == 0
+    # A lone row the mixture explains reseeds nothing.
+    U = np.eye(3)[:, :2]
+    stream = OnlineEM(U, np.array([1.0, 0.0]), 0.3)
+    points = np.array([[1.0, 0.1, 0.0], [0.9, 0.0, 0.1], [1.1, 0.0, 0.0]])
+    stream.update(DenseRows(points, n_threads=1))
+    assert list(stream.lost()) == [1]
+    assert stream.reseed(points[:1])[1] == 0
+    assert stream.reseed(np.array([[0.0, 0.2, 1.5]]))[1] == 1
+
+
 def test_reseeding_takes_the_worst_explained_point():
     # Heads e1 and e2, the second lost: it moves to the point least likely
     # under the mixture, with the weight of the lightest component kept, and
@@ -1056,7 +1102,8 @@ def _check_online_steps(online, batch_weights, gammas, omegas, seed):
         batch_weights, gammas, omegas, np.cumsum(omegas), strict=True
     ):
         sbar = [rng.uniform(-1.0, 1.0, (K, d)), shares]
-        online.update(_GivenStatistics(weight, *sbar))
+        # (Rows enough to test the batch as a sample.)
+        online.update(_GivenStatistics(weight, *sbar, n_weighted=10_000))
         s = [v + gamma * (new - v) for v, new in zip(s, sbar)]
         weighted = [a + omega * v for a, v in zip(weighted, s)]
         for got, want in zip(online.stats, s):

@@ -29,12 +29,31 @@ def retract(U, Z):
 
 
 def normalize_heads(U):
-    """Each column divided by its norm; a zero or non-finite column is an error."""
+    """Each column divided by its norm; a zero or non-finite column is an error.
+
+    A column whose squares leave float64's range (entries beyond about
+    1e154, or whose norm is below ``_NEAR_UNDERFLOW``) is first divided by its
+    largest entry, so that heads of any finite magnitude have a direction
+    (``init=H * 1e-200`` fitted as ``H``, while the same heads failed in
+    ``theory``'s functions)."""
     U = np.array(U, dtype=np.float64)
-    norms = np.linalg.norm(U, axis=0)
-    if np.any(norms == 0) or not np.all(np.isfinite(norms)):
+    if not np.all(np.isfinite(U)):
         raise ValueError("Initial heads must be finite and non-zero.")
+    with np.errstate(over="ignore", under="ignore"):
+        norms = np.linalg.norm(U, axis=0)
+    far = ~(np.isfinite(norms) & (norms >= _NEAR_UNDERFLOW))
+    if far.any():
+        peaks = np.max(np.abs(U[:, far]), axis=0)
+        if np.any(peaks == 0):
+            raise ValueError("Initial heads must be finite and non-zero.")
+        scaled = U[:, far] / peaks
+        U[:, far] = scaled
+        norms[far] = np.linalg.norm(scaled, axis=0)
     return U / norms
+
+
+# Norms below which a column's squares lose digits to float64's subnormal range.
+_NEAR_UNDERFLOW = 1e-140
 
 
 def random_heads(rng, n_features, n_heads):

@@ -37,7 +37,7 @@ from sklearn.utils import check_array
 
 from . import _kernels
 from ._objective import regularizer_code
-from ._passes import rows_of
+from ._passes import rows_of, unit_rows
 from ._sphere import normalize_heads, project_tangent, retract
 from ._validation import (
     InvalidParameterError,
@@ -282,9 +282,13 @@ def _reduce(*arrays):
 
     The risk of heads ``U`` for centroids ``C`` only involves the span of
     their rows (plus the ambient dimension d through ``tr I_d``), so every
-    computation runs in r <= n_heads + n_clusters dimensions.
+    computation runs in r <= n_heads + n_clusters dimensions. The span is
+    that of the rows' directions (:func:`~._passes.unit_rows`): the rank's
+    cutoff, relative to the largest singular value, read on the rows as
+    given, dropped the span of heads 1e15 times smaller than the centroids
+    (or larger), whose risk depends on lambda U U^T alone.
     """
-    stacked = np.vstack(arrays)
+    stacked = unit_rows(np.vstack(arrays))
     _, sv, vt = np.linalg.svd(stacked, full_matrices=False)
     tol = sv[0] * max(stacked.shape) * np.finfo(np.float64).eps
     basis = vt[: max(int(np.sum(sv > tol)), 1)]
@@ -1521,10 +1525,9 @@ def population_pgd(
     heads0, centroids, weights, s, tau, L = _problem(
         heads0, centroids, noise, temperature, sequence_length, weights
     )
-    norms = np.linalg.norm(heads0, axis=1, keepdims=True)
-    if not np.all(norms > 0):
+    if not np.all(np.any(heads0 != 0, axis=1)):
         raise ValueError("heads0 must have no zero row: each head is normalised onto the sphere.")
-    heads0 = heads0 / norms
+    heads0 = normalize_heads(heads0.T).T
     reg_strength = check_positive(reg_strength, "reg_strength", strict=False)
     if step_size is not None:
         step_size = check_positive(step_size, "step_size")

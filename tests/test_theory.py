@@ -152,6 +152,35 @@ def test_population_risk_invariances(seed, L):
 
 
 @settings(max_examples=30, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    L=st.sampled_from([1, 3, 20, np.inf]),
+    exponent=st.integers(-40, 40),
+)
+def test_population_risk_scales_with_the_heads_and_the_data(seed, L, exponent):
+    # R depends on lambda U U^T only, and R(U, c C, c sigma, lambda / c^2) =
+    # c^2 R: the span's rank cutoff, read on heads and centroids as given,
+    # dropped the smaller one's span 1e15 times apart (a risk 4% off, PGD
+    # that stopped nowhere, silently).
+    rng = np.random.default_rng(seed)
+    heads, C, w = random_problem(rng, n_heads=3, n_clusters=2, d=4)
+    a = 10.0**exponent
+    risk = theory.population_risk(heads, C, 0.5, 0.4, L, w)
+    assert theory.population_risk(heads * a, C, 0.5, 0.4 / a**2, L, w) == pytest.approx(
+        risk, rel=1e-9
+    )
+    scaled = theory.population_risk(heads, C * a, 0.5 * a, 0.4 / a**2, L, w)
+    assert scaled / a**2 == pytest.approx(risk, rel=1e-9)
+    gradient = theory.population_risk_gradient(heads, C, 0.5, 0.4, L, w)
+    np.testing.assert_allclose(
+        theory.population_risk_gradient(heads * a, C, 0.5, 0.4 / a**2, L, w) * a,
+        gradient,
+        rtol=1e-8,
+        atol=1e-12 * np.abs(gradient).max(),
+    )
+
+
+@settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), L=st.sampled_from([2, 10, np.inf]))
 def test_risk_from_overlaps_is_the_risk_of_any_such_heads(seed, L):
     # Prop. 3.1: the risk of two unit heads depends on (kappa, eta, xi) only.

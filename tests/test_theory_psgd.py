@@ -120,6 +120,27 @@ def test_psgd_path_is_reproducible(global_random_seed):
     assert not np.array_equal(first[-1], _path(X, H0, random_state=global_random_seed + 1)[-1])
 
 
+@pytest.mark.parametrize("magnitude", [1e-310, 1e-200, 1e200])
+def test_starting_heads_of_any_magnitude_are_their_directions(magnitude, global_random_seed):
+    # Each starting head "is normalised onto the sphere": heads of 1e-200
+    # were refused as zero rows (population_pgd) or not non-zero
+    # (psgd_path), heads of 1e200 as overflowing, where AttentionClustering's
+    # init took them.
+    rng = np.random.default_rng(global_random_seed)
+    X = rng.standard_normal((50, 4))
+    H0 = _heads(rng, 2, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        scaled = _path(X, H0 * magnitude, random_state=global_random_seed)
+    np.testing.assert_allclose(scaled, _path(X, H0, random_state=global_random_seed), atol=1e-12)
+    C = np.eye(2, 4)
+    want = theory.population_pgd(H0, C, 0.3, 0.5, 10).heads
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = theory.population_pgd(H0 * magnitude, C, 0.3, 0.5, 10).heads
+    np.testing.assert_allclose(got, want, atol=1e-12)
+
+
 def test_psgd_path_steps_do_not_depend_on_record_or_draw_size(monkeypatch, global_random_seed):
     # The rows are drawn in blocks; the iterates only depend on the steps taken.
     rng = np.random.default_rng(global_random_seed)

@@ -389,7 +389,7 @@ def _check_flow(X, model, beta, step_size, query, key, value, chunk_size, n_thre
         check_options(step_size, "step_size", ["mean-shift"])
         if model not in SPHERE_MODELS:
             raise InvalidParameterError(
-                'step_size="mean-shift" (the default) is a step on the sphere: use model="sa" '
+                'step_size="mean-shift" is a step on the sphere: use model="sa" '
                 'or "usa", or pass a numeric step_size (0.1, say) for model="unnormalized".'
             )
     else:

@@ -13,7 +13,7 @@ import numpy as np
 
 from ._clustering import AttentionClustering
 from ._passes import running_client
-from ._validation import InvalidParameterError, check_count
+from ._validation import InvalidParameterError, check_count, deferred_warnings
 from .datasets import make_mixture
 
 __all__ = ["warm_up"]
@@ -46,7 +46,10 @@ def load_kernels(n_features=10, n_clusters=3, dtype="float64"):
         model = AttentionClustering(n_clusters, random_state=0)
         rows = model._rows(X.astype(kind), reset=True)
         rows.compiled = True
-        model._fit_rows(rows)  # closes the rows
+        # The throwaway fits' warnings (of few features for many clusters,
+        # say) are the package's own data's: held, and dropped.
+        with deferred_warnings():
+            model._fit_rows(rows)  # closes the rows
 
 
 def warm_up(client=None, *, n_features=10, n_clusters=3, dtype="float64"):

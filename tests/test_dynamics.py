@@ -593,6 +593,14 @@ def test_bad_parameters_raise(params, match):
         SelfAttentionDynamics(**params).fit(np.eye(3))
 
 
+def test_attention_flow_does_not_call_mean_shift_its_default():
+    # The message shared with SelfAttentionDynamics said "(the default)",
+    # where attention_flow's default step is 0.1.
+    with pytest.raises(ValueError, match="is a step on the sphere") as error:
+        attention_flow(np.eye(3), 5, model="unnormalized", step_size="mean-shift")
+    assert "default" not in str(error.value)
+
+
 @pytest.mark.parametrize(
     "X, kwargs, match",
     [

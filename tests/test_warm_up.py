@@ -59,6 +59,17 @@ def test_a_count_beyond_float64_is_still_a_count():
         warm_up(n_clusters=-(10**400))
 
 
+def test_the_warm_up_warns_of_nothing():
+    # Its throwaway fit of 2 features for 50 clusters warned that a cluster
+    # received fewer than 0.2% of the points, at the caller's line, of data
+    # the caller never gave (an error under -W error).
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warm_up(n_features=2, n_clusters=50)
+
+
 @pytest.mark.parametrize("client", ["x", 1])
 def test_what_is_not_a_client_raises_before_any_work(client):
     with pytest.raises(TypeError, match="client must be a distributed.Client or None"):

@@ -828,10 +828,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         weights the test starts from the first batch, which should then be
         drawn from the whole stream too. The test cannot see a batch of a
         cluster holding more than 10/11 of the rows, nor batches of fewer
-        than about 5 rows per cluster; where the clusters overlap,
-        sorted batches lose accuracy (:mathmd:`7`, "A batch that is not a
-        sample of the stream").
-        ``n_iter_``,
+        than about 5 rows per cluster, which move each component by its own
+        share (:mathmd:`7`, "A batch too small to be a sample"); where the
+        clusters overlap, sorted batches lose accuracy (:mathmd:`7`, "A
+        batch that is not a sample of the stream").
+        ``n_iter_``, ``refine_n_iter_``,
         ``loss_curve_``, ``solver_`` and ``noise_scale_`` describe the fit
         that started the stream.
 

@@ -141,7 +141,11 @@ def check_seed(random_state):
     try:
         return check_random_state(random_state)
     except ValueError as error:
-        raise InvalidParameterError(str(error)) from None
+        # scikit-learn's text names the value, not the parameter.
+        raise InvalidParameterError(
+            f"random_state must be None, an integer in 0 .. 2**32 - 1 or a "
+            f"numpy.random.RandomState, got {random_state!r}: {error}"
+        ) from None
 
 
 def check_verbose(value):

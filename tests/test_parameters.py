@@ -219,7 +219,7 @@ CALLS.update({name: _theory_call(name, args) for name, args in _THEORY_ARGS.item
 # results and the fitted mixture (whose checks are of fitted arrays).
 NOT_CALLS = {"SphericalMixture", "InvalidParameterError", "PGDResult"}
 # Parameters whose message is another library's or another object's.
-UNNAMED = {"random_state", "estimator"}
+UNNAMED = {"estimator"}
 
 
 def _public():

@@ -892,7 +892,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             last :meth:`fit`) and ``labels_`` labels the last batch.
         """
         first = not hasattr(self, "_stream_weight_unit")
-        if not first:
+        if first:
+            # Before the batch is converted or copied, as in fit.
+            self._check_params_before_reading(X)
+        else:
             # Every call checks the parameters (set_params between batches),
             # not only those whose batch starts the stream anew.
             self._check_params(self.n_features_in_)

@@ -948,10 +948,12 @@ def test_bad_parameters(paper_data, params, match):
     ids=["temperature", "random_state", "random_state-n_init"],
 )
 @pytest.mark.parametrize("layout", ["fortran", "int64", "sparse-int"])
-def test_bad_parameters_are_refused_before_x_is_read(monkeypatch, params, match, layout):
+@pytest.mark.parametrize("method", ["fit", "partial_fit"])
+def test_bad_parameters_are_refused_before_x_is_read(monkeypatch, params, match, layout, method):
     # The parameters were checked after X was validated (a float64, C-order
     # copy of a Fortran or integer X), and random_state with n_init > 1 only
-    # after the first pass. Here no work on X may begin.
+    # after the first pass; so were they by partial_fit's first batch. Here
+    # no work on X may begin.
     from attention_cluster import _clustering
 
     def refuse(*args, **kwargs):
@@ -963,7 +965,7 @@ def test_bad_parameters_are_refused_before_x_is_read(monkeypatch, params, match,
         layout
     ]
     with pytest.raises(ValueError, match=match):
-        AttentionClustering(2, **params).fit(X)
+        getattr(AttentionClustering(2, **params), method)(X)
 
 
 @pytest.mark.parametrize("magnitude", [1e300, 1e-300])

@@ -2488,6 +2488,8 @@ def rows_from(
             check_shape(n, X.shape[1], False)
         X = check_dask_array(estimator, X, reset=reset, count_rows=count_rows)
         weights, total, unit, positive = check_dask_sample_weight(sample_weight, X)
+        if weights is not None and not is_dask_collection(sample_weight):
+            weights = _scattered(weights, X.chunks[0])
         rows = DaskRows(X, weights, total_weight=total, n_weighted=positive, verbose=verbose)
         rows.weight_unit = unit
         return rows
@@ -2508,6 +2510,29 @@ def rows_from(
     if not defer_finite:
         rows.check_finite()
     return rows
+
+
+def _scattered(weights, chunks):
+    """In-memory weights (a Dask array on a NumPy array) sent once to the
+    workers of the client that computes, chunked as ``chunks``: in each pass's
+    graph they were sent with every computation (distributed's "Sending
+    large graph" warning, at 2e6 rows). Unchanged without a client."""
+    import dask.array as da
+
+    client = _scheduling_client()
+    if client is None:
+        return weights
+    values = weights.compute(scheduler="sync")
+    edges = np.cumsum((0,) + tuple(chunks))
+    # (Keys of their own: hashed, a later call's same weights met the release
+    # of the earlier futures under the same keys, "lost dependencies".)
+    futures = client.scatter([values[lo:hi] for lo, hi in zip(edges, edges[1:])], hash=False)
+    return da.concatenate(
+        [
+            da.from_delayed(future, shape=(hi - lo,), dtype=values.dtype)
+            for future, lo, hi in zip(futures, edges, edges[1:])
+        ]
+    )
 
 
 def rows_of(X, sample_weight=None, n_threads=None):

@@ -836,6 +836,22 @@ def test_bad_input_at_predict(client, mixture):
         )
 
 
+def test_numpy_weights_are_sent_to_the_workers_once(client, mixture):
+    # In-memory weights beside a Dask X were embedded in every pass's graph:
+    # distributed warned "Sending large graph" at each computation (15 MiB
+    # at 2e6 rows; here with the threshold lowered to the weights' size).
+    X, w = mixture[0], np.random.default_rng(0).uniform(0.5, 2.0, len(mixture[0]))
+    Xd = _on_cluster(X, (10_000, -1))
+    want = AttentionClustering(2, random_state=0).fit(X, sample_weight=w)
+    with dask.config.set({"distributed.admin.large-graph-warning-threshold": "100kB"}):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            model = AttentionClustering(2, random_state=0).fit(Xd, sample_weight=w)
+            score = model.score(Xd, sample_weight=w)
+    np.testing.assert_allclose(model.cluster_centers_, want.cluster_centers_, atol=ATOL[np.float64])
+    assert score == pytest.approx(want.score(X, sample_weight=w), rel=1e-9)
+
+
 def test_dask_weights_refused_as_numpy_weights_are(mixture):
     # Complex Dask weights were cast to their real part (NumPy's warning 48
     # times, from Dask's chunks); weights of unknown chunk sizes got

@@ -142,6 +142,9 @@ class _Flow:
         # The largest move a step's rounding may have made (usa at a numeric
         # step: see _advance), for the caller's warning.
         self.rounding = 0.0
+        # The median of h <x_i, m_i> over the tokens at the last numeric step
+        # on the sphere (see _advance; None before one), for the advice.
+        self.reach = None
 
     def attention(self, queries, keys, values, log_weights=None):
         """``sum_j P_ij v_j`` and ``log Z_i`` for every query (:func:`_dynamics_kernels.attention`)."""
@@ -229,7 +232,14 @@ class _Flow:
                 * float(np.finfo(mean.dtype).eps),
             )
             mean = mean.astype(np.float64) * factor[:, None]
-        tangent = mean - np.sum(mean * Z, axis=1, keepdims=True) * Z
+        # h <x_i, m_i>: the Euler step over the mean-shift step 1 / <x_i, m_i>
+        # that lands on the attention mean's direction. A token's distance
+        # to it is multiplied by about |1 - h <x_i, m_i>|: beyond 1 the step
+        # carries the token past it, from 2 on no closer (docs/math.md
+        # section 8, "Numeric steps").
+        along = np.sum(mean * Z, axis=1, keepdims=True)
+        self.reach = float(np.median(self.step_size * along[:, 0]))
+        tangent = mean - along * Z
         return unit_rows(Z + self.step_size * tangent).astype(Z.dtype, copy=False), log_norm
 
 
@@ -910,7 +920,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         if self.stopping == "horizon" or best.length == 0:
             saved = (n_iter, state)
             if self.stopping == "plateau" and not settled:
-                self._warn_unsettled(counts, state, radius, min_size, n_tokens, heavy)
+                self._warn_unsettled(counts, state, radius, min_size, n_tokens, heavy, flow)
         elif self.stopping == "plateau" and not settled:
             if self.verbose:
                 print(
@@ -918,8 +928,9 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
                     f"{saved[0]}"
                 )
             if best.length == 1:
-                self._warn_one_state(counts[saved[0]], saved[0])
+                self._warn_one_state(counts[saved[0]], saved[0], flow)
         _warn_rounding(flow)
+        self._warn_overshoot(flow)
         self.stopping_step_ = saved[0]
         self.subsample_indices_ = active
         self.model_ = self.model
@@ -957,15 +968,41 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
     # function: _choose_k's).
     _advice_names_steps = True
 
-    def _lengthening(self):
+    def _lengthening(self, flow):
         """The parameters whose increase gives the tokens more time to meet:
-        ``max_iter``, and ``step_size`` where it is a number (none where the
-        caller cannot set them: ``_advice_names_steps``)."""
+        ``max_iter``, and ``step_size`` where it is a number short of the
+        mean-shift step (``flow.reach`` below 1, or the unnormalised
+        model's: a longer step past it meets later, :meth:`_warn_overshoot`);
+        none where the caller cannot set them (``_advice_names_steps``)."""
         if not self._advice_names_steps:
             return ()
-        return ("max_iter",) + (() if isinstance(self.step_size, str) else ("step_size",))
+        longer = not isinstance(self.step_size, str) and (flow.reach is None or flow.reach < 1.0)
+        return ("max_iter",) + (("step_size",) if longer else ())
 
-    def _warn_one_state(self, count, step):
+    def _warn_overshoot(self, flow):
+        """Warn where the numeric step on the sphere keeps tokens from meeting:
+        ``model="sa"`` at ``step_size >= 2`` (``<x_i, m_i>`` tends to 1 as
+        tokens gather, and a token's distance to its attention mean is
+        multiplied by about ``h - 1 >= 1`` a step), or a last step whose
+        median ``h <x_i, m_i>`` (``flow.reach``) is 2 or more. A step of 2
+        counted 39 clusters of 3, with no other warning."""
+        if flow.reach is None:
+            return
+        fixed = flow.model == "sa" and self.step_size >= 2.0
+        if not (fixed or flow.reach >= 2.0):
+            return
+        tends = "; it tends to h as tokens gather" if flow.model == "sa" else ""
+        warn(
+            f"step_size={self.step_size!r} carries tokens past their attention means by as "
+            f"much as they stood from them or more (h <x_i, m_i> was {flow.reach:.3g} in the "
+            f"median at the last step{tends}): they cannot meet, "
+            "and the clusters counted are not the data's. Lower step_size (the mean-shift "
+            "step, 1 / <x_i, m_i>, moves a token onto its attention mean's direction), or "
+            "take step_size='mean-shift'.",
+            UserWarning,
+        )
+
+    def _warn_one_state(self, count, step, flow):
         """The ConvergenceWarning of a run whose count of clusters held for no
         two steps once tokens met: its longest "plateau", one state, is no
         plateau (a count that rises and falls, tokens crossing each other at a
@@ -974,7 +1011,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             f"No number of clusters held for two steps once tokens met, within "
             f"max_iter={self.max_iter} steps: no plateau, and the state taken, {count} "
             f"clusters at step {step}, held for one. "
-            + more_time_advice(self._lengthening()[:1])
+            + more_time_advice(self._lengthening(flow)[:1])
             + (
                 ""
                 if isinstance(self.step_size, str)
@@ -984,7 +1021,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             ConvergenceWarning,
         )
 
-    def _warn_unsettled(self, counts, state, radius, min_size, m, heavy):
+    def _warn_unsettled(self, counts, state, radius, min_size, m, heavy, flow):
         """The ConvergenceWarning of a plateau rule that found no plateau after tokens met.
 
         Tokens grouped from the start (one feature, clusters tighter than
@@ -1003,7 +1040,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         tokens = _count_text(m)
         # A plateau counts once most tokens have met (_met_share).
         paired = _met_share(state, groups, sizes, heavy)
-        more_time = more_time_advice(self._lengthening())
+        more_time = more_time_advice(self._lengthening(flow))
         grouped = 0 < counts[0] < m and min(counts) == max(counts)
         # Every group counted, and of two tokens or more (rows at one place
         # are a cluster from the start): the answer (sums of weights in two

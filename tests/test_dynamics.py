@@ -593,6 +593,26 @@ def test_bad_parameters_raise(params, match):
         SelfAttentionDynamics(**params).fit(np.eye(3))
 
 
+def test_a_step_past_the_attention_means_is_warned_of(global_random_seed):
+    # SA's Euler step multiplies a token's distance to its attention mean by
+    # about |1 - h <x_i, m_i>|, and <x_i, m_i> -> 1 as tokens gather: at h = 2
+    # they could not meet, 39 clusters of 3 were counted without a warning,
+    # and a larger step's warning advised increasing step_size.
+    X, _, _ = make_mixture(300, 5, 3, noise=0.3, random_state=global_random_seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert SelfAttentionDynamics(step_size=1.0, random_state=0).fit(X).n_clusters_ == 3
+    with pytest.warns(UserWarning, match="cannot meet.*Lower step_size"):
+        SelfAttentionDynamics(step_size=2.0, random_state=0).fit(X)
+    for model, step in [("sa", 10.0), ("usa", 0.05)]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            SelfAttentionDynamics(model=model, step_size=step, random_state=0).fit(X)
+        messages = [str(w.message) for w in caught]
+        assert any("cannot meet" in message for message in messages)
+        assert not any("or step_size" in message for message in messages)
+
+
 def test_attention_flow_does_not_call_mean_shift_its_default():
     # The message shared with SelfAttentionDynamics said "(the default)",
     # where attention_flow's default step is 0.1.
@@ -1020,9 +1040,12 @@ def test_usa_at_a_numeric_step_warns_where_its_rounding_moves_tokens():
     kw = dict(model="usa", beta=10.0, step_size=1.0, max_iter=7, stopping="horizon")
     with pytest.warns(UserWarning, match="a step's rounding may have moved tokens"):
         SelfAttentionDynamics(**kw).fit(X.astype(np.float32))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # float64 rounding times e^10 / 24: below 1e-6
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # float64 rounding times e^10 / 24: below 1e-6
         SelfAttentionDynamics(**kw).fit(X)
+    # (The step passes the attention means, h <x_i, m_i> far above 2: warned of.)
+    assert not any("rounding" in str(w.message) for w in caught)
+    assert any("cannot meet" in str(w.message) for w in caught)
 
 
 def test_a_count_that_changes_at_every_step_warns():

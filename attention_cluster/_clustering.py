@@ -31,6 +31,7 @@ from ._passes import (
 from ._plan import (
     bic_penalty,
     block_log_likelihoods,
+    check_psgd_draws,
     check_width,
     fit_plan,
     information_criterion,
@@ -38,6 +39,7 @@ from ._plan import (
     predict_rule,
     resolve_methods,
 )
+from ._sphere import normalize_heads
 from ._validation import (
     InvalidParameterError,
     as_numbers,
@@ -509,6 +511,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             check_positive(self.n_threads, "n_threads", numbers.Integral, min_val=1, strict=False)
         check_verbose(self.verbose)
         check_seed(self.random_state)  # with n_init > 1 first read after a pass
+        if self.solver == "psgd":
+            check_psgd_draws(self.batch_size, self.sequence_length, n_features, self.max_iter)
         if isinstance(self.init, str):
             check_options(self.init, "init", ["spectral", "random"])
             return None
@@ -527,14 +531,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             )
         if not np.all(np.isfinite(init)) or not np.all(np.any(init != 0, axis=1)):
             raise InvalidParameterError("init must have finite, non-zero rows.")
-        with np.errstate(over="ignore", under="ignore"):
-            norms = np.linalg.norm(init, axis=1)
-        if not np.all(np.isfinite(norms) & (norms > 1e-150)):
-            # Rows whose squares leave float64 (entries of 1e300, or of
-            # 1e-300): each divided by its largest entry first.
-            init = init / np.max(np.abs(init), axis=1)[:, None]
-            norms = np.linalg.norm(init, axis=1)
-        return (init / norms[:, None]).T
+        # Rows of any finite magnitude (1e300, 1e-300) are their directions.
+        return normalize_heads(init.T)
 
     def _check_params_before_reading(self, X):
         """:meth:`_check_params` at X's width when its shape shows it (arrays,

@@ -35,6 +35,7 @@ from ._dynamics_kernels import attention, cell_plane, group_tokens, self_attenti
 from ._passes import dense_block, row_chunks, row_major, stored_bytes, unit_rows, usable_threads
 from ._scale import gram_basis
 from ._validation import (
+    DENSE_LIMIT_BYTES,
     InvalidParameterError,
     atomic_fit,
     check_options,
@@ -64,9 +65,6 @@ _AUTO_MIN_SAMPLES = 1024
 # Steps of at least this many multiply-adds (m^2 d, about 10 ms) run on the
 # tokens' coordinates in their span when d >= 2 m (_span_basis).
 _SPAN_MIN_WORK = 1e8
-# Largest array of moving tokens built from sparse input (bytes): beyond it
-# fit asks for a subsample or a projection instead of densifying the data.
-DENSE_LIMIT_BYTES = 1 << 30
 # Tokens closer than this fraction of the grouping radius are carried as one
 # weighted particle (docs/math.md section 8): a thousandth of the radius
 # moves no token across it, and is far above float32's rounding of tokens

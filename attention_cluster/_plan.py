@@ -38,7 +38,7 @@ from ._seeding import seeded_start
 from ._settings import auto_reg_strength
 from ._spectral import SUBSAMPLE, spectral_heads, start_rows
 from ._sphere import normalize_heads, random_heads
-from ._validation import deferred_warnings, replay, warn
+from ._validation import DENSE_LIMIT_BYTES, InvalidParameterError, deferred_warnings, replay, warn
 from .theory import auto_temperature
 
 __all__ = [
@@ -48,6 +48,7 @@ __all__ = [
     "Tuning",
     "bic_penalty",
     "block_log_likelihoods",
+    "check_psgd_draws",
     "check_width",
     "fit_plan",
     "information_criterion",
@@ -962,6 +963,27 @@ def _tail_average(chunk_sums, fallback):
     norms = np.linalg.norm(avg, axis=0)
     ok = norms > 0
     return np.where(ok, avg / np.where(ok, norms, 1.0), fallback)
+
+
+def check_psgd_draws(batch_size, sequence_length, n_features, max_iter, tuning=DEFAULT_TUNING):
+    """Refuse PSGD parameters whose drawn tokens would pass
+    ``DENSE_LIMIT_BYTES``: :func:`_psgd` holds one chunk of steps' tokens,
+    ``min(steps_per_check, max_iter) * batch_size * sequence_length`` rows
+    of ``n_features`` float64 numbers (batch_size=10**6 asked NumPy for 186
+    GiB at d = 5, and its MemoryError named no parameter)."""
+    steps = (
+        tuning.steps_per_check
+        if isinstance(max_iter, str)
+        else min(tuning.steps_per_check, max_iter)
+    )
+    size = 8.0 * steps * batch_size * sequence_length * n_features
+    if size > DENSE_LIMIT_BYTES:
+        raise InvalidParameterError(
+            f"solver='psgd' draws {steps} steps of batch_size={batch_size} sequences of "
+            f"sequence_length={sequence_length} tokens at a time, {size / 2**30:.3g} GiB of "
+            f"{n_features} features, more than {DENSE_LIMIT_BYTES / 2**30:.0f} GiB: lower "
+            "batch_size or sequence_length."
+        )
 
 
 def _psgd(params, data, U, spectrum, settings, rng, index, tuning):

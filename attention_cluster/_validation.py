@@ -87,6 +87,12 @@ class InvalidParameterError(ValueError, TypeError):
     """
 
 
+# Largest array a fit builds beyond its input's own (bytes): the dynamics'
+# moving tokens densified from sparse input, PSGD's drawn sequences. Beyond
+# it the fit asks for other parameters instead of the memory.
+DENSE_LIMIT_BYTES = 1 << 30
+
+
 def check_options(value, name, options):
     """Raise an InvalidParameterError unless ``value`` is one of ``options`` (NumPy's bools are bools)."""
     flag = bool(value) if isinstance(value, np.bool_) else value

@@ -929,6 +929,9 @@ def test_fewer_rows_of_positive_weight_than_clusters_are_refused(kind, paper_dat
         ({"max_iter": True}, "max_iter must be a number, got the bool True"),
         ({"n_init": np.True_}, "n_init must be a number"),
         ({"temperature": True}, "temperature must be a number"),
+        # PSGD's draws beyond memory: NumPy's MemoryError named no parameter.
+        ({"solver": "psgd", "batch_size": 10**6}, "lower batch_size or sequence_length"),
+        ({"solver": "psgd", "sequence_length": 10**19}, "lower batch_size or sequence_length"),
     ],
     ids=lambda p: str(p) if isinstance(p, str) else None,
 )

@@ -319,7 +319,9 @@ def test_psgd_s_warning_names_a_learning_rate_far_from_its_default(learning_rate
     # Its advice was "increase max_iter or tol" alone: at learning_rate=1e3
     # it still warned at max_iter=50000 and at tol=1e-2.
     X = make_mixture(2000, 5, 3, noise=0.3, random_state=0)[0]
-    model = AttentionClustering(3, solver="psgd", learning_rate=learning_rate, max_iter=200)
+    model = AttentionClustering(
+        3, solver="psgd", learning_rate=learning_rate, max_iter=200, random_state=0
+    )
     with pytest.warns(ConvergenceWarning, match="increase max_iter or tol") as record:
         model.fit(X)
     named = "learning_rate=1000.0 sets steps" in str(record[0].message)

@@ -30,6 +30,7 @@ temperature of 1e200, say), the function raises a FloatingPointError.
 """
 
 import functools
+import inspect
 from dataclasses import dataclass
 
 import numpy as np
@@ -88,6 +89,12 @@ def _in_float64_range(function):
     NaN or a wrong 0 or inf returned with NumPy's RuntimeWarnings (a noise or
     temperature of 1e200 squares beyond float64)."""
 
+    # The advice names the scales the function takes (unbiased_temperature
+    # takes neither a temperature nor heads).
+    taken = inspect.signature(function).parameters
+    scales = [p for p in ("noise", "temperature", "heads", "heads0", "centroids") if p in taken]
+    advice = " or ".join([", ".join(scales[:-1]), scales[-1]] if len(scales) > 1 else scales)
+
     @functools.wraps(function)
     def checked(*args, **kwargs):
         try:
@@ -96,7 +103,7 @@ def _in_float64_range(function):
         except (OverflowError, FloatingPointError) as error:
             raise FloatingPointError(
                 f"{function.__name__}: a quantity on the way to the result leaves float64's "
-                "range; lower the noise, the temperature or the scale of the heads."
+                f"range; lower the magnitude of {advice or 'the arguments'}."
             ) from error
 
     return checked

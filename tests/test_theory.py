@@ -1184,6 +1184,15 @@ def test_a_value_beyond_float64_raises_one_clear_error(call):
             call()
 
 
+def test_the_range_error_names_what_the_function_takes():
+    # Every function advised "lower the noise, the temperature or the scale
+    # of the heads", though unbiased_temperature takes neither of the last.
+    with pytest.raises(FloatingPointError, match="lower the magnitude of noise.$"):
+        theory.unbiased_temperature(1e200)
+    with pytest.raises(FloatingPointError, match="noise, temperature, heads or centroids"):
+        theory.population_risk(_C, _C, 0.3, _BIG, 10)
+
+
 def test_the_clamp_at_zero_takes_rounding_only():
     # Mean squares and variances are set to 0 only within their terms'
     # rounding: a value further below 0 (a wrong formula) stays negative.

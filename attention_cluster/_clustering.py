@@ -307,7 +307,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         When positive, print each sweep of the spectral start's rotation,
         the objective every 100 PSGD steps, each exact solver run's outcome,
         and the log-likelihood of each accepted EM iterate; on Dask data
-        also each pass over the data and its time.
+        also each pass over the data and its time; with
+        ``n_clusters="auto"``, the stages of the choice (the dynamics, each
+        fit's K, the K chosen).
 
     Attributes
     ----------
@@ -659,6 +661,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                     center = params.center
                     if centred is not None and isinstance(center, str):
                         center = centred  # center="auto": as the fit it is compared with
+                    if params.verbose:
+                        print(
+                            f"[AttentionClustering] n_clusters='auto': the fit at n_clusters={k}"
+                            + ("" if center is params.center else f", center={center}")
+                        )
                     result = fit_plan(
                         rows,
                         SimpleNamespace(**{**vars(params), "n_clusters": k, "center": center}),
@@ -671,6 +678,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                         mixture = FittedMixture(result.mixture, free, result.centred)
                     return result, rule, mixture
 
+                if params.verbose:
+                    print(
+                        "[AttentionClustering] n_clusters='auto': the self-attention dynamics "
+                        "counts the clusters"
+                    )
                 K, scores, silhouettes, result = count_clusters(
                     rows,
                     fit_at,
@@ -679,6 +691,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                     center=self.center,
                     **(choice or {}),
                 )
+                if params.verbose:
+                    print(
+                        f"[AttentionClustering] n_clusters='auto': chose n_clusters={K} "
+                        f"(plateau lengths by K: {scores})"
+                    )
                 chosen = K, scores, silhouettes
             else:
                 check_n_samples(rows.n_samples, params.n_clusters, rows.n_weighted)

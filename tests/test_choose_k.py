@@ -611,6 +611,20 @@ def test_one_cluster_chosen_is_the_fit_at_one(kind, global_random_seed):
     assert auto.bic(X) == one.bic(X)
 
 
+def test_verbose_auto_names_its_stages(mixture, capsys):
+    # Each fit printed "init 0: exact solver ..." without its K, and the
+    # dynamics' stage and the K chosen printed nothing.
+    X, _ = mixture
+    model = AttentionClustering("auto", verbose=1, random_state=0).fit(X)
+    lines = [line for line in capsys.readouterr().out.splitlines() if "'auto'" in line]
+    assert "the self-attention dynamics counts the clusters" in lines[0]
+    fitted = [int(line.rsplit("=", 1)[1]) for line in lines if "the fit at" in line]
+    assert model.n_clusters_ in fitted
+    assert f"chose n_clusters={model.n_clusters_}" in lines[-1]
+    AttentionClustering("auto", random_state=0).fit(X)
+    assert capsys.readouterr().out == ""
+
+
 def test_auto_is_picklable_and_streams(mixture):
     X, _ = mixture
     model = AttentionClustering("auto", random_state=0).fit(X)

@@ -618,7 +618,11 @@ def test_verbose_auto_names_its_stages(mixture, capsys):
     model = AttentionClustering("auto", verbose=1, random_state=0).fit(X)
     lines = [line for line in capsys.readouterr().out.splitlines() if "'auto'" in line]
     assert "the self-attention dynamics counts the clusters" in lines[0]
-    fitted = [int(line.rsplit("=", 1)[1]) for line in lines if "the fit at" in line]
+    fitted = [
+        int(line.rsplit("n_clusters=", 1)[1].split(",")[0])
+        for line in lines
+        if "the fit at" in line
+    ]
     assert model.n_clusters_ in fitted
     assert f"chose n_clusters={model.n_clusters_}" in lines[-1]
     AttentionClustering("auto", random_state=0).fit(X)

@@ -323,7 +323,7 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         out = in_context_softmax_attention(X_unit, temperature=temperature)
         out *= unit_scale
         out *= peak
-        return finite_output(out)
+        return finite_output(out, temperature_helps=False)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -160,13 +160,23 @@ def check_verbose(value):
         check_positive(value, "verbose", numbers.Integral, strict=False)
 
 
-def finite_output(out):
+def finite_output(out, temperature_helps=True):
     """Refuse overflowed output rather than return inf or NaN (the layers', and
-    every output computed from them: ``transform``, the PSGD loss)."""
+    every output computed from them: ``transform``, the PSGD loss).
+
+    ``temperature_helps``: False for the softmax layers, whose output is a
+    convex combination of the tokens and whose overflow is their inner
+    products, before any temperature multiplies them, or the output's own
+    magnitude (a temperature of 1e-300 on tokens of 1e160 still
+    overflowed): the advice is then to rescale X alone."""
     if not np.all(np.isfinite(out)):
         raise FloatingPointError(
-            "The attention layer overflowed the floating-point range; rescale X "
-            "or lower the temperature."
+            "The attention layer overflowed the floating-point range; rescale X"
+            + (
+                " or lower the temperature."
+                if temperature_helps
+                else " (a lower temperature does not bring it within range)."
+            )
         )
     return out
 

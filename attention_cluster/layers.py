@@ -110,9 +110,9 @@ def _factor_for(A, dtype):
     return A.astype(dtype) if peak == 0.0 or low <= peak <= high else A
 
 
-def _finish(out, original_ndim):
+def _finish(out, original_ndim, temperature_helps=True):
     """:func:`finite_output`, one prompt returned as a 2-D array."""
-    finite_output(out)
+    finite_output(out, temperature_helps)
     return out if original_ndim == 3 else out[0]
 
 
@@ -342,7 +342,7 @@ def softmax_attention(X, heads, *, temperature=1.0):
     temperature = check_temperature(temperature)
     projections = np.swapaxes(X3 @ heads.T, 1, 2)[..., None]  # (n, K, L, 1)
     out = _softmax_aggregate(projections, projections, X3[:, None], temperature)
-    return _finish(out, np.ndim(X))
+    return _finish(out, np.ndim(X), temperature_helps=False)
 
 
 def in_context_softmax_attention(X, *, temperature=1.0):
@@ -392,4 +392,4 @@ def in_context_softmax_attention(X, *, temperature=1.0):
     temperature = check_temperature(temperature)
     tokens = X3[:, None]
     out = _softmax_aggregate(tokens, tokens, tokens, temperature)
-    return _finish(out, np.ndim(X))
+    return _finish(out, np.ndim(X), temperature_helps=False)

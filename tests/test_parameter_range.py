@@ -22,6 +22,7 @@ from attention_cluster._objective import exact_objective, objective_exponent
 from attention_cluster._passes import DenseRows
 from attention_cluster._settings import auto_reg_strength
 from attention_cluster.datasets import make_mixture
+from attention_cluster.layers import in_context_softmax_attention
 
 LARGEST = float(np.finfo(np.float64).max)
 SMALLEST = 5e-324  # the smallest subnormal number
@@ -176,3 +177,17 @@ def test_the_dynamics_at_float64s_ends_warn_no_rounding(model, name, value):
             SelfAttentionDynamics(**params).fit(X)
         except FloatingPointError as error:
             assert "overflowed the floating-point range" in str(error)
+
+
+def test_a_softmax_layer_s_overflow_does_not_advise_a_lower_temperature():
+    # Tokens whose inner products pass float64 overflow before a temperature
+    # multiplies them: "rescale X or lower the temperature" sent the caller to
+    # a temperature of 1e-300, which overflowed the same.
+    tokens = X[:50] * 1e160
+    for call in (
+        lambda: InContextQuantizer(attention="softmax", temperature=1e-300).fit_transform(tokens),
+        lambda: in_context_softmax_attention(tokens, temperature=1e-300),
+    ):
+        with pytest.raises(FloatingPointError, match="rescale X") as error:
+            _quiet(call)
+        assert "lower the temperature" not in str(error.value)

@@ -306,6 +306,11 @@ def _check_fraction(value, name):
     return float(value)
 
 
+# The largest mean length of make_corpus' documents: NumPy's Poisson draws
+# take means below about 9.2e18.
+_LONGEST_MEAN_LENGTH = 2**62
+
+
 def make_corpus(
     n_documents=1000,
     n_topics=5,
@@ -380,6 +385,11 @@ def make_corpus(
     n_topics = check_count(n_topics, "n_topics")
     n_words = check_count(n_words, "n_words")
     document_length = check_count(document_length, "document_length")
+    if document_length > _LONGEST_MEAN_LENGTH:
+        # NumPy's Poisson draws refuse a larger mean ("lam value too large").
+        raise InvalidParameterError(
+            f"document_length must be at most 2**62, got {document_length}."
+        )
     topic_share = _check_fraction(topic_share, "topic_share")
     zipf_exponent = check_positive(zipf_exponent, "zipf_exponent")
     if output not in ("texts", "counts"):

@@ -31,6 +31,7 @@ temperature of 1e200, say), the function raises a FloatingPointError.
 
 import functools
 import inspect
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -116,6 +117,9 @@ def _check_length(sequence_length, scalar=False):
     non-integer L is their continuous extension (the figures' curves in L).
     """
     L = as_numbers(sequence_length)
+    if L is None and isinstance(sequence_length, numbers.Integral) and sequence_length > 0:
+        # An integer beyond float64 (10**400): the L -> inf limit, to float64.
+        L = np.asarray(np.inf)
     if L is None or not np.all(L >= 1):
         raise InvalidParameterError(
             f"sequence_length must be >= 1 or np.inf, got {sequence_length!r}."

@@ -365,3 +365,9 @@ def test_given_centroids_are_copied_and_may_be_integers():
     centroids = make_mixture(20, 2, 2, centroids=C64, random_state=0)[2]
     centroids[0, 0] = 5.0
     assert C64[0, 0] == 1.0
+
+
+def test_a_document_length_beyond_numpy_s_poisson_names_itself():
+    # NumPy's "lam value too large" named no parameter.
+    with pytest.raises(ValueError, match="document_length must be at most"):
+        make_corpus(2, 2, n_words=10, document_length=10**19)

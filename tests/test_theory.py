@@ -1214,3 +1214,9 @@ def test_auto_temperature_takes_an_eigensolvers_rounding_below_zero():
     assert theory.auto_temperature(0.3, 10, eigenvalues=eig, **kwargs) == theory.auto_temperature(
         0.3, 10, eigenvalues=exact, **kwargs
     )
+
+
+def test_a_sequence_length_beyond_float64_is_the_infinite_limit():
+    # An integer L past float64's range was refused as "sequence_length
+    # must be >= 1 or np.inf" (its conversion overflowed).
+    assert theory.unbiased_temperature(0.3, 10**400) == theory.unbiased_temperature(0.3, np.inf)

@@ -117,7 +117,12 @@ def _check_length(sequence_length, scalar=False):
     non-integer L is their continuous extension (the figures' curves in L).
     """
     L = as_numbers(sequence_length)
-    if L is None and isinstance(sequence_length, numbers.Integral) and sequence_length > 0:
+    if (
+        L is None
+        and isinstance(sequence_length, numbers.Integral)
+        and not isinstance(sequence_length, (bool, np.bool_))
+        and sequence_length > 0
+    ):
         # An integer beyond float64 (10**400): the L -> inf limit, to float64.
         L = np.asarray(np.inf)
     if L is None or not np.all(L >= 1):

@@ -31,7 +31,6 @@ from ._passes import (
 from ._plan import (
     bic_penalty,
     block_log_likelihoods,
-    check_psgd_draws,
     check_width,
     fit_plan,
     information_criterion,
@@ -513,8 +512,6 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             check_positive(self.n_threads, "n_threads", numbers.Integral, min_val=1, strict=False)
         check_verbose(self.verbose)
         check_seed(self.random_state)  # with n_init > 1 first read after a pass
-        if self.solver == "psgd":
-            check_psgd_draws(self.batch_size, self.sequence_length, n_features, self.max_iter)
         if isinstance(self.init, str):
             check_options(self.init, "init", ["spectral", "random"])
             return None

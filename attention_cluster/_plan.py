@@ -48,7 +48,6 @@ __all__ = [
     "Tuning",
     "bic_penalty",
     "block_log_likelihoods",
-    "check_psgd_draws",
     "check_width",
     "fit_plan",
     "information_criterion",
@@ -219,7 +218,12 @@ def fit_plan(rows, params, init=None):
     tuning = DEFAULT_TUNING
     K = params.n_clusters
     d = rows.n_features
-    if _in_subspace(rows, K, tuning):
+    subspace = _in_subspace(rows, K, tuning)
+    if params.solver == "psgd":
+        # Before any pass, at the width PSGD runs at (the subspace's).
+        width = K + tuning.subspace_extra if subspace else d
+        check_psgd_draws(params.batch_size, params.sequence_length, width, params.max_iter, tuning)
+    if subspace:
         rows.check_finite()
     refine = resolve_methods(params.solver, params.refine)[1]
     if K > d and not _seeds_centres(params, d, init, refine):
@@ -977,8 +981,10 @@ def check_psgd_draws(batch_size, sequence_length, n_features, max_iter, tuning=D
     """Refuse PSGD parameters whose drawn tokens would pass
     ``DENSE_LIMIT_BYTES``: :func:`_psgd` holds one chunk of steps' tokens,
     ``min(steps_per_check, max_iter) * batch_size * sequence_length`` rows
-    of ``n_features`` float64 numbers (batch_size=10**6 asked NumPy for 186
-    GiB at d = 5, and its MemoryError named no parameter)."""
+    of ``n_features`` float64 numbers, the width it runs at (the principal
+    subspace's in high dimension), checked by :func:`fit_plan` before any
+    pass (batch_size=10**6 asked NumPy for 186 GiB at d = 5, and its
+    MemoryError named no parameter)."""
     steps = (
         tuning.steps_per_check
         if isinstance(max_iter, str)

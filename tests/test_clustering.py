@@ -941,6 +941,18 @@ def test_bad_parameters(paper_data, params, match):
         AttentionClustering(**params).fit(X[:100])
 
 
+def test_psgd_s_memory_is_that_of_the_width_it_runs_at():
+    # The check of PSGD's drawn tokens read X's width: at its defaults it
+    # refused every in-memory X of 13422 features or more, which PSGD runs
+    # in the principal subspace of K + 5 dimensions.
+    X = sp.random(600, 20_000, density=5e-4, format="csr", random_state=0)
+    model = AttentionClustering(3, solver="psgd", max_iter=100, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.fit(X)
+    assert model.cluster_centers_.shape == (3, 20_000)
+
+
 @pytest.mark.parametrize(
     "params, match",
     [

@@ -840,10 +840,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         weights the test starts from the first batch, which should then be
         drawn from the whole stream too. The test cannot see a batch of a
         cluster holding more than 10/11 of the rows, nor batches of fewer
-        than about 5 rows per cluster, which move each component by its own
-        share (:mathmd:`7`, "A batch too small to be a sample"); where the
-        clusters overlap, sorted batches lose accuracy (:mathmd:`7`, "A
-        batch that is not a sample of the stream").
+        than about 5 rows per cluster; where the clusters overlap, sorted
+        batches lose accuracy (:mathmd:`7`, "A batch that is not a sample of
+        the stream").
         ``n_iter_``, ``refine_n_iter_``,
         ``loss_curve_``, ``solver_`` and ``noise_scale_`` describe the fit
         that started the stream.
@@ -861,9 +860,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         whenever the weight seen has doubled, on a batch with those rows.
         Otherwise (smaller batches, whose Jacobian errs too much, or more
         parameters) the update is online EM (Cappe and Moulines 2009), with
-        ``gamma_n = min(1, 16 / n)^0.6`` and averaging, but for batches too
-        small to pass for samples of the stream (a batch of one row), which
-        move each component by its own share. A component whose
+        ``gamma_n = min(1, 16 / n)^0.6`` and averaging. A component whose
         weight falls below one row of the stream is reseeded, before the
         batch's update, at the batch's row worst explained by the mixture
         (as MiniBatchKMeans reassigns an empty centre; a batch of one row,

@@ -1179,20 +1179,6 @@ def _effective_rows(total, squares):
     return total * total / squares
 
 
-def _testable(n_rows, rho):
-    """Whether a batch of ``n_rows`` rows can be tested as a sample of a
-    stream whose rows' shares among the components are ``rho``: always with
-    fewer than two components of positive share (nothing to lose), else when
-    :func:`_passes_for_sample`'s categories, the components expected at least
-    ``_MIN_EXPECTED`` times and the others pooled into one, are two or more
-    (``math.md`` section 7, "A batch too small to be a sample")."""
-    held = rho[rho > 0.0]
-    if held.size < 2:
-        return True
-    rare = n_rows * held < _MIN_EXPECTED
-    return np.count_nonzero(~rare) + int(rare.any()) >= 2
-
-
 def _passes_for_sample(shares, n_rows, rho, earlier_rows, significance, min_effect):
     """Whether a batch of ``n_rows`` rows whose shares among the components
     are ``shares`` (summing to 1) passes for a sample of ``earlier_rows``
@@ -1348,10 +1334,7 @@ class OnlineEM(_OneBatch):
 
     def _takes_for_sample(self, shares, n_rows, earlier_rows):
         """Whether the batch is taken for a sample of the stream: not once
-        the stream is ``ordered``, nor where its rows are too few to test
-        (:func:`_testable`: a batch of one row, whose plain EM step, while
-        ``gamma_n`` is 1, gave all the stream's weight to its component), else
-        by :meth:`_is_sample`; counts the
+        the stream is ``ordered``, else by :meth:`_is_sample`; counts the
         batches tested, refused and refused lacking a cluster (one the batch
         holds below ``_LACKING`` of its running share, expected at least
         ``_MIN_EXPECTED`` times), and takes the stream for an ordered one
@@ -1361,13 +1344,7 @@ class OnlineEM(_OneBatch):
         if self.ordered:
             self.refused += 1
             return False
-        if not earlier_rows:  # (no shares yet)
-            return True
-        if not _testable(n_rows, self.row_shares):
-            # Too few rows to tell a sample: no step may replace the
-            # stream's statistics by theirs (gamma_n near 1 early on).
-            return False
-        if self.significance <= 0.0:
+        if self.significance <= 0.0 or not earlier_rows:  # (no shares yet)
             return True
         self.tested += 1
         if self._is_sample(shares, n_rows, earlier_rows):

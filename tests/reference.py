@@ -225,8 +225,7 @@ def online_em(batches, U, pi, radius, tau, inv_scale, alpha, gain, significance=
     running mean and each component's mean row by its part of the
     component's weight seen, the average likewise per component; so does
     every batch once the refused batches lacking a cluster pass their
-    binomial tail of 1e-4. So does a batch too small to test: fewer than two
-    categories, where the stream has two components of positive share.
+    binomial tail of 1e-4.
     """
     from scipy.stats import binom, chi2
 
@@ -245,15 +244,11 @@ def online_em(batches, U, pi, radius, tau, inv_scale, alpha, gain, significance=
         c = counts / len(X)
         gamma = min(1.0, gain * len(X) / seen) ** alpha
         refused = ordered
-        # Components expected fewer than 5 times pooled; fewer than two
-        # categories of two components or more: too few rows to test.
-        rare = len(X) * rho < 5.0
-        categories = np.count_nonzero(~rare & (rho > 0)) + int(np.any(rare & (rho > 0)))
-        if n > 1 and not ordered and np.count_nonzero(rho > 0) > 1 and categories < 2:
-            refused = True
-        elif n > 1 and not ordered:
+        if n > 1 and not ordered:
             tested += 1
             effect = np.sum((c - rho) ** 2 / rho)
+            # Components expected fewer than 5 times pooled.
+            rare = len(X) * rho < 5.0
             cats_c = np.append(c[~rare], c[rare].sum()) if rare.any() else c
             cats_p = np.append(rho[~rare], rho[rare].sum()) if rare.any() else rho
             pearson = len(X) / (1.0 + len(X) / earlier) * np.sum((cats_c - cats_p) ** 2 / cats_p)

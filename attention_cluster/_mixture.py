@@ -1081,8 +1081,9 @@ class _OneBatch:
         past holds the lost components' statistics (``math.md`` section 7).
         Nothing is reseeded when the points are all explained alike (equal
         rows), are zero, or every component is lost; one point (a batch of
-        one row) reseeds one component, where it is as unlikely under the
-        mixture as ``_LONE_ROW_LEVEL`` of the mixture's own rows. Online EM's running
+        one row) reseeds one component of zero weight, where it is as
+        unlikely under the mixture as ``_LONE_ROW_LEVEL`` of the mixture's
+        own rows. Online EM's running
         rows' shares start again from the batch that reseeds: they were the
         shares of the components before (a reseeded component's set at the lightest
         weight, every later batch lacked it; kept, a first batch of one
@@ -1118,6 +1119,13 @@ class _OneBatch:
                 unexplained = fits[i] < np.max(fits)
             elif seeds:
                 break  # (one component at one row; a shared norm leaves it far)
+            elif pi[k] > 0.0:
+                # A component of some weight regains rows by the E step where
+                # they are its own: a lone row reseeds only one of none,
+                # which EM keeps at none (after a fit without a mixture,
+                # lone rows reseeded components of little weight at every
+                # other row, to no gain).
+                continue
             else:
                 # A batch of one row: reseeded at where the mixture's own rows
                 # rarely lie, farther from every centre (in tau's units, squared)

@@ -396,18 +396,18 @@ def gathered(estimator, X, *, reset, sample_weight=None):
 def check_dask_array(estimator, X, *, reset, count_rows=True):
     """``validate_data`` for a Dask array or DataFrame, without computing it.
 
-    Checks what the graph's metadata show: two dimensions, known chunks
-    (of rows: only when ``count_rows``), whole rows in each block, NumPy
+    Checks what the graph's metadata show: two dimensions, known column
+    chunks, whole rows in each block, NumPy
     blocks, at least one row and one feature, a numeric dtype
     (converted lazily to float64 unless float32; a DataFrame's columns of
     pandas' extension dtypes of numbers as :func:`_numpy_columns` converts
     them), and the width against
     ``n_features_in_`` (recorded when ``reset``, with a DataFrame's string
     column names as ``feature_names_in_``). A DataFrame's row count is its
-    one computation (a pass over the index), after every other check; with
-    ``count_rows=False`` (the methods that map each block to its outputs,
-    lazily) its rows are not counted, and an array's row chunks may be
-    unknown: nothing is computed.
+    one computation (a pass over the index), after every other check, and
+    so is an array's whose row chunks are unknown (:func:`_with_counted_rows`);
+    with ``count_rows=False`` (the methods that map each block to its
+    outputs, lazily) rows are not counted: nothing is computed.
     NaN and infinity can only be seen in the data: the first pass reports
     them (``DaskRows.scaled_second_moment``). Returns a ``dask.array.Array``.
     """
@@ -449,7 +449,10 @@ def check_dask_array(estimator, X, *, reset, count_rows=True):
             f"{name} takes a dask.array.Array or a dask DataFrame, got {type(X).__name__}."
         )
     if count_rows and any(np.isnan(c) for c in X.chunks[0]):
-        raise ValueError("X has unknown chunk sizes; call X.compute_chunk_sizes() first.")
+        # Rows of unknown count (the lazy outputs of predict or transform on
+        # a DataFrame, a boolean mask): counted here, once, as a DataFrame's
+        # are, on a new array (compute_chunk_sizes would change the caller's).
+        X = _with_counted_rows(X)
     if X.shape[0] == 0:
         raise ValueError(
             f"Found array with 0 sample(s) (shape={X.shape}) while a minimum of 1 is required."
@@ -470,6 +473,21 @@ def check_dask_array(estimator, X, *, reset, count_rows=True):
         if names is not None and fitted is None:
             warn(f"X has feature names, but {name} was fitted without feature names")
     return X
+
+
+def _with_counted_rows(X):
+    """The Dask array X with its row chunks counted: one computation of its
+    blocks' lengths (X is computed once, each block to its length)."""
+    import dask.array as da
+
+    lengths = X.map_blocks(
+        _block_length, chunks=((1,) * X.numblocks[0],), drop_axis=1, dtype=np.int64
+    ).compute()
+    return da.Array(X.dask, X.name, (tuple(int(n) for n in lengths), X.chunks[1]), meta=X._meta)
+
+
+def _block_length(block):
+    return np.array([block.shape[0]], dtype=np.int64)
 
 
 def _numpy_columns(frame):

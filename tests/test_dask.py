@@ -15,6 +15,8 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from sklearn.base import clone
+from sklearn.pipeline import make_pipeline
 
 from attention_cluster import (
     AttentionClustering,
@@ -733,6 +735,21 @@ def test_dataframe_outputs_are_lazy(mixture, method):
     np.testing.assert_array_equal(out.compute(), expected)
 
 
+def test_a_pipeline_on_a_dataframe_fits_the_lazy_outputs(mixture):
+    # transform's lazy output on a DataFrame has rows of unknown count, which
+    # the next step's fit refused ("call X.compute_chunk_sizes() first").
+    pd = pytest.importorskip("pandas")
+    X = mixture[0][:3000]
+    columns = [f"f{j}" for j in range(X.shape[1])]
+    frame = pd.DataFrame(X, columns=columns)
+    steps = [AttentionClustering(3, center=True, random_state=0) for _ in range(2)]
+    lazy = make_pipeline(*map(clone, steps)).fit(dd.from_pandas(frame, npartitions=3))
+    dense = make_pipeline(*map(clone, steps)).fit(frame)
+    np.testing.assert_allclose(
+        lazy[-1].cluster_centers_, dense[-1].cluster_centers_, atol=ATOL[np.float64]
+    )
+
+
 def test_dataframe_bool_columns_and_mixed_names_as_in_pandas(mixture):
     # A Dask DataFrame with a NumPy bool column beside columns of floats was
     # refused ("dtype=object is not a numeric dtype": to_dask_array makes
@@ -823,13 +840,17 @@ def test_bad_input_at_predict(client, mixture):
         model.predict(da.from_array(X[:100, :5], chunks=50))
     with pytest.raises(ValueError, match="NaN or infinity"):
         model.predict(da.from_array(_with(X, 7, np.nan), chunks=(500, -1))).compute()
-    # Rows of unknown count: a fit's passes need it, predict's blocks do not.
-    kept = da.from_array(X[:100], chunks=50)[da.from_array(X[:100, 0]) > 0]
-    with pytest.raises(ValueError, match="unknown chunk sizes"):
-        AttentionClustering(random_state=0).fit(kept)
-    np.testing.assert_array_equal(
-        model.predict(kept).compute(), model.predict(X[:100][X[:100, 0] > 0])
+    # Rows of unknown count: predict's blocks need no count; a fit counts
+    # them, on its own array (the caller's keeps its unknown chunks).
+    kept = da.from_array(X[:2000], chunks=500)[da.from_array(X[:2000, 0]) > 0]
+    in_memory = X[:2000][X[:2000, 0] > 0]
+    np.testing.assert_array_equal(model.predict(kept).compute(), model.predict(in_memory))
+    refitted = AttentionClustering(random_state=0).fit(kept)
+    want = AttentionClustering(random_state=0).fit(in_memory)
+    np.testing.assert_allclose(
+        refitted.cluster_centers_, want.cluster_centers_, atol=ATOL[np.float64]
     )
+    assert np.isnan(kept.chunks[0][0])
     with pytest.raises(ValueError, match="sample_weight must be non-negative"):
         model.fit(
             da.from_array(X[:1000], chunks=(500, -1)), sample_weight=da.from_array(-np.ones(1000))

@@ -236,9 +236,19 @@ class _Flow:
         # carries the token past it, from 2 on no closer (docs/math.md
         # section 8, "Numeric steps").
         along = np.sum(mean * Z, axis=1, keepdims=True)
-        self.reach = float(np.median(self.step_size * along[:, 0]))
+        self.reach = _median(self.step_size * along[:, 0], weights)
         tangent = mean - along * Z
         return unit_rows(Z + self.step_size * tangent).astype(Z.dtype, copy=False), log_norm
+
+
+def _median(values, weights=None):
+    """The median of ``values``, each counted ``weights`` times (a particle
+    stands for its tokens: ``_Flow.step``); NumPy's median without weights."""
+    if weights is None:
+        return float(np.median(values))
+    order = np.argsort(values, kind="stable")
+    cumulative = np.cumsum(np.asarray(weights, dtype=np.float64)[order])
+    return float(values[order][np.searchsorted(cumulative, 0.5 * cumulative[-1])])
 
 
 def _span_basis(flow, Z):
@@ -978,25 +988,36 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         return ("max_iter",) + (("step_size",) if longer else ())
 
     def _warn_overshoot(self, flow):
-        """Warn where the numeric step on the sphere keeps tokens from meeting:
-        ``model="sa"`` at ``step_size >= 2`` (``<x_i, m_i>`` tends to 1 as
-        tokens gather, and a token's distance to its attention mean is
-        multiplied by about ``h - 1 >= 1`` a step), or a last step whose
-        median ``h <x_i, m_i>`` (``flow.reach``) is 2 or more. A step of 2
-        counted 39 clusters of 3, with no other warning."""
-        if flow.reach is None:
+        """Warn where the numeric step on the sphere passes the attention means
+        so far that the run cannot settle: to first order a token's distance
+        to its attention mean is multiplied by ``c = |1 - h <x_i, m_i>|`` a
+        step (``flow.reach``, the median of ``h <x_i, m_i>`` at the last
+        step), and from 1 down to ``cluster_tol`` that takes ``log(cluster_tol)
+        / log(c)`` steps: more than ``max_iter`` past the mean-shift step
+        (``h <x_i, m_i>`` above 1), or ever from 2 on. SA steps of 1.98 to 2
+        counted 16 to 39 clusters of 3 with no other warning (``docs/math.md``
+        section 8, "Numeric steps")."""
+        if flow.reach is None or flow.reach <= 1.0:
             return
-        fixed = flow.model == "sa" and self.step_size >= 2.0
-        if not (fixed or flow.reach >= 2.0):
-            return
+        factor = flow.reach - 1.0
+        if factor < 1.0:
+            steps = math.log(self.cluster_tol) / math.log(factor)
+            if steps <= self.max_iter:
+                return
+            outcome = (
+                f"from 1 down to cluster_tol={self.cluster_tol!r} takes about {steps:.0f} "
+                f"steps, more than max_iter={self.max_iter}: the run cannot settle"
+            )
+        else:
+            outcome = "they come no closer: they cannot meet"
         tends = "; it tends to h as tokens gather" if flow.model == "sa" else ""
         warn(
-            f"step_size={self.step_size!r} carries tokens past their attention means by as "
-            f"much as they stood from them or more (h <x_i, m_i> was {flow.reach:.3g} in the "
-            f"median at the last step{tends}): they cannot meet, "
-            "and the clusters counted are not the data's. Lower step_size (the mean-shift "
-            "step, 1 / <x_i, m_i>, moves a token onto its attention mean's direction), or "
-            "take step_size='mean-shift'.",
+            f"step_size={self.step_size!r} carries tokens past their attention means: a "
+            f"token's distance to its attention mean is multiplied by about |1 - h <x_i, m_i>| "
+            f"= {factor:.3g} a step (h <x_i, m_i> was {flow.reach:.3g} in the median at the "
+            f"last step{tends}), and {outcome}, and the clusters counted may not be the "
+            "data's. Lower step_size (the mean-shift step, 1 / <x_i, m_i>, moves a token onto "
+            "its attention mean's direction), or take step_size='mean-shift'.",
             UserWarning,
         )
 

@@ -1316,7 +1316,12 @@ class OnlineEM(_OneBatch):
         rows); returns the averaged parameters."""
         attention = p.attention()[:3]
         S, counts, _ = data.e_step(*attention)
-        gamma = min(1.0, self.gain * share) ** self.alpha
+        # s_0 = 0 until a batch off the origin (update): a first step after
+        # batches at the origin takes its batch's statistics whole, as
+        # gamma_1 = 1 does for a first batch (a smaller one left weights
+        # summing to gamma, which the mixture refused).
+        after_origin = share < 1.0 and not np.any(self.stats[1])
+        gamma = 1.0 if after_origin else min(1.0, self.gain * share) ** self.alpha
         # The test counts rows, each of positive weight once: a batch is a
         # sample of the stream's rows whatever their weights, whose shares
         # vary as a few heavy rows fall (math.md section 7).

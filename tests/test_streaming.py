@@ -952,6 +952,23 @@ def test_lone_rows_reseed_no_component_of_some_weight(global_random_seed):
     assert not [w for w in caught if "reseeded" in str(w.message)]
 
 
+@pytest.mark.parametrize("size", [1, 7])
+def test_a_stream_from_rows_at_one_place_takes_its_first_batch_whole(size):
+    # Rows at one place, centred, are at the origin: the stream takes no
+    # step there, and its statistics stay s_0 = 0. The next batch's step,
+    # gamma = min(1, 16 W_b / W_n)^0.6 < 1, left weights summing to gamma,
+    # and the mixture refused them ("weights must sum to one", a crash).
+    X, y, _ = make_mixture(400, 10, 3, noise=0.3, random_state=0)
+    model = AttentionClustering(3, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.partial_fit(np.repeat(X[:1], 30, axis=0))
+        for lo in range(30, 400, size):
+            model.partial_fit(X[lo : lo + size])
+    assert np.sum(model.weights_) == pytest.approx(1.0)
+    assert adjusted_rand_score(y, model.predict(X)) > 0.5
+
+
 def test_reseeding_takes_the_worst_explained_point():
     # Heads e1 and e2, the second lost: it moves to the point least likely
     # under the mixture, with the weight of the lightest component kept, and

@@ -895,6 +895,20 @@ def held_statistics(p):
     return (pi * p.radii)[:, None] * p.U.T, pi
 
 
+def _regains_rows(p, k):
+    """Whether component k of ``p`` would take most of a row at its own centre
+    ``c_k = r_k mu_k``: ``log pi_k`` above ``logsumexp_j (log pi_j - ||c_k -
+    c_j||^2 / (2 tau^2))`` over the others (the E step's logits there). One
+    that does not regains no row: its weight, zero or not, stays (weights of
+    1e-8 beside one component that had taken every row stayed so for 1000
+    rows)."""
+    centres = (p.U * p.radii).T
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        logits = p.log_pi - np.sum((centres - centres[k]) ** 2, axis=1) / (2.0 * p.variance)
+    others = np.delete(logits, k)
+    return bool(others.size == 0 or p.log_pi[k] > logsumexp(others))
+
+
 def _reseeded(S, counts, k, weight, centre):
     """Statistics ``(S, counts)`` (counts summing to 1) with component k's
     those of a component of weight ``weight`` at the point ``centre``
@@ -1081,9 +1095,9 @@ class _OneBatch:
         past holds the lost components' statistics (``math.md`` section 7).
         Nothing is reseeded when the points are all explained alike (equal
         rows), are zero, or every component is lost; one point (a batch of
-        one row) reseeds one component of zero weight, where it is as
-        unlikely under the mixture as ``_LONE_ROW_LEVEL`` of the mixture's
-        own rows. Online EM's running
+        one row) reseeds one component that regains no row
+        (:func:`_regains_rows`), where it is as unlikely under the mixture
+        as ``_LONE_ROW_LEVEL`` of the mixture's own rows. Online EM's running
         rows' shares start again from the batch that reseeds: they were the
         shares of the components before (a reseeded component's set at the lightest
         weight, every later batch lacked it; kept, a first batch of one
@@ -1119,12 +1133,12 @@ class _OneBatch:
                 unexplained = fits[i] < np.max(fits)
             elif seeds:
                 break  # (one component at one row; a shared norm leaves it far)
-            elif pi[k] > 0.0:
-                # A component of some weight regains rows by the E step where
-                # they are its own: a lone row reseeds only one of none,
-                # which EM keeps at none (after a fit without a mixture,
-                # lone rows reseeded components of little weight at every
-                # other row, to no gain).
+            elif _regains_rows(at, k):
+                # A component that takes most of a row at its own centre
+                # regains rows by the E step where they are its own: a lone
+                # row reseeds only one that cannot (after a fit without a
+                # mixture, lone rows reseeded components of little weight but
+                # apart from the others at every other row, to no gain).
                 continue
             else:
                 # A batch of one row: reseeded at where the mixture's own rows

@@ -602,6 +602,10 @@ def test_a_step_past_the_attention_means_is_warned_of(global_random_seed):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert SelfAttentionDynamics(step_size=1.0, random_state=0).fit(X).n_clusters_ == 3
+        # Read from the tokens' first distance to their means, not from 1: a
+        # run that settles within max_iter is not warned of.
+        short = SelfAttentionDynamics(step_size=1.8, max_iter=20, random_state=0).fit(X)
+        assert short.n_clusters_ == 3
     # Just below 2 the distance's factor |1 - h <x_i, m_i>| is near 1: from 1
     # to cluster_tol takes more than max_iter steps (16 to 36 clusters were
     # counted at 1.98 and 1.99, silently).

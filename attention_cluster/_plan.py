@@ -556,13 +556,14 @@ def _fit_once(given, prepared, params, init, centre, tuning):
         else:
             what = "steps" if settings.solver == "psgd" else "iterations"
             why = f"it reached max_iter={settings.max_iter} {what}; increase max_iter or tol."
-            if settings.solver == "psgd" and params.learning_rate != 1.0:
-                # Steps relative to the risk's curvature: far from 1, too long
-                # ones overshoot and short ones crawl (300 steps at 1, 23000
-                # at 300).
+            if settings.solver == "psgd" and not 0.1 <= params.learning_rate <= 10.0:
+                # Steps relative to the risk's curvature: an order of
+                # magnitude or more from 1, long ones overshoot and short
+                # ones crawl (300 steps at 1, 23000 at 300).
                 why += (
                     f" learning_rate={params.learning_rate!r} sets steps relative to the risk's "
-                    "curvature: one near 1.0, the default, takes fewer."
+                    "curvature: an order of magnitude from 1.0, the default, they overshoot "
+                    "(above) or crawl (below)."
                 )
         target = f"tol={settings.tol}"
         if settings.solver == "full" and settings.refine is not None:

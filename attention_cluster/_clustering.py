@@ -29,8 +29,10 @@ from ._passes import (
     unit_terms,
 )
 from ._plan import (
+    DEFAULT_TUNING,
     bic_penalty,
     block_log_likelihoods,
+    check_psgd_draws,
     check_width,
     fit_plan,
     information_criterion,
@@ -512,6 +514,12 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             check_positive(self.n_threads, "n_threads", numbers.Integral, min_val=1, strict=False)
         check_verbose(self.verbose)
         check_seed(self.random_state)  # with n_init > 1 first read after a pass
+        if self.solver == "psgd":
+            # Before X is read, at the narrowest width PSGD may run at (the
+            # principal subspace's); the fit plan checks the width it takes.
+            K = 1 if isinstance(self.n_clusters, str) else self.n_clusters
+            narrowest = min(n_features, K + DEFAULT_TUNING.subspace_extra)
+            check_psgd_draws(self.batch_size, self.sequence_length, narrowest, self.max_iter)
         if isinstance(self.init, str):
             check_options(self.init, "init", ["spectral", "random"])
             return None

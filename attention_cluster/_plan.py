@@ -48,6 +48,7 @@ __all__ = [
     "Tuning",
     "bic_penalty",
     "block_log_likelihoods",
+    "check_psgd_draws",
     "check_width",
     "fit_plan",
     "information_criterion",

@@ -959,8 +959,9 @@ def test_psgd_s_memory_is_that_of_the_width_it_runs_at():
         ({"temperature": 0.0}, "temperature"),
         ({"random_state": -1}, "Seed must be"),
         ({"random_state": -1, "n_init": 2, "init": "random"}, "Seed must be"),
+        ({"solver": "psgd", "batch_size": 10**6}, "lower batch_size or sequence_length"),
     ],
-    ids=["temperature", "random_state", "random_state-n_init"],
+    ids=["temperature", "random_state", "random_state-n_init", "psgd-draws"],
 )
 @pytest.mark.parametrize("layout", ["fortran", "int64", "sparse-int"])
 @pytest.mark.parametrize("method", ["fit", "partial_fit"])

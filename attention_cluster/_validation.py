@@ -476,14 +476,17 @@ def check_dask_array(estimator, X, *, reset, count_rows=True):
 
 
 def _with_counted_rows(X):
-    """The Dask array X with its row chunks counted: one computation of its
-    blocks' lengths (X is computed once, each block to its length)."""
+    """The Dask array X (of rows, or 1-D: weights) with its row chunks
+    counted: one computation of its blocks' lengths (X is computed once,
+    each block to its length), on a new array."""
     import dask.array as da
 
+    drop = {"drop_axis": 1} if X.ndim == 2 else {}
     lengths = X.map_blocks(
-        _block_length, chunks=((1,) * X.numblocks[0],), drop_axis=1, dtype=np.int64
+        _block_length, chunks=((1,) * X.numblocks[0],), dtype=np.int64, **drop
     ).compute()
-    return da.Array(X.dask, X.name, (tuple(int(n) for n in lengths), X.chunks[1]), meta=X._meta)
+    chunks = (tuple(int(n) for n in lengths),) + X.chunks[1:]
+    return da.Array(X.dask, X.name, chunks, meta=X._meta)
 
 
 def _block_length(block):
@@ -579,9 +582,8 @@ def check_dask_sample_weight(sample_weight, X):
     if np.iscomplexobj(np.empty(0, dtype=sample_weight.dtype)):
         raise ValueError("Complex data not supported for sample_weight.")
     if sample_weight.ndim == 1 and any(np.isnan(c) for c in sample_weight.chunks[0]):
-        raise ValueError(
-            "sample_weight has unknown chunk sizes; call sample_weight.compute_chunk_sizes() first."
-        )
+        # Counted as X's rows are (a DataFrame's column, masked as X).
+        sample_weight = _with_counted_rows(sample_weight)
     if sample_weight.shape != (X.shape[0],):
         raise ValueError(f"sample_weight.shape == {sample_weight.shape}, expected {(X.shape[0],)}.")
     w = sample_weight.astype(np.float64).rechunk((X.chunks[0],))

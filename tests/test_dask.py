@@ -875,20 +875,29 @@ def test_numpy_weights_are_sent_to_the_workers_once(client, mixture):
 
 def test_dask_weights_refused_as_numpy_weights_are(mixture):
     # Complex Dask weights were cast to their real part (NumPy's warning 48
-    # times, from Dask's chunks); weights of unknown chunk sizes got
-    # "sample_weight.shape == (nan,)".
+    # times, from Dask's chunks).
     X = mixture[0][:2000]
     Xd = da.from_array(X, chunks=(500, -1))
     w = da.from_array(np.ones(2000), chunks=500)
-    cases = [
-        (w.astype(complex), "Complex data not supported for sample_weight"),
-        (w[da.from_array(X[:, 0]) < np.inf], "sample_weight has unknown chunk sizes"),
-    ]
-    for weights, message in cases:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            with pytest.raises(ValueError, match=message):
-                AttentionClustering(random_state=0).fit(Xd, sample_weight=weights)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="Complex data not supported for sample_weight"):
+            AttentionClustering(random_state=0).fit(Xd, sample_weight=w.astype(complex))
+
+
+def test_dask_weights_of_unknown_chunks_are_counted_as_x_is(mixture):
+    # Weights masked as X is (a DataFrame's column) had unknown chunks,
+    # refused ("call compute_chunk_sizes()") where such X is counted.
+    X = mixture[0][:2000]
+    w = np.random.default_rng(0).uniform(0.5, 2.0, 2000)
+    mask = X[:, 0] > 0
+    lazy_mask = da.from_array(mask, chunks=500)
+    Xd = da.from_array(X, chunks=(500, -1))[lazy_mask]
+    wd = da.from_array(w, chunks=500)[lazy_mask]
+    model = AttentionClustering(random_state=0).fit(Xd, sample_weight=wd)
+    want = AttentionClustering(random_state=0).fit(X[mask], sample_weight=w[mask])
+    np.testing.assert_allclose(model.cluster_centers_, want.cluster_centers_, atol=ATOL[np.float64])
+    assert np.isnan(wd.chunks[0][0])
 
 
 @pytest.mark.parametrize("method", ["fit", "predict", "score"])

@@ -371,3 +371,6 @@ def test_a_document_length_beyond_numpy_s_poisson_names_itself():
     # NumPy's "lam value too large" named no parameter.
     with pytest.raises(ValueError, match="document_length must be at most"):
         make_corpus(2, 2, n_words=10, document_length=10**19)
+    # Below it, words beyond memory: "array is too big" named nothing.
+    with pytest.raises(ValueError, match="lower document_length or n_documents"):
+        make_corpus(2, 2, n_words=10, document_length=2**62)

@@ -211,7 +211,11 @@ class _Flow:
         log_weights = None if weights is None or np.all(weights == 1) else np.log(weights)
         mean, log_norm = self.self_attention(X, values, log_weights)
         if self.model == "unnormalized":
-            # dz_i/dt = sum_j P_ij V (z_j - z_i)
+            # dz_i/dt = sum_j P_ij V (z_j - z_i): with V = I a token's distance
+            # to its attention mean is multiplied by |1 - h| a step, as the
+            # sphere's by |1 - h <x_i, m_i>| (reach; other V: not read).
+            if self.value is None:
+                self.reach = float(self.step_size)
             return Z + self.step_size * _apply(self.value, mean - Z), log_norm
         if isinstance(self.step_size, str):
             norms = np.linalg.norm(mean, axis=1, keepdims=True)
@@ -1021,14 +1025,23 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             )
         else:
             outcome = "they come no closer: they cannot meet"
-        tends = "; it tends to h as tokens gather" if flow.model == "sa" else ""
+        if flow.model in SPHERE_MODELS:
+            tends = "; it tends to h as tokens gather" if flow.model == "sa" else ""
+            rate = (
+                f"|1 - h <x_i, m_i>| = {factor:.3g} a step (h <x_i, m_i> was {flow.reach:.3g} "
+                f"in the median at the last step{tends})"
+            )
+            lower = (
+                "Lower step_size (the mean-shift step, 1 / <x_i, m_i>, moves a token onto its "
+                "attention mean's direction), or take step_size='mean-shift'."
+            )
+        else:
+            rate = f"|1 - h| = {factor:.3g} a step"
+            lower = "Lower step_size below 2 (1 moves a token onto its attention mean)."
         warn(
             f"step_size={self.step_size!r} carries tokens past their attention means: a "
-            f"token's distance to its attention mean is multiplied by about |1 - h <x_i, m_i>| "
-            f"= {factor:.3g} a step (h <x_i, m_i> was {flow.reach:.3g} in the median at the "
-            f"last step{tends}), and {outcome}, and the clusters counted may not be the "
-            "data's. Lower step_size (the mean-shift step, 1 / <x_i, m_i>, moves a token onto "
-            "its attention mean's direction), or take step_size='mean-shift'.",
+            f"token's distance to its attention mean is multiplied by about {rate}, and "
+            f"{outcome}, and the clusters counted may not be the data's. {lower}",
             UserWarning,
         )
 

@@ -612,7 +612,7 @@ def test_a_step_past_the_attention_means_is_warned_of(global_random_seed):
     for step in (1.99, 2.0):
         with pytest.warns(UserWarning, match="cannot settle.*Lower step_size"):
             SelfAttentionDynamics(step_size=step, random_state=0).fit(X)
-    for model, step in [("sa", 10.0), ("usa", 0.05)]:
+    for model, step in [("sa", 10.0), ("usa", 0.05), ("unnormalized", 2.5)]:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             SelfAttentionDynamics(model=model, step_size=step, random_state=0).fit(X)

@@ -1181,9 +1181,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
         :math:`\mathrm{BIC} = -2 \sum_i \log p(x_i) + p \log n` with ``p = K d + 1`` free
         parameters: K unit directions (d - 1 each), the common norm r, the
-        noise tau and K - 1 weights (:mathmd:`7`), ``K - 1`` more
-        when each centroid has its own norm (``centroid_norms_``), and d
-        more for the mean when the data were centred (``center_``). Fit one
+        noise tau and K - 1 weights (:mathmd:`7`); ``p = K d + K`` when each
+        centroid has its own norm (``centroid_norms_``), or when the data
+        were centred (``center_``) and ``K <= d + 1`` (about the mean the
+        means are then any K points; beyond, ``K d + d + 1``). Fit one
         estimator per candidate K and keep the K of the smallest BIC (see
         the user guide, "Choosing K").
 

@@ -267,9 +267,14 @@ class SphericalMixture:
         )
 
     def n_parameters(self, free_norms, centred):
-        """Free parameters: K (d - 1) directions, one norm (K with free norms),
-        tau and K - 1 weights, plus d for the mean when the rows were centred
-        (:mathmd:`7`).
+        """Free parameters: the K means' degrees of freedom, tau and K - 1
+        weights (:mathmd:`7`, "Free parameters"). The means ``r mu_k`` take
+        K (d - 1) directions and one norm, K d with free norms (any K
+        points); about the rows' mean m, ``m + r mu_k`` takes any K points
+        when K <= d + 1 (K points lie on a sphere about some centre), K d,
+        and K (d - 1) + 1 + d beyond (the d of m adding d - K + 1 where they
+        would not: one Gaussian centred counted 2 d + 1 parameters for the
+        same density as uncentred, d + 1).
 
         Parameters
         ----------
@@ -279,4 +284,8 @@ class SphericalMixture:
             Whether the fit subtracted the rows' mean (``center_``).
         """
         K, d = self.centers.shape
-        return K * d + 1 + (K - 1 if free_norms else 0) + (d if centred else 0)
+        if free_norms or (centred and K <= d + 1):
+            means = K * d
+        else:
+            means = K * (d - 1) + 1 + (d if centred else 0)
+        return means + 1 + (K - 1)

@@ -1079,7 +1079,7 @@ def write_page(payload, out=None):
         f"The paper's mixture, d = {N_FEATURES}, sigma = {NOISE}, n = {payload['n']:.0e}, {seeds} seeds per K; "
         f"`AttentionClustering(K')` at its defaults for K' in {payload['candidates'][0]}..{payload['candidates'][-1]}. "
         "BIC and AIC are those of the mixture fitted by the EM refinement ({doc}`math` section 7, "
-        "`K' d + 1` free parameters, plus d when `center=\"auto\"` centred the data); the redundant-heads rule keeps the largest K' whose heads all have "
+        "`K' d + 1` free parameters, `K' d + K'` when `center=\"auto\"` centred the data and K' <= d + 1); the redundant-heads rule keeps the largest K' whose heads all have "
         f"|cos| below {REDUNDANT_COS} with each other (the authors' answers: redundant heads converge to the "
         'same parameters); `n_clusters="auto"` is the criterion above. Targets: BIC finds the true K in at least '
         '9 of 10 seeds per K; `n_clusters="auto"` in every seed.',

@@ -7,6 +7,7 @@ import pytest
 from scipy.special import logsumexp
 from scipy.stats import multivariate_normal
 from sklearn.metrics import adjusted_rand_score
+from sklearn.mixture import GaussianMixture
 
 from attention_cluster import AttentionClustering, SphericalMixture
 from attention_cluster.datasets import make_mixture
@@ -68,10 +69,30 @@ def test_bic_and_aic_count_the_free_parameters(fitted):
     n, d = X.shape
     loglik = np.sum(logsumexp(_scipy_components(model, X), axis=1))
     free = model.centroid_norms_ == "free"
-    # directions, radius (or radii), noise, weights, and the mean if centred
-    p = 3 * (d - 1) + (3 if free else 1) + 1 + (3 - 1) + (d if model.center_ else 0)
+    # The means' degrees of freedom (any 3 points with free norms, or about
+    # the mean when 3 <= d + 1; else 3 directions, the norm and the mean),
+    # noise, weights.
+    if free or (model.center_ and 3 <= d + 1):
+        means = 3 * d
+    else:
+        means = 3 * (d - 1) + 1 + (d if model.center_ else 0)
+    p = means + 1 + (3 - 1)
     np.testing.assert_allclose(model.bic(X), -2 * loglik + p * np.log(n), rtol=1e-10)
     np.testing.assert_allclose(model.aic(X), -2 * loglik + 2 * p, rtol=1e-10)
+
+
+@pytest.mark.parametrize("free", [False, True])
+def test_one_gaussian_centred_or_not_has_one_bic(free, global_random_seed):
+    # The same density (one spherical Gaussian) about the origin or about the
+    # mean counted d more parameters centred: BIC d log n higher. It is
+    # scikit-learn's GaussianMixture(1, "spherical")'s, d + 1 parameters.
+    X = np.random.default_rng(global_random_seed).normal(size=(1000, 10)) + 3.0
+    norms = {"centroid_norms": "free" if free else "equal"}
+    plain = AttentionClustering(1, center=False, random_state=0, **norms).fit(X)
+    centred = AttentionClustering(1, center=True, random_state=0, **norms).fit(X)
+    assert centred.bic(X) == pytest.approx(plain.bic(X), rel=1e-9)
+    gaussian = GaussianMixture(1, covariance_type="spherical").fit(X)
+    assert centred.bic(X) == pytest.approx(gaussian.bic(X), rel=1e-6)
 
 
 def test_fitted_mixture_structure(fitted):

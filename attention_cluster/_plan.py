@@ -1074,7 +1074,11 @@ def _warn_lost_clusters(result, K, share, tuning, retried=False):
         what = (
             "All rows of X are equal" + (" once centred" if result.centred else "")
             if not np.any(result.moment_heads)
-            else "The fitted clusters have no spread (every row equals its cluster's centre)"
+            else (
+                "The fitted clusters have no spread above the variance floor (each row lies "
+                f"within about {np.sqrt(MIN_VARIANCE):g} of its cluster's centre, relative to "
+                "the rows' norms)"
+            )
         )
         warn(
             f"{what}: the mixture's variance is floored at "

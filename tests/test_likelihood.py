@@ -296,3 +296,13 @@ def test_mixture_covariance_is_finite_where_it_fits_in_float64(fitted):
     arguments = _mixture_arguments(fitted)
     mixture = SphericalMixture(**{**arguments, "scale": 1e155, "variance": 1e-6})
     np.testing.assert_allclose(mixture.covariances, 1e304, rtol=1e-12)
+
+
+def test_the_floor_s_warning_does_not_say_distinct_rows_are_equal():
+    # Clusters of distinct rows whose spread is below the variance floor
+    # were said to have "every row equal to its cluster's centre".
+    rng = np.random.default_rng(0)
+    X = np.vstack([100 * np.eye(3)[k] + 1e-5 * rng.normal(size=(100, 3)) for k in range(2)])
+    with pytest.warns(UserWarning, match="no spread above the variance floor") as record:
+        AttentionClustering(2, random_state=0).fit(X)
+    assert not any("every row equals" in str(w.message) for w in record)

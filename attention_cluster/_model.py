@@ -100,8 +100,10 @@ class SphericalMixture:
             if value.ndim == 0:
                 value = float(value)
             else:
-                value = value.copy()
-                value.setflags(write=False)
+                # Over immutable bytes: NumPy refuses setflags(write=True) on
+                # such an array (a copy made read-only could be made writeable
+                # again, and the mixture changed past its checks).
+                value = np.frombuffer(value.tobytes(), dtype=value.dtype).reshape(value.shape)
             object.__setattr__(self, name, value)
         centers = self.centers
         if centers.ndim != 2 or centers.shape[0] == 0:

@@ -246,6 +246,9 @@ def test_mixture_keeps_read_only_copies_of_its_arrays():
         np.testing.assert_array_equal(getattr(mixture, name), kept[name])
         with pytest.raises(ValueError, match="read-only"):
             getattr(mixture, name)[0] = 5.0
+        # Nor can they be made writeable again (a read-only copy could).
+        with pytest.raises(ValueError, match="WRITEABLE"):
+            getattr(mixture, name).setflags(write=True)
 
 
 @pytest.mark.parametrize("how", ["pickle", "deepcopy"])

@@ -397,16 +397,16 @@ def make_corpus(
     rng = check_seed(random_state)
     zipf = np.arange(1, n_words + 1, dtype=np.float64) ** -float(zipf_exponent)
     zipf /= zipf.sum()
-    labels = rng.randint(n_topics, size=n_documents)
-    lengths = np.maximum(rng.poisson(document_length, size=n_documents), 1)
     try:
+        labels = rng.randint(n_topics, size=n_documents)
+        lengths = np.maximum(rng.poisson(document_length, size=n_documents), 1)
         rows = np.repeat(np.arange(n_documents), lengths)
         words = np.empty(rows.size, dtype=np.int64)
     except (MemoryError, ValueError) as error:
         # NumPy's "array is too big" or its MemoryError named no parameter.
         raise InvalidParameterError(
-            f"{n_documents} documents of document_length={document_length} words on average "
-            f"hold more words than memory does ({error}): lower document_length or "
+            f"n_documents={n_documents} documents of document_length={document_length} words "
+            f"on average hold more words than memory does ({error}): lower document_length or "
             "n_documents."
         ) from None
     topic_of_word = labels[rows]

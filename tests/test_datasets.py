@@ -374,3 +374,5 @@ def test_a_document_length_beyond_numpy_s_poisson_names_itself():
     # Below it, words beyond memory: "array is too big" named nothing.
     with pytest.raises(ValueError, match="lower document_length or n_documents"):
         make_corpus(2, 2, n_words=10, document_length=2**62)
+    with pytest.raises(ValueError, match="lower document_length or n_documents"):
+        make_corpus(10**13, 2, n_words=10, document_length=10)

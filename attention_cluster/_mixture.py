@@ -1136,9 +1136,9 @@ class _OneBatch:
             elif _regains_rows(at, k):
                 # A component that takes most of a row at its own centre
                 # regains rows by the E step where they are its own: a lone
-                # row reseeds only one that cannot (after a fit without a
-                # mixture, lone rows reseeded components of little weight but
-                # apart from the others at every other row, to no gain).
+                # row reseeds only one that cannot (reseeding every lost one
+                # also reseeded components apart from the others, which
+                # would have regained their rows).
                 continue
             else:
                 # A batch of one row: reseeded at where the mixture's own rows

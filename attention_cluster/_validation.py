@@ -397,17 +397,17 @@ def check_dask_array(estimator, X, *, reset, count_rows=True):
     """``validate_data`` for a Dask array or DataFrame, without computing it.
 
     Checks what the graph's metadata show: two dimensions, known column
-    chunks, whole rows in each block, NumPy
-    blocks, at least one row and one feature, a numeric dtype
-    (converted lazily to float64 unless float32; a DataFrame's columns of
-    pandas' extension dtypes of numbers as :func:`_numpy_columns` converts
-    them), and the width against
+    chunks, whole rows in each block, NumPy blocks, at least one row and one
+    feature, a numeric dtype (converted lazily to float64 unless float32; a
+    DataFrame's columns of pandas' extension dtypes of numbers as
+    :func:`_numpy_columns` converts them), and the width against
     ``n_features_in_`` (recorded when ``reset``, with a DataFrame's string
     column names as ``feature_names_in_``). A DataFrame's row count is its
     one computation (a pass over the index), after every other check, and
-    so is an array's whose row chunks are unknown (:func:`_with_counted_rows`);
-    with ``count_rows=False`` (the methods that map each block to its
-    outputs, lazily) rows are not counted: nothing is computed.
+    so is an array's whose row chunks are unknown
+    (:func:`_with_counted_rows`); with ``count_rows=False`` (the methods
+    that map each block to its outputs, lazily) rows are not counted:
+    nothing is computed.
     NaN and infinity can only be seen in the data: the first pass reports
     them (``DaskRows.scaled_second_moment``). Returns a ``dask.array.Array``.
     """
@@ -490,6 +490,7 @@ def _with_counted_rows(X):
 
 
 def _block_length(block):
+    """A block's number of rows, as a one-element array (for ``map_blocks``)."""
     return np.array([block.shape[0]], dtype=np.int64)
 
 

@@ -992,21 +992,21 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         return ("max_iter",) + (("step_size",) if longer else ())
 
     def _warn_overshoot(self, flow):
-        """Warn where the numeric step on the sphere passes the attention means
-        so far that the run cannot settle: to first order a token's distance
-        to its attention mean is multiplied by ``c = |1 - h <x_i, m_i>|`` a
-        step (``flow.reach``, the median of ``h <x_i, m_i>`` at the last
-        step), and from 1 down to ``cluster_tol`` that takes
-        ``log(cluster_tol) / log(c)`` steps: more than ``max_iter`` past the
-        mean-shift step (``h <x_i, m_i>`` above 1), or ever from 2 on (SA at
-        ``step_size >= 2``, whose ``<x_i, m_i>`` tends to 1). Counted from 1,
-        not from the tokens' first distance to their attention means (tiny
-        at a high beta or in high dimension, where tokens attend mostly to
-        themselves, it hid runs that counted 12 clusters of 5): runs that
-        settle sooner are warned of too (h = 1.8 at ``max_iter=20`` counted
-        3). SA steps of 1.98 to 2
-        counted 16 to 39 clusters of 3 with no other warning (``docs/math.md``
-        section 8, "Numeric steps")."""
+        """Warn where the numeric step passes the attention means so far that
+        the run may not settle (``docs/math.md`` section 8, "Numeric steps";
+        SA steps of 1.98 to 2 counted 16 to 39 clusters of 3 with no other
+        warning): to first order a token's distance to its attention mean is
+        multiplied by ``c = |1 - h <x_i, m_i>|`` a step on the sphere
+        (``|1 - h|`` for the unnormalised model with V = I; ``flow.reach``,
+        the median of ``h <x_i, m_i>`` at the last step), and from 1 down to
+        ``cluster_tol`` that takes ``log(cluster_tol) / log(c)`` steps: more
+        than ``max_iter`` past the mean-shift step (``h <x_i, m_i>`` above
+        1), or ever from 2 on (SA at ``step_size >= 2``, whose ``<x_i, m_i>``
+        tends to 1). Counted from 1, not from the tokens' first distance to
+        their attention means (tiny at a high beta or in high dimension,
+        where tokens attend mostly to themselves, it hid runs that counted 12
+        clusters of 5): runs that settle sooner are warned of too (h = 1.8
+        at ``max_iter=20`` counted 3)."""
         if flow.reach is None or flow.reach <= 1.0:
             return
         factor = flow.reach - 1.0

@@ -983,10 +983,11 @@ def check_psgd_draws(batch_size, sequence_length, n_features, max_iter, tuning=D
     """Refuse PSGD parameters whose drawn tokens would pass
     ``DENSE_LIMIT_BYTES``: :func:`_psgd` holds one chunk of steps' tokens,
     ``min(steps_per_check, max_iter) * batch_size * sequence_length`` rows
-    of ``n_features`` float64 numbers, the width it runs at (the principal
-    subspace's in high dimension), checked by :func:`fit_plan` before any
-    pass (batch_size=10**6 asked NumPy for 186 GiB at d = 5, and its
-    MemoryError named no parameter)."""
+    of ``n_features`` float64 numbers: checked before X is read at the
+    narrowest width PSGD may run at (the estimator's parameters' check),
+    then by :func:`fit_plan`, before any pass, at the width it runs at (the
+    principal subspace's in high dimension). batch_size=10**6 asked NumPy
+    for 186 GiB at d = 5, and its MemoryError named no parameter."""
     steps = (
         tuning.steps_per_check
         if isinstance(max_iter, str)

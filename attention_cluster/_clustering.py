@@ -53,6 +53,7 @@ from ._validation import (
     check_verbose,
     deferred_warnings,
     finite_output,
+    is_dask_collection,
     replay,
     warn,
 )
@@ -548,6 +549,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         shape = getattr(X, "shape", None)
         if shape is not None and len(shape) == 2:
             self._check_params(shape[1])
+            if self.solver == "psgd" and is_dask_collection(X):
+                # Dask rows never take the principal subspace: PSGD runs at
+                # their width (the refusal came after their rows were counted).
+                check_psgd_draws(self.batch_size, self.sequence_length, shape[1], self.max_iter)
 
     def _rows(
         self,

@@ -885,6 +885,19 @@ def test_dask_weights_refused_as_numpy_weights_are(mixture):
             AttentionClustering(random_state=0).fit(Xd, sample_weight=w.astype(complex))
 
 
+def test_psgd_s_draws_on_dask_rows_are_refused_before_any_computation():
+    # Dask rows run PSGD at their own width (never the principal subspace's):
+    # the refusal of its draws beyond 1 GiB came after their rows, of
+    # unknown count, were counted.
+    X = np.random.default_rng(0).normal(size=(200, 3000))
+    masked = da.from_array(X, chunks=(50, -1))[da.from_array(X[:, 0]) > -10]
+    computations = _Computations()
+    with dask.config.set(scheduler="sync"), computations:
+        with pytest.raises(ValueError, match="lower batch_size or sequence_length"):
+            AttentionClustering(3, solver="psgd", batch_size=10).fit(masked)
+    assert computations.count == 0
+
+
 def test_dask_weights_of_unknown_chunks_are_counted_as_x_is(mixture):
     # Weights masked as X is (a DataFrame's column) had unknown chunks,
     # refused ("call compute_chunk_sizes()") where such X is counted.

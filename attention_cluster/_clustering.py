@@ -547,6 +547,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         sparse, pandas, Dask): before any work on X (a copy in float64 or C
         order, the Dask weights' checks, which compute: ``rows_from``)."""
         shape = getattr(X, "shape", None)
+        if shape is None and isinstance(X, (list, tuple)) and X:
+            # A list of rows: its first row's width, without converting it
+            # (71 ms for 300000 x 10 before the error).
+            first = X[0]
+            shape = (len(X), len(first)) if isinstance(first, (list, tuple)) else None
         if shape is not None and len(shape) == 2:
             self._check_params(shape[1])
             if self.solver == "psgd" and is_dask_collection(X):

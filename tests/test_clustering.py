@@ -963,7 +963,7 @@ def test_psgd_s_memory_is_that_of_the_width_it_runs_at():
     ],
     ids=["temperature", "random_state", "random_state-n_init", "psgd-draws"],
 )
-@pytest.mark.parametrize("layout", ["fortran", "int64", "sparse-int"])
+@pytest.mark.parametrize("layout", ["fortran", "int64", "sparse-int", "list"])
 @pytest.mark.parametrize("method", ["fit", "partial_fit"])
 def test_bad_parameters_are_refused_before_x_is_read(monkeypatch, params, match, layout, method):
     # The parameters were checked after X was validated (a float64, C-order
@@ -977,9 +977,12 @@ def test_bad_parameters_are_refused_before_x_is_read(monkeypatch, params, match,
 
     monkeypatch.setattr(_clustering, "rows_from", refuse)
     X = np.arange(60, dtype=np.int64).reshape(20, 3)
-    X = {"fortran": np.asfortranarray(X.astype(float)), "int64": X, "sparse-int": sp.csr_matrix(X)}[
-        layout
-    ]
+    X = {
+        "fortran": np.asfortranarray(X.astype(float)),
+        "int64": X,
+        "sparse-int": sp.csr_matrix(X),
+        "list": X.tolist(),
+    }[layout]
     with pytest.raises(ValueError, match=match):
         getattr(AttentionClustering(2, **params), method)(X)
 

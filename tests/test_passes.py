@@ -15,7 +15,7 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference import head_signs, mixture_e_step
 from sklearn.utils import check_random_state
@@ -645,6 +645,45 @@ def test_unit_rows_at_any_magnitude_of_the_dtype(n, d, density, dtype, exponent,
         got = got.toarray() if sp.issparse(got) else got
         assert got.dtype == dtype
         np.testing.assert_allclose(got, want, rtol=8 * info.eps, atol=8 * info.eps)
+
+
+@settings(max_examples=40)
+@given(
+    n=st.integers(0, 700),
+    d=st.integers(0, 4),
+    dtype=st.sampled_from([np.float64, np.float32]),
+    specials=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_row_peaks_and_squared_norms_are_numpys_by_chunks(n, d, dtype, specials, seed):
+    # Dense rows' peaks (max and minus min, no |x| copy) and squared norms
+    # (chunk by chunk) are NumPy's max |x_ij| and sum x_ij^2 bit for bit, a
+    # zero row's peak +0, across chunks of 256 rows (a small chunk size):
+    # signed zeros, infinities and NaN included.
+    rng = np.random.default_rng(seed)
+    X = (rng.standard_normal((n, d)) * 2.0 ** rng.integers(-30, 30, (n, d))).astype(dtype)
+    if specials and X.size:
+        X.flat[rng.integers(0, X.size, 5)] = rng.choice([0.0, -0.0, np.inf, -np.inf, np.nan], 5)
+    with monkeypatch_chunk_bytes(8 * 256):
+        peaks = _passes.row_peaks(X)
+        squares = _passes.row_squared_norms(X)
+    want = np.max(np.abs(X), axis=1, initial=0.0)
+    np.testing.assert_array_equal(peaks, want)
+    assert peaks.dtype == dtype and not np.any(np.signbit(peaks[peaks == 0.0]))
+    with np.errstate(over="ignore", invalid="ignore"):
+        np.testing.assert_array_equal(squares, np.square(X).sum(axis=1))
+    assert squares.dtype == dtype
+
+
+@contextlib.contextmanager
+def monkeypatch_chunk_bytes(size):
+    """The pass layer's chunks at ``size`` bytes of float64 rows for the block."""
+    saved = _passes._CHUNK_BYTES
+    _passes._CHUNK_BYTES = size
+    try:
+        yield
+    finally:
+        _passes._CHUNK_BYTES = saved
 
 
 @pytest.mark.parametrize("weighted", [False, True], ids=["unit", "weighted"])

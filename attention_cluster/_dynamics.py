@@ -403,7 +403,9 @@ def _warn_rounding(flow):
 
 
 def _check_flow(X, model, beta, step_size, query, key, value, chunk_size, n_threads):
-    if X.ndim != 2:
+    # len(shape): a polars DataFrame or an Arrow table, checked before
+    # conversion, has a shape and no ndim.
+    if len(X.shape) != 2:
         raise ValueError(f"X must be 2-D (n_tokens, n_features), got shape {X.shape}.")
     check_options(model, "model", MODELS)
     check_positive(beta, "beta")

@@ -23,6 +23,7 @@ import dask.array as da
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 import scipy.sparse as sp
 from sklearn.base import clone
@@ -86,6 +87,12 @@ KINDS = {
     ),
     # Columns of pandas' extension dtypes of numbers, read as float64.
     "pandas-extension": (lambda X, tmp: _extension_frame(X), 1e-6),
+    # A table of another library, read through the dataframe interchange
+    # protocol (as a polars DataFrame is): it has a shape and no ndim.
+    "arrow-table": (
+        lambda X, tmp: pa.table({f"x{j}": X[:, j] for j in range(X.shape[1])}),
+        1e-6,
+    ),
     "dask-dataframe-extension": (
         lambda X, tmp: dd.from_pandas(_extension_frame(X), npartitions=3),
         1e-6,

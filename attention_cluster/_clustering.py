@@ -46,6 +46,7 @@ from ._validation import (
     as_numbers,
     atomic_fit,
     check_auto_or_positive,
+    check_lazy_output,
     check_n_samples,
     check_options,
     check_positive,
@@ -1055,6 +1056,32 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             labels=labels,
         )
 
+    def fit_transform(self, X, y=None, **fit_params):
+        """Fit, then return :meth:`transform` of X.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix}, dask array or dask DataFrame of shape (n_samples, n_features)
+            Training data.
+        y : Ignored
+            Not used, present for API consistency.
+        **fit_params : dict
+            Passed to :meth:`fit` (``sample_weight``).
+
+        Returns
+        -------
+        X_new : ndarray of shape (n_samples, n_features)
+            As :meth:`transform`; a lazy Dask array for Dask input.
+
+        Raises
+        ------
+        ValueError
+            For Dask input where ``set_output`` asks for a pandas or polars
+            container (see :meth:`transform`), before the fit.
+        """
+        check_lazy_output(self, X)
+        return self.fit(X, y, **fit_params).transform(X)
+
     def transform(self, X):
         r"""The attention layer's output for each row, in context of the training data.
 
@@ -1088,8 +1115,12 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             edge of their range, or far from a stream's first batch's
             scale), as the attention layers of :mod:`attention_cluster.layers`;
             on Dask input, when the output is computed.
+        ValueError
+            For Dask input where ``set_output`` asks for a pandas or polars
+            container: the output is lazy (compute X or the output first).
         """
         check_is_fitted(self)
+        check_lazy_output(self, X)
         with self._rows(X, count_rows=False) as rows, one_blas_thread():
             heads = np.asarray(self.cluster_centers_, dtype=np.float64).T
             out = self.temperature_ * self.n_clusters_ * np.asarray(self.moment_heads_, np.float64)

@@ -370,6 +370,25 @@ def is_dask_collection(X):
     return dask is not None and dask.is_dask_collection(X)
 
 
+def check_lazy_output(estimator, X):
+    """Refuse Dask X where ``set_output`` asks the estimator's ``transform``
+    for a pandas or polars container: its output is a lazy Dask array, which
+    polars refuses and pandas computes whole, its index lost. Called before
+    any work (before the fit of ``fit_transform``)."""
+    if not is_dask_collection(X):
+        return
+    from sklearn.utils._set_output import _get_output_config
+
+    container = _get_output_config("transform", estimator)["dense"]
+    if container != "default":
+        raise ValueError(
+            f"set_output(transform={container!r}) makes an in-memory {container} container of "
+            f"the output, and {type(estimator).__name__}.transform of Dask input is a lazy Dask "
+            "array: compute X (or the output) first, or keep set_output(transform='default') "
+            "for Dask input."
+        )
+
+
 def gathered(estimator, X, *, reset, sample_weight=None):
     """X in memory for an estimator that holds its rows (a Dask array or
     DataFrame computed, anything else as given), what the graph shows

@@ -735,6 +735,35 @@ def test_dataframe_outputs_are_lazy(mixture, method):
     np.testing.assert_array_equal(out.compute(), expected)
 
 
+@pytest.mark.parametrize("kind", ["array", "dataframe"])
+def test_set_output_containers_of_lazy_outputs_are_refused_before_work(mixture, kind):
+    # transform of Dask input is a lazy Dask array: set_output's polars
+    # container refused it after fit_transform's fit, and pandas' computed
+    # it whole, its index lost (an audit's finding). Refused before any
+    # computation, fit_transform before its fit.
+    pd = pytest.importorskip("pandas")
+    X = mixture[0][:3000]
+    frame = pd.DataFrame(X, columns=[f"f{j}" for j in range(X.shape[1])])
+    lazy = (
+        da.from_array(X, chunks=(1000, -1))
+        if kind == "array"
+        else dd.from_pandas(frame.set_axis(range(1000, 4000)), npartitions=3)
+    )
+    fitted = AttentionClustering(3, center=True, random_state=0).fit(
+        frame if kind == "dataframe" else X
+    )
+    model = AttentionClustering(3, center=True, random_state=0).set_output(transform="pandas")
+    computations = _Computations()
+    with dask.config.set(scheduler="sync"), computations:
+        with pytest.raises(ValueError, match=r"set_output\(transform='pandas'\).*lazy Dask array"):
+            model.fit_transform(lazy)
+        with pytest.raises(ValueError, match="compute X"):
+            fitted.set_output(transform="pandas").transform(lazy)
+    assert computations.count == 0 and not hasattr(model, "cluster_centers_")
+    # The default container keeps the lazy output.
+    assert isinstance(fitted.set_output(transform="default").transform(lazy), da.Array)
+
+
 def test_a_pipeline_on_a_dataframe_fits_the_lazy_outputs(mixture):
     # transform's lazy output on a DataFrame has rows of unknown count, which
     # the next step's fit refused ("call X.compute_chunk_sizes() first").

@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-seeds test-portable test-fast lint docs figures bench clean
+.PHONY: demo test test-seeds test-portable test-oldest test-fast lint docs figures bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,16 @@ test-seeds: $(STAMP)
 # rounding fail here (x86-64 machines only).
 test-portable: $(STAMP)
 	NUMBA_CPU_NAME=generic NUMBA_CACHE_DIR=$(VENV)/numba-generic $(PY) -m pytest -n 2 -q -p no:cacheprovider tests
+
+# The suite on the oldest versions pyproject.toml admits (.ci/oldest.txt), in
+# an environment of its own: a floor the code has outgrown fails here.
+OLDEST := .venv-oldest
+test-oldest:
+	$(PYTHON) -m venv $(OLDEST)
+	$(OLDEST)/bin/python -m pip install --quiet --upgrade pip
+	$(OLDEST)/bin/python -m pip install --quiet -c .ci/oldest.txt -e ".[test,dask,docs]"
+	$(OLDEST)/bin/python -m sphinx -q -b html docs docs/_build/html
+	$(OLDEST)/bin/python -m pytest -n 2 -q -p no:cacheprovider --doctest-modules attention_cluster tests
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -n 2 -q --doctest-modules -m "not slow" attention_cluster tests
@@ -75,4 +85,4 @@ bench: $(STAMP)
 	$(PY) benchmarks/many_clusters.py
 
 clean:
-	rm -rf $(VENV) docs/_build docs/auto_examples docs/generated .pytest_cache .hypothesis
+	rm -rf $(VENV) $(OLDEST) docs/_build docs/auto_examples docs/generated .pytest_cache .hypothesis

@@ -571,7 +571,7 @@ def run(args, config, ctx, payload):
             payload["rows"] = [r for r in payload["rows"] if r["section"] != section] + rows
             payload["meta"]["sections"][section] = {
                 "command": command_line(args),
-                "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
                 "seconds": time.perf_counter() - start,
                 "load_before": load_before,
                 "load_after": os.getloadavg(),

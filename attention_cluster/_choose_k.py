@@ -63,6 +63,7 @@ from ._validation import (
     check_count,
     check_positive,
     deferred_warnings,
+    plain_number,
     quiet_finite_check,
     replay,
     stored_values,
@@ -419,6 +420,8 @@ def count_clusters(
     fit : the ``fit_at(n_clusters)`` fit
     """
     ks = check_choice(n_clusters_range, beta, min_cluster_size, max_samples)
+    # Python numbers (plain_number: an np.int8 max_samples' 2 m + 16 overflowed).
+    beta, min_cluster_size, max_samples = map(plain_number, (beta, min_cluster_size, max_samples))
     # Rows of weight zero are as absent: n counts the others.
     n = rows.n_weighted
     # The rows the tokens' draw brings into memory (_tokens): every row of

@@ -55,6 +55,7 @@ from ._validation import (
     deferred_warnings,
     finite_output,
     is_dask_collection,
+    plain_number,
     replay,
     warn,
 )
@@ -500,7 +501,12 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             check_positive(self.n_clusters, "n_clusters", numbers.Integral, min_val=1, strict=False)
         check_auto_or_positive(self.temperature, "temperature")
         check_positive(
-            self.sequence_length, "sequence_length", numbers.Integral, min_val=1, strict=False
+            self.sequence_length,
+            "sequence_length",
+            numbers.Integral,
+            min_val=1,
+            strict=False,
+            float_range=True,
         )
         check_options(self.regularization, "regularization", ["pairwise", "product", None])
         check_auto_or_positive(self.reg_strength, "reg_strength", strict=False)
@@ -581,7 +587,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             X,
             reset=reset,
             sample_weight=sample_weight,
-            n_threads=self.n_threads,
+            n_threads=plain_number(self.n_threads),
             verbose=self.verbose,
             defer_finite=defer_finite,
             weight_unit=weight_unit,
@@ -665,7 +671,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         ``(K, scores, silhouettes)``, else None.
         """
         init = self._check_params(rows.n_features)
-        params = SimpleNamespace(**self.get_params(deep=False))
+        # NumPy scalars as Python numbers (plain_number: an np.int8 count's
+        # sums overflowed in the solvers).
+        params = SimpleNamespace(
+            **{name: plain_number(value) for name, value in self.get_params(deep=False).items()}
+        )
         if n_clusters is not None:
             params.n_clusters = n_clusters
         chosen = None
@@ -706,7 +716,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                     rows,
                     fit_at,
                     random_state=self.random_state,
-                    n_threads=self.n_threads,
+                    n_threads=params.n_threads,
                     center=self.center,
                     **(choice or {}),
                 )

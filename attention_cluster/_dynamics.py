@@ -46,6 +46,7 @@ from ._validation import (
     check_verbose,
     gathered,
     peak_unit,
+    plain_number,
     quiet_finite_check,
     warn,
 )
@@ -356,7 +357,7 @@ def attention_flow(
     """
     with quiet_finite_check():
         X = check_array(X, dtype=[np.float64, np.float32], input_name="X")
-    check_positive(n_steps, "n_steps", numbers.Integral, min_val=0, strict=False)
+    n_steps = check_positive(n_steps, "n_steps", numbers.Integral, min_val=0, strict=False)
     flow = _check_flow(X, model, beta, step_size, query, key, value, chunk_size=None, n_threads=1)
     # The steps run in float64 (the logits' exponentials); the path keeps X's dtype.
     path = np.empty((n_steps + 1,) + X.shape, dtype=X.dtype)
@@ -375,7 +376,12 @@ def check_min_cluster_size(min_cluster_size):
     """Refuse a ``min_cluster_size`` that is neither an integer >= 1 nor a fraction in (0, 1)."""
     if isinstance(min_cluster_size, numbers.Integral):
         check_positive(
-            min_cluster_size, "min_cluster_size", numbers.Integral, min_val=1, strict=False
+            min_cluster_size,
+            "min_cluster_size",
+            numbers.Integral,
+            min_val=1,
+            strict=False,
+            float_range=True,
         )
     else:
         check_positive(min_cluster_size, "min_cluster_size")
@@ -419,15 +425,17 @@ def _check_flow(X, model, beta, step_size, query, key, value, chunk_size, n_thre
     else:
         check_positive(step_size, "step_size")
     d = X.shape[1]
+    # NumPy scalars as Python numbers (plain_number): an np.int8 chunk_size
+    # overflowed the blocks' bounds, and ran another dynamics silently.
     return _Flow(
         model,
-        beta,
-        step_size,
+        plain_number(beta),
+        plain_number(step_size),
         _weight_matrix(query, "query", d),
         _weight_matrix(key, "key", d),
         _weight_matrix(value, "value", d),
-        chunk_size,
-        n_threads,
+        plain_number(chunk_size),
+        plain_number(n_threads),
     )
 
 

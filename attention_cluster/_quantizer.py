@@ -204,7 +204,7 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
             Fitted estimator.
         """
         n_clusters = check_positive(
-            self.n_clusters, "n_clusters", Integral, min_val=1, strict=False
+            self.n_clusters, "n_clusters", Integral, min_val=1, strict=False, float_range=True
         )
         temperature = check_auto_or_positive(self.temperature, "temperature")
         attention = check_options(self.attention, "attention", ["linear", "softmax"])

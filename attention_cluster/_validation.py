@@ -102,12 +102,18 @@ def check_options(value, name, options):
     return value
 
 
-def check_positive(value, name, target_type=numbers.Real, *, min_val=0, strict=True):
-    """Check the type of a scalar parameter and its lower bound; return it.
+def check_positive(
+    value, name, target_type=numbers.Real, *, min_val=0, strict=True, float_range=False
+):
+    """Check the type of a scalar parameter and its lower bound; return it,
+    a NumPy scalar as the Python number it holds (:func:`plain_number`).
 
     ``strict`` makes the bound open (``value > min_val``). A bool is not a
     number here (Python's and NumPy's), as in scikit-learn's ``Interval``:
-    ``max_iter=True`` is a mistake, not one iteration.
+    ``max_iter=True`` is a mistake, not one iteration. An integer beyond
+    float64 is refused where the parameter is a float, or an integer used
+    as one (``float_range``: a prompt's length, a number of heads), and
+    taken elsewhere (``max_iter=10**400``, as KMeans takes it).
     """
     if isinstance(value, (bool, np.bool_)):
         raise InvalidParameterError(f"{name} must be a number, got the bool {value!r}.")
@@ -125,8 +131,10 @@ def check_positive(value, name, target_type=numbers.Real, *, min_val=0, strict=T
         raise InvalidParameterError(
             f"{name} must be an int or a float, got {type(value).__name__} {value!r}."
         )
-    if isinstance(value, numbers.Integral) and not issubclass(target_type, numbers.Integral):
-        # (A float parameter given as an integer beyond float64: OverflowError once used.)
+    if isinstance(value, numbers.Integral) and (
+        float_range or not issubclass(target_type, numbers.Integral)
+    ):
+        # (An integer beyond float64: OverflowError once used as a float.)
         try:
             float(value)
         except OverflowError:
@@ -138,6 +146,18 @@ def check_positive(value, name, target_type=numbers.Real, *, min_val=0, strict=T
     if value < min_val or (strict and value == min_val):
         sign = ">" if strict else ">="
         raise InvalidParameterError(f"{name} must be {sign} {min_val}, got {value!r}.")
+    return plain_number(value)
+
+
+def plain_number(value):
+    """A NumPy integer or float scalar as the Python number it holds; any
+    other value as given. NumPy 2 keeps a small integer type through
+    arithmetic (``np.int8(100) + 100`` overflows), which scikit-learn's
+    checks accept for a count: parameters are read as Python numbers."""
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
     return value
 
 
@@ -251,6 +271,9 @@ def check_sample_weight(sample_weight, X, unit=None):
     w = np.asarray(sample_weight)
     if np.iscomplexobj(w):
         raise ValueError("Complex data not supported for sample_weight.")
+    if w.dtype.kind in "USV" or (w.ndim == 0 and w.dtype.kind == "b"):
+        # Text is no weight (float("2") read it as 2), nor one bool for all rows.
+        raise ValueError(f"sample_weight must be numbers, got {sample_weight!r}.")
     if w.ndim == 0:
         w = np.full(X.shape[0], float(w))
     w = np.asarray(w, dtype=np.float64)
@@ -361,6 +384,9 @@ def check_auto_or_positive(value, name, *, strict=True):
         if value != "auto":
             raise InvalidParameterError(f'{name} must be "auto" or a number, got {value!r}.')
         return value
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        # (check_scalar's text names the number alone.)
+        raise InvalidParameterError(f'{name} must be "auto" or a number, got {value!r}.')
     return check_positive(value, name, strict=strict)
 
 
@@ -624,8 +650,11 @@ def check_dask_sample_weight(sample_weight, X):
 def check_count(value, name, minimum=1):
     """An integer (or an integral float, not a bool) ``>= minimum``; returns it as int."""
     if (
-        isinstance(value, bool)
+        isinstance(value, (bool, np.bool_))
         or not isinstance(value, numbers.Real)
+        # An integer, or a float integral and finite (a Fraction's or a
+        # Decimal's np.isfinite was NumPy's TypeError).
+        or not isinstance(value, (numbers.Integral, float, np.floating))
         or (not isinstance(value, numbers.Integral) and not np.isfinite(value))
         or int(value) != value
         or value < minimum

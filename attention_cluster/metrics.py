@@ -238,7 +238,7 @@ def class_means_distance(X, labels, centroids):
     return centroid_distance(unit_rows(means), centroids)
 
 
-def _error_independent(gap, scale_c, scale_others):
+def _error_independent(gap, scale_c, scale_others, multiplicity=1):
     """``P(max_j y_j >= y_c)`` for independent Gaussians, by quadrature.
 
     ``y_c = scale_c t`` with ``t ~ N(0, 1)`` and ``y_j ~ N(-gap_j,
@@ -247,11 +247,13 @@ def _error_independent(gap, scale_c, scale_others):
     (``log_ndtr``) and ``1 - exp`` with ``expm1``, so tiny error rates keep
     their relative accuracy; the integrand is concentrated where some
     ``gap_j + scale_c t`` is near 0, and the integral runs over
-    ``t in [-max_j gap_j / scale_c - 40, 40]`` around those points.
+    ``t in [-max_j gap_j / scale_c - 40, 40]`` around those points. Each
+    ``y_j`` stands for ``multiplicity`` independent copies of itself (the
+    K - 1 equal scores of :func:`interference`, without arrays of K - 1).
     """
 
     def integrand(t):
-        log_correct = np.sum(special.log_ndtr((gap + scale_c * t) / scale_others))
+        log_correct = multiplicity * np.sum(special.log_ndtr((gap + scale_c * t) / scale_others))
         return -np.expm1(log_correct) * np.exp(-0.5 * t * t) / np.sqrt(2.0 * np.pi)
 
     centres = -gap / scale_c
@@ -458,9 +460,10 @@ def interference(noise, n_clusters=2):
         z = 1.0 / (np.sqrt(2.0) * sigma)
     if K == 2:
         return special.ndtr(-z)[()]
-    gap = np.ones(K - 1)
+    # The K - 1 other scores are alike: one, K - 1 times (K of 1e9 held
+    # arrays of K).
     out = [
-        _error_independent(gap, s, np.full(K - 1, s)) if margin <= _BEYOND else 0.0
+        _error_independent(np.ones(1), s, np.full(1, s), K - 1) if margin <= _BEYOND else 0.0
         for s, margin in zip(sigma.ravel(), z.ravel())
     ]
     return np.reshape(out, sigma.shape)[()]

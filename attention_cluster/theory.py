@@ -42,6 +42,7 @@ from ._objective import regularizer_code
 from ._passes import rows_of, unit_rows
 from ._sphere import normalize_heads, project_tangent, retract
 from ._validation import (
+    DENSE_LIMIT_BYTES,
     InvalidParameterError,
     as_numbers,
     check_count,
@@ -1818,7 +1819,8 @@ def psgd_path(
     L = check_count(sequence_length, "sequence_length")
     batch_size = check_count(batch_size, "batch_size")
     reg_kind = regularizer_code(regularization)
-    reg_strength = check_positive(reg_strength, "reg_strength", strict=False)
+    # A float for the kernel (an integer beyond int64 was Numba's OverflowError).
+    reg_strength = float(check_positive(reg_strength, "reg_strength", strict=False))
     riemannian = check_options(gradient, "gradient", ["riemannian", "euclidean"]) == "riemannian"
     # The kernel's factor is lambda n_heads / L: rescale lambda to keep lambda K / L.
     K = n_heads if n_clusters is None else check_count(n_clusters, "n_clusters")
@@ -1827,6 +1829,13 @@ def psgd_path(
     state = np.array([rng.randint(1, np.iinfo(np.int64).max)], dtype=np.uint64)
 
     rows_per_step = batch_size * L
+    if 8.0 * rows_per_step * n_features > DENSE_LIMIT_BYTES:
+        # One step's tokens are drawn at once (batch_size=10**6 drew for minutes).
+        raise InvalidParameterError(
+            f"One step draws batch_size={batch_size} sequences of sequence_length={L} tokens, "
+            f"{8.0 * rows_per_step * n_features / 2**30:.3g} GiB of {n_features} features, more "
+            f"than {DENSE_LIMIT_BYTES / 2**30:.0f} GiB: lower batch_size or sequence_length."
+        )
     steps_per_draw = max(1, _DRAWN_ROWS // rows_per_step)
     rows = np.empty((steps_per_draw * rows_per_step, n_features))
     steps = np.full(steps_per_draw, float(step_size))

@@ -782,3 +782,14 @@ def test_spike_overlap_against_its_formula_and_at_its_limit(gamma):
         assert spike_overlap(np.float64(1e300), np.float64(1e-20), d, n) == 1.0
         # b^2 beyond float64, lambda / v not: ell is b.
         assert spike_overlap(np.float64(1e200), np.float64(1.0), d, n) == pytest.approx(1.0)
+
+
+def test_interference_of_many_clusters_holds_no_arrays_of_k():
+    # The K - 1 other scores are alike: one integrand, K - 1 times (K = 1e9
+    # allocated arrays of K, and took the memory of the machine).
+    many = interference(0.3, n_clusters=10**9)
+    assert 0.99 < many < 1.0
+    np.testing.assert_allclose(
+        interference(0.3, n_clusters=10), bayes_error(np.eye(10, 12), 0.3), rtol=1e-12
+    )
+    assert interference(0.3, 10) < interference(0.3, 1000) < many

@@ -305,3 +305,66 @@ def test_integers_beyond_numpy_s_are_checked_as_integers_and_fractions_refused()
         AttentionClustering(2, max_iter=-(10**20)).fit(X)
     with pytest.raises(InvalidParameterError, match="n_steps"):
         attention_flow(X, -(10**20))
+
+
+def test_numpy_integers_are_read_as_python_integers():
+    # NumPy 2 keeps a small integer type through arithmetic, which
+    # scikit-learn's checks accept for a count (KMeans(np.int8(3)) fits): an
+    # np.int8 n_clusters overflowed the spectral start's rows, np.int16
+    # PSGD draws gave negative dimensions, and an np.int8 chunk_size ran
+    # another dynamics silently (an audit's findings).
+    Y = datasets.make_mixture(20000, 5, 3, noise=0.2, random_state=0)[0]
+    given = AttentionClustering(3, random_state=0).fit(Y).cluster_centers_
+    for n_clusters in (np.int8(3), np.uint8(3), np.int16(3)):
+        fitted = AttentionClustering(n_clusters, random_state=0).fit(Y)
+        np.testing.assert_array_equal(fitted.cluster_centers_, given)
+    psgd = dict(solver="psgd", max_iter=300, random_state=0)
+    given = AttentionClustering(3, sequence_length=50, batch_size=8, **psgd).fit(X)
+    small = AttentionClustering(3, sequence_length=np.int16(50), batch_size=np.int16(8), **psgd)
+    np.testing.assert_array_equal(small.fit(X).cluster_centers_, given.cluster_centers_)
+    AttentionClustering(3, batch_size=np.uint8(2), **psgd).fit(X)
+    given = SelfAttentionDynamics(chunk_size=40, random_state=0).fit(X)
+    small = SelfAttentionDynamics(chunk_size=np.int8(40), random_state=0).fit(X)
+    np.testing.assert_array_equal(small.energy_path_, given.energy_path_)
+    assert attention_flow(X, np.int8(127)).shape == (128, *X.shape)
+    assert attention_flow(X, np.uint8(255)).shape == (256, *X.shape)
+    model = AttentionClustering(random_state=0)
+    assert choose_n_clusters(X, model, max_samples=np.int8(100)).n_clusters >= 1
+    # An integer strength beyond int64 reached a Numba kernel.
+    path = theory.psgd_path(
+        X, HEADS, temperature=1.0, step_size=0.1, record=[0, 2], reg_strength=2**63
+    )
+    assert np.all(np.isfinite(path))
+
+
+def test_counts_used_as_floats_and_text_weights_are_refused_by_name():
+    # Integers beyond float64 where they enter a float (OverflowError after
+    # the checks), Fractions as counts (NumPy's TypeError), a text or one
+    # bool as the weights (read as a number), a batch of PSGD's path beyond
+    # memory (drawn for minutes): each refused by name, before any work.
+    cases = [
+        (lambda: AttentionClustering(2, sequence_length=10**400).fit(X), "sequence_length"),
+        (lambda: SelfAttentionDynamics(min_cluster_size=10**400).fit(X), "min_cluster_size"),
+        (lambda: InContextQuantizer(10**400).fit(X), "n_clusters"),
+        (lambda: datasets.make_mixture(Fraction(100), 4, 2), "n_samples"),
+        (lambda: metrics.interference(0.3, n_clusters=Fraction(3)), "n_clusters"),
+        (lambda: AttentionClustering(2, temperature=None).fit(X), 'temperature must be "auto"'),
+        (
+            lambda: theory.psgd_path(
+                X, HEADS, temperature=1.0, step_size=0.1, record=[0, 1], batch_size=10**6
+            ),
+            "lower batch_size",
+        ),
+    ]
+    for call, message in cases:
+        with pytest.raises(InvalidParameterError, match=message):
+            call()
+    for weights in ("2", b"2", np.True_):
+        with pytest.raises(ValueError, match="sample_weight must be numbers"):
+            AttentionClustering(2).fit(X, sample_weight=weights)
+    # One bool per row is a weight of 0 or 1, as scikit-learn reads it.
+    mask = np.arange(len(X)) % 2 == 0
+    np.testing.assert_array_equal(
+        AttentionClustering(2, random_state=0).fit(X, sample_weight=mask).cluster_centers_,
+        AttentionClustering(2, random_state=0).fit(X, sample_weight=mask * 1.0).cluster_centers_,
+    )

@@ -40,10 +40,12 @@ test-portable: $(STAMP)
 	NUMBA_CPU_NAME=generic NUMBA_CACHE_DIR=$(VENV)/numba-generic $(PY) -m pytest -n 2 -q -p no:cacheprovider tests
 
 # The suite on the oldest versions pyproject.toml admits (.ci/oldest.txt), in
-# an environment of its own: a floor the code has outgrown fails here.
+# an environment of its own: a floor the code has outgrown fails here. On the
+# oldest Python too (Numba 0.60 and NumPy 2.0 have no wheels beyond 3.12).
 OLDEST := .venv-oldest
+OLDEST_PYTHON ?= python3.11
 test-oldest:
-	$(PYTHON) -m venv $(OLDEST)
+	$(OLDEST_PYTHON) -m venv $(OLDEST)
 	$(OLDEST)/bin/python -m pip install --quiet --upgrade pip
 	$(OLDEST)/bin/python -m pip install --quiet -c .ci/oldest.txt -e ".[test,dask,docs]"
 	$(OLDEST)/bin/python -m sphinx -q -b html docs docs/_build/html

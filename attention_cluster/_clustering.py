@@ -127,10 +127,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     n_clusters : int or "auto", default=2
         Number of clusters K, and of attention heads. ``"auto"`` takes the
         K of the self-attention dynamics' longest plateau on at most 2000
-        rows (:mathmd:`8`; beyond 500 features a subsample of them moving,
-        the others passive tracers, as
-        ``SelfAttentionDynamics(max_samples="auto")`` moves them; groups of
-        at least 2% of them count as
+        rows (:mathmd:`8`; a subsample of them moving, the others passive
+        tracers, where a step on all would pass 2e9 multiply-adds, as
+        ``SelfAttentionDynamics(max_samples="auto")`` moves them: 2000 rows
+        of more than 500 features; groups of at least 2% of them count as
         clusters; on the centred rows with ``center=True``, and with
         ``"auto"`` where the rows' mean carries more than 5% of their
         second moment and the fit at the centred rows' count would centre

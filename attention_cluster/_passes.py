@@ -2601,6 +2601,8 @@ def entry_squares(A):
 
 def row_squared_norms(A):
     """``||a_i||^2`` of each row of a dense or sparse matrix."""
+    if not sp.issparse(A):
+        A = np.asarray(A)
     if sp.issparse(A) or A.shape[0] == 0:
         return np.asarray(entry_squares(A).sum(axis=1)).ravel()
     # By chunks of rows: no full-size array of squares (unit_rows' reason).
@@ -2701,9 +2703,10 @@ def row_peaks(rows):
     """The largest ``|x_ij|`` of each row of a dense block or a CSR matrix (0 for a zero row)."""
     if sp.issparse(rows):
         return _row_reduce(np.maximum, np.abs(rows.data), rows.indptr)
-    # The larger of the row's largest entry and minus its smallest: no
-    # full-size copy of |x|.
-    # (0 - min, not -min: a zero row's peak is +0.)
+    if rows.dtype.kind != "f":
+        return np.max(np.abs(rows), axis=1, initial=0)
+    # Floats: the larger of the row's largest entry and minus its smallest,
+    # no full-size copy of |x| (0 - min, not -min: a zero row's peak is +0).
     return np.maximum(np.max(rows, axis=1, initial=0.0), 0.0 - np.min(rows, axis=1, initial=0.0))
 
 

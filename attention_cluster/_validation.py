@@ -271,9 +271,7 @@ def check_sample_weight(sample_weight, X, unit=None):
     w = np.asarray(sample_weight)
     if np.iscomplexobj(w):
         raise ValueError("Complex data not supported for sample_weight.")
-    if w.dtype.kind in "USV" or (w.ndim == 0 and w.dtype.kind == "b"):
-        # Text is no weight (float("2") read it as 2), nor one bool for all rows.
-        raise ValueError(f"sample_weight must be numbers, got {sample_weight!r}.")
+    _refuse_text_weights(w)
     if w.ndim == 0:
         w = np.full(X.shape[0], float(w))
     w = np.asarray(w, dtype=np.float64)
@@ -286,6 +284,21 @@ def check_sample_weight(sample_weight, X, unit=None):
             w = w / unit
     _check_weight_summary(finite, negative, float(np.sum(w)) if finite else 0.0)
     return w, unit
+
+
+def _refuse_text_weights(w):
+    """Text is no weight (float("2") read it as 2), nor one bool for all rows:
+    refused by the dtype of ``w`` (an array, NumPy's or Dask's), and, for
+    NumPy objects, by their types (pandas' strings are such)."""
+    kind = w.dtype.kind
+    text = kind in "USV" or (
+        kind == "O"
+        and isinstance(w, np.ndarray)
+        and any(isinstance(v, (str, bytes)) for v in w.flat)
+    )
+    if text or (w.ndim == 0 and kind == "b"):
+        shown = "a bool" if kind == "b" else "text"
+        raise ValueError(f"sample_weight must be numbers, got {shown} (dtype {w.dtype}).")
 
 
 def _check_weight_summary(finite, negative, total):
@@ -384,8 +397,8 @@ def check_auto_or_positive(value, name, *, strict=True):
         if value != "auto":
             raise InvalidParameterError(f'{name} must be "auto" or a number, got {value!r}.')
         return value
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        # (check_scalar's text names the number alone.)
+    if not isinstance(value, (numbers.Real, np.bool_)):
+        # (check_scalar's text names the number alone; a bool's is check_positive's.)
         raise InvalidParameterError(f'{name} must be "auto" or a number, got {value!r}.')
     return check_positive(value, name, strict=strict)
 
@@ -408,10 +421,10 @@ def check_lazy_output(estimator, X):
     container = _get_output_config("transform", estimator)["dense"]
     if container != "default":
         raise ValueError(
-            f"set_output(transform={container!r}) makes an in-memory {container} container of "
-            f"the output, and {type(estimator).__name__}.transform of Dask input is a lazy Dask "
-            "array: compute X (or the output) first, or keep set_output(transform='default') "
-            "for Dask input."
+            f"The transform output {container!r} (set_output(transform=...) or "
+            "set_config(transform_output=...)) makes an in-memory container of the output, and "
+            f"{type(estimator).__name__}.transform of Dask input is a lazy Dask array: compute "
+            "X (or the output) first, or keep the default output for Dask input."
         )
 
 
@@ -627,6 +640,7 @@ def check_dask_sample_weight(sample_weight, X):
         return da.from_array(w, chunks=(X.chunks[0],)), float(np.sum(w)), unit, positive
     if np.iscomplexobj(np.empty(0, dtype=sample_weight.dtype)):
         raise ValueError("Complex data not supported for sample_weight.")
+    _refuse_text_weights(sample_weight)
     if sample_weight.ndim == 1 and any(np.isnan(c) for c in sample_weight.chunks[0]):
         # Counted as X's rows are (a DataFrame's column, masked as X).
         sample_weight = _with_counted_rows(sample_weight)

@@ -1830,13 +1830,18 @@ def psgd_path(
 
     rows_per_step = batch_size * L
     if 8.0 * rows_per_step * n_features > DENSE_LIMIT_BYTES:
-        # One step's tokens are drawn at once (batch_size=10**6 drew for minutes).
+        # The tokens of a step at least are drawn at once (batch_size=10**6
+        # drew for minutes).
         raise InvalidParameterError(
             f"One step draws batch_size={batch_size} sequences of sequence_length={L} tokens, "
             f"{8.0 * rows_per_step * n_features / 2**30:.3g} GiB of {n_features} features, more "
             f"than {DENSE_LIMIT_BYTES / 2**30:.0f} GiB: lower batch_size or sequence_length."
         )
-    steps_per_draw = max(1, _DRAWN_ROWS // rows_per_step)
+    # Steps drawn at once: _DRAWN_ROWS rows, within DENSE_LIMIT_BYTES.
+    steps_per_draw = max(
+        1,
+        min(_DRAWN_ROWS // rows_per_step, DENSE_LIMIT_BYTES // (8 * rows_per_step * n_features)),
+    )
     rows = np.empty((steps_per_draw * rows_per_step, n_features))
     steps = np.full(steps_per_draw, float(step_size))
     losses = np.empty(steps_per_draw)

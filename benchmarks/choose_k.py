@@ -989,9 +989,10 @@ CRITERION = [
     "1. The dynamics' clock. `SelfAttentionDynamics(beta=10, min_cluster_size=0.02)` runs on "
     "at most 2000 rows (drawn uniformly beyond that, so sparse and Dask input work; with "
     "sample weights, every row of positive weight as a weighted token when they are at most "
-    "2000, else 2000 of them drawn uniformly, with their weights; beyond 500 features a "
-    "subsample of them moves, the others labelled as passive tracers, as "
-    '`SelfAttentionDynamics(max_samples="auto")` moves them) '
+    "2000, else 2000 of them drawn uniformly, with their weights; a subsample of them moves, "
+    "the others labelled as passive tracers, where a step on all would pass 2e9 "
+    'multiply-adds, as `SelfAttentionDynamics(max_samples="auto")` moves them: 2000 rows of '
+    "more than 500 features) "
     "({doc}`math` section 8): the rows as given, or centred where the fit centres them "
     '(`center=True`; with `center="auto"`, where their mean carries more than 5% of their '
     "second moment and the fit at the count on the centred rows would centre them, or the "

@@ -755,7 +755,7 @@ def test_set_output_containers_of_lazy_outputs_are_refused_before_work(mixture, 
     model = AttentionClustering(3, center=True, random_state=0).set_output(transform="pandas")
     computations = _Computations()
     with dask.config.set(scheduler="sync"), computations:
-        with pytest.raises(ValueError, match=r"set_output\(transform='pandas'\).*lazy Dask array"):
+        with pytest.raises(ValueError, match=r"output 'pandas' \(set_output.*lazy Dask array"):
             model.fit_transform(lazy)
         with pytest.raises(ValueError, match="compute X"):
             fitted.set_output(transform="pandas").transform(lazy)

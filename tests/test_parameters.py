@@ -359,9 +359,26 @@ def test_counts_used_as_floats_and_text_weights_are_refused_by_name():
     for call, message in cases:
         with pytest.raises(InvalidParameterError, match=message):
             call()
-    for weights in ("2", b"2", np.True_):
-        with pytest.raises(ValueError, match="sample_weight must be numbers"):
+    pd = pytest.importorskip("pandas")
+    da = pytest.importorskip("dask.array")
+    n = len(X)
+    texts = ["1"] * n
+    for weights in (
+        "2",
+        b"2",
+        np.True_,
+        texts,
+        np.array(texts, dtype=object),
+        pd.Series(texts, dtype="string"),
+    ):
+        with pytest.raises(
+            ValueError, match=r"sample_weight must be numbers, got (text|a bool) \("
+        ):
             AttentionClustering(2).fit(X, sample_weight=weights)
+    with pytest.raises(ValueError, match="sample_weight must be numbers"):
+        AttentionClustering(2).fit(
+            da.from_array(X, chunks=(20, -1)), sample_weight=da.from_array(np.array(texts))
+        )
     # One bool per row is a weight of 0 or 1, as scikit-learn reads it.
     mask = np.arange(len(X)) % 2 == 0
     np.testing.assert_array_equal(

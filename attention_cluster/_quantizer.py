@@ -299,6 +299,10 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
                     # Sparse rows are held in float64 (SparseRows), and so is
                     # their product: each chunk's is cast to X's dtype.
                     context = _factor_for(context, X.dtype)
+                    if sp.issparse(X):
+                        # SciPy's sparse product takes the dense factor in C
+                        # order: copied once here, not at every chunk.
+                        context = np.ascontiguousarray(context)
                     out = rows.map_rows(_times, context, X.dtype, dtype=X.dtype, columns=d)
             return finite_output(out)
         # Dense X as it is (the layer copies nothing of it); sparse X densified.

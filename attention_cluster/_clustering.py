@@ -490,8 +490,12 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         tags.input_tags.sparse = True
         return tags
 
-    def _check_params(self, n_features):
-        """Validate the parameters; returns the starting heads (d x K unit columns) of an array ``init``, else None."""
+    def _check_params(self, n_features, in_memory=True):
+        """Validate the parameters; returns the starting heads (d x K unit columns) of an array ``init``, else None.
+
+        ``in_memory``: whether the rows may take the principal subspace
+        (Dask rows do not), for PSGD's memory check.
+        """
         if isinstance(self.n_clusters, str):
             if self.n_clusters != "auto":
                 raise InvalidParameterError(
@@ -527,9 +531,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         check_seed(self.random_state)  # with n_init > 1 first read after a pass
         if self.solver == "psgd":
             # Before X is read, at the narrowest width PSGD may run at (the
-            # principal subspace's); the fit plan checks the width it takes.
+            # principal subspace's in memory; Dask rows never take it, and
+            # run at their own); the fit plan checks the width it takes.
             K = 1 if isinstance(self.n_clusters, str) else self.n_clusters
             narrowest = min(n_features, K + DEFAULT_TUNING.subspace_extra)
+            narrowest = narrowest if in_memory else n_features
             check_psgd_draws(self.batch_size, self.sequence_length, narrowest, self.max_iter)
         if isinstance(self.init, str):
             check_options(self.init, "init", ["spectral", "random"])
@@ -563,11 +569,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             first = X[0]
             shape = (len(X), len(first)) if isinstance(first, (list, tuple)) else None
         if shape is not None and len(shape) == 2:
-            self._check_params(shape[1])
-            if self.solver == "psgd" and is_dask_collection(X):
-                # Dask rows never take the principal subspace: PSGD runs at
-                # their width (the refusal came after their rows were counted).
-                check_psgd_draws(self.batch_size, self.sequence_length, shape[1], self.max_iter)
+            # (Dask rows at their width: the refusal came after their rows were counted.)
+            self._check_params(shape[1], in_memory=not is_dask_collection(X))
 
     def _rows(
         self,
@@ -670,7 +673,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         beta, min_cluster_size, max_samples). Returns ``n_clusters="auto"``'s
         ``(K, scores, silhouettes)``, else None.
         """
-        init = self._check_params(rows.n_features)
+        init = self._check_params(rows.n_features, rows.in_memory)
         # NumPy scalars as Python numbers (plain_number: an np.int8 count's
         # sums overflowed in the solvers).
         params = SimpleNamespace(

@@ -79,10 +79,10 @@ from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
+import threadpoolctl
 from sklearn.preprocessing import normalize
 from sklearn.utils import assert_all_finite
 from sklearn.utils.validation import validate_data
-from threadpoolctl import ThreadpoolController
 
 from . import _kernels, _numpy_kernels
 from ._draws import NestedDraw, nested_rows
@@ -142,7 +142,7 @@ def usable_threads(n_threads=None):
 def _threadpool_controller():
     # Finding the loaded BLAS libraries costs about a millisecond: done once
     # per process, as scikit-learn does.
-    return ThreadpoolController()
+    return threadpoolctl.ThreadpoolController()
 
 
 class _OneBlasThread:
@@ -153,17 +153,26 @@ class _OneBlasThread:
     it and restoring what they found would leave it at one thread when the
     first to start ends first. The first to enter limits it, the last to
     leave restores it.
+
+    threadpoolctl (from 3.8) lets one thread at a time set the count of an
+    OpenBLAS that runs its own threads, the first to set it, until that
+    thread gives it up. A thread that limited the count gives it up when it
+    leaves, so that the last to leave, or a later fit in another thread, can
+    set it: kept, the thread of a process's first fit held it for good, and
+    every later fit in another thread ran BLAS on all its threads.
     """
 
     def __init__(self):
         self._lock = threading.Lock()
         self._users = 0
         self._limiter = None
+        self._limiting_thread = None
 
     def __enter__(self):
         with self._lock:
             if not self._users:
                 self._limiter = _threadpool_controller().limit(limits=1, user_api="blas")
+                self._limiting_thread = threading.current_thread()
             self._users += 1
         return self
 
@@ -173,6 +182,9 @@ class _OneBlasThread:
             if not self._users:
                 self._limiter.restore_original_limits()
                 self._limiter = None
+                _give_up_blas_control()
+            elif threading.current_thread() is self._limiting_thread:
+                _give_up_blas_control()
         return False
 
     def _after_fork(self):
@@ -181,7 +193,16 @@ class _OneBlasThread:
         # BLAS threads the process had before the parent's fits limited them.
         if self._users:
             self._limiter.restore_original_limits()
+            _give_up_blas_control()
         self.__init__()
+
+
+def _give_up_blas_control():
+    """Let other threads set OpenBLAS's thread count, if this one holds it
+    (threadpoolctl 3.8's rule; a no-op before it, and in other threads)."""
+    clear = getattr(threadpoolctl.OpenBLASController, "clear_controlling_thread", None)
+    if clear is not None:
+        clear()
 
 
 _ONE_BLAS_THREAD = _OneBlasThread()

@@ -11,6 +11,7 @@ import multiprocessing
 import os
 import threading
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -1059,6 +1060,74 @@ def test_overlapping_fits_in_threads_restore_the_blas_threads():
         assert {lib["num_threads"] for lib in controller.info()} == {1}
         second.__exit__(None, None, None)
         assert {lib["num_threads"] for lib in controller.info()} == {2}
+
+
+def _blas_threads_set_to_two(controller):
+    """BLAS's count set to two threads, no thread holding the right to set
+    it (threadpoolctl 3.8's rule for an OpenBLAS running its own threads)."""
+    import threadpoolctl
+
+    controller.limit(limits=2, user_api="blas")
+    clear = getattr(threadpoolctl.OpenBLASController, "clear_controlling_thread", None)
+    if clear is not None:
+        clear(force=True)
+
+
+@pytest.fixture
+def blas_controller():
+    from threadpoolctl import ThreadpoolController
+
+    controller = ThreadpoolController().select(user_api="blas")
+    if not controller.lib_controllers:
+        pytest.skip("no BLAS library to limit")
+    before = controller.info()
+    _blas_threads_set_to_two(controller)
+    yield controller
+    for lib, info in zip(controller.lib_controllers, before):
+        lib.set_num_threads(info["num_threads"])
+
+
+def _blas_threads(controller):
+    return {lib["num_threads"] for lib in controller.info()}
+
+
+def test_a_fit_in_a_thread_after_one_in_the_main_thread_has_blas_on_one_thread(blas_controller):
+    # threadpoolctl 3.8 lets the first thread to set OpenBLAS's count set it
+    # until it gives that up: the main thread's first fit kept it, and every
+    # later fit in another thread (a web server's, a GUI's) ran BLAS on all
+    # its threads, its sums in another order than the main thread's.
+    with _passes.one_blas_thread():
+        pass
+
+    def in_a_thread():
+        with _passes.one_blas_thread():
+            return _blas_threads(blas_controller)
+
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(in_a_thread).result() == {1}
+    assert _blas_threads(blas_controller) == {2}
+
+
+def test_fits_overlapping_in_threads_restore_blas_from_the_thread_that_ends_last(blas_controller):
+    # The first fit limits the count, the last restores it: in another
+    # thread than the first's, which held the right to set it.
+    from threadpoolctl import threadpool_limits
+
+    context = _passes.one_blas_thread()
+    with ThreadPoolExecutor(1) as first, ThreadPoolExecutor(1) as second:
+        first.submit(context.__enter__).result()
+        second.submit(context.__enter__).result()
+        first.submit(context.__exit__, None, None, None).result()
+        assert _blas_threads(blas_controller) == {1}
+        second.submit(context.__exit__, None, None, None).result()
+        assert _blas_threads(blas_controller) == {2}
+
+        def the_callers_own_limit():  # no thread of a fit holds the right
+            with threadpool_limits(limits=1, user_api="blas"):
+                return _blas_threads(blas_controller)
+
+        assert first.submit(the_callers_own_limit).result() == {1}
+        assert second.submit(the_callers_own_limit).result() == {1}
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")

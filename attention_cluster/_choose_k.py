@@ -517,8 +517,8 @@ def count_clusters(
     # The dynamics' own diagnosis, and what was made of its last state.
     unsettled = [message for message, category in held if issubclass(category, ConvergenceWarning)]
     # The tokens that moved: a subsample of them where a step on all would
-    # pass the dynamics' work bound (43 of 2000 at 2^20 features, of which
-    # 42 groups were fitted as the count, at 10 GB).
+    # pass the dynamics' work bound (43 of 2000 dense rows of 2^20
+    # features, of which 42 groups were fitted as the count, at 10 GB).
     moving = dynamics.subsample_indices_
     moved = m
     if moving is not None:

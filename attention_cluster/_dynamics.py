@@ -32,7 +32,16 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from ._dynamics_kernels import attention, cell_plane, group_tokens, self_attention
-from ._passes import dense_block, row_chunks, row_major, stored_bytes, unit_rows, usable_threads
+from ._passes import (
+    dense,
+    dense_block,
+    left_times,
+    row_chunks,
+    row_major,
+    stored_bytes,
+    unit_rows,
+    usable_threads,
+)
 from ._scale import gram_basis
 from ._validation import (
     DENSE_LIMIT_BYTES,
@@ -256,12 +265,48 @@ def _median(values, weights=None):
     return float(values[order][np.searchsorted(cumulative, 0.5 * cumulative[-1])])
 
 
+def _takes_span(flow, m, d):
+    """Whether the dynamics of m tokens in R^d runs on the coordinates of
+    their span (:func:`_span_basis`)."""
+    if flow.model not in SPHERE_MODELS or d < 2 * m or m * m * d < _SPAN_MIN_WORK:
+        return False
+    return flow.query is None and flow.key is None and flow.value is None
+
+
+def _auto_subsample(flow, n, d, sparse):
+    """``max_samples="auto"``'s subsample of n tokens in R^d, where a step
+    on all of them would pass ``_AUTO_WORK``: a step on it, ``m^2 d``, at
+    most that, and the tracers' vote, ``n m d``, at most ten steps' worth
+    (but for ``_AUTO_MIN_SAMPLES`` tokens). Sparse tokens that run in their
+    span (:func:`_takes_span`) may be more: there a step costs about
+    ``m^3`` (the coordinates' products and the span's eigendecomposition),
+    the vote ``n m^2`` (the tracers' coordinates, from their sparse inner
+    products with the tokens), and the tokens' Gram matrix, a sparse
+    product, little beside (at 2^20 features, 1259 tokens of 3000 where a
+    step on dense tokens bounds them at 43)."""
+    m = min(
+        n,
+        math.isqrt(int(_AUTO_WORK / d)),
+        max(_AUTO_MIN_SAMPLES, int(10 * _AUTO_WORK / (n * d))),
+    )
+    if sparse:
+        wide = min(
+            n,
+            d // 2,
+            int(_AUTO_WORK ** (1 / 3)),
+            max(_AUTO_MIN_SAMPLES, math.isqrt(int(10 * _AUTO_WORK / n))),
+        )
+        if wide > m and _takes_span(flow, wide, d):
+            m = wide
+    return m
+
+
 def _span_basis(flow, Z):
-    """``(Z64, coordinates, W)``: the m tokens Z in float64, and their
-    coordinates in an orthonormal basis of their span
-    (:func:`~attention_cluster._scale.gram_basis`: a vector y has the
+    """``(Z64, coordinates, W)``: the m tokens Z in float64 (sparse ones
+    stay sparse), and their coordinates in an orthonormal basis of their
+    span (:func:`~attention_cluster._scale.gram_basis`: a vector y has the
     coordinates ``(y Z64^T) W``, coordinates e are ``e W^T Z64``), when the
-    dynamics may run on them; else None.
+    dynamics may run on them (:func:`_takes_span`); else None.
 
     With Q = K = V the identity on the sphere, a step moves each token to a
     normalised combination of the tokens, and reads them through their
@@ -269,22 +314,21 @@ def _span_basis(flow, Z):
     and the dynamics of their coordinates is the dynamics of the tokens (an
     isometry; ``docs/math.md`` section 8, "Tokens wider than they are
     many"). A step then costs at most ``m^3`` multiply-adds instead of
-    ``m^2 d``, for one product ``Z Z^T`` (half a step's cost) and an
-    eigendecomposition of it: taken when ``d >= 2 m`` (rows far wider than
-    there are tokens: TF-IDF documents) and a step's ``m^2 d`` is at least
-    ``_SPAN_MIN_WORK``. Below that the steps are cheap, and the tokens are
-    kept as given: the coordinates are a rotation of them, equal in exact
-    arithmetic only, and a run that never settles amplifies the rounding
-    that tells them apart (weighted rows and their repeats, or rows in
-    another order, then reach other final states).
+    ``m^2 d``, after one product ``Z Z^T`` (half a step's cost; of sparse
+    tokens, a sparse product) and an eigendecomposition of it: taken when
+    ``d >= 2 m`` (rows far wider than there are tokens: TF-IDF documents)
+    and a step's ``m^2 d`` is at least ``_SPAN_MIN_WORK``. Below that the
+    steps are cheap, and the tokens are kept as given: the coordinates are
+    a rotation of them, equal in exact arithmetic only, and a run that
+    never settles amplifies the rounding that tells them apart (weighted
+    rows and their repeats, or rows in another order, then reach other
+    final states).
     """
-    m, d = Z.shape
-    if flow.model not in SPHERE_MODELS or d < 2 * m or m * m * d < _SPAN_MIN_WORK:
-        return None
-    if not (flow.query is None and flow.key is None and flow.value is None):
+    if not _takes_span(flow, *Z.shape):
         return None
     Z64 = Z.astype(np.float64, copy=False)
-    return (Z64, *gram_basis(Z64 @ Z64.T))
+    gram = dense(Z64 @ Z64.T) if sp.issparse(Z64) else Z64 @ Z64.T
+    return (Z64, *gram_basis(gram))
 
 
 def attention_flow(
@@ -548,12 +592,18 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         integrates all rows when one step's products, ``n^2 d``
         multiply-adds, are at most 2e9 (n = 14142 at d = 10; a fit then
         takes seconds), and otherwise warns and draws a subsample of
-        ``min(sqrt(2e9 / d), max(1024, 2e10 / (n d)))`` tokens. With sparse
-        X, a ``ValueError`` is raised before any work when the moving tokens
-        would take more than 1 GiB densely: pass a smaller ``max_samples``,
-        or reduce the features first (``TruncatedSVD``). The fit holds a
-        few arrays of the tokens' size besides (their float64 copies among
-        them: about 3 times that size in float64, 4 in float32).
+        ``min(sqrt(2e9 / d), max(1024, 2e10 / (n d)))`` tokens; sparse
+        tokens with at least twice as many features as they are many run
+        in their span (``docs/math.md`` section 8, "Tokens wider than they
+        are many": about ``m^3`` a step, and ``n m^2`` for the tracers'
+        vote), of up to ``min(d / 2, 1259, max(1024, sqrt(2e10 / n)))``
+        tokens (1259: the cube root of 2e9). With sparse X, a
+        ``ValueError`` is raised before any work when the moving tokens
+        would take more than 1 GiB densely (in their span, their m x m Gram
+        matrix in float64): pass a smaller ``max_samples``, or reduce the
+        features first (``TruncatedSVD``). The fit holds a few arrays of
+        the tokens' size besides (their float64 copies among them: about 3
+        times that size in float64, 4 in float32).
     chunk_size : int, default=1024
         Most rows of queries per block of the attention products (a task of
         the thread pool); blocks are smaller when the keys are many, so that
@@ -774,9 +824,9 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             )
         flow = self._check_params(X)
         weights = token_weights(sample_weight, X)
-        return self._run(flow, X, weights, self._subsample_size(X, weights))
+        return self._run(flow, X, weights, self._subsample_size(flow, X, weights))
 
-    def _subsample_size(self, X, weights):
+    def _subsample_size(self, flow, X, weights):
         """Tokens whose dynamics is integrated (n, the rows of positive weight,
         for the exact dynamics), checked before any work."""
         d = X.shape[1]
@@ -784,14 +834,8 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         if self.max_samples is None:
             m = n
         elif self.max_samples == "auto":
-            if n * n * d <= _AUTO_WORK:
-                m = n
-            else:
-                m = min(
-                    n,
-                    math.isqrt(int(_AUTO_WORK / d)),
-                    max(_AUTO_MIN_SAMPLES, int(10 * _AUTO_WORK / (n * d))),
-                )
+            m = n if n * n * d <= _AUTO_WORK else _auto_subsample(flow, n, d, sp.issparse(X))
+            if m < n:
                 what = "tokens" if weights is None else "rows of positive weight"
                 warn(
                     f"The exact dynamics of {n} {what} in {d} dimensions would take long: "
@@ -801,19 +845,21 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
                 )
         else:
             m = min(n, int(self.max_samples))
-        # The unnormalised model steps in float64 (its logits grow as e^{2t}).
-        itemsize = 8 if self.model == "unnormalized" else X.dtype.itemsize
-        size = m * d * itemsize
-        # Dense input holds its moving tokens already (the unnormalised
-        # model's float64 copy of float32 rows is its own); sparse input
-        # densifies them.
-        if sp.issparse(X) and size > DENSE_LIMIT_BYTES and size > stored_bytes(X):
-            raise ValueError(
-                f"The {m} moving tokens would take {size / 2**30:.1f} GiB as a dense array "
-                f"(more than {DENSE_LIMIT_BYTES / 2**30:.0f} GiB): pass a smaller "
-                "max_samples (the other rows stay sparse, as passive tracers), or reduce the "
-                "features first (sklearn.decomposition.TruncatedSVD)."
-            )
+        if sp.issparse(X):
+            # Sparse input densifies its moving tokens, but where they run in
+            # their span: their m x m Gram matrix and coordinates, in float64.
+            # (The unnormalised model steps in float64: its logits grow as e^{2t}.)
+            itemsize = 8 if self.model == "unnormalized" else X.dtype.itemsize
+            span = _takes_span(flow, m, d)
+            size = m * m * 8 if span else m * d * itemsize
+            if size > DENSE_LIMIT_BYTES and size > stored_bytes(X):
+                held = f"their {m} x {m} Gram matrix" if span else "a dense array"
+                raise ValueError(
+                    f"The {m} moving tokens would take {size / 2**30:.1f} GiB as {held} "
+                    f"(more than {DENSE_LIMIT_BYTES / 2**30:.0f} GiB): pass a smaller "
+                    "max_samples (the other rows stay sparse, as passive tracers), or reduce "
+                    "the features first (sklearn.decomposition.TruncatedSVD)."
+                )
         return m
 
     def _run(self, flow, X, weights, m):
@@ -848,9 +894,12 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         # and leave float32's range at t ~ 44: it steps in float64, so that its
         # horizon is float64's (attention_flow's Raises), and its results take
         # X's dtype.
-        Z = dense_block(
-            unit_rows(X) if on_sphere else X.copy(), X.dtype if on_sphere else np.float64
-        )
+        Z = unit_rows(X) if on_sphere else X.copy()
+        if not (sp.issparse(Z) and _takes_span(flow, *Z.shape)):
+            # Sparse tokens stay sparse where they run in their span, which
+            # reads them through their inner products (a token of
+            # HashingVectorizer's 2^20 features takes 8 MB densely).
+            Z = dense_block(Z, X.dtype if on_sphere else np.float64)
         # The tokens are ordered by their places in R^d, as given (the
         # span's coordinates are an eigenbasis whose rounding follows the
         # rows' order).
@@ -964,7 +1013,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             None if M is None else np.array(M) for M in (flow.query, flow.key)
         )
         # The limit points of coordinates in the span, back in R^d.
-        lift = None if span is None else (lambda C: (C @ W.T) @ given)
+        lift = None if span is None else (lambda C: left_times(C @ W.T, given, np.float64))
         self._set_clusters(
             flow,
             saved[1],
@@ -1336,7 +1385,7 @@ class _TracerReader:
             rows = rows.astype(self.dtype)
         if self.W is None:
             return rows
-        return np.asarray((rows @ self.span_rows.T) @ self.W, dtype=self.dtype)
+        return np.asarray(dense(rows @ self.span_rows.T) @ self.W, dtype=self.dtype)
 
 
 class _Particles:
@@ -1437,7 +1486,16 @@ def _count_text(count):
 def _byte_order(Z):
     """The rows of Z in the order of their bytes (equal rows in the order
     given): an order of their places that does not depend on the order of
-    the rows."""
+    the rows. Sparse rows by the bytes of their values, then of their
+    columns (stored as CSR without duplicates or explicit zeros: a row's
+    storage is its place)."""
+    if sp.issparse(Z):
+        Z = sp.csr_matrix(Z, copy=True)
+        Z.sum_duplicates()
+        Z.eliminate_zeros()
+        bounds = zip(Z.indptr[:-1].tolist(), Z.indptr[1:].tolist())
+        places = [(Z.data[a:b].tobytes(), Z.indices[a:b].tobytes()) for a, b in bounds]
+        return np.array(sorted(range(len(places)), key=places.__getitem__), dtype=np.intp)
     Z = np.ascontiguousarray(Z)
     places = Z.view(np.dtype((np.void, Z.dtype.itemsize * Z.shape[1]))).ravel()
     return np.argsort(places, kind="stable")
@@ -1467,6 +1525,13 @@ def _place_order(Z, weights=None):
     # the mean is zero but for rounding (rows in antipodal pairs), the
     # projections are that rounding, which then depends on the rows alone.
     ranks = _byte_order(Z)
+    if sp.issparse(Z):
+        ordered = sp.csr_matrix(Z[ranks], dtype=np.float64)
+        ordered.data /= peak_unit(Z)
+        w = np.ones(len(ranks)) if weights is None else weights[ranks]
+        # (Summed row by row, in the order of the rows' bytes.)
+        mean = (ordered.T @ w) / np.sum(w) if len(ranks) else np.zeros(Z.shape[1])
+        return ranks[np.argsort(ordered @ mean, kind="stable")]
     ordered = np.divide(Z[ranks], peak_unit(Z), dtype=np.float64)
     w = None if weights is None else weights[ranks]
     mean = np.average(ordered, axis=0, weights=w) if len(ordered) else np.zeros(Z.shape[1])

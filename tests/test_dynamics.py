@@ -1,5 +1,6 @@
 """Self-attention dynamics: kernels against NumPy twins, the flow's invariants, the estimator."""
 
+import math
 import pickle
 import warnings
 
@@ -844,6 +845,89 @@ def test_auto_subsample_warns_and_records_it(mixture, monkeypatch):
     assert record[0].filename == __file__
     assert len(model.subsample_indices_) == 400
     assert adjusted_rand_score(exact.labels_, model.labels_) > 0.9
+
+
+def _topic_documents(n, n_features, n_topics, rng, words=30, vocabulary=200):
+    """Sparse binary documents of ``words`` words each, drawn from the
+    ``vocabulary`` words of their topic (disjoint topics), and their topics."""
+    topics = rng.choice(n_features, (n_topics, vocabulary), replace=False)
+    labels = rng.integers(0, n_topics, n)
+    columns = np.concatenate([rng.choice(topics[k], words, replace=False) for k in labels])
+    rows = np.repeat(np.arange(n), words)
+    X = sp.csr_matrix((np.ones(n * words), (rows, columns)), shape=(n, n_features))
+    return X, labels
+
+
+def test_wide_sparse_tokens_move_in_their_span_without_a_dense_copy(traced_peak):
+    # A step on 500 documents of HashingVectorizer's 2^20 features passed
+    # max_samples="auto"'s work bound, m^2 d, at 43 tokens: the 43 moving
+    # documents (8 MB each densely) made 9 clusters of 3 topics, with 1 GB.
+    # Sparse tokens run in their span (m^3 a step), from their sparse Gram
+    # matrix: all 500 move, without a dense copy of them.
+    X, topics = _topic_documents(500, 2**20, 3, np.random.default_rng(0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # all tokens move: no subsample's warning
+        model, peak = traced_peak(lambda: SelfAttentionDynamics(random_state=0).fit(X))
+    assert model.subsample_indices_ is None
+    assert model.n_clusters_ == 3
+    assert adjusted_rand_score(topics, model.labels_) == 1.0
+    assert peak < 100 * 2**20  # (71 MB measured; one dense token is 8 MB)
+    np.testing.assert_array_equal(model.predict(X), model.labels_)
+
+
+def test_auto_subsample_of_wide_sparse_tokens_follows_the_span_s_cost():
+    # A step in the span costs about m^3 and the tracers' vote n m^2 (their
+    # coordinates): 1259 tokens of 3000 at 2^20 features, where a step on
+    # dense tokens, m^2 d, bounds them at 43 (dense rows, or the unnormalised
+    # model, which does not run in the span).
+    from attention_cluster._dynamics import _auto_subsample, _Flow
+
+    sphere = _Flow("sa", 1.0, 0.1, None, None, None, 1024, 1)
+    assert _auto_subsample(sphere, 3000, 2**20, sparse=True) == 1259
+    assert _auto_subsample(sphere, 3000, 2**20, sparse=False) == 43
+    unnormalized = _Flow("unnormalized", 1.0, 0.1, None, None, None, 1024, 1)
+    assert _auto_subsample(unnormalized, 3000, 2**20, sparse=True) == 43
+    # Many tracers: their vote bounds the subsample, sqrt(2e10 / n), but
+    # for 1024 tokens.
+    assert _auto_subsample(sphere, 16_000, 2**20, sparse=True) == math.isqrt(int(2e10 / 16_000))
+    assert _auto_subsample(sphere, 200_000, 2**20, sparse=True) == 1024
+    # Narrower than twice the subsample: the tokens are dense, m^2 d a step.
+    assert _auto_subsample(sphere, 3000, 1500, sparse=True) == math.isqrt(int(2e9 / 1500))
+
+
+def test_sparse_tokens_in_their_span_are_grouped_alike_in_any_order(monkeypatch):
+    # Sparse tokens are ordered by the bytes of their stored values and
+    # columns (the dense ones by the bytes of their rows): the same rows in
+    # another order, or stored otherwise (unsorted columns, explicit zeros),
+    # run alike. Antipodal pairs make the mean zero but for rounding.
+    monkeypatch.setattr(_dynamics, "_SPAN_MIN_WORK", 0.0)
+    rng = np.random.default_rng(1)
+    Y = sp.random(30, 200, density=0.1, format="csr", random_state=rng)
+    X = sp.vstack([Y, -Y, Y[:3]], format="csr")
+    want = SelfAttentionDynamics(beta=5.0).fit(X)
+    for _ in range(3):
+        order = rng.permutation(X.shape[0])
+        shuffled = X[order].tocoo()
+        entries = rng.permutation(shuffled.nnz)
+        stored = sp.csr_matrix(
+            (
+                np.append(shuffled.data[entries], 0.0),
+                (np.append(shuffled.row[entries], 0), np.append(shuffled.col[entries], 0)),
+            ),
+            shape=X.shape,
+        )
+        got = SelfAttentionDynamics(beta=5.0).fit(stored)
+        np.testing.assert_array_equal(got.n_clusters_path_, want.n_clusters_path_)
+        np.testing.assert_array_equal(got.labels_, want.labels_[order])
+
+
+def test_sparse_tokens_refused_by_their_span_s_gram_matrix():
+    # Sparse tokens in their span hold their m x m Gram matrix (and
+    # coordinates) in float64, not their dense copy: refused before any
+    # work where that passes 1 GiB.
+    X, _ = _topic_documents(12_000, 2**20, 3, np.random.default_rng(0), words=5)
+    with pytest.raises(ValueError, match="12000 x 12000 Gram matrix"):
+        SelfAttentionDynamics(max_samples=None).fit(X)
 
 
 @given(

@@ -72,6 +72,13 @@ SPHERE_MODELS = ("sa", "usa")
 # dynamics.py measures both paths).
 _AUTO_WORK = 2e9
 _AUTO_MIN_SAMPLES = 1024
+# max_samples="auto" for sparse tokens that run in their span: a step on m
+# of them costs about m^3, at most this (629 tokens). As much as a step in
+# the span on the tokens the dense bound gives at d = 5000 (633): TF-IDF
+# documents of 5000 words keep their subsample and time (1259 tokens, at
+# 2e9, took 4 times as long to the same choices), and those of 2^20
+# features move 629, not 43.
+_SPAN_AUTO_WORK = 2.5e8
 # Steps of at least this many multiply-adds (m^2 d, about 10 ms) run on the
 # tokens' coordinates in their span when d >= 2 m (_span_basis).
 _SPAN_MIN_WORK = 1e8
@@ -280,10 +287,10 @@ def _auto_subsample(flow, n, d, sparse):
     (but for ``_AUTO_MIN_SAMPLES`` tokens). Sparse tokens that run in their
     span (:func:`_takes_span`) may be more: there a step costs about
     ``m^3`` (the coordinates' products and the span's eigendecomposition),
-    the vote ``n m^2`` (the tracers' coordinates, from their sparse inner
-    products with the tokens), and the tokens' Gram matrix, a sparse
-    product, little beside (at 2^20 features, 1259 tokens of 3000 where a
-    step on dense tokens bounds them at 43)."""
+    at most ``_SPAN_AUTO_WORK``, the vote ``n m^2`` (the tracers'
+    coordinates, from their sparse inner products with the tokens), at most
+    ten steps of ``_AUTO_WORK``, and the tokens' Gram matrix, a sparse
+    product, little beside."""
     m = min(
         n,
         math.isqrt(int(_AUTO_WORK / d)),
@@ -293,8 +300,8 @@ def _auto_subsample(flow, n, d, sparse):
         wide = min(
             n,
             d // 2,
-            int(_AUTO_WORK ** (1 / 3)),
-            max(_AUTO_MIN_SAMPLES, math.isqrt(int(10 * _AUTO_WORK / n))),
+            int(_SPAN_AUTO_WORK ** (1 / 3)),
+            math.isqrt(int(10 * _AUTO_WORK / n)),
         )
         if wide > m and _takes_span(flow, wide, d):
             m = wide
@@ -596,8 +603,8 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         tokens with at least twice as many features as they are many run
         in their span (``docs/math.md`` section 8, "Tokens wider than they
         are many": about ``m^3`` a step, and ``n m^2`` for the tracers'
-        vote), of up to ``min(d / 2, 1259, max(1024, sqrt(2e10 / n)))``
-        tokens (1259: the cube root of 2e9). With sparse X, a
+        vote), of up to ``min(d / 2, 629, sqrt(2e10 / n))`` tokens (629:
+        the cube root of 2.5e8) where that is more. With sparse X, a
         ``ValueError`` is raised before any work when the moving tokens
         would take more than 1 GiB densely (in their span, their m x m Gram
         matrix in float64): pass a smaller ``max_samples``, or reduce the

@@ -876,23 +876,22 @@ def test_wide_sparse_tokens_move_in_their_span_without_a_dense_copy(traced_peak)
 
 
 def test_auto_subsample_of_wide_sparse_tokens_follows_the_span_s_cost():
-    # A step in the span costs about m^3 and the tracers' vote n m^2 (their
-    # coordinates): 1259 tokens of 3000 at 2^20 features, where a step on
-    # dense tokens, m^2 d, bounds them at 43 (dense rows, or the unnormalised
-    # model, which does not run in the span).
+    # A step in the span costs about m^3, at most 2.5e8 (629 tokens), and
+    # the tracers' vote n m^2 (their coordinates), at most 2e10: 629 tokens
+    # of 3000 at 2^20 features, where a step on dense tokens, m^2 d, bounds
+    # them at 43 (dense rows, or the unnormalised model, which does not run
+    # in the span).
     from attention_cluster._dynamics import _auto_subsample, _Flow
 
     sphere = _Flow("sa", 1.0, 0.1, None, None, None, 1024, 1)
-    assert _auto_subsample(sphere, 3000, 2**20, sparse=True) == 1259
+    assert _auto_subsample(sphere, 3000, 2**20, sparse=True) == 629
     assert _auto_subsample(sphere, 3000, 2**20, sparse=False) == 43
     unnormalized = _Flow("unnormalized", 1.0, 0.1, None, None, None, 1024, 1)
     assert _auto_subsample(unnormalized, 3000, 2**20, sparse=True) == 43
-    # Many tracers: their vote bounds the subsample, sqrt(2e10 / n), but
-    # for 1024 tokens.
-    assert _auto_subsample(sphere, 16_000, 2**20, sparse=True) == math.isqrt(int(2e10 / 16_000))
-    assert _auto_subsample(sphere, 200_000, 2**20, sparse=True) == 1024
-    # Narrower than twice the subsample: the tokens are dense, m^2 d a step.
-    assert _auto_subsample(sphere, 3000, 1500, sparse=True) == math.isqrt(int(2e9 / 1500))
+    # Many tracers: their vote bounds the subsample, sqrt(2e10 / n).
+    assert _auto_subsample(sphere, 10**6, 2**20, sparse=True) == math.isqrt(2 * 10**4)
+    # TF-IDF documents of 5000 words: the dense bound, as many (633), holds.
+    assert _auto_subsample(sphere, 2000, 5000, sparse=True) == math.isqrt(int(2e9 / 5000))
 
 
 def test_sparse_tokens_in_their_span_are_grouped_alike_in_any_order(monkeypatch):

@@ -356,12 +356,8 @@ def _run_em(em, p0, tol, max_iter, rho, report):
     report(em, ll0)
     start = em.passes - 1
     while em.passes - start < max_iter:
-        p1 = em.maximize(S0, c0, p0)
-        delta = float(np.sum((p1.U - p0.U) ** 2))
-        if (
-            delta <= tol * standard_error(p1, em.n_effective) * (1.0 - rho)
-            or not np.max(p1.radii) > 0.0
-        ):
+        p1, delta, settled = _em_step(em, S0, c0, p0, tol, rho)
+        if settled:
             return p1, True, rho
         S1, c1, ll1 = em.expect(p1)
         p2 = em.maximize(S1, c1, p1)
@@ -406,9 +402,20 @@ def _run_em(em, p0, tol, max_iter, rho, report):
             return p0, False, rho
         S0, c0, ll0 = em.expect(p0)
         report(em, ll0)
-    # max_iter E steps, the last at p0: its M step costs no pass (with
-    # max_iter=1 the start was returned as it was).
-    return em.maximize(S0, c0, p0), False, rho
+    # max_iter E steps, the last at p0: its M step costs no pass, and a run
+    # that reaches tol there has converged (it warned of max_iter).
+    p1, _, settled = _em_step(em, S0, c0, p0, tol, rho)
+    return p1, settled, rho
+
+
+def _em_step(em, S, counts, p, tol, rho):
+    """``(p1, delta, settled)``: the M step from the E step at p, its move
+    of the heads (squared), and whether that meets :func:`_run_em`'s rule
+    (or no head has a norm)."""
+    p1 = em.maximize(S, counts, p)
+    delta = float(np.sum((p1.U - p.U) ** 2))
+    settled = delta <= tol * standard_error(p1, em.n_effective) * (1.0 - rho)
+    return p1, delta, settled or not np.max(p1.radii) > 0.0
 
 
 def _em_map(em, like, v):
@@ -620,8 +627,9 @@ def _newton_em(em, p0, sub, p_sub, tol, max_iter, rho, report, n_stage):
         p, S, counts, ll, previous = candidate, S1, counts1, ll1, moved
         if gained < _GAIN_PER_TOL * tol:
             return p, True, rho
-    # max_iter E steps, the last at p: its M step costs no pass (as _run_em's).
-    return em.maximize(S, counts, p), False, rho
+    # max_iter E steps, the last at p: its M step costs no pass, tested as _run_em's.
+    p1, _, settled = _em_step(em, S, counts, p, tol, rho)
+    return p1, settled, rho
 
 
 # Most GMRES steps of one Newton step's solve (one cycle, no restart).

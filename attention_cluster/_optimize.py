@@ -217,6 +217,12 @@ def minimize_on_spheres(
         memory = _kept_pairs(U_new, memory, s, y, memory_size)
         U, f, G, g = U_new, f_new, G_new, g_new
         curve.append(f)
+    else:
+        # max_iter steps: the last one's gradient, at the heads returned, is
+        # tested as every step's (a run that reaches tol there has converged).
+        with np.errstate(over="ignore"):
+            gnorm = _norm(g)
+        converged = bool(gnorm <= tol and (n_iter >= min_iter or gnorm == 0.0))
     return SphereResult(U, np.asarray(curve), n_iter, converged, G, memory, overflow)
 
 

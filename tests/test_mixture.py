@@ -932,3 +932,31 @@ def test_m_step_heads_are_unit_at_any_magnitude_of_their_sums(free, magnitude):
     # Subnormal sums hold a few bits: their direction is as exact as they are.
     direction = S[1] / np.linalg.norm(S[1] / magnitude) / magnitude
     np.testing.assert_allclose(p.U[:, 1], direction, rtol=1e-13 if magnitude > 1e-300 else 0.05)
+
+
+@pytest.mark.parametrize(
+    "n_clusters, noise, options",
+    [(3, 0.5, {"init": "random"}), (12, 0.3, {"center": True})],
+    ids=["exact solver", "EM"],
+)
+def test_a_fit_that_converges_at_max_iter_does_not_warn(n_clusters, noise, options):
+    # The exact solver's last step and the EM's last M step were not tested
+    # against tol: a fit whose heads reached the unbounded fit's, exactly,
+    # at max_iter warned that it had not converged.
+    X = make_mixture(2000, 10, 3, noise=noise, random_state=0)[0]
+
+    def fit(**more):
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            model = AttentionClustering(n_clusters, random_state=0, **options, **more).fit(X)
+        return model, [w for w in record if issubclass(w.category, ConvergenceWarning)]
+
+    unbounded, warned = fit()
+    assert not warned
+    for max_iter in range(1, 100):
+        model, warned = fit(max_iter=max_iter)
+        if np.array_equal(model.cluster_centers_, unbounded.cluster_centers_):
+            break
+    else:
+        pytest.fail("no max_iter below 100 reaches the unbounded fit")
+    assert not warned, [str(w.message) for w in warned]

@@ -326,3 +326,15 @@ def test_psgd_s_warning_names_a_learning_rate_far_from_its_default(learning_rate
         model.fit(X)
     named = "sets steps relative" in str(record[0].message)
     assert named == (learning_rate == 1000.0)
+
+
+@pytest.mark.parametrize("max_iter", [201, 250])
+def test_psgd_stopped_by_max_iter_between_checks_warns(max_iter):
+    # The last chunk of steps was compared as a whole check: one step after
+    # step 200 (whose check moved the averaged heads by 18 times tol) its
+    # average barely moved, and the run stopped by max_iter said converged.
+    X = make_mixture(2000, 10, 3, noise=0.3, random_state=0)[0]
+    model = AttentionClustering(3, solver="psgd", max_iter=max_iter, random_state=0)
+    with pytest.warns(ConvergenceWarning, match="did not reach tol"):
+        model.fit(X)
+    assert model.n_iter_ == max_iter

@@ -496,13 +496,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         ``in_memory``: whether the rows may take the principal subspace
         (Dask rows do not), for PSGD's memory check.
         """
-        if isinstance(self.n_clusters, str):
-            if self.n_clusters != "auto":
-                raise InvalidParameterError(
-                    f'n_clusters must be an integer >= 1 or "auto", got {self.n_clusters!r}.'
-                )
-        else:
-            check_positive(self.n_clusters, "n_clusters", numbers.Integral, min_val=1, strict=False)
+        check_positive(
+            self.n_clusters, "n_clusters", numbers.Integral, min_val=1, strict=False, also=("auto",)
+        )
         check_auto_or_positive(self.temperature, "temperature")
         check_positive(
             self.sequence_length,
@@ -519,14 +515,16 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         check_options(self.centroid_norms, "centroid_norms", ["auto", "equal", "free"])
         check_positive(self.learning_rate, "learning_rate")
         check_positive(self.batch_size, "batch_size", numbers.Integral, min_val=1, strict=False)
-        if not (isinstance(self.max_iter, str) and self.max_iter == "auto"):
-            check_positive(self.max_iter, "max_iter", numbers.Integral, min_val=1, strict=False)
+        check_positive(
+            self.max_iter, "max_iter", numbers.Integral, min_val=1, strict=False, also=("auto",)
+        )
         check_auto_or_positive(self.tol, "tol", strict=False)
         check_positive(self.n_init, "n_init", numbers.Integral, min_val=1, strict=False)
         check_options(self.gradient, "gradient", ["riemannian", "euclidean"])
         check_options(self.center, "center", ["auto", True, False])
-        if self.n_threads is not None:
-            check_positive(self.n_threads, "n_threads", numbers.Integral, min_val=1, strict=False)
+        check_positive(
+            self.n_threads, "n_threads", numbers.Integral, min_val=1, strict=False, also=(None,)
+        )
         check_verbose(self.verbose)
         check_seed(self.random_state)  # with n_init > 1 first read after a pass
         if self.solver == "psgd":

@@ -425,6 +425,13 @@ def attention_flow(
 
 def check_min_cluster_size(min_cluster_size):
     """Refuse a ``min_cluster_size`` that is neither an integer >= 1 nor a fraction in (0, 1)."""
+    if not isinstance(min_cluster_size, numbers.Real) or isinstance(
+        min_cluster_size, (bool, np.bool_)
+    ):
+        raise InvalidParameterError(
+            "min_cluster_size must be an integer >= 1 or a fraction in (0, 1), "
+            f"got {min_cluster_size!r}."
+        )
     if isinstance(min_cluster_size, numbers.Integral):
         check_positive(
             min_cluster_size,
@@ -466,15 +473,12 @@ def _check_flow(X, model, beta, step_size, query, key, value, chunk_size, n_thre
         raise ValueError(f"X must be 2-D (n_tokens, n_features), got shape {X.shape}.")
     check_options(model, "model", MODELS)
     check_positive(beta, "beta")
-    if isinstance(step_size, str):
-        check_options(step_size, "step_size", ["mean-shift"])
-        if model not in SPHERE_MODELS:
-            raise InvalidParameterError(
-                'step_size="mean-shift" is a step on the sphere: use model="sa" '
-                'or "usa", or pass a numeric step_size (0.1, say) for model="unnormalized".'
-            )
-    else:
-        check_positive(step_size, "step_size")
+    check_positive(step_size, "step_size", also=("mean-shift",))
+    if isinstance(step_size, str) and model not in SPHERE_MODELS:
+        raise InvalidParameterError(
+            'step_size="mean-shift" is a step on the sphere: use model="sa" '
+            'or "usa", or pass a numeric step_size (0.1, say) for model="unnormalized".'
+        )
     d = X.shape[1]
     # NumPy scalars as Python numbers (plain_number): an np.int8 chunk_size
     # overflowed the blocks' bounds, and ran another dynamics silently.
@@ -756,16 +760,19 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         check_options(self.stopping, "stopping", ["plateau", "horizon"])
         check_positive(self.cluster_tol, "cluster_tol")
         check_min_cluster_size(self.min_cluster_size)
-        if isinstance(self.max_samples, str):
-            check_options(self.max_samples, "max_samples", ["auto"])
-        elif self.max_samples is not None:
-            check_positive(
-                self.max_samples, "max_samples", numbers.Integral, min_val=1, strict=False
-            )
+        check_positive(
+            self.max_samples,
+            "max_samples",
+            numbers.Integral,
+            min_val=1,
+            strict=False,
+            also=("auto", None),
+        )
         check_positive(self.chunk_size, "chunk_size", numbers.Integral, min_val=1, strict=False)
         check_verbose(self.verbose)
-        if self.n_threads is not None:
-            check_positive(self.n_threads, "n_threads", numbers.Integral, min_val=1, strict=False)
+        check_positive(
+            self.n_threads, "n_threads", numbers.Integral, min_val=1, strict=False, also=(None,)
+        )
         check_seed(self.random_state)
         return _check_flow(
             X,

@@ -103,7 +103,7 @@ def check_options(value, name, options):
 
 
 def check_positive(
-    value, name, target_type=numbers.Real, *, min_val=0, strict=True, float_range=False
+    value, name, target_type=numbers.Real, *, min_val=0, strict=True, float_range=False, also=()
 ):
     """Check the type of a scalar parameter and its lower bound; return it,
     a NumPy scalar as the Python number it holds (:func:`plain_number`).
@@ -113,13 +113,24 @@ def check_positive(
     ``max_iter=True`` is a mistake, not one iteration. An integer beyond
     float64 is refused where the parameter is a float, or an integer used
     as one (``float_range``: a prompt's length, a number of heads), and
-    taken elsewhere (``max_iter=10**400``, as KMeans takes it).
+    taken elsewhere (``max_iter=10**400``, as KMeans takes it). ``also``:
+    the other values the parameter takes (``"auto"``, None), returned as
+    they are and named when a value is neither them nor a number.
     """
+    if any(value is o or (isinstance(value, str) and value == o) for o in also):
+        return value
     if isinstance(value, (bool, np.bool_)):
         raise InvalidParameterError(f"{name} must be a number, got the bool {value!r}.")
     try:
         check_scalar(value, name, target_type)
     except (TypeError, ValueError) as error:
+        if also and isinstance(error, TypeError):
+            sign = ">" if strict else ">="
+            kind = "an integer" if issubclass(target_type, numbers.Integral) else "a number"
+            shown = " or ".join(f'"{o}"' if isinstance(o, str) else repr(o) for o in also)
+            raise InvalidParameterError(
+                f"{name} must be {kind} {sign} {min_val} or {shown}, got {value!r}."
+            ) from None
         raise InvalidParameterError(str(error)) from None
     # Integers are finite (np.isfinite refused a Python int beyond NumPy's
     # integers with its own TypeError); the other real numbers are floats,

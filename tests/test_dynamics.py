@@ -580,7 +580,7 @@ def test_fit_is_reproducible_and_pickles(mixture):
     [
         ({"model": "spin"}, "model must be one of"),
         ({"beta": 0.0}, "beta must be > 0"),
-        ({"step_size": "big"}, "step_size must be one of"),
+        ({"step_size": "big"}, 'step_size must be a number > 0 or "mean-shift"'),
         ({"model": "unnormalized"}, "mean-shift.*is a step on the sphere.*numeric step_size"),
         ({"stopping": "never"}, "stopping must be one of"),
         ({"min_cluster_size": 1.5}, "fraction below 1"),

@@ -385,3 +385,32 @@ def test_counts_used_as_floats_and_text_weights_are_refused_by_name():
         AttentionClustering(2, random_state=0).fit(X, sample_weight=mask).cluster_centers_,
         AttentionClustering(2, random_state=0).fit(X, sample_weight=mask * 1.0).cluster_centers_,
     )
+
+
+@pytest.mark.parametrize(
+    "estimator, message",
+    [
+        (AttentionClustering(max_iter="Auto"), 'max_iter must be an integer >= 1 or "auto"'),
+        (AttentionClustering(n_clusters=None), 'n_clusters must be an integer >= 1 or "auto"'),
+        (AttentionClustering(n_clusters=0.5), 'n_clusters must be an integer >= 1 or "auto"'),
+        (AttentionClustering(n_threads="x"), "n_threads must be an integer >= 1 or None"),
+        (SelfAttentionDynamics(n_threads="x"), "n_threads must be an integer >= 1 or None"),
+        (
+            SelfAttentionDynamics(max_samples=1.5),
+            'max_samples must be an integer >= 1 or "auto" or None',
+        ),
+        (SelfAttentionDynamics(step_size="x"), 'step_size must be a number > 0 or "mean-shift"'),
+        (
+            SelfAttentionDynamics(min_cluster_size="x"),
+            r"min_cluster_size must be an integer >= 1 or a fraction in \(0, 1\)",
+        ),
+    ],
+    ids=lambda v: v if isinstance(v, str) else type(v).__name__,
+)
+def test_a_parameter_of_several_kinds_names_them_all_when_refused(estimator, message):
+    # Parameters that take a number or a word ("auto", None) were refused
+    # by the number's check alone: max_iter="Auto" read "max_iter must be an
+    # instance of int, not str", of "auto", its default, not a word.
+    X = np.random.default_rng(0).standard_normal((50, 3))
+    with pytest.raises(ValueError, match=message):
+        estimator.fit(X)

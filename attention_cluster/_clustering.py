@@ -94,7 +94,12 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     Data are divided by an estimated overall scale ``scale_`` before
     fitting, so that the centroids are near the unit sphere as the paper
     assumes; labels are unchanged when X is multiplied by a positive
-    constant.
+    constant, up to the rounding of ``X / scale_`` (in the last bits), which
+    decides where an objective flat near its minimum stops: with
+    ``refine=None`` at a K the data do not hold, the exact solver's heads
+    may then differ between X and ``c X`` (one stops where the gradient
+    falls below ``tol``; a smaller ``tol``, or the default EM refinement,
+    brings them to the same fit).
 
     Input and preprocessing: X may be dense or sparse (CSR/CSC, never
     densified). A mean common to all rows is subtracted when it dominates
@@ -215,7 +220,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         Gaussian mixture with one shared spherical variance; :mathmd:`7`, "One norm per centroid"). ``"auto"``: equal, unless at
         the equal-norm fit one EM step with free norms gains more than the
         Bayesian information criterion's price of the ``K - 1`` extra
-        norms, ``(K - 1) log(n) / 2`` nats; the refinement then goes on with
+        norms, ``(K - 1) log(n) / 2`` nats (with ``sample_weight``, the gain
+        and n count Kish's effective rows, ``(sum w)^2 / sum w^2``, as the
+        EM's stopping rule: integer weights and the repeated rows may then
+        choose differently near the price); the refinement then goes on with
         free norms (``centroid_norms_``). Clusters at different distances
         from the mean, such as standardised wine's (:doc:`/user_data`),
         take free norms; the paper's mixtures keep equal ones. Used only

@@ -268,6 +268,11 @@ def fit_plan(rows, params, init=None):
         # keep the centred fit unless the uncentred one is the more likely
         # (both mixtures are K spherical Gaussians in R^d, two local optima
         # of one model: a small true cluster is lost by a fit at its optimum).
+        if params.verbose:
+            print(
+                f"[AttentionClustering] center='auto': the fit lost {lost} of the "
+                f"n_clusters={K} clusters; fitting the centred rows too"
+            )
         with deferred_warnings() as held_centred:
             centred = _fit_once(rows, prepared, params, init, True, tuning)
         retried = True
@@ -277,6 +282,9 @@ def fit_plan(rows, params, init=None):
             replay(held_centred)
             centre, result = True, centred
             reason = f"the uncentred fit lost {lost} of the n_clusters={K} clusters"
+        if params.verbose:
+            kept = "centred fit" if centre else "uncentred fit, the more likely on the rows"
+            print(f"[AttentionClustering] center='auto': kept the {kept}")
     else:
         replay(held)
     if params.center == "auto" and centre:

@@ -1170,3 +1170,17 @@ def test_finite_rows_near_the_dtypes_top_warn_of_nothing():
         AttentionClustering(2, random_state=0).fit(big)
         attention_flow(X, n_steps=2)
         class_means_distance(X, np.arange(40) % 2, np.eye(2))
+
+
+def test_verbose_names_center_auto_s_second_fit_and_the_one_kept(capsys):
+    # center='auto' fitted the centred rows after an uncentred fit that lost
+    # a cluster: two EM summaries were printed, with nothing to say which fit
+    # was kept.
+    X = make_mixture(2000, 10, 3, noise=0.3, random_state=0)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = AttentionClustering(12, random_state=0, verbose=1).fit(X)
+    out = capsys.readouterr().out
+    assert "lost 1 of the n_clusters=12 clusters; fitting the centred rows too" in out
+    kept = "kept the centred fit" if np.any(model.mean_) else "kept the uncentred fit"
+    assert kept in out.splitlines()[-1]

@@ -382,15 +382,27 @@ def _run_em(em, p0, tol, max_iter, rho, report):
         # r, log tau^2, log pi), the point v0 - 2 alpha r + alpha^2 v, alpha =
         # min(-||r|| / ||v||, -1), then one EM step from there; fall back to
         # the second EM iterate if the point's likelihood is below p1's.
+        # (In place, the same numbers: at 2^20 features each vector is K
+        # arrays of 8 MB, and their temporaries were five more.)
         v0, v1, v2 = p0.vector(), p1.vector(), p2.vector()
+        del p1, S0, S1  # (what the rest of the iteration does not read)
         with np.errstate(invalid="ignore"):
             # A head that no point takes has log pi = -inf: no extrapolation.
-            r, v = v1 - v0, v2 - 2.0 * v1 + v0
+            r = v1 - v0
+            v = np.multiply(v1, 2.0, out=v1)
+            v = np.subtract(v2, v, out=v)
+            v += v0
+        del v1, v2
         nr, nv = np.linalg.norm(r), np.linalg.norm(v)
         candidate = None
         if np.isfinite(nr) and np.isfinite(nv) and nv > 0.0:
             alpha = min(-nr / nv, -1.0)
-            candidate = p0.from_vector(v0 - 2.0 * alpha * r + alpha**2 * v, em.floor)
+            point = np.multiply(r, 2.0 * alpha, out=r)
+            point = np.subtract(v0, point, out=point)
+            point += np.multiply(v, alpha**2, out=v)
+            candidate = p0.from_vector(point, em.floor)
+            del point
+        del r, v, v0
         if candidate is not None and em.passes - start < max_iter:
             Sc, cc, llc = em.expect(candidate)
             if llc >= ll1:
@@ -846,6 +858,7 @@ def refine_heads(
         np.full(K, -np.log(K)),
         free=free,
     )
+    del U  # (held by p alone: freed once the stages replace it)
     rho = 0.9
     ems = [_EM(sub, float(sub.norm_moments()[0])) for sub in stages[:-1]] + [_EM(data, mean_sq)]
     # A subsample stage only starts the next one (see _STAGE_TOL): all rows
@@ -876,6 +889,10 @@ def refine_heads(
             spherical_rows is not None and spherical_rows()
         ):
             free = em.maximize(S, counts, replace(at, free=True))
+            # (The equal-norm fit and its last E step's sums, which the free
+            # run replaces, are not held beside the free run's own.)
+            del at, S
+            em.last = p = None
             p, converged, _ = _run_em(em, free, tol, max_iter, rho, report)
     return MixtureFit(
         heads=p.U,

@@ -2338,6 +2338,7 @@ class SparseRows(_Rows):
         scale = np.ldexp(self.scale, k)
         keys = (beta / scale) * U
         offset = _shifted(self.offset, k)
+        centred = bool(np.any(offset))
         shift = offset @ keys
         S = np.zeros((K, self.n_features))
         counts = np.zeros(K)
@@ -2352,7 +2353,17 @@ class SparseRows(_Rows):
             partial += self.kernels.posterior_columns(
                 P, log_weights, w[lo : lo + _SPARSE_TILE] if w.size else w, counts
             )
-            S += (T.T @ P.T).T - np.outer(counts - before, offset)
+            # R^T X - counts m^T, formed in the product's own d x K array by
+            # blocks of features (an outer product and the difference beside
+            # it were two more arrays of S's size: 400 MB each at K = 50 and
+            # 2^20 features); the same numbers as the outer product's.
+            tile_sums = T.T @ P.T
+            if centred:
+                taken = counts - before
+                for a, b in row_chunks(self.n_features, K):
+                    tile_sums[a:b] -= offset[a:b, None] * taken
+            S += tile_sums.T
+            del tile_sums  # (not held while the next tile's is formed)
         return S / scale, counts, partial
 
     @_on_weighted_rows

@@ -5,6 +5,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from hypothesis import given
 from hypothesis import strategies as st
 from numba import njit
@@ -18,6 +19,7 @@ from reference import (
 from reference import mixture_log_likelihood as reference_log_likelihood
 from scipy.stats import ortho_group
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.metrics import adjusted_rand_score
 
 from attention_cluster import AttentionClustering
 from attention_cluster import _kernels as kern
@@ -960,3 +962,29 @@ def test_a_fit_that_converges_at_max_iter_does_not_warn(n_clusters, noise, optio
     else:
         pytest.fail("no max_iter below 100 reaches the unbounded fit")
     assert not warned, [str(w.message) for w in warned]
+
+
+@pytest.mark.parametrize("center, bound", [(False, 12.0), (True, 14.5)])
+def test_the_em_on_wide_sparse_rows_holds_few_arrays_of_the_centres_size(
+    center, bound, traced_peak
+):
+    # At 2^18 (or HashingVectorizer's 2^20) features the fit's memory is
+    # arrays of K x d: the sparse E step formed an outer product and a
+    # difference beside its own sums and held the last tile's sums while the
+    # next one's were formed; SQUAREM's vectors made five temporaries; the
+    # equal-norm fit and its sums were held through the free-norm run. The
+    # fit held 15 (21 centred) arrays of K x d float64 at its peak, 11 (13.4)
+    # now, the principal subspace's basis, d x (K + 5), among them.
+    rng = np.random.default_rng(0)
+    n, d, K = 5000, 2**18, 5
+    topics = [rng.choice(d, 2000, replace=False) for _ in range(K)]
+    labels = rng.integers(0, K, n)
+    columns = np.concatenate([rng.choice(topics[k], 50, replace=False) for k in labels])
+    X = sp.csr_matrix((rng.random(n * 50), (np.repeat(np.arange(n), 50), columns)), shape=(n, d))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model, peak = traced_peak(
+            lambda: AttentionClustering(K, center=center, n_threads=1, random_state=0).fit(X)
+        )
+    assert peak < bound * K * d * 8
+    assert adjusted_rand_score(labels, model.labels_) == 1.0

@@ -2273,7 +2273,7 @@ class SparseRows(_Rows):
                 ),
                 default=0.0,
             )
-        gaps = np.bincount(X.indices, minlength=X.shape[1]) < X.shape[0]
+        gaps = _column_counts(X.indices, X.shape[1]) < X.shape[0]
         if gaps.any():
             peak = max(peak, float(np.max(np.abs(m[gaps]))))
         return peak / self.scale
@@ -2693,6 +2693,19 @@ def left_times(B, A, dtype):
     return np.asarray(B @ A).astype(dtype, copy=False)
 
 
+def _column_counts(indices, n_columns):
+    """The number of entries in each column of a sparse matrix's column
+    ``indices``: ``np.bincount(indices, minlength=n_columns)``, by chunks of
+    entries (bincount takes the indices as 64-bit integers: a copy of them
+    all, twice the int32 indices' size, where a chunk's now; integer sums,
+    the same counts)."""
+    counts = np.zeros(n_columns, dtype=np.intp)
+    step = _CHUNK_BYTES // 8
+    for lo in range(0, len(indices), step):
+        counts += np.bincount(indices[lo : lo + step], minlength=n_columns)
+    return counts
+
+
 def unit_rows(rows):
     """Rows projected on the unit sphere; a zero row, which has no direction, stays zero.
 
@@ -2794,11 +2807,11 @@ def _centred_storage(X, m, sample_weight=None):
     # The rows of positive weight (those the sums read: rows of weight zero
     # are as absent), and the count of their entries in each column.
     if sample_weight is None or _all_positive(sample_weight):
-        n_rows, count = n, np.bincount(X.indices, minlength=d)
+        n_rows, count = n, _column_counts(X.indices, d)
     else:
         positive = sample_weight > 0.0
         n_rows = int(np.count_nonzero(positive))
-        count = np.bincount(X.indices[_row_values(X, positive)], minlength=d)
+        count = _column_counts(X.indices[_row_values(X, positive)], d)
     # Stored in at least half those rows, and off zero: the columns that may be far.
     candidate = (2 * count >= n_rows) & (m != 0.0)
     if not np.any(candidate):
@@ -2832,7 +2845,7 @@ def _centred_storage(X, m, sample_weight=None):
     # Every row lacking a far column stores -m_j, those of weight zero too:
     # the far columns of fewest gaps are taken while the gaps stay within
     # X's entries (Y at most twice X).
-    gaps = n - np.bincount(X.indices, minlength=d)
+    gaps = n - _column_counts(X.indices, d)
     columns = np.flatnonzero(far)
     columns = columns[np.argsort(gaps[columns], kind="stable")]
     left = columns[np.cumsum(gaps[columns]) > X.nnz]

@@ -1186,3 +1186,24 @@ def test_centred_storage_of_far_columns_that_rows_of_weight_zero_lack_is_capped(
         Y, r = _passes._centred_storage(X, m, w)
     assert Y.nnz <= 2 * X.nnz
     np.testing.assert_array_equal(Y.toarray() - r, X.toarray() - m)
+
+
+@pytest.mark.parametrize("n_columns", [1, 7, 300])
+def test_column_counts_are_bincount_s_by_chunks(n_columns, monkeypatch):
+    # Sparse centring counted each column's entries by np.bincount of all
+    # the indices at once, which casts them to 64 bits: a copy twice the
+    # int32 indices' size. By chunks now, the same integer counts.
+    rng = np.random.default_rng(0)
+    indices = rng.integers(0, n_columns, 10_000).astype(np.int32)
+    monkeypatch.setattr(_passes, "_CHUNK_BYTES", 8 * 999)
+    np.testing.assert_array_equal(
+        _passes._column_counts(indices, n_columns), np.bincount(indices, minlength=n_columns)
+    )
+    assert _passes._column_counts(indices[:0], n_columns).tolist() == [0] * n_columns
+
+
+def test_column_counts_hold_no_64_bit_copy_of_all_the_indices(traced_peak):
+    indices = np.random.default_rng(0).integers(0, 100, 2_000_000).astype(np.int32)
+    counts, peak = traced_peak(lambda: _passes._column_counts(indices, 100))
+    assert counts.sum() == indices.size
+    assert peak < 0.75 * indices.nbytes  # (a chunk's cast; all of them: 2 x)

@@ -156,23 +156,30 @@ class _OneBlasThread:
 
     threadpoolctl (from 3.8) lets one thread at a time set the count of an
     OpenBLAS that runs its own threads, the first to set it, until that
-    thread gives it up. A thread that limited the count gives it up when it
-    leaves, so that the last to leave, or a later fit in another thread, can
-    set it: kept, the thread of a process's first fit held it for good, and
-    every later fit in another thread ran BLAS on all its threads.
+    thread gives it up. A thread gives it up when its outermost context
+    ends (contexts nest: a fit's seeding runs in one), so that the last to
+    leave, or a later fit in another thread, can set it: kept, the thread of
+    a process's first fit held it for good, and every later fit in another
+    thread ran BLAS on all its threads. A thread inside a
+    ``threadpool_limits`` block of its own keeps it, as that block does.
     """
 
     def __init__(self):
         self._lock = threading.Lock()
         self._users = 0
         self._limiter = None
-        self._limiting_thread = None
+        # Per thread: its contexts open, and whether it keeps the right to
+        # set the count when the outermost ends.
+        self._thread = threading.local()
 
     def __enter__(self):
+        depth = getattr(self._thread, "depth", 0)
+        if not depth:
+            self._thread.keeps = _in_own_blas_block()
+        self._thread.depth = depth + 1
         with self._lock:
             if not self._users:
                 self._limiter = _threadpool_controller().limit(limits=1, user_api="blas")
-                self._limiting_thread = threading.current_thread()
             self._users += 1
         return self
 
@@ -182,8 +189,8 @@ class _OneBlasThread:
             if not self._users:
                 self._limiter.restore_original_limits()
                 self._limiter = None
-                _give_up_blas_control()
-            elif threading.current_thread() is self._limiting_thread:
+            self._thread.depth = getattr(self._thread, "depth", 1) - 1
+            if not self._thread.depth and not getattr(self._thread, "keeps", False):
                 _give_up_blas_control()
         return False
 
@@ -195,6 +202,14 @@ class _OneBlasThread:
             self._limiter.restore_original_limits()
             _give_up_blas_control()
         self.__init__()
+
+
+def _in_own_blas_block():
+    """Whether this thread is inside a ``threadpool_limits`` block of its own
+    (threadpoolctl 3.8 counts them per thread; before it, no thread holds a
+    right to set the count)."""
+    blocks = getattr(threadpoolctl, "CONTROLLING_THREAD_OWNERSHIP", None)
+    return bool(getattr(blocks, "count", 0))
 
 
 def _give_up_blas_control():

@@ -1065,12 +1065,8 @@ def test_overlapping_fits_in_threads_restore_the_blas_threads():
 def _blas_threads_set_to_two(controller):
     """BLAS's count set to two threads, no thread holding the right to set
     it (threadpoolctl 3.8's rule for an OpenBLAS running its own threads)."""
-    import threadpoolctl
-
     controller.limit(limits=2, user_api="blas")
-    clear = getattr(threadpoolctl.OpenBLASController, "clear_controlling_thread", None)
-    if clear is not None:
-        clear(force=True)
+    _release_blas_control()
 
 
 @pytest.fixture
@@ -1083,8 +1079,32 @@ def blas_controller():
     before = controller.info()
     _blas_threads_set_to_two(controller)
     yield controller
+    _release_blas_control()  # (a failed test may leave it to another thread)
     for lib, info in zip(controller.lib_controllers, before):
         lib.set_num_threads(info["num_threads"])
+    _release_blas_control()
+
+
+def _release_blas_control():
+    import threadpoolctl
+
+    clear = getattr(threadpoolctl.OpenBLASController, "clear_controlling_thread", None)
+    if clear is not None:
+        clear(force=True)
+
+
+@pytest.fixture
+def one_blas_setter(blas_controller):
+    """``blas_controller``, where one thread at a time may set the count:
+    OpenBLAS on its own threads, under threadpoolctl 3.8's rule."""
+    import threadpoolctl
+
+    if not hasattr(threadpoolctl.OpenBLASController, "clear_controlling_thread") or any(
+        lib["internal_api"] != "openblas" or lib.get("threading_layer") == "openmp"
+        for lib in blas_controller.info()
+    ):
+        pytest.skip("any thread may set the BLAS count here")
+    return blas_controller
 
 
 def _blas_threads(controller):
@@ -1128,6 +1148,43 @@ def test_fits_overlapping_in_threads_restore_blas_from_the_thread_that_ends_last
 
         assert first.submit(the_callers_own_limit).result() == {1}
         assert second.submit(the_callers_own_limit).result() == {1}
+
+
+def _another_thread_s_limit(controller, limits):
+    """BLAS's count while another thread sets it in a block of its own."""
+    from threadpoolctl import threadpool_limits
+
+    def block():
+        with threadpool_limits(limits=limits, user_api="blas"):
+            return _blas_threads(controller)
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(block).result()
+
+
+def test_nested_contexts_keep_blas_on_one_thread_until_the_outermost_ends(one_blas_setter):
+    # A fit's seeding runs in a context of its own, inside the fit's: its
+    # end gave up the right to set the count, and another thread's block
+    # set BLAS on two threads for the rest of the fit.
+    outer, inner = _passes.one_blas_thread(), _passes.one_blas_thread()
+    with outer:
+        with inner:
+            pass
+        assert _another_thread_s_limit(one_blas_setter, 2) == {1}
+    assert _blas_threads(one_blas_setter) == {2}
+    assert _another_thread_s_limit(one_blas_setter, 1) == {1}
+
+
+def test_a_fit_inside_the_callers_own_limit_keeps_the_callers_right(one_blas_setter):
+    # The fit gave up the right its thread held by the caller's block:
+    # another thread then set the count while the block was still open.
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        with _passes.one_blas_thread():
+            pass
+        assert _another_thread_s_limit(one_blas_setter, 2) == {1}
+    assert _blas_threads(one_blas_setter) == {2}
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")

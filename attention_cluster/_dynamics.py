@@ -547,7 +547,11 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
 
     Sparse input (CSR, CSC; TF-IDF rows, for instance) is accepted: the
     moving tokens are held densely (the subsample only, under
-    ``max_samples``), the tracers and new points stay sparse.
+    ``max_samples``), but where they run in their span (at most half as
+    many as the features, ``docs/math.md`` section 8), where they stay
+    sparse; the tracers and new points stay sparse. There
+    ``max_samples="auto"`` moves more sparse tokens than dense ones (see
+    ``max_samples``), and the fit may differ from the same rows' dense.
 
     Parameters
     ----------

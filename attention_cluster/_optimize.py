@@ -144,8 +144,10 @@ def minimize_on_spheres(
     ``min_iter`` iterations (or is zero), or before them when no step
     decreases the objective (the line search fails without memory, along
     the gradient) while the norm is at most ``tol``: ``min_iter`` asked for
-    a step whose decrease the objective's rounding hides. ``converged=False``
-    after ``max_iter`` iterations, or earlier when that line search fails at
+    a step whose decrease the objective's rounding hides (after ``max_iter``
+    iterations too, the last one's gradient tested so). ``converged=False``
+    after ``max_iter`` iterations whose last gradient is above ``tol``, or
+    earlier when that line search fails at
     a norm above ``tol`` (the caller's warning tells the two apart by the
     iterations taken), or at a gradient beyond float64's range
     (``gradient_overflow``).

@@ -280,12 +280,21 @@ def _takes_span(flow, m, d):
     return flow.query is None and flow.key is None and flow.value is None
 
 
+def _stays_sparse(X):
+    """Whether sparse rows are read sparse where they run in their span
+    (:func:`_span_basis`): at most one entry in 12 stored. Denser ones are
+    densified, as their products run faster dense (with half their entries
+    stored, the span's sparse products took three times the dense run's
+    time; at 5% and below, less)."""
+    return sp.issparse(X) and 12 * X.nnz < X.shape[0] * X.shape[1]
+
+
 def _auto_subsample(flow, n, d, sparse):
     """``max_samples="auto"``'s subsample of n tokens in R^d, where a step
     on all of them would pass ``_AUTO_WORK``: a step on it, ``m^2 d``, at
     most that, and the tracers' vote, ``n m d``, at most ten steps' worth
     (but for ``_AUTO_MIN_SAMPLES`` tokens). Sparse tokens that run in their
-    span (:func:`_takes_span`) may be more: there a step costs about
+    span (:func:`_takes_span`, :func:`_stays_sparse`) may be more: there a step costs about
     ``m^3`` (the coordinates' products and the span's eigendecomposition),
     at most ``_SPAN_AUTO_WORK``, the vote ``n m^2`` (the tracers'
     coordinates, from their sparse inner products with the tokens), at most
@@ -548,8 +557,9 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
     Sparse input (CSR, CSC; TF-IDF rows, for instance) is accepted: the
     moving tokens are held densely (the subsample only, under
     ``max_samples``), but where they run in their span (at most half as
-    many as the features, ``docs/math.md`` section 8), where they stay
-    sparse; the tracers and new points stay sparse. There
+    many as the features, ``docs/math.md`` section 8) and X stores at most
+    one entry in 12, where they stay sparse; the tracers and new points
+    stay sparse. There
     ``max_samples="auto"`` moves more sparse tokens than dense ones (see
     ``max_samples``), and the fit may differ from the same rows' dense.
 
@@ -608,11 +618,12 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         multiply-adds, are at most 2e9 (n = 14142 at d = 10; a fit then
         takes seconds), and otherwise warns and draws a subsample of
         ``min(sqrt(2e9 / d), max(1024, 2e10 / (n d)))`` tokens; sparse
-        tokens with at least twice as many features as they are many run
-        in their span (``docs/math.md`` section 8, "Tokens wider than they
-        are many": about ``m^3`` a step, and ``n m^2`` for the tracers'
-        vote), of up to ``min(d / 2, 629, sqrt(2e10 / n))`` tokens (629:
-        the cube root of 2.5e8) where that is more. With sparse X, a
+        tokens (X storing at most one entry in 12) with at least twice as
+        many features as they are many run in their span (``docs/math.md``
+        section 8, "Tokens wider than they are many": about ``m^3`` a
+        step, and ``n m^2`` for the tracers' vote), of up to ``min(d / 2,
+        629, sqrt(2e10 / n))`` tokens (629: the cube root of 2.5e8) where
+        that is more. With sparse X, a
         ``ValueError`` is raised before any work when the moving tokens
         would take more than 1 GiB densely (in their span, their m x m Gram
         matrix in float64): pass a smaller ``max_samples``, or reduce the
@@ -852,7 +863,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         if self.max_samples is None:
             m = n
         elif self.max_samples == "auto":
-            m = n if n * n * d <= _AUTO_WORK else _auto_subsample(flow, n, d, sp.issparse(X))
+            m = n if n * n * d <= _AUTO_WORK else _auto_subsample(flow, n, d, _stays_sparse(X))
             if m < n:
                 what = "tokens" if weights is None else "rows of positive weight"
                 warn(
@@ -865,10 +876,11 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             m = min(n, int(self.max_samples))
         if sp.issparse(X):
             # Sparse input densifies its moving tokens, but where they run in
-            # their span: their m x m Gram matrix and coordinates, in float64.
+            # their span (_stays_sparse): their m x m Gram matrix and
+            # coordinates, in float64.
             # (The unnormalised model steps in float64: its logits grow as e^{2t}.)
             itemsize = 8 if self.model == "unnormalized" else X.dtype.itemsize
-            span = _takes_span(flow, m, d)
+            span = _stays_sparse(X) and _takes_span(flow, m, d)
             size = m * m * 8 if span else m * d * itemsize
             if size > DENSE_LIMIT_BYTES and size > stored_bytes(X):
                 held = f"their {m} x {m} Gram matrix" if span else "a dense array"
@@ -883,6 +895,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
     def _run(self, flow, X, weights, m):
         on_sphere = self.model in SPHERE_MODELS
         n = X.shape[0]
+        stays_sparse = _stays_sparse(X)
         rng = check_random_state(self.random_state)
         # The rows that may move: those of positive weight (rows of weight
         # zero are passive tracers, as the rows left out of a subsample).
@@ -913,7 +926,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         # horizon is float64's (attention_flow's Raises), and its results take
         # X's dtype.
         Z = unit_rows(X) if on_sphere else X.copy()
-        if not (sp.issparse(Z) and _takes_span(flow, *Z.shape)):
+        if not (stays_sparse and _takes_span(flow, *Z.shape)):
             # Sparse tokens stay sparse where they run in their span, which
             # reads them through their inner products (a token of
             # HashingVectorizer's 2^20 features takes 8 MB densely).

@@ -901,8 +901,9 @@ def test_sparse_tokens_in_their_span_are_grouped_alike_in_any_order(monkeypatch)
     # run alike. Antipodal pairs make the mean zero but for rounding.
     monkeypatch.setattr(_dynamics, "_SPAN_MIN_WORK", 0.0)
     rng = np.random.default_rng(1)
-    Y = sp.random(30, 200, density=0.1, format="csr", random_state=rng)
+    Y = sp.random(30, 200, density=0.05, format="csr", random_state=rng)
     X = sp.vstack([Y, -Y, Y[:3]], format="csr")
+    assert _dynamics._stays_sparse(X)
     want = SelfAttentionDynamics(beta=5.0).fit(X)
     for _ in range(3):
         order = rng.permutation(X.shape[0])
@@ -1400,6 +1401,8 @@ def test_gram_basis_against_numpy(global_random_seed):
         ("float64", False, None),
         ("float32", False, None),
         ("sparse", True, None),
+        ("thin sparse", True, None),
+        ("thin sparse", False, 80),
         ("float64", True, 80),
     ],
 )
@@ -1413,6 +1416,9 @@ def test_wide_tokens_run_on_their_coordinates_as_on_themselves(
     X, _, _ = make_mixture(120, n_features=400, n_clusters=3, noise=0.05, random_state=0)
     X = X.astype(np.float32) if kind == "float32" else X
     X = sp.csr_matrix(np.where(np.abs(X) > 0.05, X, 0.0)) if kind == "sparse" else X
+    # (5% of the entries: the tokens stay sparse in their span, _stays_sparse.)
+    X = sp.csr_matrix(np.where(np.abs(X) > 0.14, X, 0.0)) if kind == "thin sparse" else X
+    assert _dynamics._stays_sparse(X) == (kind == "thin sparse")
     w = np.random.default_rng(0).integers(1, 4, 120).astype(float) if weighted else None
     calls = []
     basis = _dynamics.gram_basis

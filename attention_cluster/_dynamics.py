@@ -294,8 +294,9 @@ def _auto_subsample(flow, n, d, sparse):
     on all of them would pass ``_AUTO_WORK``: a step on it, ``m^2 d``, at
     most that, and the tracers' vote, ``n m d``, at most ten steps' worth
     (but for ``_AUTO_MIN_SAMPLES`` tokens). Sparse tokens that run in their
-    span (:func:`_takes_span`, :func:`_stays_sparse`) may be more: there a step costs about
-    ``m^3`` (the coordinates' products and the span's eigendecomposition),
+    span (:func:`_takes_span`, :func:`_stays_sparse`) may be more: there a
+    step costs about ``m^3`` (the coordinates' products and the span's
+    eigendecomposition),
     at most ``_SPAN_AUTO_WORK``, the vote ``n m^2`` (the tracers'
     coordinates, from their sparse inner products with the tokens), at most
     ten steps of ``_AUTO_WORK``, and the tokens' Gram matrix, a sparse
@@ -558,10 +559,9 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
     moving tokens are held densely (the subsample only, under
     ``max_samples``), but where they run in their span (at most half as
     many as the features, ``docs/math.md`` section 8) and X stores at most
-    one entry in 12, where they stay sparse; the tracers and new points
-    stay sparse. There
-    ``max_samples="auto"`` moves more sparse tokens than dense ones (see
-    ``max_samples``), and the fit may differ from the same rows' dense.
+    one entry in 12: there they stay sparse, and ``max_samples="auto"``
+    moves more of them than of the same rows dense (see ``max_samples``),
+    whose fit may then differ. The tracers and new points stay sparse.
 
     Parameters
     ----------
@@ -926,10 +926,14 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         # horizon is float64's (attention_flow's Raises), and its results take
         # X's dtype.
         Z = unit_rows(X) if on_sphere else X.copy()
-        if not (stays_sparse and _takes_span(flow, *Z.shape)):
+        if stays_sparse and _takes_span(flow, *Z.shape):
             # Sparse tokens stay sparse where they run in their span, which
             # reads them through their inner products (a token of
-            # HashingVectorizer's 2^20 features takes 8 MB densely).
+            # HashingVectorizer's 2^20 features takes 8 MB densely), stored
+            # alike however X stored them (their sums then round alike).
+            Z.sum_duplicates()
+            Z.eliminate_zeros()
+        else:
             Z = dense_block(Z, X.dtype if on_sphere else np.float64)
         # The tokens are ordered by their places in R^d, as given (the
         # span's coordinates are an eigenbasis whose rounding follows the

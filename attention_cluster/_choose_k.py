@@ -466,6 +466,8 @@ def count_clusters(
         # Its warnings' advice names the parameters the caller can set: not
         # the dynamics' max_iter and step_size, which are fixed here.
         dynamics._advice_names_steps = False
+        # Its count alone is read: no tracers' vote, no centres in R^d.
+        dynamics._counts_only = True
         with deferred_warnings() as held:
             dynamics.fit(seen, sample_weight=weights)
         return seen, dynamics, held

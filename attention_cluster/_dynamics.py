@@ -272,6 +272,24 @@ def _median(values, weights=None):
     return float(values[order][np.searchsorted(cumulative, 0.5 * cumulative[-1])])
 
 
+def _lifted(C, given, W):
+    """Coordinates C (rows) in the span of the tokens ``given`` as vectors of
+    R^d, ``C W^T given`` (:func:`_span_basis`), dense: refused for sparse
+    tokens where that passes 1 GiB (clusters of tokens that did not meet,
+    one centre per token, at 2^20 features)."""
+    size = C.shape[0] * given.shape[1] * 8
+    # (Dense tokens hold more than their centres already.)
+    if sp.issparse(given) and size > DENSE_LIMIT_BYTES:
+        raise ValueError(
+            f"The dynamics stopped with {C.shape[0]} clusters, whose centres in "
+            f"{given.shape[1]} dimensions would take {size / 2**30:.1f} GiB as a dense array "
+            f"(more than {DENSE_LIMIT_BYTES / 2**30:.0f} GiB): most tokens may not have met "
+            "(lower beta, or raise max_iter), or raise min_cluster_size, or reduce the "
+            "features first (sklearn.decomposition.TruncatedSVD)."
+        )
+    return left_times(C @ W.T, given, np.float64)
+
+
 def _takes_span(flow, m, d):
     """Whether the dynamics of m tokens in R^d runs on the coordinates of
     their span (:func:`_span_basis`)."""
@@ -1047,8 +1065,11 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         self.query_, self.key_ = (
             None if M is None else np.array(M) for M in (flow.query, flow.key)
         )
-        # The limit points of coordinates in the span, back in R^d.
-        lift = None if span is None else (lambda C: left_times(C @ W.T, given, np.float64))
+        # The limit points of coordinates in the span, back in R^d (not for
+        # a count alone, _counts_only: they stay in the span's coordinates).
+        lift = None
+        if span is not None and not self._counts_only:
+            lift = partial(_lifted, given=given, W=W)
         self._set_clusters(
             flow,
             saved[1],
@@ -1060,9 +1081,9 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             token_rows,
             lift,
         )
-        labels = np.empty(n, dtype=np.intp)
+        labels = np.full(n, -1, dtype=np.intp)  # (-1: tracers not voted, _counts_only)
         labels[token_rows] = self.labels_
-        if active is not None:
+        if active is not None and not self._counts_only:
             labels[passive] = self._vote(
                 flow, given_rows, passive, read_tracers, Z0, self.labels_, weights
             )
@@ -1076,6 +1097,12 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
     # advice then names (not where the dynamics runs inside another
     # function: _choose_k's).
     _advice_names_steps = True
+    # Whether the fit stops at the count: _choose_k reads n_clusters_, its
+    # path and subsample_indices_ alone, so the passive tracers are not
+    # voted (labels_ -1) and the centres stay in the span's coordinates
+    # (in R^d they are n_clusters_ x d, dense: 5 GB for 629 tokens apart
+    # at 2^20 features).
+    _counts_only = False
 
     def _lengthening(self, flow):
         """The parameters whose increase gives the tokens more time to meet:

@@ -1138,3 +1138,28 @@ def test_the_one_cluster_test_reads_the_fits_bic(mixture):
                 rows, model.mixture_, model.centroid_norms_ == "free", model.center_, bic_penalty
             )
         assert got == pytest.approx(model.bic(X), rel=1e-12)
+
+
+def test_the_k_finder_s_dynamics_counts_without_voting_or_centres_in_r_d(monkeypatch):
+    # choose_n_clusters reads the dynamics' count and path alone: its
+    # passive tracers were voted (the most work on wide rows beside the
+    # steps) and its centres mapped back to R^d (629 x 2^20 dense where the
+    # tokens had not met: 5 GB). Neither is formed now.
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(0)
+    topics = rng.choice(2**16, (3, 200), replace=False)
+    labels = rng.integers(0, 3, 300)
+    columns = np.concatenate([rng.choice(topics[k], 30, replace=False) for k in labels])
+    X = sp.csr_matrix(
+        (np.ones(300 * 30), (np.repeat(np.arange(300), 30), columns)), shape=(300, 2**16)
+    )
+    voted = []
+    monkeypatch.setattr(SelfAttentionDynamics, "_vote", lambda self, *args: voted.append(1) or None)
+    monkeypatch.setattr(_dynamics, "DENSE_LIMIT_BYTES", 2 * 2**16 * 8)  # two centres
+    monkeypatch.setattr(_dynamics, "_SPAN_AUTO_WORK", 100**3)  # 100 tokens move: tracers
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        choice = choose_n_clusters(X, AttentionClustering(random_state=0), [1, 2, 3, 4])
+    assert choice.n_clusters == 3
+    assert not voted

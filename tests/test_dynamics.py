@@ -921,6 +921,23 @@ def test_sparse_tokens_in_their_span_are_grouped_alike_in_any_order(monkeypatch)
         np.testing.assert_array_equal(got.labels_, want.labels_[order])
 
 
+def test_centres_of_sparse_tokens_that_did_not_meet_are_refused_in_r_d(monkeypatch):
+    # Wide sparse tokens that never met end as one cluster each, whose
+    # centres in R^d were mapped back densely: 629 x 2^20 (5 GB) at beta =
+    # 20 on 2000 hashed documents, past the machine's memory. Refused, the
+    # estimator left unfitted, where they pass 1 GiB (here a smaller bound).
+    monkeypatch.setattr(_dynamics, "DENSE_LIMIT_BYTES", 40 * 2**16 * 8)
+    X, _ = _topic_documents(60, 2**16, 3, np.random.default_rng(0))
+    model = SelfAttentionDynamics(beta=200.0, max_iter=3, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError, match="stopped with 60 clusters, whose centres"):
+            model.fit(X)
+        assert not hasattr(model, "labels_")
+        fitted = SelfAttentionDynamics(random_state=0).fit(X)  # three clusters pass
+    assert fitted.n_clusters_ == 3
+
+
 def test_sparse_tokens_refused_by_their_span_s_gram_matrix():
     # Sparse tokens in their span hold their m x m Gram matrix (and
     # coordinates) in float64, not their dense copy: refused before any

@@ -319,6 +319,11 @@ class _Rows:
         """The module of the chunk kernels its passes run: Numba's, or NumPy's forms."""
         return _kernels if self.compiled else _numpy_kernels
 
+    def column_support(self):
+        """The columns in which a row the passes see may be non-zero, the
+        others zero in every row (:class:`SparseRows`'), or None: any column."""
+        return None
+
     @property
     def n_weighted(self):
         """The number of rows of positive weight (all rows for unit
@@ -2121,6 +2126,13 @@ class SparseRows(_Rows):
 
     def close(self):
         """Nothing to release: no thread pool."""
+
+    def column_support(self):
+        """The columns holding a stored entry or an offset: in the others
+        every row the passes see, ``(x - m) / s``, is zero (of hashed
+        features, 2^20 columns, most are)."""
+        counts = _column_counts(self._X.indices, self.n_features)
+        return np.flatnonzero((counts > 0) | (self.offset != 0.0))
 
     # -- helpers ------------------------------------------------------------
 

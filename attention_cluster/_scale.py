@@ -262,16 +262,39 @@ def principal_basis(
         # At least 2^-1022, whose inverse float64 holds (the passes divide by
         # the scale): subnormal rows are then seen below unit scale.
         rows = rows.rescaled(rows.scale * max(power_of_two_unit(peak), _SMALLEST_NORMAL))
-    Q = orthonormal(rng.standard_normal((data.n_features, n_components)))
+    # The basis lies in the columns where some row may be non-zero (M's
+    # other rows and columns are zero): it is found there, from a start
+    # drawn there, and is zero in the others. Of hashed features (2^20
+    # columns, most of them empty) the d x r products of each iteration took
+    # most of a fit's time, and the basis depended on the empty columns.
+    # Rows that may be non-zero in every column take all of them.
+    support = rows.column_support()
+    d = data.n_features
+    if support is not None and len(support) == d:
+        support = None
+
+    def action(Q):  # M Q, on the support's rows
+        if support is None:
+            return rows.moment_action(Q)
+        full = np.zeros((d, Q.shape[1]))
+        full[support] = Q
+        return rows.moment_action(full)[support]
+
+    Q = orthonormal(rng.standard_normal((d if support is None else len(support), n_components)))
     previous = None
     for _ in range(max_iter):
-        MQ = rows.moment_action(Q)
+        MQ = action(Q)
         leading = Q @ _ritz_vectors(Q, MQ)[:, :n_leading]
         Q = orthonormal(MQ)
         if previous is not None and largest_sine(previous, leading) <= tol:
             break
         previous = leading
-    return Q @ _ritz_vectors(Q, rows.moment_action(Q))
+    basis = Q @ _ritz_vectors(Q, action(Q))
+    if support is None:
+        return basis
+    full = np.zeros((d, basis.shape[1]))
+    full[support] = basis
+    return full
 
 
 # Above this condition number of the Cholesky factor (cond(A)), orthonormal

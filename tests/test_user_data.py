@@ -238,6 +238,32 @@ def test_principal_basis_stops_when_the_leading_span_settles():
     np.testing.assert_allclose(np.linalg.norm(B.T @ top, axis=0), 1.0, atol=1e-6)
 
 
+@pytest.mark.parametrize("centred", [False, True])
+def test_principal_basis_of_hashed_rows_is_that_of_their_filled_columns(centred):
+    # Hashed features (2^20 columns, most empty): the basis was found in R^d
+    # from a start drawn in every column, so the empty columns changed it
+    # (the iteration stops on its span's turn, before it forgets its start),
+    # and its d x r products took most of a fit's time. Found in the columns
+    # that may hold an entry, the basis is the one of the same rows without
+    # the empty columns, zero in them.
+    docs = make_corpus(2000, n_topics=10, n_words=3000, document_length=30, random_state=0)[0]
+    X = TfidfVectorizer().fit_transform(docs)
+    rng = np.random.default_rng(0)
+    d = 2**16
+    columns = np.sort(rng.choice(d, X.shape[1], replace=False))
+    wide = sp.csr_matrix((X.data, columns[X.indices], X.indptr), shape=(X.shape[0], d))
+    offset = np.asarray(X.mean(axis=0)).ravel() if centred else None
+    wide_offset = None
+    if centred:
+        wide_offset = np.zeros(d)
+        wide_offset[columns] = offset
+    narrow = principal_basis(SparseRows(X, offset=offset), 15, 10)
+    basis = principal_basis(SparseRows(wide, offset=wide_offset), 15, 10)
+    empty = np.setdiff1d(np.arange(d), columns)
+    assert not np.any(basis[empty])
+    np.testing.assert_allclose(basis[columns], narrow, atol=1e-10)
+
+
 def test_high_dimension_runs_in_the_subspace(monkeypatch, global_random_seed):
     X, y, _ = make_mixture(1500, 80, 3, noise=0.05, random_state=global_random_seed)
     low = AttentionClustering(3, random_state=0).fit(X)

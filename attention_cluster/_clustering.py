@@ -46,6 +46,7 @@ from ._validation import (
     as_numbers,
     atomic_fit,
     check_auto_or_positive,
+    check_dense_output,
     check_lazy_output,
     check_n_samples,
     check_options,
@@ -1099,9 +1100,12 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         ------
         ValueError
             For Dask input where ``set_output`` asks for a pandas or polars
-            container (see :meth:`transform`), before the fit.
+            container (see :meth:`transform`), before the fit; for sparse X
+            whose dense output would pass 1 GiB (see :meth:`transform`),
+            before the fit.
         """
         check_lazy_output(self, X)
+        check_dense_output(X, "fit_transform")
         return self.fit(X, y, **fit_params).transform(X)
 
     def transform(self, X):
@@ -1140,9 +1144,13 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         ValueError
             For Dask input where ``set_output`` asks for a pandas or polars
             container: the output is lazy (compute X or the output first).
+            For sparse X whose dense output would take more than 1 GiB and
+            more than ten times X's non-zeros (hashed features: 8 MB a
+            row), before any work: pass fewer rows at a time.
         """
         check_is_fitted(self)
         check_lazy_output(self, X)
+        check_dense_output(X, "transform")
         with self._rows(X, count_rows=False) as rows, one_blas_thread():
             heads = np.asarray(self.cluster_centers_, dtype=np.float64).T
             out = self.temperature_ * self.n_clusters_ * np.asarray(self.moment_heads_, np.float64)

@@ -12,6 +12,7 @@ from ._scale import estimate_spectrum, gram_coordinates
 from ._validation import (
     atomic_fit,
     check_auto_or_positive,
+    check_dense_output,
     check_options,
     check_positive,
     finite_output,
@@ -233,9 +234,16 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         -------
         X_quantized : ndarray of shape (n_samples, n_features)
             ``T^ctx(X)``, float32 if X is float32 and float64 otherwise.
+
+        Raises
+        ------
+        ValueError
+            For sparse X whose dense output would take more than 1 GiB and
+            more than ten times X's non-zeros, before any work.
         """
         check_is_fitted(self)
         X = _prompt(self, X, reset=False)
+        check_dense_output(X, "transform")
         rows = rows_of(X, n_threads=1)
         L, d = X.shape
         K = self.n_clusters_

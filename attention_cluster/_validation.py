@@ -93,6 +93,26 @@ class InvalidParameterError(ValueError, TypeError):
 DENSE_LIMIT_BYTES = 1 << 30
 
 
+def check_dense_output(X, method):
+    """Refuse sparse X whose dense output of its shape (``transform``'s
+    ``n x d``) would take more than ``DENSE_LIMIT_BYTES`` and more than ten
+    times X's non-zeros, before any work: of hashed features (2^20
+    columns), 8 MB a row, where the process was killed for its memory."""
+    if not sp.issparse(X):
+        return
+    n, d = X.shape
+    size = n * d * (4 if X.dtype == np.float32 else 8)
+    stored = X.nnz * (X.dtype.itemsize + 4)
+    if size > DENSE_LIMIT_BYTES and size > 10 * stored:
+        raise ValueError(
+            f"{method} of sparse X returns a dense array of its shape, {n} x {d}, which would "
+            f"take {size / 2**30:.1f} GiB (more than {DENSE_LIMIT_BYTES / 2**30:.0f} GiB, and "
+            f"{size / max(stored, 1):.0f} times X's non-zeros): pass fewer rows at a time (the "
+            "output is row by row), or reduce the features first (drop the empty columns, or "
+            "sklearn.decomposition.TruncatedSVD)."
+        )
+
+
 def check_options(value, name, options):
     """Raise an InvalidParameterError unless ``value`` is one of ``options`` (NumPy's bools are bools)."""
     flag = bool(value) if isinstance(value, np.bool_) else value

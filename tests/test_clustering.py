@@ -1184,3 +1184,25 @@ def test_verbose_names_center_auto_s_second_fit_and_the_one_kept(capsys):
     assert "lost 1 of the n_clusters=12 clusters; fitting the centred rows too" in out
     kept = "kept the centred fit" if np.any(model.mean_) else "kept the uncentred fit"
     assert kept in out.splitlines()[-1]
+
+
+def test_transform_of_wide_sparse_rows_refuses_a_dense_output_beyond_the_bound(monkeypatch):
+    # transform's output is dense, n x d: of hashed features (2^20 columns)
+    # 8 MB a row, 24 GB for 3000 rows, which the system granted and then
+    # killed the process for. Refused before any work (fit_transform before
+    # its fit) beyond 1 GiB and ten times X's non-zeros (here a smaller bound).
+    from attention_cluster import InContextQuantizer, _validation
+
+    X = sp.random(400, 4096, density=0.002, format="csr", random_state=0)
+    monkeypatch.setattr(_validation, "DENSE_LIMIT_BYTES", 300 * 4096 * 8)
+    model = AttentionClustering(3, random_state=0).fit(X[:100])
+    assert model.transform(X[:300]).shape == (300, 4096)
+    with pytest.raises(ValueError, match="transform of sparse X returns a dense array"):
+        model.transform(X)
+    fresh = AttentionClustering(3, random_state=0)
+    with pytest.raises(ValueError, match="fit_transform of sparse X"):
+        fresh.fit_transform(X)
+    assert not hasattr(fresh, "cluster_centers_")
+    with pytest.raises(ValueError, match="transform of sparse X"):
+        InContextQuantizer().fit(X).transform(X)
+    assert model.transform(X.toarray()).shape == (400, 4096)  # dense X: its own size

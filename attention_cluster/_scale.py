@@ -280,7 +280,7 @@ def principal_basis(
         full[support] = Q
         return rows.moment_action(full)[support]
 
-    Q = orthonormal(rng.standard_normal((d if support is None else len(support), n_components)))
+    Q = orthonormal(_gaussian_rows(rng, d, n_components, support))
     previous = None
     for _ in range(max_iter):
         MQ = action(Q)
@@ -295,6 +295,23 @@ def principal_basis(
     full = np.zeros((d, basis.shape[1]))
     full[support] = basis
     return full
+
+
+def _gaussian_rows(rng, d, r, support=None):
+    """The rows ``support`` (all when None) of a d x r standard Gaussian
+    drawn by ``rng``: the same numbers whatever the support, so that the
+    start of rows that are zero outside it is the dense rows' start there
+    (M G is then the same). Drawn by blocks of rows (the same stream), so
+    that no d x r array is held for a small support."""
+    if support is None:
+        return rng.standard_normal((d, r))
+    out = np.empty((len(support), r))
+    step = max(1, (1 << 20) // max(r, 1))
+    for lo in range(0, d, step):
+        block = rng.standard_normal((min(step, d - lo), r))
+        a, b = np.searchsorted(support, [lo, lo + len(block)])
+        out[a:b] = block[support[a:b] - lo]
+    return out
 
 
 # Above this condition number of the Cholesky factor (cond(A)), orthonormal

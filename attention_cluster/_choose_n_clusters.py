@@ -70,8 +70,9 @@ def choose_n_clusters(
         :class:`SelfAttentionDynamics` takes it.
     max_samples : int, default=2000
         Rows the dynamics runs on, and the silhouettes are taken on. Of
-        these the dynamics moves a subsample, and labels the others as
-        passive tracers, where a step on all would pass 2e9 multiply-adds
+        these the dynamics moves a subsample (the others are passive
+        tracers, which its count does not read), where a step on all would
+        pass 2e9 multiply-adds
         (``SelfAttentionDynamics(max_samples="auto")``: 2000 rows of more
         than 500 features).
 

@@ -284,8 +284,8 @@ def _lifted(C, given, W):
             f"The dynamics stopped with {C.shape[0]} clusters, whose centres in "
             f"{given.shape[1]} dimensions would take {size / 2**30:.1f} GiB as a dense array "
             f"(more than {DENSE_LIMIT_BYTES / 2**30:.0f} GiB): most tokens may not have met "
-            "(lower beta, or raise max_iter), or raise min_cluster_size, or reduce the "
-            "features first (sklearn.decomposition.TruncatedSVD)."
+            "(lower beta, or raise max_iter), or reduce the features first "
+            "(sklearn.decomposition.TruncatedSVD)."
         )
     return left_times(C @ W.T, given, np.float64)
 
@@ -305,6 +305,17 @@ def _stays_sparse(X):
     stored, the span's sparse products took three times the dense run's
     time; at 5% and below, less)."""
     return sp.issparse(X) and 12 * X.nnz < X.shape[0] * X.shape[1]
+
+
+def _sparse_in_span(flow, X, m):
+    """Whether m moving tokens of X run in their span as sparse rows: X
+    sparse, the span taken (:func:`_takes_span`), and X storing at most one
+    entry in 12 (:func:`_stays_sparse`) or the tokens' dense copy passing
+    ``DENSE_LIMIT_BYTES`` (denser rows, which run faster densified, where
+    that copy is refused)."""
+    if not (sp.issparse(X) and _takes_span(flow, m, X.shape[1])):
+        return False
+    return _stays_sparse(X) or m * X.shape[1] * X.dtype.itemsize > DENSE_LIMIT_BYTES
 
 
 def _auto_subsample(flow, n, d, sparse):
@@ -898,7 +909,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             # coordinates, in float64.
             # (The unnormalised model steps in float64: its logits grow as e^{2t}.)
             itemsize = 8 if self.model == "unnormalized" else X.dtype.itemsize
-            span = _stays_sparse(X) and _takes_span(flow, m, d)
+            span = _sparse_in_span(flow, X, m)
             size = m * m * 8 if span else m * d * itemsize
             if size > DENSE_LIMIT_BYTES and size > stored_bytes(X):
                 held = f"their {m} x {m} Gram matrix" if span else "a dense array"
@@ -913,7 +924,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
     def _run(self, flow, X, weights, m):
         on_sphere = self.model in SPHERE_MODELS
         n = X.shape[0]
-        stays_sparse = _stays_sparse(X)
+        sparse_in_span = _sparse_in_span(flow, X, m)
         rng = check_random_state(self.random_state)
         # The rows that may move: those of positive weight (rows of weight
         # zero are passive tracers, as the rows left out of a subsample).
@@ -944,7 +955,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         # horizon is float64's (attention_flow's Raises), and its results take
         # X's dtype.
         Z = unit_rows(X) if on_sphere else X.copy()
-        if stays_sparse and _takes_span(flow, *Z.shape):
+        if sparse_in_span:
             # Sparse tokens stay sparse where they run in their span, which
             # reads them through their inner products (a token of
             # HashingVectorizer's 2^20 features takes 8 MB densely), stored

@@ -160,8 +160,9 @@ class _OneBlasThread:
     ends (contexts nest: a fit's seeding runs in one), so that the last to
     leave, or a later fit in another thread, can set it: kept, the thread of
     a process's first fit held it for good, and every later fit in another
-    thread ran BLAS on all its threads. A thread inside a
-    ``threadpool_limits`` block of its own keeps it, as that block does.
+    thread ran BLAS on all its threads. A thread that held it before its
+    outermost context began (inside a ``threadpool_limits`` block of its
+    own) keeps it, as that block does.
     """
 
     def __init__(self):
@@ -175,7 +176,7 @@ class _OneBlasThread:
     def __enter__(self):
         depth = getattr(self._thread, "depth", 0)
         if not depth:
-            self._thread.keeps = _in_own_blas_block()
+            self._thread.keeps = _holds_blas_control()
         self._thread.depth = depth + 1
         with self._lock:
             if not self._users:
@@ -204,12 +205,12 @@ class _OneBlasThread:
         self.__init__()
 
 
-def _in_own_blas_block():
-    """Whether this thread is inside a ``threadpool_limits`` block of its own
-    (threadpoolctl 3.8 counts them per thread; before it, no thread holds a
-    right to set the count)."""
-    blocks = getattr(threadpoolctl, "CONTROLLING_THREAD_OWNERSHIP", None)
-    return bool(getattr(blocks, "count", 0))
+def _holds_blas_control():
+    """Whether this thread holds the right to set OpenBLAS's count already
+    (threadpoolctl 3.8's controlling thread, its state read where it keeps
+    it; before 3.8, no thread holds such a right)."""
+    state = getattr(threadpoolctl.OpenBLASController, "_SHARED_STATE", None)
+    return getattr(state, "controlling_thread", None) is threading.current_thread()
 
 
 def _give_up_blas_control():
@@ -2743,6 +2744,9 @@ def unit_rows(rows):
     """
     if sp.issparse(rows):
         rows = rows.tocsr(copy=True)
+        # An entry stored twice is their sum (the norm of the stored values
+        # took 2 e_0 stored as 1 + 1 for norm sqrt 2).
+        rows.sum_duplicates()
         peaks = row_peaks(rows)
         rows.data /= _row_values(rows, np.where(peaks > 0, peaks, 1))
         return normalize(rows, copy=False)

@@ -1724,3 +1724,34 @@ def test_centres_are_ordered_as_lexsort_orders_them(K, d, seed):
     centres[rng.integers(0, K)] = -0.0
     want = np.lexsort((*centres.T[::-1], -sizes))
     np.testing.assert_array_equal(_dynamics._size_then_coordinates(sizes, centres), want)
+
+
+def test_sparse_rows_storing_an_entry_twice_are_their_sums_on_the_sphere():
+    # unit_rows divided by the norm of the stored values: 2 e_0 stored as
+    # 1 + 1 had norm sqrt 2, a token off the sphere (fit and predict).
+    twice = sp.csr_matrix((np.ones(4), np.array([0, 0, 0, 1]), np.array([0, 2, 4])), shape=(2, 40))
+    once = twice.copy()
+    once.sum_duplicates()
+    options = dict(beta=1.0, max_iter=1, stopping="horizon", step_size=0.5, cluster_tol=1e-9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = SelfAttentionDynamics(min_cluster_size=1, **options).fit(once)
+        got = SelfAttentionDynamics(min_cluster_size=1, **options).fit(twice)
+    np.testing.assert_allclose(got.cluster_centers_, want.cluster_centers_, atol=1e-15)
+    np.testing.assert_array_equal(got.predict(twice), want.predict(once))
+
+
+def test_denser_sparse_rows_run_sparse_in_their_span_where_their_dense_copy_is_refused(
+    monkeypatch,
+):
+    # Rows storing more than one entry in 12 are densified (their products
+    # run faster dense), and a dense copy beyond 1 GiB was refused: 2000 x
+    # 70000 rows, 9% stored, that had run in their span's 2000 x 2000 Gram
+    # matrix. They run there again, sparse (here under a smaller bound).
+    X, _ = _topic_documents(200, 3000, 3, np.random.default_rng(0), words=300, vocabulary=1000)
+    assert not _dynamics._stays_sparse(X)
+    want = SelfAttentionDynamics(max_samples=None, random_state=0).fit(X)
+    monkeypatch.setattr(_dynamics, "DENSE_LIMIT_BYTES", 200 * 3000 * 8 - 1)
+    got = SelfAttentionDynamics(max_samples=None, random_state=0).fit(X)
+    assert got.n_clusters_ == want.n_clusters_ == 3
+    np.testing.assert_array_equal(got.labels_, want.labels_)

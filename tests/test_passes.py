@@ -1187,6 +1187,23 @@ def test_a_fit_inside_the_callers_own_limit_keeps_the_callers_right(one_blas_set
     assert _blas_threads(one_blas_setter) == {2}
 
 
+def test_a_fit_inside_an_openmp_only_block_gives_up_the_blas_right(one_blas_setter):
+    # A thread inside any threadpool_limits block (one of OpenMP's alone)
+    # was taken to hold BLAS's right and kept the one its fit took: a later
+    # fit in another thread ran BLAS on all its threads.
+    from threadpoolctl import threadpool_limits
+
+    def a_fit():
+        with _passes.one_blas_thread():
+            return _blas_threads(one_blas_setter)
+
+    with threadpool_limits(limits=1, user_api="openmp"):
+        a_fit()
+        with ThreadPoolExecutor(1) as pool:
+            assert pool.submit(a_fit).result() == {1}
+    assert _blas_threads(one_blas_setter) == {2}
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
 def test_a_child_forked_during_a_fit_has_the_processs_blas_threads():
     # The child inherited the fit's limit of one thread, and its own first

@@ -120,6 +120,8 @@ def estimate_spectrum(data, n_clusters, moment=None, full=None):
             moment=np.zeros((d, d)),
             eigenvalues=np.zeros(d),
             eigenvectors=np.eye(d),
+            # (Coordinates in a principal subspace: the rest of R^D is zero too.)
+            rest=(0, 0.0) if full is None else (full.n_features - d, 0.0),
         )
     prescaled = data.rescaled(peak)
     eig, vectors = np.linalg.eigh(M)
@@ -270,7 +272,9 @@ def principal_basis(
     # Rows that may be non-zero in every column take all of them.
     support = rows.column_support()
     d = data.n_features
-    if support is not None and len(support) == d:
+    # (Fewer columns than the basis' r, or none, all rows zero there: taken
+    # as dense rows are, in every column.)
+    if support is not None and not n_components <= len(support) < d:
         support = None
 
     def action(Q):  # M Q, on the support's rows

@@ -93,23 +93,32 @@ class InvalidParameterError(ValueError, TypeError):
 DENSE_LIMIT_BYTES = 1 << 30
 
 
-def check_dense_output(X, method):
-    """Refuse sparse X whose dense output of its shape (``transform``'s
-    ``n x d``) would take more than ``DENSE_LIMIT_BYTES`` and more than ten
-    times X's non-zeros, before any work: of hashed features (2^20
-    columns), 8 MB a row, where the process was killed for its memory."""
-    if not sp.issparse(X):
-        return
+def check_dense_output(X, method, row_wise=True):
+    """Refuse sparse X (a SciPy matrix, or a pandas DataFrame of sparse
+    columns, which validation makes one) whose dense output of its shape
+    (``transform``'s ``n x d``) would take more than ``DENSE_LIMIT_BYTES``
+    and more than ten times X's non-zeros, before any work: of hashed
+    features (2^20 columns), 8 MB a row, where the process was killed for
+    its memory. ``row_wise``: whether each output row is its input row's
+    alone (the advice then names fewer rows at a time)."""
+    if sp.issparse(X):
+        stored, itemsize = X.nnz, X.dtype.itemsize
+    else:
+        # pandas' sparse accessor, of frames whose columns are all sparse.
+        accessor = getattr(X, "sparse", None) if hasattr(X, "columns") else None
+        if accessor is None:
+            return
+        stored, itemsize = accessor.density * X.shape[0] * X.shape[1], 8
     n, d = X.shape
-    size = n * d * (4 if X.dtype == np.float32 else 8)
-    stored = X.nnz * (X.dtype.itemsize + 4)
+    size = n * d * (4 if itemsize == 4 else 8)
+    stored = stored * (itemsize + 4)
     if size > DENSE_LIMIT_BYTES and size > 10 * stored:
+        fewer = "pass fewer rows at a time (the output is row by row), or " if row_wise else ""
         raise ValueError(
             f"{method} of sparse X returns a dense array of its shape, {n} x {d}, which would "
             f"take {size / 2**30:.1f} GiB (more than {DENSE_LIMIT_BYTES / 2**30:.0f} GiB, and "
-            f"{size / max(stored, 1):.0f} times X's non-zeros): pass fewer rows at a time (the "
-            "output is row by row), or reduce the features first (drop the empty columns, or "
-            "sklearn.decomposition.TruncatedSVD)."
+            f"{size / max(stored, 1):.0f} times X's non-zeros): {fewer}reduce the features "
+            "first (drop the empty columns, or sklearn.decomposition.TruncatedSVD)."
         )
 
 

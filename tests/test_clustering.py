@@ -1203,6 +1203,23 @@ def test_transform_of_wide_sparse_rows_refuses_a_dense_output_beyond_the_bound(m
     with pytest.raises(ValueError, match="fit_transform of sparse X"):
         fresh.fit_transform(X)
     assert not hasattr(fresh, "cluster_centers_")
-    with pytest.raises(ValueError, match="transform of sparse X"):
+    with pytest.raises(ValueError, match="transform of sparse X returns") as refused:
         InContextQuantizer().fit(X).transform(X)
+    assert "fewer rows" not in str(refused.value)  # (its rows read the whole prompt)
+    pandas = pytest.importorskip("pandas")
+    with pytest.raises(ValueError, match="transform of sparse X returns"):
+        model.transform(pandas.DataFrame.sparse.from_spmatrix(X))
     assert model.transform(X.toarray()).shape == (400, 4096)  # dense X: its own size
+
+
+@pytest.mark.parametrize("kind", ["dense", "sparse"])
+def test_all_zero_rows_in_high_dimension_fit_as_in_low(kind):
+    # Beyond 1000 features (the principal subspace) all-zero rows crashed:
+    # dense ones on the completed spectrum's length (7 for 2000), sparse ones
+    # on a basis of no column. They fit as below it, with its warning.
+    X = np.zeros((300, 2000))
+    X = sp.csr_matrix(X) if kind == "sparse" else X
+    with pytest.warns(UserWarning, match="All rows of X are equal"):
+        model = AttentionClustering(2, random_state=0).fit(X)
+    assert model.cluster_centers_.shape == (2, 2000)
+    np.testing.assert_array_equal(model.predict(X), model.labels_)

@@ -265,11 +265,11 @@ def principal_basis(
         # the scale): subnormal rows are then seen below unit scale.
         rows = rows.rescaled(rows.scale * max(power_of_two_unit(peak), _SMALLEST_NORMAL))
     # The basis lies in the columns where some row may be non-zero (M's
-    # other rows and columns are zero): it is found there, from a start
-    # drawn there, and is zero in the others. Of hashed features (2^20
-    # columns, most of them empty) the d x r products of each iteration took
-    # most of a fit's time, and the basis depended on the empty columns.
-    # Rows that may be non-zero in every column take all of them.
+    # other rows and columns are zero): it is found there, from the dense
+    # rows' start there (_gaussian_rows), and is zero in the others. Of
+    # hashed features (2^20 columns, most of them empty) the d x r products
+    # of each iteration took most of a fit's time. Rows that may be non-zero
+    # in every column take all of them.
     support = rows.column_support()
     d = data.n_features
     # (Fewer columns than the basis' r, or none, all rows zero there: taken

@@ -1040,7 +1040,11 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         """
         result = self._result
         unit = self._unit_rows(rows)
-        stream = copy.deepcopy(self._stream)
+        # A shallow copy: an update binds new arrays to the stream's
+        # attributes and never writes into its arrays, so the stream kept on
+        # failure is untouched (a deep copy took its K x d arrays at every
+        # batch: 400 MB at K = 10 and 2^20 features).
+        stream = copy.copy(self._stream)
         if stream.lost().size:
             points = rows.map_rows(_unit_points, result.mean, result.scale, columns=rows.n_features)
             stream, reseeded = stream.reseed(points, rows.sample_weight)

@@ -1339,3 +1339,30 @@ def test_a_linearised_stream_turned_online_keeps_its_rounding():
     stream = new_stream(np.eye(3)[:, :3], np.full(3, 1 / 3), 0.3, 100_000)
     stream.eps = float(np.finfo(np.float32).eps)
     assert stream._online().eps == stream.eps
+
+
+def test_a_batch_that_fails_after_its_update_leaves_the_stream_as_it_was(stream_data, monkeypatch):
+    # The update runs on a shallow copy of the stream (a deep copy took its
+    # K x d arrays at every batch): it must bind new arrays, never write
+    # into the stream's. A batch that fails once the update has run leaves
+    # every array of the stream as it was, and the next batch goes on.
+    import copy
+
+    from attention_cluster import _clustering
+
+    X, _, _ = stream_data
+    model = AttentionClustering(random_state=0).partial_fit(X[:2000]).partial_fit(X[2000:4000])
+    before = pickle.dumps(model._stream.__dict__)
+    reference = copy.deepcopy(model)
+
+    def fail(*args, **kwargs):
+        raise FloatingPointError("after the update")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(_clustering.SphericalMixture, "from_heads", fail)
+        with pytest.raises(FloatingPointError, match="after the update"):
+            model.partial_fit(X[4000:6000])
+    assert pickle.dumps(model._stream.__dict__) == before
+    model.partial_fit(X[4000:6000])
+    reference.partial_fit(X[4000:6000])
+    np.testing.assert_array_equal(model.cluster_centers_, reference.cluster_centers_)

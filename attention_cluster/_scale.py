@@ -277,12 +277,16 @@ def principal_basis(
     if support is not None and not n_components <= len(support) < d:
         support = None
 
-    def action(Q):  # M Q, on the support's rows
+    def in_r_d(Q):  # Q's rows at the support's columns, zero elsewhere
         if support is None:
-            return rows.moment_action(Q)
+            return Q
         full = np.zeros((d, Q.shape[1]))
         full[support] = Q
-        return rows.moment_action(full)[support]
+        return full
+
+    def action(Q):  # M Q, on the support's rows
+        MQ = rows.moment_action(in_r_d(Q))
+        return MQ if support is None else MQ[support]
 
     Q = orthonormal(_gaussian_rows(rng, d, n_components, support))
     previous = None
@@ -293,12 +297,7 @@ def principal_basis(
         if previous is not None and largest_sine(previous, leading) <= tol:
             break
         previous = leading
-    basis = Q @ _ritz_vectors(Q, action(Q))
-    if support is None:
-        return basis
-    full = np.zeros((d, basis.shape[1]))
-    full[support] = basis
-    return full
+    return in_r_d(Q @ _ritz_vectors(Q, action(Q)))
 
 
 def _gaussian_rows(rng, d, r, support=None):

@@ -87,6 +87,14 @@ KINDS = {
     ),
     # Columns of pandas' extension dtypes of numbers, read as float64.
     "pandas-extension": (lambda X, tmp: _extension_frame(X), 1e-6),
+    # Columns of pandas' sparse dtype, which validation reads as a sparse
+    # matrix (transform's dense-output check reads their density).
+    "pandas-sparse": (
+        lambda X, tmp: pd.DataFrame.sparse.from_spmatrix(
+            sp.csr_matrix(X), columns=[f"x{j}" for j in range(X.shape[1])]
+        ),
+        1e-6,
+    ),
     # A table of another library, read through the dataframe interchange
     # protocol (as a polars DataFrame is): it has a shape and no ndim.
     "arrow-table": (

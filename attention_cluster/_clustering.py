@@ -45,7 +45,6 @@ from ._validation import (
     InvalidParameterError,
     as_numbers,
     atomic_fit,
-    check_auto_or_positive,
     check_dense_output,
     check_lazy_output,
     check_n_samples,
@@ -508,7 +507,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         check_positive(
             self.n_clusters, "n_clusters", numbers.Integral, min_val=1, strict=False, also=("auto",)
         )
-        check_auto_or_positive(self.temperature, "temperature")
+        check_positive(self.temperature, "temperature", also=("auto",))
         check_positive(
             self.sequence_length,
             "sequence_length",
@@ -518,7 +517,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             float_range=True,
         )
         check_options(self.regularization, "regularization", ["pairwise", "product", None])
-        check_auto_or_positive(self.reg_strength, "reg_strength", strict=False)
+        check_positive(self.reg_strength, "reg_strength", strict=False, also=("auto",))
         check_options(self.solver, "solver", ["auto", "psgd", "full"])
         check_options(self.refine, "refine", ["auto", "em", None])
         check_options(self.centroid_norms, "centroid_norms", ["auto", "equal", "free"])
@@ -527,7 +526,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         check_positive(
             self.max_iter, "max_iter", numbers.Integral, min_val=1, strict=False, also=("auto",)
         )
-        check_auto_or_positive(self.tol, "tol", strict=False)
+        check_positive(self.tol, "tol", strict=False, also=("auto",))
         check_positive(self.n_init, "n_init", numbers.Integral, min_val=1, strict=False)
         check_options(self.gradient, "gradient", ["riemannian", "euclidean"])
         check_options(self.center, "center", ["auto", True, False])

@@ -11,7 +11,6 @@ from ._passes import dense_block, gram_matrix, left_times, rows_of, times_power_
 from ._scale import estimate_spectrum, gram_coordinates
 from ._validation import (
     atomic_fit,
-    check_auto_or_positive,
     check_dense_output,
     check_options,
     check_positive,
@@ -207,7 +206,7 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         n_clusters = check_positive(
             self.n_clusters, "n_clusters", Integral, min_val=1, strict=False, float_range=True
         )
-        temperature = check_auto_or_positive(self.temperature, "temperature")
+        temperature = check_positive(self.temperature, "temperature", also=("auto",))
         attention = check_options(self.attention, "attention", ["linear", "softmax"])
         _prompt(self, X, reset=True)
         self.n_clusters_ = int(n_clusters)

@@ -431,18 +431,6 @@ def warn(message, category=UserWarning):
     warnings.warn(message, category, stacklevel=level if frame is not None else outermost)
 
 
-def check_auto_or_positive(value, name, *, strict=True):
-    """``"auto"``, or a finite number above 0 (at least 0 if not ``strict``)."""
-    if isinstance(value, str):
-        if value != "auto":
-            raise InvalidParameterError(f'{name} must be "auto" or a number, got {value!r}.')
-        return value
-    if not isinstance(value, (numbers.Real, np.bool_)):
-        # (check_scalar's text names the number alone; a bool's is check_positive's.)
-        raise InvalidParameterError(f'{name} must be "auto" or a number, got {value!r}.')
-    return check_positive(value, name, strict=strict)
-
-
 def is_dask_collection(X):
     """Whether X is a Dask array or DataFrame (Dask is not imported for this)."""
     dask = sys.modules.get("dask")

@@ -348,7 +348,10 @@ def test_counts_used_as_floats_and_text_weights_are_refused_by_name():
         (lambda: InContextQuantizer(10**400).fit(X), "n_clusters"),
         (lambda: datasets.make_mixture(Fraction(100), 4, 2), "n_samples"),
         (lambda: metrics.interference(0.3, n_clusters=Fraction(3)), "n_clusters"),
-        (lambda: AttentionClustering(2, temperature=None).fit(X), 'temperature must be "auto"'),
+        (
+            lambda: AttentionClustering(2, temperature=None).fit(X),
+            'temperature must be a number > 0 or "auto"',
+        ),
         (
             lambda: theory.psgd_path(
                 X, HEADS, temperature=1.0, step_size=0.1, record=[0, 1], batch_size=10**6

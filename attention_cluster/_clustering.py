@@ -852,7 +852,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         statistics are those the M step maps to the fitted parameters; a fit
         without the EM refinement, ``refine=None`` or PSGD's, has no
         statistics to hold, and the stream starts at its centres from the
-        batch), and a batch of another width raises ValueError. A batch of
+        batch), and a batch of another width raises ValueError, as does a
+        call after ``n_clusters`` was set to a number other than
+        ``n_clusters_`` (the stream keeps its number; :meth:`fit` starts
+        anew). A batch of
         more than 4 times
         the weight seen before it, and of at least ``n_clusters_`` rows of
         positive weight, starts the stream anew: it is fitted as the
@@ -949,6 +952,16 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             # Every call checks the parameters (set_params between batches),
             # not only those whose batch starts the stream anew.
             self._check_params(self.n_features_in_)
+            if self.n_clusters != "auto" and self.n_clusters != self.n_clusters_:
+                # The stream's statistics are of n_clusters_ components: it
+                # cannot go on at another number (IncrementalPCA refuses a
+                # changed n_components alike).
+                raise InvalidParameterError(
+                    f"n_clusters={self.n_clusters} was set after the fit of "
+                    f"n_clusters_={self.n_clusters_} clusters that partial_fit continues: "
+                    "a stream keeps its number of clusters. Call fit, or partial_fit on a "
+                    "clone, to start at the new number."
+                )
         rows = self._rows(
             X,
             reset=first,

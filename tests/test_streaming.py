@@ -363,6 +363,24 @@ def test_a_bad_parameter_set_between_batches_is_refused_at_the_next(parameter, v
     assert model.n_steps_ == 1
 
 
+@pytest.mark.parametrize("start", ["fit", "partial_fit"])
+@pytest.mark.parametrize("batch", [100, 250], ids=["update", "heavy"])
+def test_a_number_of_clusters_set_between_batches_is_refused(start, batch):
+    # partial_fit went on at the fitted number of clusters whatever n_clusters
+    # said, and a heavy batch restarted the stream at the old number with the
+    # other parameters set since: n_clusters=2 left three clusters.
+    X, _, _ = make_mixture(400, 5, 3, noise=0.3, random_state=0)
+    model = getattr(AttentionClustering(3, random_state=0), start)(X[:50])
+    model.set_params(n_clusters=2)
+    with pytest.raises(InvalidParameterError, match="n_clusters=2"):
+        model.partial_fit(X[50 : 50 + batch])
+    assert model.cluster_centers_.shape == (3, 5)
+    # The fitted number, or "auto" (the number the stream holds), goes on.
+    for n_clusters in (3, "auto"):
+        model.set_params(n_clusters=n_clusters).partial_fit(X[50 : 50 + batch])
+        assert model.n_clusters_ == 3
+
+
 @pytest.mark.parametrize("kind", [np.asarray, sp.csr_matrix], ids=["dense", "sparse"])
 def test_a_batch_equal_to_a_first_batch_of_equal_rows_is_taken(kind):
     # The first batch's rows are all one row: centred, they are zero, and

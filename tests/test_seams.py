@@ -191,6 +191,23 @@ def test_likelihood_methods_say_they_need_the_refinement(kwargs):
         assert "refine='em'" in str(raised.value.__cause__)
 
 
+@pytest.mark.parametrize(
+    "fitted, set_after",
+    [({"refine": None}, {"refine": "em"}), ({"solver": "psgd"}, {"solver": "full"})],
+)
+def test_likelihood_methods_name_the_fit_not_the_parameters_set_since(fitted, set_after):
+    # After set_params the message named the parameters set since: "need the
+    # EM refinement's mixture (refine='em'), and it has ... refine='em'".
+    X = make_mixture(300, 4, 2, noise=0.2, random_state=0)[0]
+    model = AttentionClustering(2, random_state=0, max_iter=200, **fitted).fit(X)
+    model.set_params(**set_after)
+    with pytest.raises(AttributeError) as raised:
+        model.bic(X)
+    message = str(raised.value.__cause__)
+    assert f"solver_={model.solver_!r}, refine_=None" in message
+    assert "fit again" in message
+
+
 # -- tight clusters at the bottom of float64's range
 
 

@@ -6,16 +6,26 @@ that do not sum to one, NaN parameters, a label rule that disagreed with its
 own posterior), and checks the answer against an independent computation.
 """
 
+import copy
+import dataclasses
+import pickle
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 import scipy.sparse as sp
 from scipy.special import logsumexp
+from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import adjusted_rand_score
 
-from attention_cluster import AttentionClustering, _passes
+from attention_cluster import (
+    AttentionClustering,
+    InContextQuantizer,
+    SelfAttentionDynamics,
+    _passes,
+)
 from attention_cluster.datasets import make_mixture
 
 
@@ -1102,3 +1112,110 @@ def test_no_runtime_warning_escapes(case):
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         case()
+
+
+# -- one instance through a life: refits over input kinds and parameters
+
+
+def _same_state(a, b):
+    """Whether two fitted states (``vars`` of estimators, and the values in
+    them) hold the same names and the same numbers, dtypes and types."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind in "fc")
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same_state(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(map(_same_state, a, b))
+    if dataclasses.is_dataclass(a):
+        return all(
+            _same_state(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a)
+        )
+    if hasattr(a, "__dict__") and not callable(a):
+        return _same_state(vars(a), vars(b))
+    return a == b
+
+
+_LIFE_X = make_mixture(240, 5, 3, noise=0.3, random_state=0)[0]
+_LIFE_INPUTS = {
+    "dense": _LIFE_X,
+    "sparse": sp.csr_matrix(_LIFE_X),
+    "float32": _LIFE_X.astype(np.float32),
+    "named": pd.DataFrame(_LIFE_X, columns=[f"f{i}" for i in range(5)]),
+}
+
+
+@pytest.mark.parametrize(
+    "estimator, life",
+    [
+        (
+            AttentionClustering(random_state=0),
+            [
+                ({"n_clusters": "auto"}, "named", "fit"),
+                ({"n_clusters": 3, "refine": None, "center": True}, "sparse", "fit"),
+                ({"n_clusters": 2, "solver": "psgd", "max_iter": 200}, "float32", "fit"),
+                ({}, "named", "partial_fit"),
+                (
+                    {"n_clusters": 3, "solver": "auto", "refine": "auto", "center": "auto"},
+                    "dense",
+                    "fit",
+                ),
+            ],
+        ),
+        (
+            SelfAttentionDynamics(random_state=0),
+            [
+                ({"model": "unnormalized", "step_size": 0.1, "beta": 1.0}, "named", "fit"),
+                ({"model": "sa", "step_size": "mean-shift", "max_samples": 100}, "sparse", "fit"),
+                ({"beta": 10.0, "max_samples": "auto"}, "dense", "fit"),
+            ],
+        ),
+        (
+            InContextQuantizer(),
+            [
+                ({"n_clusters": 3, "attention": "softmax", "temperature": 2.0}, "named", "fit"),
+                ({"n_clusters": 2, "attention": "linear", "temperature": "auto"}, "dense", "fit"),
+            ],
+        ),
+    ],
+    ids=["AttentionClustering", "SelfAttentionDynamics", "InContextQuantizer"],
+)
+def test_a_refit_leaves_the_state_of_a_fresh_fit(estimator, life):
+    # Each fit of an estimator refitted over input kinds and parameters
+    # (fitted attributes, feature names, the stream's and the choice's state)
+    # equals a fresh estimator's fit of the same X: nothing of an earlier fit
+    # survives where the later one does not write it.
+    model = clone(estimator)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for params, kind, method in life:
+            getattr(model.set_params(**params), method)(_LIFE_INPUTS[kind])
+            if method == "fit":
+                fresh = clone(model).fit(_LIFE_INPUTS[kind])
+                assert _same_state(vars(model), vars(fresh)), (params, kind)
+    assert not hasattr(model, "feature_names_in_")
+
+
+@pytest.mark.parametrize("how", ["pickle", "deepcopy"])
+def test_a_copy_at_any_stage_goes_on_as_the_original(how):
+    # A copy taken before the first fit, after a fit or within a stream goes
+    # on, by fits and batches, to the original's state, a RandomState
+    # instance's draws included (the copy holds its own at the same state).
+    def copied(model):
+        return pickle.loads(pickle.dumps(model)) if how == "pickle" else copy.deepcopy(model)
+
+    X = _LIFE_X
+    model = AttentionClustering(3, random_state=np.random.RandomState(0), init="random")
+    steps = [("fit", X), ("partial_fit", X[:80]), ("partial_fit", X[80:160]), ("fit", X[:120])]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for method, rows in steps:
+            copy_ = copied(model)
+            getattr(model, method)(rows)
+            getattr(copy_, method)(rows)
+            state, copy_state = dict(vars(model)), dict(vars(copy_))
+            generator = state.pop("random_state").get_state()
+            copy_generator = copy_state.pop("random_state").get_state()
+            assert _same_state(list(generator), list(copy_generator)), method
+            assert _same_state(state, copy_state), method

@@ -855,18 +855,16 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         batch), and a batch of another width raises ValueError, as does a
         call after ``n_clusters`` was set to a number other than
         ``n_clusters_`` (the stream keeps its number; :meth:`fit` starts
-        anew). A batch of
-        more than 4 times
-        the weight seen before it, and of at least ``n_clusters_`` rows of
-        positive weight, starts the stream anew: it is fitted as the
-        first was, at the stream's number of clusters, and fixes the scale,
-        the centring and the temperature again (a small first batch's fit
-        would otherwise hold the stream where it lies), unless its rows'
-        shares among the clusters show it is not a sample of the stream
-        (against the mixture's weights and online EM's running shares, at
-        level 1e-4: a batch of one class's rows would
-        start the stream at that class's fit), when it updates the stream.
-        The model clusters
+        anew). A batch of more than 4 times the weight seen before it, and
+        of at least ``n_clusters_`` rows of positive weight, starts the
+        stream anew: it is fitted as the first was, at the stream's number
+        of clusters, and fixes the scale, the centring and the temperature
+        again (a small first batch's fit would otherwise hold the stream
+        where it lies), unless its rows' shares among the clusters show it
+        is not a sample of the stream (against the mixture's weights and
+        online EM's running shares, at level 1e-4: a batch of one class's
+        rows would start the stream at that class's fit), when it updates
+        the stream. The model clusters
         directions from ``mean_``: a first batch whose mean lies within one
         cluster (its rows drawn from that cluster alone, say) leaves that
         cluster no direction for the rest of the stream, so the first batch

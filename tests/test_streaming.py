@@ -1384,3 +1384,69 @@ def test_a_batch_that_fails_after_its_update_leaves_the_stream_as_it_was(stream_
     model.partial_fit(X[4000:6000])
     reference.partial_fit(X[4000:6000])
     np.testing.assert_array_equal(model.cluster_centers_, reference.cluster_centers_)
+
+
+def _fitted_numbers(model):
+    return {
+        name: np.asarray(value)
+        for name, value in vars(model).items()
+        if name.endswith("_") and isinstance(value, (np.ndarray, float, int))
+    }
+
+
+def _assert_same_fit(got, want):
+    assert got.keys() == want.keys()
+    for name, value in want.items():
+        assert got[name].dtype == value.dtype, name
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
+
+
+@pytest.fixture(scope="module")
+def wide_batches():
+    X = make_mixture(3000, 1200, 3, noise=0.5, random_state=1)[0]
+    return _batches(X, 1000)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("refine", ["auto", None])
+def test_partial_fit_after_a_pickled_or_repeated_fit_is_the_fit_s(wide_batches, refine, dtype):
+    # The stream after a fit starts from the fit's private state: the same
+    # numbers after a pickle round trip, and after a fit that follows a
+    # stream (which replaced that state) as after a first fit.
+    batches = [b.astype(dtype) for b in wide_batches]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        model = AttentionClustering(3, refine=refine, random_state=0).fit(batches[0])
+        copied = pickle.loads(pickle.dumps(model))
+        _assert_same_fit(_fitted_numbers(copied), _fitted_numbers(model))
+        want = _fitted_numbers(model.partial_fit(batches[1]))
+        _assert_same_fit(_fitted_numbers(copied.partial_fit(batches[1])), want)
+        model.partial_fit(batches[2]).fit(batches[0]).partial_fit(batches[1])
+    _assert_same_fit(_fitted_numbers(model), want)
+    np.testing.assert_array_equal(copied.predict_proba(batches[2]), model.predict_proba(batches[2]))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("refine", ["auto", None])
+def test_a_write_into_the_fitted_arrays_does_not_reach_partial_fit(wide_batches, refine, dtype):
+    # The fitted arrays are the estimator's own, which a user may write into:
+    # cluster_centers_ is predict's and transform's, moment_heads_ is
+    # transform's, and mixture_ (read-only) predict_proba's; partial_fit's
+    # stream starts from mixture_ and float64 arrays of its own, which no
+    # write into a fitted array changes.
+    batches = [b.astype(dtype) for b in wide_batches]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        model = AttentionClustering(3, refine=refine, random_state=0).fit(batches[0])
+        untouched = pickle.loads(pickle.dumps(model))
+        labels, output = model.predict(batches[1]), model.transform(batches[1])
+        model.cluster_centers_[:] = model.cluster_centers_[::-1]
+        model.moment_heads_ *= 2.0
+        assert not np.array_equal(model.predict(batches[1]), labels)
+        assert not np.array_equal(model.transform(batches[1]), output)
+        if model.mixture_ is not None:
+            np.testing.assert_array_equal(
+                model.predict_proba(batches[1]), untouched.predict_proba(batches[1])
+            )
+        model.partial_fit(batches[1])
+        _assert_same_fit(_fitted_numbers(model), _fitted_numbers(untouched.partial_fit(batches[1])))

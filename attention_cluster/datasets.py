@@ -336,7 +336,9 @@ def make_corpus(
         \phi_k(j) = (1 - a)\, p_j + a\, p_{r_k(j)} ,
 
     so frequent words are shared by every topic, as stop words are, and
-    each topic has its own frequent words. A document has a topic ``z``
+    each topic has its own frequent words (only the topics that hold a
+    document draw their order, in increasing k, so ``n_topics`` may far exceed
+    ``n_documents``). A document has a topic ``z``
     drawn uniformly, a length drawn from ``Poisson(document_length)`` (at
     least one word), and its words drawn i.i.d. from ``phi_z``
     (:mathmd:`1`, "Generators of user-like data", gives the counts' mean
@@ -409,14 +411,18 @@ def make_corpus(
             f"on average hold more words than memory does ({error}): lower document_length or "
             "n_documents."
         ) from None
+    # The words grouped by topic, each group in the documents' order; only the
+    # topics that hold a document are drawn, in increasing order (n_topics may
+    # far exceed n_documents).
     topic_of_word = labels[rows]
-    for k in range(n_topics):
+    by_topic = np.argsort(topic_of_word, kind="stable")
+    starts = np.flatnonzero(np.diff(topic_of_word[by_topic])) + 1
+    for where in np.split(by_topic, starts):
         # Word ranking[r] has rank r in topic k: phi_k(j) = (1 - a) p_j + a
         # p_{r_k(j)} (math.md section 1, "Generators of user-like data").
         ranking = rng.permutation(n_words)
         phi = (1.0 - topic_share) * zipf
         phi[ranking] += topic_share * zipf
-        where = np.flatnonzero(topic_of_word == k)
         cdf = np.cumsum(phi)
         words[where] = np.minimum(
             np.searchsorted(cdf, rng.uniform(0.0, cdf[-1], where.size)), n_words - 1

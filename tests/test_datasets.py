@@ -307,6 +307,40 @@ def test_corpus_word_counts_match_the_topic_model():
         assert np.max(np.abs(observed - expected) / se) < 5
 
 
+@pytest.mark.parametrize("n_topics", [2**14, 10**9], ids=["2^14", "1e9"])
+def test_corpus_draws_only_the_topics_that_hold_a_document(n_topics):
+    # Every topic drew its ranking and scanned every word, 10^9 of each for
+    # n_topics = 10^9 (hours) where 30 documents hold at most 30 topics. A
+    # Zipf exponent of 50 and a topic share of 1 put all of topic k's words on
+    # its first-ranked word (the next has probability 2^-50), so each
+    # document's words show which recorded ranking its topic received.
+    rng = _RecordingState(0)
+    counts, topics = make_corpus(
+        30,
+        n_topics,
+        n_words=50,
+        document_length=5,
+        topic_share=1.0,
+        zipf_exponent=50,
+        output="counts",
+        random_state=rng,
+    )
+    present = np.unique(topics)
+    assert len(rng.permutations) == present.size
+    first_word = {k: order[0] for k, order in zip(present, rng.permutations)}
+    for i, k in enumerate(topics):
+        assert counts[i].indices.tolist() == [first_word[k]]
+
+
+def test_corpus_of_a_seed_is_pinned():
+    # The words a seed draws when every topic holds a document (the
+    # docstring's example), as they were before the words were grouped by
+    # topic.
+    texts, topics = make_corpus(3, 2, n_words=50, document_length=5, random_state=0)
+    assert texts == ["w4 w6 w14 w2 w17 w2", "w0 w43 w0 w20 w1 w27", "w47 w1 w12 w14 w12 w1 w47"]
+    np.testing.assert_array_equal(topics, [0, 1, 1])
+
+
 @pytest.mark.parametrize("offset", [0.5, 1.0, 3.0])
 def test_embeddings_centres_cosine_matches_its_law(offset):
     # math.md section 1, "Generators of user-like data": two centres have

@@ -309,6 +309,8 @@ def _check_fraction(value, name):
 # The largest mean length of make_corpus' documents: NumPy's Poisson draws
 # take means below about 9.2e18.
 _LONGEST_MEAN_LENGTH = 2**62
+# The most topics of make_corpus: NumPy draws the topics as int64.
+_MOST_TOPICS = 2**63
 
 
 def make_corpus(
@@ -385,6 +387,9 @@ def make_corpus(
     """
     n_documents = check_count(n_documents, "n_documents")
     n_topics = check_count(n_topics, "n_topics")
+    if n_topics > _MOST_TOPICS:
+        # NumPy's "high is out of bounds for int64" named no parameter.
+        raise InvalidParameterError(f"n_topics must be at most 2**63, got {n_topics}.")
     n_words = check_count(n_words, "n_words")
     document_length = check_count(document_length, "document_length")
     if document_length > _LONGEST_MEAN_LENGTH:

@@ -410,3 +410,14 @@ def test_a_document_length_beyond_numpy_s_poisson_names_itself():
         make_corpus(2, 2, n_words=10, document_length=2**62)
     with pytest.raises(ValueError, match="lower document_length or n_documents"):
         make_corpus(10**13, 2, n_words=10, document_length=10)
+
+
+def test_more_topics_than_int64_holds_names_n_topics():
+    # NumPy's "high is out of bounds for int64" was reported as words beyond
+    # memory, naming n_documents and document_length.
+    with pytest.raises(
+        ValueError, match=r"n_topics must be at most 2\*\*63, got 9223372036854775809\.$"
+    ):
+        make_corpus(10, 2**63 + 1, n_words=10)
+    _, topics = make_corpus(10, 2**63, n_words=10, random_state=0)
+    assert topics.dtype == np.int64 and topics.min() >= 0

@@ -484,13 +484,16 @@ def check_dask_array(estimator, X, *, reset, count_rows=True):
 
     Checks what the graph's metadata show: two dimensions, known column
     chunks, whole rows in each block, NumPy blocks, at least one row and one
-    feature, a numeric dtype (converted lazily to float64 unless float32; a
-    DataFrame's columns of pandas' extension dtypes of numbers as
-    :func:`_numpy_columns` converts them), and the width against
-    ``n_features_in_`` (recorded when ``reset``, with a DataFrame's string
-    column names as ``feature_names_in_``). A DataFrame's row count is its
-    one computation (a pass over the index), after every other check, and
-    so is an array's whose row chunks are unknown
+    feature, a dtype of numbers, bools, text or objects (converted lazily
+    to float64 unless float32, each block as ``validate_data`` converts it
+    in memory: text that is no number raises when read; a DataFrame's
+    columns of pandas' extension dtypes of numbers as :func:`_numpy_columns`
+    converts them; its columns of dtypes other than numbers, text and their
+    categories refused by :func:`_check_column_dtypes`), and the width
+    against ``n_features_in_`` (recorded when ``reset``, with a DataFrame's
+    string column names as ``feature_names_in_``). A DataFrame's row count
+    is its one computation (a pass over the index), after every other
+    check, and so is an array's whose row chunks are unknown
     (:func:`_with_counted_rows`); with ``count_rows=False`` (the methods
     that map each block to its outputs, lazily) rows are not counted:
     nothing is computed.
@@ -521,6 +524,7 @@ def check_dask_array(estimator, X, *, reset, count_rows=True):
                 "remove feature / column names from your input data, or convert them all to a "
                 "non-string data type."
             )
+        _check_column_dtypes(X)
         frame = _numpy_columns(X)
         # The columns' checks on the lazy array (rows of unknown count),
         # then, when counted, lengths=True counts the partitions' rows.
@@ -580,15 +584,37 @@ def _block_length(block):
     return np.array([block.shape[0]], dtype=np.int64)
 
 
+def _check_column_dtypes(frame):
+    """Refuse a Dask DataFrame's column of a dtype that holds neither numbers
+    nor text (dates, periods), from its metadata: beside other columns,
+    ``to_dask_array`` makes it objects, which are parsed only when read."""
+    for column, dtype in frame.dtypes.items():
+        if not _numbers_or_text(dtype):
+            raise ValueError(
+                f"Column {column!r} has dtype={dtype}, which is not a numeric dtype; X must "
+                "hold numbers (or their text)."
+            )
+
+
+def _numbers_or_text(dtype):
+    """Whether a pandas column's dtype holds numbers (bools, pandas' extension
+    dtypes of numbers), text, objects, or categories of these."""
+    import pandas as pd
+
+    if isinstance(dtype, pd.CategoricalDtype):
+        return _numbers_or_text(dtype.categories.dtype)
+    return pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_string_dtype(dtype)
+
+
 def _numpy_columns(frame):
     """A Dask DataFrame whose columns all hold numbers in pandas' extension
     dtypes (``Float64``, ``Int64``, ``Float32``, ``double[pyarrow]``), some
     of them, or NumPy's bools beside other columns, as float64, as
     ``validate_data`` converts the same pandas frame in memory, converted as
     each partition is read, a missing value as NaN (which the first pass
-    reports). Their ``to_dask_array`` is of dtype object, which
-    :func:`_check_dask_columns` refuses. Any other frame is returned as it
-    is."""
+    reports). Their ``to_dask_array`` is of dtype object, whose missing
+    values (``pd.NA``) NumPy's cast to float64 refuses. Any other frame is
+    returned as it is."""
     import pandas as pd
 
     dtypes = list(frame.dtypes)
@@ -608,6 +634,13 @@ def _float_partition(part):
 
     values = part.to_numpy(dtype=np.float64, na_value=np.nan)
     return pd.DataFrame(values, index=part.index, columns=part.columns)
+
+
+# The dtype kinds of X that validate_data reads as float64 in memory (its
+# dtype=[np.float64, np.float32] casts them): numbers, bools, and text and
+# objects, whose entries NumPy parses ("1.5" is 1.5, "abc" a ValueError when
+# read), as scikit-learn's check_array does for an explicit float dtype.
+_READ_AS_NUMBERS = "biufUSO"
 
 
 def _check_dask_columns(estimator, X, names, *, reset):
@@ -634,8 +667,10 @@ def _check_dask_columns(estimator, X, names, *, reset):
         )
     if np.iscomplexobj(np.empty(0, dtype=X.dtype)):
         raise ValueError("Complex data not supported.")
-    if not np.issubdtype(X.dtype, np.number) and X.dtype != bool:
-        raise ValueError(f"dtype={X.dtype} is not a numeric dtype; X must hold numbers.")
+    if X.dtype.kind not in _READ_AS_NUMBERS:
+        raise ValueError(
+            f"dtype={X.dtype} is not a numeric dtype; X must hold numbers (or their text)."
+        )
     if not reset:
         _check_n_features(estimator, X.shape[1])
         fitted = getattr(estimator, "feature_names_in_", None)

@@ -66,6 +66,11 @@ def _extension_frame(X):
     return frame.astype({c: dtypes[j % 2] for j, c in enumerate(frame.columns)})
 
 
+def _text_frame(X):
+    """X as a DataFrame of string columns (pandas' default dtype of text)."""
+    return pd.DataFrame(X.astype(str), columns=[f"x{j}" for j in range(X.shape[1])])
+
+
 KINDS = {
     "float32": (lambda X, tmp: X.astype(np.float32), 2e-3),
     "csr": (lambda X, tmp: sp.csr_matrix(X), 1e-6),
@@ -105,6 +110,15 @@ KINDS = {
         lambda X, tmp: dd.from_pandas(_extension_frame(X), npartitions=3),
         1e-6,
     ),
+    # The rows as text ("0.123..."), which scikit-learn's check_array parses
+    # for an explicit float dtype: a NumPy array of strings, a frame of
+    # string columns, and both through Dask (whose AttentionClustering
+    # refused them as "not a numeric dtype"). Float64's shortest text is
+    # exact.
+    "text": (lambda X, tmp: X.astype(str), 1e-6),
+    "pandas-text": (lambda X, tmp: _text_frame(X), 1e-6),
+    "dask-text": (lambda X, tmp: da.from_array(X.astype(str), chunks=(100, -1)), 1e-6),
+    "dask-dataframe-text": (lambda X, tmp: dd.from_pandas(_text_frame(X), npartitions=3), 1e-6),
 }
 
 # -- the public methods: what each returns, materialised

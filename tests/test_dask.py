@@ -704,8 +704,8 @@ def test_dataframe_columns_are_checked_before_its_rows_are_counted(mixture):
             "feature names should match",
         ),
         (
-            lambda: AttentionClustering().fit(frame(X, columns).assign(s="a")),
-            "not a numeric dtype",
+            lambda: AttentionClustering().fit(frame(X, columns).assign(t=pd.Timestamp(0))),
+            r"Column 't' has dtype=datetime64\[\w+\], which is not a numeric dtype",
         ),
     ]
     for call, message in cases:
@@ -803,6 +803,45 @@ def test_dataframe_bool_columns_and_mixed_names_as_in_pandas(mixture):
     numpy_names = frame.set_axis(pd.Index([np.str_(c) for c in "abcd"], dtype=object), axis=1)
     model = AttentionClustering(2, random_state=0).fit(dd.from_pandas(numpy_names, npartitions=2))
     assert not hasattr(model, "feature_names_in_")
+
+
+@pytest.mark.parametrize(
+    "estimator",
+    [AttentionClustering(2, random_state=0), SelfAttentionDynamics(), InContextQuantizer(2)],
+    ids=["clustering", "dynamics", "quantizer"],
+)
+def test_text_is_read_as_the_numbers_it_spells_by_every_estimator(client, estimator):
+    # scikit-learn's check_array parses text for an explicit float dtype, and
+    # every estimator did in memory, SelfAttentionDynamics and
+    # InContextQuantizer through Dask too (they compute X first), where
+    # AttentionClustering refused a Dask array or DataFrame of text as "not a
+    # numeric dtype". Text that is no number raises NumPy's error, for Dask
+    # X when its block is read; the estimator is left as it was.
+    pd = pytest.importorskip("pandas")
+    X = make_mixture(600, 4, 2, noise=0.3, random_state=0)[0]
+    columns = [f"x{j}" for j in range(X.shape[1])]
+    kinds = {
+        "numpy": lambda rows: rows,
+        "dask": lambda rows: da.from_array(rows, chunks=(200, -1)),
+        "dask-dataframe": lambda rows: dd.from_pandas(
+            pd.DataFrame(rows, columns=columns), npartitions=3
+        ),
+    }
+
+    def outputs(rows):
+        model = clone(estimator).fit(rows)
+        out = model.predict(rows) if hasattr(model, "predict") else model.transform(rows)
+        return np.asarray(out.compute() if dask.is_dask_collection(out) else out)
+
+    text = X.astype(str)
+    bad = text.copy()
+    bad[450, 1] = "abc"
+    for kind, make in kinds.items():
+        np.testing.assert_array_equal(outputs(make(text)), outputs(make(X)), err_msg=kind)
+        model = clone(estimator)
+        with pytest.raises(ValueError, match="could not convert string to float: .*'abc'"):
+            model.fit(make(bad))
+        assert not hasattr(model, "n_features_in_"), kind
 
 
 def _with(X, row, value):

@@ -666,8 +666,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         chosen = self._fit_rows(rows, choice=choice)
         # A later partial_fit continues from this fit, its rows counted in by
         # their weight (none held: the stream is made at that batch).
-        self._stream = None
-        self._stream_weight_unit = rows.weight_unit
+        self._start_stream(rows)
         self._fit_weight = (rows.total_weight, rows.n_weighted)
         return chosen
 
@@ -852,13 +851,21 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         statistics are those the M step maps to the fitted parameters; a fit
         without the EM refinement, ``refine=None`` or PSGD's, has no
         statistics to hold, and the stream starts at its centres from the
-        batch), and a batch of another width raises ValueError, as does a
-        call after ``n_clusters`` was set to a number other than
-        ``n_clusters_`` (the stream keeps its number; :meth:`fit` starts
-        anew). A batch of more than 4 times the weight seen before it, and
-        of at least ``n_clusters_`` rows of positive weight, starts the
-        stream anew: it is fitted as the first was, at the stream's number
-        of clusters, and fixes the scale, the centring and the temperature
+        batch), and a batch of another width raises ValueError. A stream
+        keeps the parameters it started with (at :meth:`fit` or the first
+        call): a call after ``set_params`` changed any of them raises
+        InvalidParameterError naming each, before the batch is read
+        (:meth:`fit`, or ``partial_fit`` on a clone, starts a stream with
+        new ones), but ``verbose`` and ``n_threads``, which change no
+        number, may change. ``n_clusters`` may be ``n_clusters_`` or
+        ``"auto"`` (the number the stream holds); ``random_state`` is kept
+        as MiniBatchKMeans keeps the random state of its first call: an
+        integer seeds a restart (below) as it seeded the start, an instance
+        goes on drawing. A batch of more than 4 times the weight seen
+        before it, and of at least ``n_clusters_`` rows of positive weight,
+        starts the stream anew: it is fitted as the first was, with the
+        stream's parameters and number of clusters, and fixes the scale,
+        the centring and the temperature
         again (a small first batch's fit would otherwise hold the stream
         where it lies), unless its rows' shares among the clusters show it
         is not a sample of the stream (against the mixture's weights and
@@ -950,16 +957,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             # Every call checks the parameters (set_params between batches),
             # not only those whose batch starts the stream anew.
             self._check_params(self.n_features_in_)
-            if self.n_clusters != "auto" and self.n_clusters != self.n_clusters_:
-                # The stream's statistics are of n_clusters_ components: it
-                # cannot go on at another number (IncrementalPCA refuses a
-                # changed n_components alike).
-                raise InvalidParameterError(
-                    f"n_clusters={self.n_clusters} was set after the fit of "
-                    f"n_clusters_={self.n_clusters_} clusters that partial_fit continues: "
-                    "a stream keeps its number of clusters. Call fit, or partial_fit on a "
-                    "clone, to start at the new number."
-                )
+            self._check_stream_params()
         rows = self._rows(
             X,
             reset=first,
@@ -975,9 +973,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             with deferred_warnings() as held:
                 if first:
                     self._fit_rows(rows)
-                    self._stream = _new_stream(self._result, rows)
-                    # The batches' weights are divided by the first batch's unit (rows_from).
-                    self._stream_weight_unit = rows.weight_unit
+                    self._start_stream(rows, _new_stream(self._result, rows))
                     self.n_steps_ = 0
                 else:
                     self._check_batch(rows)
@@ -1008,6 +1004,64 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             replay(dict.fromkeys(held))
         self.n_steps_ += 1
         return self
+
+    def _start_stream(self, rows, stream=None):
+        """Make the state :meth:`partial_fit` continues, at a fit's result
+        (fit's and the first batch's: the one place it is made).
+
+        ``stream``: None after :meth:`fit` (the next batch makes it from the
+        fit). The later batches' weights are divided by ``rows``' unit
+        (``rows_from``), and the parameters that shape the stream are kept:
+        :meth:`_check_stream_params` refuses a batch after they change.
+        """
+        self._stream = stream
+        self._stream_weight_unit = rows.weight_unit
+        self._stream_params = self._stream_parameters()
+
+    def _stream_parameters(self):
+        """The parameters that shape a stream (all but ``_FREE_STREAM_PARAMS``),
+        as they are now: ``n_clusters`` as the fitted number (the one
+        ``"auto"`` chose), the others copied, but ``random_state``, kept as
+        itself (an instance is the generator the stream draws from)."""
+        params = {
+            name: value if name == "random_state" else copy.deepcopy(value)
+            for name, value in self.get_params(deep=False).items()
+            if name not in _FREE_STREAM_PARAMS
+        }
+        params["n_clusters"] = self.n_clusters_
+        return params
+
+    def _check_stream_params(self):
+        """Refuse a batch after ``set_params`` changed a parameter that shapes
+        the stream (InvalidParameterError naming each, its value and the
+        stream's), before the batch is read.
+
+        The updates never read the parameters, and a batch that starts the
+        stream anew is fitted as its first was: a parameter set since would
+        take effect only at such a batch, by its weight. ``n_clusters="auto"``
+        stands for the stream's number. IncrementalPCA refuses a changed
+        ``n_components`` alike.
+        """
+        started = getattr(self, "_stream_params", None)
+        if started is None:
+            # A stream pickled before its parameters were kept keeps those of now.
+            self._stream_params = started = self._stream_parameters()
+        now = self.get_params(deep=False)
+        changed = [
+            f"{name}={_shown(now[name])} (the stream's: {_shown(value)})"
+            for name, value in started.items()
+            if not (
+                _same_setting(now[name], value)
+                or (name == "n_clusters" and _same_setting(now[name], "auto"))
+            )
+        ]
+        if changed:
+            raise InvalidParameterError(
+                "partial_fit continues a stream that keeps the parameters it started with "
+                f"(at fit or the first partial_fit), and these were set since: "
+                f"{', '.join(changed)}. Set them back to go on, or call fit, or partial_fit on "
+                "a clone, to start a stream with the new values."
+            )
 
     def _unit_rows(self, rows):
         """The batch as the stream's statistics see it: centred on the
@@ -1391,6 +1445,31 @@ _STREAM_MAX_WEIGHT = 1e100
 # A partial_fit batch whose weight exceeds this factor of the weight seen
 # before it starts the stream anew, by a fit of its own rows.
 _STREAM_RESTART = 4.0
+# The parameters that change no number of a fit or a stream (the chunks of a
+# pass and the order their sums are added in do not depend on the threads):
+# set_params may change them between partial_fit's batches. Every other
+# parameter shapes the stream (_check_stream_params).
+_FREE_STREAM_PARAMS = ("n_threads", "verbose")
+
+
+def _same_setting(a, b):
+    """Whether two values of a parameter fit alike: equal text, numbers, None
+    or arrays (``init``); a RandomState instance only itself (another one,
+    however seeded, draws other numbers from here on)."""
+    if a is b:
+        return True
+    if isinstance(a, np.random.RandomState) or isinstance(b, np.random.RandomState):
+        return False
+    if isinstance(a, str) or isinstance(b, str):
+        return isinstance(a, str) and isinstance(b, str) and a == b
+    return bool(np.array_equal(a, b))
+
+
+def _shown(value):
+    """A parameter's value in a message: an array (``init``) by its shape."""
+    if not isinstance(value, str) and np.ndim(value) > 0:
+        return f"<array of shape {np.shape(value)}>"
+    return repr(value)
 
 
 def _new_stream(result, rows, held=None):

@@ -1,6 +1,8 @@
 """partial_fit: the streaming contract and the online EM of math.md section 7."""
 
+import copy
 import pickle
+import re
 import warnings
 
 import numpy as np
@@ -379,6 +381,149 @@ def test_a_number_of_clusters_set_between_batches_is_refused(start, batch):
     for n_clusters in (3, "auto"):
         model.set_params(n_clusters=n_clusters).partial_fit(X[50 : 50 + batch])
         assert model.n_clusters_ == 3
+
+
+# For each parameter that shapes a stream, a value other than the default
+# and the parameters under which a fit reads it (PSGD's learning_rate,
+# batch_size and gradient; n_init and random_state a random start's). Set
+# between batches, each was ignored by the updates and applied by a batch
+# heavy enough to start the stream anew.
+_SHAPING = {
+    "temperature": (0.5, {}),
+    "sequence_length": (20, {}),
+    "regularization": ("product", {}),
+    "reg_strength": (0.1, {}),
+    "solver": ("psgd", {}),
+    "refine": (None, {}),
+    "centroid_norms": ("free", {}),
+    "learning_rate": (0.5, {"solver": "psgd"}),
+    "batch_size": (4, {"solver": "psgd"}),
+    "max_iter": (1, {}),
+    "tol": (0.5, {}),
+    "n_init": (3, {"init": "random"}),
+    "init": ("random", {}),
+    "gradient": ("euclidean", {"solver": "psgd"}),
+    "center": (True, {}),
+    "random_state": (1, {"init": "random"}),
+}
+# The parameters that change no number of a fit or a stream.
+_FREE = {"verbose": 1, "n_threads": 2}
+
+
+def _quiet(fn):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn()
+
+
+def test_every_parameter_shapes_the_stream_or_changes_no_number():
+    # A parameter added to the estimator is placed here, and so tested below.
+    assert {"n_clusters", *_SHAPING, *_FREE} == set(AttentionClustering().get_params())
+
+
+@pytest.mark.parametrize("batch", [100, 600], ids=["update", "heavy"])
+@pytest.mark.parametrize("parameter", list(_SHAPING))
+def test_a_parameter_that_shapes_the_stream_set_between_batches_is_refused(parameter, batch):
+    # An ordinary batch ignored a parameter set since the stream started, and
+    # a batch of more than 4 times the weight seen started the stream anew
+    # with it: when it took effect hung on the batches' weights. The call is
+    # refused, naming both values, and set back the stream goes on as if it
+    # had never changed.
+    value, params = _SHAPING[parameter]
+    X = make_mixture(800, 5, 3, noise=0.4, random_state=0)[0]
+    model = _quiet(lambda: AttentionClustering(3, random_state=0, **params).partial_fit(X[:100]))
+    untouched = _quiet(lambda: copy.deepcopy(model).partial_fit(X[100 : 100 + batch]))
+    started = model.get_params()[parameter]
+    model.set_params(**{parameter: value})
+    named = re.escape(f"{parameter}={value!r} (the stream's: {started!r})")
+    with pytest.raises(InvalidParameterError, match=named):
+        model.partial_fit(X[100 : 100 + batch])
+    assert model.n_steps_ == 1
+    model.set_params(**{parameter: started})
+    _quiet(lambda: model.partial_fit(X[100 : 100 + batch]))
+    np.testing.assert_array_equal(model.cluster_centers_, untouched.cluster_centers_)
+    assert model.mixture_.variance == untouched.mixture_.variance
+
+
+def test_the_parameters_are_checked_before_the_batch_is_read():
+    # A batch of another width after a change is refused for the change,
+    # and every parameter changed is named.
+    X = make_mixture(200, 5, 3, noise=0.4, random_state=0)[0]
+    model = AttentionClustering(3, random_state=0).partial_fit(X[:100])
+    model.set_params(tol=0.5, center=False, verbose=0)
+    with pytest.raises(InvalidParameterError, match="center=False .*, tol=0.5 ") as refused:
+        model.partial_fit(X[100:, :4])
+    assert "verbose" not in str(refused.value)
+
+
+@pytest.mark.parametrize("parameter", list(_FREE))
+def test_a_parameter_that_changes_no_number_may_change_between_batches(parameter):
+    # verbose prints, and the passes' chunks and the order of their sums do
+    # not depend on the threads: the stream, through an update and a batch
+    # that starts it anew over two chunks of rows, is the one without the
+    # change, bit for bit.
+    X = make_mixture(9000, 100, 3, noise=0.4, random_state=0)[0]
+    batches = [X[:1000], X[1000:1500], X[1500:]]
+    untouched = _stream(AttentionClustering(3, random_state=0), batches)
+    model = AttentionClustering(3, random_state=0).partial_fit(batches[0])
+    model.set_params(**{parameter: _FREE[parameter]})
+    _stream(model, batches[1:])
+    assert model._stream.seen == len(batches[2])  # (started anew)
+    np.testing.assert_array_equal(model.cluster_centers_, untouched.cluster_centers_)
+    np.testing.assert_array_equal(model.moment_heads_, untouched.moment_heads_)
+    assert model.mixture_.variance == untouched.mixture_.variance
+
+
+def test_a_stream_keeps_its_random_state():
+    # As MiniBatchKMeans keeps its first call's random state: an integer
+    # seeds a restart as it seeded the start, and an instance goes on
+    # drawing, so the same seed, or the same instance, goes on; another
+    # seed, or another instance however seeded, is refused (it would take
+    # effect only at a batch that starts the stream anew).
+    X = make_mixture(300, 5, 3, noise=0.4, random_state=0)[0]
+    generator = np.random.RandomState(0)
+    for start, same, other in [
+        (0, np.int64(0), 1),
+        (generator, generator, np.random.RandomState(0)),
+    ]:
+        model = AttentionClustering(3, init="random", random_state=start).partial_fit(X[:100])
+        model.set_params(random_state=other)
+        with pytest.raises(InvalidParameterError, match="random_state="):
+            model.partial_fit(X[100:200])
+        model.set_params(random_state=same).partial_fit(X[100:200])
+        assert model.n_steps_ == 2
+
+
+@pytest.mark.parametrize("how", ["pickle", "copy", "deepcopy"])
+def test_a_stream_s_parameters_survive_copies_and_fit_starts_them_anew(how):
+    copied = {
+        "pickle": lambda m: pickle.loads(pickle.dumps(m)),
+        "copy": copy.copy,
+        "deepcopy": copy.deepcopy,
+    }[how]
+    X = make_mixture(300, 5, 3, noise=0.4, random_state=0)[0]
+    model = AttentionClustering(3, init="random", random_state=np.random.RandomState(0))
+    model = copied(model.partial_fit(X[:100]))
+    model.set_params(tol=0.5)
+    with pytest.raises(InvalidParameterError, match="tol=0.5"):
+        model.partial_fit(X[100:200])
+    # The copy's random_state is the stream's generator.
+    model.set_params(tol="auto").partial_fit(X[100:200])
+    # fit starts a stream with the parameters set since.
+    model.set_params(tol=0.5).fit(X[:100])
+    model = copied(model).partial_fit(X[100:200])
+    with pytest.raises(InvalidParameterError, match="tol='auto' \\(the stream's: 0.5\\)"):
+        model.set_params(tol="auto").partial_fit(X[200:])
+
+
+def test_a_stream_pickled_before_its_parameters_were_kept_keeps_those_of_its_next_batch():
+    X = make_mixture(300, 5, 3, noise=0.4, random_state=0)[0]
+    model = AttentionClustering(3, random_state=0).partial_fit(X[:100])
+    del model.__dict__["_stream_params"]
+    model = pickle.loads(pickle.dumps(model)).set_params(tol=0.5)
+    model.partial_fit(X[100:200])
+    with pytest.raises(InvalidParameterError, match="tol='auto'"):
+        model.set_params(tol="auto").partial_fit(X[200:])
 
 
 @pytest.mark.parametrize("kind", [np.asarray, sp.csr_matrix], ids=["dense", "sparse"])

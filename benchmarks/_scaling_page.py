@@ -141,7 +141,13 @@ order and every later batch moves the components so (math.md section 7,
 holds no d x d matrix: a batch costs its passes and the memory of one batch
 (a batch that reseeds a component is formed densely once, sparse or not).
 `n_steps_` counts the calls, `labels_` labels the last batch, and the
-estimator pickles between calls and resumes. Inside dask-ml, whose
+estimator pickles between calls and resumes. A stream keeps the parameters
+it started with (at `fit` or the first call), `random_state` included, as
+`MiniBatchKMeans` keeps its first call's random state: a call after
+`set_params` changed one of them is refused, naming it, and `fit`, or
+`partial_fit` on a clone, starts a stream with the new values (`verbose`
+and `n_threads`, which change no number, may change; `n_clusters` may be
+`n_clusters_` or `"auto"`). Inside dask-ml, whose
 `Incremental` shuffles the blocks' order by default with a seed of its own
 (`shuffle_blocks=True`, `random_state=None`): pass `shuffle_blocks=False`
 (or a `random_state`) for the same fit on every call, and mind that the

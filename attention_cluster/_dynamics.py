@@ -47,6 +47,7 @@ from ._validation import (
     DENSE_LIMIT_BYTES,
     InvalidParameterError,
     atomic_fit,
+    check_dtypes,
     check_options,
     check_parameter_matrix,
     check_positive,
@@ -445,6 +446,7 @@ def attention_flow(
     >>> bool(np.allclose(np.linalg.norm(path, axis=2), 1.0))
     True
     """
+    check_dtypes(X)
     with quiet_finite_check():
         X = check_array(X, dtype=[np.float64, np.float32], input_name="X")
     n_steps = check_positive(n_steps, "n_steps", numbers.Integral, min_val=0, strict=False)

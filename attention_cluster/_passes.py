@@ -89,6 +89,7 @@ from ._draws import NestedDraw, nested_rows
 from ._validation import (
     check_dask_array,
     check_dask_sample_weight,
+    check_dtypes,
     check_sample_weight,
     is_dask_collection,
     peak_unit,
@@ -2497,9 +2498,10 @@ def rows_from(
     ndarray, memmap, pandas DataFrame and lists give :class:`DenseRows`;
     CSR and CSC matrices :class:`SparseRows`; a Dask array or DataFrame
     :class:`DaskRows` (never computed here). X is validated against
-    ``estimator`` (``validate_data``, or ``_validation.check_dask_array``
-    for Dask), recording ``n_features_in_`` when ``reset``; float32 stays
-    float32, anything else becomes float64.
+    ``estimator`` (its dtypes by ``_validation.check_dtypes``, then
+    ``validate_data``, or ``_validation.check_dask_array`` for Dask),
+    recording ``n_features_in_`` when ``reset``; float32 stays float32,
+    anything else becomes float64.
 
     Parameters
     ----------
@@ -2536,6 +2538,7 @@ def rows_from(
         chunks be known, so that nothing is computed until the outputs are
         (``_validation.check_dask_array``).
     """
+    check_dtypes(X)
     if is_dask_collection(X):
         if in_memory:
             raise TypeError(

@@ -462,7 +462,9 @@ def gathered(estimator, X, *, reset, sample_weight=None):
     checked first: the width against ``n_features_in_`` unless ``reset``,
     and the length of ``sample_weight`` (in memory) against a Dask array's
     rows, with scikit-learn's messages, so that a bad call reads nothing.
+    X's dtypes are checked first, in memory or not (:func:`check_dtypes`).
     """
+    check_dtypes(X)
     if not is_dask_collection(X):
         return X
     if len(X.shape) == 2 and not reset:
@@ -488,8 +490,9 @@ def check_dask_array(estimator, X, *, reset, count_rows=True):
     to float64 unless float32, each block as ``validate_data`` converts it
     in memory: text that is no number raises when read; a DataFrame's
     columns of pandas' extension dtypes of numbers as :func:`_numpy_columns`
-    converts them; its columns of dtypes other than numbers, text and their
-    categories refused by :func:`_check_column_dtypes`), and the width
+    converts them; dates, durations and a DataFrame's columns of other
+    values than numbers and text are the caller's to refuse first, as in
+    memory, by :func:`check_dtypes`), and the width
     against ``n_features_in_`` (recorded when ``reset``, with a DataFrame's
     string column names as ``feature_names_in_``). A DataFrame's row count
     is its one computation (a pass over the index), after every other
@@ -524,7 +527,6 @@ def check_dask_array(estimator, X, *, reset, count_rows=True):
                 "remove feature / column names from your input data, or convert them all to a "
                 "non-string data type."
             )
-        _check_column_dtypes(X)
         frame = _numpy_columns(X)
         # The columns' checks on the lazy array (rows of unknown count),
         # then, when counted, lengths=True counts the partitions' rows.
@@ -584,26 +586,74 @@ def _block_length(block):
     return np.array([block.shape[0]], dtype=np.int64)
 
 
-def _check_column_dtypes(frame):
-    """Refuse a Dask DataFrame's column of a dtype that holds neither numbers
-    nor text (dates, periods), from its metadata: beside other columns,
-    ``to_dask_array`` makes it objects, which are parsed only when read."""
-    for column, dtype in frame.dtypes.items():
-        if not _numbers_or_text(dtype):
-            raise ValueError(
-                f"Column {column!r} has dtype={dtype}, which is not a numeric dtype; X must "
-                "hold numbers (or their text)."
-            )
+def check_dtypes(X):
+    """Refuse X of dates or durations, or a DataFrame's column of values that
+    are neither numbers nor text, from its dtypes alone: before any work, in
+    memory and through Dask alike, with a TypeError that names the column
+    and how to convert it.
+
+    Read: a NumPy or Dask array's dtype, a pandas or Dask DataFrame's
+    column dtypes (a categorical column's by its categories'). Dates
+    (datetime64 of any unit, with a time zone or not, pandas' periods,
+    pyarrow's dates and timestamps) and durations (timedelta64) are refused,
+    although scikit-learn's ``check_array`` reads an array or a frame that
+    is all dates (or all durations) as the counts of their unit since 1970:
+    those numbers depend on the unit the dates are stored in (pandas stores
+    the same dates in microseconds or in nanoseconds by how they were made)
+    and set the features' origin, on which the attention layers' inner
+    products depend. Beside a number, with a time zone, or as periods,
+    scikit-learn refuses them too, with NumPy's TypeError. A column of
+    other values that are no numbers (intervals, lists) is refused with the
+    TypeError NumPy raises for them when read. Any other dtype (numbers, bools, text, objects;
+    complex numbers) is left to the rows' checks.
+    """
+    dtypes = getattr(X, "dtypes", None)
+    if dtypes is not None and hasattr(X, "columns"):
+        for column, dtype in dtypes.items():
+            _check_dtype(dtype, f"Column {column!r} of X", f"X[{column!r}]", "pd.Timedelta(days=1)")
+    elif isinstance(getattr(X, "dtype", None), np.dtype):
+        _check_dtype(X.dtype, "X", "X", "np.timedelta64(1, 'D')")
 
 
-def _numbers_or_text(dtype):
-    """Whether a pandas column's dtype holds numbers (bools, pandas' extension
-    dtypes of numbers), text, objects, or categories of these."""
+def _check_dtype(dtype, what, values, day):
+    """:func:`check_dtypes`' rule for one dtype (an array's or a column's):
+    ``what`` names its values in the message, ``values`` and ``day`` are the
+    expressions of the values and of one day in the advice."""
+    if isinstance(dtype, np.dtype) and dtype.kind not in "Mm":
+        return
     import pandas as pd
 
+    shown = f"dtype={dtype}"
     if isinstance(dtype, pd.CategoricalDtype):
-        return _numbers_or_text(dtype.categories.dtype)
-    return pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_string_dtype(dtype)
+        shown += f" (categories of dtype={dtype.categories.dtype})"
+        values = f"{values}.astype({values}.cat.categories.dtype)"
+        dtype = dtype.categories.dtype
+    period = isinstance(dtype, pd.PeriodDtype)
+    if dtype.kind not in "Mm" and not period:
+        # (An extension dtype's kind "O" says nothing: intervals, lists.)
+        if (
+            isinstance(dtype, np.dtype)
+            or dtype.kind in "biufc"
+            or pd.api.types.is_numeric_dtype(dtype)
+            or pd.api.types.is_string_dtype(dtype)
+        ):
+            return
+        raise TypeError(
+            f"{what} has {shown}, which holds neither numbers nor text; X must hold numbers "
+            "(or their text)."
+        )
+    if dtype.kind == "m":
+        kind, since, origin = "durations", "", ""
+        advice = f"days: {values} / {day}"
+    else:
+        kind, since, origin = "dates", " since 1970", " and have 1970 as their origin"
+        start = f"{values}.dt.to_timestamp()" if period else values
+        advice = f"days since an origin: ({start} - origin) / {day}"
+    raise TypeError(
+        f"{what} has {shown}, {kind}, which are not read as numbers: as counts of their "
+        f"unit{since}, they would depend on the unit they are stored in{origin}. Convert them "
+        f"to numbers on the scale of the other features first, e.g. {advice}."
+    )
 
 
 def _numpy_columns(frame):
@@ -640,6 +690,8 @@ def _float_partition(part):
 # dtype=[np.float64, np.float32] casts them): numbers, bools, and text and
 # objects, whose entries NumPy parses ("1.5" is 1.5, "abc" a ValueError when
 # read), as scikit-learn's check_array does for an explicit float dtype.
+# (Dates and durations, which it reads as counts of their unit, are refused
+# before: check_dtypes.)
 _READ_AS_NUMBERS = "biufUSO"
 
 

@@ -11,6 +11,8 @@ import signal
 import threading
 import time
 import warnings
+from decimal import Decimal
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -698,18 +700,24 @@ def test_dataframe_columns_are_checked_before_its_rows_are_counted(mixture):
 
     model = AttentionClustering(random_state=0).fit(frame(X, columns))
     cases = [
-        (lambda: model.predict(frame(X[:, 1:], columns[1:])), "features, but AttentionClustering"),
+        (
+            lambda: model.predict(frame(X[:, 1:], columns[1:])),
+            ValueError,
+            "features, but AttentionClustering",
+        ),
         (
             lambda: model.predict(frame(X, [c.upper() for c in columns])),
+            ValueError,
             "feature names should match",
         ),
         (
             lambda: AttentionClustering().fit(frame(X, columns).assign(t=pd.Timestamp(0))),
-            r"Column 't' has dtype=datetime64\[\w+\], which is not a numeric dtype",
+            TypeError,
+            r"Column 't' of X has dtype=datetime64\[\w+\], dates, which are not read as numbers",
         ),
     ]
-    for call, message in cases:
-        with computations, pytest.raises(ValueError, match=message):
+    for call, error, message in cases:
+        with computations, pytest.raises(error, match=message):
             call()
     assert computations.count == 0
 
@@ -842,6 +850,143 @@ def test_text_is_read_as_the_numbers_it_spells_by_every_estimator(client, estima
         with pytest.raises(ValueError, match="could not convert string to float: .*'abc'"):
             model.fit(make(bad))
         assert not hasattr(model, "n_features_in_"), kind
+
+
+# Each estimator's public methods that read X, with the ones fitted first.
+_FITTED = {"predict", "transform", "predict_proba", "score_samples", "score"}
+_METHODS = (
+    [
+        (AttentionClustering(2, random_state=0), method)
+        for method in (
+            "fit",
+            "fit_predict",
+            "fit_transform",
+            "partial_fit",
+            "predict",
+            "transform",
+            "predict_proba",
+            "score_samples",
+            "score",
+        )
+    ]
+    + [(SelfAttentionDynamics(), method) for method in ("fit", "fit_predict", "predict")]
+    + [(InContextQuantizer(2), method) for method in ("fit", "fit_transform", "transform")]
+)
+
+
+@pytest.mark.parametrize(
+    "estimator, method",
+    _METHODS,
+    ids=[f"{type(e).__name__}.{m}" for e, m in _METHODS],
+)
+def test_dates_and_durations_are_refused_alike_in_memory_and_through_dask(
+    client, estimator, method
+):
+    # scikit-learn's check_array reads an array or a frame that is all dates
+    # (or all durations) as the counts of their unit since 1970, and refuses
+    # them with NumPy's TypeError beside a number, with a time zone, as
+    # periods. The estimators read them so in memory and, but for
+    # AttentionClustering, through Dask, whose AttentionClustering refused
+    # them all with a ValueError. Every method of every estimator now
+    # refuses them all, with one TypeError naming the column and how to
+    # convert it, before any computation.
+    pd = pytest.importorskip("pandas")
+    X = make_mixture(300, 3, 2, noise=0.3, random_state=0)[0]
+    origin = pd.Timestamp("2020-01-01")
+    days = {f"t{j}": pd.Series(pd.to_timedelta(X[:, j] * 30, unit="D")) for j in range(3)}
+    dates = {c: origin + d for c, d in days.items()}
+    numbers = {f"t{j}": X[:, j] for j in range(1, 3)}
+    frames = {
+        "dates": pd.DataFrame(dates),
+        "dates beside numbers": pd.DataFrame({"t0": dates["t0"], **numbers}),
+        "durations": pd.DataFrame(days),
+        "dates with a time zone": pd.DataFrame(
+            {"t0": dates["t0"].dt.tz_localize("UTC"), **numbers}
+        ),
+        "periods": pd.DataFrame({c: d.dt.to_period("D") for c, d in dates.items()}),
+        "categories of dates": pd.DataFrame({c: d.astype("category") for c, d in dates.items()}),
+    }
+    arrays = {
+        "datetime64": pd.DataFrame(dates).to_numpy(),
+        "timedelta64": pd.DataFrame(days).to_numpy(),
+    }
+    kinds = {}
+    for name, frame in frames.items():
+        kinds[name] = (frame, dd.from_pandas(frame, npartitions=3))
+    for name, array in arrays.items():
+        kinds[name] = (array, da.from_array(array, chunks=(100, -1)))
+    model = clone(estimator)
+    if method in _FITTED:
+        model.fit(X)
+    state = dict(model.__dict__)
+
+    def computed(*args, **kwargs):
+        raise AssertionError("computed")
+
+    for name, (in_memory, lazy) in kinds.items():
+        messages = []
+        for rows in (in_memory, lazy):
+            with (
+                dask.config.set(scheduler=computed),
+                pytest.raises(
+                    TypeError, match=r"(dates|durations), which are not read as numbers"
+                ) as error,
+            ):
+                getattr(model, method)(rows)
+            messages.append(str(error.value))
+            assert model.__dict__.keys() == state.keys(), name
+        assert messages[0] == messages[1], name
+        assert "e.g. days" in messages[0], name
+
+
+@pytest.mark.parametrize(
+    "estimator",
+    [AttentionClustering(2, random_state=0), SelfAttentionDynamics(), InContextQuantizer(2)],
+    ids=["clustering", "dynamics", "quantizer"],
+)
+def test_bools_decimals_and_fractions_are_read_as_their_numbers_by_every_estimator(
+    client, estimator
+):
+    # As scikit-learn's check_array reads them in memory: bools as 0 and 1
+    # (NumPy's, pandas' nullable and pyarrow's, the latter refused through
+    # Dask by AttentionClustering as "not a numeric dtype"), Decimals and
+    # Fractions (objects) as the floats they round to.
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    X = make_mixture(300, 3, 2, noise=0.3, random_state=0)[0]
+    flags = np.column_stack([X[:, 0] > 0, X[:, 1:]])
+    bools = X > 0
+    decimals = np.array([[Decimal(repr(float(v))) for v in row] for row in X], dtype=object)
+    fractions = np.array([[Fraction(float(v)) for v in row] for row in X], dtype=object)
+    named = {"t1": X[:, 1], "t2": X[:, 2]}
+    cases = [
+        (bools, bools.astype(float)),
+        (decimals, X),
+        (fractions, X),
+        (pd.DataFrame(bools, columns=["t0", "t1", "t2"]), bools.astype(float)),
+        (pd.DataFrame({"t0": X[:, 0] > 0, **named}), flags),
+        (pd.DataFrame({"t0": pd.array(X[:, 0] > 0, dtype="boolean"), **named}), flags),
+        (pd.DataFrame({"t0": pd.array(X[:, 0] > 0, dtype="bool[pyarrow]"), **named}), flags),
+        (pd.DataFrame({"t0": decimals[:, 0], **named}), X),
+        (pd.DataFrame({"t0": fractions[:, 0], **named}), X),
+    ]
+
+    def outputs(rows):
+        model = clone(estimator).fit(rows)
+        out = model.predict(rows) if hasattr(model, "predict") else model.transform(rows)
+        return np.asarray(out.compute() if dask.is_dask_collection(out) else out)
+
+    # (Dask's from_pandas would store the objects as their text, which
+    # NumPy does not read as a Fraction's number.)
+    with dask.config.set({"dataframe.convert-string": False}):
+        for rows, expected in cases:
+            if isinstance(rows, np.ndarray):
+                lazy = da.from_array(rows, chunks=(100, -1))
+            else:
+                lazy = dd.from_pandas(rows, npartitions=3)
+            want = outputs(expected)
+            np.testing.assert_array_equal(outputs(rows), want)
+            np.testing.assert_array_equal(outputs(lazy), want)
 
 
 def _with(X, row, value):

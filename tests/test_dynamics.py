@@ -654,6 +654,18 @@ def test_flow_of_bad_tokens_raises_before_work(X, kwargs, match):
             attention_flow(X, 2, **kwargs)
 
 
+@pytest.mark.parametrize("dtype", ["datetime64[s]", "timedelta64[ns]"])
+def test_flow_of_dates_or_durations_raises_as_the_dynamics_do(dtype):
+    # scikit-learn's check_array read them as counts of their unit, and so
+    # did attention_flow; every estimator refuses them (_validation.check_dtypes).
+    X = np.arange(6).reshape(3, 2).astype(dtype)
+    with pytest.raises(TypeError, match="durations|dates") as error:
+        attention_flow(X, 2)
+    with pytest.raises(TypeError) as fitted:
+        SelfAttentionDynamics().fit(X)
+    assert str(error.value) == str(fitted.value)
+
+
 @pytest.mark.parametrize(
     "n_steps, kwargs",
     [

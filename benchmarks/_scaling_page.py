@@ -319,8 +319,15 @@ each pass.
   each block is read, as scikit-learn's `check_array` reads the same rows
   in memory for every estimator: text that is no number raises NumPy's
   `ValueError` when its block is read (by the fit's first pass), not from
-  the graph. A DataFrame's columns of other dtypes (dates, periods) are
-  refused from its metadata.
+  the graph. Dates and durations, and a DataFrame's columns of other
+  values than numbers and text, are refused from the metadata,
+  before anything is computed, with the `TypeError` of the same rows in
+  memory ([User guide](user_guide/practical.md), "Input values"). Dask's
+  `from_pandas` stores a pandas frame's columns of objects as their text
+  (its `dataframe.convert-string` option): Decimals are then read from
+  their text, and a Fraction's (`"1/3"`) is no number to NumPy;
+  `dask.config.set({"dataframe.convert-string": False})` keeps the
+  objects, read as in memory.
 - **Faults.** A worker that dies during a fit loses its blocks' results;
   Dask recomputes them and the fit is unchanged (tested by killing a worker
   process of a LocalCluster during a fit).

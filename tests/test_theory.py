@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from reference import finite_difference, population_pgd_steps
+from reference import finite_difference, mixture_fourth_moment, population_pgd_steps
 
 from attention_cluster import theory
 from attention_cluster.datasets import make_centroids
@@ -287,6 +287,34 @@ def test_pairwise_regularizer_gradient_matches_finite_differences():
     exact = theory.pairwise_regularizer_gradient(heads, C, 0.7, w)
     numeric = finite_difference(lambda H: theory.pairwise_regularizer(H, C, 0.7, w), heads)
     np.testing.assert_allclose(exact, numeric, rtol=1e-6, atol=1e-7 * np.abs(exact).max())
+
+
+def test_fourth_moment_of_the_mixture_against_monte_carlo():
+    # math.md section 3, "Population PGD": for x ~ N(m, s I) (Isserlis),
+    # E[(x^T A x) x x^T] = (m^T A m + s tr A)(m m^T + s I)
+    #                      + 2 s (m m^T A + A m m^T) + 2 s^2 A,
+    # averaged over the components: the N of population_pgd's default step
+    # (theory._n1) and of its NumPy twin (reference.mixture_fourth_moment).
+    # Each of the d (d + 1) / 2 entries within 5 standard errors of its
+    # Monte Carlo mean; the trace with the module's power check (an entry
+    # that vanishes has no relative power).
+    rng = np.random.default_rng(13)
+    _, C, w = random_problem(rng, n_clusters=3, d=4)
+    B = rng.standard_normal((4, 2))
+    A = B @ B.T  # as P = U U^T of two heads
+    noise = 0.6
+    s = noise**2
+    X, _ = sample(rng, 1_000_000, 1, C, noise, w)
+    x = X[:, 0]
+    values = np.einsum("ni,ij,nj->n", x, A, x)[:, None, None] * x[:, :, None] * x[:, None, :]
+    kappa = s * np.trace(A) + np.einsum("ci,ij,cj->c", C, A, C)
+    closed = theory._average(w, theory._n1(kappa, A, C @ A, C, s, np.eye(4)))
+    np.testing.assert_allclose(
+        mixture_fourth_moment(A, C, w, noise), closed, rtol=1e-12, atol=1e-12
+    )
+    for i, j in zip(*np.triu_indices(4)):
+        assert_mc(values[:, i, j], closed[i, j], power=False)
+    assert_mc(np.trace(values, axis1=1, axis2=2), np.trace(closed))
 
 
 # ---------------------------------------------------------------------------

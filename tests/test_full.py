@@ -638,6 +638,52 @@ def test_tilt_curvatures_and_rho_max_match_the_population_closed_forms(K, noise)
     )
 
 
+@pytest.mark.parametrize("K", [2, 3, 4])
+def test_product_tilt_curvature_matches_its_closed_form_by_monte_carlo(K):
+    # math.md section 3, "The regulariser's strength": turning head 0 by phi
+    # towards a noise direction, the product regulariser r = E[prod_k <mu_k,
+    # x>^2] has r'' = -2 sigma^(2(K-1)) / K at the centroids (its rho_max
+    # lambda K / sigma^(2(K-2)) follows with the risk's R''). The second
+    # differences of each draw's product (common draws at phi = -h, 0, h:
+    # a trigonometric polynomial, so O(h^2) off the derivative) are averaged
+    # over 1.2 million draws, as many from each component (a stratified
+    # mean, whose standard error sums the components' variances); the mean
+    # is within 5 standard errors of the closed form, and 5 standard errors
+    # are under 15% of it, so that a factor sigma^2 or K / (K - 1) off fails.
+    rng = np.random.default_rng(K)
+    d, noise, n, h = K + 2, 0.3, 1_200_000, 1e-3
+    C = np.eye(K, d)
+    z = np.repeat(np.arange(K), n // K)
+    x = C[z] + noise * rng.standard_normal((z.size, d))
+    out = np.eye(d)[K]
+
+    def product(phi):
+        H = C.copy()
+        H[0] = np.cos(phi) * C[0] + np.sin(phi) * out
+        return np.prod((x @ H.T) ** 2, axis=1)
+
+    second = (product(h) - 2 * product(0.0) + product(-h)) / h**2
+    exact = -2 * noise ** (2 * (K - 1)) / K
+    se = np.sqrt(sum(np.var(second[z == k]) for k in range(K)) / (n // K)) / K
+    assert 5 * se <= 0.15 * abs(exact)
+    assert abs(second.mean() - exact) <= 5 * se
+
+
+@pytest.mark.parametrize("K", [2, 3, 5])
+@pytest.mark.parametrize("noise", [0.3, 0.7])
+def test_pairwise_regulariser_costs_more_on_the_span_than_off_it(K, noise):
+    # math.md section 3, "The regulariser's strength" (auto_reg_strength's
+    # global limit): with the other K - 1 heads at their centroids, a head
+    # on a centroid pays (K - 1) sigma^2 / K more of the pairwise regulariser
+    # than a head on a noise direction. Against theory's population value.
+    d = K + 2
+    C = np.eye(K, d)
+    off = C.copy()
+    off[0] = np.eye(d)[K]
+    gap = pairwise_regularizer(C, C, noise) - pairwise_regularizer(off, C, noise)
+    np.testing.assert_allclose(gap, (K - 1) * noise**2 / K, rtol=1e-12)
+
+
 def test_noise_from_the_norms_kurtosis_matches_monte_carlo(global_random_seed):
     # math.md section 7, "Scale and noise from the spectrum": with K >= d the
     # noise comes from E||x||^4 / (E||x||^2)^2 of x = s (mu + sigma g).

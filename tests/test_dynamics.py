@@ -445,6 +445,29 @@ def test_subsample_with_tracers_agrees_with_exact(mixture, global_random_seed):
     assert len(sub.subsample_indices_) == 400
 
 
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+def test_passive_tracers_go_where_their_attention_at_time_zero_pulls(mixture, weighted):
+    # math.md section 8, "Passive tracers": a row outside the subsample is
+    # labelled argmax_k sum_{j in cluster k} P_ij, P_ij = softmax_j(beta
+    # <x_i, x_j> + log w_j) over the subsample's initial tokens (unit rows,
+    # row j standing for w_j tokens, "Weighted particles"). Against that
+    # NumPy vote from the fit's subsample and its tokens' labels.
+    X, _ = mixture
+    rng = np.random.default_rng(1)
+    w = rng.uniform(0.5, 3.0, len(X)) if weighted else None
+    model = SelfAttentionDynamics(max_samples=300, random_state=0).fit(X, sample_weight=w)
+    sub = model.subsample_indices_
+    passive = np.setdiff1d(np.arange(len(X)), sub)
+    U = X / np.linalg.norm(X, axis=1, keepdims=True)
+    logits = model.beta * U[passive] @ U[sub].T
+    if weighted:
+        logits += np.log(w[sub])
+    P = np.exp(logits - logsumexp(logits, axis=1, keepdims=True))
+    votes = P @ np.eye(model.n_clusters_)[model.labels_[sub]]
+    assert len(passive) == len(X) - 300
+    np.testing.assert_array_equal(model.labels_[passive], np.argmax(votes, axis=1))
+
+
 def test_leaders_of_the_unnormalised_model():
     # V = I: the rescaled tokens go to the vertices of a polytope; the tokens
     # that end there attend to themselves (the leaders).

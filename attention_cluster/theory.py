@@ -809,7 +809,8 @@ def manifold_risk_coefficients(
         + C \Big(\sum_h \kappa_h^2\Big)^2
 
     (Lemma 3.2 for K = 2; the paper's explicit constants, Lemma C.1, are not
-    available and were re-derived, see ``docs/theory.md``). ``A, C >= 0``,
+    available and were re-derived, :mathmd:`4`; the constants in
+    ``docs/theory.md``). ``A, C >= 0``,
     so R is convex in ``(kappa_h^2)_h``. For sigma > 0, D depends on d
     through ``E||X||^2 = 1 + d sigma^2``, and for finite L so do A, B and C.
 
@@ -895,7 +896,8 @@ def manifold_optimal_alignment(
 
     R is convex in ``u = (kappa_h^2)_h`` on ``[0, 1]^K`` and symmetric, so its
     minimiser has equal coordinates, ``u* = B / (2 (A + K C))`` clipped to
-    ``[0, 1]`` (constants of :func:`manifold_risk_coefficients`). It is 1
+    ``[0, 1]`` (constants of :func:`manifold_risk_coefficients`;
+    :mathmd:`4`). It is 1
     (heads at the centroids) exactly when ``lambda <= lambda*``
     (:func:`lambda_star`); above, the heads tilt out of the centroids' span
     towards their orthogonal directions ``v_h``, to ``kappa* = sqrt(u*)``.
@@ -950,7 +952,7 @@ def lambda_star(noise, sequence_length=np.inf, *, n_features=None, n_clusters=2)
 
     where ``a1'`` and ``a2', a2'', a2'''`` are the coefficients of
     ``S1 = sum u``, ``S2 = sum u^2`` and ``S1^2`` in the two moments of the
-    layer (``docs/theory.md``, "lambda*"). This is a closed form, exact for
+    layer (:mathmd:`4`; ``docs/theory.md``, "lambda*"). This is a closed form, exact for
     any K (orthonormal equal-weight centroids, K heads, factor
     ``c = lambda K / L``). Special cases:
 
@@ -1158,7 +1160,7 @@ def quantizer_risk(noise, *, n_features):
     """Risk of the optimal quantizer ``T*(X)_l = mu*_{Z_l}`` (section 4).
 
     ``E||X_1 - mu*_{Z_1}||^2 = d sigma^2``, the benchmark of Prop. 4.2 and
-    Prop. 5.2.
+    Prop. 5.2 (:mathmd:`4`).
 
     Parameters
     ----------
@@ -1196,7 +1198,8 @@ def oracle_risk(noise, temperature, sequence_length, *, n_features, n_clusters=2
 
     ``R = a0 - 2 lambda K a1 + (lambda K)^2 a2``: the manifold risk
     (:func:`manifold_risk`) at ``kappa = 1``, for any temperature and finite
-    or infinite L (``docs/theory.md``, "Oracle layer"). As L -> infinity,
+    or infinite L (``docs/theory.md``, "Oracle layer"). As L -> infinity
+    (:mathmd:`4`),
     with :math:`s = \sigma^2`
 
     .. math::
@@ -1243,7 +1246,7 @@ def oracle_conditional_variance(noise, temperature, sequence_length, *, n_featur
     ``E[||T(X)_1 - E[T(X)_1 | Z_1 = c]||^2 | Z_1 = c]``, the same for every
     c, equal to ``(lambda K)^2 a2 - b^2`` with ``b mu*_c = E[T(X)_1 | Z_1 = c]``
     (Prop. 4.1, :func:`unbiased_temperature`). As L -> infinity it tends to
-    ``lambda^2 (1 + K sigma^2)^2 K sigma^2``, i.e. ``K sigma^2`` (2 sigma^2
+    ``lambda^2 (1 + K sigma^2)^2 K sigma^2`` (:mathmd:`4`), i.e. ``K sigma^2`` (2 sigma^2
     in the paper) at ``lambda = 1 / (1 + K sigma^2)``, independent of d.
 
     Parameters
@@ -1273,7 +1276,7 @@ def oracle_optimal_temperature(noise, sequence_length, *, n_features, n_clusters
 
     The risk is quadratic in ``tau = lambda K``, minimal at
     ``tau = a1 / a2``; as L -> infinity, ``lambda = 1 / (1 + K sigma^2)``,
-    the unbiased temperature of Prop. 4.1.
+    the unbiased temperature of Prop. 4.1 (:mathmd:`4`).
 
     Parameters
     ----------
@@ -1333,8 +1336,8 @@ def in_context_risk(noise, temperature, sequence_length, *, n_features, n_cluste
     orthonormal centroids are drawn afresh for each prompt. The layer is
     rotation invariant, so the risk is that of any fixed centroids:
     ``a0 - 2 lambda K a1 + (lambda K)^2 a2`` for finite or infinite L and any
-    temperature (``docs/theory.md``, "In-context layer"). As L -> infinity,
-    with :math:`s = \sigma^2`
+    temperature (``docs/theory.md``, "In-context layer"). As L -> infinity
+    (:mathmd:`4`), with :math:`s = \sigma^2`
 
     .. math::
 
@@ -1374,7 +1377,7 @@ def in_context_conditional_variance(
     the prompt's centroids and the first token's cluster (the same for all
     draws, by rotation invariance); ``E[T^ctx(X)_1 | mu*, Z_1 = c] =
     b mu*_c`` with b of Prop. 5.1. As L -> infinity it tends to
-    ``(lambda K)^2 sigma^2 [K (1/K + s)^2 + (d - K) s^2]``, i.e. for K = 2 and
+    ``(lambda K)^2 sigma^2 [K (1/K + s)^2 + (d - K) s^2]`` (:mathmd:`4`), i.e. for K = 2 and
     ``lambda = 1 / (1 + 2 sigma^2)``: ``2 sigma^2 + 4 (d - 2) sigma^6 /
     (1 + 2 sigma^2)^2 < d sigma^2``.
 
@@ -1406,7 +1409,7 @@ def in_context_conditional_variance(
 def in_context_optimal_temperature(noise, sequence_length=np.inf, *, n_features, n_clusters=2):
     r"""Temperature minimising :func:`in_context_risk` (Prop. 5.2).
 
-    ``lambda K = a1 / a2``; as L -> infinity, for K = 2
+    ``lambda K = a1 / a2``; as L -> infinity (:mathmd:`4`), for K = 2
 
     .. math::
 

@@ -727,6 +727,46 @@ def test_in_context_limits_prop_5_2():
     np.testing.assert_allclose(far, best, rtol=1e-6)
 
 
+@pytest.mark.parametrize("n_clusters, d", [(2, 2), (3, 7), (5, 12)])
+@pytest.mark.parametrize("noise", [0.3, 1.0])
+@pytest.mark.parametrize("lam", [0.2, 0.5, 0.9])
+def test_long_sequence_limits_of_the_layers_are_those_of_math_md(n_clusters, d, noise, lam):
+    # math.md section 4: as L -> infinity, with s = sigma^2, the oracle
+    # layer's R = 1 + d s - 2 lambda (1 + K s)^2 + lambda^2 (1 + K s)^3 and
+    # Var = lambda^2 (1 + K s)^2 K s, optimal at 1 / (1 + K s); the
+    # in-context layer's R = 1 + d s - 2 lambda K a + (lambda K)^2 b and Var
+    # = (lambda K)^2 s a, optimal at a / (K b), a = K (1/K + s)^2 + (d - K)
+    # s^2, b = K (1/K + s)^3 + (d - K) s^3: any K, d and lambda (the tests
+    # above take K = 2 at the optimal temperature; the finite-L forms are
+    # checked by Monte Carlo).
+    K, s = n_clusters, noise**2
+    kw = {"n_features": d, "n_clusters": K}
+    oracle = (
+        theory.oracle_risk(noise, lam, np.inf, **kw),
+        theory.oracle_conditional_variance(noise, lam, np.inf, **kw),
+        theory.oracle_optimal_temperature(noise, np.inf, **kw),
+    )
+    expected = (
+        1 + d * s - 2 * lam * (1 + K * s) ** 2 + lam**2 * (1 + K * s) ** 3,
+        lam**2 * (1 + K * s) ** 2 * K * s,
+        1 / (1 + K * s),
+    )
+    np.testing.assert_allclose(oracle, expected, rtol=1e-12, atol=1e-14)
+    a = K * (1 / K + s) ** 2 + (d - K) * s**2
+    b = K * (1 / K + s) ** 3 + (d - K) * s**3
+    in_context = (
+        theory.in_context_risk(noise, lam, np.inf, **kw),
+        theory.in_context_conditional_variance(noise, lam, np.inf, **kw),
+        theory.in_context_optimal_temperature(noise, np.inf, **kw),
+    )
+    expected = (
+        1 + d * s - 2 * lam * K * a + (lam * K) ** 2 * b,
+        (lam * K) ** 2 * s * a,
+        a / (K * b),
+    )
+    np.testing.assert_allclose(in_context, expected, rtol=1e-12, atol=1e-14)
+
+
 # ---------------------------------------------------------------------------
 # Population PGD (Thm. 3.4, Fig. 5).
 # ---------------------------------------------------------------------------

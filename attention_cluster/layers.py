@@ -349,7 +349,7 @@ def in_context_softmax_attention(X, *, temperature=1.0):
     r"""Softmax attention with keys, queries and values equal to the identity.
 
     :math:`T^{\mathrm{soft,ctx}}(X)_\ell = \sum_k \mathrm{softmax}_k(\lambda \langle X_\ell, X_k \rangle) X_k`: the softmax
-    counterpart of :func:`in_context_attention` (paper, section 5, before the
+    counterpart of :func:`in_context_attention` (:mathmd:`2`; paper, section 5, before the
     linear simplification). Unlike the linear layer it is not a sum of
     ``d`` one-dimensional heads; it is one head whose query-key matrix is the
     identity, so it is equivariant to rotations of the features. Scores are

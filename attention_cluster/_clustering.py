@@ -241,7 +241,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         after the exact solver and 5000 after PSGD).
     tol : "auto" or float, default="auto"
         PSGD (``"auto"``: 1e-4): every 100 steps the heads averaged over the
-        second half of the run so far (Polyak-Ruppert averaging) are
+        later half of the run's chunks of 100 steps so far (Polyak-Ruppert
+        averaging, :mathmd:`3`, "Steps") are
         compared with their previous value, and the run stops when ``sum_h
         ||mu_h - mu_h^prev||^2 < tol`` (each head against its own
         previous value: no matching, unlike the distance of :mathmd:`5`).

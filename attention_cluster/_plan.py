@@ -976,10 +976,13 @@ def _one_norm(data, rtol):
 
 
 def _tail_average(chunk_sums, fallback):
-    """Polyak-Ruppert average of the iterates over the second half of the run.
+    """Polyak-Ruppert average of the iterates over the later half of the run.
 
-    Averaging removes most of the stochastic-gradient jitter around the
-    minimiser; the first half is dropped as the transient.
+    ``chunk_sums[i]`` is the sum of the heads after each step of chunk i:
+    the sum over the last ``ceil(c / 2)`` of the c chunks, each head
+    normalised (``math.md`` section 3, "Steps"). Averaging removes most of
+    the stochastic-gradient jitter around the minimiser; the first half is
+    dropped as the transient.
     """
     avg = np.sum(chunk_sums[len(chunk_sums) // 2 :], axis=0)
     norms = np.linalg.norm(avg, axis=0)

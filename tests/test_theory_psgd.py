@@ -302,6 +302,60 @@ def test_estimator_psgd_step_sizes_decay_as_documented(
     np.testing.assert_allclose(np.concatenate(recorded), expected, rtol=1e-10)
 
 
+@pytest.mark.parametrize("max_iter", [400, 450])
+def test_estimator_psgd_returns_the_average_of_its_later_iterates(
+    monkeypatch, max_iter, global_random_seed
+):
+    # math.md section 3, "Steps": the estimator's PSGD returns the heads
+    # averaged, then normalised, over the iterates of the later half of its
+    # chunks of 100 steps (the last ceil(c / 2) of c: steps 200 to 399 of
+    # 400, 200 to 449 of 450), Polyak-Ruppert averaging. Each chunk is run
+    # here one step at a time, recording the heads after each step, and
+    # the fit's heads are the NumPy average of those (up to their signs,
+    # which the estimator fixes afterwards; refine=None, center=False).
+    X, _, _ = make_mixture(600, 5, 3, noise=0.4, random_state=global_random_seed)
+    chunk = _kernels.psgd_chunk
+    iterates = []
+
+    def step_by_step(tokens, U, temperature, L, batch_size, steps, *args):
+        kind, strength, riemannian, losses, heads_sum = args
+        rows = L * batch_size
+        for t in range(len(steps)):
+            chunk(
+                tokens[t * rows : (t + 1) * rows],
+                U,
+                temperature,
+                L,
+                batch_size,
+                steps[t : t + 1],
+                kind,
+                strength,
+                riemannian,
+                losses[t : t + 1],
+                heads_sum,
+            )
+            iterates.append(U.copy())
+
+    monkeypatch.setattr(_kernels, "psgd_chunk", step_by_step)
+    model = AttentionClustering(
+        3,
+        solver="psgd",
+        refine=None,
+        center=False,
+        max_iter=max_iter,
+        tol=0.0,
+        random_state=global_random_seed,
+    )
+    with pytest.warns(ConvergenceWarning, match="did not reach tol=0.0"):
+        model.fit(X)
+    assert len(iterates) == max_iter
+    chunks = -(-max_iter // 100)
+    later = np.sum(iterates[100 * (chunks // 2) :], axis=0)
+    expected = later / np.linalg.norm(later, axis=0)
+    heads = model.cluster_centers_.T / np.linalg.norm(model.cluster_centers_, axis=1)
+    np.testing.assert_allclose(np.abs(np.sum(heads * expected, axis=0)), 1.0, rtol=1e-10)
+
+
 def test_psgd_path_step_is_constant(monkeypatch, global_random_seed):
     # psgd_path's steps are the paper's constant gamma, across its draws.
     rng = np.random.default_rng(global_random_seed)

@@ -923,7 +923,8 @@ def held_statistics(p):
 def _regains_rows(p, k):
     """Whether component k of ``p`` would take most of a row at its own centre
     ``c_k = r_k mu_k``: ``log pi_k`` above ``logsumexp_j (log pi_j - ||c_k -
-    c_j||^2 / (2 tau^2))`` over the others (the E step's logits there). One
+    c_j||^2 / (2 tau^2))`` over the others (the E step's logits there;
+    ``math.md`` section 7, "A component that loses its points"). One
     that does not regains no row: its weight, zero or not, stays (weights of
     1e-8 beside one component that had taken every row stayed so for 1000
     rows)."""
@@ -938,7 +939,8 @@ def _reseeded(S, counts, k, weight, centre):
     """Statistics ``(S, counts)`` (counts summing to 1) with component k's
     those of a component of weight ``weight`` at the point ``centre``
     (``r_k mu_k``), all then divided by the new total, as if ``weight`` more
-    were held there."""
+    were held there (``math.md`` section 7, "A component that loses its
+    points")."""
     S, counts = S.copy(), counts.copy()
     S[k], counts[k] = weight * centre, weight
     total = float(np.sum(counts))
@@ -1222,7 +1224,8 @@ _RESTART_LEVEL = 1e-4
 
 
 def _effective_rows(total, squares):
-    """Kish's effective number of rows, ``(sum w)^2 / sum w^2``."""
+    """Kish's effective number of rows, ``(sum w)^2 / sum w^2`` (``math.md``
+    section 7, "Stopping at the statistical resolution")."""
     return total * total / squares
 
 

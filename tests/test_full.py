@@ -701,6 +701,28 @@ def test_noise_from_the_norms_kurtosis_matches_monte_carlo(global_random_seed):
     np.testing.assert_allclose(_noise_from_norms(mean_sq, mean_fourth, d), sigma**2, rtol=0.05)
 
 
+@pytest.mark.parametrize(
+    "weights", [[1 / 3, 1 / 3, 1 / 3], [0.6, 0.3, 0.1]], ids=["equal", "unequal"]
+)
+@pytest.mark.parametrize(("scale", "noise"), [(2.5, 0.4), (1e-3, 1.2), (1e6, 0.05)])
+def test_scale_and_noise_are_read_off_the_second_moments_spectrum(weights, scale, noise):
+    # math.md section 7, "Scale and noise from the spectrum": M = s^2 (sum_c
+    # w_c mu*_c mu*_c^T + sigma^2 I_d) has K eigenvalues s^2 (w_c + sigma^2)
+    # and d - K eigenvalues s^2 sigma^2, so s^2 sigma^2 is the mean of the d -
+    # K smallest and s^2 the sum of the K largest less K s^2 sigma^2. Rows
+    # whose second moment is exactly M (sqrt(d lambda_i) v_i, one per
+    # eigenpair) give back s and sigma to rounding, whatever the weights.
+    rng = np.random.default_rng(0)
+    d, K = 8, 3
+    C = np.linalg.qr(rng.standard_normal((d, K)))[0].T
+    M = scale**2 * ((np.asarray(weights) * C.T) @ C + noise**2 * np.eye(d))
+    values, vectors = np.linalg.eigh(M)
+    X = (vectors * np.sqrt(d * values)).T
+    spectrum = estimate_spectrum(DenseRows(X), K)
+    assert spectrum.scale == pytest.approx(scale, rel=1e-12)
+    assert spectrum.noise == pytest.approx(noise, rel=1e-12)
+
+
 def test_reg_strength_special_cases():
     assert local_reg_strength(0.8, 3, None, 0.3) == 0.0
     assert local_reg_strength(0.8, 1, "pairwise", 0.3) == 0.0

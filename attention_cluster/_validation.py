@@ -593,7 +593,11 @@ def check_dtypes(X):
     and how to convert it.
 
     Read: a NumPy or Dask array's dtype, a pandas or Dask DataFrame's
-    column dtypes (a categorical column's by its categories'). Dates
+    column dtypes (a categorical column's by its categories'), another
+    library's table by its Arrow schema (a polars DataFrame, a pyarrow
+    Table: their dates and durations alone, when pyarrow is installed), and
+    a list by the dtype NumPy gives its first row (a list of NumPy's dates
+    is read as an array of them). Dates
     (datetime64 of any unit, with a time zone or not, pandas' periods,
     pyarrow's dates and timestamps) and durations (timedelta64) are refused,
     although scikit-learn's ``check_array`` reads an array or a frame that
@@ -608,18 +612,53 @@ def check_dtypes(X):
     complex numbers) is left to the rows' checks.
     """
     dtypes = getattr(X, "dtypes", None)
-    if dtypes is not None and hasattr(X, "columns"):
+    if hasattr(dtypes, "items") and hasattr(X, "columns"):
         for column, dtype in dtypes.items():
             _check_dtype(dtype, f"Column {column!r} of X", f"X[{column!r}]", "pd.Timedelta(days=1)")
+    elif hasattr(getattr(X, "schema", None), "__arrow_c_schema__"):
+        # (A polars DataFrame's dtypes are a list of its own types.)
+        _check_arrow_schema(X.schema)
     elif isinstance(getattr(X, "dtype", None), np.dtype):
         _check_dtype(X.dtype, "X", "X", "np.timedelta64(1, 'D')")
+    elif isinstance(X, (list, tuple)) and len(X) > 0:
+        first = np.asarray(X[0])
+        if first.dtype.kind in "Mm":
+            _check_dtype(first.dtype, "X", "np.asarray(X)", "np.timedelta64(1, 'D')")
+
+
+def _check_arrow_schema(schema):
+    """:func:`check_dtypes`' rule for a table's Arrow schema: its columns of
+    dates or durations (dictionaries of them too) are refused; nothing is
+    read without pyarrow, or from a schema it does not take."""
+    try:
+        import pyarrow as pa
+
+        fields = list(pa.schema(schema))
+    except (ImportError, TypeError, ValueError, NotImplementedError):
+        return
+    for field in fields:
+        kind = field.type.value_type if pa.types.is_dictionary(field.type) else field.type
+        if pa.types.is_timestamp(kind) or pa.types.is_date(kind):
+            _refuse_time(
+                f"Column {field.name!r} of X",
+                f"Arrow type {field.type}",
+                "M",
+                "days since an origin",
+            )
+        if pa.types.is_duration(kind):
+            _refuse_time(f"Column {field.name!r} of X", f"Arrow type {field.type}", "m", "days")
 
 
 def _check_dtype(dtype, what, values, day):
     """:func:`check_dtypes`' rule for one dtype (an array's or a column's):
     ``what`` names its values in the message, ``values`` and ``day`` are the
     expressions of the values and of one day in the advice."""
-    if isinstance(dtype, np.dtype) and dtype.kind not in "Mm":
+    if isinstance(dtype, np.dtype):
+        if dtype.kind == "m":
+            _refuse_time(what, f"dtype={dtype}", "m", f"days: {values} / {day}")
+        if dtype.kind == "M":
+            advice = f"days since an origin: ({values} - origin) / {day}"
+            _refuse_time(what, f"dtype={dtype}", "M", advice)
         return
     import pandas as pd
 
@@ -643,14 +682,20 @@ def _check_dtype(dtype, what, values, day):
             "(or their text)."
         )
     if dtype.kind == "m":
-        kind, since, origin = "durations", "", ""
-        advice = f"days: {values} / {day}"
+        _refuse_time(what, shown, "m", f"days: {values} / {day}")
+    start = f"{values}.dt.to_timestamp()" if period else values
+    _refuse_time(what, shown, "M", f"days since an origin: ({start} - origin) / {day}")
+
+
+def _refuse_time(what, shown, kind, advice):
+    """The TypeError of :func:`check_dtypes` for dates (``kind`` "M") or
+    durations ("m"): ``what`` (``shown``, its type) and the ``advice``."""
+    if kind == "m":
+        name, since, origin = "durations", "", ""
     else:
-        kind, since, origin = "dates", " since 1970", " and have 1970 as their origin"
-        start = f"{values}.dt.to_timestamp()" if period else values
-        advice = f"days since an origin: ({start} - origin) / {day}"
+        name, since, origin = "dates", " since 1970", " and have 1970 as their origin"
     raise TypeError(
-        f"{what} has {shown}, {kind}, which are not read as numbers: as counts of their "
+        f"{what} has {shown}, {name}, which are not read as numbers: as counts of their "
         f"unit{since}, they would depend on the unit they are stored in{origin}. Convert them "
         f"to numbers on the scale of the other features first, e.g. {advice}."
     )

@@ -9,6 +9,7 @@ own posterior), and checks the answer against an independent computation.
 import copy
 import dataclasses
 import pickle
+import re
 import warnings
 
 import numpy as np
@@ -25,6 +26,7 @@ from attention_cluster import (
     InContextQuantizer,
     SelfAttentionDynamics,
     _passes,
+    attention_flow,
 )
 from attention_cluster.datasets import make_mixture
 
@@ -1217,3 +1219,67 @@ def test_a_copy_at_any_stage_goes_on_as_the_original(how):
             getattr(model, method)(rows)
             getattr(copy_, method)(rows)
             assert _same_state(vars(model), vars(copy_)), method
+
+
+# -- tables of other libraries, and lists of dates
+
+
+class _ListDtypesTable:
+    """What the dtype check reads of a polars DataFrame: ``columns`` and
+    ``dtypes`` as lists (the dtypes polars' own types), an Arrow ``schema``;
+    its rows are a pyarrow Table's."""
+
+    def __init__(self, table):
+        self._table = table
+        self.columns = list(table.column_names)
+        self.dtypes = [str(t) for t in table.schema.types]
+        self.schema = table.schema
+        self.shape = table.shape
+
+    def __array__(self, dtype=None, copy=None):
+        return np.asarray(self._table, dtype=dtype)
+
+
+def test_tables_of_other_libraries_are_read_and_their_dates_refused():
+    # The dtype check read any object with dtypes and columns as a pandas
+    # frame: a polars DataFrame, whose dtypes are a list, raised
+    # "AttributeError: 'list' object has no attribute 'items'" for rows of
+    # numbers, and polars' or pyarrow's dates and durations, and a list of
+    # NumPy's dates, were read as counts of their unit since 1970.
+    pa = pytest.importorskip("pyarrow")
+    X = make_mixture(60, 3, 2, noise=0.3, random_state=0)[0]
+    numbers = pa.table({f"x{j}": X[:, j] for j in range(3)})
+    reference = AttentionClustering(2, random_state=0).fit(X)
+    for model in (AttentionClustering(2, random_state=0), SelfAttentionDynamics()):
+        fitted = model.fit(_ListDtypesTable(numbers))
+        if isinstance(model, AttentionClustering):
+            np.testing.assert_array_equal(fitted.cluster_centers_, reference.cluster_centers_)
+    days = (np.arange(60) * 86400).astype("m8[s]")
+    tables = {
+        "date32[day]": pa.array(np.datetime64("2020-01-01") + days.astype("m8[D]")),
+        "timestamp[s, tz=UTC]": pa.array(np.datetime64("2020-01-01") + days).cast(
+            pa.timestamp("s", tz="UTC")
+        ),
+        "duration[s]": pa.array(days),
+        "dictionary<values=timestamp[s], indices=int32, ordered=0>": pa.array(
+            np.datetime64("2020-01-01", "s") + days
+        ).dictionary_encode(),
+    }
+    for shown, column in tables.items():
+        kind = "durations" if "duration" in shown else "dates"
+        table = pa.table({"t": column, "x1": X[:, 1]})
+        for rows in (table, _ListDtypesTable(table)):
+            with pytest.raises(
+                TypeError, match=re.escape(f"Column 't' of X has Arrow type {shown}, {kind},")
+            ):
+                AttentionClustering(2).fit(rows)
+    dates = [[np.datetime64("2020-01-01") + i, np.datetime64("2021-01-01") - i] for i in range(60)]
+    for rows in (dates, [tuple(row) for row in dates]):
+        calls = (
+            AttentionClustering(2).fit,
+            InContextQuantizer(2).fit,
+            lambda rows: attention_flow(rows, n_steps=1),
+        )
+        for call in calls:
+            with pytest.raises(TypeError, match=r"X has dtype=datetime64\[D\], dates,"):
+                call(rows)

@@ -1049,7 +1049,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             self._stream_params = started = self._stream_parameters()
         now = self.get_params(deep=False)
         changed = [
-            f"{name}={_shown(now[name])} (the stream's: {_shown(value)})"
+            _change(name, now[name], value)
             for name, value in started.items()
             if not (
                 _same_setting(now[name], value)
@@ -1471,6 +1471,22 @@ def _shown(value):
     if not isinstance(value, str) and np.ndim(value) > 0:
         return f"<array of shape {np.shape(value)}>"
     return repr(value)
+
+
+def _change(name, value, started):
+    """A parameter set since a stream started, in the refusal: its value and
+    the stream's, two arrays (``init``) of one shape by the first entry at
+    which they differ (their shapes alone would read alike)."""
+    if not any(isinstance(v, str) for v in (value, started)) and np.ndim(value) > 0:
+        now, then = np.asarray(value), np.asarray(started)
+        differ = np.argwhere(now != then) if now.shape == then.shape else ()
+        if len(differ):
+            at = tuple(int(i) for i in differ[0])
+            return (
+                f"{name}={_shown(value)} ({name}[{', '.join(map(str, at))}] = "
+                f"{now[at].item()!r}, the stream's: {then[at].item()!r})"
+            )
+    return f"{name}={_shown(value)} (the stream's: {_shown(started)})"
 
 
 def _new_stream(result, rows, held=None):

@@ -494,6 +494,26 @@ def test_a_stream_keeps_its_random_state():
         assert model.n_steps_ == 2
 
 
+def test_an_init_changed_since_the_stream_started_is_named_by_an_entry_that_differs():
+    # Two arrays of one shape read alike in the refusal ("init=<array of
+    # shape (3, 5)> (the stream's: <array of shape (3, 5)>)"), and an init
+    # written in place, or rounded to float32, differs from the stream's in
+    # its values alone: the refusal names the first entry that differs.
+    X = make_mixture(300, 5, 3, noise=0.4, random_state=0)[0]
+    init = X[:3].copy()
+    model = AttentionClustering(3, init=init, random_state=0).partial_fit(X[:100])
+    init[1, 2] = 7.0
+    stream = re.escape(f"init[1, 2] = 7.0, the stream's: {float(X[1, 2])!r})")
+    with pytest.raises(InvalidParameterError, match=rf"init=<array of shape \(3, 5\)> \({stream}"):
+        model.partial_fit(X[100:200])
+    model.set_params(init=X[:3].astype(np.float32))
+    with pytest.raises(InvalidParameterError, match=r"init\[0, 0\] = "):
+        model.partial_fit(X[100:200])
+    # The same numbers in a list go on.
+    model.set_params(init=X[:3].tolist()).partial_fit(X[100:200])
+    assert model.n_steps_ == 2
+
+
 @pytest.mark.parametrize("how", ["pickle", "copy", "deepcopy"])
 def test_a_stream_s_parameters_survive_copies_and_fit_starts_them_anew(how):
     copied = {

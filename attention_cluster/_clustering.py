@@ -1243,12 +1243,15 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         if refine != "em" and getattr(self, "mixture_", None) is None:
             # A fitted estimator is described by its fit, not by parameters
             # set since (set_params takes effect at the next fit).
-            has = (
-                f"was fitted with solver_={self.solver_!r}, refine_={self.refine_!r} "
-                "(parameters set since take effect when you fit again)"
-                if hasattr(self, "refine_")
-                else f"has solver={self.solver!r}, refine={self.refine!r}"
-            )
+            if not hasattr(self, "refine_"):
+                has = f"has solver={self.solver!r}, refine={self.refine!r}"
+            else:
+                has = f"was fitted with solver_={self.solver_!r}, refine_={self.refine_!r}"
+                if resolve_methods(self.solver, self.refine)[1] == "em":
+                    has += (
+                        f" (solver={self.solver!r}, refine={self.refine!r}, set since, take "
+                        "effect when you fit again)"
+                    )
             raise AttributeError(
                 "This AttentionClustering fits no likelihood: predict_proba, score_samples, bic "
                 f"and aic need the EM refinement's mixture (refine='em'), and it {has}."

@@ -218,6 +218,13 @@ def test_likelihood_methods_name_the_fit_not_the_parameters_set_since(fitted, se
     message = str(raised.value.__cause__)
     assert f"solver_={model.solver_!r}, refine_=None" in message
     assert "fit again" in message
+    # Nothing set since: nothing said of it.
+    model.set_params(**fitted)
+    with pytest.raises(AttributeError) as raised:
+        model.bic(X)
+    assert str(raised.value.__cause__).endswith(
+        f"was fitted with solver_={model.solver_!r}, refine_=None."
+    )
 
 
 # -- tight clusters at the bottom of float64's range

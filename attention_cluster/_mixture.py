@@ -208,11 +208,11 @@ def _maximize(S, counts, total, mean_sq, floor, previous, eps=0.0):
     ``tau^2 = (m2 - sum_k ||S_k||^2 / (N_k N)) / d`` (``math.md`` section
     7), from sums ``S``, ``counts`` over a total weight ``N``. A head whose
     sum is within its rounding, :func:`_sum_rounding` of ``counts_k`` with
-    ``eps`` the rows' :func:`_rounding_unit` (0, the streams': only a sum of
-    zero), has no direction: it keeps the one in ``previous`` and its sum
-    counts as zero (K = 1 on centred rows, whose sum is the rounding of
-    their mean: its direction came from that rounding, and differed between
-    float32, CSR and reversed rows); with free norms its norm is ``||S_k|| /
+    ``eps`` the rows' :func:`_rounding_unit` (a stream's: the largest of its
+    batches'; 0: only a sum of zero), has no direction: it keeps the one in
+    ``previous`` and its sum counts as zero (K = 1 on centred rows, whose
+    sum is the rounding of their mean: its direction came from that
+    rounding, and differed between float32, CSR and reversed rows); with free norms its norm is ``||S_k|| /
     N_k = 0`` when points take it (its centroid is the mean) and the
     previous one when none does; ``tau^2`` is at least ``floor``."""
     norms = _row_norms(S)

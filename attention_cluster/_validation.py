@@ -609,7 +609,8 @@ def check_dtypes(X):
     scikit-learn refuses them too, with NumPy's TypeError. A column of
     other values that are no numbers (intervals, lists) is refused with the
     TypeError NumPy raises for them when read. Any other dtype (numbers, bools, text, objects;
-    complex numbers) is left to the rows' checks.
+    complex numbers; a frame's dtypes of a library's own types) is left to
+    the rows' checks.
     """
     dtypes = getattr(X, "dtypes", None)
     if hasattr(dtypes, "items") and hasattr(X, "columns"):
@@ -662,6 +663,9 @@ def _check_dtype(dtype, what, values, day):
         return
     import pandas as pd
 
+    if not isinstance(dtype, pd.api.extensions.ExtensionDtype):
+        # (Another library's frame whose dtypes are its own: left to the rows' checks.)
+        return
     shown = f"dtype={dtype}"
     if isinstance(dtype, pd.CategoricalDtype):
         shown += f" (categories of dtype={dtype.categories.dtype})"

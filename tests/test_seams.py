@@ -1257,8 +1257,12 @@ def test_tables_of_other_libraries_are_read_and_their_dates_refused():
     X = make_mixture(60, 3, 2, noise=0.3, random_state=0)[0]
     numbers = pa.table({f"x{j}": X[:, j] for j in range(3)})
     reference = AttentionClustering(2, random_state=0).fit(X)
+    # A frame whose dtypes map the columns to types of its own (no Arrow schema).
+    own_types = _ListDtypesTable(numbers)
+    own_types.dtypes, own_types.schema = dict(zip(own_types.columns, own_types.dtypes)), None
     for model in (AttentionClustering(2, random_state=0), SelfAttentionDynamics()):
         fitted = model.fit(_ListDtypesTable(numbers))
+        model.fit(own_types)
         if isinstance(model, AttentionClustering):
             np.testing.assert_array_equal(fitted.cluster_centers_, reference.cluster_centers_)
     days = (np.arange(60) * 86400).astype("m8[s]")

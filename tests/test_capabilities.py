@@ -23,6 +23,7 @@ import dask.array as da
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd
+import polars as pl
 import pyarrow as pa
 import pytest
 import scipy.sparse as sp
@@ -104,6 +105,11 @@ KINDS = {
     # protocol (as a polars DataFrame is): it has a shape and no ndim.
     "arrow-table": (
         lambda X, tmp: pa.table({f"x{j}": X[:, j] for j in range(X.shape[1])}),
+        1e-6,
+    ),
+    # A polars DataFrame: its dtypes are a list of polars' own types.
+    "polars": (
+        lambda X, tmp: pl.DataFrame({f"x{j}": X[:, j] for j in range(X.shape[1])}),
         1e-6,
     ),
     "dask-dataframe-extension": (

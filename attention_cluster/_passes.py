@@ -400,10 +400,11 @@ class _Rows:
         The rows whose keys are below ``size / n`` (:mod:`._draws`: each row
         drawn with that probability, independently), from the prepared draw
         (:meth:`prepare_subsamples`) or from one seeded by ``rng``, as
-        :meth:`_taken` keeps them (:class:`DenseRows`: a float64 copy, with
-        the same scale, whose passes run on this one's thread pool, by the
-        same chunks whatever the threads, so the sums do not depend on them;
-        :class:`SparseRows`: CSR rows). A subsample holds no row of zero
+        :meth:`_taken` keeps them (:class:`DenseRows`: a copy in X's dtype
+        that its passes read in float64, with the same scale, whose passes
+        run on this one's thread pool, by the same chunks whatever the
+        threads, so the sums do not depend on them; :class:`SparseRows`: CSR
+        rows). A subsample holds no row of zero
         weight (:func:`_positive`): those drawn are left out, and ``size``
         counts rows of positive weight (:attr:`n_weighted`). With at most
         ``size`` of them, every row of positive weight: ``self`` when no
@@ -500,17 +501,31 @@ class DenseRows(_Rows):
     compiled : bool or None, default=None
         Whether the passes run Numba's kernels or NumPy's forms (a subsample
         runs its parent's); None: :func:`compiles` X's size.
+    dtype : dtype or None, default=None
+        The dtype in which the passes read the rows; None: X's. float64 for
+        float32 X (:meth:`_taken`'s subsamples): each chunk is cast as a pass
+        reads it, so that the passes give the numbers of a float64 copy of
+        X, which is not made.
     """
 
     in_memory = True
 
-    def __init__(self, X, sample_weight=None, scale=1.0, n_threads=None, pool=None, compiled=None):
+    def __init__(
+        self,
+        X,
+        sample_weight=None,
+        scale=1.0,
+        n_threads=None,
+        pool=None,
+        compiled=None,
+        dtype=None,
+    ):
         self._X = X
         self.sample_weight = (
             None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
         )
         self.n_samples, self.n_features = X.shape
-        self.dtype = X.dtype
+        self.dtype = X.dtype if dtype is None else np.dtype(dtype)
         self.scale = float(scale)
         self.total_weight = (
             float(self.n_samples)
@@ -522,7 +537,7 @@ class DenseRows(_Rows):
         self.compiled = compiles(X.size) if compiled is None else compiled
         self._cum_weights = None
         # The rows are X - _offset (see centred); an empty offset is none.
-        self._offset = np.empty(0, dtype=X.dtype)
+        self._offset = np.empty(0, dtype=self.dtype)
         # NumPy's forms: each chunk's scaled blocks, by the chunk's first row
         # (see exact_terms); a copy seeing other rows starts without.
         self._scaled_blocks = {}
@@ -542,24 +557,33 @@ class DenseRows(_Rows):
     def _weights(self, lo, hi):
         return np.empty(0) if self.sample_weight is None else self.sample_weight[lo:hi]
 
-    def _rows(self, lo, hi):
-        """Rows lo..hi as the passes see them (centred, unscaled)."""
+    def _given(self, lo, hi, cast=True):
+        """Rows lo..hi as given (neither centred nor scaled), in the passes'
+        dtype (``cast=False``: as stored, in X's)."""
         B = self._X[lo:hi]
+        return B.astype(self.dtype, copy=False) if cast else B
+
+    def _rows(self, lo, hi, cast=True):
+        """Rows lo..hi as the passes see them (centred, unscaled)."""
+        B = self._given(lo, hi, cast)
         return B - self._offset if self._offset.size else B
 
     def map_tasks(self, fn, tasks):
         return self._pool.map(fn, tasks)
 
-    def _map(self, fn, bounds=None, positive=False):
+    def _map(self, fn, bounds=None, positive=False, cast=True):
         """``fn(rows, weights, lo, hi)`` on every chunk (``bounds``, default the
         passes' chunks), results in chunk order.
 
         ``positive``: the chunk's rows of positive weight alone, for the
-        passes that sum over rows (:func:`_positive`).
+        passes that sum over rows (:func:`_positive`). ``cast``: the rows in
+        the passes' dtype; False: as stored, for a pass that reads any dtype
+        as float64 itself (a float32 subsample read in float64, ``dtype``, is
+        then not converted twice).
         """
 
         def run(lo, hi):
-            B, w = self._rows(lo, hi), self._weights(lo, hi)
+            B, w = self._rows(lo, hi, cast), self._weights(lo, hi)
             return fn(*(_positive(B, w) if positive else (B, w)), lo, hi)
 
         return self._pool.map(run, self._bounds if bounds is None else bounds)
@@ -702,7 +726,9 @@ class DenseRows(_Rows):
             shift = _huge_exponent(_largest_magnitude(B))
             return (w @ np.ldexp(B, -shift)) * inv, shift
 
-        total, top_shift = _sum_at_common_shift(self._map(chunk, positive=True), self.n_features)
+        total, top_shift = _sum_at_common_shift(
+            self._map(chunk, positive=True, cast=False), self.n_features
+        )
         return np.ldexp(total / self.total_weight, top_shift)
 
     def centred(self, offset):
@@ -738,7 +764,8 @@ class DenseRows(_Rows):
             A = B @ V
             return B.T @ (A if w.size == 0 else A * w[:, None])
 
-        return sum(self._map(chunk, positive=True), np.zeros(V.shape)) / self.total_weight
+        parts = self._map(chunk, positive=True, cast=False)
+        return sum(parts, np.zeros(V.shape)) / self.total_weight
 
     def norm_moments(self):
         """Weighted means of ``||x||^2`` and ``||x||^4`` (float64).
@@ -759,7 +786,7 @@ class DenseRows(_Rows):
                 ww = np.ones_like(sq) if w.size == 0 else w
                 return np.array([ww @ sq, ww @ (sq * sq)])
 
-        total = sum(self._map(chunk, positive=True), np.zeros(2)) / self.total_weight
+        total = sum(self._map(chunk, positive=True, cast=False), np.zeros(2)) / self.total_weight
         return float(total[0]), float(total[1])
 
     def exact_terms(self, U, MU, c, lm1, reg, rho, identity=1.0):
@@ -792,7 +819,7 @@ class DenseRows(_Rows):
                 )
             return value, P
 
-        parts = self._map(chunk, positive=True)
+        parts = self._map(chunk, positive=True, cast=False)
         return sum(v for v, _ in parts), sum(
             (P for _, P in parts), np.zeros((3 * K, self.n_features))
         )
@@ -951,18 +978,24 @@ class DenseRows(_Rows):
     # -- rows for subsamples and sampled sequences --------------------------
 
     def _taken(self, idx):
-        """The rows ``idx`` of positive weight (centred) as a float64 :class:`DenseRows` on this pool."""
+        """The rows ``idx`` of positive weight (centred) as a :class:`DenseRows` on this pool.
+
+        Its passes read the rows in float64 (``dtype``): a float32 subsample
+        is held as it is and each chunk cast as a pass reads it, the same
+        numbers as a float64 copy of the subsample, at half its memory.
+        """
         idx = self._weighted_indices(idx)
         weight = None if self.sample_weight is None else self.sample_weight[idx]
         rows = np.take(self._X, idx, axis=0)
         if self._offset.size:
             rows -= self._offset
         return DenseRows(
-            np.asarray(rows, dtype=np.float64),
+            rows,
             weight,
             self.scale,
             pool=self._pool,
             compiled=self.compiled,
+            dtype=np.float64,
         )
 
     def project(self, V):
@@ -986,13 +1019,15 @@ class DenseRows(_Rows):
                     return (np.ldexp(B, -e) @ V) * np.ldexp(inv, e)
                 return (B @ V) * inv
 
-        parts = self._map(chunk)
+        parts = self._map(chunk, cast=False)
         return np.concatenate(parts) if parts else np.empty((0, V.shape[1]))
 
     def peak(self):
         """The largest ``|x_ij| / s`` of the rows as the passes see them (centred)."""
         tops = self._map(
-            lambda B, w, lo, hi: float(np.max(np.abs(B))) if B.size else 0.0, positive=True
+            lambda B, w, lo, hi: float(np.max(np.abs(B))) if B.size else 0.0,
+            positive=True,
+            cast=False,
         )
         return max(tops, default=0.0) / self.scale
 
@@ -1003,7 +1038,7 @@ class DenseRows(_Rows):
         values per row; the chunks' results are stacked in order.
         """
         return _stacked(
-            lambda lo, hi: fn(self._X[lo:hi], *args),
+            lambda lo, hi: fn(self._given(lo, hi), *args),
             self._bounds,
             self._pool.map,
             np.empty((0,) if columns is None else (0, columns), dtype=dtype),
@@ -1500,9 +1535,9 @@ def _block_nested(block, weights, lo, hi, seed, n_samples, fraction):
     if weights is not None:
         w = np.asarray(np.asarray(weights)[idx], dtype=np.float64)
         idx, keys, w = idx[w > 0.0], keys[w > 0.0], w[w > 0.0]
-    # X's dtype (the in-memory backends' subsamples are float64 copies,
-    # DenseRows._taken): float32 rows travel to the client, or stay on the
-    # workers, in half the bytes.
+    # X's dtype (as the in-memory backends' subsamples, DenseRows._taken):
+    # float32 rows travel to the client, or stay on the workers, in half the
+    # bytes.
     return np.asarray(block)[idx], w, keys
 
 

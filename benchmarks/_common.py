@@ -213,9 +213,9 @@ def where_passes_go(X, K, warm=True):
     log = {}
     original = DenseRows._map
 
-    def logged(self, fn, bounds=None, positive=False):
+    def logged(self, fn, *args, **kwargs):
         start = time.perf_counter()
-        out = original(self, fn, bounds, positive)
+        out = original(self, fn, *args, **kwargs)
         seconds = time.perf_counter() - start
         name = sys._getframe(1).f_code.co_name
         key = name if self.n_samples == X.shape[0] else "subsample passes"

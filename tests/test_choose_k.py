@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.metrics import adjusted_rand_score
 
 from attention_cluster import (
@@ -28,6 +29,7 @@ from attention_cluster._choose_k import (
     _centred,
     _mean_sq,
     _moment_eigenvalues,
+    _rule_centres,
     _tokens,
     choose_by_silhouette,
     plateau_lengths,
@@ -795,7 +797,71 @@ def test_the_dynamics_counts_on_the_rows_the_fit_sees(global_random_seed):
 
 def _tokens_dominate(tokens, k):
     """center="auto"'s rule on the dynamics' tokens at k clusters, as count_clusters applies it."""
-    return mean_dominates(_mean_sq(tokens), _moment_eigenvalues(tokens), k, DEFAULT_TUNING)
+    return _rule_centres(tokens, None, _mean_sq(tokens), k)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    m=st.integers(30, 90),
+    d=st.integers(30, 90),
+    k=st.integers(1, 5),
+    offset=st.floats(-2.0, 2.0),
+    weighted=st.booleans(),
+    **_DRAWS,
+)
+def test_the_centring_rule_on_the_tokens_is_that_of_their_whole_spectrum(
+    seed, m, d, k, offset, weighted, sparse
+):
+    # math.md section 7, "Centring or not": the Ritz values of the second
+    # moment on a block bound its eigenvalues from below, so the rule's "no"
+    # read on them is the whole spectrum's; where they do not decide, the
+    # whole spectrum does. Clusters of directions moved by a common offset
+    # of 10^offset, which puts ||m||^2 / lambda_k on both sides of 10.
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((k + 2, d))
+    tokens = centres[rng.integers(0, k + 2, m)] + 0.3 * rng.standard_normal((m, d))
+    tokens += 10.0**offset * rng.standard_normal(d)
+    if sparse:
+        tokens = sp.csr_matrix(tokens * (rng.random((m, d)) < 0.4))
+    weights = rng.integers(1, 5, m).astype(float) if weighted else None
+    mean_sq = _mean_sq(tokens, weights)
+    spectrum = _moment_eigenvalues(tokens, weights)
+    assert _rule_centres(tokens, weights, mean_sq, k) == mean_dominates(
+        mean_sq, spectrum, k, DEFAULT_TUNING
+    )
+
+
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_the_centring_rule_holds_at_eigenvalues_of_many_copies(k):
+    # The rows of the identity, twice each, about a common offset: their
+    # second moment has one eigenvalue d - 1 times over, which a block of
+    # subspace iteration need not find every copy of (its Ritz values stay
+    # lower bounds); the rule is the whole spectrum's on both sides.
+    d = 60
+    base = np.repeat(np.eye(d), 2, axis=0)
+    for scale in (0.05, 0.2, 1.0, 5.0):
+        tokens = base + scale * np.ones(d)
+        mean_sq = _mean_sq(tokens)
+        expected = mean_dominates(mean_sq, _moment_eigenvalues(tokens), k, DEFAULT_TUNING)
+        assert _rule_centres(tokens, None, mean_sq, k) == expected
+
+
+def test_the_centring_rule_reads_no_whole_spectrum_where_a_bound_decides(monkeypatch):
+    # TF-IDF documents whose mean carries more than 5% of their second
+    # moment, counted on the rows as given and centred: center="auto"'s
+    # rule at the centred count read the whole spectrum of the documents'
+    # second moment, 0.4 s for 2000 of them (as long as the dynamics), where
+    # ||m||^2 / lambda_K is 1.5 to 6.2, below 10: a lower bound of lambda_K
+    # decides it.
+    texts = make_corpus(200, 4, topic_share=0.6, random_state=0)[0]
+    X = TfidfVectorizer().fit_transform(texts)
+    expected = AttentionClustering("auto", random_state=0).fit(X).n_clusters_
+
+    def refused(*args):
+        raise AssertionError("the whole spectrum was computed")
+
+    monkeypatch.setattr(_choose_k, "_moment_eigenvalues", refused)
+    assert AttentionClustering("auto", random_state=0).fit(X).n_clusters_ == expected == 4
 
 
 def test_the_rule_that_centres_the_dynamics_rows():
@@ -1027,9 +1093,6 @@ def test_auto_counts_tfidf_documents_on_their_centred_rows():
     # reads it, and the silhouettes then chose 2 (ARI 0.34 at 2000
     # documents, where the fit at 4 has ARI 1.00). One group on the rows as
     # given and more on the centred rows now keeps the centred count.
-    from sklearn.feature_extraction.text import TfidfVectorizer
-    from sklearn.metrics import adjusted_rand_score
-
     texts, y = make_corpus(400, 4, n_words=2000, random_state=0)[:2]
     X = TfidfVectorizer().fit_transform(texts)
     model = AttentionClustering("auto", random_state=0).fit(X)

@@ -416,7 +416,8 @@ def count_clusters(
 ):
     """K, the plateau lengths by K, the silhouettes compared and the fit at K.
 
-    Runs ``SelfAttentionDynamics(beta=beta, min_cluster_size=min_cluster_size)``
+    Runs ``SelfAttentionDynamics(beta=beta, min_cluster_size=min_cluster_size)``,
+    in float32 (``docs/math.md`` section 8, "The count in float32"),
     on ``max_samples`` rows (all when there are fewer; with sample weights,
     all rows of positive weight as weighted tokens when there are at most
     ``max_samples``, else ``max_samples`` of them drawn uniformly, with
@@ -513,7 +514,10 @@ def count_clusters(
     # The dynamics' number of tokens (rows counted by their weights).
     m = tokens.shape[0] if weights is None else float(np.sum(weights))
 
-    def counted(seen):
+    def counted(rows_seen):
+        """``(directions, dynamics, warnings)``: the dynamics' count on
+        ``rows_seen``, and those rows as unit rows (the silhouettes' rows)."""
+        directions = unit_rows(rows_seen)
         dynamics = SelfAttentionDynamics(
             beta=beta, min_cluster_size=min_cluster_size, n_threads=n_threads, random_state=seed
         )
@@ -523,8 +527,12 @@ def count_clusters(
         # Its count alone is read: no tracers' vote, no centres in R^d.
         dynamics._counts_only = True
         with deferred_warnings() as held:
-            dynamics.fit(seen, sample_weight=weights)
-        return seen, dynamics, held
+            # In float32 whatever X's dtype (math.md section 8, "The count in
+            # float32"): a count read at cluster_tol, far above float32's
+            # rounding, at half the time of a step. From the unit rows: a row
+            # far below the largest would fall below float32's smallest numbers.
+            dynamics.fit(directions.astype(np.float32, copy=False), sample_weight=weights)
+        return directions, dynamics, held
 
     given_centre = center is True or center is np.True_
     prefit = {}  # fits made before the comparisons, by K: ((fit, rule, mixture), warnings)
@@ -539,6 +547,7 @@ def count_clusters(
         )
         else None
     )
+    # seen: the rows the dynamics counted on, as unit rows.
     seen, dynamics, held = counted(centred if given_centre else scaled)
     merged = False
     if not given_centre and centred is not None:
@@ -604,7 +613,6 @@ def count_clusters(
             ConvergenceWarning,
         )
     fits, mixtures, silhouettes, held = {}, {}, {}, {}
-    directions = None  # the dynamics' rows as unit rows, once for every K compared
     # A silhouette needs 2 to m - 1 clusters of the m tokens it is taken on.
     for k in dict.fromkeys((K, K - 1, K + 1, *((2,) if merged else ()))):
         if k in scores and k <= n and (k == K or 2 <= k < m):
@@ -614,9 +622,8 @@ def count_clusters(
             else:
                 with deferred_warnings() as held[k]:
                     fits[k], rule, mixtures[k] = fit_at(k)
-            directions = unit_rows(seen) if directions is None else directions
             silhouettes[k] = sphere_silhouette(
-                directions, rule.labels_of(tokens), weights, normalised=True
+                seen, rule.labels_of(tokens), weights, normalised=True
             )
     K = choose_by_silhouette(K, silhouettes)
     if merged and mixtures[K] is None and 2 in fits:

@@ -250,6 +250,32 @@ def test_auto_finds_the_mixture_k_and_its_curve(mixture):
     assert scores[3] == plateau_lengths(dynamics.n_clusters_path_, len(X))[3]
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_the_dynamics_counts_on_unit_rows_in_float32(mixture, dtype, monkeypatch):
+    # math.md section 8, "The count in float32": the count is read at
+    # cluster_tol, far above float32's rounding, and a float32 step takes
+    # half the time (float64 rows were counted in float64). The rows enter
+    # as unit rows, so a row 1e-40 times the others keeps its direction.
+    X = mixture[0].astype(dtype)
+    counted = []
+    fit = SelfAttentionDynamics.fit
+
+    def recording(self, tokens, y=None, sample_weight=None):
+        counted.append(tokens)
+        return fit(self, tokens, y, sample_weight)
+
+    monkeypatch.setattr(SelfAttentionDynamics, "fit", recording)
+    X[0] *= 1e-40 if dtype == np.float64 else 1e-30
+    choice = choose_n_clusters(X, AttentionClustering(random_state=0))
+    assert choice.n_clusters == 3
+    # (Counted on the rows as given, then centred: their mean carries more
+    # than 5% of their second moment.)
+    assert [tokens.dtype for tokens in counted] == [np.float32, np.float32]
+    X = X.astype(np.float64)
+    unit = X / np.linalg.norm(X, axis=1, keepdims=True)
+    np.testing.assert_allclose(counted[0], unit, rtol=1e-6, atol=1e-7)
+
+
 def test_auto_compares_the_neighbours_and_keeps_the_fit_at_k(mixture, recwarn):
     X, _ = mixture
     choice = choose_n_clusters(X, AttentionClustering(random_state=0))

@@ -154,6 +154,24 @@ def test_group_tokens_across_many_cells_matches_reference(radius, global_random_
     assert _assert_groups_match_reference(X, radius) > 10
 
 
+@pytest.mark.parametrize("d", [8, 40, 300])
+def test_group_tokens_in_many_dimensions_matches_reference_at_the_radius(d, global_random_seed):
+    # A squared distance is summed only until it passes the radius's square
+    # (its partial sums only grow): points of an integer lattice, exactly at
+    # the radius 2 from each other where they differ by 1 in four
+    # coordinates or 2 in one (they join), beyond it where they differ in
+    # more, anywhere among d coordinates, and tokens spread over the sphere
+    # in d dimensions, few cells apart.
+    rng = np.random.default_rng(global_random_seed)
+    lattice = np.zeros((60, d))
+    for row in lattice[1:]:
+        row[rng.choice(d, rng.integers(1, 7), replace=False)] = rng.choice([1.0, 2.0, -1.0])
+    _assert_groups_match_reference(lattice[rng.permutation(60)], 2.0)
+    sphere = _unit(rng, 200, d)
+    for radius in (0.01, 1.0, 1.4):
+        _assert_groups_match_reference(sphere, radius)
+
+
 def test_cell_plane_spans_the_top_principal_directions(global_random_seed):
     rng = np.random.default_rng(global_random_seed)
     basis = special_ortho_group.rvs(12, random_state=global_random_seed)

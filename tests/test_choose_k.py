@@ -34,6 +34,7 @@ from attention_cluster._choose_k import (
     choose_by_silhouette,
     plateau_lengths,
     sphere_silhouette,
+    sphere_silhouettes,
 )
 from attention_cluster._passes import rows_from
 from attention_cluster._plan import (
@@ -194,6 +195,32 @@ def _silhouette_rounding(X, labels):
         if max(a, b) > 0:
             terms.append(8 * M * np.finfo(np.float64).eps / max(a, b))
     return max(1e-12, float(np.sum(terms)) / M)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    m=st.integers(4, 40),
+    d=st.integers(1, 6),
+    n_zero=st.integers(0, 2),
+    weighted=st.booleans(),
+    **_DRAWS,
+)
+def test_silhouettes_of_several_labellings_are_each_ones(seed, m, d, n_zero, weighted, sparse):
+    # sphere_silhouettes scores the fits compared by n_clusters="auto"
+    # together, their cluster sums stacked in one product with the rows:
+    # each score is the labelling's own, undefined ones (one cluster, or
+    # every row alone) included.
+    rng, X = _rows_with_zero_rows(seed, m, d, n_zero)
+    labellings = [rng.integers(0, rng.integers(1, m + 1), m) for _ in range(3)]
+    labellings += [np.zeros(m, dtype=int), np.arange(m)]
+    weights = rng.integers(1, 4, m).astype(float) if weighted else None
+    data = sp.csr_matrix(X) if sparse else X
+    got = sphere_silhouettes(data, labellings, weights)
+    want = [sphere_silhouette(data, labels, weights) for labels in labellings]
+    assert [g is None for g in got] == [w is None for w in want]
+    assert [g for g in got if g is not None] == pytest.approx(
+        [w for w in want if w is not None], abs=1e-12
+    )
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -364,9 +364,10 @@ def _rule_centres(tokens, weights, mean_sq, k):
     lambda_k), so ``||m||^2 <= center_ratio theta_k`` (theta_k > 0) is the
     rule's "no" exactly. The block, of k + ``_RITZ_EXTRA`` columns from a
     seeded Gaussian start, takes up to ``_RITZ_ITERATIONS`` steps of
-    subspace iteration, fewer where theta_k stalls, (Halko, Martinsson and Tropp, 2011, Alg. 4.4) on the
-    smaller of ``S S^T`` and ``S^T S``, ``S = W^(1/2) T`` (two products
-    with the tokens a step, sparse ones kept sparse); the full spectrum
+    subspace iteration (Halko, Martinsson and Tropp, 2011, Alg. 4.4), fewer
+    where theta_k stalls, on the smaller of ``S S^T`` and ``S^T S``, ``S =
+    W^(1/2) T`` (two products with the tokens a step, sparse ones kept
+    sparse); the full spectrum
     decides where the bound has not (the mean dominates, or nearly), and
     where the block is not small beside ``min(m, d)`` (``docs/math.md``
     section 7, "Centring or not").

@@ -41,6 +41,16 @@ import numpy as np
 # bits of a fit's results, so the first process of a machine (or a Dask
 # worker that compiled) fitted otherwise than the next; without it they are
 # the same (tests/test_kernels.py), at a cost within the machine's noise.
+# With "reassoc", a loop that adds into a scalar writes no array: LLVM splits
+# such a sum over vector lanes, and where the loop also stores it runs the
+# vector form only after a check of the arrays' addresses, the scalar form
+# (the sum in another order) when a stored array starts within a few
+# vectors after a read one's start (or, for an index Numba may wrap as
+# negative, its start plus the array's length). Arrays that do not overlap
+# pass the check or not by where the allocator put them: moment_sums'
+# column sums changed in their last bits from call to call on the same rows
+# (one call in about 200 in a run of the test files), when the scratch it
+# allocates lay just after the weights (tests/test_kernels.py).
 FASTMATH = {"arcp", "contract", "afn", "reassoc"}
 
 
@@ -437,15 +447,18 @@ def _moment_block_sums(X, weights, XT, wx, G, t):
             for j in range(d):
                 XT[j, i] = X[lo + i, j]
         for j in range(d):
-            s = 0.0
+            # wx is filled by one loop and summed by the next: see FASTMATH
+            # (a sum in the loop that stored into wx took one order or
+            # another by where wx lay after the weights).
             if unit:
                 for i in range(m):
                     wx[i] = XT[j, i]
-                    s += XT[j, i]
             else:
                 for i in range(m):
                     wx[i] = weights[lo + i] * XT[j, i]
-                    s += wx[i]
+            s = 0.0
+            for i in range(m):
+                s += wx[i]
             t[j] += s
             for k in range(j, d):
                 s = 0.0

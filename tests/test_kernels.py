@@ -384,6 +384,32 @@ def test_moment_sums_match_numpy(d, dtype, weighted, global_random_seed):
     np.testing.assert_allclose(t, ww @ Z, rtol=1e-12, atol=1e-10)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_moment_sums_do_not_depend_on_where_their_scratch_lies(dtype, global_random_seed):
+    # The column sums' loop also stored into the scratch wx, so LLVM ran its
+    # vector form (the sum split over lanes, see FASTMATH) only after a
+    # check of the addresses, which wx failed when it started just after the
+    # weights, or after them by a block's start: the same rows gave sums
+    # that differed in their last bits from call to call, by where the
+    # allocator put wx. Here wx is placed at every float64 after the weights'
+    # end, in one buffer with them.
+    rng = np.random.default_rng(global_random_seed)
+    block = kern._MOMENT_BLOCK
+    n, d = 2 * block + 40, 5
+    X = (rng.standard_normal((n, d)) + rng.standard_normal(d)).astype(dtype)
+    buffer = np.empty(2 * n + 2 * block)
+    weights = buffer[:n]
+    weights[:] = rng.uniform(0.0, 2.0, n)
+    XT = np.empty((d, block))
+    found = set()
+    for gap in range(n + block // 8):
+        G, t = np.zeros((d, d)), np.zeros(d)
+        wx = buffer[n + gap : n + gap + block]
+        kern._moment_block_sums(X, weights, XT, wx, G, t)
+        found.add((G.tobytes(), t.tobytes()))
+    assert len(found) == 1
+
+
 def test_moment_sums_propagate_nan_and_infinity():
     # The moments pass finds non-finite rows by the sums' diagonal.
     X = np.ones((600, 4))

@@ -988,6 +988,11 @@ class DenseRows(_Rows):
         weight = None if self.sample_weight is None else self.sample_weight[idx]
         rows = np.take(self._X, idx, axis=0)
         if self._offset.size:
+            # A float32 subsample centred in float64 (its passes' dtype) is
+            # taken in float64: the centred rows rounded to float32 would lose
+            # the digits the centring cancels.
+            if self._offset.dtype != rows.dtype:
+                rows = rows.astype(np.result_type(rows, self._offset))
             rows -= self._offset
         return DenseRows(
             rows,

@@ -654,37 +654,35 @@ def _check_dtype(dtype, what, values, day):
     """:func:`check_dtypes`' rule for one dtype (an array's or a column's):
     ``what`` names its values in the message, ``values`` and ``day`` are the
     expressions of the values and of one day in the advice."""
+    shown, period = f"dtype={dtype}", False
     if isinstance(dtype, np.dtype):
-        if dtype.kind == "m":
-            _refuse_time(what, f"dtype={dtype}", "m", f"days: {values} / {day}")
-        if dtype.kind == "M":
-            advice = f"days since an origin: ({values} - origin) / {day}"
-            _refuse_time(what, f"dtype={dtype}", "M", advice)
-        return
-    import pandas as pd
-
-    if not isinstance(dtype, pd.api.extensions.ExtensionDtype):
-        # (Another library's frame whose dtypes are its own: left to the rows' checks.)
-        return
-    shown = f"dtype={dtype}"
-    if isinstance(dtype, pd.CategoricalDtype):
-        shown += f" (categories of dtype={dtype.categories.dtype})"
-        values = f"{values}.astype({values}.cat.categories.dtype)"
-        dtype = dtype.categories.dtype
-    period = isinstance(dtype, pd.PeriodDtype)
-    if dtype.kind not in "Mm" and not period:
-        # (An extension dtype's kind "O" says nothing: intervals, lists.)
-        if (
-            isinstance(dtype, np.dtype)
-            or dtype.kind in "biufc"
-            or pd.api.types.is_numeric_dtype(dtype)
-            or pd.api.types.is_string_dtype(dtype)
-        ):
+        if dtype.kind not in "Mm":
             return
-        raise TypeError(
-            f"{what} has {shown}, which holds neither numbers nor text; X must hold numbers "
-            "(or their text)."
-        )
+    else:
+        # (NumPy's dtypes are read without pandas, which X need not use.)
+        import pandas as pd
+
+        if not isinstance(dtype, pd.api.extensions.ExtensionDtype):
+            # (Another library's frame whose dtypes are its own: left to the rows' checks.)
+            return
+        if isinstance(dtype, pd.CategoricalDtype):
+            shown += f" (categories of dtype={dtype.categories.dtype})"
+            values = f"{values}.astype({values}.cat.categories.dtype)"
+            dtype = dtype.categories.dtype
+        period = isinstance(dtype, pd.PeriodDtype)
+        if dtype.kind not in "Mm" and not period:
+            # (An extension dtype's kind "O" says nothing: intervals, lists.)
+            if (
+                isinstance(dtype, np.dtype)
+                or dtype.kind in "biufc"
+                or pd.api.types.is_numeric_dtype(dtype)
+                or pd.api.types.is_string_dtype(dtype)
+            ):
+                return
+            raise TypeError(
+                f"{what} has {shown}, which holds neither numbers nor text; X must hold "
+                "numbers (or their text)."
+            )
     if dtype.kind == "m":
         _refuse_time(what, shown, "m", f"days: {values} / {day}")
     start = f"{values}.dt.to_timestamp()" if period else values

@@ -564,9 +564,12 @@ class DenseRows(_Rows):
         return B.astype(self.dtype, copy=False) if cast else B
 
     def _rows(self, lo, hi, cast=True):
-        """Rows lo..hi as the passes see them (centred, unscaled)."""
-        B = self._given(lo, hi, cast)
-        return B - self._offset if self._offset.size else B
+        """Rows lo..hi as the passes see them (centred, unscaled): centred,
+        in the passes' dtype whatever ``cast`` (the offset holds it, and the
+        difference takes it: a float32 chunk is not cast apart first)."""
+        if self._offset.size:
+            return self._X[lo:hi] - self._offset
+        return self._given(lo, hi, cast)
 
     def map_tasks(self, fn, tasks):
         return self._pool.map(fn, tasks)
@@ -3033,16 +3036,12 @@ def unit_term_exponents(rows, mean, scale):
     if sp.issparse(rows):
         extent = np.maximum(row_peaks(rows), float(np.max(np.abs(mean), initial=0.0)))
     else:
-        # One float64 block: the cast of float32 rows (a copy of them, never
-        # the caller's) is centred in place.
-        rows = np.asarray(rows)
+        # One float64 block: a copy of the rows (never the caller's), in
+        # float64 whatever their dtype, centred in place.
+        centred = np.array(rows, dtype=np.float64)
         with np.errstate(over="ignore"):
-            if rows.dtype == np.float64:
-                centred = rows - mean
-            else:
-                centred = rows.astype(np.float64)
-                centred -= mean
-            extent = row_peaks(centred)
+            centred -= mean
+        extent = row_peaks(centred)
     return np.frexp(extent)[1] - np.frexp(float(scale))[1]
 
 

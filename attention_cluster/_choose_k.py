@@ -184,8 +184,9 @@ def sphere_silhouettes(tokens, labellings, weights=None, *, normalised=False):
     for labels in labellings:
         _, labels = np.unique(labels, return_inverse=True)
         K = int(labels.max()) + 1
-        scored.append((labels, K, first) if 2 <= K <= n_rows - 1 else None)
-        first += K if 2 <= K <= n_rows - 1 else 0
+        defined = 2 <= K <= n_rows - 1
+        scored.append((labels, K, first) if defined else None)
+        first += K if defined else 0
     if first == 0:
         return [None] * len(scored)
     U = tokens if normalised else unit_rows(tokens)

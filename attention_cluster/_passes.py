@@ -671,8 +671,12 @@ class DenseRows(_Rows):
                     # pass float32 from about 3e35 (1024 rows): the scaled
                     # chunk's, in float64, at its power of two.
                     total, shift = scaled, exponent
-                return None, (np.sqrt(top), exponent), G / top, total, shift
-            return None, (np.sqrt(top), 0), G / top, total, 0
+                G /= top
+                return None, (np.sqrt(top), exponent), G, total, shift
+            # (In place: the chunk's sums are its own, and the pass holds one
+            # d x d matrix a chunk until they are added.)
+            G /= top
+            return None, (np.sqrt(top), 0), G, total, 0
 
         step = _chunk_rows(self.n_features)
         if not fused:
@@ -698,12 +702,17 @@ class DenseRows(_Rows):
         top = max(k + int(np.frexp(p)[1]) for p, k, _ in alive)
         parts = [(np.ldexp(p, k - top), G) for p, k, G in alive]
         c = max(p for p, _ in parts)
-        M = sum(((p / c) ** 2 * G for p, G in parts), np.zeros((d, d))) / self.total_weight
+        # Added in place, in chunk order: no d x d temporary beside the parts.
+        M = np.zeros((d, d))
+        for p, G in parts:
+            G *= (p / c) ** 2
+            M += G
+        M /= self.total_weight
         # c 2^top / s, unless it exceeds float64 (rows near its largest
         # numbers, many per chunk): then c / s is returned 2^j times smaller
         # and M 4^j times larger, the same product c^2 M.
         j = max(0, top + int(np.frexp(c * inv)[1]) - _MAX_EXPONENT)
-        return float(np.ldexp(c * inv, top - j)), np.ldexp(M, 2 * j), mean
+        return float(np.ldexp(c * inv, top - j)), np.ldexp(M, 2 * j, out=M), mean
 
     def mean(self):
         """Weighted mean of the rows ``x / s`` (float64).

@@ -545,6 +545,19 @@ def test_the_score_of_float32_rows_holds_one_float64_block(traced_peak):
     assert peak < 1.5 * _passes._CHUNK_BYTES
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+def test_the_moments_pass_scales_and_adds_in_place(dtype, traced_peak):
+    # One chunk of 600 rows of 300 features: the pass held the chunk's sums,
+    # their copy divided by the largest diagonal entry, and the total beside
+    # each term's temporary, 3 d x d float64 matrices at its peak. Scaled and
+    # added in place, 2: the chunk's sums and the total (the same numbers).
+    X = np.random.default_rng(0).standard_normal((600, 300)).astype(dtype)
+    rows = rows_of(X, n_threads=1)
+    _, peak = traced_peak(rows.moments)
+    held = peak / (8 * 300 * 300)
+    assert held < 2.5, held
+
+
 @pytest.mark.parametrize(
     ("d", "compiled"),
     [(8, False), (8, True), (40, False), (40, True)],

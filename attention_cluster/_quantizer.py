@@ -290,7 +290,8 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
                         factor = (temperature * K * unit) * unit / L
                     else:
                         factor = temperature * K / (L * spectrum.scale**2)
-                    out = left_times(_factor_for(factor * gram, X.dtype), X, X.dtype)
+                    gram *= factor  # (in place: the Gram matrix is this call's own)
+                    out = left_times(_factor_for(gram, X.dtype), X, X.dtype)
                 else:
                     # s T^ctx(X / s)_l = lambda K (X^T X / (L s^2)) X_l, and
                     # X^T X / (L s^2) is the spectrum's unit-scale moment,
@@ -298,12 +299,17 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
                     # matrix, at the magnitude of X. A given temperature
                     # multiplies the moment at X's own magnitude c^2, taken as
                     # (lambda K c) c times the unit-scale moment M / c^2: the
-                    # context is finite whenever it is representable.
+                    # context is finite whenever it is representable. The
+                    # moment, this call's own, is multiplied in place: of
+                    # float32 rows the product is cast to float32 after, and
+                    # a float64 copy of the d x d context would be a second
+                    # one held beside it.
                     if spectrum is None:
-                        c, moment = rows.scaled_second_moment()
-                        context = (temperature * K * c) * c * moment
+                        c, context = rows.scaled_second_moment()
+                        context *= (temperature * K * c) * c
                     else:
-                        context = temperature * K * spectrum.moment
+                        context = spectrum.moment
+                        context *= temperature * K
                     # Sparse rows are held in float64 (SparseRows), and so is
                     # their product: each chunk's is cast to X's dtype.
                     context = _factor_for(context, X.dtype)

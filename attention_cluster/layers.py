@@ -104,8 +104,9 @@ def _factor_for(A, dtype):
     then runs in float64, cast to float32 after."""
     if dtype == np.float64:
         return A
-    with np.errstate(over="ignore", invalid="ignore"):
-        peak = float(np.max(np.abs(A), initial=0.0))
+    # The largest and the smallest entry: no |A| temporary of A's size
+    # (NaN propagates through both).
+    peak = float(max(np.max(A, initial=0.0), -np.min(A, initial=0.0)))
     low, high = _FLOAT32_FACTORS
     return A.astype(dtype) if peak == 0.0 or low <= peak <= high else A
 

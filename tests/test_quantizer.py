@@ -205,6 +205,22 @@ def test_wide_float32_prompts_are_not_copied_to_float64(attention, bound, traced
     assert peak < bound * X.nbytes, peak / X.nbytes
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+def test_a_given_temperature_holds_few_d_by_d_matrices(dtype, traced_peak):
+    # 600 tokens of 300 features at a given temperature (one chunk of rows):
+    # besides the output and its chunk's product (the output's size), transform
+    # held the second moment and the context lambda K M formed from it in
+    # float64: 1.5 (float32: the context cast) and 2 d x d float64 matrices.
+    # Now the moment is multiplied in place: 0.5 and 1 (the same numbers).
+    X = np.random.default_rng(0).standard_normal((600, 300)).astype(dtype)
+    quantizer = InContextQuantizer(2, temperature=0.01).fit(X)
+    out, peak = traced_peak(lambda: quantizer.transform(X))
+    assert out.dtype == dtype and np.all(np.isfinite(out))
+    d_by_d = 8 * 300 * 300
+    held = (peak - 2 * out.nbytes) / d_by_d
+    assert held < 1.25, held
+
+
 @pytest.mark.parametrize("shape", [(30, 4), (4, 30)], ids=["L>d", "L<d"])
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
 def test_numeric_temperature_with_a_moment_beyond_the_range(sparse, shape, global_random_seed):

@@ -220,6 +220,62 @@ def test_reproducible_and_picklable(paper_data):
     np.testing.assert_array_equal(c.transform(X[:5]), a.transform(X[:5]))
 
 
+def _global_state():
+    """NumPy's global RandomState, as comparable values (its key and position)."""
+    _, key, pos, has_gauss, cached = np.random.get_state()
+    return key.tobytes(), pos, has_gauss, cached
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{"init": "random"}, {"solver": "psgd", "refine": None, "max_iter": 100}],
+    ids=["random-start", "psgd"],
+)
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_random_state_reads_the_global_state_only_when_none(paper_data, params):
+    # The user guide's "Reproducibility": an integer or an instance neither
+    # reads nor changes NumPy's global RandomState; a fresh instance of a
+    # seed gives the same fit, another than the integer's (which seeds each
+    # stage afresh where the instance is one stream); None draws from the
+    # global state, which np.random.seed then fixes, and advances it.
+    X = paper_data[0]
+
+    def centres(random_state):
+        return AttentionClustering(random_state=random_state, **params).fit(X).cluster_centers_
+
+    np.random.seed(0)
+    before = _global_state()
+    by_integer = centres(3)
+    by_instance = centres(np.random.RandomState(3))
+    assert _global_state() == before
+    np.testing.assert_array_equal(centres(3), by_integer)
+    np.testing.assert_array_equal(centres(np.random.RandomState(3)), by_instance)
+    assert not np.array_equal(by_integer, by_instance)
+    np.random.seed(5)
+    seeded = _global_state()
+    by_global = centres(None)
+    assert _global_state() != seeded
+    np.random.seed(5)
+    np.testing.assert_array_equal(centres(None), by_global)
+
+
+@pytest.mark.parametrize("n_samples", [3000, 30000], ids=["numpy", "numba"])
+def test_a_fit_does_not_depend_on_where_x_lies_in_memory(n_samples):
+    # "No compiled sum depends on where the arrays it reads lie in memory":
+    # X copied to an address 8 bytes past a multiple of 16 (NumPy's own
+    # arrays start at one) fits to the same centres, bit for bit, on NumPy's
+    # forms of the kernels and on Numba's (from 2^18 numbers).
+    X = make_mixture(n_samples, 10, 3, noise=0.5, random_state=0)[0]
+    buffer = np.empty(X.size + 2)
+    start = 1 if buffer.ctypes.data % 16 == 0 else 2
+    moved = buffer[start : start + X.size].reshape(X.shape)
+    moved[:] = X
+    assert moved.ctypes.data % 16 == 8 and X.ctypes.data % 16 == 0
+    fits = [AttentionClustering(3, random_state=0).fit(rows) for rows in (X, moved)]
+    np.testing.assert_array_equal(fits[1].cluster_centers_, fits[0].cluster_centers_)
+    np.testing.assert_array_equal(fits[1].labels_, fits[0].labels_)
+
+
 @pytest.mark.parametrize("regularization", ["pairwise", "product"])
 @pytest.mark.parametrize("gradient", ["riemannian", "euclidean"])
 def test_variants_recover_three_centroids(regularization, gradient, global_random_seed):

@@ -315,6 +315,18 @@ def test_same_fit_as_numpy(client, mixture, params, dtype):
     assert lazy.scale_ == pytest.approx(dense.scale_, rel=1e-12)
 
 
+def test_the_same_blocks_give_the_same_fit(client, mixture):
+    # The user guide's "Reproducibility": a fit of X in the same blocks is
+    # the same on every call, bit for bit, whichever worker computes which
+    # block; other blocks group the partial sums otherwise, and the centres
+    # agree to rounding (test_same_fit_as_numpy).
+    X = mixture[0]
+    fits = [AttentionClustering(random_state=0).fit(_on_cluster(X, (7000, -1))) for _ in range(3)]
+    for fit in fits[1:]:
+        np.testing.assert_array_equal(fit.cluster_centers_, fits[0].cluster_centers_)
+        assert fit.scale_ == fits[0].scale_
+
+
 def test_centred_fit_as_numpy(client, mixture):
     # A common offset: center=True removes the mean inside every block's
     # pass; fit, labels and the lazy transform equal the NumPy ones.

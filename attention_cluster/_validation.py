@@ -462,7 +462,8 @@ def gathered(estimator, X, *, reset, sample_weight=None):
     checked first: the width against ``n_features_in_`` unless ``reset``,
     and the length of ``sample_weight`` (in memory) against a Dask array's
     rows, with scikit-learn's messages, so that a bad call reads nothing.
-    X's dtypes are checked first, in memory or not (:func:`check_dtypes`).
+    X's dtypes are checked first, in memory or not (:func:`check_dtypes`),
+    and a Dask collection's objects once computed.
     """
     check_dtypes(X)
     if not is_dask_collection(X):
@@ -478,7 +479,10 @@ def gathered(estimator, X, *, reset, sample_weight=None):
         and np.shape(sample_weight) != (n,)
     ):
         raise ValueError(f"sample_weight.shape == {np.shape(sample_weight)}, expected {(n,)}!")
-    return X.compute()
+    X = X.compute()
+    # (Its objects' types, which the graph does not show.)
+    check_dtypes(X)
+    return X
 
 
 def check_dask_array(estimator, X, *, reset, count_rows=True):
@@ -492,7 +496,9 @@ def check_dask_array(estimator, X, *, reset, count_rows=True):
     columns of pandas' extension dtypes of numbers as :func:`_numpy_columns`
     converts them; dates, durations and a DataFrame's columns of other
     values than numbers and text are the caller's to refuse first, as in
-    memory, by :func:`check_dtypes`), and the width
+    memory, by :func:`check_dtypes`; NumPy's dates and durations among
+    objects are refused as each block is read, :func:`check_object_values`),
+    and the width
     against ``n_features_in_`` (recorded when ``reset``, with a DataFrame's
     string column names as ``feature_names_in_``). A DataFrame's row count
     is its one computation (a pass over the index), after every other
@@ -509,7 +515,7 @@ def check_dask_array(estimator, X, *, reset, count_rows=True):
     # imported, X is none, and its import (a third of a second) is spared.
     dd = sys.modules.get("dask.dataframe")
     name = type(estimator).__name__
-    names = None
+    names = columns = None
     if dd is not None and isinstance(X, dd.DataFrame):
         columns = list(X.columns)
         # scikit-learn's rule (validate_data) for the same pandas frame: names
@@ -549,7 +555,11 @@ def check_dask_array(estimator, X, *, reset, count_rows=True):
         raise ValueError(
             f"Found array with 0 sample(s) (shape={X.shape}) while a minimum of 1 is required."
         )
-    if X.dtype not in (np.float32, np.float64):
+    if X.dtype.kind == "O":
+        # Objects are read as numbers block by block, where check_dtypes'
+        # rule for them refuses NumPy's dates among them.
+        X = X.map_blocks(_object_block, columns, dtype=np.float64, meta=np.empty((0, 0)))
+    elif X.dtype not in (np.float32, np.float64):
         X = X.astype(np.float64)
     if reset:
         estimator.n_features_in_ = X.shape[1]
@@ -565,6 +575,14 @@ def check_dask_array(estimator, X, *, reset, count_rows=True):
         if names is not None and fitted is None:
             warn(f"X has feature names, but {name} was fitted without feature names")
     return X
+
+
+def _object_block(block, columns):
+    """A Dask block of objects as float64, NumPy's dates and durations
+    among them refused (:func:`check_object_values`; ``columns``: a
+    DataFrame's, or None)."""
+    check_object_values(block, columns)
+    return block.astype(np.float64)
 
 
 def _with_counted_rows(X):
@@ -596,8 +614,12 @@ def check_dtypes(X):
     column dtypes (a categorical column's by its categories'), another
     library's table by its Arrow schema (a polars DataFrame, a pyarrow
     Table: their dates and durations alone, when pyarrow is installed), and
-    a list by the dtype NumPy gives its first row (a list of NumPy's dates
-    is read as an array of them). Dates
+    a list as the array NumPy makes of it (a list of NumPy's dates is an
+    array of them). Values of dtype object (a NumPy array's, a pandas
+    DataFrame's column's, a list's that mixes types) are read by their
+    types, :func:`check_object_values`: NumPy's dates and durations among
+    them are refused as their dtypes are (a Dask array's objects as each
+    block is read, :func:`check_dask_array`). Dates
     (datetime64 of any unit, with a time zone or not, pandas' periods,
     pyarrow's dates and timestamps) and durations (timedelta64) are refused,
     although scikit-learn's ``check_array`` reads an array or a frame that
@@ -614,17 +636,76 @@ def check_dtypes(X):
     """
     dtypes = getattr(X, "dtypes", None)
     if hasattr(dtypes, "items") and hasattr(X, "columns"):
-        for column, dtype in dtypes.items():
-            _check_dtype(dtype, f"Column {column!r} of X", f"X[{column!r}]", "pd.Timedelta(days=1)")
+        objects = []
+        for position, (column, dtype) in enumerate(dtypes.items()):
+            _check_dtype(dtype, f"Column {column!r} of X", f"X[{column!r}]", _PANDAS_DAY)
+            if isinstance(dtype, np.dtype) and dtype.kind == "O":
+                objects.append(position)
+        # (A Dask DataFrame's objects, which its graph does not show, are
+        # read as its blocks are: check_dask_array.)
+        if objects and not is_dask_collection(X):
+            check_object_values(X.iloc[:, objects].to_numpy(), list(X.columns[objects]))
     elif hasattr(getattr(X, "schema", None), "__arrow_c_schema__"):
         # (A polars DataFrame's dtypes are a list of its own types.)
         _check_arrow_schema(X.schema)
     elif isinstance(getattr(X, "dtype", None), np.dtype):
-        _check_dtype(X.dtype, "X", "X", "np.timedelta64(1, 'D')")
+        _check_dtype(X.dtype, "X", "X", _NUMPY_DAY)
+        if X.dtype.kind == "O" and isinstance(X, np.ndarray):
+            check_object_values(X)
     elif isinstance(X, (list, tuple)) and len(X) > 0:
-        first = np.asarray(X[0])
-        if first.dtype.kind in "Mm":
-            _check_dtype(first.dtype, "X", "np.asarray(X)", "np.timedelta64(1, 'D')")
+        # The array check_array makes of the list (its dates may be in any
+        # row): a conversion of its own, as long as check_array's.
+        try:
+            values = np.asarray(X)
+        except (TypeError, ValueError, OverflowError):
+            return  # (check_array's error, with its message.)
+        _check_dtype(values.dtype, "X", "np.asarray(X)", _NUMPY_DAY)
+        if values.dtype.kind == "O":
+            check_object_values(values, array="np.asarray(X)")
+
+
+# One day in the advice of check_dtypes' messages, of a pandas column and of
+# an array.
+_PANDAS_DAY, _NUMPY_DAY = "pd.Timedelta(days=1)", "np.timedelta64(1, 'D')"
+
+# NumPy's scalars of dates and durations, which NumPy's cast of objects to
+# float64 (check_array's, a Dask block's astype) reads as the counts of their
+# unit, as it reads an array of them. (Python's and pandas' date objects it
+# refuses, with a TypeError that names their type.)
+_TIME_SCALARS = (np.datetime64, np.timedelta64)
+
+
+def check_object_values(values, columns=None, *, array="X"):
+    """:func:`check_dtypes`' rule for values of dtype object: NumPy's dates
+    or durations among them are refused as an array of them is, with the
+    message that names their column (its position in ``values``, or its
+    name in ``columns``, a pandas DataFrame's whose columns ``values``
+    are), whatever row they are in. ``array``: the expression of the
+    array in the advice, when ``columns`` is None.
+
+    The values' types are read in one pass in C (``set(map(type, ...))``,
+    of the order of check_array's cast of the objects to float64, which
+    reads each of them too); the column holding one on the way to the
+    error alone. No other dtype's values are read.
+    """
+    types = set(map(type, values.ravel(order="K")))
+    if not any(issubclass(t, _TIME_SCALARS) for t in types):
+        return
+    j, first = next(
+        (j, v)
+        for j, column in enumerate(values.T if values.ndim == 2 else [values.ravel()])
+        for v in column
+        if isinstance(v, _TIME_SCALARS)
+    )
+    if values.ndim != 2:
+        what, expression, day = "X", array, _NUMPY_DAY
+    elif columns is None:
+        what, expression, day = f"Column {j} of X", f"{array}[:, {j}]", _NUMPY_DAY
+    else:
+        what, expression, day = f"Column {columns[j]!r} of X", f"X[{columns[j]!r}]", _PANDAS_DAY
+    name = f"{type(first).__module__}.{type(first).__name__}"
+    kind = "M" if isinstance(first, np.datetime64) else "m"
+    _refuse_time(what, f"dtype=object, values of {name}", kind, _advice(kind, expression, day))
 
 
 def _check_arrow_schema(schema):
@@ -683,10 +764,17 @@ def _check_dtype(dtype, what, values, day):
                 f"{what} has {shown}, which holds neither numbers nor text; X must hold "
                 "numbers (or their text)."
             )
-    if dtype.kind == "m":
-        _refuse_time(what, shown, "m", f"days: {values} / {day}")
     start = f"{values}.dt.to_timestamp()" if period else values
-    _refuse_time(what, shown, "M", f"days since an origin: ({start} - origin) / {day}")
+    kind = "m" if dtype.kind == "m" else "M"
+    _refuse_time(what, shown, kind, _advice(kind, start, day))
+
+
+def _advice(kind, values, day):
+    """The advice of :func:`_refuse_time` for the dates (``kind`` "M") or
+    durations ("m") of the expression ``values``, ``day`` one day's."""
+    if kind == "m":
+        return f"days: {values} / {day}"
+    return f"days since an origin: ({values} - origin) / {day}"
 
 
 def _refuse_time(what, shown, kind, advice):

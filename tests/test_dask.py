@@ -7,6 +7,7 @@ small graph rather than the data.
 """
 
 import os
+import re
 import signal
 import threading
 import time
@@ -949,6 +950,60 @@ def test_dates_and_durations_are_refused_alike_in_memory_and_through_dask(
             assert model.__dict__.keys() == state.keys(), name
         assert messages[0] == messages[1], name
         assert "e.g. days" in messages[0], name
+
+
+@pytest.mark.parametrize(
+    "estimator, method",
+    _METHODS,
+    ids=[f"{type(e).__name__}.{m}" for e, m in _METHODS],
+)
+def test_numpys_dates_among_objects_are_refused_in_memory_and_through_dask(
+    client, estimator, method
+):
+    # NumPy's cast of objects to float64 (check_array's, a Dask block's)
+    # reads NumPy's dates and durations among them as the counts of their
+    # unit: an array of objects, a pandas column of objects, a list whose
+    # first row holds none of them, and a Dask array or DataFrame of objects
+    # were fitted and predicted on those numbers. Every method of every estimator now
+    # refuses them as it refuses an array of them, naming the column: in
+    # memory before any work, through Dask as its blocks are read.
+    pd = pytest.importorskip("pandas")
+    X = make_mixture(300, 3, 2, noise=0.3, random_state=0)[0]
+    days = [np.timedelta64(int(v), "D") for v in np.round(X[:, 1] * 30)]
+    model = clone(estimator)
+    if method in _FITTED:
+        model.fit(X)
+    state = dict(model.__dict__)
+    for kind, values in (
+        ("dates", [np.datetime64("2020-01-01") + d for d in days]),
+        ("durations", days),
+    ):
+        name = "datetime64" if kind == "dates" else "timedelta64"
+        shown = f"has dtype=object, values of numpy.{name}, {kind}, which are not read as numbers"
+        objects = X.astype(object)
+        objects[:, 1] = values
+        frame = pd.DataFrame({"x0": X[:, 0], "t": pd.Series(values, dtype=object), "x2": X[:, 2]})
+        rows = objects.tolist()
+        rows[0] = X[0].tolist()
+        cases = [
+            (objects, f"Column 1 of X {shown}", "X[:, 1]"),
+            (frame, f"Column 't' of X {shown}", "X['t']"),
+            (rows, f"Column 1 of X {shown}", "np.asarray(X)[:, 1]"),
+        ]
+        if method != "partial_fit":  # (batches in memory alone)
+            # (A DataFrame's objects kept as objects, not made text.)
+            with dask.config.set({"dataframe.convert-string": False}):
+                lazy_frame = dd.from_pandas(frame, npartitions=3)
+            cases += [
+                (da.from_array(objects, chunks=(100, -1)), f"Column 1 of X {shown}", "X[:, 1]"),
+                (lazy_frame, f"Column 't' of X {shown}", "X['t']"),
+            ]
+        for rows, message, expression in cases:
+            with pytest.raises(TypeError, match=re.escape(message)) as error:
+                # (Dask's lazy outputs are read here.)
+                dask.compute(getattr(model, method)(rows))
+            assert "e.g. days" in str(error.value) and expression in str(error.value)
+            assert model.__dict__.keys() == state.keys(), (kind, type(rows))
 
 
 @pytest.mark.parametrize(

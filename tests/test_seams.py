@@ -27,6 +27,7 @@ from attention_cluster import (
     SelfAttentionDynamics,
     _passes,
     attention_flow,
+    choose_n_clusters,
 )
 from attention_cluster.datasets import make_mixture
 
@@ -1293,4 +1294,26 @@ def test_tables_of_other_libraries_are_read_and_their_dates_refused():
         )
         for call in calls:
             with pytest.raises(TypeError, match=r"X has dtype=datetime64\[D\], dates,"):
+                call(rows)
+
+
+@pytest.mark.parametrize("kind", ["dates", "durations"])
+def test_numpys_dates_among_objects_are_refused_by_the_functions(kind):
+    # attention_flow and choose_n_clusters read NumPy's dates or durations
+    # among objects (an array, a list whose first row holds none) as the
+    # counts of their unit, as NumPy's cast of objects to float64 reads them.
+    X = make_mixture(60, 3, 2, noise=0.3, random_state=0)[0]
+    days = [np.timedelta64(i, "D") for i in range(60)]
+    values = [np.datetime64("2020-01-01") + d for d in days] if kind == "dates" else days
+    objects = X.astype(object)
+    objects[:, 2] = values
+    listed = objects.tolist()
+    listed[0] = X[0].tolist()
+    calls = (
+        lambda rows: attention_flow(rows, n_steps=1),
+        lambda rows: choose_n_clusters(rows, AttentionClustering(), n_clusters_range=[2, 3]),
+    )
+    for call in calls:
+        for rows in (objects, listed):
+            with pytest.raises(TypeError, match=rf"Column 2 of X has dtype=object, .*, {kind},"):
                 call(rows)

@@ -55,6 +55,7 @@ from ._validation import (
     deferred_warnings,
     finite_output,
     is_dask_collection,
+    metadata_shape,
     plain_number,
     replay,
     warn,
@@ -569,7 +570,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         """:meth:`_check_params` at X's width when its shape shows it (arrays,
         sparse, pandas, Dask): before any work on X (a copy in float64 or C
         order, the Dask weights' checks, which compute: ``rows_from``)."""
-        shape = getattr(X, "shape", None)
+        shape = metadata_shape(X)
         if shape is None and isinstance(X, (list, tuple)) and X:
             # A list of rows: its first row's width, without converting it
             # (71 ms for 300000 x 10 before the error).

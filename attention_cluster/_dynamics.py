@@ -55,6 +55,7 @@ from ._validation import (
     check_seed,
     check_verbose,
     gathered,
+    metadata_shape,
     peak_unit,
     plain_number,
     quiet_finite_check,
@@ -450,7 +451,9 @@ def attention_flow(
     with quiet_finite_check():
         X = check_array(X, dtype=[np.float64, np.float32], input_name="X")
     n_steps = check_positive(n_steps, "n_steps", numbers.Integral, min_val=0, strict=False)
-    flow = _check_flow(X, model, beta, step_size, query, key, value, chunk_size=None, n_threads=1)
+    flow = _check_flow(
+        X.shape, model, beta, step_size, query, key, value, chunk_size=None, n_threads=1
+    )
     # The steps run in float64 (the logits' exponentials); the path keeps X's dtype.
     path = np.empty((n_steps + 1,) + X.shape, dtype=X.dtype)
     X = X.astype(np.float64)
@@ -507,11 +510,11 @@ def _warn_rounding(flow):
         )
 
 
-def _check_flow(X, model, beta, step_size, query, key, value, chunk_size, n_threads):
-    # len(shape): a polars DataFrame or an Arrow table, checked before
-    # conversion, has a shape and no ndim.
-    if len(X.shape) != 2:
-        raise ValueError(f"X must be 2-D (n_tokens, n_features), got shape {X.shape}.")
+def _check_flow(shape, model, beta, step_size, query, key, value, chunk_size, n_threads):
+    # X's shape (a polars DataFrame or an Arrow table, checked before
+    # conversion, has a shape and no ndim).
+    if len(shape) != 2:
+        raise ValueError(f"X must be 2-D (n_tokens, n_features), got shape {shape}.")
     check_options(model, "model", MODELS)
     check_positive(beta, "beta")
     check_positive(step_size, "step_size", also=("mean-shift",))
@@ -520,7 +523,7 @@ def _check_flow(X, model, beta, step_size, query, key, value, chunk_size, n_thre
             'step_size="mean-shift" is a step on the sphere: use model="sa" '
             'or "usa", or pass a numeric step_size (0.1, say) for model="unnormalized".'
         )
-    d = X.shape[1]
+    d = shape[1]
     # NumPy scalars as Python numbers (plain_number): an np.int8 chunk_size
     # overflowed the blocks' bounds, and ran another dynamics silently.
     return _Flow(
@@ -801,7 +804,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         tags.input_tags.sparse = True
         return tags
 
-    def _check_params(self, X):
+    def _check_params(self, shape):
         check_positive(self.max_iter, "max_iter", numbers.Integral, min_val=1, strict=False)
         check_options(self.stopping, "stopping", ["plateau", "horizon"])
         check_positive(self.cluster_tol, "cluster_tol")
@@ -821,7 +824,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         )
         check_seed(self.random_state)
         return _check_flow(
-            X,
+            shape,
             self.model,
             self.beta,
             self.step_size,
@@ -874,15 +877,16 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             or the unnormalised model's logits at the stopping step; the
             estimator is then left as it was.
         """
-        if len(getattr(X, "shape", ())) == 2:
+        shape = metadata_shape(X)
+        if shape is not None and len(shape) == 2:
             # The parameters read X's shape alone: checked before X's copy.
-            self._check_params(X)
+            self._check_params(shape)
         X = gathered(self, X, reset=True, sample_weight=sample_weight)
         with quiet_finite_check():
             X = validate_data(
                 self, X, accept_sparse=("csr", "csc"), dtype=[np.float64, np.float32], order="C"
             )
-        flow = self._check_params(X)
+        flow = self._check_params(X.shape)
         weights = token_weights(sample_weight, X)
         return self._run(flow, X, weights, self._subsample_size(flow, X, weights))
 

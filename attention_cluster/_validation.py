@@ -437,6 +437,20 @@ def is_dask_collection(X):
     return dask is not None and dask.is_dask_collection(X)
 
 
+def metadata_shape(X):
+    """X's shape as the parameters' checks read it before X is (None when X
+    has none): ``X.shape``, but a Dask DataFrame's number of rows unknown
+    (NaN) and its columns counted from its metadata. Dask's ``shape`` of a
+    DataFrame counts its rows lazily from a sample it makes of each column,
+    and its sample of an interval column raised Dask's own TypeError ("type
+    <class 'numpy.int64'> with value 1 is not an interval") before
+    :func:`check_dtypes` named the column."""
+    dd = sys.modules.get("dask.dataframe")
+    if dd is not None and isinstance(X, dd.DataFrame):
+        return (float("nan"), len(X.columns))
+    return getattr(X, "shape", None)
+
+
 def check_lazy_output(estimator, X):
     """Refuse Dask X where ``set_output`` asks the estimator's ``transform``
     for a pandas or polars container: its output is a lazy Dask array, which

@@ -957,6 +957,47 @@ def test_dates_and_durations_are_refused_alike_in_memory_and_through_dask(
     _METHODS,
     ids=[f"{type(e).__name__}.{m}" for e, m in _METHODS],
 )
+def test_columns_of_no_numbers_are_refused_alike_in_memory_and_through_dask(
+    client, estimator, method
+):
+    # A column of intervals or of lists is refused by its dtype in memory.
+    # Through Dask the fits read the DataFrame's shape first (the parameters'
+    # checks at its width), whose row count Dask builds from a sample of
+    # each column: of intervals, it raised Dask's own "TypeError: type
+    # <class 'numpy.int64'> with value 1 is not an interval". Every method
+    # now refuses both alike, naming the column, before any computation.
+    pd = pytest.importorskip("pandas")
+    pa = pytest.importorskip("pyarrow")
+    X = make_mixture(300, 3, 2, noise=0.3, random_state=0)[0]
+    numbers = {"x1": X[:, 1], "x2": X[:, 2]}
+    columns = {
+        "interval[int64, right]": pd.arrays.IntervalArray.from_breaks(np.arange(301)),
+        "list<item: int64>[pyarrow]": pd.array(
+            [[i] for i in range(300)], dtype=pd.ArrowDtype(pa.list_(pa.int64()))
+        ),
+    }
+    model = clone(estimator)
+    if method in _FITTED:
+        model.fit(X)
+    state = dict(model.__dict__)
+
+    def computed(*args, **kwargs):
+        raise AssertionError("computed")
+
+    for shown, column in columns.items():
+        frame = pd.DataFrame({"c": column, **numbers})
+        message = re.escape(f"Column 'c' of X has dtype={shown}, which holds neither numbers")
+        for rows in (frame, dd.from_pandas(frame, npartitions=3)):
+            with dask.config.set(scheduler=computed), pytest.raises(TypeError, match=message):
+                getattr(model, method)(rows)
+            assert model.__dict__.keys() == state.keys(), shown
+
+
+@pytest.mark.parametrize(
+    "estimator, method",
+    _METHODS,
+    ids=[f"{type(e).__name__}.{m}" for e, m in _METHODS],
+)
 def test_numpys_dates_among_objects_are_refused_in_memory_and_through_dask(
     client, estimator, method
 ):

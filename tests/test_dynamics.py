@@ -1071,7 +1071,7 @@ def test_weighted_particle_steps_as_its_tokens(n_queries, multiplicity, model, s
     rng = np.random.default_rng(seed)
     Z = _unit(rng, len(multiplicity), 3)
     weights = np.asarray(multiplicity, dtype=np.float64)
-    flow = _dynamics._check_flow(Z, model, 2.0, 0.3, None, None, None, None, 1)
+    flow = _dynamics._check_flow(Z.shape, model, 2.0, 0.3, None, None, None, None, 1)
     moved, log_norm = flow.step(Z, 0.5, weights)
     tokens = np.repeat(Z, multiplicity, axis=0)
     ref, ref_log = flow.step(tokens, 0.5)

@@ -190,6 +190,43 @@ def gram_basis(gram):
     return vectors[:, kept] * roots, vectors[:, kept] / roots
 
 
+# Largest estimated condition number (1-norm) of the Cholesky factor L that
+# gram_factor takes: cond(G) is about its square, 1e8 at most, far below
+# the 1 / (m eps) at which gram_basis starts to leave eigenvalues out.
+_GRAM_CHOLESKY_MAX_COND = 1e4
+
+
+def gram_factor(gram):
+    """``(E, W)`` with :func:`gram_basis`'s meaning, from the Cholesky factor
+    ``gram = L L^T`` where ``gram`` is well conditioned: ``E = L`` and
+    ``W = L^-T``, so that ``B = Z^T W`` is orthonormal (``B^T B = W^T G W =
+    L^-1 L L^T L^-T = I``) and ``E = G W = L`` (``docs/math.md`` section 8,
+    "Tokens wider than they are many": any orthonormal basis of the span
+    will do). About ``m^3 / 3`` multiply-adds for the factor and as many for
+    ``W``, where the eigendecomposition takes several times ``m^3`` (633
+    TF-IDF documents: 10 ms against 70 to 90 ms). A Gram matrix that is singular,
+    or whose factor's estimated condition number passes
+    ``_GRAM_CHOLESKY_MAX_COND`` (rows nearly dependent, where
+    :func:`gram_basis` would leave eigenvalues out), takes
+    :func:`gram_basis`.
+    """
+    try:
+        L = np.linalg.cholesky(gram)
+    except np.linalg.LinAlgError:
+        return gram_basis(gram)
+    # LAPACK's estimate of 1 / cond_1(L), O(m^2).
+    reciprocal = scipy.linalg.lapack.dtrcon(L, norm="1", uplo="L")[0]
+    if not reciprocal * _GRAM_CHOLESKY_MAX_COND >= 1.0:
+        return gram_basis(gram)
+    # L^-1 by LAPACK's triangular inverse (m^3 / 3; a triangular solve
+    # with the identity took four times as long), zero above its diagonal
+    # as L is.
+    inverse, info = scipy.linalg.lapack.dtrtri(L, lower=1)
+    if info != 0:
+        return gram_basis(gram)
+    return L, inverse.T
+
+
 def spike_overlap(eigenvalue, noise_variance, n_features, n_samples):
     """Squared cosine between a sample eigenvector and the direction it estimates.
 

@@ -1516,13 +1516,17 @@ def test_gram_factor_is_a_basis_of_the_span(seed, m, deficient):
 
     rng = np.random.default_rng(seed)
     rank = max(m - deficient, 1)
-    Z = rng.standard_normal((m, rank)) @ rng.standard_normal((rank, 2 * m + 5))
+    # Rows of that rank whose singular values lie in [1, 10] (a condition
+    # number of at most 100 on the span: the rounding of W stays near eps).
+    U = np.linalg.qr(rng.standard_normal((m, rank)))[0]
+    V = np.linalg.qr(rng.standard_normal((2 * m + 5, rank)))[0]
+    Z = (U * rng.uniform(1.0, 10.0, rank)) @ V.T
     E, W = gram_factor(Z @ Z.T)
     assert E.shape == W.shape == (m, rank)
     B = Z.T @ W
-    np.testing.assert_allclose(B.T @ B, np.eye(rank), atol=1e-8)
-    np.testing.assert_allclose(E, Z @ B, atol=1e-8 * np.abs(Z).max() ** 2)
-    np.testing.assert_allclose(E @ E.T, Z @ Z.T, atol=1e-8 * np.abs(Z).max() ** 2)
+    np.testing.assert_allclose(B.T @ B, np.eye(rank), atol=1e-10)
+    np.testing.assert_allclose(E, Z @ B, atol=1e-10)
+    np.testing.assert_allclose(E @ E.T, Z @ Z.T, atol=1e-10)
 
 
 def test_a_well_conditioned_span_takes_no_eigendecomposition(monkeypatch):

@@ -364,9 +364,7 @@ def _span_basis(flow, Z):
     many"). A step then costs at most ``m^3`` multiply-adds instead of
     ``m^2 d``, after one product ``Z Z^T`` (half a step's cost; of sparse
     tokens, a sparse product) and its Cholesky factor (an eigendecomposition
-    where it is nearly singular: of 633 TF-IDF documents, 10 ms where the
-    eigendecomposition took 70 to 90 ms, twice in ``n_clusters="auto"``'s
-    counts): taken when
+    where it is nearly singular): taken when
     ``d >= 2 m`` (rows far wider than there are tokens: TF-IDF documents)
     and a step's ``m^2 d`` is at least ``_SPAN_MIN_WORK``. Below that the
     steps are cheap, and the tokens are kept as given: the coordinates are

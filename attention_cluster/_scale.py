@@ -203,12 +203,10 @@ def gram_factor(gram):
     L^-1 L L^T L^-T = I``) and ``E = G W = L`` (``docs/math.md`` section 8,
     "Tokens wider than they are many": any orthonormal basis of the span
     will do). About ``m^3 / 3`` multiply-adds for the factor and as many for
-    ``W``, where the eigendecomposition takes several times ``m^3`` (633
-    TF-IDF documents: 10 ms against 70 to 90 ms). A Gram matrix that is singular,
-    or whose factor's estimated condition number passes
-    ``_GRAM_CHOLESKY_MAX_COND`` (rows nearly dependent, where
-    :func:`gram_basis` would leave eigenvalues out), takes
-    :func:`gram_basis`.
+    ``W``, where the eigendecomposition takes several times ``m^3``. A Gram
+    matrix that is singular, or whose factor's estimated condition number
+    passes ``_GRAM_CHOLESKY_MAX_COND`` (rows nearly dependent, where
+    :func:`gram_basis` would leave eigenvalues out), takes :func:`gram_basis`.
     """
     try:
         L = np.linalg.cholesky(gram)
@@ -218,9 +216,8 @@ def gram_factor(gram):
     reciprocal = scipy.linalg.lapack.dtrcon(L, norm="1", uplo="L")[0]
     if not reciprocal * _GRAM_CHOLESKY_MAX_COND >= 1.0:
         return gram_basis(gram)
-    # L^-1 by LAPACK's triangular inverse (m^3 / 3; a triangular solve
-    # with the identity took four times as long), zero above its diagonal
-    # as L is.
+    # L^-1 by LAPACK's triangular inverse (m^3 / 3), zero above its
+    # diagonal as L is.
     inverse, info = scipy.linalg.lapack.dtrtri(L, lower=1)
     if info != 0:
         return gram_basis(gram)

@@ -670,8 +670,8 @@ def _newton_em(em, p0, sub, p_sub, tol, max_iter, rho, report, n_stage):
 # SQUAREM's bound on its step length -alpha (_run_em): the first, and the
 # factor by which it grows after a step at the bound is kept and shrinks after
 # one is refused (Du and Varadhan's mstep, J. Stat. Softw. 92, 2020). Their
-# package starts at 1 (two EM steps); a first bound of 4 took fewer passes
-# on overlapping clusters (math.md section 7).
+# package starts at 1 (two EM steps); a first bound of 4 took as many passes
+# or fewer on overlapping clusters (math.md section 7).
 _SQUAREM_FIRST_BOUND = 4.0
 _SQUAREM_GROWTH = 4.0
 

@@ -322,7 +322,10 @@ each pass.
   the graph. Dates and durations, and a DataFrame's columns of other
   values than numbers and text, are refused from the metadata,
   before anything is computed, with the `TypeError` of the same rows in
-  memory ([User guide](user_guide/practical.md), "Input values"). Dask's
+  memory ([User guide](user_guide/practical.md), "Input values"); NumPy's
+  dates and durations among objects (a Dask array of objects, a
+  DataFrame's columns of objects), which the metadata do not show, as each
+  block is read, with the same `TypeError`. Dask's
   `from_pandas` stores a pandas frame's columns of objects as their text
   (its `dataframe.convert-string` option): Decimals are then read from
   their text, and a Fraction's (`"1/3"`) is no number to NumPy;

@@ -941,7 +941,8 @@ class DenseRows(_Rows):
         bias too: the same scores up to rounding, whose float32 part then
         scales with the rows' spread about the origin instead of their
         distance from zero (data far from zero would lose the digits that
-        separate its clusters). Where ``gain / s`` leaves float64's range
+        separate its clusters); an origin beyond float32's range (a float64
+        fit's) goes in the bias alone. Where ``gain / s`` leaves float64's range
         (rows of about 1e-300 in tight clusters), the scores and the origin
         are multiplied by a power of two first (:func:`_label_terms`), and rows
         beyond float64's range at the scale take the rule's limit
@@ -959,21 +960,31 @@ class DenseRows(_Rows):
         K = C.shape[1]
         gain, bias, origin, k = _label_terms(C64, gain, bias, origin, scale)
         out = np.empty(self.n_samples, dtype=np.intp)
-        rows = self
+        shift = None
         if self.dtype != np.float64 and origin is not None and np.any(origin):
-            # The rows' own centring (:meth:`centred`, in X's dtype) about the
-            # origin, whose products go in the bias.
-            shift = origin.astype(self.dtype)
-            rows = self.centred(shift)
-            bias = bias + gain * (_shifted(shift.astype(np.float64), k) @ C64)
+            with np.errstate(over="ignore"):
+                shift = origin.astype(self.dtype)
+            if np.isfinite(shift).all():
+                # The rows centred in X's dtype about the origin (as
+                # :meth:`centred`, each chunk as it is read), whose products
+                # go in the bias.
+                bias = bias + gain * (_shifted(shift.astype(np.float64), k) @ C64)
+            else:
+                # An origin beyond X's dtype's range (a float64 fit's mean_
+                # for float32 rows) is in the bias alone.
+                shift = None
 
         def chunk(B, w, lo, hi):
             counts = np.zeros(K)
             with np.errstate(over="ignore", invalid="ignore"):
+                if shift is not None:
+                    B = B - shift
                 scores = B @ C
             if scores.dtype != np.float64 and not np.isfinite(scores).all():
-                # float32's range exceeded (|x| |c_h| beyond about 3e38): in float64.
-                scores = np.asarray(B, dtype=np.float64) @ C64
+                # float32's range exceeded (|x - o| |c_h| beyond about 3e38,
+                # or x - o itself): in float64, from the rows as read.
+                B = np.asarray(self._rows(lo, hi), dtype=np.float64)
+                scores = (B if shift is None else B - shift) @ C64
             raw = scores
             if k:
                 with np.errstate(over="ignore"):
@@ -985,7 +996,7 @@ class DenseRows(_Rows):
                 counts = np.bincount(out[lo:hi], weights=w if w.size else None, minlength=K)
             return counts
 
-        return out, sum(rows._map(chunk), np.zeros(K))
+        return out, sum(self._map(chunk), np.zeros(K))
 
     # -- rows for subsamples and sampled sequences --------------------------
 

@@ -150,6 +150,33 @@ def test_float32_labels_beyond_float32_products_range(compiled):
 
 
 @pytest.mark.parametrize("compiled", [True, False], ids=["numba", "numpy"])
+@pytest.mark.parametrize(
+    "origin, spread, offset",
+    [(1e150, 1.0, 0.0), (-3e38, 1e36, 3e38)],
+    ids=["origin-beyond-float32", "rows-less-origin-beyond-float32"],
+)
+def test_float32_labels_about_an_origin_beyond_float32s_range(compiled, origin, spread, offset):
+    # A float64 fit's mean_ beyond float32's range (1e150), or float32 rows
+    # whose difference with it is (3e38 less -3e38): the rows are labelled
+    # as in float64, without a RuntimeWarning. (Cast to float32 the origin
+    # was infinite, every bias NaN and every label 0; the rows less it
+    # overflowed, and their labels were those of infinite rows.)
+    rng = np.random.default_rng(0)
+    X = (rng.standard_normal((300, 3)) * spread + offset).astype(np.float32)
+    o = np.array([1.0, -0.5, 0.25]) * origin
+    U = rng.standard_normal((3, 4))
+    U /= np.linalg.norm(U, axis=0)
+    bias = np.log([0.1, 0.2, 0.3, 0.4])
+    expected = np.argmax((X.astype(np.float64) - o) @ U + bias, axis=1)
+    data = DenseRows(X, n_threads=2, compiled=compiled)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        labels, counts = data.labels_and_counts(U.T, 1.0, bias, origin=o)
+    np.testing.assert_array_equal(labels, expected)
+    np.testing.assert_array_equal(counts, np.bincount(expected, minlength=4))
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["numba", "numpy"])
 def test_moments_of_a_power_of_two_times_x_are_exact(compiled):
     # Rows near 1e-110 square to 1e-219 and take the moments' plain branch;
     # 2^-60 of them square below its floor (1e-250) and are divided by a

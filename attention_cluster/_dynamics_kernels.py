@@ -202,9 +202,12 @@ def attention(queries, keys, values, beta, log_weights=None, block_rows=None, n_
     section 8, weighted particles). ``log w_j`` is one more coordinate of
     the keys, against a coordinate 1 of the queries, so that the logits of
     the BLAS product hold it. Keys and values are cast to the queries'
-    dtype, which the results keep. The row maximum is subtracted
-    before the exponential, so any ``beta`` and any norm of the tokens is
-    safe. Blocks of at most ``block_rows`` queries (fewer when the keys are
+    dtype, which the results keep (``log Z_i`` infinite beyond its range),
+    unless the logits may pass a quarter of float32's range (``|logit| <=
+    (d + 1) max |q| max |beta k|``, beta of about 1e37 on unit tokens): the
+    pass then runs in float64 (:func:`_float32_logits_fit`). The row
+    maximum is subtracted before the exponential, so any ``beta`` and any
+    norm of the tokens is safe. Blocks of at most ``block_rows`` queries (fewer when the keys are
     many, so that a block's logits stay in cache) run on ``n_threads``
     threads; the result does not depend on their number. Sparse queries
     (CSR) are densified one block at a time.
@@ -230,6 +233,14 @@ def attention(queries, keys, values, beta, log_weights=None, block_rows=None, n_
     keys_t = (beta * np.asarray(keys, dtype=np.float64)).T
     if log_weights is not None:
         keys_t = np.vstack([keys_t, np.asarray(log_weights, dtype=np.float64)[None, :]])
+    peak = max(peak_unit(queries), 1.0 if log_weights is not None else 0.0)
+    if not _float32_logits_fit(dtype, keys_t.shape[0] * peak * peak_unit(keys_t)):
+        return _in_dtype(
+            attention(
+                queries.astype(np.float64), keys, values, beta, log_weights, block_rows, n_threads
+            ),
+            dtype,
+        )
     keys_t = np.ascontiguousarray(keys_t, dtype=dtype)
     values = np.column_stack([np.asarray(values, dtype=dtype), np.ones(m, dtype=dtype)])
     out = np.empty((n, values.shape[1] - 1), dtype=dtype)
@@ -256,6 +267,23 @@ def attention(queries, keys, values, beta, log_weights=None, block_rows=None, n_
             with ThreadPoolExecutor(max_workers=n_tasks) as pool:
                 list(pool.map(run, range(n_tasks)))
     return out, log_norm
+
+
+def _float32_logits_fit(dtype, bound):
+    """Whether logits of magnitude up to ``bound`` are formed in ``dtype``:
+    float64 always (beyond its range the dynamics raises), float32 within a
+    quarter of its range, whose sums, maxima and differences then stay
+    finite. Past it the logits are the hard argmax's, formed in float64."""
+    return dtype == np.float64 or bound <= float(np.finfo(dtype).max) / 4
+
+
+def _in_dtype(result, dtype):
+    """``(out, log_norm)`` of a float64 pass in ``dtype`` (float32): the
+    outputs are means of the values, within its range; ``log Z_i`` beyond
+    it is infinite."""
+    out, log_norm = result
+    with np.errstate(over="ignore"):
+        return out.astype(dtype), log_norm.astype(dtype)
 
 
 # Tokens per block of the symmetric pass: a tile of 512 x 512 logits (1 MB
@@ -294,6 +322,10 @@ def self_attention(tokens, values, beta, log_weights=None, block_rows=None, n_th
     number of threads; ``x_i`` enter the products as ``[sqrt(beta) x_i,
     -s_i, 1]`` against ``[sqrt(beta) x_j, 1, -s_j]``.
 
+    Float32 tokens whose products' terms may pass a quarter of float32's
+    range (``2 beta |x_i|^2``, beta of about 4e37 on unit tokens) take the
+    float64 pass (:func:`_float32_logits_fit`).
+
     Returns ``sum_j P_ij v_j`` and ``log Z_i`` as :func:`attention` does.
     """
     tokens = np.ascontiguousarray(tokens)
@@ -308,6 +340,19 @@ def self_attention(tokens, values, beta, log_weights=None, block_rows=None, n_th
     for lo, hi in blocks:
         X = np.asarray(tokens[lo:hi], dtype=np.float64)
         half[lo:hi] = 0.5 * beta * np.einsum("ij,ij->i", X, X)
+        # The products' terms reach 2 beta |x|^2 = 4 s_i.
+        if not _float32_logits_fit(dtype, 4.0 * np.max(half[lo:hi])):
+            return _in_dtype(
+                self_attention(
+                    np.asarray(tokens, dtype=np.float64),
+                    values,
+                    beta,
+                    log_weights,
+                    block_rows,
+                    n_threads,
+                ),
+                dtype,
+            )
         rows[lo:hi, :d] = math.sqrt(beta) * X
     shift = half if log_weights is None else half + np.asarray(log_weights, dtype=np.float64)
     top = shift.max()

@@ -57,6 +57,26 @@ def test_attention_survives_huge_logits():
     np.testing.assert_allclose(log_norm, 1e4, rtol=1e-12)
 
 
+@pytest.mark.parametrize("weighted", [False, True], ids=["equal", "weighted"])
+def test_float32_attention_past_float32s_logits_is_float64s(weighted):
+    # beta = 1e39 on unit tokens: logits beyond float32's range (3.4e38) are
+    # formed in float64, and each token attends to itself alone, as in
+    # float64; log Z_i = beta is infinite in float32. (The keys beta k_j
+    # and the shifts beta |x|^2 / 2 were cast to float32, infinite: every
+    # output was NaN, with a RuntimeWarning.)
+    rng = np.random.default_rng(0)
+    X = _unit(rng, 30, 3).astype(np.float32)
+    log_w = np.log(rng.integers(1, 5, 30).astype(np.float64)) if weighted else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        crossed = kern.attention(X[:10], X, X, 1e39, log_w)
+        itself = kern.self_attention(X, X, 1e39, log_w)
+    for (out, log_norm), expected in ((crossed, X[:10]), (itself, X)):
+        assert out.dtype == log_norm.dtype == np.float32
+        np.testing.assert_array_equal(out, expected)
+        assert np.all(np.isposinf(log_norm))
+
+
 @given(
     st.lists(st.floats(-800.0, 0.0), min_size=1, max_size=40),
     st.floats(-50.0, 50.0),
@@ -1693,6 +1713,27 @@ def test_the_dense_limit_is_for_sparse_rows_alone(monkeypatch):
     wide = sp.random(100, 50, density=0.02, random_state=0, format="csr")  # 40000 bytes dense
     with pytest.raises(ValueError, match="as a dense array"):
         SelfAttentionDynamics(max_samples=None).fit(wide)
+
+
+@pytest.mark.parametrize("step_size", ["mean-shift", 0.5])
+def test_float32_dynamics_past_float32s_logits_is_float64s(step_size):
+    # beta = 1e39, logits beyond float32's range: the float32 fit is the
+    # float64 one, its rows of weight zero (passive tracers) labelled alike
+    # and its energy infinite. (Its steps' attention was NaN: a numeric step
+    # raised FloatingPointError, the energy was NaN, and every tracer took
+    # label 0, with a RuntimeWarning.)
+    X = np.random.default_rng(0).standard_normal((40, 3))
+    weights = np.r_[np.zeros(10), np.ones(30)]
+    params = dict(beta=1e39, step_size=step_size, max_iter=5, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        warnings.simplefilter("error", RuntimeWarning)
+        double = SelfAttentionDynamics(**params).fit(X, sample_weight=weights)
+        single = SelfAttentionDynamics(**params).fit(X.astype(np.float32), sample_weight=weights)
+    assert single.cluster_centers_.dtype == np.float32
+    np.testing.assert_array_equal(single.labels_, double.labels_)
+    assert len(set(double.labels_[:10])) > 1
+    np.testing.assert_array_equal(single.energy_path_, double.energy_path_)
 
 
 def test_usa_in_float32_steps_where_float64_does():

@@ -341,7 +341,8 @@ def softmax_attention(X, heads, *, temperature=1.0):
     X3 = _check_prompts(X)
     heads = _check_heads(heads, X3.shape[2], X3.dtype)
     temperature = check_temperature(temperature)
-    projections = np.swapaxes(X3 @ heads.T, 1, 2)[..., None]  # (n, K, L, 1)
+    with np.errstate(over="ignore", invalid="ignore"):  # refused by _finish
+        projections = np.swapaxes(X3 @ heads.T, 1, 2)[..., None]  # (n, K, L, 1)
     out = _softmax_aggregate(projections, projections, X3[:, None], temperature)
     return _finish(out, np.ndim(X), temperature_helps=False)
 

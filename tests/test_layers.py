@@ -411,6 +411,19 @@ def test_overflow_raises_instead_of_returning_nan(name):
 
 
 @pytest.mark.parametrize("name", list(LAYERS))
+def test_float32_overflow_raises_the_documented_error_alone(name):
+    # Float32 products past float32's range (1e20 x 1e20): the
+    # FloatingPointError alone, no RuntimeWarning before it (the softmax
+    # layer's projections X H^T warned of their overflow first).
+    layer, _ = LAYERS[name]
+    X = np.array([[1e20, 0.0, 1e20], [0.0, -1e20, 1e20]], dtype=np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        with pytest.raises(FloatingPointError, match="overflowed"):
+            layer(X, np.full((1, 3), 1e20, dtype=np.float32), 1.0)
+
+
+@pytest.mark.parametrize("name", list(LAYERS))
 def test_strided_read_only_batch_matches_contiguous(name, global_random_seed):
     layer, _ = LAYERS[name]
     rng = np.random.default_rng([global_random_seed, 5])

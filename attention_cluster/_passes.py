@@ -538,6 +538,8 @@ class DenseRows(_Rows):
         self._cum_weights = None
         # The rows are X - _offset (see centred); an empty offset is none.
         self._offset = np.empty(0, dtype=self.dtype)
+        # max |X|, read by centred once for rows narrower than float64.
+        self._stored_peak = None
         # NumPy's forms: each chunk's scaled blocks, by the chunk's first row
         # (see exact_terms); a copy seeing other rows starts without.
         self._scaled_blocks = {}
@@ -748,9 +750,22 @@ class DenseRows(_Rows):
 
         Each pass subtracts ``offset`` (in X's dtype) from the chunk it reads,
         so the memory of a centred fit stays that of X plus a chunk per thread.
+        Float32 rows whose difference with the offset may pass float32's
+        range (``max |x| + max |offset|`` beyond it: rows near 3e38 about a
+        mean of the other sign) are centred in float64, the passes' dtype
+        then, as a float32 subsample is (:meth:`_taken`).
         """
+        offset = np.asarray(offset, dtype=np.float64)
+        dtype = self.dtype
+        if dtype != np.float64:
+            if self._stored_peak is None:
+                self._stored_peak = _largest_magnitude(self._X)
+            total = self._offset + offset if self._offset.size else offset
+            if self._stored_peak + _largest_magnitude(total) > float(np.finfo(dtype).max):
+                dtype = np.dtype(np.float64)
         other = copy.copy(self)
-        offset = np.asarray(offset).astype(self.dtype)
+        other.dtype = dtype
+        offset = offset.astype(dtype)
         other._offset = self._offset + offset if self._offset.size else offset
         other._scaled_blocks = {}
         return other

@@ -633,6 +633,47 @@ def test_a_float32_subsample_is_read_in_float64_without_a_float64_copy(
         assert np.asarray(got).dtype == np.asarray(want).dtype
 
 
+def _far_apart_float32_rows(seed):
+    # Rows near 3e38 and -1e38 beside one at -3e38: float32 rows whose
+    # differences with their mean (9e37) reach 3.9e38, past float32's range.
+    rng = np.random.default_rng(seed)
+    centres = np.repeat([[3e38, 3e38], [-1e38, -1e38]], 11, axis=0)
+    X = np.r_[centres + 1e37 * rng.standard_normal((22, 2)), [[-3e38, -3e38]]]
+    return X.astype(np.float32)
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["numba", "numpy"])
+def test_float32_rows_centred_past_float32s_range_are_centred_in_float64(compiled):
+    # The rows less the offset, formed in float32, overflowed: a
+    # RuntimeWarning, then "Input X contains infinity" from the moments of
+    # finite rows. Where they may pass float32's range (|x| + |offset|
+    # beyond it) the offset is held in float64, as a float32 subsample's
+    # (_taken), and the passes read the rows as a float64 copy's.
+    X = _far_apart_float32_rows(0)
+    offset = np.average(X.astype(np.float64), axis=0)
+    ref = DenseRows(X.astype(np.float64), compiled=compiled).centred(offset)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        rows = DenseRows(X, compiled=compiled).centred(offset)
+        got = rows.moments()
+    assert rows.dtype == np.float64
+    for a, b in zip(got, ref.moments(), strict=True):
+        np.testing.assert_array_equal(a, b)
+    # Rows within float32's range about the offset stay float32.
+    assert DenseRows(X / 4, compiled=compiled).centred(offset / 4).dtype == np.float32
+
+
+def test_a_centred_fit_of_float32_rows_far_apart_is_the_float64_fit():
+    X = _far_apart_float32_rows(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        single = AttentionClustering(2, center=True, random_state=0).fit(X)
+    double = AttentionClustering(2, center=True, random_state=0).fit(X.astype(np.float64))
+    assert single.cluster_centers_.dtype == np.float32
+    np.testing.assert_array_equal(single.labels_, double.labels_)
+    assert len(set(single.labels_)) == 2
+
+
 def test_a_float32_subsample_centred_again_is_taken_as_its_float64_copy(global_random_seed):
     # A float32 subsample is centred in float64, its passes' dtype: its own
     # subsamples and halves take the rows centred in float64, as those of a

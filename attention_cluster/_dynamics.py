@@ -107,8 +107,19 @@ def _weight_matrix(value, name, n_features):
 
 
 def _apply(W, X):
-    """Rows of X mapped by W (``x -> W x``); the identity when W is None."""
-    return X if W is None else X @ W.T.astype(X.dtype, copy=False)
+    """Rows of X mapped by W (``x -> W x``); the identity when W is None.
+
+    In X's dtype, but in float64 where float32 rows' products may pass
+    float32's range (``d max |x| max |W|`` beyond it: a query of 1e200 on
+    unit tokens), as the float64 dynamics forms them; the attention pass
+    then runs in float64 (``_dynamics_kernels.attention``)."""
+    if W is None:
+        return X
+    if X.dtype != np.float64 and X.shape[1] * peak_unit(X) * peak_unit(W) > float(
+        np.finfo(X.dtype).max
+    ):
+        return np.asarray(X, dtype=np.float64) @ W.T
+    return X @ W.T.astype(X.dtype, copy=False)
 
 
 def token_weights(sample_weight, X):
@@ -235,7 +246,9 @@ class _Flow:
             return Z + self.step_size * _apply(self.value, mean - Z), log_norm
         if isinstance(self.step_size, str):
             norms = np.linalg.norm(mean, axis=1, keepdims=True)
-            return np.where(norms > 0, mean / np.where(norms > 0, norms, 1), Z), log_norm
+            # (A float64 mean of float32 tokens, of a float64 pass: _apply.)
+            moved = np.where(norms > 0, mean / np.where(norms > 0, norms, 1), Z)
+            return moved.astype(Z.dtype, copy=False), log_norm
         if self.model == "usa":
             # Z_i = n instead of sum_j exp(beta <q_i, k_j>)
             n = Z.shape[0] if weights is None else float(np.sum(weights))

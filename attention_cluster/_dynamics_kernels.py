@@ -202,10 +202,11 @@ def attention(queries, keys, values, beta, log_weights=None, block_rows=None, n_
     section 8, weighted particles). ``log w_j`` is one more coordinate of
     the keys, against a coordinate 1 of the queries, so that the logits of
     the BLAS product hold it. Keys and values are cast to the queries'
-    dtype, which the results keep (``log Z_i`` infinite beyond its range),
-    unless the logits may pass a quarter of float32's range (``|logit| <=
-    (d + 1) max |q| max |beta k|``, beta of about 1e37 on unit tokens): the
-    pass then runs in float64 (:func:`_float32_logits_fit`). The row
+    dtype, which the results keep (``log Z_i`` infinite beyond its range;
+    outputs beyond it float64), unless the logits, or a tile's sums of values, may pass a quarter of
+    float32's range (``|logit| <= (d + 1) max |q| max |beta k|``, beta of
+    about 1e37 on unit tokens; ``4096 max |v|``): the pass then runs in
+    float64 (:func:`_float32_fits`). The row
     maximum is subtracted before the exponential, so any ``beta`` and any
     norm of the tokens is safe. Blocks of at most ``block_rows`` queries (fewer when the keys are
     many, so that a block's logits stay in cache) run on ``n_threads``
@@ -234,7 +235,8 @@ def attention(queries, keys, values, beta, log_weights=None, block_rows=None, n_
     if log_weights is not None:
         keys_t = np.vstack([keys_t, np.asarray(log_weights, dtype=np.float64)[None, :]])
     peak = max(peak_unit(queries), 1.0 if log_weights is not None else 0.0)
-    if not _float32_logits_fit(dtype, keys_t.shape[0] * peak * peak_unit(keys_t)):
+    logits = keys_t.shape[0] * peak * peak_unit(keys_t)
+    if not _float32_fits(dtype, max(logits, _TILE_KEYS * peak_unit(values))):
         return _in_dtype(
             attention(
                 queries.astype(np.float64), keys, values, beta, log_weights, block_rows, n_threads
@@ -269,21 +271,23 @@ def attention(queries, keys, values, beta, log_weights=None, block_rows=None, n_
     return out, log_norm
 
 
-def _float32_logits_fit(dtype, bound):
-    """Whether logits of magnitude up to ``bound`` are formed in ``dtype``:
-    float64 always (beyond its range the dynamics raises), float32 within a
-    quarter of its range, whose sums, maxima and differences then stay
-    finite. Past it the logits are the hard argmax's, formed in float64."""
+def _float32_fits(dtype, bound):
+    """Whether an attention pass whose logits and products of values reach
+    ``bound`` in magnitude runs in ``dtype``: float64 always (beyond its
+    range the dynamics raises), float32 within a quarter of its range,
+    whose sums, maxima and differences then stay finite. Past it (logits of
+    the hard argmax, values of 1e200) the pass runs in float64."""
     return dtype == np.float64 or bound <= float(np.finfo(dtype).max) / 4
 
 
 def _in_dtype(result, dtype):
-    """``(out, log_norm)`` of a float64 pass in ``dtype`` (float32): the
-    outputs are means of the values, within its range; ``log Z_i`` beyond
-    it is infinite."""
+    """``(out, log_norm)`` of a float64 pass in ``dtype`` (float32): ``log
+    Z_i`` beyond its range infinite; the outputs, means of the values, in
+    float64 where they pass it (values of 1e200, a value map's)."""
     out, log_norm = result
     with np.errstate(over="ignore"):
-        return out.astype(dtype), log_norm.astype(dtype)
+        log_norm = log_norm.astype(dtype)
+    return (out.astype(dtype) if _float32_fits(dtype, peak_unit(out)) else out), log_norm
 
 
 # Tokens per block of the symmetric pass: a tile of 512 x 512 logits (1 MB
@@ -324,7 +328,8 @@ def self_attention(tokens, values, beta, log_weights=None, block_rows=None, n_th
 
     Float32 tokens whose products' terms may pass a quarter of float32's
     range (``2 beta |x_i|^2``, beta of about 4e37 on unit tokens) take the
-    float64 pass (:func:`_float32_logits_fit`).
+    float64 pass (:func:`_float32_fits`), as do values whose tile sums may
+    (``512 max |v|``).
 
     Returns ``sum_j P_ij v_j`` and ``log Z_i`` as :func:`attention` does.
     """
@@ -337,11 +342,12 @@ def self_attention(tokens, values, beta, log_weights=None, block_rows=None, n_th
     # by blocks of tokens: float32 tokens have no float64 copy of them all.
     half = np.empty(n)
     rows = np.empty((n, d + 2), dtype=dtype)
+    sums = step * peak_unit(values)
     for lo, hi in blocks:
         X = np.asarray(tokens[lo:hi], dtype=np.float64)
         half[lo:hi] = 0.5 * beta * np.einsum("ij,ij->i", X, X)
         # The products' terms reach 2 beta |x|^2 = 4 s_i.
-        if not _float32_logits_fit(dtype, 4.0 * np.max(half[lo:hi])):
+        if not _float32_fits(dtype, max(4.0 * np.max(half[lo:hi]), sums)):
             return _in_dtype(
                 self_attention(
                     np.asarray(tokens, dtype=np.float64),

@@ -1736,6 +1736,29 @@ def test_float32_dynamics_past_float32s_logits_is_float64s(step_size):
     np.testing.assert_array_equal(single.energy_path_, double.energy_path_)
 
 
+@pytest.mark.parametrize("step_size", ["mean-shift", 0.5])
+@pytest.mark.parametrize("name", ["query", "key", "value"])
+def test_float32_dynamics_of_a_map_past_float32s_range_is_float64s(name, step_size):
+    # A query, key or value of 1e200: float32 tokens' products with it are
+    # formed in float64, and the float32 fit is the float64 one. (Cast to
+    # float32 the map was infinite: the tracers' vote warned of it, the
+    # tokens' attention was NaN, a numeric step raised FloatingPointError
+    # and a mean-shift step left every token where it was: 40 clusters of
+    # one token where the float64 fit of the value map found one.)
+    X = np.random.default_rng(0).standard_normal((40, 3))
+    weights = np.r_[np.zeros(10), np.ones(30)]
+    params = {name: 1e200 * np.eye(3), "step_size": step_size, "max_iter": 5, "random_state": 0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        warnings.simplefilter("ignore", UserWarning)  # a step past the attention means
+        warnings.simplefilter("error", RuntimeWarning)
+        for w in (None, weights):
+            double = SelfAttentionDynamics(**params).fit(X, sample_weight=w)
+            single = SelfAttentionDynamics(**params).fit(X.astype(np.float32), sample_weight=w)
+            assert single.cluster_centers_.dtype == np.float32
+            np.testing.assert_array_equal(single.labels_, double.labels_)
+
+
 def test_usa_in_float32_steps_where_float64_does():
     # USA's factor Z_i / n was cast to float32, which it leaves at e^88:
     # beta = 100 on unit tokens raised FloatingPointError in float32 alone.

@@ -320,8 +320,10 @@ def self_attention(tokens, values, beta, log_weights=None, block_rows=None, n_th
     ``E_IJ`` of blocks I, J gives row block I ``E_IJ U_J`` and row block J
     ``E_IJ^T U_I``. Row i holds its own term ``E_ii u_i = u_i``, the largest
     up to ``exp(S - s_i - log w_i)``: when that spread exceeds
-    ``_SELF_SPREAD`` (float underflow could then lose a row), this is
-    :func:`attention`. Blocks have ``_SELF_BLOCK`` tokens, or ``block_rows``
+    ``_SELF_SPREAD`` (float underflow could then lose a row), or when the
+    rounding of ``E_ij``, formed by cancellation of terms up to ``4 s_i``,
+    may pass 1 (``16 eps max s_i``: beta beyond about 1e15 on unit tokens in
+    float64, 1e6 in float32), this is :func:`attention`. Blocks have ``_SELF_BLOCK`` tokens, or ``block_rows``
     if fewer. Row block I sums its tiles in the order of J, whatever the
     number of threads; ``x_i`` enter the products as ``[sqrt(beta) x_i,
     -s_i, 1]`` against ``[sqrt(beta) x_j, 1, -s_j]``.
@@ -362,7 +364,13 @@ def self_attention(tokens, values, beta, log_weights=None, block_rows=None, n_th
         rows[lo:hi, :d] = math.sqrt(beta) * X
     shift = half if log_weights is None else half + np.asarray(log_weights, dtype=np.float64)
     top = shift.max()
-    if top - shift.min() > _SELF_SPREAD[dtype]:
+    # E_ij sums terms of up to 2 beta |x|^2 = 4 s to a number <= 0: its
+    # rounding, about 16 eps max s, passes 1 from beta of about 1e15 on
+    # unit tokens (1e6 in float32), where a row's own term exp(E_ii) = 1
+    # came out anywhere from 0 to inf (NaN rows); attention() subtracts
+    # each row's largest logit instead.
+    rounding = 16.0 * float(np.finfo(dtype).eps) * float(np.max(half))
+    if top - shift.min() > _SELF_SPREAD[dtype] or rounding > 1.0:
         return attention(tokens, tokens, values, beta, log_weights, block_rows, n_threads)
     rows[:, d] = -half
     rows[:, d + 1] = 1.0

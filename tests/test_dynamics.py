@@ -1231,6 +1231,27 @@ def test_self_attention_of_far_spread_norms_is_attention(monkeypatch):
     np.testing.assert_allclose(log_norm, ref_log, rtol=2e-4)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_self_attention_at_a_beta_past_its_logits_rounding_is_the_hard_argmax(n, dtype):
+    # E_ij = beta <x_i, x_j> - s_i - s_j is formed by cancellation of terms
+    # of 2 beta |x|^2: at beta 1e20 to 1e300 on unit tokens its rounding,
+    # about eps beta, made a token's own term exp(E_ii) infinite or zero
+    # (NaN rows: attention_flow of one token raised FloatingPointError at
+    # beta = 1e50) or weighted the tokens wrongly. Each token attends to
+    # itself alone there, as attention() finds with its rows' maxima.
+    betas = 10.0 ** np.arange(8, 301, 4)
+    for seed in range(5):
+        X = _unit(np.random.default_rng(seed), n, 3).astype(dtype)
+        for beta in betas:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", RuntimeWarning)
+                out, _ = kern.self_attention(X, X, beta)
+            np.testing.assert_allclose(out, X, rtol=1e-6, atol=1e-6)
+    out = attention_flow(_unit(np.random.default_rng(0), 1, 3), 2, beta=1e50)
+    np.testing.assert_allclose(out[-1], out[0], rtol=1e-12)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_predict_works_by_chunks_of_rows(dtype, monkeypatch, traced_peak):
     # Labels are n integers; predict held the unit rows twice and their

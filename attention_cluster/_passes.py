@@ -3097,8 +3097,9 @@ def unit_terms(rows, centers, offset, scale):
     """
     C = np.asarray(centers, dtype=np.float64)
     f, e = np.frexp(float(scale))
-    m = np.ldexp(np.asarray(offset, dtype=np.float64), -e)
+    offset = np.asarray(offset, dtype=np.float64)
     if sp.issparse(rows):
+        m = np.ldexp(offset, -e)
         Y = sp.csr_matrix(rows, dtype=np.float64, copy=True)
         Y.data = np.ldexp(Y.data, -e)
         Y, m = _centred_storage(Y, m)
@@ -3110,10 +3111,18 @@ def unit_terms(rows, centers, offset, scale):
         q = np.where(np.isnan(q), np.inf, q)
     else:
         # One float64 copy of the block, scaled and centred in place (the
-        # same numbers as ldexp(x) - m: a power of two is exact).
+        # same numbers as ldexp(x) - m: a power of two is exact). Below a
+        # scale of 1 it is centred first: scaled first, rows far from zero
+        # about a tight spread (1e20 at a scale of 1e-290) passed float64's
+        # range, x 2^-e - m 2^-e = inf - inf, where their centred terms do
+        # not; above it, scaled first, as rows near float64's top.
         Y = np.array(rows, dtype=np.float64)
-        np.ldexp(Y, -e, out=Y)
-        Y -= m
+        if e > 0:
+            np.ldexp(Y, -e, out=Y)
+            Y -= np.ldexp(offset, -e)
+        else:
+            Y -= offset
+            np.ldexp(Y, -e, out=Y)
         P = Y @ C.T
         q = np.einsum("ij,ij->i", Y, Y)
     return P / f, q / (f * f)

@@ -7,6 +7,7 @@ threads must equal the serial one bit for bit.
 
 import contextlib
 import functools
+import math
 import multiprocessing
 import os
 import threading
@@ -760,6 +761,45 @@ def test_unit_terms_of_sparse_rows_near_a_far_mean(n, d, density, far, seed):
     np.testing.assert_allclose(q, q_dense, rtol=4 * d * eps / _passes._CANCELLED, atol=1e-12)
     # <x, c> - <m, c>: rounding of the products, about eps far |c| sqrt(d).
     np.testing.assert_allclose(P, P_dense, rtol=0, atol=1e-13 * far * np.sqrt(d) * np.abs(C).max())
+
+
+@given(
+    scale_exponent=st.integers(-1000, 1000),
+    far=st.sampled_from([0.0, 1.0, 1e20, 1e200, 1e300]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_dense_unit_terms_are_those_of_the_centred_rows(scale_exponent, far, seed):
+    # Dense rows at the offset plus a spread of about the scale: their terms
+    # are those of the centred rows (exactly: the offset is the rows'
+    # coordinate, x - m exact), whatever the offset's magnitude over the
+    # scale. (Scaled first, x 2^-e and m 2^-e overflowed into inf - inf where
+    # the scale is far below the rows: a constant column of 1e20 beside one
+    # of spread 1e-290 gave AttentionClustering.score a RuntimeWarning and
+    # score_samples NaN.)
+    rng = np.random.default_rng(seed)
+    scale = math.ldexp(1.0, scale_exponent)
+    offset = np.array([far, 0.0, -far])
+    centred = np.ldexp(rng.standard_normal((5, 3)), scale_exponent)
+    centred[:, [0, 2]] = 0.0
+    X = centred + offset
+    C = np.linalg.qr(rng.standard_normal((3, 2)))[0].T
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        P, q = _passes.unit_terms(X, C, offset, scale)
+    P_ref, q_ref = _passes.unit_terms(centred, C, np.zeros(3), scale)
+    np.testing.assert_array_equal(P, P_ref)
+    np.testing.assert_array_equal(q, q_ref)
+
+
+def test_the_score_of_tight_rows_far_from_zero_is_finite():
+    X = np.c_[np.full(20, 1e20), np.r_[np.zeros(10), np.ones(10)] * 1e-290]
+    X[:, 1] += np.random.default_rng(0).uniform(0, 1e-300, 20)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the mean dominates
+        warnings.simplefilter("error", RuntimeWarning)
+        model = AttentionClustering(2, random_state=0).fit(X)
+        assert np.isfinite(model.score(X))
+        assert np.all(np.isfinite(model.score_samples(X)))
 
 
 @given(

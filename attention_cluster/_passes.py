@@ -1169,6 +1169,10 @@ _MOMENT_ROWS_PER_FEATURE = 8
 
 # Rows per tile of SparseRows.e_step: its scores are tile x K float64.
 _SPARSE_TILE = 8192
+# Most blocks of columns a sum over float32 sparse rows reads in turn
+# (SparseRows._column_sums): each block is a scan of all the non-zeros (about
+# 8 ns each), and each block's float64 copy a share of them.
+_MOST_COLUMN_BLOCKS = 8
 
 # Rows per tile of the BLAS E step and moments pass: each tile's sums are
 # formed in the rows' dtype, then added in float64, so that float32 rows'
@@ -2152,16 +2156,22 @@ class SparseRows(_Rows):
     ``(X - 1 m^T)^T A = X^T A - m (1^T A)``, so every pass costs O(nnz K)
     plus O((n + d) K) and no dense n x d array is formed (only
     :meth:`second_moment`, for small d, forms a d x d matrix). The passes
-    are whole-matrix sparse products run on the calling thread; their
+    are sparse products, by blocks, run on the calling thread; their
     per-row arithmetic is the dense kernels' (``_kernels``), on the rows'
     projections. Same interface as :class:`DenseRows`.
+
+    The non-zeros are kept in X's dtype: float32 ones are read in float64
+    by blocks as each pass takes them (:func:`_csr_rows`: of rows for the
+    products ``X V``, of columns for the sums over rows ``X^T A``,
+    :meth:`_column_sums`), so that the passes give the numbers of a float64
+    copy of X, bit for bit, without one.
 
     Parameters
     ----------
     X : scipy.sparse matrix of shape (n_samples, n_features)
-        Validated CSR or CSC data, float32 or float64 (converted to CSR
-        float64 once: a copy of the non-zeros, not of the zeros; an entry
-        stored more than once is summed, in a copy).
+        Validated CSR or CSC data, float32 or float64 (CSR kept as it is,
+        CSC converted to CSR in its dtype; an entry stored more than once
+        is summed, in a float64 copy).
     sample_weight : ndarray of shape (n_samples,) or None, default=None
     scale : float, default=1.0
     offset : ndarray of shape (n_features,) or None, default=None
@@ -2172,20 +2182,34 @@ class SparseRows(_Rows):
         Kept for the interface; the sparse products run on one thread.
     compiled : bool or None, default=None
         As :class:`DenseRows`' (None: :func:`compiles` the non-zeros).
+    dtype : dtype or None, default=None
+        The dtype the rows report (their outputs' and rounding unit's); None:
+        X's. float64 for the rows taken of float32 X (:meth:`_taken`'s
+        subsamples, :meth:`_weighted_rows`), as :class:`DenseRows`'
+        subsamples: kept float32 and read in float64, as those of a float64
+        copy of X.
     """
 
     in_memory = True
     sparse = True
 
     def __init__(
-        self, X, sample_weight=None, scale=1.0, offset=None, n_threads=None, compiled=None
+        self,
+        X,
+        sample_weight=None,
+        scale=1.0,
+        offset=None,
+        n_threads=None,
+        compiled=None,
+        dtype=None,
     ):
-        self.dtype = X.dtype
-        self._X = sp.csr_matrix(X, dtype=np.float64)
+        self.dtype = X.dtype if dtype is None else np.dtype(dtype)
+        self._X = sp.csr_matrix(X)
         if _stores_an_entry_twice(self._X):
             # An entry stored as several values is their sum; the passes that
-            # square the stored values (the norms) need each entry once.
-            self._X = self._X.copy()
+            # square the stored values (the norms) need each entry once. (Summed
+            # in float64, as a float64 copy of X sums them.)
+            self._X = self._X.astype(np.float64)
             self._X.sum_duplicates()
         self.sample_weight = (
             None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
@@ -2231,15 +2255,49 @@ class SparseRows(_Rows):
         if self._kept is None:
             self._kept = (self._X[w > 0.0], w[w > 0.0])
         X, w = self._kept
-        return SparseRows(X, w, self.scale, self.offset, compiled=self.compiled)
+        return SparseRows(X, w, self.scale, self.offset, compiled=self.compiled, dtype=np.float64)
 
     def _project(self, V):
-        """``(X - 1 m^T) V`` (unscaled), V of shape (d, k)."""
-        return self._X @ V - self.offset @ V
+        """``(X - 1 m^T) V`` (unscaled), V of shape (d, k), by blocks of rows
+        read in float64 (:func:`_csr_rows`; a row's product is the whole
+        matrix's, the same numbers)."""
+        X = self._X
+        width = max(X.nnz // max(self.n_samples, 1), 1)
+        XV = _stacked(
+            lambda lo, hi: _csr_rows(X, lo, hi) @ V,
+            _chunk_bounds(self.n_samples, max(16, _CHUNK_BYTES // (8 * width))),
+            lambda run, bounds: [run(lo, hi) for lo, hi in bounds],
+            np.empty((0, *np.shape(V)[1:])),
+        )
+        XV -= self.offset @ V
+        return XV
+
+    def _column_sums(self, fn):
+        """The sums over the rows ``fn(B, a, b)`` (one row of output per
+        column: ``B^T A``, say) of the blocks of columns ``B = X[:, a:b]``
+        (CSR, read in float64, columns numbered from a), stacked.
+
+        Float32 X by blocks of :func:`_column_blocks`: a column's sum is then
+        the whole matrix's, over its entries in the order of the rows (the
+        same numbers as ``X^T A`` of a float64 copy), with no float64 copy
+        of all the non-zeros. Float64 X, read as it is, in one block.
+        """
+        whole = [(0, self.n_features)]
+        blocks = whole if self._X.dtype == np.float64 else _column_blocks(self._X)
+        if len(blocks) == 1:
+            return fn(_csr_rows(self._X, 0, self.n_samples), 0, self.n_features)
+        out = None
+        for a, b in blocks:
+            part = fn(_csr_rows(self._X[:, a:b], 0, self.n_samples), a, b)
+            if out is None:
+                out = np.empty((self.n_features, *part.shape[1:]), dtype=part.dtype)
+            out[a:b] = part
+        return out
 
     def _transpose_product(self, A):
         """``(X - 1 m^T)^T A`` (unscaled), A of shape (n, k)."""
-        return self._X.T @ A - np.outer(self.offset, A.sum(axis=0))
+        XA = self._column_sums(lambda B, a, b: B.T @ A)
+        return XA - np.outer(self.offset, A.sum(axis=0))
 
     # (the stored values, their largest |x_ij|) of _magnitudes: copies that
     # keep the values (centred, rescaled) keep it.
@@ -2269,7 +2327,7 @@ class SparseRows(_Rows):
         if not e:
             return self, 0
         other = copy.copy(self)
-        other._X = _with_values(self._X, np.ldexp(self._X.data, -e))
+        other._X = _with_values(self._X, np.ldexp(np.asarray(self._X.data, np.float64), -e))
         other.offset = np.ldexp(self.offset, -e)
         other.scale = float(np.ldexp(self.scale, -e))
         other._kept = None
@@ -2293,11 +2351,13 @@ class SparseRows(_Rows):
         rows, and not zero.
         """
         rows, _ = self._summed()
-        X, w, m = rows._X, self._w(), rows.offset
+        w, m = self._w(), rows.offset
         if not np.any(m):
-            return X.T @ w / self.total_weight / rows.scale
-        stored = _with_values(X, np.ones_like(X.data)).T @ w
-        total = _with_values(X, X.data - m[X.indices]).T @ w - m * (self.total_weight - stored)
+            return rows._column_sums(lambda B, a, b: B.T @ w) / self.total_weight / rows.scale
+        stored = rows._column_sums(lambda B, a, b: _with_values(B, np.ones_like(B.data)).T @ w)
+        total = rows._column_sums(
+            lambda B, a, b: _with_values(B, B.data - m[a:b][B.indices]).T @ w
+        ) - m * (self.total_weight - stored)
         return total / self.total_weight / rows.scale
 
     def centred(self, offset):
@@ -2340,10 +2400,13 @@ class SparseRows(_Rows):
         mean is far from it are stored centred (:func:`_centred_storage`,
         ``math.md`` section 7, "Sparse rows about their mean").
         """
-        # The rows at scale c, and with their weights, share the structure
-        # of the rows: one array of values each (a copy of the non-zeros'
-        # structure per product is scipy's).
-        X = _with_values(self._X, self._X.data / c)
+        # All the values in float64 at once (a copy of float32 ones, held
+        # during this pass: a d x d product of sparse matrices is not split
+        # by blocks without changing its sums). The rows at scale c, and with
+        # their weights, share the structure of the rows: one array of values
+        # each (a copy of the non-zeros' structure per product is scipy's).
+        X = _csr_rows(self._X, 0, self.n_samples)
+        X = _with_values(X, X.data / c)
         w, m = self._w(), self.offset / c
         wX = X if self.sample_weight is None else _with_values(X, X.data * _row_values(X, w))
         S = (X.T @ wX).toarray() / self.total_weight
@@ -2452,7 +2515,7 @@ class SparseRows(_Rows):
         partial = 0.0
         w = np.empty(0) if self.sample_weight is None else self.sample_weight
         for lo in range(0, self.n_samples, _SPARSE_TILE):
-            T = self._X[lo : lo + _SPARSE_TILE]
+            T = _csr_rows(self._X, lo, min(lo + _SPARSE_TILE, self.n_samples))
             if k:
                 T = _with_values(T, _shifted(T.data, k))
             P = np.ascontiguousarray((T @ keys - shift).T)
@@ -2503,9 +2566,10 @@ class SparseRows(_Rows):
         )
 
     def map_rows(self, fn, *args, dtype=np.float64, columns=None):
-        """``fn(rows, *args)`` on the rows as given (CSR, float64; the offset
-        not subtracted), by chunks of rows: the temporaries of ``fn`` (a copy
-        of the rows, a dense block of ``columns`` values a row) are a chunk's."""
+        """``fn(rows, *args)`` on the rows as given (CSR, read in float64 by
+        :func:`_csr_rows`; the offset not subtracted), by chunks of rows: the
+        temporaries of ``fn`` (a copy of the rows, a dense block of
+        ``columns`` values a row) are a chunk's."""
         X = self._X
         # About _CHUNK_BYTES of non-zeros or of output a chunk; a wide output
         # (transform's n x d) takes fewer rows than dense passes' 256.
@@ -2531,7 +2595,9 @@ class SparseRows(_Rows):
         """The rows ``idx`` of positive weight as a :class:`SparseRows` with the same offset and scale."""
         idx = self._weighted_indices(idx)
         weight = None if self.sample_weight is None else self.sample_weight[idx]
-        return SparseRows(self._X[idx], weight, self.scale, self.offset, compiled=self.compiled)
+        return SparseRows(
+            self._X[idx], weight, self.scale, self.offset, compiled=self.compiled, dtype=np.float64
+        )
 
     def project(self, V):
         """``((X - 1 m^T) / s) V``: an (n, K) array (infinite beyond float64, as
@@ -2788,7 +2854,7 @@ def gram_matrix(A, exponent=0):
 
 def left_times(B, A, dtype):
     """``B @ A`` as a dense C-contiguous array of ``dtype``: a sparse A
-    multiplied in float64 (as :class:`SparseRows` holds it), a dense one in
+    multiplied in float64 (as :class:`SparseRows` reads it), a dense one in
     the dtype of the product."""
     if sp.issparse(A):
         # By blocks of A's columns (rows of A^T in CSR), each product cast
@@ -2797,7 +2863,7 @@ def left_times(B, A, dtype):
         At = sp.csr_matrix(A.T)
         out = np.empty((B.shape[0], A.shape[1]), dtype=dtype)
         for lo, hi in row_chunks(At.shape[0], B.shape[0]):
-            out[:, lo:hi] = (_csr_rows(At, lo, hi).astype(np.float64) @ B.T).T
+            out[:, lo:hi] = (_csr_rows(At, lo, hi) @ B.T).T
         return out
     return np.asarray(B @ A).astype(dtype, copy=False)
 
@@ -2843,11 +2909,30 @@ def unit_rows(rows):
     return rows
 
 
+def _column_blocks(X):
+    """``(a, b)`` of the blocks of columns of CSR X that :meth:`SparseRows._column_sums`
+    reads in turn: about ``_CHUNK_BYTES`` of float64 non-zeros each, or
+    ``nnz / _MOST_COLUMN_BLOCKS`` of them where more (each block is a scan
+    of all the non-zeros, ``X[:, a:b]``); one block for all columns when
+    they fit in one (no scan)."""
+    per_block = max(_CHUNK_BYTES // 8, -(-X.nnz // _MOST_COLUMN_BLOCKS), 1)
+    if X.nnz <= per_block:
+        return [(0, X.shape[1])]
+    ends = np.cumsum(_column_counts(X.indices, X.shape[1]))
+    cuts = np.searchsorted(ends, np.arange(per_block, X.nnz, per_block), side="right")
+    edges = np.unique(np.concatenate([[0], cuts, [X.shape[1]]]))
+    return list(zip(edges[:-1].tolist(), edges[1:].tolist()))
+
+
 def _csr_rows(X, lo, hi):
-    """Rows ``lo:hi`` of the CSR matrix X on X's own arrays (``X[lo:hi]`` copies them)."""
+    """Rows ``lo:hi`` of the CSR matrix X on X's own index arrays (``X[lo:hi]``
+    copies them), their values in float64: X's own when float64, else a copy
+    of the block's (the one place float32 non-zeros are read in float64, so
+    that the passes give the numbers of a float64 copy of X)."""
     a, b = X.indptr[lo], X.indptr[hi]
     return sp.csr_matrix(
-        (X.data[a:b], X.indices[a:b], X.indptr[lo : hi + 1] - a), shape=(hi - lo, X.shape[1])
+        (np.asarray(X.data[a:b], dtype=np.float64), X.indices[a:b], X.indptr[lo : hi + 1] - a),
+        shape=(hi - lo, X.shape[1]),
     )
 
 
@@ -2974,7 +3059,7 @@ def _centred_storage(X, m, sample_weight=None):
         )
     if not np.any(far):
         return X, m
-    data = X.data.copy()
+    data = X.data.astype(np.float64)  # a copy, centred in float64 whatever X's dtype
     entries = far[X.indices]
     data[entries] -= m[X.indices[entries]]
     Y = sp.csr_matrix((data, X.indices, X.indptr), shape=X.shape)

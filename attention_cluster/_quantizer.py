@@ -310,7 +310,7 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
                     else:
                         context = spectrum.moment
                         context *= temperature * K
-                    # Sparse rows are held in float64 (SparseRows), and so is
+                    # Sparse rows are read in float64 (SparseRows), and so is
                     # their product: each chunk's is cast to X's dtype.
                     context = _factor_for(context, X.dtype)
                     if sp.issparse(X):

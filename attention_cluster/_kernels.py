@@ -608,6 +608,66 @@ def repeats_a_column(indptr, indices, n_columns):
     return False
 
 
+def transpose_product(indptr, indices, data, A, n_columns):
+    """``X^T A`` (``n_columns`` x k, float64) for the CSR rows ``X = (indptr,
+    indices, data)`` (n x ``n_columns``, float32 or float64) and A (n x k,
+    or n) float64.
+
+    SciPy's ``X.T @ A`` of a float64 copy of X, bit for bit, with no copy:
+    each stored value is read in float64 as it comes, and the products are
+    added in SciPy's order (``csc_matvecs`` of ``X.T``: the rows in turn,
+    each row's entries as stored, ``out[j] += x_ij A[i]``, from zero), each
+    rounded before its sum (no fastmath: no multiply-add fused, no sum
+    reordered).
+    """
+    out = np.zeros((n_columns, *A.shape[1:]))
+    _add_transpose_product(
+        indptr, indices, data, A[:, None] if A.ndim == 1 else A, out.reshape(n_columns, -1)
+    )
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _add_transpose_product(indptr, indices, data, A, out):
+    """``out += X^T A`` in the order of :func:`transpose_product`. The
+    positions are read as unsigned (they are not negative): Numba then
+    checks no index for a wrap-around, a branch per value read that made
+    the kernel slower than SciPy's loop."""
+    k = A.shape[1]
+    for i in range(indptr.shape[0] - 1):
+        a = A[i]
+        for p in range(np.uint64(indptr[i]), np.uint64(indptr[i + 1])):
+            o = out[np.uint64(indices[p])]
+            x = np.float64(data[p])
+            for c in range(k):
+                o[c] += x * a[c]
+
+
+def centred_column_sums(indptr, indices, data, offset, w):
+    """``(total, stored)``: ``total_j = sum_i w_i (x_ij - offset_j)`` and
+    ``stored_j = sum_i w_i`` over the stored entries ``x_ij`` of the CSR rows
+    ``X = (indptr, indices, data)`` (float32 or float64), in float64.
+
+    SciPy's products ``C^T w`` and ``P^T w``, bit for bit, for C the stored
+    values less the offset (in float64) and P the pattern of X (ones), with
+    no copy of the values: the order of :func:`transpose_product`.
+    """
+    total, stored = np.zeros(offset.shape[0]), np.zeros(offset.shape[0])
+    _add_centred_column_sums(indptr, indices, data, offset, w, total, stored)
+    return total, stored
+
+
+@njit(cache=True, nogil=True)
+def _add_centred_column_sums(indptr, indices, data, offset, w, total, stored):
+    """Adds :func:`centred_column_sums`' sums to ``total`` and ``stored``."""
+    for i in range(indptr.shape[0] - 1):
+        wi = w[i]
+        for p in range(np.uint64(indptr[i]), np.uint64(indptr[i + 1])):
+            j = np.uint64(indices[p])
+            total[j] += (np.float64(data[p]) - offset[j]) * wi
+            stored[j] += wi
+
+
 @njit(cache=True, nogil=True)
 def draw_sparse_rows(indptr, indices, data, cum_weights, inv_scale, offset, state, out):
     """:func:`draw_rows` for CSR rows ``(x - offset) * inv_scale``, densified into ``out``.

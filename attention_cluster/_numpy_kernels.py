@@ -14,6 +14,7 @@ the formulas' places in ``math.md`` are those of the namesakes.
 import functools
 
 import numpy as np
+import scipy.sparse as sp
 
 from ._kernels import REG_PAIRWISE, REG_PRODUCT, angle_and_drop
 
@@ -30,12 +31,14 @@ _COLUMN_HEADS = 16
 __all__ = [
     "abs_argmax_rows",
     "argmax_rows",
+    "centred_column_sums",
     "exact_row_terms",
     "posterior_columns",
     "projected_row_terms",
     "rotate_pair",
     "rotate_pairs",
     "scaled_blocks",
+    "transpose_product",
 ]
 
 
@@ -324,3 +327,25 @@ def exact_row_terms(X, w, inv_scale, U, MU, c, lm1, reg, rho, P, blocks=None, id
         total += part
         P += CT @ XT.T
     return total
+
+
+def _transposed(indptr, indices, values, n_columns):
+    """The transpose of the CSR rows ``(indptr, indices, values)`` of
+    ``n_columns`` columns, as CSC on the same arrays (no copy)."""
+    return sp.csc_matrix((values, indices, indptr), shape=(n_columns, indptr.shape[0] - 1))
+
+
+def transpose_product(indptr, indices, data, A, n_columns):
+    """:func:`._kernels.transpose_product`: SciPy's ``X.T @ A`` of a float64
+    copy of the rows (of none, for float64 rows)."""
+    return _transposed(indptr, indices, np.asarray(data, dtype=np.float64), n_columns) @ A
+
+
+def centred_column_sums(indptr, indices, data, offset, w):
+    """:func:`._kernels.centred_column_sums`: SciPy's products ``C^T w`` and
+    ``P^T w`` of copies of the values (in float64, less the offset) and of
+    the pattern."""
+    n_columns = offset.shape[0]
+    values = np.asarray(data, dtype=np.float64) - offset[indices]
+    total = _transposed(indptr, indices, values, n_columns) @ w
+    return total, _transposed(indptr, indices, np.ones_like(values), n_columns) @ w

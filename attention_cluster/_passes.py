@@ -1169,10 +1169,6 @@ _MOMENT_ROWS_PER_FEATURE = 8
 
 # Rows per tile of SparseRows.e_step: its scores are tile x K float64.
 _SPARSE_TILE = 8192
-# Most blocks of columns a sum over float32 sparse rows reads in turn
-# (SparseRows._column_sums): each block is a scan of all the non-zeros (about
-# 8 ns each), and each block's float64 copy a share of them.
-_MOST_COLUMN_BLOCKS = 8
 
 # Rows per tile of the BLAS E step and moments pass: each tile's sums are
 # formed in the rows' dtype, then added in float64, so that float32 rows'
@@ -2161,10 +2157,10 @@ class SparseRows(_Rows):
     projections. Same interface as :class:`DenseRows`.
 
     The non-zeros are kept in X's dtype: float32 ones are read in float64
-    by blocks as each pass takes them (:func:`_csr_rows`: of rows for the
-    products ``X V``, of columns for the sums over rows ``X^T A``,
-    :meth:`_column_sums`), so that the passes give the numbers of a float64
-    copy of X, bit for bit, without one.
+    as each pass takes them (by blocks of rows for the products ``X V``,
+    :func:`_csr_rows`; one at a time by the sums over rows ``X^T A``,
+    :meth:`_sums_over_rows`), so that the passes give the numbers of a
+    float64 copy of X, bit for bit, without one.
 
     Parameters
     ----------
@@ -2272,32 +2268,26 @@ class SparseRows(_Rows):
         XV -= self.offset @ V
         return XV
 
-    def _column_sums(self, fn):
-        """The sums over the rows ``fn(B, a, b)`` (one row of output per
-        column: ``B^T A``, say) of the blocks of columns ``B = X[:, a:b]``
-        (CSR, read in float64, columns numbered from a), stacked.
+    def _sum_kernels(self):
+        """The module whose ``transpose_product`` and ``centred_column_sums``
+        sum over the rows. Either gives SciPy's product of a float64 copy of
+        X, bit for bit: the compiled ones (:attr:`kernels`, for float32 X)
+        read float32 non-zeros in float64 one at a time, with no copy of
+        them; float64 X runs SciPy's product (NumPy's forms), which copies
+        no float64 values and takes less time than the kernel on them."""
+        return _numpy_kernels if self._X.dtype == np.float64 else self.kernels
 
-        Float32 X by blocks of :func:`_column_blocks`: a column's sum is then
-        the whole matrix's, over its entries in the order of the rows (the
-        same numbers as ``X^T A`` of a float64 copy), with no float64 copy
-        of all the non-zeros. Float64 X, read as it is, in one block.
-        """
-        whole = [(0, self.n_features)]
-        blocks = whole if self._X.dtype == np.float64 else _column_blocks(self._X)
-        if len(blocks) == 1:
-            return fn(_csr_rows(self._X, 0, self.n_samples), 0, self.n_features)
-        out = None
-        for a, b in blocks:
-            part = fn(_csr_rows(self._X[:, a:b], 0, self.n_samples), a, b)
-            if out is None:
-                out = np.empty((self.n_features, *part.shape[1:]), dtype=part.dtype)
-            out[a:b] = part
-        return out
+    def _sums_over_rows(self, A):
+        """``X^T A`` (unscaled, the offset not subtracted), A float64 of
+        shape (n, k) or (n,): one row of output per column."""
+        X = self._X
+        return self._sum_kernels().transpose_product(
+            X.indptr, X.indices, X.data, A, self.n_features
+        )
 
     def _transpose_product(self, A):
         """``(X - 1 m^T)^T A`` (unscaled), A of shape (n, k)."""
-        XA = self._column_sums(lambda B, a, b: B.T @ A)
-        return XA - np.outer(self.offset, A.sum(axis=0))
+        return self._sums_over_rows(A) - np.outer(self.offset, A.sum(axis=0))
 
     # (the stored values, their largest |x_ij|) of _magnitudes: copies that
     # keep the values (centred, rescaled) keep it.
@@ -2353,11 +2343,10 @@ class SparseRows(_Rows):
         rows, _ = self._summed()
         w, m = self._w(), rows.offset
         if not np.any(m):
-            return rows._column_sums(lambda B, a, b: B.T @ w) / self.total_weight / rows.scale
-        stored = rows._column_sums(lambda B, a, b: _with_values(B, np.ones_like(B.data)).T @ w)
-        total = rows._column_sums(
-            lambda B, a, b: _with_values(B, B.data - m[a:b][B.indices]).T @ w
-        ) - m * (self.total_weight - stored)
+            return rows._sums_over_rows(w) / self.total_weight / rows.scale
+        X = rows._X
+        total, stored = rows._sum_kernels().centred_column_sums(X.indptr, X.indices, X.data, m, w)
+        total -= m * (self.total_weight - stored)
         return total / self.total_weight / rows.scale
 
     def centred(self, offset):
@@ -2907,21 +2896,6 @@ def unit_rows(rows):
         norms[lo:hi] = np.linalg.norm(rows[lo:hi], axis=1, keepdims=True)
     rows /= np.where(norms > 0, norms, 1)
     return rows
-
-
-def _column_blocks(X):
-    """``(a, b)`` of the blocks of columns of CSR X that :meth:`SparseRows._column_sums`
-    reads in turn: about ``_CHUNK_BYTES`` of float64 non-zeros each, or
-    ``nnz / _MOST_COLUMN_BLOCKS`` of them where more (each block is a scan
-    of all the non-zeros, ``X[:, a:b]``); one block for all columns when
-    they fit in one (no scan)."""
-    per_block = max(_CHUNK_BYTES // 8, -(-X.nnz // _MOST_COLUMN_BLOCKS), 1)
-    if X.nnz <= per_block:
-        return [(0, X.shape[1])]
-    ends = np.cumsum(_column_counts(X.indices, X.shape[1]))
-    cuts = np.searchsorted(ends, np.arange(per_block, X.nnz, per_block), side="right")
-    edges = np.unique(np.concatenate([[0], cuts, [X.shape[1]]]))
-    return list(zip(edges[:-1].tolist(), edges[1:].tolist()))
 
 
 def _csr_rows(X, lo, hi):

@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference import (
@@ -419,6 +420,45 @@ def test_moment_sums_propagate_nan_and_infinity():
     X[500, 1] = np.nan
     G, _ = kern.moment_sums(X, np.empty(0))
     assert np.isnan(G[1, 1])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    n=st.integers(0, 40),
+    d=st.integers(1, 30),
+    k=st.integers(1, 4),
+    density=st.floats(0.0, 1.0),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    index=st.sampled_from([np.int32, np.int64]),
+    kernels=st.sampled_from([kern, _numpy_kernels]),
+)
+def test_sums_over_csr_rows_are_scipys_products_of_a_float64_copy(
+    seed, n, d, k, density, dtype, index, kernels
+):
+    # SparseRows sums over float32 rows by these kernels, reading each value
+    # in float64 as it comes, where it held a float64 copy of them: their
+    # sums must be SciPy's X^T A of that copy bit for bit (its order, each
+    # product rounded before its sum). Values over 40 binades, so that a
+    # fused multiply-add or another order of the sums shows.
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, d, density=density, format="csr", random_state=rng, dtype=np.float64)
+    X.data *= 2.0 ** rng.integers(-20, 20, X.nnz)
+    X = sp.csr_matrix(
+        (X.data.astype(dtype), X.indices.astype(index), X.indptr.astype(index)), shape=X.shape
+    )
+    X64 = X.astype(np.float64)
+    A = rng.standard_normal((n, k)) * 2.0 ** rng.integers(-20, 20, (n, k))
+    offset, w = rng.standard_normal(d), rng.uniform(0.0, 2.0, n)
+    out = kernels.transpose_product(X.indptr, X.indices, X.data, A, d)
+    assert out.tobytes() == (X64.T @ A).tobytes()
+    vector = kernels.transpose_product(X.indptr, X.indices, X.data, A[:, 0], d)
+    assert vector.shape == (d,) and vector.tobytes() == (X64.T @ A[:, 0]).tobytes()
+    total, stored = kernels.centred_column_sums(X.indptr, X.indices, X.data, offset, w)
+    centred = sp.csr_matrix((X64.data - offset[X.indices], X.indices, X.indptr), shape=X.shape)
+    pattern = sp.csr_matrix((np.ones(X.nnz), X.indices, X.indptr), shape=X.shape)
+    assert total.tobytes() == (centred.T @ w).tobytes()
+    assert stored.tobytes() == (pattern.T @ w).tobytes()
 
 
 _FIT_DIGEST = """

@@ -11,6 +11,7 @@ import math
 import multiprocessing
 import os
 import threading
+import tracemalloc
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
@@ -359,13 +360,15 @@ def test_sparse_rows_match_dense_rows(weighted, centred, global_random_seed):
 @pytest.mark.parametrize("fmt", ["csr", "csc"])
 @pytest.mark.parametrize("centring", ["none", "mean", "far column"])
 @pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("compiled", [False, True])
 def test_float32_sparse_rows_give_the_passes_of_their_float64_copy(
-    fmt, centring, weighted, monkeypatch, global_random_seed
+    fmt, centring, weighted, compiled, monkeypatch, global_random_seed
 ):
     # SparseRows keeps float32 non-zeros as they are (it held one float64
-    # copy of them) and reads each block of rows, or of columns for the sums
-    # over rows, in float64: every pass gives bit for bit what it gives on a
-    # float64 copy. Blocks of 4 KiB: about 40 of rows and 16 of columns.
+    # copy of them) and reads each block of rows in float64, or each value
+    # as it comes for the sums over rows (compiled; NumPy's forms cast them
+    # all, on data too small to compile for): every pass gives bit for bit
+    # what it gives on a float64 copy. Blocks of 4 KiB: about 40 rows.
     monkeypatch.setattr(_passes, "_CHUNK_BYTES", 1 << 12)
     X, w, rng = _data(global_random_seed, n=1000, d=40, dtype=np.float32, weighted=weighted)
     X, S = _sparse_copy(X, rng)
@@ -374,7 +377,8 @@ def test_float32_sparse_rows_give_the_passes_of_their_float64_copy(
         X[:, 1] = (1e4 + 1e-2 * rng.standard_normal(len(X))).astype(np.float32)
         S = sp.csr_matrix(X)
     S = S.asformat(fmt)
-    rows, ref = SparseRows(S, w, scale=1.7), SparseRows(S.astype(np.float64), w, scale=1.7)
+    rows = SparseRows(S, w, scale=1.7, compiled=compiled)
+    ref = SparseRows(S.astype(np.float64), w, scale=1.7, compiled=compiled)
     if fmt == "csr":
         assert np.shares_memory(rows._X.data, S.data)  # no copy
     if centring != "none":
@@ -409,42 +413,29 @@ def test_float32_sparse_rows_give_the_passes_of_their_float64_copy(
     for got, want in zip(passes(rows), passes(ref), strict=True):
         np.testing.assert_array_equal(got, want)
         assert np.asarray(got).dtype == np.asarray(want).dtype
-    assert len(_passes._column_blocks(S.tocsr())) > 1  # (the float32 rows' blocks)
 
 
-@settings(deadline=None)
-@given(
-    seed=st.integers(0, 2**16),
-    n=st.integers(1, 200),
-    d=st.integers(1, 60),
-    density=st.floats(0.0, 1.0),
-    chunk_bytes=st.integers(8, 4096),
-)
-def test_sums_over_sparse_rows_by_blocks_of_columns_are_the_whole_sums(
-    seed, n, d, density, chunk_bytes
-):
-    # SparseRows sums over float32 rows (X^T A) by blocks of columns, each
-    # read in float64: each column's sum runs over its entries in the order
-    # of the rows, a float64 copy's, so that blocks of any size give its
-    # numbers bit for bit (blocks of rows would add their partial sums in
-    # another order).
-    rng = np.random.default_rng(seed)
-    X = sp.random(n, d, density=density, format="csr", random_state=rng, dtype=np.float32)
-    A = rng.standard_normal((n, 3))
-    offset = rng.standard_normal(d)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_passes, "_CHUNK_BYTES", chunk_bytes)
-        blocks = _passes._column_blocks(X)
-        rows = SparseRows(X, offset=offset)
-        got, vector = rows._transpose_product(A), rows._column_sums(lambda B, a, b: B.T @ A[:, 0])
-    assert blocks[0][0] == 0 and blocks[-1][1] == d
-    assert all(a < b for a, b in blocks) and all(
-        b == c for (_, b), (c, _) in zip(blocks, blocks[1:])
-    )
-    assert len(blocks) <= _passes._MOST_COLUMN_BLOCKS
-    X64 = X.astype(np.float64)
-    np.testing.assert_array_equal(got, X64.T @ A - np.outer(offset, A.sum(axis=0)))
-    np.testing.assert_array_equal(vector, X64.T @ A[:, 0])
+@pytest.mark.parametrize("centred", [False, True])
+def test_sums_over_float32_sparse_rows_copy_none_of_their_values(centred):
+    # The sums over float32 rows (X^T A, the mean) read each value in float64
+    # as it comes: they held a float64 copy of the values of a block of
+    # columns at a time, with a copy of its indices (X[:, a:b]); now only
+    # their outputs (a few d x k arrays) and the rows' unit weights.
+    rng = np.random.default_rng(0)
+    n, d, k = 5000, 400, 2
+    X = sp.random(n, d, density=0.4, format="csr", random_state=rng, dtype=np.float32)
+    offset = rng.standard_normal(d) if centred else None  # the mean's other sums
+    rows = SparseRows(X, offset=offset, compiled=True)
+    A = rng.standard_normal((n, k))
+    rows._transpose_product(A), rows.mean()  # compiled before they are traced
+    for pass_ in (lambda: rows._transpose_product(A), rows.mean):
+        tracemalloc.start()
+        try:
+            pass_()
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < X.nnz // 4, peak
 
 
 def test_rows_of_picks_the_backend():

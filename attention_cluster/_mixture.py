@@ -337,19 +337,7 @@ def _run_em(em, p0, tol, max_iter, rho, report):
     accounts for the overlap of the clusters in every direction. ``rho`` is
     estimated from the two EM steps of each SQUAREM iteration (the caller's
     value, from a previous data set or a cautious 0.9, until then), and the
-    rule is checked after each of the two. The rules take the largest rate
-    estimated in the run: two EM steps from an extrapolated point see the
-    fast directions that the extrapolation left, and their ratio is below
-    the rate of the slow direction, which returns (``math.md`` section 7).
-
-    SQUAREM's step length is bounded, as in Varadhan's SQUAREM package (Du
-    and Varadhan, J. Stat. Softw. 92, 2020): ``-alpha`` at most a bound
-    that starts at ``_SQUAREM_FIRST_BOUND``, grows ``_SQUAREM_GROWTH``-fold
-    when a step at the bound is kept and shrinks as much (to 1 at least)
-    when one is refused. Where the clusters overlap, EM's path curves along
-    its slow direction and SqS3's unbounded step (``-alpha`` in the
-    hundreds) overshoots it: refused iteration after iteration, each
-    refusal a pass that bought nothing.
+    rule is checked after each of the two.
 
     Along a direction the data barely determine (clusters that overlap),
     EM crawls and ``rho`` near 1 makes that rule wait long for a step that
@@ -367,7 +355,6 @@ def _run_em(em, p0, tol, max_iter, rho, report):
     S0, c0, ll0 = em.expect(p0)
     report(em, ll0)
     start = em.passes - 1
-    bound, estimated = _SQUAREM_FIRST_BOUND, False
     while em.passes - start < max_iter:
         p1, delta, settled = _em_step(em, S0, c0, p0, tol, rho)
         if settled:
@@ -375,11 +362,7 @@ def _run_em(em, p0, tol, max_iter, rho, report):
         S1, c1, ll1 = em.expect(p1)
         p2 = em.maximize(S1, c1, p1)
         delta2 = float(np.sum((p2.U - p1.U) ** 2))
-        if delta > 0:
-            # The largest rate estimated in this run (see the docstring).
-            rate = min(float(np.sqrt(delta2 / delta)), 0.99)
-            rho = max(rho, rate) if estimated else rate
-            estimated = True
+        rho = min(float(np.sqrt(delta2 / delta)), 0.99) if delta > 0 else rho
         if delta2 <= tol * standard_error(p2, em.n_effective) * (1.0 - rho):
             return p2, True, rho
         # EM does not lose likelihood: a loss is rounding. A threshold below
@@ -397,9 +380,8 @@ def _run_em(em, p0, tol, max_iter, rho, report):
         # SQUAREM step (Varadhan and Roland's SqS3; math.md section 7): with
         # r = v1 - v0 and v = v2 - 2 v1 + v0 in the parameter vector (heads,
         # r, log tau^2, log pi), the point v0 - 2 alpha r + alpha^2 v, alpha =
-        # min(-||r|| / ||v||, -1) but at least -bound, then one EM step from
-        # there; fall back to the second EM iterate if the point's
-        # likelihood is below p1's.
+        # min(-||r|| / ||v||, -1), then one EM step from there; fall back to
+        # the second EM iterate if the point's likelihood is below p1's.
         # (In place, the same numbers: at 2^20 features each vector is K
         # arrays of 8 MB, and their temporaries were five more.)
         v0, v1, v2 = p0.vector(), p1.vector(), p2.vector()
@@ -412,10 +394,9 @@ def _run_em(em, p0, tol, max_iter, rho, report):
             v += v0
         del v1, v2
         nr, nv = np.linalg.norm(r), np.linalg.norm(v)
-        candidate, at_bound = None, False
+        candidate = None
         if np.isfinite(nr) and np.isfinite(nv) and nv > 0.0:
-            alpha = max(min(-nr / nv, -1.0), -bound)
-            at_bound = alpha == -bound
+            alpha = min(-nr / nv, -1.0)
             point = np.multiply(r, 2.0 * alpha, out=r)
             point = np.subtract(v0, point, out=point)
             point += np.multiply(v, alpha**2, out=v)
@@ -425,13 +406,9 @@ def _run_em(em, p0, tol, max_iter, rho, report):
         if candidate is not None and em.passes - start < max_iter:
             Sc, cc, llc = em.expect(candidate)
             if llc >= ll1:
-                if at_bound:
-                    bound *= _SQUAREM_GROWTH
                 p0, S0, c0, ll0 = candidate, Sc, cc, llc
                 report(em, ll0)
                 continue
-        if at_bound:
-            bound = max(bound / _SQUAREM_GROWTH, 1.0)
         p0 = p2
         if em.passes - start >= max_iter:
             return p0, False, rho
@@ -666,14 +643,6 @@ def _newton_em(em, p0, sub, p_sub, tol, max_iter, rho, report, n_stage):
     p1, _, settled = _em_step(em, S, counts, p, tol, rho)
     return p1, settled, rho
 
-
-# SQUAREM's bound on its step length -alpha (_run_em): the first, and the
-# factor by which it grows after a step at the bound is kept and shrinks after
-# one is refused (Du and Varadhan's mstep, J. Stat. Softw. 92, 2020). Their
-# package starts at 1 (two EM steps); a first bound of 4 took as many passes
-# or fewer on overlapping clusters (math.md section 7).
-_SQUAREM_FIRST_BOUND = 4.0
-_SQUAREM_GROWTH = 4.0
 
 # Most GMRES steps of one Newton step's solve (one cycle, no restart).
 _GMRES_STEPS = 40

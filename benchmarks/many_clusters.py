@@ -231,11 +231,10 @@ def page(p):
         "on all rows, from the verbose log, for each fit that a ``fit`` call makes: two "
         'numbers where ``center="auto"`` found that the uncentred fit had lost a cluster and '
         "refitted the centred rows, the first fit's passes spent and discarded. Where the "
-        "clusters overlap, EM's rate is near 1 and the likelihood rises by a little at each "
-        "step; SQUAREM's extrapolations, their length bounded (math.md section 7), take "
-        "tens to hundreds of passes, and the refinement's stopping rule "
-        "waits for a step's gain to fall below its floor: the fit costs many times KMeans' "
-        "(and is more accurate by ARI in every row).",
+        "clusters overlap, the likelihood rises by a little at each EM step for hundreds of "
+        "steps, and the refinement's stopping rule (math.md section 7) waits for those steps' "
+        "gain to fall below its floor: the fit costs many times KMeans' (and is more accurate "
+        "by ARI in every row).",
         "",
         "| n | d | K | noise | weights | time ours | time KMeans(n_init=1) | "
         "time ours / KMeans(n_init=1) | EM passes (each fit) | KMeans' iterations | ARI ours | ARI KMeans |",

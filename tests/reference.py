@@ -320,18 +320,16 @@ def mixture_from_vector(v, d, K, free=False):
     return U, radii, float(np.exp(v[d * K + m])), softmax(v[d * K + m + 1 :])
 
 
-def squarem_point(v0, v1, v2, bound=np.inf):
+def squarem_point(v0, v1, v2):
     """SQUAREM's extrapolated point from two EM steps v0 -> v1 -> v2.
 
     Varadhan and Roland (Scand. J. Stat. 35, 2008), scheme SqS3: r = v1 -
     v0, v = v2 - 2 v1 + v0, alpha = -||r|| / ||v||, taken at most -1 (the
-    step length is never shorter than two EM steps) and at least -bound
-    (the step length's bound, as in Du and Varadhan's SQUAREM package), and
-    the point is v0 - 2 alpha r + alpha^2 v (math.md section 7:
-    "accelerated by SQUAREM").
+    step length is never shorter than two EM steps), and the point is
+    v0 - 2 alpha r + alpha^2 v (math.md section 7: "accelerated by SQUAREM").
     """
     r, v = v1 - v0, v2 - 2.0 * v1 + v0
-    alpha = max(min(-np.linalg.norm(r) / np.linalg.norm(v), -1.0), -bound)
+    alpha = min(-np.linalg.norm(r) / np.linalg.norm(v), -1.0)
     return v0 - 2.0 * alpha * r + alpha**2 * v
 
 

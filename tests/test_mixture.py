@@ -858,8 +858,7 @@ def _squarem_case(seed, free, weighted, tau0=0.55):
     parameter vector (heads, r, log tau^2, log pi) of math.md section 7, kept
     if its likelihood is at least p1's (then one EM step from it, the M step
     of the run's last E step), else the second EM iterate p2.
-    ``ratio`` is ``||r|| / ||v||``, SqS3's step length before its clip at 1
-    and at the run's first bound (``_SQUAREM_FIRST_BOUND``).
+    ``ratio`` is ``||r|| / ||v||``, SqS3's step length before its clip at 1.
     """
     X, _, C = _problem(seed, n=800, d=5, K=3, noise=0.7)
     rng = np.random.default_rng(seed)
@@ -879,8 +878,7 @@ def _squarem_case(seed, free, weighted, tau0=0.55):
         steps.append(mixture_em_step(X, w, *steps[-1], free=free))
     v0, v1, v2 = (mixture_vector(U, r, tau**2, pi, free) for U, pi, r, tau in steps)
     ratio = np.linalg.norm(v1 - v0) / np.linalg.norm(v2 - 2.0 * v1 + v0)
-    point = squarem_point(v0, v1, v2, mixture._SQUAREM_FIRST_BOUND)
-    U, radii, tau2, pi = mixture_from_vector(point, 5, 3, free)
+    U, radii, tau2, pi = mixture_from_vector(squarem_point(v0, v1, v2), 5, 3, free)
     extrapolated = reference_log_likelihood(
         X, w, U, pi, radii, np.sqrt(tau2)
     ) >= reference_log_likelihood(X, w, *steps[1])
@@ -893,24 +891,19 @@ def _squarem_case(seed, free, weighted, tau0=0.55):
     return p, (U, radii, tau**2, pi), extrapolated, ratio
 
 
-# A start at tau = 0.55 takes SqS3's step -alpha = ||r|| / ||v|| > 1 (about
-# 1.05 to 1.16, under the first bound 4); at tau = 1.5, ||r|| < ||v||, and
-# the step is clipped to alpha = -1 (whose point is the second EM iterate);
-# "bounded": the start at tau = 0.55 with a first bound of 1.02, which the
-# step reaches.
-_SQUAREM_STARTS = {"unclipped": (0.55, None), "clipped": (1.5, None), "bounded": (0.55, 1.02)}
+# A start at tau = 0.55 takes SqS3's step -alpha = ||r|| / ||v|| > 1; at
+# tau = 1.5, ||r|| < ||v||, and the step is clipped to alpha = -1 (whose
+# point is the second EM iterate).
+_SQUAREM_STARTS = {"unclipped": 0.55, "clipped": 1.5}
 
 
 @pytest.mark.parametrize("start", _SQUAREM_STARTS)
 @pytest.mark.parametrize("free", [False, True])
 @pytest.mark.parametrize("weighted", [False, True])
-def test_squarem_step_is_varadhan_and_roland_sqs3(
-    monkeypatch, start, free, weighted, global_random_seed
-):
-    tau0, bound = _SQUAREM_STARTS[start]
-    if bound is not None:
-        monkeypatch.setattr(mixture, "_SQUAREM_FIRST_BOUND", bound)
-    p, (U, radii, tau2, pi), _, _ = _squarem_case(global_random_seed, free, weighted, tau0)
+def test_squarem_step_is_varadhan_and_roland_sqs3(start, free, weighted, global_random_seed):
+    p, (U, radii, tau2, pi), _, _ = _squarem_case(
+        global_random_seed, free, weighted, _SQUAREM_STARTS[start]
+    )
     np.testing.assert_allclose(p.U, U, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(p.radii, radii, rtol=1e-10)
     np.testing.assert_allclose(p.variance, tau2, rtol=1e-10)
@@ -918,66 +911,13 @@ def test_squarem_step_is_varadhan_and_roland_sqs3(
 
 
 @pytest.mark.parametrize("free", [False, True])
-def test_squarem_starts_reach_every_step_length(monkeypatch, free):
-    # The test above reaches every case of SqS3's step length (at seed 0):
-    # between 1 and the bound, clipped at 1, at the bound; and keeps the
-    # extrapolated point.
-    for start, (tau0, bound) in _SQUAREM_STARTS.items():
-        monkeypatch.setattr(mixture, "_SQUAREM_FIRST_BOUND", bound or 4.0)
+def test_squarem_starts_reach_both_step_lengths(free):
+    # The test above reaches both cases of SqS3's step length (at seed 0),
+    # and keeps the extrapolated point.
+    for start, tau0 in _SQUAREM_STARTS.items():
         _, _, extrapolated, ratio = _squarem_case(0, free, True, tau0)
         assert extrapolated
-        assert (ratio > 1.0) == (start != "clipped")
-        assert (ratio > mixture._SQUAREM_FIRST_BOUND) == (start == "bounded")
-
-
-def _overlapping(seed, n, d, K, noise):
-    # Rows of K clusters that overlap, with free norms and a start off the
-    # centroids: EM's rate along its slow direction is near 1.
-    kind = "random" if K > d else "orthogonal"
-    X, _, C = make_mixture(n, d, K, noise=noise, centroids=kind, random_state=seed)
-    rng = np.random.default_rng(seed)
-    start = C + 0.3 * np.mean(np.linalg.norm(C, axis=1)) * rng.standard_normal(C.shape)
-    radii = np.linalg.norm(start, axis=1)
-    p = _Params(
-        np.ascontiguousarray((start / radii[:, None]).T),
-        radii,
-        noise**2,
-        np.full(K, -np.log(K)),
-        free=True,
-    )
-    return _EM(DenseRows(X, n_threads=1), float(np.mean(np.sum(X**2, axis=1)))), p
-
-
-@pytest.mark.parametrize("seed", [0, 1])
-def test_squarem_gains_more_than_plain_em_in_as_many_passes(seed):
-    # d = 2, K = 8 overlapping clusters: SqS3's unbounded step (-alpha in
-    # the hundreds) overshot EM's curved path and was refused iteration
-    # after iteration, a pass each: SQUAREM stopped after 105 and 139
-    # passes, 0.01 nats below plain EM's likelihood after as many. Bounded,
-    # it stops after 30 and 45 passes, 2.6 and 1.9 nats above it.
-    em, p0 = _overlapping(seed, 4000, 2, 8, 0.3)
-    curve = []
-    _, converged, _ = mixture._run_em(em, p0, 1e-3, 500, 0.9, lambda em, ll: curve.append(ll))
-    assert converged and em.passes < 60
-    plain, p = _EM(em.data, em.mean_sq), p0
-    for _ in range(em.passes):
-        S, counts, ll = plain.expect(p)
-        p = plain.maximize(S, counts, p)
-    assert em.total * curve[-1] > em.total * ll + 1.0
-
-
-def test_squarem_stops_at_its_resolution_after_an_extrapolation():
-    # Two EM steps from an extrapolated point see the fast directions the
-    # extrapolation left: their ratio (0.10 here) had stopped the run by the
-    # rule on the heads 1.65 nats below the maximum, where tol p / 2 = 0.015
-    # nats was asked. The largest rate of the run stops it within that.
-    em, p0 = _overlapping(2, 4000, 5, 5, 0.6)
-    curve = []
-    p, converged, _ = mixture._run_em(em, p0, 1e-3, 500, 0.9, lambda em, ll: curve.append(ll))
-    assert converged
-    best = []
-    mixture._run_em(_EM(em.data, em.mean_sq), p0, 1e-12, 5000, 0.9, lambda em, ll: best.append(ll))
-    assert em.total * (best[-1] - curve[-1]) < 1e-3 * mixture.free_parameters(p) / 2.0
+        assert (ratio > 1.0) == (start == "unclipped")
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

@@ -887,6 +887,20 @@ _METHODS = (
 )
 
 
+def _model_and_state(estimator, method, X):
+    """A clone of ``estimator``, fitted on X when ``method`` needs a fitted
+    one, and a copy of its attributes: a refused call leaves them as they are."""
+    model = clone(estimator)
+    if method in _FITTED:
+        model.fit(X)
+    return model, dict(model.__dict__)
+
+
+def _computed(*args, **kwargs):
+    """A Dask scheduler that fails: the refusals come before any computation."""
+    raise AssertionError("computed")
+
+
 @pytest.mark.parametrize(
     "estimator, method",
     _METHODS,
@@ -928,19 +942,13 @@ def test_dates_and_durations_are_refused_alike_in_memory_and_through_dask(
         kinds[name] = (frame, dd.from_pandas(frame, npartitions=3))
     for name, array in arrays.items():
         kinds[name] = (array, da.from_array(array, chunks=(100, -1)))
-    model = clone(estimator)
-    if method in _FITTED:
-        model.fit(X)
-    state = dict(model.__dict__)
-
-    def computed(*args, **kwargs):
-        raise AssertionError("computed")
+    model, state = _model_and_state(estimator, method, X)
 
     for name, (in_memory, lazy) in kinds.items():
         messages = []
         for rows in (in_memory, lazy):
             with (
-                dask.config.set(scheduler=computed),
+                dask.config.set(scheduler=_computed),
                 pytest.raises(
                     TypeError, match=r"(dates|durations), which are not read as numbers"
                 ) as error,
@@ -976,19 +984,13 @@ def test_columns_of_no_numbers_are_refused_alike_in_memory_and_through_dask(
             [[i] for i in range(300)], dtype=pd.ArrowDtype(pa.list_(pa.int64()))
         ),
     }
-    model = clone(estimator)
-    if method in _FITTED:
-        model.fit(X)
-    state = dict(model.__dict__)
-
-    def computed(*args, **kwargs):
-        raise AssertionError("computed")
+    model, state = _model_and_state(estimator, method, X)
 
     for shown, column in columns.items():
         frame = pd.DataFrame({"c": column, **numbers})
         message = re.escape(f"Column 'c' of X has dtype={shown}, which holds neither numbers")
         for rows in (frame, dd.from_pandas(frame, npartitions=3)):
-            with dask.config.set(scheduler=computed), pytest.raises(TypeError, match=message):
+            with dask.config.set(scheduler=_computed), pytest.raises(TypeError, match=message):
                 getattr(model, method)(rows)
             assert model.__dict__.keys() == state.keys(), shown
 
@@ -1011,10 +1013,7 @@ def test_numpys_dates_among_objects_are_refused_in_memory_and_through_dask(
     pd = pytest.importorskip("pandas")
     X = make_mixture(300, 3, 2, noise=0.3, random_state=0)[0]
     days = [np.timedelta64(int(v), "D") for v in np.round(X[:, 1] * 30)]
-    model = clone(estimator)
-    if method in _FITTED:
-        model.fit(X)
-    state = dict(model.__dict__)
+    model, state = _model_and_state(estimator, method, X)
     for kind, values in (
         ("dates", [np.datetime64("2020-01-01") + d for d in days]),
         ("durations", days),

@@ -118,7 +118,7 @@ def _apply(W, X):
     if X.dtype != np.float64 and X.shape[1] * peak_unit(X) * peak_unit(W) > float(
         np.finfo(X.dtype).max
     ):
-        return np.asarray(X, dtype=np.float64) @ W.T
+        return X.astype(np.float64) @ W.T  # (dense or sparse X)
     return X @ W.T.astype(X.dtype, copy=False)
 
 
@@ -377,7 +377,7 @@ def _span_basis(flow, Z):
     many"). A step then costs at most ``m^3`` multiply-adds instead of
     ``m^2 d``, after one product ``Z Z^T`` (half a step's cost; of sparse
     tokens, a sparse product) and its Cholesky factor (an eigendecomposition
-    where it is nearly singular): taken when
+    where its factor is ill conditioned): taken when
     ``d >= 2 m`` (rows far wider than there are tokens: TF-IDF documents)
     and a step's ``m^2 d`` is at least ``_SPAN_MIN_WORK``. Below that the
     steps are cheap, and the tokens are kept as given: the coordinates are
@@ -461,7 +461,7 @@ def attention_flow(
     >>> bool(np.allclose(np.linalg.norm(path, axis=2), 1.0))
     True
     """
-    check_dtypes(X)
+    X = check_dtypes(X)
     with quiet_finite_check():
         X = check_array(X, dtype=[np.float64, np.float32], input_name="X")
     n_steps = check_positive(n_steps, "n_steps", numbers.Integral, min_val=0, strict=False)

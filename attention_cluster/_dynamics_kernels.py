@@ -203,8 +203,9 @@ def attention(queries, keys, values, beta, log_weights=None, block_rows=None, n_
     the keys, against a coordinate 1 of the queries, so that the logits of
     the BLAS product hold it. Keys and values are cast to the queries'
     dtype, which the results keep (``log Z_i`` infinite beyond its range;
-    outputs beyond it float64), unless the logits, or a tile's sums of values, may pass a quarter of
-    float32's range (``|logit| <= (d + 1) max |q| max |beta k|``, beta of
+    the outputs float64 where they may pass a quarter of it,
+    :func:`_in_dtype`: then their dtype is not the queries'), unless the
+    logits, or a tile's sums of values, may pass a quarter of float32's range (``|logit| <= (d + 1) max |q| max |beta k|``, beta of
     about 1e37 on unit tokens; ``4096 max |v|``): the pass then runs in
     float64 (:func:`_float32_fits`). The row
     maximum is subtracted before the exponential, so any ``beta`` and any
@@ -282,8 +283,10 @@ def _float32_fits(dtype, bound):
 
 def _in_dtype(result, dtype):
     """``(out, log_norm)`` of a float64 pass in ``dtype`` (float32): ``log
-    Z_i`` beyond its range infinite; the outputs, means of the values, in
-    float64 where they pass it (values of 1e200, a value map's)."""
+    Z_i`` beyond its range infinite; the outputs, means of the values, kept
+    in float64 where their largest entry may pass a quarter of its range
+    (:func:`_float32_fits`; values of 1e200, a value map's): ``out`` then
+    float64 beside a float32 ``log_norm``."""
     out, log_norm = result
     with np.errstate(over="ignore"):
         log_norm = log_norm.astype(dtype)

@@ -2671,7 +2671,7 @@ def rows_from(
         chunks be known, so that nothing is computed until the outputs are
         (``_validation.check_dask_array``).
     """
-    check_dtypes(X)
+    X = check_dtypes(X)
     if is_dask_collection(X):
         if in_memory:
             raise TypeError(

@@ -308,6 +308,7 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
                         c, context = rows.scaled_second_moment()
                         context *= (temperature * K * c) * c
                     else:
+                        # (The spectrum is this call's, not read after.)
                         context = spectrum.moment
                         context *= temperature * K
                     # Sparse rows are read in float64 (SparseRows), and so is

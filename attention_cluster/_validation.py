@@ -479,7 +479,7 @@ def gathered(estimator, X, *, reset, sample_weight=None):
     X's dtypes are checked first, in memory or not (:func:`check_dtypes`),
     and a Dask collection's objects once computed.
     """
-    check_dtypes(X)
+    X = check_dtypes(X)
     if not is_dask_collection(X):
         return X
     if len(X.shape) == 2 and not reset:
@@ -647,6 +647,11 @@ def check_dtypes(X):
     TypeError NumPy raises for them when read. Any other dtype (numbers, bools, text, objects;
     complex numbers; a frame's dtypes of a library's own types) is left to
     the rows' checks.
+
+    Returns X, but a list whose array NumPy makes in float64 as that array:
+    the rows' checks then read it as they would have read the list, without
+    converting it a second time (other lists are returned as they are: a
+    list of float32 values is read in float64, as scikit-learn reads it).
     """
     dtypes = getattr(X, "dtypes", None)
     if hasattr(dtypes, "items") and hasattr(X, "columns"):
@@ -672,10 +677,13 @@ def check_dtypes(X):
         try:
             values = np.asarray(X)
         except (TypeError, ValueError, OverflowError):
-            return  # (check_array's error, with its message.)
+            return X  # (check_array's error, with its message.)
         _check_dtype(values.dtype, "X", "np.asarray(X)", _NUMPY_DAY)
         if values.dtype.kind == "O":
             check_object_values(values, array="np.asarray(X)")
+        if values.dtype == np.float64:
+            return values
+    return X
 
 
 # One day in the advice of check_dtypes' messages, of a pandas column and of

@@ -1317,3 +1317,37 @@ def test_numpys_dates_among_objects_are_refused_by_the_functions(kind):
         for rows in (objects, listed):
             with pytest.raises(TypeError, match=rf"Column 2 of X has dtype=object, .*, {kind},"):
                 call(rows)
+
+
+def test_a_list_of_rows_is_converted_once(monkeypatch):
+    # check_dtypes reads a list as the array NumPy makes of it (its dates may
+    # be in any row), and scikit-learn's check_array then converted the list
+    # a second time. The float64 array is passed on; a list whose array is
+    # not float64 (np.float32 values, read in float64 by check_array) is
+    # left as it is. Counted by the conversions of a list of this length.
+    from attention_cluster import _validation
+
+    X = make_mixture(200, 3, 2, noise=0.3, random_state=0)[0]
+    rows = X.tolist()
+    converted = []
+    asarray = np.asarray
+
+    def counted(a, *args, **kwargs):
+        if isinstance(a, list) and len(a) == len(rows):
+            converted.append(1)
+        return asarray(a, *args, **kwargs)
+
+    monkeypatch.setattr(np, "asarray", counted)
+    model = AttentionClustering(2, random_state=0).fit(rows)
+    monkeypatch.undo()
+    assert len(converted) == 1
+    assert np.array_equal(
+        model.cluster_centers_, AttentionClustering(2, random_state=0).fit(X).cluster_centers_
+    )
+    assert isinstance(_validation.check_dtypes(rows), np.ndarray)
+    float32_rows = [[np.float32(v) for v in row] for row in rows]
+    assert _validation.check_dtypes(float32_rows) is float32_rows
+    assert (
+        AttentionClustering(2, random_state=0).fit(float32_rows).cluster_centers_.dtype
+        == np.float64
+    )

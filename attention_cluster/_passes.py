@@ -92,6 +92,7 @@ from ._validation import (
     check_dtypes,
     check_sample_weight,
     is_dask_collection,
+    largest_magnitude,
     peak_unit,
     power_of_two_unit,
     quiet_finite_check,
@@ -646,7 +647,7 @@ class DenseRows(_Rows):
             G, total = sums(B, w)
             top = float(np.max(np.diag(G))) if G.size else 0.0
             if not (np.isfinite(top) and top > tiny):
-                peak = _largest_magnitude(B)
+                peak = largest_magnitude(B)
                 if not np.isfinite(peak):  # NaN propagates through max and min
                     return ("NaN" if np.isnan(peak) else "infinity"), (0.0, 0), G, total, 0
                 if peak == 0.0:
@@ -737,7 +738,7 @@ class DenseRows(_Rows):
                 total = w @ B
             if np.max(np.abs(total), initial=0.0) <= _HUGE_ROWS:
                 return total * inv, 0
-            shift = _huge_exponent(_largest_magnitude(B))
+            shift = _huge_exponent(largest_magnitude(B))
             return (w @ np.ldexp(B, -shift)) * inv, shift
 
         total, top_shift = _sum_at_common_shift(
@@ -759,9 +760,9 @@ class DenseRows(_Rows):
         dtype = self.dtype
         if dtype != np.float64:
             if self._stored_peak is None:
-                self._stored_peak = _largest_magnitude(self._X)
+                self._stored_peak = largest_magnitude(self._X)
             total = self._offset + offset if self._offset.size else offset
-            if self._stored_peak + _largest_magnitude(total) > float(np.finfo(dtype).max):
+            if self._stored_peak + largest_magnitude(total) > float(np.finfo(dtype).max):
                 dtype = np.dtype(np.float64)
         other = copy.copy(self)
         other.dtype = dtype
@@ -1262,12 +1263,6 @@ _HUGE_FLOAT32_ROWS = 2.0**100
 _MAX_EXPONENT = 1020
 
 
-def _largest_magnitude(values):
-    """``max |v|`` of an array (0 when empty; NaN when it holds one): two
-    reductions, where ``np.abs`` would copy the values first."""
-    return max(float(np.max(values)), -float(np.min(values))) if values.size else 0.0
-
-
 def _sum_at_common_shift(parts, size):
     """``(S, e)``: the sum of the values ``t 2^e_t`` of ``parts``, pairs ``(t,
     e_t)`` of ``size`` numbers, as ``S 2^e`` with e the largest ``e_t``
@@ -1457,7 +1452,7 @@ def _finiteness(B):
     NaN propagates through max and min, and an infinity is the max or the
     min: two scans find both.
     """
-    peak = _largest_magnitude(B)
+    peak = largest_magnitude(B)
     if np.isfinite(peak):
         return None
     return "NaN" if np.isnan(peak) else "infinity"
@@ -2297,7 +2292,7 @@ class SparseRows(_Rows):
         """``(max |x_ij|, max |m_j|)``, of the stored values and of the offset (0 when empty)."""
         data = self._X.data
         if self._top is None or self._top[0] is not data:
-            top = _largest_magnitude(data)
+            top = largest_magnitude(data)
             self._top = (data, top)
         off = float(np.max(np.abs(self.offset))) if self.offset.size else 0.0
         return self._top[1], off

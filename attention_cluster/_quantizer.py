@@ -16,6 +16,7 @@ from ._validation import (
     check_positive,
     finite_output,
     gathered,
+    largest_magnitude,
     power_of_two_unit,
     quiet_finite_check,
 )
@@ -329,8 +330,7 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         # Divide by the largest entry first, then by the remaining unit-scale
         # factor of s, so that X / s neither overflows nor underflows (s and
         # the peak both divided by the spectrum's power of two).
-        # (No |tokens| temporary: the largest and the smallest entry.)
-        peak = float(max(np.max(tokens), -np.min(tokens)))
+        peak = largest_magnitude(tokens)
         if peak == 0.0:
             return np.zeros_like(tokens)
         unit_scale = spectrum.scale / (peak / unit)

@@ -279,6 +279,12 @@ def quiet_finite_check():
     return np.errstate(over="ignore", invalid="ignore")
 
 
+def largest_magnitude(values):
+    """``max |v|`` of an array (0 when empty; NaN when it holds one): two
+    reductions, where ``np.abs`` would copy the values first."""
+    return max(float(np.max(values)), -float(np.min(values))) if values.size else 0.0
+
+
 def peak_unit(*arrays):
     """:func:`power_of_two_unit` of the largest ``|x|`` of ``arrays`` (dense
     arrays, or sparse matrices whose stored values are read), 1 when every
@@ -287,10 +293,7 @@ def peak_unit(*arrays):
     underflows (exact, a power of two)."""
     peak = 0.0
     for A in arrays:
-        values = stored_values(A)
-        if values.size:
-            # The largest and the smallest value: no |A| temporary of A's size.
-            peak = max(peak, float(np.max(values)), -float(np.min(values)))
+        peak = max(peak, largest_magnitude(stored_values(A)))
     return power_of_two_unit(peak)
 
 

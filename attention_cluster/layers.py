@@ -30,7 +30,13 @@ shift, so ``L = 10000`` neither overflows nor exhausts memory.
 import numpy as np
 import scipy.sparse as sp
 
-from ._validation import check_count, check_matrix, check_temperature, finite_output
+from ._validation import (
+    check_count,
+    check_matrix,
+    check_temperature,
+    finite_output,
+    largest_magnitude,
+)
 
 __all__ = [
     "linear_attention",
@@ -104,9 +110,7 @@ def _factor_for(A, dtype):
     then runs in float64, cast to float32 after."""
     if dtype == np.float64:
         return A
-    # The largest and the smallest entry: no |A| temporary of A's size
-    # (NaN propagates through both).
-    peak = float(max(np.max(A, initial=0.0), -np.min(A, initial=0.0)))
+    peak = largest_magnitude(A)  # (NaN propagates)
     low, high = _FLOAT32_FACTORS
     return A.astype(dtype) if peak == 0.0 or low <= peak <= high else A
 

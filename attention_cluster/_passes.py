@@ -3139,10 +3139,12 @@ def unit_terms(rows, centers, offset, scale):
 
     The two per-row terms of every formula of the fitted mixture
     (:mod:`attention_cluster._model`) and of the reconstruction error, for a
-    dense or sparse block of rows as given. The block is first divided by
-    the power of two ``2^e`` nearest ``scale`` (exact), so that nothing is
-    squared at the data's magnitude: no overflow or underflow for finite
-    rows of any magnitude near ``scale``. Dense rows are centred before the
+    dense or sparse block of rows as given. The block is divided by the
+    power of two ``2^e`` nearest ``scale`` (exact; after centring where
+    ``scale`` is below 1, where the division multiplies, and before it
+    above), so that nothing is squared at the data's magnitude: no overflow
+    or underflow for finite rows of any magnitude near ``scale``, nor for
+    rows far from zero about a spread near it. Dense rows are centred before the
     products; sparse rows are not densified (the columns whose mean is far
     from their spread stored centred, :func:`_centred_storage`): their ``q`` is the sum of
     ``(x_j - m_j)^2`` over the row's stored entries and of ``m_j^2`` over
@@ -3153,10 +3155,18 @@ def unit_terms(rows, centers, offset, scale):
     f, e = np.frexp(float(scale))
     offset = np.asarray(offset, dtype=np.float64)
     if sp.issparse(rows):
-        m = np.ldexp(offset, -e)
+        # Scaled and centred (the far columns stored centred) in the order
+        # of the dense rows below, for the same reason: below a scale of 1,
+        # scaled first, a column of 1e20 at a scale of 1e-290 stored inf and
+        # its mean inf, and the row's terms were inf - inf.
         Y = sp.csr_matrix(rows, dtype=np.float64, copy=True)
-        Y.data = np.ldexp(Y.data, -e)
-        Y, m = _centred_storage(Y, m)
+        if e > 0:
+            np.ldexp(Y.data, -e, out=Y.data)
+            Y, m = _centred_storage(Y, np.ldexp(offset, -e))
+        else:
+            Y, m = _centred_storage(Y, offset)
+            np.ldexp(Y.data, -e, out=Y.data)
+            m = np.ldexp(m, -e)
         P = np.asarray(Y @ C.T) - m @ C.T
         # Rows beyond about 1e154 times the scale square to inf, as the dense
         # rows' terms do.

@@ -884,6 +884,55 @@ def test_the_score_of_tight_rows_far_from_zero_is_finite():
         assert np.all(np.isfinite(model.score_samples(X)))
 
 
+@pytest.mark.parametrize("fmt", ["csr", "csc"])
+@given(
+    scale_exponent=st.integers(-1000, 1000),
+    far=st.sampled_from([0.0, 1.0, 1e20, 1e200, 1e300]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_sparse_unit_terms_are_those_of_the_centred_rows(fmt, scale_exponent, far, seed):
+    # The dense test's rows as a sparse matrix: the columns at +-far are
+    # stored centred (_centred_storage), and their terms are the centred
+    # rows' whatever far is over the scale. (Scaled before they were
+    # centred, the far columns and their mean overflowed to inf below a
+    # scale of 1, and P and q were NaN or inf.) The same numbers: each
+    # row's one non-zero centred entry makes both sums exact.
+    rng = np.random.default_rng(seed)
+    scale = math.ldexp(1.0, scale_exponent)
+    offset = np.array([far, 0.0, -far])
+    centred = np.ldexp(rng.standard_normal((5, 3)), scale_exponent)
+    centred[:, [0, 2]] = 0.0
+    X = sp.csr_matrix(centred + offset).asformat(fmt)
+    C = np.linalg.qr(rng.standard_normal((3, 2)))[0].T
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        P, q = _passes.unit_terms(X, C, offset, scale)
+    P_ref, q_ref = _passes.unit_terms(centred, C, np.zeros(3), scale)
+    np.testing.assert_array_equal(P, P_ref)
+    np.testing.assert_array_equal(q, q_ref)
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc"])
+def test_sparse_tight_rows_far_from_zero_score_as_dense_rows(fmt):
+    # The rows above as a sparse matrix: score_samples was -inf (their
+    # terms inf - inf), where the dense rows' is about 1362.68 nats a row;
+    # the posteriors came from the far rows' limit, not from the mixture.
+    X = np.c_[np.full(20, 1e20), np.r_[np.zeros(10), np.ones(10)] * 1e-290]
+    X[:, 1] += np.random.default_rng(0).uniform(0, 1e-300, 20)
+    Z = sp.csr_matrix(X).asformat(fmt)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the mean dominates
+        warnings.simplefilter("error", RuntimeWarning)
+        model = AttentionClustering(2, random_state=0).fit(X)
+        expected = model.score_samples(X)
+        np.testing.assert_allclose(model.score_samples(Z), expected, rtol=1e-12)
+        np.testing.assert_allclose(model.predict_proba(Z), model.predict_proba(X), atol=1e-12)
+        np.testing.assert_array_equal(model.predict(Z), model.predict(X))
+        np.testing.assert_array_equal(model.transform(Z), model.transform(X))
+        assert model.score(Z) == model.score(X)
+    np.testing.assert_allclose(expected, 1362.68, atol=0.01)
+
+
 @given(
     n=st.integers(1, 40),
     d=st.integers(1, 8),

@@ -25,6 +25,7 @@ from ._passes import (
     dense_block,
     one_blas_thread,
     rows_from,
+    unit_storage,
     unit_term_exponents,
     unit_terms,
 )
@@ -1593,6 +1594,8 @@ def _reconstruction_errors(rows, heads, out, mean, scale, shift):
     # magnitude of those terms.
     top = max(float(np.max(out, initial=0.0)), -float(np.min(out, initial=0.0)))
     k = max(0, int(np.frexp(top)[1]))
+    # Sparse rows stored about the mean once, for their extent and their terms.
+    rows, mean = unit_storage(rows, mean)
     exponents = unit_term_exponents(rows, mean, scale)
     # Rows whose terms pass float64 at unit scale, or whose squares (and
     # products with out) underflow there, are read at their own magnitude.
@@ -1610,7 +1613,8 @@ def _reconstruction_errors(rows, heads, out, mean, scale, shift):
 
 def _errors_at(rows, heads, out, mean, scale, e, k=0):
     """:func:`_reconstruction_errors` of rows read at ``scale``, times
-    ``2^e``, with ``out`` read over ``2^k``: the error is ``q + 4^k D``, ``D
+    ``2^e``, with ``out`` read over ``2^k`` (``rows`` and ``mean`` stored by
+    :func:`_passes.unit_storage`): the error is ``q + 4^k D``, ``D
     = ||A out||^2 - 2 <A, B> / 2^k`` formed at that scale (B the products
     with that ``out``) and ``q`` taken as it is (over ``4^k`` it underflowed
     where the heads do not see a row, A = 0, and the error is ``q``); where
@@ -1619,7 +1623,7 @@ def _errors_at(rows, heads, out, mean, scale, e, k=0):
     K = len(heads)
     C = np.vstack([heads, out])  # (out over 2^k scaled in this copy)
     out = np.ldexp(C[K:], -k, out=C[K:])
-    P, q = unit_terms(rows, C, mean, scale)
+    P, q = unit_terms(rows, C, mean, scale, stored=True)
     A, B = P[:, :K], P[:, K:]
     # (By einsum and in place: no n x K temporary beyond A (out out^T).)
     D = np.einsum("ij,ij->i", A @ (out @ out.T), A)

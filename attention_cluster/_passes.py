@@ -3112,14 +3112,34 @@ def centred_projection(rows, offset, V):
     return block @ np.asarray(V, dtype=np.float64), unit
 
 
+def unit_storage(rows, offset):
+    """``(Y, r)``, ``Y - 1 r^T = X - 1 offset^T``: a block of rows stored as
+    :func:`unit_terms` forms their terms, for a caller that reads the terms'
+    extent (:func:`unit_term_exponents`) before it forms them (:func:`unit_terms`
+    with ``stored=True``), with one storage of the block.
+
+    Sparse rows as float64 CSR, the columns whose mean is far from their
+    spread over the block stored centred (:func:`_centred_storage`, ``r_j =
+    0`` there); dense rows, which those functions centre, and the offset as
+    given (float64).
+    """
+    offset = np.asarray(offset, dtype=np.float64)
+    if not sp.issparse(rows):
+        return rows, offset
+    return _centred_storage(sp.csr_matrix(rows, dtype=np.float64), offset)
+
+
 def unit_term_exponents(rows, mean, scale):
     """Per row of a block, the power of two (frexp's exponent) of its extent over ``scale``.
 
     The extent is that of the terms :func:`unit_terms` forms: of the
     centred row ``max_j |x_ij - mean_j|`` for dense rows, and for sparse
     rows, whose terms are formed of their stored entries and of the mean
-    apart, ``max(max_j |x_ij|, max_j |mean_j|)``. Taken without dividing by
-    the scale, which overflows for rows beyond float64's range there (the
+    apart, ``max(max_j |x_ij|, max_j |mean_j|)`` of the rows and mean
+    stored by :func:`unit_storage` (of rows as given, a constant column of
+    1e300 beside features of 1 would put the rows at 1e300 times the scale,
+    where the features' squares underflow). Taken without dividing by the
+    scale, which overflows for rows beyond float64's range there (the
     reconstruction errors of ``AttentionClustering.score`` group rows by it).
     """
     if sp.issparse(rows):
@@ -3134,7 +3154,7 @@ def unit_term_exponents(rows, mean, scale):
     return np.frexp(extent)[1] - np.frexp(float(scale))[1]
 
 
-def unit_terms(rows, centers, offset, scale):
+def unit_terms(rows, centers, offset, scale, stored=False):
     """``P = Y C^T`` and ``q_i = ||y_i||^2`` (float64) of the rows ``y = (x - offset) / scale``.
 
     The two per-row terms of every formula of the fitted mixture
@@ -3146,7 +3166,9 @@ def unit_terms(rows, centers, offset, scale):
     or underflow for finite rows of any magnitude near ``scale``, nor for
     rows far from zero about a spread near it. Dense rows are centred before the
     products; sparse rows are not densified (the columns whose mean is far
-    from their spread stored centred, :func:`_centred_storage`): their ``q`` is the sum of
+    from their spread stored centred, :func:`_centred_storage`; with
+    ``stored``, the rows and offset are :func:`unit_storage`'s, stored so
+    already, and are divided after): their ``q`` is the sum of
     ``(x_j - m_j)^2`` over the row's stored entries and of ``m_j^2`` over
     its other columns (:func:`_sparse_centred_squares`), with no
     ``||x||^2 - 2 <x, m> + ||m||^2`` to cancel far from the origin.
@@ -3155,16 +3177,17 @@ def unit_terms(rows, centers, offset, scale):
     f, e = np.frexp(float(scale))
     offset = np.asarray(offset, dtype=np.float64)
     if sp.issparse(rows):
-        # Scaled and centred (the far columns stored centred) in the order
-        # of the dense rows below, for the same reason: below a scale of 1,
-        # scaled first, a column of 1e20 at a scale of 1e-290 stored inf and
-        # its mean inf, and the row's terms were inf - inf.
+        # A float64 copy of the block, divided in place: stored and divided
+        # in the order of the dense rows below, for the same reason (below a
+        # scale of 1, divided first, a column of 1e20 at a scale of 1e-290
+        # stored inf and its mean inf, and the row's terms were inf - inf);
+        # unit_storage's rows, stored already, are divided after at any scale.
         Y = sp.csr_matrix(rows, dtype=np.float64, copy=True)
-        if e > 0:
+        if e > 0 and not stored:
             np.ldexp(Y.data, -e, out=Y.data)
             Y, m = _centred_storage(Y, np.ldexp(offset, -e))
         else:
-            Y, m = _centred_storage(Y, offset)
+            Y, m = (Y, offset) if stored else _centred_storage(Y, offset)
             np.ldexp(Y.data, -e, out=Y.data)
             m = np.ldexp(m, -e)
         P = np.asarray(Y @ C.T) - m @ C.T

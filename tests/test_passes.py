@@ -912,6 +912,48 @@ def test_sparse_unit_terms_are_those_of_the_centred_rows(fmt, scale_exponent, fa
     np.testing.assert_array_equal(q, q_ref)
 
 
+@given(
+    scale_exponent=st.integers(-1000, 1000),
+    far=st.sampled_from([0.0, 1.0, 1e20, 1e200, 1e300]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_sparse_unit_term_exponents_are_those_of_the_centred_rows(scale_exponent, far, seed):
+    # The rows above as CSR: the extent of their terms, stored as
+    # unit_terms stores them (unit_storage: the columns at +-far centred),
+    # is that of the centred rows. (Taken of the rows as given, it was
+    # far's: a constant column of 1e300 beside features of 1 read the rows
+    # at 2^998 times the scale, where the features' squares underflow, and
+    # a centred fit's score of CSR rows was -0.0 where the dense rows' is
+    # -0.145.)
+    rng = np.random.default_rng(seed)
+    scale = math.ldexp(1.0, scale_exponent)
+    offset = np.array([far, 0.0, -far])
+    centred = np.ldexp(rng.standard_normal((5, 3)), scale_exponent)
+    centred[:, [0, 2]] = 0.0
+    X = sp.csr_matrix(centred + offset)
+    expected = _passes.unit_term_exponents(centred, np.zeros(3), scale)
+    stored, mean = _passes.unit_storage(X, offset)
+    np.testing.assert_array_equal(_passes.unit_term_exponents(stored, mean, scale), expected)
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc"])
+def test_sparse_rows_about_a_far_mean_score_as_dense_rows(fmt):
+    # A centred fit on features of about 1 beside a constant column of
+    # 1e300: the reconstruction error of the sparse rows is the dense rows'.
+    rng = np.random.default_rng(0)
+    labels = np.r_[np.zeros(10), np.ones(10)]
+    X = np.c_[np.full(20, 1e300), labels + rng.uniform(0, 0.1, 20), rng.uniform(0, 0.1, 20)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the mean dominates
+        warnings.simplefilter("error", RuntimeWarning)
+        model = AttentionClustering(2, center=True, random_state=0).fit(X)
+        expected = model.score(X)
+        assert expected < -0.1
+        np.testing.assert_allclose(
+            model.score(sp.csr_matrix(X).asformat(fmt)), expected, rtol=1e-12
+        )
+
+
 @pytest.mark.parametrize("fmt", ["csr", "csc"])
 def test_sparse_tight_rows_far_from_zero_score_as_dense_rows(fmt):
     # The rows above as a sparse matrix: score_samples was -inf (their

@@ -641,7 +641,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             be counts), so that it may stop a step or two from where the
             repeated rows stop, within its tolerance. Only their ratios
             count: ``c * sample_weight`` gives the same fit at any magnitude
-            ``c > 0``.
+            ``c > 0``; a positive weight below 2^-1074 times the largest,
+            which float64 cannot hold relative to it, is refused.
 
         Returns
         -------

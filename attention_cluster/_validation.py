@@ -304,7 +304,8 @@ def check_sample_weight(sample_weight, X, unit=None):
     (:func:`power_of_two_unit` of their largest when None: weights are relative,
     and the fit is the same for ``c w`` at any ``c > 0``), or ``(None, 1.0)``
     for unit weights (so callers can take fast unweighted paths). Given a
-    unit other than 1, no weights are ones divided by it.
+    unit other than 1, no weights are ones divided by it. A positive weight
+    that is zero relative to the unit (below 2^-1074 times it) is refused.
     """
     if sample_weight is None:
         if unit is None or unit == 1.0:
@@ -322,11 +323,29 @@ def check_sample_weight(sample_weight, X, unit=None):
         raise ValueError(f"sample_weight.shape == {w.shape}, expected {(X.shape[0],)}.")
     finite, negative = bool(np.all(np.isfinite(w))), bool(np.any(w < 0))
     if finite and not negative:
+        of_stream = unit is not None
         unit = power_of_two_unit(np.max(w)) if unit is None else unit
         with np.errstate(over="ignore"):  # beyond a stream's unit: refused by the stream
-            w = w / unit
+            relative = w / unit
+        _check_weights_held(np.count_nonzero(w) - np.count_nonzero(relative), of_stream)
+        w = relative
     _check_weight_summary(finite, negative, float(np.sum(w)) if finite else 0.0)
     return w, unit
+
+
+def _check_weights_held(lost, of_stream=False):
+    """Refuse positive weights that are zero once read relative to the
+    largest (or to a stream's first batch's): below float64's smallest
+    ratio, 2^-1074, the passes would count their rows as absent (and a
+    fit then counted fewer rows of positive weight than were given)."""
+    if lost:
+        whose = "the stream's first batch's" if of_stream else "the"
+        raise ValueError(
+            f"sample_weight has {lost} positive weights below 2^-1074 (about 4.9e-324) "
+            f"times {whose} largest weight, the smallest ratio float64 holds: weights are "
+            "read relative to it, and these would be zero. Give those rows weight 0, or "
+            "weights within that ratio of the largest."
+        )
 
 
 def _refuse_text_weights(w):
@@ -904,7 +923,9 @@ def check_dask_sample_weight(sample_weight, X):
     relative to their :func:`power_of_two_unit` as in :func:`check_sample_weight`,
     or None; their sum; the unit; the number of positive weights). Dask
     weights are checked in two small computations: their largest, then the
-    sum of the relative weights and the count of the positive ones."""
+    sum of the relative weights and the count of the positive ones (of the
+    relative weights and of the given ones, which :func:`check_sample_weight`'s
+    refusal compares)."""
     import dask.array as da
 
     if sample_weight is None:
@@ -928,11 +949,16 @@ def check_dask_sample_weight(sample_weight, X):
     if not finite or negative:
         _check_weight_summary(bool(finite), bool(negative), 0.0)
     unit = power_of_two_unit(peak)
-    w = w / unit
+    relative = w / unit
     # Of the relative weights, which cannot overflow; with the rows of
-    # positive weight, which the subsamples count.
-    total, positive = da.compute(w.sum(), (w > 0.0).sum(), optimize_graph=False)
+    # positive weight, which the subsamples count (and the caller's, which
+    # a weight below float64's smallest ratio would not be among).
+    total, positive, given = da.compute(
+        relative.sum(), (relative > 0.0).sum(), (w > 0.0).sum(), optimize_graph=False
+    )
+    _check_weights_held(int(given) - int(positive))
     _check_weight_summary(True, False, float(total))
+    w = relative
     return w, float(total), unit, int(positive)
 
 

@@ -956,6 +956,44 @@ def test_fewer_rows_of_positive_weight_than_clusters_are_refused(kind, paper_dat
         assert not hasattr(model, "cluster_centers_")
 
 
+@pytest.mark.parametrize("kind", ["dense", "float32", "csr", "dask", "dask-weights"])
+@pytest.mark.parametrize("heaviest", [1.0, 1.7e308])
+def test_weights_below_float64s_ratio_to_the_largest_are_refused_by_name(kind, heaviest):
+    # Weights are read relative to the largest; 5e-324 beside 1 (or 1e-300
+    # beside 1.7e308) is zero there, and three rows of positive weight were
+    # refused as "1 rows of positive weight": the message now names
+    # sample_weight, how many weights and the ratio float64 holds, in every
+    # estimator and method that reads weights, before any work.
+    from attention_cluster import SelfAttentionDynamics, choose_n_clusters
+
+    X = make_mixture(60, 4, 3, noise=0.3, random_state=0)[0]
+    w = np.r_[heaviest, 1.0 if heaviest > 1.0 else 1e-300, np.full(2, 5e-324), np.ones(56)]
+    given = {"float32": X.astype(np.float32), "csr": sp.csr_matrix(X)}.get(kind, X)
+    if kind.startswith("dask"):
+        da = pytest.importorskip("dask.array")
+        given = da.from_array(X, chunks=(30, -1))
+        if kind == "dask-weights":
+            w = da.from_array(w, chunks=30)
+    match = r"sample_weight has 2 positive weights below 2\^-1074 \(about 4.9e-324\) times the"
+    fits = [
+        lambda: AttentionClustering(3, random_state=0).fit(given, sample_weight=w),
+        lambda: SelfAttentionDynamics(random_state=0).fit(given, sample_weight=w),
+        lambda: choose_n_clusters(given, AttentionClustering(random_state=0), sample_weight=w),
+    ]
+    if not kind.startswith("dask"):
+        fits.append(lambda: AttentionClustering(3, random_state=0).partial_fit(X, sample_weight=w))
+        fitted = AttentionClustering(3, random_state=0).fit(given)
+        fits.append(lambda: fitted.score(given, sample_weight=w))
+    for fit in fits:
+        with pytest.raises(ValueError, match=match):
+            fit()
+    if not kind.startswith("dask"):
+        # A stream's later batch reads its weights relative to the first batch's.
+        stream = AttentionClustering(3, random_state=0).partial_fit(X, sample_weight=np.ones(60))
+        with pytest.raises(ValueError, match=match + " stream's first batch's largest"):
+            stream.partial_fit(X, sample_weight=np.r_[np.full(2, 5e-324), np.ones(58)])
+
+
 @pytest.mark.parametrize(
     "params, match",
     [

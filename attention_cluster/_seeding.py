@@ -20,6 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._passes import one_blas_thread
+from ._validation import peak_unit
 
 __all__ = ["ROWS_PER_CENTRE", "Seeds", "kmeans_plus_plus", "lloyd", "seeded_start"]
 
@@ -230,7 +231,14 @@ def seeded_start(sample, n_clusters, rng, n_seedings=None, min_seedings=1):
     of K.
     """
     d = sample.n_features
+    # Over the power of two of their largest entry (exact: the same draws,
+    # labels and centres): rows many scales from the others, as the light
+    # rows of weights whose ratio passes about 1e300 lie 1e150 scales from
+    # the heavy ones, had squared distances beyond float64 (inf x weight:
+    # NaN draws), and rows below 2^-511 squares that underflowed.
     points = sample.project(np.eye(d))
+    unit = peak_unit(points)
+    points = points / unit
     weights = sample.sample_weight
     size = ROWS_PER_CENTRE * n_clusters
     if points.shape[0] > size:
@@ -250,10 +258,14 @@ def seeded_start(sample, n_clusters, rng, n_seedings=None, min_seedings=1):
     safe = np.where(radii > 0.0, radii, 1.0)
     heads = (centres / safe[:, None]).T
     heads[:, radii == 0.0] = np.eye(d)[:, :1]
+    # Back at the rows' scale (an inertia beyond float64 is inf; its root, the noise, is not).
+    radii *= unit
+    noise = float(np.sqrt(inertia / d)) * unit
+    inertia = inertia * unit * unit
     return Seeds(
         heads=heads,
         radii=radii,
-        noise=float(np.sqrt(inertia / d)),
+        noise=noise,
         inertia=inertia,
         n_iter=n_iter,
     )

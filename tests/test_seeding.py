@@ -199,3 +199,26 @@ def test_lloyd_stops_each_stack_on_the_share_of_changed_labels(global_random_see
         assert together[3][s] == alone[3][0]
     loose = lloyd(X, None, starts, tol=0.05)
     assert np.all(loose[3] <= together[3])
+
+
+@pytest.mark.parametrize("kind", ["dense", "sparse"])
+@pytest.mark.parametrize("exponent", [-530, 530])
+def test_seeded_start_of_rows_scaled_by_a_power_of_two_is_scaled_alike(kind, exponent):
+    # Rows many scales from the others (the light rows of weights whose
+    # ratio passes about 1e300 lie 1e150 scales from the heavy ones) had
+    # squared distances beyond float64: inf (an overflow RuntimeWarning in
+    # the distances' product, an error in this suite), and the draws' mass
+    # inf x w; rows below 2^-511 had squares that underflowed, and other
+    # seeds. The seeding now runs on the rows over the power of two of their
+    # largest entry: 2^k X gives the seeds of X times 2^k, to the last bit.
+    rng = np.random.RandomState(0)
+    X = np.r_[rng.standard_normal((40, 2)), 8.0 + rng.standard_normal((40, 2))]
+    w = rng.uniform(0.1, 2.0, 80)
+    rows = {"dense": DenseRows, "sparse": SparseRows}[kind]
+    want = seeded_start(rows(X, w), 3, np.random.RandomState(1))
+    got = seeded_start(rows(np.ldexp(X, exponent), w), 3, np.random.RandomState(1))
+    np.testing.assert_array_equal(got.heads, want.heads)
+    np.testing.assert_array_equal(got.radii, np.ldexp(want.radii, exponent))
+    assert got.noise == np.ldexp(want.noise, exponent)
+    assert got.inertia == (np.inf if exponent > 0 else np.ldexp(want.inertia, 2 * exponent))
+    assert got.n_iter == want.n_iter

@@ -156,9 +156,14 @@ def exact_objective(
     if total > 0:
         value /= total
         P /= total
-    QU = lm1 * P[2 * K :].T + lm1 * (L - 2.0) * (M @ MU)
-    UMU = U.T @ MU
-    UQU = U.T @ QU
-    value += c * c * float(np.sum(UQU * UMU))
-    grad = P[:K].T + M @ P[K : 2 * K].T + 2.0 * c * c * (QU @ UMU + MU @ UQU)
+    # A risk beyond float64 is inf or NaN, as the passes' row terms are
+    # (_numpy_kernels): it grows as the square of the weights' ratio, rows
+    # of weight 1e-160 beside 1 lying 1e80 scales out (3e-4 / w^2 on two
+    # rows), and the optimiser stops at it (``gradient_overflow``).
+    with np.errstate(over="ignore", invalid="ignore"):
+        QU = lm1 * P[2 * K :].T + lm1 * (L - 2.0) * (M @ MU)
+        UMU = U.T @ MU
+        UQU = U.T @ QU
+        value += c * c * float(np.sum(UQU * UMU))
+        grad = P[:K].T + M @ P[K : 2 * K].T + 2.0 * c * c * (QU @ UMU + MU @ UQU)
     return value, grad

@@ -43,6 +43,18 @@ def _norm(Z):
     return float(np.sqrt(_dot(Z, Z)))
 
 
+def _tangent_gradient(U, G):
+    """The Riemannian gradient: the Euclidean gradient ``G`` projected on the
+    tangent space at U; infinite where ``G`` is not finite. A gradient beyond
+    float64 (the exact risk grows as the square of the weights' ratio: 3e-4
+    / w^2 on two rows of weights 1 and w) has no direction to project: its
+    projection was inf - inf, NaN with a RuntimeWarning, where the loop
+    reads an infinite norm as the overflow it is."""
+    if np.all(np.isfinite(G)):
+        return project_tangent(U, G)
+    return np.full_like(G, np.inf)
+
+
 def _armijo(fun, U, f, g, p, max_halvings=40):
     """Backtracking (Armijo) along the retraction: largest ``t = 2^-j`` with
     ``f(R_U(t p)) <= f + 1e-4 t <g, p>``. Returns ``(t, U, f, G)`` or None."""
@@ -182,7 +194,7 @@ def minimize_on_spheres(
     else:
         U = U0
         f, G = evaluated
-    g = project_tangent(U, G)
+    g = _tangent_gradient(U, G)
     curve = [f]
     converged = overflow = False
     n_iter = 0
@@ -213,7 +225,7 @@ def minimize_on_spheres(
             continue
         t, U_new, f_new, G_new = step
         n_iter += 1
-        g_new = project_tangent(U_new, G_new)
+        g_new = _tangent_gradient(U_new, G_new)
         s = project_tangent(U_new, t * p)
         y = g_new - project_tangent(U_new, g)
         memory = _kept_pairs(U_new, memory, s, y, memory_size)

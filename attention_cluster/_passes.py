@@ -2472,7 +2472,11 @@ class SparseRows(_Rows):
         w = np.empty(0) if self.sample_weight is None else self.sample_weight
         C = np.empty((self.n_samples, 3 * K))
         value = self.kernels.projected_row_terms(A, G, nrm, w, c, lm1, reg, rho, C, identity)
-        return value, rows._transpose_product(C).T / rows.scale
+        # Row terms beyond float64 (rows many scales out) are inf, and their
+        # sums inf or NaN, as the dense kernels' (_numpy_kernels), without
+        # the RuntimeWarning of inf x 0 in the centring's product.
+        with np.errstate(over="ignore", invalid="ignore"):
+            return value, rows._transpose_product(C).T / rows.scale
 
     @_on_weighted_rows
     def e_step(self, U, log_weights, beta):

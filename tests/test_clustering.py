@@ -956,6 +956,31 @@ def test_fewer_rows_of_positive_weight_than_clusters_are_refused(kind, paper_dat
         assert not hasattr(model, "cluster_centers_")
 
 
+@pytest.mark.parametrize("kind", ["dense", "csr"])
+@pytest.mark.parametrize("light", [1e-200, 1e-300])
+def test_an_exact_risk_beyond_float64_stops_the_solver_without_runtime_warnings(kind, light):
+    # Weights of 1e-200 beside 1 put their rows 1e100 scales out, where the
+    # exact risk (3e-4 / w^2 on two rows) passes float64's range: the
+    # solver stops there, as designed, with a ConvergenceWarning that names
+    # the weights' ratios, but the way there raised NumPy's RuntimeWarnings
+    # (an overflow in the risk's fourth-moment term, inf - inf in the
+    # gradient's projection on the spheres, inf x 0 in the sparse rows'
+    # centred product).
+    X = make_mixture(60, 8, 3, noise=0.3, random_state=1)[0]
+    w = np.r_[1.0, light, light, np.zeros(57)]
+    given = sp.csr_matrix(X) if kind == "csr" else X
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = AttentionClustering(3, solver="full", random_state=0).fit(given, sample_weight=w)
+    assert not [c for c in caught if issubclass(c.category, RuntimeWarning)]
+    assert any(
+        issubclass(c.category, ConvergenceWarning)
+        and "gradient passed float64's range" in str(c.message)
+        for c in caught
+    )
+    assert np.all(np.isfinite(model.cluster_centers_))
+
+
 @pytest.mark.parametrize("kind", ["dense", "float32", "csr", "dask", "dask-weights"])
 @pytest.mark.parametrize("heaviest", [1.0, 1.7e308])
 def test_weights_below_float64s_ratio_to_the_largest_are_refused_by_name(kind, heaviest):

@@ -897,6 +897,30 @@ def test_jacobi_rotation_on_threads_is_the_rotation_on_one(product, kernels):
     np.testing.assert_array_equal(threaded, serial)
 
 
+@pytest.mark.parametrize("kernels", [_kernels, _numpy_kernels], ids=["numba", "numpy"])
+@pytest.mark.parametrize("K, product", [(3, False), (4, True)], ids=["pairwise", "product"])
+def test_the_start_sweeps_rows_beyond_float64s_fourth_powers_as_at_their_scale(K, product, kernels):
+    # The sweeps' sums are of degree 4 in the rows (2K for the product's
+    # pair weights): rows at 2^300 (the light rows of weights whose ratio
+    # passes about 1e300 lie 1e150 scales out) overflowed them, a
+    # RuntimeWarning in NumPy's forms (an error in this suite) and NaN
+    # angles ('Initial heads must be finite and non-zero' from the fit).
+    # They are now swept at the scale of their largest entry: the rotation
+    # of 2^k Y is that of Y, bit for bit.
+    from attention_cluster._spectral import _rotate_frame
+
+    class Rows:
+        map_tasks = None
+
+    Rows.kernels = kernels
+    Y, weight = _jacobi_input(0, K)
+    regularization = "product" if product else "pairwise"
+    want = _rotate_frame(Y, weight, regularization, Rows)
+    np.testing.assert_array_equal(
+        _rotate_frame(np.ldexp(Y, 300), weight, regularization, Rows), want
+    )
+
+
 @pytest.mark.parametrize("n_samples", [4000, 12000], ids=["numpy", "numba"])
 def test_a_fit_with_many_heads_does_not_depend_on_threads(n_samples):
     # From 32 heads the start's sweeps turn pairs on the rows' threads; on

@@ -89,7 +89,9 @@ def start_rows(n_clusters, n_features, n_samples):
 # the exact solver then polishes the heads.
 _SWEEP_TOL = 1e-6
 _SWEEP_RTOL = 1e-4
-# Rows whose sweeps' sums reach 2^this are swept at the scale of their largest entry.
+# Rows whose largest entry, to the power of the sweeps' degree, reaches 2^this
+# are swept at the scale of that entry (2^64 below float64's top: the sums
+# add up to 2^64 such terms).
 _SWEEP_MAX_EXPONENT = 960
 
 
@@ -110,14 +112,14 @@ def _rotate_frame(Y, weight, regularization, rows, report=None):
     """
     Y = np.array(Y, dtype=np.float64, order="C")
     weight = np.ascontiguousarray(weight, dtype=np.float64)
-    product = regularization == "product" and Y.shape[1] > 2
-    # The sweeps' sums are of degree 4 in the rows (2K for the product's
-    # pair weights), and turn Y by the same angles at any scale: rows whose
-    # sums would pass float64 (the light rows of weights whose ratio passes
-    # about 1e300 lie 1e150 scales out) are divided by the power of two of
-    # their largest entry (exact), where they overflowed (inf and NaN angles,
-    # "Initial heads must be finite"); other rows are read as they are.
-    degree = 2 * Y.shape[1] if product else 4
+    # The sweeps' sums are of degree 4 in the rows (2K with the product's
+    # pair weights, from three heads), and turn Y by the same angles at any
+    # scale: rows whose sums would pass float64 (the light rows of weights
+    # whose ratio passes about 1e300 lie 1e150 scales out) are divided by the
+    # power of two of their largest entry (exact), where they overflowed (inf
+    # and NaN angles, "Initial heads must be finite"); other rows are read as
+    # they are.
+    degree = 2 * Y.shape[1] if regularization == "product" and Y.shape[1] > 2 else 4
     if np.frexp(largest_magnitude(Y))[1] * degree > _SWEEP_MAX_EXPONENT:
         Y /= peak_unit(Y)
     return _kernels.jacobi_rotation(

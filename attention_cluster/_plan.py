@@ -53,6 +53,7 @@ __all__ = [
     "fit_plan",
     "information_criterion",
     "mean_dominates",
+    "mean_ratio",
     "mean_share",
     "near_terms",
     "predict_rule",
@@ -253,7 +254,15 @@ def fit_plan(rows, params, init=None):
     prepared = _prepare(rows, K, tuning)
     if params.center == "auto":
         centre = mean_dominates(prepared.mean_sq, prepared.spectrum.eigenvalues, K, tuning)
-        reason = "their common mean dominates the second moment"
+        # The rule's own terms: the mean is compared with the K-th direction
+        # of the second moment, not with all of it (a mean of 1% of the
+        # trace may outweigh that direction many times).
+        ratio = mean_ratio(prepared.mean_sq, prepared.spectrum.eigenvalues, K)
+        reason = (
+            f"their common mean dominates the second moment: its squared norm is {ratio:.3g} "
+            f"times the moment's n_clusters-th largest eigenvalue, more than "
+            f"{tuning.center_ratio:g} times"
+        )
     else:
         centre, reason = bool(params.center), None
     # Only the warnings of the fit kept reach the caller (the retry below
@@ -440,9 +449,15 @@ def mean_dominates(mean_sq, eigenvalues, n_clusters, tuning):
     ``n_clusters="auto"`` on the dynamics' rows, at the count it would keep
     (``_choose_k.count_clusters``).
     """
+    return mean_ratio(mean_sq, eigenvalues, n_clusters) > tuning.center_ratio
+
+
+def mean_ratio(mean_sq, eigenvalues, n_clusters):
+    """``||m||^2 / lambda_K(M)``, the ratio :func:`mean_dominates` compares
+    with ``center_ratio`` (its arguments, and its conventions at
+    ``lambda_K = 0``)."""
     kth = max(float(eigenvalues[min(n_clusters, len(eigenvalues)) - 1]), 0.0)
-    ratio = mean_sq / kth if kth > 0 else (np.inf if mean_sq > 0 else 0.0)
-    return ratio > tuning.center_ratio
+    return mean_sq / kth if kth > 0 else (np.inf if mean_sq > 0 else 0.0)
 
 
 def mean_share(mean_sq, trace):

@@ -1538,11 +1538,11 @@ def _layer_output(rows, heads, mean, out, dtype):
     """``((x - mean_) U) out`` for a block of rows (see :meth:`AttentionClustering.transform`):
     FloatingPointError where it leaves X's dtype's range, as the layers' (``_validation.finite_output``).
 
-    The rows are centred before the product, at the power of two of the
-    block's largest entry (``_passes.centred_projection``): ``x U - mean_
-    U`` rounds at ``|x| |U|``, which a column far from zero makes far larger
-    than the output (a head's rounding-level component on a constant
-    column of 1e77 gave an output all rounding)."""
+    The rows are centred before the product, then divided by the power of
+    two of the centred block's largest entry (``_passes.centred_projection``):
+    ``x U - mean_ U`` rounds at ``|x| |U|``, which a column far from zero
+    makes far larger than the output (a head's rounding-level component on
+    a constant column of 1e77 gave an output all rounding)."""
     with np.errstate(over="ignore", invalid="ignore"):
         projected, unit = centred_projection(rows, mean, heads)
         return finite_output(((projected @ out) * unit).astype(dtype))

@@ -93,7 +93,6 @@ from ._validation import (
     check_sample_weight,
     is_dask_collection,
     largest_magnitude,
-    peak_unit,
     power_of_two_unit,
     quiet_finite_check,
     warn,
@@ -3099,21 +3098,38 @@ def _sparse_centred_squares(Y, m):
 def centred_projection(rows, offset, V):
     """``(P, u)``: ``P = ((x - offset) / u) V`` (float64) of a dense or
     sparse block of rows, ``u`` the power of two of the block's largest
-    ``|x_ij|`` and ``|offset_j|`` (exact; 1 for zeros), so that ``u P`` is
-    ``(x - offset) V``. The block is centred before the product, in a
-    dense float64 copy of it (sparse rows densified, for a caller whose
-    output is dense: ``transform``'s): ``x V - offset V`` rounds at ``|x|
-    |V|``, far above the result when a column is far from zero, and ``x -
-    offset`` may pass float64's range where its quotient by ``u`` does not
-    (the caller multiplies ``u`` back where its result holds it)."""
-    # A float64 copy of the block (never the caller's rows: scaled in place).
+    centred ``|x_ij - offset_j|`` (exact; 1 for zeros), so that ``u P`` is
+    ``(x - offset) V``.
+
+    The block is centred before the product, in a dense float64 copy of it
+    (sparse rows densified, for a caller whose output is dense:
+    ``transform``'s): ``x V - offset V`` rounds at ``|x| |V|``, far above
+    the result when a column is far from zero. It is centred at its own
+    magnitude and divided after: divided first by the power of two of
+    ``|x|`` and ``|offset|``, a constant column of 1e300 sent features of
+    1e-20 beside it to subnormal numbers (``transform`` 3e-4 off) and
+    features of 1e-100 to zero. Where ``x - offset`` passes float64's range
+    the block is centred halved, ``x / 2 - offset / 2`` (finite), and
+    ``u`` is twice that block's unit (the caller multiplies ``u`` back
+    where its result holds it).
+    """
+    # A float64 copy of the block (never the caller's rows: centred in place).
     block = rows.toarray() if sp.issparse(rows) else np.array(rows, dtype=np.float64)
     block = block.astype(np.float64, copy=False)
     offset = np.asarray(offset, dtype=np.float64)
-    unit = peak_unit(block, offset)
+    with np.errstate(over="ignore"):
+        block -= offset
+    peak = largest_magnitude(block)
+    halved = bool(np.isinf(peak))
+    if halved:
+        # Finite rows centred beyond float64 (inf): halved, the same numbers
+        # over 2 but for entries below 2^-1021, far below such a row.
+        block = np.ldexp(np.asarray(dense(rows), dtype=np.float64), -1)
+        block -= np.ldexp(offset, -1)
+        peak = largest_magnitude(block)
+    unit = power_of_two_unit(peak)
     block /= unit
-    block -= offset / unit
-    return block @ np.asarray(V, dtype=np.float64), unit
+    return block @ np.asarray(V, dtype=np.float64), 2.0 * unit if halved else unit
 
 
 def unit_storage(rows, offset):

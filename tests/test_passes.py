@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from reference import head_signs, mixture_e_step
 from sklearn.utils import check_random_state
@@ -910,6 +910,37 @@ def test_sparse_unit_terms_are_those_of_the_centred_rows(fmt, scale_exponent, fa
     P_ref, q_ref = _passes.unit_terms(centred, C, np.zeros(3), scale)
     np.testing.assert_array_equal(P, P_ref)
     np.testing.assert_array_equal(q, q_ref)
+
+
+@pytest.mark.parametrize("fmt", ["dense", "csr", "csc"])
+@given(
+    scale_exponent=st.integers(-1000, 1000),
+    far=st.sampled_from([0.0, 1.0, 1e20, 1e200, 1e300]),
+    seed=st.integers(0, 2**32 - 1),
+)
+@example(scale_exponent=-300, far=1e300, seed=0)  # the features' digits lost, always
+def test_centred_projection_is_that_of_the_centred_rows(fmt, scale_exponent, far, seed):
+    # The rows above (a spread of 2^scale_exponent about columns at +-far):
+    # u P, the product of the rows centred, is that of the centred rows
+    # themselves, whatever far is over the spread. (Divided by the power of
+    # two of |x| and |offset| before they were centred, the spread beside
+    # far = 1e300 went subnormal, or to zero, below 2^-100 or so: transform
+    # lost its digits there.) The same numbers: x - offset is exact here.
+    rng = np.random.default_rng(seed)
+    offset = np.array([far, 0.0, -far])
+    centred = np.ldexp(rng.standard_normal((5, 3)), scale_exponent)
+    centred[:, [0, 2]] = 0.0
+    X = centred + offset
+    X = X if fmt == "dense" else sp.csr_matrix(X).asformat(fmt)
+    V = rng.standard_normal((3, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        P, u = _passes.centred_projection(X, offset, V)
+    P_ref, u_ref = _passes.centred_projection(centred, np.zeros(3), V)
+    # u P against u_ref P_ref at u_ref's power of two (exact where P's
+    # digits are kept; u P itself may leave float64's range).
+    shift = np.frexp(u)[1] - np.frexp(u_ref)[1]
+    np.testing.assert_array_equal(np.ldexp(P, shift), P_ref)
 
 
 @given(

@@ -602,6 +602,38 @@ def test_transform_centres_the_rows_before_the_heads(sparse):
     np.testing.assert_allclose(out, expected[:10], rtol=0, atol=1e-12 * np.abs(expected).max())
 
 
+@pytest.mark.parametrize("fmt", ["dense", "csr", "csc"])
+@pytest.mark.parametrize("center", [True, "auto"])
+@pytest.mark.parametrize("small", [1e-20, 1e-100])
+def test_transform_of_features_far_below_a_constant_column(small, center, fmt):
+    # Features of 1e-20 (or 1e-100) beside a constant column of 1e300: the
+    # rows were divided by the power of two of |x| and |mean_| (2^997)
+    # before they were centred, which sent the features to subnormal
+    # numbers, an output 3e-4 off for features of 1e-20 and all zero for
+    # 1e-100. Against ((x - mean_) U) out in exact rational arithmetic.
+    from fractions import Fraction
+
+    rng = np.random.default_rng(0)
+    labels = np.repeat([0, 1], 20)
+    features = (3.0 * np.c_[labels, 1 - labels] + rng.standard_normal((40, 2))) * small
+    X = np.c_[np.full(40, 1e300), features]
+    model = _quiet(AttentionClustering(2, center=center, random_state=0), X)
+    assert model.mean_[0] == 1e300  # the constant column centred to zero
+    rows = X[:6] if fmt == "dense" else sp.csr_matrix(X[:6]).asformat(fmt)
+    out = model.transform(rows)
+    heads = model.cluster_centers_.T
+    last = model.temperature_ * model.n_clusters_ * model.moment_heads_
+
+    def exact(i, j):
+        y = [Fraction(x) - Fraction(m) for x, m in zip(X[i], model.mean_)]
+        projected = [sum(a * Fraction(h) for a, h in zip(y, column)) for column in heads.T]
+        return float(sum(p * Fraction(o) for p, o in zip(projected, last[:, j])))
+
+    expected = np.array([[exact(i, j) for j in range(3)] for i in range(6)])
+    assert np.abs(expected).max() > small  # the features' output, not zero
+    np.testing.assert_allclose(out, expected, rtol=0, atol=1e-14 * np.abs(expected).max())
+
+
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
 def test_transform_of_a_row_beyond_float64_from_the_mean(sparse):
     # Rows about -1.5e308 and a row at +1.5e308: x - mean_ passes float64's

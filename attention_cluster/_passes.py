@@ -2868,16 +2868,19 @@ def _column_counts(indices, n_columns):
     return counts
 
 
-def unit_rows(rows):
+def unit_rows(rows, copy=True):
     """Rows projected on the unit sphere; a zero row, which has no direction, stays zero.
 
     Sparse rows stay sparse (CSR); dense rows keep their dtype. Each row is
     divided by its largest entry before its norm is taken, so that squares
     neither overflow nor underflow at any magnitude of the dtype (a float32
     row at 1e30 would otherwise have an infinite norm and become zero).
+    ``copy=False``: rows the caller owns and reads no more, a float array
+    or a CSR matrix, are divided in place (the same numbers, without a
+    copy of them all: 80 MB of 2000 dense rows of 5000 features).
     """
     if sp.issparse(rows):
-        rows = rows.tocsr(copy=True)
+        rows = rows.tocsr(copy=copy)
         # An entry stored twice is their sum (the norm of the stored values
         # took 2 e_0 stored as 1 + 1 for norm sqrt 2).
         rows.sum_duplicates()
@@ -2885,10 +2888,13 @@ def unit_rows(rows):
         rows.data /= _row_values(rows, np.where(peaks > 0, peaks, 1))
         return normalize(rows, copy=False)
     peaks = row_peaks(rows)[:, None]
-    # One copy of the rows, divided in place: each full-size temporary of a
-    # wide block (2000 centred TF-IDF documents of 5000 words: 80 MB) costs
-    # its page faults, which took most of the time.
-    rows = rows / np.where(peaks > 0, peaks, 1)
+    # One copy of the rows at most, divided in place: each full-size
+    # temporary of a wide block (2000 centred TF-IDF documents of 5000
+    # words: 80 MB) costs its page faults, which took most of the time.
+    if copy:
+        rows = rows / np.where(peaks > 0, peaks, 1)
+    else:
+        rows /= np.where(peaks > 0, peaks, 1)
     norms = np.empty((rows.shape[0], 1), dtype=rows.dtype)
     for lo, hi in row_chunks(rows.shape[0], rows.shape[1]):
         norms[lo:hi] = np.linalg.norm(rows[lo:hi], axis=1, keepdims=True)

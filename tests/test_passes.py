@@ -1701,3 +1701,39 @@ def test_column_counts_hold_no_64_bit_copy_of_all_the_indices(traced_peak):
     counts, peak = traced_peak(lambda: _passes._column_counts(indices, 100))
     assert counts.sum() == indices.size
     assert peak < 0.75 * indices.nbytes  # (a chunk's cast; all of them: 2 x)
+
+
+@given(
+    n=st.integers(1, 40),
+    d=st.integers(1, 30),
+    magnitude=st.integers(-30, 30),
+    density=st.floats(0.0, 1.0),
+    seed=st.integers(0, 2**31 - 1),
+    dtype=st.sampled_from([np.float64, np.float32]),
+)
+def test_unit_rows_in_place_are_the_unit_rows_of_a_copy(n, d, magnitude, density, seed, dtype):
+    # copy=False divides rows the caller owns in place (count_clusters'
+    # centred rows, 80 MB of 2000 TF-IDF documents): the same numbers, bit
+    # for bit, dense (zero rows included) and sparse.
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d)) * 10.0**magnitude * (rng.random((n, d)) < density)
+    X = X.astype(dtype)
+    expected = _passes.unit_rows(X)
+    owned = X.copy()
+    got = _passes.unit_rows(owned, copy=False)
+    assert got is owned and got.dtype == dtype
+    np.testing.assert_array_equal(got, expected)
+    sparse = sp.csr_matrix(X)
+    expected = _passes.unit_rows(sparse)
+    got = _passes.unit_rows(sparse, copy=False)
+    assert got is sparse
+    np.testing.assert_array_equal(got.toarray(), expected.toarray())
+
+
+def test_unit_rows_of_a_copy_leave_the_rows_as_they_are():
+    X = np.array([[3.0, 4.0], [0.0, 0.0]])
+    sparse = sp.csr_matrix(X)
+    _passes.unit_rows(X)
+    _passes.unit_rows(sparse)
+    np.testing.assert_array_equal(X, [[3.0, 4.0], [0.0, 0.0]])
+    np.testing.assert_array_equal(sparse.toarray(), X)

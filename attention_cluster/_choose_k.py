@@ -566,12 +566,14 @@ def count_clusters(
         dynamics._advice_names_steps = False
         # Its count alone is read: no tracers' vote, no centres in R^d.
         dynamics._counts_only = True
+        # In float32 whatever X's dtype (math.md section 8, "The count in
+        # float32"): a count read at cluster_tol, far above float32's
+        # rounding, at half the time of a step. From the unit rows: a row far
+        # below the largest would fall below float32's smallest numbers. (The
+        # dynamics casts the rows it draws: no float32 copy of them all.)
+        dynamics._token_dtype = np.float32
         with deferred_warnings() as held:
-            # In float32 whatever X's dtype (math.md section 8, "The count in
-            # float32"): a count read at cluster_tol, far above float32's
-            # rounding, at half the time of a step. From the unit rows: a row
-            # far below the largest would fall below float32's smallest numbers.
-            dynamics.fit(directions.astype(np.float32, copy=False), sample_weight=weights)
+            dynamics.fit(directions, sample_weight=weights)
         return directions, dynamics, held
 
     given_centre = center is True or center is np.True_

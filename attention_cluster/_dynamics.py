@@ -322,15 +322,15 @@ def _stays_sparse(X):
     return sp.issparse(X) and 12 * X.nnz < X.shape[0] * X.shape[1]
 
 
-def _sparse_in_span(flow, X, m):
-    """Whether m moving tokens of X run in their span as sparse rows: X
-    sparse, the span taken (:func:`_takes_span`), and X storing at most one
-    entry in 12 (:func:`_stays_sparse`) or the tokens' dense copy passing
-    ``DENSE_LIMIT_BYTES`` (denser rows, which run faster densified, where
-    that copy is refused)."""
+def _sparse_in_span(flow, X, m, dtype):
+    """Whether m moving tokens of X, read in ``dtype``, run in their span as
+    sparse rows: X sparse, the span taken (:func:`_takes_span`), and X
+    storing at most one entry in 12 (:func:`_stays_sparse`) or the tokens'
+    dense copy passing ``DENSE_LIMIT_BYTES`` (denser rows, which run faster
+    densified, where that copy is refused)."""
     if not (sp.issparse(X) and _takes_span(flow, m, X.shape[1])):
         return False
-    return _stays_sparse(X) or m * X.shape[1] * X.dtype.itemsize > DENSE_LIMIT_BYTES
+    return _stays_sparse(X) or m * X.shape[1] * dtype.itemsize > DENSE_LIMIT_BYTES
 
 
 def _auto_subsample(flow, n, d, sparse):
@@ -928,8 +928,9 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             # their span (_stays_sparse): their m x m Gram matrix and
             # coordinates, in float64.
             # (The unnormalised model steps in float64: its logits grow as e^{2t}.)
-            itemsize = 8 if self.model == "unnormalized" else X.dtype.itemsize
-            span = _sparse_in_span(flow, X, m)
+            dtype = self._read_dtype(X)
+            itemsize = 8 if self.model == "unnormalized" else dtype.itemsize
+            span = _sparse_in_span(flow, X, m, dtype)
             size = m * m * 8 if span else m * d * itemsize
             if size > DENSE_LIMIT_BYTES and size > stored_bytes(X):
                 held = f"their {m} x {m} Gram matrix" if span else "a dense array"
@@ -941,10 +942,15 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
                 )
         return m
 
+    def _read_dtype(self, X):
+        """The dtype the rows are read in: ``_token_dtype``, X's own when None."""
+        return X.dtype if self._token_dtype is None else np.dtype(self._token_dtype)
+
     def _run(self, flow, X, weights, m):
         on_sphere = self.model in SPHERE_MODELS
         n = X.shape[0]
-        sparse_in_span = _sparse_in_span(flow, X, m)
+        dtype = self._read_dtype(X)
+        sparse_in_span = _sparse_in_span(flow, X, m, dtype)
         rng = check_random_state(self.random_state)
         # The rows that may move: those of positive weight (rows of weight
         # zero are passive tracers, as the rows left out of a subsample).
@@ -969,12 +975,18 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             weights = None if weights is None else weights[active]
         else:
             passive = None
+        # The moving rows in the dtype they are read in (_token_dtype); the
+        # passive tracers are cast chunk by chunk at their vote.
+        owned = active is not None
+        if X.dtype != dtype:
+            X, owned = X.astype(dtype), True
         # The sphere models' logits stay within beta |Q| |K|: they step in X's
         # dtype (float32 is faster). The unnormalised model's grow as e^{2t}
         # and leave float32's range at t ~ 44: it steps in float64, so that its
         # horizon is float64's (attention_flow's Raises), and its results take
-        # X's dtype.
-        Z = unit_rows(X) if on_sphere else X.copy()
+        # X's dtype. (A copy of the moving rows made here becomes their unit
+        # rows in place: below, X is read for its dtype and shape alone.)
+        Z = unit_rows(X, copy=not owned) if on_sphere else X.copy()
         if sparse_in_span:
             # Sparse tokens stay sparse where they run in their span, which
             # reads them through their inner products (a token of
@@ -992,13 +1004,13 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         order = _place_order(Z, weights)
         span = _span_basis(flow, Z)
         # How a chunk of tracers is read at the vote (see _vote).
-        read_tracers = _TracerReader(on_sphere, Z.dtype)
+        read_tracers = _TracerReader(on_sphere, dtype, Z.dtype)
         if span is not None:
             # The tokens by their coordinates in the span of the initial
             # ones, and the tracers by those of their projection on it
             # (their inner products with the tokens, all their vote reads).
             given, coordinates, W = span
-            read_tracers = _TracerReader(on_sphere, Z.dtype, given, W)
+            read_tracers = _TracerReader(on_sphere, dtype, Z.dtype, given, W)
             Z = np.ascontiguousarray(coordinates, dtype=Z.dtype)
         # token_rows[i]: the row of X of token i.
         token_rows = np.arange(n) if active is None else active
@@ -1134,6 +1146,13 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
     # (in R^d they are n_clusters_ x d, dense: 5 GB for 629 tokens apart
     # at 2^20 features).
     _counts_only = False
+    # The dtype the rows are read in, X's own when None: the fit is that of
+    # X in this dtype, cast as the rows are drawn (the moving tokens once,
+    # the passive tracers chunk by chunk), so that a subsample has no copy
+    # of all the rows in it. _choose_k counts on float64 unit rows in
+    # float32 (math.md section 8, "The count in float32"): 633 of 2000
+    # TF-IDF documents move, where a float32 copy of all 2000 took 40 MB.
+    _token_dtype = None
 
     def _lengthening(self, flow):
         """The parameters whose increase gives the tokens more time to meet:
@@ -1463,16 +1482,19 @@ def _size_then_coordinates(sizes, centres):
 
 
 class _TracerReader:
-    """A chunk of passive tracers as the tokens are read (``_vote``): unit
+    """A chunk of passive tracers as the tokens are read (``_vote``): in the
+    dtype the rows are read in (``read_dtype``: ``_token_dtype``'s), unit
     rows on the sphere, in the tokens' dtype (float32 rows of the
     unnormalised model overflowed in their own), and, where the dynamics
     runs in the span of the tokens (``_span_basis``), the coordinates of
     their projection on it, ``(x Z64^T) W``."""
 
-    def __init__(self, on_sphere, dtype, span_rows=None, W=None):
-        self.on_sphere, self.dtype, self.span_rows, self.W = on_sphere, dtype, span_rows, W
+    def __init__(self, on_sphere, read_dtype, dtype, span_rows=None, W=None):
+        self.on_sphere, self.read_dtype, self.dtype = on_sphere, read_dtype, dtype
+        self.span_rows, self.W = span_rows, W
 
     def __call__(self, rows):
+        rows = rows.astype(self.read_dtype, copy=False)
         rows = unit_rows(rows) if self.on_sphere else rows
         if rows.dtype != self.dtype:
             rows = rows.astype(self.dtype)

@@ -288,8 +288,10 @@ def test_the_dynamics_counts_on_unit_rows_in_float32(mixture, dtype, monkeypatch
     fit = SelfAttentionDynamics.fit
 
     def recording(self, tokens, y=None, sample_weight=None):
-        counted.append(tokens)
-        return fit(self, tokens, y, sample_weight)
+        fitted = fit(self, tokens, y, sample_weight)
+        # (The dtype the tokens were read in: their centres'.)
+        counted.append((tokens, self.cluster_centers_.dtype))
+        return fitted
 
     monkeypatch.setattr(SelfAttentionDynamics, "fit", recording)
     X[0] *= 1e-40 if dtype == np.float64 else 1e-30
@@ -297,10 +299,10 @@ def test_the_dynamics_counts_on_unit_rows_in_float32(mixture, dtype, monkeypatch
     assert choice.n_clusters == 3
     # (Counted on the rows as given, then centred: their mean carries more
     # than 5% of their second moment.)
-    assert [tokens.dtype for tokens in counted] == [np.float32, np.float32]
+    assert [read for _, read in counted] == [np.float32, np.float32]
     X = X.astype(np.float64)
     unit = X / np.linalg.norm(X, axis=1, keepdims=True)
-    np.testing.assert_allclose(counted[0], unit, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(counted[0][0], unit, rtol=1e-6, atol=1e-7)
 
 
 def test_auto_compares_the_neighbours_and_keeps_the_fit_at_k(mixture, recwarn):

@@ -855,6 +855,59 @@ def test_sphere_dynamics_at_any_magnitude_of_float32(mixture, scale):
     np.testing.assert_allclose(got.cluster_centers_, want.cluster_centers_, atol=1e-6)
 
 
+@pytest.mark.parametrize("span", [False, True], ids=["as-given", "span"])
+@pytest.mark.parametrize(
+    "kind, options",
+    [
+        ("dense", {}),
+        ("dense", {"max_samples": 60}),
+        ("sparse", {"max_samples": 60}),
+        ("weighted", {"max_samples": 60}),
+        ("dense", {"model": "unnormalized", "step_size": 0.5, "max_iter": 30, "max_samples": 60}),
+    ],
+    ids=["dense", "subsample", "sparse", "weighted", "unnormalized"],
+)
+def test_rows_read_in_float32_fit_as_the_rows_cast_first(kind, options, span, monkeypatch):
+    # _token_dtype (count_clusters' count in float32): float64 rows read in
+    # float32, cast as they are drawn (the moving tokens once, the tracers
+    # chunk by chunk), are the fit of the rows cast first, bit for bit, with
+    # no float32 copy of all the rows.
+    if span:
+        monkeypatch.setattr(_dynamics, "_SPAN_MIN_WORK", 1.0)
+    rng = np.random.default_rng(0)
+    X = make_mixture(200, n_features=150, n_clusters=3, noise=0.3, random_state=0)[0]
+    weights = None
+    if kind == "sparse":
+        X = sp.csr_matrix(X * (rng.random(X.shape) < 0.05))
+    if kind == "weighted":
+        weights = rng.integers(0, 4, len(X)).astype(float)
+    want = SelfAttentionDynamics(random_state=0, **options)
+    got = SelfAttentionDynamics(random_state=0, **options)
+    got._token_dtype = np.float32
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want.fit(X.astype(np.float32), sample_weight=weights)
+        got.fit(X, sample_weight=weights)
+    assert got.cluster_centers_.dtype == np.float32
+    fitted = sorted(name for name in vars(want) if name.endswith("_"))
+    assert fitted == sorted(name for name in vars(got) if name.endswith("_"))
+    for name in fitted:
+        if isinstance(getattr(want, name), np.ndarray):
+            assert getattr(got, name).dtype == getattr(want, name).dtype, name
+            np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
+        else:
+            assert getattr(got, name) == getattr(want, name), name
+    # The tracers' chunks too, whose votes (an argmax) seldom show their
+    # rounding: unit rows of the rows cast first.
+    on_sphere = got.model in _dynamics.SPHERE_MODELS
+    read = _dynamics._TracerReader(on_sphere, np.dtype(np.float32), np.dtype(np.float32))
+    chunk = read(X[:50])
+    assert chunk.dtype == np.float32
+    np.testing.assert_array_equal(
+        _passes.dense(chunk), _passes.dense(read(X[:50].astype(np.float32)))
+    )
+
+
 @pytest.mark.parametrize("kind", ["dense", "sparse"])
 def test_all_zero_rows_are_one_cluster_with_a_zero_centre(kind):
     # Zero rows have no direction: on the sphere they stay zero tokens (no

@@ -2771,6 +2771,18 @@ def dense_block(rows, dtype):
     return np.ascontiguousarray(dense(rows), dtype=dtype)
 
 
+def taken_rows(rows, indices, dtype):
+    """The rows ``indices`` of a dense or sparse matrix, in ``dtype``: dense
+    ones cast chunk by chunk, without a copy of them in their own dtype (633
+    of 2000 float64 rows of 5000 features read in float32: 25 MB)."""
+    if sp.issparse(rows) or rows.dtype == dtype:
+        return rows[indices].astype(dtype, copy=False)
+    taken = np.empty((len(indices), rows.shape[1]), dtype=dtype)
+    for lo, hi in row_chunks(len(indices), rows.shape[1]):
+        taken[lo:hi] = rows[indices[lo:hi]]
+    return taken
+
+
 def row_major(rows):
     """The rows in row-major storage (CSR when sparse, C-contiguous when dense),
     so that a block of rows is a slice of contiguous memory."""

@@ -855,6 +855,31 @@ def test_sphere_dynamics_at_any_magnitude_of_float32(mixture, scale):
     np.testing.assert_allclose(got.cluster_centers_, want.cluster_centers_, atol=1e-6)
 
 
+@settings(deadline=None)
+@given(
+    n=st.integers(1, 700),
+    d=st.integers(1, 40),
+    seed=st.integers(0, 2**31 - 1),
+    dtype=st.sampled_from([np.float64, np.float32]),
+    weighted=st.booleans(),
+)
+def test_place_order_divides_its_float64_rows_by_chunks_as_at_once(n, d, seed, dtype, weighted):
+    # _place_order's float64 copy of the ranked tokens is divided by chunks
+    # of rows (no copy of Z[ranks] in Z's dtype): the order of the tokens
+    # divided at once, bit for bit (the mean sums the same rows in turn).
+    rng = np.random.default_rng(seed)
+    Z = (rng.standard_normal((n, d)) * 10.0 ** rng.integers(-3, 4, (n, 1))).astype(dtype)
+    weights = rng.integers(1, 4, n).astype(float) if weighted else None
+    ranks = _dynamics._byte_order(Z)
+    ordered = np.divide(Z[ranks], _dynamics.peak_unit(Z), dtype=np.float64)
+    w = None if weights is None else weights[ranks]
+    expected = ranks[np.argsort(ordered @ np.average(ordered, axis=0, weights=w), kind="stable")]
+    with pytest.MonkeyPatch.context() as patch:
+        # (Chunks of 256 rows: up to three of them.)
+        patch.setattr(_passes, "_CHUNK_BYTES", 8 * 256)
+        np.testing.assert_array_equal(_dynamics._place_order(Z, weights), expected)
+
+
 @pytest.mark.parametrize("span", [False, True], ids=["as-given", "span"])
 @pytest.mark.parametrize(
     "kind, options",

@@ -845,32 +845,22 @@ def test_unit_terms_of_sparse_rows_near_a_far_mean(n, d, density, far, seed):
     np.testing.assert_allclose(P, P_dense, rtol=0, atol=1e-13 * far * np.sqrt(d) * np.abs(C).max())
 
 
-@given(
+# The draws of _spread_about_far_columns' rows (and a seed of the rest).
+_FAR_COLUMNS = dict(
     scale_exponent=st.integers(-1000, 1000),
     far=st.sampled_from([0.0, 1.0, 1e20, 1e200, 1e300]),
     seed=st.integers(0, 2**32 - 1),
 )
-def test_dense_unit_terms_are_those_of_the_centred_rows(scale_exponent, far, seed):
-    # Dense rows at the offset plus a spread of about the scale: their terms
-    # are those of the centred rows (exactly: the offset is the rows'
-    # coordinate, x - m exact), whatever the offset's magnitude over the
-    # scale. (Scaled first, x 2^-e and m 2^-e overflowed into inf - inf where
-    # the scale is far below the rows: a constant column of 1e20 beside one
-    # of spread 1e-290 gave AttentionClustering.score a RuntimeWarning and
-    # score_samples NaN.)
-    rng = np.random.default_rng(seed)
-    scale = math.ldexp(1.0, scale_exponent)
+
+
+def _spread_about_far_columns(rng, scale_exponent, far):
+    """``(centred, offset)``: 5 rows of 3 columns spread at ``2^scale_exponent``
+    in the middle column about an offset ``(far, 0, -far)``, whose outer
+    columns are constant (the rows are ``centred + offset``; x - offset exact)."""
     offset = np.array([far, 0.0, -far])
     centred = np.ldexp(rng.standard_normal((5, 3)), scale_exponent)
     centred[:, [0, 2]] = 0.0
-    X = centred + offset
-    C = np.linalg.qr(rng.standard_normal((3, 2)))[0].T
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", RuntimeWarning)
-        P, q = _passes.unit_terms(X, C, offset, scale)
-    P_ref, q_ref = _passes.unit_terms(centred, C, np.zeros(3), scale)
-    np.testing.assert_array_equal(P, P_ref)
-    np.testing.assert_array_equal(q, q_ref)
+    return centred, offset
 
 
 def test_the_score_of_tight_rows_far_from_zero_is_finite():
@@ -884,25 +874,24 @@ def test_the_score_of_tight_rows_far_from_zero_is_finite():
         assert np.all(np.isfinite(model.score_samples(X)))
 
 
-@pytest.mark.parametrize("fmt", ["csr", "csc"])
-@given(
-    scale_exponent=st.integers(-1000, 1000),
-    far=st.sampled_from([0.0, 1.0, 1e20, 1e200, 1e300]),
-    seed=st.integers(0, 2**32 - 1),
-)
-def test_sparse_unit_terms_are_those_of_the_centred_rows(fmt, scale_exponent, far, seed):
-    # The dense test's rows as a sparse matrix: the columns at +-far are
-    # stored centred (_centred_storage), and their terms are the centred
-    # rows' whatever far is over the scale. (Scaled before they were
-    # centred, the far columns and their mean overflowed to inf below a
-    # scale of 1, and P and q were NaN or inf.) The same numbers: each
-    # row's one non-zero centred entry makes both sums exact.
+@pytest.mark.parametrize("fmt", ["dense", "csr", "csc"])
+@given(**_FAR_COLUMNS)
+def test_unit_terms_are_those_of_the_centred_rows(fmt, scale_exponent, far, seed):
+    # Rows at the offset plus a spread of about the scale: their terms are
+    # those of the centred rows (exactly: the offset is the rows'
+    # coordinate, x - m exact; sparse rows store the columns at +-far
+    # centred, _centred_storage, and each row's one non-zero centred entry
+    # makes both sums exact), whatever the offset's magnitude over the
+    # scale. (Scaled first, x 2^-e and m 2^-e overflowed into inf - inf where
+    # the scale is far below the rows: a constant column of 1e20 beside one
+    # of spread 1e-290 gave AttentionClustering.score a RuntimeWarning and
+    # score_samples NaN, dense rows first, then sparse ones; P and q were
+    # NaN or inf.)
     rng = np.random.default_rng(seed)
     scale = math.ldexp(1.0, scale_exponent)
-    offset = np.array([far, 0.0, -far])
-    centred = np.ldexp(rng.standard_normal((5, 3)), scale_exponent)
-    centred[:, [0, 2]] = 0.0
-    X = sp.csr_matrix(centred + offset).asformat(fmt)
+    centred, offset = _spread_about_far_columns(rng, scale_exponent, far)
+    X = centred + offset
+    X = X if fmt == "dense" else sp.csr_matrix(X).asformat(fmt)
     C = np.linalg.qr(rng.standard_normal((3, 2)))[0].T
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
@@ -913,11 +902,7 @@ def test_sparse_unit_terms_are_those_of_the_centred_rows(fmt, scale_exponent, fa
 
 
 @pytest.mark.parametrize("fmt", ["dense", "csr", "csc"])
-@given(
-    scale_exponent=st.integers(-1000, 1000),
-    far=st.sampled_from([0.0, 1.0, 1e20, 1e200, 1e300]),
-    seed=st.integers(0, 2**32 - 1),
-)
+@given(**_FAR_COLUMNS)
 @example(scale_exponent=-300, far=1e300, seed=0)  # the features' digits lost, always
 def test_centred_projection_is_that_of_the_centred_rows(fmt, scale_exponent, far, seed):
     # The rows above (a spread of 2^scale_exponent about columns at +-far):
@@ -927,9 +912,7 @@ def test_centred_projection_is_that_of_the_centred_rows(fmt, scale_exponent, far
     # far = 1e300 went subnormal, or to zero, below 2^-100 or so: transform
     # lost its digits there.) The same numbers: x - offset is exact here.
     rng = np.random.default_rng(seed)
-    offset = np.array([far, 0.0, -far])
-    centred = np.ldexp(rng.standard_normal((5, 3)), scale_exponent)
-    centred[:, [0, 2]] = 0.0
+    centred, offset = _spread_about_far_columns(rng, scale_exponent, far)
     X = centred + offset
     X = X if fmt == "dense" else sp.csr_matrix(X).asformat(fmt)
     V = rng.standard_normal((3, 2))
@@ -943,11 +926,7 @@ def test_centred_projection_is_that_of_the_centred_rows(fmt, scale_exponent, far
     np.testing.assert_array_equal(np.ldexp(P, shift), P_ref)
 
 
-@given(
-    scale_exponent=st.integers(-1000, 1000),
-    far=st.sampled_from([0.0, 1.0, 1e20, 1e200, 1e300]),
-    seed=st.integers(0, 2**32 - 1),
-)
+@given(**_FAR_COLUMNS)
 def test_sparse_unit_term_exponents_are_those_of_the_centred_rows(scale_exponent, far, seed):
     # The rows above as CSR: the extent of their terms, stored as
     # unit_terms stores them (unit_storage: the columns at +-far centred),
@@ -958,9 +937,7 @@ def test_sparse_unit_term_exponents_are_those_of_the_centred_rows(scale_exponent
     # -0.145.)
     rng = np.random.default_rng(seed)
     scale = math.ldexp(1.0, scale_exponent)
-    offset = np.array([far, 0.0, -far])
-    centred = np.ldexp(rng.standard_normal((5, 3)), scale_exponent)
-    centred[:, [0, 2]] = 0.0
+    centred, offset = _spread_about_far_columns(rng, scale_exponent, far)
     X = sp.csr_matrix(centred + offset)
     expected = _passes.unit_term_exponents(centred, np.zeros(3), scale)
     stored, mean = _passes.unit_storage(X, offset)

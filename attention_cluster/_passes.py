@@ -2293,7 +2293,7 @@ class SparseRows(_Rows):
         if self._top is None or self._top[0] is not data:
             top = largest_magnitude(data)
             self._top = (data, top)
-        off = float(np.max(np.abs(self.offset))) if self.offset.size else 0.0
+        off = largest_magnitude(self.offset)
         return self._top[1], off
 
     def _summed(self):

@@ -14,7 +14,7 @@ from sklearn.utils import check_random_state
 from . import _kernels
 from ._objective import regularizer_code
 from ._sphere import random_heads
-from ._validation import largest_magnitude, peak_unit
+from ._validation import largest_magnitude, power_of_two_unit
 
 __all__ = [
     "MAX_ROWS_FACTOR",
@@ -120,8 +120,9 @@ def _rotate_frame(Y, weight, regularization, rows, report=None):
     # and NaN angles, "Initial heads must be finite"); other rows are read as
     # they are.
     degree = 2 * Y.shape[1] if regularization == "product" and Y.shape[1] > 2 else 4
-    if np.frexp(largest_magnitude(Y))[1] * degree > _SWEEP_MAX_EXPONENT:
-        Y /= peak_unit(Y)
+    peak = largest_magnitude(Y)
+    if np.frexp(peak)[1] * degree > _SWEEP_MAX_EXPONENT:
+        Y /= power_of_two_unit(peak)
     return _kernels.jacobi_rotation(
         Y,
         weight,

@@ -51,7 +51,6 @@ from ._validation import (
     check_n_samples,
     check_options,
     check_positive,
-    check_seed,
     check_verbose,
     deferred_warnings,
     finite_output,
@@ -59,6 +58,7 @@ from ._validation import (
     metadata_shape,
     plain_number,
     replay,
+    validate_seed,
     warn,
 )
 
@@ -537,7 +537,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             self.n_threads, "n_threads", numbers.Integral, min_val=1, strict=False, also=(None,)
         )
         check_verbose(self.verbose)
-        check_seed(self.random_state)  # with n_init > 1 first read after a pass
+        validate_seed(self.random_state)  # with n_init > 1 first read after a pass
         if self.solver == "psgd":
             # Before X is read, at the narrowest width PSGD may run at (the
             # principal subspace's in memory; Dask rows never take it, and

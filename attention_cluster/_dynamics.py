@@ -53,13 +53,13 @@ from ._validation import (
     check_parameter_matrix,
     check_positive,
     check_sample_weight,
-    check_seed,
     check_verbose,
     gathered,
     metadata_shape,
     peak_unit,
     plain_number,
     quiet_finite_check,
+    validate_seed,
     warn,
 )
 
@@ -837,7 +837,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         check_positive(
             self.n_threads, "n_threads", numbers.Integral, min_val=1, strict=False, also=(None,)
         )
-        check_seed(self.random_state)
+        validate_seed(self.random_state)
         return _check_flow(
             shape,
             self.model,

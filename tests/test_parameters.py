@@ -8,10 +8,13 @@ entries here.
 """
 
 import inspect
+import re
 from fractions import Fraction
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from sklearn.cluster import KMeans
 
 import attention_cluster
@@ -417,3 +420,32 @@ def test_a_parameter_of_several_kinds_names_them_all_when_refused(estimator, mes
     X = np.random.default_rng(0).standard_normal((50, 3))
     with pytest.raises(ValueError, match=message):
         estimator.fit(X)
+
+
+@given(
+    seed=st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(min_value=-(2**70), max_value=2**70),
+        st.integers(min_value=-(2**40), max_value=2**40).map(np.int64),
+        st.integers(min_value=0, max_value=2**64 - 1).map(np.uint64),
+        st.floats(allow_nan=True),
+        st.text(max_size=3),
+        st.just(np.random),
+        st.just(np.random.RandomState(0)),
+        st.just(np.random.default_rng(0)),
+    )
+)
+def test_the_seed_check_before_reading_refuses_what_the_generator_refuses(seed):
+    # The parameter checks made before X is read validate random_state without
+    # making its generator (validate_seed), and must refuse exactly the values
+    # the fit's generator (check_seed) refuses, with its error.
+    from attention_cluster._validation import check_seed, validate_seed
+
+    try:
+        check_seed(seed)
+    except InvalidParameterError as error:
+        with pytest.raises(InvalidParameterError, match=re.escape(str(error))):
+            validate_seed(seed)
+    else:
+        assert validate_seed(seed) is None

@@ -1378,10 +1378,29 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         return votes
 
     def _nearest(self, Z):
-        """Index of the closest limit point of moved tokens, compared at the
-        power of two of their largest entry (exact), whose squares neither
-        overflow nor underflow at any magnitude of the tokens."""
+        """Index of the closest limit point of moved tokens, ``argmin_k |z -
+        c_k|^2``, by the expansion ``|c_k - r|^2 - 2 <z - r, c_k - r>`` about
+        the first limit point r.
+
+        The expansion rounds at the magnitude of its terms, ``|c - r|^2``,
+        not at that of the differences it compares: about the origin, tokens
+        and limit points sharing a coordinate far from zero (1e8 beside a
+        spread of 1 between them, or on the sphere, limit points 1e-8 apart)
+        had their distances lost in the rounding of ``|c|^2``, and strays
+        joined the farther point. About r the terms are of the points'
+        spread (``z - r`` is exact where z and r are within a factor of two
+        of each other, as in a shared coordinate). Compared at the power of
+        two of the largest entry (exact), so that ``z - r`` cannot overflow,
+        then at that of the largest difference, whose squares neither
+        overflow nor underflow at any magnitude of the tokens or their
+        spread.
+        """
         C, Z = self.cluster_centers_.astype(np.float64), Z.astype(np.float64)
+        unit = peak_unit(C, Z)
+        C, Z = C / unit, Z / unit
+        reference = C[0].copy()
+        C -= reference
+        Z -= reference
         unit = peak_unit(C, Z)
         C, Z = C / unit, Z / unit
         d2 = np.sum(C**2, axis=1)[None, :] - 2 * Z @ C.T

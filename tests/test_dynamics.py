@@ -655,6 +655,57 @@ def test_tokens_grouped_from_the_start_with_others_in_no_cluster_warn():
     assert model.n_clusters_ == 3
 
 
+@pytest.mark.parametrize("far", [1e8, 1e10])
+@pytest.mark.parametrize("model", ["sa", "unnormalized"])
+def test_stray_tokens_join_the_nearest_limit_point_beside_a_far_coordinate(model, far):
+    # Two groups of three tokens one apart and single tokens between them,
+    # every row at `far` in its first coordinate (V = 0: the tokens stay
+    # where they start). Compared as |c|^2 - 2 <z, c>, whose terms are of
+    # far^2, the strays' distances were lost in the rounding: 4 of the 8
+    # joined the farther point, on the sphere too (limit points 1/far apart).
+    group = np.array([[0.0, 0.0], [0.001, 0.0], [0.0, 0.001]])
+    strays = np.array([0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9])
+    Y = np.vstack([group, group + [1.0, 0.0], np.c_[strays, np.zeros(8)]])
+    X = np.c_[np.full(len(Y), far), Y]
+    model = SelfAttentionDynamics(
+        model=model,
+        step_size=0.1,
+        value=np.zeros((3, 3)),
+        stopping="horizon",
+        max_iter=1,
+        cluster_tol=1e-2 / far,
+        min_cluster_size=2,
+    ).fit(X)
+    assert model.n_clusters_ == 2
+    left, right = model.labels_[0], model.labels_[3]
+    np.testing.assert_array_equal(model.labels_[:6], [left] * 3 + [right] * 3)
+    np.testing.assert_array_equal(model.labels_[6:], np.where(strays < 0.5, left, right))
+
+
+@given(
+    k=st.integers(1, 5),
+    d=st.integers(1, 4),
+    shift=st.lists(st.integers(-(2**40), 2**40), min_size=4, max_size=4),
+    exponent=st.integers(-900, 900),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_nearest_limit_point_is_shift_and_scale_invariant(k, d, shift, exponent, seed):
+    # Tokens and limit points on a grid of 2^-10 within [-4, 4], moved by
+    # the same vector of integers up to 2^40 and scaled by 2^exponent (all
+    # exact): each token's pick is its nearest point in exact arithmetic (ties
+    # to any of them), as it is unmoved. About the origin, a shift of 1e8
+    # lost the distances in the rounding of |c|^2.
+    rng = np.random.default_rng(seed)
+    C_grid = rng.integers(-4096, 4097, (k, d))
+    Z_grid = rng.integers(-4096, 4097, (12, d))
+    v = np.array(shift[:d], dtype=np.float64)
+    model = SelfAttentionDynamics()
+    model.cluster_centers_ = np.ldexp(C_grid / 1024.0 + v, exponent)
+    picks = model._nearest(np.ldexp(Z_grid / 1024.0 + v, exponent))
+    exact = [[sum(int(a - b) ** 2 for a, b in zip(z, c)) for c in C_grid] for z in Z_grid]
+    assert [row[p] for row, p in zip(exact, picks)] == [min(row) for row in exact]
+
+
 def test_fit_is_reproducible_and_pickles(mixture):
     X = mixture[0]
     a = SelfAttentionDynamics(max_samples=300, random_state=3).fit(X)

@@ -43,6 +43,10 @@ _SEEDING_BUDGET = 2**25
 #: slowly, and the EM on all rows follows.
 ROWS_PER_CENTRE = 256
 
+# The seeding runs about a row in the coordinates where the rows' mean lies
+# more than this many times their spread from zero (_reference).
+_FAR_MEAN = 128.0
+
 # Rows per BLAS product of the distances: bounds the rows x K scores held.
 _BLOCK_ROWS = 4096
 
@@ -90,6 +94,33 @@ def _draw(mass, rng, size):
     # side="right": u equal to a cumulative sum skips the rows of zero mass after it.
     idx = np.searchsorted(flat, u.ravel(), side="right").reshape(S, size) - n * offsets
     return np.minimum(idx, last[:, None])
+
+
+def _reference(points):
+    """A point r about which the seeding's expansions ``||x - r||^2 - 2 <x - r,
+    c - r> + ||c - r||^2`` keep the digits of the rows' distances: the first
+    row in the coordinates where the rows' mean m lies farther than 128
+    sigma from zero, sigma their spread (the root mean square of ``||x -
+    m||``), 0 in the others.
+
+    The squared distances are the same about any point, but rounded at the
+    magnitude of ``||x - r||^2``: about the origin, rows sharing a
+    coordinate far from zero (1e8 beside a spread of 1) lost them to
+    rounding, and their labels, draws and inertia with them. About r the
+    rows are as far from r in those coordinates as from the first row
+    (``x - r`` rounds at its own magnitude; a coordinate the rows share is
+    0 exactly, where about their mean its rounding would remain), and their
+    mean is within 128 sigma of r in the others. Rows whose mean lies within
+    128 sigma of the origin in every coordinate have r = 0, and their
+    seeding is as it was, to the last bit: centred rows, and those
+    ``center="auto"`` leaves uncentred when d >= 2 (``||m||^2`` at most 10
+    times the second moment's smallest eigenvalue, ``math.md`` section 7,
+    "Centring or not", which for d >= 2 is at most the rows' variance
+    across m, about ``sigma^2`` or less).
+    """
+    mean = np.mean(points, axis=0)
+    spread = float(np.sqrt(np.mean(_row_norms(points - mean))))
+    return np.where(np.abs(mean) > _FAR_MEAN * spread, points[0], 0.0)
 
 
 def kmeans_plus_plus(points, weights, n_clusters, rng, n_trials=None, n_seedings=1):
@@ -245,6 +276,12 @@ def seeded_start(sample, n_clusters, rng, n_seedings=None, min_seedings=1):
         keep = np.sort(rng.choice(points.shape[0], size, replace=False))
         points = points[keep]
         weights = None if weights is None else weights[keep]
+    # About a reference point (_reference), over the power of two of the
+    # largest entry about it (exact): 1 and 0 for rows near the origin.
+    reference = _reference(points)
+    points = points - reference
+    spread_unit = peak_unit(points)
+    points = points / spread_unit
     if n_seedings is None:
         work = points.shape[0] * n_clusters * d
         n_seedings = max(int(np.clip(_SEEDING_BUDGET // work, 1, _MAX_SEEDINGS)), min_seedings)
@@ -253,6 +290,7 @@ def seeded_start(sample, n_clusters, rng, n_seedings=None, min_seedings=1):
         stacks, _, inertia, n_iter = lloyd(points, weights, stacks)
     best = int(np.argmin(inertia))
     centres, inertia, n_iter = stacks[best], float(inertia[best]), int(n_iter[best])
+    centres = centres * spread_unit + reference
     radii = np.linalg.norm(centres, axis=1)
     # A centre at the origin has no direction: any unit head with r = 0.
     safe = np.where(radii > 0.0, radii, 1.0)
@@ -260,6 +298,7 @@ def seeded_start(sample, n_clusters, rng, n_seedings=None, min_seedings=1):
     heads[:, radii == 0.0] = np.eye(d)[:, :1]
     # Back at the rows' scale (an inertia beyond float64 is inf; its root, the noise, is not).
     radii *= unit
+    unit *= spread_unit
     noise = float(np.sqrt(inertia / d)) * unit
     inertia = inertia * unit * unit
     return Seeds(

@@ -222,3 +222,27 @@ def test_seeded_start_of_rows_scaled_by_a_power_of_two_is_scaled_alike(kind, exp
     assert got.noise == np.ldexp(want.noise, exponent)
     assert got.inertia == (np.inf if exponent > 0 else np.ldexp(want.inertia, 2 * exponent))
     assert got.n_iter == want.n_iter
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    st.integers(0, 2**31 - 1),
+    st.integers(1, 3),
+    st.integers(2, 6),
+    st.sampled_from([1e8, -1e12, 1e200]),
+)
+def test_seeded_start_beside_a_far_constant_column_is_that_of_the_other_columns(seed, d, K, far):
+    # Rows of clusters 1e3 apart with a column of one value far from zero
+    # beside them: their distances are those of the other columns. Expanded
+    # about the origin, ||x||^2 - 2 <x, c> + ||c||^2 rounded at far^2: at
+    # 1e8 the inertia (the noise of the mixture's start) was off by up to
+    # 47%, at 1e12 and 1e200 the centres were lost (by up to 4e3).
+    X, y = _blobs(seed, d, K, 30)
+    want = seeded_start(DenseRows(X), K, np.random.RandomState(seed))
+    got = seeded_start(DenseRows(np.c_[np.full(len(X), far), X]), K, np.random.RandomState(seed))
+    found = (got.heads * got.radii).T
+    np.testing.assert_allclose(found[:, 0], far, rtol=1e-14)
+    means = _sorted_rows(np.array([X[y == k].mean(0) for k in range(K)]))
+    np.testing.assert_allclose(_sorted_rows(found[:, 1:]), means, rtol=1e-9, atol=1e-9)
+    assert got.inertia == pytest.approx(want.inertia, rel=1e-9)
+    assert got.n_iter == want.n_iter

@@ -9,9 +9,11 @@ K points, not K directions: k-means++ seeding (Arthur and Vassilvitskii,
 "k-means++: the advantages of careful seeding", SODA 2007) on a subsample of
 the rows, polished by Lloyd's iterations on that subsample.
 
-The squared distances are ``||x||^2 - 2 <x, c> + ||c||^2``: one BLAS
-product per block of rows, on one BLAS thread (the products are small, and
-a second thread costs more to wake than it saves).
+The squared distances are ``||x||^2 - 2 <x, c> + ||c||^2``, of the rows
+taken about a reference point where their mean lies far from the origin
+(:func:`_reference`): one BLAS product per block of rows, on one BLAS thread
+(the products are small, and a second thread costs more to wake than it
+saves).
 """
 
 from dataclasses import dataclass

@@ -300,6 +300,9 @@ def principal_basis(
         # At least 2^-1022, whose inverse float64 holds (the passes divide by
         # the scale): subnormal rows are then seen below unit scale.
         rows = rows.rescaled(rows.scale * max(power_of_two_unit(peak), _SMALLEST_NORMAL))
+    # Two products with the rows an iteration, on the same rows: sparse ones
+    # sum over rows from a copy of them by columns (SparseRows.for_repeated_sums).
+    rows = rows.for_repeated_sums()
     # The basis lies in the columns where some row may be non-zero (M's
     # other rows and columns are zero): it is found there, from the dense
     # rows' start there (_gaussian_rows), and is zero in the others. Of

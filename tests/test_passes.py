@@ -438,6 +438,122 @@ def test_sums_over_float32_sparse_rows_copy_none_of_their_values(centred):
         assert peak < X.nnz // 4, peak
 
 
+def _tfidf_like(rng, n, d, density, dtype=np.float64):
+    """CSR rows of unit norm whose indices are out of order within each row,
+    as TfidfVectorizer stores them."""
+    X = sp.random(n, d, density=density, format="csr", random_state=rng, dtype=np.float64)
+    for i in range(n):
+        a, b = X.indptr[i], X.indptr[i + 1]
+        order = rng.permutation(b - a)
+        X.indices[a:b], X.data[a:b] = X.indices[a:b][order], X.data[a:b][order]
+    X.has_sorted_indices = False
+    norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
+    X.data /= np.repeat(np.where(norms > 0, norms, 1.0), np.diff(X.indptr))
+    return X.astype(dtype)
+
+
+@pytest.mark.parametrize("centred", [False, True])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_sparse_rows_for_repeated_sums_give_the_same_passes(centred, weighted, global_random_seed):
+    # The copy of X by columns (CSR of X^T) sums each column's entries in
+    # the order of the rows, as SciPy's product of X.T (CSC) does: every
+    # pass gives the same numbers, bit for bit, on rows whose indices are
+    # out of order (TF-IDF's) and with a column stored twice in a row.
+    rng = np.random.default_rng(global_random_seed)
+    n, d, K = 700, 60, 3
+    X = _tfidf_like(rng, n, d, 0.2)
+    w = rng.uniform(0.0, 2.0, n) if weighted else None
+    if weighted:
+        w[::9] = 0.0
+    rows = SparseRows(X, w, scale=0.7)
+    if centred:
+        rows = rows.centred(rows.mean() * 0.7)
+    again = rows.for_repeated_sums()
+    assert again._by_columns is not None and again._by_columns[0] is rows._X
+    U = np.linalg.qr(rng.standard_normal((d, K)))[0]
+    A = rng.standard_normal((n, K))
+
+    def passes(r):
+        return [
+            r.mean(),
+            r._sums_over_rows(A),
+            r._sums_over_rows(A[:, 0]),
+            r._transpose_product(A),
+            r.moment_action(U),
+            *r.exact_terms(U, U * 0.9, 0.1, 9.0, 1, 0.2),
+            r.rescaled(1.9).moment_action(U),
+        ]
+
+    for got, want in zip(passes(again), passes(rows), strict=True):
+        np.testing.assert_array_equal(got, want)
+    # A row storing a column twice: summed once by the rows (the passes
+    # square the stored values), then copied by columns.
+    twice = sp.csr_matrix(
+        (np.array([0.5, 0.25, 1.0]), np.array([3, 3, 1]), np.array([0, 2, 3])), shape=(2, 5)
+    )
+    rows = SparseRows(twice)
+    np.testing.assert_array_equal(
+        rows.for_repeated_sums()._transpose_product(A[:2]), rows._transpose_product(A[:2])
+    )
+    # Float32 rows are summed by the kernels, reading them in float64: kept.
+    single = SparseRows(X.astype(np.float32))
+    assert single.for_repeated_sums() is single
+
+
+@settings(deadline=None)
+@given(
+    values=st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=1, max_size=20),
+    exponent=st.integers(-1100, 1100),
+)
+@example(values=[5e-324, -2.2250738585072014e-308, 1.5, -0.0], exponent=-1)
+@example(values=[3.0e-308, 1.7976931348623157e308], exponent=1023)
+def test_times_power_of_two_is_ldexp(values, exponent):
+    # One product by 2^k rounds as ldexp does (both correctly rounded:
+    # subnormal results, overflow to inf, signed zeros and NaN alike).
+    with np.errstate(over="ignore"):
+        for x in (np.array(values), np.array(values).astype(np.float32)):
+            got = _passes._times_power_of_two(x, exponent)
+            want = np.ldexp(x.astype(np.float64), exponent)
+            assert got.dtype == np.float64
+            nan = np.isnan(want)
+            np.testing.assert_array_equal(np.isnan(got), nan)
+            np.testing.assert_array_equal(got[~nan].view(np.int64), want[~nan].view(np.int64))
+
+
+@settings(deadline=None)
+@given(
+    n=st.integers(1, 40),
+    d=st.integers(1, 30),
+    density=st.sampled_from([0.0, 0.1, 0.5, 1.0]),
+    scale_exponent=st.integers(-1070, 1020),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_uncentred_sparse_unit_terms_are_the_stored_entries(n, d, density, scale_exponent, seed):
+    # About the origin, a sparse block's terms are those of its stored
+    # entries alone, divided by the scale's power of two: bit for bit the
+    # terms of every row's entries less a zero mean (a copy of the block
+    # divided by ldexp, (y - 0)^2 summed with the other columns' zeros),
+    # at scales from the subnormal range to float64's top.
+    rng = np.random.default_rng(seed)
+    X = _tfidf_like(rng, n, d, density)
+    X.data *= 2.0 ** (scale_exponent + int(rng.integers(-3, 4)))
+    scale = float(rng.uniform(0.5, 2.0)) * 2.0**scale_exponent
+    C = rng.standard_normal((2, d))
+    f, e = np.frexp(scale)
+    Y = sp.csr_matrix(X, dtype=np.float64, copy=True)
+    np.ldexp(Y.data, -e, out=Y.data)
+    zero = np.zeros(d)
+    with np.errstate(over="ignore", invalid="ignore"):
+        diff = Y.data - zero[Y.indices]
+        q = _passes._row_reduce(np.add, diff * diff, Y.indptr)
+        q = q + (0.0 - _passes._row_reduce(np.add, zero[Y.indices], Y.indptr))
+        P, got = _passes.unit_terms(X, C, zero, scale)
+    np.testing.assert_array_equal(P, (np.asarray(Y @ C.T) - zero @ C.T) / f)
+    np.testing.assert_array_equal(got, np.where(np.isnan(q), np.inf, q) / (f * f))
+    _, stored = _passes.unit_terms(X, C, zero, scale, stored=True)
+    np.testing.assert_array_equal(stored, got)
+
+
 def test_rows_of_picks_the_backend():
     X = np.eye(3)
     assert isinstance(rows_of(X), DenseRows)

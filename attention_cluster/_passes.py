@@ -2547,7 +2547,10 @@ class SparseRows(_Rows):
             T = _csr_rows(self._X, lo, min(lo + _SPARSE_TILE, self.n_samples))
             if k:
                 T = _with_values(T, _shifted(T.data, k))
-            P = np.ascontiguousarray((T @ keys - shift).T)
+            TK = T @ keys
+            if centred:  # (uncentred, a zero shift: the same numbers, as in _project)
+                TK -= shift
+            P = np.ascontiguousarray(TK.T)
             before = counts.copy()
             partial += self.kernels.posterior_columns(
                 P, log_weights, w[lo : lo + _SPARSE_TILE] if w.size else w, counts
@@ -2556,7 +2559,7 @@ class SparseRows(_Rows):
             # blocks of features (an outer product and the difference beside
             # it were two more arrays of S's size: 400 MB each at K = 50 and
             # 2^20 features); the same numbers as the outer product's.
-            tile_sums = T.T @ P.T
+            tile_sums = _csr_on(T.data, T.indices, T.indptr, T.shape[::-1], sp.csc_matrix) @ P.T
             if centred:
                 taken = counts - before
                 for a, b in row_chunks(self.n_features, K):
@@ -2779,9 +2782,20 @@ def rows_of(X, sample_weight=None, n_threads=None):
     return DenseRows(X, sample_weight, n_threads=n_threads)
 
 
+def _csr_on(data, indices, indptr, shape, kind=sp.csr_matrix):
+    """The CSR matrix (``kind``: or CSC) of these arrays, on them (none
+    copied nor checked: the caller's are a valid matrix's). SciPy's
+    constructor copies the values and indices of a block of rows, views of
+    less than half of a larger matrix's arrays (its ``prune``): two copies
+    of each block a pass read, which cost their page faults."""
+    A = kind(shape, dtype=data.dtype)
+    A.data, A.indices, A.indptr = data, indices, indptr
+    return A
+
+
 def _with_values(X, data):
     """CSR X's structure (shared, not copied) with the values ``data``."""
-    return sp.csr_matrix((data, X.indices, X.indptr), shape=X.shape)
+    return _csr_on(data, X.indices, X.indptr, X.shape)
 
 
 def _times_power_of_two(values, k):
@@ -2972,9 +2986,11 @@ def _csr_rows(X, lo, hi):
     of the block's (the one place float32 non-zeros are read in float64, so
     that the passes give the numbers of a float64 copy of X)."""
     a, b = X.indptr[lo], X.indptr[hi]
-    return sp.csr_matrix(
-        (np.asarray(X.data[a:b], dtype=np.float64), X.indices[a:b], X.indptr[lo : hi + 1] - a),
-        shape=(hi - lo, X.shape[1]),
+    return _csr_on(
+        np.asarray(X.data[a:b], dtype=np.float64),
+        X.indices[a:b],
+        X.indptr[lo : hi + 1] - a,
+        (hi - lo, X.shape[1]),
     )
 
 
@@ -3147,10 +3163,6 @@ def _sparse_centred_squares(Y, m):
     ``||m||^2`` (below ``_CANCELLED``); there it is summed over the other
     columns directly (a mask of the row's columns, in blocks of rows).
     """
-    if not np.any(m):
-        # Rows about the origin: the stored entries' squares alone (the same
-        # numbers: y - 0 is y, and the other columns add zeros).
-        return _row_reduce(np.add, Y.data * Y.data, Y.indptr)
     squares = m * m
     diff = Y.data - m[Y.indices]
     stored = _row_reduce(np.add, diff * diff, Y.indptr)
@@ -3220,7 +3232,8 @@ def unit_storage(rows, offset):
     offset = np.asarray(offset, dtype=np.float64)
     if not sp.issparse(rows):
         return rows, offset
-    return _centred_storage(sp.csr_matrix(rows, dtype=np.float64), offset)
+    # (CSR as it is: SciPy's constructor copies a block of a larger matrix.)
+    return _centred_storage(rows.tocsr().astype(np.float64, copy=False), offset)
 
 
 def unit_term_exponents(rows, mean, scale):
@@ -3276,28 +3289,36 @@ def unit_terms(rows, centers, offset, scale, stored=False):
         # scale of 1, divided first, a column of 1e20 at a scale of 1e-290
         # stored inf and its mean inf, and the row's terms were inf - inf);
         # unit_storage's rows, stored already, are divided after at any scale.
-        Y = sp.csr_matrix(rows)
+        Y = rows.tocsr()  # (CSR as it is: SciPy's constructor copies a block)
         if not np.any(offset):
             # About the origin no column is stored centred, and the order
-            # does not matter: the values alone are copied, divided, on the
-            # block's structure (a copy of its indices was a third of the
-            # time of the squared norms of TF-IDF rows).
-            Y = _with_values(Y, _times_power_of_two(Y.data, -e))
-            m = _times_power_of_two(offset, -e)
-        elif e > 0 and not stored:
-            Y = sp.csr_matrix(Y, dtype=np.float64, copy=True)
-            np.ldexp(Y.data, -e, out=Y.data)
-            Y, m = _centred_storage(Y, np.ldexp(offset, -e))
+            # does not matter: the terms are the stored entries' alone
+            # (``(y - 0)^2``, the other columns adding zeros), of one copy of
+            # the values divided by 2^e on the block's structure, squared in
+            # place after the products. The copy of the indices, ldexp and
+            # the gathers of a zero mean took three quarters of the squared
+            # norms' time on TF-IDF rows, and each full-size temporary of a
+            # block costs its page faults. (The products, summed from +0, are
+            # never -0: less a zero offset's, the same numbers.)
+            values = _times_power_of_two(Y.data, -e)
+            P = np.asarray(_with_values(Y, values) @ C.T)
+            with np.errstate(over="ignore", invalid="ignore"):
+                np.multiply(values, values, out=values)
+                q = _row_reduce(np.add, values, Y.indptr)
         else:
             Y = sp.csr_matrix(Y, dtype=np.float64, copy=True)
-            Y, m = (Y, offset) if stored else _centred_storage(Y, offset)
-            np.ldexp(Y.data, -e, out=Y.data)
-            m = np.ldexp(m, -e)
-        P = np.asarray(Y @ C.T) - m @ C.T
-        # Rows beyond about 1e154 times the scale square to inf, as the dense
-        # rows' terms do.
-        with np.errstate(over="ignore", invalid="ignore"):
-            q = _sparse_centred_squares(Y, m)
+            if e > 0 and not stored:
+                np.ldexp(Y.data, -e, out=Y.data)
+                Y, m = _centred_storage(Y, np.ldexp(offset, -e))
+            else:
+                Y, m = (Y, offset) if stored else _centred_storage(Y, offset)
+                np.ldexp(Y.data, -e, out=Y.data)
+                m = np.ldexp(m, -e)
+            P = np.asarray(Y @ C.T) - m @ C.T
+            # Rows beyond about 1e154 times the scale square to inf, as the
+            # dense rows' terms do.
+            with np.errstate(over="ignore", invalid="ignore"):
+                q = _sparse_centred_squares(Y, m)
         q = np.where(np.isnan(q), np.inf, q)
     else:
         # One float64 copy of the block, scaled and centred in place (the

@@ -500,6 +500,31 @@ def test_sparse_rows_for_repeated_sums_give_the_same_passes(centred, weighted, g
     assert single.for_repeated_sums() is single
 
 
+def test_blocks_of_sparse_rows_share_the_rows_arrays():
+    # A block of rows is a view of X's values and indices, and its
+    # transpose and values of its own are views of the block's: SciPy's
+    # constructor copied both of a block under half of X (its prune), and
+    # the squared norms of uncentred rows held three more copies of a block
+    # (its indices, its values divided, their squares): one now.
+    rng = np.random.default_rng(0)
+    X = sp.random(20000, 2000, density=0.02, format="csr", random_state=rng)
+    block = _passes._csr_rows(X, 100, 2000)
+    assert np.shares_memory(block.data, X.data) and np.shares_memory(block.indices, X.indices)
+    np.testing.assert_array_equal(block.toarray(), X[100:2000].toarray())
+    other = _passes._with_values(block, -block.data)
+    assert np.shares_memory(other.indices, X.indices)
+    np.testing.assert_array_equal(other.toarray(), -X[100:2000].toarray())
+    rows = SparseRows(X).rescaled(0.37)
+    rows.norm_moments()
+    tracemalloc.start()
+    try:
+        rows.norm_moments()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1.5 * _passes._CHUNK_BYTES, peak
+
+
 @settings(deadline=None)
 @given(
     values=st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=1, max_size=20),

@@ -610,6 +610,7 @@ def _fit_once(given, prepared, params, init, centre, tuning):
     mean = prepared.full_mean if centre else np.zeros_like(prepared.full_mean)
     if settings.refine == "em":
         rows, heads, mean_sq = unit, best.heads, float(np.trace(spectrum.moment))
+        given_moments = None
         if basis is not None:
             # In high dimension the EM runs on the rows in R^d, from the
             # subspace's heads, which it moves out of the principal subspace:
@@ -617,12 +618,27 @@ def _fit_once(given, prepared, params, init, centre, tuning):
             # fit confined to it loses most of its accuracy
             # (benchmarks/user_data.py). From here on the centres are in R^d.
             rows = (given.centred(prepared.full_mean) if centre else given).rescaled(spectrum.scale)
-            heads, mean_sq = basis @ best.heads, rows.norm_moments()[0]
+            moments = rows.norm_moments()
+            heads, mean_sq = basis @ best.heads, moments[0]
+            # Uncentred, these are the rows as given at the fit's scale, whose
+            # norms the EM's test of one norm reads: from this pass.
+            given_moments = None if centre else moments
         # The heads are turned towards their points on the start's rows,
         # which are in R^d unless the start ran in the principal subspace.
         sign_rows = best_sample if basis is None else None
         fit = _refine(
-            params, rows, spectrum, heads, settings, rng, mean_sq, given, tuning, seeds, sign_rows
+            params,
+            rows,
+            spectrum,
+            heads,
+            settings,
+            rng,
+            mean_sq,
+            given,
+            tuning,
+            seeds,
+            sign_rows,
+            given_moments,
         )
         mixture = SphericalMixture.from_heads(
             fit.heads, fit.radii, fit.variance, _log(fit.weights), mean_sq, mean, spectrum.scale
@@ -955,7 +971,18 @@ def _too_large(where="the origin"):
 
 
 def _refine(
-    params, unit, spectrum, heads, settings, rng, mean_sq, given, tuning, seeds=None, sign_rows=None
+    params,
+    unit,
+    spectrum,
+    heads,
+    settings,
+    rng,
+    mean_sq,
+    given,
+    tuning,
+    seeds=None,
+    sign_rows=None,
+    given_moments=None,
 ):
     """The EM refinement (math.md section 7); returns the :class:`~attention_cluster._mixture.MixtureFit`.
 
@@ -963,7 +990,8 @@ def _refine(
     asks whether the rows as given have one norm (see :func:`refine_heads`);
     ``seeds``, a seeded start (:func:`seeded_start`), gives the starting
     norms and noise; ``sign_rows``, rows on which the heads' signs are
-    found (see :func:`refine_heads`).
+    found (see :func:`refine_heads`); ``given_moments``, the norm moments
+    of the rows as given at the fit's scale when a pass formed them already.
     """
     fit = refine_heads(
         unit,
@@ -974,7 +1002,9 @@ def _refine(
         radii=None if seeds is None else seeds.radii,
         # At the fit's scale: the fourth powers of rows as given underflow
         # (or overflow) far from 1, and the test would depend on a power of two.
-        spherical_rows=lambda: _one_norm(given.rescaled(spectrum.scale), tuning.one_norm_rtol),
+        spherical_rows=lambda: _one_norm(
+            given.rescaled(spectrum.scale), tuning.one_norm_rtol, given_moments
+        ),
         sign_rows=sign_rows,
         max_iter=settings.max_iter,
         random_state=rng,
@@ -996,10 +1026,11 @@ def _refine(
     return fit
 
 
-def _one_norm(data, rtol):
-    """Whether the rows of ``data`` all have one norm (one pass): the spread of
+def _one_norm(data, rtol, moments=None):
+    """Whether the rows of ``data`` all have one norm (one pass, none when
+    ``moments``, their :meth:`norm_moments`, are given): the spread of
     ``||x||^2`` under ``rtol`` of its mean (unit rows in float32 included)."""
-    m2, m4 = data.norm_moments()
+    m2, m4 = data.norm_moments() if moments is None else moments
     return m2 > 0.0 and np.sqrt(max(m4 - m2 * m2, 0.0)) <= rtol * m2
 
 

@@ -397,6 +397,26 @@ def test_tfidf_fit_never_forms_a_dense_matrix(traced_peak):
     assert adjusted_rand_score(y, model.labels_) > 0.9
 
 
+@pytest.mark.parametrize("center", [False, True])
+def test_the_subspace_fit_reads_the_norms_of_the_rows_once(monkeypatch, center):
+    # In the principal subspace the EM runs on the rows in R^d at the fit's
+    # scale, from their mean squared norm (one pass); uncentred, those are
+    # the rows as given whose norms the test of one norm reads: one pass for
+    # both, where it took a third. The spectrum's pass is the other (the
+    # trace at the spectrum's scale). Centred, the centred rows' spectrum
+    # is a third, and the test of one norm, on the rows as given, not those
+    # the EM reads, a fourth.
+    docs = make_corpus(2000, n_topics=5, n_words=3000, document_length=60, random_state=0)[0]
+    X = TfidfVectorizer().fit_transform(docs)
+    passes, norms = [], []
+    pass_, one_norm = SparseRows.norm_moments, _plan._one_norm
+    monkeypatch.setattr(SparseRows, "norm_moments", lambda self: passes.append(1) or pass_(self))
+    monkeypatch.setattr(_plan, "_one_norm", lambda *a: norms.append(a) or one_norm(*a))
+    model = AttentionClustering(5, center=center, random_state=0).fit(X)
+    assert len(norms) == 1 and model.n_features_in_ >= _plan.DEFAULT_TUNING.subspace_min_features
+    assert len(passes) == (4 if center else 2)
+
+
 @pytest.mark.parametrize("temperature", ["auto", 0.5])
 def test_quantizer_on_sparse_tokens_equals_the_dense_layer(temperature, global_random_seed):
     from attention_cluster import InContextQuantizer

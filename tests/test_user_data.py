@@ -21,7 +21,13 @@ import attention_cluster._plan as _plan
 import attention_cluster._scale as _scale
 from attention_cluster import AttentionClustering
 from attention_cluster._passes import DenseRows, SparseRows
-from attention_cluster._scale import BASIS_ROWS, largest_sine, orthonormal, principal_basis
+from attention_cluster._scale import (
+    BASIS_ROWS,
+    largest_sine,
+    orthonormal,
+    principal_basis,
+    sine_at_most,
+)
 from attention_cluster.datasets import make_corpus, make_embeddings, make_mixture
 from attention_cluster.metrics import centroid_distance
 
@@ -189,6 +195,29 @@ def test_largest_sine_is_scipys_largest_principal_angle(d, k, seed, mix):
     R = np.linalg.qr(rng.standard_normal((k, k)))[0]
     assert largest_sine(A @ R, B) == pytest.approx(largest_sine(A, B), abs=1e-7)
     assert largest_sine(A, A @ R) < 1e-6
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    d=st.integers(3, 400),
+    k=st.integers(1, 12),
+    seed=st.integers(0, 2**32 - 1),
+    mix=st.floats(0.0, 1.0),
+    place=st.sampled_from([-1e-3, -1e-9, -1e-15, 0.0, 1e-15, 1e-9, 1e-3, None]),
+)
+def test_sine_at_most_is_largest_sines_answer(d, k, seed, mix, place):
+    # The Gram matrix's reading of the largest singular value answers as
+    # the SVD's wherever it stands from tol, and the SVD answers within
+    # _GRAM_MARGIN of it: at tol equal to the sine, a few ulps off, and
+    # far off (None: the iteration's tol).
+    k = min(k, d - 1)
+    rng = np.random.default_rng(seed)
+    A = np.linalg.qr(rng.standard_normal((d, k)))[0]
+    B = np.linalg.qr(A + mix * rng.standard_normal((d, k)))[0]
+    sine = largest_sine(A, B)
+    tol = 1e-2 if place is None else sine * (1.0 + place)
+    assert sine_at_most(A, B, tol) == (sine <= tol)
+    assert sine_at_most(A, A, 1e-2)
 
 
 @settings(max_examples=40, deadline=None)

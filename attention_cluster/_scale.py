@@ -375,7 +375,7 @@ def orthonormal(A):
     (``_CHOLESKY_QR_MAX_COND``).
     """
     Q = A
-    for _ in range(2):
+    for step in range(2):
         try:
             L = np.linalg.cholesky(Q.T @ Q)
         except np.linalg.LinAlgError:
@@ -384,7 +384,11 @@ def orthonormal(A):
         # be far from it: 1.4e-12 from orthonormal at cond(A) = 1e12).
         if not np.linalg.cond(L) < _CHOLESKY_QR_MAX_COND:
             return np.linalg.qr(A)[0]
-        Q = scipy.linalg.solve_triangular(L, Q.T, lower=True, check_finite=False).T
+        # The second solve overwrites the first one's Q, its own (the same
+        # numbers, one d x r copy fewer; A, the fallback's, is never written).
+        Q = scipy.linalg.solve_triangular(
+            L, Q.T, lower=True, check_finite=False, overwrite_b=step == 1
+        ).T
     return Q
 
 

@@ -237,7 +237,9 @@ def test_orthonormal_spans_the_columns_as_householder_qr(r, log_cond, seed):
     U = np.linalg.qr(rng.standard_normal((200, r)))[0]
     V = np.linalg.qr(rng.standard_normal((r, r)))[0]
     A = (U * np.logspace(0, -log_cond, r)) @ V.T
+    given = A.copy()
     Q = orthonormal(A)
+    np.testing.assert_array_equal(A, given)  # (solved in place: its own copies alone)
     np.testing.assert_allclose(Q.T @ Q, np.eye(r), atol=1e-12)
     assert largest_sine(Q, np.linalg.qr(A)[0]) < 1e-8 * 10**log_cond
 

@@ -2291,7 +2291,9 @@ class SparseRows(_Rows):
         of 50000 words. The copy costs about one such product and X's
         memory: for a caller of many passes (the principal subspace's, on
         its subsample). Float32 X, read by the kernels, is kept as it is."""
-        if self._X.dtype != np.float64:
+        if self._X.dtype != np.float64 or (
+            self._by_columns is not None and self._by_columns[0] is self._X
+        ):
             return self
         other = copy.copy(self)
         other._by_columns = (self._X, self._X.T.tocsr())

@@ -304,7 +304,6 @@ def principal_basis(
     # Two products with the rows an iteration, on the same rows: sparse ones
     # sum over rows from a copy of them by columns (SparseRows.for_repeated_sums).
     rows = rows.for_repeated_sums()
-    rows = rows.for_repeated_sums()
     # The basis lies in the columns where some row may be non-zero (M's
     # other rows and columns are zero): it is found there, from the dense
     # rows' start there (_gaussian_rows), and is zero in the others. Of

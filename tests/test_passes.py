@@ -470,6 +470,7 @@ def test_sparse_rows_for_repeated_sums_give_the_same_passes(centred, weighted, g
         rows = rows.centred(rows.mean() * 0.7)
     again = rows.for_repeated_sums()
     assert again._by_columns is not None and again._by_columns[0] is rows._X
+    assert again.for_repeated_sums() is again  # (formed once)
     U = np.linalg.qr(rng.standard_normal((d, K)))[0]
     A = rng.standard_normal((n, K))
 

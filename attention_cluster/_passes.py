@@ -2800,16 +2800,6 @@ def _with_values(X, data):
     return _csr_on(data, X.indices, X.indptr, X.shape)
 
 
-def _times_power_of_two(values, k):
-    """``values 2^k`` in float64, a new array: ``np.ldexp``'s numbers, both
-    the correctly rounded product (exact but where it leaves float64's
-    normal range), by one multiplication where ``2^k`` is a normal float64
-    (a tenth of ldexp's time on a million values)."""
-    if -1022 <= k <= 1023:
-        return np.multiply(values, 2.0**k, dtype=np.float64)
-    return np.ldexp(np.asarray(values, dtype=np.float64), k)
-
-
 def _row_values(X, values):
     """``values[i]`` for each stored entry of CSR X's row i."""
     return np.repeat(values, np.diff(X.indptr))
@@ -2893,13 +2883,24 @@ def rows_times(A, factors):
 def times_power_of_two(A, exponent, dtype=None):
     """``A 2^exponent`` (``np.ldexp``: exact but where it leaves the dtype's
     range), dense or sparse (a sparse one's stored entries, in a copy), in
-    ``dtype`` (A's when None)."""
+    ``dtype`` (A's when None).
+
+    In float64, where ``2^exponent`` is a normal number, by one
+    multiplication: both are the correctly rounded product, the same
+    numbers, at a tenth of ldexp's time on a million values."""
     dtype = A.dtype if dtype is None else np.dtype(dtype)
     if sp.issparse(A):
         scaled = A.astype(dtype)  # a copy
-        scaled.data = np.ldexp(scaled.data, exponent).astype(dtype, copy=False)
+        scaled.data = _values_times_power_of_two(scaled.data, exponent, dtype)
         return scaled
-    return np.ldexp(np.asarray(A, dtype=dtype), exponent).astype(dtype, copy=False)
+    return _values_times_power_of_two(np.asarray(A, dtype=dtype), exponent, dtype)
+
+
+def _values_times_power_of_two(values, exponent, dtype):
+    """:func:`times_power_of_two` of an array already in ``dtype``, a new array."""
+    if dtype == np.float64 and -1022 <= exponent <= 1023:
+        return np.multiply(values, 2.0**exponent)
+    return np.ldexp(values, exponent).astype(dtype, copy=False)
 
 
 def gram_matrix(A, exponent=0):
@@ -3302,7 +3303,7 @@ def unit_terms(rows, centers, offset, scale, stored=False):
             # norms' time on TF-IDF rows, and each full-size temporary of a
             # block costs its page faults. (The products, summed from +0, are
             # never -0: less a zero offset's, the same numbers.)
-            values = _times_power_of_two(Y.data, -e)
+            values = times_power_of_two(Y.data, -e, np.float64)
             P = np.asarray(_with_values(Y, values) @ C.T)
             with np.errstate(over="ignore", invalid="ignore"):
                 np.multiply(values, values, out=values)

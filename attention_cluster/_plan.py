@@ -610,7 +610,11 @@ def _fit_once(given, prepared, params, init, centre, tuning):
     mean = prepared.full_mean if centre else np.zeros_like(prepared.full_mean)
     if settings.refine == "em":
         rows, heads, mean_sq = unit, best.heads, float(np.trace(spectrum.moment))
-        given_moments = None
+        # centroid_norms="auto" asks whether the rows as given have one norm,
+        # read at the fit's scale (the fourth powers of rows as given
+        # underflow, or overflow, far from 1, and the test would depend on a
+        # power of two): a pass of its own, unless one formed their moments.
+        as_given, given_moments = given.rescaled(spectrum.scale), None
         if basis is not None:
             # In high dimension the EM runs on the rows in R^d, from the
             # subspace's heads, which it moves out of the principal subspace:
@@ -620,9 +624,9 @@ def _fit_once(given, prepared, params, init, centre, tuning):
             rows = (given.centred(prepared.full_mean) if centre else given).rescaled(spectrum.scale)
             moments = rows.norm_moments()
             heads, mean_sq = basis @ best.heads, moments[0]
-            # Uncentred, these are the rows as given at the fit's scale, whose
-            # norms the EM's test of one norm reads: from this pass.
-            given_moments = None if centre else moments
+            if not centre:
+                # These are the rows as given at the fit's scale: this pass.
+                given_moments = moments
         # The heads are turned towards their points on the start's rows,
         # which are in R^d unless the start ran in the principal subspace.
         sign_rows = best_sample if basis is None else None
@@ -634,11 +638,12 @@ def _fit_once(given, prepared, params, init, centre, tuning):
             settings,
             rng,
             mean_sq,
-            given,
-            tuning,
+            lambda: _one_norm(
+                as_given.norm_moments() if given_moments is None else given_moments,
+                tuning.one_norm_rtol,
+            ),
             seeds,
             sign_rows,
-            given_moments,
         )
         mixture = SphericalMixture.from_heads(
             fit.heads, fit.radii, fit.variance, _log(fit.weights), mean_sq, mean, spectrum.scale
@@ -978,20 +983,18 @@ def _refine(
     settings,
     rng,
     mean_sq,
-    given,
-    tuning,
+    one_norm,
     seeds=None,
     sign_rows=None,
-    given_moments=None,
 ):
     """The EM refinement (math.md section 7); returns the :class:`~attention_cluster._mixture.MixtureFit`.
 
-    ``mean_sq`` is the rows' mean ``||x / s||^2``; ``centroid_norms="auto"``
-    asks whether the rows as given have one norm (see :func:`refine_heads`);
-    ``seeds``, a seeded start (:func:`seeded_start`), gives the starting
-    norms and noise; ``sign_rows``, rows on which the heads' signs are
-    found (see :func:`refine_heads`); ``given_moments``, the norm moments
-    of the rows as given at the fit's scale when a pass formed them already.
+    ``mean_sq`` is the rows' mean ``||x / s||^2``; ``one_norm()``, whether
+    the rows as given have one norm (:func:`_one_norm`), is asked by
+    ``centroid_norms="auto"`` (see :func:`refine_heads`); ``seeds``, a
+    seeded start (:func:`seeded_start`), gives the starting norms and
+    noise; ``sign_rows``, rows on which the heads' signs are found (see
+    :func:`refine_heads`).
     """
     fit = refine_heads(
         unit,
@@ -1000,11 +1003,7 @@ def _refine(
         spectrum.noise if seeds is None else seeds.noise,
         norms=params.centroid_norms,
         radii=None if seeds is None else seeds.radii,
-        # At the fit's scale: the fourth powers of rows as given underflow
-        # (or overflow) far from 1, and the test would depend on a power of two.
-        spherical_rows=lambda: _one_norm(
-            given.rescaled(spectrum.scale), tuning.one_norm_rtol, given_moments
-        ),
+        spherical_rows=one_norm,
         sign_rows=sign_rows,
         max_iter=settings.max_iter,
         random_state=rng,
@@ -1026,11 +1025,11 @@ def _refine(
     return fit
 
 
-def _one_norm(data, rtol, moments=None):
-    """Whether the rows of ``data`` all have one norm (one pass, none when
-    ``moments``, their :meth:`norm_moments`, are given): the spread of
-    ``||x||^2`` under ``rtol`` of its mean (unit rows in float32 included)."""
-    m2, m4 = data.norm_moments() if moments is None else moments
+def _one_norm(moments, rtol):
+    """Whether rows all have one norm, from their :meth:`norm_moments`
+    ``(m2, m4)``: the spread of ``||x||^2`` under ``rtol`` of its mean (unit
+    rows in float32 included)."""
+    m2, m4 = moments
     return m2 > 0.0 and np.sqrt(max(m4 - m2 * m2, 0.0)) <= rtol * m2
 
 

@@ -18,7 +18,8 @@ metastable groups, and a silhouette needs two clusters, so K = 1 is tested
 apart, by BIC, when the fits have an EM mixture: the fit at 1 replaces the
 chosen one when its BIC is not higher (BIC, which keeps too many clusters
 on real data, then finds no evidence for more than one). The fit at the
-chosen K is the one kept. Sample weights make the dynamics' rows weighted
+chosen K is the one kept (a range of one K leaves nothing to choose: the
+fit at it alone, with none of these stages). Sample weights make the dynamics' rows weighted
 tokens and weigh the silhouette (a row of weight w standing for w / w_min
 rows). The choice
 and its peers are measured on labelled real data and on the paper's
@@ -96,11 +97,14 @@ class ClusterCount:
         The chosen number of clusters.
     scores : dict of int to int
         For each K of the range, the longest run of steps of the dynamics
-        that held K clusters (0 for a K it never held).
+        that held K clusters (0 for a K it never held); empty where the
+        range held one K of at most n_samples (nothing to choose: no
+        dynamics ran).
     silhouettes : dict of int to float or None
         The mean silhouette, on the sphere, of the fits at the dynamics' K
         and at its neighbours (the K compared); None where it is undefined
-        (K = 1, or labels of fewer than 2 clusters).
+        (K = 1, or labels of fewer than 2 clusters); empty where the range
+        held one K of at most n_samples (none compared).
     model : AttentionClustering
         The estimator fitted at ``n_clusters``.
     """
@@ -452,6 +456,7 @@ def count_clusters(
     min_cluster_size=MIN_CLUSTER_SIZE,
     max_samples=MAX_SAMPLES,
     center="auto",
+    say=None,
 ):
     """K, the plateau lengths by K, the silhouettes compared and the fit at K.
 
@@ -504,7 +509,16 @@ def count_clusters(
     warned again, with the K read from the state it took, or one cluster
     where that state holds more than half of the tokens apart (no structure
     the dynamics resolved). ``rows`` are
-    pass-layer rows (``_passes.rows_from``) of any kind.
+    pass-layer rows (``_passes.rows_from``) of any kind; ``say``, where
+    given, is called with a line naming each stage (the estimator's
+    verbose output).
+
+    A range holding one K of at most n, the rows of positive weight (its
+    other K, if any, above n: a fit needs as many rows as clusters), leaves
+    nothing to choose: that K is returned with ``fit_at(K)``'s fit, its
+    warnings the caller's as they arise, and empty scores and silhouettes;
+    no tokens are drawn, no dynamics runs, no silhouette is taken and no
+    fit at 1 is compared, so that the fit is ``n_clusters=K``'s.
 
     Returns
     -------
@@ -516,8 +530,23 @@ def count_clusters(
     ks = check_choice(n_clusters_range, beta, min_cluster_size, max_samples)
     # Python numbers (plain_number: an np.int8 max_samples' 2 m + 16 overflowed).
     beta, min_cluster_size, max_samples = map(plain_number, (beta, min_cluster_size, max_samples))
+    say = say or (lambda line: None)
     # Rows of weight zero are as absent: n counts the others.
     n = rows.n_weighted
+    if ks is None:
+        ks = list(range(1, min(n, MAX_CLUSTERS) + 1))
+    # A fit needs at least as many rows as clusters.
+    fitted = [k for k in ks if k <= n]
+    if len(fitted) == 1:
+        # Nothing to choose: the fit at the one K, as n_clusters=K fits it
+        # (no draw from random_state, no deferred warnings).
+        say(
+            f"n_clusters={fitted[0]} is the one K of the range of at most n_samples={n} "
+            "(the rows of positive weight): nothing to choose, no dynamics"
+        )
+        fit, _, _ = fit_at(fitted[0])
+        return fitted[0], {}, {}, fit
+    say("the self-attention dynamics counts the clusters")
     # The rows the tokens' draw brings into memory (_tokens): every row of
     # positive weight, or a subsample of 2 max_samples + 16 to take them from.
     drawn = n if n <= max_samples else 2 * max_samples + 16
@@ -527,15 +556,12 @@ def count_clusters(
             f"more than a fit brings into memory from Dask input ({rows.most_rows_in_memory}): "
             "the dynamics holds its tokens in memory. Pass a smaller max_samples."
         )
-    if ks is None:
-        ks = list(range(1, min(n, MAX_CLUSTERS) + 1))
     if ks[0] > n:
         raise ValueError(
             f"n_clusters_range must hold a K of at most n_samples={n} (the rows of positive "
             f"weight), got {ks!r}."
         )
-    # A fit needs at least as many rows as clusters.
-    ks = [k for k in ks if k <= n]
+    ks = fitted
     rng = check_random_state(random_state)
     tokens, weights = _tokens(rows, max_samples, rng)
     # Dask rows are checked by their passes, of which this draw is the
@@ -717,7 +743,8 @@ def plot_n_clusters_scores(scores, n_clusters=None, ax=None):
     ----------
     scores : dict of int to int or float
         ``AttentionClustering(n_clusters="auto").fit(X).n_clusters_scores_``,
-        or ``choose_n_clusters(...).scores``.
+        or ``choose_n_clusters(...).scores`` (empty, and refused, where the
+        range held one K: no dynamics ran, there is no curve).
     n_clusters : int, default=None
         The chosen K, marked on the curve.
     ax : matplotlib Axes, default=None
@@ -737,7 +764,8 @@ def plot_n_clusters_scores(scores, n_clusters=None, ax=None):
     if not isinstance(scores, Mapping) or not scores:
         raise TypeError(
             "scores must be a non-empty mapping of K to its score, such as "
-            f"n_clusters_scores_ or choose_n_clusters(...).scores; got {type(scores).__name__}."
+            "n_clusters_scores_ or choose_n_clusters(...).scores (empty where the range held "
+            f"one K: no dynamics ran); got {type(scores).__name__}."
         )
     if not all(isinstance(k, numbers.Integral) and not isinstance(k, bool) for k in scores):
         raise TypeError("scores' keys must be the integers K.")

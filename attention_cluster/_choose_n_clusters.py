@@ -52,7 +52,13 @@ def choose_n_clusters(
         its ``random_state`` draws the subsample.
     n_clusters_range : iterable of int, default=None
         The K allowed; by default 1 to ``min(n_samples, 50)``, n_samples
-        counting the rows of positive weight.
+        counting the rows of positive weight. K above n_samples are dropped
+        (a fit needs as many rows as clusters). Where one K is left there
+        is nothing to choose: the estimator is fitted at that K directly,
+        its model that of ``n_clusters=K`` with the same other parameters
+        fitted on X (every fitted attribute the same), without the
+        dynamics, its draw of rows, the silhouettes or the fit at K = 1,
+        and ``scores`` and ``silhouettes`` are empty.
     sample_weight : array-like of shape (n_samples,), default=None
         Weights of the rows, as the estimator's fit takes them. With at
         most ``max_samples`` rows of positive weight, the dynamics runs on
@@ -97,7 +103,8 @@ def choose_n_clusters(
         n_samples, or on Dask
         X draws more rows than a fit brings into memory (2^20: every row of
         positive weight when there are at most ``max_samples``, else ``2
-        max_samples + 16``); on X the estimator refuses.
+        max_samples + 16``; no rows are drawn where the range holds one K
+        of at most n_samples); on X the estimator refuses.
 
     Warns
     -----

@@ -156,7 +156,12 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         BIC of a fit at K = 1 is not higher; without it (``refine=None``,
         or ``solver="psgd"``) that test is not made
         (:func:`~attention_cluster.choose_n_clusters`): see ``n_clusters_``
-        and ``n_clusters_scores_``.
+        and ``n_clusters_scores_``. The K tried are 1 to ``min(n_samples,
+        50)``, n_samples counting the rows of positive weight
+        (``choose_n_clusters``' ``n_clusters_range``); where that range
+        holds one K (a single row of positive weight) there is nothing to
+        choose, and the fit is ``n_clusters=K``'s, with none of these
+        stages.
     temperature : "auto" or float, default="auto"
         lambda > 0, applied to data divided by ``scale_``. ``"auto"``
         estimates the noise sigma from the second-moment spectrum and takes
@@ -339,6 +344,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         each K the longest run of the dynamics' steps that held K clusters
         (plotted by :func:`~attention_cluster.plot_n_clusters_scores`); the
         silhouettes of the second stage are ``choose_n_clusters(...).silhouettes``.
+        Empty where the range of K held one K of at most n_samples (a
+        single row of positive weight, or a ``choose_n_clusters`` range of
+        one such K): nothing was chosen, and no dynamics ran.
     cluster_centers_ : ndarray of shape (n_clusters, n_features)
         The heads, unit rows. Without the EM refinement each is signed so
         that the points it wins without the sign (the largest ``|<x,
@@ -719,24 +727,23 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                         mixture = FittedMixture(result.mixture, free, result.centred)
                     return result, rule, mixture
 
-                if params.verbose:
-                    print(
-                        "[AttentionClustering] n_clusters='auto': the self-attention dynamics "
-                        "counts the clusters"
-                    )
+                def say(line):
+                    if params.verbose:
+                        print(f"[AttentionClustering] n_clusters='auto': {line}")
+
                 K, scores, silhouettes, result = count_clusters(
                     rows,
                     fit_at,
                     random_state=self.random_state,
                     n_threads=params.n_threads,
                     center=self.center,
+                    say=say,
                     **(choice or {}),
                 )
-                if params.verbose:
-                    print(
-                        f"[AttentionClustering] n_clusters='auto': chose n_clusters={K} "
-                        f"(plateau lengths by K: {scores})"
-                    )
+                say(
+                    f"chose n_clusters={K} "
+                    + (f"(plateau lengths by K: {scores})" if scores else "(the range's one K)")
+                )
                 chosen = K, scores, silhouettes
             else:
                 check_n_samples(rows.n_samples, params.n_clusters, rows.n_weighted)

@@ -1028,7 +1028,10 @@ CRITERION = [
     "replaces the choice are those whose auto column reads 1.",
     "",
     "The fit at the chosen K is the one returned, so the choice costs the dynamics and three "
-    "more fits.",
+    "more fits. A range that holds one K of at most n (`choose_n_clusters`' "
+    "`n_clusters_range`, whose K above n are dropped; the default range, where n is 1) leaves "
+    "nothing to choose: none of the stages runs, the fit returned is `AttentionClustering(K)`'s "
+    "with the same other parameters, and `n_clusters_scores_` and the silhouettes are empty.",
     "",
     f"How the margin was chosen: on the {len(PANEL) - len(HELD_OUT)} tuning sets (not the "
     "held-out ones), whose silhouettes are the last column of the per-set table below. A margin of zero would move K_dyn wherever a neighbour "

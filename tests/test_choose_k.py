@@ -1,6 +1,7 @@
 """Choosing the number of clusters: choose_n_clusters and n_clusters="auto"."""
 
 import ast
+import dataclasses
 import inspect
 import pickle
 import warnings
@@ -381,6 +382,69 @@ def test_a_range_beyond_the_rows_raises_and_its_ks_beyond_them_are_dropped(mixtu
     assert set(choice.scores) == {1, 2, 3}
     assert choice.n_clusters in (1, 2, 3)
     assert choice.model.n_clusters == choice.n_clusters
+
+
+def _same_fit(a, b):
+    """Whether two fitted states (``vars`` of estimators, and the values in
+    them) hold the same names, types, dtypes and numbers."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, np.random.RandomState):
+        return _same_fit(list(a.get_state()), list(b.get_state()))
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind in "fc")
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same_fit(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(map(_same_fit, a, b))
+    if dataclasses.is_dataclass(a):
+        return all(_same_fit(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a))
+    if hasattr(a, "__dict__") and not callable(a):
+        return _same_fit(vars(a), vars(b))
+    return a == b
+
+
+@pytest.mark.parametrize("kind", ["dense", "csr", "weighted"])
+@pytest.mark.parametrize("ks", [[3], [2, 41]], ids=["one", "one-of-at-most-n"])
+def test_a_range_of_one_k_is_the_fit_at_k_without_the_dynamics(mixture, kind, ks, capsys):
+    # A range holding one K of at most n_samples (the others above it,
+    # dropped) ran the dynamics, its draw, the silhouettes and the fit at 1
+    # for nothing to choose; now its fit is n_clusters=K's, attribute by
+    # attribute, and nothing claims a curve or a silhouette.
+    X = mixture[0][:40]
+    weights = np.linspace(0.5, 2.0, len(X)) if kind == "weighted" else None
+    X = sp.csr_matrix(X) if kind == "csr" else X
+    choice = choose_n_clusters(
+        X, AttentionClustering(random_state=0, verbose=1), ks, sample_weight=weights
+    )
+    lines = [line for line in capsys.readouterr().out.splitlines() if "'auto'" in line]
+    assert not [line for line in lines if "dynamics counts" in line]
+    assert "nothing to choose, no dynamics" in lines[0]
+    assert (choice.n_clusters, choice.scores, choice.silhouettes) == (ks[0], {}, {})
+    at_k = AttentionClustering(ks[0], random_state=0, verbose=1).fit(X, sample_weight=weights)
+    capsys.readouterr()
+    assert choice.model.get_params() == at_k.get_params()
+    assert _same_fit(vars(choice.model), vars(at_k))
+    np.testing.assert_array_equal(choice.model.predict(X), at_k.predict(X))
+    np.testing.assert_array_equal(choice.model.transform(X), at_k.transform(X))
+    # A range of one K above n_samples still raises, before any fit.
+    with pytest.raises(ValueError, match="at most n_samples=40"):
+        choose_n_clusters(X, AttentionClustering(random_state=0), [41], sample_weight=weights)
+
+
+def test_one_row_of_positive_weight_is_the_fit_at_one(mixture):
+    # The default range of one row of positive weight is K = 1 alone.
+    X = mixture[0][:5]
+    weights = np.array([0.0, 0.0, 2.0, 0.0, 0.0])
+    with warnings.catch_warnings():
+        # (One row has no spread above the mixture's variance floor.)
+        warnings.simplefilter("ignore", UserWarning)
+        auto = AttentionClustering("auto", random_state=0).fit(X, sample_weight=weights)
+        one = AttentionClustering(1, random_state=0).fit(X, sample_weight=weights)
+    assert auto.n_clusters_scores_ == {}
+    fitted = {k: v for k, v in vars(auto).items() if k != "n_clusters_scores_"}
+    assert _same_fit(fitted, dict(vars(one), n_clusters="auto"))
+    np.testing.assert_array_equal(auto.predict(X), one.predict(X))
 
 
 def test_bad_string_raises(mixture):

@@ -1,7 +1,6 @@
 """Choosing the number of clusters: choose_n_clusters and n_clusters="auto"."""
 
 import ast
-import dataclasses
 import inspect
 import pickle
 import warnings
@@ -9,6 +8,7 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from fitted_state import same_state
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.cluster import KMeans
@@ -384,26 +384,6 @@ def test_a_range_beyond_the_rows_raises_and_its_ks_beyond_them_are_dropped(mixtu
     assert choice.model.n_clusters == choice.n_clusters
 
 
-def _same_fit(a, b):
-    """Whether two fitted states (``vars`` of estimators, and the values in
-    them) hold the same names, types, dtypes and numbers."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, np.random.RandomState):
-        return _same_fit(list(a.get_state()), list(b.get_state()))
-    if isinstance(a, np.ndarray):
-        return a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind in "fc")
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(_same_fit(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(map(_same_fit, a, b))
-    if dataclasses.is_dataclass(a):
-        return all(_same_fit(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a))
-    if hasattr(a, "__dict__") and not callable(a):
-        return _same_fit(vars(a), vars(b))
-    return a == b
-
-
 @pytest.mark.parametrize("kind", ["dense", "csr", "weighted"])
 @pytest.mark.parametrize("ks", [[3], [2, 41]], ids=["one", "one-of-at-most-n"])
 def test_a_range_of_one_k_is_the_fit_at_k_without_the_dynamics(mixture, kind, ks, capsys):
@@ -424,7 +404,7 @@ def test_a_range_of_one_k_is_the_fit_at_k_without_the_dynamics(mixture, kind, ks
     at_k = AttentionClustering(ks[0], random_state=0, verbose=1).fit(X, sample_weight=weights)
     capsys.readouterr()
     assert choice.model.get_params() == at_k.get_params()
-    assert _same_fit(vars(choice.model), vars(at_k))
+    assert same_state(vars(choice.model), vars(at_k))
     np.testing.assert_array_equal(choice.model.predict(X), at_k.predict(X))
     np.testing.assert_array_equal(choice.model.transform(X), at_k.transform(X))
     # A range of one K above n_samples still raises, before any fit.
@@ -443,7 +423,7 @@ def test_one_row_of_positive_weight_is_the_fit_at_one(mixture):
         one = AttentionClustering(1, random_state=0).fit(X, sample_weight=weights)
     assert auto.n_clusters_scores_ == {}
     fitted = {k: v for k, v in vars(auto).items() if k != "n_clusters_scores_"}
-    assert _same_fit(fitted, dict(vars(one), n_clusters="auto"))
+    assert same_state(fitted, dict(vars(one), n_clusters="auto"))
     np.testing.assert_array_equal(auto.predict(X), one.predict(X))
 
 

@@ -7,7 +7,6 @@ own posterior), and checks the answer against an independent computation.
 """
 
 import copy
-import dataclasses
 import pickle
 import re
 import warnings
@@ -16,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.sparse as sp
+from fitted_state import same_state
 from scipy.special import logsumexp
 from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
@@ -1159,28 +1159,6 @@ def test_no_runtime_warning_escapes(case):
 # -- one instance through a life: refits over input kinds and parameters
 
 
-def _same_state(a, b):
-    """Whether two fitted states (``vars`` of estimators, and the values in
-    them) hold the same names and the same numbers, dtypes and types."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, np.random.RandomState):  # (a stream's parameters hold it too)
-        return _same_state(list(a.get_state()), list(b.get_state()))
-    if isinstance(a, np.ndarray):
-        return a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind in "fc")
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(_same_state(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(map(_same_state, a, b))
-    if dataclasses.is_dataclass(a):
-        return all(
-            _same_state(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a)
-        )
-    if hasattr(a, "__dict__") and not callable(a):
-        return _same_state(vars(a), vars(b))
-    return a == b
-
-
 _LIFE_X = make_mixture(240, 5, 3, noise=0.3, random_state=0)[0]
 _LIFE_INPUTS = {
     "dense": _LIFE_X,
@@ -1237,7 +1215,7 @@ def test_a_refit_leaves_the_state_of_a_fresh_fit(estimator, life):
             getattr(model.set_params(**params), method)(_LIFE_INPUTS[kind])
             if method == "fit":
                 fresh = clone(model).fit(_LIFE_INPUTS[kind])
-                assert _same_state(vars(model), vars(fresh)), (params, kind)
+                assert same_state(vars(model), vars(fresh)), (params, kind)
     assert not hasattr(model, "feature_names_in_")
 
 
@@ -1258,7 +1236,7 @@ def test_a_copy_at_any_stage_goes_on_as_the_original(how):
             copy_ = copied(model)
             getattr(model, method)(rows)
             getattr(copy_, method)(rows)
-            assert _same_state(vars(model), vars(copy_)), method
+            assert same_state(vars(model), vars(copy_)), method
 
 
 # -- tables of other libraries, and lists of dates

@@ -578,7 +578,12 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
     def _check_params_before_reading(self, X):
         """:meth:`_check_params` at X's width when its shape shows it (arrays,
         sparse, pandas, Dask): before any work on X (a copy in float64 or C
-        order, the Dask weights' checks, which compute: ``rows_from``)."""
+        order, the Dask weights' checks, which compute: ``rows_from``).
+
+        Returns ``(n_features, in_memory, init)`` of the check, for
+        :meth:`_fit_rows` to take instead of checking again at that width,
+        or None when X's shape does not show its width.
+        """
         shape = metadata_shape(X)
         if shape is None and isinstance(X, (list, tuple)) and X:
             # A list of rows: its first row's width, without converting it
@@ -587,7 +592,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             shape = (len(X), len(first)) if isinstance(first, (list, tuple)) else None
         if shape is not None and len(shape) == 2:
             # (Dask rows at their width: the refusal came after their rows were counted.)
-            self._check_params(shape[1], in_memory=not is_dask_collection(X))
+            in_memory = not is_dask_collection(X)
+            return shape[1], in_memory, self._check_params(shape[1], in_memory=in_memory)
+        return None
 
     def _rows(
         self,
@@ -664,7 +671,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         """:meth:`fit`'s work; returns ``n_clusters="auto"``'s choice, ``(K,
         scores, silhouettes)`` (:func:`~attention_cluster._choose_k.count_clusters`),
         or None. ``choice``: count_clusters' options (``choose_n_clusters``')."""
-        self._check_params_before_reading(X)
+        checked = self._check_params_before_reading(X)
         # NaN and infinity in dense rows are found by the fit's first pass
         # (DenseRows.moments) instead of a pass of their own.
         rows = self._rows(
@@ -675,27 +682,35 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             check_shape=self._check_shape,
         )
         self.__dict__.pop("n_steps_", None)
-        chosen = self._fit_rows(rows, choice=choice)
+        # The parameters read once, for the fit and the stream's record of them.
+        given = self.get_params(deep=False)
+        chosen = self._fit_rows(rows, choice=choice, checked=checked, given=given)
         # A later partial_fit continues from this fit, its rows counted in by
         # their weight (none held: the stream is made at that batch).
-        self._start_stream(rows)
+        self._start_stream(rows, given=given)
         self._fit_weight = (rows.total_weight, rows.n_weighted)
         return chosen
 
-    def _fit_rows(self, rows, n_clusters=None, choice=None):
+    def _fit_rows(self, rows, n_clusters=None, choice=None, checked=None, given=None):
         """validate the parameters -> K (``n_clusters="auto"``) -> the fit plan -> the fitted attributes.
 
         ``n_clusters``: K in place of the parameter's (a stream's restart
         keeps its K). ``choice``: options of ``count_clusters`` (its range,
-        beta, min_cluster_size, max_samples). Returns ``n_clusters="auto"``'s
-        ``(K, scores, silhouettes)``, else None.
+        beta, min_cluster_size, max_samples). ``checked``:
+        :meth:`_check_params_before_reading`'s result, taken when it checked
+        at the rows' width and kind (the parameters are not checked twice).
+        ``given``: ``get_params(deep=False)``, when the caller read it.
+        Returns ``n_clusters="auto"``'s ``(K, scores, silhouettes)``, else None.
         """
-        init = self._check_params(rows.n_features, rows.in_memory)
+        if checked is not None and checked[:2] == (rows.n_features, rows.in_memory):
+            init = checked[2]
+        else:
+            init = self._check_params(rows.n_features, rows.in_memory)
+        if given is None:
+            given = self.get_params(deep=False)
         # NumPy scalars as Python numbers (plain_number: an np.int8 count's
         # sums overflowed in the solvers).
-        params = SimpleNamespace(
-            **{name: plain_number(value) for name, value in self.get_params(deep=False).items()}
-        )
+        params = SimpleNamespace(**{name: plain_number(value) for name, value in given.items()})
         if n_clusters is not None:
             params.n_clusters = n_clusters
         chosen = None
@@ -961,9 +976,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             last :meth:`fit`) and ``labels_`` labels the last batch.
         """
         first = not hasattr(self, "_stream_weight_unit")
+        checked = None
         if first:
             # Before the batch is converted or copied, as in fit.
-            self._check_params_before_reading(X)
+            checked = self._check_params_before_reading(X)
         else:
             # Every call checks the parameters (set_params between batches),
             # not only those whose batch starts the stream anew.
@@ -983,8 +999,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         try:
             with deferred_warnings() as held:
                 if first:
-                    self._fit_rows(rows)
-                    self._start_stream(rows, _new_stream(self._result, rows))
+                    given = self.get_params(deep=False)
+                    self._fit_rows(rows, checked=checked, given=given)
+                    self._start_stream(rows, _new_stream(self._result, rows), given)
                     self.n_steps_ = 0
                 else:
                     self._check_batch(rows)
@@ -1016,7 +1033,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         self.n_steps_ += 1
         return self
 
-    def _start_stream(self, rows, stream=None):
+    def _start_stream(self, rows, stream=None, given=None):
         """Make the state :meth:`partial_fit` continues, at a fit's result
         (fit's and the first batch's: the one place it is made).
 
@@ -1024,19 +1041,26 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         fit). The later batches' weights are divided by ``rows``' unit
         (``rows_from``), and the parameters that shape the stream are kept:
         :meth:`_check_stream_params` refuses a batch after they change.
+        ``given``: ``get_params(deep=False)``, when the caller read it.
         """
         self._stream = stream
         self._stream_weight_unit = rows.weight_unit
-        self._stream_params = self._stream_parameters()
+        self._stream_params = self._stream_parameters(given)
 
-    def _stream_parameters(self):
+    def _stream_parameters(self, given=None):
         """The parameters that shape a stream (all but ``_FREE_STREAM_PARAMS``),
-        as they are now: ``n_clusters`` as the fitted number (the one
-        ``"auto"`` chose), the others copied, but ``random_state``, kept as
-        itself (an instance is the generator the stream draws from)."""
+        as they are now (``given``: ``get_params(deep=False)``, read by the
+        caller): ``n_clusters`` as the fitted number (the one ``"auto"``
+        chose), the others copied, but ``random_state``, kept as itself (an
+        instance is the generator the stream draws from), and the values
+        that cannot change (text, numbers, None: no copy to make)."""
+        if given is None:
+            given = self.get_params(deep=False)
         params = {
-            name: value if name == "random_state" else copy.deepcopy(value)
-            for name, value in self.get_params(deep=False).items()
+            name: value
+            if name == "random_state" or type(value) in _IMMUTABLE
+            else copy.deepcopy(value)
+            for name, value in given.items()
             if name not in _FREE_STREAM_PARAMS
         }
         params["n_clusters"] = self.n_clusters_
@@ -1464,6 +1488,9 @@ _STREAM_RESTART = 4.0
 # set_params may change them between partial_fit's batches. Every other
 # parameter shapes the stream (_check_stream_params).
 _FREE_STREAM_PARAMS = ("n_threads", "verbose")
+
+# Types of parameter values a stream keeps as they are (deepcopy returns them).
+_IMMUTABLE = frozenset((str, int, float, bool, type(None)))
 
 
 def _same_setting(a, b):

@@ -1054,7 +1054,7 @@ def check_noise(noise, *, scalar=False):
     """sigma: finite and >= 0, as a float array (a 0-d array for a scalar);
     with ``scalar``, one number, returned as a float."""
     sigma = as_numbers(noise)
-    if sigma is None or np.any(~np.isfinite(sigma)) or np.any(sigma < 0):
+    if sigma is None or not np.isfinite(sigma).all() or not (sigma >= 0).all():
         raise InvalidParameterError(f"noise must be a finite number >= 0, got {noise!r}.")
     if scalar:
         if sigma.ndim != 0:

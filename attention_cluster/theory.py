@@ -126,7 +126,7 @@ def _check_length(sequence_length, scalar=False):
     ):
         # An integer beyond float64 (10**400): the L -> inf limit, to float64.
         L = np.asarray(np.inf)
-    if L is None or not np.all(L >= 1):
+    if L is None or not (L >= 1).all():
         raise InvalidParameterError(
             f"sequence_length must be >= 1 or np.inf, got {sequence_length!r}."
         )
@@ -169,6 +169,27 @@ def _temperatures(temperature):
     return np.asarray(check_temperature(temperature, allow_zero=True, curve=True), dtype=np.float64)
 
 
+def _finite_length(L):
+    """``(Lf, where)``: L with 1 in place of inf, and ``where(limit, value)``,
+    the limit where L is inf and the value elsewhere.
+
+    Arrays, or for one L given as a float (:func:`auto_temperature`'s) a
+    float64 scalar and the one value: NumPy's scalar arithmetic checks
+    overflow and rounds as that of arrays, at a tenth of the cost. The
+    closed forms in L evaluate at Lf, so that the L = inf they replace by
+    their limit meets no inf / inf.
+    """
+    if isinstance(L, float):
+        inf = L == np.inf
+
+        def where(limit, value):
+            return limit if inf else value
+
+        return np.float64(1.0 if inf else L), where
+    inf = np.isinf(L)
+    return np.where(inf, 1.0, L), functools.partial(np.where, inf)
+
+
 def _length_weights(L):
     """Weights of the self and cross terms, divided by L (first) and L^2 (second).
 
@@ -176,15 +197,17 @@ def _length_weights(L):
     notation of ``docs/theory.md``; the ``L -> infinity`` limit keeps the
     cross terms ``T2`` and ``T6`` only.
     """
-    inf = np.isinf(L)
-    Lf = np.where(inf, 1.0, L)
-    w1 = np.array([np.where(inf, 0.0, 1.0 / Lf), np.where(inf, 1.0, (Lf - 1.0) / Lf)])
+    Lf, where = _finite_length(L)
+    # Lf * Lf: NumPy's Lf**2 of an array (a float64 scalar's ** is C's pow,
+    # which can round the last bit apart).
+    L2 = Lf * Lf
+    w1 = np.array([where(0.0, 1.0 / Lf), where(1.0, (Lf - 1.0) / Lf)])
     w2 = np.array(
         [
-            np.where(inf, 0.0, 1.0 / Lf**2),
-            np.where(inf, 0.0, 2.0 * (Lf - 1.0) / Lf**2),
-            np.where(inf, 0.0, (Lf - 1.0) / Lf**2),
-            np.where(inf, 1.0, (Lf - 1.0) * (Lf - 2.0) / Lf**2),
+            where(0.0, 1.0 / L2),
+            where(0.0, 2.0 * (Lf - 1.0) / L2),
+            where(0.0, (Lf - 1.0) / L2),
+            where(1.0, (Lf - 1.0) * (Lf - 2.0) / L2),
         ]
     )
     return w1, w2
@@ -228,11 +251,17 @@ def unbiased_temperature(noise, sequence_length=np.inf, *, n_clusters=2):
     """
     s2 = check_noise(noise) ** 2
     L = _check_length(sequence_length)
-    K = float(check_count(n_clusters, "n_clusters"))
+    return _unbiased_temperature(s2, L, float(check_count(n_clusters, "n_clusters")))
+
+
+def _unbiased_temperature(s2, L, K):
+    """:func:`unbiased_temperature` for ``s2 = sigma^2``, unchecked: arrays,
+    or a float64 for one setting given as a float64 ``s2`` and a float L
+    (:func:`_finite_length`)."""
+    Lf, where = _finite_length(L)
     limit = 1.0 / (1.0 + K * s2)
-    with np.errstate(invalid="ignore"):  # inf / inf where L = inf, replaced by the limit
-        finite = L / (K * (1.0 + (K + 2.0) * s2) + (L - 1.0) * (1.0 + K * s2))
-    return np.where(np.isinf(L), limit, finite)[()]
+    finite = Lf / (K * (1.0 + (K + 2.0) * s2) + (Lf - 1.0) * (1.0 + K * s2))
+    return where(limit, finite)[()]
 
 
 @_in_float64_range
@@ -720,47 +749,56 @@ def pairwise_regularizer_gradient(heads, centroids, noise, weights=None):
 # ---------------------------------------------------------------------------
 
 
+def _manifold_terms(s, n_features, K):
+    """``k``, a zero and the rows ``(t0, t1, t2, t3)`` of ``T1 ... T6`` on the
+    manifold (:func:`_manifold_moments`), of s's shape: arrays, or float64
+    scalars for a float s (:func:`_finite_length`)."""
+    if isinstance(s, float):
+        s = np.float64(s)
+        zero, one = np.float64(0.0), np.float64(1.0)
+    else:
+        s = np.asarray(s, dtype=np.float64)
+        zero, one = np.zeros_like(s), np.ones_like(s)
+    k = 1.0 + n_features * s
+    # s * s: NumPy's s**2 of an array (as Lf * Lf in _length_weights).
+    s2 = s * s
+    rows = [
+        [s * K * k + 2 * s2 * K, (k + 4 * s) / K, zero, zero],
+        [s2 * K, (1 + 2 * K * s) / K**2 * one, zero, zero],
+        [s2 * K * (K + 2) * (k + 4 * s), 2 * s * (K + 2) * (k + 6 * s) / K, (k + 8 * s) / K, zero],
+        [
+            s**3 * K * (K + 2),
+            (3 * K * s2 + s + 6 * s2 + 2 * s / K) / K,
+            (1 + K * s + 2 * s) / K**2,
+            s / K**2,
+        ],
+        [s2 * K * (k + 2 * s), 2 * s * (k + 3 * s) / K, (k + 4 * s) / K**2, zero],
+        [s**3 * K, s * (1 + 3 * K * s) / K**2, (1 + 2 * K * s) / K**3, zero],
+    ]
+    return k, zero, rows
+
+
+def _weigh(w1, w2, T):
+    """``a1 = w1 . (T1, T2)`` and ``a2 = w2 . (T3, T4, T5, T6)``, the terms
+    weighed by :func:`_length_weights`."""
+    return w1[0] * T[0] + w1[1] * T[1], w2[0] * T[2] + w2[1] * T[3] + w2[2] * T[4] + w2[3] * T[5]
+
+
 def _manifold_moments(s, n_features, K, L):
     """Coefficients of ``a0, a1, a2`` as polynomials in the alignments.
 
     On the manifold M (head h orthogonal to the other centroids and to the
     other heads), with ``u_h = kappa_h^2``, ``S1 = sum u`` and
     ``S2 = sum u^2``, each term of :class:`_LayerMoments` is
-    ``t0 + t1 S1 + t2 S2 + t3 S1^2``; the rows below are ``(t0, t1, t2, t3)``
-    for ``T1 ... T6`` (derivation in ``docs/theory.md``, "The manifold"); the
-    returned ``a0, a1, a2`` carry them on their last axis.
-    ``k = 1 + d sigma^2`` is the cumulant of ``||X||^2``.
+    ``t0 + t1 S1 + t2 S2 + t3 S1^2``; the rows of :func:`_manifold_terms` are
+    ``(t0, t1, t2, t3)`` for ``T1 ... T6`` (derivation in ``docs/theory.md``,
+    "The manifold"); the returned ``a0, a1, a2`` carry them on their last
+    axis. ``k = 1 + d sigma^2`` is the cumulant of ``||X||^2``.
     """
-    s = np.asarray(s, dtype=np.float64)
-    k = 1.0 + n_features * s
-    zero = np.zeros_like(s)
-    one = np.ones_like(s)
-    T = np.stack(
-        [
-            [s * K * k + 2 * s**2 * K, (k + 4 * s) / K, zero, zero],
-            [s**2 * K, (1 + 2 * K * s) / K**2 * one, zero, zero],
-            [
-                s**2 * K * (K + 2) * (k + 4 * s),
-                2 * s * (K + 2) * (k + 6 * s) / K,
-                (k + 8 * s) / K,
-                zero,
-            ],
-            [
-                s**3 * K * (K + 2),
-                (3 * K * s**2 + s + 6 * s**2 + 2 * s / K) / K,
-                (1 + K * s + 2 * s) / K**2,
-                s / K**2,
-            ],
-            [s**2 * K * (k + 2 * s), 2 * s * (k + 3 * s) / K, (k + 4 * s) / K**2, zero],
-            [s**3 * K, s * (1 + 3 * K * s) / K**2, (1 + 2 * K * s) / K**3, zero],
-        ]
-    )
-    T = np.moveaxis(T, 1, -1)  # (6, ..., 4): coefficients last, to broadcast with L
-    w1, w2 = (w[..., None] for w in _length_weights(L))
-    a0 = np.stack([k, zero, zero, zero], axis=-1)
-    a1 = w1[0] * T[0] + w1[1] * T[1]
-    a2 = w2[0] * T[2] + w2[1] * T[3] + w2[2] * T[4] + w2[3] * T[5]
-    return a0, a1, a2
+    k, zero, rows = _manifold_terms(s, n_features, K)
+    T = np.moveaxis(np.array(rows), 1, -1)  # (6, ..., 4): coefficients last, to broadcast with L
+    a1, a2 = _weigh(*(w[..., None] for w in _length_weights(L)), T)
+    return np.stack([k, zero, zero, zero], axis=-1), a1, a2
 
 
 def _needs_dimension(s, L, n_features, K, constant=False):
@@ -998,9 +1036,18 @@ def lambda_star(noise, sequence_length=np.inf, *, n_features=None, n_clusters=2)
 
 
 def _lambda_star(s, L, K, d):
-    """lambda*'s closed form (:func:`lambda_star`) for ``s = sigma^2``, unchecked."""
-    _, a1, a2 = _manifold_moments(s, d, K, L)
-    return 2.0 * a1[..., 1] / (K * (a2[..., 1] + 2.0 * a2[..., 2] + 2.0 * K * a2[..., 3]))
+    """lambda*'s closed form (:func:`lambda_star`) for ``s = sigma^2``, unchecked.
+
+    For one setting given as floats (:func:`auto_temperature`'s), the
+    moments' coefficients one by one in float64 scalars (every one, as for
+    arrays: an overflow on the way to any is an error of the closed forms).
+    """
+    if isinstance(s, float) and isinstance(L, float):
+        w1, w2 = _length_weights(L)
+        a1, a2 = zip(*(_weigh(w1, w2, T) for T in zip(*_manifold_terms(s, d, K)[2])))
+    else:
+        _, a1, a2 = (np.moveaxis(a, -1, 0) for a in _manifold_moments(s, d, K, L))
+    return 2.0 * a1[1] / (K * (a2[1] + 2.0 * a2[2] + 2.0 * K * a2[3]))
 
 
 @_in_float64_range
@@ -1061,28 +1108,32 @@ def auto_temperature(noise, sequence_length, *, n_clusters, n_features, eigenval
     L = _check_length(sequence_length, scalar=True)
     K = check_count(n_clusters, "n_clusters")
     d = check_count(n_features, "n_features")
-    unbiased = float(unbiased_temperature(sigma, L, n_clusters=K))
+    # sigma^2 as unbiased_temperature squares it (NumPy's product) and as
+    # lambda* is given it (Python's **, C's pow): the two can differ in the
+    # last bit.
+    root = np.float64(sigma)
+    unbiased = float(_unbiased_temperature(root * root, L, float(K)))
     caps = [0.95 * float(_lambda_star(sigma**2, L, K, d))]
     if eigenvalues is not None:
         numbers = as_numbers(eigenvalues)
-        if numbers is None or numbers.shape != (n_features,) or not np.all(np.isfinite(numbers)):
+        if numbers is None or numbers.shape != (n_features,) or not np.isfinite(numbers).all():
             shape = "not numbers" if numbers is None else f"shape {numbers.shape}"
             raise ValueError(
                 f"eigenvalues must be {n_features} finite numbers (one per feature), got {shape}."
             )
         # A second moment's eigenvalues are >= 0; an eigensolver's rounding
         # leaves zeros a few epsilon of the largest below it (taken as 0).
-        rounding = 4.0 * n_features * np.finfo(np.float64).eps * float(np.max(np.abs(numbers)))
-        if np.any(numbers < -rounding):
+        least, largest = numbers.min(), numbers.max()
+        rounding = 4.0 * n_features * np.finfo(np.float64).eps * float(max(largest, -least))
+        if least < -rounding:
             raise ValueError(
-                "eigenvalues must be >= 0: they are those of a second moment, got "
-                f"{numbers.min():.3g}."
+                f"eigenvalues must be >= 0: they are those of a second moment, got {least:.3g}."
             )
         eigenvalues = np.maximum(numbers, 0.0)
-        if np.any(np.diff(eigenvalues) > 0):
+        if (eigenvalues[1:] > eigenvalues[:-1]).any():
             raise ValueError("eigenvalues must be in descending order: the first is the largest.")
     if eigenvalues is not None and eigenvalues[0] > 0:
-        effective = eigenvalues[0] + float(np.sum(eigenvalues)) / L
+        effective = eigenvalues[0] + float(eigenvalues.sum()) / L
         caps.append(0.9 / (K * effective))
     return min([unbiased, *[c for c in caps if np.isfinite(c) and c > 0]])
 

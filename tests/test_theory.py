@@ -962,6 +962,85 @@ def test_scalar_closed_forms_refuse_impossible_settings(call, match):
         call()
 
 
+def _temperature_on_arrays(noise, L, K, d, eigenvalues):
+    """auto_temperature's rule from the closed forms evaluated on arrays
+    (0-d): the unbiased temperature, 0.95 lambda* of sigma**2 and the cap of
+    the largest eigenvalue, the least positive finite one; an overflow on the
+    way to any raises."""
+    L = float(L)
+    with np.errstate(over="raise", invalid="raise"):
+        unbiased = float(theory.unbiased_temperature(noise, L, n_clusters=K))
+        s = np.asarray(float(noise) ** 2)
+        caps = [0.95 * float(theory._lambda_star(s, np.asarray(L), K, d))]
+        if eigenvalues is not None and eigenvalues[0] > 0:
+            caps.append(0.9 / (K * (eigenvalues[0] + float(np.sum(eigenvalues)) / L)))
+    return min([unbiased, *[c for c in caps if np.isfinite(c) and c > 0]])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    noise=st.one_of(
+        # sigma^4 K^2 d, sigma^6 K^2 and sigma^2 K^2 leave float64's range
+        # (unread terms of the moments included).
+        st.sampled_from([0.0, 1e-200, 0.3, 1e30, 1e51, 5e51, 1e77, 1.2e77, 1e154, 1e200]),
+        st.floats(0.0, 5.0),
+        st.floats(0.0, 1e160).map(np.float64),
+    ),
+    L=st.one_of(
+        st.sampled_from([1, 2, 1.5, 50, np.inf, 1e99, 1.3e154, 1.4e154, 1e300]),
+        st.integers(1, 10**6),
+        st.floats(1.0, 1e6),
+    ),
+    K=st.sampled_from([1, 2, 3, 5, 17, 2**17, 10**60, 10**110]),
+    d=st.integers(1, 40),
+    spectrum=st.sampled_from(
+        [None, "ordinary", "zero", "rounding", "huge", "negative", "ascending"]
+    ),
+)
+def test_auto_temperature_is_its_closed_forms_on_arrays(seed, noise, L, K, d, spectrum):
+    # auto_temperature evaluates its one setting in float64 scalars, which
+    # NumPy checks and rounds as arrays (lambda*'s coefficients one by one):
+    # the value and type of the closed forms' evaluation on arrays bit for
+    # bit, and their overflows as its FloatingPointError (sigma = 0, L = inf,
+    # K > d, zero eigenvalues and those rounded below zero, K^3 beyond
+    # float64); spectra it refuses are refused after that.
+    rng = np.random.default_rng(seed)
+    eigenvalues = np.sort(rng.exponential(size=d) * 10.0 ** rng.uniform(-6, 6))[::-1]
+    if spectrum == "zero":
+        eigenvalues[:] = 0.0
+    elif spectrum == "rounding" and d > 1:
+        eigenvalues[-1] = -d * np.finfo(np.float64).eps * eigenvalues[0]
+    elif spectrum == "huge":
+        eigenvalues = eigenvalues / eigenvalues[0] * 1e308
+    elif spectrum == "negative":
+        eigenvalues[-1] = -1e-3 * eigenvalues[0]
+    elif spectrum == "ascending" and d > 1:
+        eigenvalues = eigenvalues[::-1].copy()
+    given = None if spectrum is None else eigenvalues
+
+    def temperature():
+        return theory.auto_temperature(noise, L, n_clusters=K, n_features=d, eigenvalues=given)
+
+    try:
+        expected = _temperature_on_arrays(
+            noise, L, K, d, None if given is None else np.maximum(given, 0.0)
+        )
+    except (FloatingPointError, OverflowError):
+        with pytest.raises(
+            FloatingPointError, match="^auto_temperature: .* leaves float64's range"
+        ):
+            temperature()
+        return
+    if spectrum == "negative" or (spectrum == "ascending" and d > 1):
+        with pytest.raises(ValueError, match=">= 0|descending order"):
+            temperature()
+        return
+    got = temperature()
+    assert type(got) is type(expected)
+    assert got == expected
+
+
 def test_manifold_heads_take_float32_orthonormal_centroids(global_random_seed):
     rng = np.random.default_rng(global_random_seed)
     C = np.linalg.qr(rng.standard_normal((6, 2)).astype(np.float32))[0].T

@@ -20,6 +20,7 @@ rows far from the origin and close to each other. From the two per-row terms
   tau^2) - d log s``, the density of x in the data's units.
 """
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -116,31 +117,35 @@ class SphericalMixture:
                 raise ValueError(
                     f"{name} must have shape {shape}, got {np.shape(getattr(self, name))}."
                 )
+        # The checks read the float64 values above once each, by their
+        # methods (a NumPy function call on a small array costs more than
+        # the check): a number is a float here and an array of numbers an
+        # ndarray.
         for name in ("centers", "radii", "offset", "variance", "scale"):
-            if not np.all(np.isfinite(getattr(self, name))):
+            value = getattr(self, name)
+            if not (math.isfinite(value) if isinstance(value, float) else np.isfinite(value).all()):
                 raise ValueError(f"{name} must be finite.")
-        if np.any(self.radii < 0.0):
+        if (self.radii < 0.0).any():
             raise ValueError(f"radii must be >= 0 (the centroids' norms), got {self.radii}.")
         for name in ("variance", "scale"):
-            if np.ndim(getattr(self, name)) != 0 or not getattr(self, name) > 0:
+            if not isinstance(getattr(self, name), float) or not getattr(self, name) > 0:
                 raise ValueError(
                     f"{name} must be one positive number, got {getattr(self, name)!r}."
                 )
-        log_weights = self.log_weights
-        if np.any(np.isnan(log_weights) | (log_weights == np.inf)) or not np.any(
-            np.isfinite(log_weights)
-        ):
+        # No NaN, no +inf and one finite at least: the largest is finite (a
+        # NaN is the largest of NumPy's max).
+        top = float(self.log_weights.max())
+        if not math.isfinite(top):
             raise ValueError(
                 "log_weights must be finite or -inf (an empty component), with one finite at least."
             )
-        top = float(np.max(log_weights))
-        total = float(np.sum(np.exp(log_weights - top)))
+        total = float(np.exp(self.log_weights - top).sum())
         if not abs(top + np.log(total)) <= _RTOL:
             raise ValueError(
                 f"the weights exp(log_weights) must sum to one, got {total * np.exp(top)!r}."
             )
         norms = np.sqrt(np.einsum("ij,ij->i", centers, centers))
-        if not np.max(np.abs(norms - 1.0)) <= _RTOL:
+        if not np.abs(norms - 1.0).max() <= _RTOL:
             raise ValueError(f"centers must be unit vectors (rows), got norms {norms}.")
 
     @classmethod

@@ -107,9 +107,10 @@ class SphericalMixture:
                 value = np.frombuffer(value.tobytes(), dtype=value.dtype).reshape(value.shape)
             object.__setattr__(self, name, value)
         centers = self.centers
-        if centers.ndim != 2 or centers.shape[0] == 0:
+        # (One number is kept as a float, of shape ().)
+        if np.ndim(centers) != 2 or centers.shape[0] == 0:
             raise ValueError(
-                f"centers must have shape (n_clusters, n_features), got {centers.shape}."
+                f"centers must have shape (n_clusters, n_features), got {np.shape(centers)}."
             )
         K, d = centers.shape
         for name, shape in (("radii", (K,)), ("log_weights", (K,)), ("offset", (d,))):

@@ -209,6 +209,7 @@ def _mixture_arguments(fitted):
         ({"radii": np.ones(2)}, r"radii must have shape \(3,\)"),
         ({"offset": np.zeros(4)}, r"offset must have shape \(5,\)"),
         ({"centers": np.ones(5)}, "centers must have shape"),
+        ({"centers": 1.0}, r"centers must have shape \(n_clusters, n_features\), got \(\)"),
         ({"log_weights": np.full(3, -np.inf)}, "one finite at least"),
         ({"log_weights": np.array([0.0, np.nan, 0.0])}, "log_weights must be finite or -inf"),
         ({"log_weights": np.array([0.0, np.inf, -np.inf])}, "log_weights must be finite or -inf"),

@@ -2893,14 +2893,16 @@ def times_power_of_two(A, exponent, dtype=None):
         scaled = A.astype(dtype)  # a copy
         scaled.data = _values_times_power_of_two(scaled.data, exponent, dtype)
         return scaled
-    return _values_times_power_of_two(np.asarray(A, dtype=dtype), exponent, dtype)
+    return _values_times_power_of_two(np.asarray(A), exponent, dtype)
 
 
 def _values_times_power_of_two(values, exponent, dtype):
-    """:func:`times_power_of_two` of an array already in ``dtype``, a new array."""
+    """:func:`times_power_of_two` of an array, a new array in ``dtype`` (the
+    product in float64 converts float32 values as it reads them: no copy
+    of them in float64 first)."""
     if dtype == np.float64 and -1022 <= exponent <= 1023:
-        return np.multiply(values, 2.0**exponent)
-    return np.ldexp(values, exponent).astype(dtype, copy=False)
+        return np.multiply(values, 2.0**exponent, dtype=np.float64)
+    return np.ldexp(np.asarray(values, dtype=dtype), exponent).astype(dtype, copy=False)
 
 
 def gram_matrix(A, exponent=0):

@@ -355,6 +355,7 @@ def _run_em(em, p0, tol, max_iter, rho, report):
     S0, c0, ll0 = em.expect(p0)
     report(em, ll0)
     start = em.passes - 1
+    step_max = 1.0
     while em.passes - start < max_iter:
         p1, delta, settled = _em_step(em, S0, c0, p0, tol, rho)
         if settled:
@@ -380,8 +381,14 @@ def _run_em(em, p0, tol, max_iter, rho, report):
         # SQUAREM step (Varadhan and Roland's SqS3; math.md section 7): with
         # r = v1 - v0 and v = v2 - 2 v1 + v0 in the parameter vector (heads,
         # r, log tau^2, log pi), the point v0 - 2 alpha r + alpha^2 v, alpha =
-        # min(-||r|| / ||v||, -1), then one EM step from there; fall back to
-        # the second EM iterate if the point's likelihood is below p1's.
+        # -min(max(||r|| / ||v||, 1), step_max), then one EM step from there;
+        # fall back to the second EM iterate if the point's likelihood is
+        # below p1's. step_max starts at 1 (alpha = -1 is v2), grows 4 times
+        # when a step of that length is kept and shrinks 4 times when it is
+        # not: where EM drifts along a direction at a near-constant speed,
+        # ||v|| is near 0 and the unbounded step overshoots every time (EM
+        # then went on at three passes per two steps; the crawl cells of
+        # benchmarks/many_clusters.py).
         # (In place, the same numbers: at 2^20 features each vector is K
         # arrays of 8 MB, and their temporaries were five more.)
         v0, v1, v2 = p0.vector(), p1.vector(), p2.vector()
@@ -394,9 +401,10 @@ def _run_em(em, p0, tol, max_iter, rho, report):
             v += v0
         del v1, v2
         nr, nv = np.linalg.norm(r), np.linalg.norm(v)
-        candidate = None
+        candidate, length = None, 1.0
         if np.isfinite(nr) and np.isfinite(nv) and nv > 0.0:
-            alpha = min(-nr / nv, -1.0)
+            length = min(max(nr / nv, 1.0), step_max)
+            alpha = -length
             point = np.multiply(r, 2.0 * alpha, out=r)
             point = np.subtract(v0, point, out=point)
             point += np.multiply(v, alpha**2, out=v)
@@ -406,9 +414,13 @@ def _run_em(em, p0, tol, max_iter, rho, report):
         if candidate is not None and em.passes - start < max_iter:
             Sc, cc, llc = em.expect(candidate)
             if llc >= ll1:
+                if length == step_max:
+                    step_max *= _STEP_GROWTH
                 p0, S0, c0, ll0 = candidate, Sc, cc, llc
                 report(em, ll0)
                 continue
+            if length == step_max:
+                step_max = max(step_max / _STEP_GROWTH, 1.0)
         p0 = p2
         if em.passes - start >= max_iter:
             return p0, False, rho
@@ -668,6 +680,10 @@ _SPLIT_TRUST = 9.0
 # Smallest gain of total log-likelihood (nats) worth another EM pass, per
 # unit of tol (the fraction of the squared standard error).
 _GAIN_PER_TOL = 10.0
+
+# SQUAREM's step-length control (Du and Varadhan, J. Stat. Softw. 92(7), 2020,
+# the SQUAREM package's step.max0 = 1 and mstep = 4; math.md section 7).
+_STEP_GROWTH = 4.0
 
 # Rows of the first subsample of the EM: _SUBSAMPLE, or an eighth of the rows
 # when that is smaller, but at least _MIN_SUBSAMPLE rows and

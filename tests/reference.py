@@ -320,17 +320,19 @@ def mixture_from_vector(v, d, K, free=False):
     return U, radii, float(np.exp(v[d * K + m])), softmax(v[d * K + m + 1 :])
 
 
-def squarem_point(v0, v1, v2):
-    """SQUAREM's extrapolated point from two EM steps v0 -> v1 -> v2.
+def squarem_point(v0, v1, v2, step_max):
+    """SQUAREM's extrapolated point from two EM steps v0 -> v1 -> v2, and its step length.
 
     Varadhan and Roland (Scand. J. Stat. 35, 2008), scheme SqS3: r = v1 -
-    v0, v = v2 - 2 v1 + v0, alpha = -||r|| / ||v||, taken at most -1 (the
-    step length is never shorter than two EM steps), and the point is
-    v0 - 2 alpha r + alpha^2 v (math.md section 7: "accelerated by SQUAREM").
+    v0, v = v2 - 2 v1 + v0, alpha = -||r|| / ||v||, its length taken at
+    least 1 (never shorter than two EM steps) and at most ``step_max`` (the
+    SQUAREM package's step-length control, Du and Varadhan, J. Stat. Softw.
+    92(7), 2020), and the point is v0 - 2 alpha r + alpha^2 v (math.md
+    section 7: "accelerated by SQUAREM"). Returns ``(point, length)``.
     """
     r, v = v1 - v0, v2 - 2.0 * v1 + v0
-    alpha = min(-np.linalg.norm(r) / np.linalg.norm(v), -1.0)
-    return v0 - 2.0 * alpha * r + alpha**2 * v
+    length = min(max(np.linalg.norm(r) / np.linalg.norm(v), 1.0), step_max)
+    return v0 + 2.0 * length * r + length**2 * v, length
 
 
 def online_em_step_sizes(batch_weights, alpha, gain, eta):

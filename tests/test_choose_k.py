@@ -645,10 +645,13 @@ def test_integer_weights_choose_as_repeated_rows(name, seed):
     got = choose_n_clusters(X, AttentionClustering(random_state=0), sample_weight=weights)
     assert got.n_clusters == want.n_clusters
     assert got.scores == want.scores
-    # The fits at the K not chosen may differ (a fit beyond d clusters
-    # seeds from subsamples, drawn alike only in distribution).
-    k = got.n_clusters
-    assert got.silhouettes[k] == pytest.approx(want.silhouettes[k], abs=1e-9)
+    # The fits at K are not compared: the EM refinement stops at the
+    # statistical resolution of Kish's effective rows for weights and of the
+    # rows' count for repeated rows (math.md section 7: weights are not
+    # known to be counts), so the two fits agree to that resolution, not to
+    # rounding (on wine, seed 1, 11 and 12 passes). The silhouette of
+    # weighted rows is that of the repeated rows on equal labels
+    # (test_weighted_sphere_silhouette_is_that_of_the_repeated_rows).
 
 
 @pytest.mark.parametrize("shape", [(40, 200), (20, 1000)])

@@ -831,13 +831,17 @@ def test_a_retried_centring_warns_of_the_kept_fit_alone(max_iter, kept):
 
 
 def test_auto_keeps_the_more_likely_of_the_uncentred_and_the_centred_fit():
-    # The paper's mixture with a small cluster (4% of the rows): the
+    # The paper's mixture with a small cluster (2% of the rows): the
     # uncentred fit gives it under 2% ("lost"), the centred one splits the
     # others; both are K spherical Gaussians in R^d, and center="auto" keeps
-    # the uncentred, more likely one (it kept the centred fit: ARI 0.84).
+    # the uncentred, more likely one (it kept the centred fit: ARI 0.947
+    # against 0.970). (Found by a search of the data's seeds: most draws
+    # lose no cluster, or the centred fit is the more likely.)
     C = make_centroids(5, 10, kind="random", random_state=0)
-    w = np.linspace(1.0, 9.0, 5)
-    X, y, _ = make_mixture(2000, 10, 5, noise=0.3, centroids=C, weights=w / w.sum(), random_state=1)
+    w = np.linspace(0.5, 9.0, 5)
+    X, y, _ = make_mixture(
+        2000, 10, 5, noise=0.3, centroids=C, weights=w / w.sum(), random_state=39
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fits = {c: AttentionClustering(5, center=c, random_state=0).fit(X) for c in (False, True)}

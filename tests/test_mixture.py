@@ -850,15 +850,19 @@ def test_signs_from_the_rows_given_and_no_pass_over_all_rows(monkeypatch, global
 # --- SQUAREM's step ----------------------------------------------------------
 
 
-def _squarem_case(seed, free, weighted, tau0=0.55):
-    """One SQUAREM iteration of _run_em and its NumPy twin; ``(p, expected, extrapolated, ratio)``.
+def _squarem_case(seed, free, weighted, tau0, passes):
+    """SQUAREM iterations of _run_em and their NumPy twin; ``(p, expected, record)``.
 
-    Three E steps (p0, its EM step p1, then the extrapolated point): the twin
-    takes two EM steps of the written-out M step, SqS3's point in the
-    parameter vector (heads, r, log tau^2, log pi) of math.md section 7, kept
-    if its likelihood is at least p1's (then one EM step from it, the M step
-    of the run's last E step), else the second EM iterate p2.
-    ``ratio`` is ``||r|| / ||v||``, SqS3's step length before its clip at 1.
+    ``passes`` E steps from one start: the twin takes two EM steps of the
+    written-out M step, SqS3's point in the parameter vector (heads, r, log
+    tau^2, log pi) of math.md section 7 at a step length bounded by
+    ``step_max`` (1 at first, times 4 after a kept point at the bound,
+    divided by 4, not below 1, after a refused one), kept if its likelihood
+    is at least the first EM iterate's, else the second EM iterate, and
+    counts the E steps as the run does (one at the start, one at each EM
+    iterate and each point). ``record`` holds, for each point, ``(ratio,
+    step_max, kept)``: ``||r|| / ||v||``, SqS3's step length before its
+    bounds, and the bound it met.
     """
     X, _, C = _problem(seed, n=800, d=5, K=3, noise=0.7)
     rng = np.random.default_rng(seed)
@@ -870,39 +874,60 @@ def _squarem_case(seed, free, weighted, tau0=0.55):
     mean_sq = float(np.average(np.sum(X**2, axis=1), weights=w))
     em = _EM(DenseRows(X, w, n_threads=1), mean_sq)
     p0 = _Params(U0.copy(), radii0.copy(), tau0**2, np.log(pi0), free)
-    p, converged, _ = mixture._run_em(em, p0, 0.0, 3, 0.9, lambda em, ll: None)
-    assert em.passes == 3 and not converged
+    p, converged, _ = mixture._run_em(em, p0, 0.0, passes, 0.9, lambda em, ll: None)
+    assert em.passes == passes and not converged
 
-    steps = [(U0, pi0, radii0, tau0)]
-    for _ in range(2):
-        steps.append(mixture_em_step(X, w, *steps[-1], free=free))
-    v0, v1, v2 = (mixture_vector(U, r, tau**2, pi, free) for U, pi, r, tau in steps)
-    ratio = np.linalg.norm(v1 - v0) / np.linalg.norm(v2 - 2.0 * v1 + v0)
-    U, radii, tau2, pi = mixture_from_vector(squarem_point(v0, v1, v2), 5, 3, free)
-    extrapolated = reference_log_likelihood(
-        X, w, U, pi, radii, np.sqrt(tau2)
-    ) >= reference_log_likelihood(X, w, *steps[1])
-    if extrapolated:
-        # The run stops at max_iter after the point's E step, and returns
-        # that E step's M step (it costs no pass).
-        U, pi, radii, tau = mixture_em_step(X, w, U, pi, radii, np.sqrt(tau2), free=free)
+    def vector(q):
+        U, pi, radii, tau = q
+        return mixture_vector(U, radii, tau**2, pi, free)
+
+    q, used, step_max, record = (U0, pi0, radii0, tau0), 1, 1.0, []
+    while used < passes:
+        q1 = mixture_em_step(X, w, *q, free=free)
+        used += 1
+        q2 = mixture_em_step(X, w, *q1, free=free)
+        v0, v1, v2 = vector(q), vector(q1), vector(q2)
+        ratio = np.linalg.norm(v1 - v0) / np.linalg.norm(v2 - 2.0 * v1 + v0)
+        point, length = squarem_point(v0, v1, v2, step_max)
+        if used < passes:
+            used += 1
+            U, radii, tau2, pi = mixture_from_vector(point, 5, 3, free)
+            kept = reference_log_likelihood(
+                X, w, U, pi, radii, np.sqrt(tau2)
+            ) >= reference_log_likelihood(X, w, *q1)
+            record.append((ratio, step_max, kept))
+            if kept:
+                step_max = step_max * 4.0 if length == step_max else step_max
+                q = (U, pi, radii, np.sqrt(tau2))
+                continue
+            step_max = max(step_max / 4.0, 1.0) if length == step_max else step_max
+        q = q2
+        if used >= passes:
+            break
+        used += 1
     else:
-        U, pi, radii, tau = steps[2]
-    return p, (U, radii, tau**2, pi), extrapolated, ratio
+        # The run stops at its last E step and returns that E step's M step
+        # (it costs no pass).
+        q = mixture_em_step(X, w, *q, free=free)
+    U, pi, radii, tau = q
+    return p, (U, radii, tau**2, pi), record
 
 
-# A start at tau = 0.55 takes SqS3's step -alpha = ||r|| / ||v|| > 1; at
-# tau = 1.5, ||r|| < ||v||, and the step is clipped to alpha = -1 (whose
-# point is the second EM iterate).
+# A start at tau = 0.55 takes SqS3's step -alpha = ||r|| / ||v|| > 1 at
+# first; at tau = 1.5, ||r|| < ||v||, and the step is clipped to alpha = -1
+# (whose point is the second EM iterate). Eleven E steps: the first point,
+# at step_max = 1, is always the second EM iterate; the later ones meet
+# larger bounds.
 _SQUAREM_STARTS = {"unclipped": 0.55, "clipped": 1.5}
+_SQUAREM_PASSES = 11
 
 
 @pytest.mark.parametrize("start", _SQUAREM_STARTS)
 @pytest.mark.parametrize("free", [False, True])
 @pytest.mark.parametrize("weighted", [False, True])
-def test_squarem_step_is_varadhan_and_roland_sqs3(start, free, weighted, global_random_seed):
-    p, (U, radii, tau2, pi), _, _ = _squarem_case(
-        global_random_seed, free, weighted, _SQUAREM_STARTS[start]
+def test_squarem_steps_are_sqs3_with_step_length_control(start, free, weighted, global_random_seed):
+    p, (U, radii, tau2, pi), _ = _squarem_case(
+        global_random_seed, free, weighted, _SQUAREM_STARTS[start], _SQUAREM_PASSES
     )
     np.testing.assert_allclose(p.U, U, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(p.radii, radii, rtol=1e-10)
@@ -911,13 +936,21 @@ def test_squarem_step_is_varadhan_and_roland_sqs3(start, free, weighted, global_
 
 
 @pytest.mark.parametrize("free", [False, True])
-def test_squarem_starts_reach_both_step_lengths(free):
-    # The test above reaches both cases of SqS3's step length (at seed 0),
-    # and keeps the extrapolated point.
-    for start, tau0 in _SQUAREM_STARTS.items():
-        _, _, extrapolated, ratio = _squarem_case(0, free, True, tau0)
-        assert extrapolated
-        assert (ratio > 1.0) == (start == "unclipped")
+def test_squarem_starts_reach_every_step_length(free):
+    # The test above reaches (at seed 0) each case of the step length: below
+    # 1 (clipped to 1), between 1 and step_max (SqS3's own), above step_max
+    # (bounded) with step_max > 1, and a refused point, after which the
+    # bound shrinks.
+    record = [
+        r
+        for tau0 in _SQUAREM_STARTS.values()
+        for weighted in (False, True)
+        for r in _squarem_case(0, free, weighted, tau0, _SQUAREM_PASSES)[2]
+    ]
+    assert any(ratio < 1.0 for ratio, _, _ in record)
+    assert any(1.0 < ratio < bound for ratio, bound, _ in record)
+    assert any(ratio > bound > 1.0 for ratio, bound, _ in record)
+    assert not all(kept for _, _, kept in record)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

@@ -339,14 +339,10 @@ def _run_em(em, p0, tol, max_iter, rho, report):
     value, from a previous data set or a cautious 0.9, until then), and the
     rule is checked after each of the two. After a kept extrapolation those
     two steps also see the fast directions it left, and their ratio can read
-    below the slow direction's rate, so that the rules stop short of ``tol``:
-    on the crawl cells of ``benchmarks/many_clusters.py``, 0 to 10 nats of
-    total log-likelihood below runs that read the rate only on two EM steps
-    from an EM iterate. Those took 1 to 4 times the passes there, and 259
-    passes against 24 on 10000 rows of make_mixture at d = 2000, K = 5,
-    sigma = 0.6 (400 nats higher, ARI 0.04 against 0.03, where SQUAREM
-    before its step-length control stopped after 18 passes at the same
-    likelihood as now): the rate is read as it comes.
+    below the slow direction's rate, so that the rules can stop short of
+    ``tol``. Reading the rate only on two EM steps from an EM iterate would
+    hold the runs to ``tol``, at several times the passes where the
+    likelihood is flat along many directions: the rate is read as it comes.
 
     Along a direction the data barely determine (clusters that overlap),
     EM crawls and ``rho`` near 1 makes that rule wait long for a step that

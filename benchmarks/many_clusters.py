@@ -235,9 +235,8 @@ def page(p):
         "overlap, the likelihood rises by a little at each EM step for tens to hundreds of "
         "steps, and the refinement's stopping rule (math.md section 7) waits for those steps' "
         "gain to fall below its floor; SQUAREM's extrapolation, its step length bounded and "
-        "grown along the climb, shortens it (before that bound, 155 + 35, 485, 286 + 279, 171 "
-        "and 500 + 15 passes in the first five rows) but does not remove it: the fit costs "
-        "several times KMeans' (and is more accurate by ARI in every row).",
+        "grown along the climb (math.md section 7), shortens it but does not remove it: the "
+        "fit costs several times KMeans' (and is more accurate by ARI in every row).",
         "",
         "| n | d | K | noise | weights | time ours | time KMeans(n_init=1) | "
         "time ours / KMeans(n_init=1) | EM passes (each fit) | KMeans' iterations | ARI ours | ARI KMeans |",

@@ -360,10 +360,14 @@ def test_many_clusters_benchmark_quick_mode(tmp_path):
     assert [(c["d"], c["K"]) for c in payload["cells"]] == [(2, 5), (5, 10), (10, 20), (10, 50)]
     assert len(payload["bic_curve"]) == 8
     assert [(c["d"], c["K"]) for c in payload["crawl"]] == [(3, 8)]
-    assert sum(payload["crawl"][0]["em_passes"]) >= 1
+    assert sum(run["passes"] for run in payload["crawl"][0]["em"]) >= 1
+    # The late passes' climb, read from the verbose log: logged iterates do
+    # not lose likelihood, so no one step rises more than all of them.
+    for run in payload["crawl"][0]["em"]:
+        assert 0.0 <= run["largest_late_step"] <= run["late_rise"] + 1e-9
     text = (tmp_path / "many_clusters.md").read_text()
     assert "Load average" in text and "target: ours >= both" in text
-    assert "Where the EM refinement crawls" in text
+    assert "Where the EM refinement crawls" in text and "late rise (largest step)" in text
 
 
 @pytest.mark.slow

@@ -230,8 +230,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         norms, ``(K - 1) log(n) / 2`` nats (with ``sample_weight``, the gain
         and n count Kish's effective rows, ``(sum w)^2 / sum w^2``, as the
         EM's stopping rule: integer weights and the repeated rows may then
-        choose differently near the price); the refinement then goes on with
-        free norms (``centroid_norms_``). Clusters at different distances
+        choose differently near the price), read at the first subsample's fit
+        where EM runs on subsamples first, else, or if it failed there, on
+        all rows; the refinement then goes on with free norms
+        (``centroid_norms_``). Clusters at different distances
         from the mean, such as standardised wine's (:doc:`/user_data`),
         take free norms; the paper's mixtures keep equal ones. Used only
         with the EM refinement.

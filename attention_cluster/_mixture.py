@@ -803,7 +803,10 @@ def refine_heads(
         Bayesian information criterion's price of the ``K - 1`` extra
         norms, ``(K - 1) log(n) / 2`` nats (:func:`free_norm_gain`, a lower
         bound on the likelihood ratio; ``math.md`` section 7, "One norm per
-        centroid"); EM then goes on with free norms from that M step.
+        centroid"); EM then goes on with free norms from that M step. With
+        subsample stages the test is made first at the first subsample's
+        fit (its rows for n), where passing it frees the norms of every
+        later stage.
     radii : ndarray of shape (n_clusters,) or None, default=None
         Starting norms, one per centroid (a seeded start,
         :func:`~attention_cluster._seeding.seeded_start`): the norms are
@@ -885,8 +888,36 @@ def refine_heads(
     # A subsample stage only starts the next one (see _STAGE_TOL): all rows
     # alone are held to tol.
     tols = [max(tol, _STAGE_TOL)] * (len(ems) - 1) + [tol]
+    asked = []  # spherical_rows' answer, once asked (it reads the rows)
+
+    def frees_norms(em):
+        """norms="auto"'s test at ``em``'s last E step, an equal-norm fit
+        (``math.md`` section 7, "One norm per centroid"): the free M step
+        from it, or None to keep one norm."""
+        at, S, counts = em.last
+        gain = free_norm_gain(S, counts, at.variance) * em.n_effective / em.total
+        if not 2.0 * gain > (K - 1) * np.log(em.n_effective):
+            return None
+        if spherical_rows is not None:
+            if not asked:
+                asked.append(spherical_rows())
+            if asked[0]:
+                return None
+        return em.maximize(S, counts, replace(at, free=True))
+
     em = ems[0]
     p, converged, rho = _run_em(em, p, tols[0], max_iter, rho, report)
+    if norms == "auto" and K > 1 and len(ems) > 1 and not p.free:
+        # The test on the first subsample's fit too: where it passes there,
+        # the free norms carry every later stage, and the passes over all
+        # rows do not first climb the equal-norm model, whose fit on all
+        # rows the test below would then leave (math.md section 7, "One
+        # norm per centroid").
+        freed = frees_norms(em)
+        if freed is not None:
+            em.last = p = None
+            p, converged, rho = _run_em(em, freed, tols[0], max_iter, rho, report)
+            n_parameters = mixture_parameters(d, K, True)
     for em, previous, stage_tol in zip(ems[1:], ems[:-1], tols[1:]):
         rows = previous.data.subsample(rng, max(_JACOBIAN_ROWS, _ROWS_PER_PARAMETER * n_parameters))
         # Only the Jacobian of the EM map on these rows is used, which does
@@ -904,17 +935,12 @@ def refine_heads(
             n_stage=previous.n_effective,
         )
     if norms == "auto" and K > 1 and not p.free:
-        at, S, counts = em.last
-        gain = free_norm_gain(S, counts, at.variance) * em.n_effective / em.total
-        if 2.0 * gain > (K - 1) * np.log(em.n_effective) and not (
-            spherical_rows is not None and spherical_rows()
-        ):
-            free = em.maximize(S, counts, replace(at, free=True))
+        freed = frees_norms(em)
+        if freed is not None:
             # (The equal-norm fit and its last E step's sums, which the free
             # run replaces, are not held beside the free run's own.)
-            del at, S
             em.last = p = None
-            p, converged, _ = _run_em(em, free, tol, max_iter, rho, report)
+            p, converged, _ = _run_em(em, freed, tol, max_iter, rho, report)
     return MixtureFit(
         heads=p.U,
         weights=np.exp(p.log_pi),

@@ -242,9 +242,9 @@ def _crawl_reading(crawl):
             for c, run in jumps
         )
         text += (
-            f" In {len(jumps)} most of the late rise came in one step ({named}): EM crept near "
-            "a poorer configuration and then left it, so that those passes bought the fit "
-            "itself, not only digits of it."
+            f" In {len(jumps)} most of the late rise came in one step ({named}), which the "
+            "creeping steps before it did not announce: there the late passes bought more than "
+            "digits of the fit."
         )
     text += (
         f" The fit takes {min(ratios):.1f} to {max(ratios):.1f} times KMeans(n_init=1)'s time, "

@@ -635,6 +635,57 @@ def test_newton_steps_carry_each_stage_to_the_next(monkeypatch, noise, global_ra
     assert np.sum((fit.heads - best.U) ** 2) < 0.01 * se2
 
 
+@pytest.mark.parametrize("shift", [0.0, 2.0])
+def test_auto_norms_are_read_at_the_first_subsample_fit(monkeypatch, shift, global_random_seed):
+    # norms="auto" with subsample stages: the test is read at the first
+    # subsample's equal-norm fit, and where it passes there (rows shifted off
+    # the origin: clusters at different norms) every later stage, all rows
+    # among them, starts free; where it does not (the paper's mixture, one
+    # norm) every stage stays equal, and so does the fit.
+    n = 4 * mixture._SUBSAMPLE + 8
+    X, _, C = make_mixture(n, 5, 3, noise=0.7, random_state=global_random_seed)
+    X = X + shift / np.sqrt(5)
+    C = C + shift / np.sqrt(5)
+    C /= np.linalg.norm(C, axis=1, keepdims=True)
+    assert mixture.subsample_sizes(n, mixture.mixture_parameters(5, 3))
+    entering = []
+    newton = mixture._newton_em
+
+    def recorded(em, p0, *args, **kwargs):
+        entering.append(p0.free)
+        return newton(em, p0, *args, **kwargs)
+
+    monkeypatch.setattr(mixture, "_newton_em", recorded)
+    tight = dict(noise=0.7, tol=1e-12, max_iter=2000, random_state=global_random_seed)
+    fit = _refined(X, C, norms="auto", **tight)
+    assert entering and fit.free == bool(shift)
+    assert entering == [bool(shift)] * len(entering)
+    # Freed early, the fit reaches the maximum of the free model on all rows,
+    # as a fit with free norms from the start does.
+    if shift:
+        free = _refined(X, C, norms="free", **tight)
+        assert np.sum((fit.heads - free.heads) ** 2) < 1e-3 * mixture.standard_error(
+            mixture._Params(fit.heads, fit.radii, fit.variance, np.log(fit.weights), True),
+            X.shape[0],
+        )
+
+
+def test_auto_norms_ask_whether_the_rows_have_one_norm_once():
+    # spherical_rows reads the rows: asked when the test first passes (on the
+    # first subsample), its answer stands for all rows too.
+    n = 4 * mixture._SUBSAMPLE + 8
+    X, _, C = make_mixture(n, 5, 3, noise=0.7, random_state=0)
+    X = X + 2.0 / np.sqrt(5)
+    asked = []
+
+    def spherical_rows():
+        asked.append(True)
+        return True
+
+    fit = _refined(X, C, noise=0.7, norms="auto", spherical_rows=spherical_rows)
+    assert not fit.free and asked == [True]
+
+
 @pytest.mark.parametrize("tol", [1e-3, 1.0])
 def test_subsample_stages_stop_at_their_own_resolution(monkeypatch, tol, global_random_seed):
     # Every stage before the last (SQUAREM on the smallest subsample, Newton's

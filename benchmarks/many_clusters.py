@@ -94,9 +94,8 @@ def _em_runs(fit):
     ``LATE_PASS``-th bought: the rise of the mean log-likelihood from the
     last iterate logged at or before that pass to the last one, and the
     largest rise between two consecutive logged iterates after it (nats per
-    row). A run that creeps has the two small and alike; one that climbs
-    out of a poorer configuration late has most of its late rise in one
-    step.
+    row). A run that creeps has the two small and alike; one whose fit
+    changes late has most of its late rise in one step.
     """
     log = io.StringIO()
     with contextlib.redirect_stdout(log), warnings.catch_warnings():

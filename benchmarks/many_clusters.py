@@ -216,13 +216,8 @@ JUMP = 0.01
 def _crawl_reading(crawl):
     """The crawl table's reading, from its numbers: how the late passes rose,
     and what the fits cost and bought against KMeans(n_init=1)."""
-    late = [run for c in crawl for run in c["em"] if run["passes"] > LATE_PASS]
-    jumps = [
-        (c, run)
-        for c in crawl
-        for run in c["em"]
-        if run["passes"] > LATE_PASS and run["largest_late_step"] > JUMP
-    ]
+    late = [(c, run) for c in crawl for run in c["em"] if run["passes"] > LATE_PASS]
+    jumps = [(c, run) for c, run in late if run["largest_late_step"] > JUMP]
     ratios = [c["time"]["ours"] / c["time"]["kmeans_1"] for c in crawl]
     ahead = sum(c["ari"]["ours"] > c["ari"]["kmeans_1"] for c in crawl)
     text = (

@@ -156,8 +156,19 @@ class SphericalMixture:
         The one variance floor: ``MIN_VARIANCE`` times the rows' mean squared
         norm per feature ``mean_sq / d`` at unit scale (times 1 for all-zero
         rows, whose scale is 1).
+
+        Raises
+        ------
+        ValueError
+            If ``heads`` is not a matrix of real numbers with one column at
+            least, or a parameter fails the constructor's checks.
         """
-        heads = np.asarray(heads, dtype=np.float64)
+        given = heads
+        heads = as_numbers(given)
+        if heads is None:
+            raise ValueError(f"heads must be real numbers, got {type(given).__name__}.")
+        if heads.ndim != 2 or heads.shape[1] == 0:
+            raise ValueError(f"heads must have shape (n_features, n_clusters), got {heads.shape}.")
         d = heads.shape[0]
         return cls(
             centers=heads.T,

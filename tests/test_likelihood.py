@@ -318,3 +318,22 @@ def test_the_floor_s_warning_does_not_say_distinct_rows_are_equal():
     with pytest.warns(UserWarning, match="no spread above the variance floor") as record:
         AttentionClustering(2, random_state=0).fit(X)
     assert not any("every row equals" in str(w.message) for w in record)
+
+
+@pytest.mark.parametrize(
+    "heads, match",
+    [
+        (1.0, r"heads must have shape \(n_features, n_clusters\), got \(\)"),
+        (np.ones(3), r"heads must have shape .*, got \(3,\)"),
+        (np.ones((3, 0)), r"heads must have shape .*, got \(3, 0\)"),
+        (np.ones((2, 3, 1)), r"heads must have shape .*, got \(2, 3, 1\)"),
+        ("heads", "heads must be real numbers, got str"),
+        ([[1.0, 0.0], [0.0]], "heads must be real numbers, got list"),
+    ],
+    ids=lambda v: str(v)[:20],
+)
+def test_mixture_from_heads_of_the_wrong_shape_raises(heads, match):
+    # A heads matrix of no second axis gave an IndexError (one number) or a
+    # message about the centers the caller did not pass.
+    with pytest.raises(ValueError, match=match):
+        SphericalMixture.from_heads(heads, np.ones(1), 0.1, np.zeros(1), 1.0, np.zeros(3), 1.0)

@@ -87,15 +87,25 @@ def make_centroids(n_clusters, n_features, *, kind="orthogonal", random_state=No
                 f"Orthogonal centroids need n_clusters <= n_features, got "
                 f"n_clusters={n_clusters} > n_features={n_features}."
             )
-        G = rng.standard_normal((n_features, n_clusters))
-        Q, R = np.linalg.qr(G)
-        signs = np.sign(np.diag(R))
-        signs[signs == 0] = 1.0
-        return np.ascontiguousarray((Q * signs).T)
+        return _orthonormal_frames(1, n_clusters, n_features, rng)[0]
     if kind == "random":
         G = rng.standard_normal((n_clusters, n_features))
         return G / np.linalg.norm(G, axis=1, keepdims=True)
     raise InvalidParameterError(f"kind must be {_KINDS_SHOWN}, got {kind!r}.")
+
+
+def _orthonormal_frames(n_frames, n_clusters, n_features, rng):
+    """``n_frames`` uniformly random orthonormal K-frames of ``R^d``, (n_frames, K, d).
+
+    Each from the QR decomposition of a d x K Gaussian matrix, the signs of
+    R's diagonal fixed (Haar measure); the frames of one call are those of
+    ``n_frames`` calls in turn on the same generator (one draw, stacked QR).
+    """
+    G = rng.standard_normal((n_frames, n_features, n_clusters))
+    Q, R = np.linalg.qr(G)
+    signs = np.sign(np.diagonal(R, axis1=1, axis2=2))
+    signs[signs == 0] = 1.0
+    return np.ascontiguousarray((Q * signs[:, None, :]).transpose(0, 2, 1))
 
 
 def _resolve_mixture(n_clusters, n_features, centroids, weights, rng):
@@ -288,9 +298,12 @@ def make_prompts(
     n_clusters = check_count(n_clusters, "n_clusters")
     noise = check_noise(noise, scalar=True)
     rng = check_seed(random_state)
-    centroids = np.stack(
-        [make_centroids(n_clusters, n_features, random_state=rng) for _ in range(n_prompts)]
-    )
+    if n_clusters > n_features:
+        raise InvalidParameterError(
+            f"Orthogonal centroids need n_clusters <= n_features, got "
+            f"n_clusters={n_clusters} > n_features={n_features}."
+        )
+    centroids = _orthonormal_frames(n_prompts, n_clusters, n_features, rng)
     labels = rng.randint(n_clusters, size=(n_prompts, sequence_length))
     X = np.take_along_axis(centroids, labels[..., None], axis=1)
     with np.errstate(over="ignore", invalid="ignore"):

@@ -14,7 +14,7 @@ from sklearn.pipeline import make_pipeline
 from attention_cluster import InContextQuantizer
 from attention_cluster._passes import DenseRows
 from attention_cluster._scale import estimate_spectrum
-from attention_cluster.datasets import make_mixture, make_prompts
+from attention_cluster.datasets import make_centroids, make_mixture, make_prompts
 from attention_cluster.layers import in_context_attention
 from attention_cluster.metrics import interference
 from attention_cluster.theory import (
@@ -49,6 +49,19 @@ def test_make_prompts_is_reproducible_and_noise_free_at_zero():
         np.testing.assert_array_equal(u, v)
     X, labels, C = make_prompts(3, 5, 4, noise=0.0, random_state=1)
     np.testing.assert_array_equal(X, np.take_along_axis(C, labels[..., None], axis=1))
+
+
+@pytest.mark.parametrize("n_features, n_clusters", [(6, 3), (4, 4), (1, 1), (64, 10)])
+def test_make_prompts_frames_are_make_centroids_draws_in_turn(n_features, n_clusters):
+    # The frames of all prompts come from one draw and one stacked QR: the
+    # same numbers as make_centroids called once per prompt on the
+    # generator, before the labels and the noise are drawn.
+    rng = np.random.RandomState(3)
+    expected = [make_centroids(n_clusters, n_features, random_state=rng) for _ in range(20)]
+    expected_labels = rng.randint(n_clusters, size=(20, 5))
+    _, labels, C = make_prompts(20, 5, n_features, n_clusters, random_state=3)
+    np.testing.assert_allclose(C, np.stack(expected), rtol=0, atol=1e-15)
+    np.testing.assert_array_equal(labels, expected_labels)
 
 
 @pytest.mark.parametrize(

@@ -91,11 +91,16 @@ def _in_float64_range(function):
     NaN or a wrong 0 or inf returned with NumPy's RuntimeWarnings (a noise or
     temperature of 1e200 squares beyond float64)."""
 
-    # The advice names the scales the function takes (unbiased_temperature
-    # takes neither a temperature nor heads).
-    taken = inspect.signature(function).parameters
-    scales = [p for p in ("noise", "temperature", "heads", "heads0", "centroids") if p in taken]
-    advice = " or ".join([", ".join(scales[:-1]), scales[-1]] if len(scales) > 1 else scales)
+    # The advice names the arguments given beyond _LARGE_ARGUMENT, largest
+    # first (a sequence_length or n_features of 1e308 overflows as a noise of
+    # 1e200 does); where none is, the scales the function takes
+    # (unbiased_temperature takes neither a temperature nor heads).
+    signature = inspect.signature(function)
+    scales = [
+        p
+        for p in ("noise", "temperature", "heads", "heads0", "centroids")
+        if p in signature.parameters
+    ]
 
     @functools.wraps(function)
     def checked(*args, **kwargs):
@@ -103,12 +108,38 @@ def _in_float64_range(function):
             with np.errstate(over="raise", invalid="raise"):
                 return function(*args, **kwargs)
         except (OverflowError, FloatingPointError) as error:
+            names = _large_arguments(signature, args, kwargs) or scales
+            advice = " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
             raise FloatingPointError(
                 f"{function.__name__}: a quantity on the way to the result leaves float64's "
                 f"range; lower the magnitude of {advice or 'the arguments'}."
             ) from error
 
     return checked
+
+
+# An argument of the theory's functions beyond this magnitude is named as the
+# cause of an overflow (the closed forms hold powers up to the sixth of a
+# noise or a temperature, and products of them with L, d and K).
+_LARGE_ARGUMENT = 1e30
+
+
+def _large_arguments(signature, args, kwargs):
+    """The names of the arguments (of ``signature``, bound to ``args`` and
+    ``kwargs``) holding a finite number beyond ``_LARGE_ARGUMENT`` in
+    magnitude, the largest first."""
+    try:
+        bound = signature.bind(*args, **kwargs).arguments
+    except TypeError:
+        return []
+    peaks = {}
+    for name, value in bound.items():
+        values = as_numbers(value)
+        if values is not None and values.size:
+            finite = np.abs(values[np.isfinite(values)])
+            if finite.size and finite.max() > _LARGE_ARGUMENT:
+                peaks[name] = float(finite.max())
+    return sorted(peaks, key=peaks.get, reverse=True)
 
 
 def _check_length(sequence_length, scalar=False):

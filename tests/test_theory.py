@@ -1331,13 +1331,47 @@ def test_a_value_beyond_float64_raises_one_clear_error(call):
             call()
 
 
-def test_the_range_error_names_what_the_function_takes():
-    # Every function advised "lower the noise, the temperature or the scale
-    # of the heads", though unbiased_temperature takes neither of the last.
+@pytest.mark.parametrize(
+    "call, named",
+    [
+        (lambda: theory.unbiased_temperature(_BIG), "noise"),
+        (lambda: theory.population_risk(_C, _C, 0.3, _BIG, 10), "temperature"),
+        (
+            lambda: theory.auto_temperature(0.3, 1e308, n_clusters=2, n_features=4),
+            "sequence_length",
+        ),
+        (lambda: theory.auto_temperature(0.3, 10, n_clusters=1e308, n_features=4), "n_clusters"),
+        (lambda: theory.in_context_risk(0.3, 1.0, 10, n_features=1e308), "n_features"),
+        (lambda: theory.oracle_risk(1e300, 1e200, 10, n_features=4), "noise or temperature"),
+    ],
+    ids=["noise", "temperature", "sequence_length", "n_clusters", "n_features", "two"],
+)
+def test_the_range_error_names_the_arguments_beyond_range(call, named):
+    # The advice named the scales the function takes whatever was given: a
+    # sequence_length, n_clusters or n_features of 1e308 was told to lower
+    # the noise. It names the arguments given beyond 1e30, the largest first.
+    with pytest.raises(FloatingPointError, match=f"lower the magnitude of {named}.$"):
+        call()
+
+
+def test_the_range_error_names_the_scales_where_no_argument_is_large():
+    # Without an argument beyond 1e30, the scales the function takes
+    # (unbiased_temperature takes neither a temperature nor heads).
+    @theory._in_float64_range
+    def overflows(heads, noise, temperature, n_features):
+        return np.float64(1e300) * np.float64(1e300) * noise
+
+    with pytest.raises(
+        FloatingPointError, match="lower the magnitude of noise, temperature or heads.$"
+    ):
+        overflows(np.eye(2), 0.3, 1.0, 4)
+
+    @theory._in_float64_range
+    def overflows_too(noise, sequence_length):
+        return np.float64(1e300) * np.float64(1e300) * noise
+
     with pytest.raises(FloatingPointError, match="lower the magnitude of noise.$"):
-        theory.unbiased_temperature(1e200)
-    with pytest.raises(FloatingPointError, match="noise, temperature, heads or centroids"):
-        theory.population_risk(_C, _C, 0.3, _BIG, 10)
+        overflows_too(0.3, 10)
 
 
 def test_the_clamp_at_zero_takes_rounding_only():

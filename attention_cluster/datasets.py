@@ -82,11 +82,6 @@ def make_centroids(n_clusters, n_features, *, kind="orthogonal", random_state=No
     n_features = check_count(n_features, "n_features")
     rng = check_seed(random_state)
     if kind == "orthogonal":
-        if n_clusters > n_features:
-            raise InvalidParameterError(
-                f"Orthogonal centroids need n_clusters <= n_features, got "
-                f"n_clusters={n_clusters} > n_features={n_features}."
-            )
         return _orthonormal_frames(1, n_clusters, n_features, rng)[0]
     if kind == "random":
         G = rng.standard_normal((n_clusters, n_features))
@@ -100,7 +95,13 @@ def _orthonormal_frames(n_frames, n_clusters, n_features, rng):
     Each from the QR decomposition of a d x K Gaussian matrix, the signs of
     R's diagonal fixed (Haar measure); the frames of one call are those of
     ``n_frames`` calls in turn on the same generator (one draw, stacked QR).
+    InvalidParameterError, before the draw, where K > d.
     """
+    if n_clusters > n_features:
+        raise InvalidParameterError(
+            f"Orthogonal centroids need n_clusters <= n_features, got "
+            f"n_clusters={n_clusters} > n_features={n_features}."
+        )
     G = rng.standard_normal((n_frames, n_features, n_clusters))
     Q, R = np.linalg.qr(G)
     signs = np.sign(np.diagonal(R, axis1=1, axis2=2))
@@ -298,11 +299,6 @@ def make_prompts(
     n_clusters = check_count(n_clusters, "n_clusters")
     noise = check_noise(noise, scalar=True)
     rng = check_seed(random_state)
-    if n_clusters > n_features:
-        raise InvalidParameterError(
-            f"Orthogonal centroids need n_clusters <= n_features, got "
-            f"n_clusters={n_clusters} > n_features={n_features}."
-        )
     centroids = _orthonormal_frames(n_prompts, n_clusters, n_features, rng)
     labels = rng.randint(n_clusters, size=(n_prompts, sequence_length))
     X = np.take_along_axis(centroids, labels[..., None], axis=1)

@@ -120,5 +120,5 @@ def warm_up(client=None, *, n_features=10, n_clusters=3, dtype="float64"):
     if client is not None:
         from ._worker_plugin import KernelWarmUp
 
-        client.register_plugin(KernelWarmUp(n_features, n_clusters, dtype))
+        client.register_plugin(KernelWarmUp(load_kernels, n_features, n_clusters, dtype))
     load_kernels(n_features, n_clusters, dtype)

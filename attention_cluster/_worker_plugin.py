@@ -9,25 +9,27 @@ import asyncio
 
 from distributed import WorkerPlugin
 
-from ._warm_up import load_kernels
-
 
 class KernelWarmUp(WorkerPlugin):
-    """Load the kernels of a default fit (:func:`._warm_up.load_kernels`) on each worker.
+    """Run ``load(n_features, n_clusters, dtype)`` on each worker.
 
-    The scheduler keeps a registered plugin and sets it up on every worker
-    present and on every worker that registers later. The loading runs in
-    a thread, so that the worker's event loop goes on answering the
-    scheduler meanwhile; a worker that joins later takes its first task
-    once it is done.
+    ``load`` is :func:`._warm_up.load_kernels`, which loads the kernels of a
+    default fit; given by the caller (it pickles by reference, and workers
+    import it when they unpickle the plugin), so that this module imports
+    nothing of the package's. The scheduler keeps a registered plugin and
+    sets it up on every worker present and on every worker that registers
+    later. The loading runs in a thread, so that the worker's event loop
+    goes on answering the scheduler meanwhile; a worker that joins later
+    takes its first task once it is done.
     One plugin per data kind (its name), registered once (``idempotent``).
     """
 
     idempotent = True
 
-    def __init__(self, n_features, n_clusters, dtype):
+    def __init__(self, load, n_features, n_clusters, dtype):
+        self.load = load
         self.args = n_features, n_clusters, dtype
         self.name = f"attention_cluster-warm-up-{n_features}-{n_clusters}-{dtype}"
 
     async def setup(self, worker):
-        await asyncio.to_thread(load_kernels, *self.args)
+        await asyncio.to_thread(self.load, *self.args)

@@ -26,6 +26,7 @@ and its peers are measured on labelled real data and on the paper's
 mixtures in ``benchmarks/choose_k.py`` (the "Choosing K" page).
 """
 
+import functools
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -578,109 +579,15 @@ def count_clusters(
     seed = rng.randint(np.iinfo(np.int32).max)
     # The dynamics' number of tokens (rows counted by their weights).
     m = tokens.shape[0] if weights is None else float(np.sum(weights))
-
-    def counted(rows_seen, owned=False):
-        """``(directions, dynamics, warnings)``: the dynamics' count on
-        ``rows_seen``, and those rows as unit rows (the silhouettes' rows);
-        ``owned``: rows made here and read no more, made unit rows in place."""
-        directions = unit_rows(rows_seen, copy=not owned)
-        dynamics = SelfAttentionDynamics(
-            beta=beta, min_cluster_size=min_cluster_size, n_threads=n_threads, random_state=seed
-        )
-        # Its warnings' advice names the parameters the caller can set: not
-        # the dynamics' max_iter and step_size, which are fixed here.
-        dynamics._advice_names_steps = False
-        # Its count alone is read: no tracers' vote, no centres in R^d.
-        dynamics._counts_only = True
-        # In float32 whatever X's dtype (math.md section 8, "The count in
-        # float32"): a count read at cluster_tol, far above float32's
-        # rounding, at half the time of a step. From the unit rows: a row far
-        # below the largest would fall below float32's smallest numbers. (The
-        # dynamics casts the rows it draws: no float32 copy of them all.)
-        dynamics._token_dtype = np.float32
-        with deferred_warnings() as held:
-            dynamics.fit(directions, sample_weight=weights)
-        return directions, dynamics, held
-
-    given_centre = center is True or center is np.True_
-    prefit = {}  # fits made before the comparisons, by K: ((fit, rule, mixture), warnings)
-    mean_sq = _mean_sq(scaled, weights)
-    # With center="auto", the centred rows only where the mean may dominate.
-    centred = (
-        _centred(scaled, weights)
-        if given_centre
-        or (
-            isinstance(center, str)
-            and mean_share(mean_sq, _moment_trace(scaled, weights)) > DEFAULT_TUNING.share_to_retry
-        )
-        else None
+    count = functools.partial(_dynamics_count, beta, min_cluster_size, n_threads, seed, weights)
+    seen, dynamics, unsettled, merged, prefit = _count_given_or_centred(
+        count, scaled, weights, center, ks, fit_at
     )
-    # seen: the rows the dynamics counted on, as unit rows.
-    # (The centred rows are counted once, and become their unit rows.)
-    seen, dynamics, held = counted(centred, owned=True) if given_centre else counted(scaled)
-    merged = False
-    if not given_centre and centred is not None:
-        # Counted again on the centred rows; kept if the fit at that count
-        # would centre the rows, or if the rows as given gathered into one
-        # group and the centred ones into more: a component common to every
-        # row (the shared words of TF-IDF documents) draws all directions
-        # into one cap without dominating the second moment as center="auto"'s
-        # rule reads it. (A blob with no clusters also gives more groups
-        # once centred, metastable ones: K = 2, the choice one group leads
-        # to, is then compared too, below.)
-        other = counted(centred, owned=True)
-        k_centred = int(other[1].n_clusters_)
-        merged = int(dynamics.n_clusters_) == 1 and k_centred > 1
-        if merged or _rule_centres(scaled, weights, mean_sq, k_centred):
-            seen, dynamics, held = other
-        elif k_centred != int(dynamics.n_clusters_) and k_centred in ks:
-            # center="auto"'s other rule: the fit at the centred count centres
-            # the rows where the rows as given lose a cluster there. That fit
-            # is kept for the comparisons below.
-            with deferred_warnings() as prefit_held:
-                prefit = {k_centred: (fit_at(k_centred), prefit_held)}
-            if prefit[k_centred][0][0].centred:
-                seen, dynamics, held = other
     lengths = plateau_lengths(dynamics.n_clusters_path_, m)
     scores = {k: lengths.get(k, 0) for k in ks}
-    K = int(dynamics.n_clusters_)
-    if K not in scores:
-        K = max(scores, key=lambda k: (scores[k], -abs(k - K)))
-    # The dynamics' own diagnosis, and what was made of its last state.
-    unsettled = [message for message, category in held if issubclass(category, ConvergenceWarning)]
-    # The tokens that moved: a subsample of them where a step on all would
-    # pass the dynamics' work bound (43 of 2000 dense rows of 2^20
-    # features, of which 42 groups were fitted as the count, at 10 GB).
-    moving = dynamics.subsample_indices_
-    moved = m
-    if moving is not None:
-        moved = len(moving) if weights is None else float(np.sum(weights[moving]))
-    if unsettled and int(dynamics.n_clusters_) > moved / 2 and 1 in scores:
-        # No plateau, and most tokens still apart (the dynamics' own count,
-        # before any range clips it): no structure the dynamics resolved
-        # (rows of noise fewer than their features: K = m - 1, and a BIC of
-        # more parameters than rows kept it); one cluster, compared with K =
-        # 2 below.
-        K = 1
-    if unsettled:
-        k_dynamics = int(dynamics.n_clusters_)
-        if K == k_dynamics:
-            taken = f"K = {K}"
-        elif K == 1 and k_dynamics > moved / 2:
-            taken = f"K = {k_dynamics} of {moved:g} tokens, most still apart: one cluster instead"
-        else:
-            taken = (
-                f"K = {k_dynamics}, outside n_clusters_range: the K of the range held "
-                f"longest, {K}, instead"
-            )
-        warn(
-            f"The self-attention dynamics that chooses n_clusters, SelfAttentionDynamics(beta="
-            f"{beta!r}, min_cluster_size={min_cluster_size!r}) on {tokens.shape[0]} rows, found "
-            f"no plateau: {unsettled[0]} n_clusters was read from the state it took ({taken}), "
-            "then compared with its neighbours by their silhouettes (beta and "
-            "min_cluster_size are parameters of choose_n_clusters).",
-            ConvergenceWarning,
-        )
+    K = _read_count(
+        dynamics, unsettled, scores, m, weights, tokens.shape[0], beta, min_cluster_size
+    )
     fits, mixtures, labellings, held = {}, {}, {}, {}
     # A silhouette needs 2 to m - 1 clusters of the m tokens it is taken on.
     for k in dict.fromkeys((K, K - 1, K + 1, *((2,) if merged else ()))):
@@ -706,34 +613,166 @@ def count_clusters(
         # group on the rows as given leads to.
         K = 2
     if K > 1 and 1 in scores and mixtures[K] is not None:
-        if 1 not in fits:
-            try:
-                with deferred_warnings() as held[1]:
-                    # Centred as the choice's fit: at K = 1, center="auto"'s
-                    # rule never centres (lambda_1 holds ||m||^2), and rows
-                    # far from the origin (1e7 times their spread) then fit
-                    # one cluster at the variance floor of their norm.
-                    fits[1], _, mixtures[1] = fit_at(1, centred=mixtures[K].centred)
-            except ScaleError as error:
-                # No fit at 1 to compare: the choice stands untested, and
-                # the caller is told so (rows of one cluster would keep it).
-                warn(
-                    f"n_clusters={K} was not tested against one cluster: the fit at "
-                    f"n_clusters=1 refused X's rows: {error} The choice may hold more "
-                    "clusters than the rows do.",
-                    UserWarning,
-                )
-        if 1 in fits and mixtures[1].bic(rows) <= mixtures[K].bic(rows):
-            K = 1
-            if isinstance(center, str) and mixtures[1].centred:
-                # The fit returned is n_clusters=1's, which center="auto"
-                # leaves uncentred (the model of one direction from the
-                # origin), as the caller fitting it would: the centred one
-                # was the test's.
-                with deferred_warnings() as held[1]:
-                    fits[1], _, mixtures[1] = fit_at(1)
+        K = _test_one_cluster(K, rows, fits, mixtures, held, center, fit_at)
     replay(held[K])
     return K, scores, silhouettes, fits[K]
+
+
+def _dynamics_count(beta, min_cluster_size, n_threads, seed, weights, rows_seen, owned=False):
+    """``(directions, dynamics, warnings)``: the dynamics' count of
+    :func:`count_clusters` (its options first) on ``rows_seen``, and those
+    rows as unit rows (the silhouettes' rows); ``owned``: rows made here and
+    read no more, made unit rows in place."""
+    directions = unit_rows(rows_seen, copy=not owned)
+    dynamics = SelfAttentionDynamics(
+        beta=beta, min_cluster_size=min_cluster_size, n_threads=n_threads, random_state=seed
+    )
+    # Its warnings' advice names the parameters the caller can set: not
+    # the dynamics' max_iter and step_size, which are fixed here.
+    dynamics._advice_names_steps = False
+    # Its count alone is read: no tracers' vote, no centres in R^d.
+    dynamics._counts_only = True
+    # In float32 whatever X's dtype (math.md section 8, "The count in
+    # float32"): a count read at cluster_tol, far above float32's
+    # rounding, at half the time of a step. From the unit rows: a row far
+    # below the largest would fall below float32's smallest numbers. (The
+    # dynamics casts the rows it draws: no float32 copy of them all.)
+    dynamics._token_dtype = np.float32
+    with deferred_warnings() as held:
+        dynamics.fit(directions, sample_weight=weights)
+    return directions, dynamics, held
+
+
+def _count_given_or_centred(count, scaled, weights, center, ks, fit_at):
+    """The count :func:`count_clusters` reads, on the tokens as given or centred.
+
+    Returns ``(seen, dynamics, unsettled, merged, prefit)``: the rows the
+    kept count ran on, as unit rows; its dynamics and the messages of its
+    ConvergenceWarnings (no plateau found; its other warnings are dropped);
+    whether the rows as given gathered into one group where the centred
+    ones held more (``merged``); and the fits made to decide, by K
+    (``((fit, rule, mixture), warnings)``), for the comparisons.
+    """
+    given_centre = center is True or center is np.True_
+    prefit = {}
+    mean_sq = _mean_sq(scaled, weights)
+    # With center="auto", the centred rows only where the mean may dominate.
+    centred = (
+        _centred(scaled, weights)
+        if given_centre
+        or (
+            isinstance(center, str)
+            and mean_share(mean_sq, _moment_trace(scaled, weights)) > DEFAULT_TUNING.share_to_retry
+        )
+        else None
+    )
+    # seen: the rows the dynamics counted on, as unit rows.
+    # (The centred rows are counted once, and become their unit rows.)
+    seen, dynamics, held = count(centred, owned=True) if given_centre else count(scaled)
+    merged = False
+    if not given_centre and centred is not None:
+        # Counted again on the centred rows; kept if the fit at that count
+        # would centre the rows, or if the rows as given gathered into one
+        # group and the centred ones into more: a component common to every
+        # row (the shared words of TF-IDF documents) draws all directions
+        # into one cap without dominating the second moment as center="auto"'s
+        # rule reads it. (A blob with no clusters also gives more groups
+        # once centred, metastable ones: K = 2, the choice one group leads
+        # to, is then compared too, in count_clusters.)
+        other = count(centred, owned=True)
+        k_centred = int(other[1].n_clusters_)
+        merged = int(dynamics.n_clusters_) == 1 and k_centred > 1
+        if merged or _rule_centres(scaled, weights, mean_sq, k_centred):
+            seen, dynamics, held = other
+        elif k_centred != int(dynamics.n_clusters_) and k_centred in ks:
+            # center="auto"'s other rule: the fit at the centred count centres
+            # the rows where the rows as given lose a cluster there. That fit
+            # is kept for the comparisons.
+            with deferred_warnings() as prefit_held:
+                prefit = {k_centred: (fit_at(k_centred), prefit_held)}
+            if prefit[k_centred][0][0].centred:
+                seen, dynamics, held = other
+    unsettled = [message for message, category in held if issubclass(category, ConvergenceWarning)]
+    return seen, dynamics, unsettled, merged, prefit
+
+
+def _read_count(dynamics, unsettled, scores, m, weights, n_drawn, beta, min_cluster_size):
+    """The dynamics' K clipped to the range (``scores``' K): the K of the
+    range held longest when it falls outside; where the dynamics found no
+    plateau (``unsettled``: its ConvergenceWarnings' messages), one cluster
+    when most of the ``m`` tokens it moved are still apart, and its
+    diagnosis warned again with the K read. ``n_drawn``: the rows the tokens
+    were drawn as."""
+    K = int(dynamics.n_clusters_)
+    if K not in scores:
+        K = max(scores, key=lambda k: (scores[k], -abs(k - K)))
+    # The tokens that moved: a subsample of them where a step on all would
+    # pass the dynamics' work bound (43 of 2000 dense rows of 2^20
+    # features, of which 42 groups were fitted as the count, at 10 GB).
+    moving = dynamics.subsample_indices_
+    moved = m
+    if moving is not None:
+        moved = len(moving) if weights is None else float(np.sum(weights[moving]))
+    if unsettled and int(dynamics.n_clusters_) > moved / 2 and 1 in scores:
+        # No plateau, and most tokens still apart (the dynamics' own count,
+        # before any range clips it): no structure the dynamics resolved
+        # (rows of noise fewer than their features: K = m - 1, and a BIC of
+        # more parameters than rows kept it); one cluster, compared with its
+        # neighbour K = 2 by count_clusters.
+        K = 1
+    if unsettled:
+        k_dynamics = int(dynamics.n_clusters_)
+        if K == k_dynamics:
+            taken = f"K = {K}"
+        elif K == 1 and k_dynamics > moved / 2:
+            taken = f"K = {k_dynamics} of {moved:g} tokens, most still apart: one cluster instead"
+        else:
+            taken = (
+                f"K = {k_dynamics}, outside n_clusters_range: the K of the range held "
+                f"longest, {K}, instead"
+            )
+        warn(
+            f"The self-attention dynamics that chooses n_clusters, SelfAttentionDynamics(beta="
+            f"{beta!r}, min_cluster_size={min_cluster_size!r}) on {n_drawn} rows, found "
+            f"no plateau: {unsettled[0]} n_clusters was read from the state it took ({taken}), "
+            "then compared with its neighbours by their silhouettes (beta and "
+            "min_cluster_size are parameters of choose_n_clusters).",
+            ConvergenceWarning,
+        )
+    return K
+
+
+def _test_one_cluster(K, rows, fits, mixtures, held, center, fit_at):
+    """K, or 1 where the fit at one cluster has a BIC on ``rows`` at most the
+    fit at K's (``math.md`` section 8, "One cluster or more"); the fit at 1
+    (and its warnings) joins ``fits``, ``mixtures`` and ``held``."""
+    if 1 not in fits:
+        try:
+            with deferred_warnings() as held[1]:
+                # Centred as the choice's fit: at K = 1, center="auto"'s
+                # rule never centres (lambda_1 holds ||m||^2), and rows
+                # far from the origin (1e7 times their spread) then fit
+                # one cluster at the variance floor of their norm.
+                fits[1], _, mixtures[1] = fit_at(1, centred=mixtures[K].centred)
+        except ScaleError as error:
+            # No fit at 1 to compare: the choice stands untested, and
+            # the caller is told so (rows of one cluster would keep it).
+            warn(
+                f"n_clusters={K} was not tested against one cluster: the fit at "
+                f"n_clusters=1 refused X's rows: {error} The choice may hold more "
+                "clusters than the rows do.",
+                UserWarning,
+            )
+    if 1 in fits and mixtures[1].bic(rows) <= mixtures[K].bic(rows):
+        K = 1
+        if isinstance(center, str) and mixtures[1].centred:
+            # The fit returned is n_clusters=1's, which center="auto"
+            # leaves uncentred (the model of one direction from the
+            # origin), as the caller fitting it would: the centred one
+            # was the test's.
+            with deferred_warnings() as held[1]:
+                fits[1], _, mixtures[1] = fit_at(1)
+    return K
 
 
 def plot_n_clusters_scores(scores, n_clusters=None, ax=None):

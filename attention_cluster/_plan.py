@@ -572,41 +572,7 @@ def _fit_once(given, prepared, params, init, centre, tuning):
         if best is None or run.objective < best.objective:
             best, best_sample = run, sample
     if not best.converged:
-        # The exact solver's last stage (its curve: the start, then each
-        # iteration) stops before max_iter only at a gradient beyond float64,
-        # or when no step along the gradient decreases the objective
-        # (_optimize.minimize_on_spheres).
-        taken = len(best.loss_curve) - 1
-        if best.gradient_overflow:
-            why = (
-                f"it stopped after {taken} iterations, as the objective's gradient passed "
-                "float64's range (rows many scales from the others at the rows' scale, as "
-                "with sample weights whose ratios reach 1e90); bring the weights' ratios "
-                "within range."
-            )
-        elif settings.solver == "full" and taken < settings.max_iter:
-            why = (
-                f"it stopped after {taken} iterations, as no step along the gradient "
-                "decreased the objective (the line search failed: at this tol the decrease "
-                "is within the objective's rounding); increase tol."
-            )
-        else:
-            what = "steps" if settings.solver == "psgd" else "iterations"
-            why = f"it reached max_iter={settings.max_iter} {what}; increase max_iter or tol."
-            if settings.solver == "psgd" and not 0.1 <= params.learning_rate <= 10.0:
-                # Steps relative to the risk's curvature: an order of
-                # magnitude or more from 1, long ones overshoot and short
-                # ones crawl (300 steps at 1, 23000 at 300).
-                why += (
-                    f" learning_rate={params.learning_rate!r} sets steps relative to the risk's "
-                    "curvature: an order of magnitude from 1.0, the default, they overshoot "
-                    "(above) or crawl (below)."
-                )
-        target = f"tol={settings.tol}"
-        if settings.solver == "full" and settings.refine is not None:
-            # It only starts the EM refinement (_exact.START_TOL).
-            target += f" (x {START_TOL:g} before the EM refinement)"
-        warn(f"The {settings.solver} solver did not reach {target}: {why}", ConvergenceWarning)
+        _warn_not_converged(best, settings, params)
     mean = prepared.full_mean if centre else np.zeros_like(prepared.full_mean)
     if settings.refine == "em":
         rows, heads, mean_sq = unit, best.heads, float(np.trace(spectrum.moment))
@@ -689,6 +655,45 @@ def _fit_once(given, prepared, params, init, centre, tuning):
         # Unweighted rows' mean responsibilities are the fitted weights.
         row_fractions=weights if given.sample_weight is None and mixture is not None else None,
     )
+
+
+def _warn_not_converged(best, settings, params):
+    """The ConvergenceWarning of a run whose solver stopped short of tol, saying why."""
+    # The exact solver's last stage (its curve: the start, then each
+    # iteration) stops before max_iter only at a gradient beyond float64,
+    # or when no step along the gradient decreases the objective
+    # (_optimize.minimize_on_spheres).
+    taken = len(best.loss_curve) - 1
+    if best.gradient_overflow:
+        why = (
+            f"it stopped after {taken} iterations, as the objective's gradient passed "
+            "float64's range (rows many scales from the others at the rows' scale, as "
+            "with sample weights whose ratios reach 1e90); bring the weights' ratios "
+            "within range."
+        )
+    elif settings.solver == "full" and taken < settings.max_iter:
+        why = (
+            f"it stopped after {taken} iterations, as no step along the gradient "
+            "decreased the objective (the line search failed: at this tol the decrease "
+            "is within the objective's rounding); increase tol."
+        )
+    else:
+        what = "steps" if settings.solver == "psgd" else "iterations"
+        why = f"it reached max_iter={settings.max_iter} {what}; increase max_iter or tol."
+        if settings.solver == "psgd" and not 0.1 <= params.learning_rate <= 10.0:
+            # Steps relative to the risk's curvature: an order of
+            # magnitude or more from 1, long ones overshoot and short
+            # ones crawl (300 steps at 1, 23000 at 300).
+            why += (
+                f" learning_rate={params.learning_rate!r} sets steps relative to the risk's "
+                "curvature: an order of magnitude from 1.0, the default, they overshoot "
+                "(above) or crawl (below)."
+            )
+    target = f"tol={settings.tol}"
+    if settings.solver == "full" and settings.refine is not None:
+        # It only starts the EM refinement (_exact.START_TOL).
+        target += f" (x {START_TOL:g} before the EM refinement)"
+    warn(f"The {settings.solver} solver did not reach {target}: {why}", ConvergenceWarning)
 
 
 def _log(weights):

@@ -701,8 +701,8 @@ def _read_count(dynamics, unsettled, scores, m, weights, n_drawn, beta, min_clus
     range held longest when it falls outside; where the dynamics found no
     plateau (``unsettled``: its ConvergenceWarnings' messages), one cluster
     when most of the ``m`` tokens it moved are still apart, and its
-    diagnosis warned again with the K read. ``n_drawn``: the rows the tokens
-    were drawn as."""
+    diagnosis warned again with the K read (naming ``n_drawn``, the number of
+    rows drawn as tokens)."""
     K = int(dynamics.n_clusters_)
     if K not in scores:
         K = max(scores, key=lambda k: (scores[k], -abs(k - K)))

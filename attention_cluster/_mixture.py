@@ -14,6 +14,7 @@ subsample stage, by Newton's steps with the subsample's Jacobian of the EM
 map (:func:`_newton_em`), kept only when the likelihood does not decrease.
 """
 
+import functools
 import math
 from dataclasses import dataclass, replace
 
@@ -888,7 +889,8 @@ def refine_heads(
     # A subsample stage only starts the next one (see _STAGE_TOL): all rows
     # alone are held to tol.
     tols = [max(tol, _STAGE_TOL)] * (len(ems) - 1) + [tol]
-    asked = []  # spherical_rows' answer, once asked (it reads the rows)
+    # spherical_rows reads the rows: asked once, its answer kept for both tests.
+    one_norm = None if spherical_rows is None else functools.cache(spherical_rows)
 
     def frees_norms(em):
         """norms="auto"'s test at ``em``'s last E step, an equal-norm fit
@@ -898,11 +900,8 @@ def refine_heads(
         gain = free_norm_gain(S, counts, at.variance) * em.n_effective / em.total
         if not 2.0 * gain > (K - 1) * np.log(em.n_effective):
             return None
-        if spherical_rows is not None:
-            if not asked:
-                asked.append(spherical_rows())
-            if asked[0]:
-                return None
+        if one_norm is not None and one_norm():
+            return None
         return em.maximize(S, counts, replace(at, free=True))
 
     em = ems[0]

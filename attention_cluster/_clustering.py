@@ -258,8 +258,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         Exact solver (``"auto"``: 1e-6): stop when the norm of
         the Riemannian gradient is below ``tol`` times the objective's
         scale ``mean ||x||^2``; when the EM refinement follows, which only
-        needs a start in the right basin, below 5000 ``tol`` (after at
-        least one step). The EM refinement has its own rule, at the
+        needs a start in the right basin, below 5000 ``tol`` (no step
+        where the start is within it). The EM refinement has its own rule, at the
         statistical resolution of the heads (:mathmd:`7`), which ``tol``
         does not set.
     n_init : int, default=1
@@ -361,8 +361,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         one; after :meth:`partial_fit`, the last batch's).
     n_iter_ : int
         PSGD steps, or iterations of the exact solver (all its stages), of
-        the kept run; with the seeded start at K >= d, Lloyd's iterations of
-        the seeding.
+        the kept run: 0 where the EM refinement follows and the spectral
+        start is already within the solver's tolerance (see ``tol``); with
+        the seeded start at K >= d, Lloyd's iterations of the seeding.
     loss_curve_ : ndarray of float64
         PSGD: the mini-batch objective at each step. Exact solver: the
         objective of its last stage (on all rows, or on the subsample when

@@ -134,10 +134,10 @@ def solve_exact(
 
     full = objective(data, moment)
     # Without the polish a refinement follows and only needs a start in the
-    # right basin (START_TOL); the first stage takes at least one step.
+    # right basin (START_TOL): a start already within it takes no step.
     start_tol = tol_abs if polish else START_TOL * tol_abs
     if data.n_weighted <= WARM_START_ROWS:
-        result = minimize_on_spheres(full, U0, tol=start_tol, max_iter=max_iter, min_iter=1)
+        result = minimize_on_spheres(full, U0, tol=start_tol, max_iter=max_iter)
         return ExactSolution(
             result.heads,
             result.objective_curve,
@@ -153,9 +153,7 @@ def solve_exact(
     sub = objective(rows, rows.second_moment())
     # Its optimum is off the full data's by the subsample's sampling error,
     # far above tol: a looser tolerance loses nothing.
-    warm = minimize_on_spheres(
-        sub, U0, tol=max(100 * tol_abs, start_tol), max_iter=max_iter, min_iter=1
-    )
+    warm = minimize_on_spheres(sub, U0, tol=max(100 * tol_abs, start_tol), max_iter=max_iter)
     # (A gradient beyond float64 has no Newton step either: the warm stage's
     # stop stands.)
     if not polish or warm.gradient_overflow:

@@ -136,9 +136,7 @@ def _probe_pair(fun, U, g, step):
     return s, y
 
 
-def minimize_on_spheres(
-    fun, U0, *, tol, max_iter, memory_size=10, memory=None, min_iter=0, evaluated=None
-):
+def minimize_on_spheres(fun, U0, *, tol, max_iter, memory_size=10, memory=None, evaluated=None):
     """Riemannian L-BFGS on the product of unit spheres, with Armijo backtracking.
 
     The Riemannian gradient is the Euclidean one projected on each head's
@@ -152,16 +150,13 @@ def minimize_on_spheres(
     to the local curvature.
 
     Stops, ``converged=True``, when the Frobenius norm of the Riemannian
-    gradient (all heads together) is at most ``tol`` after at least
-    ``min_iter`` iterations (or is zero), or before them when no step
-    decreases the objective (the line search fails without memory, along
-    the gradient) while the norm is at most ``tol``: ``min_iter`` asked for
-    a step whose decrease the objective's rounding hides (after ``max_iter``
-    iterations too, the last one's gradient tested so). ``converged=False``
-    after ``max_iter`` iterations whose last gradient is above ``tol``, or
-    earlier when that line search fails at
-    a norm above ``tol`` (the caller's warning tells the two apart by the
-    iterations taken), or at a gradient beyond float64's range
+    gradient (all heads together) is at most ``tol``: at the start, with no
+    step taken, when ``U0`` is within it (after ``max_iter`` iterations too,
+    the last one's gradient tested so). ``converged=False`` after
+    ``max_iter`` iterations whose last gradient is above ``tol``, or earlier
+    when no step decreases the objective (the line search fails without
+    memory, along the gradient; the caller's warning tells the two apart by
+    the iterations taken), or at a gradient beyond float64's range
     (``gradient_overflow``).
 
     Parameters
@@ -177,9 +172,6 @@ def minimize_on_spheres(
         Number of stored pairs.
     memory : tuple or None, default=None
         Pairs ``(S, Y)`` from a previous run, tangent at U0 (warm start).
-    min_iter : int, default=0
-        Iterations taken whatever the gradient's norm, unless it is zero or
-        no step decreases the objective.
     evaluated : tuple or None, default=None
         ``fun(U0)`` when a previous stage has it, ``U0`` then being that
         stage's unit heads, taken as they are: a pass over the data saved.
@@ -201,7 +193,7 @@ def minimize_on_spheres(
     while n_iter < max_iter:
         with np.errstate(over="ignore"):
             gnorm = _norm(g)
-        if gnorm <= tol and (n_iter >= min_iter or gnorm == 0.0):
+        if gnorm <= tol:
             converged = True
             break
         if not np.isfinite(gnorm):
@@ -219,7 +211,6 @@ def minimize_on_spheres(
         step = _armijo(fun, U, f, g, p)
         if step is None:
             if fresh:
-                converged = gnorm <= tol
                 break
             memory = None  # the model misleads: start afresh from here
             continue
@@ -236,7 +227,7 @@ def minimize_on_spheres(
         # tested as every step's (a run that reaches tol there has converged).
         with np.errstate(over="ignore"):
             gnorm = _norm(g)
-        converged = bool(gnorm <= tol and (n_iter >= min_iter or gnorm == 0.0))
+        converged = bool(gnorm <= tol)
     return SphereResult(U, np.asarray(curve), n_iter, converged, G, memory, overflow)
 
 

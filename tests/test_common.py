@@ -33,6 +33,13 @@ def _expected_failed_checks(estimator):
         return {
             "check_estimator_sparse_array": reason,
             "check_estimator_sparse_matrix": reason,
+            "check_transformer_n_iter": (
+                "n_iter_ counts the exact solver's steps. Where the EM refinement "
+                "follows, the solver only needs a start in the refinement's basin, and "
+                "a spectral start already within that tolerance takes no step (the "
+                "check's two tight blobs): n_iter_ is then 0, and the refinement's "
+                "passes are refine_n_iter_ (tested in tests/test_full.py)."
+            ),
         }
     if isinstance(estimator, AttentionClustering) and estimator.solver == "psgd":
         reason = (

@@ -303,44 +303,58 @@ def test_minimize_reports_non_convergence():
     assert not result.converged and result.n_iter == 3 and result.objective_curve.size == 4
 
 
-def test_min_iter_steps_from_a_start_within_tolerance():
+def test_a_start_within_tolerance_takes_no_step():
     X, _, _ = make_mixture(500, 5, 2, noise=0.3, random_state=0)
     args = objective_args(X, None, np.eye(5)[:, :2])
+    calls = []
 
     def fun(U):
+        calls.append(U)
         return exact_objective(*args[:2], U, *args[3:])
 
     U0 = np.ones((5, 2)) + np.eye(5)[:, :2]
     loose = minimize_on_spheres(fun, U0, tol=np.inf, max_iter=10)
-    assert loose.converged and loose.n_iter == 0
-    stepped = minimize_on_spheres(fun, U0, tol=np.inf, max_iter=10, min_iter=1)
-    assert stepped.converged and stepped.n_iter == 1
-    assert stepped.objective_curve[1] < stepped.objective_curve[0]
-
-    # A zero gradient is a stationary point: no step is asked for.
-    def flat(U):
-        return 0.0, np.zeros_like(U)
-
-    still = minimize_on_spheres(flat, U0, tol=np.inf, max_iter=10, min_iter=1)
-    assert still.converged and still.n_iter == 0
+    assert loose.converged and loose.n_iter == 0 and loose.objective_curve.size == 1
+    # One evaluation, at the start: no probe of the curvature, no line search.
+    assert len(calls) == 1
 
 
-def test_min_iter_takes_no_step_that_does_not_decrease_the_objective():
+def test_a_fit_whose_spectral_start_is_within_the_start_tolerance_takes_no_step(monkeypatch):
+    # The paper's two clusters at 10000 rows: the spectral start already
+    # lies within the tolerance of a solver that only starts the EM. A step
+    # forced there cost a probe of the curvature and a line search, two
+    # more evaluations of the objective on all rows, for the same fit.
+    import attention_cluster._exact as exact
+
+    X, _, _ = make_mixture(10000, 10, 2, noise=0.3, random_state=0)
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return exact_objective(*args, **kwargs)
+
+    monkeypatch.setattr(exact, "exact_objective", counted)
+    model = AttentionClustering(2, random_state=0).fit(X)
+    assert model.n_iter_ == 0 and model.loss_curve_.size == 1
+    assert len(calls) == 1
+    assert model.refine_n_iter_ >= 1
+
+
+def test_no_step_is_taken_that_does_not_decrease_the_objective():
     # At the minimum, with a gradient of 1e-20 along which every step raises
-    # the objective (rounding's kind of gradient), the step min_iter asked for
-    # failed its line search and the run ended not converged after 0
-    # iterations (a fit's ConvergenceWarning then said max_iter was reached).
-    # Within tol the run has converged; at tol=0 it has not.
+    # the objective (rounding's kind of gradient): within tol the run has
+    # converged where it started; at tol=0 its line search fails and it has
+    # not converged, after 0 iterations.
     A = np.eye(5)[:, :2]
     E = np.random.default_rng(0).standard_normal((5, 2))
 
     def fun(U):
         return float(np.sum((U - A) ** 2)), 2.0 * (U - A) + 1e-20 * E
 
-    within = minimize_on_spheres(fun, A, tol=1e-8, max_iter=10, min_iter=1)
+    within = minimize_on_spheres(fun, A, tol=1e-8, max_iter=10)
     assert within.converged and within.n_iter == 0
     np.testing.assert_array_equal(within.heads, A)
-    stuck = minimize_on_spheres(fun, A, tol=0.0, max_iter=10, min_iter=1)
+    stuck = minimize_on_spheres(fun, A, tol=0.0, max_iter=10)
     assert not stuck.converged and stuck.n_iter == 0
 
 

@@ -795,19 +795,18 @@ def plot_n_clusters_scores(scores, n_clusters=None, ax=None):
 
     Raises
     ------
-    TypeError
-        If ``scores`` is not a non-empty mapping with integer keys.
     InvalidParameterError
-        If ``n_clusters`` is not an integer >= 1 (a ValueError and a TypeError).
+        If ``scores`` is not a non-empty mapping with integer keys, or
+        ``n_clusters`` is not an integer >= 1 (a ValueError and a TypeError).
     """
     if not isinstance(scores, Mapping) or not scores:
-        raise TypeError(
+        raise InvalidParameterError(
             "scores must be a non-empty mapping of K to its score, such as "
             "n_clusters_scores_ or choose_n_clusters(...).scores (empty where the range held "
             f"one K: no dynamics ran); got {type(scores).__name__}."
         )
     if not all(isinstance(k, numbers.Integral) and not isinstance(k, bool) for k in scores):
-        raise TypeError("scores' keys must be the integers K.")
+        raise InvalidParameterError("scores' keys must be the integers K.")
     if n_clusters is not None:
         n_clusters = check_count(n_clusters, "n_clusters")
     import matplotlib.pyplot as plt

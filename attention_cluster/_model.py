@@ -287,7 +287,7 @@ class SphericalMixture:
 
     def n_parameters(self, free_norms, centred):
         """Free parameters: the K means' degrees of freedom, tau and K - 1
-        weights (:mathmd:`7`, "Free parameters"). The means ``r mu_k`` take
+        weights (:mathmd:`7`, "Likelihood tools"). The means ``r mu_k`` take
         K (d - 1) directions and one norm, K d with free norms (any K
         points); about the rows' mean m, ``m + r mu_k`` takes any K points
         when K <= d + 1 (K points lie on a sphere about some centre), K d,

@@ -975,11 +975,13 @@ def manifold_optimal_alignment(
 
     Parameters
     ----------
-    noise, temperature, sequence_length, n_clusters
+    noise, temperature, sequence_length
         As in :func:`manifold_risk_coefficients`.
     n_features : int, default=None
         d >= K; required when L is finite and sigma > 0 (the constant D,
         which holds d at every L, plays no part).
+    n_clusters : int, default=2
+        As in :func:`manifold_risk_coefficients`.
 
     Returns
     -------

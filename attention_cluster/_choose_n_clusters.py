@@ -53,7 +53,10 @@ def choose_n_clusters(
     n_clusters_range : iterable of int, default=None
         The K allowed; by default 1 to ``min(n_samples, 50)``, n_samples
         counting the rows of positive weight. K above n_samples are dropped
-        (a fit needs as many rows as clusters). Where one K is left there
+        (a fit needs as many rows as clusters). Where the dynamics' K falls
+        outside the range, the K of the range it held longest (the highest
+        score, the nearest to its K among ties) is ``K_dyn``, whose
+        neighbours in the range are then compared as above. Where one K is left there
         is nothing to choose: the estimator is fitted at that K directly,
         its model that of ``n_clusters=K`` with the same other parameters
         fitted on X (every fitted attribute the same), without the

@@ -923,7 +923,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         the stream").
         ``n_iter_``, ``refine_n_iter_``,
         ``loss_curve_``, ``solver_`` and ``noise_scale_`` describe the fit
-        that started the stream.
+        that started the stream. The fitted arrays take each batch's dtype,
+        as ``labels_`` is the batch's: a float64 batch after float32 ones
+        gives float64 centres (the stream's statistics are float64 whatever
+        the batches').
 
         When the batch that starts the stream has at least 64 rows per
         parameter of the mixture (``K d + K + 2``, ``K d + 2 K + 1`` with free

@@ -236,6 +236,24 @@ def test_dtype_is_kept(stream_data, dtype):
     assert model.transform(X[:5].astype(dtype)).dtype == dtype
 
 
+def test_fitted_arrays_take_each_batchs_dtype_over_float64_statistics(stream_data):
+    # As partial_fit's docstring says: a float64 batch after a float32 one
+    # gives float64 centres, a float32 batch float32 ones; the mixture the
+    # stream holds is float64 either way, and differs only by the batch's
+    # rounding to float32.
+    X, _, _ = stream_data
+    first = X[:2000].astype(np.float32)
+    mixed = AttentionClustering(random_state=0).partial_fit(first).partial_fit(X[2000:4000])
+    kept = AttentionClustering(random_state=0).partial_fit(first)
+    kept.partial_fit(X[2000:4000].astype(np.float32))
+    assert mixed.cluster_centers_.dtype == np.float64
+    assert kept.cluster_centers_.dtype == np.float32
+    assert mixed.mixture_.centers.dtype == kept.mixture_.centers.dtype == np.float64
+    np.testing.assert_allclose(mixed.mixture_.centers, kept.mixture_.centers, atol=1e-5)
+    mixed.partial_fit(X[4000:6000].astype(np.float32))
+    assert mixed.cluster_centers_.dtype == np.float32
+
+
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
 def test_a_batch_far_above_the_first_batchs_scale_updates_without_warnings(stream_data, sparse):
     # Batches are taken up to 1e100 times the first batch's scale: one at

@@ -20,6 +20,7 @@ O(n^2 r) for r <= n.
 import math
 import numbers
 import time
+from dataclasses import dataclass
 from functools import cmp_to_key, partial
 
 import numpy as np
@@ -953,90 +954,77 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         dtype = self._read_dtype(X)
         sparse_in_span = _sparse_in_span(flow, X, m, dtype)
         rng = check_random_state(self.random_state)
-        # The rows that may move: those of positive weight (rows of weight
-        # zero are passive tracers, as the rows left out of a subsample).
-        moving = None if weights is None else np.flatnonzero(weights)
-        n_moving = n if moving is None else len(moving)
-        if m < n_moving:
-            drawn = rng.choice(n_moving, m, replace=False)
-            active = np.sort(drawn if moving is None else moving[drawn])
-        else:
-            active = None if n_moving == n else moving
-        # The passive tracers are read from the rows as given, by chunks, at
-        # their vote (:meth:`_vote`): a sparse X stays sparse, and no copy
-        # of them all is made.
-        given_rows = None
-        if active is not None:
-            given_rows = row_major(X)
-            # (A mask, not setdiff1d: its sorts held four arrays of n indices.)
-            is_passive = np.ones(n, dtype=bool)
-            is_passive[active] = False
-            passive = np.flatnonzero(is_passive)
-            # The moving rows in the dtype they are read in (_token_dtype;
-            # the passive tracers are cast chunk by chunk at their vote).
-            X = taken_rows(X, active, dtype)
-            weights = None if weights is None else weights[active]
-        else:
-            passive = None
-        owned = active is not None
-        if X.dtype != dtype:
-            X, owned = X.astype(dtype), True
-        # The sphere models' logits stay within beta |Q| |K|: they step in X's
-        # dtype (float32 is faster). The unnormalised model's grow as e^{2t}
-        # and leave float32's range at t ~ 44: it steps in float64, so that its
-        # horizon is float64's (attention_flow's Raises), and its results take
-        # X's dtype. (A copy of the moving rows made here becomes their unit
-        # rows in place: below, X is read for its dtype and shape alone.)
-        Z = unit_rows(X, copy=not owned) if on_sphere else X.copy()
-        if sparse_in_span:
-            # Sparse tokens stay sparse where they run in their span, which
-            # reads them through their inner products (a token of
-            # HashingVectorizer's 2^20 features takes 8 MB densely), stored
-            # alike however X stored them (their sums then round alike).
-            Z.sum_duplicates()
-            Z.eliminate_zeros()
-        else:
-            Z = dense_block(Z, X.dtype if on_sphere else np.float64)
-        # The tokens are ordered by their places in R^d, as given (the
-        # span's coordinates, a Cholesky factor or an eigenbasis, round as
-        # the rows' order has it).
-        # (Before the span's float64 tokens are formed: the order's float64
-        # copy and theirs are not held at once.)
-        order = _place_order(Z, weights)
-        span = _span_basis(flow, Z)
-        # How a chunk of tracers is read at the vote (see _vote).
-        read_tracers = _TracerReader(on_sphere, dtype, Z.dtype)
-        if span is not None:
-            # The tokens by their coordinates in the span of the initial
-            # ones, and the tracers by those of their projection on it
-            # (their inner products with the tokens, all their vote reads).
-            given, coordinates, W = span
-            read_tracers = _TracerReader(on_sphere, dtype, Z.dtype, given, W)
-            Z = np.ascontiguousarray(coordinates, dtype=Z.dtype)
-        # token_rows[i]: the row of X of token i.
-        token_rows = np.arange(n) if active is None else active
-        # The tokens in an order of their places, not of the rows.
-        Z, token_rows = np.ascontiguousarray(Z[order]), token_rows[order]
-        weights = None if weights is None else weights[order]
-        Z0 = Z
+        drawn = _MovingRows.drawn(X, weights, m, dtype, rng)
+        tokens = _Tokens.placed(flow, drawn, n, on_sphere, sparse_in_span, dtype)
+        weights = tokens.weights
         # The number of tokens: rows count by their weight (token_weights).
-        n_tokens = X.shape[0] if weights is None else float(np.sum(weights))
-        if isinstance(self.min_cluster_size, numbers.Integral):
-            min_size = int(self.min_cluster_size)
-        else:
-            # Rounded up, but not over the product's rounding (0.07 x 100 is
-            # 7.000000000000001: groups of 7 tokens count).
-            share = self.min_cluster_size * n_tokens
-            min_size = max(1, math.ceil(share * (1.0 - 4.0 * np.finfo(np.float64).eps)))
+        n_tokens = tokens.Z.shape[0] if weights is None else float(np.sum(weights))
+        min_size = self._min_size(n_tokens)
         # (All-zero rows, of no spread: any positive radius groups them.)
-        largest = 1.0 if on_sphere else _largest_norm(Z)
+        largest = 1.0 if on_sphere else _largest_norm(tokens.Z)
         radius = self.cluster_tol * (largest if largest > 0.0 else 1.0)
         h = 1.0 if isinstance(self.step_size, str) else float(self.step_size)
+        state = _Particles.of(tokens.Z, radius * _MERGE_FRACTION, weights)
+        steps = self._steps(flow, state, radius, min_size, n_tokens, h)
+        self._warn_stop(flow, steps, radius, min_size, n_tokens)
+        self.stopping_step_ = steps.saved[0]
+        self.subsample_indices_ = drawn.active
+        self.model_ = self.model
+        # Copies: the caller's Q and K may change after the fit.
+        self.query_, self.key_ = (
+            None if M is None else np.array(M) for M in (flow.query, flow.key)
+        )
+        # The limit points of coordinates in the span, back in R^d (not for
+        # a count alone, _counts_only: they stay in the span's coordinates).
+        lift = None
+        if tokens.span is not None and not self._counts_only:
+            given, _, W = tokens.span
+            lift = partial(_lifted, given=given, W=W)
+        self._set_clusters(
+            flow,
+            steps.saved[1],
+            radius,
+            min_size,
+            self.stopping_step_ * h,
+            drawn.X.dtype,
+            weights,
+            tokens.token_rows,
+            lift,
+        )
+        labels = np.full(n, -1, dtype=np.intp)  # (-1: tracers not voted, _counts_only)
+        labels[tokens.token_rows] = self.labels_
+        if drawn.active is not None and not self._counts_only:
+            labels[drawn.passive] = self._vote(
+                flow,
+                drawn.given_rows,
+                drawn.passive,
+                tokens.read_tracers,
+                tokens.Z,
+                self.labels_,
+                weights,
+            )
+        self.labels_ = labels
+        self.n_clusters_path_ = np.asarray(steps.counts, dtype=np.intp)
+        self.energy_path_ = np.asarray(steps.energies, dtype=np.float64)
+        self.n_iter_ = steps.n_iter
+        return self
+
+    def _min_size(self, n_tokens):
+        """``min_cluster_size`` as a number of the ``n_tokens`` tokens."""
+        if isinstance(self.min_cluster_size, numbers.Integral):
+            return int(self.min_cluster_size)
+        # Rounded up, but not over the product's rounding (0.07 x 100 is
+        # 7.000000000000001: groups of 7 tokens count).
+        share = self.min_cluster_size * n_tokens
+        return max(1, math.ceil(share * (1.0 - 4.0 * np.finfo(np.float64).eps)))
+
+    def _steps(self, flow, state, radius, min_size, n_tokens, h):
+        """The dynamics' steps from the particles ``state``, counted after each
+        (:class:`_Steps`): to the end of the longest plateau, or to the
+        horizon."""
         # The unnormalised model names leaders: merged particles keep the token
         # that leads them (_Particles.moved), chosen by attention at the time reached.
         leads = self.model == "unnormalized"
-
-        state = _Particles.of(Z, radius * _MERGE_FRACTION, weights)
         # A place carrying at least this many tokens is a group on its own
         # (_met_share): twice the places' mean weight (equal rows merged).
         heavy = 2.0 * float(np.mean(state.weights))
@@ -1090,52 +1078,26 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
                 break
         if self.stopping == "horizon" or best.length == 0:
             saved = (n_iter, state)
-            if self.stopping == "plateau" and not settled:
-                self._warn_unsettled(counts, state, radius, min_size, n_tokens, heavy, flow)
-        elif self.stopping == "plateau" and not settled:
-            if self.verbose:
-                print(
-                    f"[SelfAttentionDynamics] horizon reached; longest plateau ends at step "
-                    f"{saved[0]}"
+        return _Steps(counts, energies, saved, n_iter, settled, best.length, state, heavy)
+
+    def _warn_stop(self, flow, steps, radius, min_size, n_tokens):
+        """The warnings of how the steps stopped: no plateau (the last state
+        kept), a longest plateau of one state, rounding, an overshoot."""
+        if self.stopping == "plateau" and not steps.settled:
+            if steps.longest == 0:
+                self._warn_unsettled(
+                    steps.counts, steps.last, radius, min_size, n_tokens, steps.heavy, flow
                 )
-            if best.length == 1:
-                self._warn_one_state(counts[saved[0]], saved[0], flow)
+            else:
+                if self.verbose:
+                    print(
+                        "[SelfAttentionDynamics] horizon reached; longest plateau ends at "
+                        f"step {steps.saved[0]}"
+                    )
+                if steps.longest == 1:
+                    self._warn_one_state(steps.counts[steps.saved[0]], steps.saved[0], flow)
         _warn_rounding(flow)
         self._warn_overshoot(flow)
-        self.stopping_step_ = saved[0]
-        self.subsample_indices_ = active
-        self.model_ = self.model
-        # Copies: the caller's Q and K may change after the fit.
-        self.query_, self.key_ = (
-            None if M is None else np.array(M) for M in (flow.query, flow.key)
-        )
-        # The limit points of coordinates in the span, back in R^d (not for
-        # a count alone, _counts_only: they stay in the span's coordinates).
-        lift = None
-        if span is not None and not self._counts_only:
-            lift = partial(_lifted, given=given, W=W)
-        self._set_clusters(
-            flow,
-            saved[1],
-            radius,
-            min_size,
-            self.stopping_step_ * h,
-            X.dtype,
-            weights,
-            token_rows,
-            lift,
-        )
-        labels = np.full(n, -1, dtype=np.intp)  # (-1: tracers not voted, _counts_only)
-        labels[token_rows] = self.labels_
-        if active is not None and not self._counts_only:
-            labels[passive] = self._vote(
-                flow, given_rows, passive, read_tracers, Z0, self.labels_, weights
-            )
-        self.labels_ = labels
-        self.n_clusters_path_ = np.asarray(counts, dtype=np.intp)
-        self.energy_path_ = np.asarray(energies, dtype=np.float64)
-        self.n_iter_ = n_iter
-        return self
 
     # Whether the caller set max_iter and step_size, which the warnings'
     # advice then names (not where the dynamics runs inside another
@@ -1499,6 +1461,129 @@ def _size_then_coordinates(sizes, centres):
         return -1 if centres[i, first] < centres[j, first] else 1
 
     return np.array(sorted(range(len(sizes)), key=cmp_to_key(compare)), dtype=np.intp)
+
+
+@dataclass
+class _MovingRows:
+    """The rows that move (the tokens, in the dtype they are read in) and
+    the passive tracers: ``active`` and ``passive`` are their indices in X
+    (None where every row moves), ``given_rows`` X as the tracers' vote
+    reads it, ``owned`` whether ``X`` is a copy of the caller's rows."""
+
+    X: object
+    weights: object
+    active: object
+    passive: object
+    given_rows: object
+    owned: bool
+
+    @classmethod
+    def drawn(cls, X, weights, m, dtype, rng):
+        """Of X's rows, ``m`` drawn by ``rng`` to move where more may (rows of
+        positive weight), every one otherwise."""
+        n = X.shape[0]
+        # The rows that may move: those of positive weight (rows of weight
+        # zero are passive tracers, as the rows left out of a subsample).
+        moving = None if weights is None else np.flatnonzero(weights)
+        n_moving = n if moving is None else len(moving)
+        if m < n_moving:
+            drawn = rng.choice(n_moving, m, replace=False)
+            active = np.sort(drawn if moving is None else moving[drawn])
+        else:
+            active = None if n_moving == n else moving
+        # The passive tracers are read from the rows as given, by chunks, at
+        # their vote (:meth:`_vote`): a sparse X stays sparse, and no copy
+        # of them all is made.
+        given_rows = passive = None
+        if active is not None:
+            given_rows = row_major(X)
+            # (A mask, not setdiff1d: its sorts held four arrays of n indices.)
+            is_passive = np.ones(n, dtype=bool)
+            is_passive[active] = False
+            passive = np.flatnonzero(is_passive)
+            # The moving rows in the dtype they are read in (_token_dtype;
+            # the passive tracers are cast chunk by chunk at their vote).
+            X = taken_rows(X, active, dtype)
+            weights = None if weights is None else weights[active]
+        owned = active is not None
+        if X.dtype != dtype:
+            X, owned = X.astype(dtype), True
+        return cls(X, weights, active, passive, given_rows, owned)
+
+
+@dataclass
+class _Tokens:
+    """The moving rows as the steps take them: ``Z`` (unit rows on the
+    sphere, their coordinates in their span where they run there), in an
+    order of their places, ``token_rows`` their rows in X, ``weights``
+    theirs, ``span`` (:func:`_span_basis`) and ``read_tracers`` (how the
+    vote reads a chunk of tracers)."""
+
+    Z: object
+    token_rows: object
+    weights: object
+    span: object
+    read_tracers: object
+
+    @classmethod
+    def placed(cls, flow, drawn, n, on_sphere, sparse_in_span, dtype):
+        X, weights = drawn.X, drawn.weights
+        # The sphere models' logits stay within beta |Q| |K|: they step in X's
+        # dtype (float32 is faster). The unnormalised model's grow as e^{2t}
+        # and leave float32's range at t ~ 44: it steps in float64, so that its
+        # horizon is float64's (attention_flow's Raises), and its results take
+        # X's dtype. (A copy of the moving rows made here becomes their unit
+        # rows in place.)
+        Z = unit_rows(X, copy=not drawn.owned) if on_sphere else X.copy()
+        if sparse_in_span:
+            # Sparse tokens stay sparse where they run in their span, which
+            # reads them through their inner products (a token of
+            # HashingVectorizer's 2^20 features takes 8 MB densely), stored
+            # alike however X stored them (their sums then round alike).
+            Z.sum_duplicates()
+            Z.eliminate_zeros()
+        else:
+            Z = dense_block(Z, X.dtype if on_sphere else np.float64)
+        # The tokens are ordered by their places in R^d, as given (the
+        # span's coordinates, a Cholesky factor or an eigenbasis, round as
+        # the rows' order has it).
+        # (Before the span's float64 tokens are formed: the order's float64
+        # copy and theirs are not held at once.)
+        order = _place_order(Z, weights)
+        span = _span_basis(flow, Z)
+        # How a chunk of tracers is read at the vote (see _vote).
+        read_tracers = _TracerReader(on_sphere, dtype, Z.dtype)
+        if span is not None:
+            # The tokens by their coordinates in the span of the initial
+            # ones, and the tracers by those of their projection on it
+            # (their inner products with the tokens, all their vote reads).
+            given, coordinates, W = span
+            read_tracers = _TracerReader(on_sphere, dtype, Z.dtype, given, W)
+            Z = np.ascontiguousarray(coordinates, dtype=Z.dtype)
+        # token_rows[i]: the row of X of token i.
+        token_rows = np.arange(n) if drawn.active is None else drawn.active
+        # The tokens in an order of their places, not of the rows.
+        Z, token_rows = np.ascontiguousarray(Z[order]), token_rows[order]
+        weights = None if weights is None else weights[order]
+        return cls(Z, token_rows, weights, span, read_tracers)
+
+
+@dataclass
+class _Steps:
+    """What the steps left: the count after each (``counts``, the initial
+    state's first) and the energy before each, ``saved`` ``(step, state)``
+    (the end of the longest plateau, or the last state), the steps taken,
+    whether the plateau rule settled, the longest plateau's length, the last
+    state and the weight of a heavy place (:func:`_met_share`)."""
+
+    counts: list
+    energies: list
+    saved: tuple
+    n_iter: int
+    settled: bool
+    longest: int
+    last: object
+    heavy: float
 
 
 class _TracerReader:

@@ -149,7 +149,11 @@ def _product_tn(P, Q, out):
                 out[j, k] += p * Q[i, k]
 
 
-@njit(cache=True, fastmath=FASTMATH)
+# Without "arcp": with it (and "reassoc") the code Numba compiled in a process
+# and the code it loaded from its cache took PSGD along other iterates (64
+# features, 10 clusters: other centres in the first process of a machine and
+# the next; tests/test_kernels.py), at a few percent of PSGD's time.
+@njit(cache=True, fastmath=FASTMATH - {"arcp"})
 def sequence_loss_grad(Xs, U, c, grad, A, G, E, W):
     """Loss ``(1/L)||T(X) - X||_F^2`` of one sequence; adds its gradient to ``grad``.
 

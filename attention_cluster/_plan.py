@@ -524,108 +524,38 @@ def _fit_once(given, prepared, params, init, centre, tuning):
         else:
             data = data.centred(prepared.mean)
             spectrum = estimate_spectrum(data, K, full=given.centred(prepared.full_mean))
-    with np.errstate(over="ignore"):
-        inverse = 1.0 / spectrum.scale
-    # Every pass divides the rows by the scale (``_passes``).
-    where = "their mean" if centre else "the origin"
-    if not np.isfinite(inverse):
-        raise ScaleError(
-            f"X's rows spread about {where} by about {spectrum.scale:.3g}, a scale whose "
-            "inverse float64 cannot hold (below about 5.6e-309): the fit divides the rows "
-            "by it. Multiply X by a power of two: 2**k * X has the partition of X."
-        )
-    if not np.isfinite(spectrum.scale):
-        raise _too_large(where)
+    _check_scale(spectrum.scale, "their mean" if centre else "the origin")
     if basis is not None and init is not None:
         init = basis.T @ init
         init /= np.maximum(np.linalg.norm(init, axis=0), np.finfo(np.float64).tiny)
     settings = _settings(params, given.n_features, spectrum)
     unit = data.rescaled(spectrum.scale)
     rng = check_random_state(params.random_state)
-    n_init = params.n_init
-    # The start's rows: their count reads the width of the rows whose
-    # second moment gave the eigenvectors (all of X's features, also when
-    # the fit runs in the principal subspace).
-    start_size = start_rows(K, given.n_features, given.n_weighted)
-    seeded = basis is None and _seeds_centres(params, data.n_features, init, settings.refine)
-    if n_init > 1 and not seeded and not _runs_can_differ(params, data, settings, start_size):
-        # As KMeans does with an explicit start: one run, and say why.
-        warn(
-            f"n_init={n_init} would repeat one identical run: on data of this "
-            "size the exact solver from a deterministic start (init='spectral' "
-            "or an array) draws nothing at random. Performing one run; pass "
-            "init='random' for different starts."
-        )
-        n_init = 1
-    best = seeds = best_sample = None
-    if seeded:
-        # K points among the rows for the free-norm mixture, no attention
-        # solver (see _seeds_centres); n_init > 1 seedings, as KMeans' n_init,
-        # the one of least inertia kept.
-        seeds = seeded_start(unit.subsample(rng, SUBSAMPLE), K, rng, min_seedings=n_init)
-        best, n_init = _Run(seeds.heads, np.empty(0), seeds.n_iter, True, None), 0
-    for index in range(n_init):
-        # The spectral start's rows, on which the exact solver's first stage runs too.
-        sample = unit.subsample(rng, start_size)
-        start = _start(params, sample, spectrum, init, rng)
-        run = _run(params, unit, sample, spectrum, settings, start, rng, index, n_init > 1, tuning)
-        if best is None or run.objective < best.objective:
-            best, best_sample = run, sample
+    best, best_sample, seeds = _kept_run(
+        params, given, unit, basis is not None, spectrum, settings, init, rng, tuning
+    )
     if not best.converged:
         _warn_not_converged(best, settings, params)
     mean = prepared.full_mean if centre else np.zeros_like(prepared.full_mean)
     if settings.refine == "em":
-        rows, heads, mean_sq = unit, best.heads, float(np.trace(spectrum.moment))
-        # centroid_norms="auto" asks whether the rows as given have one norm,
-        # read at the fit's scale (the fourth powers of rows as given
-        # underflow, or overflow, far from 1, and the test would depend on a
-        # power of two): a pass of its own, unless one formed their moments.
-        as_given, given_moments = given.rescaled(spectrum.scale), None
-        if basis is not None:
-            # In high dimension the EM runs on the rows in R^d, from the
-            # subspace's heads, which it moves out of the principal subspace:
-            # that subspace is estimated with the noise, and at high noise a
-            # fit confined to it loses most of its accuracy
-            # (benchmarks/user_data.py). From here on the centres are in R^d.
-            rows = (given.centred(prepared.full_mean) if centre else given).rescaled(spectrum.scale)
-            moments = rows.norm_moments()
-            heads, mean_sq = basis @ best.heads, moments[0]
-            if not centre:
-                # These are the rows as given at the fit's scale: this pass.
-                given_moments = moments
-        # The heads are turned towards their points on the start's rows,
-        # which are in R^d unless the start ran in the principal subspace.
-        sign_rows = best_sample if basis is None else None
-        fit = _refine(
+        mixture, moment_heads, refine_n_iter, free_norms = _refined(
             params,
-            rows,
+            given,
+            prepared,
+            unit,
             spectrum,
-            heads,
             settings,
-            rng,
-            mean_sq,
-            lambda: _one_norm(
-                as_given.norm_moments() if given_moments is None else given_moments,
-                tuning.one_norm_rtol,
-            ),
+            best,
+            best_sample,
             seeds,
-            sign_rows,
-        )
-        mixture = SphericalMixture.from_heads(
-            fit.heads, fit.radii, fit.variance, _log(fit.weights), mean_sq, mean, spectrum.scale
+            rng,
+            centre,
+            mean,
+            tuning,
         )
         centers = mixture.centers
-        moment_heads = _moment_heads(rows, unit, spectrum, centers)
-        refine_n_iter, free_norms = fit.n_iter, bool(fit.free)
     else:
-        # Each head turned towards the points it wins, as the EM's start is
-        # (the rows' mean squared norm at unit scale: the trace of M / s^2).
-        signs = head_signs(unit, best.heads, float(np.sum(spectrum.eigenvalues)))
-        centers = (best.heads * signs).T
-        moment_heads = _moment_heads(unit, unit, spectrum, centers)
-        if basis is not None:
-            # Heads in the principal subspace are heads in R^d.
-            centers, moment_heads = centers @ basis.T, moment_heads @ basis.T
+        centers, moment_heads = _unrefined(unit, basis, spectrum, best)
         mixture, refine_n_iter, free_norms = None, 0, None
     rule = predict_rule(centers, mixture, mean, given.dtype)
     # The labels' shares decide the lost clusters (center="auto"'s retry and
@@ -655,6 +585,138 @@ def _fit_once(given, prepared, params, init, centre, tuning):
         # Unweighted rows' mean responsibilities are the fitted weights.
         row_fractions=weights if given.sample_weight is None and mixture is not None else None,
     )
+
+
+def _check_scale(scale, where):
+    """Refuse a scale the passes cannot divide the rows by (``where``: about
+    what the rows spread), nor one beyond float64's range."""
+    with np.errstate(over="ignore"):
+        inverse = 1.0 / scale
+    # Every pass divides the rows by the scale (``_passes``).
+    if not np.isfinite(inverse):
+        raise ScaleError(
+            f"X's rows spread about {where} by about {scale:.3g}, a scale whose "
+            "inverse float64 cannot hold (below about 5.6e-309): the fit divides the rows "
+            "by it. Multiply X by a power of two: 2**k * X has the partition of X."
+        )
+    if not np.isfinite(scale):
+        raise _too_large(where)
+
+
+def _kept_run(params, given, unit, subspace, spectrum, settings, init, rng, tuning):
+    """The solver's runs on the unit-scale rows ``unit`` and the one kept:
+    ``(best, best_sample, seeds)``, the run of least objective (a
+    :class:`_Run`), the spectral start's rows it ran from, and the seeded
+    start (:func:`seeded_start`, else None), which replaces the runs where
+    it places the centres. ``subspace``: whether ``unit`` are coordinates in
+    the principal subspace."""
+    K = params.n_clusters
+    n_init = params.n_init
+    # The start's rows: their count reads the width of the rows whose
+    # second moment gave the eigenvectors (all of X's features, also when
+    # the fit runs in the principal subspace).
+    start_size = start_rows(K, given.n_features, given.n_weighted)
+    seeded = not subspace and _seeds_centres(params, unit.n_features, init, settings.refine)
+    if n_init > 1 and not seeded and not _runs_can_differ(params, unit, settings, start_size):
+        # As KMeans does with an explicit start: one run, and say why.
+        warn(
+            f"n_init={n_init} would repeat one identical run: on data of this "
+            "size the exact solver from a deterministic start (init='spectral' "
+            "or an array) draws nothing at random. Performing one run; pass "
+            "init='random' for different starts."
+        )
+        n_init = 1
+    best = seeds = best_sample = None
+    if seeded:
+        # K points among the rows for the free-norm mixture, no attention
+        # solver (see _seeds_centres); n_init > 1 seedings, as KMeans' n_init,
+        # the one of least inertia kept.
+        seeds = seeded_start(unit.subsample(rng, SUBSAMPLE), K, rng, min_seedings=n_init)
+        best, n_init = _Run(seeds.heads, np.empty(0), seeds.n_iter, True, None), 0
+    for index in range(n_init):
+        # The spectral start's rows, on which the exact solver's first stage runs too.
+        sample = unit.subsample(rng, start_size)
+        start = _start(params, sample, spectrum, init, rng)
+        run = _run(params, unit, sample, spectrum, settings, start, rng, index, n_init > 1, tuning)
+        if best is None or run.objective < best.objective:
+            best, best_sample = run, sample
+    return best, best_sample, seeds
+
+
+def _refined(
+    params,
+    given,
+    prepared,
+    unit,
+    spectrum,
+    settings,
+    best,
+    best_sample,
+    seeds,
+    rng,
+    centre,
+    mean,
+    tuning,
+):
+    """The EM refinement from the kept run's heads (``math.md`` section 7):
+    ``(mixture, moment_heads, n_iter, free_norms)``, the mixture about
+    ``mean`` in X's units."""
+    basis = prepared.basis
+    rows, heads, mean_sq = unit, best.heads, float(np.trace(spectrum.moment))
+    # centroid_norms="auto" asks whether the rows as given have one norm,
+    # read at the fit's scale (the fourth powers of rows as given
+    # underflow, or overflow, far from 1, and the test would depend on a
+    # power of two): a pass of its own, unless one formed their moments.
+    as_given, given_moments = given.rescaled(spectrum.scale), None
+    if basis is not None:
+        # In high dimension the EM runs on the rows in R^d, from the
+        # subspace's heads, which it moves out of the principal subspace:
+        # that subspace is estimated with the noise, and at high noise a
+        # fit confined to it loses most of its accuracy
+        # (benchmarks/user_data.py). From here on the centres are in R^d.
+        rows = (given.centred(prepared.full_mean) if centre else given).rescaled(spectrum.scale)
+        moments = rows.norm_moments()
+        heads, mean_sq = basis @ best.heads, moments[0]
+        if not centre:
+            # These are the rows as given at the fit's scale: this pass.
+            given_moments = moments
+    # The heads are turned towards their points on the start's rows,
+    # which are in R^d unless the start ran in the principal subspace.
+    sign_rows = best_sample if basis is None else None
+    fit = _refine(
+        params,
+        rows,
+        spectrum,
+        heads,
+        settings,
+        rng,
+        mean_sq,
+        lambda: _one_norm(
+            as_given.norm_moments() if given_moments is None else given_moments,
+            tuning.one_norm_rtol,
+        ),
+        seeds,
+        sign_rows,
+    )
+    mixture = SphericalMixture.from_heads(
+        fit.heads, fit.radii, fit.variance, _log(fit.weights), mean_sq, mean, spectrum.scale
+    )
+    moment_heads = _moment_heads(rows, unit, spectrum, mixture.centers)
+    return mixture, moment_heads, fit.n_iter, bool(fit.free)
+
+
+def _unrefined(unit, basis, spectrum, best):
+    """The kept run's heads as the centres, without the refinement:
+    ``(centers, moment_heads)``, in R^d."""
+    # Each head turned towards the points it wins, as the EM's start is
+    # (the rows' mean squared norm at unit scale: the trace of M / s^2).
+    signs = head_signs(unit, best.heads, float(np.sum(spectrum.eigenvalues)))
+    centers = (best.heads * signs).T
+    moment_heads = _moment_heads(unit, unit, spectrum, centers)
+    if basis is not None:
+        # Heads in the principal subspace are heads in R^d.
+        centers, moment_heads = centers @ basis.T, moment_heads @ basis.T
+    return centers, moment_heads
 
 
 def _warn_not_converged(best, settings, params):

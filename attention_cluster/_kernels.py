@@ -52,6 +52,12 @@ import numpy as np
 # (one call in about 200 in a run of the test files), when the scratch it
 # allocates lay just after the weights (tests/test_kernels.py).
 FASTMATH = {"arcp", "contract", "afn", "reassoc"}
+# The helpers a kernel calls are inlined by Numba (inline="always"), so that
+# the kernel is compiled as one function whatever ran before it: linked as
+# libraries of their own, their caller's code, and PSGD's iterates, depended
+# on whether a call of the helper alone (a test of token_regularizer, say)
+# had compiled it first in the process that filled the cache
+# (tests/test_kernels.py).
 
 
 def njit(**options):
@@ -123,7 +129,7 @@ def _draw_index(state, cum_weights):
     return lo
 
 
-@njit(cache=True, fastmath=FASTMATH)
+@njit(cache=True, fastmath=FASTMATH, inline="always")
 def _product(P, Q, out, accumulate):
     """``out = P Q`` (or ``out += P Q``) for small matrices, into a buffer."""
     m, r = P.shape
@@ -136,7 +142,7 @@ def _product(P, Q, out, accumulate):
             out[i, k] = s
 
 
-@njit(cache=True, fastmath=FASTMATH)
+@njit(cache=True, fastmath=FASTMATH, inline="always")
 def _product_tn(P, Q, out):
     """``out = P^T Q`` into a buffer, reading P and Q row by row."""
     for j in range(out.shape[0]):
@@ -149,11 +155,7 @@ def _product_tn(P, Q, out):
                 out[j, k] += p * Q[i, k]
 
 
-# Without "arcp": with it (and "reassoc") the code Numba compiled in a process
-# and the code it loaded from its cache took PSGD along other iterates (64
-# features, 10 clusters: other centres in the first process of a machine and
-# the next; tests/test_kernels.py), at a few percent of PSGD's time.
-@njit(cache=True, fastmath=FASTMATH - {"arcp"})
+@njit(cache=True, fastmath=FASTMATH, inline="always")
 def sequence_loss_grad(Xs, U, c, grad, A, G, E, W):
     """Loss ``(1/L)||T(X) - X||_F^2`` of one sequence; adds its gradient to ``grad``.
 
@@ -188,7 +190,7 @@ def sequence_loss_grad(Xs, U, c, grad, A, G, E, W):
     return loss / L
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def token_regularizer(a, kind, coef):
     """Regulariser of one token and the coefficients of its gradient.
 
@@ -227,7 +229,7 @@ def token_regularizer(a, kind, coef):
     return 0.0
 
 
-@njit(cache=True, fastmath=FASTMATH)
+@njit(cache=True, fastmath=FASTMATH, inline="always")
 def sphere_step(U, grad, step, riemannian):
     """One step per head, then retraction onto the unit sphere.
 

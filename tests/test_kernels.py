@@ -484,14 +484,29 @@ print(digest.hexdigest())
 """
 
 
+_HELPERS_FIRST = """
+import numpy as np
+from attention_cluster import _kernels
+L, d, K = 5, 6, 2
+_kernels.token_regularizer(np.array([1.0, 2.0, 3.0]), _kernels.REG_PAIRWISE, np.empty(3))
+_kernels.sequence_loss_grad(
+    np.ones((L, d)), np.ones((d, K)), 1.0, np.zeros((d, K)),
+    np.empty((L, K)), np.empty((d, K)), np.empty((L, d)), np.empty((L, K)),
+)
+_kernels.sphere_step(np.ones((d, K)), np.ones((d, K)), 0.1, True)
+"""
+
+
 def test_a_fit_is_the_same_whether_its_kernels_are_compiled_or_loaded(tmp_path):
     # Two fresh processes share an empty Numba cache: the first compiles the
     # kernels and writes the cache, the second loads them from it. With the
     # flag "nsz" among FASTMATH, the two fitted centres differed in their
     # last bits (6 of 16 fits measured), so a fit's result depended on
-    # whether its process (or Dask worker) had compiled; with "arcp" in the
-    # sequence gradient, PSGD's iterates at 64 features differed (so did its
-    # centres, the differences grown along the steps); now they are equal.
+    # whether its process (or Dask worker) had compiled; now they are equal.
+    # A third process, on a cache of its own, calls PSGD's helpers alone
+    # first, as their tests do: compiled as libraries of their own before
+    # PSGD's kernel, they changed its code, and its iterates (64 features:
+    # other centres); inlined into the kernel, they do not.
     root = pathlib.Path(__file__).resolve().parents[1]
     env = dict(os.environ, PYTHONPATH=str(root), NUMBA_CACHE_DIR=str(tmp_path))
     # The JIT's cache is the subject, also when this file runs without it
@@ -508,6 +523,17 @@ def test_a_fit_is_the_same_whether_its_kernels_are_compiled_or_loaded(tmp_path):
     compiled = digest()
     assert any(tmp_path.rglob("*.nbi"))
     assert digest() == compiled
+    helpers_first = tmp_path / "helpers_first"
+    helpers_first.mkdir()
+    env["NUMBA_CACHE_DIR"] = str(helpers_first)
+    run = subprocess.run(
+        [sys.executable, "-c", _HELPERS_FIRST + _FIT_DIGEST],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert run.stdout.split()[-1] == compiled
 
 
 @given(

@@ -52,12 +52,14 @@ import numpy as np
 # (one call in about 200 in a run of the test files), when the scratch it
 # allocates lay just after the weights (tests/test_kernels.py).
 FASTMATH = {"arcp", "contract", "afn", "reassoc"}
-# The helpers a kernel calls are inlined by Numba (inline="always"), so that
-# the kernel is compiled as one function whatever ran before it: linked as
-# libraries of their own, their caller's code, and PSGD's iterates, depended
-# on whether a call of the helper alone (a test of token_regularizer, say)
-# had compiled it first in the process that filled the cache
-# (tests/test_kernels.py).
+# A helper that is also called alone (by its tests, or by theory) is inlined
+# into the kernels that call it (inline="always"), so that each kernel is
+# compiled as one function whatever ran before it: linked as libraries of
+# their own, PSGD's helpers changed its kernel's code, and its iterates, by
+# whether a call of one alone (a test of token_regularizer, say) had
+# compiled it first in the process that filled the cache
+# (tests/test_kernels.py). The other helpers are called by their kernels
+# alone, or compute without FASTMATH's flags.
 
 
 def njit(**options):

@@ -384,39 +384,17 @@ def _run_em(em, p0, tol, max_iter, rho, report):
         min_gain = _GAIN_PER_TOL * tol
         if min_gain > rounding and abs(gain) < min_gain:
             return p2, True, rho
-        # SQUAREM step (Varadhan and Roland's SqS3; math.md section 7): with
-        # r = v1 - v0 and v = v2 - 2 v1 + v0 in the parameter vector (heads,
-        # r, log tau^2, log pi), the point v0 - 2 alpha r + alpha^2 v, alpha =
-        # -min(max(||r|| / ||v||, 1), step_max), then one EM step from there;
-        # fall back to the second EM iterate if the point's likelihood is
-        # below p1's. step_max starts at 1 (alpha = -1 is v2), grows 4 times
-        # when a step of that length is kept and shrinks 4 times when it is
-        # not: where EM drifts along a direction at a near-constant speed,
-        # ||v|| is near 0 and the unbounded step overshoots every time (EM
-        # then went on at three passes per two steps; the crawl cells of
+        # SQUAREM's point from p0 and its two EM steps, then one EM step from
+        # there; fall back to the second EM iterate if the point's likelihood
+        # is below p1's. step_max starts at 1 (the point is then p2), grows 4
+        # times when a step of that length is kept and shrinks 4 times when
+        # it is not: where EM drifts along a direction at a near-constant
+        # speed the unbounded step overshoots every time (EM then went on at
+        # three passes per two steps; the crawl cells of
         # benchmarks/many_clusters.py).
-        # (In place, the same numbers: at 2^20 features each vector is K
-        # arrays of 8 MB, and their temporaries were five more.)
-        v0, v1, v2 = p0.vector(), p1.vector(), p2.vector()
-        del p1, S0, S1  # (what the rest of the iteration does not read)
-        with np.errstate(invalid="ignore"):
-            # A head that no point takes has log pi = -inf: no extrapolation.
-            r = v1 - v0
-            v = np.multiply(v1, 2.0, out=v1)
-            v = np.subtract(v2, v, out=v)
-            v += v0
-        del v1, v2
-        nr, nv = np.linalg.norm(r), np.linalg.norm(v)
-        candidate, length = None, 1.0
-        if np.isfinite(nr) and np.isfinite(nv) and nv > 0.0:
-            length = min(max(nr / nv, 1.0), step_max)
-            alpha = -length
-            point = np.multiply(r, 2.0 * alpha, out=r)
-            point = np.subtract(v0, point, out=point)
-            point += np.multiply(v, alpha**2, out=v)
-            candidate = p0.from_vector(point, em.floor)
-            del point
-        del r, v, v0
+        del S0, S1  # (what the rest of the iteration does not read)
+        candidate, length = _squarem_point(p0, p1, p2, step_max, em.floor)
+        del p1
         if candidate is not None and em.passes - start < max_iter:
             Sc, cc, llc = em.expect(candidate)
             if llc >= ll1:
@@ -436,6 +414,37 @@ def _run_em(em, p0, tol, max_iter, rho, report):
     # that reaches tol there has converged (it warned of max_iter).
     p1, _, settled = _em_step(em, S0, c0, p0, tol, rho)
     return p1, settled, rho
+
+
+def _squarem_point(p0, p1, p2, step_max, floor):
+    """SQUAREM's point (Varadhan and Roland's SqS3; ``math.md`` section 7):
+    ``(params, length)``, or ``(None, 1.0)`` where there is none.
+
+    With ``r = v1 - v0`` and ``v = v2 - 2 v1 + v0`` in the parameter vector
+    (heads, r, log tau^2, log pi) of ``p0`` and its two EM steps ``p1``,
+    ``p2``, the point ``v0 - 2 alpha r + alpha^2 v``, ``alpha = -length``,
+    ``length = min(max(||r|| / ||v||, 1), step_max)`` (``alpha = -1`` is
+    ``v2``); none where a norm is not finite (a head that no point takes
+    has ``log pi = -inf``) or ``v`` is zero. In place, the same numbers: at
+    2^20 features each vector is K arrays of 8 MB, and their temporaries
+    were five more.
+    """
+    v0, v1, v2 = p0.vector(), p1.vector(), p2.vector()
+    with np.errstate(invalid="ignore"):
+        r = v1 - v0
+        v = np.multiply(v1, 2.0, out=v1)
+        v = np.subtract(v2, v, out=v)
+        v += v0
+    del v1, v2
+    nr, nv = np.linalg.norm(r), np.linalg.norm(v)
+    if not (np.isfinite(nr) and np.isfinite(nv) and nv > 0.0):
+        return None, 1.0
+    length = min(max(nr / nv, 1.0), step_max)
+    alpha = -length
+    point = np.multiply(r, 2.0 * alpha, out=r)
+    point = np.subtract(v0, point, out=point)
+    point += np.multiply(v, alpha**2, out=v)
+    return p0.from_vector(point, floor), length
 
 
 def _em_step(em, S, counts, p, tol, rho):

@@ -6,6 +6,7 @@ A parameter's check raises :class:`InvalidParameterError`; the data's
 (X, sample_weight) keep scikit-learn's ``check_array`` types.
 """
 
+import collections
 import concurrent.futures
 import contextlib
 import contextvars
@@ -574,6 +575,15 @@ def check_dask_array(estimator, X, *, reset, count_rows=True):
     names = columns = None
     if dd is not None and isinstance(X, dd.DataFrame):
         columns = list(X.columns)
+        # A pandas frame's repeated names are refused by scikit-learn's
+        # validate_data (narwhals' DuplicateError, a ValueError), whatever
+        # their type: so is the same Dask frame, in its message.
+        counts = collections.Counter(columns)
+        if any(k > 1 for k in counts.values()):
+            raise ValueError(
+                "Expected unique column names, got:\n"
+                + "\n".join(f"- '{c}' {k} times" for c, k in counts.items() if k > 1)
+            )
         # scikit-learn's rule (validate_data) for the same pandas frame: names
         # of the type str alone are names (not numpy.str_), str among other
         # types an error.

@@ -818,6 +818,18 @@ def test_dataframe_bool_columns_and_mixed_names_as_in_pandas(mixture):
         for X in (mixed, dd.from_pandas(mixed, npartitions=3)):
             with pytest.raises(TypeError, match="Feature names are only supported if all"):
                 AttentionClustering(2).fit(X)
+    # Repeated names, of any type: scikit-learn refuses the pandas frame
+    # (narwhals' DuplicateError, a ValueError); the Dask frame was fitted,
+    # its feature_names_in_ repeated, and the model then refused the same
+    # frame in memory (an audit's finding).
+    for columns in (["a", "a", "b", "c"], [0, 0, 1, 2]):
+        repeated = frame.set_axis(pd.Index(columns, dtype=object), axis=1)
+        messages = []
+        for X in (repeated, dd.from_pandas(repeated, npartitions=3)):
+            with pytest.raises(ValueError, match="Expected unique column names") as caught:
+                AttentionClustering(2).fit(X)
+            messages.append(str(caught.value))
+        assert messages[0] == messages[1]
     # numpy.str_ names alone are no names, for scikit-learn as here (two
     # partitions: Dask's token of these names is that of the str ones
     # above, and a frame of the same token comes back with their meta).

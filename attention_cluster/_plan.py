@@ -203,6 +203,17 @@ class _Run:
     gradient_overflow: bool = False
 
 
+@dataclass
+class _Kept:
+    """The run a fit keeps (:func:`_kept_run`) and where it started."""
+
+    run: _Run
+    #: the spectral start's rows it ran from (None for the seeded start)
+    sample: object
+    #: the seeded start (:func:`seeded_start`), which replaces the runs; else None
+    seeds: object
+
+
 def fit_plan(rows, params, init=None):
     """Fit the rows; returns a :class:`FitResult`.
 
@@ -531,27 +542,14 @@ def _fit_once(given, prepared, params, init, centre, tuning):
     settings = _settings(params, given.n_features, spectrum)
     unit = data.rescaled(spectrum.scale)
     rng = check_random_state(params.random_state)
-    best, best_sample, seeds = _kept_run(
-        params, given, unit, basis is not None, spectrum, settings, init, rng, tuning
-    )
+    kept = _kept_run(params, given, unit, basis is not None, spectrum, settings, init, rng, tuning)
+    best = kept.run
     if not best.converged:
         _warn_not_converged(best, settings, params)
     mean = prepared.full_mean if centre else np.zeros_like(prepared.full_mean)
     if settings.refine == "em":
         mixture, moment_heads, refine_n_iter, free_norms = _refined(
-            params,
-            given,
-            prepared,
-            unit,
-            spectrum,
-            settings,
-            best,
-            best_sample,
-            seeds,
-            rng,
-            centre,
-            mean,
-            tuning,
+            params, given, prepared, unit, spectrum, settings, kept, rng, centre, mean, tuning
         )
         centers = mixture.centers
     else:
@@ -604,12 +602,10 @@ def _check_scale(scale, where):
 
 
 def _kept_run(params, given, unit, subspace, spectrum, settings, init, rng, tuning):
-    """The solver's runs on the unit-scale rows ``unit`` and the one kept:
-    ``(best, best_sample, seeds)``, the run of least objective (a
-    :class:`_Run`), the spectral start's rows it ran from, and the seeded
-    start (:func:`seeded_start`, else None), which replaces the runs where
-    it places the centres. ``subspace``: whether ``unit`` are coordinates in
-    the principal subspace."""
+    """The solver's runs on the unit-scale rows ``unit`` and the one of least
+    objective, or the seeded start where it places the centres instead: a
+    :class:`_Kept`. ``subspace``: whether ``unit`` are coordinates in the
+    principal subspace."""
     K = params.n_clusters
     n_init = params.n_init
     # The start's rows: their count reads the width of the rows whose
@@ -640,29 +636,15 @@ def _kept_run(params, given, unit, subspace, spectrum, settings, init, rng, tuni
         run = _run(params, unit, sample, spectrum, settings, start, rng, index, n_init > 1, tuning)
         if best is None or run.objective < best.objective:
             best, best_sample = run, sample
-    return best, best_sample, seeds
+    return _Kept(best, best_sample, seeds)
 
 
-def _refined(
-    params,
-    given,
-    prepared,
-    unit,
-    spectrum,
-    settings,
-    best,
-    best_sample,
-    seeds,
-    rng,
-    centre,
-    mean,
-    tuning,
-):
+def _refined(params, given, prepared, unit, spectrum, settings, kept, rng, centre, mean, tuning):
     """The EM refinement from the kept run's heads (``math.md`` section 7):
     ``(mixture, moment_heads, n_iter, free_norms)``, the mixture about
     ``mean`` in X's units."""
     basis = prepared.basis
-    rows, heads, mean_sq = unit, best.heads, float(np.trace(spectrum.moment))
+    rows, heads, mean_sq = unit, kept.run.heads, float(np.trace(spectrum.moment))
     # centroid_norms="auto" asks whether the rows as given have one norm,
     # read at the fit's scale (the fourth powers of rows as given
     # underflow, or overflow, far from 1, and the test would depend on a
@@ -676,13 +658,13 @@ def _refined(
         # (benchmarks/user_data.py). From here on the centres are in R^d.
         rows = (given.centred(prepared.full_mean) if centre else given).rescaled(spectrum.scale)
         moments = rows.norm_moments()
-        heads, mean_sq = basis @ best.heads, moments[0]
+        heads, mean_sq = basis @ kept.run.heads, moments[0]
         if not centre:
             # These are the rows as given at the fit's scale: this pass.
             given_moments = moments
     # The heads are turned towards their points on the start's rows,
     # which are in R^d unless the start ran in the principal subspace.
-    sign_rows = best_sample if basis is None else None
+    sign_rows = kept.sample if basis is None else None
     fit = _refine(
         params,
         rows,
@@ -695,7 +677,7 @@ def _refined(
             as_given.norm_moments() if given_moments is None else given_moments,
             tuning.one_norm_rtol,
         ),
-        seeds,
+        kept.seeds,
         sign_rows,
     )
     mixture = SphericalMixture.from_heads(

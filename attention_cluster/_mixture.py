@@ -392,9 +392,10 @@ def _run_em(em, p0, tol, max_iter, rho, report):
         # speed the unbounded step overshoots every time (EM then went on at
         # three passes per two steps; the crawl cells of
         # benchmarks/many_clusters.py).
-        del S0, S1  # (what the rest of the iteration does not read)
-        candidate, length = _squarem_point(p0, p1, p2, step_max, em.floor)
-        del p1
+        v1 = p1.vector()
+        del p1, S0, S1  # (what the rest of the iteration does not read)
+        candidate, length = _squarem_point(p0, v1, p2, step_max, em.floor)
+        del v1
         if candidate is not None and em.passes - start < max_iter:
             Sc, cc, llc = em.expect(candidate)
             if llc >= ll1:
@@ -416,20 +417,21 @@ def _run_em(em, p0, tol, max_iter, rho, report):
     return p1, settled, rho
 
 
-def _squarem_point(p0, p1, p2, step_max, floor):
+def _squarem_point(p0, v1, p2, step_max, floor):
     """SQUAREM's point (Varadhan and Roland's SqS3; ``math.md`` section 7):
     ``(params, length)``, or ``(None, 1.0)`` where there is none.
 
     With ``r = v1 - v0`` and ``v = v2 - 2 v1 + v0`` in the parameter vector
-    (heads, r, log tau^2, log pi) of ``p0`` and its two EM steps ``p1``,
-    ``p2``, the point ``v0 - 2 alpha r + alpha^2 v``, ``alpha = -length``,
-    ``length = min(max(||r|| / ||v||, 1), step_max)`` (``alpha = -1`` is
-    ``v2``); none where a norm is not finite (a head that no point takes
-    has ``log pi = -inf``) or ``v`` is zero. In place, the same numbers: at
-    2^20 features each vector is K arrays of 8 MB, and their temporaries
-    were five more.
+    (heads, r, log tau^2, log pi) of ``p0`` and its two EM steps (``v1``,
+    the first's vector, which this overwrites, and ``p2``), the point ``v0
+    - 2 alpha r + alpha^2 v``, ``alpha = -length``, ``length =
+    min(max(||r|| / ||v||, 1), step_max)`` (``alpha = -1`` is ``v2``); none
+    where a norm is not finite (a head that no point takes has ``log pi =
+    -inf``) or ``v`` is zero. In place, the same numbers: at 2^20 features
+    each vector is K arrays of 8 MB, and their temporaries were five more
+    (the caller holds the first step's vector, not its parameters).
     """
-    v0, v1, v2 = p0.vector(), p1.vector(), p2.vector()
+    v0, v2 = p0.vector(), p2.vector()
     with np.errstate(invalid="ignore"):
         r = v1 - v0
         v = np.multiply(v1, 2.0, out=v1)

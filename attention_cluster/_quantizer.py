@@ -19,6 +19,7 @@ from ._validation import (
     largest_magnitude,
     power_of_two_unit,
     quiet_finite_check,
+    warn,
 )
 from .layers import _factor_for, in_context_softmax_attention
 from .theory import in_context_unbiased_temperature
@@ -77,9 +78,12 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         second-moment spectrum (the mixture of :mathmd:`1` scaled by s), the
         layer is applied to ``X / s``, whose centroids have unit norm as in
         the paper, at ``lambda = (L / K) / (1 + (d + 2) sigma^2 + (L - 1)
-        (1/K + sigma^2))``, and the result is multiplied back by s. The
+        (1/K + sigma^2))`` (``1/min(K, d)`` for ``1/K`` where K > d:
+        :func:`~attention_cluster.theory.in_context_unbiased_temperature`),
+        and the result is multiplied back by s. The
         output is unbiased for each token's centroid up to the error of
-        those estimates, which vanishes as L grows: with few tokens per
+        those estimates, which vanishes as L grows (for K >= d the linear
+        layer is then about the identity, and :meth:`fit` warns): with few tokens per
         feature the noise's smallest sample eigenvalues, from which sigma
         is estimated, fall below sigma^2, and the output is shrunk towards
         zero (to about 0.7 of the centroid at L = 20, d = 10, sigma = 1;
@@ -210,6 +214,22 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         temperature = check_positive(self.temperature, "temperature", also=("auto",))
         attention = check_options(self.attention, "attention", ["linear", "softmax"])
         _prompt(self, X, reset=True)
+        if (
+            attention == "linear"
+            and isinstance(temperature, str)
+            and n_clusters >= self.n_features_in_
+        ):
+            # math.md section 4: the unbiased map fixes K >= d centroids, which span R^d.
+            warn(
+                f"InContextQuantizer(n_clusters={int(n_clusters)}) on {self.n_features_in_} "
+                "features: with as many clusters as features or more, the linear layer cannot "
+                "move tokens towards their centroids (a linear map that fixes centroids "
+                "spanning the feature space is the identity). At temperature='auto' it is "
+                "unbiased where the centroids form a tight frame, and leaves the tokens about "
+                "where they are; for other centroids it is biased. Cluster the rows instead "
+                "(AttentionClustering, KMeans), or pass fewer clusters than features.",
+                UserWarning,
+            )
         self.n_clusters_ = int(n_clusters)
         self.temperature_ = "auto" if isinstance(temperature, str) else float(temperature)
         self.attention_ = str(attention)

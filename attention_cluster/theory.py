@@ -312,6 +312,18 @@ def in_context_unbiased_temperature(noise, sequence_length, *, n_features, n_clu
     to ``1 / (1 + K sigma^2)`` as ``L -> infinity``. With it,
     ``E[T^ctx(X)_1 | Z_1 = c] = mu*_c``.
 
+    More clusters than features (K > d): K unit centroids cannot be
+    orthonormal. For centroids that form a tight frame of R^d (equal
+    weights, ``(1/K) sum_k mu*_k mu*_k^T = I / d``: the vertices of a
+    regular simplex, ``+-e_i``; K random directions approximately),
+    ``E[X X^T] mu*_c = (1/d + sigma^2) mu*_c``, and the same derivation
+    gives the formula with ``1/d`` in place of ``1/K`` in its last term:
+    ``1/min(K, d)`` in general (:mathmd:`4`), tending to ``d / (K (1 + d
+    sigma^2))``. At that temperature the layer's map ``lambda K E[X X^T]``
+    is the identity as L grows: a linear map that fixes K centroids
+    spanning R^d fixes every point, so the layer is unbiased but moves no
+    token towards its centroid.
+
     Parameters
     ----------
     noise : float or array-like
@@ -320,10 +332,10 @@ def in_context_unbiased_temperature(noise, sequence_length, *, n_features, n_clu
         Any real L >= 1 (a non-integer L: the continuous extension), or
         ``np.inf``; broadcast with ``noise``.
     n_features : int
-        Dimension d. Any d >= 1: :class:`~attention_cluster.InContextQuantizer`
-        takes this temperature as its rule for any K, K > d too.
+        Dimension d, any d >= 1.
     n_clusters : int, default=2
-        K, the number of clusters of the prompt.
+        K, the number of clusters of the prompt; any K >= 1, K > d too
+        (centroids of a tight frame, above).
 
     Returns
     -------
@@ -339,9 +351,13 @@ def in_context_unbiased_temperature(noise, sequence_length, *, n_features, n_clu
     L = _check_length(sequence_length)
     K = check_count(n_clusters, "n_clusters")
     n_features = check_count(n_features, "n_features")
-    limit = 1.0 / (1.0 + K * s2)
+    # Each centroid's eigenvalue of the centroids' second moment: 1/K for
+    # orthonormal ones, 1/d for a tight frame of R^d (math.md section 4).
+    m = min(K, n_features)
+    share = 1.0 / m
+    limit = 1.0 / (K / m + K * s2)  # (1/K) / (share + sigma^2)
     with np.errstate(invalid="ignore"):  # inf / inf where L = inf, replaced by the limit
-        finite = (L / K) / (1.0 + (n_features + 2.0) * s2 + (L - 1.0) * (1.0 / K + s2))
+        finite = (L / K) / (1.0 + (n_features + 2.0) * s2 + (L - 1.0) * (share + s2))
     return np.where(np.isinf(L), limit, finite)[()]
 
 

@@ -308,6 +308,30 @@ def test_auto_temperature_is_unbiased_up_to_plug_in_error(global_random_seed):
     assert abs(other) < 0.01
 
 
+def test_more_clusters_than_features_warns_and_is_unbiased_on_a_tight_frame(global_random_seed):
+    # math.md section 4: K >= d centroids span R^d, and a linear map fixing
+    # them is the identity. On a tight frame (+-e_i, K = 2 d) "auto" is
+    # unbiased, each cluster's mean output its centroid (up to the plug-in
+    # and Monte Carlo errors, about 0.01 at L = 6000); the orthonormal
+    # centroids' temperature gave 2.4 to 2.9 times the centroid, silently.
+    rng = np.random.default_rng(global_random_seed)
+    d, L = 3, 6000
+    frame = np.linalg.qr(rng.standard_normal((d, d)))[0] @ np.hstack([np.eye(d), -np.eye(d)])
+    labels = rng.integers(2 * d, size=L)
+    X = frame.T[labels] + 0.1 * rng.standard_normal((L, d))
+    with pytest.warns(UserWarning, match="as many clusters as features or more"):
+        T = InContextQuantizer(2 * d).fit_transform(X)
+    for c in range(2 * d):
+        np.testing.assert_allclose(T[labels == c].mean(0), frame[:, c], atol=0.03)
+    # No warning with fewer clusters than features, a given temperature or
+    # the softmax layer (no linear map).
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        InContextQuantizer(d - 1).fit(X)
+        InContextQuantizer(2 * d, temperature=0.5).fit(X)
+        InContextQuantizer(2 * d, attention="softmax").fit(X)
+
+
 def test_auto_temperature_shrinks_the_output_of_a_short_noisy_prompt(global_random_seed):
     # The docstring's caveat: at L = 20, d = 10, sigma = 1 the plug-in noise
     # (the mean of the smallest sample eigenvalues) is far below sigma^2

@@ -353,6 +353,72 @@ def test_in_context_unbiased_temperature_against_monte_carlo():
     assert_mc((coords.sum(-1) - own).mean(1), 0.0, power=False)
 
 
+def _tight_frame(kind, d):
+    """K unit vectors of R^d with (1/K) sum_k c_k c_k^T = I / d."""
+    if kind == "plus-minus":  # +-e_i, K = 2 d
+        return np.vstack([np.eye(d), -np.eye(d)])
+    # The vertices of a regular simplex, K = d + 1: the centred basis of
+    # R^(d+1), in orthonormal coordinates of its hyperplane.
+    E = np.eye(d + 1) - 1.0 / (d + 1)
+    basis = np.linalg.svd(E)[2][:d]
+    C = E @ basis.T
+    return C / np.linalg.norm(C, axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("kind", ["plus-minus", "simplex"])
+def test_in_context_unbiased_temperature_for_more_clusters_than_features(kind):
+    # math.md section 4: centroids forming a tight frame of R^d, K > d, have
+    # E[X X^T] mu_c = (1/d + sigma^2) mu_c, and the temperature with
+    # 1/min(K, d) makes E[T^ctx_1 | Z_1 = c] = mu_c.
+    rng = np.random.default_rng(31)
+    n, d, L, noise = 40_000, 3, 6, 0.4
+    frame = _tight_frame(kind, d)
+    K = len(frame)
+    np.testing.assert_allclose(frame.T @ frame / K, np.eye(d) / d, atol=1e-12)
+    # A random rotation of the frame for each prompt.
+    Q = np.linalg.qr(rng.standard_normal((n, d, d)))[0]
+    C = np.einsum("kd,nde->nke", frame, Q)
+    z = rng.integers(K, size=(n, L))
+    X = np.take_along_axis(C, z[..., None], 1) + noise * rng.standard_normal((n, L, d))
+    lam = theory.in_context_unbiased_temperature(noise, L, n_features=d, n_clusters=K)
+    T = layer(X, np.eye(d), K * lam)
+    # The first token's output minus its centroid, in the prompt's rotated
+    # axes: zero mean in each.
+    error = np.einsum("nd,nde->ne", T[:, 0] - C[np.arange(n), z[:, 0]], Q.transpose(0, 2, 1))
+    own = np.einsum("nd,nd->n", T[:, 0], C[np.arange(n), z[:, 0]])
+    assert_mc(own, 1.0)
+    for j in range(d):
+        assert_mc(error[:, j], 0.0, power=False)
+    # The orthonormal centroids' form, 1/K in place of 1/d, is biased here:
+    # its mean lies many standard errors from 1.
+    orthonormal = (L / K) / (1 + (d + 2) * noise**2 + (L - 1) * (1 / K + noise**2))
+    own_orthonormal = own * orthonormal / lam  # (the layer is linear in lambda)
+    error = abs(own_orthonormal.mean() - 1.0)
+    assert error > N_SE * own_orthonormal.std() / np.sqrt(n)
+
+
+def test_in_context_unbiased_temperature_limit_for_more_clusters_than_features():
+    # d / (K (1 + d sigma^2)) as L -> infinity (math.md section 4), and the
+    # finite form at K = d is the orthonormal centroids' (1/K = 1/d).
+    s = np.array([0.0, 0.3, 1.0])
+    np.testing.assert_allclose(
+        theory.in_context_unbiased_temperature(s, np.inf, n_features=4, n_clusters=10),
+        4 / (10 * (1 + 4 * s**2)),
+        rtol=1e-15,
+    )
+    np.testing.assert_allclose(
+        theory.in_context_unbiased_temperature(s, 1e15, n_features=4, n_clusters=10),
+        4 / (10 * (1 + 4 * s**2)),
+        rtol=1e-12,
+    )
+    L = 7.0
+    np.testing.assert_allclose(
+        theory.in_context_unbiased_temperature(s, L, n_features=4, n_clusters=4),
+        (L / 4) / (1 + 6 * s**2 + (L - 1) * (1 / 4 + s**2)),
+        rtol=1e-15,
+    )
+
+
 def test_unbiased_temperature_limits():
     s = np.array([0.0, 0.3, 1.0])
     np.testing.assert_allclose(theory.unbiased_temperature(s, 1e12), 1 / (1 + 2 * s**2))
@@ -1151,9 +1217,10 @@ def test_closed_forms_of_orthonormal_centroids_need_d_at_least_k(K, fewer, L, no
 
 def test_the_estimators_rules_take_more_clusters_than_features():
     # AttentionClustering and InContextQuantizer fit K > d with
-    # temperature="auto": their rules keep lambda*'s and Prop. 5.1's closed
-    # forms as they stand there. At L = inf lambda* drops d, and at
-    # sigma = 0.1 its cap 0.95 lambda* is below the unbiased temperature.
+    # temperature="auto": the first's rule keeps lambda*'s closed form as it
+    # stands there (at L = inf lambda* drops d, and at sigma = 0.1 its cap
+    # 0.95 lambda* is below the unbiased temperature); Prop. 5.1's takes
+    # 1/min(K, d) for 1/K (math.md section 4: centroids of a tight frame).
     unbiased = theory.unbiased_temperature(0.1, n_clusters=5)
     capped = 0.95 * theory.lambda_star(0.1, n_clusters=5)
     assert capped < unbiased
@@ -1167,7 +1234,7 @@ def test_the_estimators_rules_take_more_clusters_than_features():
     )
     assert theory.in_context_unbiased_temperature(
         0.0, 4, n_features=3, n_clusters=5
-    ) == pytest.approx((4 / 5) / (1 + 3 / 5))
+    ) == pytest.approx((4 / 5) / (1 + 3 / 3))
 
 
 def test_pgd_objective_never_rises_above_lambda_star(global_random_seed):

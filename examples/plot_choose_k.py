@@ -52,8 +52,8 @@ print(
 # %%
 # One fit per candidate K
 # -----------------------
-# An over-specified K warns: a solver stops short of its tolerance, or the
-# fit finds clusters nearly empty and centres the data to look for more.
+# An over-specified K may warn: the fit finds clusters nearly empty and
+# centres the data to look for more, or a solver stops short of its tolerance.
 # Those warnings are themselves a sign that K is too large; they are
 # counted here, and the criteria read all the same.
 

@@ -104,9 +104,9 @@ for data_name, (X, y) in datasets.items():
 #   origin, and the attention layer alone cannot tell them apart. Their
 #   common mean dominates the second moment, so the default
 #   (``center="auto"``) subtracts it, says so in a warning, and finds the
-#   clusters as directions from the mean, each centroid at its own norm
-#   (``centroid_norms="auto"``: the centred centres lie at different
-#   distances from the mean). A Normalizer destroys the difference in 3:
+#   clusters as directions from the mean (the centred centres lie at one
+#   distance from it, and the fit keeps their norms equal or nearly so). A
+#   Normalizer destroys the difference in 3:
 #   both clusters become one direction.
 # - 5: one axis through the origin carries both clusters. The attention
 #   layer's heads are axes (defined up to sign) and both lie near that one,

@@ -139,8 +139,9 @@ plt.show()
 # - **Far from the origin** (5): AttentionClustering sees the common mean,
 #   centres the data and says so in a warning; KMeans, GaussianMixture and
 #   it find the blobs.
-# - **The Normalizer** is no default: on the other four data sets it throws
-#   away the positions that tell the clusters apart.
+# - **The Normalizer** is no default: it throws away the rows' positions,
+#   which tell the clusters apart in 1, 3 and 5 (on the elongated clusters of
+#   2 it happens to cost nothing).
 #
 # The README's table and the user guide's :doc:`/user_guide/when_to_use`
 # give the same advice in words.

@@ -245,7 +245,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         Number of sequences averaged in each stochastic gradient.
     max_iter : "auto" or int, default="auto"
         Maximum number of PSGD steps (``"auto"``: 5000), of iterations of
-        each stage of the exact solver (``"auto"``: 500), and of E steps of
+        each stage of the exact solver (``"auto"``: 500), of Lloyd's
+        iterations of the seeded start at K >= d (at most 50 whatever
+        ``max_iter``), and of E steps of
         each stage of the EM refinement (``"auto"``: the solver's, 500
         after the exact solver and 5000 after PSGD).
     tol : "auto" or float, default="auto"
@@ -659,8 +661,8 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             be counts), so that it may stop a step or two from where the
             repeated rows stop, within its tolerance. Only their ratios
             count: ``c * sample_weight`` gives the same fit at any magnitude
-            ``c > 0``; a positive weight below 2^-1074 times the largest,
-            which float64 cannot hold relative to it, is refused.
+            ``c > 0``; a positive weight of at most about 2^-1074 times the
+            largest, which float64 cannot hold relative to it, is refused.
 
         Returns
         -------

@@ -627,7 +627,13 @@ def _kept_run(params, given, unit, subspace, spectrum, settings, init, rng, tuni
         # K points among the rows for the free-norm mixture, no attention
         # solver (see _seeds_centres); n_init > 1 seedings, as KMeans' n_init,
         # the one of least inertia kept.
-        seeds = seeded_start(unit.subsample(rng, SUBSAMPLE), K, rng, min_seedings=n_init)
+        seeds = seeded_start(
+            unit.subsample(rng, SUBSAMPLE),
+            K,
+            rng,
+            min_seedings=n_init,
+            max_iter=settings.max_iter,
+        )
         best, n_init = _Run(seeds.heads, np.empty(0), seeds.n_iter, True, None), 0
     for index in range(n_init):
         # The spectral start's rows, on which the exact solver's first stage runs too.

@@ -246,15 +246,16 @@ def lloyd(points, weights, centres, max_iter=_LLOYD_MAX_ITER, tol=_LLOYD_TOL):
     return centres, labels, (w @ closest) / total, n_iter
 
 
-def seeded_start(sample, n_clusters, rng, n_seedings=None, min_seedings=1):
+def seeded_start(sample, n_clusters, rng, n_seedings=None, min_seedings=1, max_iter=None):
     """A start of the free-norm mixture from the rows of ``sample``: a :class:`Seeds`.
 
     On at most ``ROWS_PER_CENTRE * K`` rows of ``sample`` (drawn uniformly,
     without replacement), ``n_seedings`` greedy k-means++ seedings
     (:func:`kmeans_plus_plus`; None: as many as fit in a fixed budget of
     work per Lloyd iteration, from 1 to 4, and at least ``min_seedings``,
-    the estimator's ``n_init``), each polished by :func:`lloyd`
-    on those rows (the seedings side by side, sharing each BLAS product);
+    the estimator's ``n_init``), each polished by :func:`lloyd` (at most
+    ``_LLOYD_MAX_ITER`` iterations, and at most ``max_iter``, the
+    estimator's, where given) on those rows (the seedings side by side, sharing each BLAS product);
     the one of least inertia gives the centres ``c_k = r_k mu_k`` (in the
     sample's coordinates: rows divided by s, centred when the sample is) and
     the noise ``tau^2 = inertia / d``, the M step of the mixture's
@@ -289,7 +290,8 @@ def seeded_start(sample, n_clusters, rng, n_seedings=None, min_seedings=1):
         n_seedings = max(int(np.clip(_SEEDING_BUDGET // work, 1, _MAX_SEEDINGS)), min_seedings)
     with one_blas_thread():
         stacks = kmeans_plus_plus(points, weights, n_clusters, rng, n_seedings=n_seedings)
-        stacks, _, inertia, n_iter = lloyd(points, weights, stacks)
+        most = _LLOYD_MAX_ITER if max_iter is None else min(max_iter, _LLOYD_MAX_ITER)
+        stacks, _, inertia, n_iter = lloyd(points, weights, stacks, max_iter=most)
     best = int(np.argmin(inertia))
     centres, inertia, n_iter = stacks[best], float(inertia[best]), int(n_iter[best])
     centres = centres * spread_unit + reference

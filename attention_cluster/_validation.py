@@ -326,7 +326,7 @@ def check_sample_weight(sample_weight, X, unit=None):
     and the fit is the same for ``c w`` at any ``c > 0``), or ``(None, 1.0)``
     for unit weights (so callers can take fast unweighted paths). Given a
     unit other than 1, no weights are ones divided by it. A positive weight
-    that is zero relative to the unit (below 2^-1074 times it) is refused.
+    that is zero relative to the unit (at most 2^-1075 times it) is refused.
     """
     if sample_weight is None:
         if unit is None or unit == 1.0:
@@ -356,16 +356,18 @@ def check_sample_weight(sample_weight, X, unit=None):
 
 def _check_weights_held(lost, of_stream=False):
     """Refuse positive weights that are zero once read relative to the
-    largest (or to a stream's first batch's): below float64's smallest
-    ratio, 2^-1074, the passes would count their rows as absent (and a
+    largest (or to a stream's first batch's): at about float64's smallest
+    ratio, 2^-1074, or below (exactly: at most 2^-1075 times the unit, a
+    power of two up to twice the largest), the passes would count their rows as absent (and a
     fit then counted fewer rows of positive weight than were given)."""
     if lost:
         whose = "the stream's first batch's" if of_stream else "the"
         raise ValueError(
-            f"sample_weight has {lost} positive weights below 2^-1074 (about 4.9e-324) "
+            f"sample_weight has {lost} positive weights of at most about 2^-1074 (4.9e-324) "
             f"times {whose} largest weight, the smallest ratio float64 holds: weights are "
-            "read relative to it, and these would be zero. Give those rows weight 0, or "
-            "weights within that ratio of the largest."
+            "read relative to a power of two between the largest and twice it, and these "
+            "would be zero. Give those rows weight 0, or weights within that ratio of the "
+            "largest."
         )
 
 

@@ -990,6 +990,30 @@ def test_an_exact_risk_beyond_float64_stops_the_solver_without_runtime_warnings(
     assert np.all(np.isfinite(model.cluster_centers_))
 
 
+@pytest.mark.parametrize(
+    "heaviest, lightest, refused",
+    [
+        # Read relative to 2^e, the power of two up to twice the largest: a
+        # weight is zero there at most 2^-1075 times it (round to even).
+        (1.0, 2.0**-1074, True),  # 2^-1075 of the unit 2: refused
+        (1.0, 2.0**-1073, False),
+        (1.5, 1.5 * 2.0**-1074, False),  # 0.75 of the smallest ratio: held
+        (1.5, 2.0**-1074, True),
+    ],
+)
+def test_the_smallest_weight_held_is_the_documented_ratio(heaviest, lightest, refused):
+    # The message said "below 2^-1074 times the largest" where a weight of
+    # exactly that ratio to a largest weight of 1 was refused.
+    X = make_mixture(40, 3, 2, noise=0.3, random_state=0)[0]
+    w = np.r_[heaviest, lightest, np.ones(38)]
+    fit = functools.partial(AttentionClustering(2, random_state=0).fit, X, sample_weight=w)
+    if refused:
+        with pytest.raises(ValueError, match=r"of at most about 2\^-1074"):
+            fit()
+    else:
+        assert fit().n_features_in_ == 3
+
+
 @pytest.mark.parametrize("kind", ["dense", "float32", "csr", "dask", "dask-weights"])
 @pytest.mark.parametrize("heaviest", [1.0, 1.7e308])
 def test_weights_below_float64s_ratio_to_the_largest_are_refused_by_name(kind, heaviest):
@@ -1008,7 +1032,7 @@ def test_weights_below_float64s_ratio_to_the_largest_are_refused_by_name(kind, h
         given = da.from_array(X, chunks=(30, -1))
         if kind == "dask-weights":
             w = da.from_array(w, chunks=30)
-    match = r"sample_weight has 2 positive weights below 2\^-1074 \(about 4.9e-324\) times the"
+    match = r"sample_weight has 2 positive weights of at most about 2\^-1074 \(4.9e-324\) times"
     fits = [
         lambda: AttentionClustering(3, random_state=0).fit(given, sample_weight=w),
         lambda: SelfAttentionDynamics(random_state=0).fit(given, sample_weight=w),
@@ -1024,7 +1048,7 @@ def test_weights_below_float64s_ratio_to_the_largest_are_refused_by_name(kind, h
     if not kind.startswith("dask"):
         # A stream's later batch reads its weights relative to the first batch's.
         stream = AttentionClustering(3, random_state=0).partial_fit(X, sample_weight=np.ones(60))
-        with pytest.raises(ValueError, match=match + " stream's first batch's largest"):
+        with pytest.raises(ValueError, match=match + " the stream's first batch's largest"):
             stream.partial_fit(X, sample_weight=np.r_[np.full(2, 5e-324), np.ones(58)])
 
 

@@ -246,3 +246,18 @@ def test_seeded_start_beside_a_far_constant_column_is_that_of_the_other_columns(
     np.testing.assert_allclose(_sorted_rows(found[:, 1:]), means, rtol=1e-9, atol=1e-9)
     assert got.inertia == pytest.approx(want.inertia, rel=1e-9)
     assert got.n_iter == want.n_iter
+
+
+def test_the_estimators_max_iter_bounds_lloyds_iterations():
+    # n_iter_ counts Lloyd's iterations at a seeded start (K > d), which ran
+    # up to their own bound of 50 whatever max_iter: 34 at max_iter=1, 2 or 5.
+    from sklearn.datasets import make_blobs
+
+    from attention_cluster import AttentionClustering
+
+    X = make_blobs(600, n_features=2, centers=8, cluster_std=2.0, random_state=0)[0]
+    free = AttentionClustering(8, random_state=0).fit(X).n_iter_
+    assert free > 3  # (a bound of 3 below binds)
+    for max_iter in (1, 3):
+        model = AttentionClustering(8, max_iter=max_iter, random_state=0)
+        assert model.fit(X).n_iter_ <= max_iter

@@ -18,11 +18,16 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m attention_cluster
 
+# SciPy's array API mode, read when SciPy is first imported: without it
+# scikit-learn skips its check of array API input (check_array_api_input)
+# for every estimator of tests/test_common.py.
+TEST_ENV := SCIPY_ARRAY_API=1
+
 # The documentation is built first: tests/test_docs_links.py checks the build.
 test: $(STAMP)
 	$(MAKE) lint
 	$(MAKE) docs
-	$(PY) -m pytest -n 2 -q --doctest-modules attention_cluster tests
+	$(TEST_ENV) $(PY) -m pytest -n 2 -q --doctest-modules attention_cluster tests
 
 # The tests whose numbers must hold for any seed, under 20 more seeds (about
 # 20 s each); SEEDS="7 99" runs others.
@@ -30,14 +35,14 @@ SEEDS ?= $(shell seq 1 20)
 test-seeds: $(STAMP)
 	@for s in $(SEEDS); do \
 		echo "ATTENTION_CLUSTER_TEST_SEED=$$s"; \
-		ATTENTION_CLUSTER_TEST_SEED=$$s $(PY) -m pytest -n 2 -q -p no:cacheprovider --seeded-only tests || exit 1; \
+		$(TEST_ENV) ATTENTION_CLUSTER_TEST_SEED=$$s $(PY) -m pytest -n 2 -q -p no:cacheprovider --seeded-only tests || exit 1; \
 	done
 
 # The suite with Numba's kernels compiled for generic x86-64 (no FMA, no
 # AVX), in a cache of their own: tests whose numbers hold only for one CPU's
 # rounding fail here (x86-64 machines only).
 test-portable: $(STAMP)
-	NUMBA_CPU_NAME=generic NUMBA_CACHE_DIR=$(VENV)/numba-generic $(PY) -m pytest -n 2 -q -p no:cacheprovider tests
+	$(TEST_ENV) NUMBA_CPU_NAME=generic NUMBA_CACHE_DIR=$(VENV)/numba-generic $(PY) -m pytest -n 2 -q -p no:cacheprovider tests
 
 # The suite on the oldest versions pyproject.toml admits (.ci/oldest.txt), in
 # an environment of its own: a floor the code has outgrown fails here. On the
@@ -49,10 +54,10 @@ test-oldest:
 	$(OLDEST)/bin/python -m pip install --quiet --upgrade pip
 	$(OLDEST)/bin/python -m pip install --quiet -c .ci/oldest.txt -e ".[test,dask,docs]"
 	$(OLDEST)/bin/python -m sphinx -q -b html docs docs/_build/html
-	$(OLDEST)/bin/python -m pytest -n 2 -q -p no:cacheprovider --doctest-modules attention_cluster tests
+	$(TEST_ENV) $(OLDEST)/bin/python -m pytest -n 2 -q -p no:cacheprovider --doctest-modules attention_cluster tests
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -n 2 -q --doctest-modules -m "not slow" attention_cluster tests
+	$(TEST_ENV) $(PY) -m pytest -n 2 -q --doctest-modules -m "not slow" attention_cluster tests
 
 # Formatter and linter, configured in pyproject.toml ([tool.ruff]).
 lint: $(STAMP)

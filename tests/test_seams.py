@@ -602,6 +602,22 @@ def test_transform_centres_the_rows_before_the_heads(sparse):
     np.testing.assert_allclose(out, expected[:10], rtol=0, atol=1e-12 * np.abs(expected).max())
 
 
+def _exact_transform(model, rows):
+    """``((x - mean_) U) (lambda K moment_heads_)`` of each row (math.md
+    section 2's layer about the mean), in exact rational arithmetic."""
+    from fractions import Fraction
+
+    heads = model.cluster_centers_.T
+    last = model.temperature_ * model.n_clusters_ * model.moment_heads_
+
+    def exact(x, j):
+        y = [Fraction(a) - Fraction(m) for a, m in zip(x, model.mean_)]
+        projected = [sum(a * Fraction(h) for a, h in zip(y, column)) for column in heads.T]
+        return float(sum(p * Fraction(o) for p, o in zip(projected, last[:, j])))
+
+    return np.array([[exact(x, j) for j in range(last.shape[1])] for x in rows])
+
+
 @pytest.mark.parametrize("fmt", ["dense", "csr", "csc"])
 @pytest.mark.parametrize("center", [True, "auto"])
 @pytest.mark.parametrize("small", [1e-20, 1e-100])
@@ -611,8 +627,6 @@ def test_transform_of_features_far_below_a_constant_column(small, center, fmt):
     # before they were centred, which sent the features to subnormal
     # numbers, an output 3e-4 off for features of 1e-20 and all zero for
     # 1e-100. Against ((x - mean_) U) out in exact rational arithmetic.
-    from fractions import Fraction
-
     rng = np.random.default_rng(0)
     labels = np.repeat([0, 1], 20)
     features = (3.0 * np.c_[labels, 1 - labels] + rng.standard_normal((40, 2))) * small
@@ -621,15 +635,7 @@ def test_transform_of_features_far_below_a_constant_column(small, center, fmt):
     assert model.mean_[0] == 1e300  # the constant column centred to zero
     rows = X[:6] if fmt == "dense" else sp.csr_matrix(X[:6]).asformat(fmt)
     out = model.transform(rows)
-    heads = model.cluster_centers_.T
-    last = model.temperature_ * model.n_clusters_ * model.moment_heads_
-
-    def exact(i, j):
-        y = [Fraction(x) - Fraction(m) for x, m in zip(X[i], model.mean_)]
-        projected = [sum(a * Fraction(h) for a, h in zip(y, column)) for column in heads.T]
-        return float(sum(p * Fraction(o) for p, o in zip(projected, last[:, j])))
-
-    expected = np.array([[exact(i, j) for j in range(3)] for i in range(6)])
+    expected = _exact_transform(model, X[:6])
     assert np.abs(expected).max() > small  # the features' output, not zero
     np.testing.assert_allclose(out, expected, rtol=0, atol=1e-14 * np.abs(expected).max())
 
@@ -654,7 +660,10 @@ def test_transform_of_a_row_beyond_float64_from_the_mean(sparse):
     given = T.copy()
     out = model.transform(sp.csr_matrix(T) if sparse else T)
     assert np.all(np.isfinite(out))
-    assert out[0, 0] == pytest.approx(1.508e307, rel=1e-3)
+    # Against the exact output, where x - mean_ passes float64's range.
+    expected = _exact_transform(model, given)
+    assert abs(expected[0, 0]) > 1e307  # beyond where x - mean_ is finite
+    np.testing.assert_allclose(out, expected, rtol=0, atol=1e-14 * np.abs(expected).max())
     np.testing.assert_array_equal(T, given)  # (the rows are centred in a copy)
 
 

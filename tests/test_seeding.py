@@ -86,7 +86,9 @@ def test_seeded_start_finds_the_centres_of_separated_clusters(kind, global_rando
     assert np.all(gaps < 0.1)
     # tau^2 = inertia / d: the noise variance per coordinate, 0.1^2.
     assert seeds.noise == pytest.approx(np.sqrt(seeds.inertia / d))
-    assert seeds.noise == pytest.approx(0.1, rel=0.15)
+    # (Over 30 seeds its relative error has a standard deviation of 1.6%,
+    # the largest 3.6%: five of them.)
+    assert seeds.noise == pytest.approx(0.1, rel=0.08)
 
 
 @settings(max_examples=30, deadline=None)

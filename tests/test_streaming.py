@@ -1549,7 +1549,8 @@ def test_a_float32_batch_among_float64_ones_keeps_the_head_of_one_centred_cluste
             for dtype in kinds:
                 model.partial_fit(X.astype(dtype))
         heads.append(model.cluster_centers_[0].astype(np.float64))
-    np.testing.assert_allclose(heads[1], heads[0], atol=1e-3)
+    # Float32 rounding apart (3e-8 at most over six seeds of X).
+    np.testing.assert_allclose(heads[1], heads[0], atol=1e-6)
 
 
 def test_a_linearised_stream_turned_online_keeps_its_rounding():

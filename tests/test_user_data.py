@@ -315,12 +315,13 @@ def test_high_dimension_runs_in_the_subspace(monkeypatch, global_random_seed):
     )
     high = AttentionClustering(3, random_state=0).fit(X)
     assert high.cluster_centers_.shape == (3, 80) and high.moment_heads_.shape == (3, 80)
-    assert adjusted_rand_score(y, high.labels_) == pytest.approx(
-        adjusted_rand_score(y, low.labels_), abs=0.01
-    )
+    # Both EM refinements run on the rows in R^d and meet at one maximum:
+    # the same labels, and heads equal to rounding (|cos| within 4.4e-16 of 1
+    # over 30 seeds).
+    assert adjusted_rand_score(low.labels_, high.labels_) == 1.0
     np.testing.assert_array_equal(high.predict(X), high.labels_)
     np.testing.assert_allclose(
-        np.abs(np.sum(high.cluster_centers_ * low.cluster_centers_, axis=1)), 1.0, atol=1e-3
+        np.abs(np.sum(high.cluster_centers_ * low.cluster_centers_, axis=1)), 1.0, atol=1e-12
     )
 
 

@@ -83,8 +83,8 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         and the result is multiplied back by s. The
         output is unbiased for each token's centroid up to the error of
         those estimates, which vanishes as L grows (for K >= d the linear
-        layer is then about the identity, and :meth:`fit` warns): with few tokens per
-        feature the noise's smallest sample eigenvalues, from which sigma
+        layer is then about the identity, and :meth:`fit` warns): with few
+        tokens per feature the noise's smallest sample eigenvalues, from which sigma
         is estimated, fall below sigma^2, and the output is shrunk towards
         zero (to about 0.7 of the centroid at L = 20, d = 10, sigma = 1;
         0.97 at L = 500). Hence

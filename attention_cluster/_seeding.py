@@ -255,7 +255,8 @@ def seeded_start(sample, n_clusters, rng, n_seedings=None, min_seedings=1, max_i
     work per Lloyd iteration, from 1 to 4, and at least ``min_seedings``,
     the estimator's ``n_init``), each polished by :func:`lloyd` (at most
     ``_LLOYD_MAX_ITER`` iterations, and at most ``max_iter``, the
-    estimator's, where given) on those rows (the seedings side by side, sharing each BLAS product);
+    estimator's, where given) on those rows (the seedings side by side,
+    sharing each BLAS product);
     the one of least inertia gives the centres ``c_k = r_k mu_k`` (in the
     sample's coordinates: rows divided by s, centred when the sample is) and
     the noise ``tau^2 = inertia / d``, the M step of the mixture's

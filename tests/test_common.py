@@ -28,7 +28,9 @@ def _expected_failed_checks(estimator):
             "scikit-learn's sparse checks read the classifier tags of any estimator with "
             "predict_proba and expect one column per class; a clusterer has no classifier "
             "tags, so the check stops on an AttributeError after fit and predict succeed. "
-            "Every method on sparse X is compared with dense X in tests/test_capabilities.py."
+            "Every method on X of the checks' formats (CSR, CSC, COO, DOK, LIL, DIA, BSR, "
+            "64-bit indices; as arrays, CSR and CSC) is compared with dense X in "
+            "tests/test_capabilities.py."
         )
         return {
             "check_estimator_sparse_array": reason,

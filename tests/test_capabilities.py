@@ -301,6 +301,19 @@ def _needs_refinement(error):
     return "refine='em'" in str(error.__cause__)
 
 
+def _refused_on_dask(methods, error, says):
+    """The cells of AttentionClustering's ``methods`` on every Dask kind,
+    documented as raising ``error`` whose message ``says`` a phrase."""
+    return {
+        (name, kind, method): (error, lambda e: says in str(e))
+        for name, estimator in ESTIMATORS.items()
+        if isinstance(estimator, AttentionClustering)
+        for kind in KINDS
+        if kind.startswith("dask")
+        for method in methods
+    }
+
+
 DOCUMENTED = {
     ("no-refinement", "*", "predict_proba"): (AttributeError, _needs_refinement),
     ("no-refinement", "*", "score_samples"): (AttributeError, _needs_refinement),
@@ -311,23 +324,9 @@ DOCUMENTED = {
     ("psgd", "*", "bic"): (AttributeError, _needs_refinement),
     ("psgd", "*", "aic"): (AttributeError, _needs_refinement),
     # transform's output of Dask X is lazy: no in-memory container.
-    **{
-        (name, kind, method): (ValueError, lambda e: "lazy Dask array" in str(e))
-        for name, estimator in ESTIMATORS.items()
-        if isinstance(estimator, AttentionClustering)
-        for kind in KINDS
-        if kind.startswith("dask")
-        for method in ("set_output-pandas", "set_output-polars")
-    },
+    **_refused_on_dask(("set_output-pandas", "set_output-polars"), ValueError, "lazy Dask array"),
     # A stream's batches are in memory; fit reads Dask arrays in passes.
-    **{
-        (name, kind, method): (TypeError, lambda e: "batches in memory" in str(e))
-        for name, estimator in ESTIMATORS.items()
-        if isinstance(estimator, AttentionClustering)
-        for kind in KINDS
-        if kind.startswith("dask")
-        for method in ("partial_fit", "partial_fit-weighted")
-    },
+    **_refused_on_dask(("partial_fit", "partial_fit-weighted"), TypeError, "batches in memory"),
 }
 
 

@@ -541,6 +541,14 @@ def gathered(estimator, X, *, reset, sample_weight=None):
     X = X.compute()
     # (Its objects' types, which the graph does not show.)
     check_dtypes(X)
+    if isinstance(X, np.ndarray) and not X.flags.aligned:
+        # A result sent by a worker process is read in place from the
+        # message's buffer, at any byte offset. Numbers not aligned to their
+        # size run the kernels' unaligned variants, whose sums may round
+        # otherwise (InContextQuantizer's output was a unit in the last place
+        # off the same rows in memory): copied aligned, the rows are fitted
+        # as the same array in memory is.
+        X = X.copy(order="K")
     return X
 
 

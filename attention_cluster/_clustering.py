@@ -377,7 +377,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         The solver used (``"auto"`` resolved; after a seeded start, which
         runs none, the one it resolves to: see ``init``).
     refine_ : str or None
-        The refinement used (``"auto"`` resolved).
+        The refinement used (``"auto"`` resolved): None also where the EM
+        refinement's mixture passed float64's range (sample weights whose
+        ratios reach about 1e150), which warns and keeps its start.
     refine_n_iter_ : int
         E steps of the EM refinement on all rows, each one pass over the
         data (0 without it; E steps on subsamples are not counted).

@@ -89,7 +89,9 @@ class _Params:
         if not r0 > 0.0:
             return self.U, self.log_pi, 0.0, 0.0
         keys = self.U * (self.radii / r0)
-        bias = self.log_pi - (self.radii**2 - r0**2) / (2.0 * self.variance)
+        # (r0 * r0, not r0**2: a float's power raises OverflowError where
+        # the product is inf, which the caller's range check reads.)
+        bias = self.log_pi - (self.radii * self.radii - r0 * r0) / (2.0 * self.variance)
         return keys, bias, r0 / self.variance, r0
 
 
@@ -103,7 +105,7 @@ def mixture_log_likelihood(partial, mean_sq, radius, variance, d):
     """
     return (
         partial
-        - (mean_sq + radius**2) / (2.0 * variance)
+        - (mean_sq + radius * radius) / (2.0 * variance)
         - 0.5 * d * np.log(2.0 * np.pi * variance)
     )
 

@@ -547,10 +547,15 @@ def _fit_once(given, prepared, params, init, centre, tuning):
     if not best.converged:
         _warn_not_converged(best, settings, params)
     mean = prepared.full_mean if centre else np.zeros_like(prepared.full_mean)
+    refined = None
     if settings.refine == "em":
-        mixture, moment_heads, refine_n_iter, free_norms = _refined(
+        refined = _refined(
             params, given, prepared, unit, spectrum, settings, kept, rng, centre, mean, tuning
         )
+        if refined is None:  # beyond float64's range: the start's heads
+            settings = replace(settings, refine=None)
+    if refined is not None:
+        mixture, moment_heads, refine_n_iter, free_norms = refined
         centers = mixture.centers
     else:
         centers, moment_heads = _unrefined(unit, basis, spectrum, best)
@@ -671,24 +676,42 @@ def _refined(params, given, prepared, unit, spectrum, settings, kept, rng, centr
     # The heads are turned towards their points on the start's rows,
     # which are in R^d unless the start ran in the principal subspace.
     sign_rows = kept.sample if basis is None else None
-    fit = _refine(
-        params,
-        rows,
-        spectrum,
-        heads,
-        settings,
-        rng,
-        mean_sq,
-        lambda: _one_norm(
-            as_given.norm_moments() if given_moments is None else given_moments,
-            tuning.one_norm_rtol,
-        ),
-        kept.seeds,
-        sign_rows,
-    )
-    mixture = SphericalMixture.from_heads(
-        fit.heads, fit.radii, fit.variance, _log(fit.weights), mean_sq, mean, spectrum.scale
-    )
+    # Rows many scales from the others at the rows' scale (light rows of
+    # sample weights whose ratios reach 1e150) give the mixture's terms
+    # (r_k <mu_k, x> / tau^2, r_k^2) beyond float64's range: its
+    # parameters then come out infinite, NaN or off the sphere, which the
+    # mixture's checks refuse, and the fit keeps the heads the refinement
+    # started from (the solver's, or the seeded start's at K >= d).
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        fit = _refine(
+            params,
+            rows,
+            spectrum,
+            heads,
+            settings,
+            rng,
+            mean_sq,
+            lambda: _one_norm(
+                as_given.norm_moments() if given_moments is None else given_moments,
+                tuning.one_norm_rtol,
+            ),
+            kept.seeds,
+            sign_rows,
+        )
+        try:
+            mixture = SphericalMixture.from_heads(
+                fit.heads, fit.radii, fit.variance, _log(fit.weights), mean_sq, mean, spectrum.scale
+            )
+        except ValueError:
+            warn(
+                "The EM refinement's mixture passed float64's range (rows many scales "
+                "from the others at the rows' scale, as with sample weights whose ratios "
+                "reach 1e150): the fit keeps the heads the refinement started from "
+                "(refine_=None) and fits no likelihood. Bring the weights' ratios within "
+                "range.",
+                ConvergenceWarning,
+            )
+            return None
     moment_heads = _moment_heads(rows, unit, spectrum, mixture.centers)
     return mixture, moment_heads, fit.n_iter, bool(fit.free)
 

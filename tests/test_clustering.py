@@ -994,6 +994,40 @@ def test_an_exact_risk_beyond_float64_stops_the_solver_without_runtime_warnings(
 
 
 @pytest.mark.parametrize(
+    "X, weights, K, params",
+    [
+        # One row 1e150 scales from the others at the rows' scale: the EM's
+        # r0**2 raised OverflowError; its weights or heads came out NaN or
+        # off the sphere, and the mixture's checks raised ValueErrors that
+        # named no input (from a fuzzing of the weights).
+        ([[-2.0], [0.0], [2.0]], [1.0, 1e300, 1.0], 2, {}),
+        ([[-2.0], [0.0], [2.0]], [1.0, 1e160, 1.0], 2, {}),
+        ([[1.0, 2.0], [-1.0, 3.0], [0.0, 0.0]], [1.0, 1.0, 1e300], 3, {"center": False}),
+    ],
+)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_mixture_beyond_float64_keeps_the_start_with_a_convergence_warning(
+    X, weights, K, params, dtype
+):
+    X = np.asarray(X, dtype=dtype)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = AttentionClustering(K, random_state=0, **params).fit(X, sample_weight=weights)
+    assert not [c for c in caught if issubclass(c.category, RuntimeWarning)]
+    assert any(
+        issubclass(c.category, ConvergenceWarning)
+        and "mixture passed float64's range" in str(c.message)
+        for c in caught
+    )
+    # The fit is the one without the refinement, as its attributes say.
+    assert model.refine_ is None and model.mixture_ is None
+    assert model.refine_n_iter_ == 0
+    assert model.cluster_centers_.dtype == dtype
+    assert np.all(np.isfinite(model.cluster_centers_))
+    np.testing.assert_array_equal(model.labels_, model.predict(X))
+
+
+@pytest.mark.parametrize(
     "heaviest, lightest, refused",
     [
         # Read relative to 2^e, the power of two up to twice the largest: a

@@ -350,7 +350,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         silhouettes of the second stage are ``choose_n_clusters(...).silhouettes``.
         Empty where the range of K held one K of at most n_samples (a
         single row of positive weight, or a ``choose_n_clusters`` range of
-        one such K): nothing was chosen, and no dynamics ran.
+        one such K): nothing was chosen, and no dynamics ran. In a stream,
+        the curve of the choice that gave ``n_clusters_``, at :meth:`fit` or
+        the first batch: a batch that starts the stream anew keeps that K
+        (see :meth:`partial_fit`), and the curve with it.
     cluster_centers_ : ndarray of shape (n_clusters, n_features)
         The heads, unit rows. Without the EM refinement each is signed so
         that the points it wins without the sign (the largest ``|<x,

@@ -269,9 +269,9 @@ def fit_plan(rows, params, init=None):
         # of the second moment, not with all of it (a mean of 1% of the
         # trace may outweigh that direction many times).
         reason = (
-            "their common mean dominates the second moment: its squared norm is "
-            f"{_ratio_text(prepared.mean_sq, prepared.spectrum.eigenvalues, K)} the moment's "
-            f"n_clusters-th largest eigenvalue (the rule: more than {tuning.center_ratio:g} times)"
+            "their common mean dominates the second moment: "
+            f"{_ratio_text(prepared.mean_sq, prepared.spectrum.eigenvalues, K, tuning)} "
+            f"(the rule: more than {tuning.center_ratio:g} times)"
         )
     else:
         centre, reason = bool(params.center), None
@@ -470,18 +470,28 @@ def mean_ratio(mean_sq, eigenvalues, n_clusters):
     return mean_sq / kth if kth > 0 else (np.inf if mean_sq > 0 else 0.0)
 
 
-def _ratio_text(mean_sq, eigenvalues, n_clusters):
-    """:func:`mean_ratio` for a message: to three figures, or as a lower
-    bound where lambda_K is within the moment's rounding (about m eps
-    lambda_1, m the eigenvalues given: rows far from zero with little
-    spread), whose figures would be that rounding's (sparse and dense rows
-    gave 8e15 and 1.2e16 for one data set)."""
+def _ratio_text(mean_sq, eigenvalues, n_clusters, tuning):
+    """What :func:`mean_dominates` read, for a message: the ratio
+    :func:`mean_ratio` to three figures, or a lower bound where lambda_K is
+    within the moment's rounding (about m eps lambda_1, m the eigenvalues
+    given: rows far from zero with little spread), whose figures would be
+    that rounding's (sparse and dense rows gave 8e15 and 1.2e16 for one
+    data set). Where that bound is no more than the rule's, lambda_K is
+    zero to the rounding (rows that span fewer than K directions), and the
+    rule took any mean for dominant: the message says so."""
     eigenvalues = np.asarray(eigenvalues, dtype=np.float64)
     kth = float(eigenvalues[min(n_clusters, len(eigenvalues)) - 1])
     floor = len(eigenvalues) * np.finfo(np.float64).eps * float(eigenvalues[0])
+    eigenvalue = "the moment's n_clusters-th largest eigenvalue"
     if kth > floor:
-        return f"{mean_ratio(mean_sq, eigenvalues, n_clusters):.3g} times"
-    return f"more than {mean_sq / floor:.1g} times" if floor > 0 else "infinitely larger than"
+        ratio = mean_ratio(mean_sq, eigenvalues, n_clusters)
+        return f"its squared norm is {ratio:.3g} times {eigenvalue}"
+    if floor > 0 and mean_sq / floor > tuning.center_ratio:
+        return f"its squared norm is more than {mean_sq / floor:.1g} times {eigenvalue}"
+    return (
+        f"{eigenvalue} is zero to the moment's rounding (the rows span fewer than "
+        "n_clusters directions), and any mean outweighs it"
+    )
 
 
 def mean_share(mean_sq, trace):

@@ -902,6 +902,28 @@ def test_auto_centres_when_the_mean_exceeds_ten_kth_eigenvalues(side, K, weighte
         np.testing.assert_allclose(model.mean_, np.average(X, axis=0, weights=w))
 
 
+@pytest.mark.parametrize(
+    "offset, stated",
+    [
+        (1e-12, "the moment's n_clusters-th largest eigenvalue is zero to the moment's rounding"),
+        # A mean whose bound is above the rule's ratio: the bound is stated.
+        (1e-3, "its squared norm is more than 1e+08 times"),
+    ],
+)
+def test_a_kth_eigenvalue_of_zero_is_named_in_the_centring_message(offset, stated):
+    # Rows on one line about the origin, K = 2: lambda_2 is zero to the
+    # moment's rounding, and the rule takes any mean for dominant. The
+    # message gave the lower bound of the ratio, "more than 1e-10 times",
+    # beside "the rule: more than 10 times" (from a fuzzing of the inputs).
+    X = np.array([[1.0, 0.0], [-1.0, 0.0], [1.0 + offset, 0.0], [-1.0, 0.0]])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = AttentionClustering(2, random_state=0).fit(X)
+    (message,) = [str(c.message) for c in caught if "centred the data" in str(c.message)]
+    assert stated in message
+    assert model.center_
+
+
 def test_unfitted_raises():
     with pytest.raises(NotFittedError):
         AttentionClustering().predict(np.ones((2, 2)))

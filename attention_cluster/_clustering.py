@@ -420,8 +420,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         concentration_[h] <x - mean_, c_h> - concentration_[h]^2
         covariances_[h] / 2 + log weights_[h]``. None without the
         refinement, where :meth:`predict` takes ``argmax_h <x - mean_,
-        c_h>``. Infinite where it overflows (data of about 1e-300 in tight
-        clusters); :meth:`predict` takes the same rule at unit scale.
+        c_h>``. Infinite where it overflows X's dtype (tight clusters of
+        data of about 1e-300 in float64, of about 1e-26 in float32, or
+        a single row); :meth:`predict` takes the same rule at unit scale.
     centroid_norms_ : str or None
         ``"equal"`` or ``"free"``: the norms of the fitted mixture's
         centroids (``centroid_norms="auto"`` resolved); None without the
@@ -659,15 +660,17 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             repeated rows, but in the rules that count rows: the choices of
             the fit's path and of its subsamples' sizes, which count the
             rows of positive weight (so that rows of zero weight change
-            nothing), ``n_clusters="auto"``'s test of one cluster, whose
+            none of them), ``n_clusters="auto"``'s test of one cluster, whose
             BIC counts rows, not weights, and the EM refinement's stop,
             whose statistical error counts Kish's
             effective rows ``(sum w)^2 / sum w^2`` (weights are not known to
             be counts), so that it may stop a step or two from where the
             repeated rows stop, within its tolerance. Only their ratios
-            count: ``c * sample_weight`` gives the same fit at any magnitude
-            ``c > 0``; a positive weight of at most about 2^-1074 times the
-            largest, which float64 cannot hold relative to it, is refused.
+            count: ``c * sample_weight`` gives the same fit for a power of
+            two ``c > 0`` at any magnitude, and for other ``c``, whose
+            products round, within the fit's tolerance; a positive weight
+            of at most about 2^-1074 times the largest, which float64
+            cannot hold relative to it, is refused.
 
         Returns
         -------

@@ -398,7 +398,7 @@ def _in_subspace(rows, n_clusters, tuning):
     d = rows.n_features
     if not (rows.in_memory and d > n_clusters + tuning.subspace_extra):
         return False
-    # Rows of positive weight: rows of weight zero do not move the fit.
+    # Rows of positive weight: rows of weight zero change no choice of the path.
     many_rows = rows.n_weighted > tuning.subspace_rows_ratio * BASIS_ROWS
     minimum = (
         tuning.dense_subspace_min_features

@@ -663,7 +663,8 @@ def _kept_run(params, given, unit, subspace, spectrum, settings, init, rng, tuni
 def _refined(params, given, prepared, unit, spectrum, settings, kept, rng, centre, mean, tuning):
     """The EM refinement from the kept run's heads (``math.md`` section 7):
     ``(mixture, moment_heads, n_iter, free_norms)``, the mixture about
-    ``mean`` in X's units."""
+    ``mean`` in X's units; None, with a ConvergenceWarning, where the
+    mixture passed float64's range (the caller keeps the start's heads)."""
     basis = prepared.basis
     rows, heads, mean_sq = unit, kept.run.heads, float(np.trace(spectrum.moment))
     # centroid_norms="auto" asks whether the rows as given have one norm,

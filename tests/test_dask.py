@@ -846,6 +846,14 @@ def test_dataframe_bool_columns_and_mixed_names_as_in_pandas(mixture):
     assert not hasattr(model, "feature_names_in_")
 
 
+def _outputs(estimator, rows):
+    """``predict`` (or ``transform``, which InContextQuantizer has alone) of
+    ``rows`` by a clone of ``estimator`` fitted on them, in memory."""
+    model = clone(estimator).fit(rows)
+    out = model.predict(rows) if hasattr(model, "predict") else model.transform(rows)
+    return np.asarray(out.compute() if dask.is_dask_collection(out) else out)
+
+
 @pytest.mark.parametrize(
     "estimator", [SelfAttentionDynamics(), InContextQuantizer(2)], ids=["dynamics", "quantizer"]
 )
@@ -857,12 +865,8 @@ def test_rows_computed_off_their_alignment_are_fitted_as_the_same_rows_in_memory
     # others round alike either way, and the copy is then all that shows).
     X = make_mixture(600, 4, 2, noise=0.3, random_state=0)[0]
     lazy = da.from_array(X, chunks=(200, -1))
-    fitted = clone(estimator).fit(lazy)
-    out = fitted.predict(lazy) if hasattr(fitted, "predict") else fitted.transform(lazy)
-    in_memory = clone(estimator).fit(X)
-    expected = in_memory.predict(X) if hasattr(in_memory, "predict") else in_memory.transform(X)
-    np.testing.assert_array_equal(np.asarray(out), expected)
-    assert gathered(fitted, lazy, reset=False).flags.aligned
+    np.testing.assert_array_equal(_outputs(estimator, lazy), _outputs(estimator, X))
+    assert gathered(clone(estimator).fit(X), lazy, reset=False).flags.aligned
 
 
 @pytest.mark.parametrize(
@@ -888,16 +892,13 @@ def test_text_is_read_as_the_numbers_it_spells_by_every_estimator(client, estima
         ),
     }
 
-    def outputs(rows):
-        model = clone(estimator).fit(rows)
-        out = model.predict(rows) if hasattr(model, "predict") else model.transform(rows)
-        return np.asarray(out.compute() if dask.is_dask_collection(out) else out)
-
     text = X.astype(str)
     bad = text.copy()
     bad[450, 1] = "abc"
     for kind, make in kinds.items():
-        np.testing.assert_array_equal(outputs(make(text)), outputs(make(X)), err_msg=kind)
+        np.testing.assert_array_equal(
+            _outputs(estimator, make(text)), _outputs(estimator, make(X)), err_msg=kind
+        )
         model = clone(estimator)
         with pytest.raises(ValueError, match="could not convert string to float: .*'abc'"):
             model.fit(make(bad))
@@ -1117,11 +1118,6 @@ def test_bools_decimals_and_fractions_are_read_as_their_numbers_by_every_estimat
         (pd.DataFrame({"t0": fractions[:, 0], **named}), X),
     ]
 
-    def outputs(rows):
-        model = clone(estimator).fit(rows)
-        out = model.predict(rows) if hasattr(model, "predict") else model.transform(rows)
-        return np.asarray(out.compute() if dask.is_dask_collection(out) else out)
-
     # (Dask's from_pandas would store the objects as their text, which
     # NumPy does not read as a Fraction's number.)
     with dask.config.set({"dataframe.convert-string": False}):
@@ -1130,9 +1126,9 @@ def test_bools_decimals_and_fractions_are_read_as_their_numbers_by_every_estimat
                 lazy = da.from_array(rows, chunks=(100, -1))
             else:
                 lazy = dd.from_pandas(rows, npartitions=3)
-            want = outputs(expected)
-            np.testing.assert_array_equal(outputs(rows), want)
-            np.testing.assert_array_equal(outputs(lazy), want)
+            want = _outputs(estimator, expected)
+            np.testing.assert_array_equal(_outputs(estimator, rows), want)
+            np.testing.assert_array_equal(_outputs(estimator, lazy), want)
 
 
 def _with(X, row, value):

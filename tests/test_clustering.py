@@ -990,6 +990,19 @@ def test_fewer_rows_of_positive_weight_than_clusters_are_refused(kind, paper_dat
         assert not hasattr(model, "cluster_centers_")
 
 
+def _fit_stopped_at_float64s_range(model, X, sample_weight, says):
+    """Fit ``model``: no NumPy RuntimeWarning on the way, a ConvergenceWarning
+    whose message ``says`` where float64's range stopped it, finite centres."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit(X, sample_weight=sample_weight)
+    assert not [c for c in caught if issubclass(c.category, RuntimeWarning)]
+    assert any(
+        issubclass(c.category, ConvergenceWarning) and says in str(c.message) for c in caught
+    )
+    assert np.all(np.isfinite(model.cluster_centers_))
+
+
 @pytest.mark.parametrize("kind", ["dense", "csr"])
 @pytest.mark.parametrize("light", [1e-200, 1e-300])
 def test_an_exact_risk_beyond_float64_stops_the_solver_without_runtime_warnings(kind, light):
@@ -1003,16 +1016,8 @@ def test_an_exact_risk_beyond_float64_stops_the_solver_without_runtime_warnings(
     X = make_mixture(60, 8, 3, noise=0.3, random_state=1)[0]
     w = np.r_[1.0, light, light, np.zeros(57)]
     given = sp.csr_matrix(X) if kind == "csr" else X
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        model = AttentionClustering(3, solver="full", random_state=0).fit(given, sample_weight=w)
-    assert not [c for c in caught if issubclass(c.category, RuntimeWarning)]
-    assert any(
-        issubclass(c.category, ConvergenceWarning)
-        and "gradient passed float64's range" in str(c.message)
-        for c in caught
-    )
-    assert np.all(np.isfinite(model.cluster_centers_))
+    model = AttentionClustering(3, solver="full", random_state=0)
+    _fit_stopped_at_float64s_range(model, given, w, "gradient passed float64's range")
 
 
 @pytest.mark.parametrize(
@@ -1032,20 +1037,12 @@ def test_a_mixture_beyond_float64_keeps_the_start_with_a_convergence_warning(
     X, weights, K, params, dtype
 ):
     X = np.asarray(X, dtype=dtype)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        model = AttentionClustering(K, random_state=0, **params).fit(X, sample_weight=weights)
-    assert not [c for c in caught if issubclass(c.category, RuntimeWarning)]
-    assert any(
-        issubclass(c.category, ConvergenceWarning)
-        and "mixture passed float64's range" in str(c.message)
-        for c in caught
-    )
+    model = AttentionClustering(K, random_state=0, **params)
+    _fit_stopped_at_float64s_range(model, X, weights, "mixture passed float64's range")
     # The fit is the one without the refinement, as its attributes say.
     assert model.refine_ is None and model.mixture_ is None
     assert model.refine_n_iter_ == 0
     assert model.cluster_centers_.dtype == dtype
-    assert np.all(np.isfinite(model.cluster_centers_))
     np.testing.assert_array_equal(model.labels_, model.predict(X))
 
 

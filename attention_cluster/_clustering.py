@@ -183,8 +183,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         span; 50 balances that against gradient noise (see the user guide).
     regularization : {"pairwise", "product"} or None, default="pairwise"
         Orthogonality regulariser: ``sum_{j<k} E[<mu_j,X>^2 <mu_k,X>^2]``
-        (paper, section 3.3) or ``E[prod_k <mu_k,X>^2]`` (user guide,
-        :doc:`/user_guide/model`, "The regularisers"). Without
+        (paper, section 3.3) or ``E[prod_k <mu_k,X>^2]`` (``math.md``
+        section 3, from the rebuttal; user guide, :doc:`/user_guide/model`,
+        "The regularisers"). Without
         it, a random start only partially aligns with the centroids.
     reg_strength : "auto" or float, default="auto"
         rho >= 0. ``"auto"`` takes a tenth of the smaller of two limits:

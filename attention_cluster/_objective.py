@@ -98,7 +98,7 @@ def exact_objective(
     ``L`` tokens drawn with replacement from the (weighted) rows of the
     data, in closed form (``math.md`` section 3; module docstring); ``r`` is
     the pairwise regulariser ``sum_{j<k} mean_i a_ij^2 a_ik^2`` (paper,
-    section 3.3), the product ``mean_i prod_k a_ik^2`` (user guide, "The regularisers") or
+    section 3.3), the product ``mean_i prod_k a_ik^2`` (``math.md`` section 3; rebuttal, K = 3) or
     zero.
 
     The gradient (``math.md`` section 3; derived by hand, checked by

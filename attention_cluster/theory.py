@@ -698,7 +698,7 @@ def risk_from_overlaps(
 
 
 def _pairwise_terms(U, centroids, weights, s):
-    """Value and gradient of ``sum_{j<k} E[<u_j, x>^2 <u_k, x>^2]``.
+    """Value and gradient of ``sum_{j<k} E[<u_j, x>^2 <u_k, x>^2]`` (``math.md`` section 3).
 
     For one component, ``y = U^T x ~ N(alpha, s G)`` with ``alpha = U^T m``,
     ``G = U^T U``, and Isserlis gives ``E[y_j^2 y_k^2] = v_j v_k

@@ -24,7 +24,7 @@ from attention_cluster._objective import exact_objective
 from attention_cluster._optimize import minimize_on_spheres, polish_on_spheres
 from attention_cluster._passes import DenseRows
 from attention_cluster._scale import _noise_from_norms, estimate_spectrum
-from attention_cluster._settings import local_reg_strength
+from attention_cluster._settings import auto_reg_strength, local_reg_strength
 from attention_cluster._spectral import (
     MAX_ROWS_FACTOR,
     REFERENCE_RATIO,
@@ -735,6 +735,64 @@ def test_scale_and_noise_are_read_off_the_second_moments_spectrum(weights, scale
     spectrum = estimate_spectrum(DenseRows(X), K)
     assert spectrum.scale == pytest.approx(scale, rel=1e-12)
     assert spectrum.noise == pytest.approx(noise, rel=1e-12)
+
+
+@pytest.mark.parametrize("K", [3, 4])
+@pytest.mark.parametrize("noise", [0.05, 0.3, 0.7])
+def test_product_strength_is_the_pairwise_times_the_calibrated_power(K, noise):
+    # math.md section 3, "The regulariser's strength": the product's default
+    # is a tenth of the pairwise rho_max lambda K / (K - 1) times (0.3 /
+    # max(sigma, 0.1))^(2(K - 2)); below sigma = 0.1 the factor stays at 3^(2(K - 2)).
+    lam = 0.8
+    factor = (0.3 / max(noise, 0.1)) ** (2 * (K - 2))
+    expected = 0.1 * lam * K / (K - 1) * factor
+    np.testing.assert_allclose(local_reg_strength(lam, K, "product", noise), expected, rtol=1e-14)
+
+
+def _risk_drop(head, C, noise, a, weights):
+    """f(m) of math.md section 3: E||X||^2 less the population risk of one head, a = lambda K."""
+    d = C.shape[1]
+    return 1 + d * noise**2 - population_risk(head[None], C, noise, a, np.inf, weights=weights)
+
+
+@pytest.mark.parametrize(
+    ("K", "noise", "lam", "weights", "limit"),
+    [
+        (2, 0.3, 0.5, None, "local"),
+        (3, 0.3, 1 / 3, None, "local"),
+        (3, 0.3, 1.417, None, "global"),
+        (3, 0.6, 0.35, [0.6, 0.3, 0.1], "global"),
+        (2, 0.1, 1.3, None, "cap"),
+        (2, 0.3, 3.0, None, "zero"),
+        (4, 0.5, 0.6, [0.4, 0.3, 0.2, 0.1], "global"),
+    ],
+)
+def test_auto_strength_is_the_smaller_of_its_two_limits(K, noise, lam, weights, limit):
+    # math.md section 3, "The regulariser's strength": rho = min(a tenth of
+    # rho_max, 0.1 (f(m_K) - f(sigma^2)) / ((K - 1) sigma^2 / K), 0.25), and 0
+    # when the gain is not positive. Each term from theory's population
+    # values, not from the formula: f(m) as the risk a head on the lightest
+    # centroid (m_K = w_K + sigma^2) or on a noise direction takes off
+    # E||X||^2, and the span's extra cost as the pairwise regulariser's at
+    # equal weights, as math.md states it (with unequal weights the lightest
+    # head's own cost, (K - 1) w_K sigma^2, is smaller: the default is the
+    # more cautious).
+    d = K + 2
+    C = np.eye(K, d)
+    w = np.full(K, 1 / K) if weights is None else np.asarray(weights)
+    lightest, off = C[np.argmin(w)], np.eye(d)[K]
+    gain = _risk_drop(lightest, C, noise, lam * K, w) - _risk_drop(off, C, noise, lam * K, w)
+    moved = C.copy()
+    moved[0] = off
+    cost = pairwise_regularizer(C, C, noise) - pairwise_regularizer(moved, C, noise)
+    terms = {"local": 0.1 * lam * K / (K - 1), "global": 0.1 * max(gain, 0.0) / cost, "cap": 0.25}
+    expected = min(terms.values())
+    weakest = None if weights is None else float(np.min(w)) + noise**2
+    rho = auto_reg_strength(noise, lam, K, "pairwise", weakest_signal=weakest)
+    np.testing.assert_allclose(rho, expected, rtol=1e-12, atol=1e-300)
+    # Each case exercises the limit it is named after.
+    binding = "zero" if gain <= 0 else min(terms, key=terms.get)
+    assert binding == limit, terms
 
 
 def test_reg_strength_special_cases():

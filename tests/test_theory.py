@@ -14,6 +14,7 @@ import warnings
 
 import numpy as np
 import pytest
+import scipy.optimize
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference import finite_difference, mixture_fourth_moment, population_pgd_steps
@@ -791,6 +792,30 @@ def test_in_context_limits_prop_5_2():
     assert np.all(best < theory.quantizer_risk(s, n_features=d))
     far = theory.in_context_risk(s, paper, 1e9, n_features=d)
     np.testing.assert_allclose(far, best, rtol=1e-6)
+
+
+@pytest.mark.parametrize("layer", ["oracle", "in_context"])
+@pytest.mark.parametrize(
+    ("n_clusters", "d", "noise", "L"),
+    [(2, 10, 0.3, 5), (2, 10, 1.0, 20), (3, 7, 0.5, 8), (4, 12, 0.8, 3)],
+)
+def test_optimal_temperatures_minimise_the_risk_at_finite_length(layer, n_clusters, d, noise, L):
+    # Props. 4.2 and 5.2 at finite L: the optimal temperature is the
+    # minimiser of the layer's risk (checked by Monte Carlo above) over
+    # lambda, found here by a bounded scalar search, not from a1 / (K a2).
+    kw = {"n_features": d, "n_clusters": n_clusters}
+    risk = getattr(theory, f"{layer}_risk")
+    optimal = float(getattr(theory, f"{layer}_optimal_temperature")(noise, L, **kw))
+    found = scipy.optimize.minimize_scalar(
+        lambda lam: risk(noise, lam, L, **kw),
+        bounds=(1e-3, 10.0),
+        method="bounded",
+        options={"xatol": 1e-10},
+    )
+    np.testing.assert_allclose(optimal, found.x, rtol=1e-6)
+    at = risk(noise, optimal, L, **kw)
+    assert at < risk(noise, optimal * (1 - 1e-3), L, **kw)
+    assert at < risk(noise, optimal * (1 + 1e-3), L, **kw)
 
 
 @pytest.mark.parametrize("n_clusters, d", [(2, 2), (3, 7), (5, 12)])

@@ -293,7 +293,7 @@ def _mean(tokens, weights):
     return np.asarray(tokens.T @ weights).ravel() / np.sum(weights)
 
 
-def _centred(tokens, weights=None):
+def _centred_tokens(tokens, weights=None):
     """The tokens minus their mean (:func:`_mean`, two-pass), dense; for sparse tokens
     whose dense copy would exceed ``_CENTRED_TOKENS_BYTES``, m rows of R^r
     with the same inner products (:func:`_gram_rows`, r <= m): the dynamics
@@ -468,7 +468,7 @@ def count_clusters(
     ``max_samples``, else ``max_samples`` of them drawn uniformly, with
     their weights: :func:`_tokens`), centred with ``center=True`` (about their weighted
     mean; wide sparse rows as rows with the centred rows' inner products,
-    :func:`_centred`). With ``"auto"``, where the rows' mean carries more than
+    :func:`_centred_tokens`). With ``"auto"``, where the rows' mean carries more than
     ``share_to_retry`` of their second moment (``_plan.mean_share``), it
     counts on the centred rows too, and that count is kept when
     ``center="auto"``'s rule (``_plan.mean_dominates``), read on these rows
@@ -658,7 +658,7 @@ def _count_given_or_centred(count, scaled, weights, center, ks, fit_at):
     mean_sq = _mean_sq(scaled, weights)
     # With center="auto", the centred rows only where the mean may dominate.
     centred = (
-        _centred(scaled, weights)
+        _centred_tokens(scaled, weights)
         if given_centre
         or (
             isinstance(center, str)

@@ -558,7 +558,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         )
         check_verbose(self.verbose)
         validate_seed(self.random_state)  # with n_init > 1 first read after a pass
-        if self.solver == "psgd":
+        if resolve_methods(self.solver, self.refine)[0] == "psgd":
             # Before X is read, at the narrowest width PSGD may run at (the
             # principal subspace's in memory; Dask rows never take it, and
             # run at their own); the fit plan checks the width it takes.

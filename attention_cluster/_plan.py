@@ -232,13 +232,13 @@ def fit_plan(rows, params, init=None):
     K = params.n_clusters
     d = rows.n_features
     subspace = _in_subspace(rows, K, tuning)
-    if params.solver == "psgd":
+    solver, refine = resolve_methods(params.solver, params.refine)
+    if solver == "psgd":
         # Before any pass, at the width PSGD runs at (the subspace's).
         width = K + tuning.subspace_extra if subspace else d
         check_psgd_draws(params.batch_size, params.sequence_length, width, params.max_iter, tuning)
     if subspace:
         rows.check_finite()
-    refine = resolve_methods(params.solver, params.refine)[1]
     if K > d and not _seeds_centres(params, d, init, refine):
         # Only heads that stay directions (no mixture with free norms to
         # carry seeded centres) are crowded by K > d.

@@ -14,6 +14,7 @@ from ._validation import (
     check_dense_output,
     check_options,
     check_positive,
+    factor_for_rows,
     finite_output,
     gathered,
     largest_magnitude,
@@ -21,7 +22,7 @@ from ._validation import (
     quiet_finite_check,
     warn,
 )
-from .layers import _factor_for, in_context_softmax_attention
+from .layers import in_context_softmax_attention
 from .theory import in_context_unbiased_temperature
 
 __all__ = ["InContextQuantizer"]
@@ -312,7 +313,7 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
                     else:
                         factor = temperature * K / (L * spectrum.scale**2)
                     gram *= factor  # (in place: the Gram matrix is this call's own)
-                    out = left_times(_factor_for(gram, X.dtype), X, X.dtype)
+                    out = left_times(factor_for_rows(gram, X.dtype), X, X.dtype)
                 else:
                     # s T^ctx(X / s)_l = lambda K (X^T X / (L s^2)) X_l, and
                     # X^T X / (L s^2) is the spectrum's unit-scale moment,
@@ -334,7 +335,7 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
                         context *= temperature * K
                     # Sparse rows are read in float64 (SparseRows), and so is
                     # their product: each chunk's is cast to X's dtype.
-                    context = _factor_for(context, X.dtype)
+                    context = factor_for_rows(context, X.dtype)
                     if sp.issparse(X):
                         # SciPy's sparse product takes the dense factor in C
                         # order: copied once here, not at every chunk.

@@ -306,6 +306,26 @@ def largest_magnitude(values):
     return max(float(np.max(values)), -float(np.min(values))) if values.size else 0.0
 
 
+# Factors of the layer whose largest entry lies in this range are cast to
+# float32 for float32 rows (see factor_for_rows).
+_FLOAT32_FACTORS = (2.0**-100, 2.0**100)
+
+
+def factor_for_rows(A, dtype):
+    """An attention layer's small factor A (float64: an L x L, d x d or d x K matrix) for
+    its product with rows of ``dtype``: cast to float32 for float32 rows where its
+    largest entry lies well within float32's normal range
+    (``_FLOAT32_FACTORS``), so that the product runs in float32; beyond,
+    where the cast would underflow (a silent error) or overflow (a false
+    one) though the output is representable, kept float64: the product
+    then runs in float64, cast to float32 after."""
+    if dtype == np.float64:
+        return A
+    peak = largest_magnitude(A)  # (NaN propagates)
+    low, high = _FLOAT32_FACTORS
+    return A.astype(dtype) if peak == 0.0 or low <= peak <= high else A
+
+
 def peak_unit(*arrays):
     """:func:`power_of_two_unit` of the largest ``|x|`` of ``arrays`` (dense
     arrays, or sparse matrices whose stored values are read), 1 when every

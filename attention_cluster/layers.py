@@ -34,8 +34,8 @@ from ._validation import (
     check_count,
     check_matrix,
     check_temperature,
+    factor_for_rows,
     finite_output,
-    largest_magnitude,
 )
 
 __all__ = [
@@ -93,26 +93,6 @@ def _check_heads(heads, n_features, dtype):
             f"heads exceed the range of X's dtype ({np.dtype(dtype).name}): pass X as float64."
         )
     return cast
-
-
-# Factors of the layer whose largest entry lies in this range are cast to
-# float32 for float32 rows (see _factor_for).
-_FLOAT32_FACTORS = (2.0**-100, 2.0**100)
-
-
-def _factor_for(A, dtype):
-    """A layer's small factor A (float64: an L x L, d x d or d x K matrix) for
-    its product with rows of ``dtype``: cast to float32 for float32 rows where its
-    largest entry lies well within float32's normal range
-    (``_FLOAT32_FACTORS``), so that the product runs in float32; beyond,
-    where the cast would underflow (a silent error) or overflow (a false
-    one) though the output is representable, kept float64: the product
-    then runs in float64, cast to float32 after."""
-    if dtype == np.float64:
-        return A
-    peak = largest_magnitude(A)  # (NaN propagates)
-    low, high = _FLOAT32_FACTORS
-    return A.astype(dtype) if peak == 0.0 or low <= peak <= high else A
 
 
 def _finish(out, original_ndim, temperature_helps=True):
@@ -177,7 +157,7 @@ def linear_attention(X, heads, *, temperature=1.0, n_clusters=None):
         G = np.swapaxes(X3, 1, 2) @ A  # (n, d, K): sum_k <mu_h, X_k> X_k
         # Scaling the small d x K factor spares a pass over the output; it is
         # scaled in float64 (a temperature beyond float32's range is not inf).
-        F = _factor_for(
+        F = factor_for_rows(
             (temperature * n_clusters / L) * np.swapaxes(G, 1, 2).astype(np.float64), X3.dtype
         )
         out = (A @ F).astype(X3.dtype, copy=False)
@@ -248,10 +228,14 @@ def in_context_attention(X, *, temperature=1.0, n_clusters=2):
             # (X X^T) X or X (X^T X): the smaller Gram matrix, scaled first
             # in float64 (a temperature beyond float32's range is not inf).
             if L < d:
-                gram = _factor_for(factor * (P @ np.swapaxes(P, 1, 2)).astype(np.float64), P.dtype)
+                gram = factor_for_rows(
+                    factor * (P @ np.swapaxes(P, 1, 2)).astype(np.float64), P.dtype
+                )
                 np.matmul(gram, P, out=out[p : p + step])
             else:
-                gram = _factor_for(factor * (np.swapaxes(P, 1, 2) @ P).astype(np.float64), P.dtype)
+                gram = factor_for_rows(
+                    factor * (np.swapaxes(P, 1, 2) @ P).astype(np.float64), P.dtype
+                )
                 np.matmul(P, gram, out=out[p : p + step])
     return _finish(out, np.ndim(X))
 

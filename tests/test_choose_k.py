@@ -28,7 +28,7 @@ from attention_cluster import (
 )
 from attention_cluster._choose_k import (
     SILHOUETTE_MARGIN,
-    _centred,
+    _centred_tokens,
     _mean_sq,
     _moment_eigenvalues,
     _rule_centres,
@@ -977,14 +977,14 @@ def test_the_rule_that_centres_the_dynamics_rows():
 
     blobs = tokens(make_blobs(300, n_features=5, centers=3, random_state=0)[0])
     assert _tokens_dominate(blobs, 9)
-    np.testing.assert_allclose(_centred(blobs).mean(axis=0), 0.0, atol=1e-12)
+    np.testing.assert_allclose(_centred_tokens(blobs).mean(axis=0), 0.0, atol=1e-12)
     # The paper's mixtures are directions from the origin: their mean stays.
     paper = tokens(make_mixture(600, 6, 3, noise=0.2, random_state=0)[0])
     assert not _tokens_dominate(paper, 3)
     # Narrow sparse rows are densified, as dense rows (wide ones: see
     # test_wide_sparse_rows_are_centred_by_their_inner_products).
     narrow = sp.csr_matrix(blobs)
-    np.testing.assert_array_equal(_centred(narrow), _centred(blobs))
+    np.testing.assert_array_equal(_centred_tokens(narrow), _centred_tokens(blobs))
     assert _tokens_dominate(narrow, 9)
 
 
@@ -997,8 +997,8 @@ def test_sparse_tokens_are_centred_in_their_one_dense_copy(dtype, weighted, trac
     # float32 tokens with float64 weights centre in float64, as dense ones.
     tokens = sp.random(300, 4000, density=0.02, format="csr", random_state=0, dtype=dtype)
     weights = np.random.default_rng(0).integers(1, 4, 300).astype(float) if weighted else None
-    centred, peak = traced_peak(lambda: _centred(tokens, weights))
-    expected = _centred(tokens.toarray(), weights)
+    centred, peak = traced_peak(lambda: _centred_tokens(tokens, weights))
+    expected = _centred_tokens(tokens.toarray(), weights)
     assert centred.dtype == expected.dtype
     np.testing.assert_array_equal(centred, expected)
     if centred.dtype == dtype:
@@ -1008,7 +1008,7 @@ def test_sparse_tokens_are_centred_in_their_one_dense_copy(dtype, weighted, trac
 @pytest.mark.parametrize("weighted", [False, True])
 def test_wide_sparse_rows_are_centred_by_their_inner_products(weighted, monkeypatch):
     # Sparse tokens too wide to densify were counted uncentred: the rows of
-    # _centred have the inner products of the tokens minus their
+    # _centred_tokens have the inner products of the tokens minus their
     # (weighted) mean, in at most m dimensions.
     rng = np.random.default_rng(0)
     tokens = sp.random(40, 300, density=0.05, format="lil", random_state=0)
@@ -1017,7 +1017,7 @@ def test_wide_sparse_rows_are_centred_by_their_inner_products(weighted, monkeypa
     weights = rng.integers(1, 4, 40).astype(float) if weighted else None
     dense = tokens.toarray() - np.average(tokens.toarray(), axis=0, weights=weights)
     monkeypatch.setattr(_choose_k, "_CENTRED_TOKENS_BYTES", 40 * 100 * 8)
-    rows = _centred(tokens, weights)
+    rows = _centred_tokens(tokens, weights)
     assert rows.shape[0] == 40 and rows.shape[1] <= 40
     np.testing.assert_allclose(rows @ rows.T, dense @ dense.T, rtol=0, atol=1e-12)
 

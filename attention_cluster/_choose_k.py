@@ -30,6 +30,7 @@ import functools
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 import scipy.sparse as sp
@@ -56,9 +57,11 @@ from ._plan import (
     DEFAULT_TUNING,
     ScaleError,
     bic_penalty,
+    fit_plan,
     information_criterion,
     mean_dominates,
     mean_share,
+    predict_rule,
 )
 from ._scale import gram_coordinates, orthonormal
 from ._validation import (
@@ -128,6 +131,36 @@ class FittedMixture:
     def bic(self, rows):
         """The mixture's BIC on ``rows`` (``_plan.information_criterion``)."""
         return information_criterion(rows, self.mixture, self.free_norms, self.centred, bic_penalty)
+
+
+def plan_fit_at(rows, params, init):
+    """``fit_at(k, centred=None)`` for :func:`count_clusters`: the fit plan at K = k.
+
+    ``params`` are the estimator's (``n_clusters="auto"``), read once;
+    ``centred`` (a bool) takes the place of ``center="auto"`` for a fit
+    compared with one that centred or not. Returns ``(FitResult, LabelRule,
+    FittedMixture or None)``.
+    """
+
+    def fit_at(k, centred=None):
+        center = params.center
+        if centred is not None and isinstance(center, str):
+            center = centred  # center="auto": as the fit it is compared with
+        if params.verbose:
+            print(
+                f"[AttentionClustering] n_clusters='auto': the fit at n_clusters={k}"
+                + ("" if center is params.center else f", center={center}")
+            )
+        result = fit_plan(
+            rows, SimpleNamespace(**{**vars(params), "n_clusters": k, "center": center}), init
+        )
+        rule = predict_rule(result.centers, result.mixture, result.mean, rows.dtype)
+        mixture = None
+        if result.mixture is not None:
+            mixture = FittedMixture(result.mixture, bool(result.free_norms), result.centred)
+        return result, rule, mixture
+
+    return fit_at
 
 
 def plateau_lengths(path, n_tokens):

@@ -17,7 +17,7 @@ from sklearn.base import BaseEstimator, ClusterMixin, OneToOneFeatureMixin, Tran
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
-from ._choose_k import FittedMixture, count_clusters
+from ._choose_k import count_clusters, plan_fit_at
 from ._mixture import new_stream
 from ._model import MIN_VARIANCE, SphericalMixture
 from ._passes import (
@@ -735,34 +735,13 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             if params.n_clusters == "auto":
                 rows.check_finite()
 
-                def fit_at(k, centred=None):
-                    center = params.center
-                    if centred is not None and isinstance(center, str):
-                        center = centred  # center="auto": as the fit it is compared with
-                    if params.verbose:
-                        print(
-                            f"[AttentionClustering] n_clusters='auto': the fit at n_clusters={k}"
-                            + ("" if center is params.center else f", center={center}")
-                        )
-                    result = fit_plan(
-                        rows,
-                        SimpleNamespace(**{**vars(params), "n_clusters": k, "center": center}),
-                        init,
-                    )
-                    rule = predict_rule(result.centers, result.mixture, result.mean, rows.dtype)
-                    mixture = None
-                    if result.mixture is not None:
-                        free = bool(result.free_norms)
-                        mixture = FittedMixture(result.mixture, free, result.centred)
-                    return result, rule, mixture
-
                 def say(line):
                     if params.verbose:
                         print(f"[AttentionClustering] n_clusters='auto': {line}")
 
                 K, scores, silhouettes, result = count_clusters(
                     rows,
-                    fit_at,
+                    plan_fit_at(rows, params, init),
                     random_state=self.random_state,
                     n_threads=params.n_threads,
                     center=self.center,

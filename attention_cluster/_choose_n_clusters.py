@@ -148,5 +148,4 @@ def choose_n_clusters(
     )
     # Its fit is the fit at K: as AttentionClustering(n_clusters=K).fit(X) leaves it.
     model.set_params(n_clusters=K)
-    del model.n_clusters_scores_
     return ClusterCount(n_clusters=K, scores=scores, silhouettes=silhouettes, model=model)

@@ -756,18 +756,22 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             else:
                 check_n_samples(rows.n_samples, params.n_clusters, rows.n_weighted)
                 result = fit_plan(rows, params, init)
-        self._write(result, rows.dtype)
         if chosen is not None:
-            self.n_clusters_scores_ = chosen[1]
-        elif n_clusters is None:
-            self.__dict__.pop("n_clusters_scores_", None)
+            # choose_n_clusters' model (``choice``) is the fit at K, as
+            # AttentionClustering(K).fit(X) leaves it: no curve.
+            scores = chosen[1] if choice is None else None
+        else:
+            # A stream's restart (``n_clusters``) keeps its K and the curve that chose it.
+            scores = None if n_clusters is None else self.__dict__.get("n_clusters_scores_")
+        self._write(result, rows.dtype, scores)
         return chosen
 
-    def _write(self, result, dtype):
+    def _write(self, result, dtype, scores=None):
         """The one place that writes the fitted attributes, from a :class:`~attention_cluster._plan.FitResult`.
 
         Arrays take the input's dtype (float32 stays float32); ``mixture_``
         keeps float64, the precision of the predictions' arithmetic.
+        ``scores``: ``n_clusters_scores_``, or None for none.
         """
         mixture = result.mixture
 
@@ -803,6 +807,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         self.n_iter_ = result.n_iter
         self.loss_curve_ = result.loss_curve
         self.refine_n_iter_ = result.refine_n_iter
+        if scores is None:
+            self.__dict__.pop("n_clusters_scores_", None)
+        else:
+            self.n_clusters_scores_ = scores
         # What partial_fit's stream starts from and updates (labels_ holds the labels).
         self._result = replace(result, labels=None)
 
@@ -1023,7 +1031,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                         self._fit_rows(rows, n_clusters=self.n_clusters_)
                         self._stream = _new_stream(self._result, rows)
                 with rows, one_blas_thread():
-                    self._write(self._stream_update(rows), rows.dtype)
+                    # An update keeps the K of the stream and the curve that chose it.
+                    scores = self.__dict__.get("n_clusters_scores_")
+                    self._write(self._stream_update(rows), rows.dtype, scores)
         finally:
             replay(dict.fromkeys(held))
         self.n_steps_ += 1

@@ -38,8 +38,8 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import assert_all_finite, check_random_state
 
 from ._dynamics import (
-    SelfAttentionDynamics,
     check_min_cluster_size,
+    counting_dynamics,
     token_weights,
 )
 from ._passes import (
@@ -657,20 +657,7 @@ def _dynamics_count(beta, min_cluster_size, n_threads, seed, weights, rows_seen,
     rows as unit rows (the silhouettes' rows); ``owned``: rows made here and
     read no more, made unit rows in place."""
     directions = unit_rows(rows_seen, copy=not owned)
-    dynamics = SelfAttentionDynamics(
-        beta=beta, min_cluster_size=min_cluster_size, n_threads=n_threads, random_state=seed
-    )
-    # Its warnings' advice names the parameters the caller can set: not
-    # the dynamics' max_iter and step_size, which are fixed here.
-    dynamics._advice_names_steps = False
-    # Its count alone is read: no tracers' vote, no centres in R^d.
-    dynamics._counts_only = True
-    # In float32 whatever X's dtype (math.md section 8, "The count in
-    # float32"): a count read at cluster_tol, far above float32's
-    # rounding, at half the time of a step. From the unit rows: a row far
-    # below the largest would fall below float32's smallest numbers. (The
-    # dynamics casts the rows it draws: no float32 copy of them all.)
-    dynamics._token_dtype = np.float32
+    dynamics = counting_dynamics(beta, min_cluster_size, n_threads, seed)
     with deferred_warnings() as held:
         dynamics.fit(directions, sample_weight=weights)
     return directions, dynamics, held

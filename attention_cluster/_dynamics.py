@@ -483,6 +483,28 @@ def attention_flow(
     return path
 
 
+def counting_dynamics(beta, min_cluster_size, n_threads, random_state):
+    """The dynamics that counts clusters for ``n_clusters="auto"`` (``_choose_k``).
+
+    ``SelfAttentionDynamics`` with these options and three switches of its
+    own: its warnings' advice names the parameters the caller can set (not
+    max_iter and step_size, fixed there); its count alone is read (no
+    tracers' vote, no centres in R^d); and the rows are read in float32
+    whatever X's dtype (math.md section 8, "The count in float32"): a count
+    read at cluster_tol, far above float32's rounding, at half the time of
+    a step. From unit rows: a row far below the largest would fall below
+    float32's smallest numbers. (The dynamics casts the rows it draws: no
+    float32 copy of them all.)
+    """
+    dynamics = SelfAttentionDynamics(
+        beta=beta, min_cluster_size=min_cluster_size, n_threads=n_threads, random_state=random_state
+    )
+    dynamics._advice_names_steps = False
+    dynamics._counts_only = True
+    dynamics._token_dtype = np.float32
+    return dynamics
+
+
 def check_min_cluster_size(min_cluster_size):
     """Refuse a ``min_cluster_size`` that is neither an integer >= 1 nor a fraction in (0, 1)."""
     if not isinstance(min_cluster_size, numbers.Real) or isinstance(

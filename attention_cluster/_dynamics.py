@@ -483,6 +483,36 @@ def attention_flow(
     return path
 
 
+def _nearest(C, Z):
+    """Index of the closest of the limit points C of moved tokens, ``argmin_k |z -
+    c_k|^2``, by the expansion ``|c_k - r|^2 - 2 <z - r, c_k - r>`` about
+    the first limit point r.
+
+    The expansion rounds at the magnitude of its terms, ``|c - r|^2``,
+    not at that of the differences it compares: about the origin, tokens
+    and limit points sharing a coordinate far from zero (1e8 beside a
+    spread of 1 between them, or on the sphere, limit points 1e-8 apart)
+    had their distances lost in the rounding of ``|c|^2``, and strays
+    joined the farther point. About r the terms are of the points'
+    spread (``z - r`` is exact where z and r are within a factor of two
+    of each other, as in a shared coordinate). Compared at the power of
+    two of the largest entry (exact), so that ``z - r`` cannot overflow,
+    then at that of the largest difference, whose squares neither
+    overflow nor underflow at any magnitude of the tokens or their
+    spread.
+    """
+    C, Z = C.astype(np.float64), Z.astype(np.float64)
+    unit = peak_unit(C, Z)
+    C, Z = C / unit, Z / unit
+    reference = C[0].copy()
+    C -= reference
+    Z -= reference
+    unit = peak_unit(C, Z)
+    C, Z = C / unit, Z / unit
+    d2 = np.sum(C**2, axis=1)[None, :] - 2 * Z @ C.T
+    return np.argmin(d2, axis=1).astype(np.intp)
+
+
 def counting_dynamics(beta, min_cluster_size, n_threads, random_state):
     """The dynamics that counts clusters for ``n_clusters="auto"`` (``_choose_k``).
 
@@ -1002,7 +1032,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         if tokens.span is not None and not self._counts_only:
             given, _, W = tokens.span
             lift = partial(_lifted, given=given, W=W)
-        self._set_clusters(
+        centers, token_labels, leaders = self._clusters(
             flow,
             steps.saved[1],
             radius,
@@ -1014,7 +1044,7 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             lift,
         )
         labels = np.full(n, -1, dtype=np.intp)  # (-1: tracers not voted, _counts_only)
-        labels[tokens.token_rows] = self.labels_
+        labels[tokens.token_rows] = token_labels
         if drawn.active is not None and not self._counts_only:
             labels[drawn.passive] = self._vote(
                 flow,
@@ -1022,10 +1052,14 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
                 drawn.passive,
                 tokens.read_tracers,
                 tokens.Z,
-                self.labels_,
+                token_labels,
+                len(centers),
                 weights,
             )
+        self.cluster_centers_ = centers
+        self.n_clusters_ = len(centers)
         self.labels_ = labels
+        self.leaders_ = leaders
         self.n_clusters_path_ = np.asarray(steps.counts, dtype=np.intp)
         self.energy_path_ = np.asarray(steps.energies, dtype=np.float64)
         self.n_iter_ = steps.n_iter
@@ -1280,11 +1314,12 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             )
         warn(message, ConvergenceWarning)
 
-    def _set_clusters(
+    def _clusters(
         self, flow, particles, radius, min_size, t, dtype, weights, token_rows, lift=None
     ):
-        """Clusters of the stopping particles: centres (of ``dtype``), the
-        tokens' labels (in the particles' order of tokens), leaders.
+        """Clusters of the stopping particles: ``(centres, labels, leaders)``,
+        the centres of ``dtype``, the tokens' labels in the particles' order
+        of tokens.
 
         ``weights``: the tokens each of the particles' tokens stands for
         (None: one each), by which the groups are sized and the centres
@@ -1315,24 +1350,21 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         # coordinates: an order that does not depend on the rows' order.
         order = _size_then_coordinates(sizes[kept], shown)
         kept, centers, shown = kept[order], centers[order], shown[order]
-        # The particles' own centres first, for the stray tokens' nearest.
-        self.cluster_centers_ = centers.astype(dtype)
-        self.n_clusters_ = len(kept)
         rank = np.full(len(sizes), -1, dtype=np.intp)
         rank[kept] = np.arange(len(kept))
         labels = rank[groups]
         stray = labels < 0
         if np.any(stray):
-            labels[stray] = self._nearest(Z[stray])
-        self.cluster_centers_ = shown.astype(dtype)
-        self.labels_ = labels
-        self.leaders_ = (
+            # The nearest of the particles' own centres (in their coordinates).
+            labels[stray] = _nearest(centers.astype(dtype), Z[stray])
+        leaders = (
             self._leaders(flow, particles, t, token_rows)
             if self.model == "unnormalized"
             else np.empty(0, dtype=np.intp)
         )
+        return shown.astype(dtype), labels, leaders
 
-    def _vote(self, flow, rows, passive, read_tracers, Z0, labels, weights):
+    def _vote(self, flow, rows, passive, read_tracers, Z0, labels, n_clusters, weights):
         """Cluster of each passive tracer, the rows ``passive`` of ``rows``:
         ``argmax_k sum_{j in cluster k} P_ij``.
 
@@ -1346,11 +1378,11 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
         coordinates), so that the tracers' copies and attention are a
         chunk's.
         """
-        indicators = np.eye(self.n_clusters_, dtype=Z0.dtype)[labels]
+        indicators = np.eye(n_clusters, dtype=Z0.dtype)[labels]
         keys = _apply(flow.key, Z0)
         log_weights = None if weights is None else np.log(weights)
         votes = np.empty(len(passive), dtype=np.intp)
-        for lo, hi in row_chunks(len(passive), max(rows.shape[1], self.n_clusters_)):
+        for lo, hi in row_chunks(len(passive), max(rows.shape[1], n_clusters)):
             tracers = read_tracers(rows[passive[lo:hi]])
             queries = (
                 tracers
@@ -1360,35 +1392,6 @@ class SelfAttentionDynamics(ClusterMixin, BaseEstimator):
             weight, _ = flow.attention(queries, keys, indicators, log_weights)
             votes[lo:hi] = np.argmax(weight, axis=1)
         return votes
-
-    def _nearest(self, Z):
-        """Index of the closest limit point of moved tokens, ``argmin_k |z -
-        c_k|^2``, by the expansion ``|c_k - r|^2 - 2 <z - r, c_k - r>`` about
-        the first limit point r.
-
-        The expansion rounds at the magnitude of its terms, ``|c - r|^2``,
-        not at that of the differences it compares: about the origin, tokens
-        and limit points sharing a coordinate far from zero (1e8 beside a
-        spread of 1 between them, or on the sphere, limit points 1e-8 apart)
-        had their distances lost in the rounding of ``|c|^2``, and strays
-        joined the farther point. About r the terms are of the points'
-        spread (``z - r`` is exact where z and r are within a factor of two
-        of each other, as in a shared coordinate). Compared at the power of
-        two of the largest entry (exact), so that ``z - r`` cannot overflow,
-        then at that of the largest difference, whose squares neither
-        overflow nor underflow at any magnitude of the tokens or their
-        spread.
-        """
-        C, Z = self.cluster_centers_.astype(np.float64), Z.astype(np.float64)
-        unit = peak_unit(C, Z)
-        C, Z = C / unit, Z / unit
-        reference = C[0].copy()
-        C -= reference
-        Z -= reference
-        unit = peak_unit(C, Z)
-        C, Z = C / unit, Z / unit
-        d2 = np.sum(C**2, axis=1)[None, :] - 2 * Z @ C.T
-        return np.argmin(d2, axis=1).astype(np.intp)
 
     def _leaders(self, flow, particles, t, token_rows):
         """Rows of the tokens attending to themselves above 1/2 at time t

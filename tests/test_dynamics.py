@@ -699,9 +699,9 @@ def test_nearest_limit_point_is_shift_and_scale_invariant(k, d, shift, exponent,
     C_grid = rng.integers(-4096, 4097, (k, d))
     Z_grid = rng.integers(-4096, 4097, (12, d))
     v = np.array(shift[:d], dtype=np.float64)
-    model = SelfAttentionDynamics()
-    model.cluster_centers_ = np.ldexp(C_grid / 1024.0 + v, exponent)
-    picks = model._nearest(np.ldexp(Z_grid / 1024.0 + v, exponent))
+    picks = _dynamics._nearest(
+        np.ldexp(C_grid / 1024.0 + v, exponent), np.ldexp(Z_grid / 1024.0 + v, exponent)
+    )
     exact = [[sum(int(a - b) ** 2 for a, b in zip(z, c)) for c in C_grid] for z in Z_grid]
     assert [row[p] for row, p in zip(exact, picks)] == [min(row) for row in exact]
 

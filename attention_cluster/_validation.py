@@ -523,6 +523,9 @@ def check_lazy_output(estimator, X):
     any work (before the fit of ``fit_transform``)."""
     if not is_dask_collection(X):
         return
+    # scikit-learn's one reader of the container set_output and set_config
+    # choose (per estimator, then global): it has no public one. A change
+    # there fails the capability matrix's set_output rows on Dask input.
     from sklearn.utils._set_output import _get_output_config
 
     container = _get_output_config("transform", estimator)["dense"]

@@ -804,3 +804,35 @@ def test_a_short_sparse_prompt_is_multiplied_by_blocks_of_columns(dtype, traced_
     tokens = X.toarray().astype(np.float64)
     expected = (0.5 * 2 / 200) * ((tokens @ tokens.T) @ tokens)
     np.testing.assert_allclose(out, expected, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=0)
+
+
+@pytest.mark.parametrize("attention", ["softmax", "linear"])
+def test_a_softmax_layer_on_a_long_prompt_warns_before_it_starts(monkeypatch, attention):
+    # The softmax layer's L^2 d work: beyond _SOFTMAX_WARN_WORK transform
+    # says so at the caller's line before it starts (a 2e6-row prompt ran
+    # for hours in silence); the linear layer's L d min(L, d) never warns.
+    from attention_cluster import _quantizer
+
+    X, _, _ = make_mixture(200, 5, 2, noise=0.3, random_state=0)
+    model = InContextQuantizer(attention=attention).fit(X)
+    monkeypatch.setattr(_quantizer, "_SOFTMAX_WARN_WORK", 200.0 * 200 * 5 - 1)
+    started = []
+    monkeypatch.setattr(
+        _quantizer,
+        "in_context_softmax_attention",
+        lambda *a, **k: started.append(len(w)) or np.zeros_like(X),
+    )
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        model.transform(X)
+    said = [x for x in w if "L^2 d = 2e+05 multiply-adds" in str(x.message)]
+    if attention == "linear":
+        assert not said
+        return
+    assert len(said) == 1 and said[0].filename == __file__
+    assert started == [1]  # warned before the layer ran
+    monkeypatch.setattr(_quantizer, "_SOFTMAX_WARN_WORK", 200.0 * 200 * 5)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        model.transform(X)
+    assert not [x for x in w if "L^2 d" in str(x.message)]

@@ -565,7 +565,13 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             K = 1 if isinstance(self.n_clusters, str) else self.n_clusters
             narrowest = min(n_features, K + DEFAULT_TUNING.subspace_extra)
             narrowest = narrowest if in_memory else n_features
-            check_psgd_draws(self.batch_size, self.sequence_length, narrowest, self.max_iter)
+            check_psgd_draws(
+                self.batch_size,
+                self.sequence_length,
+                narrowest,
+                self.max_iter,
+                narrowest=narrowest < n_features,
+            )
         if isinstance(self.init, str):
             check_options(self.init, "init", ["spectral", "random"])
             return None

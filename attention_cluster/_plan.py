@@ -341,7 +341,7 @@ def information_criterion(rows, mixture, free_norms, centred, penalty):
     dynamics)."""
     mean = rows.weighted_mean(block_log_likelihoods, mixture)
     n = rows.n_weighted
-    return -2.0 * n * mean + penalty(mixture.n_parameters(free_norms, centred), n)
+    return float(-2.0 * n * mean + penalty(mixture.n_parameters(free_norms, centred), n))
 
 
 def bic_penalty(n_parameters, n_samples):
@@ -1105,11 +1105,14 @@ def _refine(
             ConvergenceWarning,
         )
     if params.verbose:
+        passes = f"{fit.n_iter} pass{'' if fit.n_iter == 1 else 'es'} over all rows"
         print(
-            f"[AttentionClustering] EM refinement: {fit.n_iter} passes over all rows, "
-            f"mean log-likelihood {fit.log_likelihood[-1]:.6g}"
-            if fit.log_likelihood.size
-            else f"[AttentionClustering] EM refinement: {fit.n_iter} passes over all rows"
+            f"[AttentionClustering] EM refinement: {passes}"
+            + (
+                f", mean log-likelihood {fit.log_likelihood[-1]:.6g}"
+                if fit.log_likelihood.size
+                else ""
+            )
         )
     return fit
 
@@ -1137,7 +1140,9 @@ def _tail_average(chunk_sums, fallback):
     return np.where(ok, avg / np.where(ok, norms, 1.0), fallback)
 
 
-def check_psgd_draws(batch_size, sequence_length, n_features, max_iter, tuning=DEFAULT_TUNING):
+def check_psgd_draws(
+    batch_size, sequence_length, n_features, max_iter, tuning=DEFAULT_TUNING, narrowest=False
+):
     """Refuse PSGD parameters whose drawn tokens would pass
     ``DENSE_LIMIT_BYTES``: :func:`_psgd` holds one chunk of steps' tokens,
     ``min(steps_per_check, max_iter) * batch_size * sequence_length`` rows
@@ -1145,7 +1150,9 @@ def check_psgd_draws(batch_size, sequence_length, n_features, max_iter, tuning=D
     narrowest width PSGD may run at (the estimator's parameters' check),
     then by :func:`fit_plan`, before any pass, at the width it runs at (the
     principal subspace's in high dimension). batch_size=10**6 asked NumPy
-    for 186 GiB at d = 5, and its MemoryError named no parameter."""
+    for 186 GiB at d = 5, and its MemoryError named no parameter.
+    ``narrowest``: ``n_features`` is the narrowest width, and the message
+    says "at least"."""
     steps = (
         tuning.steps_per_check
         if isinstance(max_iter, str)
@@ -1155,8 +1162,9 @@ def check_psgd_draws(batch_size, sequence_length, n_features, max_iter, tuning=D
     if size > DENSE_LIMIT_BYTES:
         raise InvalidParameterError(
             f"solver='psgd' draws {steps} steps of batch_size={batch_size} sequences of "
-            f"sequence_length={sequence_length} tokens at a time, {size / 2**30:.3g} GiB of "
-            f"{n_features} features, more than {DENSE_LIMIT_BYTES / 2**30:.0f} GiB: lower "
+            f"sequence_length={sequence_length} tokens at a time, "
+            f"{'at least ' if narrowest else ''}{size / 2**30:.3g} GiB of "
+            f"{n_features} features{' (the narrowest it may run at)' if narrowest else ''}, more than {DENSE_LIMIT_BYTES / 2**30:.0f} GiB: lower "
             "batch_size or sequence_length."
         )
 

@@ -1162,6 +1162,23 @@ def test_psgd_s_memory_is_that_of_the_width_it_runs_at():
 
 
 @pytest.mark.parametrize(
+    ("n_features", "said"),
+    [
+        (10, "at least 298 GiB of 8 features (the narrowest it may run at)"),
+        (5, "GiB of 5 features,"),
+    ],
+)
+def test_psgd_draws_check_names_the_width_it_checked(n_features, said):
+    # Before X is read, PSGD's draws are checked at the narrowest width the
+    # fit may run at, min(d, K + subspace_extra): 8 of 10 features at K = 3,
+    # which the message says is a lower bound; at d = 5, d itself.
+    X = np.ones((20, n_features))
+    with pytest.raises(ValueError, match=re.escape(said)) as raised:
+        AttentionClustering(3, solver="psgd", batch_size=10**6).fit(X)
+    assert ("at least" in str(raised.value)) == (n_features == 10)
+
+
+@pytest.mark.parametrize(
     "params, match",
     [
         ({"temperature": 0.0}, "temperature"),
@@ -1431,3 +1448,26 @@ def test_all_zero_rows_in_high_dimension_fit_as_in_low(kind):
         model = AttentionClustering(2, random_state=0).fit(X)
     assert model.cluster_centers_.shape == (2, 2000)
     np.testing.assert_array_equal(model.predict(X), model.labels_)
+
+
+def test_warnings_are_filtered_by_message_not_by_module():
+    # The user guide ("Warnings"): a warning is attributed to the caller's
+    # line, so a filter on the library's module matches none, and one on the
+    # start of the message does.
+    X = np.array([[1.0, 0.0], [-1.0, 0.0], [1.001, 0.0], [-1.0, 0.0]])
+
+    def caught(**ignored):
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            warnings.filterwarnings("ignore", **ignored)
+            AttentionClustering(2, random_state=0).fit(X)
+        return [str(c.message) for c in record if str(c.message).startswith("center='auto'")]
+
+    assert caught(module="attention_cluster")
+    assert not caught(message="center='auto'")
+
+
+def test_information_criteria_and_score_are_python_floats(fitted, paper_data):
+    # bic returned np.float64 beside aic's and score's float.
+    X, model = paper_data[0], fitted
+    assert all(type(v) is float for v in (model.bic(X), model.aic(X), model.score(X)))

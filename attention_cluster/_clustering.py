@@ -804,12 +804,13 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         self.center_ = result.centred
         self.mean_ = cast(result.mean)
         self.moment_heads_ = cast(result.moment_heads)
-        self.temperature_ = result.settings.temperature
-        self.reg_strength_ = result.settings.reg_strength
+        # Python floats, as documented (the settings may hold NumPy scalars).
+        self.temperature_ = float(result.settings.temperature)
+        self.reg_strength_ = float(result.settings.reg_strength)
         self.solver_ = result.settings.solver
         self.refine_ = result.settings.refine
-        self.noise_scale_ = result.noise
-        self.scale_ = result.scale
+        self.noise_scale_ = float(result.noise)
+        self.scale_ = float(result.scale)
         self.n_iter_ = result.n_iter
         self.loss_curve_ = result.loss_curve
         self.refine_n_iter_ = result.refine_n_iter

@@ -1471,3 +1471,6 @@ def test_information_criteria_and_score_are_python_floats(fitted, paper_data):
     # bic returned np.float64 beside aic's and score's float.
     X, model = paper_data[0], fitted
     assert all(type(v) is float for v in (model.bic(X), model.aic(X), model.score(X)))
+    # So are the documented float attributes (temperature_ and scale_ were np.float64).
+    floats = (model.temperature_, model.reg_strength_, model.noise_scale_, model.scale_)
+    assert all(type(v) is float for v in floats)

@@ -3,7 +3,6 @@
 from numbers import Integral
 
 import numpy as np
-import scipy.sparse as sp
 from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -350,7 +349,7 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
                     # Sparse rows are read in float64 (SparseRows), and so is
                     # their product: each chunk's is cast to X's dtype.
                     context = factor_for_rows(context, X.dtype)
-                    if sp.issparse(X):
+                    if rows.sparse:
                         # SciPy's sparse product takes the dense factor in C
                         # order: copied once here, not at every chunk.
                         context = np.ascontiguousarray(context)
@@ -358,7 +357,7 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
             return finite_output(out)
         # Dense X as it is (the layer copies nothing of it); sparse X densified.
         tokens = (
-            rows.map_rows(dense_block, X.dtype, dtype=X.dtype, columns=d) if sp.issparse(X) else X
+            rows.map_rows(dense_block, X.dtype, dtype=X.dtype, columns=d) if rows.sparse else X
         )
         if spectrum is None:
             return in_context_softmax_attention(tokens, temperature=temperature)

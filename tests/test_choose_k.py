@@ -4,6 +4,7 @@ import ast
 import inspect
 import pickle
 import warnings
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -250,8 +251,10 @@ def test_sphere_silhouette_undefined_for_one_cluster_or_all_singletons():
         ({3: 0.50, 2: 0.60, 4: 0.70}, 4),  # both clearly higher: the highest
         ({3: None, 2: 0.10, 4: 0.20}, 4),  # undefined at K: the highest defined
         ({1: None, 2: None}, 1),  # nothing to compare: the dynamics' K
+        # Higher by exactly the margin (0.5 + 0.05 == 0.55 in float64): "more than" it.
+        ({3: 0.50, 2: 0.55, 4: 0.40}, 3),
     ],
-    ids=["margin", "lower", "both", "undefined", "none"],
+    ids=["margin", "lower", "both", "undefined", "none", "at-the-margin"],
 )
 def test_choose_by_silhouette(silhouettes, expected):
     k_dynamics = next(iter(silhouettes))
@@ -1348,3 +1351,37 @@ def test_the_k_finder_s_dynamics_counts_without_voting_or_centres_in_r_d(monkeyp
         choice = choose_n_clusters(X, AttentionClustering(random_state=0), [1, 2, 3, 4])
     assert choice.n_clusters == 3
     assert not voted
+
+
+def test_a_count_outside_the_range_takes_the_nearest_of_equal_plateaus():
+    # The dynamics' K = 5 outside the range 1..3, whose plateaus are all of
+    # length 0: the K of the range nearest 5.
+    dynamics = SimpleNamespace(n_clusters_=5, subsample_indices_=None)
+    assert _choose_k._read_count(dynamics, [], {1: 0, 2: 0, 3: 0}, 100, None, 100, 10.0, 0.02) == 3
+
+
+def test_half_of_the_tokens_apart_is_not_most_of_them():
+    # No plateau, and 5 groups of 10 tokens: half apart, not most, so the
+    # dynamics' K stands (at 6 of 10 it is one cluster).
+    unsettled = ["no plateau."]
+    scores = {1: 0, 5: 3, 6: 0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for k, expected in ((5, 5), (6, 1)):
+            dynamics = SimpleNamespace(n_clusters_=k, subsample_indices_=None)
+            got = _choose_k._read_count(dynamics, unsettled, scores, 10, None, 10, 10.0, 0.02)
+            assert got == expected
+
+
+def test_centred_tokens_are_centred_about_their_weighted_mean():
+    # The centring of n_clusters="auto"'s count (and the mean's share it
+    # reads) weighs the rows: integer weights are repeated rows.
+    rng = np.random.default_rng(0)
+    tokens = rng.standard_normal((6, 4)) + 3.0
+    weights = np.array([1, 1, 1, 1, 5, 9.0])
+    centred = _centred_tokens(tokens, weights)
+    np.testing.assert_allclose(weights @ centred / weights.sum(), 0.0, atol=1e-12)
+    repeated = np.repeat(tokens, weights.astype(int), axis=0)
+    np.testing.assert_allclose(
+        _choose_k._mean_sq(tokens, weights), _choose_k._mean_sq(repeated), rtol=1e-12
+    )

@@ -2114,3 +2114,64 @@ def test_denser_sparse_rows_run_sparse_in_their_span_where_their_dense_copy_is_r
     got = SelfAttentionDynamics(max_samples=None, random_state=0).fit(X)
     assert got.n_clusters_ == want.n_clusters_ == 3
     np.testing.assert_array_equal(got.labels_, want.labels_)
+
+
+def test_a_fraction_of_tokens_is_rounded_up_to_the_group_size_it_asks():
+    # min_cluster_size=0.1 of 25 tokens asks for groups of 2.5 tokens or
+    # more: of groups of 11, 12 and 2 tokens, two are clusters (the bound's
+    # other tests take fractions whose product is an integer).
+    rng = np.random.default_rng(0)
+    C = rng.standard_normal((3, 20))
+    C /= np.linalg.norm(C, axis=1, keepdims=True)
+    X = np.repeat(C, [11, 12, 2], axis=0)
+    model = SelfAttentionDynamics(
+        min_cluster_size=0.1, stopping="horizon", max_iter=1, beta=50.0
+    ).fit(X)
+    assert model.n_clusters_path_[0] == 2
+    assert model.n_clusters_ == 2
+
+
+def test_a_run_as_long_as_the_longest_replaces_it():
+    # _Plateau's rule (an equal run is the later plateau): the dynamics
+    # stops at the latest of equally long runs.
+    plateau = _dynamics._Plateau()
+    assert plateau.offer(1, 1) and plateau.offer(3, 3)
+    assert not plateau.offer(5, 4)
+    assert plateau.offer(6, 7) and plateau.length == 2
+
+
+@pytest.mark.parametrize("model", ["sa", "usa"])
+def test_sphere_models_centres_are_unit_vectors(model):
+    X = make_mixture(300, 5, 3, noise=0.3, random_state=0)[0]
+    fitted = SelfAttentionDynamics(model=model, stopping="horizon", max_iter=3).fit(X)
+    np.testing.assert_allclose(np.linalg.norm(fitted.cluster_centers_, axis=1), 1.0, rtol=1e-12)
+
+
+def _pair_and_apart(n_apart):
+    """Two unit tokens within cluster_tol of each other (beyond the merge
+    radius), and n_apart orthonormal ones far from them and each other."""
+    B = np.linalg.qr(np.random.default_rng(0).standard_normal((6, 6)))[0]
+    b = B[0] + 5e-2 * B[1]
+    return np.vstack([B[0], b / np.linalg.norm(b), B[2 : 2 + n_apart]])
+
+
+def test_half_of_the_tokens_met_is_no_plateau():
+    # A plateau begins once most tokens (by weight) have met: a pair of 4
+    # tokens is half of them, so the dynamics runs to max_iter and warns.
+    with pytest.warns(ConvergenceWarning):
+        model = SelfAttentionDynamics(beta=8.0, min_cluster_size=1, max_iter=12).fit(
+            _pair_and_apart(2)
+        )
+    assert model.n_iter_ == 12
+
+
+def test_a_pair_of_two_places_has_met_below_the_heavy_weight():
+    # Weights 1, 1, 1, 1, 4: a place is heavy (a group of its own) from
+    # twice the mean place, 3.2 tokens. The pair, of weight 2, has met as two
+    # places, and with the row of weight 4 they are most of the 8 tokens.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = SelfAttentionDynamics(beta=8.0, min_cluster_size=1, max_iter=12).fit(
+            _pair_and_apart(3), sample_weight=np.array([1, 1, 1, 1, 4.0])
+        )
+    assert model.stopping_step_ == 2 and model.n_iter_ < 12

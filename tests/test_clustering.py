@@ -492,6 +492,20 @@ def test_rows_of_weight_zero_leave_the_path_of_the_fit(n, d, K, n_zero, dtype):
     np.testing.assert_array_equal(model.labels_[:n], alone.labels_)
 
 
+@pytest.mark.parametrize("seed", [0, 2])
+def test_rows_of_negligible_weight_leave_the_fit(seed):
+    # The EM's stopping rule counts rows by Kish's effective number (sum
+    # w)^2 / sum w^2, which rows of weight 1e-12 do not raise: counted as
+    # rows, they halved the standard errors and moved the centres by up to
+    # 0.28. (Below the subsamples' sizes: every row is in every pass.)
+    X, _, _ = make_mixture(3000, 5, 3, noise=1.0, centroids="random", random_state=seed)
+    extra = np.random.default_rng(seed).standard_normal(X.shape)
+    w = np.r_[np.ones(len(X)), np.full(len(extra), 1e-12)]
+    alone = AttentionClustering(3, random_state=0).fit(X)
+    model = AttentionClustering(3, random_state=0).fit(np.vstack([X, extra]), sample_weight=w)
+    np.testing.assert_allclose(model.cluster_centers_, alone.cluster_centers_, atol=1e-8)
+
+
 @pytest.mark.parametrize("kind", ["dense", "sparse", "dask"])
 @pytest.mark.parametrize("exponent", [-1070, -600, -1, 600, 1020, 1022])
 def test_weights_count_by_their_ratios_at_any_magnitude(kind, exponent):

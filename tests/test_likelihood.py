@@ -1,6 +1,7 @@
 """AttentionClustering's mixture likelihood (math.md section 7) against SciPy and Monte Carlo."""
 
 import copy
+import warnings
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ from sklearn.metrics import adjusted_rand_score
 from sklearn.mixture import GaussianMixture
 
 from attention_cluster import AttentionClustering, SphericalMixture
+from attention_cluster._model import MIN_VARIANCE
 from attention_cluster.datasets import make_mixture
 
 
@@ -337,3 +339,16 @@ def test_mixture_from_heads_of_the_wrong_shape_raises(heads, match):
     # message about the centers the caller did not pass.
     with pytest.raises(ValueError, match=match):
         SphericalMixture.from_heads(heads, np.ones(1), 0.1, np.zeros(1), 1.0, np.zeros(3), 1.0)
+
+
+def test_point_clusters_variance_is_the_floor_of_the_rows_mean_square():
+    # SphericalMixture.from_heads' one floor: MIN_VARIANCE times the rows'
+    # mean squared norm over d, per coordinate (a factor d off went unseen).
+    rng = np.random.default_rng(0)
+    d = 4
+    X = 5.0 * np.eye(d)[:3][rng.integers(0, 3, 300)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = AttentionClustering(3, random_state=0).fit(X)
+    floor = MIN_VARIANCE * np.mean(np.sum(X * X, axis=1)) / d
+    np.testing.assert_allclose(model.covariances_, floor, rtol=1e-9)

@@ -324,6 +324,8 @@ def test_more_clusters_than_features_warns_and_is_unbiased_on_a_tight_frame(glob
     X = frame.T[labels] + 0.1 * rng.standard_normal((L, d))
     with pytest.warns(UserWarning, match="as many clusters as features or more"):
         T = InContextQuantizer(2 * d).fit_transform(X)
+    with pytest.warns(UserWarning, match="as many clusters as features or more"):
+        InContextQuantizer(d).fit(X)  # as many: the boundary
     for c in range(2 * d):
         np.testing.assert_allclose(T[labels == c].mean(0), frame[:, c], atol=0.03)
     # No warning with fewer clusters than features, a given temperature or

@@ -358,7 +358,12 @@ def _run_em(em, p0, tol, max_iter, rho, report):
     error. This is an order of magnitude, not a bound: the standard error
     is isotropic (:func:`standard_error`) where the likelihood's curvature
     is not, and runs were measured to stop up to about 0.7 standard errors
-    away.
+    away. A rate read after a kept extrapolation can stop them further out:
+    on 3000 rows (d = 5, K = 3, sigma = 1, random centroids, seed 2 of
+    ``datasets.make_mixture``) the two steps read rho = 0.08 where the
+    slow direction's is about 0.85, and the run stopped after 12 passes,
+    3.5 nats below the maximum, about 2.6 standard errors in the Fisher
+    metric (0.02 to 0.16 nats on seeds 0 to 5 otherwise).
     """
     S0, c0, ll0 = em.expect(p0)
     report(em, ll0)

@@ -356,9 +356,7 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
                     out = rows.map_rows(_times, context, X.dtype, dtype=X.dtype, columns=d)
             return finite_output(out)
         # Dense X as it is (the layer copies nothing of it); sparse X densified.
-        tokens = (
-            rows.map_rows(dense_block, X.dtype, dtype=X.dtype, columns=d) if rows.sparse else X
-        )
+        tokens = rows.map_rows(dense_block, X.dtype, dtype=X.dtype, columns=d) if rows.sparse else X
         if spectrum is None:
             return in_context_softmax_attention(tokens, temperature=temperature)
         # Divide by the largest entry first, then by the remaining unit-scale

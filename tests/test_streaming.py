@@ -1084,6 +1084,24 @@ def test_the_linearised_stream_takes_its_jacobian_on_large_batches_only():
     assert isinstance(small._stream, OnlineEM)
 
 
+def test_the_linearised_stream_renews_its_jacobian_when_the_weight_seen_doubles():
+    # math.md section 7: the Jacobian of the E step's statistics is taken on
+    # the first batch and again each time the weight seen has doubled, so a
+    # stream of equal batches renews it after batches 1, 2, 4 and 8 (at
+    # every batch, 8 batches of d = 5, K = 3 rows took 168 statistics
+    # passes instead of 108).
+    X, _, _ = make_mixture(16_000, 5, 3, noise=0.3, random_state=0)
+    model = AttentionClustering(3, random_state=0)
+    renewed, last = [], None
+    for b, batch in enumerate(_batches(X, 2000), start=1):
+        model.partial_fit(batch)
+        assert isinstance(model._stream, LinearisedEM)
+        if model._stream.jacobian is not last:
+            renewed.append(b)
+        last = model._stream.jacobian
+    assert renewed == [1, 2, 4, 8]
+
+
 @pytest.mark.parametrize("size", [50, 2500], ids=["online", "linearised"])
 def test_a_lost_component_is_reseeded(size, global_random_seed):
     # A first batch of one repeated row leaves two of three components

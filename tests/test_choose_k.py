@@ -1385,3 +1385,39 @@ def test_centred_tokens_are_centred_about_their_weighted_mean():
     np.testing.assert_allclose(
         _choose_k._mean_sq(tokens, weights), _choose_k._mean_sq(repeated), rtol=1e-12
     )
+
+
+def test_one_group_as_given_and_centred_is_not_a_merged_count(monkeypatch):
+    # The count on the centred rows replaces the one on the rows as given
+    # when the given rows gather into one group and the centred ones into
+    # more; where both are one group it does not (the silhouettes are then
+    # those of the rows as given).
+    rng = np.random.default_rng(0)
+    X = np.vstack(
+        [
+            [10.0, 0.0] + 0.01 * rng.standard_normal((295, 2)),
+            [100.0, 0.0] + 0.01 * rng.standard_normal((5, 2)),
+        ]
+    )
+    seen = []
+    original = _choose_k._count_given_or_centred
+
+    def spy(count, *args):
+        counts = []
+
+        def counted(*a, **k):
+            out = count(*a, **k)
+            counts.append(int(out[1].n_clusters_))
+            return out
+
+        result = original(counted, *args)
+        seen.append((counts, result[3]))
+        return result
+
+    monkeypatch.setattr(_choose_k, "_count_given_or_centred", spy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        choose_n_clusters(X, AttentionClustering(random_state=0), n_clusters_range=range(1, 6))
+    ((counts, merged),) = seen
+    assert counts == [1, 1]
+    assert not merged

@@ -1160,12 +1160,12 @@ def check_psgd_draws(
     )
     size = 8.0 * steps * batch_size * sequence_length * n_features
     if size > DENSE_LIMIT_BYTES:
+        at_least, which = ("at least ", " (the narrowest it may run at)") if narrowest else ("", "")
         raise InvalidParameterError(
             f"solver='psgd' draws {steps} steps of batch_size={batch_size} sequences of "
-            f"sequence_length={sequence_length} tokens at a time, "
-            f"{'at least ' if narrowest else ''}{size / 2**30:.3g} GiB of "
-            f"{n_features} features{' (the narrowest it may run at)' if narrowest else ''}, more than {DENSE_LIMIT_BYTES / 2**30:.0f} GiB: lower "
-            "batch_size or sequence_length."
+            f"sequence_length={sequence_length} tokens at a time, {at_least}"
+            f"{size / 2**30:.3g} GiB of {n_features} features{which}, more than "
+            f"{DENSE_LIMIT_BYTES / 2**30:.0f} GiB: lower batch_size or sequence_length."
         )
 
 

@@ -1121,3 +1121,37 @@ def test_the_default_tolerance_stops_within_a_fraction_of_a_nat_of_the_maximum(s
     tight = _refined(X, start, noise=1.0, tol=1e-14, max_iter=5000)
     assert fit.converged and tight.converged
     assert len(X) * (tight.log_likelihood[-1] - fit.log_likelihood[-1]) < 0.25
+
+
+def test_squarem_keeps_a_point_only_as_likely_as_the_first_em_iterate(monkeypatch):
+    # math.md section 7: SQUAREM's point is kept when its likelihood is at
+    # least the first EM iterate's, else the run goes on from the second EM
+    # iterate. A point halfway from the start to the first iterate, more
+    # likely than the start and less than that iterate, is refused (a rule
+    # against the start's likelihood kept it; the twin test above meets no
+    # such point).
+    X, _, C = _problem(0, n=800, d=5, K=3, noise=0.7)
+    rng = np.random.default_rng(0)
+    U0 = C.T + 0.4 * rng.standard_normal(C.T.shape)
+    U0 /= np.linalg.norm(U0, axis=0)
+    em = _EM(DenseRows(X, n_threads=1), float(np.mean(np.sum(X**2, axis=1))))
+    p0 = _Params(U0, np.full(3, 0.9), 0.55**2, np.log([0.5, 0.3, 0.2]), False)
+    points = []
+
+    def halfway(p, v1, p2, step_max, floor):
+        point = p.from_vector((p.vector() + v1) / 2.0, floor)
+        points.append((p, point, p2))
+        return point, 1.0
+
+    monkeypatch.setattr(mixture, "_squarem_point", halfway)
+    reported = []
+    mixture._run_em(em, p0, 0.0, 4, 0.9, lambda em, ll: reported.append(ll))
+    ((start, point, second),) = points[:1]
+    first = em.maximize(*em.expect(start)[:2], start)
+    ll = {
+        name: em.expect(q)[2]
+        for name, q in [("start", start), ("point", point), ("first", first), ("second", second)]
+    }
+    assert ll["start"] < ll["point"] < ll["first"]
+    # The run's second report is the likelihood it goes on from: the second iterate's.
+    assert reported[1] == ll["second"] != ll["point"]

@@ -901,6 +901,21 @@ def test_signs_from_the_rows_given_and_no_pass_over_all_rows(monkeypatch, global
 # --- SQUAREM's step ----------------------------------------------------------
 
 
+def _squarem_start(seed, free, weighted, tau0):
+    """The SQUAREM tests' rows and start: ``(X, w, (U0, pi0, radii0), em, p0)``."""
+    X, _, C = _problem(seed, n=800, d=5, K=3, noise=0.7)
+    rng = np.random.default_rng(seed)
+    w = rng.uniform(0.2, 2.0, len(X)) if weighted else None
+    U0 = C.T + 0.4 * rng.standard_normal(C.T.shape)
+    U0 /= np.linalg.norm(U0, axis=0)
+    pi0 = np.array([0.5, 0.3, 0.2])
+    radii0 = np.array([0.8, 1.1, 1.0]) if free else np.full(3, 0.9)
+    mean_sq = float(np.average(np.sum(X**2, axis=1), weights=w))
+    em = _EM(DenseRows(X, w, n_threads=1), mean_sq)
+    p0 = _Params(U0.copy(), radii0.copy(), tau0**2, np.log(pi0), free)
+    return X, w, (U0, pi0, radii0), em, p0
+
+
 def _squarem_case(seed, free, weighted, tau0, passes):
     """SQUAREM iterations of _run_em and their NumPy twin; ``(p, expected, record)``.
 
@@ -915,16 +930,7 @@ def _squarem_case(seed, free, weighted, tau0, passes):
     step_max, kept)``: ``||r|| / ||v||``, SqS3's step length before its
     bounds, and the bound it met.
     """
-    X, _, C = _problem(seed, n=800, d=5, K=3, noise=0.7)
-    rng = np.random.default_rng(seed)
-    w = rng.uniform(0.2, 2.0, len(X)) if weighted else None
-    U0 = C.T + 0.4 * rng.standard_normal(C.T.shape)
-    U0 /= np.linalg.norm(U0, axis=0)
-    pi0 = np.array([0.5, 0.3, 0.2])
-    radii0 = np.array([0.8, 1.1, 1.0]) if free else np.full(3, 0.9)
-    mean_sq = float(np.average(np.sum(X**2, axis=1), weights=w))
-    em = _EM(DenseRows(X, w, n_threads=1), mean_sq)
-    p0 = _Params(U0.copy(), radii0.copy(), tau0**2, np.log(pi0), free)
+    X, w, (U0, pi0, radii0), em, p0 = _squarem_start(seed, free, weighted, tau0)
     p, converged, _ = mixture._run_em(em, p0, 0.0, passes, 0.9, lambda em, ll: None)
     assert em.passes == passes and not converged
 
@@ -1130,12 +1136,7 @@ def test_squarem_keeps_a_point_only_as_likely_as_the_first_em_iterate(monkeypatc
     # likely than the start and less than that iterate, is refused (a rule
     # against the start's likelihood kept it; the twin test above meets no
     # such point).
-    X, _, C = _problem(0, n=800, d=5, K=3, noise=0.7)
-    rng = np.random.default_rng(0)
-    U0 = C.T + 0.4 * rng.standard_normal(C.T.shape)
-    U0 /= np.linalg.norm(U0, axis=0)
-    em = _EM(DenseRows(X, n_threads=1), float(np.mean(np.sum(X**2, axis=1))))
-    p0 = _Params(U0, np.full(3, 0.9), 0.55**2, np.log([0.5, 0.3, 0.2]), False)
+    *_, em, p0 = _squarem_start(0, free=False, weighted=False, tau0=0.55)
     points = []
 
     def halfway(p, v1, p2, step_max, floor):

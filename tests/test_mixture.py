@@ -1110,15 +1110,16 @@ def test_the_em_on_wide_sparse_rows_holds_few_arrays_of_the_centres_size(
     assert adjusted_rand_score(labels, model.labels_) == 1.0
 
 
-@pytest.mark.parametrize("seed", [0, 1, 3, 4, 5])
+@pytest.mark.parametrize("seed", range(6))
 def test_the_default_tolerance_stops_within_a_fraction_of_a_nat_of_the_maximum(seed):
     # The stopping rules (the heads' move against their standard error, the
     # remaining gain against tol p / 2 nats) on 3000 overlapping rows: the
     # run ends within 0.25 nats of a run to tol = 1e-14 from the same start
     # (0.02 to 0.16 measured). A rate without its square root, or a
     # remaining-gain bound four times larger, stopped them 0.4 to 2.5 nats
-    # short. (Seed 2 is the case the stopping rule's docstring states: a
-    # rate read after an extrapolation stops it 3.5 nats short.)
+    # short; the rate read after a kept extrapolation, taken as it came,
+    # stopped seed 2 3.5 nats short (rho = 0.08 where the slow direction's
+    # is about 0.85).
     X, _, C = make_mixture(3000, 5, 3, noise=1.0, centroids="random", random_state=seed)
     rng = np.random.default_rng(seed)
     start = C + 0.3 * rng.standard_normal(C.shape)

@@ -628,17 +628,15 @@ def test_score_after_a_batch_far_above_the_first_batch_s_scale(kind):
             assert model.score(kind(Z)) == pytest.approx(expected, rel=1e-9)
 
 
-@pytest.mark.parametrize("seed", [33, 65])
+@pytest.mark.parametrize("seed", [2, 11])
 def test_a_heavy_sample_restarts_a_stream_that_drifted(seed):
     # A first batch of 30 rows, then 2070 rows sorted by class in batches of
-    # 100: the stream drifts (ARI 0.31 and 0.22 for these seeds on the 9900
-    # other rows). A batch of those rows is a sample of the stream and
-    # starts it anew. Its shares compared only with online EM's running
-    # shares, taken at earlier parameters, refuse it (ARI 0.29 and 0.28
-    # after it, 0.64 restarted); they are also compared with the published
-    # mixture's weights (98 of seeds 0 to 99 restart: seed 11's stream is
-    # taken for an ordered one, which is never restarted, and 23's batch is
-    # refused).
+    # 100: the stream drifts (ARI 0.18, a component at 2.7% of the weight).
+    # A batch of the 9900 other rows is a sample of the stream and starts it
+    # anew. The restart's test compared its shares with online EM's running
+    # shares, taken at earlier parameters, and refused it (ARI 0.075 and
+    # 0.30 for these seeds, 0.64 restarted); it compares them with the
+    # mixture's weights at the current ones (23 of seeds 0 to 23 restart).
     X, y, _ = make_mixture(12_000, 10, 3, noise=0.5, random_state=seed)
     order = 30 + np.argsort(y[30:2100], kind="stable")
     model = AttentionClustering(3, random_state=seed)

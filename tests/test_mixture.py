@@ -1129,6 +1129,19 @@ def test_the_default_tolerance_stops_within_a_fraction_of_a_nat_of_the_maximum(s
     assert len(X) * (tight.log_likelihood[-1] - fit.log_likelihood[-1]) < 0.25
 
 
+def test_the_rate_read_after_an_extrapolation_lets_a_crawl_stop():
+    # Where the clusters barely separate, EM crawls at a rate near 1 and the
+    # rate read on the two EM steps from a kept SQUAREM point lets the rules
+    # stop (_run_em's docstring): 55 passes here. Keeping instead the last
+    # rate read from an EM iterate ran 446 (and 30000 rows, d = 384, K = 50
+    # ran to max_iter, 500 against 50, for the same ARI).
+    X, _, _ = make_mixture(5000, 100, 20, noise=0.5, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        model = AttentionClustering(20, random_state=0).fit(X)
+    assert model.refine_n_iter_ <= 100
+
+
 def test_squarem_keeps_a_point_only_as_likely_as_the_first_em_iterate(monkeypatch):
     # math.md section 7: SQUAREM's point is kept when its likelihood is at
     # least the first EM iterate's, else the run goes on from the second EM

@@ -62,6 +62,9 @@ from ._validation import (
     warn,
 )
 
+# ``_write``'s ``scores`` that leaves ``n_clusters_scores_`` as it is.
+_KEEP_SCORES = object()
+
 
 class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, BaseEstimator):
     r"""Clustering with K linear attention heads learned on the unit sphere.
@@ -768,7 +771,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             scores = chosen[1] if choice is None else None
         else:
             # A stream's restart (``n_clusters``) keeps its K and the curve that chose it.
-            scores = None if n_clusters is None else self.__dict__.get("n_clusters_scores_")
+            scores = None if n_clusters is None else _KEEP_SCORES
         self._write(result, rows.dtype, scores)
         return chosen
 
@@ -777,7 +780,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
 
         Arrays take the input's dtype (float32 stays float32); ``mixture_``
         keeps float64, the precision of the predictions' arithmetic.
-        ``scores``: ``n_clusters_scores_``, or None for none.
+        ``scores``: ``n_clusters_scores_``, None for none, or
+        ``_KEEP_SCORES`` to leave the curve as it is (a stream's update or
+        restart keeps the K of the stream and the curve that chose it).
         """
         mixture = result.mixture
 
@@ -816,7 +821,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         self.refine_n_iter_ = result.refine_n_iter
         if scores is None:
             self.__dict__.pop("n_clusters_scores_", None)
-        else:
+        elif scores is not _KEEP_SCORES:
             self.n_clusters_scores_ = scores
         # What partial_fit's stream starts from and updates (labels_ holds the labels).
         self._result = replace(result, labels=None)
@@ -1038,9 +1043,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                         self._fit_rows(rows, n_clusters=self.n_clusters_)
                         self._stream = _new_stream(self._result, rows)
                 with rows, one_blas_thread():
-                    # An update keeps the K of the stream and the curve that chose it.
-                    scores = self.__dict__.get("n_clusters_scores_")
-                    self._write(self._stream_update(rows), rows.dtype, scores)
+                    self._write(self._stream_update(rows), rows.dtype, _KEEP_SCORES)
         finally:
             replay(dict.fromkeys(held))
         self.n_steps_ += 1

@@ -321,7 +321,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         more than 5% of the second moment (TF-IDF rows, say), keeping the
         centred fit unless the uncentred one is the more likely (with the
         EM refinement; a small cluster is left nearly empty by a fit at
-        its optimum too). Sparse X is centred implicitly, never
+        its optimum too), but after the seeded start of ``n_clusters >=
+        n_features``, whose centres are points, not directions, and reach
+        the same optimum centred or not. Sparse X is centred implicitly, never
         densified. See :doc:`/user_data` for the measurement and the user
         guide for the advice on preprocessing.
     random_state : int, RandomState instance or None, default=None

@@ -239,7 +239,10 @@ def fit_plan(rows, params, init=None):
         check_psgd_draws(params.batch_size, params.sequence_length, width, params.max_iter, tuning)
     if subspace:
         rows.check_finite()
-    if K > d and not _seeds_centres(params, d, init, refine):
+    # K >= d: the start places K points for the free-norm mixture (never in
+    # the principal subspace, which needs d > K).
+    seeded = _seeds_centres(params, d, init, refine)
+    if K > d and not seeded:
         # Only heads that stay directions (no mixture with free norms to
         # carry seeded centres) are crowded by K > d.
         warn(
@@ -281,12 +284,23 @@ def fit_plan(rows, params, init=None):
         result = _fit_once(rows, prepared, params, init, centre, tuning)
     lost = int(np.sum(result.fractions < tuning.lost_fraction / K))
     retried = False
-    if params.center == "auto" and not centre and lost and prepared.share > tuning.share_to_retry:
+    if (
+        params.center == "auto"
+        and not centre
+        and lost
+        and prepared.share > tuning.share_to_retry
+        and not seeded
+    ):
         # The uncentred fit lost clusters to a common mean below the
         # ratio's threshold (TF-IDF rows, say): fit the centred rows too, and
         # keep the centred fit unless the uncentred one is the more likely
         # (both mixtures are K spherical Gaussians in R^d, two local optima
         # of one model: a small true cluster is lost by a fit at its optimum).
+        # Not after the seeded start: its centres are any K points of R^d,
+        # placed by k-means++ about the rows' own reference point, so that
+        # the mean pulls no head, and the centred fit is the same model from
+        # the same start, to the same optimum (math.md section 7, "Centring
+        # or not").
         if params.verbose:
             print(
                 f"[AttentionClustering] center='auto': the fit lost {lost} of the "
@@ -315,7 +329,7 @@ def fit_plan(rows, params, init=None):
             "pass center=True to centre without this warning.",
             UserWarning,
         )
-    _warn_lost_clusters(result, K, prepared.share, tuning, retried)
+    _warn_lost_clusters(result, K, prepared.share, tuning, retried, seeded)
     return result
 
 
@@ -1232,11 +1246,13 @@ def _psgd(params, data, U, spectrum, settings, rng, index, tuning):
     return _Run(previous, losses, done, converged, None)
 
 
-def _warn_lost_clusters(result, K, share, tuning, retried=False):
+def _warn_lost_clusters(result, K, share, tuning, retried=False, seeded=False):
     """Warn when the fit leaves clusters (nearly) empty, or has nothing to cluster.
 
     ``retried``: center="auto" also fitted the centred rows, and kept this
-    uncentred fit as the more likely."""
+    uncentred fit as the more likely. ``seeded``: the fit started from
+    :func:`seeded_start`'s points (K >= d), whose centres are points of R^d,
+    not directions from the origin."""
     floored = result.mixture is not None and result.mixture.variance <= MIN_VARIANCE * (
         1.0 + float(np.max(result.mixture.radii, initial=0.0)) ** 2
     )
@@ -1280,6 +1296,12 @@ def _warn_lost_clusters(result, K, share, tuning, retried=False):
         advice = (
             "every row equals its cluster's centre, so X may hold fewer distinct rows than "
             "n_clusters: try fewer clusters"
+        )
+    elif seeded:
+        advice = (
+            "the cluster may be small, or the clusters overlap, or n_clusters is too large "
+            "for the data (its centres are points, found alike with or without centring): "
+            "try fewer clusters"
         )
     elif retried and not result.centred:
         advice = (

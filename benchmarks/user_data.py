@@ -606,7 +606,8 @@ def _render(p):
         f'`center="auto"` centres when `||mean||^2 > {threshold:g} lambda_K(M)` (M the second moment, '
         "lambda_K its K-th eigenvalue); below that, when the uncentred fit leaves a cluster nearly "
         f"empty while the mean's share exceeds {_plan.DEFAULT_TUNING.share_to_retry:g}, it fits the "
-        "centred rows too and keeps the more likely of the two fits. The table gives that ratio, the "
+        "centred rows too and keeps the more likely of the two fits (not at K >= d, whose seeded "
+        "centres are points, found alike centred or not). The table gives that ratio, the "
         "common mean's share `||mean||^2 / tr(M)`, the ARI without and with centring (`center=False`, "
         '`center=True`), and what the default (`"auto"`) did: whether its fit is centred (`center_`) '
         "and its ARI.",

@@ -239,8 +239,8 @@ def fit_plan(rows, params, init=None):
         check_psgd_draws(params.batch_size, params.sequence_length, width, params.max_iter, tuning)
     if subspace:
         rows.check_finite()
-    # K >= d: the start places K points for the free-norm mixture (never in
-    # the principal subspace, which needs d > K).
+    # Whether the start places K points for the free-norm mixture (K >= d;
+    # never in the principal subspace, which needs d > K).
     seeded = _seeds_centres(params, d, init, refine)
     if K > d and not seeded:
         # Only heads that stay directions (no mixture with free norms to

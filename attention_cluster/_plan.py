@@ -297,10 +297,10 @@ def fit_plan(rows, params, init=None):
         # (both mixtures are K spherical Gaussians in R^d, two local optima
         # of one model: a small true cluster is lost by a fit at its optimum).
         # Not after the seeded start: its centres are any K points of R^d,
-        # placed by k-means++ from the rows' distances to each other (the
-        # same about any origin), so that the mean pulls no head, and the centred fit is the same model from
-        # the same start, to the same optimum (math.md section 7, "Centring
-        # or not").
+        # placed by k-means++ from the rows' distances to each other (the same
+        # about any origin), so that the mean pulls no head, and the centred
+        # fit is the same model from the same start, to the same optimum
+        # (math.md section 7, "Centring or not").
         if params.verbose:
             print(
                 f"[AttentionClustering] center='auto': the fit lost {lost} of the "

@@ -281,7 +281,7 @@ def fit_plan(rows, params, init=None):
     # Only the warnings of the fit kept reach the caller (the retry below
     # discards the first).
     with deferred_warnings() as held:
-        result = _fit_once(rows, prepared, params, init, centre, tuning)
+        result = _fit_once(rows, prepared, params, init, centre, seeded, tuning)
     lost = int(np.sum(result.fractions < tuning.lost_fraction / K))
     retried = False
     if (
@@ -307,7 +307,7 @@ def fit_plan(rows, params, init=None):
                 f"n_clusters={K} clusters; fitting the centred rows too"
             )
         with deferred_warnings() as held_centred:
-            centred = _fit_once(rows, prepared, params, init, True, tuning)
+            centred = _fit_once(rows, prepared, params, init, True, seeded, tuning)
         retried = True
         if _more_likely(rows, result, centred):
             replay(held)
@@ -549,8 +549,10 @@ def _centred(prepared, K):
     return data, estimate_spectrum(data, K, moment=(peak, moment)), prepared
 
 
-def _fit_once(given, prepared, params, init, centre, tuning):
-    """One fit of the prepared rows, centred or not."""
+def _fit_once(given, prepared, params, init, centre, seeded, tuning):
+    """One fit of the prepared rows, centred or not; ``seeded``: whether its
+    start is :func:`seeded_start`'s (:func:`_seeds_centres`, decided by
+    :func:`fit_plan`)."""
     K = params.n_clusters
     data, basis, spectrum = prepared.data, prepared.basis, prepared.spectrum
     if centre:
@@ -566,7 +568,7 @@ def _fit_once(given, prepared, params, init, centre, tuning):
     settings = _settings(params, given.n_features, spectrum)
     unit = data.rescaled(spectrum.scale)
     rng = check_random_state(params.random_state)
-    kept = _kept_run(params, given, unit, basis is not None, spectrum, settings, init, rng, tuning)
+    kept = _kept_run(params, given, unit, seeded, spectrum, settings, init, rng, tuning)
     best = kept.run
     if not best.converged:
         _warn_not_converged(best, settings, params)
@@ -630,18 +632,16 @@ def _check_scale(scale, where):
         raise _too_large(where)
 
 
-def _kept_run(params, given, unit, subspace, spectrum, settings, init, rng, tuning):
+def _kept_run(params, given, unit, seeded, spectrum, settings, init, rng, tuning):
     """The solver's runs on the unit-scale rows ``unit`` and the one of least
-    objective, or the seeded start where it places the centres instead: a
-    :class:`_Kept`. ``subspace``: whether ``unit`` are coordinates in the
-    principal subspace."""
+    objective, or the seeded start where it places the centres instead
+    (``seeded``): a :class:`_Kept`."""
     K = params.n_clusters
     n_init = params.n_init
     # The start's rows: their count reads the width of the rows whose
     # second moment gave the eigenvectors (all of X's features, also when
     # the fit runs in the principal subspace).
     start_size = start_rows(K, given.n_features, given.n_weighted)
-    seeded = not subspace and _seeds_centres(params, unit.n_features, init, settings.refine)
     if n_init > 1 and not seeded and not _runs_can_differ(params, unit, settings, start_size):
         # As KMeans does with an explicit start: one run, and say why.
         warn(
@@ -905,7 +905,7 @@ def _seeds_centres(params, n_features, init, refine):
 def _start(params, sample, spectrum, init, rng):
     """The starting heads (d x K) of the solvers' runs: the one place that chooses them
     (the free-norm mixture's seeded centres, which no solver runs from, are
-    :func:`_seeds_centres`' choice in :func:`_fit_once`).
+    :func:`_seeds_centres`' choice in :func:`fit_plan`).
 
     ``init`` is the validated array (unit columns) or None; ``"random"``
     draws heads uniformly on the spheres; ``"spectral"`` rotates the top

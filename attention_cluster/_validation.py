@@ -423,20 +423,42 @@ def atomic_fit(fit):
 
     ``validate_data`` records ``n_features_in_`` before later checks can
     fail; restoring the instance dictionary on error means a bad call never
-    leaves a half-fitted estimator (nor spoils an earlier fit).
+    leaves a half-fitted estimator (nor spoils an earlier fit). The
+    generator the fit draws from (:func:`_shared_generator`) is restored
+    too: a fit may draw its subsamples' seed before the pass that finds NaN
+    in X, and a call that raised would otherwise change the fits that
+    follow it from the caller's ``RandomState`` (or NumPy's global one), as
+    scikit-learn's, which check X before any draw, do not.
     """
 
     @functools.wraps(fit)
     def wrapper(self, *args, **kwargs):
         saved = dict(self.__dict__)
+        generator = _shared_generator(self)
+        state = None if generator is None else generator.get_state()
         try:
             return fit(self, *args, **kwargs)
         except BaseException:
             self.__dict__.clear()
             self.__dict__.update(saved)
+            if generator is not None:
+                generator.set_state(state)
             raise
 
     return wrapper
+
+
+def _shared_generator(estimator):
+    """The ``RandomState`` a fit of ``estimator`` draws from that outlives
+    the fit: its ``random_state`` when that is an instance, NumPy's global
+    one when it is None; None for a seed (each fit draws from a new
+    generator) or an estimator without ``random_state``."""
+    if not hasattr(estimator, "random_state"):
+        return None
+    seed = estimator.random_state
+    if seed is None:
+        return np.random.mtrand._rand
+    return seed if isinstance(seed, np.random.RandomState) else None
 
 
 # The package's warnings held back in this context (deferred_warnings), or

@@ -985,6 +985,49 @@ def test_bad_weights_raise_and_keep_the_previous_fit(paper_data, weights, match)
     assert model.labels_.shape == (200,)
 
 
+@pytest.mark.parametrize("kind", ["dense", "float32", "csr", "stream"])
+@pytest.mark.parametrize("seed", ["instance", "global"])
+def test_a_fit_that_raises_draws_nothing_from_the_callers_generator(paper_data, kind, seed):
+    # The subsamples' seed is drawn before the pass that finds NaN in X: a
+    # call that raised must leave the caller's RandomState (or NumPy's
+    # global one) where it was, as scikit-learn's estimators, which check X
+    # before any draw, do; the next fit is then the one it would have been.
+    X = paper_data[0][:300]
+    bad = X.copy()
+    bad[-1, -1] = np.nan
+    convert = {
+        "dense": lambda A: A,
+        "float32": lambda A: A.astype(np.float32),
+        "csr": sp.csr_matrix,
+        "stream": lambda A: A,
+    }[kind]
+    method = "partial_fit" if kind == "stream" else "fit"
+
+    def generator():
+        return np.random.RandomState(7) if seed == "instance" else None
+
+    def state(rs):
+        return (rs if rs is not None else np.random.mtrand._rand).get_state()[1].copy()
+
+    rs = generator()
+    if rs is None:
+        np.random.seed(7)
+    before = state(rs)
+    model = AttentionClustering(2, random_state=rs, init="random", refine=None)
+    with pytest.raises(ValueError, match="NaN"):
+        getattr(model, method)(convert(bad))
+    np.testing.assert_array_equal(state(rs), before)
+    # And the draws a fit makes are the ones it makes from that state.
+    getattr(model, method)(convert(X))
+    rs_again = generator()
+    if rs_again is None:
+        np.random.seed(7)
+    again = getattr(
+        AttentionClustering(2, random_state=rs_again, init="random", refine=None), method
+    )(convert(X))
+    np.testing.assert_array_equal(model.cluster_centers_, again.cluster_centers_)
+
+
 @pytest.mark.parametrize("kind", ["dense", "csr", "dask"])
 def test_fewer_rows_of_positive_weight_than_clusters_are_refused(kind, paper_data):
     # As n_samples < n_clusters is: rows of weight zero are as absent (the

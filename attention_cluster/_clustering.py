@@ -1063,6 +1063,9 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         """
         self._stream = stream
         self._stream_weight_unit = rows.weight_unit
+        # The largest weight, relative to that unit (:meth:`_check_batch`).
+        w = rows.sample_weight
+        self._stream_heaviest = 1.0 if w is None else float(np.max(w))
         self._stream_params = self._stream_parameters(given)
 
     def _stream_parameters(self, given=None):
@@ -1138,7 +1141,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 "or call fit on data at the new magnitude."
             )
         w = rows.sample_weight
-        heaviest = 1.0 if w is None else float(np.max(w))  # relative to the first batch's
+        # Both relative to the first batch's weight unit (a power of two
+        # between its largest weight and twice that): their ratio is the
+        # ratio of the largest weights as given.
+        heaviest = (1.0 if w is None else float(np.max(w))) / self._stream_heaviest
         if not (heaviest <= _STREAM_MAX_WEIGHT and heaviest >= 1.0 / _STREAM_MAX_WEIGHT):
             ratio = f"{heaviest:.3g}" if np.isfinite(heaviest) else "more than 1e308"
             raise ValueError(

@@ -202,6 +202,24 @@ def test_a_batch_weighted_far_from_the_first_raises_and_keeps_the_state(stream_d
     model.partial_fit(X[2000:2100], sample_weight=np.full(100, 1e-90 * first))
 
 
+@pytest.mark.parametrize("largest", [1.0, 1.9, 1.5e-7])
+def test_the_weight_limit_is_relative_to_the_first_batchs_largest_weight(stream_data, largest):
+    # The weights are held relative to a power of two between the first
+    # batch's largest weight and twice that; the limit and the message are
+    # of the largest weights as given (a weight of 1.9 first, and batches at
+    # 1.9e100 and 1.9e-100 times it, were taken for 0.95e100 and 0.95e-100).
+    X, _, _ = stream_data
+    model = AttentionClustering(random_state=0).partial_fit(
+        X[:2000], sample_weight=np.r_[np.full(1999, largest / 3), largest]
+    )
+    for ratio in (0.9e100, 1.1e-100):
+        model.partial_fit(X[2000:2100], sample_weight=np.full(100, ratio * largest))
+    for ratio, shown in ((1.1e100, "1.1e\\+100"), (0.9e-100, "9e-101")):
+        with pytest.raises(ValueError, match=f"largest weight is {shown} times the first batch's"):
+            model.partial_fit(X[2000:2100], sample_weight=np.full(100, ratio * largest))
+    assert model.n_steps_ == 3
+
+
 def test_fit_starts_over(stream_data):
     X, _, _ = stream_data
     model = AttentionClustering(random_state=0).partial_fit(X[:2000]).partial_fit(X[2000:4000])

@@ -36,7 +36,12 @@ def choose_n_clusters(
     (``K_dyn``) is replaced by a neighbour whose silhouette is higher by
     more than 0.05; when ``K_dyn`` has no silhouette (``K_dyn = 1``: a
     silhouette needs two clusters), by the neighbour with the highest
-    defined silhouette, whatever its value. When the fits have an EM
+    defined silhouette, whatever its value. Where the rows as given
+    gather into one group and their centred rows into more (the dynamics'
+    K is then the centred rows'), K = 2 is compared too, as a neighbour is
+    (a blob with no clusters also gives more groups once centred,
+    metastable ones); fits without an EM mixture then keep K = 2, which
+    have no test of one cluster to follow. When the fits have an EM
     mixture (``refine="em"``, which ``refine="auto"`` resolves to unless
     ``solver="psgd"``), a fit at K = 1 then replaces the choice when its
     BIC on X's rows is not higher; fits without one (``refine=None``, or

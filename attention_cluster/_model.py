@@ -228,12 +228,26 @@ class SphericalMixture:
             ``P_ik = <y_i, mu_k>``, the rows' projections on the unit heads at
             unit coordinates (:func:`attention_cluster._passes.unit_terms`).
         """
+        P = self._checked_projections(P)
         r, v = self.radii, self.variance
         # A logit beyond float64 is infinite, of its sign (a row far behind
         # a head: -inf there, its posterior 0; rows whose largest logit is
         # infinite are far rows, given the posterior's limit by the estimator).
         with np.errstate(over="ignore"):
             return self.log_weights + (P * r - 0.5 * r * r) / v
+
+    def _checked_projections(self, P):
+        """``P`` as an array of shape (n_samples, n_clusters), else ValueError:
+        a column per component, which broadcasting would otherwise stretch
+        (one column read as every component's)."""
+        P = np.asarray(P)
+        K = len(self.radii)
+        if P.ndim != 2 or P.shape[1] != K:
+            raise ValueError(
+                f"P must have shape (n_samples, n_clusters) with n_clusters={K}, the rows' "
+                f"projections on the heads; got shape {P.shape}."
+            )
+        return P
 
     def labels(self, P):
         """``argmax_k a_ik``: the posterior mode (ties to the first component).
@@ -271,6 +285,13 @@ class SphericalMixture:
         q : ndarray of shape (n_samples,)
             ``q_i = ||y_i||^2``, the rows' squared norms at unit coordinates.
         """
+        P = self._checked_projections(P)
+        q = np.asarray(q)
+        if q.shape != P.shape[:1]:
+            raise ValueError(
+                f"q must have shape (n_samples,) = ({P.shape[0]},), one squared norm per "
+                f"row of P; got shape {q.shape}."
+            )
         d = self.centers.shape[1]
         v = self.variance
         # A row whose q / (2 v) passes float64 (far from a tight mixture,

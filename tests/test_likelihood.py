@@ -241,6 +241,29 @@ def test_mixture_of_invalid_parameters_raises(fitted, change, match):
         SphericalMixture(**{**_mixture_arguments(fitted), **change})
 
 
+@pytest.mark.parametrize(
+    "method, P_shape, q_shape",
+    [
+        ("labels", (5, 1), None),
+        ("posteriors", (5, 2), None),
+        ("logits", (5,), None),
+        ("log_likelihoods", (5, 3), (5, 1)),
+        ("log_likelihoods", (5, 4), (5,)),
+    ],
+)
+def test_mixture_methods_refuse_terms_of_other_shapes(method, P_shape, q_shape):
+    # One column of P was broadcast over the K components (labels all 0),
+    # and q of shape (n, 1) gave an (n, n) array of log-likelihoods.
+    mixture = SphericalMixture(
+        np.eye(3, 4), np.ones(3), 0.1, np.log(np.full(3, 1 / 3)), np.zeros(4), 1.0
+    )
+    args = [np.ones(P_shape)] + ([] if q_shape is None else [np.ones(q_shape)])
+    with pytest.raises(ValueError, match="must have shape"):
+        getattr(mixture, method)(*args)
+    # The shapes it takes:
+    assert mixture.log_likelihoods(np.ones((5, 3)), np.ones(5)).shape == (5,)
+
+
 def test_mixture_keeps_read_only_copies_of_its_arrays():
     # The mixture shared its caller's arrays: a later change to them reached
     # it past its checks (centers that are not unit vectors).

@@ -392,17 +392,19 @@ def _check_weights_held(lost, of_stream=False):
 
 
 def _refuse_text_weights(w):
-    """Text is no weight (float("2") read it as 2), nor one bool for all rows:
-    refused by the dtype of ``w`` (an array, NumPy's or Dask's), and, for
-    NumPy objects, by their types (pandas' strings are such)."""
+    """Text is no weight (float("2") read it as 2), nor one bool for all rows,
+    nor dates and durations (read as counts of nanoseconds since 1970, as X's
+    are refused): refused by the dtype of ``w`` (an array, NumPy's or
+    Dask's), and, for NumPy objects, by their types (pandas' strings are
+    such)."""
     kind = w.dtype.kind
     text = kind in "USV" or (
         kind == "O"
         and isinstance(w, np.ndarray)
         and any(isinstance(v, (str, bytes)) for v in w.flat)
     )
-    if text or (w.ndim == 0 and kind == "b"):
-        shown = "a bool" if kind == "b" else "text"
+    if text or kind in "mM" or (w.ndim == 0 and kind == "b"):
+        shown = {"b": "a bool", "m": "durations", "M": "dates"}.get(kind, "text")
         raise ValueError(f"sample_weight must be numbers, got {shown} (dtype {w.dtype}).")
 
 

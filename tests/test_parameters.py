@@ -385,6 +385,17 @@ def test_counts_used_as_floats_and_text_weights_are_refused_by_name():
         AttentionClustering(2).fit(
             da.from_array(X, chunks=(20, -1)), sample_weight=da.from_array(np.array(texts))
         )
+    # Dates and durations, as X's are refused (they were read as counts of
+    # nanoseconds since 1970), in memory and on Dask.
+    dates = pd.Series(pd.date_range("2020", periods=n))
+    for weights, shown in (
+        (dates, "dates"),
+        (dates - dates[0], "durations"),
+        (da.from_array(dates.to_numpy(), chunks=20), "dates"),
+    ):
+        given = da.from_array(X, chunks=(20, -1)) if isinstance(weights, da.Array) else X
+        with pytest.raises(ValueError, match=f"sample_weight must be numbers, got {shown} \\("):
+            AttentionClustering(2).fit(given, sample_weight=weights)
     # One bool per row is a weight of 0 or 1, as scikit-learn reads it.
     mask = np.arange(len(X)) % 2 == 0
     np.testing.assert_array_equal(

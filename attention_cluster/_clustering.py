@@ -1272,7 +1272,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
             For Dask input where ``set_output`` asks for a pandas or polars
             container: the output is lazy (compute X or the output first).
             For sparse X whose dense output would take more than 1 GiB and
-            more than ten times X's non-zeros (hashed features: 8 MB a
+            more than ten times the bytes of X's non-zeros (hashed features: 8 MB a
             row), before any work: pass fewer rows at a time.
         """
         check_is_fitted(self)

@@ -264,7 +264,7 @@ class InContextQuantizer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         ------
         ValueError
             For sparse X whose dense output would take more than 1 GiB and
-            more than ten times X's non-zeros, before any work.
+            more than ten times the bytes of X's non-zeros, before any work.
         """
         check_is_fitted(self)
         X = _prompt(self, X, reset=False)

@@ -98,7 +98,8 @@ def check_dense_output(X, method, row_wise=True):
     """Refuse sparse X (a SciPy matrix, or a pandas DataFrame of sparse
     columns, which validation makes one) whose dense output of its shape
     (``transform``'s ``n x d``) would take more than ``DENSE_LIMIT_BYTES``
-    and more than ten times X's non-zeros, before any work: of hashed
+    and more than ten times the bytes of X's non-zeros (values and column
+    indices), before any work: of hashed
     features (2^20 columns), 8 MB a row, where the process was killed for
     its memory. ``row_wise``: whether each output row is its input row's
     alone (the advice then names fewer rows at a time)."""
@@ -118,7 +119,7 @@ def check_dense_output(X, method, row_wise=True):
         raise ValueError(
             f"{method} of sparse X returns a dense array of its shape, {n} x {d}, which would "
             f"take {size / 2**30:.1f} GiB (more than {DENSE_LIMIT_BYTES / 2**30:.0f} GiB, and "
-            f"{size / max(stored, 1):.0f} times X's non-zeros): {fewer}reduce the features "
+            f"{size / max(stored, 1):.0f} times the bytes of X's non-zeros): {fewer}reduce the features "
             "first (drop the empty columns, or sklearn.decomposition.TruncatedSVD)."
         )
 

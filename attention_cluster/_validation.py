@@ -10,6 +10,7 @@ import collections
 import concurrent.futures
 import contextlib
 import contextvars
+import datetime
 import functools
 import importlib.util
 import multiprocessing
@@ -702,11 +703,22 @@ def check_dask_array(estimator, X, *, reset, count_rows=True):
 
 
 def _object_block(block, columns):
-    """A Dask block of objects as float64, NumPy's dates and durations
-    among them refused (:func:`check_object_values`; ``columns``: a
-    DataFrame's, or None)."""
+    """A Dask block of objects as float64, dates and durations among them
+    refused (:func:`check_object_values`; ``columns``: a DataFrame's, or
+    None), pandas' missing values (``pd.NA``, of a frame whose columns mix
+    its nullable numbers with others) as NaN, which the first pass reports
+    as ``validate_data`` reports them in memory (NumPy's cast refuses
+    ``pd.NA`` with a TypeError)."""
     check_object_values(block, columns)
-    return block.astype(np.float64)
+    try:
+        return block.astype(np.float64)
+    except TypeError:
+        import pandas as pd  # (only a pandas value is no number to NumPy here)
+
+        missing = pd.isna(block)
+        if not missing.any():
+            raise
+        return np.where(missing, np.nan, block).astype(np.float64)
 
 
 def _with_counted_rows(X):
@@ -800,16 +812,20 @@ def check_dtypes(X):
 # an array.
 _PANDAS_DAY, _NUMPY_DAY = "pd.Timedelta(days=1)", "np.timedelta64(1, 'D')"
 
-# NumPy's scalars of dates and durations, which NumPy's cast of objects to
+# Scalars of dates and durations: NumPy's, which NumPy's cast of objects to
 # float64 (check_array's, a Dask block's astype) reads as the counts of their
-# unit, as it reads an array of them. (Python's and pandas' date objects it
-# refuses, with a TypeError that names their type.)
-_TIME_SCALARS = (np.datetime64, np.timedelta64)
+# unit, as it reads an array of them; and Python's and pandas' (pd.Timestamp
+# and pd.Timedelta are datetime's), which it refuses with a TypeError that
+# names their type but not their column (a Dask frame's categorical column of
+# dates, its categories unknown until read, holds them).
+_DATE_SCALARS = (np.datetime64, datetime.date)
+_TIME_SCALARS = _DATE_SCALARS + (np.timedelta64, datetime.timedelta)
 
 
 def check_object_values(values, columns=None, *, array="X"):
-    """:func:`check_dtypes`' rule for values of dtype object: NumPy's dates
-    or durations among them are refused as an array of them is, with the
+    """:func:`check_dtypes`' rule for values of dtype object: dates or
+    durations among them (NumPy's, Python's, pandas') are refused as an
+    array of them is, with the
     message that names their column (its position in ``values``, or its
     name in ``columns``, a pandas DataFrame's whose columns ``values``
     are), whatever row they are in. ``array``: the expression of the
@@ -836,7 +852,7 @@ def check_object_values(values, columns=None, *, array="X"):
     else:
         what, expression, day = f"Column {columns[j]!r} of X", f"X[{columns[j]!r}]", _PANDAS_DAY
     name = f"{type(first).__module__}.{type(first).__name__}"
-    kind = "M" if isinstance(first, np.datetime64) else "m"
+    kind = "M" if isinstance(first, _DATE_SCALARS) else "m"
     _refuse_time(what, f"dtype=object, values of {name}", kind, _advice(kind, expression, day))
 
 
@@ -926,8 +942,9 @@ def _refuse_time(what, shown, kind, advice):
 def _numpy_columns(frame):
     """A Dask DataFrame whose columns all hold numbers in pandas' extension
     dtypes (``Float64``, ``Int64``, ``Float32``, ``double[pyarrow]``), some
-    of them, or NumPy's bools beside other columns, as float64, as
-    ``validate_data`` converts the same pandas frame in memory, converted as
+    of them, or NumPy's bools beside other columns, as float64 (float32
+    where NumPy's columns promote to it), as ``validate_data`` converts the
+    same pandas frame in memory, converted as
     each partition is read, a missing value as NaN (which the first pass
     reports). Their ``to_dask_array`` is of dtype object, whose missing
     values (``pd.NA``) NumPy's cast to float64 refuses. Any other frame is
@@ -942,14 +959,19 @@ def _numpy_columns(frame):
     )
     if plain or not all(pd.api.types.is_numeric_dtype(t) for t in dtypes):
         return frame
-    return frame.map_partitions(_float_partition, meta=_float_partition(frame._meta))
+    # float32 where NumPy's columns promote to it (float32 beside bools), as
+    # validate_data keeps the same pandas frame; pandas' own dtypes in float64.
+    numpy = all(isinstance(t, np.dtype) for t in dtypes)
+    dtype = np.float32 if numpy and np.result_type(*dtypes) == np.float32 else np.float64
+    return frame.map_partitions(_float_partition, dtype, meta=_float_partition(frame._meta, dtype))
 
 
-def _float_partition(part):
-    """A pandas partition's columns as float64, a missing value as NaN."""
+def _float_partition(part, dtype):
+    """A pandas partition's columns as ``dtype`` (float64 or float32), a
+    missing value as NaN."""
     import pandas as pd
 
-    values = part.to_numpy(dtype=np.float64, na_value=np.nan)
+    values = part.to_numpy(dtype=dtype, na_value=np.nan)
     return pd.DataFrame(values, index=part.index, columns=part.columns)
 
 

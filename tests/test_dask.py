@@ -664,6 +664,38 @@ def test_dataframe_of_pandas_extension_dtypes(client, dtype):
         AttentionClustering(2, random_state=0).fit(dd.from_pandas(frame, npartitions=3))
 
 
+def test_dataframes_of_mixed_columns_read_as_the_same_frame_in_memory(client):
+    # A missing value beside a column of another kind (a categorical one)
+    # reached NumPy's cast as pd.NA (a TypeError from inside a computation,
+    # where in memory it is "Input X contains NaN"); float32 beside bools
+    # was read in float64 (validate_data keeps float32); a Dask column of
+    # dates as categories not yet known (its dtype says objects) met NumPy's
+    # TypeError on a pandas.Timestamp, without the column's name.
+    pd = pytest.importorskip("pandas")
+    X = make_mixture(300, 3, 2, noise=0.3, random_state=0)[0]
+    frame = pd.DataFrame(X[:, :2], columns=["a", "b"]).astype("Float64")
+    frame.loc[7, "a"] = pd.NA
+    frame["s"] = pd.Categorical(np.where(X[:, 2] > 0, 1.0, 2.0))
+    for rows in (frame, dd.from_pandas(frame, npartitions=3)):
+        with pytest.raises(ValueError, match="Input X contains NaN"):
+            AttentionClustering(2, random_state=0).fit(rows)
+
+    flagged = pd.DataFrame(X.astype(np.float32), columns=list("abc"))
+    flagged["flag"] = X[:, 0] > 0
+    dense = AttentionClustering(2, random_state=0).fit(flagged)
+    lazy = AttentionClustering(2, random_state=0).fit(dd.from_pandas(flagged, npartitions=3))
+    assert lazy.cluster_centers_.dtype == dense.cluster_centers_.dtype == np.float32
+    np.testing.assert_allclose(lazy.cluster_centers_, dense.cluster_centers_, atol=ATOL[np.float32])
+
+    dated = pd.DataFrame(X, columns=list("abc"))
+    dated["d"] = pd.Timestamp("2020-01-01") + pd.to_timedelta(np.arange(300) % 3, unit="D")
+    lazy = dd.from_pandas(dated, npartitions=3)
+    lazy["d"] = lazy["d"].astype("category")
+    assert not lazy["d"].cat.known
+    with pytest.raises(TypeError, match="Column 'd' of X .* dates, which are not read as numbers"):
+        AttentionClustering(2, random_state=0).fit(lazy)
+
+
 def test_what_needs_no_data_is_refused_before_the_weights_compute(mixture):
     # With Dask weights, fit computed them twice (their checks) before it
     # checked the parameters, the width and n_samples >= n_clusters, and

@@ -1064,8 +1064,7 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         self._stream = stream
         self._stream_weight_unit = rows.weight_unit
         # The largest weight, relative to that unit (:meth:`_check_batch`).
-        w = rows.sample_weight
-        self._stream_heaviest = 1.0 if w is None else float(np.max(w))
+        self._stream_heaviest = rows.heaviest_weight
         self._stream_params = self._stream_parameters(given)
 
     def _stream_parameters(self, given=None):
@@ -1140,11 +1139,10 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
                 "magnitudes. Scale the batches alike (one scaler fitted on a first batch), "
                 "or call fit on data at the new magnitude."
             )
-        w = rows.sample_weight
         # Both relative to the first batch's weight unit (a power of two
         # between its largest weight and twice that): their ratio is the
         # ratio of the largest weights as given.
-        heaviest = (1.0 if w is None else float(np.max(w))) / self._stream_heaviest
+        heaviest = rows.heaviest_weight / self._stream_heaviest
         if not (heaviest <= _STREAM_MAX_WEIGHT and heaviest >= 1.0 / _STREAM_MAX_WEIGHT):
             ratio = f"{heaviest:.3g}" if np.isfinite(heaviest) else "more than 1e308"
             raise ValueError(

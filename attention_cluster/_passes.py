@@ -305,6 +305,9 @@ class _Rows:
     # The rows' weights are the caller's sample_weight divided by this power
     # of two (rows_from): weights are relative, and so never overflow.
     weight_unit = 1.0
+    # The largest weight, relative to that unit (rows_from; 1 for unit
+    # weights): a stream's limit on its batches' weights.
+    heaviest_weight = 1.0
     # Whether its passes run Numba's kernels or NumPy's forms (see compiles).
     compiled = True
     # Whether the rows are a sparse matrix (SparseRows: passes cost O(nnz K)).
@@ -2728,11 +2731,11 @@ def rows_from(
             n = X.shape[0] if isinstance(X.shape[0], numbers.Integral) else 0
             check_shape(n, X.shape[1], False)
         X = check_dask_array(estimator, X, reset=reset, count_rows=count_rows)
-        weights, total, unit, positive = check_dask_sample_weight(sample_weight, X)
+        weights, total, unit, positive, heaviest = check_dask_sample_weight(sample_weight, X)
         if weights is not None and not is_dask_collection(sample_weight):
             weights = _scattered(weights, X.chunks[0])
         rows = DaskRows(X, weights, total_weight=total, n_weighted=positive, verbose=verbose)
-        rows.weight_unit = unit
+        rows.weight_unit, rows.heaviest_weight = unit, heaviest
         return rows
     X = validate_data(
         estimator,
@@ -2748,6 +2751,7 @@ def rows_from(
         check_shape(X.shape[0], X.shape[1], True)
     rows = rows_of(X, weights, n_threads=n_threads)
     rows.weight_unit = unit
+    rows.heaviest_weight = 1.0 if weights is None else float(np.max(weights))
     if not defer_finite:
         rows.check_finite()
     return rows

@@ -1031,7 +1031,8 @@ def _check_n_features(estimator, n_features):
 def check_dask_sample_weight(sample_weight, X):
     """Validate weights for a Dask X: returns (weights chunked as X's rows,
     relative to their :func:`power_of_two_unit` as in :func:`check_sample_weight`,
-    or None; their sum; the unit; the number of positive weights). Dask
+    or None; their sum; the unit; the number of positive weights; the
+    largest relative weight). Dask
     weights are checked in two small computations: their largest, then the
     sum of the relative weights and the count of the positive ones (of the
     relative weights and of the given ones, which :func:`check_sample_weight`'s
@@ -1039,11 +1040,12 @@ def check_dask_sample_weight(sample_weight, X):
     import dask.array as da
 
     if sample_weight is None:
-        return None, float(X.shape[0]), 1.0, X.shape[0]
+        return None, float(X.shape[0]), 1.0, X.shape[0], 1.0
     if not isinstance(sample_weight, da.Array):
         w, unit = check_sample_weight(np.asarray(sample_weight), np.empty((X.shape[0], 0)))
         positive = int(np.count_nonzero(w > 0.0))
-        return da.from_array(w, chunks=(X.chunks[0],)), float(np.sum(w)), unit, positive
+        weights = da.from_array(w, chunks=(X.chunks[0],))
+        return weights, float(np.sum(w)), unit, positive, float(np.max(w))
     if np.iscomplexobj(np.empty(0, dtype=sample_weight.dtype)):
         raise ValueError("Complex data not supported for sample_weight.")
     _refuse_text_weights(sample_weight)
@@ -1069,7 +1071,7 @@ def check_dask_sample_weight(sample_weight, X):
     _check_weights_held(int(given) - int(positive))
     _check_weight_summary(True, False, float(total))
     w = relative
-    return w, float(total), unit, int(positive)
+    return w, float(total), unit, int(positive), float(peak) / unit
 
 
 def check_count(value, name, minimum=1):

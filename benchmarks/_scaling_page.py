@@ -318,9 +318,11 @@ each pass.
   `sample_weight`'s alike: a Pipeline fits the lazy outputs of its steps,
   and X and weights masked alike fit. Columns
   that all hold numbers, some in pandas' extension dtypes (`Float64`,
-  `Int64`, `Float32`, `double[pyarrow]`), are converted to float64 as each
+  `Int64`, `Float32`, `double[pyarrow]`), are converted to float64 (float32
+  where NumPy's columns promote to it: float32 beside bools) as each
   partition is read, as scikit-learn converts the same pandas frame in
-  memory, a missing value to NaN, which the first pass reports.
+  memory, a missing value to NaN, which the first pass reports (beside
+  columns of text or categories too).
   Text (a NumPy array of strings, objects, a DataFrame's string or
   categorical columns) is read as the numbers it spells (`"1.5"` as 1.5) as
   each block is read, as scikit-learn's `check_array` reads the same rows
@@ -329,10 +331,11 @@ each pass.
   the graph. Dates and durations, and a DataFrame's columns of other
   values than numbers and text, are refused from the metadata,
   before anything is computed, with the `TypeError` of the same rows in
-  memory ([User guide](user_guide/practical.md), "Input values"); NumPy's
-  dates and durations among objects (a Dask array of objects, a
-  DataFrame's columns of objects), which the metadata do not show, as each
-  block is read, with the same `TypeError`. Dask's
+  memory ([User guide](user_guide/practical.md), "Input values"); dates
+  and durations among objects (a Dask array of objects, a DataFrame's
+  columns of objects, a categorical column whose categories are not known
+  yet), which the metadata do not show, as each block is read, with a
+  `TypeError` that names the column. Dask's
   `from_pandas` stores a pandas frame's columns of objects as their text
   (its `dataframe.convert-string` option): Decimals are then read from
   their text, and a Fraction's (`"1/3"`) is no number to NumPy;

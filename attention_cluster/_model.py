@@ -285,11 +285,11 @@ class SphericalMixture:
         q : ndarray of shape (n_samples,)
             ``q_i = ||y_i||^2``, the rows' squared norms at unit coordinates.
         """
-        P = self._checked_projections(P)
+        logits = self.logits(P)  # (P's shape checked there)
         q = np.asarray(q)
-        if q.shape != P.shape[:1]:
+        if q.shape != logits.shape[:1]:
             raise ValueError(
-                f"q must have shape (n_samples,) = ({P.shape[0]},), one squared norm per "
+                f"q must have shape (n_samples,) = ({logits.shape[0]},), one squared norm per "
                 f"row of P; got shape {q.shape}."
             )
         d = self.centers.shape[1]
@@ -300,7 +300,7 @@ class SphericalMixture:
         with np.errstate(over="ignore"):
             distance = q / (2.0 * v)
         return (
-            logsumexp(self.logits(P), axis=1)
+            logsumexp(logits, axis=1)
             - distance
             - 0.5 * d * np.log(2.0 * np.pi * v)
             - d * np.log(self.scale)

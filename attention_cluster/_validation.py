@@ -358,7 +358,7 @@ def check_sample_weight(sample_weight, X, unit=None):
     w = np.asarray(sample_weight)
     if np.iscomplexobj(w):
         raise ValueError("Complex data not supported for sample_weight.")
-    _refuse_text_weights(w)
+    _refuse_weights_of_no_numbers(w)
     if w.ndim == 0:
         w = np.full(X.shape[0], float(w))
     w = np.asarray(w, dtype=np.float64)
@@ -393,7 +393,7 @@ def _check_weights_held(lost, of_stream=False):
         )
 
 
-def _refuse_text_weights(w):
+def _refuse_weights_of_no_numbers(w):
     """Text is no weight (float("2") read it as 2), nor one bool for all rows,
     nor dates and durations (read as counts of nanoseconds since 1970, as X's
     are refused): refused by the dtype of ``w`` (an array, NumPy's or
@@ -612,8 +612,8 @@ def check_dask_array(estimator, X, *, reset, count_rows=True):
     columns of pandas' extension dtypes of numbers as :func:`_numpy_columns`
     converts them; dates, durations and a DataFrame's columns of other
     values than numbers and text are the caller's to refuse first, as in
-    memory, by :func:`check_dtypes`; NumPy's dates and durations among
-    objects are refused as each block is read, :func:`check_object_values`),
+    memory, by :func:`check_dtypes`; dates and durations among objects
+    are refused as each block is read, :func:`check_object_values`),
     and the width
     against ``n_features_in_`` (recorded when ``reset``, with a DataFrame's
     string column names as ``feature_names_in_``). A DataFrame's row count
@@ -682,7 +682,7 @@ def check_dask_array(estimator, X, *, reset, count_rows=True):
         )
     if X.dtype.kind == "O":
         # Objects are read as numbers block by block, where check_dtypes'
-        # rule for them refuses NumPy's dates among them.
+        # rule for them refuses dates among them (_object_block).
         X = X.map_blocks(_object_block, columns, dtype=np.float64, meta=np.empty((0, 0)))
     elif X.dtype not in (np.float32, np.float64):
         X = X.astype(np.float64)
@@ -753,8 +753,8 @@ def check_dtypes(X):
     a list as the array NumPy makes of it (a list of NumPy's dates is an
     array of them). Values of dtype object (a NumPy array's, a pandas
     DataFrame's column's, a list's that mixes types) are read by their
-    types, :func:`check_object_values`: NumPy's dates and durations among
-    them are refused as their dtypes are (a Dask array's objects as each
+    types, :func:`check_object_values`: dates and durations among them
+    (NumPy's, Python's, pandas') are refused as their dtypes are (a Dask array's objects as each
     block is read, :func:`check_dask_array`). Dates
     (datetime64 of any unit, with a time zone or not, pandas' periods,
     pyarrow's dates and timestamps) and durations (timedelta64) are refused,
@@ -1048,7 +1048,7 @@ def check_dask_sample_weight(sample_weight, X):
         return weights, float(np.sum(w)), unit, positive, float(np.max(w))
     if np.iscomplexobj(np.empty(0, dtype=sample_weight.dtype)):
         raise ValueError("Complex data not supported for sample_weight.")
-    _refuse_text_weights(sample_weight)
+    _refuse_weights_of_no_numbers(sample_weight)
     if sample_weight.ndim == 1 and any(np.isnan(c) for c in sample_weight.chunks[0]):
         # Counted as X's rows are (a DataFrame's column, masked as X).
         sample_weight = _with_counted_rows(sample_weight)

@@ -19,7 +19,9 @@ import math
 from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy.special import logsumexp
+from scipy.sparse.csgraph import connected_components
+from scipy.spatial.distance import pdist, squareform
+from scipy.special import logsumexp, ndtri
 from scipy.stats import binom, chi2
 from sklearn.utils import check_random_state
 
@@ -264,6 +266,51 @@ def free_norm_gain(S, counts, variance):
         np.sum(counts)
     )
     return max(spread, 0.0) / (2.0 * variance)
+
+
+# Components whose centres lie within this many noise standard deviations
+# (tau) of each other coincide (:func:`parted`).
+_COINCIDE = 1.0
+
+
+def parted(p):
+    """``p`` (free norms) with each group of coinciding centres spread along its direction.
+
+    The equal-norm model has one centre per direction, so its fit may put two
+    or more components at one centre, ``r mu`` (raw wine: three components,
+    two on the proline feature's negative side). With free norms such a
+    group is a fixed point of EM that EM does not leave: every row's
+    posterior splits among the group in one ratio, so the M step gives them
+    one centre again, although the likelihood rises where they part
+    (``math.md`` section 7, "Coinciding centres"). Centres within
+    ``_COINCIDE tau`` of each other (transitively) form a group; its ``m``
+    members keep their directions and take the norms ``r + tau z_i``, ``r``
+    their mean norm and ``z_i`` the means of the ``m`` equal-mass slices of a
+    standard normal (``+-sqrt(2 / pi)`` for a pair: the halves' means of a
+    Gaussian of variance ``tau^2`` along the direction), at least 0. Other
+    components are unchanged.
+    """
+    centres = (p.U * p.radii).T
+    K = centres.shape[0]
+    if K < 2:
+        return p
+    near = squareform(pdist(centres, "sqeuclidean")) < _COINCIDE**2 * p.variance
+    n_groups, group = connected_components(near, directed=False)
+    if n_groups == K:
+        return p
+    radii, tau = p.radii.copy(), math.sqrt(p.variance)
+    for g in range(n_groups):
+        members = np.flatnonzero(group == g)
+        m = members.size
+        if m < 2:
+            continue
+        # Slice i of N(0, 1) between the quantiles i/m and (i+1)/m has mean
+        # m (phi(q_i) - phi(q_{i+1})).
+        edges = ndtri(np.arange(m + 1) / m)
+        density = np.exp(-0.5 * edges * edges) / math.sqrt(2.0 * math.pi)
+        slice_means = m * (density[:-1] - density[1:])
+        radii[members] = np.maximum(np.mean(p.radii[members]) + tau * slice_means, 0.0)
+    return replace(p, radii=radii)
 
 
 def standard_error(p, n_effective):
@@ -933,7 +980,7 @@ def refine_heads(
             return None
         if one_norm is not None and one_norm():
             return None
-        return em.maximize(S, counts, replace(at, free=True))
+        return parted(em.maximize(S, counts, replace(at, free=True)))
 
     em = ems[0]
     p, converged, rho = _run_em(em, p, tols[0], max_iter, rho, report)

@@ -242,6 +242,88 @@ def test_free_norm_gain_bounds_the_likelihood_gain(global_random_seed):
     assert len(X) * (ll_free - ll) >= gain * (1 - 1e-9)
 
 
+def test_parted_norms_are_the_means_of_a_normal_s_equal_slices(global_random_seed):
+    # math.md section 7, "Coinciding centres": a group of m coinciding
+    # centres takes the norms r + tau z_i, z_i the means of the m
+    # equal-mass slices of N(0, 1); Monte Carlo estimate of those means.
+    rng = np.random.default_rng(global_random_seed)
+    z = np.sort(rng.standard_normal(400_000))
+    d, tau, r = 4, 0.1, 2.0
+    head = np.eye(d)[:, :1]
+    for m in (2, 3, 5):
+        p = _Params(np.tile(head, m), np.full(m, r), tau**2, np.full(m, -np.log(m)), True)
+        parted = mixture.parted(p)
+        slices = np.array([part.mean() for part in np.array_split(z, m)])
+        np.testing.assert_allclose((parted.radii - r) / tau, slices, atol=0.01)
+    # A pair: the halves' means of a Gaussian, +-sqrt(2 / pi).
+    p = _Params(np.tile(head, 2), np.full(2, r), tau**2, np.full(2, -np.log(2)), True)
+    np.testing.assert_allclose(
+        mixture.parted(p).radii, r + tau * np.sqrt(2 / np.pi) * np.array([-1, 1])
+    )
+
+
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    K=st.integers(2, 6),
+    copies=st.integers(2, 3),
+    scale=st.floats(1e-3, 1e3),
+)
+def test_parted_moves_only_coinciding_centres_along_their_direction(seed, K, copies, scale):
+    # Components apart keep their parameters; each coinciding group keeps
+    # its heads, weights and variance and parts along its direction, its
+    # mean norm kept (no norm reaches 0 here). The rule is read in units of
+    # tau: the same at any scale of the rows.
+    rng = np.random.default_rng(seed)
+    d = K + 2
+    U = np.linalg.qr(rng.standard_normal((d, K)))[0]
+    radii = rng.uniform(1.0, 2.0, K) * scale
+    U = np.hstack([U, np.tile(U[:, :1], copies - 1)])
+    radii = np.concatenate([radii, np.full(copies - 1, radii[0])])
+    log_pi = np.log(rng.dirichlet(np.ones(K + copies - 1)))
+    tau = 0.05 * scale
+    p = _Params(U, radii, tau**2, log_pi, True)
+    parted = mixture.parted(p)
+    group = np.r_[0, np.arange(K, K + copies - 1)]
+    apart = np.arange(1, K)
+    np.testing.assert_array_equal(parted.U, p.U)
+    np.testing.assert_array_equal(parted.log_pi, p.log_pi)
+    assert parted.variance == p.variance
+    np.testing.assert_array_equal(parted.radii[apart], radii[apart])
+    assert np.mean(parted.radii[group]) == pytest.approx(radii[0], rel=1e-12)
+    assert np.min(np.diff(np.sort(parted.radii[group]))) > 0.5 * tau
+    # Centres just beyond tau apart do not coincide.
+    far = replace(
+        p, radii=np.concatenate([radii[:K], radii[0] + 1.01 * tau * np.arange(1, copies)])
+    )
+    assert mixture.parted(far) is far
+
+
+def test_coinciding_centres_are_a_fixed_point_that_parting_leaves(global_random_seed):
+    # math.md section 7, "Coinciding centres": two components at one centre
+    # get one centre again from EM's M step, whatever the rows; parted,
+    # EM's likelihood rises above the fixed point's. Rows: two clusters on
+    # one ray (norms 1 and 3) and one on another.
+    rng = np.random.default_rng(global_random_seed)
+    d, n = 3, 3000
+    e1, e2 = np.eye(d)[0], np.eye(d)[1]
+    X = np.concatenate([np.outer(np.full(n, r), e) for r, e in ((1.0, e1), (3.0, e1), (2.0, e2))])
+    X += 0.2 * rng.standard_normal(X.shape)
+    em = _EM(DenseRows(X), float(np.mean(np.sum(X**2, axis=1))))
+    U = np.stack([e1, e1, e2], axis=1)
+    p = _Params(U, np.array([2.0, 2.0, 2.0]), 0.5, np.log([0.3, 0.4, 0.3]), True)
+    for _ in range(5):
+        S, counts, ll_fixed = em.expect(p)
+        p = em.maximize(S, counts, p)
+        np.testing.assert_allclose(p.U[:, 0], p.U[:, 1], atol=1e-12)
+        assert p.radii[0] == pytest.approx(p.radii[1], rel=1e-12)
+    q = mixture.parted(p)
+    for _ in range(50):
+        S, counts, ll = em.expect(q)
+        q = em.maximize(S, counts, q)
+    assert ll > ll_fixed + 0.1
+    np.testing.assert_allclose(np.sort(q.radii[:2]), [1.0, 3.0], atol=0.05)
+
+
 def _refined(X, C, weights=None, noise=0.6, **kwargs):
     # The subsamples' rows from a seeded generator, not NumPy's global one.
     kwargs.setdefault("random_state", 0)

@@ -237,10 +237,12 @@ class AttentionClustering(ClusterMixin, TransformerMixin, OneToOneFeatureMixin, 
         choose differently near the price), read at the first subsample's fit
         where EM runs on subsamples first, else, or if it failed there, on
         all rows; the refinement then goes on with free norms
-        (``centroid_norms_``). Clusters at different distances
-        from the mean, such as standardised wine's (:doc:`/user_data`),
-        take free norms; the paper's mixtures keep equal ones. Used only
-        with the EM refinement.
+        (``centroid_norms_``). An uncentred fit of rows that all have one
+        norm (TF-IDF, embeddings, ``Normalizer``'s output) keeps equal
+        norms: there a cluster's mean norm measures its spread, not its
+        place. Clusters at different distances from the mean, such as
+        standardised wine's (:doc:`/user_data`), take free norms; the
+        paper's mixtures keep equal ones. Used only with the EM refinement.
     learning_rate : float, default=1.0
         Base step size, relative to the curvature scale
         ``lambda K tr(M)`` of the risk (M the unit-scale second moment).

@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 from scipy.special import logsumexp
 from scipy.stats import multivariate_normal
+from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score
 from sklearn.mixture import GaussianMixture
+from sklearn.preprocessing import Normalizer
 
 from attention_cluster import AttentionClustering, SphericalMixture
 from attention_cluster._model import MIN_VARIANCE
@@ -191,6 +193,26 @@ def test_auto_norms_stay_equal_on_rows_of_one_norm(dtype):
     # The same rows at three norms: the test of the norms decides again.
     scaled = unit * np.array([1.0, 2.0, 3.0])[np.arange(len(unit)) % 3, None]
     assert AttentionClustering(3, random_state=0).fit(scaled).centroid_norms_ == "free"
+
+
+def test_auto_norms_of_centred_rows_of_one_norm_are_the_likelihood_s():
+    # Rows of one norm, centred, lie on a sphere about minus the mean, not
+    # about the model's origin: the test of the norms decides (math.md
+    # section 7, "One norm per centroid"). Iris after Normalizer, centred by
+    # center="auto", kept equal norms and left one cluster empty (ARI 0.57).
+    from sklearn.datasets import load_iris
+
+    X, y = load_iris(return_X_y=True)
+    unit = Normalizer().fit_transform(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the centring notice
+        model = AttentionClustering(3, random_state=0).fit(unit)
+        uncentred = AttentionClustering(3, center=False, random_state=0).fit(unit)
+    assert model.center_ and model.centroid_norms_ == "free"
+    assert np.bincount(model.labels_, minlength=3).min() >= 0.1 * len(X) / 3
+    kmeans = KMeans(3, n_init=10, random_state=0).fit(unit)
+    assert adjusted_rand_score(y, model.labels_) >= adjusted_rand_score(y, kmeans.labels_) - 0.02
+    assert uncentred.centroid_norms_ == "equal"
 
 
 def _mixture_arguments(fitted):

@@ -436,8 +436,8 @@ def test_the_subspace_fit_reads_the_norms_of_the_rows_once(monkeypatch, center):
     # the rows as given whose norms the test of one norm reads: one pass for
     # both, where it took a third. The spectrum's pass is the other (the
     # trace at the spectrum's scale). Centred, the centred rows' spectrum
-    # is a third, and the test of one norm, on the rows as given, not those
-    # the EM reads, a fourth.
+    # is a third, and there is no test of one norm (centred rows do not lie
+    # on a sphere about the origin).
     docs = make_corpus(2000, n_topics=5, n_words=3000, document_length=60, random_state=0)[0]
     X = TfidfVectorizer().fit_transform(docs)
     passes, norms = [], []
@@ -445,8 +445,9 @@ def test_the_subspace_fit_reads_the_norms_of_the_rows_once(monkeypatch, center):
     monkeypatch.setattr(SparseRows, "norm_moments", lambda self: passes.append(1) or pass_(self))
     monkeypatch.setattr(_plan, "_one_norm", lambda *a: norms.append(a) or one_norm(*a))
     model = AttentionClustering(5, center=center, random_state=0).fit(X)
-    assert len(norms) == 1 and model.n_features_in_ >= _plan.DEFAULT_TUNING.subspace_min_features
-    assert len(passes) == (4 if center else 2)
+    assert len(norms) == (0 if center else 1)
+    assert model.n_features_in_ >= _plan.DEFAULT_TUNING.subspace_min_features
+    assert len(passes) == (3 if center else 2)
 
 
 @pytest.mark.parametrize("temperature", ["auto", 0.5])

@@ -765,8 +765,8 @@ def check_dtypes(X):
     and set the features' origin, on which the attention layers' inner
     products depend. Beside a number, with a time zone, or as periods,
     scikit-learn refuses them too, with NumPy's TypeError. A column of
-    other values that are no numbers (intervals, lists) is refused with the
-    TypeError NumPy raises for them when read. Any other dtype (numbers, bools, text, objects;
+    other values that are no numbers (intervals, lists, by an extension
+    dtype or as objects) is refused with a TypeError that names it. Any other dtype (numbers, bools, text, objects;
     complex numbers; a frame's dtypes of a library's own types) is left to
     the rows' checks.
 
@@ -820,12 +820,29 @@ _PANDAS_DAY, _NUMPY_DAY = "pd.Timedelta(days=1)", "np.timedelta64(1, 'D')"
 # dates, its categories unknown until read, holds them).
 _DATE_SCALARS = (np.datetime64, datetime.date)
 _TIME_SCALARS = _DATE_SCALARS + (np.timedelta64, datetime.timedelta)
+# Sequences among objects (a pandas column of lists, or of arrays), which
+# NumPy's cast refuses with a ValueError that names no column; a 0-d array
+# it reads as its number. (Other objects, dicts and sets among them, it
+# refuses with float()'s TypeError, which names their type and which
+# scikit-learn's checks expect.)
+_CONTAINERS = (list, tuple, np.ndarray)
+
+
+def _is_time(value):
+    return isinstance(value, _TIME_SCALARS)
+
+
+def _is_container(value):
+    return isinstance(value, _CONTAINERS) and not (
+        isinstance(value, np.ndarray) and value.ndim == 0
+    )
 
 
 def check_object_values(values, columns=None, *, array="X"):
     """:func:`check_dtypes`' rule for values of dtype object: dates or
     durations among them (NumPy's, Python's, pandas') are refused as an
-    array of them is, with the
+    array of them is, and sequences (lists, tuples, arrays) with a
+    TypeError, each with the
     message that names their column (its position in ``values``, or its
     name in ``columns``, a pandas DataFrame's whose columns ``values``
     are), whatever row they are in. ``array``: the expression of the
@@ -837,14 +854,23 @@ def check_object_values(values, columns=None, *, array="X"):
     error alone. No other dtype's values are read.
     """
     types = set(map(type, values.ravel(order="K")))
-    if not any(issubclass(t, _TIME_SCALARS) for t in types):
+    if any(issubclass(t, _TIME_SCALARS) for t in types):
+        refused = _is_time
+    elif any(issubclass(t, _CONTAINERS) for t in types):
+        refused = _is_container
+    else:
         return
     j, first = next(
-        (j, v)
-        for j, column in enumerate(values.T if values.ndim == 2 else [values.ravel()])
-        for v in column
-        if isinstance(v, _TIME_SCALARS)
+        (
+            (j, v)
+            for j, column in enumerate(values.T if values.ndim == 2 else [values.ravel()])
+            for v in column
+            if refused(v)
+        ),
+        (None, None),
     )
+    if j is None:
+        return  # (NumPy's 0-d arrays, which its cast reads as numbers.)
     if values.ndim != 2:
         what, expression, day = "X", array, _NUMPY_DAY
     elif columns is None:
@@ -852,6 +878,14 @@ def check_object_values(values, columns=None, *, array="X"):
     else:
         what, expression, day = f"Column {columns[j]!r} of X", f"X[{columns[j]!r}]", _PANDAS_DAY
     name = f"{type(first).__module__}.{type(first).__name__}"
+    if refused is _is_container:
+        # (NumPy's cast raised "setting an array element with a sequence",
+        # which names neither the column nor the value.)
+        raise TypeError(
+            f"{what} has dtype=object, values of {name}, which are neither numbers nor "
+            "text; X must hold numbers (or their text): one number per cell, so "
+            f"spread the values of {expression} over columns of their own."
+        )
     kind = "M" if isinstance(first, _DATE_SCALARS) else "m"
     _refuse_time(what, f"dtype=object, values of {name}", kind, _advice(kind, expression, day))
 

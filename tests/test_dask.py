@@ -1119,6 +1119,47 @@ def test_numpys_dates_among_objects_are_refused_in_memory_and_through_dask(
 
 
 @pytest.mark.parametrize(
+    "estimator, method",
+    _METHODS,
+    ids=[f"{type(e).__name__}.{m}" for e, m in _METHODS],
+)
+def test_containers_among_objects_are_refused_naming_their_column(client, estimator, method):
+    # A pandas column of lists (or of arrays: embeddings kept one array per
+    # cell) raised NumPy's "setting an array element with a sequence", which
+    # names neither the column nor the value. Every method of every
+    # estimator now refuses it with a TypeError that names the column, in
+    # memory before any work, through Dask as its blocks are read; a column
+    # of 0-d arrays is read as its numbers, as scikit-learn reads it.
+    pd = pytest.importorskip("pandas")
+    X = make_mixture(300, 3, 2, noise=0.3, random_state=0)[0]
+    model, state = _model_and_state(estimator, method, X)
+    for kind, values in (
+        ("builtins.list", [[v, -v] for v in X[:, 1]]),
+        ("numpy.ndarray", [np.array([v, -v]) for v in X[:, 1]]),
+    ):
+        shown = f"has dtype=object, values of {kind}, which are neither numbers nor text"
+        objects = X.astype(object)
+        objects[:, 1] = pd.Series(values, dtype=object).to_numpy()
+        frame = pd.DataFrame({"x0": X[:, 0], "c": pd.Series(values, dtype=object), "x2": X[:, 2]})
+        cases = [
+            (objects, f"Column 1 of X {shown}", "X[:, 1]"),
+            (frame, f"Column 'c' of X {shown}", "X['c']"),
+        ]
+        if method != "partial_fit":  # (batches in memory alone)
+            with dask.config.set({"dataframe.convert-string": False}):
+                lazy_frame = dd.from_pandas(frame, npartitions=3)
+            cases.append((lazy_frame, f"Column 'c' of X {shown}", "X['c']"))
+        for rows, message, expression in cases:
+            with pytest.raises(TypeError, match=re.escape(message)) as error:
+                dask.compute(getattr(model, method)(rows))
+            assert f"spread the values of {expression}" in str(error.value)
+            assert model.__dict__.keys() == state.keys(), (kind, type(rows))
+    scalars = X.astype(object)
+    scalars[:, 1] = pd.Series([np.array(v) for v in X[:, 1]], dtype=object).to_numpy()
+    dask.compute(getattr(model, method)(scalars))
+
+
+@pytest.mark.parametrize(
     "estimator",
     [AttentionClustering(2, random_state=0), SelfAttentionDynamics(), InContextQuantizer(2)],
     ids=["clustering", "dynamics", "quantizer"],

@@ -825,17 +825,15 @@ _TIME_SCALARS = _DATE_SCALARS + (np.timedelta64, datetime.timedelta)
 # it reads as its number. (Other objects, dicts and sets among them, it
 # refuses with float()'s TypeError, which names their type and which
 # scikit-learn's checks expect.)
-_CONTAINERS = (list, tuple, np.ndarray)
+_SEQUENCES = (list, tuple, np.ndarray)
 
 
 def _is_time(value):
     return isinstance(value, _TIME_SCALARS)
 
 
-def _is_container(value):
-    return isinstance(value, _CONTAINERS) and not (
-        isinstance(value, np.ndarray) and value.ndim == 0
-    )
+def _is_sequence(value):
+    return isinstance(value, _SEQUENCES) and not (isinstance(value, np.ndarray) and value.ndim == 0)
 
 
 def check_object_values(values, columns=None, *, array="X"):
@@ -856,8 +854,8 @@ def check_object_values(values, columns=None, *, array="X"):
     types = set(map(type, values.ravel(order="K")))
     if any(issubclass(t, _TIME_SCALARS) for t in types):
         refused = _is_time
-    elif any(issubclass(t, _CONTAINERS) for t in types):
-        refused = _is_container
+    elif any(issubclass(t, _SEQUENCES) for t in types):
+        refused = _is_sequence
     else:
         return
     j, first = next(
@@ -878,7 +876,7 @@ def check_object_values(values, columns=None, *, array="X"):
     else:
         what, expression, day = f"Column {columns[j]!r} of X", f"X[{columns[j]!r}]", _PANDAS_DAY
     name = f"{type(first).__module__}.{type(first).__name__}"
-    if refused is _is_container:
+    if refused is _is_sequence:
         # (NumPy's cast raised "setting an array element with a sequence",
         # which names neither the column nor the value.)
         raise TypeError(

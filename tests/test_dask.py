@@ -1123,7 +1123,7 @@ def test_numpys_dates_among_objects_are_refused_in_memory_and_through_dask(
     _METHODS,
     ids=[f"{type(e).__name__}.{m}" for e, m in _METHODS],
 )
-def test_containers_among_objects_are_refused_naming_their_column(client, estimator, method):
+def test_sequences_among_objects_are_refused_naming_their_column(client, estimator, method):
     # A pandas column of lists (or of arrays: embeddings kept one array per
     # cell) raised NumPy's "setting an array element with a sequence", which
     # names neither the column nor the value. Every method of every

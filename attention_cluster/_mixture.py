@@ -268,12 +268,7 @@ def free_norm_gain(S, counts, variance):
     return max(spread, 0.0) / (2.0 * variance)
 
 
-# Components whose centres lie within this many noise standard deviations
-# (tau) of each other coincide (:func:`parted`).
-_COINCIDE = 1.0
-
-
-def parted(p):
+def parted(p, n_effective):
     """``p`` (free norms) with each group of coinciding centres spread along its direction.
 
     The equal-norm model has one centre per direction, so its fit may put two
@@ -282,8 +277,12 @@ def parted(p):
     group is a fixed point of EM that EM does not leave: every row's
     posterior splits among the group in one ratio, so the M step gives them
     one centre again, although the likelihood rises where they part
-    (``math.md`` section 7, "Coinciding centres"). Centres within
-    ``_COINCIDE tau`` of each other (transitively) form a group; its ``m``
+    (``math.md`` section 7, "Coinciding centres"). Two centres coincide
+    when their squared distance is below ``d tau^2 (1 / N_j + 1 / N_k)``,
+    ``N_k = pi_k n_effective`` (the expected squared distance between two
+    estimates of one centre from their rows: the rows do not tell them
+    apart), and below ``tau^2`` (few rows in many dimensions would
+    otherwise take distinct centres for one). Coinciding centres (transitively) form a group; its ``m``
     members keep their directions and take the norms ``r + tau z_i``, ``r``
     their mean norm and ``z_i`` the means of the ``m`` equal-mass slices of a
     standard normal (``+-sqrt(2 / pi)`` for a pair: the halves' means of a
@@ -294,7 +293,12 @@ def parted(p):
     K = centres.shape[0]
     if K < 2:
         return p
-    near = squareform(pdist(centres, "sqeuclidean")) < _COINCIDE**2 * p.variance
+    with np.errstate(divide="ignore"):
+        inverse_rows = 1.0 / (np.exp(p.log_pi) * n_effective)
+    resolution = p.variance * np.minimum(
+        centres.shape[1] * (inverse_rows[:, None] + inverse_rows[None, :]), 1.0
+    )
+    near = squareform(pdist(centres, "sqeuclidean")) < resolution
     n_groups, group = connected_components(near, directed=False)
     if n_groups == K:
         return p
@@ -980,7 +984,7 @@ def refine_heads(
             return None
         if one_norm is not None and one_norm():
             return None
-        return parted(em.maximize(S, counts, replace(at, free=True)))
+        return parted(em.maximize(S, counts, replace(at, free=True)), em.n_effective)
 
     em = ems[0]
     p, converged, rho = _run_em(em, p, tols[0], max_iter, rho, report)

@@ -252,13 +252,13 @@ def test_parted_norms_are_the_means_of_a_normal_s_equal_slices(global_random_see
     head = np.eye(d)[:, :1]
     for m in (2, 3, 5):
         p = _Params(np.tile(head, m), np.full(m, r), tau**2, np.full(m, -np.log(m)), True)
-        parted = mixture.parted(p)
+        parted = mixture.parted(p, 1000.0)
         slices = np.array([part.mean() for part in np.array_split(z, m)])
         np.testing.assert_allclose((parted.radii - r) / tau, slices, atol=0.01)
     # A pair: the halves' means of a Gaussian, +-sqrt(2 / pi).
     p = _Params(np.tile(head, 2), np.full(2, r), tau**2, np.full(2, -np.log(2)), True)
     np.testing.assert_allclose(
-        mixture.parted(p).radii, r + tau * np.sqrt(2 / np.pi) * np.array([-1, 1])
+        mixture.parted(p, 1000.0).radii, r + tau * np.sqrt(2 / np.pi) * np.array([-1, 1])
     )
 
 
@@ -267,22 +267,25 @@ def test_parted_norms_are_the_means_of_a_normal_s_equal_slices(global_random_see
     K=st.integers(2, 6),
     copies=st.integers(2, 3),
     scale=st.floats(1e-3, 1e3),
+    n=st.floats(10.0, 1e7),
 )
-def test_parted_moves_only_coinciding_centres_along_their_direction(seed, K, copies, scale):
+def test_parted_moves_only_coinciding_centres_along_their_direction(seed, K, copies, scale, n):
     # Components apart keep their parameters; each coinciding group keeps
     # its heads, weights and variance and parts along its direction, its
-    # mean norm kept (no norm reaches 0 here). The rule is read in units of
-    # tau: the same at any scale of the rows.
+    # mean norm kept (no norm reaches 0 here). Centres coincide within
+    # min(d (1 / N_j + 1 / N_k), 1) tau^2 of each other, N_k = pi_k n: read
+    # in units of tau, the same at any scale of the rows.
     rng = np.random.default_rng(seed)
     d = K + 2
     U = np.linalg.qr(rng.standard_normal((d, K)))[0]
     radii = rng.uniform(1.0, 2.0, K) * scale
     U = np.hstack([U, np.tile(U[:, :1], copies - 1)])
     radii = np.concatenate([radii, np.full(copies - 1, radii[0])])
-    log_pi = np.log(rng.dirichlet(np.ones(K + copies - 1)))
+    weights = rng.uniform(0.5, 1.5, K + copies - 1)
+    log_pi = np.log(weights / weights.sum())
     tau = 0.05 * scale
     p = _Params(U, radii, tau**2, log_pi, True)
-    parted = mixture.parted(p)
+    parted = mixture.parted(p, n)
     group = np.r_[0, np.arange(K, K + copies - 1)]
     apart = np.arange(1, K)
     np.testing.assert_array_equal(parted.U, p.U)
@@ -291,11 +294,11 @@ def test_parted_moves_only_coinciding_centres_along_their_direction(seed, K, cop
     np.testing.assert_array_equal(parted.radii[apart], radii[apart])
     assert np.mean(parted.radii[group]) == pytest.approx(radii[0], rel=1e-12)
     assert np.min(np.diff(np.sort(parted.radii[group]))) > 0.5 * tau
-    # Centres just beyond tau apart do not coincide.
-    far = replace(
-        p, radii=np.concatenate([radii[:K], radii[0] + 1.01 * tau * np.arange(1, copies)])
-    )
-    assert mixture.parted(far) is far
+    # Centres just beyond that distance (on one ray, in their order) do not coincide.
+    pi = np.exp(log_pi)
+    gaps = tau * np.sqrt(np.minimum(d * (1 / pi[group[:-1]] + 1 / pi[group[1:]]) / n, 1.0))
+    far = replace(p, radii=np.concatenate([radii[:K], radii[0] + np.cumsum(1.01 * gaps)]))
+    assert mixture.parted(far, n) is far
 
 
 def test_coinciding_centres_are_a_fixed_point_that_parting_leaves(global_random_seed):
@@ -316,7 +319,7 @@ def test_coinciding_centres_are_a_fixed_point_that_parting_leaves(global_random_
         p = em.maximize(S, counts, p)
         np.testing.assert_allclose(p.U[:, 0], p.U[:, 1], atol=1e-12)
         assert p.radii[0] == pytest.approx(p.radii[1], rel=1e-12)
-    q = mixture.parted(p)
+    q = mixture.parted(p, em.n_effective)
     for _ in range(50):
         S, counts, ll = em.expect(q)
         q = em.maximize(S, counts, q)

@@ -282,12 +282,13 @@ def parted(p, n_effective):
     ``N_k = pi_k n_effective`` (the expected squared distance between two
     estimates of one centre from their rows: the rows do not tell them
     apart), and below ``tau^2`` (few rows in many dimensions would
-    otherwise take distinct centres for one). Coinciding centres (transitively) form a group; its ``m``
-    members keep their directions and take the norms ``r + tau z_i``, ``r``
-    their mean norm and ``z_i`` the means of the ``m`` equal-mass slices of a
-    standard normal (``+-sqrt(2 / pi)`` for a pair: the halves' means of a
-    Gaussian of variance ``tau^2`` along the direction), at least 0. Other
-    components are unchanged.
+    otherwise take distinct centres for one). Coinciding centres
+    (transitively) form a group; its ``m`` members keep their directions
+    and take the norms ``r + tau z_i``, ``r`` their mean norm and ``z_i``
+    the means of the ``m`` equal-mass slices of a standard normal (``+-sqrt(2
+    / pi)`` for a pair: the halves' means of a Gaussian of variance
+    ``tau^2`` along the direction), at least 0. Other components are
+    unchanged.
     """
     centres = (p.U * p.radii).T
     K = centres.shape[0]

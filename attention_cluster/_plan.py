@@ -1100,8 +1100,9 @@ def _refine(
     """The EM refinement (math.md section 7); returns the :class:`~attention_cluster._mixture.MixtureFit`.
 
     ``mean_sq`` is the rows' mean ``||x / s||^2``; ``one_norm()`` (None for
-    a centred fit), whether the rows as given have one norm (:func:`_one_norm`), is asked by
-    ``centroid_norms="auto"`` (see :func:`refine_heads`); ``seeds``, a
+    a centred fit), whether the rows as given have one norm
+    (:func:`_one_norm`), is asked by ``centroid_norms="auto"`` (see
+    :func:`refine_heads`); ``seeds``, a
     seeded start (:func:`seeded_start`), gives the starting norms and
     noise; ``sign_rows``, rows on which the heads' signs are found (see
     :func:`refine_heads`).
